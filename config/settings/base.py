@@ -1,0 +1,156 @@
+"""Settings shared by every environment, read from the environment with django-environ.
+
+Production secrets have no default: a missing one stops start-up with an error that names it.
+A ``.env`` file in the project root is read too, if present.
+"""
+
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env("SECRET_KEY")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "payments",
+    "callbacks",
+    "triage",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL")}
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded quick start: WAL lets readers run beside the single writer, and
+    # IMMEDIATE transactions take the write lock up front instead of failing on upgrade.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "UNAUTHENTICATED_USER": None,
+}
+
+# --- Security (production values come from the environment; see config/settings/production.py)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+ADMINS = [tuple(a.split(":", 1)) for a in env.list("ADMINS", default=[]) if ":" in a]
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+SERVER_EMAIL = env("SERVER_EMAIL", default="payments@localhost")
+
+# --- AWS SQS
+AWS_REGION = env("AWS_REGION", default="us-east-1")
+SQS_ENDPOINT_URL = env("SQS_ENDPOINT_URL", default=None)
+SQS_QUEUE_NAME = env("SQS_QUEUE_NAME", default="payments.fifo")
+SQS_DLQ_NAME = env("SQS_DLQ_NAME", default="payments-dlq.fifo")
+
+# --- Processor
+PROCESSOR_BASE_URL = env("PROCESSOR_BASE_URL")
+PROCESSOR_API_KEY = env("PROCESSOR_API_KEY")
+PROCESSOR_TIMEOUT_SECONDS = env.float("PROCESSOR_TIMEOUT_SECONDS", default=10.0)
+PROCESSOR_CONNECT_TIMEOUT_SECONDS = env.float("PROCESSOR_CONNECT_TIMEOUT_SECONDS", default=3.05)
+
+# --- Callbacks: one or more HMAC secrets, comma-separated (the first signs, all verify).
+CALLBACK_SIGNING_SECRETS = env.list("CALLBACK_SIGNING_SECRETS")
+CALLBACK_TOLERANCE_SECONDS = env.int("CALLBACK_TOLERANCE_SECONDS", default=300)
+CALLBACK_MAX_BODY_BYTES = 64 * 1024
+
+# --- Retention
+PROCESSED_EVENT_RETENTION = timedelta(days=env.int("PROCESSED_EVENT_RETENTION_DAYS", default=30))
+API_IDEMPOTENCY_RETENTION = timedelta(hours=env.int("API_IDEMPOTENCY_RETENTION_HOURS", default=24))
+
+# --- Alerts and operations
+ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default=None)
+SETTLEMENT_WINDOW = env("SETTLEMENT_WINDOW", default="Mon-Fri 05:00-08:00 America/Chicago")
+
+# --- Celery (its broker is SQS in production; the URL comes from the environment)
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_BACKEND = None
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+}

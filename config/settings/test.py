@@ -1,0 +1,16 @@
+"""Settings for the test suite: PostgreSQL over a real connection, never SQLite."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments")
+os.environ.setdefault("PROCESSOR_BASE_URL", "http://127.0.0.1:9")
+os.environ.setdefault("PROCESSOR_API_KEY", "test-processor-key")
+os.environ.setdefault("CALLBACK_SIGNING_SECRETS", "test-signing-secret")
+os.environ.setdefault("PROCESSOR_TIMEOUT_SECONDS", "2")
+
+from config.settings.base import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+CELERY_TASK_ALWAYS_EAGER = False

@@ -1,0 +1,151 @@
+"""Admin for payments: history is read-only, the state is never edited by hand."""
+
+import json
+
+from django.contrib import admin
+from django.utils.html import format_html
+
+from payments.models import (
+    LedgerEntry,
+    OutboxMessage,
+    Payment,
+    PaymentEvent,
+    ProcessedEvent,
+    ProcessorAttempt,
+)
+
+
+class ReadOnlyAdminMixin:
+    """Audit data: no add, no change, no delete; every field read-only."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+
+class PaymentEventInline(ReadOnlyInline):
+    model = PaymentEvent
+    fields = [
+        "created_at",
+        "kind",
+        "event_type",
+        "outcome",
+        "from_state",
+        "to_state",
+        "processor_event_id",
+        "caused_by",
+    ]
+
+
+class ProcessorAttemptInline(ReadOnlyInline):
+    model = ProcessorAttempt
+    fields = [
+        "started_at",
+        "attempt_number",
+        "operation",
+        "outcome",
+        "http_status",
+        "error_kind",
+        "latency_ms",
+        "error",
+    ]
+
+
+class LedgerEntryInline(ReadOnlyInline):
+    model = LedgerEntry
+    fields = ["created_at", "kind", "amount", "currency", "merchant_id"]
+
+
+@admin.register(Payment)
+class PaymentAdmin(admin.ModelAdmin):
+    list_display = ["id", "merchant_id", "amount", "currency", "state", "created_at"]
+    list_filter = ["state", "currency", "created_at"]
+    search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
+    date_hierarchy = "created_at"
+    inlines = [PaymentEventInline, ProcessorAttemptInline, LedgerEntryInline]
+    list_per_page = 50
+    show_full_result_count = False
+
+    def get_readonly_fields(self, request, obj=None):
+        # The state moves only through services; nothing about a payment is edited by hand.
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(PaymentEvent)
+class PaymentEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "payment",
+        "kind",
+        "event_type",
+        "outcome",
+        "from_state",
+        "to_state",
+    ]
+    list_filter = ["kind", "outcome", "event_type"]
+    search_fields = ["=payment__id", "processor_event_id"]
+    list_select_related = ["payment"]
+    readonly_fields = ["payload_pretty"]
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj):
+        return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True))
+
+
+@admin.register(ProcessorAttempt)
+class ProcessorAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "started_at",
+        "payment",
+        "attempt_number",
+        "outcome",
+        "http_status",
+        "error_kind",
+        "latency_ms",
+    ]
+    list_filter = ["outcome", "error_kind", "http_status"]
+    search_fields = ["=payment__id", "=idempotency_key"]
+    list_select_related = ["payment"]
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "merchant_id", "kind", "amount", "currency", "payment"]
+    list_filter = ["kind", "currency"]
+    search_fields = ["merchant_id", "=payment__id"]
+    list_select_related = ["payment"]
+
+
+@admin.register(ProcessedEvent)
+class ProcessedEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["processor_event_id", "payment", "event_type", "outcome", "processed_at"]
+    list_filter = ["event_type", "outcome"]
+    search_fields = ["=processor_event_id", "=payment__id"]
+    list_select_related = ["payment"]
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "kind", "group_id", "created_at", "published_at", "publish_attempts"]
+    list_filter = ["kind", ("published_at", admin.EmptyFieldListFilter)]
+    search_fields = ["=group_id"]

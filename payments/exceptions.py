@@ -1,0 +1,52 @@
+"""One exception hierarchy for the payments app.
+
+``retryable`` tells the caller (the queue worker) whether trying the same message again may
+succeed; ``retry_after`` is a lower bound, in seconds, for the next try when the cause says so.
+"""
+
+
+class PaymentError(Exception):
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+class PaymentNotFound(PaymentError):
+    # A callback can name a payment whose row a lagging replica or an unfinished transaction
+    # does not show yet: retry it, then let a human look.
+    retryable = True
+
+
+class InvalidTransition(PaymentError):
+    """The event has no valid transition from the payment's current state and is not stale.
+
+    Retried, because an earlier event that would make it valid may still be on its way, then
+    dead-lettered for a human.
+    """
+
+    retryable = True
+
+
+class EventConflict(PaymentError):
+    """A processor_event_id seen before arrived with a different payload: a human must decide."""
+
+
+class AmountMismatch(PaymentError):
+    """The processor reports an amount other than the payment's: never apply it automatically."""
+
+
+class ProcessorUnavailable(PaymentError):
+    """5xx, 408, 429, timeout or connection error: state unchanged, retry with the same key."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProcessorRejected(PaymentError):
+    """4xx other than 408/429: the request itself is wrong; retrying cannot help."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

@@ -1,0 +1,71 @@
+"""Idempotency-Key semantics for POST requests, as in the IETF Idempotency-Key draft.
+
+Same key + same body: the stored first answer. Same key + other body: 422. Same key while the
+first request still runs: 409. The key row is committed on its own first, so a concurrent
+request sees it; the work and the stored answer then commit together, so a crash leaves either
+both or neither. A key left in flight by a crashed request is taken over after a lease.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from payments.models import ApiIdempotencyKey
+
+IN_FLIGHT_LEASE = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Replay:
+    status: int
+    body: dict | None
+    reason: str  # "replay", "mismatch" or "in_flight"
+
+
+def request_fingerprint(data: object) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay:
+    """Claim ``key`` for this request, or say what to answer instead."""
+    try:
+        with transaction.atomic():
+            return ApiIdempotencyKey.objects.create(user=user, key=key, request_hash=fingerprint)
+    except IntegrityError:
+        pass
+    with transaction.atomic():
+        record = ApiIdempotencyKey.objects.select_for_update().get(user=user, key=key)
+        if record.request_hash != fingerprint:
+            return Replay(422, None, "mismatch")
+        if record.completed_at is not None:
+            return Replay(record.response_status, record.response_body, "replay")
+        if timezone.now() - record.created_at < IN_FLIGHT_LEASE:
+            return Replay(409, None, "in_flight")
+        # The first request died before finishing: nothing it did was committed. Take it over.
+        record.created_at = timezone.now()
+        record.save(update_fields=["created_at"])
+        return record
+
+
+def idempotency_key_complete(*, record: ApiIdempotencyKey, status: int, body: dict) -> None:
+    """Store the answer; call inside the transaction that did the work."""
+    record.response_status = status
+    record.response_body = body
+    record.completed_at = timezone.now()
+    record.save(update_fields=["response_status", "response_body", "completed_at"])
+
+
+def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:
+    """Forget a claim whose request failed unexpectedly, so the client may retry with the key."""
+    ApiIdempotencyKey.objects.filter(pk=record.pk, completed_at__isnull=True).delete()
+
+
+def idempotency_keys_purge() -> int:
+    cutoff = timezone.now() - settings.API_IDEMPOTENCY_RETENTION
+    deleted, _ = ApiIdempotencyKey.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,250 @@
+"""Writes to payments. Each service owns its transaction."""
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from payments.events import EVENT_TARGET_STATE, ProcessorEvent
+from payments.exceptions import (
+    AmountMismatch,
+    EventConflict,
+    InvalidTransition,
+    PaymentNotFound,
+)
+from payments.models import (
+    STATE_RANK,
+    EventKind,
+    EventOutcome,
+    LedgerEntry,
+    LedgerEntryKind,
+    OutboxMessage,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ProcessedEvent,
+)
+from payments.signals import outbox_committed
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_CURRENCIES = ("USD",)
+SUBMIT_PAYMENT = "submit_payment"
+
+# (current state, target state) -> the model transition that gets there.
+TRANSITIONS = {
+    (PaymentState.PENDING, PaymentState.SUBMITTED): "submit",
+    (PaymentState.PENDING, PaymentState.FAILED): "reject",
+    (PaymentState.SUBMITTED, PaymentState.CONFIRMED): "confirm",
+    (PaymentState.SUBMITTED, PaymentState.FAILED): "fail",
+}
+# Processor events may only use these; ``reject`` belongs to a 4xx answer to our submission.
+EVENT_TRANSITIONS = {
+    (PaymentState.PENDING, PaymentState.SUBMITTED),
+    (PaymentState.SUBMITTED, PaymentState.CONFIRMED),
+    (PaymentState.SUBMITTED, PaymentState.FAILED),
+}
+
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
+# ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
+# pasted a bank number instead of the processor's token. Tokens are opaque but never that.
+_BANK_NUMBER_RE = re.compile(r"\d{8,}")
+
+
+def validate_source_token(value: str) -> None:
+    if _BANK_NUMBER_RE.search(value or ""):
+        raise ValidationError(
+            "looks like a raw bank account or routing number; send the processor's token for "
+            "the account instead (raw numbers are never accepted or stored)",
+            code="raw_bank_number",
+        )
+    if not _TOKEN_RE.match(value or ""):
+        raise ValidationError(
+            "must be the processor's account token: 8-128 characters of A-Z, a-z, 0-9, _ or -",
+            code="invalid_token",
+        )
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    outcome: str  # an EventOutcome value
+    payment: Payment
+    from_state: str
+    to_state: str
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome == EventOutcome.APPLIED
+
+
+def payment_create(
+    *,
+    merchant_id: str,
+    amount: Decimal,
+    source_token: str,
+    currency: str = "USD",
+    description: str = "",
+    caused_by: str = "",
+) -> Payment:
+    """Write the payment (pending, new idempotency key) and its submit command in one transaction.
+
+    The commit is the promise: the outbox row guarantees the submission is published even if
+    the queue is down right now.
+    """
+    if currency not in SUPPORTED_CURRENCIES:
+        raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
+    if amount <= 0:
+        raise ValidationError({"amount": "must be greater than zero"})
+    validate_source_token(source_token)
+    with transaction.atomic():
+        payment = Payment.objects.create(
+            merchant_id=merchant_id,
+            amount=amount,
+            currency=currency,
+            source_token=source_token,
+            description=description,
+        )
+        PaymentEvent.objects.create(
+            payment=payment,
+            kind=EventKind.CREATED,
+            outcome=EventOutcome.APPLIED,
+            to_state=payment.state,
+            payload={"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id},
+            caused_by=caused_by,
+        )
+        outbox_enqueue(
+            kind=SUBMIT_PAYMENT,
+            group_id=str(payment.id),
+            body={"kind": SUBMIT_PAYMENT, "payment_id": str(payment.id)},
+        )
+    return payment
+
+
+def outbox_enqueue(*, kind: str, group_id: str, body: dict) -> OutboxMessage:
+    """Add a message to the outbox inside the caller's transaction; announce it after commit."""
+    message = OutboxMessage.objects.create(kind=kind, group_id=group_id, body=body)
+    transaction.on_commit(
+        lambda: outbox_committed.send(sender=OutboxMessage, message_ids=[message.id]),
+        robust=True,
+    )
+    return message
+
+
+def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
+    """Move a payment locked by the caller to ``target`` and save it; return (from, to).
+
+    Call inside ``transaction.atomic()`` on a row fetched with ``select_for_update()``.
+    """
+    current = payment.state
+    name = TRANSITIONS.get((current, target))
+    if name is None:
+        raise InvalidTransition(
+            f"no transition from {current} to {target} for payment {payment.id}"
+        )
+    getattr(payment, name)()
+    payment.state_changed_at = timezone.now()
+    payment.save(update_fields=["state", "state_changed_at", "updated_at"])
+    if target == PaymentState.CONFIRMED:
+        LedgerEntry.objects.create(
+            payment=payment,
+            merchant_id=payment.merchant_id,
+            kind=LedgerEntryKind.CREDIT,
+            amount=payment.amount,
+            currency=payment.currency,
+        )
+    return current, target
+
+
+def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyResult:
+    """Apply one processor event exactly once, under a row lock on the payment.
+
+    Outcomes: applied (state changed), stale (target equals or lies behind the current state),
+    duplicate (this processor_event_id was processed before with the same payload). Raises
+    ``EventConflict`` for a known id with another payload, ``AmountMismatch``,
+    ``InvalidTransition`` (no valid transition and not stale) and ``PaymentNotFound``; nothing is
+    written then, and the caller records the error.
+    """
+    fingerprint = event.fingerprint
+    with transaction.atomic():
+        try:
+            payment = Payment.objects.select_for_update().get(pk=event.payment_id)
+        except Payment.DoesNotExist:
+            raise PaymentNotFound(f"payment {event.payment_id} does not exist") from None
+        current = payment.state
+        seen = ProcessedEvent.objects.filter(pk=event.processor_event_id).first()
+        if seen is not None:
+            if seen.payload_hash != fingerprint or seen.payment_id != payment.id:
+                raise EventConflict(
+                    f"processor_event_id {event.processor_event_id} was processed before with a "
+                    f"different payload (first seen {seen.processed_at.isoformat()} as "
+                    f"{seen.event_type} for payment {seen.payment_id})"
+                )
+            _log_event(payment, event, EventOutcome.DUPLICATE, current, current, caused_by)
+            return ApplyResult(EventOutcome.DUPLICATE, payment, current, current)
+        if event.amount != payment.amount:
+            raise AmountMismatch(
+                f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
+                f"but payment {payment.id} is for {payment.amount}"
+            )
+        target = EVENT_TARGET_STATE[event.event_type]
+        if target == current or STATE_RANK[target] < STATE_RANK[current]:
+            outcome, to_state = EventOutcome.STALE, current
+        elif (current, target) in EVENT_TRANSITIONS:
+            _, to_state = payment_transition(payment=payment, target=target)
+            outcome = EventOutcome.APPLIED
+        else:
+            raise InvalidTransition(
+                f"{event.event_type} event {event.processor_event_id} cannot move payment "
+                f"{payment.id} from {current} to {target}"
+            )
+        try:
+            with transaction.atomic():
+                ProcessedEvent.objects.create(
+                    processor_event_id=event.processor_event_id,
+                    payment=payment,
+                    event_type=event.event_type,
+                    payload_hash=fingerprint,
+                    outcome=outcome,
+                )
+        except IntegrityError:
+            # Another payment's transaction recorded this id first: ids are unique processor-wide.
+            raise EventConflict(
+                f"processor_event_id {event.processor_event_id} was recorded concurrently for "
+                "another payment"
+            ) from None
+        _log_event(payment, event, outcome, current, to_state, caused_by)
+    return ApplyResult(outcome, payment, current, to_state)
+
+
+def _log_event(
+    payment: Payment,
+    event: ProcessorEvent,
+    outcome: str,
+    from_state: str,
+    to_state: str,
+    caused_by: str,
+) -> None:
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=outcome,
+        event_type=event.event_type,
+        processor_event_id=event.processor_event_id,
+        from_state=from_state,
+        to_state=to_state,
+        payload=event.raw or event.as_payload(),
+        caused_by=caused_by,
+    )
+
+
+def processed_events_purge(*, older_than: timedelta | None = None) -> int:
+    """Delete dedup records past their retention; returns how many went."""
+    cutoff = timezone.now() - (older_than or settings.PROCESSED_EVENT_RETENTION)
+    deleted, _ = ProcessedEvent.objects.filter(processed_at__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,9 @@
+"""Signals the payments app sends; other apps (the queue layer) connect to them.
+
+``outbox_committed`` is sent after the transaction that wrote outbox rows has committed, with
+``message_ids``: a publisher may send them at once instead of waiting for the relay's next poll.
+"""
+
+from django.dispatch import Signal
+
+outbox_committed = Signal()

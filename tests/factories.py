@@ -1,0 +1,41 @@
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import factory
+from django.contrib.auth import get_user_model
+from factory.django import DjangoModelFactory
+
+from payments.events import ProcessorEvent
+from payments.models import Payment
+
+
+class UserFactory(DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.PostGenerationMethodCall("set_password", "password")
+
+
+class PaymentFactory(DjangoModelFactory):
+    class Meta:
+        model = Payment
+
+    merchant_id = factory.Sequence(lambda n: f"merchant-{n % 5}")
+    amount = Decimal("125.00")
+    currency = "USD"
+    source_token = factory.Sequence(lambda n: f"tok_bank_{n:04d}abc")
+
+
+def processor_event(payment: Payment, event_type: str, **overrides) -> ProcessorEvent:
+    fields = {
+        "payment_id": payment.id,
+        "event_type": event_type,
+        "processor_event_id": f"evt_{uuid.uuid4().hex}",
+        "amount": payment.amount,
+        "timestamp": datetime(2026, 11, 2, 12, 0, tzinfo=UTC),
+    }
+    fields.update(overrides)
+    return ProcessorEvent(**fields)

@@ -1,0 +1,288 @@
+import threading
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import close_old_connections, connection
+from django_fsm import TransitionNotAllowed
+
+from payments.exceptions import AmountMismatch, EventConflict, InvalidTransition, PaymentNotFound
+from payments.models import (
+    EventOutcome,
+    LedgerEntry,
+    OutboxMessage,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ProcessedEvent,
+)
+from payments.selectors import merchant_balance
+from payments.services import payment_apply_event, payment_create, processed_events_purge
+from tests.factories import PaymentFactory, processor_event
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(**overrides) -> Payment:
+    fields = {"merchant_id": "m-1", "amount": Decimal("10.50"), "source_token": "tok_abcdef12"}
+    fields.update(overrides)
+    return payment_create(**fields)
+
+
+def test_payment_create_writes_pending_payment_event_and_outbox_row_together():
+    payment = _create()
+
+    assert payment.state == PaymentState.PENDING
+    assert payment.idempotency_key is not None
+    outbox = OutboxMessage.objects.get()
+    assert outbox.kind == "submit_payment"
+    assert outbox.group_id == str(payment.id)
+    assert outbox.body == {"kind": "submit_payment", "payment_id": str(payment.id)}
+    assert payment.events.get().kind == "created"
+
+
+def test_payment_create_rolls_back_everything_when_the_outbox_write_fails(monkeypatch):
+    def boom(**kwargs):
+        raise RuntimeError("outbox unavailable")
+
+    monkeypatch.setattr("payments.services.outbox_enqueue", boom)
+    with pytest.raises(RuntimeError):
+        _create()
+
+    assert Payment.objects.count() == 0
+    assert PaymentEvent.objects.count() == 0
+
+
+def test_payment_create_rejects_a_raw_account_number_as_source_token():
+    with pytest.raises(ValidationError, match="raw bank account"):
+        _create(source_token="021000021")
+    assert Payment.objects.count() == 0
+
+
+def test_payment_create_rejects_other_currencies_and_non_positive_amounts():
+    with pytest.raises(ValidationError, match="currency"):
+        _create(currency="EUR")
+    with pytest.raises(ValidationError, match="greater than zero"):
+        _create(amount=Decimal("0"))
+
+
+def test_idempotency_key_is_unique_per_payment_and_never_changes_on_save():
+    a, b = _create(), _create()
+    key = a.idempotency_key
+    a.description = "changed"
+    a.save()
+    a.refresh_from_db()
+
+    assert a.idempotency_key == key
+    assert a.idempotency_key != b.idempotency_key
+
+
+@pytest.mark.parametrize(
+    ("start", "event_type", "end"),
+    [
+        ("pending", "submitted", "submitted"),
+        ("submitted", "settled", "confirmed"),
+        ("submitted", "failed", "failed"),
+        ("submitted", "returned", "failed"),
+    ],
+)
+def test_each_valid_event_applies_its_transition(start, event_type, end):
+    payment = PaymentFactory(state=start)
+
+    result = payment_apply_event(event=processor_event(payment, event_type))
+
+    payment.refresh_from_db()
+    assert result.outcome == EventOutcome.APPLIED
+    assert (result.from_state, result.to_state) == (start, end)
+    assert payment.state == end
+    log = payment.events.get()
+    assert (log.outcome, log.from_state, log.to_state) == ("applied", start, end)
+
+
+def test_state_field_is_protected_from_direct_assignment():
+    payment = PaymentFactory()
+    with pytest.raises(AttributeError):
+        payment.state = PaymentState.CONFIRMED
+
+
+def test_model_has_no_transition_from_pending_to_confirmed():
+    payment = PaymentFactory()
+    with pytest.raises(TransitionNotAllowed):
+        payment.confirm()
+    assert payment.state == PaymentState.PENDING
+
+
+@pytest.mark.parametrize(
+    ("start", "event_type"),
+    [
+        ("pending", "settled"),
+        ("pending", "failed"),
+        ("pending", "returned"),
+        ("confirmed", "returned"),
+        ("failed", "settled"),
+    ],
+)
+def test_event_without_valid_transition_raises_and_changes_nothing(start, event_type):
+    payment = PaymentFactory(state=start)
+    event = processor_event(payment, event_type)
+
+    with pytest.raises(InvalidTransition):
+        payment_apply_event(event=event)
+
+    payment.refresh_from_db()
+    assert payment.state == start
+    assert not ProcessedEvent.objects.exists()
+    assert not LedgerEntry.objects.exists()
+    assert not PaymentEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("start", "event_type"),
+    [
+        ("submitted", "submitted"),
+        ("confirmed", "settled"),
+        ("confirmed", "submitted"),
+        ("failed", "returned"),
+        ("failed", "submitted"),
+    ],
+)
+def test_stale_event_is_logged_as_stale_and_changes_nothing(start, event_type):
+    payment = PaymentFactory(state=start)
+
+    result = payment_apply_event(event=processor_event(payment, event_type))
+
+    payment.refresh_from_db()
+    assert result.outcome == EventOutcome.STALE
+    assert payment.state == start
+    assert payment.events.get().outcome == "stale"
+    assert not LedgerEntry.objects.exists()
+
+
+def test_repeated_event_is_a_logged_duplicate_and_credits_once():
+    payment = PaymentFactory(state="submitted")
+    event = processor_event(payment, "settled")
+
+    first = payment_apply_event(event=event)
+    second = payment_apply_event(event=event)
+
+    assert (first.outcome, second.outcome) == ("applied", "duplicate")
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    assert list(payment.events.values_list("outcome", flat=True)) == ["applied", "duplicate"]
+
+
+def test_repeated_event_id_with_another_payload_is_a_conflict_not_a_duplicate():
+    payment = PaymentFactory(state="submitted")
+    event = processor_event(payment, "submitted", processor_event_id="evt_same")
+    payment_apply_event(event=processor_event(payment, "settled", processor_event_id="evt_same"))
+
+    with pytest.raises(EventConflict, match="evt_same"):
+        payment_apply_event(event=event)
+    assert payment.events.count() == 1
+
+
+def test_event_for_another_amount_is_refused():
+    payment = PaymentFactory(state="submitted")
+    with pytest.raises(AmountMismatch):
+        payment_apply_event(event=processor_event(payment, "settled", amount=Decimal("999.00")))
+    payment.refresh_from_db()
+    assert payment.state == "submitted"
+
+
+def test_event_for_unknown_payment_raises_payment_not_found():
+    payment = PaymentFactory.build()
+    with pytest.raises(PaymentNotFound):
+        payment_apply_event(event=processor_event(payment, "settled"))
+
+
+def test_confirmation_credits_the_merchant_ledger_once():
+    payment = PaymentFactory(state="submitted", merchant_id="m-9", amount=Decimal("40.10"))
+    payment_apply_event(event=processor_event(payment, "settled"))
+    payment_apply_event(event=processor_event(payment, "settled"))  # new id: stale
+
+    assert merchant_balance(merchant_id="m-9")["balances"] == [
+        {"currency": "USD", "balance": "40.10", "entries": 1, "confirmed_total": "40.10"}
+    ]
+
+
+def test_ledger_unique_constraint_refuses_a_second_credit():
+    from django.db import IntegrityError, transaction
+
+    payment = PaymentFactory(state="confirmed")
+    LedgerEntry.objects.create(
+        payment=payment, merchant_id="m", kind="credit", amount=1, currency="USD"
+    )
+    with pytest.raises(IntegrityError), transaction.atomic():
+        LedgerEntry.objects.create(
+            payment=payment, merchant_id="m", kind="credit", amount=1, currency="USD"
+        )
+
+
+def test_purge_removes_only_dedup_records_past_retention():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    payment = PaymentFactory(state="submitted")
+    payment_apply_event(event=processor_event(payment, "settled", processor_event_id="old"))
+    payment_apply_event(event=processor_event(payment, "settled", processor_event_id="new"))
+    ProcessedEvent.objects.filter(pk="old").update(processed_at=timezone.now() - timedelta(days=31))
+
+    assert processed_events_purge() == 1
+    assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == ["new"]
+
+
+def _race(*calls):
+    """Run the calls in threads started together; return their results or exceptions."""
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def run(i, call):
+        try:
+            barrier.wait()
+            results[i] = call()
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            results[i] = exc
+        finally:
+            connection.close()
+            close_old_connections()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_threads_applying_the_same_settled_event_make_one_transition_and_one_credit():
+    payment = PaymentFactory(state="submitted")
+    event = processor_event(payment, "settled")
+
+    results = _race(
+        lambda: payment_apply_event(event=event), lambda: payment_apply_event(event=event)
+    )
+
+    assert sorted(r.outcome for r in results) == ["applied", "duplicate"]
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    assert PaymentEvent.objects.filter(payment=payment, outcome="applied").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_threads_applying_different_final_events_leave_one_transition():
+    payment = PaymentFactory(state="submitted")
+
+    results = _race(
+        lambda: payment_apply_event(event=processor_event(payment, "settled")),
+        lambda: payment_apply_event(event=processor_event(payment, "returned")),
+    )
+
+    payment.refresh_from_db()
+    outcomes = sorted(r.outcome if hasattr(r, "outcome") else type(r).__name__ for r in results)
+    # The loser finds a final state: a second final event is stale (failed after failed) or has
+    # no transition (returned after confirmed); either way exactly one transition happened.
+    assert PaymentEvent.objects.filter(payment=payment, outcome="applied").count() == 1
+    assert "applied" in outcomes
+    assert payment.state in ("confirmed", "failed")
+    expected_credits = 1 if payment.state == "confirmed" else 0
+    assert LedgerEntry.objects.filter(payment=payment).count() == expected_credits

@@ -1,0 +1,33 @@
+"""Prometheus metrics of the queue layer (callback endpoint, outbox relay, worker)."""
+
+from prometheus_client import Counter, Histogram
+
+CALLBACKS_RECEIVED = Counter(
+    "payments_callbacks_received_total",
+    "Processor callbacks received, by outcome: accepted, bad_signature, bad_body, "
+    "unsupported_media_type, too_large, queue_unavailable.",
+    ["outcome"],
+)
+WORKER_MESSAGES = Counter(
+    "payments_worker_messages_total",
+    "Messages handled by run_sqs_worker, by kind and outcome: applied, stale, duplicate, "
+    "submitted, rejected, skipped, retried, dead_lettered, parked.",
+    ["kind", "outcome"],
+)
+DEDUP_HITS = Counter(
+    "payments_dedup_hits_total",
+    "Repeated processor events dropped, by layer: app (the processed-event record) or "
+    "sqs (seen as a repeated deduplication id at send time, where the queue reports it).",
+    ["layer"],
+)
+ENQUEUE_TO_APPLIED_SECONDS = Histogram(
+    "payments_enqueue_to_applied_seconds",
+    "Seconds from a message's enqueue (SQS SentTimestamp) to its work being committed.",
+    ["kind"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 86400),
+)
+OUTBOX_PUBLISHED = Counter(
+    "payments_outbox_published_total",
+    "Outbox rows published to the queue, by path: on_commit or relay.",
+    ["path"],
+)

@@ -1,0 +1,20 @@
+"""Prometheus metrics of the payments core.
+
+Counters are incremented after commit (``transaction.on_commit``) so a rolled-back transition
+is never counted. Multi-process collection is configured by the operations layer
+(PROMETHEUS_MULTIPROC_DIR); these definitions work in both modes.
+"""
+
+from prometheus_client import Counter, Histogram
+
+TRANSITIONS = Counter(
+    "payments_transitions_total",
+    "Payment state transitions applied, by from and to state.",
+    ["from_state", "to_state"],
+)
+PROCESSOR_REQUEST_SECONDS = Histogram(
+    "payments_processor_request_seconds",
+    "Latency of calls to the processor, by operation and outcome.",
+    ["operation", "outcome"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)

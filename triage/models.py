@@ -1,0 +1,143 @@
+"""Dead letters waiting for a human, the audit trail of what humans did, and alert history."""
+
+from django.conf import settings
+from django.db import models
+
+
+class DeadLetterStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    REDRIVEN = "redriven", "Redriven"
+    RESOLVED = "resolved", "Resolved (fixed elsewhere)"
+    DISCARDED = "discarded", "Discarded"
+
+
+class DeadLetterSource(models.TextChoices):
+    WORKER = "worker", "Moved by the worker (attempts exhausted or permanent error)"
+    REDRIVE_POLICY = "redrive_policy", "Moved by the queue's RedrivePolicy (worker crashed)"
+
+
+class DeadLetter(models.Model):
+    """A message taken out of the DLQ into the database, where it waits for a decision."""
+
+    original_message_id = models.CharField(
+        max_length=128,
+        unique=True,
+        help_text="The main queue's message id: ingestion is idempotent on it.",
+    )
+    dlq_message_id = models.CharField(max_length=128)
+    payment_id = models.UUIDField(null=True, blank=True, db_index=True)
+    kind = models.CharField(max_length=32, db_index=True)
+    group_id = models.CharField(max_length=128)
+    deduplication_id = models.CharField(max_length=128, blank=True)
+    processor_event_id = models.CharField(max_length=128, blank=True, db_index=True)
+    body = models.JSONField()
+    attributes = models.JSONField(default=dict)
+    source = models.CharField(max_length=16, choices=DeadLetterSource.choices)
+    attempts = models.PositiveIntegerField(default=0)
+    first_failed_at = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+    last_error_class = models.CharField(max_length=255, blank=True, db_index=True)
+    last_error_message = models.TextField(blank=True)
+    status = models.CharField(
+        max_length=16,
+        choices=DeadLetterStatus.choices,
+        default=DeadLetterStatus.OPEN,
+        db_index=True,
+    )
+    ingested_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    status_changed_at = models.DateTimeField(auto_now_add=True)
+    redrive_message_id = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        ordering = ["-ingested_at"]
+        permissions = [
+            ("act_on_deadletter", "Can redrive, resolve or discard dead letters"),
+        ]
+
+    def __str__(self) -> str:
+        return f"dead letter {self.original_message_id} ({self.kind}, {self.status})"
+
+
+class TriageActionKind(models.TextChoices):
+    REDRIVE = "redrive", "Redrive"
+    RESOLVE = "resolve", "Resolve"
+    DISCARD = "discard", "Discard"
+
+
+class TriageAction(models.Model):
+    """Audit row: who did what to which dead letter, when, why, and the status before and after."""
+
+    dead_letter = models.ForeignKey(DeadLetter, on_delete=models.PROTECT, related_name="actions")
+    action = models.CharField(max_length=16, choices=TriageActionKind.choices)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    note = models.TextField()
+    status_before = models.CharField(max_length=16, choices=DeadLetterStatus.choices)
+    status_after = models.CharField(max_length=16, choices=DeadLetterStatus.choices)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.user_id} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class AlertSeverity(models.TextChoices):
+    HIGH = "high", "High (pages)"
+    MEDIUM = "medium", "Medium"
+    LOW = "low", "Low"
+
+
+class AlertStatus(models.TextChoices):
+    FIRING = "firing", "Firing"
+    RESOLVED = "resolved", "Resolved"
+
+
+class Alert(models.Model):
+    """One alert condition, identified by its key; it fires, reminds and resolves."""
+
+    key = models.CharField(max_length=255, db_index=True)
+    severity = models.CharField(max_length=8, choices=AlertSeverity.choices)
+    status = models.CharField(
+        max_length=16, choices=AlertStatus.choices, default=AlertStatus.FIRING, db_index=True
+    )
+    summary = models.TextField()
+    details = models.JSONField(default=dict, blank=True)
+    payment_id = models.UUIDField(null=True, blank=True, db_index=True)
+    first_fired_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    last_fired_at = models.DateTimeField(auto_now_add=True)
+    last_notified_at = models.DateTimeField(null=True, blank=True)
+    notify_count = models.PositiveIntegerField(default=0)
+    suppressed_count = models.PositiveIntegerField(default=0)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-first_fired_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=models.Q(status="firing"),
+                name="alert_one_firing_per_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"[{self.severity}] {self.key} ({self.status})"
+
+
+class AlertNotification(models.Model):
+    """Each message sent (or tried) to a sink about an alert."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="notifications")
+    kind = models.CharField(max_length=16)  # fired, reminder, resolved
+    sink = models.CharField(max_length=16)  # log, webhook, email
+    ok = models.BooleanField()
+    error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["sent_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} via {self.sink} ({'ok' if self.ok else 'failed'})"

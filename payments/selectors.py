@@ -1,11 +1,16 @@
 """Reads of payments for the API, the admin and operations."""
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import Count, Sum
+from django.utils import timezone
 
-from payments.models import LedgerEntry, Payment, PaymentState
+from payments.models import LedgerEntry, Payment, PaymentState, ProcessorAttempt
 
 # Other apps add sections to the payment detail (the queue layer adds its processing errors)
 # without payments importing them: each callable takes a payment and returns a dict to merge.
@@ -42,3 +47,79 @@ def merchant_balance(*, merchant_id: str) -> dict:
         for row in ledger
     ]
     return {"merchant_id": merchant_id, "balances": balances}
+
+
+# --- Visibility timeout sizing ----------------------------------------------------------------
+
+VISIBILITY_WINDOW_DEFAULT = timedelta(hours=24)
+VISIBILITY_FLOOR_DEFAULT = 30
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    count: int
+    p50_ms: float | None
+    p99_ms: float | None
+    window: timedelta
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Linear interpolation between closest ranks (PostgreSQL's ``percentile_cont``)."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"percentile fraction must be within 0..1, got {fraction}")
+    position = (len(sorted_values) - 1) * fraction
+    low = math.floor(position)
+    high = math.ceil(position)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def processor_latency_summary(*, window: timedelta = VISIBILITY_WINDOW_DEFAULT) -> LatencySummary:
+    """Count, P50 and P99 of processor call latencies (every operation and outcome: the tail of
+    timeouts is exactly what the sizing must cover) started within ``window``."""
+    since = timezone.now() - window
+    if connection.vendor == "postgresql":
+        # Computed in the database: the window may hold millions of rows.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms), "
+                "percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms) "
+                f"FROM {ProcessorAttempt._meta.db_table} WHERE started_at >= %s",
+                [since],
+            )
+            count, p50, p99 = cursor.fetchone()
+        return LatencySummary(count=count, p50_ms=p50, p99_ms=p99, window=window)
+    values = list(
+        ProcessorAttempt.objects.filter(started_at__gte=since)
+        .order_by("latency_ms")
+        .values_list("latency_ms", flat=True)
+    )
+    if not values:
+        return LatencySummary(count=0, p50_ms=None, p99_ms=None, window=window)
+    return LatencySummary(
+        count=len(values),
+        p50_ms=percentile(values, 0.5),
+        p99_ms=percentile(values, 0.99),
+        window=window,
+    )
+
+
+def visibility_timeout_from(summary: LatencySummary, *, floor: int) -> int:
+    """P99 times two, in whole seconds rounded up, never below ``floor``."""
+    if floor < 0:
+        raise ValueError(f"floor must be zero or more seconds, got {floor}")
+    if summary.p99_ms is None:
+        return floor
+    return max(floor, math.ceil(summary.p99_ms * 2 / 1000))
+
+
+def recommended_visibility_timeout(
+    *, window: timedelta = VISIBILITY_WINDOW_DEFAULT, floor: int = VISIBILITY_FLOOR_DEFAULT
+) -> int:
+    """The SQS visibility timeout, in seconds, that covers the processor's tail: P99 x 2.
+
+    Not the average and not P90: a message whose processing outlives its visibility timeout is
+    handed to a second worker. With no recorded calls in the window, the floor.
+    """
+    return visibility_timeout_from(processor_latency_summary(window=window), floor=floor)

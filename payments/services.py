@@ -11,15 +11,18 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from payments.alerts import alert_raise
 from payments.events import EVENT_TARGET_STATE, ProcessorEvent
 from payments.exceptions import (
     AmountMismatch,
     EventConflict,
     InvalidTransition,
     PaymentNotFound,
+    ProcessorUnavailable,
 )
 from payments.models import (
     STATE_RANK,
+    AttemptOutcome,
     EventKind,
     EventOutcome,
     LedgerEntry,
@@ -29,6 +32,14 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
     ProcessedEvent,
+    ProcessorAttempt,
+)
+from payments.processor.client import (
+    DebitAccepted,
+    DebitStatus,
+    ProcessorCallRejected,
+    ProcessorCallUnavailable,
+    get_client,
 )
 from payments.signals import outbox_committed
 
@@ -248,3 +259,222 @@ def processed_events_purge(*, older_than: timedelta | None = None) -> int:
     cutoff = timezone.now() - (older_than or settings.PROCESSED_EVENT_RETENTION)
     deleted, _ = ProcessedEvent.objects.filter(processed_at__lt=cutoff).delete()
     return deleted
+
+
+# --- Submission to the processor -------------------------------------------------------------
+
+SUBMIT_OPERATION = "submit"
+STATUS_OPERATION = "status"
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    outcome: str  # "submitted", "rejected" or "skipped"
+    payment: Payment
+
+
+@dataclass(frozen=True)
+class StatusCheckResult:
+    found: bool  # False: the processor has no debit under the payment's idempotency key
+    processor_status: str  # the processor's word for it ("submitted", "settled", "returned")
+    processor_id: str
+    payment: Payment
+
+
+def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
+    """Submit a pending payment to the processor with its idempotency key.
+
+    No transaction or row lock is held across the HTTP call: a first short transaction locks the
+    row and checks the payment is pending; the call runs outside any transaction; a second short
+    transaction locks the row again, records the attempt and applies the outcome. Whatever the
+    outcome, the attempt row is committed before anything is raised.
+
+    Accepted -> ``submitted``; rejected (4xx) -> ``failed`` and a medium alert; retryable ->
+    state unchanged and ``ProcessorUnavailable`` (with ``retry_after`` when the processor gave
+    one). A payment that is not pending is skipped: it is never submitted again. Two workers may
+    submit the same pending payment at once; the processor charges the key once, and the second
+    one to record sees the state the first one left.
+    """
+    with transaction.atomic():
+        payment = _payment_lock(payment_id)
+        if payment.state != PaymentState.PENDING:
+            logger.info(
+                "payment %s is %s, not pending: not submitted",
+                payment.id,
+                payment.state,
+                extra={"payment_id": str(payment.id)},
+            )
+            return SubmitResult("skipped", payment)
+
+    result: DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable
+    try:
+        result = get_client().debit_create(
+            idempotency_key=payment.idempotency_key,
+            payment_id=payment.id,
+            amount=payment.amount,
+            currency=payment.currency,
+            source_token=payment.source_token,
+        )
+    except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
+        result = exc
+
+    alert: dict | None = None
+    with transaction.atomic():
+        payment = _payment_lock(payment_id)
+        current = payment.state
+        attempt = _attempt_record(payment, SUBMIT_OPERATION, result)
+        details = {
+            "attempt_number": attempt.attempt_number,
+            "http_status": attempt.http_status,
+            "error_kind": attempt.error_kind,
+            "error": attempt.error,
+        }
+        if isinstance(result, DebitAccepted):
+            details["processor_id"] = result.processor_id
+            details["processor_status"] = result.status
+            if not payment.processor_id:
+                payment.processor_id = result.processor_id
+                payment.save(update_fields=["processor_id", "updated_at"])
+            if current == PaymentState.PENDING:
+                payment_transition(payment=payment, target=PaymentState.SUBMITTED)
+                _log_submission(
+                    payment, "accepted", EventOutcome.APPLIED, current, details, caused_by
+                )
+                outcome = "submitted"
+            else:
+                _log_submission(
+                    payment, "accepted", EventOutcome.STALE, current, details, caused_by
+                )
+                outcome = "submitted" if current != PaymentState.FAILED else "skipped"
+        elif isinstance(result, ProcessorCallRejected):
+            if current == PaymentState.PENDING:
+                payment_transition(payment=payment, target=PaymentState.FAILED)
+                _log_submission(
+                    payment, "rejected", EventOutcome.APPLIED, current, details, caused_by
+                )
+                outcome = "rejected"
+            else:
+                _log_submission(
+                    payment, "rejected", EventOutcome.STALE, current, details, caused_by
+                )
+                outcome = "rejected" if current == PaymentState.FAILED else "skipped"
+            alert = {
+                "severity": "medium",
+                "key": "payment.submission_rejected",
+                "summary": (
+                    f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
+                    f"{attempt.error}; payment is {payment.state}"
+                ),
+                "details": {**details, "response_body": attempt.response_body[:1000]},
+                "payment_id": payment.id,
+            }
+        else:
+            outcome = "retryable"
+    # After commit: the attempt and the state change are durable before anyone hears of them.
+    if alert is not None:
+        alert_raise(**alert)
+    _log_attempt(payment, attempt, outcome)
+    if outcome == "retryable":
+        raise ProcessorUnavailable(
+            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
+            retry_after=attempt.retry_after_seconds,
+        ) from result
+    return SubmitResult(outcome, payment)
+
+
+def payment_status_check(*, payment_id) -> StatusCheckResult:
+    """Ask the processor what it knows of the payment's debit, by idempotency key.
+
+    Read-only towards the payment (reconciliation decides what to do with the answer); leaves an
+    attempt row with operation ``status``. Raises ``ProcessorUnavailable`` (retryable) or
+    ``ProcessorRejected`` (the processor refused the question, e.g. a wrong API key) after the
+    attempt row is committed.
+    """
+    with transaction.atomic():
+        payment = _payment_lock(payment_id)
+    result: DebitStatus | ProcessorCallRejected | ProcessorCallUnavailable
+    try:
+        result = get_client().debit_get(idempotency_key=payment.idempotency_key)
+    except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
+        result = exc
+    with transaction.atomic():
+        payment = _payment_lock(payment_id)
+        attempt = _attempt_record(payment, STATUS_OPERATION, result)
+    _log_attempt(payment, attempt, attempt.outcome)
+    if isinstance(result, Exception):
+        raise result
+    return StatusCheckResult(
+        found=result.found,
+        processor_status=result.status,
+        processor_id=result.processor_id,
+        payment=payment,
+    )
+
+
+def _payment_lock(payment_id) -> Payment:
+    try:
+        return Payment.objects.select_for_update().get(pk=payment_id)
+    except Payment.DoesNotExist:
+        raise PaymentNotFound(f"payment {payment_id} does not exist") from None
+    except ValidationError:
+        raise PaymentNotFound(f"payment id {payment_id!r} is not a valid UUID") from None
+
+
+def _attempt_record(payment: Payment, operation: str, result) -> ProcessorAttempt:
+    """Write the attempt row; the caller holds the payment's row lock, so the number is safe."""
+    if isinstance(result, ProcessorCallRejected):
+        outcome = AttemptOutcome.REJECTED
+    elif isinstance(result, ProcessorCallUnavailable):
+        outcome = AttemptOutcome.RETRYABLE
+    else:
+        outcome = AttemptOutcome.ACCEPTED
+    call = result.call
+    number = ProcessorAttempt.objects.filter(payment=payment, operation=operation).count() + 1
+    return ProcessorAttempt.objects.create(
+        payment=payment,
+        attempt_number=number,
+        operation=operation,
+        idempotency_key=payment.idempotency_key,
+        outcome=outcome,
+        http_status=call.http_status,
+        error_kind=call.error_kind,
+        error=call.error,
+        response_body=call.response_body,
+        latency_ms=call.latency_ms,
+        retry_after_seconds=call.retry_after,
+        started_at=call.started_at,
+    )
+
+
+def _log_submission(
+    payment: Payment,
+    event_type: str,
+    outcome: str,
+    from_state: str,
+    details: dict,
+    caused_by: str,
+) -> None:
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.SUBMISSION,
+        outcome=outcome,
+        event_type=event_type,
+        from_state=from_state,
+        to_state=payment.state,
+        payload=details,
+        caused_by=caused_by,
+    )
+
+
+def _log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:
+    logger.info(
+        "processor %s attempt %s for payment %s: %s (%s) in %.0f ms -> %s",
+        attempt.operation,
+        attempt.attempt_number,
+        payment.id,
+        attempt.outcome,
+        attempt.http_status or attempt.error_kind,
+        attempt.latency_ms,
+        outcome,
+        extra={"payment_id": str(payment.id)},
+    )

@@ -7,3 +7,7 @@
 from django.dispatch import Signal
 
 outbox_committed = Signal()
+
+# Sent by ``payments.alerts.alert_raise`` with ``severity``, ``key``, ``summary``, ``details`` and
+# ``payment_id``; the operations layer routes alerts to sinks and stores their history.
+alert_raised = Signal()

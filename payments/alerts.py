@@ -1,0 +1,61 @@
+"""One way to raise an alert, whatever later routes it (webhook, pager, history table).
+
+For now an alert is a log line (ERROR for high and medium, WARNING for low) carrying the payment
+id in ``extra``, plus the ``payments.signals.alert_raised`` signal for sinks to connect to.
+"""
+
+import logging
+
+from payments.signals import alert_raised
+
+logger = logging.getLogger(__name__)
+
+SEVERITIES = ("high", "medium", "low")
+
+
+def alert_raise(
+    *,
+    severity: str,
+    key: str,
+    summary: str,
+    details: dict | None = None,
+    payment_id=None,
+) -> None:
+    """Log the alert and announce it; a failing receiver is logged, never loses the log line."""
+    if severity not in SEVERITIES:
+        raise ValueError(f"unknown alert severity {severity!r}; use one of {', '.join(SEVERITIES)}")
+    if not key:
+        raise ValueError("an alert needs a key (what kind of problem it is) to be grouped by")
+    payment_ref = str(payment_id) if payment_id is not None else None
+    level = logging.WARNING if severity == "low" else logging.ERROR
+    logger.log(
+        level,
+        "ALERT %s [%s] %s",
+        severity,
+        key,
+        summary,
+        extra={
+            "payment_id": payment_ref,
+            "alert_key": key,
+            "alert_severity": severity,
+            "alert_details": details or {},
+        },
+    )
+    # send_robust: one broken sink must not stop the others, nor the caller's work.
+    for receiver, response in alert_raised.send_robust(
+        sender=alert_raise,
+        severity=severity,
+        key=key,
+        summary=summary,
+        details=details or {},
+        payment_id=payment_ref,
+    ):
+        if isinstance(response, Exception):
+            logger.error(
+                "alert receiver %r failed for alert %s: %r",
+                receiver,
+                key,
+                response,
+                exc_info=response,
+                extra={"payment_id": payment_ref},
+            )

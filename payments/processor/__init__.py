@@ -1,0 +1,1 @@
+"""The processor integration: the HTTP client (``client.py``)."""

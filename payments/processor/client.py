@@ -1,0 +1,331 @@
+"""HTTP client for the processor's ACH debit API.
+
+Every call returns or raises something that carries a ``CallRecord`` (when it started, how long
+it took, the HTTP status or the kind of error, the body it got back), so the service can write a
+processor-attempt row for every call whatever happened.
+
+Classification:
+- accepted: 2xx with a usable body -> ``DebitAccepted`` / ``DebitStatus``;
+- rejected, permanent: 4xx other than 408, 409 and 429 -> ``ProcessorCallRejected``;
+- retryable: 5xx, 408, 409, 429 (with its ``Retry-After``), read timeout, connection error, or a
+  2xx whose body cannot be read -> ``ProcessorCallUnavailable``.
+
+409 is retryable on purpose: with an ``Idempotency-Key`` it means "a request with this key is
+still being processed" (a retry that overtook a slow first attempt). Failing the payment then
+would be wrong: the first attempt may well charge it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.utils import timezone
+
+from payments.exceptions import ProcessorRejected, ProcessorUnavailable
+
+logger = logging.getLogger(__name__)
+
+RESPONSE_BODY_LIMIT = 4000
+RETRYABLE_4XX = (408, 409, 429)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What one HTTP call did; the service turns it into a ProcessorAttempt row."""
+
+    method: str
+    url: str
+    started_at: datetime
+    latency_ms: float
+    http_status: int | None = None
+    error_kind: str = ""  # "timeout", "connection", "http" or "" when accepted
+    error: str = ""
+    response_body: str = ""
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class DebitAccepted:
+    processor_id: str
+    status: str
+    created: bool  # 201: new debit; 200: the processor already knew the key (original result)
+    call: CallRecord
+
+
+@dataclass(frozen=True)
+class DebitStatus:
+    found: bool  # False: the processor has no debit under this idempotency key (404)
+    processor_id: str
+    status: str
+    call: CallRecord
+
+
+class ProcessorCallRejected(ProcessorRejected):
+    """The processor refused the request (4xx other than 408/409/429): do not retry it."""
+
+    def __init__(self, message: str, *, call: CallRecord) -> None:
+        super().__init__(message, status=call.http_status)
+        self.call = call
+
+
+class ProcessorCallUnavailable(ProcessorUnavailable):
+    """The call may succeed later with the same idempotency key."""
+
+    def __init__(self, message: str, *, call: CallRecord) -> None:
+        super().__init__(message, retry_after=call.retry_after)
+        self.call = call
+
+
+ProcessorCallError = ProcessorCallRejected | ProcessorCallUnavailable
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date); None if absent
+    or unreadable. A date in the past means "now": 0."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            return None
+        return max(0.0, seconds)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        logger.warning("unreadable Retry-After header from the processor: %r", value)
+        return None
+    if when.tzinfo is None:
+        return None
+    current = now or timezone.now()
+    return max(0.0, (when - current).total_seconds())
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= RESPONSE_BODY_LIMIT:
+        return text
+    return text[:RESPONSE_BODY_LIMIT] + f"... [{len(text) - RESPONSE_BODY_LIMIT} more characters]"
+
+
+class ProcessorClient:
+    """One reused ``requests.Session`` (connection pooling, keep-alive) for all calls.
+
+    Base URL, API key and timeouts are read from settings on every call unless given here, so
+    a settings change (or a test's override) takes effect without rebuilding the session.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+    ) -> None:
+        self._base_url = base_url
+        self._api_key = api_key
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self.session = requests.Session()
+        self.session.headers.update({"Accept": "application/json", "User-Agent": "payments/1"})
+
+    def close(self) -> None:
+        self.session.close()
+
+    # --- configuration, resolved per call
+    @property
+    def base_url(self) -> str:
+        return (self._base_url or settings.PROCESSOR_BASE_URL).rstrip("/")
+
+    @property
+    def timeout(self) -> tuple[float, float]:
+        return (
+            self._connect_timeout or settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS,
+            self._read_timeout or settings.PROCESSOR_TIMEOUT_SECONDS,
+        )
+
+    def _headers(self, idempotency_key: uuid.UUID | str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self._api_key or settings.PROCESSOR_API_KEY}"}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = str(idempotency_key)
+        return headers
+
+    # --- API
+    def debit_create(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        amount: Decimal,
+        currency: str,
+        source_token: str,
+    ) -> DebitAccepted:
+        """POST /v1/ach/debits. The same key on every attempt: the processor charges once."""
+        payload = {
+            "payment_id": str(payment_id),
+            "amount": f"{Decimal(amount):.2f}",
+            "currency": currency,
+            "source_token": source_token,
+        }
+        response, call = self._send(
+            "POST",
+            "/v1/ach/debits",
+            headers=self._headers(idempotency_key),
+            json_body=payload,
+        )
+        body, call = self._accepted_body(response, call)
+        return DebitAccepted(
+            processor_id=str(body["processor_id"]),
+            status=str(body["status"]),
+            created=response.status_code == 201,
+            call=call,
+        )
+
+    def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
+        """GET /v1/ach/debits/<key>: what the processor knows of the debit; 404 = nothing."""
+        response, call = self._send(
+            "GET", f"/v1/ach/debits/{idempotency_key}", headers=self._headers()
+        )
+        if response.status_code == 404:
+            return DebitStatus(found=False, processor_id="", status="", call=call)
+        body, call = self._accepted_body(response, call)
+        return DebitStatus(
+            found=True,
+            processor_id=str(body["processor_id"]),
+            status=str(body["status"]),
+            call=call,
+        )
+
+    # --- plumbing
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str],
+        json_body: dict[str, Any] | None = None,
+    ) -> tuple[requests.Response, CallRecord]:
+        url = self.base_url + path
+        started_at = timezone.now()
+        start = time.perf_counter()
+
+        def record(**fields: Any) -> CallRecord:
+            latency_ms = (time.perf_counter() - start) * 1000
+            return CallRecord(
+                method=method, url=url, started_at=started_at, latency_ms=latency_ms, **fields
+            )
+
+        try:
+            if json_body is not None:
+                headers = {**headers, "Content-Type": "application/json"}
+            response = self.session.request(
+                method,
+                url,
+                headers=headers,
+                data=None if json_body is None else json.dumps(json_body),
+                timeout=self.timeout,
+            )
+        except requests.exceptions.ConnectTimeout as exc:
+            call = record(error_kind="connection", error=f"connect timeout: {exc}")
+            raise ProcessorCallUnavailable(
+                f"{method} {url}: could not connect within {self.timeout[0]} s", call=call
+            ) from exc
+        except requests.exceptions.Timeout as exc:
+            call = record(error_kind="timeout", error=f"read timeout: {exc}")
+            raise ProcessorCallUnavailable(
+                f"{method} {url}: no answer within {self.timeout[1]} s (the request may still "
+                "have been processed; retry with the same idempotency key)",
+                call=call,
+            ) from exc
+        except requests.exceptions.RequestException as exc:
+            call = record(error_kind="connection", error=f"{type(exc).__name__}: {exc}")
+            raise ProcessorCallUnavailable(
+                f"{method} {url}: {type(exc).__name__}: {exc}", call=call
+            ) from exc
+
+        status = response.status_code
+        text = _truncate(response.text)
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        if 200 <= status < 300 or (status == 404 and method == "GET"):
+            return response, record(http_status=status, response_body=text)
+        error = f"HTTP {status}: {_error_summary(text)}"
+        call = record(
+            http_status=status,
+            error_kind="http",
+            error=error,
+            response_body=text,
+            retry_after=retry_after,
+        )
+        if status >= 500 or status in RETRYABLE_4XX:
+            raise ProcessorCallUnavailable(f"{method} {url}: {error}", call=call)
+        raise ProcessorCallRejected(f"{method} {url}: {error}", call=call)
+
+    def _accepted_body(
+        self, response: requests.Response, call: CallRecord
+    ) -> tuple[dict[str, Any], CallRecord]:
+        """The JSON body of a 2xx; an unreadable one is retryable: the same key gets it again."""
+        try:
+            body = response.json()
+            if not isinstance(body, dict) or not body.get("processor_id") or not body.get("status"):
+                raise ValueError("expected a JSON object with processor_id and status")
+        except ValueError as exc:
+            bad = replace(
+                call,
+                error_kind="http",
+                error=f"HTTP {response.status_code} with an unusable body: {exc}",
+            )
+            raise ProcessorCallUnavailable(
+                f"{call.method} {call.url}: HTTP {response.status_code} with an unusable body "
+                f"({exc})",
+                call=bad,
+            ) from exc
+        return body, call
+
+
+def _error_summary(text: str) -> str:
+    """The processor's error message if the body is JSON with one, else the start of the body."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:200] or "(empty body)"
+    if isinstance(body, dict):
+        error = body.get("error") or body.get("message") or body.get("errors")
+        if error:
+            return str(error)[:500]
+    return text[:200]
+
+
+_client: ProcessorClient | None = None
+_client_lock = threading.Lock()
+
+
+def get_client() -> ProcessorClient:
+    """The process-wide client, created on first use."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = ProcessorClient()
+        return _client
+
+
+def reset_client() -> None:
+    """Close and forget the process-wide client (tests; after a fork)."""
+    global _client
+    with _client_lock:
+        if _client is not None:
+            _client.close()
+        _client = None

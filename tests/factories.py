@@ -16,7 +16,7 @@ class UserFactory(DjangoModelFactory):
         django_get_or_create = ("username",)
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "password")
+    password = factory.django.Password("password")
 
 
 class PaymentFactory(DjangoModelFactory):

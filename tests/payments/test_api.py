@@ -1,0 +1,225 @@
+import threading
+import time
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from payments import idempotency
+from payments.models import ApiIdempotencyKey, Payment
+from tests.factories import PaymentFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+BODY = {"merchant_id": "m-1", "amount": "25.00", "currency": "USD", "source_token": "tok_abcdef12"}
+
+
+def test_create_returns_201_with_the_payment(api_client):
+    response = api_client.post("/api/payments/", BODY, format="json")
+
+    assert response.status_code == 201
+    data = response.json()
+    assert data["state"] == "pending"
+    assert data["amount"] == "25.00"
+    assert set(data) >= {
+        "id",
+        "state",
+        "idempotency_key",
+        "merchant_id",
+        "amount",
+        "currency",
+        "created_at",
+    }
+    assert Payment.objects.get(pk=data["id"]).idempotency_key.hex == data[
+        "idempotency_key"
+    ].replace("-", "")
+
+
+def test_without_credentials_answers_401(db):
+    response = APIClient().post("/api/payments/", BODY, format="json")
+    assert response.status_code == 401
+    assert Payment.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("source_token", "021000021", "raw bank account"),
+        ("source_token", "acct 12345678901", "raw bank account"),
+        ("amount", 25.0, "decimal string"),
+        ("amount", "0.00", "greater than or equal"),
+        ("amount", "1.234", "decimal places"),
+        ("currency", "EUR", "not a valid choice"),
+        ("merchant_id", "", "blank"),
+    ],
+)
+def test_bad_input_answers_400_naming_the_field(api_client, field, value, message):
+    response = api_client.post("/api/payments/", {**BODY, field: value}, format="json")
+
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert list(errors) == [field]
+    assert message in " ".join(errors[field])
+    assert Payment.objects.count() == 0
+
+
+def test_missing_fields_are_each_named(api_client):
+    response = api_client.post("/api/payments/", {}, format="json")
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {"merchant_id", "amount", "source_token"}
+
+
+def test_same_key_and_body_replays_the_stored_answer(api_client):
+    first = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    second = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+
+    assert first.status_code == second.status_code == 201
+    assert second.json() == first.json()
+    assert second["Idempotent-Replayed"] == "true"
+    assert Payment.objects.count() == 1
+
+
+def test_same_key_with_another_body_answers_422(api_client):
+    api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k2")
+    response = api_client.post(
+        "/api/payments/", {**BODY, "amount": "26.00"}, format="json", HTTP_IDEMPOTENCY_KEY="k2"
+    )
+
+    assert response.status_code == 422
+    assert "different request body" in str(response.json())
+    assert Payment.objects.count() == 1
+
+
+def test_keys_are_per_user(api_client):
+    api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k3")
+    other = APIClient()
+    other.force_authenticate(UserFactory())
+    response = other.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k3")
+
+    assert response.status_code == 201
+    assert Payment.objects.count() == 2
+
+
+def test_key_still_in_flight_answers_409(api_client, user):
+    ApiIdempotencyKey.objects.create(
+        user=user, key="k4", request_hash=idempotency.request_fingerprint(BODY)
+    )
+    response = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k4")
+
+    assert response.status_code == 409
+    assert Payment.objects.count() == 0
+
+
+def test_key_abandoned_by_a_crashed_request_is_taken_over_after_the_lease(api_client, user):
+    record = ApiIdempotencyKey.objects.create(
+        user=user, key="k5", request_hash=idempotency.request_fingerprint(BODY)
+    )
+    ApiIdempotencyKey.objects.filter(pk=record.pk).update(
+        created_at=timezone.now() - idempotency.IN_FLIGHT_LEASE - timedelta(seconds=1)
+    )
+    response = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k5")
+
+    assert response.status_code == 201
+    assert Payment.objects.count() == 1
+
+
+def test_validation_errors_are_replayed_too(api_client):
+    bad = {**BODY, "source_token": "021000021"}
+    first = api_client.post("/api/payments/", bad, format="json", HTTP_IDEMPOTENCY_KEY="k6")
+    second = api_client.post("/api/payments/", bad, format="json", HTTP_IDEMPOTENCY_KEY="k6")
+    assert first.status_code == second.status_code == 400
+    assert first.json() == second.json()
+
+
+def test_an_unexpected_error_releases_the_key_so_the_client_can_retry(api_client, monkeypatch):
+    def boom(**kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr("payments.apis.payment_create", boom)
+    api_client.raise_request_exception = False
+    failed = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k7")
+    monkeypatch.undo()
+    retried = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k7")
+
+    assert failed.status_code == 500
+    assert retried.status_code == 201
+    assert Payment.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_requests_with_one_key_create_one_payment(monkeypatch):
+    from payments import apis
+
+    user = UserFactory()
+    real_create = apis.payment_create
+
+    def slow_create(**kwargs):
+        time.sleep(0.5)  # keep the first request in flight while the second arrives
+        return real_create(**kwargs)
+
+    monkeypatch.setattr(apis, "payment_create", slow_create)
+    statuses: list[int] = []
+
+    def post():
+        client = APIClient()
+        client.force_authenticate(user)
+        statuses.append(
+            client.post(
+                "/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="race"
+            ).status_code
+        )
+        connection.close()
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    threads[0].start()
+    time.sleep(0.1)
+    threads[1].start()
+    for t in threads:
+        t.join(10)
+
+    assert sorted(statuses) == [201, 409]
+    assert Payment.objects.count() == 1
+
+
+def test_detail_shows_state_events_attempts_and_errors(api_client):
+    created = api_client.post("/api/payments/", BODY, format="json").json()
+
+    response = api_client.get(f"/api/payments/{created['id']}/")
+
+    assert response.status_code == 200
+    data = response.json()
+    assert data["state"] == "pending"
+    assert [e["kind"] for e in data["events"]] == ["created"]
+    assert data["attempts"] == []
+    assert data["errors"] == []
+
+
+def test_detail_of_unknown_payment_is_404(api_client):
+    payment = PaymentFactory.build()
+    assert api_client.get(f"/api/payments/{payment.id}/").status_code == 404
+
+
+def test_balance_sums_the_merchants_ledger(api_client):
+    from payments.services import payment_apply_event
+    from tests.factories import processor_event
+
+    for amount in ("10.00", "2.50"):
+        payment = PaymentFactory(state="submitted", merchant_id="m-7", amount=Decimal(amount))
+        payment_apply_event(event=processor_event(payment, "settled"))
+
+    response = api_client.get("/api/merchants/m-7/balance/")
+
+    assert response.status_code == 200
+    assert response.json()["balances"] == [
+        {"currency": "USD", "balance": "12.50", "entries": 2, "confirmed_total": "12.50"}
+    ]
+
+
+def test_balance_of_merchant_without_entries_is_empty(api_client):
+    assert api_client.get("/api/merchants/nobody/balance/").json() == {
+        "merchant_id": "nobody",
+        "balances": [],
+    }

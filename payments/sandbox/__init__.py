@@ -1,0 +1,6 @@
+"""A sandbox processor for tests, demos and benchmarks: a real HTTP server on loopback."""
+
+from payments.sandbox.faults import FaultConfig
+from payments.sandbox.server import SandboxProcessor
+
+__all__ = ["FaultConfig", "SandboxProcessor"]

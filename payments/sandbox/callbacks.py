@@ -1,0 +1,173 @@
+"""Signed callback delivery from the sandbox processor, the way processors deliver webhooks.
+
+Deliveries run on a few background threads from a schedule (a heap ordered by due time), so the
+debit answer is never delayed. A delivery that gets a non-2xx answer or a connection error is
+retried with exponential backoff, up to ``max_attempts``; the next event of the same debit is
+only scheduled once the previous one was delivered or given up, so one debit's events go out in
+order (``submitted`` before ``settled``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import requests
+
+from payments import signing
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Delivery:
+    body: dict
+    attempt: int = 0
+    then: Callable[[], None] | None = None  # scheduled after this one is done (or given up)
+    on_send: Callable[[], None] | None = None  # runs once, just before the first attempt
+    log: list[dict] = field(default_factory=list)
+
+
+class CallbackSender:
+    def __init__(
+        self,
+        *,
+        url: str | None,
+        secret: str,
+        threads: int = 4,
+        max_attempts: int = 5,
+        backoff_seconds: float = 0.2,
+        timeout_seconds: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.secret = secret
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.timeout_seconds = timeout_seconds
+        self._heap: list[tuple[float, int, Delivery]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._in_flight = 0
+        self.stats = {"sent": 0, "attempts": 0, "failed_attempts": 0, "given_up": 0}
+        self.delivered: list[dict] = []  # every successful delivery: body and headers
+        self._session = requests.Session()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"sandbox-callbacks-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def schedule(self, delivery: Delivery, delay: float = 0.0) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), delivery))
+            self._cond.notify()
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._heap) + self._in_flight
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_seconds + 1)
+        self._session.close()
+
+    def _next(self) -> Delivery | None:
+        with self._cond:
+            while not self._stopping:
+                if self._heap:
+                    due, _, delivery = self._heap[0]
+                    wait = due - time.monotonic()
+                    if wait <= 0:
+                        heapq.heappop(self._heap)
+                        self._in_flight += 1
+                        return delivery
+                    self._cond.wait(wait)
+                else:
+                    self._cond.wait()
+            return None
+
+    def _run(self) -> None:
+        while True:
+            delivery = self._next()
+            if delivery is None:
+                return
+            try:
+                self._attempt(delivery)
+            except Exception:  # a bug here must not kill the delivery thread
+                logger.exception("sandbox callback delivery crashed: %s", delivery.body)
+            finally:
+                with self._cond:
+                    self._in_flight -= 1
+
+    def _attempt(self, delivery: Delivery) -> None:
+        if delivery.attempt == 0 and delivery.on_send is not None:
+            delivery.on_send()
+        delivery.attempt += 1
+        if not self.url:
+            # No callback URL configured: nothing to deliver to, but the chain goes on so the
+            # debit still reaches its final status.
+            self._finish(delivery)
+            return
+        raw = json.dumps(delivery.body, separators=(",", ":")).encode()
+        headers = {
+            "Content-Type": "application/json",
+            signing.HEADER: signing.sign(raw, [self.secret]),
+        }
+        error = ""
+        try:
+            response = self._session.post(
+                self.url, data=raw, headers=headers, timeout=self.timeout_seconds
+            )
+            ok = 200 <= response.status_code < 300
+            if not ok:
+                error = f"HTTP {response.status_code}: {response.text[:200]}"
+        except requests.RequestException as exc:
+            ok = False
+            error = f"{type(exc).__name__}: {exc}"
+        with self._cond:
+            self.stats["attempts"] += 1
+            if ok:
+                self.stats["sent"] += 1
+                self.delivered.append({"body": delivery.body, "headers": headers, "raw": raw})
+            else:
+                self.stats["failed_attempts"] += 1
+        if ok:
+            self._finish(delivery)
+            return
+        if delivery.attempt >= self.max_attempts:
+            logger.warning(
+                "sandbox gave up delivering %s %s after %s attempts: %s",
+                delivery.body.get("event_type"),
+                delivery.body.get("processor_event_id"),
+                delivery.attempt,
+                error,
+            )
+            with self._cond:
+                self.stats["given_up"] += 1
+            self._finish(delivery)
+            return
+        delay = self.backoff_seconds * 2 ** (delivery.attempt - 1)
+        logger.info(
+            "sandbox callback %s attempt %s failed (%s); retrying in %.2f s",
+            delivery.body.get("processor_event_id"),
+            delivery.attempt,
+            error,
+            delay,
+        )
+        self.schedule(delivery, delay)
+
+    def _finish(self, delivery: Delivery) -> None:
+        if delivery.then is not None:
+            delivery.then()

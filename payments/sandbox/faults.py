@@ -1,0 +1,160 @@
+"""Fault injection for the sandbox processor: random faults from a seed, and source-token rules.
+
+Random faults (each a probability in 0..1, drawn from ``random.Random(seed)`` so a run can be
+replayed): 5xx answers, 4xx answers, timeouts (the sandbox sleeps past the client's timeout,
+then still records the charge, as a real processor does), duplicate callbacks, delayed
+callbacks, returns instead of settlements. Latency: lognormal around a median, so it has the
+heavy tail real processors have.
+
+Source-token rules make tests deterministic. The count N is per source token, over the sandbox's
+life (or since ``POST /_sandbox/reset``):
+
+==========================  ===================================================================
+``tok_fail5xx_<N>...``      the first N debit calls answer 503, then normal
+``tok_timeout_<N>...``      the first N debit calls time out (charge recorded after the sleep)
+``tok_429_<N>...``          the first N debit calls answer 429 with ``Retry-After``
+``tok_reject...``           every debit call answers 400 (account closed)
+``tok_return...``           accepted, then ``returned`` (R01) instead of ``settled``
+``tok_dupcb...``            every callback is delivered twice
+==========================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import threading
+from dataclasses import dataclass, fields
+
+_COUNTED_RULE = re.compile(r"^tok_(fail5xx|timeout|429)_(\d+)")
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    p_5xx: float = 0.0
+    p_4xx: float = 0.0
+    p_timeout: float = 0.0
+    timeout_seconds: float = 12.0  # how long a "timeout" sleeps: past the client's read timeout
+    latency_median_ms: float = 0.0  # 0: answer at once
+    latency_sigma: float = 1.0  # lognormal shape: 1.0 puts P99 near 10x the median
+    latency_max_ms: float = 60_000.0
+    p_duplicate_callback: float = 0.0
+    p_delayed_callback: float = 0.0
+    callback_delay_seconds: float = 5.0
+    p_return: float = 0.0
+    settle_after_seconds: float = 0.5  # between the submitted and the settled/returned callback
+    retry_after_seconds: int = 2  # Retry-After sent with 429
+
+    def __post_init__(self) -> None:
+        for name in ("p_5xx", "p_4xx", "p_timeout", "p_duplicate_callback"):
+            _check_probability(name, getattr(self, name))
+        for name in ("p_delayed_callback", "p_return"):
+            _check_probability(name, getattr(self, name))
+        if self.p_5xx + self.p_4xx + self.p_timeout > 1:
+            raise ValueError("p_5xx + p_4xx + p_timeout must not exceed 1")
+        for name in (
+            "timeout_seconds",
+            "latency_median_ms",
+            "latency_max_ms",
+            "callback_delay_seconds",
+            "settle_after_seconds",
+            "retry_after_seconds",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be zero or more, got {getattr(self, name)}")
+        if self.latency_sigma <= 0:
+            raise ValueError(f"latency_sigma must be above zero, got {self.latency_sigma}")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> FaultConfig:
+        """Read ``SANDBOX_<FIELD>`` variables (e.g. ``SANDBOX_P_5XX=0.1``); overrides win."""
+        environ = os.environ if environ is None else environ
+        values: dict = {}
+        for f in fields(cls):
+            raw = environ.get(f"SANDBOX_{f.name.upper()}")
+            if raw is not None and raw != "":
+                cast = int if f.type in ("int", int) else float
+                try:
+                    values[f.name] = cast(raw)
+                except ValueError:
+                    raise ValueError(
+                        f"SANDBOX_{f.name.upper()}={raw!r} is not a valid {cast.__name__}"
+                    ) from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a probability within 0..1, got {value}")
+
+
+@dataclass(frozen=True)
+class DebitFault:
+    kind: str  # "none", "5xx", "4xx", "timeout", "429"
+    latency_seconds: float = 0.0
+
+
+class FaultPlan:
+    """Decides, call by call, what goes wrong. Thread-safe: the server handles calls in threads."""
+
+    def __init__(self, config: FaultConfig, seed: int | None = None) -> None:
+        self.config = config
+        self.seed = seed
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._token_calls: dict[str, int] = {}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._random = random.Random(self.seed)
+            self._token_calls.clear()
+
+    def debit_fault(self, source_token: str) -> DebitFault:
+        config = self.config
+        with self._lock:
+            calls = self._token_calls.get(source_token, 0) + 1
+            self._token_calls[source_token] = calls
+            latency = 0.0
+            if config.latency_median_ms > 0:
+                sample = config.latency_median_ms * self._random.lognormvariate(
+                    0.0, config.latency_sigma
+                )
+                latency = min(sample, config.latency_max_ms) / 1000
+            draw = self._random.random()
+        rule = _COUNTED_RULE.match(source_token)
+        if rule and calls <= int(rule.group(2)):
+            return DebitFault({"fail5xx": "5xx", "timeout": "timeout", "429": "429"}[rule[1]])
+        if source_token.startswith("tok_reject"):
+            return DebitFault("4xx")
+        if draw < config.p_5xx:
+            return DebitFault("5xx", latency)
+        if draw < config.p_5xx + config.p_4xx:
+            return DebitFault("4xx", latency)
+        if draw < config.p_5xx + config.p_4xx + config.p_timeout:
+            return DebitFault("timeout", latency)
+        return DebitFault("none", latency)
+
+    def returns(self, source_token: str) -> bool:
+        if source_token.startswith("tok_return"):
+            return True
+        return self._chance(self.config.p_return)
+
+    def duplicates(self, source_token: str) -> bool:
+        if source_token.startswith("tok_dupcb"):
+            return True
+        return self._chance(self.config.p_duplicate_callback)
+
+    def callback_delay(self) -> float:
+        return (
+            self.config.callback_delay_seconds
+            if self._chance(self.config.p_delayed_callback)
+            else 0.0
+        )
+
+    def _chance(self, probability: float) -> bool:
+        if probability <= 0:
+            return False
+        with self._lock:
+            return self._random.random() < probability

@@ -41,6 +41,7 @@ def sqs_queues(local_sqs, settings, request):
     import boto3
 
     from callbacks import sqs
+    from callbacks.queues import queues_ensure
 
     suffix = uuid.uuid4().hex[:12]
     settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
@@ -48,21 +49,10 @@ def sqs_queues(local_sqs, settings, request):
     settings.SQS_DLQ_NAME = f"payments-dlq-{suffix}.fifo"
     sqs.reset()
     client = boto3.client("sqs", endpoint_url=local_sqs.endpoint_url, region_name="us-east-1")
-    dlq_url = client.create_queue(
-        QueueName=settings.SQS_DLQ_NAME, Attributes={"FifoQueue": "true"}
-    )["QueueUrl"]
-    dlq_arn = client.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
-    url = client.create_queue(
-        QueueName=settings.SQS_QUEUE_NAME,
-        Attributes={
-            "FifoQueue": "true",
-            "VisibilityTimeout": "30",
-            "DeduplicationScope": "messageGroup",
-            "FifoThroughputLimit": "perMessageGroupId",
-            "RedrivePolicy": f'{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"10"}}',
-        },
-    )["QueueUrl"]
+    # Created the way production creates them (setup_queues), so tests run on the real shape:
+    # high-throughput FIFO, RedrivePolicy to the DLQ, 30 s visibility timeout.
+    queues_ensure(visibility_timeout=30)
+    url = client.get_queue_url(QueueName=settings.SQS_QUEUE_NAME)["QueueUrl"]
+    dlq_url = client.get_queue_url(QueueName=settings.SQS_DLQ_NAME)["QueueUrl"]
     yield types.SimpleNamespace(client=client, url=url, dlq_url=dlq_url)
     sqs.reset()

@@ -1,0 +1,192 @@
+"""Create or verify the main FIFO queue and its FIFO dead-letter queue.
+
+Idempotent and explicit: every run reports, per queue, whether it was created, verified as is,
+or changed (which attribute, from what to what); with ``dry_run`` nothing is created or changed
+and the report says what would be. Works against AWS and the local SQS server alike: the
+endpoint comes from ``SQS_ENDPOINT_URL`` through ``callbacks.sqs``.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+
+from botocore.exceptions import BotoCoreError, ClientError
+from django.conf import settings
+from django.db import DatabaseError
+
+from callbacks import sqs
+
+logger = logging.getLogger(__name__)
+
+# The worker dead-letters a message itself after the first try plus 5 retries. The queue's
+# RedrivePolicy is only the safety net for messages that crash the worker outright, so its
+# receive count must stay above that: otherwise SQS would move messages the worker is still
+# retrying (and group-mates released behind a failure, whose receive counts also rise).
+WORKER_ATTEMPT_LIMIT = 6
+MAX_RECEIVE_COUNT_DEFAULT = 10
+VISIBILITY_TIMEOUT_FALLBACK = 30
+VISIBILITY_TIMEOUT_MAX = 12 * 60 * 60  # SQS's own limit
+RETENTION_14_DAYS = 14 * 24 * 60 * 60  # SQS's maximum: dead letters must outlive a long weekend
+
+_MISSING_QUEUE_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+
+
+class QueueSetupError(Exception):
+    """The requested setup is invalid or SQS refused it; the message says why."""
+
+
+@dataclass(frozen=True)
+class _Queue:
+    name: str
+    url: str | None  # None when it does not exist (yet)
+
+
+def _visibility_timeout_default() -> tuple[int, str]:
+    """The payments app's recommendation (P99 processor latency x 2) when it can give one."""
+    try:
+        from payments.selectors import recommended_visibility_timeout
+    except ImportError:
+        return VISIBILITY_TIMEOUT_FALLBACK, "default"
+    try:
+        return recommended_visibility_timeout(), "recommended from processor latency"
+    except DatabaseError as exc:
+        logger.warning("no latency data for the visibility timeout, using the default: %s", exc)
+        return VISIBILITY_TIMEOUT_FALLBACK, f"default; latency data unavailable: {exc}"
+
+
+def _call(operation: str, **kwargs) -> dict:
+    try:
+        return getattr(sqs.sqs_client(), operation)(**kwargs)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise QueueSetupError(
+            f"SQS refused {operation}: {error.get('Code')} {error.get('Message', '')}".strip()
+        ) from exc
+    except BotoCoreError as exc:
+        raise sqs.QueueUnavailable(f"{operation} failed: {exc}") from exc
+
+
+def _find(name: str) -> _Queue:
+    try:
+        url = sqs.sqs_client().get_queue_url(QueueName=name)["QueueUrl"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in _MISSING_QUEUE_CODES:
+            return _Queue(name=name, url=None)
+        raise QueueSetupError(f"cannot look up queue {name!r}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise sqs.QueueUnavailable(f"cannot look up queue {name!r}: {exc}") from exc
+    return _Queue(name=name, url=url)
+
+
+def _same(key: str, current: str | None, desired: str) -> bool:
+    if current is None:
+        return False
+    if key == "RedrivePolicy":
+        try:
+            have, want = json.loads(current), json.loads(desired)
+            return have.get("deadLetterTargetArn") == want["deadLetterTargetArn"] and int(
+                have.get("maxReceiveCount", -1)
+            ) == int(want["maxReceiveCount"])
+        except (ValueError, TypeError, AttributeError):
+            return False
+    return current == desired
+
+
+def _format(attributes: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in attributes.items())
+
+
+def _ensure(queue: _Queue, desired: dict[str, str], *, dry_run: bool) -> tuple[str, list[str]]:
+    """Create ``queue`` or bring its attributes to ``desired``; return (url, report lines)."""
+    if queue.url is None:
+        if dry_run:
+            return "", [f"would create queue {queue.name} ({_format(desired)})"]
+        url = _call("create_queue", QueueName=queue.name, Attributes=desired)["QueueUrl"]
+        logger.info("created queue %s", queue.name, extra={"queue": queue.name})
+        return url, [f"created queue {queue.name} ({_format(desired)})"]
+
+    current = _call("get_queue_attributes", QueueUrl=queue.url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    if current.get("FifoQueue") != "true":
+        raise QueueSetupError(
+            f"queue {queue.name} exists but is not a FIFO queue; it cannot be converted, "
+            "delete it or choose another name"
+        )
+    drift = {
+        key: value
+        for key, value in desired.items()
+        if key != "FifoQueue" and not _same(key, current.get(key), value)
+    }
+    if not drift:
+        return queue.url, [f"verified queue {queue.name} ({_format(desired)})"]
+    changes = "; ".join(f"{k} {current.get(k, '(unset)')} -> {v}" for k, v in drift.items())
+    if dry_run:
+        return queue.url, [f"would change queue {queue.name}: {changes}"]
+    _call("set_queue_attributes", QueueUrl=queue.url, Attributes=drift)
+    logger.warning("changed queue %s: %s", queue.name, changes, extra={"queue": queue.name})
+    return queue.url, [f"changed queue {queue.name}: {changes}"]
+
+
+def queues_ensure(
+    *,
+    visibility_timeout: int | None = None,
+    max_receive_count: int = MAX_RECEIVE_COUNT_DEFAULT,
+    dry_run: bool = False,
+) -> list[str]:
+    """Create or verify ``SQS_DLQ_NAME`` then ``SQS_QUEUE_NAME``; return the report lines.
+
+    The dead-letter queue goes first because the main queue's RedrivePolicy names its ARN.
+    Raises ``QueueSetupError`` for invalid options or a refused call, ``sqs.QueueUnavailable``
+    when SQS cannot be reached.
+    """
+    main_name, dlq_name = settings.SQS_QUEUE_NAME, settings.SQS_DLQ_NAME
+    for setting, name in (("SQS_QUEUE_NAME", main_name), ("SQS_DLQ_NAME", dlq_name)):
+        if not name.endswith(".fifo"):
+            raise QueueSetupError(f"{setting}={name!r}: a FIFO queue name must end with .fifo")
+    if main_name == dlq_name:
+        raise QueueSetupError("SQS_QUEUE_NAME and SQS_DLQ_NAME must differ")
+    if not WORKER_ATTEMPT_LIMIT < max_receive_count <= 1000:
+        raise QueueSetupError(
+            f"max receive count {max_receive_count} must be above the worker's own attempt "
+            f"limit ({WORKER_ATTEMPT_LIMIT}) and at most 1000"
+        )
+    lines: list[str] = []
+    if visibility_timeout is None:
+        visibility_timeout, source = _visibility_timeout_default()
+        lines.append(f"visibility timeout {visibility_timeout} s ({source})")
+    if not 0 <= visibility_timeout <= VISIBILITY_TIMEOUT_MAX:
+        raise QueueSetupError(
+            f"visibility timeout {visibility_timeout} s is outside 0..{VISIBILITY_TIMEOUT_MAX}"
+        )
+
+    dlq_url, dlq_lines = _ensure(
+        _find(dlq_name),
+        {"FifoQueue": "true", "MessageRetentionPeriod": str(RETENTION_14_DAYS)},
+        dry_run=dry_run,
+    )
+    lines += dlq_lines
+    if dlq_url:
+        dlq_arn = _call("get_queue_attributes", QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+    else:  # dry run, dead-letter queue not created
+        dlq_arn = f"<arn of {dlq_name} once created>"
+    redrive = json.dumps(
+        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count},
+        separators=(",", ":"),
+    )
+    _, main_lines = _ensure(
+        _find(main_name),
+        {
+            "FifoQueue": "true",
+            "VisibilityTimeout": str(visibility_timeout),
+            "DeduplicationScope": "messageGroup",
+            "FifoThroughputLimit": "perMessageGroupId",
+            "MessageRetentionPeriod": str(RETENTION_14_DAYS),
+            "RedrivePolicy": redrive,
+        },
+        dry_run=dry_run,
+    )
+    lines += main_lines
+    return lines

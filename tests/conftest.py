@@ -56,3 +56,26 @@ def sqs_queues(local_sqs, settings, request):
     dlq_url = client.get_queue_url(QueueName=settings.SQS_DLQ_NAME)["QueueUrl"]
     yield types.SimpleNamespace(client=client, url=url, dlq_url=dlq_url)
     sqs.reset()
+
+
+@pytest.fixture
+def sandbox(settings):
+    """The sandbox processor on loopback, with the processor client pointed at it.
+
+    Injected timeouts sleep 0.6 s against a client read timeout of 0.3 s, so timeout tests stay
+    fast; callbacks (none sent: no callback URL) settle quickly.
+    """
+    from payments.processor.client import reset_client
+    from payments.sandbox import FaultConfig, SandboxProcessor
+
+    server = SandboxProcessor(
+        faults=FaultConfig(timeout_seconds=0.6, settle_after_seconds=0.05),
+        callback_backoff_seconds=0.05,
+    ).start()
+    settings.PROCESSOR_BASE_URL = server.base_url
+    settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
+    settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 0.3
+    reset_client()
+    yield server
+    server.stop()
+    reset_client()

@@ -111,6 +111,11 @@ class FaultPlan:
             self._random = random.Random(self.seed)
             self._token_calls.clear()
 
+    def calls_for(self, source_token: str) -> int:
+        """How many debit calls named this token so far (counted as they arrive)."""
+        with self._lock:
+            return self._token_calls.get(source_token, 0)
+
     def debit_fault(self, source_token: str) -> DebitFault:
         config = self.config
         with self._lock:

@@ -1,0 +1,338 @@
+"""payment_submit and payment_status_check over real HTTP against the sandbox processor."""
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from payments.exceptions import PaymentNotFound, ProcessorRejected, ProcessorUnavailable
+from payments.models import (
+    AttemptOutcome,
+    EventKind,
+    EventOutcome,
+    PaymentEvent,
+    PaymentState,
+    ProcessorAttempt,
+)
+from payments.processor.client import reset_client
+from payments.services import payment_apply_event, payment_status_check, payment_submit
+from payments.signals import alert_raised
+from tests.factories import PaymentFactory, processor_event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@pytest.fixture
+def alerts():
+    received = []
+
+    def receiver(sender, **kwargs):
+        received.append(kwargs)
+
+    alert_raised.connect(receiver, weak=False)
+    yield received
+    alert_raised.disconnect(receiver)
+
+
+def attempts_of(payment, operation="submit"):
+    return list(
+        ProcessorAttempt.objects.filter(payment=payment, operation=operation).order_by(
+            "attempt_number"
+        )
+    )
+
+
+def test_accepted_submission_moves_pending_to_submitted_and_records_everything(sandbox):
+    payment = PaymentFactory(amount=Decimal("42.10"), source_token="tok_plain_0001")
+
+    result = payment_submit(payment_id=payment.id, caused_by="sqs:m-1")
+
+    assert result.outcome == "submitted"
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    debit = sandbox.debit(str(payment.idempotency_key))
+    assert debit.payment_id == str(payment.id)
+    assert debit.amount == "42.10"
+    assert debit.currency == "USD"
+    assert debit.source_token == "tok_plain_0001"
+    assert payment.processor_id == debit.processor_id
+    [attempt] = attempts_of(payment)
+    assert attempt.attempt_number == 1
+    assert attempt.outcome == AttemptOutcome.ACCEPTED
+    assert attempt.http_status == 201
+    assert attempt.idempotency_key == payment.idempotency_key
+    assert attempt.latency_ms > 0
+    assert debit.processor_id in attempt.response_body
+    event = PaymentEvent.objects.get(payment=payment, kind=EventKind.SUBMISSION)
+    assert (event.outcome, event.from_state, event.to_state) == ("applied", "pending", "submitted")
+    assert event.caused_by == "sqs:m-1"
+    assert event.payload["processor_id"] == debit.processor_id
+
+
+def test_timeout_then_retry_with_same_key_charges_once_and_ends_submitted(sandbox):
+    payment = PaymentFactory(source_token="tok_timeout_1_abc")
+
+    with pytest.raises(ProcessorUnavailable) as excinfo:
+        payment_submit(payment_id=payment.id)
+
+    assert excinfo.value.retryable
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    [first] = attempts_of(payment)
+    assert first.outcome == AttemptOutcome.RETRYABLE
+    assert first.error_kind == "timeout"
+    assert first.http_status is None
+    assert first.latency_ms >= 300
+    # The processor finishes the timed-out request after the client gave up: the charge exists.
+    assert wait_for(lambda: sandbox.stats()["total_charges"] == 1)
+
+    result = payment_submit(payment_id=payment.id)
+
+    assert result.outcome == "submitted"
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    stats = sandbox.stats()
+    assert stats["total_charges"] == 1
+    assert stats["charges"] == {str(payment.idempotency_key): 1}
+    assert stats["charges_by_payment"] == {str(payment.id): 1}
+    first, second = attempts_of(payment)
+    assert second.http_status == 200  # the original result, answered for the known key
+    assert {first.idempotency_key, second.idempotency_key} == {payment.idempotency_key}
+    assert payment.processor_id == sandbox.debit(str(payment.idempotency_key)).processor_id
+
+
+def test_two_5xx_then_success_charges_once_with_three_attempt_rows(sandbox):
+    payment = PaymentFactory(source_token="tok_fail5xx_2_abc")
+
+    for _ in range(2):
+        with pytest.raises(ProcessorUnavailable) as excinfo:
+            payment_submit(payment_id=payment.id)
+        assert excinfo.value.retry_after is None
+        payment.refresh_from_db()
+        assert payment.state == PaymentState.PENDING
+    result = payment_submit(payment_id=payment.id)
+
+    assert result.outcome == "submitted"
+    attempts = attempts_of(payment)
+    assert [a.attempt_number for a in attempts] == [1, 2, 3]
+    assert [a.http_status for a in attempts] == [503, 503, 201]
+    assert [a.outcome for a in attempts] == ["retryable", "retryable", "accepted"]
+    assert [a.error_kind for a in attempts] == ["http", "http", ""]
+    assert "temporarily unavailable" in attempts[0].error
+    assert sandbox.stats()["total_charges"] == 1
+
+
+def test_4xx_fails_the_payment_raises_a_medium_alert_and_is_not_retried(sandbox, alerts, caplog):
+    payment = PaymentFactory(source_token="tok_reject_abc")
+
+    with caplog.at_level(logging.ERROR, logger="payments.alerts"):
+        result = payment_submit(payment_id=payment.id)
+
+    assert result.outcome == "rejected"
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.FAILED
+    [attempt] = attempts_of(payment)
+    assert (attempt.outcome, attempt.http_status, attempt.error_kind) == ("rejected", 400, "http")
+    assert "account closed" in attempt.error
+    event = PaymentEvent.objects.get(payment=payment, kind=EventKind.SUBMISSION)
+    assert (event.event_type, event.outcome, event.to_state) == ("rejected", "applied", "failed")
+    [alert] = alerts
+    assert alert["severity"] == "medium"
+    assert alert["payment_id"] == str(payment.id)
+    assert alert["key"] == "payment.submission_rejected"
+    assert "account closed" in alert["summary"]
+    [record] = [r for r in caplog.records if r.name == "payments.alerts"]
+    assert record.levelno == logging.ERROR
+    assert record.payment_id == str(payment.id)
+    requests_before = sandbox.stats()["requests"]
+
+    again = payment_submit(payment_id=payment.id)
+
+    assert again.outcome == "skipped"
+    assert sandbox.stats()["requests"] == requests_before
+    assert len(attempts_of(payment)) == 1
+    assert sandbox.stats()["total_charges"] == 0
+
+
+def test_429_raises_retryable_error_carrying_retry_after(sandbox):
+    payment = PaymentFactory(source_token="tok_429_1_abc")
+
+    with pytest.raises(ProcessorUnavailable) as excinfo:
+        payment_submit(payment_id=payment.id)
+
+    assert excinfo.value.retry_after == 2.0
+    [attempt] = attempts_of(payment)
+    assert (attempt.http_status, attempt.retry_after_seconds) == (429, 2.0)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    assert payment_submit(payment_id=payment.id).outcome == "submitted"
+    assert sandbox.stats()["total_charges"] == 1
+
+
+@pytest.mark.parametrize("state", ["submitted", "confirmed", "failed"])
+def test_non_pending_payment_is_never_resubmitted(sandbox, state):
+    payment = PaymentFactory(state=state)
+
+    result = payment_submit(payment_id=payment.id)
+
+    assert result.outcome == "skipped"
+    assert result.payment.state == state
+    assert sandbox.stats()["requests"] == {}
+    assert not ProcessorAttempt.objects.filter(payment=payment).exists()
+
+
+def test_connection_error_is_retryable_and_recorded(sandbox, settings):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    settings.PROCESSOR_BASE_URL = f"http://127.0.0.1:{closed_port}"
+    reset_client()
+    payment = PaymentFactory()
+
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.id)
+
+    [attempt] = attempts_of(payment)
+    assert attempt.outcome == AttemptOutcome.RETRYABLE
+    assert attempt.error_kind == "connection"
+    assert attempt.error
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+
+
+def test_wrong_api_key_is_a_permanent_rejection(sandbox, settings, alerts):
+    settings.PROCESSOR_API_KEY = "not-the-key"
+    payment = PaymentFactory()
+
+    result = payment_submit(payment_id=payment.id)
+
+    assert result.outcome == "rejected"
+    assert attempts_of(payment)[0].http_status == 401
+    assert len(alerts) == 1
+
+
+def test_submit_of_unknown_payment_raises_not_found(sandbox):
+    with pytest.raises(PaymentNotFound):
+        payment_submit(payment_id="6d0f3c5e-8a47-4b5e-9d7c-2a8b7e1f0c11")
+    assert sandbox.stats()["requests"] == {}
+
+
+def test_payment_moved_by_a_callback_during_the_call_is_recorded_not_failed(sandbox):
+    """The processor's `submitted` callback overtakes its own HTTP answer."""
+    sandbox.plan.config = replace(sandbox.plan.config, latency_median_ms=500, latency_sigma=0.001)
+    payment = PaymentFactory(source_token="tok_slow_abcd")
+    outcome = {}
+
+    def submit():
+        with override_settings(PROCESSOR_TIMEOUT_SECONDS=2):
+            try:
+                outcome["result"] = payment_submit(payment_id=payment.id)
+            except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+                outcome["error"] = exc
+            finally:
+                connection.close()
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    # The request is at the processor (its answer is 500 ms away) when the callback lands.
+    assert wait_for(lambda: sandbox.plan.calls_for("tok_slow_abcd") == 1)
+    applied = payment_apply_event(event=processor_event(payment, "submitted"))
+    assert applied.outcome == EventOutcome.APPLIED
+    thread.join(5)
+
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].outcome == "submitted"
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    [attempt] = attempts_of(payment)
+    assert attempt.http_status == 201
+    submission = PaymentEvent.objects.get(payment=payment, kind=EventKind.SUBMISSION)
+    assert submission.outcome == EventOutcome.STALE
+    assert payment.processor_id == sandbox.debit(str(payment.idempotency_key)).processor_id
+
+
+def test_two_workers_submitting_at_once_charge_once_with_distinct_attempt_numbers(sandbox):
+    sandbox.plan.config = replace(sandbox.plan.config, latency_median_ms=300, latency_sigma=0.001)
+    payment = PaymentFactory(source_token="tok_race_abcd")
+    results, errors = [], []
+
+    def submit():
+        with override_settings(PROCESSOR_TIMEOUT_SECONDS=2):
+            try:
+                results.append(payment_submit(payment_id=payment.id).outcome)
+            except ProcessorUnavailable as exc:
+                errors.append(exc)
+            finally:
+                connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+
+    assert sandbox.stats()["total_charges"] == 1
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    assert sorted(a.attempt_number for a in attempts_of(payment)) == [1, 2]
+    # Either both saw the one debit (201 and 200) or one was told the key was in flight (409).
+    assert "submitted" in results
+    assert len(results) + len(errors) == 2
+    for exc in errors:
+        assert "409" in str(exc)
+
+
+def test_status_check_reports_the_processor_status_and_records_an_attempt(sandbox):
+    payment = PaymentFactory()
+    payment_submit(payment_id=payment.id)
+
+    status = payment_status_check(payment_id=payment.id)
+
+    payment.refresh_from_db()
+    assert status.found
+    assert status.processor_id == payment.processor_id
+    assert status.processor_status in ("submitted", "settled")
+    [attempt] = attempts_of(payment, "status")
+    assert (attempt.attempt_number, attempt.http_status, attempt.outcome) == (1, 200, "accepted")
+    assert wait_for(
+        lambda: payment_status_check(payment_id=payment.id).processor_status == "settled"
+    )
+
+
+def test_status_check_of_a_key_the_processor_never_saw_reports_not_found(sandbox):
+    payment = PaymentFactory()
+
+    status = payment_status_check(payment_id=payment.id)
+
+    assert not status.found
+    assert status.processor_status == ""
+    [attempt] = attempts_of(payment, "status")
+    assert attempt.http_status == 404
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+
+
+def test_status_check_errors_are_recorded_then_raised(sandbox, settings):
+    payment = PaymentFactory()
+    settings.PROCESSOR_API_KEY = "not-the-key"
+
+    with pytest.raises(ProcessorRejected):
+        payment_status_check(payment_id=payment.id)
+
+    [attempt] = attempts_of(payment, "status")
+    assert (attempt.outcome, attempt.http_status) == ("rejected", 401)

@@ -137,6 +137,27 @@ API_IDEMPOTENCY_RETENTION = timedelta(hours=env.int("API_IDEMPOTENCY_RETENTION_H
 # --- Alerts and operations
 ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default=None)
 SETTLEMENT_WINDOW = env("SETTLEMENT_WINDOW", default="Mon-Fri 05:00-08:00 America/Chicago")
+# A firing alert is re-sent at most once per interval of its severity (minutes).
+ALERT_REMINDER_INTERVALS = {
+    "high": timedelta(minutes=env.int("ALERT_REMINDER_HIGH_MINUTES", default=15)),
+    "medium": timedelta(minutes=env.int("ALERT_REMINDER_MEDIUM_MINUTES", default=60)),
+    "low": timedelta(minutes=env.int("ALERT_REMINDER_LOW_MINUTES", default=240)),
+}
+ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# Backlog (low severity, silent inside SETTLEMENT_WINDOW): visible messages or the age of the
+# oldest unfinished message over these thresholds.
+ALERT_BACKLOG_VISIBLE_MESSAGES = env.int("ALERT_BACKLOG_VISIBLE_MESSAGES", default=1000)
+ALERT_BACKLOG_OLDEST_AGE = timedelta(
+    seconds=env.int("ALERT_BACKLOG_OLDEST_AGE_SECONDS", default=600)
+)
+# One-off alerts (a rejected submission) resolve by themselves after this long without a repeat.
+ALERT_EVENT_QUIET_RESOLVE = timedelta(hours=env.int("ALERT_EVENT_QUIET_RESOLVE_HOURS", default=24))
+
+# --- Reconciliation of stuck payments (ACH settles in days)
+RECONCILE_SUBMITTED_AFTER = timedelta(days=env.int("RECONCILE_SUBMITTED_AFTER_DAYS", default=3))
+RECONCILE_PENDING_AFTER = timedelta(minutes=env.int("RECONCILE_PENDING_AFTER_MINUTES", default=5))
+RECONCILE_RECHECK_AFTER = timedelta(minutes=env.int("RECONCILE_RECHECK_AFTER_MINUTES", default=60))
+RECONCILE_BATCH_SIZE = env.int("RECONCILE_BATCH_SIZE", default=100)
 
 # --- Celery (its broker is SQS in production; the URL comes from the environment)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
@@ -144,6 +165,62 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_BACKEND = None
+# The broker's queue is a standard (non-FIFO) SQS queue; `manage.py setup_celery_queue` creates
+# it and prints its URL. kombu's SQS transport is given that URL (predefined_queues) and, with a
+# local server, the server's host and port in the broker URL (``sqs://`` alone means AWS).
+CELERY_SQS_QUEUE_NAME = env("CELERY_SQS_QUEUE_NAME", default="payments-celery")
+CELERY_TASK_DEFAULT_QUEUE = CELERY_SQS_QUEUE_NAME
+if CELERY_BROKER_URL.startswith("sqs://"):
+    if CELERY_BROKER_URL == "sqs://" and SQS_ENDPOINT_URL:
+        CELERY_BROKER_URL = "sqs://" + SQS_ENDPOINT_URL.split("://", 1)[1].rstrip("/")
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "region": AWS_REGION,
+        "is_secure": not (SQS_ENDPOINT_URL or "").startswith("http://"),
+        "visibility_timeout": env.int("CELERY_SQS_VISIBILITY_TIMEOUT", default=300),
+        "wait_time_seconds": env.int("CELERY_SQS_WAIT_TIME_SECONDS", default=10),
+        "polling_interval": 1,
+        "predefined_queues": {
+            CELERY_SQS_QUEUE_NAME: {"url": env("CELERY_SQS_QUEUE_URL")},
+        },
+    }
+CELERY_BEAT_SCHEDULE = {
+    # Each entry expires after its interval: ticks missed while workers were down do not pile up.
+    "dead-letters-ingest": {
+        "task": "triage.tasks.dead_letters_ingest",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "queue-metrics-sample": {
+        "task": "triage.tasks.queue_metrics_sample",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "alerts-evaluate": {
+        "task": "triage.tasks.alerts_evaluate",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "payments-reconcile": {
+        "task": "callbacks.tasks.payments_reconcile",
+        "schedule": 300.0,
+        "options": {"expires": 300},
+    },
+    "outbox-relay-publish": {
+        "task": "callbacks.tasks.outbox_relay_publish",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "processed-events-purge": {
+        "task": "payments.tasks.processed_events_purge",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
+    "idempotency-keys-purge": {
+        "task": "payments.tasks.idempotency_keys_purge",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
+}
 
 LOGGING = {
     "version": 1,

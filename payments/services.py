@@ -20,6 +20,7 @@ from payments.exceptions import (
     PaymentNotFound,
     ProcessorUnavailable,
 )
+from payments.metrics import TRANSITIONS as TRANSITIONS_TOTAL
 from payments.models import (
     STATE_RANK,
     AttemptOutcome,
@@ -159,6 +160,7 @@ def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
             f"no transition from {current} to {target} for payment {payment.id}"
         )
     getattr(payment, name)()
+    transaction.on_commit(lambda: TRANSITIONS_TOTAL.labels(current, target).inc(), robust=True)
     payment.state_changed_at = timezone.now()
     payment.save(update_fields=["state", "state_changed_at", "updated_at"])
     if target == PaymentState.CONFIRMED:

@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class TriageConfig(AppConfig):
     name = "triage"
     verbose_name = "Triage"
+
+    def ready(self) -> None:
+        from payments.signals import alert_raised
+        from triage.alerting import alert_raised_receiver
+
+        alert_raised.connect(alert_raised_receiver, dispatch_uid="triage.alerting.alert_raised")

@@ -1,0 +1,269 @@
+"""Prometheus metrics: the counters and histograms of every process, plus gauges read at scrape.
+
+Two kinds of metrics:
+
+- Counters and histograms (``payments/metrics.py``, ``callbacks/metrics.py``) are incremented
+  by the process that does the work: gunicorn workers (callbacks received), ``run_sqs_worker``
+  and Celery workers (messages, transitions, processor latency).
+- Gauges that describe shared state (queue depth of the main queue and the DLQ from SQS
+  attributes, age of the oldest unfinished message from the ``QueueMessage`` records, open dead
+  letters, payments on hold, payments by state) are computed at scrape time by
+  ``OperationsCollector``, registered once per process. They are never multiprocess gauges:
+  every process would report the same database value, and summing them would be wrong.
+
+Several processes on one host (gunicorn workers, worker processes): set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory writable by all of them, the same for every
+process, before any of them starts (the gunicorn configuration in ``config/gunicorn.py`` empties
+it when the master starts and calls ``mark_process_dead`` when a worker exits; Celery pool
+processes do the same on shutdown, see ``config/celery.py``). Each process then writes its
+counters to its own files, and ``GET /metrics`` in any gunicorn worker adds them all up with
+``MultiProcessCollector``. Without the variable, each process serves its own counters only,
+which is right for a single process (``runserver``, one worker) but wrong behind a
+multi-worker gunicorn. Processes on other hosts (a worker container) must either share the
+directory or expose their own endpoint (``prometheus_client.start_http_server``).
+
+``/metrics``, ``/healthz`` and ``/readyz`` carry no authentication: expose them only to the
+monitoring network (a security group, or the load balancer not routing ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from django.apps import apps
+from django.db import DatabaseError
+from django.db.models import Count, Min
+from django.utils import timezone
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+UNFINISHED_STATUSES = ("in_progress", "retrying")
+
+
+@dataclass(frozen=True)
+class OperationsSnapshot:
+    """What the operations gauges and the alert policy read; ``None`` = could not be read."""
+
+    main_visible: int | None
+    main_in_flight: int | None
+    main_delayed: int | None
+    dlq_visible: int | None
+    dlq_in_flight: int | None
+    queue_error: str
+    oldest_unfinished_age: float | None  # seconds; None when nothing is unfinished
+    unfinished_messages: int | None
+    open_dead_letters: int | None
+    payments_on_hold: int | None
+    payments_by_state: dict[str, int]
+    errors: dict[str, str]
+
+
+def _int(attributes: dict, name: str) -> int:
+    return int(attributes.get(name, 0))
+
+
+def operations_snapshot(*, now: datetime | None = None) -> OperationsSnapshot:
+    """Read queue depths from SQS and the rest from the database; each source fails alone."""
+    from callbacks import sqs
+
+    now = now or timezone.now()
+    errors: dict[str, str] = {}
+    main = dlq = None
+    queue_error = ""
+    names = (
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    )
+    try:
+        main = sqs.queue_attributes(sqs.main_queue_url(), names)
+        dlq = sqs.queue_attributes(sqs.dead_letter_queue_url(), names)
+    except sqs.QueueUnavailable as exc:
+        queue_error = str(exc)
+        errors["sqs"] = queue_error
+
+    oldest_age = unfinished = None
+    try:
+        queue_message = apps.get_model("callbacks", "QueueMessage")
+    except LookupError:
+        errors["queue_messages"] = "callbacks.QueueMessage is not installed"
+    else:
+        try:
+            row = queue_message.objects.filter(status__in=UNFINISHED_STATUSES).aggregate(
+                oldest=Min("enqueued_at"), count=Count("pk")
+            )
+            unfinished = row["count"]
+            if row["oldest"] is not None:
+                oldest_age = max(0.0, (now - row["oldest"]).total_seconds())
+        except DatabaseError as exc:
+            errors["queue_messages"] = str(exc)
+
+    open_dead_letters = None
+    try:
+        from triage.models import DeadLetter, DeadLetterStatus
+
+        open_dead_letters = DeadLetter.objects.filter(status=DeadLetterStatus.OPEN).count()
+    except DatabaseError as exc:
+        errors["dead_letters"] = str(exc)
+
+    on_hold = None
+    try:
+        hold = apps.get_model("callbacks", "PaymentHold")
+    except LookupError:
+        errors["holds"] = "callbacks.PaymentHold is not installed"
+    else:
+        try:
+            on_hold = (
+                hold.objects.filter(released_at__isnull=True)
+                .values("payment_id")
+                .distinct()
+                .count()
+            )
+        except DatabaseError as exc:
+            errors["holds"] = str(exc)
+
+    by_state: dict[str, int] = {}
+    try:
+        from payments.models import Payment, PaymentState
+
+        by_state = {state: 0 for state in PaymentState.values}
+        for row in Payment.objects.values("state").annotate(n=Count("pk")).order_by():
+            by_state[row["state"]] = row["n"]
+    except DatabaseError as exc:
+        errors["payments"] = str(exc)
+
+    return OperationsSnapshot(
+        main_visible=_int(main, names[0]) if main is not None else None,
+        main_in_flight=_int(main, names[1]) if main is not None else None,
+        main_delayed=_int(main, names[2]) if main is not None else None,
+        dlq_visible=_int(dlq, names[0]) if dlq is not None else None,
+        dlq_in_flight=_int(dlq, names[1]) if dlq is not None else None,
+        queue_error=queue_error,
+        oldest_unfinished_age=oldest_age,
+        unfinished_messages=unfinished,
+        open_dead_letters=open_dead_letters,
+        payments_on_hold=on_hold,
+        payments_by_state=by_state,
+        errors=errors,
+    )
+
+
+class OperationsCollector(Collector):
+    """Gauges computed from SQS and the database each time Prometheus scrapes.
+
+    A source that cannot be read is left out of the output (no stale or made-up value) and
+    ``payments_ops_scrape_error{source}`` says which one failed.
+    """
+
+    def collect(self):
+        snapshot = operations_snapshot()
+        depth = GaugeMetricFamily(
+            "payments_queue_messages",
+            "Approximate number of messages in SQS, by queue (main, dlq) and state "
+            "(visible, in_flight, delayed).",
+            labels=["queue", "state"],
+        )
+        for queue, state, value in (
+            ("main", "visible", snapshot.main_visible),
+            ("main", "in_flight", snapshot.main_in_flight),
+            ("main", "delayed", snapshot.main_delayed),
+            ("dlq", "visible", snapshot.dlq_visible),
+            ("dlq", "in_flight", snapshot.dlq_in_flight),
+        ):
+            if value is not None:
+                depth.add_metric([queue, state], value)
+        yield depth
+
+        if snapshot.unfinished_messages is not None:
+            yield GaugeMetricFamily(
+                "payments_oldest_unfinished_message_age_seconds",
+                "Age (from enqueue) of the oldest message the workers started and have not "
+                "finished (in progress or retrying); 0 when there is none.",
+                value=snapshot.oldest_unfinished_age or 0.0,
+            )
+            yield GaugeMetricFamily(
+                "payments_unfinished_messages",
+                "Messages the workers started and have not finished (in progress or retrying).",
+                value=snapshot.unfinished_messages,
+            )
+        if snapshot.open_dead_letters is not None:
+            yield GaugeMetricFamily(
+                "payments_dead_letters_open",
+                "Dead letters waiting in triage for a human decision.",
+                value=snapshot.open_dead_letters,
+            )
+        if snapshot.payments_on_hold is not None:
+            yield GaugeMetricFamily(
+                "payments_on_hold",
+                "Payments whose later messages are held behind a dead letter.",
+                value=snapshot.payments_on_hold,
+            )
+        by_state = GaugeMetricFamily(
+            "payments_by_state", "Payments by current state.", labels=["state"]
+        )
+        for state, count in sorted(snapshot.payments_by_state.items()):
+            by_state.add_metric([state], count)
+        yield by_state
+
+        scrape_error = GaugeMetricFamily(
+            "payments_ops_scrape_error",
+            "1 when a source of the operations gauges could not be read on this scrape.",
+            labels=["source"],
+        )
+        for source in ("sqs", "queue_messages", "dead_letters", "holds", "payments"):
+            scrape_error.add_metric([source], 1 if source in snapshot.errors else 0)
+        yield scrape_error
+
+
+_lock = threading.Lock()
+_registries: dict[str, CollectorRegistry] = {}
+
+
+def metrics_registry() -> CollectorRegistry:
+    """The registry ``/metrics`` serves, built once per process (and per multiprocess dir)."""
+    multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    with _lock:
+        registry = _registries.get(multiproc_dir)
+        if registry is None:
+            if multiproc_dir:
+                # A fresh registry: the default one holds this process's own values, which the
+                # multiprocess files already contain.
+                registry = CollectorRegistry(auto_describe=True)
+                MultiProcessCollector(registry, path=multiproc_dir)
+            else:
+                registry = REGISTRY
+            registry.register(OperationsCollector())
+            _registries[multiproc_dir] = registry
+        return registry
+
+
+def metrics_text() -> bytes:
+    return generate_latest(metrics_registry())
+
+
+def queue_metrics_sample() -> dict:
+    """Read the operations gauges once and log them as one structured line (the beat task):
+    a record of queue depth over time even where nobody scrapes ``/metrics``."""
+    snapshot = operations_snapshot()
+    data = asdict(snapshot)
+    logger.info(
+        "queue metrics: main visible=%s in_flight=%s dlq=%s oldest_unfinished=%s s "
+        "open_dead_letters=%s on_hold=%s errors=%s",
+        snapshot.main_visible,
+        snapshot.main_in_flight,
+        snapshot.dlq_visible,
+        None if snapshot.oldest_unfinished_age is None else round(snapshot.oldest_unfinished_age),
+        snapshot.open_dead_letters,
+        snapshot.payments_on_hold,
+        snapshot.errors or "none",
+        extra={"queue_metrics": data},
+    )
+    return data

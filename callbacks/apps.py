@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class CallbacksConfig(AppConfig):
     name = "callbacks"
     verbose_name = "Callbacks"
+
+    def ready(self) -> None:
+        # The payment detail (API, admin) shows this app's processing errors and active hold.
+        from callbacks.selectors import payment_queue_detail
+        from payments.selectors import payment_detail_extensions
+
+        if payment_queue_detail not in payment_detail_extensions:
+            payment_detail_extensions.append(payment_queue_detail)

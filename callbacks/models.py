@@ -1,0 +1,159 @@
+"""What the queue worker knows about the messages it handled, their failures, and payment holds.
+
+``payment_id`` columns hold the message group id, which by contract is the payment id; they are
+strings so a message whose body is unreadable can still be recorded and held against its group.
+"""
+
+from django.db import models
+
+SEQUENCE_NUMBER_WIDTH = 40  # SQS FIFO sequence numbers are up to 128 bits: at most 39 digits.
+
+
+def sequence_key(sequence_number: str | int | None) -> str:
+    """A zero-padded form of an SQS sequence number so that string order is numeric order."""
+    if sequence_number in (None, ""):
+        return ""
+    return str(int(sequence_number)).zfill(SEQUENCE_NUMBER_WIDTH)
+
+
+class QueueMessageStatus(models.TextChoices):
+    IN_PROGRESS = "in_progress", "In progress"
+    RETRYING = "retrying", "Retrying (hidden for its backoff)"
+    DONE = "done", "Done"
+    DEAD_LETTERED = "dead_lettered", "Dead-lettered"
+    PARKED = "parked", "Parked (payment on hold)"
+
+
+UNFINISHED_STATUSES = (QueueMessageStatus.IN_PROGRESS, QueueMessageStatus.RETRYING)
+FINISHED_STATUSES = (
+    QueueMessageStatus.DONE,
+    QueueMessageStatus.DEAD_LETTERED,
+    QueueMessageStatus.PARKED,
+)
+
+
+class QueueMessage(models.Model):
+    """One SQS message the worker has started, counted in the database, not by SQS.
+
+    ``attempts`` is raised in its own committed transaction just before the work starts, so an
+    attempt that crashes the process still counts, and group-mates released untouched behind a
+    failing message (whose SQS receive counts rise anyway) never get a row until they start.
+    """
+
+    message_id = models.CharField(max_length=128, unique=True)
+    kind = models.CharField(max_length=64, blank=True)
+    group_id = models.CharField(max_length=128)
+    payment_id = models.CharField(max_length=128, blank=True, db_index=True)
+    deduplication_id = models.CharField(max_length=128, blank=True)
+    sequence_number = models.CharField(
+        max_length=SEQUENCE_NUMBER_WIDTH, blank=True, help_text="Zero-padded so it orders."
+    )
+    body = models.JSONField(null=True, blank=True, help_text="Null when the body is not JSON.")
+    raw_body = models.TextField(blank=True, help_text="The body as received when not JSON.")
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="SQS SentTimestamp.")
+    first_started_at = models.DateTimeField()
+    last_started_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=QueueMessageStatus.choices)
+    outcome = models.CharField(max_length=32, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error_class = models.CharField(max_length=255, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-first_started_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "enqueued_at"], name="queuemessage_status_enqueued"),
+            models.Index(fields=["group_id", "status"], name="queuemessage_group_status"),
+            models.Index(
+                fields=["group_id", "sequence_number"], name="queuemessage_group_sequence"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind or '?'} {self.message_id} ({self.status})"
+
+
+class ProcessingError(models.Model):
+    """One failed attempt, written in its own transaction after the work's rolled back."""
+
+    queue_message = models.ForeignKey(QueueMessage, on_delete=models.PROTECT, related_name="errors")
+    payment_id = models.CharField(max_length=128, blank=True, db_index=True)
+    message_id = models.CharField(max_length=128)
+    attempt_number = models.PositiveIntegerField()
+    error_class = models.CharField(max_length=255)
+    message = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    retryable = models.BooleanField()
+    delay_seconds = models.FloatField(
+        null=True, blank=True, help_text="Backoff chosen; empty when it was dead-lettered."
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.error_class} on attempt {self.attempt_number} of {self.message_id}"
+
+
+class PaymentHold(models.Model):
+    """A payment whose later messages must wait: its message was dead-lettered or went missing.
+
+    While active, the worker parks the payment's messages instead of applying them; releasing
+    the hold republishes them in their original order.
+    """
+
+    payment_id = models.CharField(max_length=128, db_index=True)
+    reason = models.TextField()
+    caused_by = models.ForeignKey(
+        QueueMessage,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="holds_caused",
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    released_by = models.CharField(max_length=255, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["payment_id"],
+                condition=models.Q(released_at__isnull=True),
+                name="one_active_hold_per_payment",
+            )
+        ]
+
+    def __str__(self) -> str:
+        state = "released" if self.released_at else "active"
+        return f"hold {self.id} on {self.payment_id} ({state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.released_at is None
+
+
+class ParkedMessage(models.Model):
+    """A message that arrived while its payment was on hold: kept here, deleted from SQS."""
+
+    hold = models.ForeignKey(PaymentHold, on_delete=models.PROTECT, related_name="parked")
+    payment_id = models.CharField(max_length=128, db_index=True)
+    message_id = models.CharField(max_length=128, unique=True)
+    sequence_number = models.CharField(max_length=SEQUENCE_NUMBER_WIDTH, blank=True)
+    kind = models.CharField(max_length=64, blank=True)
+    body = models.JSONField()
+    arrived_at = models.DateTimeField(null=True, blank=True, help_text="SQS SentTimestamp.")
+    parked_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    republished_message_id = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        # Sequence numbers order a group's messages on the queue: arrival order.
+        ordering = ["sequence_number", "id"]
+
+    def __str__(self) -> str:
+        return f"parked {self.message_id} for {self.payment_id}"

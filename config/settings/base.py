@@ -119,6 +119,11 @@ SQS_ENDPOINT_URL = env("SQS_ENDPOINT_URL", default=None)
 SQS_QUEUE_NAME = env("SQS_QUEUE_NAME", default="payments.fifo")
 SQS_DLQ_NAME = env("SQS_DLQ_NAME", default="payments-dlq.fifo")
 
+# --- Queue worker: retries with exponential backoff and full jitter, then the dead-letter queue
+WORKER_BACKOFF_BASE_SECONDS = env.float("WORKER_BACKOFF_BASE_SECONDS", default=1.0)
+WORKER_BACKOFF_CAP_SECONDS = env.float("WORKER_BACKOFF_CAP_SECONDS", default=30.0)
+WORKER_MAX_ATTEMPTS = env.int("WORKER_MAX_ATTEMPTS", default=6)  # the first try plus 5 retries
+
 # --- Processor
 PROCESSOR_BASE_URL = env("PROCESSOR_BASE_URL")
 PROCESSOR_API_KEY = env("PROCESSOR_API_KEY")

@@ -1,0 +1,76 @@
+"""Reads of the queue layer's records for the API, the admin and the dashboards."""
+
+from datetime import timedelta
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from callbacks.models import (
+    UNFINISHED_STATUSES,
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+)
+
+
+def payment_processing_errors(payment_id) -> QuerySet[ProcessingError]:
+    """Every failed attempt recorded for a payment, oldest first."""
+    return ProcessingError.objects.filter(payment_id=str(payment_id)).order_by("created_at", "id")
+
+
+def payment_active_hold(payment_id) -> PaymentHold | None:
+    return (
+        PaymentHold.objects.select_related("caused_by")
+        .filter(payment_id=str(payment_id), released_at__isnull=True)
+        .first()
+    )
+
+
+def hold_parked_messages(hold: PaymentHold) -> QuerySet[ParkedMessage]:
+    """A hold's parked messages in arrival order."""
+    return hold.parked.all()
+
+
+def queue_messages_unfinished() -> QuerySet[QueueMessage]:
+    """Messages started and not finished (running, or hidden for a retry), oldest first."""
+    return QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).order_by("enqueued_at")
+
+
+def queue_oldest_unfinished_age() -> timedelta | None:
+    """Age of the oldest message the worker has seen and not finished (SQS has no such
+    attribute; CloudWatch's ApproximateAgeOfOldestMessage is the AWS-side equivalent)."""
+    oldest = (
+        queue_messages_unfinished()
+        .exclude(enqueued_at__isnull=True)
+        .values_list("enqueued_at", flat=True)
+        .first()
+    )
+    return None if oldest is None else timezone.now() - oldest
+
+
+def payment_queue_detail(payment) -> dict:
+    """The payment-detail section this app contributes: processing errors and the active hold."""
+    errors = [
+        {
+            "message_id": e.message_id,
+            "attempt_number": e.attempt_number,
+            "error_class": e.error_class,
+            "message": e.message,
+            "retryable": e.retryable,
+            "delay_seconds": e.delay_seconds,
+            "created_at": e.created_at.isoformat(),
+        }
+        for e in payment_processing_errors(payment.pk)
+    ]
+    hold = payment_active_hold(payment.pk)
+    hold_data = None
+    if hold is not None:
+        hold_data = {
+            "id": hold.pk,
+            "reason": hold.reason,
+            "created_at": hold.created_at.isoformat(),
+            "caused_by_message_id": hold.caused_by.message_id if hold.caused_by else None,
+            "parked_messages": hold.parked.filter(republished_message_id="").count(),
+        }
+    return {"errors": errors, "hold": hold_data}

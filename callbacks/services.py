@@ -1,0 +1,460 @@
+"""Writes of the queue layer: message starts, failures, dead letters, payment holds, releases.
+
+Each service owns its transaction, except ``queue_message_complete``, which must commit in the
+caller's transaction together with the message's work. Services whose names end in ``_now`` or
+that document a send act on SQS immediately and are never called inside a transaction.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from callbacks import sqs
+from callbacks.models import (
+    FINISHED_STATUSES,
+    UNFINISHED_STATUSES,
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+    sequence_key,
+)
+
+logger = logging.getLogger(__name__)
+
+# Keys the queue layer adds to a message body; stripped before a body is republished.
+DEAD_LETTER_KEY = "dead_letter"
+REDRIVE_KEY = "redrive"
+RELEASE_MARK = ":release:"
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """One message as SQS delivered it, with the attributes the worker relies on."""
+
+    message_id: str
+    receipt_handle: str
+    raw_body: str
+    body: dict | None  # None when the body is not a JSON object
+    group_id: str
+    deduplication_id: str
+    sequence_number: str  # zero-padded (see models.sequence_key)
+    enqueued_at: datetime | None
+    receive_count: int
+
+    @classmethod
+    def from_sqs(cls, message: dict) -> "ReceivedMessage":
+        attributes = message.get("Attributes") or {}
+        raw_body = message.get("Body") or ""
+        try:
+            body = json.loads(raw_body)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            body = None
+        sent = attributes.get("SentTimestamp")
+        return cls(
+            message_id=message["MessageId"],
+            receipt_handle=message["ReceiptHandle"],
+            raw_body=raw_body,
+            body=body,
+            group_id=attributes.get("MessageGroupId", ""),
+            deduplication_id=attributes.get("MessageDeduplicationId", ""),
+            sequence_number=sequence_key(attributes.get("SequenceNumber")),
+            enqueued_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
+            receive_count=int(attributes.get("ApproximateReceiveCount") or 1),
+        )
+
+    @property
+    def kind(self) -> str:
+        kind = (self.body or {}).get("kind")
+        return kind if isinstance(kind, str) else ""
+
+    @property
+    def payment_id(self) -> str:
+        # The group id is the payment id by contract; the body is checked against it later.
+        return self.group_id
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    """What to do with a received message: ``process`` it, it is already ``finished`` (a
+    redelivery after a crash between commit and delete: just delete it), or it was ``parked``."""
+
+    action: str
+    queue_message: QueueMessage
+    hold: PaymentHold | None = None
+
+
+def queue_message_start(*, message: ReceivedMessage) -> StartDecision:
+    """Record the start of an attempt, in its own committed transaction, before any work.
+
+    In the same transaction: a payment on hold gets the message parked instead; and an earlier
+    message of the group that our records show unfinished means SQS's RedrivePolicy took it
+    away (it crashed workers until its receive count ran out), so the payment goes on hold and
+    this message is parked rather than applied ahead of it.
+    """
+    try:
+        return _queue_message_start(message)
+    except IntegrityError:
+        # Another worker inserted the same message id first (its visibility ran out while a
+        # first worker was still starting it): read the row it wrote.
+        return _queue_message_start(message)
+
+
+def _queue_message_start(message: ReceivedMessage) -> StartDecision:
+    now = timezone.now()
+    with transaction.atomic():
+        queue_message = (
+            QueueMessage.objects.select_for_update().filter(message_id=message.message_id).first()
+        )
+        if queue_message is not None and queue_message.status in FINISHED_STATUSES:
+            return StartDecision("finished", queue_message)
+        if queue_message is None:
+            queue_message = QueueMessage(
+                message_id=message.message_id,
+                kind=message.kind[:64],
+                group_id=message.group_id,
+                payment_id=message.payment_id,
+                deduplication_id=message.deduplication_id,
+                sequence_number=message.sequence_number,
+                body=message.body,
+                raw_body="" if message.body is not None else message.raw_body,
+                enqueued_at=message.enqueued_at,
+                first_started_at=now,
+                last_started_at=now,
+                attempts=0,
+                status=QueueMessageStatus.IN_PROGRESS,
+            )
+
+        hold = (
+            PaymentHold.objects.select_for_update()
+            .filter(payment_id=message.payment_id, released_at__isnull=True)
+            .first()
+        )
+        if hold is not None and not _passes_hold(message, hold):
+            return _park(message, queue_message, hold, now)
+
+        earlier = None
+        if message.sequence_number:
+            earlier = (
+                QueueMessage.objects.filter(
+                    group_id=message.group_id,
+                    sequence_number__lt=message.sequence_number,
+                    status__in=UNFINISHED_STATUSES,
+                )
+                .exclude(message_id=message.message_id)
+                .order_by("sequence_number")
+                .first()
+            )
+        if earlier is not None:
+            earlier.status = QueueMessageStatus.DEAD_LETTERED
+            earlier.outcome = "redrive_policy"
+            earlier.finished_at = now
+            earlier.save(update_fields=["status", "outcome", "finished_at", "updated_at"])
+            if hold is None:
+                hold = _hold_create(
+                    payment_id=message.payment_id,
+                    reason=(
+                        f"Message {earlier.message_id} ({earlier.kind or 'unknown kind'}, "
+                        f"{earlier.attempts} attempt(s) started) never finished and left the "
+                        "queue: SQS's RedrivePolicy moved it to the dead-letter queue after it "
+                        f"crashed the worker; message {message.message_id} arrived after it."
+                    ),
+                    caused_by=earlier,
+                )
+            logger.error(
+                "payment %s held: earlier message %s vanished unfinished (RedrivePolicy)",
+                message.payment_id,
+                earlier.message_id,
+                extra={"payment_id": message.payment_id, "message_id": earlier.message_id},
+            )
+            return _park(message, queue_message, hold, now)
+
+        queue_message.attempts += 1
+        queue_message.status = QueueMessageStatus.IN_PROGRESS
+        queue_message.last_started_at = now
+        if queue_message.pk is None:
+            queue_message.save(force_insert=True)
+        else:
+            queue_message.save(
+                update_fields=["attempts", "status", "last_started_at", "updated_at"]
+            )
+    return StartDecision("process", queue_message, hold)
+
+
+def _passes_hold(message: ReceivedMessage, hold: PaymentHold) -> bool:
+    """A held payment still takes the messages meant to end the hold: the parked ones its
+    release republishes, and the redrive of the message that caused it."""
+    if message.deduplication_id.endswith(f"{RELEASE_MARK}{hold.pk}"):
+        return True
+    redrive = (message.body or {}).get(REDRIVE_KEY)
+    if isinstance(redrive, dict) and hold.caused_by_id is not None:
+        original = redrive.get("original_message_id")
+        return bool(original) and original == hold.caused_by.message_id
+    return False
+
+
+def _park(
+    message: ReceivedMessage, queue_message: QueueMessage, hold: PaymentHold, now: datetime
+) -> StartDecision:
+    queue_message.status = QueueMessageStatus.PARKED
+    queue_message.outcome = "parked"
+    queue_message.finished_at = now
+    queue_message.last_started_at = now
+    if queue_message.pk is None:
+        queue_message.save(force_insert=True)
+    else:
+        queue_message.save(
+            update_fields=["status", "outcome", "finished_at", "last_started_at", "updated_at"]
+        )
+    ParkedMessage.objects.create(
+        hold=hold,
+        payment_id=message.payment_id,
+        message_id=message.message_id,
+        sequence_number=message.sequence_number,
+        kind=message.kind[:64],
+        body=message.body if message.body is not None else {"raw_body": message.raw_body},
+        arrived_at=message.enqueued_at,
+    )
+    return StartDecision("parked", queue_message, hold)
+
+
+def queue_message_complete(*, queue_message: QueueMessage, outcome: str) -> None:
+    """Mark the message done. Call inside the transaction of its work so both commit together."""
+    now = timezone.now()
+    QueueMessage.objects.filter(pk=queue_message.pk).update(
+        status=QueueMessageStatus.DONE, outcome=outcome[:32], finished_at=now, updated_at=now
+    )
+    queue_message.status = QueueMessageStatus.DONE
+    queue_message.outcome = outcome
+    queue_message.finished_at = now
+
+
+def processing_error_record(
+    *,
+    queue_message: QueueMessage,
+    error_class: str,
+    message: str,
+    traceback: str,
+    retryable: bool,
+    delay_seconds: float | None,
+) -> ProcessingError:
+    """Write the failed attempt in its own transaction (the work's has already rolled back)
+    and mark the message retrying."""
+    with transaction.atomic():
+        error = ProcessingError.objects.create(
+            queue_message=queue_message,
+            payment_id=queue_message.payment_id,
+            message_id=queue_message.message_id,
+            attempt_number=queue_message.attempts,
+            error_class=error_class[:255],
+            message=message,
+            traceback=traceback,
+            retryable=retryable,
+            delay_seconds=delay_seconds,
+        )
+        QueueMessage.objects.filter(pk=queue_message.pk).update(
+            status=QueueMessageStatus.RETRYING,
+            last_error_class=error_class[:255],
+            updated_at=timezone.now(),
+        )
+    queue_message.status = QueueMessageStatus.RETRYING
+    queue_message.last_error_class = error_class[:255]
+    return error
+
+
+def dead_letter_body(
+    *, queue_message: QueueMessage, error_class: str, error: str, now: datetime
+) -> dict:
+    body = dict(queue_message.body) if queue_message.body is not None else {}
+    if queue_message.body is None:
+        body["raw_body"] = queue_message.raw_body
+    body[DEAD_LETTER_KEY] = {
+        "original_message_id": queue_message.message_id,
+        "attempts": queue_message.attempts,
+        "error_class": error_class,
+        "error": error[:2000],
+        "first_started_at": queue_message.first_started_at.isoformat(),
+        "dead_lettered_at": now.isoformat(),
+    }
+    return body
+
+
+def message_dead_letter(*, queue_message: QueueMessage, error_class: str, error: str) -> str:
+    """Move a message to the DLQ ourselves and put its payment on hold.
+
+    Sends a copy to the DLQ first (deduplication id = the original message id, so a repeat after
+    a crash is dropped by SQS), then marks the message dead-lettered and creates the hold in one
+    transaction. The caller deletes the original from the main queue afterwards. Raises
+    ``sqs.QueueUnavailable`` when the copy cannot be sent (nothing was changed then).
+    Returns the DLQ copy's message id.
+    """
+    now = timezone.now()
+    copy_id = sqs.send_message_now(
+        body=dead_letter_body(
+            queue_message=queue_message, error_class=error_class, error=error, now=now
+        ),
+        group_id=queue_message.group_id,
+        deduplication_id=queue_message.message_id,
+        url=sqs.dead_letter_queue_url(),
+    )
+    with transaction.atomic():
+        QueueMessage.objects.filter(pk=queue_message.pk).update(
+            status=QueueMessageStatus.DEAD_LETTERED,
+            outcome="dead_lettered",
+            finished_at=now,
+            last_error_class=error_class[:255],
+            updated_at=now,
+        )
+        payment_hold(
+            payment_id=queue_message.payment_id,
+            reason=(
+                f"Message {queue_message.message_id} ({queue_message.kind or 'unknown kind'}) "
+                f"was dead-lettered after {queue_message.attempts} attempt(s): "
+                f"{error_class}: {error[:500]}"
+            ),
+            caused_by=queue_message,
+        )
+    queue_message.status = QueueMessageStatus.DEAD_LETTERED
+    return copy_id
+
+
+def payment_hold(
+    *, payment_id: str, reason: str, caused_by: QueueMessage | None = None
+) -> PaymentHold:
+    """Put a payment on hold, or return its active hold (pointed at the newest cause).
+
+    A payment has at most one active hold (a conditional unique constraint); when one exists,
+    e.g. a redriven message failed again, it stays and records the new cause.
+    """
+    payment_id = str(payment_id)
+    with transaction.atomic():
+        hold = (
+            PaymentHold.objects.select_for_update()
+            .filter(payment_id=payment_id, released_at__isnull=True)
+            .first()
+        )
+        if hold is not None:
+            if caused_by is not None and hold.caused_by_id != caused_by.pk:
+                hold.caused_by = caused_by
+                hold.reason = f"{hold.reason}\n{reason}"
+                hold.save(update_fields=["caused_by", "reason"])
+            return hold
+        try:
+            with transaction.atomic():
+                return _hold_create(payment_id=payment_id, reason=reason, caused_by=caused_by)
+        except IntegrityError:
+            # A concurrent transaction created the active hold first: that one stands.
+            return PaymentHold.objects.get(payment_id=payment_id, released_at__isnull=True)
+
+
+def _hold_create(*, payment_id: str, reason: str, caused_by: QueueMessage | None) -> PaymentHold:
+    hold = PaymentHold.objects.create(payment_id=payment_id, reason=reason, caused_by=caused_by)
+    logger.error(
+        "payment %s put on hold: %s",
+        payment_id,
+        reason,
+        extra={"payment_id": payment_id, "hold_id": hold.pk},
+    )
+    return hold
+
+
+def hold_release(*, payment_id, released_by: str, note: str) -> int:
+    """Republish a held payment's parked messages in arrival order, then lift the hold.
+
+    Sends one message at a time so the queue keeps their order (group = payment id,
+    deduplication id ``<message id>:release:<hold id>``, which also lets them through the
+    still-active hold), and marks each parked row as it goes: a crash part-way resends only what
+    was not marked, and a resend of a marked one is dropped by SQS's deduplication. The hold is
+    lifted in a transaction that locks it and finds nothing left unpublished, so a message
+    parked meanwhile is never stranded. Safe to call twice; returns how many this call sent.
+    Raises ``sqs.QueueUnavailable`` if the queue cannot be reached (the hold then stays).
+    Release after redriving the message that caused the hold, so it is applied first.
+    """
+    if not released_by:
+        raise ValueError("released_by is required: say who released the hold")
+    payment_id = str(payment_id)
+    hold = PaymentHold.objects.filter(payment_id=payment_id, released_at__isnull=True).first()
+    if hold is None:
+        return 0
+    sent = 0
+    while True:
+        for row in list(hold.parked.filter(republished_message_id="")):
+            new_id = sqs.send_message_now(
+                body=_republishable(row.body),
+                group_id=row.payment_id,
+                deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
+            )
+            sent += ParkedMessage.objects.filter(pk=row.pk, republished_message_id="").update(
+                republished_message_id=new_id, released_at=timezone.now()
+            )
+        with transaction.atomic():
+            locked = PaymentHold.objects.select_for_update().get(pk=hold.pk)
+            if locked.released_at is not None:
+                return sent  # another call released it
+            if hold.parked.filter(republished_message_id="").exists():
+                continue  # parked while we were sending: send those too
+            locked.released_at = timezone.now()
+            locked.released_by = released_by[:255]
+            locked.note = note
+            locked.save(update_fields=["released_at", "released_by", "note"])
+        logger.info(
+            "hold %s on payment %s released by %s: %s message(s) republished",
+            hold.pk,
+            payment_id,
+            released_by,
+            sent,
+            extra={"payment_id": payment_id, "hold_id": hold.pk},
+        )
+        return sent
+
+
+def _republishable(body: dict) -> dict:
+    return {k: v for k, v in body.items() if k not in (DEAD_LETTER_KEY, REDRIVE_KEY)}
+
+
+def message_republish(
+    *,
+    deduplication_id: str,
+    queue_message_id: int | None = None,
+    body: dict | None = None,
+    group_id: str | None = None,
+    original_message_id: str = "",
+) -> str:
+    """Send a dead-lettered message back to the main queue now; return the new message id.
+
+    Give either ``queue_message_id`` (a QueueMessage the worker recorded) or ``body`` and
+    ``group_id`` (e.g. a message read from the DLQ). The body keeps its fields, loses the
+    queue layer's annotations, and gains ``redrive.original_message_id``: when that message
+    caused its payment's hold, the worker applies it although the hold is still active.
+    """
+    if not deduplication_id:
+        raise ValueError("deduplication_id is required")
+    if queue_message_id is not None:
+        queue_message = QueueMessage.objects.get(pk=queue_message_id)
+        if queue_message.body is None:
+            raise ValueError(
+                f"message {queue_message.message_id} has no JSON body; it cannot be republished"
+            )
+        body, group_id = queue_message.body, queue_message.group_id
+        original_message_id = original_message_id or queue_message.message_id
+    if not isinstance(body, dict) or not group_id:
+        raise ValueError("give queue_message_id, or body (a JSON object) and group_id")
+    dead_letter = body.get(DEAD_LETTER_KEY)
+    if not original_message_id and isinstance(dead_letter, dict):
+        original_message_id = dead_letter.get("original_message_id") or ""
+    new_body = _republishable(body)
+    if original_message_id:
+        new_body[REDRIVE_KEY] = {
+            "original_message_id": original_message_id,
+            "republished_at": timezone.now().isoformat(),
+        }
+    return sqs.send_message_now(
+        body=new_body, group_id=str(group_id), deduplication_id=deduplication_id[:128]
+    )

@@ -1,0 +1,637 @@
+"""The SQS FIFO consumer behind ``run_sqs_worker``.
+
+One loop: relay the outbox, long-poll a batch, handle each message group's messages one at a
+time in sequence order, delete what committed. The guarantees and where they come from:
+
+- in order per payment: SQS FIFO delivers a group's messages in order and never hands out a
+  later one while an earlier one is in flight; within a batch (AWS may return several of one
+  group, fauxqs at most one) we stop a group at its first failure and release the rest
+  untouched, so nothing overtakes a message that is waiting for its retry;
+- exactly once: the work and the "done" mark commit in one transaction, the SQS delete comes
+  after; a redelivery of a done message is only deleted, and the payments services
+  deduplicate processor events by id on top;
+- nothing lost: every failure is written in its own transaction; a message is dead-lettered
+  (a copy in the DLQ, its payment on hold) before it is deleted; a message that crashes the
+  process is caught by the queue's RedrivePolicy, and ``queue_message_start`` notices the gap
+  it leaves and holds the payment.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from botocore.exceptions import BotoCoreError, ClientError
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, transaction
+from django.utils import timezone
+
+from callbacks import sqs
+from callbacks.metrics import DEDUP_HITS, ENQUEUE_TO_APPLIED_SECONDS, WORKER_MESSAGES
+from callbacks.models import QueueMessage
+from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, parse_processor_event
+from callbacks.services import (
+    ReceivedMessage,
+    message_dead_letter,
+    processing_error_record,
+    queue_message_complete,
+    queue_message_start,
+)
+from payments.exceptions import PaymentError
+
+logger = logging.getLogger(__name__)
+
+SUBMIT_PAYMENT = "submit_payment"
+MAX_VISIBILITY_SECONDS = 12 * 60 * 60  # SQS's limit for ChangeMessageVisibility
+
+
+class UnknownMessageKind(Exception):
+    """The body's ``kind`` has no handler: no retry can fix that."""
+
+
+class InvalidBody(Exception):
+    """The body is not a JSON object or contradicts its message attributes."""
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    base: float,
+    cap: float,
+    retry_after: float | None = None,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """Seconds to hide a message after its ``attempt``-th failure (1-based).
+
+    Exponential backoff with full jitter: uniform(0, min(cap, base * 2 ** (attempt - 1))); a
+    ``retry_after`` the failure carries (e.g. a processor's Retry-After) is a floor.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt numbers start at 1, got {attempt}")
+    ceiling = min(cap, base * 2 ** min(attempt - 1, 62))
+    delay = uniform(0, ceiling) if ceiling > 0 else 0.0
+    if retry_after is not None and retry_after > delay:
+        delay = retry_after
+    return min(delay, MAX_VISIBILITY_SECONDS)
+
+
+def classify(exc: BaseException) -> tuple[bool, float | None]:
+    """The worker's one decision on a failure: (retryable, retry_after seconds or None)."""
+    if isinstance(exc, InvalidMessage | InvalidBody | UnknownMessageKind):
+        return False, None
+    if isinstance(exc, PaymentError):
+        return bool(exc.retryable), exc.retry_after
+    # Database and queue outages, and anything unexpected: retrying may help, and a message
+    # that keeps failing is dead-lettered after the attempt limit anyway.
+    return True, None
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How to do one kind of message's work.
+
+    ``atomic``: run the work and the done mark in one transaction. Work that calls the network
+    (a processor submission) must not hold a transaction open across the call; it owns its
+    short transactions and is idempotent, so the done mark follows in its own transaction.
+    """
+
+    func: Callable[[ReceivedMessage], str]
+    atomic: bool = True
+
+
+def _payment_id_from_body(message: ReceivedMessage) -> str:
+    body = message.body or {}
+    raw = body.get("payment_id")
+    if not isinstance(raw, str):
+        raise InvalidBody("payment_id is missing or not a string")
+    try:
+        payment_id = str(uuid.UUID(raw))
+    except ValueError:
+        raise InvalidBody(f"payment_id {raw[:64]!r} is not a UUID") from None
+    if payment_id != message.group_id:
+        raise InvalidBody(
+            f"payment_id {payment_id} does not match the message group {message.group_id!r}"
+        )
+    return payment_id
+
+
+def handle_processor_event(message: ReceivedMessage) -> str:
+    from payments.services import payment_apply_event
+
+    event = parse_processor_event(message.body)
+    if str(event.payment_id) != message.group_id:
+        raise InvalidBody(
+            f"payment_id {event.payment_id} does not match the message group {message.group_id!r}"
+        )
+    result = payment_apply_event(event=event, caused_by=f"sqs:{message.message_id}")
+    if result.outcome == "duplicate":
+        DEDUP_HITS.labels(layer="app").inc()
+    return str(result.outcome)
+
+
+def handle_submit_payment(message: ReceivedMessage) -> str:
+    from payments.services import payment_submit
+
+    result = payment_submit(
+        payment_id=_payment_id_from_body(message), caused_by=f"sqs:{message.message_id}"
+    )
+    return str(result.outcome)
+
+
+DEFAULT_HANDLERS: dict[str, Handler] = {
+    PROCESSOR_EVENT: Handler(handle_processor_event),
+    SUBMIT_PAYMENT: Handler(handle_submit_payment, atomic=False),
+}
+
+
+@dataclass
+class Result:
+    outcome: str
+    delete: bool  # the message is finished: delete it from the main queue
+    stop_group: bool = False  # it waits for a retry: the group's later messages must wait too
+
+
+@dataclass
+class WorkerStats:
+    received: int = 0
+    processed: int = 0
+    deleted: int = 0
+    released: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+class VisibilityHeartbeat:
+    """Keeps the unfinished messages of the current batch invisible while they wait or run.
+
+    Every ``visibility_timeout / 3`` seconds it sets their visibility back to the full timeout,
+    so a slow processor call never lets the timeout run out and a second worker take the
+    message. Untracking takes the same lock as a beat, so once ``untrack`` returns no beat can
+    overwrite a backoff or release the worker has just set.
+    """
+
+    def __init__(self, *, queue_url: str, visibility_timeout: int) -> None:
+        self.queue_url = queue_url
+        self.visibility_timeout = visibility_timeout
+        self.interval = max(visibility_timeout / 3, 0.2)
+        self._handles: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sqs-visibility-heartbeat")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def track(self, messages: Iterable[ReceivedMessage]) -> None:
+        with self._lock:
+            for m in messages:
+                self._handles[m.message_id] = m.receipt_handle
+
+    def untrack(self, message_ids: Iterable[str]) -> None:
+        with self._lock:
+            for message_id in message_ids:
+                self._handles.pop(message_id, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            entries = list(self._handles.items())
+            for start in range(0, len(entries), 10):
+                chunk = entries[start : start + 10]
+                try:
+                    response = sqs.sqs_client().change_message_visibility_batch(
+                        QueueUrl=self.queue_url,
+                        Entries=[
+                            {
+                                "Id": str(i),
+                                "ReceiptHandle": handle,
+                                "VisibilityTimeout": self.visibility_timeout,
+                            }
+                            for i, (_, handle) in enumerate(chunk)
+                        ],
+                    )
+                except (BotoCoreError, ClientError) as exc:
+                    logger.warning("visibility heartbeat failed: %s", exc)
+                    continue
+                for failed in response.get("Failed") or []:
+                    logger.warning(
+                        "visibility heartbeat refused for message %s: %s",
+                        chunk[int(failed["Id"])][0],
+                        failed.get("Message") or failed.get("Code"),
+                    )
+
+
+def group_in_order(messages: Iterable[ReceivedMessage]) -> list[list[ReceivedMessage]]:
+    """The batch split by message group, each group in sequence-number order."""
+    groups: dict[str, list[ReceivedMessage]] = {}
+    for m in messages:
+        groups.setdefault(m.group_id, []).append(m)
+    return [sorted(g, key=lambda m: m.sequence_number) for g in groups.values()]
+
+
+class Worker:
+    """Consumes the main FIFO queue until stopped (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 10,
+        wait_time: int = 20,
+        visibility_timeout: int = 30,
+        until_empty: bool = False,
+        max_messages: int | None = None,
+        relay: bool = True,
+        handlers: dict[str, Handler] | None = None,
+    ) -> None:
+        if not 1 <= batch_size <= 10:
+            raise ValueError(f"batch_size must be 1-10, got {batch_size}")
+        if not 0 <= wait_time <= 20:
+            raise ValueError(f"wait_time must be 0-20, got {wait_time}")
+        if not 1 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
+            raise ValueError(f"visibility_timeout must be 1-43200, got {visibility_timeout}")
+        if max_messages is not None and max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        self.batch_size = batch_size
+        self.wait_time = wait_time
+        self.visibility_timeout = visibility_timeout
+        self.until_empty = until_empty
+        self.max_messages = max_messages
+        self.handlers = dict(DEFAULT_HANDLERS if handlers is None else handlers)
+        self.relay = _outbox_relay() if relay else None
+        self.backoff_base = float(settings.WORKER_BACKOFF_BASE_SECONDS)
+        self.backoff_cap = float(settings.WORKER_BACKOFF_CAP_SECONDS)
+        self.max_attempts = int(settings.WORKER_MAX_ATTEMPTS)
+        self.stats = WorkerStats()
+        self._stopping = threading.Event()
+        self._signals = 0
+        # until_empty must not stop while a message it hid for a backoff is still due.
+        self._retry_due = 0.0
+        self._queue_url = ""
+        self.heartbeat: VisibilityHeartbeat | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            # Second signal: the operator wants out now. Skip cleanup; whatever was in flight
+            # becomes visible again when its visibility timeout runs out, and a started message
+            # is recognised by its QueueMessage row.
+            os._exit(1)
+        logger.info("signal %s: finishing the current message, then stopping", signum)
+        self._stopping.set()
+
+    def run(self) -> WorkerStats:
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        self._queue_url = sqs.main_queue_url()
+        self.heartbeat = VisibilityHeartbeat(
+            queue_url=self._queue_url, visibility_timeout=self.visibility_timeout
+        )
+        self.heartbeat.start()
+        failures = 0
+        try:
+            while not self.stopping and not self._limit_reached():
+                close_old_connections()
+                relayed = self._relay()
+                try:
+                    messages = self.receive()
+                except sqs.QueueUnavailable as exc:
+                    failures += 1
+                    if self.until_empty and failures >= 3:
+                        raise
+                    pause = backoff_delay(failures, base=1, cap=30)
+                    logger.warning("receive failed (%s); next try in %.1f s", exc, pause)
+                    self._stopping.wait(pause)
+                    continue
+                failures = 0
+                if messages:
+                    self.process_batch(messages)
+                elif self.until_empty and not relayed and time.monotonic() >= self._retry_due:
+                    break
+        finally:
+            self.heartbeat.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            close_old_connections()
+        return self.stats
+
+    def _limit_reached(self) -> bool:
+        return self.max_messages is not None and self.stats.processed >= self.max_messages
+
+    def _relay(self) -> int:
+        if self.relay is None:
+            return 0
+        try:
+            return self.relay()
+        except Exception:  # noqa: BLE001 - the relay retries on its next call; never stop here
+            logger.exception("outbox relay failed")
+            return 0
+
+    def receive(self) -> list[ReceivedMessage]:
+        count = self.batch_size
+        if self.max_messages is not None:
+            count = max(1, min(count, self.max_messages - self.stats.processed))
+        try:
+            response = sqs.sqs_client().receive_message(
+                QueueUrl=self._queue_url,
+                MaxNumberOfMessages=count,
+                WaitTimeSeconds=self.wait_time,
+                VisibilityTimeout=self.visibility_timeout,
+                AttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise sqs.QueueUnavailable(f"receive from SQS failed: {exc}") from exc
+        messages = [ReceivedMessage.from_sqs(m) for m in response.get("Messages") or []]
+        self.stats.received += len(messages)
+        return messages
+
+    # --- a batch ---------------------------------------------------------------------------
+
+    def process_batch(self, messages: list[ReceivedMessage]) -> None:
+        """Handle one received batch: groups in order, each message in its own transaction.
+
+        Messages not started (a group stopped at a failure, a stop request, the message limit)
+        are made visible again at once; they were never started, so no attempt is counted.
+        Finished messages are deleted in batches after their commits.
+        """
+        if self.heartbeat is None:
+            raise RuntimeError("process_batch runs inside Worker.run()")
+        self.heartbeat.track(messages)
+        pending = {m.message_id: m for m in messages}
+        finished: list[ReceivedMessage] = []
+        try:
+            for group in group_in_order(messages):
+                for message in group:
+                    if self.stopping or self._limit_reached():
+                        break
+                    result = self.process_message(message)
+                    del pending[message.message_id]
+                    self.heartbeat.untrack([message.message_id])
+                    if result.delete:
+                        finished.append(message)
+                    if result.stop_group:
+                        break
+        finally:
+            self.heartbeat.untrack(pending)
+            self.release(pending.values())
+            self.delete(finished)
+
+    def release(self, messages: Iterable[ReceivedMessage]) -> None:
+        """Make messages visible again now (ChangeMessageVisibility 0), untouched."""
+        batch = list(messages)
+        for start in range(0, len(batch), 10):
+            chunk = batch[start : start + 10]
+            try:
+                response = sqs.sqs_client().change_message_visibility_batch(
+                    QueueUrl=self._queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
+                        for i, m in enumerate(chunk)
+                    ],
+                )
+            except (BotoCoreError, ClientError) as exc:
+                # They become visible anyway when their visibility timeout runs out.
+                logger.warning("could not release %s message(s): %s", len(chunk), exc)
+                continue
+            failed = {int(f["Id"]) for f in response.get("Failed") or []}
+            for i, m in enumerate(chunk):
+                if i in failed:
+                    logger.warning("could not release message %s", m.message_id)
+                else:
+                    self.stats.released += 1
+
+    def delete(self, messages: Iterable[ReceivedMessage]) -> None:
+        """Delete finished messages in batches. A delete that fails is harmless: the message
+        comes back, its QueueMessage row says it is finished, and it is deleted then."""
+        batch = list(messages)
+        for start in range(0, len(batch), 10):
+            chunk = batch[start : start + 10]
+            try:
+                response = sqs.sqs_client().delete_message_batch(
+                    QueueUrl=self._queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m.receipt_handle}
+                        for i, m in enumerate(chunk)
+                    ],
+                )
+            except (BotoCoreError, ClientError) as exc:
+                logger.warning("could not delete %s finished message(s): %s", len(chunk), exc)
+                continue
+            failed = {int(f["Id"]) for f in response.get("Failed") or []}
+            for i, m in enumerate(chunk):
+                if i in failed:
+                    logger.warning("could not delete finished message %s", m.message_id)
+                else:
+                    self.stats.deleted += 1
+
+    def hide(self, message: ReceivedMessage, seconds: float) -> None:
+        try:
+            sqs.sqs_client().change_message_visibility(
+                QueueUrl=self._queue_url,
+                ReceiptHandle=message.receipt_handle,
+                VisibilityTimeout=int(math.ceil(seconds)),
+            )
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning(
+                "could not hide message %s for its backoff (%s); it returns after the "
+                "visibility timeout instead",
+                message.message_id,
+                exc,
+            )
+        self._retry_due = max(self._retry_due, time.monotonic() + seconds)
+
+    # --- one message -----------------------------------------------------------------------
+
+    def process_message(self, message: ReceivedMessage) -> Result:
+        started = time.monotonic()
+        self.stats.processed += 1
+        try:
+            decision = queue_message_start(message=message)
+        except DatabaseError as exc:
+            # The start could not be recorded, so no work ran. Let it come back after a short
+            # pause, and keep the group's later messages behind it.
+            logger.error("could not record the start of message %s: %s", message.message_id, exc)
+            self.heartbeat.untrack([message.message_id])
+            self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
+            return self._finish(message, None, "retried", started, Result("retried", False, True))
+
+        queue_message = decision.queue_message
+        if decision.action == "finished":
+            return self._finish(
+                message, queue_message, "duplicate", started, Result("duplicate", True)
+            )
+        if decision.action == "parked":
+            return self._finish(message, queue_message, "parked", started, Result("parked", True))
+
+        handler = self.handlers.get(message.kind)
+        try:
+            if message.body is None:
+                raise InvalidBody("the message body is not a JSON object")
+            if handler is None:
+                raise UnknownMessageKind(
+                    f"no handler for message kind {message.kind!r}; known kinds: "
+                    f"{', '.join(sorted(self.handlers))}"
+                )
+            if handler.atomic:
+                with transaction.atomic():
+                    outcome = handler.func(message)
+                    queue_message_complete(queue_message=queue_message, outcome=outcome)
+            else:
+                outcome = handler.func(message)
+                queue_message_complete(queue_message=queue_message, outcome=outcome)
+        except Exception as exc:  # noqa: BLE001 - the one place failures become retry/dead letter
+            return self._fail(message, queue_message, exc, started)
+        if message.enqueued_at is not None:
+            ENQUEUE_TO_APPLIED_SECONDS.labels(kind=message.kind).observe(
+                max((timezone.now() - message.enqueued_at).total_seconds(), 0)
+            )
+        return self._finish(message, queue_message, outcome, started, Result(outcome, True))
+
+    def _fail(
+        self,
+        message: ReceivedMessage,
+        queue_message: QueueMessage,
+        exc: Exception,
+        started: float,
+    ) -> Result:
+        retryable, retry_after = classify(exc)
+        error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        error_text = str(exc) or error_class
+        attempt = queue_message.attempts
+        give_up = not retryable or attempt >= self.max_attempts
+        delay = None
+        if not give_up:
+            delay = backoff_delay(
+                attempt, base=self.backoff_base, cap=self.backoff_cap, retry_after=retry_after
+            )
+        try:
+            processing_error_record(
+                queue_message=queue_message,
+                error_class=error_class,
+                message=error_text,
+                traceback="".join(traceback.format_exception(exc)),
+                retryable=retryable,
+                delay_seconds=delay,
+            )
+        except DatabaseError:
+            logger.exception(
+                "could not record the failure of message %s (%s: %s)",
+                message.message_id,
+                error_class,
+                error_text,
+            )
+        if give_up:
+            try:
+                message_dead_letter(
+                    queue_message=queue_message, error_class=error_class, error=error_text
+                )
+            except (sqs.QueueUnavailable, DatabaseError) as dead_letter_exc:
+                # Not moved: keep it in the main queue and try again after a pause; it will be
+                # dead-lettered on its next failure, since its attempts are past the limit.
+                logger.error(
+                    "could not dead-letter message %s: %s", message.message_id, dead_letter_exc
+                )
+                delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
+            else:
+                return self._finish(
+                    message,
+                    queue_message,
+                    "dead_lettered",
+                    started,
+                    Result("dead_lettered", True, True),
+                    error=error_text,
+                )
+        self.heartbeat.untrack([message.message_id])
+        self.hide(message, delay or 0)
+        return self._finish(
+            message,
+            queue_message,
+            "retried",
+            started,
+            Result("retried", False, True),
+            error=error_text,
+            delay=delay,
+        )
+
+    def _finish(
+        self,
+        message: ReceivedMessage,
+        queue_message: QueueMessage | None,
+        outcome: str,
+        started: float,
+        result: Result,
+        *,
+        error: str = "",
+        delay: float | None = None,
+    ) -> Result:
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        attempt = queue_message.attempts if queue_message is not None else 0
+        kind = message.kind or "unknown"
+        WORKER_MESSAGES.labels(kind=kind, outcome=outcome).inc()
+        self.stats.count(outcome)
+        extra = {
+            "payment_id": message.payment_id,
+            "message_id": message.message_id,
+            "kind": kind,
+            "outcome": outcome,
+            "attempt": attempt,
+            "duration_ms": duration_ms,
+        }
+        if delay is not None:
+            extra["delay_seconds"] = round(delay, 3)
+        if error:
+            extra["error"] = error[:500]
+        logger.log(
+            logging.WARNING if outcome in ("retried", "dead_lettered") else logging.INFO,
+            "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
+            message.payment_id,
+            message.message_id,
+            kind,
+            outcome,
+            attempt,
+            duration_ms,
+            f" error={error[:200]!r}" if error else "",
+            extra=extra,
+        )
+        return result
+
+
+def _outbox_relay() -> Callable[[], int] | None:
+    try:
+        from callbacks.outbox import outbox_relay_publish
+    except ImportError:
+        logger.warning("callbacks.outbox is not available: the outbox relay is off")
+        return None
+    return lambda: outbox_relay_publish(limit=500)

@@ -1,0 +1,141 @@
+"""Helpers for the worker tests: put messages on the queue, read queues, run worker processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from django.conf import settings
+
+from callbacks.schema import processor_event_message
+from tests.factories import processor_event
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def send_event(client, url, payment, event_type, *, dedup_id=None, **overrides) -> tuple[str, dict]:
+    """Publish a processor event as the callback endpoint would; return (message id, body)."""
+    event = processor_event(payment, event_type, **overrides)
+    body = processor_event_message(event, received_at=datetime.now(UTC))
+    response = client.send_message(
+        QueueUrl=url,
+        MessageBody=json.dumps(body),
+        MessageGroupId=str(payment.id),
+        MessageDeduplicationId=dedup_id or event.processor_event_id,
+    )
+    return response["MessageId"], body
+
+
+def send_body(client, url, group_id, body, *, dedup_id=None) -> str:
+    response = client.send_message(
+        QueueUrl=url,
+        MessageBody=body if isinstance(body, str) else json.dumps(body),
+        MessageGroupId=str(group_id),
+        MessageDeduplicationId=dedup_id or uuid.uuid4().hex,
+    )
+    return response["MessageId"]
+
+
+def drain(client, url, *, visibility=30) -> list[dict]:
+    """Receive everything visible (one per group per receive on fauxqs), without deleting."""
+    seen: dict[str, dict] = {}
+    for _ in range(200):
+        response = client.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=0,
+            VisibilityTimeout=visibility,
+            AttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        )
+        messages = response.get("Messages") or []
+        if not messages:
+            break
+        for m in messages:
+            seen[m["MessageId"]] = m
+    return list(seen.values())
+
+
+def queue_counts(client, url) -> tuple[int, int]:
+    """(visible, in flight) as the queue reports them."""
+    attributes = client.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return (
+        int(attributes["ApproximateNumberOfMessages"]),
+        int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+    )
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    """The environment a worker subprocess needs to reach the test database and queues."""
+    env = dict(os.environ)
+    database = settings.DATABASES["default"]
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings.test",
+        DATABASE_URL=(
+            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/"
+            f"{database['NAME']}"
+        ),
+        SQS_ENDPOINT_URL=settings.SQS_ENDPOINT_URL,
+        SQS_QUEUE_NAME=settings.SQS_QUEUE_NAME,
+        SQS_DLQ_NAME=settings.SQS_DLQ_NAME,
+        PROCESSOR_BASE_URL=settings.PROCESSOR_BASE_URL,
+        PROCESSOR_TIMEOUT_SECONDS=str(settings.PROCESSOR_TIMEOUT_SECONDS),
+        WORKER_BACKOFF_BASE_SECONDS=str(settings.WORKER_BACKOFF_BASE_SECONDS),
+        WORKER_BACKOFF_CAP_SECONDS=str(settings.WORKER_BACKOFF_CAP_SECONDS),
+        AWS_ACCESS_KEY_ID=env.get("AWS_ACCESS_KEY_ID", "test"),
+        AWS_SECRET_ACCESS_KEY=env.get("AWS_SECRET_ACCESS_KEY", "test"),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """``manage.py run_sqs_worker`` as a real child process; output goes to a log file."""
+
+    def __init__(self, *args: str, log_dir: Path, name: str = "worker", **env: str) -> None:
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "run_sqs_worker", *args],
+            cwd=ROOT,
+            env=worker_env(**env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def wait_for(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output:
+                return
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.output}")
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} not seen in worker output:\n{self.output}")
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.wait()
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self._log.close()

@@ -156,7 +156,9 @@ def test_4xx_fails_the_payment_raises_a_medium_alert_and_is_not_retried(sandbox,
     assert alert["payment_id"] == str(payment.id)
     assert alert["key"] == "payment.submission_rejected"
     assert "account closed" in alert["summary"]
-    [record] = [r for r in caplog.records if r.name == "payments.alerts"]
+    [record] = [
+        r for r in caplog.records if r.name == "payments.alerts" and r.msg.startswith("ALERT")
+    ]
     assert record.levelno == logging.ERROR
     assert record.payment_id == str(payment.id)
     requests_before = sandbox.stats()["requests"]

@@ -1,0 +1,332 @@
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from callbacks import outbox, sqs
+from callbacks.metrics import OUTBOX_PUBLISHED
+from callbacks.outbox import outbox_relay_publish, outbox_relay_publish_ids
+from payments.models import OutboxMessage
+from payments.services import payment_create
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def create_payment():
+    return payment_create(
+        merchant_id="merchant-1", amount=Decimal("125.00"), source_token="tok_bank_abc"
+    )
+
+
+def drain(queues) -> list[dict]:
+    """Every message on the main queue, in the order FIFO hands them out."""
+    messages = []
+    while True:
+        got = queues.client.receive_message(
+            QueueUrl=queues.url, MaxNumberOfMessages=10, WaitTimeSeconds=0, AttributeNames=["All"]
+        ).get("Messages", [])
+        if not got:
+            return messages
+        messages.extend(got)
+        queues.client.delete_message_batch(
+            QueueUrl=queues.url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)
+            ],
+        )
+
+
+def published_count(path: str) -> float:
+    return OUTBOX_PUBLISHED.labels(path=path)._value.get()
+
+
+@pytest.fixture
+def queue_down(settings):
+    """Point the SQS endpoint at a closed loopback port; call the fixture to bring it back."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = settings.SQS_ENDPOINT_URL
+    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
+    sqs.reset()
+
+    def back_up():
+        settings.SQS_ENDPOINT_URL = endpoint
+        sqs.reset()
+
+    yield back_up
+    sqs.reset()
+
+
+@pytest.fixture
+def sent_ids(monkeypatch):
+    """Outbox ids in every batch the relay actually sent (the real send still happens)."""
+    sent: list[int] = []
+    lock = threading.Lock()
+    real = sqs.send_messages_now
+
+    def recording(messages, **kwargs):
+        messages = list(messages)
+        ids = real(messages, **kwargs)
+        with lock:
+            sent.extend(m.body["outbox_id"] for m in messages)
+        return ids
+
+    monkeypatch.setattr(sqs, "send_messages_now", recording)
+    return sent
+
+
+def add_rows(groups: list[str]) -> list[OutboxMessage]:
+    """Outbox rows written directly (no on-commit publish), one per entry of ``groups``."""
+    return [
+        OutboxMessage.objects.create(
+            kind="submit_payment", group_id=g, body={"kind": "submit_payment", "payment_id": g}
+        )
+        for g in groups
+    ]
+
+
+@pytest.mark.django_db
+def test_payment_is_on_the_queue_right_after_commit(sqs_queues, django_capture_on_commit_callbacks):
+    before = published_count("on_commit")
+    with django_capture_on_commit_callbacks(execute=True):
+        payment = create_payment()
+
+    row = OutboxMessage.objects.get(group_id=str(payment.id))
+    assert row.published_at is not None
+    [message] = drain(sqs_queues)
+    assert message["Attributes"]["MessageGroupId"] == str(payment.id)
+    assert message["Attributes"]["MessageDeduplicationId"] == f"outbox-{row.id}"
+    body = json.loads(message["Body"])
+    assert body["kind"] == "submit_payment"
+    assert body["payment_id"] == str(payment.id)
+    assert body["outbox_id"] == row.id
+    assert body["enqueued_at"] == row.created_at.isoformat()
+    assert published_count("on_commit") == before + 1
+
+
+@pytest.mark.django_db
+def test_nothing_is_published_before_commit(sqs_queues, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        create_payment()
+    assert len(callbacks) == 1
+    assert drain(sqs_queues) == []
+    assert OutboxMessage.objects.get().published_at is None
+
+
+@pytest.mark.django_db
+def test_failure_after_commit_is_recorded_on_the_row(
+    sqs_queues, queue_down, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        payment = create_payment()
+    row = OutboxMessage.objects.get(group_id=str(payment.id))
+    assert row.published_at is None
+    assert row.publish_attempts == 1
+    assert "Could not connect" in row.last_error
+
+
+@pytest.mark.django_db
+def test_payments_created_while_the_queue_is_down_are_published_once_it_is_back(
+    sqs_queues, queue_down, sent_ids, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        payments = [create_payment() for _ in range(12)]
+    assert outbox_relay_publish() == 0  # still down: nothing sent, the failure counted again
+    rows = list(OutboxMessage.objects.order_by("id"))
+    assert all(r.published_at is None and r.last_error for r in rows)
+    assert rows[0].publish_attempts == 2  # its own on-commit try, then the relay's first batch
+
+    queue_down()  # the queue is back
+    before = published_count("relay")
+    assert outbox_relay_publish() == 12
+
+    assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
+    assert sorted(sent_ids) == [r.id for r in rows]  # each row sent once
+    messages = drain(sqs_queues)
+    assert sorted(m["Attributes"]["MessageDeduplicationId"] for m in messages) == sorted(
+        f"outbox-{r.id}" for r in rows
+    )
+    assert {m["Attributes"]["MessageGroupId"] for m in messages} == {str(p.id) for p in payments}
+    assert published_count("relay") == before + 12
+    assert outbox_relay_publish() == 0
+
+
+@pytest.mark.django_db
+def test_relay_publishes_in_batches_up_to_its_limit(sqs_queues):
+    add_rows([f"group-{n}" for n in range(25)])
+    assert outbox_relay_publish(limit=7) == 7
+    assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 18
+    assert outbox_relay_publish() == 18
+    assert len(drain(sqs_queues)) == 25
+
+
+@pytest.mark.django_db
+def test_relay_keeps_each_groups_id_order(sqs_queues):
+    rows = add_rows(["a", "b", "a", "c", "a", "b"] * 4)
+    assert outbox_relay_publish() == len(rows)
+    by_group: dict[str, list[int]] = {}
+    for message in drain(sqs_queues):
+        body = json.loads(message["Body"])
+        by_group.setdefault(message["Attributes"]["MessageGroupId"], []).append(body["outbox_id"])
+    for group, ids in by_group.items():
+        assert ids == [r.id for r in rows if r.group_id == group]
+
+
+@pytest.mark.django_db
+def test_publish_ids_leaves_a_row_behind_an_earlier_unpublished_row_of_its_group(sqs_queues):
+    first, second = add_rows(["g", "g"])
+    assert outbox_relay_publish_ids([second.id]) == 0
+    second.refresh_from_db()
+    assert second.published_at is None
+    assert drain(sqs_queues) == []
+    assert outbox_relay_publish() == 2
+    ids = [json.loads(m["Body"])["outbox_id"] for m in drain(sqs_queues)]
+    assert ids == [first.id, second.id]
+
+
+@pytest.mark.django_db
+def test_publish_ids_skips_rows_already_published(sqs_queues, sent_ids):
+    [row] = add_rows(["g"])
+    assert outbox_relay_publish_ids([row.id]) == 1
+    assert outbox_relay_publish_ids([row.id]) == 0
+    assert sent_ids == [row.id]
+
+
+def test_relay_limit_must_be_positive():
+    with pytest.raises(ValueError, match="limit"):
+        outbox_relay_publish(limit=0)
+
+
+@pytest.mark.django_db
+def test_failed_batch_stops_the_round_and_counts_only_the_attempted_rows(sqs_queues, queue_down):
+    rows = add_rows([f"group-{n}" for n in range(15)])
+    assert outbox_relay_publish() == 0
+    attempts = dict(OutboxMessage.objects.values_list("id", "publish_attempts"))
+    assert [attempts[r.id] for r in rows] == [1] * 10 + [0] * 5
+
+
+def _test_database_url() -> str:
+    settings_dict = connection.settings_dict
+    return (
+        f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}"
+        f"/{settings_dict['NAME']}"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_relays_publish_each_row_once_in_group_order(sqs_queues, sent_ids):
+    rows = add_rows([f"group-{n % 7}" for n in range(120)])
+    start = threading.Barrier(4)
+
+    def relay() -> None:
+        try:
+            start.wait()
+            while OutboxMessage.objects.filter(published_at__isnull=True).exists():
+                outbox_relay_publish(limit=20)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(relay) for _ in range(4)]
+        for future in futures:
+            future.result(timeout=60)  # re-raises anything a relay raised
+
+    assert sorted(sent_ids) == [r.id for r in rows]  # no row sent twice, none missed
+    by_group: dict[str, list[int]] = {}
+    for message in drain(sqs_queues):
+        by_group.setdefault(message["Attributes"]["MessageGroupId"], []).append(
+            json.loads(message["Body"])["outbox_id"]
+        )
+    assert sum(len(ids) for ids in by_group.values()) == 120
+    for group, ids in by_group.items():
+        assert ids == [r.id for r in rows if r.group_id == group]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_held_by_another_publisher_is_skipped_and_others_go_on(sqs_queues):
+    held, free = add_rows(["held", "free"])
+    with psycopg.connect(_test_database_url(), autocommit=True) as other:
+        other.execute(
+            "SELECT pg_advisory_lock(%s, %s)",
+            [outbox.ADVISORY_NAMESPACE, outbox._group_key("held")],
+        )
+        assert outbox_relay_publish() == 1
+        held.refresh_from_db()
+        free.refresh_from_db()
+        assert held.published_at is None
+        assert free.published_at is not None
+    assert outbox_relay_publish() == 1  # the other session ended: its lock went with it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_relay_returns_its_group_locks(sqs_queues):
+    add_rows(["g1", "g2"])
+    assert outbox_relay_publish() == 2
+    with psycopg.connect(_test_database_url(), autocommit=True) as other:
+        held = other.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+            [outbox.ADVISORY_NAMESPACE],
+        ).fetchone()[0]
+    assert held == 0
+
+
+@pytest.mark.django_db
+def test_run_outbox_relay_once_publishes_and_reports(sqs_queues):
+    add_rows(["g1", "g2", "g1"])
+    out = io.StringIO()
+    call_command("run_outbox_relay", "--once", stdout=out)
+    assert out.getvalue().strip() == "published 3 outbox rows"
+    assert len(drain(sqs_queues)) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_outbox_relay_publishes_until_sigterm_then_exits_0(sqs_queues, settings):
+    add_rows(["g1", "g2"])
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": _test_database_url(),
+        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "run_outbox_relay", "--interval", "0.1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while OutboxMessage.objects.filter(published_at__isnull=True).exists():
+            assert time.monotonic() < deadline, "relay did not publish in time"
+            time.sleep(0.1)
+        add_rows(["g3"])  # written while it runs: picked up by a later round
+        while OutboxMessage.objects.filter(published_at__isnull=True).exists():
+            assert time.monotonic() < deadline, "relay did not publish the late row"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "published 3 outbox rows" in out
+    assert len(drain(sqs_queues)) == 3

@@ -8,6 +8,8 @@ os.environ.setdefault("PROCESSOR_BASE_URL", "http://127.0.0.1:9")
 os.environ.setdefault("PROCESSOR_API_KEY", "test-processor-key")
 os.environ.setdefault("CALLBACK_SIGNING_SECRETS", "test-signing-secret")
 os.environ.setdefault("PROCESSOR_TIMEOUT_SECONDS", "2")
+# Never AWS from a test: a closed loopback port unless a test points at the local SQS server.
+os.environ.setdefault("SQS_ENDPOINT_URL", "http://127.0.0.1:9")
 
 from config.settings.base import *  # noqa: E402,F403
 

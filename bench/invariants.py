@@ -1,0 +1,609 @@
+"""The invariants an exactly-once payments pipeline must keep, checked against the database and
+the processor's own record of what it charged and which callbacks it delivered.
+
+``check_invariants(sandbox_stats=..., callbacks_sent=...)`` returns a ``Report``; ``python -m
+bench.invariants`` prints it and exits 1 on any violation. The checks:
+
+- ``charged_at_most_once``: the processor charged each idempotency key (and each payment) at
+  most once, and every charged key belongs to one of our payments;
+- ``event_applied_at_most_once``: each processor_event_id has at most one ``applied`` row in the
+  event log, and the dedup record (ProcessedEvent) agrees with the log;
+- ``transitions_valid``: replaying each payment's event log in order, every applied row starts
+  where the previous one ended and is an allowed transition, every other row was written in the
+  state the payment was in, a row marked stale really was stale, and the last state is the
+  payment's state;
+- ``ledger_matches_confirmed``: one credit per confirmed payment for its amount and merchant, no
+  credit without confirmation, and each merchant's ledger total equals its confirmed total;
+- ``callbacks_accounted``: every callback the processor delivered left a trace: applied, stale,
+  dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error);
+- ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
+  rows for its message or the error its dead-letter envelope carries).
+
+Besides violations, the report lists notes: payments not in a final state and not in front of a
+human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
+worth a look, but the processor may simply not have sent a final callback yet, so they are not
+counted as violations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+CHECKS = (
+    "charged_at_most_once",
+    "event_applied_at_most_once",
+    "transitions_valid",
+    "ledger_matches_confirmed",
+    "callbacks_accounted",
+    "dead_letters_have_history",
+)
+# Where a delivered callback can end, best first: an event applied once and then redelivered
+# counts as applied.
+TRACE_RANK = ("applied", "stale", "duplicate", "parked", "dead letter", "processing error")
+# How many offending ids a violation lists before it summarises the rest.
+MAX_IDS = 10
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: str
+    detail: str
+    ids: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.detail}{_ids_suffix(self.ids)}"
+
+
+@dataclass
+class Report:
+    violations: list[Violation] = field(default_factory=list)
+    # check name -> what was checked (counts shown in the report)
+    checked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def violations_of(self, check: str) -> list[Violation]:
+        return [v for v in self.violations if v.check == check]
+
+    def add(self, check: str, detail: str, ids: list[str] | tuple[str, ...] = ()) -> None:
+        self.violations.append(Violation(check, detail, tuple(str(i) for i in ids)))
+
+    def render(self) -> str:
+        lines = ["invariant check"]
+        for check in CHECKS:
+            failed = self.violations_of(check)
+            counts = ", ".join(f"{k} {v}" for k, v in self.checked.get(check, {}).items())
+            status = "FAIL" if failed else "ok"
+            lines.append(f"  {status:4} {check}: {counts}")
+            for violation in failed:
+                lines.append(f"         - {violation.detail}" + _ids_suffix(violation.ids))
+        for note in self.notes:
+            lines.append(f"  note {note}")
+        verdict = "PASSED" if self.ok else f"FAILED ({len(self.violations)} violation(s))"
+        lines.append(f"invariants {verdict}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "violations": [
+                {"check": v.check, "detail": v.detail, "ids": list(v.ids)} for v in self.violations
+            ],
+            "checked": self.checked,
+            "notes": self.notes,
+        }
+
+
+def _ids_suffix(ids: tuple[str, ...]) -> str:
+    if not ids:
+        return ""
+    shown = ", ".join(ids[:MAX_IDS])
+    more = f" (+{len(ids) - MAX_IDS} more)" if len(ids) > MAX_IDS else ""
+    return f": {shown}{more}"
+
+
+def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Report:
+    """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
+    (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
+    are accounted for by count only, from ``sandbox_stats``."""
+    report = Report()
+    if callbacks_sent is None:
+        callbacks_sent = sandbox_stats.get("callbacks_delivered")
+    _check_charges(report, sandbox_stats)
+    _check_events_applied_once(report)
+    _check_transitions(report)
+    _check_ledger(report)
+    _check_callbacks(report, sandbox_stats, callbacks_sent)
+    _check_dead_letters(report)
+    _notes_unfinished(report)
+    return report
+
+
+# --- charged at most once --------------------------------------------------------------------
+
+
+def _check_charges(report: Report, stats: dict) -> None:
+    from payments.models import Payment
+
+    check = "charged_at_most_once"
+    charges = stats.get("charges")
+    if not isinstance(charges, dict):
+        report.add(check, "the processor's stats have no 'charges' map (idempotency key -> count)")
+        return
+    twice = sorted(key for key, count in charges.items() if int(count) > 1)
+    if twice:
+        report.add(
+            check,
+            f"{len(twice)} idempotency key(s) charged more than once "
+            f"(counts {sorted({int(charges[k]) for k in twice})})",
+            twice,
+        )
+    by_payment = stats.get("charges_by_payment") or {}
+    payments_twice = sorted(pid for pid, count in by_payment.items() if int(count) > 1)
+    if payments_twice:
+        report.add(
+            check,
+            f"{len(payments_twice)} payment(s) charged more than once (under different keys)",
+            payments_twice,
+        )
+    keys = {str(k) for k in Payment.objects.values_list("idempotency_key", flat=True)}
+    unknown = sorted(key for key in charges if key not in keys)
+    if unknown:
+        report.add(check, f"{len(unknown)} charged key(s) belong to no payment", unknown)
+    report.checked[check] = {
+        "keys charged": len(charges),
+        "charges": sum(int(c) for c in charges.values()),
+    }
+
+
+# --- each processor event applied at most once -----------------------------------------------
+
+
+def _check_events_applied_once(report: Report) -> None:
+    from payments.models import EventKind, EventOutcome, PaymentEvent, ProcessedEvent
+
+    check = "event_applied_at_most_once"
+    applied = Counter(
+        PaymentEvent.objects.filter(
+            kind=EventKind.PROCESSOR_EVENT, outcome=EventOutcome.APPLIED
+        ).values_list("processor_event_id", flat=True)
+    )
+    twice = sorted(eid for eid, n in applied.items() if n > 1)
+    if twice:
+        report.add(check, f"{len(twice)} processor event id(s) applied more than once", twice)
+    processed = {
+        row["processor_event_id"]: row
+        for row in ProcessedEvent.objects.values("processor_event_id", "payment_id", "outcome")
+    }
+    logged = defaultdict(set)  # processor_event_id -> {(payment_id, outcome)} of applied/stale
+    for eid, payment_id, outcome in PaymentEvent.objects.filter(
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome__in=(EventOutcome.APPLIED, EventOutcome.STALE),
+    ).values_list("processor_event_id", "payment_id", "outcome"):
+        logged[eid].add((payment_id, outcome))
+    no_record = sorted(eid for eid in logged if eid not in processed)
+    if no_record:
+        report.add(
+            check,
+            f"{len(no_record)} event(s) in the log as applied/stale have no dedup record "
+            "(ProcessedEvent): a redelivery would apply them again",
+            no_record,
+        )
+    disagree = sorted(
+        eid
+        for eid, seen in logged.items()
+        if eid in processed
+        and (processed[eid]["payment_id"], processed[eid]["outcome"]) not in seen
+    )
+    if disagree:
+        report.add(
+            check,
+            f"{len(disagree)} dedup record(s) disagree with the event log on payment or outcome",
+            disagree,
+        )
+    unlogged = sorted(eid for eid in processed if eid not in logged)
+    if unlogged:
+        report.add(
+            check,
+            f"{len(unlogged)} dedup record(s) have no applied/stale row in the event log",
+            unlogged,
+        )
+    report.checked[check] = {"events applied": len(applied), "dedup records": len(processed)}
+
+
+# --- transitions valid and in order ----------------------------------------------------------
+
+
+def _check_transitions(report: Report) -> None:
+    from payments.events import EVENT_TARGET_STATE
+    from payments.models import STATE_RANK, EventKind, EventOutcome, Payment, PaymentEvent
+    from payments.services import EVENT_TRANSITIONS, TRANSITIONS
+
+    check = "transitions_valid"
+    allowed = {(str(a), str(b)) for a, b in TRANSITIONS}
+    allowed_by_event = {(str(a), str(b)) for a, b in EVENT_TRANSITIONS}
+    problems: dict[str, list[str]] = defaultdict(list)  # problem -> payment ids
+    states = dict(Payment.objects.values_list("id", "state"))
+    rows = PaymentEvent.objects.order_by("payment_id", "id").values_list(
+        "payment_id", "id", "kind", "outcome", "event_type", "from_state", "to_state"
+    )
+    replayed: dict = {}
+    count = 0
+    for payment_id, row_id, kind, outcome, event_type, from_state, to_state in rows.iterator(
+        chunk_size=5000
+    ):
+        count += 1
+        pid = str(payment_id)
+        first = payment_id not in replayed
+        current = replayed.get(payment_id)
+        if first:
+            if kind != EventKind.CREATED:
+                problems["the log does not start with the creation row"].append(pid)
+            elif to_state != "pending":
+                problems[f"created in state {to_state!r}, not pending"].append(pid)
+            replayed[payment_id] = to_state
+            continue
+        if kind == EventKind.CREATED:
+            problems["a second creation row"].append(pid)
+            continue
+        if outcome == EventOutcome.APPLIED:
+            if from_state != current:
+                problems[
+                    "an applied row starts in another state than the previous one ended "
+                    "(out of order or lost update)"
+                ].append(f"{pid} (row {row_id}: {from_state}->{to_state} after {current})")
+            pair = (from_state, to_state)
+            legal = allowed_by_event if kind == EventKind.PROCESSOR_EVENT else allowed
+            if pair not in legal:
+                problems["a transition the state machine does not allow"].append(
+                    f"{pid} (row {row_id}: {from_state}->{to_state} by {kind} {event_type})"
+                )
+            replayed[payment_id] = to_state
+            continue
+        if from_state != current or to_state != current:
+            problems[f"a {outcome} row written in another state than the payment was in"].append(
+                f"{pid} (row {row_id}: {from_state}->{to_state} while {current})"
+            )
+        if kind == EventKind.PROCESSOR_EVENT and outcome == EventOutcome.STALE:
+            target = EVENT_TARGET_STATE.get(event_type)
+            if target is None or not (
+                target == current or STATE_RANK[target] < STATE_RANK[current]
+            ):
+                problems[
+                    "an event marked stale that was not behind the payment's state (dropped)"
+                ].append(f"{pid} (row {row_id}: {event_type} while {current})")
+    for payment_id, state in states.items():
+        if payment_id not in replayed:
+            problems["a payment with no event log"].append(str(payment_id))
+        elif replayed[payment_id] != state:
+            problems["the log ends in another state than the payment's"].append(
+                f"{payment_id} (log {replayed[payment_id]}, payment {state})"
+            )
+    for problem, ids in problems.items():
+        report.add(check, f"{len(ids)} x {problem}", ids)
+    report.checked[check] = {"payments replayed": len(replayed), "log rows": count}
+
+
+# --- ledger equals confirmed totals ----------------------------------------------------------
+
+
+def _check_ledger(report: Report) -> None:
+    from django.db.models import Count, Sum
+
+    from payments.models import (
+        EventOutcome,
+        LedgerEntry,
+        LedgerEntryKind,
+        Payment,
+        PaymentEvent,
+        PaymentState,
+    )
+
+    check = "ledger_matches_confirmed"
+    payments = {p["id"]: p for p in Payment.objects.values("id", "state", "amount", "merchant_id")}
+    confirmed_in_log = set(
+        PaymentEvent.objects.filter(
+            outcome=EventOutcome.APPLIED, to_state=PaymentState.CONFIRMED
+        ).values_list("payment_id", flat=True)
+    )
+    entries = list(LedgerEntry.objects.values("id", "payment_id", "merchant_id", "kind", "amount"))
+    credits_per_payment = Counter(e["payment_id"] for e in entries if e["kind"] == "credit")
+    unconfirmed, not_in_log, wrong_amount, wrong_merchant = [], [], [], []
+    for entry in entries:
+        payment = payments[entry["payment_id"]]
+        pid = str(entry["payment_id"])
+        if entry["kind"] != LedgerEntryKind.CREDIT:
+            continue
+        if payment["state"] != PaymentState.CONFIRMED:
+            unconfirmed.append(f"{pid} ({payment['state']})")
+        elif entry["payment_id"] not in confirmed_in_log:
+            not_in_log.append(pid)
+        if entry["amount"] != payment["amount"]:
+            wrong_amount.append(f"{pid} (credit {entry['amount']}, payment {payment['amount']})")
+        if entry["merchant_id"] != payment["merchant_id"]:
+            wrong_merchant.append(
+                f"{pid} (credit to {entry['merchant_id']}, payment of {payment['merchant_id']})"
+            )
+    if unconfirmed:
+        report.add(
+            check, f"{len(unconfirmed)} credit(s) for payments that are not confirmed", unconfirmed
+        )
+    if not_in_log:
+        report.add(
+            check,
+            f"{len(not_in_log)} credit(s) with no confirmation in the payment's event log",
+            not_in_log,
+        )
+    if wrong_amount:
+        report.add(check, f"{len(wrong_amount)} credit(s) for another amount", wrong_amount)
+    if wrong_merchant:
+        report.add(check, f"{len(wrong_merchant)} credit(s) to another merchant", wrong_merchant)
+    confirmed = [pid for pid, p in payments.items() if p["state"] == PaymentState.CONFIRMED]
+    missing = sorted(str(pid) for pid in confirmed if credits_per_payment[pid] == 0)
+    if missing:
+        report.add(check, f"{len(missing)} confirmed payment(s) without a credit", missing)
+    several = sorted(str(pid) for pid, n in credits_per_payment.items() if n > 1)
+    if several:
+        report.add(check, f"{len(several)} payment(s) credited more than once", several)
+
+    ledger = {
+        row["merchant_id"]: row["total"]
+        for row in LedgerEntry.objects.filter(kind=LedgerEntryKind.CREDIT)
+        .values("merchant_id")
+        .annotate(total=Sum("amount"))
+    }
+    expected = {
+        row["merchant_id"]: row["total"]
+        for row in Payment.objects.filter(state=PaymentState.CONFIRMED)
+        .values("merchant_id")
+        .annotate(total=Sum("amount"), n=Count("id"))
+    }
+    off = sorted(
+        f"{m} (ledger {ledger.get(m, Decimal('0'))}, confirmed {expected.get(m, Decimal('0'))})"
+        for m in set(ledger) | set(expected)
+        if ledger.get(m, Decimal("0")) != expected.get(m, Decimal("0"))
+    )
+    if off:
+        report.add(
+            check, f"{len(off)} merchant(s) whose ledger differs from their confirmed total", off
+        )
+    report.checked[check] = {
+        "merchants": len(set(ledger) | set(expected)),
+        "credits": len(entries),
+        "confirmed": len(confirmed),
+        "credited total": str(sum(ledger.values(), Decimal("0"))),
+    }
+
+
+# --- every delivered callback accounted for --------------------------------------------------
+
+
+def _event_id(item: Any) -> str:
+    if isinstance(item, dict):
+        body = item.get("body", item)
+        return str(body.get("processor_event_id", ""))
+    return str(item)
+
+
+def _callback_traces() -> dict[str, str]:
+    """processor_event_id -> where it ended, best outcome first."""
+    from callbacks.models import ParkedMessage, ProcessingError, QueueMessage
+    from payments.models import EventKind, PaymentEvent
+    from triage.models import DeadLetter
+
+    rank = TRACE_RANK
+    traces: dict[str, str] = {}
+
+    def note(eid: str, where: str) -> None:
+        if eid and (eid not in traces or rank.index(where) < rank.index(traces[eid])):
+            traces[eid] = where
+
+    for eid, outcome in PaymentEvent.objects.filter(kind=EventKind.PROCESSOR_EVENT).values_list(
+        "processor_event_id", "outcome"
+    ):
+        note(eid, outcome if outcome in rank else "applied")
+    for body in ParkedMessage.objects.values_list("body", flat=True):
+        if isinstance(body, dict):
+            note(str(body.get("processor_event_id", "")), "parked")
+    for eid in DeadLetter.objects.exclude(processor_event_id="").values_list(
+        "processor_event_id", flat=True
+    ):
+        note(eid, "dead letter")
+    failed_messages = set(ProcessingError.objects.values_list("message_id", flat=True))
+    for body in QueueMessage.objects.filter(message_id__in=failed_messages).values_list(
+        "body", flat=True
+    ):
+        if isinstance(body, dict):
+            note(str(body.get("processor_event_id", "")), "processing error")
+    return traces
+
+
+def _check_callbacks(report: Report, stats: dict, callbacks_sent: list | None) -> None:
+    check = "callbacks_accounted"
+    traces = _callback_traces()
+    if callbacks_sent is None:
+        _check_callbacks_by_count(report, stats, traces)
+        return
+    sent = {_event_id(item) for item in callbacks_sent}
+    sent.discard("")
+    missing = sorted(eid for eid in sent if eid not in traces)
+    if missing:
+        report.add(
+            check,
+            f"{len(missing)} delivered callback(s) left no trace (not applied, stale, duplicate, "
+            "parked or in triage): lost",
+            missing,
+        )
+    where = Counter(traces[eid] for eid in sent if eid in traces)
+    report.checked[check] = {
+        "delivered": len(callbacks_sent),
+        "distinct events": len(sent),
+        **{k: where[k] for k in TRACE_RANK},
+        "missing": len(missing),
+    }
+
+
+def _check_callbacks_by_count(report: Report, stats: dict, traces: dict[str, str]) -> None:
+    """Without the list of delivered event ids: each accepted debit sends two events (submitted,
+    then settled or returned); those the processor gave up on may never have reached us. So at
+    least 2 x debits - given up distinct events must have left a trace."""
+    check = "callbacks_accounted"
+    debits = int(stats.get("debits", len(stats.get("charges") or {})))
+    given_up = int(stats.get("callbacks_given_up", 0))
+    pending = int(stats.get("callbacks_pending", 0))
+    floor = 2 * debits - given_up - pending
+    if len(traces) < floor:
+        report.add(
+            check,
+            f"only {len(traces)} distinct processor events left a trace, but the processor "
+            f"delivered at least {floor} (2 x {debits} debits - {given_up} given up - {pending} "
+            "pending): at least "
+            f"{floor - len(traces)} lost (by count; the processor's stats list no event ids)",
+        )
+    report.checked[check] = {
+        "by count only": "yes",
+        "events traced": len(traces),
+        "expected at least": floor,
+        "deliveries": int(stats.get("callbacks_sent", 0)),
+    }
+
+
+# --- every dead letter with its error history ------------------------------------------------
+
+
+def _check_dead_letters(report: Report) -> None:
+    from callbacks.models import ProcessingError
+    from callbacks.services import DEAD_LETTER_KEY
+    from triage.models import DeadLetter
+
+    check = "dead_letters_have_history"
+    letters = list(
+        DeadLetter.objects.values(
+            "id", "original_message_id", "body", "last_error_class", "last_error_message"
+        )
+    )
+    errors = Counter(
+        ProcessingError.objects.filter(
+            message_id__in=[d["original_message_id"] for d in letters]
+        ).values_list("message_id", flat=True)
+    )
+    bare = []
+    with_rows = 0
+    for letter in letters:
+        envelope = (
+            (letter["body"] or {}).get(DEAD_LETTER_KEY)
+            if isinstance(letter["body"], dict)
+            else None
+        )
+        has_envelope = isinstance(envelope, dict) and bool(
+            envelope.get("error") or envelope.get("error_class")
+        )
+        if errors[letter["original_message_id"]]:
+            with_rows += 1
+        elif not (has_envelope or letter["last_error_class"] or letter["last_error_message"]):
+            bare.append(f"{letter['id']} (message {letter['original_message_id']})")
+    if bare:
+        report.add(
+            check,
+            f"{len(bare)} dead letter(s) without any error history (no ProcessingError rows, no "
+            "error in the envelope)",
+            bare,
+        )
+    report.checked[check] = {"dead letters": len(letters), "with error rows": with_rows}
+
+
+# --- notes: what is still moving or stuck ----------------------------------------------------
+
+
+def _notes_unfinished(report: Report) -> None:
+    from callbacks.models import UNFINISHED_STATUSES, PaymentHold, ProcessingError, QueueMessage
+    from payments.models import FINAL_STATES, OutboxMessage, Payment
+    from triage.models import DeadLetter
+
+    unfinished = QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).count()
+    if unfinished:
+        report.notes.append(f"{unfinished} queue message(s) still in progress or retrying")
+    outbox = OutboxMessage.objects.filter(published_at__isnull=True).count()
+    if outbox:
+        report.notes.append(f"{outbox} outbox message(s) not yet published")
+    in_triage = {str(p) for p in DeadLetter.objects.values_list("payment_id", flat=True) if p}
+    in_triage |= set(
+        PaymentHold.objects.filter(released_at__isnull=True).values_list("payment_id", flat=True)
+    )
+    in_triage |= set(ProcessingError.objects.values_list("payment_id", flat=True))
+    open_states = Counter()
+    unattended = []
+    for pid, state in Payment.objects.exclude(state__in=FINAL_STATES).values_list("id", "state"):
+        open_states[state] += 1
+        if str(pid) not in in_triage:
+            unattended.append(str(pid))
+    if open_states:
+        report.notes.append(
+            "payments not final: "
+            + ", ".join(f"{state} {n}" for state, n in sorted(open_states.items()))
+            + f"; {len(unattended)} of them with no hold, dead letter or error"
+            + _ids_suffix(tuple(unattended))
+        )
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def _load_json(source: str) -> Any:
+    if source.startswith(("http://", "https://")):
+        import requests
+
+        response = requests.get(source, timeout=10)
+        response.raise_for_status()
+        return response.json()
+    return json.loads(Path(source).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.invariants",
+        description="Check the pipeline's invariants against the database (DATABASE_URL) and "
+        "the processor's record; exit 1 on any violation.",
+    )
+    parser.add_argument(
+        "--sandbox-stats",
+        required=True,
+        help="the sandbox's stats: its URL (http://127.0.0.1:PORT/_sandbox/stats) or a JSON file",
+    )
+    parser.add_argument(
+        "--callbacks-sent",
+        help="JSON file listing the callbacks the processor delivered (bodies or event ids); "
+        "without it they are accounted for by count",
+    )
+    parser.add_argument("--json", help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+    import django
+
+    django.setup()
+    try:
+        stats = _load_json(args.sandbox_stats)
+        sent = _load_json(args.callbacks_sent) if args.callbacks_sent else None
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot read the processor's record: {exc}")
+    report = check_invariants(sandbox_stats=stats, callbacks_sent=sent)
+    print(report.render())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.as_dict(), indent=2, default=str))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

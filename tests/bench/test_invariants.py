@@ -1,0 +1,403 @@
+"""The invariant checker passes a clean history and names each kind of corruption."""
+
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from bench.invariants import check_invariants, main
+from callbacks.models import (
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
+from payments.models import (
+    EventKind,
+    EventOutcome,
+    LedgerEntry,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+)
+from payments.services import payment_apply_event, payment_create
+from tests.factories import processor_event
+from triage.models import DeadLetter, DeadLetterSource
+
+pytestmark = pytest.mark.django_db
+
+
+def _payment(merchant: str = "m-1", amount: str = "10.00") -> Payment:
+    return payment_create(merchant_id=merchant, amount=Decimal(amount), source_token="tok_abcdef12")
+
+
+def _deliver(history: dict, payment: Payment, event_type: str, **overrides) -> str:
+    """Apply one processor event, as the worker would, and record it as delivered."""
+    event = processor_event(payment, event_type, **overrides)
+    payment_apply_event(event=event, caused_by="test")
+    history["sent"].append(
+        {
+            "payment_id": str(payment.id),
+            "event_type": event_type,
+            "processor_event_id": event.processor_event_id,
+        }
+    )
+    return event.processor_event_id
+
+
+def _queue_message(payment: Payment, event_id: str, status: str) -> QueueMessage:
+    now = timezone.now()
+    return QueueMessage.objects.create(
+        message_id=f"msg-{uuid.uuid4()}",
+        kind="processor_event",
+        group_id=str(payment.id),
+        payment_id=str(payment.id),
+        deduplication_id=event_id,
+        body={"kind": "processor_event", "processor_event_id": event_id},
+        first_started_at=now,
+        last_started_at=now,
+        attempts=1,
+        status=status,
+    )
+
+
+@pytest.fixture
+def history():
+    """A clean run: confirmed, returned, duplicated, stale, parked and dead-lettered events."""
+    history: dict = {"sent": [], "payments": {}}
+    confirmed = _payment("m-1", "10.00")
+    _deliver(history, confirmed, "submitted")
+    settled = _deliver(history, confirmed, "settled")
+    # The processor delivered "settled" twice: the second is dropped as a duplicate.
+    payment_apply_event(
+        event=processor_event(confirmed, "settled", processor_event_id=settled), caused_by="test"
+    )
+    history["sent"].append({"processor_event_id": settled})
+    # A late "submitted" with a new id for a confirmed payment: stale.
+    _deliver(history, confirmed, "submitted")
+
+    returned = _payment("m-1", "7.25")
+    _deliver(history, returned, "submitted")
+    _deliver(history, returned, "returned", reason_code="R01")
+
+    second_merchant = _payment("m-2", "3.10")
+    _deliver(history, second_merchant, "submitted")
+    _deliver(history, second_merchant, "settled")
+
+    # A "settled" for a pending payment cannot apply: it failed, was dead-lettered, its
+    # payment put on hold, and a later event of the same payment was parked behind the hold.
+    held = _payment("m-3", "5.00")
+    early = processor_event(held, "settled")
+    failed = _queue_message(held, early.processor_event_id, QueueMessageStatus.DEAD_LETTERED)
+    ProcessingError.objects.create(
+        queue_message=failed,
+        payment_id=str(held.id),
+        message_id=failed.message_id,
+        attempt_number=1,
+        error_class="payments.exceptions.InvalidTransition",
+        message="settled event cannot move payment from pending to confirmed",
+        retryable=True,
+        delay_seconds=1.0,
+    )
+    DeadLetter.objects.create(
+        original_message_id=failed.message_id,
+        dlq_message_id=f"dlq-{uuid.uuid4()}",
+        payment_id=held.id,
+        kind="processor_event",
+        group_id=str(held.id),
+        processor_event_id=early.processor_event_id,
+        body={"kind": "processor_event", "processor_event_id": early.processor_event_id},
+        source=DeadLetterSource.WORKER,
+        attempts=6,
+        last_error_class="payments.exceptions.InvalidTransition",
+    )
+    history["sent"].append({"processor_event_id": early.processor_event_id})
+    hold = PaymentHold.objects.create(
+        payment_id=str(held.id), reason="dead-lettered", caused_by=failed
+    )
+    later = f"evt_{uuid.uuid4().hex}"
+    ParkedMessage.objects.create(
+        hold=hold,
+        payment_id=str(held.id),
+        message_id=f"msg-{uuid.uuid4()}",
+        kind="processor_event",
+        body={"kind": "processor_event", "processor_event_id": later},
+    )
+    history["sent"].append({"processor_event_id": later})
+
+    payments = [confirmed, returned, second_merchant, held]
+    history["stats"] = {
+        "charges": {str(p.idempotency_key): 1 for p in payments},
+        "charges_by_payment": {str(p.id): 1 for p in payments},
+        "debits": len(payments),
+        "callbacks_sent": len(history["sent"]),
+    }
+    history["payments"] = {
+        "confirmed": confirmed,
+        "returned": returned,
+        "second_merchant": second_merchant,
+        "held": held,
+    }
+    return history
+
+
+def _check(history: dict):
+    return check_invariants(sandbox_stats=history["stats"], callbacks_sent=history["sent"])
+
+
+def _failed_checks(report) -> set[str]:
+    return {v.check for v in report.violations}
+
+
+def test_a_clean_history_passes_every_check(history):
+    report = _check(history)
+
+    assert report.ok, report.render()
+    assert report.checked["callbacks_accounted"]["missing"] == 0
+    assert report.checked["callbacks_accounted"]["duplicate"] == 0  # its first copy applied
+    assert report.checked["callbacks_accounted"]["stale"] == 1
+    assert report.checked["callbacks_accounted"]["parked"] == 1
+    assert report.checked["callbacks_accounted"]["dead letter"] == 1
+    assert report.checked["ledger_matches_confirmed"]["credits"] == 2
+    assert "invariants PASSED" in report.render()
+
+
+def test_a_second_applied_row_for_one_event_id_fails(history):
+    payment = history["payments"]["returned"]
+    first = PaymentEvent.objects.get(payment=payment, event_type="returned")
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.APPLIED,
+        event_type="returned",
+        processor_event_id=first.processor_event_id,
+        from_state=PaymentState.FAILED,
+        to_state=PaymentState.FAILED,
+    )
+
+    report = _check(history)
+
+    assert not report.ok
+    [violation] = report.violations_of("event_applied_at_most_once")
+    assert first.processor_event_id in violation.ids
+    assert "applied more than once" in violation.detail
+
+
+def test_a_ledger_credit_without_confirmation_fails(history):
+    payment = history["payments"]["held"]  # still pending
+    LedgerEntry.objects.create(
+        payment=payment,
+        merchant_id=payment.merchant_id,
+        kind="credit",
+        amount=payment.amount,
+        currency="USD",
+    )
+
+    report = _check(history)
+
+    details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
+    assert any("not confirmed" in d for d in details), details
+    assert any("differs from their confirmed total" in d for d in details), details
+    assert _failed_checks(report) == {"ledger_matches_confirmed"}
+
+
+def test_a_credit_for_a_payment_confirmed_outside_the_log_fails(history):
+    payment = history["payments"]["held"]
+    Payment.objects.filter(pk=payment.pk).update(state=PaymentState.CONFIRMED)
+    LedgerEntry.objects.create(
+        payment=payment, merchant_id=payment.merchant_id, kind="credit", amount=payment.amount
+    )
+
+    report = _check(history)
+
+    details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
+    assert any("no confirmation in the payment's event log" in d for d in details), details
+    assert report.violations_of("transitions_valid")  # the log ends in pending
+
+
+def test_a_pending_to_confirmed_transition_in_the_log_fails(history):
+    payment = _payment("m-4", "1.00")
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.APPLIED,
+        event_type="settled",
+        processor_event_id="evt_skipped_submission",
+        from_state=PaymentState.PENDING,
+        to_state=PaymentState.CONFIRMED,
+    )
+    Payment.objects.filter(pk=payment.pk).update(state=PaymentState.CONFIRMED)
+    history["stats"]["charges"][str(payment.idempotency_key)] = 1
+
+    report = _check(history)
+
+    [violation] = [
+        v for v in report.violations_of("transitions_valid") if "does not allow" in v.detail
+    ]
+    assert str(payment.id) in violation.ids[0]
+    assert "pending->confirmed" in violation.ids[0]
+
+
+def test_an_applied_row_out_of_order_fails(history):
+    payment = history["payments"]["returned"]
+    # A second "settled" applied from submitted after the payment had already failed.
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.APPLIED,
+        event_type="settled",
+        processor_event_id="evt_late_settled",
+        from_state=PaymentState.SUBMITTED,
+        to_state=PaymentState.CONFIRMED,
+    )
+
+    report = _check(history)
+
+    details = [v.detail for v in report.violations_of("transitions_valid")]
+    assert any("starts in another state" in d for d in details), details
+    assert any("ends in another state" in d for d in details), details
+
+
+def test_an_event_wrongly_marked_stale_fails(history):
+    payment = _payment("m-5", "2.00")
+    _deliver(history, payment, "submitted")
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.STALE,
+        event_type="settled",
+        processor_event_id="evt_dropped_settled",
+        from_state=PaymentState.SUBMITTED,
+        to_state=PaymentState.SUBMITTED,
+    )
+    history["stats"]["charges"][str(payment.idempotency_key)] = 1
+
+    report = _check(history)
+
+    details = [v.detail for v in report.violations_of("transitions_valid")]
+    assert any("marked stale that was not behind" in d for d in details), details
+
+
+def test_a_key_charged_twice_fails(history):
+    key = str(history["payments"]["confirmed"].idempotency_key)
+    history["stats"]["charges"][key] = 2
+
+    report = _check(history)
+
+    [violation] = report.violations_of("charged_at_most_once")
+    assert violation.ids == (key,)
+    assert _failed_checks(report) == {"charged_at_most_once"}
+
+
+def test_a_charge_for_an_unknown_key_fails(history):
+    stranger = str(uuid.uuid4())
+    history["stats"]["charges"][stranger] = 1
+
+    report = _check(history)
+
+    [violation] = report.violations_of("charged_at_most_once")
+    assert "belong to no payment" in violation.detail
+    assert violation.ids == (stranger,)
+
+
+def test_a_delivered_callback_with_no_trace_fails(history):
+    history["sent"].append({"processor_event_id": "evt_vanished"})
+
+    report = _check(history)
+
+    [violation] = report.violations_of("callbacks_accounted")
+    assert violation.ids == ("evt_vanished",)
+    assert "lost" in violation.detail
+    assert report.checked["callbacks_accounted"]["missing"] == 1
+
+
+def test_callbacks_are_accounted_by_count_when_no_list_is_given(history):
+    clean = check_invariants(sandbox_stats=history["stats"], callbacks_sent=None)
+    assert clean.ok, clean.render()
+
+    history["stats"]["debits"] = 10  # 20 events promised, far fewer traced
+
+    report = check_invariants(sandbox_stats=history["stats"], callbacks_sent=None)
+
+    [violation] = report.violations_of("callbacks_accounted")
+    assert "lost" in violation.detail
+
+
+def test_the_stats_list_of_delivered_callbacks_is_used_when_present(history):
+    history["stats"]["callbacks_delivered"] = [*history["sent"], {"processor_event_id": "evt_x"}]
+
+    report = check_invariants(sandbox_stats=history["stats"], callbacks_sent=None)
+
+    assert report.violations_of("callbacks_accounted")[0].ids == ("evt_x",)
+
+
+def test_a_dead_letter_without_error_history_fails(history):
+    held = history["payments"]["held"]
+    message_id = f"msg-{uuid.uuid4()}"
+    DeadLetter.objects.create(
+        original_message_id=message_id,
+        dlq_message_id="dlq-1",
+        payment_id=held.id,
+        kind="processor_event",
+        group_id=str(held.id),
+        body={"kind": "processor_event"},
+        source=DeadLetterSource.REDRIVE_POLICY,
+    )
+
+    report = _check(history)
+
+    [violation] = report.violations_of("dead_letters_have_history")
+    assert message_id in violation.ids[0]
+
+
+def test_a_dead_letter_with_the_envelope_error_only_passes(history):
+    held = history["payments"]["held"]
+    DeadLetter.objects.create(
+        original_message_id=f"msg-{uuid.uuid4()}",
+        dlq_message_id="dlq-2",
+        payment_id=held.id,
+        kind="processor_event",
+        group_id=str(held.id),
+        body={"kind": "processor_event", "dead_letter": {"error_class": "X", "error": "boom"}},
+        source=DeadLetterSource.WORKER,
+    )
+
+    assert _check(history).ok
+
+
+def test_a_missing_stats_charges_map_is_a_violation_not_a_pass(history):
+    report = check_invariants(sandbox_stats={}, callbacks_sent=history["sent"])
+
+    [violation] = report.violations_of("charged_at_most_once")
+    assert "no 'charges' map" in violation.detail
+
+
+def test_the_command_exits_non_zero_and_prints_the_violation(history, tmp_path, capsys):
+    history["stats"]["charges"][str(history["payments"]["returned"].idempotency_key)] = 3
+    stats = tmp_path / "stats.json"
+    sent = tmp_path / "sent.json"
+    import json
+
+    stats.write_text(json.dumps(history["stats"]))
+    sent.write_text(json.dumps(history["sent"]))
+
+    code = main(["--sandbox-stats", str(stats), "--callbacks-sent", str(sent)])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL charged_at_most_once" in out
+    assert "invariants FAILED" in out
+
+
+def test_the_command_exits_zero_on_a_clean_history(history, tmp_path, capsys):
+    import json
+
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps(history["stats"]))
+    sent = tmp_path / "sent.json"
+    sent.write_text(json.dumps(history["sent"]))
+
+    assert main(["--sandbox-stats", str(stats), "--callbacks-sent", str(sent)]) == 0
+    assert "invariants PASSED" in capsys.readouterr().out

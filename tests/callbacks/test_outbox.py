@@ -330,3 +330,29 @@ def test_run_outbox_relay_publishes_until_sigterm_then_exits_0(sqs_queues, setti
     assert process.returncode == 0, err
     assert "published 3 outbox rows" in out
     assert len(drain(sqs_queues)) == 3
+
+
+@pytest.mark.django_db
+def test_outage_in_the_middle_of_a_round_keeps_what_was_sent(sqs_queues, monkeypatch):
+    rows = add_rows([f"group-{n}" for n in range(25)])
+    real = sqs.send_messages_now
+    calls = []
+
+    def second_batch_fails(messages, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise sqs.QueueUnavailable("connection reset by peer")
+        return real(messages, **kwargs)
+
+    monkeypatch.setattr(sqs, "send_messages_now", second_batch_fails)
+    assert outbox_relay_publish() == 10
+
+    state = {
+        r.id: (r.published_at is not None, r.publish_attempts, r.last_error)
+        for r in OutboxMessage.objects.all()
+    }
+    assert [state[r.id][0] for r in rows] == [True] * 10 + [False] * 15
+    assert [state[r.id][1] for r in rows] == [0] * 10 + [1] * 10 + [0] * 5
+    assert state[rows[10].id][2] == "connection reset by peer"
+    assert outbox_relay_publish() == 15
+    assert len(drain(sqs_queues)) == 25

@@ -27,7 +27,8 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -309,18 +310,32 @@ class Worker:
         logger.info("signal %s: finishing the current message, then stopping", signum)
         self._stopping.set()
 
-    def run(self) -> WorkerStats:
+    @contextmanager
+    def running(self) -> Iterator[Worker]:
+        """Signal handlers (in the main thread), the queue URL and the heartbeat, for ``run()``
+        or for a caller driving ``process_batch`` itself; all undone on exit."""
         previous = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous[signum] = signal.signal(signum, self._on_signal)
-        self._queue_url = sqs.main_queue_url()
-        self.heartbeat = VisibilityHeartbeat(
-            queue_url=self._queue_url, visibility_timeout=self.visibility_timeout
-        )
-        self.heartbeat.start()
-        failures = 0
         try:
+            self._queue_url = sqs.main_queue_url()
+            self.heartbeat = VisibilityHeartbeat(
+                queue_url=self._queue_url, visibility_timeout=self.visibility_timeout
+            )
+            self.heartbeat.start()
+            try:
+                yield self
+            finally:
+                self.heartbeat.stop()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            close_old_connections()
+
+    def run(self) -> WorkerStats:
+        failures = 0
+        with self.running():
             while not self.stopping and not self._limit_reached():
                 close_old_connections()
                 relayed = self._relay()
@@ -337,13 +352,12 @@ class Worker:
                 failures = 0
                 if messages:
                     self.process_batch(messages)
-                elif self.until_empty and not relayed and time.monotonic() >= self._retry_due:
-                    break
-        finally:
-            self.heartbeat.stop()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            close_old_connections()
+                elif self.until_empty and not relayed:
+                    remaining = self._retry_due - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    # A retry this worker scheduled is not due yet: wait for it, gently.
+                    self._stopping.wait(min(remaining, 0.2) if self.wait_time == 0 else 0)
         return self.stats
 
     def _limit_reached(self) -> bool:
@@ -387,7 +401,7 @@ class Worker:
         Finished messages are deleted in batches after their commits.
         """
         if self.heartbeat is None:
-            raise RuntimeError("process_batch runs inside Worker.run()")
+            raise RuntimeError("process_batch runs inside Worker.running() or Worker.run()")
         self.heartbeat.track(messages)
         pending = {m.message_id: m for m in messages}
         finished: list[ReceivedMessage] = []
@@ -457,11 +471,12 @@ class Worker:
                     self.stats.deleted += 1
 
     def hide(self, message: ReceivedMessage, seconds: float) -> None:
+        visibility = int(math.ceil(seconds))  # SQS takes whole seconds
         try:
             sqs.sqs_client().change_message_visibility(
                 QueueUrl=self._queue_url,
                 ReceiptHandle=message.receipt_handle,
-                VisibilityTimeout=int(math.ceil(seconds)),
+                VisibilityTimeout=visibility,
             )
         except (BotoCoreError, ClientError) as exc:
             logger.warning(
@@ -470,7 +485,7 @@ class Worker:
                 message.message_id,
                 exc,
             )
-        self._retry_due = max(self._retry_due, time.monotonic() + seconds)
+        self._retry_due = max(self._retry_due, time.monotonic() + visibility)
 
     # --- one message -----------------------------------------------------------------------
 

@@ -1,15 +1,34 @@
-"""run_sqs_worker against PostgreSQL and the local SQS server (fauxqs) over HTTP."""
+"""run_sqs_worker against PostgreSQL and the local SQS server (fauxqs) over HTTP, in-process."""
 
+import json
+import logging
+import uuid
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
-from callbacks.models import QueueMessage
-from payments.models import LedgerEntry, PaymentEvent, PaymentState
-from tests.callbacks.worker_support import drain, send_event
+from callbacks.models import (
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
+from callbacks.services import ReceivedMessage
+from callbacks.worker import Worker
+from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
+from tests.callbacks.worker_support import drain, send_body, send_event
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def fast_retries(settings):
+    """Retries at once (cap 0), so six attempts take a fraction of a second."""
+    settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
 
 def run_worker(**options):
@@ -20,7 +39,15 @@ def run_worker(**options):
     call_command("run_sqs_worker", **options)
 
 
-def test_processor_event_is_applied_and_deleted(sqs_queues):
+def applied_events(payment):
+    return list(
+        PaymentEvent.objects.filter(payment=payment, kind="processor_event", outcome="applied")
+        .order_by("id")
+        .values_list("event_type", flat=True)
+    )
+
+
+def test_processor_event_is_applied_marked_done_and_deleted(sqs_queues):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     message_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
 
@@ -31,7 +58,309 @@ def test_processor_event_is_applied_and_deleted(sqs_queues):
     assert LedgerEntry.objects.filter(payment=payment).count() == 1
     record = QueueMessage.objects.get(message_id=message_id)
     assert (record.status, record.outcome, record.attempts) == ("done", "applied", 1)
+    assert record.group_id == str(payment.id) and record.sequence_number.isdigit()
+    assert record.enqueued_at is not None and record.finished_at is not None
     assert drain(sqs_queues.client, sqs_queues.url) == []
-    assert PaymentEvent.objects.get(payment=payment, outcome="applied").caused_by == (
-        f"sqs:{message_id}"
+    caused_by = PaymentEvent.objects.get(payment=payment, outcome="applied").caused_by
+    assert caused_by == f"sqs:{message_id}"
+
+
+def test_same_event_sent_twenty_times_moves_the_payment_once(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    event_id = f"evt_{uuid.uuid4().hex}"
+    for i in range(20):  # new deduplication ids: SQS lets every copy through
+        send_event(
+            sqs_queues.client,
+            sqs_queues.url,
+            payment,
+            "settled",
+            processor_event_id=event_id,
+            dedup_id=f"{event_id}-{i}",
+        )
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert applied_events(payment) == ["settled"]
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    outcomes = list(QueueMessage.objects.values_list("outcome", flat=True))
+    assert sorted(outcomes) == ["applied"] + ["duplicate"] * 19
+    assert ProcessedEvent.objects.filter(processor_event_id=event_id).count() == 1
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+def test_duplicate_after_the_first_was_deleted_is_dropped_by_the_app_record(sqs_queues, caplog):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    event_id = f"evt_{uuid.uuid4().hex}"
+    send_event(sqs_queues.client, sqs_queues.url, payment, "settled", processor_event_id=event_id)
+    run_worker()
+    assert drain(sqs_queues.client, sqs_queues.url) == []  # processed and deleted
+
+    # Beyond SQS's 5-minute window the queue would take the same id again: a new dedup id.
+    late_id, _ = send_event(
+        sqs_queues.client,
+        sqs_queues.url,
+        payment,
+        "settled",
+        processor_event_id=event_id,
+        dedup_id=f"{event_id}-late",
     )
+    with caplog.at_level(logging.INFO, logger="callbacks.worker"):
+        run_worker()
+
+    assert applied_events(payment) == ["settled"]
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    assert QueueMessage.objects.get(message_id=late_id).outcome == "duplicate"
+    line = next(r for r in caplog.records if getattr(r, "message_id", None) == late_id)
+    assert (line.outcome, line.kind, line.payment_id) == (
+        "duplicate",
+        "processor_event",
+        str(payment.id),
+    )
+    assert line.attempt == 1 and line.duration_ms >= 0
+
+
+def test_redelivery_of_a_message_already_done_is_only_deleted(sqs_queues):
+    """A crash between the commit and the SQS delete: the message returns, our record says done."""
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    message_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    now = "2026-11-02T12:00:00+00:00"
+    QueueMessage.objects.create(
+        message_id=message_id,
+        kind="processor_event",
+        group_id=str(payment.id),
+        payment_id=str(payment.id),
+        body=body,
+        first_started_at=now,
+        last_started_at=now,
+        attempts=1,
+        status=QueueMessageStatus.DONE,
+        outcome="applied",
+    )
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED  # the work is not done a second time
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == ("done", 1)
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+def test_settled_before_submitted_is_retried_six_times_then_dead_lettered_and_held(
+    sqs_queues, fast_retries
+):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    message_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+
+    run_worker()
+
+    errors = list(ProcessingError.objects.filter(message_id=message_id).order_by("id"))
+    assert [e.attempt_number for e in errors] == [1, 2, 3, 4, 5, 6]
+    assert {e.error_class for e in errors} == {"payments.exceptions.InvalidTransition"}
+    assert all(e.retryable for e in errors)
+    assert [e.delay_seconds is not None for e in errors] == [True] * 5 + [False]
+    assert "Traceback" in errors[0].traceback and "pending" in errors[0].message
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == ("dead_lettered", 6)
+    assert drain(sqs_queues.client, sqs_queues.url) == []  # the original is gone
+
+    [copy] = drain(sqs_queues.client, sqs_queues.dlq_url)
+    assert copy["Attributes"]["MessageGroupId"] == str(payment.id)
+    assert copy["Attributes"]["MessageDeduplicationId"] == message_id
+    copy_body = json.loads(copy["Body"])
+    assert {k: v for k, v in copy_body.items() if k != "dead_letter"} == body
+    assert copy_body["dead_letter"]["original_message_id"] == message_id
+    assert copy_body["dead_letter"]["attempts"] == 6
+    assert copy_body["dead_letter"]["error_class"] == "payments.exceptions.InvalidTransition"
+    assert {"error", "first_started_at", "dead_lettered_at"} <= set(copy_body["dead_letter"])
+
+    hold = PaymentHold.objects.get(payment_id=str(payment.id))
+    assert hold.is_active and hold.caused_by == record
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+
+    # A later message for the held payment is parked, not applied.
+    later_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
+    run_worker()
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    parked = ParkedMessage.objects.get(message_id=later_id)
+    assert parked.hold == hold and parked.body["event_type"] == "submitted"
+    assert QueueMessage.objects.get(message_id=later_id).status == "parked"
+    assert not ProcessingError.objects.filter(message_id=later_id).exists()
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+def test_failures_are_hidden_for_the_backoff_between_attempts(sqs_queues, settings):
+    settings.WORKER_BACKOFF_BASE_SECONDS = 1
+    settings.WORKER_BACKOFF_CAP_SECONDS = 1
+    settings.WORKER_MAX_ATTEMPTS = 3
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    message_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+
+    run_worker()
+
+    errors = list(ProcessingError.objects.filter(message_id=message_id).order_by("id"))
+    assert [e.attempt_number for e in errors] == [1, 2, 3]
+    # Each retry waited at least the backoff chosen for the failure before it.
+    for before, after in zip(errors, errors[1:], strict=False):
+        assert 0 <= before.delay_seconds <= 1
+        assert (after.created_at - before.created_at).total_seconds() >= before.delay_seconds
+    assert QueueMessage.objects.get(message_id=message_id).status == "dead_lettered"
+
+
+def test_group_mate_behind_a_failing_message_is_released_untouched(sqs_queues, fast_retries):
+    """AWS may return several messages of one group in one receive (fauxqs returns one): the
+    batch is built as AWS would return it, the second message behind the first."""
+    payment_id = uuid.uuid4()  # not created yet: the first event fails with PaymentNotFound
+    stand_in = PaymentFactory.build(id=payment_id)
+    first_id, _ = send_event(sqs_queues.client, sqs_queues.url, stand_in, "submitted")
+    second_id, second_body = send_event(sqs_queues.client, sqs_queues.url, stand_in, "settled")
+    [first] = drain(sqs_queues.client, sqs_queues.url)
+    assert first["MessageId"] == first_id
+    second = {
+        "MessageId": second_id,
+        "ReceiptHandle": "behind-the-first-in-the-same-batch",
+        "Body": json.dumps(second_body),
+        "Attributes": {
+            "MessageGroupId": str(payment_id),
+            "SequenceNumber": str(int(first["Attributes"]["SequenceNumber"]) + 1),
+            "SentTimestamp": first["Attributes"]["SentTimestamp"],
+            "ApproximateReceiveCount": "1",
+        },
+    }
+
+    worker = Worker(wait_time=0, relay=False)
+    with worker.running():
+        worker.process_batch([ReceivedMessage.from_sqs(m) for m in (second, first)])
+
+    assert worker.stats.outcomes == {"retried": 1}
+    assert QueueMessage.objects.get(message_id=first_id).attempts == 1
+    assert not QueueMessage.objects.filter(message_id=second_id).exists()  # never started
+    assert not ProcessingError.objects.filter(message_id=second_id).exists()
+
+    PaymentFactory(id=payment_id, state=PaymentState.PENDING, amount=stand_in.amount)
+    run_worker()
+
+    payment = stand_in.__class__.objects.get(pk=payment_id)
+    assert payment.state == PaymentState.CONFIRMED
+    assert applied_events(payment) == ["submitted", "settled"]
+    assert QueueMessage.objects.get(message_id=first_id).attempts == 2
+    second_record = QueueMessage.objects.get(message_id=second_id)
+    assert (second_record.status, second_record.attempts) == ("done", 1)
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+    assert not PaymentHold.objects.exists()
+
+
+def test_unknown_kind_is_dead_lettered_at_once_with_its_error(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    body = {"kind": "refund_payment", "payment_id": str(payment.id)}
+    message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
+
+    run_worker()
+
+    [error] = ProcessingError.objects.filter(message_id=message_id)
+    assert error.error_class == "callbacks.worker.UnknownMessageKind"
+    assert "refund_payment" in error.message and not error.retryable
+    assert error.attempt_number == 1 and error.payment_id == str(payment.id)
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts, record.kind) == ("dead_lettered", 1, "refund_payment")
+    [copy] = drain(sqs_queues.client, sqs_queues.dlq_url)
+    assert json.loads(copy["Body"])["kind"] == "refund_payment"
+    assert PaymentHold.objects.get(payment_id=str(payment.id)).caused_by == record
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+def test_body_that_is_not_json_is_dead_lettered_with_the_raw_body_kept(sqs_queues):
+    group = str(uuid.uuid4())
+    message_id = send_body(sqs_queues.client, sqs_queues.url, group, "not json {")
+
+    run_worker()
+
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.body, record.raw_body) == ("dead_lettered", None, "not json {")
+    error = ProcessingError.objects.get(message_id=message_id)
+    assert error.error_class == "callbacks.worker.InvalidBody" and not error.retryable
+    [copy] = drain(sqs_queues.client, sqs_queues.dlq_url)
+    assert json.loads(copy["Body"])["raw_body"] == "not json {"
+
+
+def test_invalid_processor_event_is_dead_lettered_naming_the_bad_fields(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    body = {
+        "kind": "processor_event",
+        "payment_id": str(payment.id),
+        "event_type": "settled",
+        "processor_event_id": "evt_1",
+        "amount": "12.5",
+        "timestamp": "2026-11-02T12:00:00+00:00",
+    }
+    message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
+
+    run_worker()
+
+    error = ProcessingError.objects.get(message_id=message_id)
+    assert error.error_class == "callbacks.schema.InvalidMessage"
+    assert "amount" in error.message and not error.retryable
+    assert QueueMessage.objects.get(message_id=message_id).status == "dead_lettered"
+
+
+def test_event_whose_payment_is_not_its_message_group_is_dead_lettered(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    other_group = str(uuid.uuid4())
+    event_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    drain(sqs_queues.client, sqs_queues.url, visibility=0)
+    sqs_queues.client.purge_queue(QueueUrl=sqs_queues.url)
+    message_id = send_body(sqs_queues.client, sqs_queues.url, other_group, body)
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    error = ProcessingError.objects.get(message_id=message_id)
+    assert error.error_class == "callbacks.worker.InvalidBody"
+    assert "does not match the message group" in error.message
+
+
+def test_conflicting_payload_for_a_known_event_id_goes_to_a_human(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    event_id = f"evt_{uuid.uuid4().hex}"
+    send_event(sqs_queues.client, sqs_queues.url, payment, "settled", processor_event_id=event_id)
+    run_worker()
+    conflict_id, _ = send_event(
+        sqs_queues.client,
+        sqs_queues.url,
+        payment,
+        "returned",
+        processor_event_id=event_id,
+        dedup_id=f"{event_id}-other",
+    )
+
+    run_worker()
+
+    error = ProcessingError.objects.get(message_id=conflict_id)
+    assert error.error_class == "payments.exceptions.EventConflict" and not error.retryable
+    assert QueueMessage.objects.get(message_id=conflict_id).status == "dead_lettered"
+    assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()
+
+
+def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
+    sqs_queues, django_assert_num_queries
+):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    worker = Worker(wait_time=0, relay=False)
+    with worker.running():
+        [message] = worker.receive()
+        # Two transactions (BEGIN and COMMIT each). The start: read the record, the hold and
+        # an earlier unfinished message of the group; insert the record. The work: savepoint,
+        # lock the payment, dedup lookup, state update, ledger credit, savepoint + dedup
+        # record + release, event log row, release; mark the record done.
+        with django_assert_num_queries(19, connection=connection):
+            result = worker.process_message(message)
+        worker.delete([message])
+    assert result.outcome == "applied"
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED

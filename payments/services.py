@@ -392,8 +392,10 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
     ``ProcessorRejected`` (the processor refused the question, e.g. a wrong API key) after the
     attempt row is committed.
     """
-    with transaction.atomic():
-        payment = _payment_lock(payment_id)
+    try:
+        payment = Payment.objects.get(pk=payment_id)
+    except (Payment.DoesNotExist, ValidationError):
+        raise PaymentNotFound(f"payment {payment_id} does not exist") from None
     result: DebitStatus | ProcessorCallRejected | ProcessorCallUnavailable
     try:
         result = get_client().debit_get(idempotency_key=payment.idempotency_key)

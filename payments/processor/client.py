@@ -87,9 +87,6 @@ class ProcessorCallUnavailable(ProcessorUnavailable):
         self.call = call
 
 
-ProcessorCallError = ProcessorCallRejected | ProcessorCallUnavailable
-
-
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date); None if absent
     or unreadable. A date in the past means "now": 0."""

@@ -47,9 +47,14 @@ class FaultConfig:
     retry_after_seconds: int = 2  # Retry-After sent with 429
 
     def __post_init__(self) -> None:
-        for name in ("p_5xx", "p_4xx", "p_timeout", "p_duplicate_callback"):
-            _check_probability(name, getattr(self, name))
-        for name in ("p_delayed_callback", "p_return"):
+        for name in (
+            "p_5xx",
+            "p_4xx",
+            "p_timeout",
+            "p_duplicate_callback",
+            "p_delayed_callback",
+            "p_return",
+        ):
             _check_probability(name, getattr(self, name))
         if self.p_5xx + self.p_4xx + self.p_timeout > 1:
             raise ValueError("p_5xx + p_4xx + p_timeout must not exceed 1")

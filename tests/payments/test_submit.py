@@ -338,3 +338,42 @@ def test_status_check_errors_are_recorded_then_raised(sandbox, settings):
 
     [attempt] = attempts_of(payment, "status")
     assert (attempt.outcome, attempt.http_status) == ("rejected", 401)
+
+
+def test_retry_overtaking_a_slow_first_attempt_is_retryable_and_still_charges_once(sandbox):
+    payment = PaymentFactory(source_token="tok_timeout_1_fast")
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.id)
+
+    # The processor is still working on the first request: the key is in flight.
+    with pytest.raises(ProcessorUnavailable) as excinfo:
+        payment_submit(payment_id=payment.id)
+
+    assert excinfo.value.retry_after == 1.0
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    assert attempts_of(payment)[1].http_status == 409
+    assert wait_for(lambda: sandbox.stats()["total_charges"] == 1)
+    assert payment_submit(payment_id=payment.id).outcome == "submitted"
+    assert sandbox.stats()["total_charges"] == 1
+    assert [a.attempt_number for a in attempts_of(payment)] == [1, 2, 3]
+
+
+def test_status_check_connection_error_is_recorded_then_raised_as_retryable(sandbox, settings):
+    payment = PaymentFactory()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    settings.PROCESSOR_BASE_URL = f"http://127.0.0.1:{closed_port}"
+
+    with pytest.raises(ProcessorUnavailable):
+        payment_status_check(payment_id=payment.id)
+
+    [attempt] = attempts_of(payment, "status")
+    assert (attempt.outcome, attempt.error_kind) == ("retryable", "connection")
+
+
+def test_status_check_of_unknown_payment_raises_not_found(sandbox):
+    with pytest.raises(PaymentNotFound):
+        payment_status_check(payment_id="not-a-uuid")
+    assert sandbox.stats()["requests"] == {}

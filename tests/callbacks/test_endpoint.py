@@ -10,7 +10,7 @@ from django.test import Client
 
 from callbacks import sqs
 from callbacks.apis import processor_callback
-from callbacks.metrics import CALLBACKS_RECEIVED
+from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
 from callbacks.schema import parse_processor_event
 from payments import signing
 
@@ -127,6 +127,7 @@ def test_accepting_a_callback_does_not_touch_the_database(sqs_queues, django_ass
 def test_the_same_callback_delivered_20_times_is_queued_once(sqs_queues):
     body = event_body()
     raw = json.dumps(body).encode()
+    dedup_before = DEDUP_HITS.labels(layer="sqs")._value.get()
     for i in range(20):
         # Each retry is signed afresh by the processor, as a real retry would be.
         response = post(raw, timestamp=int(time.time()) - i)
@@ -134,6 +135,8 @@ def test_the_same_callback_delivered_20_times_is_queued_once(sqs_queues):
     messages = queued_messages(sqs_queues)
     assert len(messages) == 1
     assert json.loads(messages[0]["Body"])["processor_event_id"] == body["processor_event_id"]
+    # SQS answered each repeat with the first message's id: counted as queue-level dedup hits.
+    assert DEDUP_HITS.labels(layer="sqs")._value.get() == dedup_before + 19
 
 
 def test_events_of_one_payment_are_queued_in_arrival_order(sqs_queues):

@@ -7,7 +7,8 @@
   malformed request, naming the problem; ``401`` without the right key.
 - ``GET /v1/ach/debits/<idempotency_key>``: the debit's current status, ``404`` if unknown.
 - ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
-  by status, callbacks sent; ``POST /_sandbox/reset`` forgets everything (tests, demos).
+  by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
+  event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
 ``returned``) to the callback URL, from background threads. Faults: see ``faults.py``.
@@ -207,6 +208,19 @@ class SandboxProcessor:
             self._requests.clear()
             self._replays = 0
         self.plan.reset()
+
+    def callbacks_delivered(self) -> list[dict]:
+        """Every successful callback delivery, in order (a duplicate delivery appears twice)."""
+        if self.callbacks is None:
+            return []
+        return [
+            {
+                "payment_id": item["body"].get("payment_id"),
+                "event_type": item["body"].get("event_type"),
+                "processor_event_id": item["body"].get("processor_event_id"),
+            }
+            for item in list(self.callbacks.delivered)
+        ]
 
     def debit(self, idempotency_key: str) -> Debit | None:
         with self._lock:
@@ -425,6 +439,9 @@ class _Handler(BaseHTTPRequestHandler):
         sandbox = self.server.sandbox
         if self.path == "/_sandbox/stats":
             self._send(Answer(200, sandbox.stats()))
+            return
+        if self.path == "/_sandbox/callbacks":
+            self._send(Answer(200, {"delivered": sandbox.callbacks_delivered()}))
             return
         match = _DEBIT_PATH.match(self.path)
         if match is None:

@@ -224,6 +224,9 @@ def test_callbacks_are_signed_and_verify_with_the_endpoint_verifier(receiver, se
     assert {b["amount"] for b in bodies} == {"30.00"}
     assert len({b["processor_event_id"] for b in bodies}) == 2
     assert all(b["event_type"] in EVENT_TYPES for b in bodies)
+    assert [d["processor_event_id"] for d in sandbox.callbacks_delivered()] == [
+        b["processor_event_id"] for b in bodies
+    ]
     for delivery in receiver.received:
         signing.verify(delivery["signature"], delivery["raw"], settings.CALLBACK_SIGNING_SECRETS)
         with pytest.raises(signing.SignatureError, match="does not match"):
@@ -418,6 +421,8 @@ def test_run_sandbox_processor_command_serves_and_stops_on_sigterm(receiver):
         assert debit(base_url).status_code == 201
         assert wait_for(lambda: len(receiver.received) == 2)
         stats = requests.get(f"{base_url}/_sandbox/stats", timeout=5).json()
+        delivered = requests.get(f"{base_url}/_sandbox/callbacks", timeout=5).json()["delivered"]
+        assert [d["event_type"] for d in delivered] == ["submitted", "settled"]
         assert stats["seed"] == 5
         assert stats["faults"]["settle_after_seconds"] == 0.01
     finally:

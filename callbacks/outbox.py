@@ -20,7 +20,9 @@ Claiming, on PostgreSQL (no transaction or row lock is held across the network c
 2. Per group, only the unbroken run of its oldest unpublished rows is kept: a row is never sent
    while an earlier unpublished row of its group is not in the same batch (it may be claimed by
    another process right now). Rows of one group are written under the payment's row lock, so
-   their id order is their commit order.
+   their id order is their commit order. This check runs after the group lock is taken and,
+   under READ COMMITTED (Django's default), sees every mark committed by the previous holder,
+   so a row another relay has just published is never sent again.
 3. The batch is sent outside any transaction; a second short transaction marks it published;
    then the group locks are released. Session locks die with the connection, so a crashed
    relay never leaves a group blocked.

@@ -171,13 +171,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_BACKEND = None
 # The broker's queue is a standard (non-FIFO) SQS queue; `manage.py setup_celery_queue` creates
-# it and prints its URL. kombu's SQS transport is given that URL (predefined_queues) and, with a
-# local server, the server's host and port in the broker URL (``sqs://`` alone means AWS).
+# it and prints its URL. kombu's SQS transport is given that URL (predefined_queues). The broker
+# URL is ``sqs://`` for AWS; with a local server it names the server, ``sqs://127.0.0.1:<port>``
+# (the host and port of SQS_ENDPOINT_URL, whose scheme decides is_secure). Celery reads the
+# CELERY_BROKER_URL environment variable itself, before any setting, so it is used as given.
 CELERY_SQS_QUEUE_NAME = env("CELERY_SQS_QUEUE_NAME", default="payments-celery")
 CELERY_TASK_DEFAULT_QUEUE = CELERY_SQS_QUEUE_NAME
 if CELERY_BROKER_URL.startswith("sqs://"):
-    if CELERY_BROKER_URL == "sqs://" and SQS_ENDPOINT_URL:
-        CELERY_BROKER_URL = "sqs://" + SQS_ENDPOINT_URL.split("://", 1)[1].rstrip("/")
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "region": AWS_REGION,
         "is_secure": not (SQS_ENDPOINT_URL or "").startswith("http://"),

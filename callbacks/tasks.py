@@ -1,0 +1,38 @@
+"""Periodic work of the queue layer (scheduled by beat, see CELERY_BEAT_SCHEDULE)."""
+
+import logging
+
+from celery import shared_task
+
+from config.celery import single_flight
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="callbacks.tasks.outbox_relay_publish", ignore_result=True)
+def outbox_relay_publish(limit: int = 500) -> int:
+    """Publish outbox rows that the publish-after-commit path left behind (queue down, crash).
+
+    Idempotent: rows are published under their deduplication ids, in group order, and marked
+    published; a row published twice is dropped by the queue.
+    """
+    from callbacks import outbox
+
+    with single_flight("callbacks.outbox_relay_publish") as acquired:
+        if not acquired:
+            return 0
+        published = outbox.outbox_relay_publish(limit=limit)
+    if published:
+        logger.info("outbox relay published %s message(s) left unpublished", published)
+    return published
+
+
+@shared_task(name="callbacks.tasks.payments_reconcile", ignore_result=True)
+def payments_reconcile() -> int:
+    """Ask the processor about stuck payments and publish what it knows (idempotent)."""
+    from callbacks import reconciliation
+
+    with single_flight("callbacks.payments_reconcile") as acquired:
+        if not acquired:
+            return 0
+        return reconciliation.payments_reconcile()

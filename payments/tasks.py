@@ -1,0 +1,35 @@
+"""Periodic housekeeping of the payments core (scheduled by beat, see CELERY_BEAT_SCHEDULE)."""
+
+import logging
+
+from celery import shared_task
+
+from config.celery import single_flight
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="payments.tasks.processed_events_purge", ignore_result=True)
+def processed_events_purge() -> int:
+    """Delete dedup records older than PROCESSED_EVENT_RETENTION (idempotent)."""
+    from payments import services
+
+    with single_flight("payments.processed_events_purge") as acquired:
+        if not acquired:
+            return 0
+        deleted = services.processed_events_purge()
+    logger.info("purged %s processed-event records past retention", deleted)
+    return deleted
+
+
+@shared_task(name="payments.tasks.idempotency_keys_purge", ignore_result=True)
+def idempotency_keys_purge() -> int:
+    """Delete API idempotency keys older than API_IDEMPOTENCY_RETENTION (idempotent)."""
+    from payments import idempotency
+
+    with single_flight("payments.idempotency_keys_purge") as acquired:
+        if not acquired:
+            return 0
+        deleted = idempotency.idempotency_keys_purge()
+    logger.info("purged %s API idempotency keys past retention", deleted)
+    return deleted

@@ -1,0 +1,250 @@
+"""Celery on the SQS broker: a real worker process against the local SQS server."""
+
+import io
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from celery import Celery
+from django.conf import settings as django_settings
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+from kombu import Connection
+
+from config.celery import _lock_key, single_flight
+from payments.models import ProcessedEvent
+from payments.tasks import processed_events_purge
+from tests.factories import PaymentFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def celery_queue_setup(settings, local_sqs) -> tuple[str, str]:
+    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"
+    from callbacks import sqs
+
+    sqs.reset()
+    out = io.StringIO()
+    call_command("setup_celery_queue", stdout=out)
+    line = out.getvalue().strip()
+    assert line.startswith("CELERY_SQS_QUEUE_URL=")
+    return settings.CELERY_SQS_QUEUE_NAME, line.split("=", 1)[1]
+
+
+def broker_environment(local_sqs, queue_name: str, queue_url: str) -> dict[str, str]:
+    db = connection.settings_dict
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "SQS_ENDPOINT_URL": local_sqs.endpoint_url,
+        "CELERY_BROKER_URL": f"sqs://127.0.0.1:{local_sqs.port}",
+        "CELERY_SQS_QUEUE_NAME": queue_name,
+        "CELERY_SQS_QUEUE_URL": queue_url,
+        "CELERY_SQS_WAIT_TIME_SECONDS": "1",
+    }
+
+
+def sqs_url_from_getqueueurl(local_sqs, name: str) -> str:
+    import boto3
+
+    client = boto3.client("sqs", endpoint_url=local_sqs.endpoint_url, region_name="us-east-1")
+    return client.get_queue_url(QueueName=name)["QueueUrl"]
+
+
+def settings_in(env: dict[str, str], *names: str) -> dict:
+    """Evaluate the settings module in a fresh interpreter with ``env`` (what a worker sees)."""
+    code = (
+        "import json, django; from django.conf import settings; django.setup(); "
+        f"print(json.dumps({{n: getattr(settings, n) for n in {list(names)!r}}}, default=str))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    import json
+
+    return json.loads(result.stdout)
+
+
+def test_beat_schedule_covers_the_operations_work():
+    tasks = {entry["task"] for entry in django_settings.CELERY_BEAT_SCHEDULE.values()}
+    assert tasks == {
+        "triage.tasks.dead_letters_ingest",
+        "triage.tasks.queue_metrics_sample",
+        "triage.tasks.alerts_evaluate",
+        "callbacks.tasks.payments_reconcile",
+        "callbacks.tasks.outbox_relay_publish",
+        "payments.tasks.processed_events_purge",
+        "payments.tasks.idempotency_keys_purge",
+    }
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    assert tasks <= set(app.tasks)
+    for entry in django_settings.CELERY_BEAT_SCHEDULE.values():
+        # A tick missed while workers were down expires instead of piling up.
+        assert entry["options"]["expires"] == entry["schedule"]
+
+
+@pytest.mark.django_db
+def test_sqs_transport_options_carry_the_queue_url_getqueueurl_returns(settings, local_sqs):
+    name, url = celery_queue_setup(settings, local_sqs)
+    env = broker_environment(local_sqs, name, url)
+    seen = settings_in(env, "CELERY_BROKER_TRANSPORT_OPTIONS", "CELERY_TASK_DEFAULT_QUEUE")
+    assert url == sqs_url_from_getqueueurl(local_sqs, name)
+    assert seen["CELERY_TASK_DEFAULT_QUEUE"] == name
+    options = seen["CELERY_BROKER_TRANSPORT_OPTIONS"]
+    assert options["is_secure"] is False
+    assert options["region"] == "us-east-1"
+    assert options["predefined_queues"] == {name: {"url": url}}
+
+
+def test_sqs_broker_without_queue_url_stops_start_up_naming_the_setting():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test"}
+    env["CELERY_BROKER_URL"] = "sqs://"
+    env.pop("CELERY_SQS_QUEUE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "CELERY_SQS_QUEUE_URL" in result.stderr
+
+
+@pytest.mark.django_db
+def test_setup_celery_queue_refuses_a_fifo_name(settings, local_sqs):
+    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    settings.CELERY_SQS_QUEUE_NAME = "celery.fifo"
+    with pytest.raises(CommandError, match="standard queue"):
+        call_command("setup_celery_queue")
+
+
+@pytest.mark.django_db
+def test_setup_celery_queue_reports_an_unreachable_endpoint(settings):
+    from callbacks import sqs
+
+    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    sqs.reset()
+    with pytest.raises(CommandError, match="cannot reach SQS"):
+        call_command("setup_celery_queue")
+    sqs.reset()
+
+
+def _processed_event(payment, event_id: str, age: timedelta) -> ProcessedEvent:
+    record = ProcessedEvent.objects.create(
+        processor_event_id=event_id,
+        payment=payment,
+        event_type="settled",
+        payload_hash="x" * 64,
+        outcome="applied",
+    )
+    ProcessedEvent.objects.filter(pk=event_id).update(processed_at=timezone.now() - age)
+    return record
+
+
+@pytest.mark.django_db(transaction=True)
+def test_real_worker_on_the_sqs_broker_runs_a_beat_task(settings, local_sqs, tmp_path):
+    name, url = celery_queue_setup(settings, local_sqs)
+    payment = PaymentFactory(state="submitted")
+    _processed_event(payment, "evt_old", timedelta(days=40))
+    _processed_event(payment, "evt_recent", timedelta(days=1))
+
+    env = broker_environment(local_sqs, name, url)
+    log = tmp_path / "worker.log"
+    with open(log, "w") as log_file:
+        worker = subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "--pool=solo",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel=INFO",
+                "-Q",
+                name,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        entry = django_settings.CELERY_BEAT_SCHEDULE["processed-events-purge"]
+        sender = Celery("sender")
+        transport = {
+            "region": "us-east-1",
+            "is_secure": False,
+            "predefined_queues": {name: {"url": url}},
+        }
+        with Connection(f"sqs://127.0.0.1:{local_sqs.port}", transport_options=transport) as broker:
+            sender.send_task(entry["task"], connection=broker, queue=name)
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not ProcessedEvent.objects.filter(pk="evt_old").exists():
+                break
+            assert worker.poll() is None, log.read_text()
+            time.sleep(0.25)
+        else:
+            pytest.fail("the worker did not run the task:\n" + log.read_text())
+        assert ProcessedEvent.objects.filter(pk="evt_recent").exists()
+        deadline = time.monotonic() + 10
+        while "succeeded" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert f"Task {entry['task']}" in log.read_text()
+        assert "succeeded" in log.read_text()
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_overlapping_tick_skips_while_the_lock_is_held():
+    payment = PaymentFactory(state="submitted")
+    _processed_event(payment, "evt_old", timedelta(days=40))
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+    ) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [_lock_key("payments.processed_events_purge")])
+        assert processed_events_purge() == 0
+        assert ProcessedEvent.objects.filter(pk="evt_old").exists()
+        other.execute(
+            "SELECT pg_advisory_unlock(%s)", [_lock_key("payments.processed_events_purge")]
+        )
+    assert processed_events_purge() == 1
+    assert not ProcessedEvent.objects.filter(pk="evt_old").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_single_flight_releases_its_lock_when_the_block_raises():
+    with pytest.raises(RuntimeError), single_flight("t"):
+        raise RuntimeError("boom")
+    with single_flight("t") as first:
+        assert first is True
+        db = connection.settings_dict
+        with psycopg.connect(
+            host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"]
+        ) as other:
+            taken = other.execute("SELECT pg_try_advisory_lock(%s)", [_lock_key("t")]).fetchone()
+            assert taken == (False,)

@@ -356,3 +356,36 @@ def test_outage_in_the_middle_of_a_round_keeps_what_was_sent(sqs_queues, monkeyp
     assert state[rows[10].id][2] == "connection reset by peer"
     assert outbox_relay_publish() == 15
     assert len(drain(sqs_queues)) == 25
+
+
+@pytest.mark.django_db
+def test_run_outbox_relay_survives_a_database_error_and_stops_on_sigterm(monkeypatch):
+    from django.db import OperationalError
+
+    from callbacks.management.commands import run_outbox_relay
+
+    rounds = []
+    handler_before = signal.getsignal(signal.SIGTERM)
+
+    def flaky_publish(*, limit):
+        rounds.append(limit)
+        if len(rounds) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        if len(rounds) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return 2
+
+    monkeypatch.setattr(run_outbox_relay, "outbox_relay_publish", flaky_publish)
+    out = io.StringIO()
+    call_command("run_outbox_relay", "--interval", "0.01", stdout=out)
+
+    assert len(rounds) == 3  # the failed round was followed by more rounds
+    assert "published 4 outbox rows" in out.getvalue()
+    assert signal.getsignal(signal.SIGTERM) is handler_before  # handlers given back
+
+
+def test_run_outbox_relay_rejects_a_non_positive_interval():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="more than 0"):
+        call_command("run_outbox_relay", "--interval", "0")

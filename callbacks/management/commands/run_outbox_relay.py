@@ -68,8 +68,17 @@ class Command(BaseCommand):
             logger.info("outbox relay stopping after the current round (signal %s)", signum)
             stop.set()
 
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        previous = {
+            sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            total = self._loop(stop, interval=interval, limit=limit)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.stdout.write(f"outbox relay stopped; published {total} outbox rows")
+
+    def _loop(self, stop: threading.Event, *, interval: float, limit: int) -> int:
         self.stdout.write(f"outbox relay running (interval {interval} s, limit {limit})")
         self.stdout.flush()
         total = 0
@@ -78,6 +87,7 @@ class Command(BaseCommand):
             try:
                 published = outbox_relay_publish(limit=limit)
             except DatabaseError:
+                # The rows stay in the outbox; the next round tries again.
                 logger.exception("outbox relay round failed on the database; retrying")
                 published = 0
             total += published
@@ -85,4 +95,4 @@ class Command(BaseCommand):
             if published < limit:
                 stop.wait(interval)
         close_old_connections()
-        self.stdout.write(f"outbox relay stopped; published {total} outbox rows")
+        return total

@@ -389,3 +389,18 @@ def test_run_outbox_relay_rejects_a_non_positive_interval():
 
     with pytest.raises(CommandError, match="more than 0"):
         call_command("run_outbox_relay", "--interval", "0")
+
+
+def test_database_error_after_commit_is_logged_and_left_for_the_relay(monkeypatch, caplog):
+    from django.db import OperationalError
+
+    from callbacks import receivers
+
+    def broken(ids):
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(receivers, "outbox_relay_publish_ids", broken)
+    receivers.publish_committed_outbox(sender=OutboxMessage, message_ids=[41, 42])
+    [record] = [r for r in caplog.records if r.name == "callbacks.receivers"]
+    assert record.levelname == "WARNING"
+    assert "[41, 42]" in record.getMessage() and "left for the relay" in record.getMessage()

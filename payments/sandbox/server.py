@@ -431,6 +431,7 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm and the
     # client's delayed ACK add 40 ms to every answer on a kept-alive connection.
     disable_nagle_algorithm = True
+    timeout = 120  # an idle kept-alive connection is closed, and its thread ends
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         logger.debug("sandbox %s " + format, self.address_string(), *args)

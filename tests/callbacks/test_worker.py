@@ -15,11 +15,12 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from callbacks.schema import processor_event_message
 from callbacks.services import ReceivedMessage
 from callbacks.worker import Worker
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import drain, send_body, send_event
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, processor_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -310,9 +311,7 @@ def test_invalid_processor_event_is_dead_lettered_naming_the_bad_fields(sqs_queu
 def test_event_whose_payment_is_not_its_message_group_is_dead_lettered(sqs_queues):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     other_group = str(uuid.uuid4())
-    event_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
-    drain(sqs_queues.client, sqs_queues.url, visibility=0)
-    sqs_queues.client.purge_queue(QueueUrl=sqs_queues.url)
+    body = processor_event_message(processor_event(payment, "settled"))
     message_id = send_body(sqs_queues.client, sqs_queues.url, other_group, body)
 
     run_worker()

@@ -1,0 +1,252 @@
+"""Payment holds: parking, release in order, redrive through a hold, RedrivePolicy gaps."""
+
+import json
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.db import IntegrityError, transaction
+
+from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
+from callbacks.selectors import payment_queue_detail
+from callbacks.services import (
+    ReceivedMessage,
+    hold_release,
+    message_republish,
+    payment_hold,
+    queue_message_start,
+)
+from payments.models import PaymentEvent, PaymentState
+from payments.selectors import payment_detail_extensions
+from tests.callbacks.worker_support import drain, send_body, send_event
+from tests.factories import PaymentFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(settings):
+    settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+
+
+def run_worker(**options):
+    options.setdefault("until_empty", True)
+    options.setdefault("wait_time", 0)
+    options.setdefault("visibility_timeout", 30)
+    options.setdefault("relay", False)
+    call_command("run_sqs_worker", **options)
+
+
+def applied_events(payment):
+    return list(
+        PaymentEvent.objects.filter(payment=payment, kind="processor_event", outcome="applied")
+        .order_by("id")
+        .values_list("event_type", flat=True)
+    )
+
+
+def hold_with_unknown_kind(sqs_queues, payment) -> PaymentHold:
+    """Dead-letter a message of an unknown kind for the payment: it goes on hold at once."""
+    body = {"kind": "refund_payment", "payment_id": str(payment.id)}
+    send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
+    run_worker()
+    return PaymentHold.objects.get(payment_id=str(payment.id), released_at=None)
+
+
+def test_hold_release_republishes_parked_messages_in_order_and_they_are_applied(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    hold = hold_with_unknown_kind(sqs_queues, payment)
+    submitted_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
+    settled_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    run_worker()
+    parked = list(hold.parked.all())
+    assert [p.message_id for p in parked] == [submitted_id, settled_id]
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+
+    assert hold_release(payment_id=payment.id, released_by="ops@example.com", note="fixed") == 2
+
+    hold.refresh_from_db()
+    assert hold.released_at is not None
+    assert (hold.released_by, hold.note) == ("ops@example.com", "fixed")
+    for row in hold.parked.all():
+        assert row.released_at is not None and row.republished_message_id
+
+    run_worker()
+
+    republished = [
+        QueueMessage.objects.get(message_id=row.republished_message_id) for row in hold.parked.all()
+    ]
+    assert [r.deduplication_id for r in republished] == [
+        f"{submitted_id}:release:{hold.pk}",
+        f"{settled_id}:release:{hold.pk}",
+    ]
+    assert [r.outcome for r in republished] == ["applied", "applied"]
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert applied_events(payment) == ["submitted", "settled"]
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+def test_hold_release_twice_sends_nothing_the_second_time(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    hold_with_unknown_kind(sqs_queues, payment)
+    send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
+    run_worker()
+
+    assert hold_release(payment_id=payment.id, released_by="a", note="") == 1
+    assert hold_release(payment_id=payment.id, released_by="b", note="") == 0
+    assert len(drain(sqs_queues.client, sqs_queues.url)) == 1
+    assert PaymentHold.objects.get(payment_id=str(payment.id)).released_by == "a"
+
+
+def test_hold_release_resumes_after_a_crash_part_way(sqs_queues):
+    """A row marked republished before the crash is not sent again; the rest are."""
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    hold = hold_with_unknown_kind(sqs_queues, payment)
+    send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
+    settled_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    run_worker()
+    first = hold.parked.first()
+    ParkedMessage.objects.filter(pk=first.pk).update(republished_message_id="sent-before-crash")
+
+    assert hold_release(payment_id=payment.id, released_by="ops", note="resume") == 1
+
+    [message] = drain(sqs_queues.client, sqs_queues.url)
+    assert json.loads(message["Body"])["event_type"] == "settled"
+    assert message["Attributes"]["MessageDeduplicationId"] == f"{settled_id}:release:{hold.pk}"
+
+
+def test_hold_release_requires_who_released_it(sqs_queues):
+    with pytest.raises(ValueError, match="released_by"):
+        hold_release(payment_id=uuid.uuid4(), released_by="", note="")
+
+
+def test_hold_release_without_an_active_hold_returns_zero(sqs_queues):
+    assert hold_release(payment_id=uuid.uuid4(), released_by="ops", note="") == 0
+
+
+def test_a_payment_has_at_most_one_active_hold():
+    payment_id = str(uuid.uuid4())
+    first = payment_hold(payment_id=payment_id, reason="one")
+    assert payment_hold(payment_id=payment_id, reason="two") == first
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PaymentHold.objects.create(payment_id=payment_id, reason="bypassing the service")
+    PaymentHold.objects.filter(pk=first.pk).update(released_at="2026-11-02T12:00:00Z")
+    assert payment_hold(payment_id=payment_id, reason="three") != first
+
+
+def test_redriven_cause_passes_its_hold_then_release_applies_the_rest(sqs_queues):
+    payment_id = uuid.uuid4()
+    stand_in = PaymentFactory.build(id=payment_id)
+    cause_id, _ = send_event(sqs_queues.client, sqs_queues.url, stand_in, "submitted")
+    run_worker()  # PaymentNotFound six times: dead-lettered, held
+    cause = QueueMessage.objects.get(message_id=cause_id)
+    assert (cause.status, cause.attempts) == ("dead_lettered", 6)
+    later_id, _ = send_event(sqs_queues.client, sqs_queues.url, stand_in, "settled")
+    run_worker()
+    assert ParkedMessage.objects.filter(message_id=later_id).exists()
+
+    payment = PaymentFactory(id=payment_id, state=PaymentState.PENDING, amount=stand_in.amount)
+    new_id = message_republish(queue_message_id=cause.pk, deduplication_id=f"{cause_id}:redrive")
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED  # the cause went through the active hold
+    assert QueueMessage.objects.get(message_id=new_id).body["redrive"] == {
+        "original_message_id": cause_id,
+        "republished_at": QueueMessage.objects.get(message_id=new_id).body["redrive"][
+            "republished_at"
+        ],
+    }
+    assert hold_release(payment_id=payment_id, released_by="ops", note="redriven") == 1
+    run_worker()
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert applied_events(payment) == ["submitted", "settled"]
+
+
+def test_republish_from_a_dlq_body_strips_the_dead_letter_annotation(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    hold_with_unknown_kind(sqs_queues, payment)
+    [copy] = drain(sqs_queues.client, sqs_queues.dlq_url)
+    body = json.loads(copy["Body"])
+
+    message_republish(body=body, group_id=str(payment.id), deduplication_id="redrive-1")
+
+    [message] = drain(sqs_queues.client, sqs_queues.url)
+    republished = json.loads(message["Body"])
+    assert "dead_letter" not in republished
+    assert (
+        republished["redrive"]["original_message_id"] == body["dead_letter"]["original_message_id"]
+    )
+    assert message["Attributes"]["MessageGroupId"] == str(payment.id)
+
+
+def test_republish_needs_a_message_or_a_body_and_group():
+    with pytest.raises(ValueError, match="body"):
+        message_republish(deduplication_id="x", body={"kind": "processor_event"})
+    with pytest.raises(ValueError, match="deduplication_id"):
+        message_republish(deduplication_id="", body={}, group_id="g")
+
+
+def test_message_that_crashed_workers_until_redrive_holds_its_payment(sqs_queues):
+    """A message that kills the worker is moved to the DLQ by the queue's RedrivePolicy; the
+    next message of its group must be parked, not applied ahead of it."""
+    client = sqs_queues.client
+    dlq_arn = client.get_queue_attributes(QueueUrl=sqs_queues.dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    client.set_queue_attributes(
+        QueueUrl=sqs_queues.url,
+        Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"})
+        },
+    )
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    crasher_id, _ = send_event(client, sqs_queues.url, payment, "settled")
+    later_id, _ = send_event(client, sqs_queues.url, payment, "returned")
+
+    # Two workers receive the first message, record its start as the worker does, and die
+    # before finishing it (the message stays in flight until its visibility runs out).
+    for _ in range(2):
+        [received] = drain(client, sqs_queues.url, visibility=1)
+        assert received["MessageId"] == crasher_id
+        decision = queue_message_start(message=ReceivedMessage.from_sqs(received))
+        assert decision.action == "process"
+        client.change_message_visibility(
+            QueueUrl=sqs_queues.url, ReceiptHandle=received["ReceiptHandle"], VisibilityTimeout=0
+        )
+
+    run_worker()
+
+    [moved] = drain(client, sqs_queues.dlq_url)
+    assert json.loads(moved["Body"])["event_type"] == "settled"  # moved by SQS, not by us
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED  # "returned" was not applied ahead
+    assert QueueMessage.objects.get(message_id=later_id).status == "parked"
+    hold = PaymentHold.objects.get(payment_id=str(payment.id), released_at=None)
+    crasher = QueueMessage.objects.get(message_id=crasher_id)
+    assert hold.caused_by == crasher and "RedrivePolicy" in hold.reason
+    assert (crasher.status, crasher.outcome, crasher.attempts) == (
+        "dead_lettered",
+        "redrive_policy",
+        2,
+    )
+    assert drain(client, sqs_queues.url) == []
+
+
+def test_payment_detail_shows_processing_errors_and_the_active_hold(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    hold = hold_with_unknown_kind(sqs_queues, payment)
+
+    assert payment_queue_detail in payment_detail_extensions
+    detail = payment_queue_detail(payment)
+
+    [error] = detail["errors"]
+    assert error["error_class"] == "callbacks.worker.UnknownMessageKind"
+    assert error["attempt_number"] == 1 and error["retryable"] is False
+    assert detail["hold"]["id"] == hold.pk and "refund_payment" in detail["hold"]["reason"]
+    hold_release(payment_id=payment.id, released_by="ops", note="")
+    assert payment_queue_detail(payment)["hold"] is None

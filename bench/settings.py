@@ -1,0 +1,18 @@
+"""Settings for benchmark runs: the product's settings plus a bench-only URLconf.
+
+The URLconf adds the minimal baseline view next to the product's URLs; nothing else changes,
+so both endpoints run behind the same middleware, under the same gunicorn settings.
+"""
+
+import os
+
+# Benchmark-only defaults for the secrets production must set; the environment wins.
+os.environ.setdefault("SECRET_KEY", "bench-secret-key-not-for-production")
+os.environ.setdefault("PROCESSOR_BASE_URL", "http://127.0.0.1:9")
+os.environ.setdefault("PROCESSOR_API_KEY", "bench-processor-key")
+os.environ.setdefault("CALLBACK_SIGNING_SECRETS", "bench-signing-secret")
+
+from config.settings.base import *  # noqa: E402,F403
+
+DEBUG = False
+ROOT_URLCONF = "bench.urls"

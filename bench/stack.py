@@ -1,0 +1,190 @@
+"""The processes a benchmark run starts and stops: the local SQS server, the benchmark
+database, gunicorn, queue consumers. Everything listens on 127.0.0.1 only."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+RESULTS = ROOT / "bench" / "results"
+GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
+
+
+class BenchError(Exception):
+    """The benchmark cannot go on; the message says what failed."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def database_url(name: str) -> str:
+    base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
+    return f"{base.rstrip('/')}/{name}"
+
+
+def database_create(name: str) -> str:
+    """Drop and create the benchmark's own database; return its URL."""
+    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return database_url(name)
+
+
+def database_drop(name: str) -> None:
+    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class Stack:
+    """What every child process needs to find the database, the queue and the settings."""
+
+    database_url: str
+    sqs_endpoint: str
+    secrets: list[str]
+
+    def env(self, queue_name: str = "", dlq_name: str = "", **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="bench.settings",
+            DATABASE_URL=self.database_url,
+            SQS_ENDPOINT_URL=self.sqs_endpoint,
+            CALLBACK_SIGNING_SECRETS=",".join(self.secrets),
+            AWS_ACCESS_KEY_ID=env.get("AWS_ACCESS_KEY_ID", "test"),
+            AWS_SECRET_ACCESS_KEY=env.get("AWS_SECRET_ACCESS_KEY", "test"),
+            PYTHONPATH=str(ROOT),
+        )
+        if queue_name:
+            env.update(SQS_QUEUE_NAME=queue_name, SQS_DLQ_NAME=dlq_name)
+        env.update(extra)
+        return env
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [PY, str(ROOT / "manage.py"), *args],
+            env=self.env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise BenchError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+        return done.stdout
+
+
+def queue_names(tag: str) -> tuple[str, str]:
+    suffix = f"{tag}-{uuid.uuid4().hex[:8]}"
+    return f"bench-{suffix}.fifo", f"bench-{suffix}-dlq.fifo"
+
+
+class Gunicorn:
+    """gunicorn serving config.wsgi with the bench settings, like production serves it."""
+
+    def __init__(self, stack: Stack, *, queue: tuple[str, str], workers: int, threads: int):
+        self.stack, self.queue, self.workers, self.threads = stack, queue, workers, threads
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+        self.log = RESULTS / f"gunicorn-{self.port}.log"
+
+    @property
+    def command(self) -> list[str]:
+        cmd = [str(Path(PY).with_name("gunicorn")), "config.wsgi:application"]
+        if GUNICORN_CONFIG.exists():
+            cmd += ["--config", str(GUNICORN_CONFIG)]
+        cmd += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers)]
+        cmd += ["--threads", str(self.threads)]
+        return cmd
+
+    def start(self) -> "Gunicorn":
+        extra = {}
+        if GUNICORN_CONFIG.exists():
+            # The production config runs prometheus-client in multiprocess mode.
+            extra["PROMETHEUS_MULTIPROC_DIR"] = str(self._metrics_dir())
+        env = self.stack.env(*self.queue, **extra)
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                self.command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BenchError(f"gunicorn exited at start; see {self.log}")
+            try:
+                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise BenchError(f"gunicorn did not answer /healthz within 30 s; see {self.log}")
+
+    def _metrics_dir(self) -> Path:
+        path = RESULTS / f"prometheus-{self.port}"
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink()
+        return path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def worker_pids(self) -> list[int]:
+        if self.process is None:
+            return []
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        try:
+            return [int(p) for p in children.read_text().split()]
+        except OSError:
+            return []
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen | None, timeout: float = 15) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def spawn(cmd: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with log.open("w") as err:
+        return subprocess.Popen(
+            list(cmd), env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True
+        )
+
+
+def worker_command(*, until_empty: bool, wait_time: int, relay: bool) -> list[str]:
+    cmd = [PY, str(ROOT / "manage.py"), "run_sqs_worker", "--batch-size", "10"]
+    cmd += ["--wait-time", str(wait_time), "--visibility-timeout", "30"]
+    if not relay:
+        cmd.append("--no-relay")
+    if until_empty:
+        cmd.append("--until-empty")
+    return cmd
+
+
+def consumer_command(kind: str, *, endpoint: str, queue_url: str, db_url: str) -> list[str]:
+    cmd = [PY, "-m", "bench.consumers", kind, "--endpoint-url", endpoint, "--queue-url", queue_url]
+    if kind == "plainsql":
+        cmd += ["--database-url", db_url]
+    return cmd

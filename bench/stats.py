@@ -1,0 +1,55 @@
+"""Small statistics for the report: percentiles, rates, backlog trend."""
+
+import math
+from collections.abc import Sequence
+
+
+def percentile(values: Sequence[float], pct: float) -> float | None:
+    """The nearest-rank percentile (``pct`` in 0..100); None for no values."""
+    if not values:
+        return None
+    if not 0 <= pct <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {pct}")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def rate(count: int, first: float | None, last: float | None) -> float | None:
+    """Events per second between the first and the last completion: ``count - 1`` intervals."""
+    if count < 2 or first is None or last is None or last <= first:
+        return None
+    return (count - 1) / (last - first)
+
+
+def ratio(value: float | None, baseline: float | None) -> float | None:
+    if value is None or not baseline:
+        return None
+    return value / baseline
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of (t, y) points: how fast y grows per unit of t."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0:
+        return 0.0
+    return sum((t - mean_t) * (y - mean_y) for t, y in points) / var
+
+
+def backlog_grows(points: Sequence[tuple[float, float]], offered_rate: float) -> bool:
+    """Whether the queue backlog kept growing during a step at ``offered_rate`` messages/s.
+
+    Growing means a trend above 2 % of the offered rate (at least 5 messages/s), or more than
+    two seconds of offered work left queued at the end: a backlog that only wobbles around a
+    small level is a system keeping up.
+    """
+    if not points:
+        return False
+    trend = slope(points)
+    final = points[-1][1]
+    return trend > max(5.0, 0.02 * offered_rate) or final > 2 * offered_rate

@@ -38,6 +38,7 @@ from payments.models import (
 from payments.processor.client import (
     DebitAccepted,
     DebitStatus,
+    ProcessorAuthFailed,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
     get_client,
@@ -375,6 +376,8 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     # After commit: the attempt and the state change are durable before anyone hears of them.
     if alert is not None:
         alert_raise(**alert)
+    if isinstance(result, ProcessorAuthFailed):
+        _alert_auth_failed(payment, attempt)
     _log_attempt(payment, attempt, outcome)
     if outcome == "retryable":
         raise ProcessorUnavailable(
@@ -405,6 +408,8 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
         payment = _payment_lock(payment_id)
         attempt = _attempt_record(payment, STATUS_OPERATION, result)
     _log_attempt(payment, attempt, attempt.outcome)
+    if isinstance(result, ProcessorAuthFailed):
+        _alert_auth_failed(payment, attempt)
     if isinstance(result, Exception):
         raise result
     return StatusCheckResult(
@@ -412,6 +417,20 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
         processor_status=result.status,
         processor_id=result.processor_id,
         payment=payment,
+    )
+
+
+def _alert_auth_failed(payment: Payment, attempt: ProcessorAttempt) -> None:
+    alert_raise(
+        severity="high",
+        key="processor.auth_failed",
+        summary=(
+            f"the processor refused our credentials (HTTP {attempt.http_status}) on the "
+            f"{attempt.operation} call for payment {payment.id}: check PROCESSOR_API_KEY; the "
+            "payment stays as it was and is retried"
+        ),
+        details={"http_status": attempt.http_status, "error": attempt.error},
+        payment_id=payment.id,
     )
 
 

@@ -6,13 +6,18 @@ processor-attempt row for every call whatever happened.
 
 Classification:
 - accepted: 2xx with a usable body -> ``DebitAccepted`` / ``DebitStatus``;
-- rejected, permanent: 4xx other than 408, 409 and 429 -> ``ProcessorCallRejected``;
+- rejected, permanent: 4xx other than 401, 403, 408, 409 and 429 -> ``ProcessorCallRejected``;
 - retryable: 5xx, 408, 409, 429 (with its ``Retry-After``), read timeout, connection error, or a
-  2xx whose body cannot be read -> ``ProcessorCallUnavailable``.
+  2xx whose body cannot be read -> ``ProcessorCallUnavailable``;
+- 401/403 -> ``ProcessorAuthFailed``, a retryable error of its own.
 
-409 is retryable on purpose: with an ``Idempotency-Key`` it means "a request with this key is
-still being processed" (a retry that overtook a slow first attempt). Failing the payment then
-would be wrong: the first attempt may well charge it.
+Two deliberate exceptions to "4xx is permanent":
+- 409 with an ``Idempotency-Key`` means "a request with this key is still being processed" (a
+  retry that overtook a slow first attempt). Failing the payment then would be wrong: the first
+  attempt may well charge it.
+- 401/403 say our credentials are wrong, not the payment: failing every payment submitted while
+  the API key is misconfigured would fail them all for good. The payment stays pending, the
+  caller raises a high alert, and once the key is fixed the retries (or a redrive) go through.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 RESPONSE_BODY_LIMIT = 4000
 RETRYABLE_4XX = (408, 409, 429)
+AUTH_FAILURES = (401, 403)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,11 @@ class ProcessorCallUnavailable(ProcessorUnavailable):
     def __init__(self, message: str, *, call: CallRecord) -> None:
         super().__init__(message, retry_after=call.retry_after)
         self.call = call
+
+
+class ProcessorAuthFailed(ProcessorCallUnavailable):
+    """401/403: the processor refused our credentials. A configuration problem, not the
+    payment's: retryable once someone fixes PROCESSOR_API_KEY."""
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -267,6 +278,10 @@ class ProcessorClient:
             response_body=text,
             retry_after=retry_after,
         )
+        if status in AUTH_FAILURES:
+            raise ProcessorAuthFailed(
+                f"{method} {url}: {error} (check PROCESSOR_API_KEY)", call=call
+            )
         if status >= 500 or status in RETRYABLE_4XX:
             raise ProcessorCallUnavailable(f"{method} {url}: {error}", call=call)
         raise ProcessorCallRejected(f"{method} {url}: {error}", call=call)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from payments.exceptions import ProcessorRejected, ProcessorUnavailable
 from payments.processor.client import (
     RESPONSE_BODY_LIMIT,
+    ProcessorAuthFailed,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
     ProcessorClient,
@@ -138,7 +139,19 @@ def test_5xx_408_409_429_are_retryable(scripted, status):
     assert excinfo.value.call.error == f"HTTP {status}: busy"
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+@pytest.mark.parametrize("status", [401, 403])
+def test_auth_failures_are_retryable_not_a_verdict_on_the_payment(scripted, status):
+    _, client = scripted((status, {"error": "bad key"}, {}))
+
+    with pytest.raises(ProcessorAuthFailed) as excinfo:
+        create(client)
+
+    assert excinfo.value.retryable
+    assert isinstance(excinfo.value, ProcessorCallUnavailable)
+    assert "PROCESSOR_API_KEY" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("status", [400, 404, 410, 422])
 def test_other_4xx_are_permanent_rejections(scripted, status):
     _, client = scripted((status, {"error": "no such account"}, {}))
 

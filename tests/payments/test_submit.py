@@ -24,6 +24,7 @@ from payments.processor.client import reset_client
 from payments.services import payment_apply_event, payment_status_check, payment_submit
 from payments.signals import alert_raised
 from tests.factories import PaymentFactory, processor_event
+from tests.payments.test_processor_client import ScriptedProcessor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -217,15 +218,21 @@ def test_connection_error_is_retryable_and_recorded(sandbox, settings):
     assert payment.state == PaymentState.PENDING
 
 
-def test_wrong_api_key_is_a_permanent_rejection(sandbox, settings, alerts):
+def test_wrong_api_key_keeps_the_payment_pending_and_raises_a_high_alert(sandbox, settings, alerts):
     settings.PROCESSOR_API_KEY = "not-the-key"
     payment = PaymentFactory()
 
-    result = payment_submit(payment_id=payment.id)
+    with pytest.raises(ProcessorUnavailable, match="PROCESSOR_API_KEY"):
+        payment_submit(payment_id=payment.id)
 
-    assert result.outcome == "rejected"
-    assert attempts_of(payment)[0].http_status == 401
-    assert len(alerts) == 1
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    [attempt] = attempts_of(payment)
+    assert (attempt.outcome, attempt.http_status) == ("retryable", 401)
+    [alert] = alerts
+    assert (alert["severity"], alert["key"]) == ("high", "processor.auth_failed")
+    settings.PROCESSOR_API_KEY = "test-processor-key"
+    assert payment_submit(payment_id=payment.id).outcome == "submitted"
 
 
 def test_submit_of_unknown_payment_raises_not_found(sandbox):
@@ -329,15 +336,34 @@ def test_status_check_of_a_key_the_processor_never_saw_reports_not_found(sandbox
     assert payment.state == PaymentState.PENDING
 
 
-def test_status_check_errors_are_recorded_then_raised(sandbox, settings):
+def test_status_check_auth_failure_is_recorded_alerted_and_raised(sandbox, settings, alerts):
     payment = PaymentFactory()
     settings.PROCESSOR_API_KEY = "not-the-key"
 
-    with pytest.raises(ProcessorRejected):
+    with pytest.raises(ProcessorUnavailable):
         payment_status_check(payment_id=payment.id)
 
     [attempt] = attempts_of(payment, "status")
-    assert (attempt.outcome, attempt.http_status) == ("rejected", 401)
+    assert (attempt.outcome, attempt.http_status) == ("retryable", 401)
+    assert [a["key"] for a in alerts] == ["processor.auth_failed"]
+
+
+def test_status_check_rejection_is_recorded_then_raised(settings):
+    server = ScriptedProcessor([(400, {"error": "malformed key"}, {})])
+    settings.PROCESSOR_BASE_URL = server.base_url
+    reset_client()
+    payment = PaymentFactory()
+    try:
+        with pytest.raises(ProcessorRejected, match="malformed key"):
+            payment_status_check(payment_id=payment.id)
+    finally:
+        server.stop()
+        reset_client()
+
+    [attempt] = attempts_of(payment, "status")
+    assert (attempt.outcome, attempt.http_status) == ("rejected", 400)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
 
 
 def test_retry_overtaking_a_slow_first_attempt_is_retryable_and_still_charges_once(sandbox):

@@ -33,5 +33,10 @@ test: deps
 bench: deps
 	$(PY) bench/run.py
 
+# Faults injected into the whole stack, then the invariant checker (bench/chaos.py); sizes from
+# CHAOS_* variables, e.g. CHAOS_PAYMENTS=150 (default 1000), CHAOS_SECONDS, CHAOS_SEED.
+chaos: deps
+	$(PY) -m bench.chaos
+
 clean:
 	rm -rf $(VENV) localsqs/node_modules var .pytest_cache .ruff_cache

@@ -1,0 +1,214 @@
+"""Reconciliation of stuck payments with the processor's status API.
+
+Callbacks can be lost (the processor gave up retrying, an outage longer than its retries), and
+a submission can time out after the processor recorded the debit. Two kinds of payment are
+therefore checked with ``payment_status_check`` (GET by idempotency key):
+
+- ``submitted`` for longer than ``RECONCILE_SUBMITTED_AFTER`` (ACH settles in days);
+- ``pending`` whose last submission attempt ended in a timeout or connection error more than
+  ``RECONCILE_PENDING_AFTER`` ago (the processor may hold the debit while we do not know it).
+
+What the processor knows is never applied here. It becomes ``processor_event`` messages on the
+main FIFO queue (group = payment id), applied by the worker through the same state machine,
+dedup and ordering path as a callback. For a pending payment whose debit already settled,
+failed or was returned, a ``submitted`` event is published first, then the final one, in order.
+
+The messages are deterministic, so a repeated run or two overlapping runs cannot conflict:
+``processor_event_id`` (also the deduplication id) is ``recon:<idempotency key>:<status>``, and
+the event's ``timestamp`` is the moment the payment entered its current state (the time we last
+knew for sure), not the time of the check: a second publication of the same finding carries the
+same fingerprint, so SQS or the processed-event record drops it instead of flagging a conflict.
+The check time travels as ``observed_at`` (outside the fingerprint). The status API gives no
+amount; the event carries the payment's own amount.
+
+A payment is checked again only after ``RECONCILE_RECHECK_AFTER`` (each check leaves a
+``status`` attempt row), so a processor that keeps answering "submitted" is not polled every
+tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
+
+from callbacks import sqs
+from callbacks.schema import processor_event_message
+from payments.alerts import alert_raise
+from payments.events import EVENT_TARGET_STATE, ProcessorEvent
+from payments.exceptions import ProcessorRejected, ProcessorUnavailable
+from payments.models import AttemptOutcome, Payment, PaymentState, ProcessorAttempt
+from payments.services import STATUS_OPERATION, SUBMIT_OPERATION, payment_status_check
+
+logger = logging.getLogger(__name__)
+
+LOST_SUBMISSION_ERRORS = ("timeout", "connection")
+FINAL_STATUSES = ("settled", "failed", "returned")
+
+
+@dataclass(frozen=True)
+class ReconcileOutcome:
+    payment_id: str
+    action: str  # published, in_sync, not_found, unknown_status, unavailable, refused
+    events: tuple[str, ...] = ()
+
+
+def reconcile_candidates(*, now: datetime, limit: int) -> list[Payment]:
+    """Stuck payments not checked within ``RECONCILE_RECHECK_AFTER``, oldest first."""
+    last_submit = ProcessorAttempt.objects.filter(
+        payment=OuterRef("pk"), operation=SUBMIT_OPERATION
+    ).order_by("-attempt_number")
+    pending_after = now - settings.RECONCILE_PENDING_AFTER
+    recently_checked = ProcessorAttempt.objects.filter(
+        operation=STATUS_OPERATION, started_at__gte=now - settings.RECONCILE_RECHECK_AFTER
+    ).values("payment_id")
+    return list(
+        Payment.objects.annotate(
+            last_submit_outcome=Subquery(last_submit.values("outcome")[:1]),
+            last_submit_error=Subquery(last_submit.values("error_kind")[:1]),
+            last_submit_at=Subquery(last_submit.values("started_at")[:1]),
+        )
+        .filter(
+            Q(
+                state=PaymentState.SUBMITTED,
+                state_changed_at__lt=now - settings.RECONCILE_SUBMITTED_AFTER,
+            )
+            | Q(
+                state=PaymentState.PENDING,
+                last_submit_outcome=AttemptOutcome.RETRYABLE,
+                last_submit_error__in=LOST_SUBMISSION_ERRORS,
+                last_submit_at__lt=pending_after,
+            )
+        )
+        .exclude(pk__in=recently_checked)
+        .order_by("state_changed_at")[:limit]
+    )
+
+
+def _events_to_publish(payment: Payment, processor_status: str) -> list[str]:
+    if payment.state == PaymentState.PENDING:
+        if processor_status == "submitted":
+            return ["submitted"]
+        return ["submitted", processor_status]
+    if payment.state == PaymentState.SUBMITTED and processor_status in FINAL_STATUSES:
+        return [processor_status]
+    return []
+
+
+def reconcile_event(*, payment: Payment, event_type: str, processor_status: str, now: datetime):
+    """The deterministic processor event reconciliation publishes for ``payment``."""
+    event_id = f"recon:{payment.idempotency_key}:{event_type}"
+    event = ProcessorEvent(
+        payment_id=payment.id,
+        event_type=event_type,
+        processor_event_id=event_id,
+        amount=payment.amount,
+        timestamp=payment.state_changed_at,
+        message=f"reconciliation: processor status {processor_status}",
+        raw={
+            "source": "reconciliation",
+            "observed_at": now.isoformat(),
+            "processor_status": processor_status,
+        },
+    )
+    return sqs.OutgoingMessage(
+        body=processor_event_message(event, received_at=now),
+        group_id=str(payment.id),
+        deduplication_id=event_id,
+    )
+
+
+def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
+    """Check one payment with the processor and publish what it knows (immediately).
+
+    Raises ``QueueUnavailable`` when the answer cannot be published.
+    """
+    pid = str(payment.id)
+    try:
+        result = payment_status_check(payment_id=payment.id)
+    except ProcessorUnavailable as exc:
+        logger.warning(
+            "reconcile %s: processor unavailable: %s", pid, exc, extra={"payment_id": pid}
+        )
+        return ReconcileOutcome(pid, "unavailable")
+    except ProcessorRejected as exc:
+        alert_raise(
+            severity="medium",
+            key="reconcile.status_refused",
+            summary=f"processor refused the status check of payment {pid}: {exc}",
+            payment_id=pid,
+        )
+        return ReconcileOutcome(pid, "refused")
+    payment = result.payment
+    if not result.found:
+        if payment.state == PaymentState.SUBMITTED:
+            alert_raise(
+                severity="medium",
+                key="reconcile.debit_unknown",
+                summary=(
+                    f"payment {pid} is submitted here but the processor has no debit under its "
+                    f"idempotency key {payment.idempotency_key}"
+                ),
+                payment_id=pid,
+            )
+        else:
+            # The timed-out submission never reached the processor: the worker's retries (same
+            # idempotency key) or a dead letter take it from here.
+            logger.info(
+                "reconcile %s: the processor has no debit; submission retries continue",
+                pid,
+                extra={"payment_id": pid},
+            )
+        return ReconcileOutcome(pid, "not_found")
+    if result.processor_status not in EVENT_TARGET_STATE:
+        alert_raise(
+            severity="medium",
+            key="reconcile.unknown_status",
+            summary=f"processor reports unknown status {result.processor_status!r} for {pid}",
+            payment_id=pid,
+        )
+        return ReconcileOutcome(pid, "unknown_status")
+    event_types = _events_to_publish(payment, result.processor_status)
+    if not event_types:
+        return ReconcileOutcome(pid, "in_sync")
+    messages = [
+        reconcile_event(
+            payment=payment, event_type=t, processor_status=result.processor_status, now=now
+        )
+        for t in event_types
+    ]
+    sqs.send_messages_now(messages)
+    logger.info(
+        "reconcile %s: %s here, %s at the processor: published %s",
+        pid,
+        payment.state,
+        result.processor_status,
+        ", ".join(m.deduplication_id for m in messages),
+        extra={"payment_id": pid},
+    )
+    return ReconcileOutcome(pid, "published", tuple(event_types))
+
+
+def payments_reconcile(*, now: datetime | None = None, limit: int | None = None) -> int:
+    """Check every stuck payment (up to ``limit``); return how many got events published.
+
+    Calls the processor and the queue: run it outside any transaction. A queue failure stops
+    the run and raises ``QueueUnavailable`` (the next run picks the payments up again).
+    """
+    now = now or timezone.now()
+    limit = limit or settings.RECONCILE_BATCH_SIZE
+    outcomes = [
+        payment_reconcile(payment=payment, now=now)
+        for payment in reconcile_candidates(now=now, limit=limit)
+    ]
+    published = sum(1 for o in outcomes if o.action == "published")
+    if outcomes:
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            counts[o.action] = counts.get(o.action, 0) + 1
+        logger.info("reconciliation checked %s payment(s): %s", len(outcomes), counts)
+    return published

@@ -58,10 +58,20 @@ class DeadLetter(models.Model):
         return f"dead letter {self.original_message_id} ({self.kind}, {self.status})"
 
 
+class TriageDashboard(DeadLetter):
+    """No data of its own: gives the triage dashboard its place in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "triage dashboard"
+        verbose_name_plural = "triage dashboard"
+
+
 class TriageActionKind(models.TextChoices):
     REDRIVE = "redrive", "Redrive"
     RESOLVE = "resolve", "Resolve"
     DISCARD = "discard", "Discard"
+    RELEASE_HOLD = "release_hold", "Release the payment's hold"
 
 
 class TriageAction(models.Model):

@@ -60,3 +60,62 @@ def dlq_depth(queues) -> int:
     return int(attributes["ApproximateNumberOfMessages"]) + int(
         attributes["ApproximateNumberOfMessagesNotVisible"]
     )
+
+
+def user_with(*codenames: str, **fields):
+    """A staff user holding exactly these triage permissions (codenames of the triage app)."""
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import UserFactory
+
+    user = UserFactory(is_staff=True, **fields)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="triage", codename__in=codenames)
+    )
+    return type(user).objects.get(pk=user.pk)  # fresh: no stale permission cache
+
+
+def operator(**fields):
+    return user_with("view_deadletter", "act_on_deadletter", "view_triageaction", **fields)
+
+
+def viewer(**fields):
+    return user_with("view_deadletter", "view_triageaction", **fields)
+
+
+def dead_letter_make(payment=None, **fields):
+    """A dead letter row as ingestion would store it (for tests that do not need the worker)."""
+    import uuid
+
+    from django.utils import timezone
+
+    from triage.models import DeadLetter, DeadLetterSource
+
+    group = str(payment.id) if payment is not None else str(uuid.uuid4())
+    message_id = str(uuid.uuid4())
+    body = {
+        "kind": "processor_event",
+        "payment_id": group,
+        "event_type": "settled",
+        "processor_event_id": f"evt_{uuid.uuid4().hex}",
+        "amount": str(payment.amount) if payment is not None else "125.00",
+        "timestamp": "2026-11-02T12:00:00+00:00",
+    }
+    values = {
+        "original_message_id": message_id,
+        "dlq_message_id": str(uuid.uuid4()),
+        "payment_id": uuid.UUID(group),
+        "kind": "processor_event",
+        "group_id": group,
+        "deduplication_id": body["processor_event_id"],
+        "processor_event_id": body["processor_event_id"],
+        "body": body,
+        "source": DeadLetterSource.WORKER,
+        "attempts": 6,
+        "first_failed_at": timezone.now(),
+        "last_failed_at": timezone.now(),
+        "last_error_class": "payments.exceptions.InvalidTransition",
+        "last_error_message": "settled event cannot move payment from pending to confirmed",
+    }
+    values.update(fields)
+    return DeadLetter.objects.create(**values)

@@ -54,6 +54,8 @@ DEAD_LETTERS_OPEN = "dead_letters.open"
 BACKLOG = "queue.backlog"
 QUEUE_UNREACHABLE = "queue.unreachable"
 CONDITION_KEYS = (DLQ_DEPTH, DEAD_LETTERS_OPEN, BACKLOG, QUEUE_UNREACHABLE)
+# Alerts raised per dead letter at ingestion: "dead_letter:<DeadLetter pk>".
+DEAD_LETTER_PREFIX = "dead_letter:"
 
 FIRED, REMINDER, RESOLVED = "fired", "reminder", "resolved"
 SUPPRESSED, REPEATED = "suppressed", "repeated"
@@ -508,10 +510,32 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     elif snapshot.main_visible is not None:
         resolve(BACKLOG, "backlog under thresholds")
 
+    # One alert per dead letter (raised at ingestion): resolved once a human has decided.
+    firing_dead_letters = {
+        key: key.split(":", 1)[1]
+        for key in Alert.objects.filter(
+            status=AlertStatus.FIRING, key__startswith=DEAD_LETTER_PREFIX
+        ).values_list("key", flat=True)
+    }
+    if firing_dead_letters:
+        from triage.models import DeadLetter, DeadLetterStatus
+
+        ids = [pk for pk in firing_dead_letters.values() if pk.isdigit()]
+        decided = dict(
+            DeadLetter.objects.filter(pk__in=ids)
+            .exclude(status=DeadLetterStatus.OPEN)
+            .values_list("pk", "status")
+        )
+        for key, pk in firing_dead_letters.items():
+            if pk.isdigit() and int(pk) in decided:
+                resolve(key, f"dead letter {pk} is {decided[int(pk)]}")
+
+    # Other one-off alerts (a rejected submission) resolve after a quiet period.
     quiet_since = now - settings.ALERT_EVENT_QUIET_RESOLVE
     for key in (
         Alert.objects.filter(status=AlertStatus.FIRING, last_fired_at__lt=quiet_since)
         .exclude(key__in=CONDITION_KEYS)
+        .exclude(key__startswith=DEAD_LETTER_PREFIX)
         .values_list("key", flat=True)
     ):
         resolve(key, f"no repeat for {settings.ALERT_EVENT_QUIET_RESOLVE}")

@@ -10,3 +10,5 @@ class TriageConfig(AppConfig):
         from triage.alerting import alert_raised_receiver
 
         alert_raised.connect(alert_raised_receiver, dispatch_uid="triage.alerting.alert_raised")
+        # Alert history in the admin (also imported by triage/admin.py; importing twice is a no-op).
+        from triage import admin_alerts  # noqa: F401

@@ -462,3 +462,29 @@ def test_evaluate_resolves_one_off_alerts_after_a_quiet_day(sqs_queues):
     assert alerts_evaluate(now=AFTER_WINDOW + timedelta(hours=23)).resolved == []
     later = alerts_evaluate(now=AFTER_WINDOW + timedelta(hours=25))
     assert later.resolved == ["payment.submission_rejected"]
+
+
+@pytest.mark.django_db
+def test_dead_letter_alert_resolves_once_a_human_decided(sqs_queues, webhook):
+    dead_letter = _dead_letter()
+    alert_fire(key=f"dead_letter:{dead_letter.pk}", severity="high", summary="dl", now=AFTER_WINDOW)
+    # Still open a day later: not resolved by the quiet-period rule.
+    later = alerts_evaluate(now=AFTER_WINDOW + timedelta(days=2))
+    assert f"dead_letter:{dead_letter.pk}" not in later.resolved
+    dead_letter.status = "discarded"
+    dead_letter.save()
+    decided = alerts_evaluate(now=AFTER_WINDOW + timedelta(days=2, minutes=1))
+    assert f"dead_letter:{dead_letter.pk}" in decided.resolved
+    alert = Alert.objects.get(key=f"dead_letter:{dead_letter.pk}")
+    assert alert.details["resolved_because"] == f"dead letter {dead_letter.pk} is discarded"
+
+
+@pytest.mark.django_db
+def test_evaluate_alerts_command_prints_each_decision(sqs_queues, capsys):
+    from django.core.management import call_command
+
+    call_command("evaluate_alerts")
+    assert "no alert condition holds" in capsys.readouterr().out
+    _dead_letter()
+    call_command("evaluate_alerts")
+    assert "dead_letters.open: fired" in capsys.readouterr().out

@@ -114,7 +114,6 @@ class WorkerProcess:
 
     @property
     def output(self) -> str:
-        self._log.flush()
         return self.log_path.read_text()
 
     def wait_for(self, text: str, timeout: float = 30) -> None:

@@ -1,0 +1,230 @@
+"""run_sqs_worker as real processes: signals, SIGKILL, two workers at once, the heartbeat."""
+
+import json
+import re
+import signal
+import time
+
+import pytest
+
+from callbacks.models import ProcessingError, QueueMessage
+from callbacks.schema import processor_event_message
+from payments.models import (
+    LedgerEntry,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ProcessorAttempt,
+)
+from payments.sandbox import FaultConfig, SandboxProcessor
+from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
+from tests.factories import PaymentFactory, processor_event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SUMMARY = re.compile(r"run_sqs_worker stopped: (\d+) handled .*, (\d+) deleted, (\d+) released")
+
+
+@pytest.fixture
+def start_sandbox(settings):
+    """Start the sandbox processor answering every debit after ``latency`` seconds."""
+    servers = []
+
+    def start(latency: float = 0.4) -> SandboxProcessor:
+        server = SandboxProcessor(
+            faults=FaultConfig(latency_median_ms=latency * 1000, latency_sigma=0.001)
+        ).start()
+        servers.append(server)
+        settings.PROCESSOR_BASE_URL = server.base_url
+        settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def summary(worker: WorkerProcess) -> tuple[int, int, int]:
+    match = SUMMARY.search(worker.output)
+    assert match, worker.output
+    return tuple(int(g) for g in match.groups())
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def submit_messages(sqs_queues, count: int) -> list[Payment]:
+    payments = [
+        PaymentFactory(state=PaymentState.PENDING, source_token=f"tok_good_{i:02d}abc")
+        for i in range(count)
+    ]
+    for payment in payments:
+        send_body(
+            sqs_queues.client,
+            sqs_queues.url,
+            payment.id,
+            {"kind": "submit_payment", "payment_id": str(payment.id)},
+        )
+    return payments
+
+
+def submitted_once_each(payments, sandbox) -> None:
+    charges = sandbox.stats()["charges_by_payment"]
+    for payment in payments:
+        payment.refresh_from_db()
+        assert payment.state == PaymentState.SUBMITTED
+        assert charges.get(str(payment.id)) == 1
+        applied = PaymentEvent.objects.filter(
+            payment=payment, kind="submission", outcome="applied"
+        ).count()
+        assert applied == 1
+
+
+def test_sigterm_finishes_the_current_message_and_releases_the_rest(
+    sqs_queues, start_sandbox, tmp_path
+):
+    slow_sandbox = start_sandbox(0.4)
+    payments = submit_messages(sqs_queues, 10)
+    worker = WorkerProcess(
+        "--wait-time=1", "--visibility-timeout=30", "--no-relay", log_dir=tmp_path
+    )
+    worker.wait_for("outcome=submitted")
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(30) == 0
+    handled, deleted, released = summary(worker)
+    assert 1 <= handled < 10 and deleted == handled
+    assert released == 10 - handled  # visible again at once, not after 30 s
+    assert QueueMessage.objects.count() == handled  # the released ones never started
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (10 - handled, 0)
+
+    rerun = WorkerProcess(
+        "--until-empty", "--wait-time=0", "--no-relay", log_dir=tmp_path, name="rerun"
+    )
+    assert rerun.wait(60) == 0
+    submitted_once_each(payments, slow_sandbox)
+    assert set(QueueMessage.objects.values_list("attempts", flat=True)) == {1}
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+def test_second_signal_exits_at_once(sqs_queues, start_sandbox, tmp_path):
+    start_sandbox(1.5)
+    submit_messages(sqs_queues, 1)
+    worker = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path)
+    wait_until(lambda: QueueMessage.objects.exists(), 20, "the worker to start the message")
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    time.sleep(0.1)
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(10) == 1
+    assert time.monotonic() - started < 1.4  # did not wait for the 1.5 s processor call
+    assert "stopped:" not in worker.output
+
+
+def test_sigkill_mid_batch_then_restart_loses_nothing_and_applies_nothing_twice(
+    sqs_queues, start_sandbox, tmp_path
+):
+    slow_sandbox = start_sandbox(0.4)
+    payments = submit_messages(sqs_queues, 10)
+    worker = WorkerProcess(
+        "--wait-time=1", "--visibility-timeout=2", "--no-relay", log_dir=tmp_path
+    )
+    worker.wait_for("outcome=submitted")
+    worker.kill()
+
+    restarted = WorkerProcess(
+        "--wait-time=1", "--visibility-timeout=10", "--no-relay", log_dir=tmp_path, name="again"
+    )
+    wait_until(
+        lambda: (
+            not Payment.objects.filter(state=PaymentState.PENDING).exists()
+            and not QueueMessage.objects.exclude(status="done").exists()
+            and queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+        ),
+        60,
+        "every payment to be submitted and every message deleted",
+    )
+    restarted.signal(signal.SIGTERM)
+    assert restarted.wait(30) == 0
+
+    submitted_once_each(payments, slow_sandbox)
+    assert QueueMessage.objects.count() == 10
+    # Only the message being worked on when the process died was started twice.
+    attempts = sorted(QueueMessage.objects.values_list("attempts", flat=True))
+    assert attempts[:-1] == [1] * 9 and attempts[-1] in (1, 2)
+    assert not ProcessingError.objects.exists()
+
+
+def test_slow_processor_call_is_not_taken_by_a_second_worker(sqs_queues, start_sandbox, tmp_path):
+    """Visibility timeout 2 s, processor answering after 5 s: the heartbeat keeps the message
+    hidden, so the second worker never receives it and the processor is called once."""
+    slow_sandbox = start_sandbox(5)
+    [payment] = submit_messages(sqs_queues, 1)
+    args = ("--wait-time=1", "--visibility-timeout=2", "--no-relay")
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+
+    wait_until(
+        lambda: Payment.objects.filter(pk=payment.pk, state=PaymentState.SUBMITTED).exists(),
+        30,
+        "the payment to be submitted",
+    )
+    time.sleep(3)  # past another visibility timeout: a leaked message would be taken now
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(30) for worker in workers] == [0, 0]
+
+    assert slow_sandbox.stats()["requests"] == {"debit_create": 1}
+    assert ProcessorAttempt.objects.filter(payment=payment).count() == 1
+    record = QueueMessage.objects.get()
+    assert (record.attempts, record.status) == (1, "done")
+    assert sorted(summary(w)[0] for w in workers) == [0, 1]
+
+
+def test_two_workers_apply_500_payments_events_exactly_once_in_order(sqs_queues, tmp_path):
+    payments = Payment.objects.bulk_create(
+        [PaymentFactory.build(state=PaymentState.PENDING) for _ in range(500)]
+    )
+    entries = []
+    for payment in payments:
+        for event_type in ("submitted", "settled"):
+            event = processor_event(payment, event_type)
+            entries.append(
+                {
+                    "Id": str(len(entries) % 10),
+                    "MessageBody": json.dumps(processor_event_message(event)),
+                    "MessageGroupId": str(payment.id),
+                    "MessageDeduplicationId": event.processor_event_id,
+                }
+            )
+    for start in range(0, len(entries), 10):
+        response = sqs_queues.client.send_message_batch(
+            QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
+        )
+        assert not response.get("Failed")
+
+    args = ("--until-empty", "--wait-time=1", "--no-relay", "--visibility-timeout=30")
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+    assert [worker.wait(240) for worker in workers] == [0, 0]
+
+    handled = [summary(worker)[0] for worker in workers]
+    assert sum(handled) == 1000 and min(handled) > 0, handled
+    assert Payment.objects.filter(state=PaymentState.CONFIRMED).count() == 500
+    assert LedgerEntry.objects.count() == 500
+    assert not ProcessingError.objects.exists()  # no event ever arrived out of order
+    assert QueueMessage.objects.filter(status="done", outcome="applied").count() == 1000
+    per_payment = PaymentEvent.objects.filter(kind="processor_event", outcome="applied")
+    assert per_payment.count() == 1000
+    first_of = {}
+    for payment_id, event_type in per_payment.order_by("id").values_list(
+        "payment_id", "event_type"
+    ):
+        first_of.setdefault(payment_id, event_type)
+    assert set(first_of.values()) == {"submitted"}
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)

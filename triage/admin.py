@@ -1,0 +1,270 @@
+"""Dead letters in the admin: read-only history, actions only through confirmation pages.
+
+Nobody adds, edits or deletes a dead letter or an audit row here. Redrive, resolve, discard and
+hold release go through views added by ``get_urls()`` (see ``triage.views``), which require the
+``triage.act_on_deadletter`` permission and a note; the bulk actions only collect the selected
+ids (exactly what the filter selected) and send the operator to the same confirmation page.
+"""
+
+import json
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpResponseRedirect
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.http import urlencode
+
+from payments.admin import ReadOnlyAdminMixin
+from triage import views
+from triage.models import DeadLetter, TriageAction, TriageDashboard
+from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
+from triage.services import ACT_PERMISSION
+from triage.views import human_age
+
+BULK_LIMIT = 200  # ids travel in the confirmation page's URL; larger batches: narrow the filter
+
+
+class AgeFilter(admin.SimpleListFilter):
+    title = "age (since ingested)"
+    parameter_name = "age"
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, label, _, _ in AGE_BUCKETS]
+
+    def queryset(self, request, queryset):
+        if self.value() is None:
+            return queryset
+        condition = age_bucket_filter(self.value())
+        return queryset.none() if condition is None else queryset.filter(condition)
+
+
+class ErrorClassFilter(admin.SimpleListFilter):
+    title = "last error class"
+    parameter_name = "error_class"
+    NONE = "__none__"
+
+    def lookups(self, request, model_admin):
+        classes = (
+            DeadLetter.objects.order_by("last_error_class")
+            .values_list("last_error_class", flat=True)
+            .distinct()
+        )
+        return [
+            (c or self.NONE, c.rsplit(".", 1)[-1] if c else "(no error recorded)") for c in classes
+        ]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(last_error_class="" if value == self.NONE else value)
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    change_form_template = "admin/triage/deadletter/change_form.html"
+    change_list_template = "admin/triage/deadletter/change_list.html"
+    list_display = [
+        "id",
+        "status",
+        "kind",
+        "payment_link",
+        "error_class_short",
+        "attempts",
+        "age",
+        "source",
+        "processor_event_id",
+    ]
+    list_display_links = ["id", "status"]
+    list_filter = ["status", "kind", ErrorClassFilter, AgeFilter, "source"]
+    search_fields = ["=group_id", "=processor_event_id", "=original_message_id"]
+    search_help_text = "Exact payment id, processor event id or message id."
+    list_per_page = 50
+    show_full_result_count = False
+    actions = ["redrive_selected", "resolve_selected", "discard_selected"]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "status",
+                    "payment_link",
+                    "kind",
+                    "processor_event_id",
+                    "last_error_class",
+                    "last_error_message_pre",
+                    "attempts",
+                    "first_failed_at",
+                    "last_failed_at",
+                    "source",
+                ]
+            },
+        ),
+        (
+            "Message",
+            {
+                "fields": [
+                    "body_pretty",
+                    "original_message_id",
+                    "dlq_message_id",
+                    "group_id",
+                    "deduplication_id",
+                    "attributes_pretty",
+                ]
+            },
+        ),
+        (
+            "Triage",
+            {"fields": ["ingested_at", "status_changed_at", "redrive_message_id"]},
+        ),
+    ]
+    readonly_fields = [
+        "payment_link",
+        "body_pretty",
+        "attributes_pretty",
+        "last_error_message_pre",
+    ]
+
+    # --- display ---
+
+    @admin.display(description="payment", ordering="group_id")
+    def payment_link(self, obj: DeadLetter):
+        if obj.payment_id is None:
+            return obj.group_id or "—"
+        url = reverse("admin:payments_payment_change", args=[obj.payment_id])
+        return format_html('<a href="{}">{}</a>', url, obj.payment_id)
+
+    @admin.display(description="error class", ordering="last_error_class")
+    def error_class_short(self, obj: DeadLetter) -> str:
+        return obj.last_error_class.rsplit(".", 1)[-1] if obj.last_error_class else "—"
+
+    @admin.display(description="age", ordering="ingested_at")
+    def age(self, obj: DeadLetter) -> str:
+        return human_age(timezone.now() - obj.ingested_at)
+
+    @admin.display(description="message body")
+    def body_pretty(self, obj: DeadLetter):
+        return format_html(
+            '<pre class="triage-json">{}</pre>', json.dumps(obj.body, indent=2, sort_keys=True)
+        )
+
+    @admin.display(description="SQS attributes")
+    def attributes_pretty(self, obj: DeadLetter):
+        return format_html(
+            '<pre class="triage-json">{}</pre>',
+            json.dumps(obj.attributes, indent=2, sort_keys=True),
+        )
+
+    @admin.display(description="last error message")
+    def last_error_message_pre(self, obj: DeadLetter):
+        return format_html('<pre class="triage-error">{}</pre>', obj.last_error_message or "—")
+
+    # --- permissions ---
+
+    def has_act_permission(self, request) -> bool:
+        return request.user.has_perm(ACT_PERMISSION)
+
+    # --- pages ---
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "bulk/<str:action>/",
+                wrap(self._bulk_view),
+                name=f"{info}_bulk",
+            ),
+            path(
+                "<int:object_id>/act/<str:action>/",
+                wrap(self._action_view),
+                name=f"{info}_act",
+            ),
+            path(
+                "<int:object_id>/release-hold/",
+                wrap(self._release_view),
+                name=f"{info}_release_hold",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _action_view(self, request, object_id, action):
+        return views.dead_letter_action(request, self, object_id=object_id, action=action)
+
+    def _bulk_view(self, request, action):
+        return views.dead_letters_bulk_action(request, self, action=action)
+
+    def _release_view(self, request, object_id):
+        return views.dead_letter_hold_release(request, self, object_id=object_id)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = extra_context or {}
+        obj = self.get_object(request, object_id)
+        if obj is not None and self.has_view_permission(request, obj):
+            extra_context["story"] = dead_letter_story(obj)
+            extra_context["can_act"] = self.has_act_permission(request)
+            extra_context["human_age"] = human_age(timezone.now() - obj.ingested_at)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = extra_context or {}
+        extra_context["dashboard_url"] = reverse("admin:triage_triagedashboard_changelist")
+        return super().changelist_view(request, extra_context)
+
+    # --- bulk actions: collect exactly the selection, confirm on a separate page ---
+
+    def _bulk_redirect(self, request, queryset: QuerySet, action: str):
+        ids = list(queryset.order_by("ingested_at", "id").values_list("pk", flat=True))
+        if len(ids) > BULK_LIMIT:
+            self.message_user(
+                request,
+                f"{len(ids)} dead letters selected: at most {BULK_LIMIT} per bulk action. "
+                "Narrow the filter and try again.",
+                messages.ERROR,
+            )
+            return None
+        query = {"ids": ",".join(str(i) for i in ids)}
+        filters = request.GET.urlencode()
+        if filters:
+            query["_changelist_filters"] = filters
+        url = reverse("admin:triage_deadletter_bulk", args=[action])
+        return HttpResponseRedirect(f"{url}?{urlencode(query)}")
+
+    @admin.action(description="Redrive selected dead letters…", permissions=["act"])
+    def redrive_selected(self, request, queryset):
+        return self._bulk_redirect(request, queryset, "redrive")
+
+    @admin.action(
+        description="Resolve selected dead letters (fixed elsewhere)…", permissions=["act"]
+    )
+    def resolve_selected(self, request, queryset):
+        return self._bulk_redirect(request, queryset, "resolve")
+
+    @admin.action(description="Discard selected dead letters…", permissions=["act"])
+    def discard_selected(self, request, queryset):
+        return self._bulk_redirect(request, queryset, "discard")
+
+
+@admin.register(TriageAction)
+class TriageActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "action", "dead_letter", "user", "status_before", "status_after"]
+    list_filter = ["action", "status_after"]
+    search_fields = ["=dead_letter__group_id", "note"]
+    list_select_related = ["dead_letter", "user"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(TriageDashboard)
+class TriageDashboardAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The dashboard's entry in the admin index; seeing it needs the dead-letter view right."""
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("triage.view_deadletter")
+
+    def has_module_permission(self, request):
+        return self.has_view_permission(request)
+
+    def changelist_view(self, request, extra_context=None):
+        return views.dashboard(request, self)

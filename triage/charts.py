@@ -1,0 +1,90 @@
+"""Small charts drawn on the server as inline SVG: no JavaScript, no CDN, readable without CSS."""
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+BAR_COLOR = "#417690"  # the admin's own header blue
+EMPTY_COLOR = "#ccc"
+
+
+def bar_chart(
+    items: list[tuple[str, int]],
+    *,
+    title: str,
+    width: int = 420,
+    bar_height: int = 18,
+    label_width: int = 150,
+) -> SafeString:
+    """Horizontal bars, one per (label, value), with the value written at each bar's end.
+
+    The SVG carries a ``<title>`` and each bar an ``aria-label`` so screen readers and text
+    browsers get the same numbers; an empty series says so instead of drawing nothing.
+    """
+    if not items:
+        return format_html('<p class="help">{}: no data.</p>', title)
+    gap = 6
+    value_width = 60
+    plot = max(width - label_width - value_width, 40)
+    peak = max(value for _, value in items) or 1
+    height = len(items) * (bar_height + gap) + gap
+    rows = []
+    for i, (label, value) in enumerate(items):
+        y = gap + i * (bar_height + gap)
+        length = round(plot * value / peak) if value else 0
+        rows.append(
+            (
+                y + bar_height * 0.72,
+                label_width - 6,
+                label[:28],
+                f"{label}: {value}",
+                label_width,
+                y,
+                max(length, 1),
+                bar_height,
+                BAR_COLOR if value else EMPTY_COLOR,
+                label_width + max(length, 1) + 4,
+                y + bar_height * 0.72,
+                value,
+            )
+        )
+    body = format_html_join(
+        "",
+        '<text x="{1}" y="{0}" text-anchor="end" font-size="12">{2}</text>'
+        '<rect aria-label="{3}" x="{4}" y="{5}" width="{6}" height="{7}" fill="{8}"></rect>'
+        '<text x="{9}" y="{10}" font-size="12">{11}</text>',
+        rows,
+    )
+    return format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{}" height="{}" '
+        'viewBox="0 0 {} {}" class="triage-chart"><title>{}</title>{}</svg>',
+        width,
+        height,
+        width,
+        height,
+        title,
+        body,
+    )
+
+
+def ratio_bar(part: int, total: int, *, title: str, width: int = 420) -> SafeString:
+    """One bar showing part / total, labelled with both numbers and the percentage."""
+    if not total:
+        return format_html('<p class="help">{}: no messages in the window.</p>', title)
+    share = part / total
+    filled = round((width - 2) * share)
+    return format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{}" height="40" '
+        'viewBox="0 0 {} 40" class="triage-chart"><title>{}</title>'
+        '<rect x="1" y="1" width="{}" height="20" fill="#eee" stroke="#999"></rect>'
+        '<rect x="1" y="1" width="{}" height="20" fill="{}"></rect>'
+        '<text x="1" y="36" font-size="12">{} of {} ({}%)</text></svg>',
+        width,
+        width,
+        title,
+        width - 2,
+        filled,
+        "#ba2121" if share > 0.05 else BAR_COLOR,
+        part,
+        total,
+        f"{share * 100:.1f}",
+    )

@@ -1,0 +1,347 @@
+"""Reads of triage: one payment's whole story for the dead-letter page, and the dashboard numbers.
+
+The dashboard numbers are plain functions returning plain data so ``/metrics`` can reuse them.
+Every function here issues a fixed number of queries, whatever the size of the history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, QuerySet
+from django.utils import timezone
+
+from callbacks import sqs
+from callbacks.models import (
+    UNFINISHED_STATUSES,
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
+from payments.models import Payment, PaymentEvent, PaymentState, ProcessorAttempt
+from triage.models import DeadLetter, DeadLetterStatus, TriageAction
+
+# --- One payment's story -----------------------------------------------------------------------
+
+
+@dataclass
+class TimelineStep:
+    at: datetime
+    from_state: str
+    to_state: str
+    cause: str
+    event_type: str
+
+
+@dataclass
+class DeadLetterStory:
+    dead_letter: DeadLetter
+    payment: Payment | None
+    queue_message: QueueMessage | None  # the worker's record of the dead message
+    errors: list[ProcessingError]  # the dead message's failed attempts, oldest first
+    other_errors: list[ProcessingError]  # the payment's other messages' failures
+    attempts: list[ProcessorAttempt]
+    events: list[PaymentEvent]
+    timeline: list[TimelineStep]
+    messages: list[QueueMessage]  # every message of the payment the worker started, in order
+    holds: list[PaymentHold]  # with ``parked`` prefetched, newest first
+    active_hold: PaymentHold | None
+    parked: list[ParkedMessage]  # the active hold's parked messages, in order
+    dead_letters: list[DeadLetter]  # all of the payment's dead letters, oldest first
+    actions: list[TriageAction]  # triage actions on any of them, oldest first
+    release_blockers: list[str] = field(default_factory=list)
+
+
+def dead_letter_story(dead_letter: DeadLetter) -> DeadLetterStory:
+    """Everything known about the dead letter's payment, in about a dozen queries."""
+    from triage.services import hold_release_blockers
+
+    group = dead_letter.group_id
+    payment = (
+        Payment.objects.filter(pk=dead_letter.payment_id).first()
+        if dead_letter.payment_id
+        else None
+    )
+    all_errors = list(
+        ProcessingError.objects.filter(
+            Q(payment_id=group) | Q(message_id=dead_letter.original_message_id)
+        ).order_by("created_at", "id")
+    )
+    errors = [e for e in all_errors if e.message_id == dead_letter.original_message_id]
+    other_errors = [e for e in all_errors if e.message_id != dead_letter.original_message_id]
+    messages = (
+        list(
+            QueueMessage.objects.filter(group_id=group)
+            .defer("body", "raw_body")
+            .order_by("sequence_number", "first_started_at", "id")
+        )
+        if group
+        else []
+    )
+    queue_message = next(
+        (m for m in messages if m.message_id == dead_letter.original_message_id), None
+    )
+    attempts: list[ProcessorAttempt] = []
+    events: list[PaymentEvent] = []
+    if payment is not None:
+        attempts = list(payment.attempts.order_by("started_at", "id"))
+        events = list(payment.events.order_by("created_at", "id"))
+    holds = (
+        list(
+            PaymentHold.objects.filter(payment_id=group)
+            .select_related("caused_by")
+            .prefetch_related("parked")
+            .order_by("-created_at", "-id")
+        )
+        if group
+        else []
+    )
+    active_hold = next((h for h in holds if h.released_at is None), None)
+    dead_letters = (
+        list(
+            DeadLetter.objects.filter(group_id=group)
+            .defer("body", "attributes")
+            .order_by("ingested_at", "id")
+        )
+        if group
+        else [dead_letter]
+    )
+    actions = list(
+        TriageAction.objects.filter(dead_letter__in=[d.pk for d in dead_letters])
+        .select_related("user")
+        .order_by("created_at", "id")
+    )
+    story = DeadLetterStory(
+        dead_letter=dead_letter,
+        payment=payment,
+        queue_message=queue_message,
+        errors=errors,
+        other_errors=other_errors,
+        attempts=attempts,
+        events=events,
+        timeline=_timeline(payment, events),
+        messages=messages,
+        holds=holds,
+        active_hold=active_hold,
+        parked=list(active_hold.parked.all()) if active_hold else [],
+        dead_letters=dead_letters,
+        actions=actions,
+    )
+    if active_hold is not None:
+        story.release_blockers = hold_release_blockers(group)
+    return story
+
+
+def _timeline(payment: Payment | None, events: list[PaymentEvent]) -> list[TimelineStep]:
+    if payment is None:
+        return []
+    steps = [TimelineStep(payment.created_at, "", PaymentState.PENDING, "created", "")]
+    for event in events:
+        if event.to_state and event.from_state and event.to_state != event.from_state:
+            steps.append(
+                TimelineStep(
+                    event.created_at,
+                    event.from_state,
+                    event.to_state,
+                    event.caused_by,
+                    event.event_type or event.kind,
+                )
+            )
+    return steps
+
+
+# --- Dashboard numbers -------------------------------------------------------------------------
+
+LATENCY_BUCKETS: list[tuple[str, timedelta | None]] = [
+    ("< 1 s", timedelta(seconds=1)),
+    ("1 s – 1 min", timedelta(minutes=1)),
+    ("1 min – 1 h", timedelta(hours=1)),
+    ("1 h – 1 day", timedelta(days=1)),
+    ("> 1 day", None),
+]
+AGE_BUCKETS: list[tuple[str, str, timedelta | None, timedelta | None]] = [
+    ("lt1h", "less than 1 hour", None, timedelta(hours=1)),
+    ("1h-1d", "1 hour to 1 day", timedelta(hours=1), timedelta(days=1)),
+    ("1d-7d", "1 to 7 days", timedelta(days=1), timedelta(days=7)),
+    ("gt7d", "more than 7 days", timedelta(days=7), None),
+]
+DAY = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class OpenDeadLetters:
+    count: int
+    oldest_ingested_at: datetime | None
+    oldest_age: timedelta | None
+
+
+def dead_letters_open_summary(*, now: datetime | None = None) -> OpenDeadLetters:
+    now = now or timezone.now()
+    row = DeadLetter.objects.filter(status=DeadLetterStatus.OPEN).aggregate(
+        count=Count("id"), oldest=Min("ingested_at")
+    )
+    oldest = row["oldest"]
+    return OpenDeadLetters(row["count"], oldest, (now - oldest) if oldest else None)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    name: str
+    visible: int | None = None
+    in_flight: int | None = None
+    delayed: int | None = None
+    error: str = ""  # why the depth is unavailable
+
+    @property
+    def available(self) -> bool:
+        return not self.error
+
+
+def queue_depths() -> list[QueueDepth]:
+    """Main queue and DLQ depth from SQS attributes; a queue that cannot be read is reported
+    with the reason instead of raising."""
+    from django.conf import settings
+
+    depths = []
+    for name, url_of in (
+        (settings.SQS_QUEUE_NAME, sqs.main_queue_url),
+        (settings.SQS_DLQ_NAME, sqs.dead_letter_queue_url),
+    ):
+        try:
+            attributes = sqs.queue_attributes(
+                url_of(),
+                [
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
+                ],
+            )
+        except sqs.QueueUnavailable as exc:
+            depths.append(QueueDepth(name=name, error=str(exc)))
+            continue
+        depths.append(
+            QueueDepth(
+                name=name,
+                visible=int(attributes.get("ApproximateNumberOfMessages", 0)),
+                in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0)),
+                delayed=int(attributes.get("ApproximateNumberOfMessagesDelayed", 0)),
+            )
+        )
+    return depths
+
+
+def oldest_unfinished_age(*, now: datetime | None = None) -> timedelta | None:
+    """Age of the oldest message the worker started and has not finished, from its own records
+    (SQS has no such attribute)."""
+    now = now or timezone.now()
+    oldest = (
+        QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES)
+        .exclude(enqueued_at__isnull=True)
+        .aggregate(oldest=Min("enqueued_at"))["oldest"]
+    )
+    return None if oldest is None else now - oldest
+
+
+def payments_on_hold() -> QuerySet[PaymentHold]:
+    """Active holds, oldest first, with the number of messages parked behind each."""
+    return (
+        PaymentHold.objects.filter(released_at__isnull=True)
+        .annotate(parked_count=Count("parked", filter=Q(parked__republished_message_id="")))
+        .order_by("created_at", "id")
+    )
+
+
+@dataclass(frozen=True)
+class ReprocessingRate:
+    total: int
+    reprocessed: int  # needed more than one attempt
+
+    @property
+    def ratio(self) -> float | None:
+        return self.reprocessed / self.total if self.total else None
+
+
+def reprocessing_rate(*, window: timedelta = DAY, now: datetime | None = None) -> ReprocessingRate:
+    """Messages first started in the window that needed more than one attempt, of all."""
+    now = now or timezone.now()
+    row = QueueMessage.objects.filter(first_started_at__gte=now - window).aggregate(
+        total=Count("id"), reprocessed=Count("id", filter=Q(attempts__gt=1))
+    )
+    return ReprocessingRate(row["total"], row["reprocessed"])
+
+
+def enqueue_to_applied_buckets(
+    *, window: timedelta = DAY, now: datetime | None = None
+) -> list[tuple[str, int]]:
+    """Messages done in the window, counted by enqueue-to-applied latency bucket."""
+    now = now or timezone.now()
+    latency = ExpressionWrapper(F("finished_at") - F("enqueued_at"), output_field=DurationField())
+    counts = {}
+    lower = None
+    for label, upper in LATENCY_BUCKETS:
+        condition = Q()
+        if lower is not None:
+            condition &= Q(latency__gte=lower)
+        if upper is not None:
+            condition &= Q(latency__lt=upper)
+        counts[label] = Count("id", filter=condition)
+        lower = upper
+    row = (
+        QueueMessage.objects.filter(
+            status=QueueMessageStatus.DONE,
+            finished_at__gte=now - window,
+            enqueued_at__isnull=False,
+        )
+        .annotate(latency=latency)
+        .aggregate(**{f"b{i}": c for i, c in enumerate(counts.values())})
+    )
+    return [(label, row[f"b{i}"]) for i, label in enumerate(counts)]
+
+
+def payments_stuck(*, limit: int = 10) -> QuerySet[Payment]:
+    """Payments waiting longest in ``pending`` or ``submitted``."""
+    return Payment.objects.filter(
+        state__in=[PaymentState.PENDING, PaymentState.SUBMITTED]
+    ).order_by("state_changed_at")[:limit]
+
+
+def error_classes_ranked(
+    *, window: timedelta = DAY, now: datetime | None = None, limit: int = 10
+) -> list[tuple[str, int]]:
+    """Processing error classes in the window, most frequent first."""
+    now = now or timezone.now()
+    rows = (
+        ProcessingError.objects.filter(created_at__gte=now - window)
+        .values("error_class")
+        .annotate(n=Count("id"))
+        .order_by("-n", "error_class")[:limit]
+    )
+    return [(r["error_class"], r["n"]) for r in rows]
+
+
+def dead_letters_by_error_class(*, limit: int = 10) -> list[tuple[str, int]]:
+    """Open dead letters by last error class, most frequent first."""
+    rows = (
+        DeadLetter.objects.filter(status=DeadLetterStatus.OPEN)
+        .values("last_error_class")
+        .annotate(n=Count("id"))
+        .order_by("-n", "last_error_class")[:limit]
+    )
+    return [(r["last_error_class"] or "(no error recorded)", r["n"]) for r in rows]
+
+
+def age_bucket_filter(key: str, *, now: datetime | None = None) -> Q | None:
+    """The ``ingested_at`` condition for an age bucket key of ``AGE_BUCKETS``."""
+    now = now or timezone.now()
+    for bucket_key, _, older_than, younger_than in AGE_BUCKETS:
+        if bucket_key == key:
+            condition = Q()
+            if older_than is not None:
+                condition &= Q(ingested_at__lte=now - older_than)
+            if younger_than is not None:
+                condition &= Q(ingested_at__gt=now - younger_than)
+            return condition
+    return None

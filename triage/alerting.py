@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -198,6 +199,13 @@ def alert_fire(
     window = settlement_window()
     suppress = severity == AlertSeverity.LOW and window is not None and window.contains(now)
     details = dict(details or {})
+    if payment_id is not None:
+        try:
+            payment_id = uuid.UUID(str(payment_id))
+        except ValueError:
+            # Not a payment id (a message group of a malformed message): keep it, as text.
+            details["payment_ref"] = str(payment_id)
+            payment_id = None
 
     with transaction.atomic():
         alert = _firing_alert_lock_or_create(

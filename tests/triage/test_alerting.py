@@ -488,3 +488,13 @@ def test_evaluate_alerts_command_prints_each_decision(sqs_queues, capsys):
     _dead_letter()
     call_command("evaluate_alerts")
     assert "dead_letters.open: fired" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_alert_with_a_payment_reference_that_is_not_a_uuid_is_still_stored():
+    result = alert_fire(
+        key="dead_letter:7", severity="high", summary="dl", payment_id="g-1", now=AFTER_WINDOW
+    )
+    assert result.decision == "fired"
+    assert result.alert.payment_id is None
+    assert result.alert.details["payment_ref"] == "g-1"

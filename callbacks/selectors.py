@@ -53,6 +53,7 @@ def payment_queue_detail(payment) -> dict:
     """The payment-detail section this app contributes: processing errors and the active hold."""
     errors = [
         {
+            "source": "worker",
             "message_id": e.message_id,
             "attempt_number": e.attempt_number,
             "error_class": e.error_class,

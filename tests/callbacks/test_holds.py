@@ -250,3 +250,16 @@ def test_payment_detail_shows_processing_errors_and_the_active_hold(sqs_queues):
     assert detail["hold"]["id"] == hold.pk and "refund_payment" in detail["hold"]["reason"]
     hold_release(payment_id=payment.id, released_by="ops", note="")
     assert payment_queue_detail(payment)["hold"] is None
+
+
+def test_payment_api_detail_includes_worker_errors_and_the_hold(sqs_queues, api_client):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    hold = hold_with_unknown_kind(sqs_queues, payment)
+
+    response = api_client.get(f"/api/payments/{payment.id}/")
+
+    assert response.status_code == 200
+    data = response.json()
+    worker_errors = [e for e in data["errors"] if e.get("source") == "worker"]
+    assert [e["error_class"] for e in worker_errors] == ["callbacks.worker.UnknownMessageKind"]
+    assert data["hold"]["id"] == hold.pk

@@ -33,7 +33,7 @@ import os
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -389,55 +389,77 @@ def _check_ledger(report: Report) -> None:
 # --- every delivered callback accounted for --------------------------------------------------
 
 
-def _event_id(item: Any) -> str:
+def _signature(body: Any) -> tuple[str, str, str] | None:
+    """(payment id, event type, amount) of an event body; None when the body does not say."""
+    if not isinstance(body, dict):
+        return None
+    try:
+        amount = f"{Decimal(str(body['amount'])):.2f}"
+        return (str(body["payment_id"]), str(body["event_type"]), amount)
+    except (KeyError, InvalidOperation):
+        return None
+
+
+def _sent_callback(item: Any) -> tuple[str, tuple[str, str, str] | None]:
     if isinstance(item, dict):
         body = item.get("body", item)
-        return str(body.get("processor_event_id", ""))
-    return str(item)
+        return str(body.get("processor_event_id", "")), _signature(body)
+    return str(item), None
 
 
-def _callback_traces() -> dict[str, str]:
-    """processor_event_id -> where it ended, best outcome first."""
+def _callback_traces() -> dict[str, list[tuple[str, tuple[str, str, str] | None]]]:
+    """processor_event_id -> every trace of it: (where it ended, what the recorded body says)."""
     from callbacks.models import ParkedMessage, ProcessingError, QueueMessage
     from payments.models import EventKind, PaymentEvent
     from triage.models import DeadLetter
 
-    rank = TRACE_RANK
-    traces: dict[str, str] = {}
-
-    def note(eid: str, where: str) -> None:
-        if eid and (eid not in traces or rank.index(where) < rank.index(traces[eid])):
-            traces[eid] = where
-
-    for eid, outcome in PaymentEvent.objects.filter(kind=EventKind.PROCESSOR_EVENT).values_list(
-        "processor_event_id", "outcome"
-    ):
-        note(eid, outcome if outcome in rank else "applied")
+    traces: dict[str, list] = defaultdict(list)
+    for eid, outcome, payload in PaymentEvent.objects.filter(
+        kind=EventKind.PROCESSOR_EVENT
+    ).values_list("processor_event_id", "outcome", "payload"):
+        where = outcome if outcome in TRACE_RANK else "applied"
+        traces[eid].append((where, _signature(payload)))
     for body in ParkedMessage.objects.values_list("body", flat=True):
-        if isinstance(body, dict):
-            note(str(body.get("processor_event_id", "")), "parked")
-    for eid in DeadLetter.objects.exclude(processor_event_id="").values_list(
-        "processor_event_id", flat=True
+        if isinstance(body, dict) and body.get("processor_event_id"):
+            traces[str(body["processor_event_id"])].append(("parked", _signature(body)))
+    for eid, body in DeadLetter.objects.exclude(processor_event_id="").values_list(
+        "processor_event_id", "body"
     ):
-        note(eid, "dead letter")
+        traces[eid].append(("dead letter", _signature(body)))
     failed_messages = set(ProcessingError.objects.values_list("message_id", flat=True))
     for body in QueueMessage.objects.filter(message_id__in=failed_messages).values_list(
         "body", flat=True
     ):
-        if isinstance(body, dict):
-            note(str(body.get("processor_event_id", "")), "processing error")
+        if isinstance(body, dict) and body.get("processor_event_id"):
+            traces[str(body["processor_event_id"])].append(("processing error", _signature(body)))
     return traces
 
 
 def _check_callbacks(report: Report, stats: dict, callbacks_sent: list | None) -> None:
+    """A delivery is accounted for by a trace of its event id whose recorded body agrees with
+    it (payment, type, amount): a redelivery of a known id with another payload is a conflict,
+    and finding only the first payload's trace means the conflict was dropped."""
     check = "callbacks_accounted"
     traces = _callback_traces()
     if callbacks_sent is None:
         _check_callbacks_by_count(report, stats, traces)
         return
-    sent = {_event_id(item) for item in callbacks_sent}
-    sent.discard("")
-    missing = sorted(eid for eid in sent if eid not in traces)
+    sent = {_sent_callback(item) for item in callbacks_sent}
+    sent.discard(("", None))
+    missing, conflicts = [], []
+    where: Counter = Counter()
+    for eid, signature in sorted(sent, key=lambda s: (s[0], s[1] or ())):
+        found = [
+            w
+            for w, recorded in traces.get(eid, ())
+            if signature is None or recorded is None or recorded == signature
+        ]
+        if found:
+            where[min(found, key=TRACE_RANK.index)] += 1
+        elif eid in traces:
+            conflicts.append(f"{eid} ({' '.join(signature or ())})")
+        else:
+            missing.append(eid)
     if missing:
         report.add(
             check,
@@ -445,16 +467,24 @@ def _check_callbacks(report: Report, stats: dict, callbacks_sent: list | None) -
             "parked or in triage): lost",
             missing,
         )
-    where = Counter(traces[eid] for eid in sent if eid in traces)
+    if conflicts:
+        report.add(
+            check,
+            f"{len(conflicts)} delivered callback(s) reused a known processor_event_id with "
+            "another payload and left no trace of their own: a conflict dropped instead of "
+            "going to a human",
+            conflicts,
+        )
     report.checked[check] = {
         "delivered": len(callbacks_sent),
         "distinct events": len(sent),
         **{k: where[k] for k in TRACE_RANK},
         "missing": len(missing),
+        "conflicts dropped": len(conflicts),
     }
 
 
-def _check_callbacks_by_count(report: Report, stats: dict, traces: dict[str, str]) -> None:
+def _check_callbacks_by_count(report: Report, stats: dict, traces: dict) -> None:
     """Without the list of delivered event ids: each accepted debit sends two events (submitted,
     then settled or returned); those the processor gave up on may never have reached us. So at
     least 2 x debits - given up distinct events must have left a trace."""

@@ -42,6 +42,7 @@ def _deliver(history: dict, payment: Payment, event_type: str, **overrides) -> s
             "payment_id": str(payment.id),
             "event_type": event_type,
             "processor_event_id": event.processor_event_id,
+            "amount": f"{payment.amount:.2f}",
         }
     )
     return event.processor_event_id
@@ -311,6 +312,54 @@ def test_a_delivered_callback_with_no_trace_fails(history):
     assert violation.ids == ("evt_vanished",)
     assert "lost" in violation.detail
     assert report.checked["callbacks_accounted"]["missing"] == 1
+
+
+def test_a_reused_event_id_with_another_amount_and_no_trace_of_its_own_fails(history):
+    payment = history["payments"]["confirmed"]
+    settled = PaymentEvent.objects.get(payment=payment, event_type="settled", outcome="applied")
+    history["sent"].append(
+        {
+            "payment_id": str(payment.id),
+            "event_type": "settled",
+            "processor_event_id": settled.processor_event_id,
+            "amount": "99.00",
+        }
+    )
+
+    report = _check(history)
+
+    [violation] = report.violations_of("callbacks_accounted")
+    assert "conflict dropped" in violation.detail
+    assert violation.ids[0].startswith(settled.processor_event_id)
+    assert report.checked["callbacks_accounted"]["conflicts dropped"] == 1
+
+
+def test_a_reused_event_id_with_another_amount_in_triage_passes(history):
+    payment = history["payments"]["confirmed"]
+    settled = PaymentEvent.objects.get(payment=payment, event_type="settled", outcome="applied")
+    conflict = {
+        "payment_id": str(payment.id),
+        "event_type": "settled",
+        "processor_event_id": settled.processor_event_id,
+        "amount": "99.00",
+    }
+    history["sent"].append(conflict)
+    DeadLetter.objects.create(
+        original_message_id=f"msg-{uuid.uuid4()}",
+        dlq_message_id="dlq-3",
+        payment_id=payment.id,
+        kind="processor_event",
+        group_id=str(payment.id),
+        processor_event_id=settled.processor_event_id,
+        body={"kind": "processor_event", **conflict},
+        source=DeadLetterSource.WORKER,
+        last_error_class="payments.exceptions.EventConflict",
+    )
+
+    report = _check(history)
+
+    assert report.ok, report.render()
+    assert report.checked["callbacks_accounted"]["dead letter"] == 2
 
 
 def test_callbacks_are_accounted_by_count_when_no_list_is_given(history):

@@ -193,3 +193,22 @@ def test_multiprocess_mode_adds_up_every_process(client, monkeypatch, tmp_path, 
     # The scrape-time gauges are served once, not summed over processes.
     assert value(samples, "payments_dead_letters_open") == 0
     assert ("payments_queue_messages", (("queue", "main"), ("state", "visible"))) in samples
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transition_is_not_counted():
+    from django.db import transaction
+    from prometheus_client import REGISTRY
+
+    def confirmed() -> float:
+        labels = {"from_state": "submitted", "to_state": "confirmed"}
+        return REGISTRY.get_sample_value("payments_transitions_total", labels) or 0.0
+
+    payment = PaymentFactory(state="submitted")
+    before = confirmed()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        payment_apply_event(event=processor_event(payment, "settled"))
+        raise RuntimeError("the caller's transaction fails after the transition")
+    assert confirmed() == before
+    payment_apply_event(event=processor_event(payment, "settled"))
+    assert confirmed() == before + 1

@@ -1,0 +1,94 @@
+"""/metrics under a real multi-worker gunicorn in multiprocess mode."""
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def counter(text: str, name: str, **labels) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_path):
+    multiproc_dir = tmp_path / "prom"
+    multiproc_dir.mkdir()
+    (multiproc_dir / "counter_99999.db").write_bytes(b"stale from an earlier run")
+    port = free_port()
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "SQS_ENDPOINT_URL": local_sqs.endpoint_url,
+        "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir),
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "GUNICORN_WORKERS": "3",
+        "GUNICORN_THREADS": "1",
+    }
+    log = open(tmp_path / "gunicorn.log", "w")  # noqa: SIM115 - closed in finally
+    server = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass  # not listening or still loading the application
+            assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
+            assert time.monotonic() < deadline, "gunicorn did not start"
+            time.sleep(0.1)
+        assert not (multiproc_dir / "counter_99999.db").exists()  # emptied at start
+
+        # New connections each time, so requests spread over the workers.
+        for _ in range(30):
+            response = requests.post(
+                f"{base}/callbacks/processor/",
+                data=b"{}",
+                headers={"Content-Type": "application/json", "Connection": "close"},
+                timeout=5,
+            )
+            assert response.status_code == 401
+        scrapes = [
+            requests.get(f"{base}/metrics", headers={"Connection": "close"}, timeout=10).text
+            for _ in range(6)
+        ]
+        values = [
+            counter(text, "payments_callbacks_received_total", outcome="bad_signature")
+            for text in scrapes
+        ]
+        assert values == [30.0] * 6
+        assert len(list(multiproc_dir.glob("counter_*.db"))) >= 2  # more than one worker served
+        for text in scrapes:
+            assert text.count("# TYPE payments_dead_letters_open gauge") == 1
+    finally:
+        server.terminate()
+        server.wait(20)
+        log.close()

@@ -191,8 +191,8 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
 def _passes_hold(message: ReceivedMessage, hold: PaymentHold) -> bool:
     """A held payment still takes the messages meant to end the hold: the parked ones its
     release republishes, and the redrive of the message that caused it."""
-    if message.deduplication_id.endswith(f"{RELEASE_MARK}{hold.pk}"):
-        return True
+    if released_original_id(message.deduplication_id):
+        return message.deduplication_id.rpartition(RELEASE_MARK)[2] == str(hold.pk)
     redrive = (message.body or {}).get(REDRIVE_KEY)
     if isinstance(redrive, dict) and hold.caused_by_id is not None:
         original = redrive.get("original_message_id")
@@ -213,16 +213,33 @@ def _park(
         queue_message.save(
             update_fields=["status", "outcome", "finished_at", "last_started_at", "updated_at"]
         )
+    order_key = message.sequence_number
+    original_id = released_original_id(message.deduplication_id)
+    if original_id:
+        # A copy sent by the release of an earlier hold, parked again because a new hold
+        # superseded that one: it keeps its original place among the parked messages.
+        original = ParkedMessage.objects.filter(message_id=original_id).first()
+        if original is not None:
+            if original.hold_id == hold.pk and not original.republished_message_id:
+                # The original is parked here and unsent: one row is enough.
+                return StartDecision("parked", queue_message, hold)
+            order_key = original.sequence_number
     ParkedMessage.objects.create(
         hold=hold,
         payment_id=message.payment_id,
         message_id=message.message_id,
-        sequence_number=message.sequence_number,
+        sequence_number=order_key,
         kind=message.kind[:64],
         body=message.body if message.body is not None else {"raw_body": message.raw_body},
         arrived_at=message.enqueued_at,
     )
     return StartDecision("parked", queue_message, hold)
+
+
+def released_original_id(deduplication_id: str) -> str:
+    """The parked message id a release copy was made from ("" for any other message)."""
+    original, mark, _ = deduplication_id.rpartition(RELEASE_MARK)
+    return original if mark else ""
 
 
 def queue_message_complete(*, queue_message: QueueMessage, outcome: str) -> None:
@@ -330,8 +347,12 @@ def payment_hold(
 ) -> PaymentHold:
     """Put a payment on hold, or return its active hold (pointed at the newest cause).
 
-    A payment has at most one active hold (a conditional unique constraint); when one exists,
-    e.g. a redriven message failed again, it stays and records the new cause.
+    A payment has at most one active hold (a conditional unique constraint). When one exists
+    and its release has not started (e.g. its redriven cause failed again), it stays and records
+    the new cause. When its release is under way (some parked messages already republished), a
+    republished message failed: the old hold is closed as superseded and a new one takes its
+    unsent parked messages, so the copies still on the queue (marked for the old hold) are
+    parked again, behind the failure, instead of being applied ahead of it.
     """
     payment_id = str(payment_id)
     with transaction.atomic():
@@ -341,11 +362,25 @@ def payment_hold(
             .first()
         )
         if hold is not None:
-            if caused_by is not None and hold.caused_by_id != caused_by.pk:
-                hold.caused_by = caused_by
-                hold.reason = f"{hold.reason}\n{reason}"
-                hold.save(update_fields=["caused_by", "reason"])
-            return hold
+            if not hold.parked.exclude(republished_message_id="").exists():
+                if caused_by is not None and hold.caused_by_id != caused_by.pk:
+                    hold.caused_by = caused_by
+                    hold.reason = f"{hold.reason}\n{reason}"
+                    hold.save(update_fields=["caused_by", "reason"])
+                return hold
+            hold.released_at = timezone.now()
+            hold.released_by = "run_sqs_worker"
+            hold.save(update_fields=["released_at", "released_by"])
+            new_hold = _hold_create(payment_id=payment_id, reason=reason, caused_by=caused_by)
+            moved = ParkedMessage.objects.filter(hold=hold, republished_message_id="").update(
+                hold=new_hold
+            )
+            hold.note = (
+                f"Superseded by hold {new_hold.pk}: a message republished by this hold's "
+                f"release failed; {moved} unsent parked message(s) moved there."
+            )
+            hold.save(update_fields=["note"])
+            return new_hold
         try:
             with transaction.atomic():
                 return _hold_create(payment_id=payment_id, reason=reason, caused_by=caused_by)
@@ -373,9 +408,11 @@ def hold_release(*, payment_id, released_by: str, note: str) -> int:
     still-active hold), and marks each parked row as it goes: a crash part-way resends only what
     was not marked, and a resend of a marked one is dropped by SQS's deduplication. The hold is
     lifted in a transaction that locks it and finds nothing left unpublished, so a message
-    parked meanwhile is never stranded. Safe to call twice; returns how many this call sent.
-    Raises ``sqs.QueueUnavailable`` if the queue cannot be reached (the hold then stays).
-    Release after redriving the message that caused the hold, so it is applied first.
+    parked meanwhile is never stranded. If a republished message fails for good meanwhile, the
+    worker supersedes the hold (see ``payment_hold``) and this release stops sending. Safe to
+    call twice; returns how many this call sent. Raises ``sqs.QueueUnavailable`` if the queue
+    cannot be reached (the hold then stays). Release after redriving the message that caused
+    the hold, so that one is applied first.
     """
     if not released_by:
         raise ValueError("released_by is required: say who released the hold")
@@ -383,17 +420,16 @@ def hold_release(*, payment_id, released_by: str, note: str) -> int:
     hold = PaymentHold.objects.filter(payment_id=payment_id, released_at__isnull=True).first()
     if hold is None:
         return 0
+    return _hold_release(hold, released_by=released_by, note=note)
+
+
+def _hold_release(hold: PaymentHold, *, released_by: str, note: str) -> int:
     sent = 0
     while True:
-        for row in list(hold.parked.filter(republished_message_id="")):
-            new_id = sqs.send_message_now(
-                body=_republishable(row.body),
-                group_id=row.payment_id,
-                deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
-            )
-            sent += ParkedMessage.objects.filter(pk=row.pk, republished_message_id="").update(
-                republished_message_id=new_id, released_at=timezone.now()
-            )
+        while (row := hold.parked.filter(republished_message_id="").first()) is not None:
+            if not parked_message_republish(row=row, hold=hold):
+                return sent  # the hold was superseded or released meanwhile
+            sent += 1
         with transaction.atomic():
             locked = PaymentHold.objects.select_for_update().get(pk=hold.pk)
             if locked.released_at is not None:
@@ -407,12 +443,28 @@ def hold_release(*, payment_id, released_by: str, note: str) -> int:
         logger.info(
             "hold %s on payment %s released by %s: %s message(s) republished",
             hold.pk,
-            payment_id,
+            hold.payment_id,
             released_by,
             sent,
-            extra={"payment_id": payment_id, "hold_id": hold.pk},
+            extra={"payment_id": hold.payment_id, "hold_id": hold.pk},
         )
         return sent
+
+
+def parked_message_republish(*, row: ParkedMessage, hold: PaymentHold) -> bool:
+    """Send one parked message back to the main queue as part of ``hold``'s release and mark
+    it; False (nothing sent) when the hold is no longer active or the row is no longer its."""
+    if not PaymentHold.objects.filter(pk=hold.pk, released_at__isnull=True).exists():
+        return False
+    new_id = sqs.send_message_now(
+        body=_republishable(row.body),
+        group_id=row.payment_id,
+        deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
+    )
+    marked = ParkedMessage.objects.filter(pk=row.pk, hold=hold, republished_message_id="").update(
+        republished_message_id=new_id, released_at=timezone.now()
+    )
+    return bool(marked)
 
 
 def _republishable(body: dict) -> dict:

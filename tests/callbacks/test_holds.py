@@ -7,12 +7,14 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
-from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
+from callbacks import services
+from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueMessage
 from callbacks.selectors import payment_queue_detail
 from callbacks.services import (
     ReceivedMessage,
     hold_release,
     message_republish,
+    parked_message_republish,
     payment_hold,
     queue_message_start,
 )
@@ -263,3 +265,41 @@ def test_payment_api_detail_includes_worker_errors_and_the_hold(sqs_queues, api_
     worker_errors = [e for e in data["errors"] if e.get("source") == "worker"]
     assert [e["error_class"] for e in worker_errors] == ["callbacks.worker.UnknownMessageKind"]
     assert data["hold"]["id"] == hold.pk
+
+
+def test_republished_message_failing_mid_release_supersedes_the_hold_and_keeps_order(
+    sqs_queues,
+):
+    """A release has sent two parked messages when the first of them fails for good: the copy
+    behind it and the unsent rest wait under a new hold, in their original order."""
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    first_hold = hold_with_unknown_kind(sqs_queues, payment)
+    failing_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "returned")
+    submitted_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
+    settled_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    run_worker()
+    failing_row, submitted_row, _ = first_hold.parked.all()
+    assert parked_message_republish(row=failing_row, hold=first_hold)
+    assert parked_message_republish(row=submitted_row, hold=first_hold)
+    failing_row.refresh_from_db()
+
+    # "returned" cannot move a pending payment: six attempts, dead-lettered; the "submitted"
+    # copy behind it is parked again instead of being applied.
+    run_worker()
+
+    first_hold.refresh_from_db()
+    assert first_hold.released_at is not None and "Superseded" in first_hold.note
+    second_hold = PaymentHold.objects.get(payment_id=str(payment.id), released_at=None)
+    assert second_hold.caused_by.message_id == failing_row.republished_message_id
+    assert [p.body["event_type"] for p in second_hold.parked.all()] == ["submitted", "settled"]
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    # The interrupted release of the first hold sends nothing more.
+    assert services._hold_release(first_hold, released_by="ops", note="") == 0
+
+    assert hold_release(payment_id=payment.id, released_by="ops", note="after fixing") == 2
+    run_worker()
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert applied_events(payment) == ["submitted", "settled"]
+    assert not ProcessingError.objects.filter(message_id__in=[submitted_id, settled_id]).exists()

@@ -1,0 +1,194 @@
+"""The benchmark's own pieces: signed callback pools, the minimal baseline view, the load
+generator, the statistics and the payment fixture. None of these tests measures speed."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test import Client
+
+from bench import events, loadgen, stats
+from bench.run import payments_reset, profile_summary
+from bench.urls import MINIMAL_PATH
+from callbacks.schema import parse_processor_event
+from payments import signing
+from payments.models import Payment
+
+SECRETS = ["bench-secret-a", "bench-secret-b"]
+
+
+def test_signed_pool_holds_distinct_callbacks_each_verifying_against_its_body(tmp_path):
+    path = tmp_path / "pool.tsv"
+    timestamp = events.write_signed_pool(path, 40, SECRETS, run="t")
+    lines = path.read_text().splitlines()
+    assert len(lines) == 40
+    ids = set()
+    for line in lines:
+        header, body = line.split("\t", 1)
+        signing.verify(header, body.encode(), SECRETS[1:], now=timestamp)
+        event = parse_processor_event(json.loads(body))
+        assert event.event_type == "settled"
+        ids.add(event.processor_event_id)
+    assert len(ids) == 40
+
+
+def test_a_pool_line_signed_with_another_secret_fails_verification(tmp_path):
+    path = tmp_path / "pool.tsv"
+    events.write_signed_pool(path, 1, ["other-secret"], run="t")
+    header, body = path.read_text().rstrip("\n").split("\t", 1)
+    with pytest.raises(signing.SignatureError):
+        signing.verify(header, body.encode(), SECRETS)
+
+
+@pytest.fixture
+def bench_urls(settings):
+    settings.ROOT_URLCONF = "bench.urls"
+
+
+def test_minimal_view_answers_202_to_a_valid_callback_body(bench_urls):
+    callback = events.settled_callback("0f3c7d2e-7a55-4c1e-9d0b-2b7f1d9e4a10", "evt_1")
+    response = Client().post(MINIMAL_PATH, callback.body, content_type="application/json")
+    assert response.status_code == 202
+    assert response.json() == {"status": "accepted", "processor_event_id": "evt_1"}
+
+
+def test_minimal_view_answers_400_naming_each_bad_field(bench_urls):
+    body = {
+        "payment_id": "not-a-uuid",
+        "event_type": "settled",
+        "processor_event_id": "evt 1",
+        "amount": "0.00",
+        "timestamp": "yesterday",
+    }
+    response = Client().post(MINIMAL_PATH, json.dumps(body), content_type="application/json")
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {
+        "payment_id",
+        "processor_event_id",
+        "amount",
+        "timestamp",
+    }
+
+
+class _Answer202(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: list[bytes] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        length = int(self.headers["Content-Length"])
+        body = self.rfile.read(length)
+        status = 400 if b"bad" in body else 202
+        type(self).seen.append(body)
+        self.send_response(status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_server():
+    _Answer202.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer202)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _factory(port: int):
+    def make(n: int) -> tuple[str, bytes]:
+        body = b"bad" if n == 3 else f"body-{n}".encode()
+        return f"k{n}", loadgen.build_request("127.0.0.1", port, "/x", body, {})
+
+    return make
+
+
+def test_open_loop_sends_each_scheduled_request_once_and_records_every_answer(http_server):
+    port = http_server.server_address[1]
+    result = loadgen.open_loop(
+        "127.0.0.1", port, _factory(port), rate=40, seconds=0.25, connections=3
+    )
+    assert sorted(s.key for s in result.samples) == [f"k{n}" for n in range(10)]
+    assert sorted(_Answer202.seen) == sorted([b"bad"] + [f"body-{n}".encode() for n in range(10)
+                                                          if n != 3])  # fmt: skip
+    assert result.count(202) == 9 and result.count(400) == 1
+    assert all(s.intended <= s.sent <= s.answered for s in result.samples)
+
+
+def test_open_loop_counts_refused_connections_as_errors():
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Answer202) as closed:
+        port = closed.server_address[1]  # bound, then closed: nothing listens any more
+    result = loadgen.open_loop("127.0.0.1", port, _factory(port), rate=20, seconds=0.1,
+                               connections=2)  # fmt: skip
+    assert result.count(0) == 2
+    assert result.errors == {"ConnectionRefusedError": 2}
+
+
+def test_closed_loop_keeps_connections_busy_until_the_deadline(http_server):
+    port = http_server.server_address[1]
+    result = loadgen.closed_loop("127.0.0.1", port, _factory(port), seconds=0.2, connections=2)
+    assert len(result.samples) == len(_Answer202.seen) > 0
+    assert result.count(202) + result.count(400) == len(result.samples)
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert stats.percentile(values, 50) == 50
+    assert stats.percentile(values, 99) == 99
+    assert stats.percentile(values, 100) == 100
+    assert stats.percentile([7.0], 99) == 7.0
+    assert stats.percentile([], 50) is None
+    with pytest.raises(ValueError, match="within 0..100"):
+        stats.percentile(values, 101)
+
+
+def test_rate_counts_intervals_between_first_and_last_completion():
+    assert stats.rate(11, 100.0, 102.0) == 5.0
+    assert stats.rate(1, 100.0, 100.0) is None
+    assert stats.rate(5, None, 3.0) is None
+
+
+def test_backlog_growth_is_a_trend_not_a_wobble():
+    flat = [(t, 10.0 + (3 if t % 2 else -3)) for t in range(20)]
+    growing = [(t, 40.0 * t) for t in range(20)]
+    slow_growth = [(t, 1.0 * t) for t in range(20)]
+    assert not stats.backlog_grows(flat, 400)
+    assert stats.backlog_grows(growing, 400)
+    assert not stats.backlog_grows(slow_growth, 400)
+    assert stats.backlog_grows([(0, 0.0), (1, 900.0)], 400)
+    assert stats.slope([(0, 1.0), (2, 5.0)]) == 2.0
+
+
+def test_profile_summary_shares_samples_by_function(tmp_path):
+    raw = tmp_path / "profile.txt"
+    raw.write_text(
+        "main (/work/main/manage.py:10);apply (/work/main/payments/services.py:5) 3\n"
+        "main (/work/main/manage.py:10);recv (/x/site-packages/botocore/client.py:9) 1\n"
+    )
+    summary = profile_summary(raw)
+    assert summary["samples"] == 4
+    assert dict(summary["inclusive_percent"])["main (manage.py)"] == 100.0
+    assert dict(summary["self_percent"]) == {
+        "apply (payments/services.py)": 75.0,
+        "recv (botocore/client.py)": 25.0,
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_payments_reset_writes_submitted_payments_the_models_can_read():
+    s = connection.settings_dict
+    url = f"postgres://{s['USER']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+    payments_reset(url, 3)
+    ids = payments_reset(url, 5)  # a second reset starts from empty tables
+    assert sorted(str(i) for i in Payment.objects.values_list("id", flat=True)) == sorted(ids)
+    payment = Payment.objects.get(pk=ids[0])
+    assert payment.state == "submitted" and payment.amount == events.AMOUNT
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM payments_payment").fetchone()[0] == 5

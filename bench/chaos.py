@@ -383,6 +383,7 @@ class ChaosRun:
         self.workers: list[Child] = []
         self.stopping = threading.Event()
         self.pg_terminated = 0
+        self.injected: list[dict] = []  # callbacks this run sent as a faulty processor would
 
     def log(self, message: str) -> None:
         line = f"[{time.monotonic() - self.t0:7.1f}s] {message}"
@@ -586,6 +587,82 @@ class ChaosRun:
             self.pg_terminated += len(rows)
             self.log(f"fault: pg_terminate_backend on {len(rows)} connection(s)")
 
+    def post_callback(self, body: dict) -> bool:
+        """Deliver one signed callback as the processor does, retrying 5xx and connection errors
+        for up to 30 s; True once it is accepted (202)."""
+        from payments import signing
+
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        url = f"http://127.0.0.1:{self.ports['web']}/callbacks/processor/"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            headers = {
+                "Content-Type": "application/json",
+                signing.HEADER: signing.sign(raw, [self.env["CALLBACK_SIGNING_SECRETS"]]),
+            }
+            try:
+                response = requests.post(url, data=raw, headers=headers, timeout=10)
+            except requests.RequestException:
+                time.sleep(1)
+                continue
+            if response.status_code == 202:
+                self.injected.append(body)
+                return True
+            if response.status_code < 500:
+                self.log(f"injected callback refused ({response.status_code}): {response.text}")
+                return False
+            time.sleep(1)
+        return False
+
+    def inject_processor_bugs(self, at: float) -> None:
+        """Callbacks a faulty processor sends, which must end in front of a human, not vanish:
+        ``settled`` for a payment it rejected (then ``failed`` for it, which must wait behind the
+        hold), an event for a payment that does not exist, and a reused processor_event_id with
+        another amount (a conflict)."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        from django.db import connection
+        from django.utils import timezone
+
+        from payments.models import EventOutcome, PaymentEvent, PaymentState
+        from payments.models import Payment as PaymentModel
+
+        connection.close()  # it may have been terminated
+        now = timezone.now().isoformat()
+
+        def event(payment_id: str, event_type: str, amount: str, event_id: str = "") -> dict:
+            return {
+                "payment_id": payment_id,
+                "event_type": event_type,
+                "processor_event_id": event_id or f"evt_chaos_{uuid.uuid4().hex}",
+                "amount": amount,
+                "timestamp": now,
+            }
+
+        rejected = list(
+            PaymentModel.objects.filter(
+                state=PaymentState.FAILED, source_token__startswith="tok_reject"
+            ).values_list("id", "amount")[:2]
+        )
+        for payment_id, amount in rejected:
+            if self.post_callback(event(str(payment_id), "settled", f"{amount:.2f}")):
+                self.log(f"fault: processor sent settled for rejected payment {payment_id}")
+            time.sleep(1)
+            self.post_callback(event(str(payment_id), "failed", f"{amount:.2f}"))
+        if self.post_callback(event(str(uuid.uuid4()), "settled", "10.00")):
+            self.log("fault: processor sent an event for a payment that does not exist")
+        settled = list(
+            PaymentEvent.objects.filter(
+                event_type="settled", outcome=EventOutcome.APPLIED
+            ).values_list("payment_id", "processor_event_id", "payment__amount")[:2]
+        )
+        for payment_id, event_id, amount in settled:
+            body = event(str(payment_id), "settled", f"{amount + 1:.2f}", event_id)
+            if self.post_callback(body):
+                self.log(
+                    f"fault: processor reused event id {event_id} with amount {body['amount']}"
+                )
+
     # --- settling
     def sandbox_stats(self) -> dict:
         response = requests.get(
@@ -676,6 +753,11 @@ class ChaosRun:
                 target=self.queue_outage, args=(start + config.seconds * 0.35, 5.0), daemon=True
             ),
             threading.Thread(
+                target=self.inject_processor_bugs,
+                args=(start + config.seconds * 0.6,),
+                daemon=True,
+            ),
+            threading.Thread(
                 target=self.terminate_backends,
                 args=([start + config.seconds * f for f in (0.2, 0.5, 0.8)],),
                 daemon=True,
@@ -722,7 +804,9 @@ class ChaosRun:
         from bench.invariants import check_invariants
 
         connection.close()
-        report = check_invariants(sandbox_stats=record["stats"], callbacks_sent=record["delivered"])
+        report = check_invariants(
+            sandbox_stats=record["stats"], callbacks_sent=record["delivered"] + self.injected
+        )
         api_problems = self.check_api(load)
         summary = self.summary(load, record["stats"], settled, backlog, dead_letters)
         print(summary)
@@ -783,9 +867,18 @@ class ChaosRun:
     ) -> str:
         from django.db.models import Count
 
-        from payments.models import Payment
+        from callbacks.models import ParkedMessage, PaymentHold
+        from payments.models import Payment, ProcessorAttempt
+        from triage.models import DeadLetter
 
         states = dict(Payment.objects.values_list("state").annotate(n=Count("id")))
+        attempts = dict(ProcessorAttempt.objects.values_list("outcome").annotate(n=Count("id")))
+        slow = ProcessorAttempt.objects.filter(
+            latency_ms__gt=VISIBILITY_TIMEOUT * 1000, outcome="accepted"
+        ).count()
+        dead = dict(DeadLetter.objects.values_list("last_error_class").annotate(n=Count("id")))
+        holds = PaymentHold.objects.filter(released_at__isnull=True).count()
+        parked = ParkedMessage.objects.count()
         kills = sum(w.killed_by_us for w in self.workers)
         unexpected = {w.name: w.unexpected_exits for w in self.workers if w.unexpected_exits}
         tracebacks = {
@@ -800,6 +893,10 @@ class ChaosRun:
             f"  api answers: {dict(load.statuses)}; retries {load.retries}",
             f"  processor: {stats.get('total_charges')} charges over "
             f"{len(stats.get('charges', {}))} keys; answers {stats.get('responses')}",
+            f"  processor attempts: {attempts}; {slow} accepted after more than the "
+            f"{VISIBILITY_TIMEOUT} s visibility timeout",
+            f"  injected faulty callbacks accepted: {len(self.injected)}; dead letters by error "
+            f"{dead}; active holds {holds}; parked messages {parked}",
             f"  callbacks: delivered {stats.get('callbacks_sent')}, failed attempts "
             f"{stats.get('callback_failed_attempts')}, given up {stats.get('callbacks_given_up')}",
             f"  faults: {kills} worker SIGKILLs, {self.pg_terminated} PostgreSQL backends "

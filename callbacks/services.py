@@ -140,6 +140,20 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
         if hold is not None and not _passes_hold(message, hold):
             return _park(message, queue_message, hold, now)
 
+        redrive_of = _redrive_original(message)
+        if redrive_of:
+            # The original left the queue (dead-lettered by us, or moved by the RedrivePolicy
+            # while our record still says it is running): it is not an earlier message to wait
+            # for, this redrive replaces it.
+            QueueMessage.objects.filter(
+                message_id=redrive_of, status__in=UNFINISHED_STATUSES
+            ).update(
+                status=QueueMessageStatus.DEAD_LETTERED,
+                outcome="redrive_policy",
+                finished_at=now,
+                updated_at=now,
+            )
+
         earlier = None
         if message.sequence_number:
             earlier = (
@@ -189,15 +203,19 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
 
 
 def _passes_hold(message: ReceivedMessage, hold: PaymentHold) -> bool:
-    """A held payment still takes the messages meant to end the hold: the parked ones its
-    release republishes, and the redrive of the message that caused it."""
+    """A held payment still takes the messages meant to end the hold: the parked ones its own
+    release republishes, and a redrive of a dead letter (a person chose to apply it now; it is
+    the head of the line, since a dead letter is what stopped the payment)."""
     if released_original_id(message.deduplication_id):
         return message.deduplication_id.rpartition(RELEASE_MARK)[2] == str(hold.pk)
+    return bool(_redrive_original(message))
+
+
+def _redrive_original(message: ReceivedMessage) -> str:
     redrive = (message.body or {}).get(REDRIVE_KEY)
-    if isinstance(redrive, dict) and hold.caused_by_id is not None:
-        original = redrive.get("original_message_id")
-        return bool(original) and original == hold.caused_by.message_id
-    return False
+    if isinstance(redrive, dict) and isinstance(redrive.get("original_message_id"), str):
+        return redrive["original_message_id"]
+    return ""
 
 
 def _park(
@@ -483,8 +501,8 @@ def message_republish(
 
     Give either ``queue_message_id`` (a QueueMessage the worker recorded) or ``body`` and
     ``group_id`` (e.g. a message read from the DLQ). The body keeps its fields, loses the
-    queue layer's annotations, and gains ``redrive.original_message_id``: when that message
-    caused its payment's hold, the worker applies it although the hold is still active.
+    queue layer's annotations, and gains ``redrive.original_message_id``: the worker applies it
+    although its payment's hold is still active (it is the message the hold waits for).
     """
     if not deduplication_id:
         raise ValueError("deduplication_id is required")

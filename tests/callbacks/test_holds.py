@@ -303,3 +303,33 @@ def test_republished_message_failing_mid_release_supersedes_the_hold_and_keeps_o
     assert payment.state == PaymentState.CONFIRMED
     assert applied_events(payment) == ["submitted", "settled"]
     assert not ProcessingError.objects.filter(message_id__in=[submitted_id, settled_id]).exists()
+
+
+def test_redrive_of_a_message_moved_by_the_redrive_policy_passes_a_hold_without_a_cause(
+    sqs_queues,
+):
+    """The DLQ ingestion holds the payment without a QueueMessage cause; our record of the
+    moved message still says it is running. Its redrive is applied, not parked behind it."""
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    moved_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    [received] = drain(sqs_queues.client, sqs_queues.url, visibility=1)
+    queue_message_start(message=ReceivedMessage.from_sqs(received))  # then the worker died
+    sqs_queues.client.purge_queue(QueueUrl=sqs_queues.url)  # as if moved to the DLQ
+    hold = payment_hold(payment_id=str(payment.id), reason="moved by the RedrivePolicy")
+
+    redrive_id = message_republish(
+        body=body,
+        group_id=str(payment.id),
+        deduplication_id=f"{moved_id}:redrive:1",
+        original_message_id=moved_id,
+    )
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert QueueMessage.objects.get(message_id=redrive_id).status == "done"
+    moved = QueueMessage.objects.get(message_id=moved_id)
+    assert (moved.status, moved.outcome) == ("dead_lettered", "redrive_policy")
+    assert not ParkedMessage.objects.exists()
+    hold.refresh_from_db()
+    assert hold.is_active  # lifted by its release, not by the redrive

@@ -224,8 +224,16 @@ class TcpProxy:
         self._call(self._cut())
 
     def close(self) -> None:
-        self._call(self._cut())
+        self._call(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+    async def _close(self) -> None:
+        await self._cut()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(
@@ -241,10 +249,17 @@ class TcpProxy:
         self._writers.clear()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._server is None:  # accepted just before a cut
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
             writer.transport.abort()
+            return
+        if self._server is None:
+            writer.transport.abort()
+            up_writer.transport.abort()
             return
         self._writers.update((writer, up_writer))
 

@@ -819,9 +819,11 @@ class ChaosRun:
         from bench.invariants import check_invariants
 
         connection.close()
-        report = check_invariants(
-            sandbox_stats=record["stats"], callbacks_sent=record["delivered"] + self.injected
-        )
+        sent = record["delivered"] + self.injected
+        # What the checker reads, kept so it can be re-run on this database by hand.
+        (VAR / "sandbox-stats.json").write_text(json.dumps(record["stats"]))
+        (VAR / "callbacks-sent.json").write_text(json.dumps(sent))
+        report = check_invariants(sandbox_stats=record["stats"], callbacks_sent=sent)
         api_problems = self.check_api(load)
         summary = self.summary(load, record["stats"], settled, backlog, dead_letters)
         print(summary)
@@ -849,7 +851,14 @@ class ChaosRun:
                 default=str,
             )
         )
-        print(f"logs and report.json in {VAR.relative_to(ROOT)}/")
+        print(
+            f"logs and report.json in {VAR.relative_to(ROOT)}/; check again with: "
+            f"DJANGO_SETTINGS_MODULE=config.settings.test DATABASE_URL={self.database_url} "
+            f"{Path(PYTHON).relative_to(ROOT) if ROOT in Path(PYTHON).parents else PYTHON} "
+            "-m bench.invariants "
+            f"--sandbox-stats {VAR.relative_to(ROOT)}/sandbox-stats.json "
+            f"--callbacks-sent {VAR.relative_to(ROOT)}/callbacks-sent.json"
+        )
         if not report.ok or api_problems:
             return 1
         return 0 if settled else 3

@@ -604,7 +604,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.invariants",
         description="Check the pipeline's invariants against the database (DATABASE_URL) and "
-        "the processor's record; exit 1 on any violation.",
+        "the processor's record; exit 1 on any violation. Reads only the database: "
+        "DJANGO_SETTINGS_MODULE=config.settings.test spares setting the processor and signing "
+        "secrets.",
     )
     parser.add_argument(
         "--sandbox-stats",

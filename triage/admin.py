@@ -117,7 +117,10 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ),
         (
             "Triage",
-            {"fields": ["ingested_at", "status_changed_at", "redrive_message_id"]},
+            {
+                "fields": ["ingested_at", "status_changed_at", "redrive_message_id"],
+                "classes": ["collapse"],
+            },
         ),
     ]
     readonly_fields = [

@@ -131,7 +131,7 @@ def dead_letter_story(dead_letter: DeadLetter) -> DeadLetterStory:
         actions=actions,
     )
     if active_hold is not None:
-        story.release_blockers = hold_release_blockers(group)
+        story.release_blockers = hold_release_blockers(group, ignoring=dead_letter.pk)
     return story
 
 

@@ -524,16 +524,17 @@ ACTIONS = {
 }
 
 
-def hold_release_blockers(group_id: str) -> list[str]:
-    """Why the payment's hold must stay: its other open dead letters, and messages the worker
-    dead-lettered that have not been ingested from the DLQ yet. Empty = it may be released."""
+def hold_release_blockers(group_id: str, *, ignoring: int | None = None) -> list[str]:
+    """Why the payment's hold must stay: its open dead letters (except ``ignoring``, the one
+    about to be acted on), and messages the worker dead-lettered that have not been ingested
+    from the DLQ yet. Empty = it may be released."""
     if not group_id:
         return ["the dead letter has no message group, so no payment hold belongs to it"]
     blockers = [
         f"dead letter {pk} is still open"
-        for pk in DeadLetter.objects.filter(
-            group_id=group_id, status=DeadLetterStatus.OPEN
-        ).values_list("pk", flat=True)
+        for pk in DeadLetter.objects.filter(group_id=group_id, status=DeadLetterStatus.OPEN)
+        .exclude(pk=ignoring)
+        .values_list("pk", flat=True)
     ]
     dead_ids = set(
         QueueMessage.objects.filter(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -97,7 +97,14 @@ def dead_letters_ingest(*, max_messages: int = 100) -> int:
             break
         for message in messages:
             taken += 1
-            if _dead_letter_store(message) is not None:
+            try:
+                dead_letter = _dead_letter_store(message)
+            except DatabaseError as exc:
+                # Left in the DLQ (it comes back after the visibility timeout); the others of
+                # the batch still go through, and a human hears about this one.
+                _store_failed(message, exc)
+                continue
+            if dead_letter is not None:
                 stored += 1
             _dlq_delete(url, message)
     if taken:
@@ -116,6 +123,21 @@ def _dlq_delete(url: str, message: dict) -> None:
             message.get("MessageId"),
             exc,
         )
+
+
+def _store_failed(message: dict, exc: Exception) -> None:
+    message_id = message.get("MessageId", "?")
+    logger.exception("dead letter %s could not be stored; it stays in the DLQ", message_id)
+    alert_raise(
+        severity="high",
+        key=f"dead_letter_ingest_failed:{message_id}",
+        summary=(
+            f"DLQ message {message_id} could not be stored as a dead letter and stays in the "
+            f"DLQ: {exc}"
+        ),
+        details={"dlq_message_id": message_id, "error": str(exc)[:2000]},
+        payment_id=(message.get("Attributes") or {}).get("MessageGroupId") or None,
+    )
 
 
 @dataclass
@@ -165,7 +187,17 @@ def _as_uuid(*candidates) -> uuid.UUID | None:
 
 
 def _when(value) -> datetime | None:
-    return parse_datetime(value) if isinstance(value, str) else None
+    try:
+        return parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed but impossible, e.g. month 13: keep the row, lose the date
+        return None
+
+
+def _count(value) -> int | None:
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return None
 
 
 def _dead_letter_store(message: dict) -> DeadLetter | None:
@@ -208,7 +240,7 @@ def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
     )
     kind = body.get("kind") if isinstance(body.get("kind"), str) else ""
     event_id = body.get("processor_event_id")
-    receive_count = int(attributes.get("ApproximateReceiveCount") or 0)
+    receive_count = _count(attributes.get("ApproximateReceiveCount")) or 0
     now = timezone.now()
     dead_letter = DeadLetter(
         original_message_id=parsed.original_message_id,
@@ -231,7 +263,7 @@ def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
         source=parsed.source,
     )
     if parsed.source == DeadLetterSource.WORKER:
-        dead_letter.attempts = int(envelope.get("attempts") or len(errors))
+        dead_letter.attempts = _count(envelope.get("attempts")) or len(errors)
         dead_letter.first_failed_at = (
             errors[0].created_at if errors else _when(envelope.get("first_started_at"))
         )

@@ -220,3 +220,48 @@ def test_ingest_dlq_command_names_the_problem_when_sqs_is_down(settings):
             call_command("ingest_dlq")
     finally:
         sqs.reset()
+
+
+def test_a_message_that_cannot_be_stored_stays_in_the_dlq_and_raises_an_alert(sqs_queues, alerts):
+    """PostgreSQL's jsonb refuses NUL characters: that message must not block the others,
+    nor vanish."""
+    group = str(uuid.uuid4())
+    sqs_queues.client.send_message(
+        QueueUrl=sqs_queues.dlq_url,
+        MessageBody='{"kind": "processor_event", "message": "nul \\u0000 here"}',
+        MessageGroupId=group,
+        MessageDeduplicationId="nul",
+    )
+    sqs.send_message_now(
+        body={"kind": "processor_event"},
+        group_id=str(uuid.uuid4()),
+        deduplication_id="fine",
+        url=sqs_queues.dlq_url,
+    )
+    assert services.dead_letters_ingest() == 1
+    assert DeadLetter.objects.count() == 1
+    assert dlq_depth(sqs_queues) == 1  # the unstorable one is still there, in flight
+    failed = [a for a in alerts if a["key"].startswith("dead_letter_ingest_failed:")]
+    assert len(failed) == 1 and failed[0]["severity"] == "high"
+    assert failed[0]["payment_id"] == group
+
+
+def test_malformed_envelope_numbers_do_not_block_ingestion(sqs_queues, alerts):
+    sqs.send_message_now(
+        body={
+            "kind": "processor_event",
+            "dead_letter": {
+                "original_message_id": "orig-1",
+                "attempts": "many",
+                "first_started_at": "2026-13-45T00:00:00+00:00",
+                "error_class": "X",
+            },
+        },
+        group_id=str(uuid.uuid4()),
+        deduplication_id="orig-1",
+        url=sqs_queues.dlq_url,
+    )
+    assert services.dead_letters_ingest() == 1
+    dead = DeadLetter.objects.get(original_message_id="orig-1")
+    assert dead.attempts == 0 and dead.first_failed_at is None
+    assert dead.source == DeadLetterSource.WORKER and dead.last_error_class == "X"

@@ -163,6 +163,19 @@ class OperationsCollector(Collector):
     ``payments_ops_scrape_error{source}`` says which one failed.
     """
 
+    def describe(self):
+        # Names only, so registering the collector does not read SQS and the database.
+        for name, labels in (
+            ("payments_queue_messages", ["queue", "state"]),
+            ("payments_oldest_unfinished_message_age_seconds", None),
+            ("payments_unfinished_messages", None),
+            ("payments_dead_letters_open", None),
+            ("payments_on_hold", None),
+            ("payments_by_state", ["state"]),
+            ("payments_ops_scrape_error", ["source"]),
+        ):
+            yield GaugeMetricFamily(name, "", labels=labels)
+
     def collect(self):
         snapshot = operations_snapshot()
         depth = GaugeMetricFamily(

@@ -167,6 +167,25 @@ def _message(row: OutboxMessage) -> sqs.OutgoingMessage:
     )
 
 
+def _batches(rows: list[OutboxMessage]) -> Iterator[list[OutboxMessage]]:
+    """SQS batches in id order holding at most one row per group.
+
+    A batch can fail in part (``Failed`` entries beside ``Successful`` ones); with two rows of
+    one group in it, the later could be queued while the earlier was refused. One row per group
+    per batch, sent batch after batch, keeps every group's order whatever fails.
+    """
+    batch: list[OutboxMessage] = []
+    groups: set[str] = set()
+    for row in rows:
+        if len(batch) == BATCH_SIZE or row.group_id in groups:
+            yield batch
+            batch, groups = [], set()
+        batch.append(row)
+        groups.add(row.group_id)
+    if batch:
+        yield batch
+
+
 def _record_failure(ids: list[int], error: Exception) -> None:
     """Count the failed attempt on each row, committed on its own so no rollback can erase it."""
     message = str(error)[:LAST_ERROR_MAX]
@@ -208,8 +227,7 @@ def _publish(rows: QuerySet, *, limit: int, path: str) -> int:
             if not claimed:
                 break
             sent: list[int] = []
-            for start in range(0, len(claimed), BATCH_SIZE):
-                batch = claimed[start : start + BATCH_SIZE]
+            for batch in _batches(claimed):
                 try:
                     sqs.send_messages_now([_message(row) for row in batch])
                 except sqs.QueueUnavailable as exc:

@@ -409,3 +409,24 @@ def test_database_error_after_commit_is_logged_and_left_for_the_relay(monkeypatc
     [record] = [r for r in caplog.records if r.name == "callbacks.receivers"]
     assert record.levelname == "WARNING"
     assert "[41, 42]" in record.getMessage() and "left for the relay" in record.getMessage()
+
+
+@pytest.mark.django_db
+def test_an_sqs_batch_never_holds_two_rows_of_one_group(sqs_queues, monkeypatch):
+    rows = add_rows(["a", "a", "b", "c", "a", "b"] + [f"g{n}" for n in range(12)])
+    real = sqs.send_messages_now
+    batches: list[list[int]] = []
+
+    def recording(messages, **kwargs):
+        messages = list(messages)
+        batches.append([m.body["outbox_id"] for m in messages])
+        return real(messages, **kwargs)
+
+    monkeypatch.setattr(sqs, "send_messages_now", recording)
+    assert outbox_relay_publish() == len(rows)
+
+    group_of = {r.id: r.group_id for r in rows}
+    for batch in batches:
+        assert len(batch) <= 10
+        assert len({group_of[i] for i in batch}) == len(batch)
+    assert [i for batch in batches for i in batch] == [r.id for r in rows]  # id order kept

@@ -13,11 +13,14 @@ class NoteRequired(TriageError):
 
 
 class DeadLetterNotOpen(TriageError):
-    def __init__(self, dead_letter, action: str) -> None:
+    def __init__(self, dead_letter, action: str, detail: str = "") -> None:
         self.dead_letter = dead_letter
         super().__init__(
-            f"Dead letter {dead_letter.pk} is {dead_letter.status}, not open: it cannot be "
-            f"{action}. Only open dead letters can be redriven, resolved or discarded."
+            detail
+            or (
+                f"Dead letter {dead_letter.pk} is {dead_letter.status}, not open: it cannot be "
+                f"{action}. Only open dead letters can be redriven, resolved or discarded."
+            )
         )
 
 

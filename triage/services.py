@@ -502,16 +502,33 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
             redrive_message_id=new_message_id,
         )
     except DeadLetterNotOpen as exc:
+        other = exc.dead_letter
+        if other.redrive_message_id == new_message_id:
+            # Someone redrove it a moment before us: SQS dropped our copy as a duplicate (same
+            # deduplication id) and answered with the first copy's id. Nothing extra was sent.
+            outcome = "deduplicated_concurrent_redrive"
+            text = (
+                f"Dead letter {other.pk} was redriven by someone else a moment ago; SQS "
+                f"dropped this second copy as a duplicate (message {new_message_id})."
+            )
+        else:
+            outcome = "published_after_concurrent_action"
+            text = (
+                f"Dead letter {other.pk} was {other.status} by someone else while this redrive "
+                f"was being published: message {new_message_id} was sent anyway and the worker "
+                "will apply it (processor events are deduplicated by id). Check the payment."
+            )
         TriageAction.objects.create(
-            dead_letter=exc.dead_letter,
+            dead_letter=other,
             action=TriageActionKind.REDRIVE,
             user=user,
             note=note,
-            status_before=exc.dead_letter.status,
-            status_after=exc.dead_letter.status,
-            details={**details, "outcome": "published_after_concurrent_action"},
+            status_before=other.status,
+            status_after=other.status,
+            details={**details, "outcome": outcome},
         )
-        raise DeadLetterNotOpen(exc.dead_letter, "redriven") from exc
+        logger.error("%s", text, extra={"payment_id": other.group_id})
+        raise DeadLetterNotOpen(other, "redriven", detail=text) from exc
     return _release_if_last(closed, action, user=user, note=note)
 
 

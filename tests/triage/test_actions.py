@@ -290,3 +290,63 @@ def test_bulk_acts_on_exactly_the_given_ids_and_reports_refusals():
     assert [pk for pk, _ in result.refused] == [closed.pk, 999999]
     kept.refresh_from_db()
     assert kept.status == DeadLetterStatus.OPEN
+
+
+def _main_queue_messages(queues) -> list[dict]:
+    import json
+
+    found = []
+    while True:
+        got = queues.client.receive_message(
+            QueueUrl=queues.url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=30
+        ).get("Messages")
+        if not got:
+            return found
+        found += [json.loads(m["Body"]) for m in got]
+
+
+@pytest.mark.django_db
+def test_two_operators_redriving_at_once_publish_one_message(sqs_queues, monkeypatch):
+    dead_letter = dead_letter_make()
+    first, second = operator(), operator()
+    real_republish = services.message_republish
+
+    def republish_while_the_other_operator_finishes(**kwargs):
+        message_id = real_republish(**kwargs)
+        monkeypatch.setattr(services, "message_republish", real_republish)
+        services.dead_letter_redrive(dead_letter=dead_letter, user=first, note="first")
+        return message_id
+
+    monkeypatch.setattr(services, "message_republish", republish_while_the_other_operator_finishes)
+    with pytest.raises(DeadLetterNotOpen, match="redriven by someone else"):
+        services.dead_letter_redrive(dead_letter=dead_letter, user=second, note="second")
+
+    assert len(_main_queue_messages(sqs_queues)) == 1
+    late = TriageAction.objects.get(user=second)
+    assert late.details["outcome"] == "deduplicated_concurrent_redrive"
+    assert TriageAction.objects.get(user=first).status_after == "redriven"
+
+
+@pytest.mark.django_db
+def test_a_redrive_that_loses_the_race_to_a_resolve_is_recorded_and_reported(
+    sqs_queues, monkeypatch
+):
+    dead_letter = dead_letter_make()
+    real_republish = services.message_republish
+
+    def republish_while_someone_resolves(**kwargs):
+        message_id = real_republish(**kwargs)
+        services.dead_letter_resolve(dead_letter=dead_letter, user=operator(), note="fixed")
+        return message_id
+
+    monkeypatch.setattr(services, "message_republish", republish_while_someone_resolves)
+    user = operator()
+    with pytest.raises(DeadLetterNotOpen, match="was sent anyway"):
+        services.dead_letter_redrive(dead_letter=dead_letter, user=user, note="redrive")
+
+    dead_letter.refresh_from_db()
+    assert dead_letter.status == DeadLetterStatus.RESOLVED
+    audit = TriageAction.objects.get(user=user)
+    assert audit.details["outcome"] == "published_after_concurrent_action"
+    assert audit.details["redrive_message_id"]
+    assert len(_main_queue_messages(sqs_queues)) == 1

@@ -335,3 +335,66 @@ def test_the_admin_index_links_the_dashboard(client):
     client.force_login(viewer())
     page = client.get(reverse("admin:index")).content.decode()
     assert reverse("admin:triage_triagedashboard_changelist") in page
+
+
+def test_release_hold_page_releases_a_hold_left_behind(client, sqs_queues):
+    payment = PaymentFactory()
+    dead_letter = dead_letter_make(payment, status=DeadLetterStatus.RESOLVED)
+    hold = PaymentHold.objects.create(payment_id=str(payment.id), reason="queue was down")
+    ParkedMessage.objects.create(
+        hold=hold, payment_id=str(payment.id), message_id="late-1", body={"kind": "x"}
+    )
+    client.force_login(operator())
+    page = client.get(change_url(dead_letter)).content.decode()
+    url = reverse("admin:triage_deadletter_release_hold", args=[dead_letter.pk])
+    assert url in page
+    response = client.post(url, {"note": ""})
+    assert "A note is required" in response.content.decode()
+    response = client.post(url, {"note": "queue back, releasing"}, follow=True)
+    assert "1 parked message(s) republished" in response.content.decode()
+    hold.refresh_from_db()
+    assert hold.released_at is not None and hold.note == "queue back, releasing"
+    assert TriageAction.objects.get().action == "release_hold"
+
+
+def test_release_hold_is_refused_while_the_dead_letter_is_open(client):
+    payment = PaymentFactory()
+    dead_letter = dead_letter_make(payment)
+    PaymentHold.objects.create(payment_id=str(payment.id), reason="r")
+    client.force_login(operator())
+    url = reverse("admin:triage_deadletter_release_hold", args=[dead_letter.pk])
+    response = client.post(url, {"note": "n"})
+    assert "is still open" in response.content.decode()
+    assert PaymentHold.objects.get().released_at is None
+
+
+def test_bulk_selection_over_the_limit_is_refused_with_a_message(client, monkeypatch):
+    from triage import admin as triage_admin
+
+    monkeypatch.setattr(triage_admin, "BULK_LIMIT", 2)
+    rows = [dead_letter_make() for _ in range(3)]
+    client.force_login(operator())
+    response = client.post(
+        reverse("admin:triage_deadletter_changelist"),
+        {
+            "action": "resolve_selected",
+            "select_across": "1",
+            "index": "0",
+            "_selected_action": [str(rows[0].pk)],
+        },
+        follow=True,
+    )
+    assert "3 dead letters selected: at most 2 per bulk action" in response.content.decode()
+    assert not TriageAction.objects.exists()
+
+
+def test_an_unknown_action_is_404(client):
+    dead_letter = dead_letter_make()
+    client.force_login(operator())
+    assert (
+        client.get(
+            reverse("admin:triage_deadletter_act", args=[dead_letter.pk, "delete"])
+        ).status_code
+        == 404
+    )
+    assert client.get(reverse("admin:triage_deadletter_bulk", args=["delete"])).status_code == 404

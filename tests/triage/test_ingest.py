@@ -265,3 +265,50 @@ def test_malformed_envelope_numbers_do_not_block_ingestion(sqs_queues, alerts):
     dead = DeadLetter.objects.get(original_message_id="orig-1")
     assert dead.attempts == 0 and dead.first_failed_at is None
     assert dead.source == DeadLetterSource.WORKER and dead.last_error_class == "X"
+
+
+def test_two_ingestions_racing_on_one_message_store_one_row(sqs_queues, alerts, monkeypatch):
+    """Both pass the "already stored?" check; the unique constraint decides, and the loser
+    treats its IntegrityError as "someone else did it"."""
+    import threading
+
+    from django.db import connection
+
+    sqs.send_message_now(
+        body={"kind": "processor_event"},
+        group_id=str(uuid.uuid4()),
+        deduplication_id="race",
+        url=sqs_queues.dlq_url,
+    )
+    message = sqs_queues.client.receive_message(
+        QueueUrl=sqs_queues.dlq_url,
+        AttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )["Messages"][0]
+    both_checked = threading.Barrier(2, timeout=10)
+    real_build = services._dead_letter_build
+
+    def build_after_both_checked(*args):
+        both_checked.wait()
+        return real_build(*args)
+
+    monkeypatch.setattr(services, "_dead_letter_build", build_after_both_checked)
+    results, errors = [], []
+
+    def ingest():
+        try:
+            results.append(services._dead_letter_store(message))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ingest) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert errors == []
+    assert sorted(r is None for r in results) == [False, True]
+    assert DeadLetter.objects.count() == 1
+    assert len(alerts) == 1

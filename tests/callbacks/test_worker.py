@@ -2,12 +2,14 @@
 
 import json
 import logging
+import re
 import uuid
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
+from callbacks import sqs
 from callbacks.models import (
     ParkedMessage,
     PaymentHold,
@@ -363,3 +365,55 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
     assert result.outcome == "applied"
     payment.refresh_from_db()
     assert payment.state == PaymentState.CONFIRMED
+
+
+def test_unknown_kind_is_dead_lettered_after_the_dlq_comes_back(sqs_queues, settings):
+    """The DLQ cannot be reached: the message is not lost, it waits and is moved later."""
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    body = {"kind": "refund_payment", "payment_id": str(payment.id)}
+    message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
+    dlq_name = settings.SQS_DLQ_NAME
+    settings.SQS_DLQ_NAME = "no-such-queue.fifo"
+    settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+
+    run_worker(max_messages=1)
+
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == ("retrying", 1)
+    assert not PaymentHold.objects.exists()
+    settings.SQS_DLQ_NAME = dlq_name
+
+    run_worker()
+
+    record.refresh_from_db()
+    assert (record.status, record.attempts) == ("dead_lettered", 2)
+    assert len(drain(sqs_queues.client, sqs_queues.dlq_url)) == 1
+    assert PaymentHold.objects.filter(payment_id=str(payment.id)).exists()
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--batch-size", "11", "out of range (1-10)"),
+        ("--batch-size", "0", "out of range (1-10)"),
+        ("--wait-time", "21", "out of range (0-20)"),
+        ("--visibility-timeout", "0", "out of range (1-43200)"),
+        ("--max-messages", "0", "out of range (at least 1)"),
+        ("--batch-size", "ten", "'ten' is not a whole number"),
+    ],
+)
+def test_command_options_out_of_range_are_refused_with_the_reason(option, value, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("run_sqs_worker", f"{option}={value}")
+
+
+def test_unreachable_queue_stops_the_command_with_a_clear_error(settings, local_sqs):
+    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    sqs.reset()
+    try:
+        with pytest.raises(CommandError, match="the queue is unavailable"):
+            run_worker()
+    finally:
+        sqs.reset()

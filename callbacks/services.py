@@ -8,7 +8,7 @@ that document a send act on SQS immediately and are never called inside a transa
 import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -528,3 +528,18 @@ def message_republish(
     return sqs.send_message_now(
         body=new_body, group_id=str(group_id), deduplication_id=deduplication_id[:128]
     )
+
+
+def queue_messages_purge(*, older_than: timedelta) -> int:
+    """Delete the records of messages finished cleanly before ``now - older_than``; returns
+    how many went. Records with a processing error or behind a hold are kept: they are the
+    error history a person may still need (ProcessingError and PaymentHold protect them)."""
+    cutoff = timezone.now() - older_than
+    stale = QueueMessage.objects.filter(
+        status=QueueMessageStatus.DONE,
+        finished_at__lt=cutoff,
+        errors__isnull=True,
+        holds_caused__isnull=True,
+    )
+    deleted, _ = QueueMessage.objects.filter(pk__in=stale.values("pk")).delete()
+    return deleted

@@ -4,6 +4,7 @@ import json
 import logging
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -18,7 +19,7 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from callbacks.schema import processor_event_message
-from callbacks.services import ReceivedMessage
+from callbacks.services import ReceivedMessage, queue_messages_purge
 from callbacks.worker import Worker
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import drain, send_body, send_event
@@ -417,3 +418,23 @@ def test_unreachable_queue_stops_the_command_with_a_clear_error(settings, local_
             run_worker()
     finally:
         sqs.reset()
+
+
+def test_purge_deletes_old_clean_records_and_keeps_error_history(sqs_queues, fast_retries):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    clean_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    run_worker()
+    stand_in = PaymentFactory.build(id=uuid.uuid4())
+    retried_id, _ = send_event(sqs_queues.client, sqs_queues.url, stand_in, "submitted")
+    worker = Worker(wait_time=0, relay=False)
+    with worker.running():
+        worker.process_batch(worker.receive())  # PaymentNotFound: an error row, then...
+    PaymentFactory(id=stand_in.id, state=PaymentState.PENDING, amount=stand_in.amount)
+    run_worker()  # ...done on the second attempt
+    assert set(QueueMessage.objects.values_list("status", flat=True)) == {"done"}
+    QueueMessage.objects.update(finished_at="2026-01-01T00:00:00Z")
+
+    assert queue_messages_purge(older_than=timedelta(days=30)) == 1
+
+    assert not QueueMessage.objects.filter(message_id=clean_id).exists()
+    assert QueueMessage.objects.filter(message_id=retried_id).exists()

@@ -119,6 +119,7 @@ def test_operator_redrives_a_dead_letter_and_sees_the_payment_complete_in_order(
     page.click("#triage-redrive")
     page.wait_for_url(f"**/deadletter/{dead_letter.pk}/act/redrive/")
     page.fill("#id_note", "Payment row restored after the import fix (INC-314); redriving.")
+    page.screenshot(path=str(ARTIFACTS / "redrive-confirmation.png"), full_page=True)
     page.click("#triage-confirm-form input[type=submit]")
     page.wait_for_url(detail)
     messages = page.locator("ul.messagelist").inner_text()

@@ -17,7 +17,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from payments.admin import ReadOnlyAdminMixin
-from triage import views
+from triage import (
+    admin_alerts,  # noqa: F401 - alert history in the admin
+    views,
+)
 from triage.models import DeadLetter, TriageAction, TriageDashboard
 from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
 from triage.services import ACT_PERMISSION

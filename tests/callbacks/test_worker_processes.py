@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from callbacks.models import ProcessingError, QueueMessage
+from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from callbacks.schema import processor_event_message
 from payments.models import (
     LedgerEntry,
@@ -228,3 +228,66 @@ def test_two_workers_apply_500_payments_events_exactly_once_in_order(sqs_queues,
         first_of.setdefault(payment_id, event_type)
     assert set(first_of.values()) == {"submitted"}
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+
+
+def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(
+    sqs_queues, start_sandbox, tmp_path
+):
+    """Each worker that takes the submission dies mid-call (SIGKILL); after two receives the
+    queue's RedrivePolicy moves it to the DLQ. The payment's next message must not overtake
+    it: it is parked and the payment held."""
+    start_sandbox(3)
+    client = sqs_queues.client
+    dlq_arn = client.get_queue_attributes(QueueUrl=sqs_queues.dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    client.set_queue_attributes(
+        QueueUrl=sqs_queues.url,
+        Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"})
+        },
+    )
+    [payment] = submit_messages(sqs_queues, 1)
+    event = processor_event(payment, "submitted")
+    later_id = send_body(
+        client, sqs_queues.url, payment.id, processor_event_message(event), dedup_id="later"
+    )
+
+    for round_number in (1, 2):
+        worker = WorkerProcess(
+            "--wait-time=1",
+            "--visibility-timeout=1",
+            "--no-relay",
+            log_dir=tmp_path,
+            name=f"doomed{round_number}",
+        )
+        wait_until(
+            lambda n=round_number: QueueMessage.objects.filter(attempts=n).exists(),
+            30,
+            f"attempt {round_number} to start",
+        )
+        worker.kill()
+
+    survivor = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path, name="survivor")
+    wait_until(
+        lambda: QueueMessage.objects.filter(message_id=later_id).exists(),
+        30,
+        "the later message to be handled",
+    )
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING  # "submitted" was not applied ahead
+    assert QueueMessage.objects.get(message_id=later_id).status == "parked"
+    crasher = QueueMessage.objects.get(kind="submit_payment")
+    assert (crasher.status, crasher.outcome, crasher.attempts) == (
+        "dead_lettered",
+        "redrive_policy",
+        2,
+    )
+    hold = PaymentHold.objects.get(payment_id=str(payment.id), released_at=None)
+    assert hold.caused_by == crasher
+    [moved] = drain(client, sqs_queues.dlq_url)
+    assert json.loads(moved["Body"])["kind"] == "submit_payment"
+    assert queue_counts(client, sqs_queues.url) == (0, 0)

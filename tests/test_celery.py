@@ -108,20 +108,53 @@ def test_sqs_transport_options_carry_the_queue_url_getqueueurl_returns(settings,
     assert options["predefined_queues"] == {name: {"url": url}}
 
 
-def test_sqs_broker_without_queue_url_stops_start_up_naming_the_setting():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test"}
-    env["CELERY_BROKER_URL"] = "sqs://"
-    env.pop("CELERY_SQS_QUEUE_URL", None)
+CONFIGURED_OPTIONS = (
+    "import json, django; django.setup(); from config.celery import app; "
+    "print(json.dumps(app.conf.broker_transport_options['predefined_queues']))"
+)
+
+
+@pytest.mark.django_db
+def test_without_queue_url_the_app_looks_it_up_and_creates_the_queue(settings, local_sqs):
+    name = f"payments-celery-{uuid.uuid4().hex[:10]}"
+    env = broker_environment(local_sqs, name, "")
+    del env["CELERY_SQS_QUEUE_URL"]
     result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+        [sys.executable, "-c", CONFIGURED_OPTIONS],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert result.returncode != 0
-    assert "CELERY_SQS_QUEUE_URL" in result.stderr
+    assert result.returncode == 0, result.stderr
+    import json
+
+    assert json.loads(result.stdout) == {name: {"url": sqs_url_from_getqueueurl(local_sqs, name)}}
+
+
+def test_unreachable_sqs_without_queue_url_is_logged_naming_the_setting():
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "SQS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "CELERY_BROKER_URL": "sqs://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+    }
+    env.pop("CELERY_SQS_QUEUE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-c", CONFIGURED_OPTIONS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Celery's SQS queue URL is unknown: set CELERY_SQS_QUEUE_URL" in result.stderr
+    assert "cannot reach SQS" in result.stderr
+    # No guessed URL: kombu is left to look the queue up itself once SQS answers.
+    assert result.stdout.strip() == "{}"
 
 
 @pytest.mark.django_db
@@ -155,14 +188,19 @@ def _processed_event(payment, event_id: str, age: timedelta) -> ProcessedEvent:
     return record
 
 
+@pytest.mark.parametrize("queue_url_given", [True, False], ids=["url-given", "url-looked-up"])
 @pytest.mark.django_db(transaction=True)
-def test_real_worker_on_the_sqs_broker_runs_a_beat_task(settings, local_sqs, tmp_path):
+def test_real_worker_on_the_sqs_broker_runs_a_beat_task(
+    settings, local_sqs, tmp_path, queue_url_given
+):
     name, url = celery_queue_setup(settings, local_sqs)
     payment = PaymentFactory(state="submitted")
     _processed_event(payment, "evt_old", timedelta(days=40))
     _processed_event(payment, "evt_recent", timedelta(days=1))
 
     env = broker_environment(local_sqs, name, url)
+    if not queue_url_given:
+        del env["CELERY_SQS_QUEUE_URL"]
     log = tmp_path / "worker.log"
     with open(log, "w") as log_file:
         worker = subprocess.Popen(

@@ -171,7 +171,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_BACKEND = None
 # The broker's queue is a standard (non-FIFO) SQS queue; `manage.py setup_celery_queue` creates
-# it and prints its URL. kombu's SQS transport is given that URL (predefined_queues). The broker
+# it and prints its URL for CELERY_SQS_QUEUE_URL (if unset, the Celery app looks it up and creates
+# the queue when missing). kombu's SQS transport is given that URL (predefined_queues). The broker
 # URL is ``sqs://`` for AWS; with a local server it names the server, ``sqs://127.0.0.1:<port>``
 # (the host and port of SQS_ENDPOINT_URL, whose scheme decides is_secure). Celery reads the
 # CELERY_BROKER_URL environment variable itself, before any setting, so it is used as given.
@@ -184,9 +185,13 @@ if CELERY_BROKER_URL.startswith("sqs://"):
         "visibility_timeout": env.int("CELERY_SQS_VISIBILITY_TIMEOUT", default=300),
         "wait_time_seconds": env.int("CELERY_SQS_WAIT_TIME_SECONDS", default=10),
         "polling_interval": 1,
-        "predefined_queues": {
-            CELERY_SQS_QUEUE_NAME: {"url": env("CELERY_SQS_QUEUE_URL")},
-        },
+        # Without CELERY_SQS_QUEUE_URL the URL is looked up (and the queue created if missing)
+        # when the Celery app is configured: see config/celery.py.
+        "predefined_queues": (
+            {CELERY_SQS_QUEUE_NAME: {"url": env("CELERY_SQS_QUEUE_URL")}}
+            if env("CELERY_SQS_QUEUE_URL", default=None)
+            else {}
+        ),
     }
 CELERY_BEAT_SCHEDULE = {
     # Each entry expires after its interval: ticks missed while workers were down do not pile up.

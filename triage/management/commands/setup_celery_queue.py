@@ -1,16 +1,15 @@
 """Create (or find) the Celery broker's standard SQS queue and print its URL.
 
 Celery's SQS transport is given the queue's URL in ``predefined_queues`` (it then never lists or
-creates queues itself), so the URL must be the one SQS's GetQueueUrl returns: on AWS
+creates queues itself), so the URL must be the one SQS returns: on AWS
 ``https://sqs.<region>.amazonaws.com/<account>/<name>``, on the local server its own form. Put the
-printed ``CELERY_SQS_QUEUE_URL=...`` line in the environment of the Celery worker and beat.
+printed ``CELERY_SQS_QUEUE_URL=...`` line in the environment of the Celery worker and beat (where
+it is missing, they look it up the same way when they start).
 """
 
-from botocore.exceptions import BotoCoreError, ClientError
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from callbacks import sqs
+from config.celery import CeleryQueueError, celery_queue_ensure
 
 
 class Command(BaseCommand):
@@ -25,27 +24,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, visibility_timeout=None, **options):
-        name = settings.CELERY_SQS_QUEUE_NAME
-        if name.endswith(".fifo"):
-            raise CommandError(
-                f"CELERY_SQS_QUEUE_NAME {name!r} names a FIFO queue; Celery's queue is a "
-                "standard queue (drop the .fifo suffix)"
-            )
-        transport = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-        timeout = visibility_timeout or transport.get("visibility_timeout", 300)
-        if not 0 <= timeout <= 43200:
-            raise CommandError(f"--visibility-timeout must be 0..43200 seconds, got {timeout}")
         try:
-            url = sqs.sqs_client().create_queue(
-                QueueName=name,
-                Attributes={"VisibilityTimeout": str(timeout)},
-            )["QueueUrl"]
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            raise CommandError(
-                f"SQS refused to create queue {name!r}: {error.get('Code')} "
-                f"{error.get('Message', '')}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise CommandError(f"cannot reach SQS to create queue {name!r}: {exc}") from exc
+            url = celery_queue_ensure(visibility_timeout=visibility_timeout)
+        except CeleryQueueError as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"CELERY_SQS_QUEUE_URL={url}")

@@ -193,12 +193,14 @@ if CELERY_BROKER_URL.startswith("sqs://"):
             else {}
         ),
     }
+# Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
+DLQ_INGEST_INTERVAL_SECONDS = env.float("DLQ_INGEST_INTERVAL_SECONDS", default=60.0)
 CELERY_BEAT_SCHEDULE = {
     # Each entry expires after its interval: ticks missed while workers were down do not pile up.
     "dead-letters-ingest": {
         "task": "triage.tasks.dead_letters_ingest",
-        "schedule": 60.0,
-        "options": {"expires": 60},
+        "schedule": DLQ_INGEST_INTERVAL_SECONDS,
+        "options": {"expires": DLQ_INGEST_INTERVAL_SECONDS},
     },
     "queue-metrics-sample": {
         "task": "triage.tasks.queue_metrics_sample",

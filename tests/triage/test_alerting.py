@@ -498,3 +498,22 @@ def test_alert_with_a_payment_reference_that_is_not_a_uuid_is_still_stored():
     assert result.decision == "fired"
     assert result.alert.payment_id is None
     assert result.alert.details["payment_ref"] == "g-1"
+
+
+@pytest.mark.django_db
+def test_processor_rejection_raises_a_medium_alert_through_the_sinks(
+    sandbox, webhook, mailoutbox, django_capture_on_commit_callbacks
+):
+    from payments.services import payment_submit
+    from tests.factories import PaymentFactory
+
+    payment = PaymentFactory(source_token="tok_reject_account_closed")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert payment_submit(payment_id=payment.id).outcome == "rejected"
+    alert = Alert.objects.get(key="payment.submission_rejected")
+    assert alert.severity == "medium"
+    assert alert.payment_id == payment.id
+    assert alert.details["http_status"] == 400
+    (posted,) = webhook.bodies
+    assert posted["body"]["text"].startswith("[FIRING] [medium] payment.submission_rejected")
+    assert mailoutbox == []  # medium does not e-mail

@@ -2,7 +2,7 @@
 
 Prometheus multiprocess mode (see ``triage/monitoring.py``): when PROMETHEUS_MULTIPROC_DIR is
 set (to a directory shared by every process of this host, and set before they start), the
-master empties it on start so counters from an earlier run are not added in, and each exiting
+master removes the files of processes that no longer run when it starts, and each exiting
 worker is marked dead so its live gauges disappear. ``GET /metrics`` in any worker then serves
 the sum over all workers. Without the variable every worker would serve its own counters only,
 and consecutive scrapes would jump between workers' values.
@@ -19,14 +19,32 @@ graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 accesslog = "-"
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
 def on_starting(server) -> None:
+    """Drop the metric files of processes that no longer run (an earlier run of this host).
+
+    Files of live processes are kept: queue workers may share the directory and keep running
+    while gunicorn restarts, and removing their open files would lose their increments.
+    Dropping a dead process's counters is a counter reset, which Prometheus' rate() handles.
+    """
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not path:
         return
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("*.db"):
-        stale.unlink()
+    for metric_file in directory.glob("*.db"):
+        pid = metric_file.stem.rsplit("_", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            metric_file.unlink()
 
 
 def child_exit(server, worker) -> None:

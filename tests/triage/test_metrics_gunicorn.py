@@ -3,6 +3,7 @@
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +13,16 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+OTHER_PROCESS = """
+import sys, time, django
+django.setup()
+from callbacks.metrics import CALLBACKS_RECEIVED
+CALLBACKS_RECEIVED.labels(outcome="bad_signature").inc(5)
+print("ready", flush=True)
+time.sleep(120)
+"""
 
 
 def free_port() -> int:
@@ -45,6 +56,15 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
         "GUNICORN_WORKERS": "3",
         "GUNICORN_THREADS": "1",
     }
+    # A queue worker process on the same host, started before gunicorn and still running.
+    other_process = subprocess.Popen(
+        [sys.executable, "-c", OTHER_PROCESS],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert other_process.stdout.readline().strip() == "ready"
     log = open(tmp_path / "gunicorn.log", "w")  # noqa: SIM115 - closed in finally
     server = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
@@ -65,7 +85,8 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
             assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
             assert time.monotonic() < deadline, "gunicorn did not start"
             time.sleep(0.1)
-        assert not (multiproc_dir / "counter_99999.db").exists()  # emptied at start
+        assert not (multiproc_dir / "counter_99999.db").exists()  # a dead process's file
+        assert (multiproc_dir / f"counter_{other_process.pid}.db").exists()  # a live one's
 
         # New connections each time, so requests spread over the workers.
         for _ in range(30):
@@ -84,7 +105,8 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
             counter(text, "payments_callbacks_received_total", outcome="bad_signature")
             for text in scrapes
         ]
-        assert values == [30.0] * 6
+        # 30 from the gunicorn workers plus 5 from the other process.
+        assert values == [35.0] * 6
         assert len(list(multiproc_dir.glob("counter_*.db"))) >= 2  # more than one worker served
         for text in scrapes:
             assert text.count("# TYPE payments_dead_letters_open gauge") == 1
@@ -92,3 +114,5 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
         server.terminate()
         server.wait(20)
         log.close()
+        other_process.kill()
+        other_process.wait()

@@ -24,8 +24,10 @@ its record, and runs ``bench.invariants``. Output: a summary, the invariant repo
 ``var/chaos/`` (every process's log, ``report.json``).
 
 Settings (environment): CHAOS_PAYMENTS (default 1000), CHAOS_SECONDS (length of the fault
-window; default 60 + payments / 10), CHAOS_QUIESCE_SECONDS (default 120), CHAOS_SEED (default
-1), CHAOS_DATABASE (default payments_chaosrun; dropped and created by the run).
+window; default 60 + payments / 4: payments are created over its first 70 %), CHAOS_QUIESCE_SECONDS
+(longest wait for the system to settle afterwards, default 300; it stops sooner when nothing
+finished for 60 s), CHAOS_SEED (default 1), CHAOS_DATABASE (default payments_chaosrun; dropped and
+created by the run).
 
 Exit status: 0 all invariants hold; 1 an invariant is violated or the API lost or doubled a
 payment; 3 the system did not settle within CHAOS_QUIESCE_SECONDS (the invariants are still
@@ -57,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var" / "chaos"
 PYTHON = sys.executable
 VISIBILITY_TIMEOUT = 3
+STALL_SECONDS = 60
 MERCHANTS = 10
 
 
@@ -93,8 +96,8 @@ class Config:
             raise SetupError(f"CHAOS_DATABASE={database!r}: use lower-case letters, digits, _")
         return cls(
             payments=payments,
-            seconds=_env_int("CHAOS_SECONDS", 60 + payments // 10),
-            quiesce_seconds=_env_int("CHAOS_QUIESCE_SECONDS", 120),
+            seconds=_env_int("CHAOS_SECONDS", 60 + payments // 4),
+            quiesce_seconds=_env_int("CHAOS_QUIESCE_SECONDS", 300),
             seed=_env_int("CHAOS_SEED", 1),
             database=database,
         )
@@ -285,7 +288,7 @@ class TcpProxy:
 TOKEN_MIX = (
     (0.03, "tok_reject"),
     (0.04, "tok_fail5xx_2"),
-    (0.03, "tok_timeout_1"),
+    (0.01, "tok_timeout_1"),
     (0.03, "tok_return"),
     (0.04, "tok_dupcb"),
 )
@@ -429,8 +432,8 @@ class ChaosRun:
                 "PROCESSOR_BASE_URL": f"http://127.0.0.1:{self.ports['sandbox']}",
                 "PROCESSOR_API_KEY": "chaos-processor-key",
                 # Above the 3 s visibility timeout, so slow answers outlive it; the injected
-                # timeouts sleep 6 s, past it.
-                "PROCESSOR_TIMEOUT_SECONDS": "5",
+                # timeouts sleep 5 s, past it.
+                "PROCESSOR_TIMEOUT_SECONDS": "4",
                 "CALLBACK_SIGNING_SECRETS": "chaos-signing-secret",
                 # A bounded run: retries come back within seconds, not the production 30 s cap.
                 "WORKER_BACKOFF_BASE_SECONDS": "0.5",
@@ -442,11 +445,13 @@ class ChaosRun:
                 # The processor's faults (payments/sandbox/faults.py).
                 "SANDBOX_P_5XX": "0.05",
                 "SANDBOX_P_4XX": "0.02",
-                "SANDBOX_P_TIMEOUT": "0.02",
-                "SANDBOX_TIMEOUT_SECONDS": "6",
-                "SANDBOX_LATENCY_MEDIAN_MS": "40",
-                "SANDBOX_LATENCY_SIGMA": "2.0",  # about 2 % of answers take 3 to 4.5 s
-                "SANDBOX_LATENCY_MAX_MS": "4500",
+                "SANDBOX_P_TIMEOUT": "0.01",
+                "SANDBOX_TIMEOUT_SECONDS": "5",
+                # Lognormal: median 15 ms, mean near 100 ms, about 0.5 % of answers take 3 to
+                # 3.9 s, past the visibility timeout and inside the client's timeout.
+                "SANDBOX_LATENCY_MEDIAN_MS": "15",
+                "SANDBOX_LATENCY_SIGMA": "2.0",
+                "SANDBOX_LATENCY_MAX_MS": "3900",
                 "SANDBOX_P_DUPLICATE_CALLBACK": "0.10",
                 "SANDBOX_P_DELAYED_CALLBACK": "0.10",
                 "SANDBOX_CALLBACK_DELAY_SECONDS": "4",
@@ -716,17 +721,25 @@ class ChaosRun:
         }
 
     def wait_quiet(self) -> tuple[bool, dict]:
+        """Poll until nothing is queued, running, unpublished or undelivered three times in a
+        row. Gives up after CHAOS_QUIESCE_SECONDS, or after STALL_SECONDS without a single
+        message finishing (stuck, not slow)."""
+        from callbacks.models import FINISHED_STATUSES, QueueMessage
+
         deadline = time.monotonic() + self.config.quiesce_seconds
-        quiet_polls = 0
+        quiet_polls, finished, last_progress = 0, -1, time.monotonic()
         backlog: dict = {}
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and time.monotonic() - last_progress < STALL_SECONDS:
             try:
                 backlog = self.backlog()
+                done = QueueMessage.objects.filter(status__in=FINISHED_STATUSES).count()
             except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
                 backlog = {"error": f"{type(exc).__name__}: {exc}"}
                 quiet_polls = 0
             else:
                 quiet_polls = quiet_polls + 1 if not any(backlog.values()) else 0
+                if done != finished:
+                    finished, last_progress = done, time.monotonic()
             if quiet_polls >= 3:
                 return True, backlog
             time.sleep(1)

@@ -15,7 +15,8 @@ bench.invariants`` prints it and exits 1 on any violation. The checks:
 - ``ledger_matches_confirmed``: one credit per confirmed payment for its amount and merchant, no
   credit without confirmation, and each merchant's ledger total equals its confirmed total;
 - ``callbacks_accounted``: every callback the processor delivered left a trace: applied, stale,
-  dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error);
+  dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error), or
+  (before the system has settled) started by a worker and not finished;
 - ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
   rows for its message or the error its dead-letter envelope carries).
 
@@ -47,7 +48,16 @@ CHECKS = (
 )
 # Where a delivered callback can end, best first: an event applied once and then redelivered
 # counts as applied.
-TRACE_RANK = ("applied", "stale", "duplicate", "parked", "dead letter", "processing error")
+# "in flight": a worker has started it and not finished (only before the system settles).
+TRACE_RANK = (
+    "applied",
+    "stale",
+    "duplicate",
+    "parked",
+    "dead letter",
+    "processing error",
+    "in flight",
+)
 # How many offending ids a violation lists before it summarises the rest.
 MAX_IDS = 10
 
@@ -409,7 +419,7 @@ def _sent_callback(item: Any) -> tuple[str, tuple[str, str, str] | None]:
 
 def _callback_traces() -> dict[str, list[tuple[str, tuple[str, str, str] | None]]]:
     """processor_event_id -> every trace of it: (where it ended, what the recorded body says)."""
-    from callbacks.models import ParkedMessage, ProcessingError, QueueMessage
+    from callbacks.models import UNFINISHED_STATUSES, ParkedMessage, ProcessingError, QueueMessage
     from payments.models import EventKind, PaymentEvent
     from triage.models import DeadLetter
 
@@ -426,6 +436,11 @@ def _callback_traces() -> dict[str, list[tuple[str, tuple[str, str, str] | None]
         "processor_event_id", "body"
     ):
         traces[eid].append(("dead letter", _signature(body)))
+    for body in QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).values_list(
+        "body", flat=True
+    ):
+        if isinstance(body, dict) and body.get("processor_event_id"):
+            traces[str(body["processor_event_id"])].append(("in flight", _signature(body)))
     failed_messages = set(ProcessingError.objects.values_list("message_id", flat=True))
     for body in QueueMessage.objects.filter(message_id__in=failed_messages).values_list(
         "body", flat=True

@@ -362,6 +362,18 @@ def test_a_reused_event_id_with_another_amount_in_triage_passes(history):
     assert report.checked["callbacks_accounted"]["dead letter"] == 2
 
 
+def test_a_delivered_callback_a_worker_is_still_retrying_is_in_flight_not_lost(history):
+    payment = history["payments"]["held"]
+    _queue_message(payment, "evt_retrying", QueueMessageStatus.RETRYING)
+    history["sent"].append({"processor_event_id": "evt_retrying"})
+
+    report = _check(history)
+
+    assert report.ok, report.render()
+    assert report.checked["callbacks_accounted"]["in flight"] == 1
+    assert any("still in progress or retrying" in note for note in report.notes)
+
+
 def test_callbacks_are_accounted_by_count_when_no_list_is_given(history):
     clean = check_invariants(sandbox_stats=history["stats"], callbacks_sent=None)
     assert clean.ok, clean.render()

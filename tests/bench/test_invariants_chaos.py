@@ -103,4 +103,4 @@ def test_config_defaults_scale_the_fault_window_with_the_payments(monkeypatch):
 
     config = Config.from_env()
 
-    assert (config.payments, config.seconds, config.database) == (150, 75, "payments_chaosrun")
+    assert (config.payments, config.seconds, config.database) == (150, 97, "payments_chaosrun")

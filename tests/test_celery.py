@@ -286,3 +286,76 @@ def test_single_flight_releases_its_lock_when_the_block_raises():
         ) as other:
             taken = other.execute("SELECT pg_try_advisory_lock(%s)", [_lock_key("t")]).fetchone()
             assert taken == (False,)
+
+
+def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    with open(log, "w") as log_file:
+        return subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "celery"), "-A", "config", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
+    settings, sqs_queues, local_sqs, tmp_path
+):
+    from triage.models import Alert, DeadLetter
+
+    name, url = celery_queue_setup(settings, local_sqs)
+    sqs_queues.client.send_message(
+        QueueUrl=sqs_queues.dlq_url,
+        MessageBody='{"kind": "processor_event", "payment_id": "not-a-payment"}',
+        MessageGroupId="g-1",
+        MessageDeduplicationId="d-1",
+    )
+    env = broker_environment(local_sqs, name, url)
+    env.update(
+        {
+            "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
+            "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+            "DLQ_INGEST_INTERVAL_SECONDS": "1",
+        }
+    )
+    worker = _start(
+        ["worker", "--pool=solo", "--without-heartbeat", "--without-gossip", "--without-mingle",
+         "-Q", name, "--loglevel=INFO"],
+        env,
+        tmp_path / "worker.log",
+    )  # fmt: skip
+    beat = _start(
+        ["beat", "--loglevel=INFO", "--schedule", str(tmp_path / "beat-schedule")],
+        env,
+        tmp_path / "beat.log",
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not DeadLetter.objects.exists():
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            assert beat.poll() is None, (tmp_path / "beat.log").read_text()
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    "no dead letter ingested:\n"
+                    + (tmp_path / "beat.log").read_text()
+                    + (tmp_path / "worker.log").read_text()
+                )
+            time.sleep(0.25)
+    finally:
+        _stop(beat)
+        _stop(worker)
+    dead_letter = DeadLetter.objects.get()
+    assert dead_letter.source == "redrive_policy"
+    assert "Sending due task dead-letters-ingest" in (tmp_path / "beat.log").read_text()
+    assert Alert.objects.filter(key=f"dead_letter:{dead_letter.pk}", severity="high").exists()

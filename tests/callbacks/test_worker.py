@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from prometheus_client import REGISTRY
 
 from callbacks import sqs
 from callbacks.models import (
@@ -69,8 +70,19 @@ def test_processor_event_is_applied_marked_done_and_deleted(sqs_queues):
     assert caused_by == f"sqs:{message_id}"
 
 
+def metric(name, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def test_same_event_sent_twenty_times_moves_the_payment_once(sqs_queues):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    applied_before = metric(
+        "payments_worker_messages_total", kind="processor_event", outcome="applied"
+    )
+    duplicates_before = metric(
+        "payments_worker_messages_total", kind="processor_event", outcome="duplicate"
+    )
+    dedup_before = metric("payments_dedup_hits_total", layer="app")
     event_id = f"evt_{uuid.uuid4().hex}"
     for i in range(20):  # new deduplication ids: SQS lets every copy through
         send_event(
@@ -92,6 +104,15 @@ def test_same_event_sent_twenty_times_moves_the_payment_once(sqs_queues):
     assert sorted(outcomes) == ["applied"] + ["duplicate"] * 19
     assert ProcessedEvent.objects.filter(processor_event_id=event_id).count() == 1
     assert drain(sqs_queues.client, sqs_queues.url) == []
+    assert (
+        metric("payments_worker_messages_total", kind="processor_event", outcome="applied")
+        == applied_before + 1
+    )
+    assert (
+        metric("payments_worker_messages_total", kind="processor_event", outcome="duplicate")
+        == duplicates_before + 19
+    )
+    assert metric("payments_dedup_hits_total", layer="app") == dedup_before + 19
 
 
 def test_duplicate_after_the_first_was_deleted_is_dropped_by_the_app_record(sqs_queues, caplog):

@@ -291,3 +291,12 @@ def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(
     [moved] = drain(client, sqs_queues.dlq_url)
     assert json.loads(moved["Body"])["kind"] == "submit_payment"
     assert queue_counts(client, sqs_queues.url) == (0, 0)
+
+
+def test_sigint_stops_an_idle_worker_cleanly(sqs_queues, tmp_path):
+    worker = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path)
+    worker.wait_for("run_sqs_worker starting")
+    worker.signal(signal.SIGINT)
+
+    assert worker.wait(15) == 0
+    assert summary(worker) == (0, 0, 0)

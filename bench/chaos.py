@@ -447,10 +447,10 @@ class ChaosRun:
                 "SANDBOX_P_4XX": "0.02",
                 "SANDBOX_P_TIMEOUT": "0.01",
                 "SANDBOX_TIMEOUT_SECONDS": "5",
-                # Lognormal: median 15 ms, mean near 100 ms, about 0.5 % of answers take 3 to
+                # Lognormal: median 5 ms, mean near 150 ms, about 1.7 % of answers take 3 to
                 # 3.9 s, past the visibility timeout and inside the client's timeout.
-                "SANDBOX_LATENCY_MEDIAN_MS": "15",
-                "SANDBOX_LATENCY_SIGMA": "2.0",
+                "SANDBOX_LATENCY_MEDIAN_MS": "5",
+                "SANDBOX_LATENCY_SIGMA": "3.0",
                 "SANDBOX_LATENCY_MAX_MS": "3900",
                 "SANDBOX_P_DUPLICATE_CALLBACK": "0.10",
                 "SANDBOX_P_DELAYED_CALLBACK": "0.10",

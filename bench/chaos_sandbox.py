@@ -3,8 +3,9 @@
 It is the same ``SandboxProcessor`` that ``manage.py run_sandbox_processor`` runs (faults from
 the ``SANDBOX_*`` environment, see ``payments/sandbox/faults.py``). The difference: on SIGTERM it
 writes a JSON file with its final stats and every callback it delivered (payment id, event type,
-processor event id), because ``GET /_sandbox/stats`` counts delivered callbacks but does not list
-their event ids, and "every callback the processor sent is accounted for" is checked by id.
+processor event id, amount), because ``GET /_sandbox/stats`` counts delivered callbacks but does
+not list them, and "every callback the processor sent is accounted for" is checked by event id
+and payload.
 
     python -m bench.chaos_sandbox --port 8701 --callback-url URL --seed 7 --record FILE
 """
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             "payment_id": item["body"].get("payment_id"),
             "event_type": item["body"].get("event_type"),
             "processor_event_id": item["body"].get("processor_event_id"),
+            "amount": item["body"].get("amount"),
         }
         for item in list(sandbox.callbacks.delivered)
     ]

@@ -465,6 +465,10 @@ def worker_phase(stack: Stack) -> dict:
             "noop_messages_per_second": noop,
             "worker_vs_plain_sql": stats.ratio(worker, plain),
             "worker_vs_noop": stats.ratio(worker, noop),
+            "worker_database_per_event": runs[f"worker_{processes}"].get("database_per_event"),
+            "plain_sql_database_per_event": runs[f"plainsql_{processes}"].get("database_per_event"),
+            "worker_bytes_per_event": runs[f"worker_{processes}"].get("bytes_per_event"),
+            "plain_sql_bytes_per_event": runs[f"plainsql_{processes}"].get("bytes_per_event"),
         }
     return {"events": CONFIG["payments"], "runs": runs, "summary": summary}
 
@@ -922,6 +926,12 @@ def _fmt(value, digits: int = 0) -> str:
     return f"{value:,}"
 
 
+def _rows_written(counters: dict) -> float | None:
+    if not counters:
+        return None
+    return counters["tup_inserted"] + counters["tup_updated"] + counters["tup_deleted"]
+
+
 def table(report: dict) -> str:
     rows: list[tuple[str, str, str, str, str]] = []
     ingest = report.get("ingest")
@@ -966,6 +976,21 @@ def table(report: dict) -> str:
                     "",
                 )
             )
+    if worker:
+        s = worker["summary"]["1"]
+        w, p = s["worker_database_per_event"] or {}, s["plain_sql_database_per_event"] or {}
+        wb, pb = s["worker_bytes_per_event"] or {}, s["plain_sql_bytes_per_event"] or {}
+        rows.append(
+            (
+                "per event: commits / rows written / bytes",
+                f"{_fmt(w.get('xact_commit'), 2)} / "
+                f"{_fmt(_rows_written(w), 1)} / {_fmt(wb.get('total'))}",
+                f"{_fmt(p.get('xact_commit'), 2)} / "
+                f"{_fmt(_rows_written(p), 1)} / {_fmt(pb.get('total'))} plain SQL",
+                "",
+                "",
+            )
+        )
     e2e = report.get("e2e")
     if e2e and "steady" in e2e:
         st = e2e["steady"]

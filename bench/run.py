@@ -16,6 +16,7 @@ See docs/benchmarks.md for what each figure means.
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from bench.stack import (  # noqa: E402
     consumer_command,
     database_create,
     database_drop,
+    metrics_dir_fresh,
     queue_names,
     spawn,
     stop_process,
@@ -330,6 +332,12 @@ EVENT_TABLES = (
 )
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the child processes waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 DB_COUNTERS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted")
 
 
@@ -394,6 +402,7 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
         )
     env = stack.env(name, dlq)
     counters_before = _db_counters(stack.database_url)
+    cpu_before = _children_cpu()
     started = time.time()
     procs = [spawn(cmd, env, RESULTS / f"{tag}-{i}.log") for i in range(processes)]
     spy = None
@@ -419,6 +428,8 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
     if spy is not None:
         spy.wait(30)
     result: dict = {"kind": kind, "processes": processes, "events": count, "wall_seconds": wall}
+    # CPU of the consumer processes themselves (not PostgreSQL's, not the queue's).
+    result["consumer_cpu_ms_per_event"] = round(1000 * (_children_cpu() - cpu_before) / count, 3)
     if kind != "noop":
         result["database_per_event"] = {
             k: round((counters[k] - counters_before[k]) / count, 2) for k in DB_COUNTERS
@@ -817,7 +828,7 @@ def _step_verdict(rate: int, seconds: int, result: loadgen.LoadResult, points) -
         "backlog_start": points[0][1] if points else 0.0,
         "backlog_end": points[-1][1] if points else 0.0,
         "backlog_max": max((y for _, y in points), default=0.0),
-        "backlog_trend_per_second": stats.slope(points),
+        "backlog_trend_per_second": stats.backlog_trend(points),
         "sustained": not reasons,
         "why_not": reasons,
     }
@@ -1048,7 +1059,12 @@ def main() -> int:
     log(f"phases {', '.join(CONFIG['phases'])}; {CONFIG['payments']} payments per worker run")
     local_sqs = LocalSqs().start()
     db_url = database_create(CONFIG["database"])
-    stack = Stack(database_url=db_url, sqs_endpoint=local_sqs.endpoint_url, secrets=SECRETS)
+    stack = Stack(
+        database_url=db_url,
+        sqs_endpoint=local_sqs.endpoint_url,
+        secrets=SECRETS,
+        metrics_dir=metrics_dir_fresh(),
+    )
     try:
         os.environ.update(stack.env())
         stack.manage("migrate", "--noinput")

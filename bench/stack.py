@@ -2,6 +2,7 @@
 database, gunicorn, queue consumers. Everything listens on 127.0.0.1 only."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,6 +57,9 @@ class Stack:
     database_url: str
     sqs_endpoint: str
     secrets: list[str]
+    # Shared by every product process of the run, as on a production host (see
+    # config/gunicorn.py): prometheus-client's multiprocess mode, with its file writes.
+    metrics_dir: Path | None = None
 
     def env(self, queue_name: str = "", dlq_name: str = "", **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -68,6 +72,8 @@ class Stack:
             AWS_SECRET_ACCESS_KEY=env.get("AWS_SECRET_ACCESS_KEY", "test"),
             PYTHONPATH=str(ROOT),
         )
+        if self.metrics_dir is not None:
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_dir)
         if queue_name:
             env.update(SQS_QUEUE_NAME=queue_name, SQS_DLQ_NAME=dlq_name)
         env.update(extra)
@@ -84,6 +90,17 @@ class Stack:
         if done.returncode != 0:
             raise BenchError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
         return done.stdout
+
+
+def metrics_dir_fresh() -> Path | None:
+    """An empty directory for prometheus-client's multiprocess files when the production
+    gunicorn config (which uses them) is present; None otherwise."""
+    if not GUNICORN_CONFIG.exists():
+        return None
+    path = RESULTS / "prometheus"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
 
 
 def queue_names(tag: str) -> tuple[str, str]:
@@ -110,11 +127,7 @@ class Gunicorn:
         return cmd
 
     def start(self) -> "Gunicorn":
-        extra = {}
-        if GUNICORN_CONFIG.exists():
-            # The production config runs prometheus-client in multiprocess mode.
-            extra["PROMETHEUS_MULTIPROC_DIR"] = str(self._metrics_dir())
-        env = self.stack.env(*self.queue, **extra)
+        env = self.stack.env(*self.queue)
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 self.command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -130,13 +143,6 @@ class Gunicorn:
                 pass
             time.sleep(0.2)
         raise BenchError(f"gunicorn did not answer /healthz within 30 s; see {self.log}")
-
-    def _metrics_dir(self) -> Path:
-        path = RESULTS / f"prometheus-{self.port}"
-        path.mkdir(parents=True, exist_ok=True)
-        for stale in path.glob("*.db"):
-            stale.unlink()
-        return path
 
     @property
     def url(self) -> str:

@@ -41,15 +41,26 @@ def slope(points: Sequence[tuple[float, float]]) -> float:
     return sum((t - mean_t) * (y - mean_y) for t, y in points) / var
 
 
-def backlog_grows(points: Sequence[tuple[float, float]], offered_rate: float) -> bool:
+def backlog_trend(points: Sequence[tuple[float, float]], *, settle: float = 3.0) -> float:
+    """The backlog's growth per second after the first ``settle`` seconds of a step."""
+    if not points:
+        return 0.0
+    settled = [(t, y) for t, y in points if t >= points[0][0] + settle]
+    return slope(settled if len(settled) >= 2 else points)
+
+
+def backlog_grows(
+    points: Sequence[tuple[float, float]], offered_rate: float, *, settle: float = 3.0
+) -> bool:
     """Whether the queue backlog kept growing during a step at ``offered_rate`` messages/s.
 
-    Growing means a trend above 2 % of the offered rate (at least 5 messages/s), or more than
+    Growing means a trend above 2 % of the offered rate (at least 5 messages/s) once the first
+    ``settle`` seconds are past (in-flight messages ramp up when a step starts), or more than
     two seconds of offered work left queued at the end: a backlog that only wobbles around a
     small level is a system keeping up.
     """
     if not points:
         return False
-    trend = slope(points)
+    trend = backlog_trend(points, settle=settle)
     final = points[-1][1]
     return trend > max(5.0, 0.02 * offered_rate) or final > 2 * offered_rate

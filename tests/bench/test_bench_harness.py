@@ -192,3 +192,10 @@ def test_payments_reset_writes_submitted_payments_the_models_can_read():
     assert payment.state == "submitted" and payment.amount == events.AMOUNT
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT count(*) FROM payments_payment").fetchone()[0] == 5
+
+
+def test_backlog_trend_ignores_the_ramp_up_at_the_start_of_a_step():
+    ramp_then_flat = [(t / 2, min(t, 8) * 2.5) for t in range(30)]  # 0 -> 20 in 4 s, then flat
+    assert stats.slope(ramp_then_flat) > 0.5
+    assert stats.backlog_trend(ramp_then_flat, settle=4.0) == 0.0
+    assert not stats.backlog_grows(ramp_then_flat, 100, settle=4.0)

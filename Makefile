@@ -29,6 +29,9 @@ test: deps
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+demo: deps
+	$(PY) demo/run.py
+
 # Benchmarks (docs/benchmarks.md); sizes from BENCH_* variables, e.g. BENCH_PAYMENTS=2000.
 bench: deps
 	$(PY) bench/run.py

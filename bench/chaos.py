@@ -16,12 +16,14 @@ tok_timeout_1, tok_reject, tok_return, tok_dupcb); a worker SIGKILLed every few 
 restarted; a window in which the queue endpoint refuses connections (the callback endpoint
 answers 503 and the processor retries its callbacks; payments created meanwhile are published
 by the outbox relay afterwards); PostgreSQL backends of the run's database terminated a few
-times. Payments are created through ``POST /api/payments/`` with an Idempotency-Key, retried
-with the same key on 5xx, 409 and connection errors.
+times; two gunicorn workers SIGKILLed; and a faulty processor's callbacks (``settled`` for a
+payment it rejected, an event for an unknown payment, a reused event id with another amount),
+which must end in triage. Payments are created through ``POST /api/payments/`` with an
+Idempotency-Key, retried with the same key on 5xx, 409 and connection errors.
 
 Then it waits (bounded) until nothing moves, runs ``ingest_dlq``, stops the processor to read
 its record, and runs ``bench.invariants``. Output: a summary, the invariant report, and
-``var/chaos/`` (every process's log, ``report.json``).
+``bench/results/chaos/`` (every process's log, ``report.json``).
 
 Settings (environment): CHAOS_PAYMENTS (default 1000), CHAOS_SECONDS (length of the fault
 window; default 60 + payments / 4: payments are created over its first 70 %), CHAOS_QUIESCE_SECONDS
@@ -56,7 +58,8 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var" / "chaos"
+# Under bench/results/ (git-ignored), not var/: ``make demo`` starts by deleting var/.
+VAR = ROOT / "bench" / "results" / "chaos"
 PYTHON = sys.executable
 VISIBILITY_TIMEOUT = 3
 STALL_SECONDS = 60
@@ -142,6 +145,7 @@ class Child:
     def start(self) -> Child:
         with self.lock:
             self.starts += 1
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "a") as log:
                 log.write(f"\n===== start {self.starts} at {time.strftime('%H:%M:%S')} =====\n")
                 log.flush()
@@ -401,6 +405,7 @@ class ChaosRun:
         self.workers: list[Child] = []
         self.stopping = threading.Event()
         self.pg_terminated = 0
+        self.web_kills = 0
         self.injected: list[dict] = []  # callbacks this run sent as a faulty processor would
 
     def log(self, message: str) -> None:
@@ -575,6 +580,25 @@ class ChaosRun:
                 self.log(f"fault: SIGKILL {worker.name}")
                 time.sleep(0.5)
                 worker.start()
+
+    def kill_web_workers(self, times: list[float]) -> None:
+        """SIGKILL one gunicorn worker (the master starts another): requests in flight die,
+        so the API's clients retry with their Idempotency-Key and the processor its callbacks."""
+        for at in times:
+            if self.stopping.wait(max(0.0, at - time.monotonic())):
+                return
+            master = self.children["web"].process
+            if master is None:
+                continue
+            try:
+                children = Path(f"/proc/{master.pid}/task/{master.pid}/children").read_text()
+            except OSError:
+                continue
+            pids = [int(p) for p in children.split()]
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                self.web_kills += 1
+                self.log(f"fault: SIGKILL gunicorn worker {pids[0]}")
 
     def queue_outage(self, at: float, seconds: float) -> None:
         if self.stopping.wait(max(0.0, at - time.monotonic())):
@@ -781,6 +805,11 @@ class ChaosRun:
                 target=self.queue_outage, args=(start + config.seconds * 0.35, 5.0), daemon=True
             ),
             threading.Thread(
+                target=self.kill_web_workers,
+                args=([start + config.seconds * f for f in (0.3, 0.55)],),
+                daemon=True,
+            ),
+            threading.Thread(
                 target=self.inject_processor_bugs,
                 args=(start + config.seconds * 0.6,),
                 daemon=True,
@@ -936,7 +965,8 @@ class ChaosRun:
             f"{dead}; active holds {holds}; parked messages {parked}",
             f"  callbacks: delivered {stats.get('callbacks_sent')}, failed attempts "
             f"{stats.get('callback_failed_attempts')}, given up {stats.get('callbacks_given_up')}",
-            f"  faults: {kills} worker SIGKILLs, {self.pg_terminated} PostgreSQL backends "
+            f"  faults: {kills} worker SIGKILLs, {self.web_kills} gunicorn worker SIGKILLs, "
+            f"{self.pg_terminated} PostgreSQL backends "
             f"terminated, one {5} s queue outage",
             f"  worker exits not caused by the run: {unexpected or 'none'}",
             f"  tracebacks in logs: {tracebacks}",

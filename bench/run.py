@@ -416,8 +416,11 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
+                p.wait()
             raise BenchError(f"{tag}: consumers still running after {timeout:.0f} s") from None
         if proc.returncode != 0:
+            for p in procs:
+                stop_process(p)
             raise BenchError(
                 f"{tag}: a consumer exited with status {proc.returncode}; see {RESULTS}/{tag}-*.log"
             )

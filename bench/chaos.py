@@ -33,7 +33,7 @@ created by the run).
 
 Exit status: 0 all invariants hold; 1 an invariant is violated or the API lost or doubled a
 payment; 3 the system did not settle within CHAOS_QUIESCE_SECONDS (the invariants are still
-checked and printed); 2 the run itself could not be set up.
+checked and printed); 2 the run itself could not be set up, or a fault could not be injected.
 """
 
 from __future__ import annotations
@@ -406,6 +406,7 @@ class ChaosRun:
         self.stopping = threading.Event()
         self.pg_terminated = 0
         self.web_kills = 0
+        self.harness_errors: list[str] = []
         self.injected: list[dict] = []  # callbacks this run sent as a faulty processor would
 
     def log(self, message: str) -> None:
@@ -556,6 +557,19 @@ class ChaosRun:
         )
 
     # --- faults
+    def thread(self, target, *args) -> threading.Thread:
+        """A daemon thread whose failure is reported: a fault that was not injected would make
+        a passing run mean less than it says."""
+
+        def run() -> None:
+            try:
+                target(*args)
+            except Exception as exc:  # noqa: BLE001 - reported and fails the run
+                self.harness_errors.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
+                self.log(f"HARNESS ERROR in {target.__name__}: {type(exc).__name__}: {exc}")
+
+        return threading.Thread(target=run, name=target.__name__, daemon=True)
+
     def supervise(self) -> None:
         """Restart a worker that exited on its own (and say so: that is worth a look)."""
         while not self.stopping.wait(0.5):
@@ -799,25 +813,13 @@ class ChaosRun:
         load = LoadStats()
         spread = config.seconds * 0.7
         threads = [
-            threading.Thread(target=self.supervise, name="supervise", daemon=True),
-            threading.Thread(target=self.kill_workers, args=(end,), daemon=True),
-            threading.Thread(
-                target=self.queue_outage, args=(start + config.seconds * 0.35, 5.0), daemon=True
-            ),
-            threading.Thread(
-                target=self.kill_web_workers,
-                args=([start + config.seconds * f for f in (0.3, 0.55)],),
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self.inject_processor_bugs,
-                args=(start + config.seconds * 0.6,),
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self.terminate_backends,
-                args=([start + config.seconds * f for f in (0.2, 0.5, 0.8)],),
-                daemon=True,
+            self.thread(self.supervise),
+            self.thread(self.kill_workers, end),
+            self.thread(self.queue_outage, start + config.seconds * 0.35, 5.0),
+            self.thread(self.kill_web_workers, [start + config.seconds * f for f in (0.3, 0.55)]),
+            self.thread(self.inject_processor_bugs, start + config.seconds * 0.6),
+            self.thread(
+                self.terminate_backends, [start + config.seconds * f for f in (0.2, 0.5, 0.8)]
             ),
         ]
         for thread in threads:
@@ -880,6 +882,7 @@ class ChaosRun:
                     "settled": settled,
                     "backlog": backlog,
                     "api_problems": api_problems,
+                    "harness_errors": self.harness_errors,
                     "load": {
                         "created": len(load.created),
                         "statuses": dict(load.statuses),
@@ -903,6 +906,9 @@ class ChaosRun:
         )
         if not report.ok or api_problems:
             return 1
+        if self.harness_errors:
+            print(f"chaos: the fault schedule did not run fully: {self.harness_errors}")
+            return 2
         return 0 if settled else 3
 
     def check_api(self, load: LoadStats) -> list[str]:

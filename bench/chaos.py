@@ -312,8 +312,14 @@ class LoadStats:
     created: dict[str, str] = field(default_factory=dict)  # Idempotency-Key -> payment id
     statuses: Counter = field(default_factory=Counter)
     retries: int = 0
+    double_sends: int = 0
     failures: list[str] = field(default_factory=list)  # keys given up on, with the reason
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# Every DOUBLE_SEND-th payment is sent twice at once with the same Idempotency-Key, as a client
+# whose first try seemed to hang would: both answers must name the same payment.
+DOUBLE_SEND = 20
 
 
 def create_payments(
@@ -334,10 +340,44 @@ def create_payments(
     start = time.monotonic()
     interval = spread_seconds / max(config.payments, 1)
     queue = list(reversed(jobs))
+    headers = {"Authorization": f"Token {token}"}
+
+    def post(session: requests.Session, key: str, body: dict, answers: list[str]) -> None:
+        deadline = time.monotonic() + 120
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = session.post(
+                    f"{base_url}/api/payments/",
+                    json=body,
+                    headers={**headers, "Idempotency-Key": key},
+                    timeout=15,
+                )
+                status = str(response.status_code)
+            except requests.RequestException as exc:
+                response, status = None, type(exc).__name__
+            with stats.lock:
+                stats.statuses[status] += 1
+            if response is not None and response.status_code in (200, 201):
+                answers.append(response.json()["id"])
+                return
+            retryable = (
+                response is None
+                or response.status_code in (409, 429)
+                or (response.status_code >= 500)
+            )
+            if not retryable or time.monotonic() > deadline:
+                text = response.text[:300] if response is not None else status
+                with stats.lock:
+                    stats.failures.append(f"{key}: {status} {text}")
+                return
+            with stats.lock:
+                stats.retries += 1
+            time.sleep(min(0.2 * 2 ** min(attempt, 4), 3.0))
 
     def run() -> None:
         session = requests.Session()
-        headers = {"Authorization": f"Token {token}"}
         while True:
             with stats.lock:
                 if not queue:
@@ -346,39 +386,21 @@ def create_payments(
             delay = start + i * interval - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            deadline = time.monotonic() + 120
-            attempt = 0
-            while True:
-                attempt += 1
-                try:
-                    response = session.post(
-                        f"{base_url}/api/payments/",
-                        json=body,
-                        headers={**headers, "Idempotency-Key": key},
-                        timeout=15,
-                    )
-                    status = str(response.status_code)
-                except requests.RequestException as exc:
-                    response, status = None, type(exc).__name__
-                with stats.lock:
-                    stats.statuses[status] += 1
-                if response is not None and response.status_code in (200, 201):
-                    with stats.lock:
-                        stats.created[key] = response.json()["id"]
-                    break
-                retryable = (
-                    response is None
-                    or response.status_code in (409, 429)
-                    or (response.status_code >= 500)
-                )
-                if not retryable or time.monotonic() > deadline:
-                    text = response.text[:300] if response is not None else status
-                    with stats.lock:
-                        stats.failures.append(f"{key}: {status} {text}")
-                    break
-                with stats.lock:
-                    stats.retries += 1
-                time.sleep(min(0.2 * 2 ** min(attempt, 4), 3.0))
+            answers: list[str] = []
+            twin = None
+            if i % DOUBLE_SEND == 0:
+                twin = threading.Thread(target=post, args=(requests.Session(), key, body, answers))
+                twin.start()
+            post(session, key, body, answers)
+            if twin is not None:
+                twin.join()
+            with stats.lock:
+                if answers:
+                    stats.created[key] = answers[0]
+                if len(set(answers)) > 1:
+                    stats.failures.append(f"{key}: one key answered with payments {answers}")
+                if twin is not None:
+                    stats.double_sends += 1
 
     threads = [threading.Thread(target=run, name=f"load-{n}", daemon=True) for n in range(4)]
     for thread in threads:
@@ -962,7 +984,8 @@ class ChaosRun:
             "",
             "chaos summary",
             f"  payments: {len(load.created)} created of {self.config.payments}; states {states}",
-            f"  api answers: {dict(load.statuses)}; retries {load.retries}",
+            f"  api answers: {dict(load.statuses)}; retries {load.retries}; "
+            f"{load.double_sends} sent twice at once with one key",
             f"  processor: {stats.get('total_charges')} charges over "
             f"{len(stats.get('charges', {}))} keys; answers {stats.get('responses')}",
             f"  processor attempts: {attempts}; {slow} accepted after more than the "

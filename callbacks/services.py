@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from callbacks import sqs
@@ -99,12 +99,73 @@ def queue_message_start(*, message: ReceivedMessage) -> StartDecision:
     away (it crashed workers until its receive count ran out), so the payment goes on hold and
     this message is parked rather than applied ahead of it.
     """
+    started = _queue_message_start_fast(message)
+    if started is not None:
+        return started
     try:
         return _queue_message_start(message)
     except IntegrityError:
         # Another worker inserted the same message id first (its visibility ran out while a
         # first worker was still starting it): read the row it wrote.
         return _queue_message_start(message)
+
+
+def _queue_message_start_fast(message: ReceivedMessage) -> StartDecision | None:
+    """The common case in two statements and no explicit transaction: a message seen for the
+    first time, for a payment with no hold and nothing unfinished ahead of it in its group.
+
+    One query asks all three questions; if any answer is not the common one (a redelivery, a
+    hold, an earlier unfinished message, a redrive), return None and let the full locking path
+    decide. The insert then records the start; a concurrent insert of the same message id
+    (IntegrityError) also falls back to the full path.
+    """
+    if _redrive_original(message):
+        return None
+    qm = QueueMessage._meta
+    hold = PaymentHold._meta
+    quote = connection.ops.quote_name
+    unfinished = [str(s) for s in UNFINISHED_STATUSES]
+    sql = (
+        f"SELECT EXISTS (SELECT 1 FROM {quote(qm.db_table)} WHERE message_id = %s), "  # noqa: S608
+        f"EXISTS (SELECT 1 FROM {quote(hold.db_table)} "
+        "WHERE payment_id = %s AND released_at IS NULL)"
+    )
+    params: list = [message.message_id, message.payment_id]
+    if message.sequence_number:
+        sql += (
+            f", EXISTS (SELECT 1 FROM {quote(qm.db_table)} WHERE group_id = %s "
+            "AND sequence_number < %s AND status IN (%s, %s) AND message_id <> %s)"
+        )
+        params += [message.group_id, message.sequence_number, *unfinished, message.message_id]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if any(cursor.fetchone()):
+            return None
+    now = timezone.now()
+    queue_message = QueueMessage(
+        message_id=message.message_id,
+        kind=message.kind[:64],
+        group_id=message.group_id,
+        payment_id=message.payment_id,
+        deduplication_id=message.deduplication_id,
+        sequence_number=message.sequence_number,
+        body=message.body,
+        raw_body="" if message.body is not None else message.raw_body,
+        enqueued_at=message.enqueued_at,
+        first_started_at=now,
+        last_started_at=now,
+        attempts=1,
+        status=QueueMessageStatus.IN_PROGRESS,
+    )
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():  # a savepoint, so a lost race leaves the caller usable
+                queue_message.save(force_insert=True)
+        else:
+            queue_message.save(force_insert=True)  # one autocommitted statement
+    except IntegrityError:
+        return None
+    return StartDecision("process", queue_message)
 
 
 def _queue_message_start(message: ReceivedMessage) -> StartDecision:

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from payments.alerts import alert_raise
@@ -183,6 +183,11 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     ``EventConflict`` for a known id with another payload, ``AmountMismatch``,
     ``InvalidTransition`` (no valid transition and not stale) and ``PaymentNotFound``; nothing is
     written then, and the caller records the error.
+
+    The dedup record is claimed with one ``INSERT ... ON CONFLICT DO NOTHING`` before anything
+    else is written: the unique key decides, in one round trip and without a savepoint, whether
+    this is the first time the event is seen (a concurrent claim for another payment waits on
+    the key and then finds it taken).
     """
     fingerprint = event.fingerprint
     with transaction.atomic():
@@ -191,8 +196,11 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         except Payment.DoesNotExist:
             raise PaymentNotFound(f"payment {event.payment_id} does not exist") from None
         current = payment.state
-        seen = ProcessedEvent.objects.filter(pk=event.processor_event_id).first()
-        if seen is not None:
+        target = EVENT_TARGET_STATE[event.event_type]
+        stale = target == current or STATE_RANK[target] < STATE_RANK[current]
+        outcome = EventOutcome.STALE if stale else EventOutcome.APPLIED
+        if not _processed_event_claim(event, payment, fingerprint, outcome):
+            seen = ProcessedEvent.objects.get(pk=event.processor_event_id)
             if seen.payload_hash != fingerprint or seen.payment_id != payment.id:
                 raise EventConflict(
                     f"processor_event_id {event.processor_event_id} was processed before with a "
@@ -206,34 +214,46 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
                 f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
                 f"but payment {payment.id} is for {payment.amount}"
             )
-        target = EVENT_TARGET_STATE[event.event_type]
-        if target == current or STATE_RANK[target] < STATE_RANK[current]:
-            outcome, to_state = EventOutcome.STALE, current
+        if stale:
+            to_state = current
         elif (current, target) in EVENT_TRANSITIONS:
             _, to_state = payment_transition(payment=payment, target=target)
-            outcome = EventOutcome.APPLIED
         else:
             raise InvalidTransition(
                 f"{event.event_type} event {event.processor_event_id} cannot move payment "
                 f"{payment.id} from {current} to {target}"
             )
-        try:
-            with transaction.atomic():
-                ProcessedEvent.objects.create(
-                    processor_event_id=event.processor_event_id,
-                    payment=payment,
-                    event_type=event.event_type,
-                    payload_hash=fingerprint,
-                    outcome=outcome,
-                )
-        except IntegrityError:
-            # Another payment's transaction recorded this id first: ids are unique processor-wide.
-            raise EventConflict(
-                f"processor_event_id {event.processor_event_id} was recorded concurrently for "
-                "another payment"
-            ) from None
         _log_event(payment, event, outcome, current, to_state, caused_by)
     return ApplyResult(outcome, payment, current, to_state)
+
+
+def _processed_event_claim(
+    event: ProcessorEvent, payment: Payment, fingerprint: str, outcome: str
+) -> bool:
+    """Insert the dedup record unless its id is known; True when this call inserted it."""
+    meta = ProcessedEvent._meta
+    values = {
+        "processor_event_id": event.processor_event_id,
+        "payment": payment.pk,
+        "event_type": event.event_type,
+        "payload_hash": fingerprint,
+        "outcome": outcome,
+        "processed_at": timezone.now(),
+    }
+    fields = [meta.get_field(name) for name in values]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    params = [
+        f.get_db_prep_value(v, connection) for f, v in zip(fields, values.values(), strict=True)
+    ]
+    key = connection.ops.quote_name(meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "  # noqa: S608
+            f"VALUES ({', '.join(['%s'] * len(params))}) "
+            f"ON CONFLICT ({key}) DO NOTHING RETURNING {key}",
+            params,
+        )
+        return cursor.fetchone() is not None
 
 
 def _log_event(

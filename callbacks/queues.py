@@ -18,11 +18,11 @@ from callbacks import sqs
 
 logger = logging.getLogger(__name__)
 
-# The worker dead-letters a message itself after the first try plus 5 retries. The queue's
-# RedrivePolicy is only the safety net for messages that crash the worker outright, so its
-# receive count must stay above that: otherwise SQS would move messages the worker is still
-# retrying (and group-mates released behind a failure, whose receive counts also rise).
-WORKER_ATTEMPT_LIMIT = 6
+# The worker dead-letters a message itself after WORKER_MAX_ATTEMPTS (the first try plus 5
+# retries). The queue's RedrivePolicy is only the safety net for messages that crash the worker
+# outright, so its receive count must stay above that: otherwise SQS would move messages the
+# worker is still retrying (and group-mates released behind a failure, whose receive counts
+# also rise).
 MAX_RECEIVE_COUNT_DEFAULT = 10
 VISIBILITY_TIMEOUT_FALLBACK = 30
 VISIBILITY_TIMEOUT_MAX = 12 * 60 * 60  # SQS's own limit
@@ -146,10 +146,11 @@ def queues_ensure(
             raise QueueSetupError(f"{setting}={name!r}: a FIFO queue name must end with .fifo")
     if main_name == dlq_name:
         raise QueueSetupError("SQS_QUEUE_NAME and SQS_DLQ_NAME must differ")
-    if not WORKER_ATTEMPT_LIMIT < max_receive_count <= 1000:
+    attempt_limit = settings.WORKER_MAX_ATTEMPTS
+    if not attempt_limit < max_receive_count <= 1000:
         raise QueueSetupError(
             f"max receive count {max_receive_count} must be above the worker's own attempt "
-            f"limit ({WORKER_ATTEMPT_LIMIT}) and at most 1000"
+            f"limit (WORKER_MAX_ATTEMPTS={attempt_limit}) and at most 1000"
         )
     lines: list[str] = []
     if visibility_timeout is None:

@@ -38,7 +38,7 @@ import logging
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
@@ -250,15 +250,18 @@ def _publish(rows: QuerySet, *, limit: int, path: str) -> int:
     return published
 
 
-def outbox_relay_publish(*, limit: int = 500) -> int:
+def outbox_relay_publish(*, limit: int = 500, older_than: timedelta | None = None) -> int:
     """Publish up to ``limit`` unpublished outbox rows, oldest first, immediately; return how
-    many were published. Stops at the first queue failure (recorded on the rows). Safe to call
-    from several processes at once; call it outside any transaction."""
+    many were published. ``older_than`` leaves younger rows to the publish-after-commit path
+    (the periodic sweep only picks up what that path left behind). Stops at the first queue
+    failure (recorded on the rows). Safe to call from several processes at once; call it
+    outside any transaction."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    return _publish(
-        OutboxMessage.objects.filter(published_at__isnull=True), limit=limit, path="relay"
-    )
+    rows = OutboxMessage.objects.filter(published_at__isnull=True)
+    if older_than is not None:
+        rows = rows.filter(created_at__lte=timezone.now() - older_than)
+    return _publish(rows, limit=limit, path="relay")
 
 
 def outbox_relay_publish_ids(ids: Iterable[int]) -> int:

@@ -1,6 +1,7 @@
 """Periodic work of the queue layer (scheduled by beat, see CELERY_BEAT_SCHEDULE)."""
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
 
@@ -11,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="callbacks.tasks.outbox_relay_publish", ignore_result=True)
 def outbox_relay_publish(limit: int = 500) -> int:
-    """Publish outbox rows that the publish-after-commit path left behind (queue down, crash).
+    """Publish outbox rows left unpublished for over a minute (queue down, crash after commit).
 
     Idempotent: rows are published under their deduplication ids, in group order, and marked
     published; a row published twice is dropped by the queue.
@@ -21,7 +22,7 @@ def outbox_relay_publish(limit: int = 500) -> int:
     with single_flight("callbacks.outbox_relay_publish") as acquired:
         if not acquired:
             return 0
-        published = outbox.outbox_relay_publish(limit=limit)
+        published = outbox.outbox_relay_publish(limit=limit, older_than=timedelta(minutes=1))
     if published:
         logger.info("outbox relay published %s message(s) left unpublished", published)
     return published

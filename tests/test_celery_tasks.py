@@ -55,7 +55,11 @@ def test_outbox_relay_task_publishes_rows_left_unpublished(sqs_queues):
         group_id=str(payment.id),
         body={"kind": "submit_payment", "payment_id": str(payment.id)},
     )
-    assert callback_tasks.outbox_relay_publish() == 1
+    fresh = OutboxMessage.objects.create(kind="submit_payment", group_id="other", body={})
+    OutboxMessage.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    assert callback_tasks.outbox_relay_publish() == 1  # the fresh row is left to on-commit
+    fresh.refresh_from_db()
+    assert fresh.published_at is None
     row.refresh_from_db()
     assert row.published_at is not None
     assert callback_tasks.outbox_relay_publish() == 0

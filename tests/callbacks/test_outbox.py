@@ -430,3 +430,25 @@ def test_an_sqs_batch_never_holds_two_rows_of_one_group(sqs_queues, monkeypatch)
         assert len(batch) <= 10
         assert len({group_of[i] for i in batch}) == len(batch)
     assert [i for batch in batches for i in batch] == [r.id for r in rows]  # id order kept
+
+
+@pytest.mark.django_db
+def test_relay_sweep_leaves_rows_younger_than_its_threshold(sqs_queues):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from callbacks.outbox import outbox_relay_publish
+    from payments.models import OutboxMessage
+    from payments.services import payment_create
+
+    old = payment_create(merchant_id="m", amount=Decimal("5.00"), source_token="tok_abcdef12")
+    payment_create(merchant_id="m", amount=Decimal("6.00"), source_token="tok_abcdef12")
+    OutboxMessage.objects.filter(group_id=str(old.id)).update(
+        created_at=timezone.now() - timedelta(minutes=2)
+    )
+
+    assert outbox_relay_publish(older_than=timedelta(minutes=1)) == 1
+    assert list(
+        OutboxMessage.objects.filter(published_at__isnull=False).values_list("group_id", flat=True)
+    ) == [str(old.id)]

@@ -437,11 +437,17 @@ class ChaosRun:
         print(line, flush=True)
 
     def _environment(self) -> dict[str, str]:
+        # Nothing from the caller's environment that could point the run elsewhere (an AWS
+        # endpoint, an alert webhook, a mail server, another database).
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("SANDBOX_", "SQS_", "GUNICORN_", "PROCESSOR_", "DJANGO_"))
-        }
+            if not k.startswith(
+                ("SANDBOX_", "SQS_", "GUNICORN_", "PROCESSOR_", "DJANGO_", "AWS_", "ALERT_",
+                 "CELERY_", "EMAIL_", "ADMINS", "DATABASE_", "CALLBACK_", "WORKER_",
+                 "PROMETHEUS_")
+            )
+        }  # fmt: skip
         env.update(
             {
                 "PATH": f"{Path(PYTHON).parent}{os.pathsep}{env.get('PATH', '')}",
@@ -470,6 +476,12 @@ class ChaosRun:
                 "GUNICORN_WORKERS": "2",
                 "GUNICORN_THREADS": "4",
                 "LOG_LEVEL": "INFO",
+                # The project's .env is read too, for what is not set here: alerts go to the
+                # log only, mail to the console.
+                "ALERT_WEBHOOK_URL": "",
+                "ADMINS": "",
+                "EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend",
+                "CELERY_BROKER_URL": "memory://",
                 # The processor's faults (payments/sandbox/faults.py).
                 "SANDBOX_P_5XX": "0.05",
                 "SANDBOX_P_4XX": "0.02",
@@ -517,9 +529,8 @@ class ChaosRun:
 
     def django_setup(self) -> str:
         """Set up Django in this process against the run's database; return an API token."""
-        os.environ.update(
-            {k: v for k, v in self.env.items() if k not in ("PATH", "PYTHONUNBUFFERED")}
-        )
+        os.environ.clear()
+        os.environ.update(self.env)
         import django
 
         django.setup()

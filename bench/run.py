@@ -162,7 +162,9 @@ def versions(db_url: str) -> dict:
         "postgresql": postgres,
         "fauxqs": package["dependencies"]["fauxqs"],
         "node": _command_version(["node", "--version"]),
-        "wrk": _command_version(["wrk", "--version"]) if shutil.which("wrk") else None,
+        "wrk": " ".join(_command_version(["wrk", "--version"]).split()[1:2])
+        if shutil.which("wrk")
+        else None,
         "git_commit": git,
         "git_tree_clean": dirty == "",
     }
@@ -962,7 +964,10 @@ def _rows_written(counters: dict) -> float | None:
     return counters["tup_inserted"] + counters["tup_updated"] + counters["tup_deleted"]
 
 
-def table(report: dict) -> str:
+HEADERS = ("figure", "value", "baseline", "ratio", "goal")
+
+
+def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
     rows: list[tuple[str, str, str, str, str]] = []
     ingest = report.get("ingest")
     if ingest:
@@ -1045,21 +1050,161 @@ def table(report: dict) -> str:
                 f">= {GOALS['sustained_events_per_second']}",
             )
         )
-    headers = ("figure", "value", "baseline", "ratio", "goal")
+    return rows
+
+
+def _machine_line(report: dict) -> str:
+    m = report["machine"]
+    return (
+        f"{m['cores']} cores ({m['cpu']}); load average (1, 5, 15 min) at start "
+        f"{' '.join(f'{x:.2f}' for x in m['load_average_start'])}, at end "
+        f"{' '.join(f'{x:.2f}' for x in m.get('load_average_end', ()))}"
+    )
+
+
+def table(report: dict) -> str:
+    rows = summary_rows(report)
+    headers = HEADERS
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(5)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    m = report["machine"]
     lines.append("")
-    lines.append(
-        f"{m['cores']} cores ({m['cpu']}); load average start "
-        f"{' '.join(f'{x:.2f}' for x in m['load_average_start'])}, end "
-        f"{' '.join(f'{x:.2f}' for x in m.get('load_average_end', ()))}"
-    )
-    if ingest:
-        lines.append(f"ingest load generator: {ingest['generator']}")
+    lines.append(_machine_line(report))
+    if report.get("ingest"):
+        lines.append(f"ingest load generator: {report['ingest']['generator']}")
     return "\n".join(lines)
+
+
+def _md_table(headers: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """The run as Markdown, for docs/benchmarks.md."""
+    v = report.get("versions", {})
+    lines = [
+        f"Run of {report['started_at']}, {report['wall_seconds']:.0f} s wall, commit "
+        f"{v.get('git_commit')}{'' if v.get('git_tree_clean') else ' (tree not clean)'}.",
+        "",
+        f"Machine: {_machine_line(report)}; {report['machine']['platform']}.",
+        "",
+        "Versions: "
+        + ", ".join(
+            f"{k} {val}" for k, val in v.items() if k not in ("git_commit", "git_tree_clean")
+        )
+        + ".",
+        "",
+    ]
+    lines += _md_table(HEADERS, [tuple(c or " " for c in r) for r in summary_rows(report)])
+    ingest = report.get("ingest")
+    if ingest:
+        lines += [
+            "",
+            f"Ingest: {ingest['generator']}, {ingest['connections']} connections, "
+            f"{ingest['rounds']} rounds of {ingest['seconds']} s per endpoint; gunicorn "
+            f"`{ingest['gunicorn']}`.",
+            "",
+        ]
+        rows = []
+        for target in ("minimal", "callback"):
+            for n, r in enumerate(ingest[target]["rounds"], 1):
+                rows.append(
+                    (
+                        target,
+                        n,
+                        _fmt(r["accepted_per_second"]),
+                        _fmt(r["p50_ms"], 1),
+                        _fmt(r["p90_ms"], 1),
+                        _fmt(r["p99_ms"], 1),
+                        r["other_status"],
+                    )
+                )
+        lines += _md_table(
+            ("endpoint", "round", "accepted/s", "P50 ms", "P90 ms", "P99 ms", "non-202"), rows
+        )
+    worker = report.get("worker")
+    if worker:
+        lines += [
+            "",
+            f"Worker runs ({worker['events']} events each, one per payment and group):",
+            "",
+        ]
+        rows = []
+        for r in worker["runs"].values():
+            db = r.get("database_per_event") or {}
+            rows.append(
+                (
+                    r["kind"],
+                    r["processes"],
+                    _fmt(r["rate"]),
+                    _fmt(r["wall_seconds"], 1),
+                    _fmt(r.get("consumer_cpu_ms_per_event"), 2),
+                    _fmt(db.get("xact_commit"), 2),
+                    _fmt(_rows_written(db), 1),
+                    _fmt((r.get("bytes_per_event") or {}).get("total")),
+                )
+            )
+        lines += _md_table(
+            (
+                "consumer",
+                "processes",
+                "events/s",
+                "wall s",
+                "consumer CPU ms/event",
+                "commits/event",
+                "rows written/event",
+                "bytes/event",
+            ),
+            rows,
+        )
+    e2e = report.get("e2e")
+    if e2e and "steady" in e2e:
+        lines += [
+            "",
+            f"End to end: gunicorn `{e2e['gunicorn']}`, {e2e['workers']} workers "
+            f"(`{e2e['worker_command']}`).",
+            "",
+        ]
+        rows = []
+        for step in [e2e["steady"], *e2e.get("steps", [])]:
+            rows.append(
+                (
+                    step["offered_rate"],
+                    step["seconds"],
+                    _fmt(step.get("accepted_per_second"), 0)
+                    if "accepted_per_second" in step
+                    else "-",
+                    _fmt(step.get("applied_per_second")),
+                    _fmt(step.get("backlog_max")),
+                    _fmt(step.get("backlog_trend_per_second"), 1),
+                    f"{_fmt(step['accepted_to_applied_p50_ms'], 0)} / "
+                    f"{_fmt(step['accepted_to_applied_p99_ms'], 0)}",
+                    f"{_fmt(step['http_p50_ms'], 1)} / {_fmt(step['http_p99_ms'], 1)}",
+                    "steady run"
+                    if step is e2e["steady"]
+                    else ("sustained" if step["sustained"] else "; ".join(step["why_not"])),
+                )
+            )
+        lines += _md_table(
+            (
+                "offered/s",
+                "s",
+                "accepted/s",
+                "applied/s",
+                "backlog max",
+                "backlog trend/s",
+                "202->applied P50 / P99 ms",
+                "HTTP P50 / P99 ms",
+                "verdict",
+            ),
+            rows,
+        )
+    if report.get("problems"):
+        lines += ["", "Problems: " + "; ".join(report["problems"])]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -1108,6 +1253,7 @@ def main() -> int:
     report["wall_seconds"] = round(time.time() - started, 1)
     report["problems"] = problems
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=_json_default))
+    (RESULTS / "latest.md").write_text(markdown(report))
     print()
     print(table(report))
     print(f"\nwall time {report['wall_seconds']:.0f} s; written {RESULTS / 'latest.json'}")

@@ -121,7 +121,7 @@ class Gunicorn:
     def command(self) -> list[str]:
         cmd = [str(Path(PY).with_name("gunicorn")), "config.wsgi:application"]
         if GUNICORN_CONFIG.exists():
-            cmd += ["--config", str(GUNICORN_CONFIG)]
+            cmd += ["--config", str(GUNICORN_CONFIG.relative_to(ROOT))]
         cmd += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers)]
         cmd += ["--threads", str(self.threads)]
         return cmd

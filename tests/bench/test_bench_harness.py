@@ -199,3 +199,61 @@ def test_backlog_trend_ignores_the_ramp_up_at_the_start_of_a_step():
     assert stats.slope(ramp_then_flat) > 0.5
     assert stats.backlog_trend(ramp_then_flat, settle=4.0) == 0.0
     assert not stats.backlog_grows(ramp_then_flat, 100, settle=4.0)
+
+
+def _report() -> dict:
+    ingest_round = {
+        "accepted_per_second": 900.0,
+        "p50_ms": 10.0,
+        "p90_ms": 20.0,
+        "p99_ms": 40.0,
+        "other_status": 0,
+    }
+    run = {"kind": "worker", "processes": 1, "rate": 250.0, "wall_seconds": 41.0,
+           "consumer_cpu_ms_per_event": 2.3, "bytes_per_event": {"total": 3100.0},
+           "database_per_event": {"xact_commit": 2.1, "xact_rollback": 0.0, "tup_inserted": 4.0,
+                                  "tup_updated": 2.0, "tup_deleted": 0.0}}  # fmt: skip
+    step = {"offered_rate": 400, "seconds": 15, "accepted_per_second": 399.0,
+            "applied_per_second": None, "backlog_max": 900.0, "backlog_trend_per_second": 60.0,
+            "accepted_to_applied_p50_ms": None, "accepted_to_applied_p99_ms": None,
+            "http_p50_ms": 9.0, "http_p99_ms": 30.0, "sustained": False,
+            "why_not": ["the queue backlog kept growing"]}  # fmt: skip
+    return {
+        "started_at": "2026-11-29T21:00:00+00:00",
+        "wall_seconds": 500.0,
+        "machine": {"cores": 2, "cpu": "x", "platform": "linux", "load_average_start": (1, 2, 3),
+                    "load_average_end": (2, 2, 3)},  # fmt: skip
+        "versions": {"python": "3.11", "git_commit": "abc", "git_tree_clean": True},
+        "ingest": {"generator": "wrk", "connections": 16, "rounds": 1, "seconds": 10,
+                   "gunicorn": "config.wsgi", "callback_vs_minimal": 0.5,
+                   "minimal": {**ingest_round, "accepted_per_second": 1800.0,
+                               "rounds": [ingest_round]},
+                   "callback": {**ingest_round, "rounds": [ingest_round]}},  # fmt: skip
+        "worker": {"events": 10, "runs": {"worker_1": run},
+                   "summary": {"1": {"worker_events_per_second": 250.0,
+                                     "plain_sql_events_per_second": None,
+                                     "noop_messages_per_second": 4000.0,
+                                     "worker_vs_plain_sql": None, "worker_vs_noop": 0.06,
+                                     "worker_database_per_event": run["database_per_event"],
+                                     "plain_sql_database_per_event": None,
+                                     "worker_bytes_per_event": run["bytes_per_event"],
+                                     "plain_sql_bytes_per_event": None}}},  # fmt: skip
+        "e2e": {"gunicorn": "config.wsgi", "workers": 2, "worker_command": "run_sqs_worker",
+                "steady": {**step, "offered_rate": 200, "accepted_to_applied_p50_ms": 12.0,
+                           "accepted_to_applied_p99_ms": 80.0},
+                "steps": [step], "sustained_events_per_second": 0, "limit_reached": True},
+        "problems": [],
+    }  # fmt: skip
+
+
+def test_report_renders_as_text_and_markdown_with_missing_figures_shown_as_dashes():
+    from bench.run import markdown, table
+
+    report = _report()
+    text = table(report)
+    assert "callback ingest, accepted/s" in text and "0.50" in text
+    assert "< 400 (lowest step)" in text
+    md = markdown(report)
+    assert "| worker | 1 | 250 | 41.0 | 2.30 | 2.10 | 6.0 | 3,100 |" in md
+    assert "the queue backlog kept growing" in md
+    assert "| 400 | 15 | 399 | - | 900 | 60.0 | - / - |" in md

@@ -5,7 +5,8 @@ the processor's own record of what it charged and which callbacks it delivered.
 bench.invariants`` prints it and exits 1 on any violation. The checks:
 
 - ``charged_at_most_once``: the processor charged each idempotency key (and each payment) at
-  most once, and every charged key belongs to one of our payments;
+  most once, every charged key belongs to one of our payments, no payment it charged is
+  recorded as rejected, and every confirmed payment was charged;
 - ``event_applied_at_most_once``: each processor_event_id has at most one ``applied`` row in the
   event log, and the dedup record (ProcessedEvent) agrees with the log;
 - ``transitions_valid``: replaying each payment's event log in order, every applied row starts
@@ -144,7 +145,7 @@ def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Rep
 
 
 def _check_charges(report: Report, stats: dict) -> None:
-    from payments.models import Payment
+    from payments.models import EventKind, EventOutcome, Payment, PaymentEvent, PaymentState
 
     check = "charged_at_most_once"
     charges = stats.get("charges")
@@ -167,10 +168,39 @@ def _check_charges(report: Report, stats: dict) -> None:
             f"{len(payments_twice)} payment(s) charged more than once (under different keys)",
             payments_twice,
         )
-    keys = {str(k) for k in Payment.objects.values_list("idempotency_key", flat=True)}
+    keys = {
+        str(key): (str(pid), state)
+        for pid, key, state in Payment.objects.values_list("id", "idempotency_key", "state")
+    }
     unknown = sorted(key for key in charges if key not in keys)
     if unknown:
         report.add(check, f"{len(unknown)} charged key(s) belong to no payment", unknown)
+    charged = {keys[key][0] for key, count in charges.items() if key in keys and int(count) > 0}
+    # Money taken while we told the merchant the processor refused it, or credited without
+    # having been taken: both leave the books wrong whatever the state machine says.
+    rejected = set(
+        PaymentEvent.objects.filter(
+            kind=EventKind.SUBMISSION, outcome=EventOutcome.APPLIED, event_type="rejected"
+        ).values_list("payment_id", flat=True)
+    )
+    charged_rejected = sorted(str(p) for p in rejected if str(p) in charged)
+    if charged_rejected:
+        report.add(
+            check,
+            f"{len(charged_rejected)} payment(s) charged by the processor but recorded as rejected",
+            charged_rejected,
+        )
+    uncharged = sorted(
+        pid
+        for pid, state in keys.values()
+        if state == PaymentState.CONFIRMED and pid not in charged
+    )
+    if uncharged:
+        report.add(
+            check,
+            f"{len(uncharged)} confirmed payment(s) the processor never charged",
+            uncharged,
+        )
     report.checked[check] = {
         "keys charged": len(charges),
         "charges": sum(int(c) for c in charges.values()),

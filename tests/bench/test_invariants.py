@@ -4,6 +4,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from bench.invariants import check_invariants, main
@@ -22,7 +23,7 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
 )
-from payments.services import payment_apply_event, payment_create
+from payments.services import payment_apply_event, payment_create, payment_transition
 from tests.factories import processor_event
 from triage.models import DeadLetter, DeadLetterSource
 
@@ -290,6 +291,42 @@ def test_a_key_charged_twice_fails(history):
     [violation] = report.violations_of("charged_at_most_once")
     assert violation.ids == (key,)
     assert _failed_checks(report) == {"charged_at_most_once"}
+
+
+def test_a_charge_for_a_payment_recorded_as_rejected_fails(history):
+    payment = _payment("m-6", "4.00")
+    with transaction.atomic():
+        locked = Payment.objects.select_for_update().get(pk=payment.pk)
+        payment_transition(payment=locked, target=PaymentState.FAILED)
+        PaymentEvent.objects.create(
+            payment=locked,
+            kind=EventKind.SUBMISSION,
+            outcome=EventOutcome.APPLIED,
+            event_type="rejected",
+            from_state=PaymentState.PENDING,
+            to_state=PaymentState.FAILED,
+        )
+    clean = _check(history)
+    assert clean.ok, clean.render()
+
+    history["stats"]["charges"][str(payment.idempotency_key)] = 1
+
+    report = _check(history)
+
+    [violation] = report.violations_of("charged_at_most_once")
+    assert "charged by the processor but recorded as rejected" in violation.detail
+    assert violation.ids == (str(payment.id),)
+
+
+def test_a_confirmed_payment_the_processor_never_charged_fails(history):
+    key = str(history["payments"]["second_merchant"].idempotency_key)
+    del history["stats"]["charges"][key]
+
+    report = _check(history)
+
+    [violation] = report.violations_of("charged_at_most_once")
+    assert "never charged" in violation.detail
+    assert violation.ids == (str(history["payments"]["second_merchant"].id),)
 
 
 def test_a_charge_for_an_unknown_key_fails(history):

@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 def port_free(port: int) -> bool:
     with socket.socket() as s:
+        # SO_REUSEADDR: a port left in TIME_WAIT by the previous run is free; a listener is not.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -90,10 +92,21 @@ def main() -> int:
 
     print("Preparing a fresh SQLite database in var/ ...", flush=True)
     manage(env, "migrate", "--no-input", "-v", "0")
+    manage(env, "collectstatic", "--no-input", "-v", "0")
 
     import django
 
     django.setup()
+    # This process's own log lines (alerts raised by the DLQ ingestion it runs, ...) go to a
+    # file, so the terminal shows only the progress, the summary and the checks.
+    import logging
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    file_handler = logging.FileHandler(VAR / "demo-traffic.log")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(file_handler)
     from demo.traffic import create_demo_users, run_traffic
 
     password = secrets.token_urlsafe(12)

@@ -141,22 +141,7 @@ def _queue_message_start_fast(message: ReceivedMessage) -> StartDecision | None:
         cursor.execute(sql, params)
         if any(cursor.fetchone()):
             return None
-    now = timezone.now()
-    queue_message = QueueMessage(
-        message_id=message.message_id,
-        kind=message.kind[:64],
-        group_id=message.group_id,
-        payment_id=message.payment_id,
-        deduplication_id=message.deduplication_id,
-        sequence_number=message.sequence_number,
-        body=message.body,
-        raw_body="" if message.body is not None else message.raw_body,
-        enqueued_at=message.enqueued_at,
-        first_started_at=now,
-        last_started_at=now,
-        attempts=1,
-        status=QueueMessageStatus.IN_PROGRESS,
-    )
+    queue_message = _queue_message_new(message, timezone.now(), attempts=1)
     try:
         if connection.in_atomic_block:
             with transaction.atomic():  # a savepoint, so a lost race leaves the caller usable
@@ -168,6 +153,25 @@ def _queue_message_start_fast(message: ReceivedMessage) -> StartDecision | None:
     return StartDecision("process", queue_message)
 
 
+def _queue_message_new(message: ReceivedMessage, now: datetime, *, attempts: int) -> QueueMessage:
+    """The (unsaved) record of a message seen for the first time."""
+    return QueueMessage(
+        message_id=message.message_id,
+        kind=message.kind[:64],
+        group_id=message.group_id,
+        payment_id=message.payment_id,
+        deduplication_id=message.deduplication_id,
+        sequence_number=message.sequence_number,
+        body=message.body,
+        raw_body="" if message.body is not None else message.raw_body,
+        enqueued_at=message.enqueued_at,
+        first_started_at=now,
+        last_started_at=now,
+        attempts=attempts,
+        status=QueueMessageStatus.IN_PROGRESS,
+    )
+
+
 def _queue_message_start(message: ReceivedMessage) -> StartDecision:
     now = timezone.now()
     with transaction.atomic():
@@ -177,21 +181,7 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
         if queue_message is not None and queue_message.status in FINISHED_STATUSES:
             return StartDecision("finished", queue_message)
         if queue_message is None:
-            queue_message = QueueMessage(
-                message_id=message.message_id,
-                kind=message.kind[:64],
-                group_id=message.group_id,
-                payment_id=message.payment_id,
-                deduplication_id=message.deduplication_id,
-                sequence_number=message.sequence_number,
-                body=message.body,
-                raw_body="" if message.body is not None else message.raw_body,
-                enqueued_at=message.enqueued_at,
-                first_started_at=now,
-                last_started_at=now,
-                attempts=0,
-                status=QueueMessageStatus.IN_PROGRESS,
-            )
+            queue_message = _queue_message_new(message, now, attempts=0)
 
         hold = (
             PaymentHold.objects.select_for_update()

@@ -535,33 +535,32 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
 def dead_letter_resolve(*, dead_letter: DeadLetter, user, note: str) -> ActionResult:
     """Mark it resolved (fixed elsewhere): nothing is published or applied for the message
     itself; the payment's hold is released if this was its last open dead letter."""
-    note = _note_clean(note)
-    _check_allowed(user)
-    closed, action = _close(
-        dead_letter_id=dead_letter.pk,
-        user=user,
-        note=note,
-        kind=TriageActionKind.RESOLVE,
-        status=DeadLetterStatus.RESOLVED,
-        verb="resolved",
-        details={"outcome": "resolved"},
+    return _close_without_publishing(
+        dead_letter, user, note, TriageActionKind.RESOLVE, DeadLetterStatus.RESOLVED, "resolved"
     )
-    return _release_if_last(closed, action, user=user, note=note)
 
 
 def dead_letter_discard(*, dead_letter: DeadLetter, user, note: str) -> ActionResult:
     """Mark it discarded: the message is never applied; the body and history stay for audit;
     the payment's hold is released if this was its last open dead letter."""
+    return _close_without_publishing(
+        dead_letter, user, note, TriageActionKind.DISCARD, DeadLetterStatus.DISCARDED, "discarded"
+    )
+
+
+def _close_without_publishing(
+    dead_letter: DeadLetter, user, note: str, kind: str, status: str, verb: str
+) -> ActionResult:
     note = _note_clean(note)
     _check_allowed(user)
     closed, action = _close(
         dead_letter_id=dead_letter.pk,
         user=user,
         note=note,
-        kind=TriageActionKind.DISCARD,
-        status=DeadLetterStatus.DISCARDED,
-        verb="discarded",
-        details={"outcome": "discarded"},
+        kind=kind,
+        status=status,
+        verb=verb,
+        details={"outcome": verb},
     )
     return _release_if_last(closed, action, user=user, note=note)
 

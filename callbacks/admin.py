@@ -10,33 +10,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueMessage
-
-
-class ReadOnlyAdminMixin:
-    """Audit data: no add, no change, no delete; every field read-only."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyModelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-
-class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = True
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
+from payments.admin import ReadOnlyInline, ReadOnlyModelAdmin
 
 
 def _pre(text: str):

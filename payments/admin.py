@@ -28,6 +28,11 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class ReadOnlyModelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+
 class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
     extra = 0
     can_delete = False

@@ -101,6 +101,8 @@ CONFIG = {
     "e2e_rate": _env_int("BENCH_E2E_RATE", 200),
     "e2e_seconds": _env_int("BENCH_E2E_SECONDS", 20),
     "e2e_workers": _env_int("BENCH_E2E_WORKERS", 2),
+    # Production runs the outbox relay in every worker loop; BENCH_E2E_RELAY=0 shows its cost.
+    "e2e_relay": os.environ.get("BENCH_E2E_RELAY", "1") != "0",
     "e2e_connections": _env_int("BENCH_E2E_CONNECTIONS", 64),
     "step_rates": _env_rates("BENCH_STEPS", "100,200,400,600,850,1000"),
     "step_seconds": _env_int("BENCH_STEP_SECONDS", 15),
@@ -655,6 +657,67 @@ class BacklogSampler:
         self._thread.join()
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class CpuMeter:
+    """CPU seconds used by each part of the system under test, between two snapshots: the
+    web processes, the queue workers, the local SQS server, the PostgreSQL backends serving
+    the benchmark's database, and this process (the load generator)."""
+
+    def __init__(self, stack: Stack, server: Gunicorn, workers: list[subprocess.Popen]):
+        self.stack, self.server, self.workers = stack, server, workers
+
+    def _pids(self) -> dict[str, list[int]]:
+        with psycopg.connect(self.stack.database_url, autocommit=True) as conn:
+            backends = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                )
+            ]
+        return {
+            "web": [self.server.process.pid, *self.server.worker_pids()],
+            "workers": [w.pid for w in self.workers],
+            "sqs": [self.stack.sqs_pid] if self.stack.sqs_pid else [],
+            "postgres": backends,
+        }
+
+    def snapshot(self) -> dict[str, dict[int, float]]:
+        snap = {
+            part: {pid: _process_cpu(pid) for pid in pids} for part, pids in self._pids().items()
+        }
+        own = os.times()
+        snap["generator"] = {os.getpid(): own.user + own.system}
+        return snap
+
+    @staticmethod
+    def used(before: dict, after: dict) -> dict[str, float]:
+        """CPU seconds per part between the snapshots (processes present in both, or new)."""
+        return {
+            part: round(sum(t - before.get(part, {}).get(pid, 0.0) for pid, t in pids.items()), 3)
+            for part, pids in after.items()
+        }
+
+
+def _cpu_summary(used: dict[str, float], events: int, seconds: float) -> dict:
+    return {
+        "cpu_seconds": used,
+        "cpu_ms_per_event": {k: round(1000 * v / max(events, 1), 2) for k, v in used.items()},
+        "cores_busy": round(sum(used.values()) / max(seconds, 1e-9), 2),
+    }
+
+
 def _offer(server: Gunicorn, payment_ids: list[str], run: str, rate: int, seconds: int):
     """Open-loop callbacks at ``rate``/s, one ``settled`` event per payment, signed as sent."""
     port = server.port
@@ -744,7 +807,7 @@ def e2e_phase(stack: Stack) -> dict:
         threads=CONFIG["gunicorn_threads"],
     ).start()
     env = stack.env(name, dlq)
-    cmd = worker_command(until_empty=False, wait_time=20, relay=True)
+    cmd = worker_command(until_empty=False, wait_time=20, relay=CONFIG["e2e_relay"])
     workers = [
         spawn(cmd, env, RESULTS / f"e2e-worker-{i}.log") for i in range(CONFIG["e2e_workers"])
     ]
@@ -763,8 +826,13 @@ def e2e_phase(stack: Stack) -> dict:
         steady_ids = ids[offset : offset + rate * seconds]
         offset += len(steady_ids)
         log(f"end to end: {rate} callbacks/s for {seconds} s")
+        meter = CpuMeter(stack, server, workers)
+        cpu_before = meter.snapshot()
         with BacklogSampler(url) as sampler:
             steady = _offer(server, steady_ids, f"{run}s", rate, seconds)
+        steady_cpu = _cpu_summary(
+            CpuMeter.used(cpu_before, meter.snapshot()), steady.count(202), steady.duration
+        )
         applied = _wait_applied(
             stack.database_url, [s.key for s in steady.samples if s.status == 202]
         )
@@ -773,6 +841,7 @@ def e2e_phase(stack: Stack) -> dict:
             "seconds": seconds,
             "backlog_max": max((y for _, y in sampler.points), default=None),
             **_latency_summary(steady, applied),
+            **steady_cpu,
         }
         log(
             f"end to end at {rate}/s: accepted->applied P50 "
@@ -784,15 +853,22 @@ def e2e_phase(stack: Stack) -> dict:
         for step_rate in step_rates:
             step_ids = ids[offset : offset + step_rate * step_seconds]
             offset += len(step_ids)
+            cpu_before = meter.snapshot()
             with BacklogSampler(url) as sampler:
                 result = _offer(server, step_ids, f"{run}r{step_rate}", step_rate, step_seconds)
             step = _step_verdict(step_rate, step_seconds, result, sampler.points)
+            step.update(
+                _cpu_summary(
+                    CpuMeter.used(cpu_before, meter.snapshot()), result.count(202), result.duration
+                )
+            )
             step["_result"] = result
             steps.append(step)
             log(
                 f"step {step_rate}/s: accepted {step['accepted_per_second']:.0f}/s, backlog "
                 f"{step['backlog_start']:.0f} -> {step['backlog_end']:.0f} "
-                f"(trend {step['backlog_trend_per_second']:+.1f}/s): "
+                f"(trend {step['backlog_trend_per_second']:+.1f}/s), "
+                f"{step['cores_busy']:.2f} cores busy: "
                 f"{'sustained' if step['sustained'] else 'NOT sustained'}"
             )
             if not step["sustained"]:
@@ -1228,6 +1304,7 @@ def main() -> int:
         sqs_endpoint=local_sqs.endpoint_url,
         secrets=SECRETS,
         metrics_dir=metrics_dir_fresh(),
+        sqs_pid=local_sqs.process.pid,
     )
     try:
         os.environ.update(stack.env())

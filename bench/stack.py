@@ -60,6 +60,7 @@ class Stack:
     # Shared by every product process of the run, as on a production host (see
     # config/gunicorn.py): prometheus-client's multiprocess mode, with its file writes.
     metrics_dir: Path | None = None
+    sqs_pid: int | None = None  # the local SQS server's process, for CPU accounting
 
     def env(self, queue_name: str = "", dlq_name: str = "", **extra: str) -> dict[str, str]:
         env = dict(os.environ)

@@ -18,7 +18,12 @@ from django.views.decorators.http import require_POST
 
 from callbacks import sqs
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
-from callbacks.schema import InvalidMessage, parse_processor_event, processor_event_message
+from callbacks.schema import (
+    InvalidMessage,
+    event_deduplication_id,
+    parse_processor_event,
+    processor_event_message,
+)
 from payments import signing
 
 logger = logging.getLogger(__name__)
@@ -113,11 +118,12 @@ def processor_callback(request: HttpRequest) -> JsonResponse:
     except InvalidMessage as exc:
         return _reject(400, "bad_body", {"errors": exc.errors})
 
+    deduplication_id = event_deduplication_id(event)
     try:
         message_id = sqs.send_message_now(
             body=processor_event_message(event),
             group_id=str(event.payment_id),
-            deduplication_id=event.processor_event_id,
+            deduplication_id=deduplication_id,
         )
     except sqs.QueueUnavailable as exc:
         logger.error(
@@ -137,7 +143,7 @@ def processor_callback(request: HttpRequest) -> JsonResponse:
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
 
-    if _recent_sends.is_repeat(event.processor_event_id, message_id):
+    if _recent_sends.is_repeat(deduplication_id, message_id):
         DEDUP_HITS.labels(layer="sqs").inc()
     CALLBACKS_RECEIVED.labels(outcome="accepted").inc()
     logger.info(

@@ -37,7 +37,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.schema import processor_event_message
+from callbacks.schema import event_deduplication_id, processor_event_message
 from payments.alerts import alert_raise
 from payments.events import EVENT_TARGET_STATE, ProcessorEvent
 from payments.exceptions import ProcessorRejected, ProcessorUnavailable
@@ -118,7 +118,7 @@ def reconcile_event(*, payment: Payment, event_type: str, processor_status: str,
     return sqs.OutgoingMessage(
         body=processor_event_message(event, received_at=now),
         group_id=str(payment.id),
-        deduplication_id=event_id,
+        deduplication_id=event_deduplication_id(event),
     )
 
 

@@ -6,6 +6,7 @@ message back with ``parse_processor_event``. One parser on both sides of the que
 message that passed the endpoint can never fail validation in the worker.
 """
 
+import hashlib
 import re
 import uuid
 from datetime import UTC, datetime
@@ -151,3 +152,26 @@ def processor_event_message(event: ProcessorEvent, *, received_at: datetime | No
         **event.as_payload(),
         "received_at": when.isoformat(),
     }
+
+
+# SQS limits a deduplication id to 128 characters; a processor_event_id may use all of them.
+_DEDUP_ID_MAX = 128
+_FINGERPRINT_CHARS = 16
+
+
+def event_deduplication_id(event: ProcessorEvent) -> str:
+    """The SQS ``MessageDeduplicationId`` of a processor event: its ``processor_event_id``,
+    qualified by a fingerprint of its payload (``<processor_event_id>.<16 hex>``).
+
+    A plain ``processor_event_id`` would let SQS drop a *conflicting* resend (same id, another
+    amount) inside its 5-minute window, after the endpoint had answered 202: the conflict would
+    vanish before anyone saw it. With the fingerprint, a true repeat (same id, same payload) is
+    still dropped by SQS, while a conflict reaches the worker, where the dedup record turns it
+    into an ``EventConflict`` for a human. An id too long to qualify is hashed with its payload.
+    """
+    fingerprint = event.fingerprint
+    qualified = f"{event.processor_event_id}.{fingerprint[:_FINGERPRINT_CHARS]}"
+    if len(qualified) <= _DEDUP_ID_MAX:
+        return qualified
+    digest = hashlib.sha256(f"{event.processor_event_id}|{fingerprint}".encode()).hexdigest()
+    return f"sha256.{digest}"

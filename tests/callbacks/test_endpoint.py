@@ -11,7 +11,7 @@ from django.test import Client
 from callbacks import sqs
 from callbacks.apis import processor_callback
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
-from callbacks.schema import parse_processor_event
+from callbacks.schema import event_deduplication_id, parse_processor_event
 from payments import signing
 
 URL = "/callbacks/processor/"
@@ -102,7 +102,9 @@ def test_valid_callback_is_accepted_and_queued_with_payment_group_and_event_dedu
     }
     [message] = queued_messages(sqs_queues)
     assert message["Attributes"]["MessageGroupId"] == body["payment_id"]
-    assert message["Attributes"]["MessageDeduplicationId"] == body["processor_event_id"]
+    dedup_id = message["Attributes"]["MessageDeduplicationId"]
+    assert dedup_id == event_deduplication_id(parse_processor_event(body))
+    assert dedup_id.startswith(body["processor_event_id"] + ".")
     queued = json.loads(message["Body"])
     assert queued["kind"] == "processor_event"
     assert queued["processor_event_id"] == body["processor_event_id"]
@@ -366,3 +368,13 @@ def test_callback_is_accepted_again_once_the_queue_is_back(sqs_queues, settings,
 def test_get_is_not_allowed(sqs_queues):
     response = Client().get(URL)
     assert response.status_code == 405
+
+
+def test_a_resend_with_another_payload_is_not_dropped_by_the_queue(sqs_queues):
+    """Same processor_event_id, another amount, inside SQS's window: it must reach a human."""
+    body = event_body()
+    assert post_json(body).status_code == 202
+    assert post_json({**body, "amount": "99.99"}).status_code == 202
+
+    messages = queued_messages(sqs_queues)
+    assert sorted(json.loads(m["Body"])["amount"] for m in messages) == ["125.00", "99.99"]

@@ -5,6 +5,7 @@ import logging
 import re
 import uuid
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -460,3 +461,34 @@ def test_purge_deletes_old_clean_records_and_keeps_error_history(sqs_queues, fas
 
     assert not QueueMessage.objects.filter(message_id=clean_id).exists()
     assert QueueMessage.objects.filter(message_id=retried_id).exists()
+
+
+def test_conflicting_resend_inside_the_queue_window_is_dead_lettered_for_a_human(
+    sqs_queues, fast_retries
+):
+    """The processor resends a known event id with another amount within SQS's 5 minutes."""
+    from django.test import Client
+
+    from payments import signing
+    from tests.callbacks.test_endpoint import event_body
+
+    payment = PaymentFactory(state=PaymentState.SUBMITTED, amount=Decimal("125.00"))
+    body = event_body(payment_id=str(payment.id), event_type="settled")
+    for amount in ("125.00", "125.01"):
+        raw = json.dumps({**body, "amount": amount}).encode()
+        response = Client().post(
+            "/callbacks/processor/",
+            raw,
+            content_type="application/json",
+            headers={signing.HEADER: signing.sign(raw, ["test-signing-secret"])},
+        )
+        assert response.status_code == 202
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    conflict = QueueMessage.objects.get(status="dead_lettered")
+    assert conflict.last_error_class.endswith("EventConflict")
+    assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()

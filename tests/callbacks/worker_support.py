@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from callbacks.schema import processor_event_message
+from callbacks.schema import event_deduplication_id, processor_event_message
 from tests.factories import processor_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def send_event(client, url, payment, event_type, *, dedup_id=None, **overrides) 
         QueueUrl=url,
         MessageBody=json.dumps(body),
         MessageGroupId=str(payment.id),
-        MessageDeduplicationId=dedup_id or event.processor_event_id,
+        MessageDeduplicationId=dedup_id or event_deduplication_id(event),
     )
     return response["MessageId"], body
 

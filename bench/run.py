@@ -18,6 +18,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -777,6 +778,11 @@ def _wait_applied(
         time.sleep(0.5)
 
 
+def _applied_rate(result: loadgen.LoadResult, applied: dict[str, float]) -> float | None:
+    times = [applied[s.key] for s in result.samples if s.key in applied]
+    return stats.rate(len(times), min(times, default=None), max(times, default=None))
+
+
 def _latency_summary(result: loadgen.LoadResult, applied: dict[str, float]) -> dict:
     accepted = [s for s in result.samples if s.status == 202]
     to_applied = [(applied[s.key] - s.answered) * 1000 for s in accepted if s.key in applied]
@@ -814,7 +820,7 @@ def e2e_phase(stack: Stack) -> dict:
     out: dict = {
         "gunicorn": " ".join(server.command[1:]),
         "workers": CONFIG["e2e_workers"],
-        "worker_command": " ".join(cmd[1:]),
+        "worker_command": " ".join(["manage.py", *cmd[2:]]),
         "connections": CONFIG["e2e_connections"],
     }
     offset = 0
@@ -842,6 +848,8 @@ def e2e_phase(stack: Stack) -> dict:
             "backlog_max": max((y for _, y in sampler.points), default=None),
             **_latency_summary(steady, applied),
             **steady_cpu,
+            "accepted_per_second": steady.count(202) / steady.duration,
+            "applied_per_second": _applied_rate(steady, applied),
         }
         log(
             f"end to end at {rate}/s: accepted->applied P50 "
@@ -879,18 +887,19 @@ def e2e_phase(stack: Stack) -> dict:
         for step in steps:
             result = step.pop("_result")
             step.update(_latency_summary(result, applied))
-            times = [applied[s.key] for s in result.samples if s.key in applied]
-            step["applied_per_second"] = stats.rate(
-                len(times), min(times, default=None), max(times, default=None)
-            )
+            step["applied_per_second"] = _applied_rate(result, applied)
         out["steps"] = steps
         passed = [s["offered_rate"] for s in steps if s["sustained"]]
         out["sustained_events_per_second"] = max(passed, default=0)
         out["limit_reached"] = bool(steps) and not steps[-1]["sustained"]
     finally:
+        # A worker finishes its long poll (up to 20 s) before it stops: signal all at once.
+        for w in workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        server.stop()
         for w in workers:
             stop_process(w, timeout=30)
-        server.stop()
     crashed = [w.returncode for w in workers if w.returncode not in (0, -15)]
     if crashed:
         problems.append(f"end to end: worker exit statuses {crashed}; see e2e-worker-*.log")
@@ -1093,7 +1102,7 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
         wb, pb = s["worker_bytes_per_event"] or {}, s["plain_sql_bytes_per_event"] or {}
         rows.append(
             (
-                "per event: commits / rows written / bytes",
+                "per event: transactions / rows written / bytes",
                 f"{_fmt(w.get('xact_commit'), 2)} / "
                 f"{_fmt(_rows_written(w), 1)} / {_fmt(wb.get('total'))}",
                 f"{_fmt(p.get('xact_commit'), 2)} / "
@@ -1150,6 +1159,13 @@ def table(report: dict) -> str:
     if report.get("ingest"):
         lines.append(f"ingest load generator: {report['ingest']['generator']}")
     return "\n".join(lines)
+
+
+def _cpu_parts(parts: dict | None) -> str:
+    if not parts:
+        return "-"
+    order = ("web", "workers", "sqs", "postgres", "generator")
+    return " / ".join(_fmt(parts.get(k), 1) for k in order)
 
 
 def _md_table(headers: tuple[str, ...], rows: list[tuple]) -> list[str]:
@@ -1230,7 +1246,7 @@ def markdown(report: dict) -> str:
                 "events/s",
                 "wall s",
                 "consumer CPU ms/event",
-                "commits/event",
+                "transactions/event",
                 "rows written/event",
                 "bytes/event",
             ),
@@ -1259,6 +1275,8 @@ def markdown(report: dict) -> str:
                     f"{_fmt(step['accepted_to_applied_p50_ms'], 0)} / "
                     f"{_fmt(step['accepted_to_applied_p99_ms'], 0)}",
                     f"{_fmt(step['http_p50_ms'], 1)} / {_fmt(step['http_p99_ms'], 1)}",
+                    _fmt(step.get("cores_busy"), 2),
+                    _cpu_parts(step.get("cpu_ms_per_event")),
                     "steady run"
                     if step is e2e["steady"]
                     else ("sustained" if step["sustained"] else "; ".join(step["why_not"])),
@@ -1274,6 +1292,8 @@ def markdown(report: dict) -> str:
                 "backlog trend/s",
                 "202->applied P50 / P99 ms",
                 "HTTP P50 / P99 ms",
+                "cores busy",
+                "CPU ms/event web / workers / SQS / PostgreSQL / generator",
                 "verdict",
             ),
             rows,

@@ -319,7 +319,7 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
-            self._queue_url = sqs.main_queue_url()
+            self._queue_url = self._main_queue_url()
             self.heartbeat = VisibilityHeartbeat(
                 queue_url=self._queue_url, visibility_timeout=self.visibility_timeout
             )
@@ -332,6 +332,22 @@ class Worker:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             close_old_connections()
+
+    def _main_queue_url(self) -> str:
+        """Resolve the queue, waiting out an outage: a worker started while SQS is unreachable
+        keeps trying (with backoff) instead of exiting, as a running worker does. With
+        ``--until-empty`` it gives up after three tries, since a bounded run must end."""
+        failures = 0
+        while True:
+            try:
+                return sqs.main_queue_url()
+            except sqs.QueueUnavailable as exc:
+                failures += 1
+                if (self.until_empty and failures >= 3) or self.stopping:
+                    raise
+                pause = backoff_delay(failures, base=1, cap=30)
+                logger.warning("queue unavailable at start (%s); next try in %.1f s", exc, pause)
+                self._stopping.wait(pause)
 
     def run(self) -> WorkerStats:
         failures = 0

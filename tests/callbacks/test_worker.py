@@ -492,3 +492,39 @@ def test_conflicting_resend_inside_the_queue_window_is_dead_lettered_for_a_human
     conflict = QueueMessage.objects.get(status="dead_lettered")
     assert conflict.last_error_class.endswith("EventConflict")
     assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()
+
+
+def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, settings):
+    import socket
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    live_endpoint = settings.SQS_ENDPOINT_URL
+    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+    sqs.reset()
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    worker = Worker(wait_time=0, relay=False, max_messages=1)
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["stats"] = worker.run()
+        except Exception as exc:  # noqa: BLE001 - the assertion below reports it
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(1.5)
+    assert thread.is_alive(), f"the worker gave up while the queue was down: {outcome}"
+
+    settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back
+    send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    thread.join(30)
+
+    assert not thread.is_alive() and "error" not in outcome, outcome
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED

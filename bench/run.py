@@ -899,7 +899,11 @@ def e2e_phase(stack: Stack) -> dict:
                 w.send_signal(signal.SIGTERM)
         server.stop()
         for w in workers:
-            stop_process(w, timeout=30)
+            try:
+                w.wait(30)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
     crashed = [w.returncode for w in workers if w.returncode not in (0, -15)]
     if crashed:
         problems.append(f"end to end: worker exit statuses {crashed}; see e2e-worker-*.log")

@@ -589,7 +589,19 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                     warm = _load(generator, server, path, 2, 5_000)
                     if target == "callback":
                         sent += warm["accepted"]
+                web_pids = [server.process.pid, *server.worker_pids()]
+                sqs_pids = [stack.sqs_pid] if stack.sqs_pid else []
+                cpu_web = sum(_process_cpu(pid) for pid in web_pids)
+                cpu_sqs = sum(_process_cpu(pid) for pid in sqs_pids)
                 result = _load(generator, server, path, seconds, CONFIG["ingest_pool"])
+                answered = max(result["accepted"], 1)
+                # CPU per accepted request of gunicorn's processes and of the local SQS server.
+                result["web_cpu_ms_per_request"] = round(
+                    1000 * (sum(_process_cpu(pid) for pid in web_pids) - cpu_web) / answered, 3
+                )
+                result["sqs_cpu_ms_per_request"] = round(
+                    1000 * (sum(_process_cpu(pid) for pid in sqs_pids) - cpu_sqs) / answered, 3
+                )
                 if target == "callback":
                     sent += result["accepted"]
                 if result["pool_wraps"]:
@@ -611,7 +623,14 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
         for target, results in runs.items():
             out[target] = {
                 key: sum(r[key] for r in results) / len(results)
-                for key in ("accepted_per_second", "p50_ms", "p90_ms", "p99_ms")
+                for key in (
+                    "accepted_per_second",
+                    "p50_ms",
+                    "p90_ms",
+                    "p99_ms",
+                    "web_cpu_ms_per_request",
+                    "sqs_cpu_ms_per_request",
+                )
             }
             out[target]["rounds"] = results
         visible, _ = queue_depth(url)
@@ -1215,11 +1234,24 @@ def markdown(report: dict) -> str:
                         _fmt(r["p50_ms"], 1),
                         _fmt(r["p90_ms"], 1),
                         _fmt(r["p99_ms"], 1),
+                        _fmt(r.get("web_cpu_ms_per_request"), 2),
+                        _fmt(r.get("sqs_cpu_ms_per_request"), 2),
                         r["other_status"],
                     )
                 )
         lines += _md_table(
-            ("endpoint", "round", "accepted/s", "P50 ms", "P90 ms", "P99 ms", "non-202"), rows
+            (
+                "endpoint",
+                "round",
+                "accepted/s",
+                "P50 ms",
+                "P90 ms",
+                "P99 ms",
+                "web CPU ms/request",
+                "SQS server CPU ms/request",
+                "non-202",
+            ),
+            rows,
         )
     worker = report.get("worker")
     if worker:

@@ -63,6 +63,10 @@ class InvalidBody(Exception):
     """The body is not a JSON object or contradicts its message attributes."""
 
 
+# Seconds between outbox relay queries while batches keep arriving.
+RELAY_BUSY_INTERVAL = 1.0
+
+
 def backoff_delay(
     attempt: int,
     *,
@@ -289,6 +293,7 @@ class Worker:
         # until_empty must not stop while a message it hid for a backoff is still due.
         self._retry_due = 0.0
         self._queue_url = ""
+        self._relay_due = 0.0
         self.heartbeat: VisibilityHeartbeat | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -352,9 +357,10 @@ class Worker:
     def run(self) -> WorkerStats:
         failures = 0
         with self.running():
+            busy = False
             while not self.stopping and not self._limit_reached():
                 close_old_connections()
-                relayed = self._relay()
+                relayed = self._relay(busy=busy)
                 try:
                     messages = self.receive()
                 except sqs.QueueUnavailable as exc:
@@ -366,9 +372,12 @@ class Worker:
                     self._stopping.wait(pause)
                     continue
                 failures = 0
+                busy = bool(messages)
                 if messages:
                     self.process_batch(messages)
                 elif self.until_empty and not relayed:
+                    if self._relay(busy=False):
+                        continue  # rows were waiting in the outbox: go round again
                     remaining = self._retry_due - time.monotonic()
                     if remaining <= 0:
                         break
@@ -379,9 +388,16 @@ class Worker:
     def _limit_reached(self) -> bool:
         return self.max_messages is not None and self.stats.processed >= self.max_messages
 
-    def _relay(self) -> int:
+    def _relay(self, *, busy: bool) -> int:
+        """Publish what the outbox holds. Idle, every loop (a long poll paces it); busy, at
+        most every RELAY_BUSY_INTERVAL, since a query per batch would cost as much as the
+        batch's work when batches are small, and fresh rows are published on commit anyway."""
         if self.relay is None:
             return 0
+        now = time.monotonic()
+        if busy and now < self._relay_due:
+            return 0
+        self._relay_due = now + RELAY_BUSY_INTERVAL
         try:
             return self.relay()
         except Exception:  # noqa: BLE001 - the relay retries on its next call; never stop here

@@ -1,4 +1,5 @@
-"""The backoff rule on its own: exponential, full jitter, capped, Retry-After as a floor."""
+"""Worker rules on their own: backoff (exponential, full jitter, capped, Retry-After as a floor),
+error classification, relay pacing."""
 
 import pytest
 
@@ -80,3 +81,20 @@ def test_attempt_numbers_start_at_one():
 )
 def test_classify_follows_the_error_hierarchy(exc, expected):
     assert classify(exc) == expected
+
+
+def test_relay_runs_every_idle_loop_but_at_most_once_a_second_while_busy():
+    from callbacks.worker import Worker
+
+    calls = []
+    worker = Worker(relay=False)
+    worker.relay = lambda: calls.append(1) or 0
+
+    worker._relay(busy=False)
+    worker._relay(busy=False)
+    worker._relay(busy=True)  # within the interval: skipped
+    assert len(calls) == 2
+
+    worker._relay_due = 0  # the interval has passed
+    worker._relay(busy=True)
+    assert len(calls) == 3

@@ -24,6 +24,7 @@ lint: deps
 	$(PY) -m ruff format --check .
 
 test: deps
+	scripts/ensure-chromium
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null

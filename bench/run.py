@@ -105,7 +105,7 @@ CONFIG = {
     # Production runs the outbox relay in every worker loop; BENCH_E2E_RELAY=0 shows its cost.
     "e2e_relay": os.environ.get("BENCH_E2E_RELAY", "1") != "0",
     "e2e_connections": _env_int("BENCH_E2E_CONNECTIONS", 64),
-    "step_rates": _env_rates("BENCH_STEPS", "100,150,200,400,600,850,1000"),
+    "step_rates": _env_rates("BENCH_STEPS", "100,150,200,300,400,600,850,1000"),
     "step_seconds": _env_int("BENCH_STEP_SECONDS", 15),
     "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",
     "phases": _env_phases(),

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 
 from bench import events, loadgen, stats
-from bench.run import payments_reset, profile_summary
+from bench.run import ROOT, payments_reset, profile_summary
 from bench.urls import MINIMAL_PATH
 from callbacks.schema import parse_processor_event
 from payments import signing
@@ -168,9 +168,10 @@ def test_backlog_growth_is_a_trend_not_a_wobble():
 
 def test_profile_summary_shares_samples_by_function(tmp_path):
     raw = tmp_path / "profile.txt"
+    root = ROOT  # wherever this checkout lives (CI clones it into another folder)
     raw.write_text(
-        "main (/work/main/manage.py:10);apply (/work/main/payments/services.py:5) 3\n"
-        "main (/work/main/manage.py:10);recv (/x/site-packages/botocore/client.py:9) 1\n"
+        f"main ({root}/manage.py:10);apply ({root}/payments/services.py:5) 3\n"
+        f"main ({root}/manage.py:10);recv (/x/site-packages/botocore/client.py:9) 1\n"
     )
     summary = profile_summary(raw)
     assert summary["samples"] == 4

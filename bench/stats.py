@@ -54,13 +54,17 @@ def backlog_grows(
 ) -> bool:
     """Whether the queue backlog kept growing during a step at ``offered_rate`` messages/s.
 
-    Growing means a trend above 2 % of the offered rate (at least 5 messages/s) once the first
-    ``settle`` seconds are past (in-flight messages ramp up when a step starts), or more than
-    two seconds of offered work left queued at the end: a backlog that only wobbles around a
-    small level is a system keeping up.
+    Growing means the backlog is still there at the end (more than half a second of offered
+    work, at least 20 messages) and trended upwards after the first ``settle`` seconds (in-flight
+    messages ramp up when a step starts) by more than 2 % of the offered rate (at least 5
+    messages/s); or more than two seconds of offered work is queued at the end whatever the
+    trend. A backlog that wobbles around a small level, or a stall the system drained before
+    the step ended, is a system keeping up.
     """
     if not points:
         return False
     trend = backlog_trend(points, settle=settle)
     final = points[-1][1]
-    return trend > max(5.0, 0.02 * offered_rate) or final > 2 * offered_rate
+    if final > 2 * offered_rate:
+        return True
+    return final > max(20.0, 0.5 * offered_rate) and trend > max(5.0, 0.02 * offered_rate)

@@ -258,3 +258,12 @@ def test_report_renders_as_text_and_markdown_with_missing_figures_shown_as_dashe
     assert "| worker | 1 | 250 | 41.0 | 2.30 | 2.10 | 6.0 | 3,100 |" in md
     assert "the queue backlog kept growing" in md
     assert "| 400 | 15 | 399 | - | 900 | 60.0 | - / - |" in md
+
+
+def test_a_stall_drained_before_the_step_ends_is_not_a_growing_backlog():
+    stall_then_drained = [(t, 0.0) for t in range(10)]
+    stall_then_drained += [(10, 100.0), (11, 200.0), (12, 300.0), (13, 2.0)]
+    assert stats.backlog_trend(stall_then_drained) > 5
+    assert not stats.backlog_grows(stall_then_drained, 150)
+    still_growing = [(t, 12.0 * t) for t in range(15)]
+    assert stats.backlog_grows(still_growing, 150)

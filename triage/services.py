@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from botocore.exceptions import BotoCoreError, ClientError
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import DatabaseError, IntegrityError, transaction
 from django.urls import reverse
@@ -90,7 +91,7 @@ def dead_letters_ingest(*, max_messages: int = 100) -> int:
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
             )
-        except Exception as exc:  # noqa: BLE001 - botocore raises several unrelated types
+        except (BotoCoreError, ClientError) as exc:
             raise sqs.QueueUnavailable(f"cannot receive from the DLQ: {exc}") from exc
         messages = response.get("Messages") or []
         if not messages:
@@ -117,7 +118,7 @@ def _dlq_delete(url: str, message: dict) -> None:
     committed, and the message comes back after its visibility timeout to be deleted then."""
     try:
         sqs.sqs_client().delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    except Exception as exc:  # noqa: BLE001 - the next run retries; nothing is lost
+    except (BotoCoreError, ClientError) as exc:  # the next run retries; nothing is lost
         logger.warning(
             "could not delete message %s from the DLQ (it will be seen again): %s",
             message.get("MessageId"),

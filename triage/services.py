@@ -126,6 +126,22 @@ def _dlq_delete(url: str, message: dict) -> None:
         )
 
 
+def _audit_unchanged(
+    dead_letter: DeadLetter, action: str, *, user, note: str, details: dict
+) -> TriageAction:
+    """An audit row for an action that left the dead letter's status as it was (a failed
+    publish, a release of its hold, a race lost to another operator)."""
+    return TriageAction.objects.create(
+        dead_letter=dead_letter,
+        action=action,
+        user=user,
+        note=note,
+        status_before=dead_letter.status,
+        status_after=dead_letter.status,
+        details=details,
+    )
+
+
 def _store_failed(message: dict, exc: Exception) -> None:
     message_id = message.get("MessageId", "?")
     logger.exception("dead letter %s could not be stored; it stays in the DLQ", message_id)
@@ -472,13 +488,11 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
             original_message_id=current.original_message_id,
         )
     except sqs.QueueUnavailable as exc:
-        TriageAction.objects.create(
-            dead_letter=current,
-            action=TriageActionKind.REDRIVE,
+        _audit_unchanged(
+            current,
+            TriageActionKind.REDRIVE,
             user=user,
             note=note,
-            status_before=current.status,
-            status_after=current.status,
             details={"outcome": "publish_failed", "error": str(exc)[:2000]},
         )
         logger.error("redrive of dead letter %s failed: %s", current.pk, exc)
@@ -519,13 +533,11 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
                 f"was being published: message {new_message_id} was sent anyway and the worker "
                 "will apply it (processor events are deduplicated by id). Check the payment."
             )
-        TriageAction.objects.create(
-            dead_letter=other,
-            action=TriageActionKind.REDRIVE,
+        _audit_unchanged(
+            other,
+            TriageActionKind.REDRIVE,
             user=user,
             note=note,
-            status_before=other.status,
-            status_after=other.status,
             details={**details, "outcome": outcome},
         )
         logger.error("%s", text, extra={"payment_id": other.group_id})
@@ -630,13 +642,11 @@ def _hold_release(dead_letter: DeadLetter, hold: PaymentHold, *, user, note: str
             payment_id=dead_letter.group_id, released_by=user.get_username(), note=note
         )
     except sqs.QueueUnavailable as exc:
-        TriageAction.objects.create(
-            dead_letter=dead_letter,
-            action=TriageActionKind.RELEASE_HOLD,
+        _audit_unchanged(
+            dead_letter,
+            TriageActionKind.RELEASE_HOLD,
             user=user,
             note=note,
-            status_before=dead_letter.status,
-            status_after=dead_letter.status,
             details={"outcome": "release_failed", "hold_id": hold.pk, "error": str(exc)[:2000]},
         )
         logger.error("release of hold %s failed: %s", hold.pk, exc)
@@ -646,13 +656,11 @@ def _hold_release(dead_letter: DeadLetter, hold: PaymentHold, *, user, note: str
             "letter when the queue is back."
         ) from exc
     with transaction.atomic():
-        TriageAction.objects.create(
-            dead_letter=dead_letter,
-            action=TriageActionKind.RELEASE_HOLD,
+        _audit_unchanged(
+            dead_letter,
+            TriageActionKind.RELEASE_HOLD,
             user=user,
             note=note,
-            status_before=dead_letter.status,
-            status_after=dead_letter.status,
             details={"outcome": "released", "hold_id": hold.pk, "republished": sent},
         )
         _log_entry(user, dead_letter, f"release_hold: {sent} parked message(s) republished")

@@ -4,7 +4,6 @@ import json
 import uuid
 
 import pytest
-from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
 from callbacks import services
@@ -18,9 +17,9 @@ from callbacks.services import (
     payment_hold,
     queue_message_start,
 )
-from payments.models import PaymentEvent, PaymentState
+from payments.models import PaymentState
 from payments.selectors import payment_detail_extensions
-from tests.callbacks.worker_support import drain, send_body, send_event
+from tests.callbacks.worker_support import applied_events, drain, run_worker, send_body, send_event
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,22 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def fast_retries(settings):
     settings.WORKER_BACKOFF_BASE_SECONDS = 0
     settings.WORKER_BACKOFF_CAP_SECONDS = 0
-
-
-def run_worker(**options):
-    options.setdefault("until_empty", True)
-    options.setdefault("wait_time", 0)
-    options.setdefault("visibility_timeout", 30)
-    options.setdefault("relay", False)
-    call_command("run_sqs_worker", **options)
-
-
-def applied_events(payment):
-    return list(
-        PaymentEvent.objects.filter(payment=payment, kind="processor_event", outcome="applied")
-        .order_by("id")
-        .values_list("event_type", flat=True)
-    )
 
 
 def hold_with_unknown_kind(sqs_queues, payment) -> PaymentHold:

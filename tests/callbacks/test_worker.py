@@ -24,7 +24,7 @@ from callbacks.schema import processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_purge
 from callbacks.worker import Worker
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
-from tests.callbacks.worker_support import drain, send_body, send_event
+from tests.callbacks.worker_support import applied_events, drain, run_worker, send_body, send_event
 from tests.factories import PaymentFactory, processor_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,22 +35,6 @@ def fast_retries(settings):
     """Retries at once (cap 0), so six attempts take a fraction of a second."""
     settings.WORKER_BACKOFF_BASE_SECONDS = 0
     settings.WORKER_BACKOFF_CAP_SECONDS = 0
-
-
-def run_worker(**options):
-    options.setdefault("until_empty", True)
-    options.setdefault("wait_time", 0)
-    options.setdefault("visibility_timeout", 30)
-    options.setdefault("relay", False)
-    call_command("run_sqs_worker", **options)
-
-
-def applied_events(payment):
-    return list(
-        PaymentEvent.objects.filter(payment=payment, kind="processor_event", outcome="applied")
-        .order_by("id")
-        .values_list("event_type", flat=True)
-    )
 
 
 def test_processor_event_is_applied_marked_done_and_deleted(sqs_queues):

@@ -11,8 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.core.management import call_command
 
 from callbacks.schema import event_deduplication_id, processor_event_message
+from payments.models import PaymentEvent
 from tests.factories import processor_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +140,21 @@ class WorkerProcess:
             return self.process.wait(timeout)
         finally:
             self._log.close()
+
+
+def run_worker(**options):
+    """run_sqs_worker until the queue is empty, without the outbox relay, at once."""
+    options.setdefault("until_empty", True)
+    options.setdefault("wait_time", 0)
+    options.setdefault("visibility_timeout", 30)
+    options.setdefault("relay", False)
+    call_command("run_sqs_worker", **options)
+
+
+def applied_events(payment) -> list[str]:
+    """The event types applied to a payment, in order."""
+    return list(
+        PaymentEvent.objects.filter(payment=payment, kind="processor_event", outcome="applied")
+        .order_by("id")
+        .values_list("event_type", flat=True)
+    )

@@ -1,0 +1,161 @@
+"""Strict JSON for bodies that come from outside: accepted means storable and processable.
+
+Python's ``json`` accepts things the rest of the pipeline cannot keep: ``NaN`` and ``Infinity``
+(and ``1e999``, which becomes infinity), strings holding NUL or an unpaired surrogate (PostgreSQL's
+``jsonb`` and ``text`` refuse both), integers of thousands of digits, duplicate keys (which
+value wins is a parser's choice), and nesting deep enough to exhaust the recursion limit
+somewhere downstream. ``loads`` refuses all of them up front, naming where the problem is, so
+an edge can answer 400 instead of accepting a body that fails later, unseen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+MAX_DEPTH = 32
+# Integers a JSON consumer in any language reads exactly (IEEE 754 doubles).
+MAX_SAFE_INTEGER = 2**53 - 1
+
+NON_FIELD = "non_field_errors"
+
+
+class StrictJSONError(ValueError):
+    """The body is not acceptable JSON; ``errors`` maps each field (its top-level key, or
+    ``non_field_errors``) to what is wrong with it, with the path inside the field."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        self.errors = errors
+        summary = "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
+        super().__init__(f"invalid JSON body: {summary}")
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"number {text[:32]} is out of range")
+    return value
+
+
+def _safe_int(text: str) -> int:
+    # Check the length before converting: int() of a huge digit string is slow, or refused.
+    if len(text.lstrip("-")) > 16 or abs(int(text)) > MAX_SAFE_INTEGER:
+        raise _Refused(f"integer {text[:32]}{'...' if len(text) > 32 else ''} is out of range")
+    return int(text)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"duplicate key {key[:64]!r}")
+            seen.add(key)
+    return obj
+
+
+def _string_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate"
+    return None
+
+
+def _check_tree(data: Any, *, max_depth: int) -> dict[str, list[str]]:
+    """Walk the parsed value without recursion; report strings that cannot be stored and
+    nesting deeper than ``max_depth``, each under its top-level field."""
+    errors: dict[str, list[str]] = {}
+
+    def report(path: tuple, problem: str) -> None:
+        field = str(path[0]) if path and isinstance(data, dict) else NON_FIELD
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        message = f"{'at ' + where.lstrip('.') + ': ' if len(path) > 1 else ''}{problem}"
+        errors.setdefault(field, []).append(message)
+
+    stack: list[tuple[Any, tuple, int]] = [(data, (), 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, str):
+            problem = _string_problem(value)
+            if problem:
+                report(path, problem)
+        elif isinstance(value, dict | list):
+            if depth >= max_depth:
+                report(path, f"nested deeper than {max_depth} levels")
+                continue
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    problem = _string_problem(key)
+                    if problem:
+                        report((*path, "<key>"), f"a key {problem}")
+                        continue
+                    stack.append((item, (*path, key), depth + 1))
+            else:
+                for index, item in enumerate(value):
+                    stack.append((item, (*path, index), depth + 1))
+    return errors
+
+
+def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse ``raw`` (UTF-8) strictly; raise ``StrictJSONError`` naming what is refused."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StrictJSONError(
+                {NON_FIELD: [f"Body is not UTF-8: byte {exc.start} cannot be decoded."]}
+            ) from None
+    else:
+        text = raw
+    if text.startswith("\ufeff"):
+        raise StrictJSONError(
+            {NON_FIELD: ["Body starts with a byte order mark; send plain UTF-8."]}
+        )
+    try:
+        data = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_safe_int,
+            object_pairs_hook=_unique_keys,
+        )
+    except _Refused as exc:
+        raise StrictJSONError({NON_FIELD: [f"Body is not acceptable JSON: {exc}."]}) from None
+    except RecursionError:
+        raise StrictJSONError(
+            {NON_FIELD: [f"Body is not acceptable JSON: nested deeper than {max_depth} levels."]}
+        ) from None
+    except ValueError as exc:
+        raise StrictJSONError({NON_FIELD: [f"Body is not valid JSON: {exc}"]}) from None
+    errors = _check_tree(data, max_depth=max_depth)
+    if errors:
+        raise StrictJSONError(errors)
+    return data
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser with ``loads``' rules; a refused body is a 400 with
+    ``{"errors": {field: [...]}}``, the shape every endpoint of the module answers with."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read() if stream is not None else b""
+        try:
+            return loads(raw)
+        except StrictJSONError as exc:
+            raise ParseError({"errors": exc.errors}) from None

@@ -143,6 +143,52 @@ def test_setup_queues_on_the_stacks_queues_finds_nothing_to_change(stack, settin
     ]
 
 
+def test_setup_queues_restores_encryption_turned_off_on_the_stacks_queue(stack, settings):
+    outputs, _ = stack
+    client = boto3.client("sqs", region_name=REGION)
+    client.set_queue_attributes(
+        QueueUrl=outputs["MainQueueUrl"], Attributes={"SqsManagedSseEnabled": "false"}
+    )
+    settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
+    settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
+    sqs.reset()
+
+    lines = queues_ensure(visibility_timeout=int(PARAMETERS["VisibilityTimeout"]))
+
+    assert lines[1] == (
+        f"changed queue {PARAMETERS['MainQueueName']}: SqsManagedSseEnabled false -> true"
+    )
+    assert attributes(outputs["MainQueueUrl"])["SqsManagedSseEnabled"] == "true"
+
+
+def test_setup_queues_accepts_the_stacks_kms_encrypted_queues(aws, settings):
+    key = boto3.client("kms", region_name=REGION).create_key()["KeyMetadata"]["Arn"]
+    cloudformation = boto3.client("cloudformation", region_name=REGION)
+    parameters = {**PARAMETERS, "KmsKeyArn": key}
+    cloudformation.create_stack(
+        StackName=STACK,
+        TemplateBody=TEMPLATE_PATH.read_text(),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
+    )
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]
+    }
+    assert attributes(outputs["MainQueueUrl"])["KmsMasterKeyId"] == key
+    assert "QueueKeyPolicyArn" in outputs
+    # AWS reports a KMS-encrypted queue with SqsManagedSseEnabled=false; moto keeps its default.
+    client = boto3.client("sqs", region_name=REGION)
+    for url in (outputs["MainQueueUrl"], outputs["DeadLetterQueueUrl"]):
+        client.set_queue_attributes(QueueUrl=url, Attributes={"SqsManagedSseEnabled": "false"})
+    settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
+    settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
+    sqs.reset()
+
+    lines = queues_ensure(visibility_timeout=int(PARAMETERS["VisibilityTimeout"]), dry_run=True)
+
+    assert [line.split()[0] for line in lines] == ["verified", "verified"]
+
+
 def test_deployed_policies_grant_exactly_each_roles_actions(stack):
     outputs, _ = stack
     iam = boto3.client("iam", region_name=REGION)

@@ -113,7 +113,6 @@ def test_each_process_makes_exactly_the_sqs_calls_its_role_declares(
 ):
     settings.WORKER_BACKOFF_BASE_SECONDS = 0
     settings.WORKER_BACKOFF_CAP_SECONDS = 0
-    settings.CALLBACK_SIGNING_SECRETS = ["test-signing-secret"]
     # Set-up, not recorded: a pending payment whose "settled" event has no valid transition,
     # with two events behind it, and a payment whose submission waits in the outbox.
     held = PaymentFactory()

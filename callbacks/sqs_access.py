@@ -21,7 +21,7 @@ class ProcessRole(StrEnum):
 
     WEB = "web"  # gunicorn: callback endpoint, payments API, admin and triage, /readyz, /metrics
     QUEUE_WORKER = "queue_worker"  # run_sqs_worker, run_outbox_relay
-    CELERY = "celery"  # celery worker and beat; ingest_dlq, reconcile_payments by hand
+    CELERY = "celery"  # celery worker and beat; ingest_dlq, reconcile_payments, evaluate_alerts
     SETUP = "setup"  # setup_queues, setup_celery_queue (deploy time only)
 
 

@@ -27,6 +27,7 @@ MAX_RECEIVE_COUNT_DEFAULT = 10
 VISIBILITY_TIMEOUT_FALLBACK = 30
 VISIBILITY_TIMEOUT_MAX = 12 * 60 * 60  # SQS's own limit
 RETENTION_14_DAYS = 14 * 24 * 60 * 60  # SQS's maximum: dead letters must outlive a long weekend
+SSE_ATTRIBUTE = "SqsManagedSseEnabled"
 
 _MISSING_QUEUE_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
@@ -78,7 +79,55 @@ def _find(name: str) -> _Queue:
     return _Queue(name=name, url=url)
 
 
-def _same(key: str, current: str | None, desired: str) -> bool:
+# --- Queue definitions ----------------------------------------------------------------------
+# The one source of the queues' attributes: ``queues_ensure`` applies them, the Celery broker
+# queue is created with ``broker_queue_attributes``, and the CloudFormation template
+# (deploy/aws/payments.yaml) is tested against them, so the two ways of creating the queues
+# cannot drift apart. Every queue is encrypted at rest (SSE-SQS).
+
+
+def dead_letter_queue_attributes() -> dict[str, str]:
+    """The FIFO dead-letter queue: kept for SQS's maximum retention, 14 days."""
+    return {
+        "FifoQueue": "true",
+        "MessageRetentionPeriod": str(RETENTION_14_DAYS),
+        SSE_ATTRIBUTE: "true",
+    }
+
+
+def main_queue_attributes(
+    *, visibility_timeout: int, max_receive_count: int, dead_letter_arn: str
+) -> dict[str, str]:
+    """The main FIFO queue: high-throughput FIFO, RedrivePolicy to the dead-letter queue."""
+    redrive = json.dumps(
+        {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": max_receive_count},
+        separators=(",", ":"),
+    )
+    return {
+        "FifoQueue": "true",
+        "VisibilityTimeout": str(visibility_timeout),
+        "DeduplicationScope": "messageGroup",
+        "FifoThroughputLimit": "perMessageGroupId",
+        "MessageRetentionPeriod": str(RETENTION_14_DAYS),
+        "RedrivePolicy": redrive,
+        SSE_ATTRIBUTE: "true",
+    }
+
+
+def broker_queue_attributes(*, visibility_timeout: int) -> dict[str, str]:
+    """Celery's standard broker queue (``config.celery.celery_queue_ensure``)."""
+    return {"VisibilityTimeout": str(visibility_timeout), SSE_ATTRIBUTE: "true"}
+
+
+# --- Create or verify ---------------------------------------------------------------------
+
+
+def _same(key: str, current: str | None, desired: str, *, queue: dict[str, str]) -> bool:
+    if key == SSE_ATTRIBUTE:
+        # Encryption at rest is what is required: a KMS key (the template's option) satisfies it
+        # as well as SSE-SQS; a server that reports no encryption attribute at all (the local
+        # SQS server) has nothing to verify.
+        return bool(queue.get("KmsMasterKeyId")) or (current or "true") == desired
     if current is None:
         return False
     if key == "RedrivePolicy":
@@ -116,7 +165,7 @@ def _ensure(queue: _Queue, desired: dict[str, str], *, dry_run: bool) -> tuple[s
     drift = {
         key: value
         for key, value in desired.items()
-        if key != "FifoQueue" and not _same(key, current.get(key), value)
+        if key != "FifoQueue" and not _same(key, current.get(key), value, queue=current)
     }
     if not drift:
         return queue.url, [f"verified queue {queue.name} ({_format(desired)})"]
@@ -161,11 +210,7 @@ def queues_ensure(
             f"visibility timeout {visibility_timeout} s is outside 0..{VISIBILITY_TIMEOUT_MAX}"
         )
 
-    dlq_url, dlq_lines = _ensure(
-        _find(dlq_name),
-        {"FifoQueue": "true", "MessageRetentionPeriod": str(RETENTION_14_DAYS)},
-        dry_run=dry_run,
-    )
+    dlq_url, dlq_lines = _ensure(_find(dlq_name), dead_letter_queue_attributes(), dry_run=dry_run)
     lines += dlq_lines
     if dlq_url:
         dlq_arn = _call("get_queue_attributes", QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
@@ -173,20 +218,13 @@ def queues_ensure(
         ]["QueueArn"]
     else:  # dry run, dead-letter queue not created
         dlq_arn = f"<arn of {dlq_name} once created>"
-    redrive = json.dumps(
-        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count},
-        separators=(",", ":"),
-    )
     _, main_lines = _ensure(
         _find(main_name),
-        {
-            "FifoQueue": "true",
-            "VisibilityTimeout": str(visibility_timeout),
-            "DeduplicationScope": "messageGroup",
-            "FifoThroughputLimit": "perMessageGroupId",
-            "MessageRetentionPeriod": str(RETENTION_14_DAYS),
-            "RedrivePolicy": redrive,
-        },
+        main_queue_attributes(
+            visibility_timeout=visibility_timeout,
+            max_receive_count=max_receive_count,
+            dead_letter_arn=dlq_arn,
+        ),
         dry_run=dry_run,
     )
     lines += main_lines

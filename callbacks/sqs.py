@@ -2,6 +2,10 @@
 
 Every function here acts immediately on the network; none of them may be called inside a
 transaction that can still roll back (use the outbox or ``transaction.on_commit``).
+
+Each function that calls SQS, here or through here, is declared in ``callbacks.sqs_access`` with
+its operations, queues and process roles: the IAM policies are built from that table, and tests
+fail on a call site it does not declare.
 """
 
 import json

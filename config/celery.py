@@ -41,6 +41,7 @@ def celery_queue_ensure(*, visibility_timeout: int | None = None) -> str:
     from django.conf import settings
 
     from callbacks import sqs
+    from callbacks.queues import broker_queue_attributes
 
     name = settings.CELERY_SQS_QUEUE_NAME
     if name.endswith(".fifo"):
@@ -58,7 +59,7 @@ def celery_queue_ensure(*, visibility_timeout: int | None = None) -> str:
         raise CeleryQueueError(f"visibility timeout must be 0..43200 seconds, got {timeout}")
     try:
         return sqs.sqs_client().create_queue(
-            QueueName=name, Attributes={"VisibilityTimeout": str(timeout)}
+            QueueName=name, Attributes=broker_queue_attributes(visibility_timeout=timeout)
         )["QueueUrl"]
     except ClientError as exc:
         error = exc.response.get("Error", {})

@@ -19,7 +19,8 @@ def _non_negative_int(value: str) -> int:
 class Command(BaseCommand):
     help = (
         "Create or verify the main FIFO queue (SQS_QUEUE_NAME) and its FIFO dead-letter queue "
-        "(SQS_DLQ_NAME): RedrivePolicy, visibility timeout, high-throughput FIFO, retention. "
+        "(SQS_DLQ_NAME): RedrivePolicy, visibility timeout, high-throughput FIFO, retention, "
+        "SSE-SQS encryption. "
         "Idempotent; prints what it created, verified, changed or (with --dry-run) would change."
     )
 

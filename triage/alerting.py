@@ -542,7 +542,7 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     from triage.return_rates import RETURN_RATE_PREFIX, return_rate_alerts_evaluate
 
     return_rates = return_rate_alerts_evaluate(now=now)
-    fired.update(dict.fromkeys(return_rates["fired"], "evaluated"))
+    fired.update(return_rates["fired"])
     resolved.extend(return_rates["resolved"])
 
     # Other one-off alerts (a rejected submission) resolve after a quiet period.

@@ -41,12 +41,13 @@ def _severity(closeness: float, warning_fraction: float) -> str | None:
     return None
 
 
-def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict[str, list[str]]:
+def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict:
     """Fire the return-rate alerts that hold and resolve the ones that cleared.
 
-    Returns ``{"fired": [keys], "resolved": [keys]}``. A rate that fell from the threshold to
-    the warning level is resolved as high and fired again as medium: the alert row's severity
-    only ever rises while it fires, and a stale "high" would page for a rate that improved.
+    Returns ``{"fired": {key: decision}, "resolved": [keys]}``. A rate that fell from the
+    threshold to the warning level is resolved as high and fired again as medium: the alert
+    row's severity only ever rises while it fires, and a stale "high" would page for a rate
+    that improved.
     """
     now = now or timezone.now()
     config = return_rate_settings()
@@ -55,7 +56,7 @@ def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict[str, lis
             status=AlertStatus.FIRING, key__startswith=RETURN_RATE_PREFIX
         ).values_list("key", "severity")
     )
-    fired: list[str] = []
+    fired: dict[str, str] = {}
     resolved: list[str] = []
     should_fire: set[str] = set()
     for merchant in merchant_return_rates(now=now):
@@ -71,7 +72,7 @@ def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict[str, lis
                 alert_resolve(key=key, now=now, reason="rate fell under the threshold")
                 resolved.append(key)
             level = "threshold" if severity == AlertSeverity.HIGH else "warning level"
-            alert_fire(
+            fired[key] = alert_fire(
                 key=key,
                 severity=severity,
                 summary=(
@@ -90,8 +91,7 @@ def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict[str, lis
                     "window_days": config.window_days,
                 },
                 now=now,
-            )
-            fired.append(key)
+            ).decision
     for key in sorted(set(firing) - should_fire):
         if alert_resolve(key=key, now=now, reason="rate under the warning level") is not None:
             resolved.append(key)

@@ -122,3 +122,23 @@ def test_the_defaults_are_the_nacha_thresholds():
         "overall": Decimal("15.0"),
     }
     assert config.warning_fraction == 0.8
+
+
+def test_the_upgrade_backfills_debits_settled_before_the_counters_existed():
+    import importlib
+
+    from django.apps import apps
+
+    backfill = importlib.import_module(
+        "payments.migrations.0003_backfill_merchant_return_days"
+    ).backfill
+    for _ in range(3):
+        PaymentFactory(state=PaymentState.CONFIRMED, merchant_id="m-old")
+    PaymentFactory(state=PaymentState.SUBMITTED, merchant_id="m-old")
+
+    backfill(apps, None)
+
+    [day] = MerchantReturnDay.objects.filter(merchant_id="m-old")
+    assert (day.day, day.debits, day.returns) == (timezone.now().date(), 3, 0)
+    backfill(apps, None)  # counters exist now: nothing is counted twice
+    assert MerchantReturnDay.objects.get(merchant_id="m-old").debits == 3

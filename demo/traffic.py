@@ -190,7 +190,10 @@ def _unfinished() -> int:
     from callbacks.models import PaymentHold
     from payments.models import OutboxMessage, Payment
 
-    held = PaymentHold.objects.filter(released_at__isnull=True).values("payment_id")
+    # Hold rows keep the payment id as text: compared in Python, not as a uuid = varchar join.
+    held = list(
+        PaymentHold.objects.filter(released_at__isnull=True).values_list("payment_id", flat=True)
+    )
     moving = Payment.objects.filter(state__in=["pending", "submitted"]).exclude(id__in=held)
     # Settled debits whose token rule promises a return a few seconds later.
     returning = (

@@ -11,15 +11,17 @@ The stack, every part a real process on 127.0.0.1, on a fresh PostgreSQL databas
 - two ``run_sqs_worker`` processes (which also relay the outbox) with a 3 s visibility timeout.
 
 Faults, all bounded in count and time: processor 5xx, 4xx, timeouts and latencies above the
-visibility timeout; duplicate and delayed callbacks; returns; source-token rules (tok_fail5xx_2,
-tok_timeout_1, tok_reject, tok_return, tok_dupcb); a worker SIGKILLed every few seconds and
-restarted; a window in which the queue endpoint refuses connections (the callback endpoint
-answers 503 and the processor retries its callbacks; payments created meanwhile are published
-by the outbox relay afterwards); PostgreSQL backends of the run's database terminated a few
-times; two gunicorn workers SIGKILLed; and a faulty processor's callbacks (``settled`` for a
-payment it rejected, an event for an unknown payment, a reused event id with another amount),
-which must end in triage. Payments are created through ``POST /api/payments/`` with an
-Idempotency-Key, retried with the same key on 5xx, 409 and connection errors.
+visibility timeout; duplicate and delayed callbacks; returns, before settlement and some seconds
+after it (duplicated and delayed like any callback); source-token rules (tok_fail5xx_2,
+tok_timeout_1, tok_reject, tok_return, tok_nsf, tok_unauth, tok_dupcb); a worker SIGKILLed every
+few seconds and restarted; a window in which the queue endpoint refuses connections (the
+callback endpoint answers 503 and the processor retries its callbacks; payments created
+meanwhile are published by the outbox relay afterwards); PostgreSQL backends of the run's
+database terminated a few times; two gunicorn workers SIGKILLed; and a faulty processor's
+callbacks (``settled`` for a payment it rejected, an event for an unknown payment, a reused
+event id with another amount), which must end in triage. Payments are created through ``POST
+/api/payments/`` with an Idempotency-Key, retried with the same key on 5xx, 409 and connection
+errors.
 
 Then it waits (bounded) until nothing moves, runs ``ingest_dlq``, stops the processor to read
 its record, and runs ``bench.invariants``. Output: a summary, the invariant report, and
@@ -294,6 +296,8 @@ TOKEN_MIX = (
     (0.04, "tok_fail5xx_2"),
     (0.01, "tok_timeout_1"),
     (0.03, "tok_return"),
+    (0.03, "tok_nsf"),  # settled, then returned R01
+    (0.02, "tok_unauth"),  # settled, then returned R10
     (0.04, "tok_dupcb"),
 )
 
@@ -497,6 +501,10 @@ class ChaosRun:
                 "SANDBOX_CALLBACK_DELAY_SECONDS": "4",
                 "SANDBOX_P_RETURN": "0.05",
                 "SANDBOX_SETTLE_AFTER_SECONDS": "0.5",
+                # Settled debits that come back afterwards (R01 or R10), on top of tok_nsf and
+                # tok_unauth.
+                "SANDBOX_P_SETTLED_RETURN": "0.03",
+                "SANDBOX_RETURN_AFTER_SECONDS": "2",
             }
         )
         return env
@@ -973,7 +981,7 @@ class ChaosRun:
         from django.db.models import Count
 
         from callbacks.models import ParkedMessage, PaymentHold
-        from payments.models import Payment, ProcessorAttempt
+        from payments.models import LedgerEntry, Payment, PaymentReturn, ProcessorAttempt
         from triage.models import DeadLetter
 
         states = dict(Payment.objects.values_list("state").annotate(n=Count("id")))
@@ -991,6 +999,10 @@ class ChaosRun:
             for child in self.children.values()
             if child.log_path.exists()
         }
+        returns = dict(
+            PaymentReturn.objects.values_list("after_settlement").annotate(n=Count("id"))
+        )
+        reversals = LedgerEntry.objects.filter(kind="reversal").count()
         lines = [
             "",
             "chaos summary",
@@ -1010,6 +1022,8 @@ class ChaosRun:
             f"terminated, one {5} s queue outage",
             f"  worker exits not caused by the run: {unexpected or 'none'}",
             f"  tracebacks in logs: {tracebacks}",
+            f"  returns: {returns.get(True, 0)} after settlement ({reversals} ledger "
+            f"reversals), {returns.get(False, 0)} before settlement",
             f"  settled: {settled} {backlog}; dead letters ingested: {dead_letters}",
         ]
         return "\n".join(lines)

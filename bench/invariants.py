@@ -13,8 +13,14 @@ bench.invariants`` prints it and exits 1 on any violation. The checks:
   where the previous one ended and is an allowed transition, every other row was written in the
   state the payment was in, a row marked stale really was stale, and the last state is the
   payment's state;
-- ``ledger_matches_confirmed``: one credit per confirmed payment for its amount and merchant, no
-  credit without confirmation, and each merchant's ledger total equals its confirmed total;
+- ``ledger_matches_confirmed``: one credit per settled payment (confirmed, or returned after
+  settlement) for its amount and merchant, no credit without confirmation, and each merchant's
+  credits equal its settled total;
+- ``returns_reversed``: every returned payment has exactly one reversal, for its amount and
+  merchant; no reversal exists without a return; and so each merchant's ledger net (credits
+  minus reversals) equals its confirmed total minus its returned total (checked as the
+  reversals equal to the returned total, so a wrong credit fails the check above and a wrong
+  reversal this one);
 - ``callbacks_accounted``: every callback the processor delivered left a trace: applied, stale,
   dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error), or
   (before the system has settled) started by a worker and not finished;
@@ -44,6 +50,7 @@ CHECKS = (
     "event_applied_at_most_once",
     "transitions_valid",
     "ledger_matches_confirmed",
+    "returns_reversed",
     "callbacks_accounted",
     "dead_letters_have_history",
 )
@@ -135,6 +142,7 @@ def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Rep
     _check_events_applied_once(report)
     _check_transitions(report)
     _check_ledger(report)
+    _check_returns_reversed(report)
     _check_callbacks(report, sandbox_stats, callbacks_sent)
     _check_dead_letters(report)
     _notes_unfinished(report)
@@ -266,7 +274,7 @@ def _check_events_applied_once(report: Report) -> None:
 
 
 def _check_transitions(report: Report) -> None:
-    from payments.events import EVENT_TARGET_STATE
+    from payments.events import EVENT_TARGET_STATE, event_target_state
     from payments.models import STATE_RANK, EventKind, EventOutcome, Payment, PaymentEvent
     from payments.services import EVENT_TRANSITIONS, TRANSITIONS
 
@@ -316,7 +324,11 @@ def _check_transitions(report: Report) -> None:
                 f"{pid} (row {row_id}: {from_state}->{to_state} while {current})"
             )
         if kind == EventKind.PROCESSOR_EVENT and outcome == EventOutcome.STALE:
-            target = EVENT_TARGET_STATE.get(event_type)
+            target = (
+                event_target_state(event_type, current)
+                if event_type in EVENT_TARGET_STATE
+                else None
+            )
             if target is None or not (
                 target == current or STATE_RANK[target] < STATE_RANK[current]
             ):
@@ -339,7 +351,7 @@ def _check_transitions(report: Report) -> None:
 
 
 def _check_ledger(report: Report) -> None:
-    from django.db.models import Count, Sum
+    from django.db.models import Sum
 
     from payments.models import (
         EventOutcome,
@@ -351,21 +363,24 @@ def _check_ledger(report: Report) -> None:
     )
 
     check = "ledger_matches_confirmed"
+    settled_states = (PaymentState.CONFIRMED, PaymentState.RETURNED)
     payments = {p["id"]: p for p in Payment.objects.values("id", "state", "amount", "merchant_id")}
     confirmed_in_log = set(
         PaymentEvent.objects.filter(
             outcome=EventOutcome.APPLIED, to_state=PaymentState.CONFIRMED
         ).values_list("payment_id", flat=True)
     )
-    entries = list(LedgerEntry.objects.values("id", "payment_id", "merchant_id", "kind", "amount"))
-    credits_per_payment = Counter(e["payment_id"] for e in entries if e["kind"] == "credit")
+    entries = list(
+        LedgerEntry.objects.filter(kind=LedgerEntryKind.CREDIT).values(
+            "id", "payment_id", "merchant_id", "kind", "amount"
+        )
+    )
+    credits_per_payment = Counter(e["payment_id"] for e in entries)
     unconfirmed, not_in_log, wrong_amount, wrong_merchant = [], [], [], []
     for entry in entries:
         payment = payments[entry["payment_id"]]
         pid = str(entry["payment_id"])
-        if entry["kind"] != LedgerEntryKind.CREDIT:
-            continue
-        if payment["state"] != PaymentState.CONFIRMED:
+        if payment["state"] not in settled_states:
             unconfirmed.append(f"{pid} ({payment['state']})")
         elif entry["payment_id"] not in confirmed_in_log:
             not_in_log.append(pid)
@@ -377,7 +392,10 @@ def _check_ledger(report: Report) -> None:
             )
     if unconfirmed:
         report.add(
-            check, f"{len(unconfirmed)} credit(s) for payments that are not confirmed", unconfirmed
+            check,
+            f"{len(unconfirmed)} credit(s) for payments that are not confirmed (nor returned "
+            "after settlement)",
+            unconfirmed,
         )
     if not_in_log:
         report.add(
@@ -389,10 +407,12 @@ def _check_ledger(report: Report) -> None:
         report.add(check, f"{len(wrong_amount)} credit(s) for another amount", wrong_amount)
     if wrong_merchant:
         report.add(check, f"{len(wrong_merchant)} credit(s) to another merchant", wrong_merchant)
-    confirmed = [pid for pid, p in payments.items() if p["state"] == PaymentState.CONFIRMED]
-    missing = sorted(str(pid) for pid in confirmed if credits_per_payment[pid] == 0)
+    settled = [pid for pid, p in payments.items() if p["state"] in settled_states]
+    missing = sorted(str(pid) for pid in settled if credits_per_payment[pid] == 0)
     if missing:
-        report.add(check, f"{len(missing)} confirmed payment(s) without a credit", missing)
+        report.add(
+            check, f"{len(missing)} confirmed (or returned) payment(s) without a credit", missing
+        )
     several = sorted(str(pid) for pid, n in credits_per_payment.items() if n > 1)
     if several:
         report.add(check, f"{len(several)} payment(s) credited more than once", several)
@@ -403,26 +423,110 @@ def _check_ledger(report: Report) -> None:
         .values("merchant_id")
         .annotate(total=Sum("amount"))
     }
+    # Every payment that settled, whether it was returned afterwards or not.
     expected = {
         row["merchant_id"]: row["total"]
-        for row in Payment.objects.filter(state=PaymentState.CONFIRMED)
+        for row in Payment.objects.filter(state__in=settled_states)
         .values("merchant_id")
-        .annotate(total=Sum("amount"), n=Count("id"))
+        .annotate(total=Sum("amount"))
     }
     off = sorted(
-        f"{m} (ledger {ledger.get(m, Decimal('0'))}, confirmed {expected.get(m, Decimal('0'))})"
+        f"{m} (credits {ledger.get(m, Decimal('0'))}, confirmed {expected.get(m, Decimal('0'))})"
         for m in set(ledger) | set(expected)
         if ledger.get(m, Decimal("0")) != expected.get(m, Decimal("0"))
     )
     if off:
         report.add(
-            check, f"{len(off)} merchant(s) whose ledger differs from their confirmed total", off
+            check,
+            f"{len(off)} merchant(s) whose ledger credits differ from their confirmed total "
+            "(returned payments included: they were confirmed first)",
+            off,
         )
     report.checked[check] = {
         "merchants": len(set(ledger) | set(expected)),
         "credits": len(entries),
-        "confirmed": len(confirmed),
+        "confirmed": len(settled),
         "credited total": str(sum(ledger.values(), Decimal("0"))),
+    }
+
+
+# --- every return reversed once, no reversal without a return --------------------------------
+
+
+def _check_returns_reversed(report: Report) -> None:
+    from django.db.models import Sum
+
+    from payments.models import LedgerEntry, LedgerEntryKind, Payment, PaymentState
+
+    check = "returns_reversed"
+    payments = {p["id"]: p for p in Payment.objects.values("id", "state", "amount", "merchant_id")}
+    reversals = list(
+        LedgerEntry.objects.filter(kind=LedgerEntryKind.REVERSAL).values(
+            "payment_id", "merchant_id", "amount"
+        )
+    )
+    per_payment = Counter(r["payment_id"] for r in reversals)
+    returned = [pid for pid, p in payments.items() if p["state"] == PaymentState.RETURNED]
+    missing = sorted(str(pid) for pid in returned if per_payment[pid] == 0)
+    if missing:
+        report.add(check, f"{len(missing)} returned payment(s) without a reversal", missing)
+    several = sorted(str(pid) for pid, n in per_payment.items() if n > 1)
+    if several:
+        report.add(check, f"{len(several)} payment(s) reversed more than once", several)
+    orphans, wrong_amount, wrong_merchant = [], [], []
+    for entry in reversals:
+        payment = payments[entry["payment_id"]]
+        pid = str(entry["payment_id"])
+        if payment["state"] != PaymentState.RETURNED:
+            orphans.append(f"{pid} ({payment['state']})")
+        if entry["amount"] != -payment["amount"]:
+            wrong_amount.append(f"{pid} (reversal {entry['amount']}, payment {payment['amount']})")
+        if entry["merchant_id"] != payment["merchant_id"]:
+            wrong_merchant.append(
+                f"{pid} (reversal of {entry['merchant_id']}, payment of {payment['merchant_id']})"
+            )
+    if orphans:
+        report.add(check, f"{len(orphans)} reversal(s) without a return", orphans)
+    if wrong_amount:
+        report.add(check, f"{len(wrong_amount)} reversal(s) for another amount", wrong_amount)
+    if wrong_merchant:
+        report.add(check, f"{len(wrong_merchant)} reversal(s) of another merchant", wrong_merchant)
+
+    reversed_total = {
+        row["merchant_id"]: -row["total"]
+        for row in LedgerEntry.objects.filter(kind=LedgerEntryKind.REVERSAL)
+        .values("merchant_id")
+        .annotate(total=Sum("amount"))
+    }
+    returned_total = {
+        row["merchant_id"]: row["total"]
+        for row in Payment.objects.filter(state=PaymentState.RETURNED)
+        .values("merchant_id")
+        .annotate(total=Sum("amount"))
+    }
+    net = {
+        row["merchant_id"]: row["total"]
+        for row in LedgerEntry.objects.values("merchant_id").annotate(total=Sum("amount"))
+    }
+    zero = Decimal("0")
+    off = sorted(
+        f"{m} (ledger net {net.get(m, zero)}, reversals {reversed_total.get(m, zero)}, "
+        f"returned {returned_total.get(m, zero)})"
+        for m in set(reversed_total) | set(returned_total)
+        if reversed_total.get(m, zero) != returned_total.get(m, zero)
+    )
+    if off:
+        report.add(
+            check,
+            f"{len(off)} merchant(s) whose ledger net differs from confirmed total - returned "
+            "total: their reversals do not add up to their returned payments",
+            off,
+        )
+    report.checked[check] = {
+        "returned": len(returned),
+        "reversals": len(reversals),
+        "reversed total": str(sum(reversed_total.values(), zero)),
+        "ledger net": str(sum(net.values(), zero)),
     }
 
 
@@ -531,19 +635,22 @@ def _check_callbacks(report: Report, stats: dict, callbacks_sent: list | None) -
 
 def _check_callbacks_by_count(report: Report, stats: dict, traces: dict) -> None:
     """Without the list of delivered event ids: each accepted debit sends two events (submitted,
-    then settled or returned); those the processor gave up on may never have reached us. So at
-    least 2 x debits - given up distinct events must have left a trace."""
+    then settled or returned), three when a settled debit is returned afterwards (the
+    processor's ``events`` count says how many it created); those the processor gave up on may
+    never have reached us. So at least events - given up distinct events must have left a
+    trace."""
     check = "callbacks_accounted"
     debits = int(stats.get("debits", len(stats.get("charges") or {})))
     given_up = int(stats.get("callbacks_given_up", 0))
     pending = int(stats.get("callbacks_pending", 0))
-    floor = 2 * debits - given_up - pending
+    events = int(stats["events"]) if "events" in stats else 2 * debits
+    floor = events - given_up - pending
     if len(traces) < floor:
         report.add(
             check,
             f"only {len(traces)} distinct processor events left a trace, but the processor "
-            f"delivered at least {floor} (2 x {debits} debits - {given_up} given up - {pending} "
-            "pending): at least "
+            f"delivered at least {floor} ({events} events of {debits} debits - {given_up} given "
+            f"up - {pending} pending): at least "
             f"{floor - len(traces)} lost (by count; the processor's stats list no event ids)",
         )
     report.checked[check] = {

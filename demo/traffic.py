@@ -13,17 +13,19 @@ from decimal import Decimal
 
 import requests
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 
 # Source-token prefixes select the sandbox processor's deterministic behaviours
 # (payments/sandbox/faults.py); the sandbox adds seeded random faults on top.
 TOKEN_MIX = [
-    (0.70, "tok_demo"),  # normal
+    (0.65, "tok_demo"),  # normal
     (0.06, "tok_fail5xx_2"),  # two 503s, then accepted: retried with the same key
     (0.04, "tok_timeout_1"),  # first call times out, the charge still happens: one charge
     (0.03, "tok_429_1"),  # 429 with Retry-After
     (0.04, "tok_reject"),  # 400: failed at once, medium alert
-    (0.07, "tok_return"),  # accepted, then returned (R01)
+    (0.07, "tok_return"),  # accepted, then returned (R01) before settlement
+    (0.03, "tok_nsf"),  # settled, then returned R01 a few seconds later: reversed
+    (0.02, "tok_unauth"),  # settled, then returned R10 (unauthorized): reversed
     (0.06, "tok_dupcb"),  # every callback delivered twice
 ]
 MERCHANTS = [f"merchant-{n}" for n in range(1, 9)]
@@ -188,9 +190,22 @@ def _unfinished() -> int:
     from callbacks.models import PaymentHold
     from payments.models import OutboxMessage, Payment
 
-    held = PaymentHold.objects.filter(released_at__isnull=True).values("payment_id")
+    # Hold rows keep the payment id as text: compared in Python, not as a uuid = varchar join.
+    held = list(
+        PaymentHold.objects.filter(released_at__isnull=True).values_list("payment_id", flat=True)
+    )
     moving = Payment.objects.filter(state__in=["pending", "submitted"]).exclude(id__in=held)
-    return moving.count() + OutboxMessage.objects.filter(published_at__isnull=True).count()
+    # Settled debits whose token rule promises a return a few seconds later.
+    returning = (
+        Payment.objects.filter(state="confirmed")
+        .filter(Q(source_token__startswith="tok_nsf") | Q(source_token__startswith="tok_unauth"))
+        .exclude(id__in=held)
+    )
+    return (
+        moving.count()
+        + returning.count()
+        + OutboxMessage.objects.filter(published_at__isnull=True).count()
+    )
 
 
 def _wait_until_settled(total: int, timeout: float = 300) -> bool:
@@ -207,7 +222,7 @@ def _wait_until_settled(total: int, timeout: float = 300) -> bool:
 
 def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
     from callbacks.models import PaymentHold, QueueMessage
-    from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessorAttempt
+    from payments.models import LedgerEntry, Payment, PaymentEvent, PaymentReturn, ProcessorAttempt
     from triage.models import DeadLetter
     from triage.services import dead_letters_ingest
 
@@ -237,6 +252,21 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
         ("  dropped by the app's dedup record", outcomes.get("duplicate", 0)),
         ("  stale (e.g. `submitted` after our 201)", outcomes.get("stale", 0)),
         ("  applied", outcomes.get("applied", 0)),
+        (
+            "returned after settlement (reversed)",
+            PaymentReturn.objects.filter(after_settlement=True).count(),
+        ),
+        ("  ledger reversals", LedgerEntry.objects.filter(kind="reversal").count()),
+        (
+            "  returns by code",
+            ", ".join(
+                f"{code}: {n}"
+                for code, n in PaymentReturn.objects.values_list("reason_code")
+                .annotate(n=Count("id"))
+                .order_by("reason_code")
+            )
+            or "none",
+        ),
         ("messages that needed >1 attempt", QueueMessage.objects.filter(attempts__gt=1).count()),
         ("dead letters open (in the admin)", DeadLetter.objects.filter(status="open").count()),
         ("payments on hold", PaymentHold.objects.filter(released_at__isnull=True).count()),
@@ -257,11 +287,23 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
         ledger = LedgerEntry.objects.filter(merchant_id=merchant).aggregate(s=Sum("amount"))["s"]
         if ledger != confirmed:
             mismatched.append((merchant, confirmed, ledger))
-    credited_unconfirmed = LedgerEntry.objects.exclude(payment__state="confirmed").count()
+    credited_unconfirmed = (
+        LedgerEntry.objects.filter(kind="credit")
+        .exclude(payment__state__in=["confirmed", "returned"])
+        .count()
+    )
+    returned_ids = set(Payment.objects.filter(state="returned").values_list("id", flat=True))
+    reversed_ids = list(
+        LedgerEntry.objects.filter(kind="reversal").values_list("payment_id", flat=True)
+    )
     checks = [
         (f"every idempotency key charged at most once ({len(charges)} keys)", not over),
-        ("each merchant's ledger equals its confirmed total", not mismatched),
+        ("each merchant's ledger net equals its confirmed total", not mismatched),
         ("no ledger credit without a confirmed payment", credited_unconfirmed == 0),
+        (
+            f"every returned payment reversed exactly once ({len(returned_ids)} returned)",
+            sorted(reversed_ids) == sorted(returned_ids),
+        ),
         (
             f"every poison event reached the admin ({expected_dead_letters} expected)",
             DeadLetter.objects.count() >= expected_dead_letters,

@@ -7,12 +7,15 @@ from django.utils.html import format_html
 
 from payments.models import (
     LedgerEntry,
+    MerchantReturnDay,
     OutboxMessage,
     Payment,
     PaymentEvent,
+    PaymentReturn,
     ProcessedEvent,
     ProcessorAttempt,
 )
+from payments.return_codes import return_code_label
 
 
 class ReadOnlyAdminMixin:
@@ -75,13 +78,37 @@ class LedgerEntryInline(ReadOnlyInline):
     fields = ["created_at", "kind", "amount", "currency", "merchant_id"]
 
 
+class PaymentReturnInline(ReadOnlyInline):
+    model = PaymentReturn
+    fields = [
+        "reason",
+        "category",
+        "after_settlement",
+        "returned_at",
+        "deadline",
+        "flags_display",
+        "processor_event_id",
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+    @admin.display(description="reason code")
+    def reason(self, obj):
+        return return_code_label(obj.reason_code)
+
+    @admin.display(description="flags")
+    def flags_display(self, obj):
+        return ", ".join(obj.flags) or "—"
+
+
 @admin.register(Payment)
 class PaymentAdmin(admin.ModelAdmin):
     list_display = ["id", "merchant_id", "amount", "currency", "state", "created_at"]
     list_filter = ["state", "currency", "created_at"]
     search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
     date_hierarchy = "created_at"
-    inlines = [PaymentEventInline, ProcessorAttemptInline, LedgerEntryInline]
+    inlines = [PaymentEventInline, ProcessorAttemptInline, LedgerEntryInline, PaymentReturnInline]
     list_per_page = 50
     show_full_result_count = False
 
@@ -154,3 +181,47 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "kind", "group_id", "created_at", "published_at", "publish_attempts"]
     list_filter = ["kind", ("published_at", admin.EmptyFieldListFilter)]
     search_fields = ["=group_id"]
+
+
+@admin.register(PaymentReturn)
+class PaymentReturnAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Every ACH return with its NACHA code and title; late and unknown-code ones filterable."""
+
+    list_display = [
+        "created_at",
+        "payment",
+        "merchant_id",
+        "reason",
+        "category",
+        "after_settlement",
+        "flags_display",
+    ]
+    list_filter = ["late", "unknown_code", "after_settlement", "category", "reason_code"]
+    search_fields = ["=payment__id", "merchant_id", "=processor_event_id", "=reason_code"]
+    list_select_related = ["payment"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["reason", "flags_display", *(f.name for f in self.model._meta.fields)]
+
+    @admin.display(description="reason code", ordering="reason_code")
+    def reason(self, obj):
+        return return_code_label(obj.reason_code)
+
+    @admin.display(description="flags")
+    def flags_display(self, obj):
+        return ", ".join(obj.flags) or "—"
+
+
+@admin.register(MerchantReturnDay)
+class MerchantReturnDayAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "day",
+        "merchant_id",
+        "debits",
+        "returns",
+        "unauthorized_returns",
+        "administrative_returns",
+    ]
+    list_filter = ["day"]
+    search_fields = ["merchant_id"]

@@ -11,13 +11,23 @@ from payments.models import PaymentState
 
 EVENT_TYPES = ("submitted", "settled", "failed", "returned")
 
-# Which state each processor event type drives the payment to.
+# Which state each processor event type drives the payment to, before settlement.
 EVENT_TARGET_STATE = {
     "submitted": PaymentState.SUBMITTED,
     "settled": PaymentState.CONFIRMED,
     "failed": PaymentState.FAILED,
     "returned": PaymentState.FAILED,
 }
+# A return of a debit that has settled is no failure: the payment is returned, its credit
+# reversed.
+SETTLED_STATES = (PaymentState.CONFIRMED, PaymentState.RETURNED)
+
+
+def event_target_state(event_type: str, current: str) -> str:
+    """The state ``event_type`` drives a payment in state ``current`` to."""
+    if event_type == "returned" and current in SETTLED_STATES:
+        return PaymentState.RETURNED
+    return EVENT_TARGET_STATE[event_type]
 
 
 @dataclass(frozen=True)
@@ -31,9 +41,8 @@ class ProcessorEvent:
     message: str = ""
     raw: dict = field(default_factory=dict, compare=False)
 
-    @property
-    def target_state(self) -> str:
-        return EVENT_TARGET_STATE[self.event_type]
+    def target_state(self, current: str) -> str:
+        return event_target_state(self.event_type, current)
 
     @property
     def fingerprint(self) -> str:

@@ -17,6 +17,7 @@ class PaymentState(models.TextChoices):
     SUBMITTED = "submitted", "Submitted"
     CONFIRMED = "confirmed", "Confirmed"
     FAILED = "failed", "Failed"
+    RETURNED = "returned", "Returned after settlement"
 
 
 # How far along a state is; an event whose target ranks below the current state is stale.
@@ -25,8 +26,10 @@ STATE_RANK = {
     PaymentState.SUBMITTED: 1,
     PaymentState.CONFIRMED: 2,
     PaymentState.FAILED: 2,
+    PaymentState.RETURNED: 3,
 }
-FINAL_STATES = (PaymentState.CONFIRMED, PaymentState.FAILED)
+# Confirmed counts as final: most settled debits never come back, and nothing waits for them.
+FINAL_STATES = (PaymentState.CONFIRMED, PaymentState.FAILED, PaymentState.RETURNED)
 
 
 class Payment(FSMModelMixin, models.Model):
@@ -77,6 +80,10 @@ class Payment(FSMModelMixin, models.Model):
     @transition(field=state, source=PaymentState.SUBMITTED, target=PaymentState.FAILED)
     def fail(self) -> None:
         pass
+
+    @transition(field=state, source=PaymentState.CONFIRMED, target=PaymentState.RETURNED)
+    def return_after_settlement(self) -> None:
+        """A settled debit came back (a NACHA return): final, the credit is reversed."""
 
 
 class EventKind(models.TextChoices):
@@ -153,10 +160,13 @@ class ProcessorAttempt(models.Model):
 
 class LedgerEntryKind(models.TextChoices):
     CREDIT = "credit", "Credit"
+    REVERSAL = "reversal", "Reversal (debit)"
 
 
 class LedgerEntry(models.Model):
-    """A merchant credit, written once per confirmed payment: the unique constraint is the guard."""
+    """A merchant credit, written once per confirmed payment, and its reversal (a debit of the
+    same amount, stored negative), written once if the payment is returned after settlement: the
+    unique constraint on (payment, kind) is the guard for both."""
 
     payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="ledger_entries")
     merchant_id = models.CharField(max_length=64, db_index=True)
@@ -169,11 +179,85 @@ class LedgerEntry(models.Model):
         ordering = ["created_at", "id"]
         verbose_name_plural = "ledger entries"
         constraints = [
-            models.UniqueConstraint(fields=["payment", "kind"], name="ledger_one_entry_per_kind")
+            models.UniqueConstraint(fields=["payment", "kind"], name="ledger_one_entry_per_kind"),
+            # The sign follows the kind, so the sum of a merchant's entries is its net balance.
+            models.CheckConstraint(
+                condition=(models.Q(kind="credit", amount__gt=0) | ~models.Q(kind="credit")),
+                name="ledger_credit_positive",
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(kind="reversal", amount__lt=0) | ~models.Q(kind="reversal")),
+                name="ledger_reversal_negative",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.amount} {self.currency} to {self.merchant_id}"
+
+
+class PaymentReturn(models.Model):
+    """The ACH return of a payment, with its NACHA reason code: one per payment.
+
+    Written in the transaction that applies the ``returned`` event, whether it came before
+    settlement (the payment failed) or after it (the payment is returned and its credit
+    reversed). Flags are for humans: an unknown code or a late return is applied all the same,
+    because the money has already moved.
+    """
+
+    payment = models.OneToOneField(Payment, on_delete=models.PROTECT, related_name="ach_return")
+    merchant_id = models.CharField(max_length=64, db_index=True)
+    processor_event_id = models.CharField(max_length=128)
+    reason_code = models.CharField(max_length=16, blank=True)
+    reason_title = models.CharField(max_length=255, blank=True)
+    category = models.CharField(max_length=16, blank=True, help_text="empty for an unknown code")
+    after_settlement = models.BooleanField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+    returned_at = models.DateTimeField(help_text="the processor's timestamp of the return")
+    deadline = models.DateTimeField(null=True, blank=True)
+    unknown_code = models.BooleanField(default=False, db_index=True)
+    late = models.BooleanField(default=False, db_index=True, help_text="late return")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.reason_code or '(no code)'} {self.reason_title} for {self.payment_id}"
+
+    @property
+    def flags(self) -> list[str]:
+        flags = []
+        if self.unknown_code:
+            flags.append("unknown code")
+        if self.late:
+            flags.append("late return")
+        return flags
+
+
+class MerchantReturnDay(models.Model):
+    """Per merchant and day (UTC): debits the ACH network answered and returns, by category.
+
+    Incremented in the transaction of the transition that counts (an upsert, so concurrent
+    transitions add up), so the return rates over a window are a sum over at most window-days
+    rows per merchant, never a scan of payments.
+    """
+
+    merchant_id = models.CharField(max_length=64)
+    day = models.DateField()
+    debits = models.PositiveIntegerField(default=0)
+    returns = models.PositiveIntegerField(default=0)
+    unauthorized_returns = models.PositiveIntegerField(default=0)
+    administrative_returns = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "merchant_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["merchant_id", "day"], name="merchant_return_day")
+        ]
+        indexes = [models.Index(fields=["day", "merchant_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.day}: {self.returns}/{self.debits}"
 
 
 class ProcessedEvent(models.Model):

@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from payments.models import LedgerEntry, Payment, PaymentState, ProcessorAttempt
+from payments.models import LedgerEntry, LedgerEntryKind, Payment, PaymentState, ProcessorAttempt
 
 # Other apps add sections to the payment detail (the queue layer adds its processing errors)
 # without payments importing them: each callable takes a payment and returns a dict to merge.
@@ -24,28 +24,56 @@ def payment_get(*, payment_id) -> Payment:
 
 
 def merchant_balance(*, merchant_id: str) -> dict:
-    """The merchant's ledger balance per currency, and its confirmed payments total to compare."""
-    ledger = (
+    """The merchant's ledger per currency: credits, reversals (returns after settlement, as a
+    positive total), the net balance, and the confirmed and returned payments to compare.
+
+    ``balance`` is the net balance and ``confirmed_total`` the payments that are confirmed now
+    (not returned): for a sound ledger the two are equal.
+    """
+    ledger: dict[str, dict] = {}
+    for row in (
         LedgerEntry.objects.filter(merchant_id=merchant_id)
-        .values("currency")
-        .annotate(balance=Sum("amount"), entries=Count("id"))
-        .order_by("currency")
-    )
-    confirmed = dict(
-        Payment.objects.filter(merchant_id=merchant_id, state=PaymentState.CONFIRMED)
-        .values("currency")
-        .annotate(total=Sum("amount"))
-        .values_list("currency", "total")
-    )
-    balances = [
-        {
-            "currency": row["currency"],
-            "balance": f"{row['balance']:.2f}",
-            "entries": row["entries"],
-            "confirmed_total": f"{confirmed.get(row['currency'], Decimal('0')):.2f}",
-        }
-        for row in ledger
-    ]
+        .values("currency", "kind")
+        .annotate(total=Sum("amount"), entries=Count("id"))
+        .order_by()
+    ):
+        ledger.setdefault(row["currency"], {})[row["kind"]] = row
+    payments: dict[str, dict] = {}
+    for row in (
+        Payment.objects.filter(
+            merchant_id=merchant_id, state__in=(PaymentState.CONFIRMED, PaymentState.RETURNED)
+        )
+        .values("currency", "state")
+        .annotate(total=Sum("amount"), n=Count("id"))
+        .order_by()
+    ):
+        payments.setdefault(row["currency"], {})[row["state"]] = row
+    zero = Decimal("0")
+    balances = []
+    for currency in sorted(ledger):
+        kinds = ledger[currency]
+        credit = kinds.get(LedgerEntryKind.CREDIT, {})
+        reversal = kinds.get(LedgerEntryKind.REVERSAL, {})
+        credits = credit.get("total") or zero
+        reversals = -(reversal.get("total") or zero)
+        states = payments.get(currency, {})
+        confirmed = states.get(PaymentState.CONFIRMED, {})
+        returned = states.get(PaymentState.RETURNED, {})
+        net = credits - reversals
+        balances.append(
+            {
+                "currency": currency,
+                "credits": f"{credits:.2f}",
+                "reversals": f"{reversals:.2f}",
+                "net": f"{net:.2f}",
+                "confirmed_count": confirmed.get("n", 0),
+                "returned_count": returned.get("n", 0),
+                "balance": f"{net:.2f}",
+                "entries": credit.get("entries", 0) + reversal.get("entries", 0),
+                "confirmed_total": f"{confirmed.get('total') or zero:.2f}",
+                "returned_total": f"{returned.get('total') or zero:.2f}",
+            }
+        )
     return {"merchant_id": merchant_id, "balances": balances}
 
 

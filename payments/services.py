@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from payments.alerts import alert_raise
-from payments.events import EVENT_TARGET_STATE, ProcessorEvent
+from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import (
     AmountMismatch,
     EventConflict,
@@ -28,9 +28,11 @@ from payments.models import (
     EventOutcome,
     LedgerEntry,
     LedgerEntryKind,
+    MerchantReturnDay,
     OutboxMessage,
     Payment,
     PaymentEvent,
+    PaymentReturn,
     PaymentState,
     ProcessedEvent,
     ProcessorAttempt,
@@ -43,6 +45,7 @@ from payments.processor.client import (
     ProcessorCallUnavailable,
     get_client,
 )
+from payments.return_codes import ReturnCategory, return_code_get
 from payments.signals import outbox_committed
 
 logger = logging.getLogger(__name__)
@@ -56,12 +59,14 @@ TRANSITIONS = {
     (PaymentState.PENDING, PaymentState.FAILED): "reject",
     (PaymentState.SUBMITTED, PaymentState.CONFIRMED): "confirm",
     (PaymentState.SUBMITTED, PaymentState.FAILED): "fail",
+    (PaymentState.CONFIRMED, PaymentState.RETURNED): "return_after_settlement",
 }
 # Processor events may only use these; ``reject`` belongs to a 4xx answer to our submission.
 EVENT_TRANSITIONS = {
     (PaymentState.PENDING, PaymentState.SUBMITTED),
     (PaymentState.SUBMITTED, PaymentState.CONFIRMED),
     (PaymentState.SUBMITTED, PaymentState.FAILED),
+    (PaymentState.CONFIRMED, PaymentState.RETURNED),
 }
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
@@ -153,6 +158,8 @@ def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
     """Move a payment locked by the caller to ``target`` and save it; return (from, to).
 
     Call inside ``transaction.atomic()`` on a row fetched with ``select_for_update()``.
+    Confirmation writes the merchant's credit, a return after settlement its reversal (a debit
+    of the same amount); both count in the merchant's daily return-rate counters.
     """
     current = payment.state
     name = TRANSITIONS.get((current, target))
@@ -172,7 +179,45 @@ def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
             amount=payment.amount,
             currency=payment.currency,
         )
+        merchant_return_day_add(
+            merchant_id=payment.merchant_id, day=payment.state_changed_at.date(), debits=1
+        )
+    elif target == PaymentState.RETURNED:
+        LedgerEntry.objects.create(
+            payment=payment,
+            merchant_id=payment.merchant_id,
+            kind=LedgerEntryKind.REVERSAL,
+            amount=-payment.amount,
+            currency=payment.currency,
+        )
     return current, target
+
+
+def merchant_return_day_add(
+    *,
+    merchant_id: str,
+    day,
+    debits: int = 0,
+    returns: int = 0,
+    unauthorized_returns: int = 0,
+    administrative_returns: int = 0,
+) -> None:
+    """Add to the merchant's counters of ``day`` inside the caller's transaction.
+
+    One ``INSERT ... ON CONFLICT DO UPDATE`` adding to the stored values: two transitions of the
+    same merchant committing at once both count, without a read-modify-write race.
+    """
+    table = connection.ops.quote_name(MerchantReturnDay._meta.db_table)
+    counters = ("debits", "returns", "unauthorized_returns", "administrative_returns")
+    values = (debits, returns, unauthorized_returns, administrative_returns)
+    updates = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in counters)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (merchant_id, day, {', '.join(counters)}) "  # noqa: S608
+            f"VALUES (%s, %s, %s, %s, %s, %s) "
+            f"ON CONFLICT (merchant_id, day) DO UPDATE SET {updates}",
+            [merchant_id, day, *values],
+        )
 
 
 def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyResult:
@@ -196,7 +241,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         except Payment.DoesNotExist:
             raise PaymentNotFound(f"payment {event.payment_id} does not exist") from None
         current = payment.state
-        target = EVENT_TARGET_STATE[event.event_type]
+        settled_at = payment.state_changed_at if current == PaymentState.CONFIRMED else None
+        target = event_target_state(event.event_type, current)
         stale = target == current or STATE_RANK[target] < STATE_RANK[current]
         outcome = EventOutcome.STALE if stale else EventOutcome.APPLIED
         if not _processed_event_claim(event, payment, fingerprint, outcome):
@@ -223,8 +269,87 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
                 f"{event.event_type} event {event.processor_event_id} cannot move payment "
                 f"{payment.id} from {current} to {target}"
             )
+        if event.event_type == "returned" and not stale:
+            _return_record(payment=payment, event=event, settled_at=settled_at)
         _log_event(payment, event, outcome, current, to_state, caused_by)
     return ApplyResult(outcome, payment, current, to_state)
+
+
+def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> PaymentReturn:
+    """Record the return with its reason code, count it, and flag what a human should see.
+
+    Called in the transaction that applied the return. Nothing here refuses a return: the money
+    has already gone back to the customer, so an unknown code or a late return is applied and
+    flagged (medium alert after commit), never dropped.
+    """
+    code = return_code_get(event.reason_code)
+    after_settlement = settled_at is not None
+    deadline = code.deadline(settled_at) if code is not None and after_settlement else None
+    late = deadline is not None and event.timestamp > deadline
+    record = PaymentReturn.objects.create(
+        payment=payment,
+        merchant_id=payment.merchant_id,
+        processor_event_id=event.processor_event_id,
+        reason_code=code.code if code is not None else event.reason_code[:16],
+        reason_title=code.title if code is not None else "",
+        category=code.category if code is not None else "",
+        after_settlement=after_settlement,
+        settled_at=settled_at,
+        returned_at=event.timestamp,
+        deadline=deadline,
+        unknown_code=code is None,
+        late=late,
+    )
+    merchant_return_day_add(
+        merchant_id=payment.merchant_id,
+        day=timezone.now().date(),
+        # A debit returned before it settled was never counted as settled: it counts here.
+        debits=0 if after_settlement else 1,
+        returns=1,
+        unauthorized_returns=int(code is not None and code.category == ReturnCategory.UNAUTHORIZED),
+        administrative_returns=int(
+            code is not None and code.category == ReturnCategory.ADMINISTRATIVE
+        ),
+    )
+    alerts = []
+    if late:
+        alerts.append(
+            {
+                "key": f"payment.late_return:{payment.id}",
+                "summary": (
+                    f"late return {record.reason_code} for payment {payment.id} of "
+                    f"{payment.merchant_id}: returned {event.timestamp.isoformat()}, due by "
+                    f"{deadline.isoformat()} ({code.time_frame} after settlement at "
+                    f"{settled_at.isoformat()}); applied and reversed, a dishonor may be "
+                    "possible"
+                ),
+            }
+        )
+    if code is None:
+        alerts.append(
+            {
+                "key": f"payment.return_unknown_code:{payment.id}",
+                "summary": (
+                    f"return for payment {payment.id} of {payment.merchant_id} carries "
+                    f"reason code {event.reason_code!r}, which is not a NACHA return code; "
+                    "applied, check it with the processor"
+                ),
+            }
+        )
+    details = {
+        "reason_code": record.reason_code,
+        "processor_event_id": event.processor_event_id,
+        "after_settlement": after_settlement,
+        "flags": record.flags,
+    }
+    for alert in alerts:
+        transaction.on_commit(
+            lambda alert=alert: alert_raise(
+                severity="medium", details=details, payment_id=payment.id, **alert
+            ),
+            robust=True,
+        )
+    return record
 
 
 def _processed_event_claim(

@@ -538,12 +538,20 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
             if pk.isdigit() and int(pk) in decided:
                 resolve(key, f"dead letter {pk} is {decided[int(pk)]}")
 
+    # Merchants' return rates against the NACHA thresholds (one query over daily counters).
+    from triage.return_rates import RETURN_RATE_PREFIX, return_rate_alerts_evaluate
+
+    return_rates = return_rate_alerts_evaluate(now=now)
+    fired.update(return_rates["fired"])
+    resolved.extend(return_rates["resolved"])
+
     # Other one-off alerts (a rejected submission) resolve after a quiet period.
     quiet_since = now - settings.ALERT_EVENT_QUIET_RESOLVE
     for key in (
         Alert.objects.filter(status=AlertStatus.FIRING, last_fired_at__lt=quiet_since)
         .exclude(key__in=CONDITION_KEYS)
         .exclude(key__startswith=DEAD_LETTER_PREFIX)
+        .exclude(key__startswith=RETURN_RATE_PREFIX)
         .values_list("key", flat=True)
     ):
         resolve(key, f"no repeat for {settings.ALERT_EVENT_QUIET_RESOLVE}")

@@ -88,3 +88,43 @@ def ratio_bar(part: int, total: int, *, title: str, width: int = 420) -> SafeStr
         total,
         f"{share * 100:.1f}",
     )
+
+
+def threshold_bar(
+    closeness: float, *, warning: float, title: str, width: int = 160, height: int = 14
+) -> SafeString:
+    """A small bar for how close a rate is to its threshold: full width is 125 % of it.
+
+    Tick marks at the warning level and at the threshold; the bar is blue under the warning,
+    orange from it, red from the threshold. The ``<title>`` carries the numbers in words.
+    """
+    scale = 1.25
+    share = max(0.0, min(closeness, scale)) / scale
+    filled = round((width - 2) * share)
+    color = "#ba2121" if closeness >= 1 else "#ff9900" if closeness >= warning else BAR_COLOR
+    warn_x = 1 + round((width - 2) * warning / scale)
+    limit_x = 1 + round((width - 2) / scale)
+    return format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{}" height="{}" '
+        'viewBox="0 0 {} {}" class="triage-chart"><title>{}</title>'
+        '<rect x="1" y="1" width="{}" height="{}" fill="#eee" stroke="#999"></rect>'
+        '<rect x="1" y="1" width="{}" height="{}" fill="{}"></rect>'
+        '<line x1="{}" y1="0" x2="{}" y2="{}" stroke="#ff9900"></line>'
+        '<line x1="{}" y1="0" x2="{}" y2="{}" stroke="#ba2121"></line></svg>',
+        width,
+        height,
+        width,
+        height,
+        title,
+        width - 2,
+        height - 2,
+        filled,
+        height - 2,
+        color,
+        warn_x,
+        warn_x,
+        height,
+        limit_x,
+        limit_x,
+        height,
+    )

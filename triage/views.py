@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from triage import charts, selectors, services
+from triage import charts, return_rates, selectors, services
 from triage.exceptions import NoteRequired, TriageError
 from triage.models import DeadLetter, DeadLetterStatus
 
@@ -321,5 +321,6 @@ def dashboard(request, model_admin):
             dead_by_class=dead_by_class,
             stuck=stuck,
             changelist_url=reverse("admin:triage_deadletter_changelist"),
+            **return_rates.return_rates_panel(now=now),
         ),
     )

@@ -168,6 +168,17 @@ ALERT_BACKLOG_OLDEST_AGE = timedelta(
 )
 # One-off alerts (a rejected submission) resolve by themselves after this long without a repeat.
 ALERT_EVENT_QUIET_RESOLVE = timedelta(hours=env.int("ALERT_EVENT_QUIET_RESOLVE_HOURS", default=24))
+# Return rates per merchant (payments/return_rates.py): the rolling window, the NACHA
+# thresholds in percent, a warning alert at this fraction of a threshold, and the debits a
+# merchant needs in the window before its rates are alerted on.
+RETURN_RATE_WINDOW_DAYS = env.int("RETURN_RATE_WINDOW_DAYS", default=60)
+RETURN_RATE_THRESHOLDS = {
+    "unauthorized": env.float("RETURN_RATE_UNAUTHORIZED_PERCENT", default=0.5),
+    "administrative": env.float("RETURN_RATE_ADMINISTRATIVE_PERCENT", default=3.0),
+    "overall": env.float("RETURN_RATE_OVERALL_PERCENT", default=15.0),
+}
+RETURN_RATE_WARNING_FRACTION = env.float("RETURN_RATE_WARNING_FRACTION", default=0.8)
+RETURN_RATE_MIN_DEBITS = env.int("RETURN_RATE_MIN_DEBITS", default=20)
 
 # --- Reconciliation of stuck payments (ACH settles in days)
 RECONCILE_SUBMITTED_AFTER = timedelta(days=env.int("RECONCILE_SUBMITTED_AFTER_DAYS", default=3))

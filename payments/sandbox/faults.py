@@ -3,8 +3,8 @@
 Random faults (each a probability in 0..1, drawn from ``random.Random(seed)`` so a run can be
 replayed): 5xx answers, 4xx answers, timeouts (the sandbox sleeps past the client's timeout,
 then still records the charge, as a real processor does), duplicate callbacks, delayed
-callbacks, returns instead of settlements. Latency: lognormal around a median, so it has the
-heavy tail real processors have.
+callbacks, returns instead of settlements, returns some seconds after settlement. Latency:
+lognormal around a median, so it has the heavy tail real processors have.
 
 Source-token rules make tests deterministic. The count N is per source token, over the sandbox's
 life (or since ``POST /_sandbox/reset``):
@@ -15,6 +15,10 @@ life (or since ``POST /_sandbox/reset``):
 ``tok_429_<N>...``          the first N debit calls answer 429 with ``Retry-After``
 ``tok_reject...``           every debit call answers 400 (account closed)
 ``tok_return...``           accepted, then ``returned`` (R01) instead of ``settled``
+``tok_nsf...``              accepted, ``settled``, then ``returned`` R01 (NSF) after
+                            ``return_after_seconds``: a return after settlement
+``tok_unauth...``           accepted, ``settled``, then ``returned`` R10 (unauthorized) after
+                            ``return_after_seconds``
 ``tok_dupcb...``            every callback is delivered twice
 ==========================  ===================================================================
 """
@@ -44,6 +48,9 @@ class FaultConfig:
     callback_delay_seconds: float = 5.0
     p_return: float = 0.0
     settle_after_seconds: float = 0.5  # between the submitted and the settled/returned callback
+    # Settled debits that come back afterwards: R01 (NSF) mostly, one in four R10 (unauthorized).
+    p_settled_return: float = 0.0
+    return_after_seconds: float = 2.0  # between the settled and the returned callback
     retry_after_seconds: int = 2  # Retry-After sent with 429
 
     def __post_init__(self) -> None:
@@ -54,6 +61,7 @@ class FaultConfig:
             "p_duplicate_callback",
             "p_delayed_callback",
             "p_return",
+            "p_settled_return",
         ):
             _check_probability(name, getattr(self, name))
         if self.p_5xx + self.p_4xx + self.p_timeout > 1:
@@ -64,6 +72,7 @@ class FaultConfig:
             "latency_max_ms",
             "callback_delay_seconds",
             "settle_after_seconds",
+            "return_after_seconds",
             "retry_after_seconds",
         ):
             if getattr(self, name) < 0:
@@ -150,6 +159,16 @@ class FaultPlan:
         if source_token.startswith("tok_return"):
             return True
         return self._chance(self.config.p_return)
+
+    def settled_return_code(self, source_token: str) -> str | None:
+        """The reason code of a return that follows this debit's settlement, or ``None``."""
+        if source_token.startswith("tok_nsf"):
+            return "R01"
+        if source_token.startswith("tok_unauth"):
+            return "R10"
+        if self._chance(self.config.p_settled_return):
+            return "R10" if self._chance(0.25) else "R01"
+        return None
 
     def duplicates(self, source_token: str) -> bool:
         if source_token.startswith("tok_dupcb"):

@@ -11,7 +11,8 @@
   event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
-``returned``) to the callback URL, from background threads. Faults: see ``faults.py``.
+``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
+URL, from background threads. Faults: see ``faults.py``.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class SandboxProcessor:
         self._responses: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
         self._replays = 0
+        self._events = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.callbacks: CallbackSender | None = None
@@ -180,6 +182,7 @@ class SandboxProcessor:
                 "charges_by_payment": dict(self._charges_by_payment),
                 "debits": len(self._debits),
                 "replays": self._replays,
+                "events": self._events,
                 "requests": dict(self._requests),
                 "responses": dict(self._responses),
                 "seed": self.plan.seed,
@@ -207,6 +210,7 @@ class SandboxProcessor:
             self._responses.clear()
             self._requests.clear()
             self._replays = 0
+            self._events = 0
         self.plan.reset()
 
     def callbacks_delivered(self) -> list[dict]:
@@ -321,9 +325,10 @@ class SandboxProcessor:
         sender = self.callbacks
         plan = self.plan
         final = "returned" if plan.returns(debit.source_token) else "settled"
+        later_return = plan.settled_return_code(debit.source_token) if final == "settled" else None
         duplicate = plan.duplicates(debit.source_token)
 
-        def event(event_type: str) -> dict:
+        def event(event_type: str, reason_code: str = "") -> dict:
             body = {
                 "payment_id": debit.payment_id,
                 "event_type": event_type,
@@ -332,7 +337,10 @@ class SandboxProcessor:
                 "timestamp": datetime.now(UTC).isoformat(),
             }
             if event_type == "returned":
-                body.update({"reason_code": "R01", "message": "Insufficient funds"})
+                code = reason_code or "R01"
+                body.update({"reason_code": code, "message": RETURN_MESSAGES[code]})
+            with self._lock:
+                self._events += 1
             return body
 
         def set_status(status: str) -> None:
@@ -348,13 +356,24 @@ class SandboxProcessor:
 
             return run
 
+        def return_event() -> None:
+            body = event("returned", later_return or "")
+            sender.schedule(
+                Delivery(
+                    body=body,
+                    on_send=lambda: set_status("returned"),
+                    then=then_duplicate(body, None),
+                ),
+                plan.config.return_after_seconds + plan.callback_delay(),
+            )
+
         def final_event() -> None:
             body = event(final)
             sender.schedule(
                 Delivery(
                     body=body,
                     on_send=lambda: set_status(final),
-                    then=then_duplicate(body, None),
+                    then=then_duplicate(body, return_event if later_return else None),
                 ),
                 plan.config.settle_after_seconds + plan.callback_delay(),
             )
@@ -363,6 +382,9 @@ class SandboxProcessor:
         sender.schedule(
             Delivery(body=first, then=then_duplicate(first, final_event)), plan.callback_delay()
         )
+
+
+RETURN_MESSAGES = {"R01": "Insufficient funds", "R10": "Customer advises not authorized"}
 
 
 def _fingerprint(request: dict) -> str:

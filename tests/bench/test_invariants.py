@@ -88,6 +88,19 @@ def history():
     _deliver(history, second_merchant, "submitted")
     _deliver(history, second_merchant, "settled")
 
+    # Settled, then returned (R10): credited, then reversed. Its return is delivered twice.
+    settled_returned = _payment("m-2", "4.40")
+    _deliver(history, settled_returned, "submitted")
+    _deliver(history, settled_returned, "settled")
+    returned_after = _deliver(history, settled_returned, "returned", reason_code="R10")
+    payment_apply_event(
+        event=processor_event(
+            settled_returned, "returned", reason_code="R10", processor_event_id=returned_after
+        ),
+        caused_by="test",
+    )
+    history["sent"].append({"processor_event_id": returned_after})
+
     # A "settled" for a pending payment cannot apply: it failed, was dead-lettered, its
     # payment put on hold, and a later event of the same payment was parked behind the hold.
     held = _payment("m-3", "5.00")
@@ -129,7 +142,7 @@ def history():
     )
     history["sent"].append({"processor_event_id": later})
 
-    payments = [confirmed, returned, second_merchant, held]
+    payments = [confirmed, returned, second_merchant, settled_returned, held]
     history["stats"] = {
         "charges": {str(p.idempotency_key): 1 for p in payments},
         "charges_by_payment": {str(p.id): 1 for p in payments},
@@ -140,6 +153,7 @@ def history():
         "confirmed": confirmed,
         "returned": returned,
         "second_merchant": second_merchant,
+        "settled_returned": settled_returned,
         "held": held,
     }
     return history
@@ -162,7 +176,9 @@ def test_a_clean_history_passes_every_check(history):
     assert report.checked["callbacks_accounted"]["stale"] == 1
     assert report.checked["callbacks_accounted"]["parked"] == 1
     assert report.checked["callbacks_accounted"]["dead letter"] == 1
-    assert report.checked["ledger_matches_confirmed"]["credits"] == 2
+    assert report.checked["ledger_matches_confirmed"]["credits"] == 3
+    assert report.checked["returns_reversed"]["reversals"] == 1
+    assert report.checked["returns_reversed"]["ledger net"] == "13.10"  # 10.00 + 3.10
     assert "invariants PASSED" in report.render()
 
 
@@ -201,7 +217,7 @@ def test_a_ledger_credit_without_confirmation_fails(history):
 
     details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
     assert any("not confirmed" in d for d in details), details
-    assert any("differs from their confirmed total" in d for d in details), details
+    assert any("differ from their confirmed total" in d for d in details), details
     assert _failed_checks(report) == {"ledger_matches_confirmed"}
 
 
@@ -499,3 +515,90 @@ def test_the_command_exits_zero_on_a_clean_history(history, tmp_path, capsys):
 
     assert main(["--sandbox-stats", str(stats), "--callbacks-sent", str(sent)]) == 0
     assert "invariants PASSED" in capsys.readouterr().out
+
+
+# --- returns after settlement ----------------------------------------------------------------
+
+
+def test_a_returned_payment_without_its_reversal_fails_only_returns_reversed(history):
+    payment = history["payments"]["settled_returned"]
+    LedgerEntry.objects.filter(payment=payment, kind="reversal").delete()
+
+    report = _check(history)
+
+    assert _failed_checks(report) == {"returns_reversed"}
+    details = [v.detail for v in report.violations_of("returns_reversed")]
+    assert any("returned payment(s) without a reversal" in d for d in details), details
+    assert any("ledger net differs from confirmed total - returned total" in d for d in details)
+    [missing] = [v for v in report.violations_of("returns_reversed") if "without" in v.detail]
+    assert missing.ids == (str(payment.id),)
+
+
+def test_a_reversal_without_a_return_fails_only_returns_reversed(history):
+    payment = history["payments"]["second_merchant"]  # confirmed, never returned
+    LedgerEntry.objects.create(
+        payment=payment, merchant_id=payment.merchant_id, kind="reversal", amount=-payment.amount
+    )
+
+    report = _check(history)
+
+    assert _failed_checks(report) == {"returns_reversed"}
+    [orphan] = [
+        v for v in report.violations_of("returns_reversed") if "without a return" in v.detail
+    ]
+    assert orphan.ids == (f"{payment.id} (confirmed)",)
+
+
+def test_a_reversal_for_another_amount_fails_only_returns_reversed(history):
+    payment = history["payments"]["settled_returned"]
+    LedgerEntry.objects.filter(payment=payment, kind="reversal").update(amount=Decimal("-1.00"))
+
+    report = _check(history)
+
+    assert _failed_checks(report) == {"returns_reversed"}
+    details = [v.detail for v in report.violations_of("returns_reversed")]
+    assert any("reversal(s) for another amount" in d for d in details), details
+
+
+def test_a_reversal_booked_to_another_merchant_fails_only_returns_reversed(history):
+    payment = history["payments"]["settled_returned"]
+    LedgerEntry.objects.filter(payment=payment, kind="reversal").update(merchant_id="m-1")
+
+    report = _check(history)
+
+    assert _failed_checks(report) == {"returns_reversed"}
+    details = [v.detail for v in report.violations_of("returns_reversed")]
+    assert any("reversal(s) of another merchant" in d for d in details), details
+    assert any("ledger net differs" in d for d in details), details
+
+
+def test_a_returned_payment_without_its_credit_fails_only_the_ledger_check(history):
+    payment = history["payments"]["settled_returned"]
+    LedgerEntry.objects.filter(payment=payment, kind="credit").delete()
+
+    report = _check(history)
+
+    assert _failed_checks(report) == {"ledger_matches_confirmed"}
+    details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
+    assert any("confirmed (or returned) payment(s) without a credit" in d for d in details)
+
+
+def test_a_return_applied_to_an_unsettled_payment_in_the_log_fails_transitions(history):
+    payment = history["payments"]["held"]  # pending
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.APPLIED,
+        event_type="returned",
+        processor_event_id="evt_return_from_pending",
+        from_state=PaymentState.PENDING,
+        to_state=PaymentState.RETURNED,
+    )
+
+    report = _check(history)
+
+    assert any(
+        "pending->returned" in v.ids[0]
+        for v in report.violations_of("transitions_valid")
+        if "does not allow" in v.detail
+    )

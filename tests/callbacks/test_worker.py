@@ -365,9 +365,10 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
         # The start, autocommitted: one query asks whether the message is known, the payment
         # held or an earlier message of its group unfinished; one insert records the start.
         # The work, one transaction (BEGIN and COMMIT): savepoint, lock the payment, claim the
-        # dedup record, update the state, credit the ledger, event log row, release; mark the
-        # record done. Eight statements do the work; the other four are transaction control.
-        with django_assert_num_queries(12, connection=connection):
+        # dedup record, update the state, credit the ledger, count the debit in the merchant's
+        # daily return-rate counters (one upsert), event log row, release; mark the record done.
+        # Nine statements do the work; the other four are transaction control.
+        with django_assert_num_queries(13, connection=connection):
             result = worker.process_message(message)
         worker.delete([message])
     assert result.outcome == "applied"

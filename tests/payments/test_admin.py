@@ -68,3 +68,31 @@ def test_event_log_rows_cannot_be_deleted(admin_client):
     )
     assert response.status_code == 403
     assert payment.events.count() == 1
+
+
+def test_returned_payment_page_shows_the_code_with_its_title_and_the_reversal(admin_client):
+    payment = PaymentFactory(state="confirmed")
+    payment_apply_event(event=processor_event(payment, "returned", reason_code="R10"))
+
+    content = admin_client.get(f"/admin/payments/payment/{payment.pk}/change/").content.decode()
+
+    assert "R10 Customer Advises Originator is Not Known to Receiver" in content
+    assert "reversal" in content and "-125.00" in content
+    assert "unauthorized" in content
+
+
+def test_the_returns_list_shows_codes_with_titles_and_filters_flagged_ones(admin_client):
+    flagged = PaymentFactory(state="confirmed")
+    payment_apply_event(event=processor_event(flagged, "returned", reason_code="R42X"))
+    payment_apply_event(
+        event=processor_event(PaymentFactory(state="confirmed"), "returned", reason_code="R01")
+    )
+
+    everything = admin_client.get("/admin/payments/paymentreturn/").content.decode()
+    unknown = admin_client.get("/admin/payments/paymentreturn/", {"unknown_code__exact": "1"})
+
+    assert "R01 Insufficient Funds" in everything
+    assert "R42X (unknown code)" in everything
+    assert unknown.context["cl"].result_count == 1
+    assert "unknown code" in unknown.content.decode()
+    assert admin_client.get("/admin/payments/paymentreturn/add/").status_code == 403

@@ -214,7 +214,18 @@ def test_balance_sums_the_merchants_ledger(api_client):
 
     assert response.status_code == 200
     assert response.json()["balances"] == [
-        {"currency": "USD", "balance": "12.50", "entries": 2, "confirmed_total": "12.50"}
+        {
+            "currency": "USD",
+            "credits": "12.50",
+            "reversals": "0.00",
+            "net": "12.50",
+            "confirmed_count": 2,
+            "returned_count": 0,
+            "balance": "12.50",
+            "entries": 2,
+            "confirmed_total": "12.50",
+            "returned_total": "0.00",
+        }
     ]
 
 

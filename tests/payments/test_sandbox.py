@@ -430,3 +430,52 @@ def test_run_sandbox_processor_command_serves_and_stops_on_sigterm(receiver):
         out, _ = process.communicate(timeout=10)
     assert process.returncode == 0
     assert "1 charges, 2 callbacks sent" in out
+
+
+@pytest.mark.parametrize(("token", "code"), [("tok_nsf_abc", "R01"), ("tok_unauth_abc", "R10")])
+def test_settle_then_return_rules_send_a_return_after_the_settlement(receiver, token, code):
+    sandbox = start_sandbox(receiver.url, return_after_seconds=0.3)
+    try:
+        answer = debit(sandbox.base_url, token=token)
+        assert wait_for(lambda: len(receiver.received) == 2)
+        settled_seen = time.monotonic()
+        assert wait_for(lambda: len(receiver.received) == 3)
+        waited = time.monotonic() - settled_seen
+        status = requests.get(
+            f"{sandbox.base_url}/v1/ach/debits/{answer.json()['idempotency_key']}",
+            headers=AUTH,
+            timeout=5,
+        ).json()["status"]
+        events = sandbox.stats()["events"]
+    finally:
+        sandbox.stop()
+
+    submitted, settled, returned = receiver.bodies()
+    assert [b["event_type"] for b in (submitted, settled, returned)] == [
+        "submitted",
+        "settled",
+        "returned",
+    ]
+    assert returned["reason_code"] == code
+    assert returned["amount"] == settled["amount"]
+    assert returned["processor_event_id"] != settled["processor_event_id"]
+    assert waited >= 0.2  # some time after the settlement, not with it
+    assert status == "returned"
+    assert events == 3
+
+
+def test_random_settled_returns_follow_the_configured_probability(receiver):
+    sandbox = start_sandbox(receiver.url, p_settled_return=1.0, return_after_seconds=0.01)
+    try:
+        for _ in range(4):
+            debit(sandbox.base_url)
+        assert wait_for(lambda: len(receiver.received) == 12)
+    finally:
+        sandbox.stop()
+
+    types = [b["event_type"] for b in receiver.bodies()]
+    assert types.count("returned") == 4 and types.count("settled") == 4
+    assert {b["reason_code"] for b in receiver.bodies() if b["event_type"] == "returned"} <= {
+        "R01",
+        "R10",
+    }

@@ -84,6 +84,7 @@ def test_idempotency_key_is_unique_per_payment_and_never_changes_on_save():
         ("submitted", "settled", "confirmed"),
         ("submitted", "failed", "failed"),
         ("submitted", "returned", "failed"),
+        ("confirmed", "returned", "returned"),
     ],
 )
 def test_each_valid_event_applies_its_transition(start, event_type, end):
@@ -118,7 +119,7 @@ def test_model_has_no_transition_from_pending_to_confirmed():
         ("pending", "settled"),
         ("pending", "failed"),
         ("pending", "returned"),
-        ("confirmed", "returned"),
+        ("confirmed", "failed"),
         ("failed", "settled"),
     ],
 )
@@ -200,7 +201,18 @@ def test_confirmation_credits_the_merchant_ledger_once():
     payment_apply_event(event=processor_event(payment, "settled"))  # new id: stale
 
     assert merchant_balance(merchant_id="m-9")["balances"] == [
-        {"currency": "USD", "balance": "40.10", "entries": 1, "confirmed_total": "40.10"}
+        {
+            "currency": "USD",
+            "credits": "40.10",
+            "reversals": "0.00",
+            "net": "40.10",
+            "confirmed_count": 1,
+            "returned_count": 0,
+            "balance": "40.10",
+            "entries": 1,
+            "confirmed_total": "40.10",
+            "returned_total": "0.00",
+        }
     ]
 
 
@@ -279,10 +291,13 @@ def test_two_threads_applying_different_final_events_leave_one_transition():
 
     payment.refresh_from_db()
     outcomes = sorted(r.outcome if hasattr(r, "outcome") else type(r).__name__ for r in results)
-    # The loser finds a final state: a second final event is stale (failed after failed) or has
-    # no transition (returned after confirmed); either way exactly one transition happened.
-    assert PaymentEvent.objects.filter(payment=payment, outcome="applied").count() == 1
-    assert "applied" in outcomes
-    assert payment.state in ("confirmed", "failed")
-    expected_credits = 1 if payment.state == "confirmed" else 0
-    assert LedgerEntry.objects.filter(payment=payment).count() == expected_credits
+    # Settled first: the return then applies after settlement (credit, then its reversal).
+    # Returned first: the payment failed, and a settlement has no transition from failed.
+    if payment.state == "returned":
+        assert outcomes == ["applied", "applied"]
+        kinds = sorted(LedgerEntry.objects.filter(payment=payment).values_list("kind", flat=True))
+        assert kinds == ["credit", "reversal"]
+    else:
+        assert payment.state == "failed"
+        assert outcomes == ["InvalidTransition", "applied"]
+        assert not LedgerEntry.objects.filter(payment=payment).exists()

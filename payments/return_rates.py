@@ -1,0 +1,188 @@
+"""Return rates per merchant over a rolling window, against the NACHA thresholds.
+
+Read from ``MerchantReturnDay``: the counters the transitions keep, so a dashboard load or an
+alert evaluation is one aggregate query over at most window-days rows per merchant.
+
+Rates, each against the merchant's debits in the window (settled, or returned before they
+settled: every debit the ACH network answered):
+
+- ``unauthorized``: returns with codes R05, R07, R10, R11, R29, R51 (threshold 0.5 %);
+- ``administrative``: R02, R03, R04 (3.0 %);
+- ``overall``: every return, whatever its code, unknown codes included (15.0 %).
+
+Settings (each with its default here, so a host project sets only what it changes):
+``RETURN_RATE_WINDOW_DAYS`` (60), ``RETURN_RATE_THRESHOLDS`` (percent per rate),
+``RETURN_RATE_WARNING_FRACTION`` (0.8: a warning at 80 % of a threshold),
+``RETURN_RATE_MIN_DEBITS`` (20: below that many debits in the window a rate is shown but never
+alerted on; one return out of two debits says nothing about a merchant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from enum import StrEnum
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import F, FloatField, Sum, Value
+from django.db.models.functions import Cast, Greatest, NullIf
+from django.utils import timezone
+
+from payments.models import MerchantReturnDay
+
+
+class RateKind(StrEnum):
+    UNAUTHORIZED = "unauthorized"
+    ADMINISTRATIVE = "administrative"
+    OVERALL = "overall"
+
+
+# The counter each rate divides by the merchant's debits.
+RATE_COUNTER = {
+    RateKind.UNAUTHORIZED: "unauthorized_returns",
+    RateKind.ADMINISTRATIVE: "administrative_returns",
+    RateKind.OVERALL: "returns",
+}
+DEFAULT_THRESHOLDS = {
+    RateKind.UNAUTHORIZED: Decimal("0.5"),
+    RateKind.ADMINISTRATIVE: Decimal("3.0"),
+    RateKind.OVERALL: Decimal("15.0"),
+}
+DEFAULT_WINDOW_DAYS = 60
+DEFAULT_WARNING_FRACTION = 0.8
+DEFAULT_MIN_DEBITS = 20
+
+
+@dataclass(frozen=True)
+class ReturnRateSettings:
+    window_days: int
+    thresholds: dict[RateKind, Decimal]  # percent
+    warning_fraction: float
+    min_debits: int
+
+
+def return_rate_settings() -> ReturnRateSettings:
+    """The settings, checked: a bad value stops with its name, not a wrong alert later."""
+    window = getattr(settings, "RETURN_RATE_WINDOW_DAYS", DEFAULT_WINDOW_DAYS)
+    raw = getattr(settings, "RETURN_RATE_THRESHOLDS", {})
+    warning = getattr(settings, "RETURN_RATE_WARNING_FRACTION", DEFAULT_WARNING_FRACTION)
+    min_debits = getattr(settings, "RETURN_RATE_MIN_DEBITS", DEFAULT_MIN_DEBITS)
+    if not isinstance(window, int) or window < 1:
+        raise ImproperlyConfigured(
+            f"RETURN_RATE_WINDOW_DAYS must be a whole number >= 1: {window!r}"
+        )
+    unknown = set(raw) - set(RateKind)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"RETURN_RATE_THRESHOLDS has unknown rate(s) {sorted(unknown)}; use "
+            f"{', '.join(RateKind)}"
+        )
+    thresholds = {}
+    for kind in RateKind:
+        value = Decimal(str(raw.get(kind, DEFAULT_THRESHOLDS[kind])))
+        if not 0 < value <= 100:
+            raise ImproperlyConfigured(
+                f"RETURN_RATE_THRESHOLDS[{kind!r}] must be a percentage above 0: {value}"
+            )
+        thresholds[kind] = value
+    if not 0 < warning <= 1:
+        raise ImproperlyConfigured(f"RETURN_RATE_WARNING_FRACTION must be in (0, 1]: {warning!r}")
+    if not isinstance(min_debits, int) or min_debits < 1:
+        raise ImproperlyConfigured(
+            f"RETURN_RATE_MIN_DEBITS must be a whole number >= 1: {min_debits!r}"
+        )
+    return ReturnRateSettings(window, thresholds, float(warning), min_debits)
+
+
+@dataclass(frozen=True)
+class Rate:
+    kind: RateKind
+    returns: int
+    percent: float
+    threshold: float  # percent
+    closeness: float  # percent / threshold: 0.8 is the warning, 1.0 the threshold
+
+
+@dataclass(frozen=True)
+class MerchantReturnRates:
+    merchant_id: str
+    debits: int
+    returns: int
+    unauthorized_returns: int
+    administrative_returns: int
+    rates: tuple[Rate, ...]
+    closeness: float  # the largest of the three
+    alertable: bool  # enough debits in the window to alert on
+
+    @property
+    def worst(self) -> Rate:
+        return max(self.rates, key=lambda r: r.closeness)
+
+
+def window_start(*, now: datetime, window_days: int) -> date:
+    """The first day in the window: today (UTC) and the ``window_days - 1`` days before it."""
+    return now.astimezone(UTC).date() - timedelta(days=window_days - 1)
+
+
+def merchant_return_rates(
+    *, now: datetime | None = None, limit: int | None = None, merchant_ids=None
+) -> list[MerchantReturnRates]:
+    """Every merchant with debits or returns in the window, closest to a threshold first.
+
+    One query: the window's counters summed per merchant, the closeness computed and ordered by
+    the database, so ``limit`` cuts the ranking without reading every merchant.
+    """
+    config = return_rate_settings()
+    now = now or timezone.now()
+    rows = MerchantReturnDay.objects.filter(
+        day__gte=window_start(now=now, window_days=config.window_days)
+    )
+    if merchant_ids is not None:
+        rows = rows.filter(merchant_id__in=list(merchant_ids))
+    debits = NullIf(Cast(F("w_debits"), FloatField()), Value(0.0))
+    closeness = [
+        Cast(F(f"w_{RATE_COUNTER[kind]}"), FloatField())
+        * Value(100.0)
+        / debits
+        / Value(float(config.thresholds[kind]))
+        for kind in RateKind
+    ]
+    query = (
+        rows.values("merchant_id")
+        .annotate(
+            w_debits=Sum("debits"),
+            w_returns=Sum("returns"),
+            w_unauthorized_returns=Sum("unauthorized_returns"),
+            w_administrative_returns=Sum("administrative_returns"),
+        )
+        .annotate(closeness=Greatest(*closeness))
+        .order_by(F("closeness").desc(nulls_last=True), "merchant_id")
+    )
+    if limit is not None:
+        query = query[:limit]
+    result = []
+    for row in query:
+        counts = {
+            "returns": row["w_returns"],
+            "unauthorized_returns": row["w_unauthorized_returns"],
+            "administrative_returns": row["w_administrative_returns"],
+        }
+        rates = []
+        for kind in RateKind:
+            returns = counts[RATE_COUNTER[kind]]
+            percent = returns * 100 / row["w_debits"] if row["w_debits"] else 0.0
+            threshold = float(config.thresholds[kind])
+            rates.append(Rate(kind, returns, percent, threshold, percent / threshold))
+        result.append(
+            MerchantReturnRates(
+                merchant_id=row["merchant_id"],
+                debits=row["w_debits"],
+                rates=tuple(rates),
+                closeness=max(r.closeness for r in rates),
+                alertable=row["w_debits"] >= config.min_debits,
+                **counts,
+            )
+        )
+    return result

@@ -1,0 +1,56 @@
+"""The demo waits for promised returns and its summary checks the reversals."""
+
+from decimal import Decimal
+
+import pytest
+
+from demo.traffic import _summary, _unfinished
+from payments.models import LedgerEntry, PaymentState
+from payments.services import payment_apply_event
+from tests.factories import PaymentFactory, processor_event
+
+pytestmark = pytest.mark.django_db
+
+
+def _settled(token: str):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED, source_token=token)
+    payment_apply_event(event=processor_event(payment, "settled"))
+    return payment
+
+
+def test_a_settled_payment_whose_token_promises_a_return_is_still_moving():
+    _settled("tok_demo_00001x")
+    nsf = _settled("tok_nsf_00002x")
+    assert _unfinished() == 1
+
+    payment_apply_event(event=processor_event(nsf, "returned", reason_code="R01"))
+
+    assert _unfinished() == 0
+
+
+def test_the_summary_shows_returns_and_passes_when_each_is_reversed_once(
+    sqs_queues, sandbox, capsys
+):
+    returned = _settled("tok_unauth_00003x")
+    _settled("tok_demo_00004x")
+    payment_apply_event(event=processor_event(returned, "returned", reason_code="R10"))
+
+    assert _summary(sandbox.base_url, 0) is True
+    out = capsys.readouterr().out
+    assert "returned after settlement (reversed)" in out
+    assert "R10: 1" in out
+    assert "[PASS] every returned payment reversed exactly once (1 returned)" in out
+
+    LedgerEntry.objects.filter(kind="reversal").delete()
+    assert _summary(sandbox.base_url, 0) is False
+    assert "[FAIL] every returned payment reversed exactly once" in capsys.readouterr().out
+
+
+def test_the_summary_fails_a_credit_for_an_unsettled_payment(sqs_queues, sandbox, capsys):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED, amount=Decimal("3.00"))
+    LedgerEntry.objects.create(
+        payment=payment, merchant_id=payment.merchant_id, kind="credit", amount=payment.amount
+    )
+
+    assert _summary(sandbox.base_url, 0) is False
+    assert "[FAIL] no ledger credit without a confirmed payment" in capsys.readouterr().out

@@ -21,7 +21,14 @@ from triage import (
     admin_alerts,  # noqa: F401 - alert history in the admin
     views,
 )
-from triage.models import DeadLetter, TriageAction, TriageDashboard
+from triage.models import (
+    UNFINISHED_JOB_STATUSES,
+    BulkItemOutcome,
+    BulkTriageJob,
+    DeadLetter,
+    TriageAction,
+    TriageDashboard,
+)
 from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
 from triage.services import ACT_PERMISSION
 from triage.views import human_age
@@ -184,6 +191,11 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 name=f"{info}_bulk",
             ),
             path(
+                "bulk-all/<str:action>/",
+                wrap(self._bulk_all_view),
+                name=f"{info}_bulk_all",
+            ),
+            path(
                 "<int:object_id>/act/<str:action>/",
                 wrap(self._action_view),
                 name=f"{info}_act",
@@ -202,6 +214,9 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def _bulk_view(self, request, action):
         return views.dead_letters_bulk_action(request, self, action=action)
 
+    def _bulk_all_view(self, request, action):
+        return views.dead_letters_bulk_all(request, self, action=action)
+
     def _release_view(self, request, object_id):
         return views.dead_letter_hold_release(request, self, object_id=object_id)
 
@@ -217,6 +232,21 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         extra_context = extra_context or {}
         extra_context["dashboard_url"] = reverse("admin:triage_triagedashboard_changelist")
+        extra_context["jobs_url"] = reverse("admin:triage_bulktriagejob_changelist")
+        if self.has_act_permission(request):
+            # "All matching this filter": the confirmation page counts the open ones and
+            # freezes them into a background job; the page's own querystring is the filter.
+            filters = request.GET.copy()
+            for key in ("p", "e", "o"):
+                filters.pop(key, None)
+            query = urlencode({"_changelist_filters": filters.urlencode()})
+            extra_context["bulk_all_links"] = [
+                (
+                    views.ACTION_TEXT[action]["title"],
+                    reverse("admin:triage_deadletter_bulk_all", args=[action]) + "?" + query,
+                )
+                for action in ("redrive", "resolve", "discard")
+            ]
         return super().changelist_view(request, extra_context)
 
     # --- bulk actions: collect exactly the selection, confirm on a separate page ---
@@ -255,11 +285,111 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(TriageAction)
 class TriageActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["created_at", "action", "dead_letter", "user", "status_before", "status_after"]
+    list_display = [
+        "created_at",
+        "action",
+        "dead_letter",
+        "user",
+        "status_before",
+        "status_after",
+        "bulk_job",
+    ]
     list_filter = ["action", "status_after"]
     search_fields = ["=dead_letter__group_id", "note"]
-    list_select_related = ["dead_letter", "user"]
+    list_select_related = ["dead_letter", "user", "bulk_job"]
     date_hierarchy = "created_at"
+
+
+@admin.register(BulkTriageJob)
+class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Progress of the bulk jobs: counts, rate, status; cancel and resume by POST."""
+
+    change_form_template = "admin/triage/bulktriagejob/change_form.html"
+    list_display = [
+        "id",
+        "action",
+        "status",
+        "total",
+        "done",
+        "failed",
+        "skipped",
+        "rate",
+        "user",
+        "created_at",
+    ]
+    list_filter = ["status", "action"]
+    list_select_related = ["user"]
+    list_per_page = 50
+    show_full_result_count = False
+    fields = [
+        "action",
+        "status",
+        "total",
+        "done",
+        "failed",
+        "skipped",
+        "rate",
+        "note",
+        "filters_link",
+        "user",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "updated_at",
+        "cancelled_by",
+        "last_error",
+    ]
+    readonly_fields = fields
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("triage.view_deadletter")
+
+    def has_module_permission(self, request):
+        return self.has_view_permission(request)
+
+    @admin.display(description="rate (per second)")
+    def rate(self, obj: BulkTriageJob) -> str:
+        if obj.started_at is None:
+            return "—"
+        elapsed = ((obj.finished_at or timezone.now()) - obj.started_at).total_seconds()
+        return f"{obj.processed / elapsed:.1f}" if elapsed > 0 else "—"
+
+    @admin.display(description="filter")
+    def filters_link(self, obj: BulkTriageJob):
+        url = reverse("admin:triage_deadletter_changelist")
+        return format_html('<a href="{}?{}">{}</a>', url, obj.filters, obj.filters or "(none)")
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path(
+                "<str:object_id>/cancel/",
+                wrap(self._control_view),
+                {"operation": "cancel"},
+                name="triage_bulktriagejob_cancel",
+            ),
+            path(
+                "<str:object_id>/resume/",
+                wrap(self._control_view),
+                {"operation": "resume"},
+                name="triage_bulktriagejob_resume",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _control_view(self, request, object_id, operation):
+        return views.bulk_job_control(request, self, object_id=object_id, operation=operation)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = extra_context or {}
+        obj = self.get_object(request, object_id)
+        if obj is not None and self.has_view_permission(request, obj):
+            extra_context["can_act"] = request.user.has_perm(ACT_PERMISSION)
+            extra_context["unfinished"] = obj.status in UNFINISHED_JOB_STATUSES
+            extra_context["failures"] = list(
+                obj.items.filter(outcome=BulkItemOutcome.FAILED).order_by("position")[:50]
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
 
 
 @admin.register(TriageDashboard)

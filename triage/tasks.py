@@ -38,3 +38,17 @@ def alerts_evaluate() -> dict:
             return {}
         result = evaluate()
     return {"fired": result.fired, "resolved": result.resolved}
+
+
+@shared_task(name="triage.tasks.bulk_job_run", ignore_result=True, acks_late=True)
+def bulk_job_run(job_id: int) -> dict:
+    """Run one bulk triage job to its end (or its cancel). A redelivered task message (the
+    broker's visibility timeout is shorter than a large job) finds the job's lock held by the
+    copy still running and steps aside; after a crash the lock is gone and it resumes the job."""
+    from triage import bulk
+
+    with single_flight(f"triage.bulk_job:{job_id}") as acquired:
+        if not acquired:
+            return {"job_id": job_id, "ran": False}
+        job = bulk.bulk_job_run(job_id=job_id)
+    return {"job_id": job.pk, "ran": True, "status": job.status, "done": job.done}

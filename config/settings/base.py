@@ -175,6 +175,11 @@ RECONCILE_PENDING_AFTER = timedelta(minutes=env.int("RECONCILE_PENDING_AFTER_MIN
 RECONCILE_RECHECK_AFTER = timedelta(minutes=env.int("RECONCILE_RECHECK_AFTER_MINUTES", default=60))
 RECONCILE_BATCH_SIZE = env.int("RECONCILE_BATCH_SIZE", default=100)
 
+# --- Bulk triage ("all matching this filter"): a background job acts at most this many dead
+# letters per second, and checks for a cancel between batches of this size.
+TRIAGE_BULK_RATE_PER_SECOND = env.float("TRIAGE_BULK_RATE_PER_SECOND", default=20.0)
+TRIAGE_BULK_BATCH_SIZE = env.int("TRIAGE_BULK_BATCH_SIZE", default=100)
+
 # --- Celery (its broker is SQS in production; the URL comes from the environment)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
 CELERY_TASK_ACKS_LATE = True

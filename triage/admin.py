@@ -9,8 +9,9 @@ ids (exactly what the filter selected) and send the operator to the same confirm
 import json
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -195,13 +196,15 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 wrap(self._bulk_all_view),
                 name=f"{info}_bulk_all",
             ),
+            # Ids are parsed by the views (``object_id_parse``): anything that cannot be a row's
+            # id is a 404 there, not a fall-through to the admin's catch-all redirect.
             path(
-                "<int:object_id>/act/<str:action>/",
+                "<str:object_id>/act/<str:action>/",
                 wrap(self._action_view),
                 name=f"{info}_act",
             ),
             path(
-                "<int:object_id>/release-hold/",
+                "<str:object_id>/release-hold/",
                 wrap(self._release_view),
                 name=f"{info}_release_hold",
             ),
@@ -209,6 +212,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ]
 
     def _action_view(self, request, object_id, action):
+        object_id = views.object_id_parse(object_id)
         return views.dead_letter_action(request, self, object_id=object_id, action=action)
 
     def _bulk_view(self, request, action):
@@ -218,9 +222,11 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return views.dead_letters_bulk_all(request, self, action=action)
 
     def _release_view(self, request, object_id):
+        object_id = views.object_id_parse(object_id)
         return views.dead_letter_hold_release(request, self, object_id=object_id)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
+        views.object_id_parse(object_id)
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
@@ -228,6 +234,19 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             extra_context["can_act"] = self.has_act_permission(request)
             extra_context["human_age"] = human_age(timezone.now() - obj.ingested_at)
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def response_action(self, request, queryset):
+        # The admin filters by the posted checkbox values as they come, and a value the id
+        # field cannot take ("²", "1e3", "") raises deep inside the action: refuse it here.
+        for raw in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                views.object_id_parse(raw)
+            except Http404:
+                return HttpResponseBadRequest(
+                    f"{raw[:40]!r} is not a dead letter id (ids are positive whole numbers)",
+                    content_type="text/plain; charset=utf-8",
+                )
+        return super().response_action(request, queryset)
 
     def changelist_view(self, request, extra_context=None):
         extra_context = extra_context or {}
@@ -253,6 +272,11 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def _bulk_redirect(self, request, queryset: QuerySet, action: str):
         ids = list(queryset.order_by("ingested_at", "id").values_list("pk", flat=True))
+        if not ids:
+            self.message_user(
+                request, "None of the selected dead letters exists.", messages.WARNING
+            )
+            return None
         if len(ids) > BULK_LIMIT:
             self.message_user(
                 request,
@@ -381,6 +405,7 @@ class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return views.bulk_job_control(request, self, object_id=object_id, operation=operation)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
+        views.object_id_parse(object_id)
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):

@@ -215,8 +215,9 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
     changelist = reverse("admin:triage_deadletter_changelist")
     back = f"{changelist}?{filters}" if filters else changelist
     if not ids:
-        model_admin.message_user(request, "No dead letters were selected.", messages.WARNING)
-        return HttpResponseRedirect(back)
+        return HttpResponseBadRequest(
+            "No dead letter ids were given (ids=1,2,3).", content_type="text/plain; charset=utf-8"
+        )
     text = ACTION_TEXT[action]
     form = NoteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

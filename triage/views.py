@@ -14,7 +14,12 @@ from datetime import timedelta
 from django import forms
 from django.contrib import messages
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import ERROR_FLAG, ORDER_VAR, PAGE_VAR
+from django.contrib.admin.views.main import (
+    ERROR_FLAG,
+    ORDER_VAR,
+    PAGE_VAR,
+    ChangeListSearchForm,
+)
 from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
@@ -286,6 +291,12 @@ def _filtered_queryset(request, model_admin, filters: str):
     params = QueryDict(filters, mutable=True)
     for key in (PAGE_VAR, ERROR_FLAG, ORDER_VAR):
         params.pop(key, None)
+    # The changelist drops a search it cannot use (a NUL character, say) with a message and
+    # lists everything; acting on everything instead of the search would be wrong: refuse it.
+    search = ChangeListSearchForm(params)
+    if not search.is_valid():
+        problems = "; ".join(str(e) for errors in search.errors.values() for e in errors)
+        raise IncorrectLookupParameters(f"the search cannot be used: {problems}")
     listing = copy.copy(request)
     listing.GET = params
     changelist = model_admin.get_changelist_instance(listing)

@@ -504,3 +504,25 @@ def test_malformed_job_ids_in_control_urls_are_404(client, raw):
     client.force_login(operator())
     url = reverse("admin:triage_bulktriagejob_cancel", args=["0"]).replace("/0/", f"/{raw}/")
     assert client.post(url).status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "field, value", [("max_id", "²"), ("max_id", "9" * 30), ("expected", "-1"), ("expected", "")]
+)
+def test_tampered_hidden_fields_start_nothing(client, field, value):
+    rows = dead_letters_bulk_create(2)
+    client.force_login(operator())
+    data = {"expected": "2", "max_id": str(rows[-1].pk), "note": "INC-79", field: value}
+    response = client.post(bulk_all_url("resolve"), data)
+    assert response.status_code == 200
+    assert "<strong>2</strong> open dead letters match" in response.content.decode()
+    assert not BulkTriageJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_filters_search_narrows_the_selection(client):
+    rows = dead_letters_bulk_create(3)
+    client.force_login(operator())
+    page = client.get(bulk_all_url("resolve", f"q%3D{rows[1].group_id}")).content.decode()
+    assert "<strong>1</strong> open dead letter matches" in page

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -53,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RATE_PER_SECOND = 20.0
 DEFAULT_BATCH_SIZE = 100
+# Longer than a batch takes at the slowest sensible rate, so a live job is never taken for dead
+# (and if it were, its lock keeps the second copy out).
+DEFAULT_STALE_SECONDS = 300
 
 
 def bulk_rate_per_second() -> float:
@@ -60,6 +64,13 @@ def bulk_rate_per_second() -> float:
     if rate <= 0:
         raise ValueError(f"TRIAGE_BULK_RATE_PER_SECOND must be above 0, got {rate}")
     return rate
+
+
+def bulk_stale_seconds() -> int:
+    seconds = int(getattr(settings, "TRIAGE_BULK_STALE_SECONDS", DEFAULT_STALE_SECONDS))
+    if seconds < 1:
+        raise ValueError(f"TRIAGE_BULK_STALE_SECONDS must be at least 1, got {seconds}")
+    return seconds
 
 
 def bulk_batch_size() -> int:
@@ -151,10 +162,42 @@ def bulk_job_create(
     return job
 
 
-def _job_start(job_id: int) -> None:
+def _job_start(job_id: int) -> bool:
+    """Enqueue the job's task. The job is committed whatever the broker says: a task that could
+    not be enqueued is started by the stale-job sweep (``bulk_jobs_resume_stale``) later."""
     from triage.tasks import bulk_job_run
 
-    bulk_job_run.delay(job_id)
+    try:
+        bulk_job_run.delay(job_id)
+    except Exception:  # noqa: BLE001 - any broker failure; the sweep retries, nothing is lost
+        logger.exception(
+            "bulk job %s could not be enqueued; the stale-job sweep will start it",
+            job_id,
+            extra={"bulk_job_id": job_id},
+        )
+        return False
+    return True
+
+
+def bulk_jobs_resume_stale(*, now: datetime | None = None) -> list[int]:
+    """Enqueue again the jobs nobody is working on: pending or running, with no progress for
+    ``TRIAGE_BULK_STALE_SECONDS`` (a lost task message, a worker that died mid-job). A job whose
+    task is only slow keeps its lock, and the extra copy steps aside. Interrupted jobs wait for
+    an operator's resume: what stopped them (the queue refusing) needs a look first."""
+    now = now or timezone.now()
+    stale = timedelta(seconds=bulk_stale_seconds())
+    ids = list(
+        BulkTriageJob.objects.filter(
+            status__in=[BulkJobStatus.PENDING, BulkJobStatus.RUNNING],
+            updated_at__lt=now - stale,
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for job_id in ids:
+        logger.warning("bulk job %s made no progress for %s: started again", job_id, stale)
+        _job_start(job_id)
+    return ids
 
 
 def bulk_job_resume(*, job: BulkTriageJob, user) -> None:

@@ -52,3 +52,14 @@ def bulk_job_run(job_id: int) -> dict:
             return {"job_id": job_id, "ran": False}
         job = bulk.bulk_job_run(job_id=job_id)
     return {"job_id": job.pk, "ran": True, "status": job.status, "done": job.done}
+
+
+@shared_task(name="triage.tasks.bulk_jobs_resume_stale", ignore_result=True)
+def bulk_jobs_resume_stale() -> list[int]:
+    """Start again the bulk jobs that stopped making progress without being interrupted."""
+    from triage import bulk
+
+    with single_flight("triage.bulk_jobs_resume_stale") as acquired:
+        if not acquired:
+            return []
+        return bulk.bulk_jobs_resume_stale()

@@ -526,3 +526,75 @@ def test_the_filters_search_narrows_the_selection(client):
     client.force_login(operator())
     page = client.get(bulk_all_url("resolve", f"q%3D{rows[1].group_id}")).content.decode()
     assert "<strong>1</strong> open dead letter matches" in page
+
+
+# --- Jobs nobody works on are started again ----------------------------------------------------
+
+
+def enqueued_job_ids() -> list[int]:
+    """The job ids of the bulk tasks waiting on the test broker (in memory), taken off it."""
+    from config.celery import app
+
+    found = []
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue(app.conf.task_default_queue)
+        while True:
+            try:
+                message = queue.get(timeout=0.2)
+            except queue.Empty:
+                break
+            message.ack()
+            if message.headers.get("task") == "triage.tasks.bulk_job_run":
+                found.append(message.payload[0][0])
+        queue.close()
+    return found
+
+
+@pytest.mark.django_db
+def test_the_sweep_starts_again_only_jobs_without_progress(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.TRIAGE_BULK_STALE_SECONDS = 120
+    dead_letters_bulk_create(1)
+    user = operator()
+    jobs = {}
+    for status in BulkJobStatus.values:
+        jobs[status] = job_for(DeadLetter.objects.all(), action="resolve", user=user)
+    fresh = job_for(DeadLetter.objects.all(), action="resolve", user=user)
+    enqueued_job_ids()  # what the creations enqueued
+    for status, job in jobs.items():
+        BulkTriageJob.objects.filter(pk=job.pk).update(
+            status=status, updated_at=timezone.now() - timedelta(seconds=121)
+        )
+
+    resumed = tasks.bulk_jobs_resume_stale()
+
+    expected = sorted([jobs[BulkJobStatus.PENDING].pk, jobs[BulkJobStatus.RUNNING].pk])
+    assert resumed == expected
+    assert sorted(enqueued_job_ids()) == expected
+    assert fresh.pk not in resumed
+
+
+@pytest.mark.django_db
+def test_a_job_whose_task_cannot_be_enqueued_is_kept_for_the_sweep(
+    client, monkeypatch, django_capture_on_commit_callbacks, caplog
+):
+    from kombu.exceptions import OperationalError
+
+    def broker_down(*args, **kwargs):
+        raise OperationalError("broker unreachable")
+
+    monkeypatch.setattr(tasks.bulk_job_run, "delay", broker_down)
+    rows = dead_letters_bulk_create(2)
+    client.force_login(operator())
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            bulk_all_url("resolve"),
+            {"expected": "2", "max_id": str(rows[-1].pk), "note": "INC-80"},
+        )
+    job = BulkTriageJob.objects.get()
+    assert response.status_code == 302 and response["Location"] == job_url(job)
+    assert job.status == BulkJobStatus.PENDING and job.total == 2
+    assert "could not be enqueued; the stale-job sweep will start it" in caplog.text

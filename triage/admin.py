@@ -323,6 +323,10 @@ class TriageActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["dead_letter", "user", "bulk_job"]
     date_hierarchy = "created_at"
 
+    def lookup_allowed(self, lookup, value, request=None):
+        # A bulk job's page links to its audit rows; a list filter of every job would not scale.
+        return lookup == "bulk_job__id__exact" or super().lookup_allowed(lookup, value, request)
+
 
 @admin.register(BulkTriageJob)
 class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
@@ -411,6 +415,9 @@ class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if obj is not None and self.has_view_permission(request, obj):
             extra_context["can_act"] = request.user.has_perm(ACT_PERMISSION)
             extra_context["unfinished"] = obj.status in UNFINISHED_JOB_STATUSES
+            extra_context["audit_url"] = (
+                reverse("admin:triage_triageaction_changelist") + f"?bulk_job__id__exact={obj.pk}"
+            )
             extra_context["failures"] = list(
                 obj.items.filter(outcome=BulkItemOutcome.FAILED).order_by("position")[:50]
             )

@@ -477,6 +477,22 @@ def test_two_copies_of_the_task_at_once_run_the_job_once(settings):
     assert len(per_letter) == len(set(per_letter)) == 80
 
 
+@pytest.mark.django_db
+def test_the_job_page_links_to_exactly_its_audit_rows(client):
+    rows = dead_letters_bulk_create(3)
+    user = operator()
+    services.dead_letter_resolve(dead_letter=rows[0], user=user, note="one by one")
+    job = job_for(DeadLetter.objects.all(), action="discard", user=user)
+    bulk.bulk_job_run(job_id=job.pk, rate_per_second=1000)
+    client.force_login(user)
+    page = client.get(job_url(job)).content.decode()
+    audit_url = reverse("admin:triage_triageaction_changelist") + f"?bulk_job__id__exact={job.pk}"
+    assert audit_url.replace("&", "&amp;") in page or audit_url in page
+    listing = client.get(audit_url)
+    assert listing.status_code == 200
+    assert listing.context["cl"].result_count == 2
+
+
 # --- The progress page ----------------------------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
 from triage.services import ACT_PERMISSION
 from triage.views import human_age
 
-BULK_LIMIT = 200  # ids travel in the confirmation page's URL; larger batches: narrow the filter
+BULK_LIMIT = 200  # ids travel in the confirmation page's URL; larger sets: "all matching"
 
 
 class AgeFilter(admin.SimpleListFilter):
@@ -281,7 +281,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(
                 request,
                 f"{len(ids)} dead letters selected: at most {BULK_LIMIT} per bulk action. "
-                "Narrow the filter and try again.",
+                "For more, use “Redrive all matching…” (or resolve, discard) above the list.",
                 messages.ERROR,
             )
             return None

@@ -9,8 +9,9 @@ ids (exactly what the filter selected) and send the operator to the same confirm
 import json
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -21,12 +22,19 @@ from triage import (
     admin_alerts,  # noqa: F401 - alert history in the admin
     views,
 )
-from triage.models import DeadLetter, TriageAction, TriageDashboard
+from triage.models import (
+    UNFINISHED_JOB_STATUSES,
+    BulkItemOutcome,
+    BulkTriageJob,
+    DeadLetter,
+    TriageAction,
+    TriageDashboard,
+)
 from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
 from triage.services import ACT_PERMISSION
 from triage.views import human_age
 
-BULK_LIMIT = 200  # ids travel in the confirmation page's URL; larger batches: narrow the filter
+BULK_LIMIT = 200  # ids travel in the confirmation page's URL; larger sets: "all matching"
 
 
 class AgeFilter(admin.SimpleListFilter):
@@ -184,12 +192,19 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 name=f"{info}_bulk",
             ),
             path(
-                "<int:object_id>/act/<str:action>/",
+                "bulk-all/<str:action>/",
+                wrap(self._bulk_all_view),
+                name=f"{info}_bulk_all",
+            ),
+            # Ids are parsed by the views (``object_id_parse``): anything that cannot be a row's
+            # id is a 404 there, not a fall-through to the admin's catch-all redirect.
+            path(
+                "<str:object_id>/act/<str:action>/",
                 wrap(self._action_view),
                 name=f"{info}_act",
             ),
             path(
-                "<int:object_id>/release-hold/",
+                "<str:object_id>/release-hold/",
                 wrap(self._release_view),
                 name=f"{info}_release_hold",
             ),
@@ -197,15 +212,21 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ]
 
     def _action_view(self, request, object_id, action):
+        object_id = views.object_id_parse(object_id)
         return views.dead_letter_action(request, self, object_id=object_id, action=action)
 
     def _bulk_view(self, request, action):
         return views.dead_letters_bulk_action(request, self, action=action)
 
+    def _bulk_all_view(self, request, action):
+        return views.dead_letters_bulk_all(request, self, action=action)
+
     def _release_view(self, request, object_id):
+        object_id = views.object_id_parse(object_id)
         return views.dead_letter_hold_release(request, self, object_id=object_id)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
+        views.object_id_parse(object_id)
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
@@ -214,20 +235,53 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             extra_context["human_age"] = human_age(timezone.now() - obj.ingested_at)
         return super().change_view(request, object_id, form_url, extra_context)
 
+    def response_action(self, request, queryset):
+        # The admin filters by the posted checkbox values as they come, and a value the id
+        # field cannot take ("²", "1e3", "") raises deep inside the action: refuse it here.
+        for raw in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                views.object_id_parse(raw)
+            except Http404:
+                return HttpResponseBadRequest(
+                    f"{raw[:40]!r} is not a dead letter id (ids are positive whole numbers)",
+                    content_type="text/plain; charset=utf-8",
+                )
+        return super().response_action(request, queryset)
+
     def changelist_view(self, request, extra_context=None):
         extra_context = extra_context or {}
         extra_context["dashboard_url"] = reverse("admin:triage_triagedashboard_changelist")
+        extra_context["jobs_url"] = reverse("admin:triage_bulktriagejob_changelist")
+        if self.has_act_permission(request):
+            # "All matching this filter": the confirmation page counts the open ones and
+            # freezes them into a background job; the page's own querystring is the filter.
+            filters = request.GET.copy()
+            for key in ("p", "e", "o"):
+                filters.pop(key, None)
+            query = urlencode({"_changelist_filters": filters.urlencode()})
+            extra_context["bulk_all_links"] = [
+                (
+                    views.ACTION_TEXT[action]["title"],
+                    reverse("admin:triage_deadletter_bulk_all", args=[action]) + "?" + query,
+                )
+                for action in ("redrive", "resolve", "discard")
+            ]
         return super().changelist_view(request, extra_context)
 
     # --- bulk actions: collect exactly the selection, confirm on a separate page ---
 
     def _bulk_redirect(self, request, queryset: QuerySet, action: str):
         ids = list(queryset.order_by("ingested_at", "id").values_list("pk", flat=True))
+        if not ids:
+            self.message_user(
+                request, "None of the selected dead letters exists.", messages.WARNING
+            )
+            return None
         if len(ids) > BULK_LIMIT:
             self.message_user(
                 request,
                 f"{len(ids)} dead letters selected: at most {BULK_LIMIT} per bulk action. "
-                "Narrow the filter and try again.",
+                "For more, use “Redrive all matching…” (or resolve, discard) above the list.",
                 messages.ERROR,
             )
             return None
@@ -255,11 +309,119 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(TriageAction)
 class TriageActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["created_at", "action", "dead_letter", "user", "status_before", "status_after"]
+    list_display = [
+        "created_at",
+        "action",
+        "dead_letter",
+        "user",
+        "status_before",
+        "status_after",
+        "bulk_job",
+    ]
     list_filter = ["action", "status_after"]
     search_fields = ["=dead_letter__group_id", "note"]
-    list_select_related = ["dead_letter", "user"]
+    list_select_related = ["dead_letter", "user", "bulk_job"]
     date_hierarchy = "created_at"
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # A bulk job's page links to its audit rows; a list filter of every job would not scale.
+        return lookup == "bulk_job__id__exact" or super().lookup_allowed(lookup, value, request)
+
+
+@admin.register(BulkTriageJob)
+class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Progress of the bulk jobs: counts, rate, status; cancel and resume by POST."""
+
+    change_form_template = "admin/triage/bulktriagejob/change_form.html"
+    list_display = [
+        "id",
+        "action",
+        "status",
+        "total",
+        "done",
+        "failed",
+        "skipped",
+        "rate",
+        "user",
+        "created_at",
+    ]
+    list_filter = ["status", "action"]
+    list_select_related = ["user"]
+    list_per_page = 50
+    show_full_result_count = False
+    fields = [
+        "action",
+        "status",
+        "total",
+        "done",
+        "failed",
+        "skipped",
+        "rate",
+        "note",
+        "filters_link",
+        "user",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "updated_at",
+        "cancelled_by",
+        "last_error",
+    ]
+    readonly_fields = fields
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("triage.view_deadletter")
+
+    def has_module_permission(self, request):
+        return self.has_view_permission(request)
+
+    @admin.display(description="rate (per second)")
+    def rate(self, obj: BulkTriageJob) -> str:
+        if obj.started_at is None:
+            return "—"
+        elapsed = ((obj.finished_at or timezone.now()) - obj.started_at).total_seconds()
+        return f"{obj.processed / elapsed:.1f}" if elapsed > 0 else "—"
+
+    @admin.display(description="filter")
+    def filters_link(self, obj: BulkTriageJob):
+        url = reverse("admin:triage_deadletter_changelist")
+        return format_html('<a href="{}?{}">{}</a>', url, obj.filters, obj.filters or "(none)")
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path(
+                "<str:object_id>/cancel/",
+                wrap(self._control_view),
+                {"operation": "cancel"},
+                name="triage_bulktriagejob_cancel",
+            ),
+            path(
+                "<str:object_id>/resume/",
+                wrap(self._control_view),
+                {"operation": "resume"},
+                name="triage_bulktriagejob_resume",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _control_view(self, request, object_id, operation):
+        return views.bulk_job_control(request, self, object_id=object_id, operation=operation)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        views.object_id_parse(object_id)
+        extra_context = extra_context or {}
+        obj = self.get_object(request, object_id)
+        if obj is not None and self.has_view_permission(request, obj):
+            extra_context["can_act"] = request.user.has_perm(ACT_PERMISSION)
+            extra_context["unfinished"] = obj.status in UNFINISHED_JOB_STATUSES
+            extra_context["audit_url"] = (
+                reverse("admin:triage_triageaction_changelist") + f"?bulk_job__id__exact={obj.pk}"
+            )
+            extra_context["failures"] = list(
+                obj.items.filter(outcome=BulkItemOutcome.FAILED).order_by("position")[:50]
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
 
 
 @admin.register(TriageDashboard)

@@ -38,3 +38,22 @@ class RedrivePublishFailed(TriageError):
 
 class HoldReleaseFailed(TriageError):
     """The payment's hold could not be released now; its parked messages stay parked."""
+
+
+class BulkSelectionChanged(TriageError):
+    """The filter's open dead letters changed between the confirmation page and the confirm."""
+
+    def __init__(self, *, expected: int, found: int) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"The selection changed since the page was shown: {expected} open dead letter(s) "
+            f"were confirmed, {found} match now (someone acted on some of them). Nothing was "
+            "started: check the new count and confirm again."
+        )
+
+
+class BulkJobNotRunnable(TriageError):
+    def __init__(self, job) -> None:
+        self.job = job
+        super().__init__(f"Bulk job {job.pk} is {job.status}: it can no longer be changed.")

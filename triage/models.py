@@ -50,6 +50,14 @@ class DeadLetter(models.Model):
 
     class Meta:
         ordering = ["-ingested_at"]
+        # The changelist orders by (-ingested_at, -id), mostly filtered by status: a page is
+        # read from an index in that order (ingested_at's own index without a filter, this one
+        # with), never by sorting the table.
+        indexes = [
+            models.Index(
+                fields=["status", "-ingested_at", "-id"], name="deadletter_status_ingested"
+            ),
+        ]
         permissions = [
             ("act_on_deadletter", "Can redrive, resolve or discard dead letters"),
         ]
@@ -85,12 +93,109 @@ class TriageAction(models.Model):
     status_after = models.CharField(max_length=16, choices=DeadLetterStatus.choices)
     details = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    bulk_job = models.ForeignKey(
+        "BulkTriageJob",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="actions",
+        help_text="The bulk job that took this action; empty for an action taken one by one.",
+    )
 
     class Meta:
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
         return f"{self.action} by {self.user_id} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class BulkJobStatus(models.TextChoices):
+    PENDING = "pending", "Waiting for a worker"
+    RUNNING = "running", "Running"
+    INTERRUPTED = "interrupted", "Interrupted (resume it)"
+    CANCELLED = "cancelled", "Cancelled"
+    COMPLETED = "completed", "Completed"
+
+
+UNFINISHED_JOB_STATUSES = [BulkJobStatus.PENDING, BulkJobStatus.RUNNING, BulkJobStatus.INTERRUPTED]
+
+
+class BulkTriageJob(models.Model):
+    """One action on every open dead letter that matched a changelist filter at confirmation.
+
+    The matched set is frozen into ``BulkTriageJobItem`` rows when the operator confirms, so the
+    job acts on exactly what was counted and shown, never on dead letters that arrive later.
+    The counts are kept up to date item by item, so the progress page reads one row.
+    """
+
+    action = models.CharField(max_length=16, choices=TriageActionKind.choices)
+    filters = models.TextField(
+        blank=True, help_text="The changelist querystring the operator confirmed."
+    )
+    note = models.TextField()
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    status = models.CharField(
+        max_length=16, choices=BulkJobStatus.choices, default=BulkJobStatus.PENDING, db_index=True
+    )
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "bulk triage job"
+
+    def __str__(self) -> str:
+        return f"bulk {self.action} {self.pk} ({self.status}, {self.processed}/{self.total})"
+
+    @property
+    def processed(self) -> int:
+        return self.done + self.failed + self.skipped
+
+
+class BulkItemOutcome(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed (refused by the action)"
+    SKIPPED = "skipped", "Skipped (no longer open)"
+
+
+class BulkTriageJobItem(models.Model):
+    """One dead letter of a bulk job, in the order the job acts (oldest ingested first)."""
+
+    job = models.ForeignKey(BulkTriageJob, on_delete=models.CASCADE, related_name="items")
+    dead_letter = models.ForeignKey(DeadLetter, on_delete=models.PROTECT, related_name="+")
+    position = models.PositiveIntegerField()
+    outcome = models.CharField(
+        max_length=16, choices=BulkItemOutcome.choices, default=BulkItemOutcome.PENDING
+    )
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "dead_letter"], name="bulk_item_once_per_job"),
+        ]
+        # The task takes its next batch as "pending items of this job, by position".
+        indexes = [
+            models.Index(fields=["job", "outcome", "position"], name="bulk_item_next"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} item {self.position}: dead letter {self.dead_letter_id}"
 
 
 class AlertSeverity(models.TextChoices):

@@ -45,6 +45,7 @@ from triage.exceptions import (
     TriageError,
 )
 from triage.models import (
+    BulkTriageJob,
     DeadLetter,
     DeadLetterSource,
     DeadLetterStatus,
@@ -127,7 +128,13 @@ def _dlq_delete(url: str, message: dict) -> None:
 
 
 def _audit_unchanged(
-    dead_letter: DeadLetter, action: str, *, user, note: str, details: dict
+    dead_letter: DeadLetter,
+    action: str,
+    *,
+    user,
+    note: str,
+    details: dict,
+    bulk_job: BulkTriageJob | None = None,
 ) -> TriageAction:
     """An audit row for an action that left the dead letter's status as it was (a failed
     publish, a release of its hold, a race lost to another operator)."""
@@ -139,6 +146,7 @@ def _audit_unchanged(
         status_before=dead_letter.status,
         status_after=dead_letter.status,
         details=details,
+        bulk_job=bulk_job,
     )
 
 
@@ -411,6 +419,7 @@ def _close(
     verb: str,
     details: dict,
     redrive_message_id: str = "",
+    bulk_job: BulkTriageJob | None = None,
 ) -> tuple[DeadLetter, TriageAction]:
     """Mark an open dead letter with its new status and write the audit rows, in one
     transaction under the row lock."""
@@ -431,6 +440,7 @@ def _close(
             status_before=DeadLetterStatus.OPEN,
             status_after=status,
             details=details,
+            bulk_job=bulk_job,
         )
         _log_entry(user, locked, f"{kind}: {note}")
     logger.warning(
@@ -450,7 +460,9 @@ def redrive_deduplication_id(dead_letter: DeadLetter) -> str:
     return f"{dead_letter.original_message_id}:redrive:1"
 
 
-def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionResult:
+def dead_letter_redrive(
+    *, dead_letter: DeadLetter, user, note: str, bulk_job: BulkTriageJob | None = None
+) -> ActionResult:
     """Publish the dead message again to the main FIFO queue (same group, new deduplication id),
     mark the dead letter redriven, and release the payment's hold if nothing else blocks it.
 
@@ -494,6 +506,7 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
             user=user,
             note=note,
             details={"outcome": "publish_failed", "error": str(exc)[:2000]},
+            bulk_job=bulk_job,
         )
         logger.error("redrive of dead letter %s failed: %s", current.pk, exc)
         raise RedrivePublishFailed(
@@ -515,6 +528,7 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
             verb="redriven",
             details=details,
             redrive_message_id=new_message_id,
+            bulk_job=bulk_job,
         )
     except DeadLetterNotOpen as exc:
         other = exc.dead_letter
@@ -539,30 +553,54 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, user, note: str) -> ActionRe
             user=user,
             note=note,
             details={**details, "outcome": outcome},
+            bulk_job=bulk_job,
         )
         logger.error("%s", text, extra={"payment_id": other.group_id})
         raise DeadLetterNotOpen(other, "redriven", detail=text) from exc
-    return _release_if_last(closed, action, user=user, note=note)
+    return _release_if_last(closed, action, user=user, note=note, bulk_job=bulk_job)
 
 
-def dead_letter_resolve(*, dead_letter: DeadLetter, user, note: str) -> ActionResult:
+def dead_letter_resolve(
+    *, dead_letter: DeadLetter, user, note: str, bulk_job: BulkTriageJob | None = None
+) -> ActionResult:
     """Mark it resolved (fixed elsewhere): nothing is published or applied for the message
     itself; the payment's hold is released if this was its last open dead letter."""
     return _close_without_publishing(
-        dead_letter, user, note, TriageActionKind.RESOLVE, DeadLetterStatus.RESOLVED, "resolved"
+        dead_letter,
+        user,
+        note,
+        TriageActionKind.RESOLVE,
+        DeadLetterStatus.RESOLVED,
+        "resolved",
+        bulk_job=bulk_job,
     )
 
 
-def dead_letter_discard(*, dead_letter: DeadLetter, user, note: str) -> ActionResult:
+def dead_letter_discard(
+    *, dead_letter: DeadLetter, user, note: str, bulk_job: BulkTriageJob | None = None
+) -> ActionResult:
     """Mark it discarded: the message is never applied; the body and history stay for audit;
     the payment's hold is released if this was its last open dead letter."""
     return _close_without_publishing(
-        dead_letter, user, note, TriageActionKind.DISCARD, DeadLetterStatus.DISCARDED, "discarded"
+        dead_letter,
+        user,
+        note,
+        TriageActionKind.DISCARD,
+        DeadLetterStatus.DISCARDED,
+        "discarded",
+        bulk_job=bulk_job,
     )
 
 
 def _close_without_publishing(
-    dead_letter: DeadLetter, user, note: str, kind: str, status: str, verb: str
+    dead_letter: DeadLetter,
+    user,
+    note: str,
+    kind: str,
+    status: str,
+    verb: str,
+    *,
+    bulk_job: BulkTriageJob | None = None,
 ) -> ActionResult:
     note = _note_clean(note)
     _check_allowed(user)
@@ -574,8 +612,9 @@ def _close_without_publishing(
         status=status,
         verb=verb,
         details={"outcome": verb},
+        bulk_job=bulk_job,
     )
-    return _release_if_last(closed, action, user=user, note=note)
+    return _release_if_last(closed, action, user=user, note=note, bulk_job=bulk_job)
 
 
 ACTIONS = {
@@ -615,7 +654,14 @@ def hold_release_blockers(group_id: str, *, ignoring: int | None = None) -> list
     return blockers
 
 
-def _release_if_last(dead_letter: DeadLetter, action: TriageAction, *, user, note: str):
+def _release_if_last(
+    dead_letter: DeadLetter,
+    action: TriageAction,
+    *,
+    user,
+    note: str,
+    bulk_job: BulkTriageJob | None = None,
+):
     result = ActionResult(dead_letter=dead_letter, action=action)
     hold = PaymentHold.objects.filter(
         payment_id=dead_letter.group_id, released_at__isnull=True
@@ -628,14 +674,21 @@ def _release_if_last(dead_letter: DeadLetter, action: TriageAction, *, user, not
         result.release_note = "The payment's hold stays: " + "; ".join(blockers) + "."
         return result
     try:
-        result.released = _hold_release(dead_letter, hold, user=user, note=note)
+        result.released = _hold_release(dead_letter, hold, user=user, note=note, bulk_job=bulk_job)
     except HoldReleaseFailed as exc:
         result.release_failed = True
         result.release_note = str(exc)
     return result
 
 
-def _hold_release(dead_letter: DeadLetter, hold: PaymentHold, *, user, note: str) -> int:
+def _hold_release(
+    dead_letter: DeadLetter,
+    hold: PaymentHold,
+    *,
+    user,
+    note: str,
+    bulk_job: BulkTriageJob | None = None,
+) -> int:
     """Release the hold (republish its parked messages in order) and audit it either way."""
     try:
         sent = hold_release(
@@ -648,6 +701,7 @@ def _hold_release(dead_letter: DeadLetter, hold: PaymentHold, *, user, note: str
             user=user,
             note=note,
             details={"outcome": "release_failed", "hold_id": hold.pk, "error": str(exc)[:2000]},
+            bulk_job=bulk_job,
         )
         logger.error("release of hold %s failed: %s", hold.pk, exc)
         raise HoldReleaseFailed(
@@ -662,6 +716,7 @@ def _hold_release(dead_letter: DeadLetter, hold: PaymentHold, *, user, note: str
             user=user,
             note=note,
             details={"outcome": "released", "hold_id": hold.pk, "republished": sent},
+            bulk_job=bulk_job,
         )
         _log_entry(user, dead_letter, f"release_hold: {sent} parked message(s) republished")
     return sent

@@ -38,3 +38,28 @@ def alerts_evaluate() -> dict:
             return {}
         result = evaluate()
     return {"fired": result.fired, "resolved": result.resolved}
+
+
+@shared_task(name="triage.tasks.bulk_job_run", ignore_result=True, acks_late=True)
+def bulk_job_run(job_id: int) -> dict:
+    """Run one bulk triage job to its end (or its cancel). A redelivered task message (the
+    broker's visibility timeout is shorter than a large job) finds the job's lock held by the
+    copy still running and steps aside; after a crash the lock is gone and it resumes the job."""
+    from triage import bulk
+
+    with single_flight(f"triage.bulk_job:{job_id}") as acquired:
+        if not acquired:
+            return {"job_id": job_id, "ran": False}
+        job = bulk.bulk_job_run(job_id=job_id)
+    return {"job_id": job.pk, "ran": True, "status": job.status, "done": job.done}
+
+
+@shared_task(name="triage.tasks.bulk_jobs_resume_stale", ignore_result=True)
+def bulk_jobs_resume_stale() -> list[int]:
+    """Start again the bulk jobs that stopped making progress without being interrupted."""
+    from triage import bulk
+
+    with single_flight("triage.bulk_jobs_resume_stale") as acquired:
+        if not acquired:
+            return []
+        return bulk.bulk_jobs_resume_stale()

@@ -7,19 +7,34 @@ otherwise); the views parse the form, call one service and report with ``message
 
 from __future__ import annotations
 
+import copy
+import re
 from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import (
+    ERROR_FLAG,
+    ORDER_VAR,
+    PAGE_VAR,
+    ChangeListSearchForm,
+)
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    QueryDict,
+)
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from triage import charts, return_rates, selectors, services
+from triage import bulk, charts, return_rates, selectors, services
 from triage.exceptions import NoteRequired, TriageError
-from triage.models import DeadLetter, DeadLetterStatus
+from triage.models import BulkTriageJob, DeadLetter, DeadLetterStatus
 
 ACTION_TEXT = {
     "redrive": {
@@ -162,16 +177,33 @@ def dead_letter_action(request, model_admin, *, object_id: int, action: str):
     )
 
 
+# Dead letter ids are PostgreSQL bigints: ASCII digits only (``str.isdigit`` also accepts "²"
+# and other digits ``int()`` refuses), and no larger than the column holds.
+_ID = re.compile(r"[0-9]{1,19}")
+ID_MAX = 2**63 - 1
+
+
+class BadIds(Exception):
+    """A malformed id in an action URL: answered with 400 and the offending value."""
+
+
 def _parse_ids(raw: str) -> list[int]:
     ids = []
     for part in raw.split(","):
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit():
-            raise Http404(f"{part!r} is not a dead letter id")
+        if not _ID.fullmatch(part) or int(part) > ID_MAX:
+            raise BadIds(f"{part[:40]!r} is not a dead letter id (ids are positive whole numbers)")
         ids.append(int(part))
     return ids
+
+
+def object_id_parse(raw: str) -> int:
+    """An id from a URL path; 404 for anything that cannot be a row's id."""
+    if not _ID.fullmatch(raw) or int(raw) > ID_MAX:
+        raise Http404(f"{raw[:40]!r} is not an id")
+    return int(raw)
 
 
 def dead_letters_bulk_action(request, model_admin, *, action: str):
@@ -180,13 +212,17 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
         raise Http404(f"unknown action {action!r}")
     _require_act(request, model_admin)
     source = request.POST if request.method == "POST" else request.GET
-    ids = _parse_ids(source.get("ids", ""))
+    try:
+        ids = _parse_ids(source.get("ids", ""))
+    except BadIds as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
     filters = source.get("_changelist_filters", "")
     changelist = reverse("admin:triage_deadletter_changelist")
     back = f"{changelist}?{filters}" if filters else changelist
     if not ids:
-        model_admin.message_user(request, "No dead letters were selected.", messages.WARNING)
-        return HttpResponseRedirect(back)
+        return HttpResponseBadRequest(
+            "No dead letter ids were given (ids=1,2,3).", content_type="text/plain; charset=utf-8"
+        )
     text = ACTION_TEXT[action]
     form = NoteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -219,6 +255,8 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
                 model_admin.message_user(request, f"Dead letter {pk}: {reason}", messages.ERROR)
             return HttpResponseRedirect(back)
     dead_letters = list(DeadLetter.objects.filter(pk__in=ids).order_by("ingested_at", "id"))
+    if not dead_letters:
+        raise Http404("none of these dead letters exists")
     missing = sorted(set(ids) - {d.pk for d in dead_letters})
     return TemplateResponse(
         request,
@@ -240,6 +278,141 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
             cancel_url=back,
         ),
     )
+
+
+class BulkAllForm(NoteForm):
+    expected = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    max_id = forms.IntegerField(min_value=0, max_value=ID_MAX, widget=forms.HiddenInput)
+
+
+def _filtered_queryset(request, model_admin, filters: str):
+    """The changelist's queryset for this querystring: the same filters, search and permission
+    scoping the operator saw, built by the admin's own ``ChangeList``."""
+    params = QueryDict(filters, mutable=True)
+    for key in (PAGE_VAR, ERROR_FLAG, ORDER_VAR):
+        params.pop(key, None)
+    # The changelist drops a search it cannot use (a NUL character, say) with a message and
+    # lists everything; acting on everything instead of the search would be wrong: refuse it.
+    search = ChangeListSearchForm(params)
+    if not search.is_valid():
+        problems = "; ".join(str(e) for errors in search.errors.values() for e in errors)
+        raise IncorrectLookupParameters(f"the search cannot be used: {problems}")
+    listing = copy.copy(request)
+    listing.GET = params
+    changelist = model_admin.get_changelist_instance(listing)
+    return changelist.queryset, params.urlencode()
+
+
+def dead_letters_bulk_all(request, model_admin, *, action: str):
+    """Confirm, then start a background job acting on every open dead letter of the filter."""
+    if action not in services.ACTIONS:
+        raise Http404(f"unknown action {action!r}")
+    _require_act(request, model_admin)
+    source = request.POST if request.method == "POST" else request.GET
+    raw_filters = source.get("_changelist_filters", "")
+    try:
+        queryset, filters = _filtered_queryset(request, model_admin, raw_filters)
+    except IncorrectLookupParameters as exc:
+        return HttpResponseBadRequest(
+            f"The filter cannot be applied: {exc or 'unknown or malformed filter parameter'}",
+            content_type="text/plain; charset=utf-8",
+        )
+    changelist = reverse("admin:triage_deadletter_changelist")
+    back = f"{changelist}?{filters}" if filters else changelist
+    text = ACTION_TEXT[action]
+    form = BulkAllForm(request.POST or None)
+    error = ""
+    max_id = None
+    if request.method == "POST" and form.is_valid():
+        max_id = form.cleaned_data["max_id"]
+        try:
+            job = bulk.bulk_job_create(
+                action=action,
+                queryset=queryset,
+                filters=filters,
+                note=form.cleaned_data["note"],
+                user=request.user,
+                expected_total=form.cleaned_data["expected"],
+                max_id=max_id,
+            )
+        except TriageError as exc:
+            error = str(exc)
+        else:
+            model_admin.message_user(
+                request,
+                f"Bulk job {job.pk} started: {job.total} dead letter(s) to be {text['verb']} in "
+                "the background. Follow it here.",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(reverse("admin:triage_bulktriagejob_change", args=[job.pk]))
+    elif form.is_bound:
+        # The note is missing: keep the boundary the operator was shown, when it came intact.
+        max_id = form.cleaned_data.get("max_id")
+    selection = bulk.bulk_selection(queryset=queryset, max_id=max_id)
+    if selection.open_count == 0:
+        model_admin.message_user(
+            request, "No open dead letter matches this filter: nothing to do.", messages.WARNING
+        )
+        return HttpResponseRedirect(back)
+    shown = BulkAllForm(
+        initial={
+            "note": request.POST.get("note", ""),
+            "expected": selection.open_count,
+            "max_id": selection.max_id,
+        }
+    )
+    sample = list(
+        queryset.order_by("ingested_at", "id").filter(
+            status=DeadLetterStatus.OPEN, pk__lte=selection.max_id
+        )[:20]
+    )
+    return TemplateResponse(
+        request,
+        "admin/triage/deadletter/confirm_bulk_all.html",
+        _context(
+            request,
+            model_admin,
+            title=f"{text['title']} all {selection.open_count} open dead letter(s) matching "
+            "this filter?",
+            action=action,
+            action_text=text,
+            release_explain=RELEASE_EXPLAIN,
+            selection=selection,
+            sample=sample,
+            form=shown,
+            note_errors=form.errors.get("note") if form.is_bound else None,
+            error=error,
+            changelist_filters=filters,
+            cancel_url=back,
+            rate=bulk.bulk_rate_per_second(),
+        ),
+    )
+
+
+def bulk_job_control(request, model_admin, *, object_id: str, operation: str):
+    """POST only: cancel or resume a bulk job."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not request.user.has_perm(services.ACT_PERMISSION):
+        raise PermissionDenied("Controlling bulk jobs needs the triage.act_on_deadletter right.")
+    job = BulkTriageJob.objects.filter(pk=object_id_parse(object_id)).first()
+    if job is None:
+        raise Http404(f"bulk job {object_id} does not exist")
+    try:
+        if operation == "cancel":
+            bulk.bulk_job_cancel(job=job, user=request.user)
+            text = (
+                f"Bulk job {job.pk} cancelled: it stops before its next batch. "
+                "What it did stays done."
+            )
+        else:
+            bulk.bulk_job_resume(job=job, user=request.user)
+            text = f"Bulk job {job.pk} resumed: it continues where it stopped."
+    except TriageError as exc:
+        model_admin.message_user(request, str(exc), messages.ERROR)
+    else:
+        model_admin.message_user(request, text, messages.SUCCESS)
+    return HttpResponseRedirect(reverse("admin:triage_bulktriagejob_change", args=[job.pk]))
 
 
 def dead_letter_hold_release(request, model_admin, *, object_id: int):

@@ -186,6 +186,13 @@ RECONCILE_PENDING_AFTER = timedelta(minutes=env.int("RECONCILE_PENDING_AFTER_MIN
 RECONCILE_RECHECK_AFTER = timedelta(minutes=env.int("RECONCILE_RECHECK_AFTER_MINUTES", default=60))
 RECONCILE_BATCH_SIZE = env.int("RECONCILE_BATCH_SIZE", default=100)
 
+# --- Bulk triage ("all matching this filter"): a background job acts at most this many dead
+# letters per second, and checks for a cancel between batches of this size.
+TRIAGE_BULK_RATE_PER_SECOND = env.float("TRIAGE_BULK_RATE_PER_SECOND", default=20.0)
+TRIAGE_BULK_BATCH_SIZE = env.int("TRIAGE_BULK_BATCH_SIZE", default=100)
+# A pending or running job without progress for this long is started again by beat.
+TRIAGE_BULK_STALE_SECONDS = env.int("TRIAGE_BULK_STALE_SECONDS", default=300)
+
 # --- Celery (its broker is SQS in production; the URL comes from the environment)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
 CELERY_TASK_ACKS_LATE = True
@@ -238,6 +245,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "callbacks.tasks.payments_reconcile",
         "schedule": 300.0,
         "options": {"expires": 300},
+    },
+    "bulk-jobs-resume-stale": {
+        "task": "triage.tasks.bulk_jobs_resume_stale",
+        "schedule": 60.0,
+        "options": {"expires": 60},
     },
     "outbox-relay-publish": {
         "task": "callbacks.tasks.outbox_relay_publish",

@@ -385,6 +385,7 @@ def test_bulk_selection_over_the_limit_is_refused_with_a_message(client, monkeyp
         follow=True,
     )
     assert "3 dead letters selected: at most 2 per bulk action" in response.content.decode()
+    assert "use “Redrive all matching…”" in response.content.decode()
     assert not TriageAction.objects.exists()
 
 

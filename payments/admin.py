@@ -7,6 +7,7 @@ from django.utils.html import format_html
 
 from payments.models import (
     LedgerEntry,
+    MerchantAccess,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -154,3 +155,14 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "kind", "group_id", "created_at", "published_at", "publish_attempts"]
     list_filter = ["kind", ("published_at", admin.EmptyFieldListFilter)]
     search_fields = ["=group_id"]
+
+
+@admin.register(MerchantAccess)
+class MerchantAccessAdmin(admin.ModelAdmin):
+    """Grants are configuration, not audit data: staff add and remove them here."""
+
+    list_display = ["user", "merchant_id", "note", "created_at"]
+    search_fields = ["merchant_id"]
+    # A raw id works with any user model; an autocomplete would need the host's user admin.
+    raw_id_fields = ["user"]
+    list_select_related = ["user"]

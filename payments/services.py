@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.alerts import alert_raise
 from payments.events import EVENT_TARGET_STATE, ProcessorEvent
 from payments.exceptions import (
@@ -66,15 +66,30 @@ EVENT_TRANSITIONS = {
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
 # ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
-# pasted a bank number instead of the processor's token. Tokens are opaque but never that.
-_BANK_NUMBER_RE = re.compile(r"\d{8,}")
+# pasted a bank number instead of the processor's token, or into a free-text field. The rule:
+# 8 or more digits in a row, where one space or dash may stand between two digits
+# ("0210 0002 1", "021-000-021" count as 9), any script's decimal digits included. It also
+# refuses a date written 2026-11-30 (8 digits): write it 2026/11/30 or 30 Nov 2026.
+_BANK_NUMBER_RE = re.compile(r"\d(?:[\s\-]?\d){7,}")
+BANK_NUMBER_MESSAGE = (
+    "looks like a raw bank account or routing number (8 or more digits, with or without spaces "
+    "or dashes between them); raw bank numbers are never accepted or stored"
+)
+
+
+def looks_like_bank_number(value: str) -> bool:
+    return bool(_BANK_NUMBER_RE.search(value or ""))
+
+
+def validate_no_bank_number(value: str) -> None:
+    if looks_like_bank_number(value):
+        raise ValidationError(BANK_NUMBER_MESSAGE, code="raw_bank_number")
 
 
 def validate_source_token(value: str) -> None:
-    if _BANK_NUMBER_RE.search(value or ""):
+    if looks_like_bank_number(value):
         raise ValidationError(
-            "looks like a raw bank account or routing number; send the processor's token for "
-            "the account instead (raw numbers are never accepted or stored)",
+            f"{BANK_NUMBER_MESSAGE}: send the processor's token for the account instead",
             code="raw_bank_number",
         )
     if not _TOKEN_RE.match(value or ""):
@@ -115,6 +130,14 @@ def payment_create(
     if amount <= 0:
         raise ValidationError({"amount": "must be greater than zero"})
     validate_source_token(source_token)
+    # Every text field, not only the token: a bank number in a description is stored otherwise.
+    bank_numbers = {
+        name: BANK_NUMBER_MESSAGE
+        for name, value in (("merchant_id", merchant_id), ("description", description))
+        if looks_like_bank_number(value)
+    }
+    if bank_numbers:
+        raise ValidationError(bank_numbers)
     with transaction.atomic():
         payment = Payment.objects.create(
             merchant_id=merchant_id,
@@ -279,7 +302,7 @@ def _log_event(
 
 def processed_events_purge(*, older_than: timedelta | None = None) -> int:
     """Delete dedup records past their retention; returns how many went."""
-    cutoff = timezone.now() - (older_than or settings.PROCESSED_EVENT_RETENTION)
+    cutoff = timezone.now() - (older_than or payments_conf.PROCESSED_EVENT_RETENTION)
     deleted, _ = ProcessedEvent.objects.filter(processed_at__lt=cutoff).delete()
     return deleted
 

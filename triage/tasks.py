@@ -1,10 +1,12 @@
 """Periodic operations work (scheduled by beat, see CELERY_BEAT_SCHEDULE)."""
 
 import logging
+import os
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown
 
-from config.celery import single_flight
+from payments.locks import single_flight
 
 logger = logging.getLogger(__name__)
 
@@ -38,3 +40,12 @@ def alerts_evaluate() -> dict:
             return {}
         result = evaluate()
     return {"fired": result.fired, "resolved": result.resolved}
+
+
+@worker_process_shutdown.connect
+def _prometheus_mark_process_dead(pid=None, **kwargs) -> None:
+    """In multiprocess metrics mode, drop an exiting pool process's live gauge files."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())

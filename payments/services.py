@@ -43,7 +43,11 @@ from payments.processor.client import (
     ProcessorCallUnavailable,
     get_client,
 )
-from payments.signals import outbox_committed
+from payments.signals import (
+    outbox_committed,
+    payment_transition_committed,
+    payment_transitioned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +291,7 @@ def _log_event(
     to_state: str,
     caused_by: str,
 ) -> None:
-    PaymentEvent.objects.create(
+    row = PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.PROCESSOR_EVENT,
         outcome=outcome,
@@ -298,6 +302,7 @@ def _log_event(
         payload=event.raw or event.as_payload(),
         caused_by=caused_by,
     )
+    _transition_announce(row)
 
 
 def processed_events_purge(*, older_than: timedelta | None = None) -> int:
@@ -520,7 +525,7 @@ def _log_submission(
     details: dict,
     caused_by: str,
 ) -> None:
-    PaymentEvent.objects.create(
+    row = PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.SUBMISSION,
         outcome=outcome,
@@ -530,6 +535,36 @@ def _log_submission(
         payload=details,
         caused_by=caused_by,
     )
+    _transition_announce(row)
+
+
+def _transition_announce(row: PaymentEvent) -> None:
+    """Tell the host about a state change recorded by ``row``, inside the transaction and after
+    its commit (see ``payments.signals``). Not robust on purpose: a receiver's error rolls the
+    transition back with it, so the host's rows and ours never disagree."""
+    if row.outcome != EventOutcome.APPLIED or row.from_state == row.to_state:
+        return
+    signal_args = {
+        "payment": row.payment,
+        "from_state": row.from_state,
+        "to_state": row.to_state,
+        "event": row,
+    }
+    payment_transitioned.send(sender=Payment, **signal_args)
+    transaction.on_commit(lambda: _transition_committed_send(signal_args), robust=True)
+
+
+def _transition_committed_send(signal_args: dict) -> None:
+    for receiver, result in payment_transition_committed.send_robust(sender=Payment, **signal_args):
+        if isinstance(result, Exception):
+            logger.error(
+                "payment_transition_committed receiver %r failed for payment %s: %r",
+                receiver,
+                signal_args["payment"].pk,
+                result,
+                exc_info=result,
+                extra={"payment_id": str(signal_args["payment"].pk)},
+            )
 
 
 def _log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:

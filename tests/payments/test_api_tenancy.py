@@ -128,3 +128,19 @@ def test_a_grant_added_in_the_admin_opens_the_api(admin_client, api_client, user
     assert response.status_code == 302
     assert MerchantAccess.objects.filter(user=user, merchant_id="acme").exists()
     assert api_client.post("/api/payments/", BODY, format="json").status_code == 201
+
+
+def test_the_demos_api_client_may_create_payments_for_every_demo_merchant():
+    from rest_framework.authtoken.models import Token
+
+    from demo.traffic import MERCHANTS, create_demo_users
+
+    key = create_demo_users(password="demo-password")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    user = Token.objects.get(key=key).user
+
+    for merchant_id in MERCHANTS:
+        assert merchant_access_allowed(user=user, merchant_id=merchant_id)
+    response = client.post("/api/payments/", {**BODY, "merchant_id": MERCHANTS[0]}, format="json")
+    assert response.status_code == 201

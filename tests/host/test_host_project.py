@@ -185,3 +185,10 @@ def test_the_hosts_celery_app_runs_the_modules_tasks_and_merges_its_schedule():
     assert app.conf.beat_schedule == {**SHOP_SCHEDULE, **module_schedule}
     for entry in module_schedule.values():
         assert entry["task"] in app.tasks
+
+
+def test_operations_endpoints_answer_under_the_hosts_prefix(sqs_queues):
+    assert Client().get("/ach/healthz").status_code == 200
+    assert Client().get("/ach/readyz").status_code == 200
+    metrics = Client().get("/ach/metrics")
+    assert metrics.status_code == 200 and b"payments_" in metrics.content

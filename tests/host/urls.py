@@ -10,4 +10,5 @@ urlpatterns = [
     path("shop/whoami/", WhoAmI.as_view()),
     path("ach/api/", include("payments.urls")),
     path("ach/callbacks/", include("callbacks.urls")),
+    path("ach/", include("triage.urls")),
 ]

@@ -85,11 +85,6 @@ def looks_like_bank_number(value: str) -> bool:
     return bool(_BANK_NUMBER_RE.search(value or ""))
 
 
-def validate_no_bank_number(value: str) -> None:
-    if looks_like_bank_number(value):
-        raise ValidationError(BANK_NUMBER_MESSAGE, code="raw_bank_number")
-
-
 def validate_source_token(value: str) -> None:
     if looks_like_bank_number(value):
         raise ValidationError(

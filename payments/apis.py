@@ -258,9 +258,6 @@ class PaymentListCreateApi(ModuleApiView):
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 1 <= len(key) <= 255:
             return _errors_response({"Idempotency-Key": ["must be 1-255 characters"]})
-        if key is not None and looks_like_bank_number(key):
-            # The key is stored with the user's records: a bank number never is.
-            return _errors_response({"Idempotency-Key": [BANK_NUMBER_MESSAGE]})
         record = None
         if key is not None:
             claim = idempotency.idempotency_key_claim(

@@ -71,18 +71,27 @@ EVENT_TRANSITIONS = {
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
 # ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
 # pasted a bank number instead of the processor's token, or into a free-text field. The rule:
-# 8 or more digits in a row, where one space or dash may stand between two digits
-# ("0210 0002 1", "021-000-021" count as 9), any script's decimal digits included. It also
-# refuses a date written 2026-11-30 (8 digits): write it 2026/11/30 or 30 Nov 2026.
-_BANK_NUMBER_RE = re.compile(r"\d(?:[\s\-]?\d){7,}")
+# 8 or more consecutive digits anywhere; or groups of digits joined by single spaces or dashes
+# ("0210 0002 1", "021-000-021") holding 8 or more digits together, when the groups stand on
+# their own (not glued to letters, as the digit groups of a UUID are). Any script's decimal
+# digits count. It also refuses a date written 2026-11-30 (8 digits): write 2026/11/30.
+_DIGIT_RUN_RE = re.compile(r"\d{8,}")
+_DIGIT_GROUPS_RE = re.compile(r"(?<!\w)(?<!\w-)\d+(?:[ -]\d+)+(?!\w)(?!-\w)")
 BANK_NUMBER_MESSAGE = (
-    "looks like a raw bank account or routing number (8 or more digits, with or without spaces "
-    "or dashes between them); raw bank numbers are never accepted or stored"
+    "looks like a raw bank account or routing number (8 or more digits, together or in groups "
+    "joined by spaces or dashes); raw bank numbers are never accepted or stored"
 )
 
 
 def looks_like_bank_number(value: str) -> bool:
-    return bool(_BANK_NUMBER_RE.search(value or ""))
+    if not value:
+        return False
+    if _DIGIT_RUN_RE.search(value):
+        return True
+    return any(
+        len(match) - match.count(" ") - match.count("-") >= 8
+        for match in _DIGIT_GROUPS_RE.findall(value)
+    )
 
 
 def validate_source_token(value: str) -> None:

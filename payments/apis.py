@@ -222,6 +222,9 @@ class ProcessorAttemptOutputSerializer(serializers.Serializer):
 
 
 class PaymentDetailOutputSerializer(PaymentOutputSerializer):
+    """The shape of ``GET /api/payments/<id>/`` (the view assembles it, with other apps'
+    sections, from the same field serializers), for the OpenAPI schema."""
+
     events = PaymentEventOutputSerializer(many=True)
     attempts = ProcessorAttemptOutputSerializer(many=True)
     # Processor errors, plus what other apps add (the queue layer's processing errors).
@@ -246,6 +249,8 @@ class MerchantBalanceOutputSerializer(serializers.Serializer):
 
 
 class ErrorsOutputSerializer(serializers.Serializer):
+    """The shape of every 4xx answer of this API, for the OpenAPI schema."""
+
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
 
 

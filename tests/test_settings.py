@@ -146,3 +146,33 @@ def test_a_missing_required_setting_is_named(settings):
     del settings.PROCESSOR_API_KEY
     with pytest.raises(ImproperlyConfigured, match="PROCESSOR_API_KEY"):
         getattr(conf, "PROCESSOR_API_KEY")  # noqa: B009
+
+
+def test_start_up_checks_pass_with_the_projects_settings():
+    from callbacks.checks import callbacks_settings_check
+    from payments.checks import payments_settings_check
+
+    assert payments_settings_check() == [] and callbacks_settings_check() == []
+
+
+def test_start_up_check_names_a_missing_required_setting(settings):
+    from callbacks.checks import callbacks_settings_check
+    from payments.checks import payments_settings_check
+
+    del settings.PROCESSOR_BASE_URL
+    settings.CALLBACK_SIGNING_SECRETS = " , "
+
+    [payments_error] = payments_settings_check()
+    [callbacks_error] = callbacks_settings_check()
+    assert "PROCESSOR_BASE_URL" in payments_error.msg
+    assert "CALLBACK_SIGNING_SECRETS" in callbacks_error.msg
+
+
+@pytest.mark.parametrize("path", ["payments.access.no_such_policy", "payments.conf.DEFAULTS"])
+def test_start_up_check_names_a_broken_access_policy(settings, path):
+    from payments.checks import payments_settings_check
+
+    settings.PAYMENTS_MERCHANT_ACCESS_POLICY = path
+
+    [error] = payments_settings_check()
+    assert error.id == "payments.E002" and path in error.msg

@@ -29,6 +29,8 @@ test: deps
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null
 	$(PY) -m pytest $(PYTEST_ARGS)
+	# The module inside a foreign host project (its own settings, user model and URLs).
+	$(PY) -m pytest --ds=tests.host.settings tests/host
 
 demo: deps
 	$(PY) demo/run.py

@@ -545,7 +545,13 @@ class ChaosRun:
         from django.contrib.auth import get_user_model
         from rest_framework.authtoken.models import Token
 
+        from payments.models import MerchantAccess
+
         user = get_user_model().objects.create_user("chaos")
+        # The API acts only for granted merchants: the load's merchants are granted.
+        MerchantAccess.objects.bulk_create(
+            MerchantAccess(user=user, merchant_id=f"merchant-{i}") for i in range(MERCHANTS)
+        )
         return Token.objects.create(user=user).key
 
     def start_stack(self) -> None:

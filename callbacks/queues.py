@@ -11,9 +11,9 @@ import logging
 from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
-from django.conf import settings
 from django.db import DatabaseError
 
+from callbacks import conf as callbacks_conf
 from callbacks import sqs
 
 logger = logging.getLogger(__name__)
@@ -189,13 +189,13 @@ def queues_ensure(
     Raises ``QueueSetupError`` for invalid options or a refused call, ``sqs.QueueUnavailable``
     when SQS cannot be reached.
     """
-    main_name, dlq_name = settings.SQS_QUEUE_NAME, settings.SQS_DLQ_NAME
+    main_name, dlq_name = callbacks_conf.SQS_QUEUE_NAME, callbacks_conf.SQS_DLQ_NAME
     for setting, name in (("SQS_QUEUE_NAME", main_name), ("SQS_DLQ_NAME", dlq_name)):
         if not name.endswith(".fifo"):
             raise QueueSetupError(f"{setting}={name!r}: a FIFO queue name must end with .fifo")
     if main_name == dlq_name:
         raise QueueSetupError("SQS_QUEUE_NAME and SQS_DLQ_NAME must differ")
-    attempt_limit = settings.WORKER_MAX_ATTEMPTS
+    attempt_limit = callbacks_conf.WORKER_MAX_ATTEMPTS
     if not attempt_limit < max_receive_count <= 1000:
         raise QueueSetupError(
             f"max receive count {max_receive_count} must be above the worker's own attempt "

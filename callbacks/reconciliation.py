@@ -32,10 +32,10 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
+from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.schema import event_deduplication_id, processor_event_message
 from payments.alerts import alert_raise
@@ -62,9 +62,9 @@ def reconcile_candidates(*, now: datetime, limit: int) -> list[Payment]:
     last_submit = ProcessorAttempt.objects.filter(
         payment=OuterRef("pk"), operation=SUBMIT_OPERATION
     ).order_by("-attempt_number")
-    pending_after = now - settings.RECONCILE_PENDING_AFTER
+    pending_after = now - callbacks_conf.RECONCILE_PENDING_AFTER
     recently_checked = ProcessorAttempt.objects.filter(
-        operation=STATUS_OPERATION, started_at__gte=now - settings.RECONCILE_RECHECK_AFTER
+        operation=STATUS_OPERATION, started_at__gte=now - callbacks_conf.RECONCILE_RECHECK_AFTER
     ).values("payment_id")
     return list(
         Payment.objects.annotate(
@@ -75,7 +75,7 @@ def reconcile_candidates(*, now: datetime, limit: int) -> list[Payment]:
         .filter(
             Q(
                 state=PaymentState.SUBMITTED,
-                state_changed_at__lt=now - settings.RECONCILE_SUBMITTED_AFTER,
+                state_changed_at__lt=now - callbacks_conf.RECONCILE_SUBMITTED_AFTER,
             )
             | Q(
                 state=PaymentState.PENDING,
@@ -200,7 +200,7 @@ def payments_reconcile(*, now: datetime | None = None, limit: int | None = None)
     the run and raises ``QueueUnavailable`` (the next run picks the payments up again).
     """
     now = now or timezone.now()
-    limit = limit or settings.RECONCILE_BATCH_SIZE
+    limit = limit or callbacks_conf.RECONCILE_BATCH_SIZE
     outcomes = [
         payment_reconcile(payment=payment, now=now)
         for payment in reconcile_candidates(now=now, limit=limit)

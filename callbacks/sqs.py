@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from django.conf import settings
+
+from callbacks import conf as callbacks_conf
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +51,13 @@ class OutgoingMessage:
 def sqs_client():
     """A process-wide boto3 SQS client for the current settings (rebuilt if they change)."""
     global _client, _client_key
-    key = (settings.SQS_ENDPOINT_URL, settings.AWS_REGION)
+    key = (callbacks_conf.SQS_ENDPOINT_URL, callbacks_conf.AWS_REGION)
     with _lock:
         if _client is None or _client_key != key:
             _client = boto3.client(
                 "sqs",
-                region_name=settings.AWS_REGION,
-                endpoint_url=settings.SQS_ENDPOINT_URL or None,
+                region_name=callbacks_conf.AWS_REGION,
+                endpoint_url=callbacks_conf.SQS_ENDPOINT_URL or None,
                 config=_CONFIG,
             )
             _client_key = key
@@ -75,7 +76,7 @@ def reset() -> None:
 
 def queue_url(name: str) -> str:
     client = sqs_client()
-    cache_key = f"{settings.SQS_ENDPOINT_URL}|{name}"
+    cache_key = f"{callbacks_conf.SQS_ENDPOINT_URL}|{name}"
     url = _queue_urls.get(cache_key)
     if url is None:
         try:
@@ -87,11 +88,11 @@ def queue_url(name: str) -> str:
 
 
 def main_queue_url() -> str:
-    return queue_url(settings.SQS_QUEUE_NAME)
+    return queue_url(callbacks_conf.SQS_QUEUE_NAME)
 
 
 def dead_letter_queue_url() -> str:
-    return queue_url(settings.SQS_DLQ_NAME)
+    return queue_url(callbacks_conf.SQS_DLQ_NAME)
 
 
 def send_message_now(

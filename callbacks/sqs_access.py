@@ -151,7 +151,9 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     ),
     # setup_celery_queue. Celery processes call it too when CELERY_SQS_QUEUE_URL is unset; in
     # production it is set (the template outputs it), so they never need sqs:CreateQueue.
-    SqsCallSite("config.celery:celery_queue_ensure", {BROKER: _ops("create_queue")}, _roles(SETUP)),
+    SqsCallSite(
+        "callbacks.celery_queue:celery_queue_ensure", {BROKER: _ops("create_queue")}, _roles(SETUP)
+    ),
     # Celery's SQS transport (kombu) with the queue's URL given in ``predefined_queues``: it
     # sends (beat, tasks), receives, deletes, changes visibility (retries, shutdown) and reads
     # RedrivePolicy before dropping a rejected message. It never lists or creates queues then.

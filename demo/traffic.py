@@ -50,6 +50,8 @@ def create_demo_users(*, password: str) -> str:
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
+    from payments.models import MerchantAccess
+
     user_model = get_user_model()
     admin, _ = user_model.objects.get_or_create(
         username="admin", defaults={"is_staff": True, "is_superuser": True}
@@ -57,6 +59,9 @@ def create_demo_users(*, password: str) -> str:
     admin.set_password(password)
     admin.save()
     client, _ = user_model.objects.get_or_create(username="demo-api-client")
+    # The API acts only for granted merchants: the demo client is granted the demo's merchants.
+    for merchant_id in MERCHANTS:
+        MerchantAccess.objects.get_or_create(user=client, merchant_id=merchant_id)
     token, _ = Token.objects.get_or_create(user=client)
     return token.key
 

@@ -7,6 +7,7 @@ from django.utils.html import format_html
 
 from payments.models import (
     LedgerEntry,
+    MerchantAccess,
     MerchantReturnDay,
     OutboxMessage,
     Payment,
@@ -225,3 +226,14 @@ class MerchantReturnDayAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ]
     list_filter = ["day"]
     search_fields = ["merchant_id"]
+
+
+@admin.register(MerchantAccess)
+class MerchantAccessAdmin(admin.ModelAdmin):
+    """Grants are configuration, not audit data: staff add and remove them here."""
+
+    list_display = ["user", "merchant_id", "note", "created_at"]
+    search_fields = ["merchant_id"]
+    # A raw id works with any user model; an autocomplete would need the host's user admin.
+    raw_id_fields = ["user"]
+    list_select_related = ["user"]

@@ -1,50 +1,174 @@
-"""REST API for payments: thin views that parse input, call one service and format the result."""
+"""REST API for payments: thin views that parse input, call one service and format the result.
 
+Every view declares its own authentication, permission, parser, renderer, throttle and exception
+handling, so a host project's ``REST_FRAMEWORK`` defaults (``IsAdminUser``, a JWT class, a
+custom error format) change nothing here. Each user acts only for the merchants the access
+policy grants it (``payments.access``): another merchant's payment or balance answers 404, as if
+it did not exist; creating a payment for it answers 403 naming ``merchant_id``.
+"""
+
+import logging
 import re
+from collections.abc import Mapping
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from rest_framework import serializers, status
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework.views import APIView, exception_handler
 
 from payments import idempotency
+from payments.access import merchant_access_allowed
 from payments.models import Payment
 from payments.selectors import merchant_balance, payment_detail_extensions, payment_get
-from payments.services import payment_create, validate_source_token
+from payments.services import (
+    BANK_NUMBER_MESSAGE,
+    looks_like_bank_number,
+    payment_create,
+    validate_source_token,
+)
+from payments.strictjson import StrictJSONParser
 
-_MERCHANT_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+logger = logging.getLogger(__name__)
+
+_MERCHANT_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
+MERCHANT_MESSAGE = "1-64 characters of A-Z, a-z, 0-9, _ . : or -"
+# The callback contract's grammar: ASCII digits, one dot, two decimals, at most 12 integer
+# digits (NUMERIC(14, 2)). No sign, exponent, underscore, space or non-ASCII digit.
+AMOUNT_RE = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{2}", re.ASCII)
+AMOUNT_MESSAGE = 'must be a decimal string with two decimals, such as "12.34"'
 
 
-def _errors_response(errors: dict) -> Response:
-    return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)
+def _errors_response(errors: dict, status_code: int = status.HTTP_400_BAD_REQUEST) -> Response:
+    return Response({"errors": errors}, status=status_code)
 
 
-class DecimalStringField(serializers.DecimalField):
-    """A decimal given as a JSON string ("12.34"): JSON numbers are floats and lose cents."""
+def _api_exception_handler(exc, context):
+    """DRF's handler, pinned: a host's EXCEPTION_HANDLER does not reshape this API's answers."""
+    return exception_handler(exc, context)
+
+
+class ModuleApiView(APIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    throttle_classes: list = []
+
+    def get_exception_handler(self):
+        return _api_exception_handler
+
+
+# --- Input ------------------------------------------------------------------------------------
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only: DRF's CharField would turn a number into its digits silently."""
+
+    default_error_messages = {
+        **serializers.CharField.default_error_messages,
+        "not_string": "must be a JSON string",
+    }
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("not_string")
         return super().to_internal_value(data)
 
+
+class AmountField(serializers.DecimalField):
+    """A decimal given as a JSON string ("12.34") in the callback contract's grammar.
+
+    JSON numbers are floats and lose cents; ``Decimal()`` alone would take "1e3", "1_000.00",
+    "+5.00" and non-ASCII digits.
+    """
+
     default_error_messages = {
         **serializers.DecimalField.default_error_messages,
-        "not_string": 'must be a decimal string such as "12.34", not a JSON number',
+        "not_string": f"{AMOUNT_MESSAGE}, not a JSON number",
+        "grammar": AMOUNT_MESSAGE,
     }
 
+    def __init__(self, **kwargs):
+        super().__init__(
+            max_digits=14,
+            decimal_places=2,
+            min_value=Decimal("0.01"),
+            coerce_to_string=True,
+            **kwargs,
+        )
 
-class PaymentCreateInput(serializers.Serializer):
-    merchant_id = serializers.CharField(max_length=64)
-    amount = DecimalStringField(max_digits=14, decimal_places=2, min_value=Decimal("0.01"))
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_string")
+        if not AMOUNT_RE.fullmatch(data):
+            self.fail("grammar")
+        return super().to_internal_value(data)
+
+
+class StrictInputSerializer(serializers.Serializer):
+    """Refuses unknown fields by name, and any text that looks like a bank number.
+
+    A bank number found in a field replaces the field's other errors: DRF's messages may quote
+    the value (``"..." is not a valid choice``), and a refused value is never echoed, stored in
+    the idempotency record, or logged.
+    """
+
+    # Fields holding a number, which the bank-number rule does not apply to.
+    numeric_fields: tuple[str, ...] = ()
+
+    def to_internal_value(self, data):
+        if not isinstance(data, Mapping):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["the body must be a JSON object"]}
+            )
+        errors: dict[str, list[str]] = {}
+        for name in data:
+            if looks_like_bank_number(name):
+                errors.setdefault("non_field_errors", []).append(
+                    f"a field name {BANK_NUMBER_MESSAGE}"
+                )
+            elif name not in self.fields:
+                errors[name[:64]] = [
+                    f"unknown field; accepted fields: {', '.join(sorted(self.fields))}"
+                ]
+        bank_fields = {
+            name
+            for name, value in data.items()
+            if name in self.fields
+            and name not in self.numeric_fields
+            and isinstance(value, str)
+            and looks_like_bank_number(value)
+        }
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            for name, messages in exc.detail.items():
+                if name not in bank_fields:
+                    errors.setdefault(name, []).extend(str(m) for m in messages)
+        for name in bank_fields:
+            errors[name] = [BANK_NUMBER_MESSAGE]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+class PaymentCreateInputSerializer(StrictInputSerializer):
+    numeric_fields = ("amount",)
+
+    merchant_id = StrictCharField(max_length=64)
+    amount = AmountField()
     currency = serializers.ChoiceField(choices=["USD"], default="USD")
-    source_token = serializers.CharField(max_length=128)
-    description = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    source_token = StrictCharField(max_length=128)
+    description = StrictCharField(max_length=255, required=False, allow_blank=True)
 
     def validate_merchant_id(self, value: str) -> str:
-        if not _MERCHANT_RE.match(value):
-            raise serializers.ValidationError("1-64 characters of A-Z, a-z, 0-9, _ . : or -")
+        if not _MERCHANT_RE.fullmatch(value):
+            raise serializers.ValidationError(MERCHANT_MESSAGE)
         return value
 
     def validate_source_token(self, value: str) -> str:
@@ -55,7 +179,10 @@ class PaymentCreateInput(serializers.Serializer):
         return value
 
 
-class PaymentOutput(serializers.ModelSerializer):
+# --- Output -----------------------------------------------------------------------------------
+
+
+class PaymentOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Payment
         fields = [
@@ -72,9 +199,67 @@ class PaymentOutput(serializers.ModelSerializer):
         ]
 
 
-class PaymentListCreateApi(APIView):
+class PaymentEventOutputSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    outcome = serializers.CharField()
+    event_type = serializers.CharField()
+    processor_event_id = serializers.CharField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    caused_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class ProcessorAttemptOutputSerializer(serializers.Serializer):
+    attempt_number = serializers.IntegerField()
+    operation = serializers.CharField()
+    outcome = serializers.CharField()
+    http_status = serializers.IntegerField(allow_null=True)
+    error_kind = serializers.CharField()
+    error = serializers.CharField()
+    latency_ms = serializers.FloatField()
+    started_at = serializers.DateTimeField()
+
+
+class PaymentDetailOutputSerializer(PaymentOutputSerializer):
+    """The shape of ``GET /api/payments/<id>/`` (the view assembles it, with other apps'
+    sections, from the same field serializers), for the OpenAPI schema."""
+
+    events = PaymentEventOutputSerializer(many=True)
+    attempts = ProcessorAttemptOutputSerializer(many=True)
+    # Processor errors, plus what other apps add (the queue layer's processing errors).
+    errors = serializers.ListField(child=serializers.DictField())
+    # The queue layer's active hold on the payment, when it has one.
+    hold = serializers.DictField(allow_null=True, required=False)
+
+    class Meta(PaymentOutputSerializer.Meta):
+        fields = [*PaymentOutputSerializer.Meta.fields, "events", "attempts", "errors", "hold"]
+
+
+class BalanceOutputSerializer(serializers.Serializer):
+    currency = serializers.CharField()
+    balance = serializers.CharField()
+    entries = serializers.IntegerField()
+    confirmed_total = serializers.CharField()
+
+
+class MerchantBalanceOutputSerializer(serializers.Serializer):
+    merchant_id = serializers.CharField()
+    balances = BalanceOutputSerializer(many=True)
+
+
+class ErrorsOutputSerializer(serializers.Serializer):
+    """The shape of every 4xx answer of this API, for the OpenAPI schema."""
+
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+
+
+# --- Views ------------------------------------------------------------------------------------
+
+
+class PaymentListCreateApi(ModuleApiView):
     def post(self, request):
-        serializer = PaymentCreateInput(data=request.data)
+        serializer = PaymentCreateInputSerializer(data=request.data)
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 1 <= len(key) <= 255:
             return _errors_response({"Idempotency-Key": ["must be 1-255 characters"]})
@@ -90,17 +275,7 @@ class PaymentListCreateApi(APIView):
             record = claim
         try:
             with transaction.atomic():
-                if not serializer.is_valid():
-                    answer = Response({"errors": serializer.errors}, status=400)
-                else:
-                    try:
-                        payment = payment_create(
-                            **serializer.validated_data, caused_by=f"api:{request.user.username}"
-                        )
-                    except DjangoValidationError as exc:
-                        answer = _errors_response(exc.message_dict)
-                    else:
-                        answer = Response(PaymentOutput(payment).data, status=201)
+                answer = self._create(request, serializer)
                 if record is not None:
                     idempotency.idempotency_key_complete(
                         record=record, status=answer.status_code, body=answer.data
@@ -110,6 +285,23 @@ class PaymentListCreateApi(APIView):
                 idempotency.idempotency_key_release(record=record)
             raise
         return answer
+
+    def _create(self, request, serializer: PaymentCreateInputSerializer) -> Response:
+        if not serializer.is_valid():
+            return Response({"errors": serializer.errors}, status=400)
+        merchant_id = serializer.validated_data["merchant_id"]
+        if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
+            return _errors_response(
+                {"merchant_id": ["you are not granted access to this merchant"]},
+                status.HTTP_403_FORBIDDEN,
+            )
+        try:
+            payment = payment_create(
+                **serializer.validated_data, caused_by=f"api:{request.user.get_username()}"
+            )
+        except DjangoValidationError as exc:
+            return _errors_response(exc.message_dict)
+        return Response(PaymentOutputSerializer(payment).data, status=201)
 
 
 def _replay_response(claim: idempotency.Replay) -> Response:
@@ -129,43 +321,26 @@ def _replay_response(claim: idempotency.Replay) -> Response:
     return response
 
 
-class PaymentDetailApi(APIView):
+def _payment_not_found() -> Response:
+    return _errors_response({"payment_id": ["not found"]}, status.HTTP_404_NOT_FOUND)
+
+
+class PaymentDetailApi(ModuleApiView):
     def get(self, request, payment_id):
         try:
             payment = payment_get(payment_id=payment_id)
         except Payment.DoesNotExist:
-            return Response({"errors": {"payment_id": ["not found"]}}, status=404)
-        data = dict(PaymentOutput(payment).data)
-        data["events"] = [
-            {
-                "kind": e.kind,
-                "outcome": e.outcome,
-                "event_type": e.event_type,
-                "processor_event_id": e.processor_event_id,
-                "from_state": e.from_state,
-                "to_state": e.to_state,
-                "caused_by": e.caused_by,
-                "created_at": e.created_at,
-            }
-            for e in payment.events.all()
-        ]
-        data["attempts"] = [
-            {
-                "attempt_number": a.attempt_number,
-                "operation": a.operation,
-                "outcome": a.outcome,
-                "http_status": a.http_status,
-                "error_kind": a.error_kind,
-                "error": a.error,
-                "latency_ms": a.latency_ms,
-                "started_at": a.started_at,
-            }
-            for a in payment.attempts.all()
-        ]
+            return _payment_not_found()
+        # Another merchant's payment is answered exactly like a missing one: no existence leak.
+        if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
+            return _payment_not_found()
+        data = dict(PaymentOutputSerializer(payment).data)
+        data["events"] = PaymentEventOutputSerializer(payment.events.all(), many=True).data
+        data["attempts"] = ProcessorAttemptOutputSerializer(payment.attempts.all(), many=True).data
         data["errors"] = [
-            {"source": "processor", "attempt_number": a["attempt_number"], "error": a["error"]}
-            for a in data["attempts"]
-            if a["error"]
+            {"source": "processor", "attempt_number": a.attempt_number, "error": a.error}
+            for a in payment.attempts.all()
+            if a.error
         ]
         for extension in payment_detail_extensions:
             for name, value in extension(payment).items():
@@ -176,10 +351,18 @@ class PaymentDetailApi(APIView):
         return Response(data)
 
 
-class MerchantBalanceApi(APIView):
+class MerchantBalanceApi(ModuleApiView):
     def get(self, request, merchant_id):
-        if not _MERCHANT_RE.match(merchant_id):
-            return _errors_response(
-                {"merchant_id": ["1-64 characters of A-Z, a-z, 0-9, _ . : or -"]}
-            )
-        return Response(merchant_balance(merchant_id=merchant_id))
+        if looks_like_bank_number(merchant_id):
+            response = _errors_response({"merchant_id": [BANK_NUMBER_MESSAGE]})
+            # Django's request log would write the path, and with it the number.
+            response._has_been_logged = True
+            logger.warning("Bad Request: a bank number in a merchant balance URL (not logged)")
+            return response
+        if not _MERCHANT_RE.fullmatch(merchant_id):
+            return _errors_response({"merchant_id": [MERCHANT_MESSAGE]})
+        if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
+            return _errors_response({"merchant_id": ["not found"]}, status.HTTP_404_NOT_FOUND)
+        return Response(
+            MerchantBalanceOutputSerializer(merchant_balance(merchant_id=merchant_id)).data
+        )

@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.models import ApiIdempotencyKey
 
 IN_FLIGHT_LEASE = timedelta(seconds=60)
@@ -66,6 +66,6 @@ def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:
 
 
 def idempotency_keys_purge() -> int:
-    cutoff = timezone.now() - settings.API_IDEMPOTENCY_RETENTION
+    cutoff = timezone.now() - payments_conf.API_IDEMPOTENCY_RETENTION
     deleted, _ = ApiIdempotencyKey.objects.filter(created_at__lt=cutoff).delete()
     return deleted

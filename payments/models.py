@@ -7,6 +7,7 @@ change the state in memory, and the service saves them under a row lock.
 import uuid
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django_fsm import FSMField, FSMModelMixin, transition
@@ -306,7 +307,7 @@ class OutboxMessage(models.Model):
 class ApiIdempotencyKey(models.Model):
     """Idempotency-Key header records for POST /api/payments/ (kept at least 24 hours)."""
 
-    user = models.ForeignKey("auth.User", on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -321,3 +322,24 @@ class ApiIdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class MerchantAccess(models.Model):
+    """A grant: this API user may create payments for, and read, this merchant's payments and
+    balance. Read through the access policy (``payments.access``), never directly by views."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="merchant_grants"
+    )
+    merchant_id = models.CharField(max_length=64, db_index=True)
+    note = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "merchant access grant"
+        constraints = [
+            models.UniqueConstraint(fields=["user", "merchant_id"], name="merchant_access_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} -> {self.merchant_id}"

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.alerts import alert_raise
 from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import (
@@ -46,7 +46,11 @@ from payments.processor.client import (
     get_client,
 )
 from payments.return_codes import ReturnCategory, return_code_get
-from payments.signals import outbox_committed
+from payments.signals import (
+    outbox_committed,
+    payment_transition_committed,
+    payment_transitioned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,15 +75,34 @@ EVENT_TRANSITIONS = {
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
 # ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
-# pasted a bank number instead of the processor's token. Tokens are opaque but never that.
-_BANK_NUMBER_RE = re.compile(r"\d{8,}")
+# pasted a bank number instead of the processor's token, or into a free-text field. The rule:
+# 8 or more consecutive digits anywhere; or groups of digits joined by single spaces or dashes
+# ("0210 0002 1", "021-000-021") holding 8 or more digits together, when the groups stand on
+# their own (not glued to letters, as the digit groups of a UUID are). Any script's decimal
+# digits count. It also refuses a date written 2026-11-30 (8 digits): write 2026/11/30.
+_DIGIT_RUN_RE = re.compile(r"\d{8,}")
+_DIGIT_GROUPS_RE = re.compile(r"(?<!\w)(?<!\w-)\d+(?:[ -]\d+)+(?!\w)(?!-\w)")
+BANK_NUMBER_MESSAGE = (
+    "looks like a raw bank account or routing number (8 or more digits, together or in groups "
+    "joined by spaces or dashes); raw bank numbers are never accepted or stored"
+)
+
+
+def looks_like_bank_number(value: str) -> bool:
+    if not value:
+        return False
+    if _DIGIT_RUN_RE.search(value):
+        return True
+    return any(
+        len(match) - match.count(" ") - match.count("-") >= 8
+        for match in _DIGIT_GROUPS_RE.findall(value)
+    )
 
 
 def validate_source_token(value: str) -> None:
-    if _BANK_NUMBER_RE.search(value or ""):
+    if looks_like_bank_number(value):
         raise ValidationError(
-            "looks like a raw bank account or routing number; send the processor's token for "
-            "the account instead (raw numbers are never accepted or stored)",
+            f"{BANK_NUMBER_MESSAGE}: send the processor's token for the account instead",
             code="raw_bank_number",
         )
     if not _TOKEN_RE.match(value or ""):
@@ -120,6 +143,14 @@ def payment_create(
     if amount <= 0:
         raise ValidationError({"amount": "must be greater than zero"})
     validate_source_token(source_token)
+    # Every text field, not only the token: a bank number in a description is stored otherwise.
+    bank_numbers = {
+        name: BANK_NUMBER_MESSAGE
+        for name, value in (("merchant_id", merchant_id), ("description", description))
+        if looks_like_bank_number(value)
+    }
+    if bank_numbers:
+        raise ValidationError(bank_numbers)
     with transaction.atomic():
         payment = Payment.objects.create(
             merchant_id=merchant_id,
@@ -389,7 +420,7 @@ def _log_event(
     to_state: str,
     caused_by: str,
 ) -> None:
-    PaymentEvent.objects.create(
+    row = PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.PROCESSOR_EVENT,
         outcome=outcome,
@@ -400,11 +431,12 @@ def _log_event(
         payload=event.raw or event.as_payload(),
         caused_by=caused_by,
     )
+    _transition_announce(row)
 
 
 def processed_events_purge(*, older_than: timedelta | None = None) -> int:
     """Delete dedup records past their retention; returns how many went."""
-    cutoff = timezone.now() - (older_than or settings.PROCESSED_EVENT_RETENTION)
+    cutoff = timezone.now() - (older_than or payments_conf.PROCESSED_EVENT_RETENTION)
     deleted, _ = ProcessedEvent.objects.filter(processed_at__lt=cutoff).delete()
     return deleted
 
@@ -622,7 +654,7 @@ def _log_submission(
     details: dict,
     caused_by: str,
 ) -> None:
-    PaymentEvent.objects.create(
+    row = PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.SUBMISSION,
         outcome=outcome,
@@ -632,6 +664,36 @@ def _log_submission(
         payload=details,
         caused_by=caused_by,
     )
+    _transition_announce(row)
+
+
+def _transition_announce(row: PaymentEvent) -> None:
+    """Tell the host about a state change recorded by ``row``, inside the transaction and after
+    its commit (see ``payments.signals``). Not robust on purpose: a receiver's error rolls the
+    transition back with it, so the host's rows and ours never disagree."""
+    if row.outcome != EventOutcome.APPLIED or row.from_state == row.to_state:
+        return
+    signal_args = {
+        "payment": row.payment,
+        "from_state": row.from_state,
+        "to_state": row.to_state,
+        "event": row,
+    }
+    payment_transitioned.send(sender=Payment, **signal_args)
+    transaction.on_commit(lambda: _transition_committed_send(signal_args), robust=True)
+
+
+def _transition_committed_send(signal_args: dict) -> None:
+    for receiver, result in payment_transition_committed.send_robust(sender=Payment, **signal_args):
+        if isinstance(result, Exception):
+            logger.error(
+                "payment_transition_committed receiver %r failed for payment %s: %r",
+                receiver,
+                signal_args["payment"].pk,
+                result,
+                exc_info=result,
+                extra={"payment_id": str(signal_args["payment"].pk)},
+            )
 
 
 def _log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:

@@ -68,3 +68,24 @@ def verify(
             matched |= hmac.compare_digest(expected, candidate)
     if not matched:
         raise SignatureError("signature does not match any configured secret")
+
+
+def secrets_parse(
+    value: str | Iterable[str], *, setting: str = "CALLBACK_SIGNING_SECRETS"
+) -> list[str]:
+    """The secret list of ``setting`` from its comma-separated text (or a list), each stripped.
+
+    ``"new, old"`` is two secrets, ``new`` and ``old``: a space after the comma during a rotation
+    must not turn the old secret into one that never matches. An empty list (``""``, ``","``,
+    ``" , "``) would refuse every callback, so it is refused here, naming the setting.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    items = value.split(",") if isinstance(value, str) else list(value)
+    secrets = [str(item).strip() for item in items if str(item).strip()]
+    if not secrets:
+        raise ImproperlyConfigured(
+            f"{setting} is empty: set one or more signing secrets, comma-separated "
+            "(the first signs, all verify)"
+        )
+    return secrets

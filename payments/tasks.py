@@ -4,7 +4,7 @@ import logging
 
 from celery import shared_task
 
-from config.celery import single_flight
+from payments.locks import single_flight
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,15 @@
+import os
+
 import pytest
 from rest_framework.test import APIClient
 
 from tests.factories import UserFactory
 from tests.localsqs import LocalSqs, aws_test_environment
+
+# tests/host/ is a foreign host project with its own settings and user model: it runs in its own
+# pytest invocation (``--ds=tests.host.settings``, see the Makefile), never beside the others.
+HOST_SETTINGS = "tests.host.settings"
+collect_ignore = [] if os.environ.get("DJANGO_SETTINGS_MODULE") == HOST_SETTINGS else ["host"]
 
 
 @pytest.fixture(scope="session")

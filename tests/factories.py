@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from factory.django import DjangoModelFactory
 
 from payments.events import ProcessorEvent
-from payments.models import Payment
+from payments.models import MerchantAccess, Payment
 
 
 class UserFactory(DjangoModelFactory):
@@ -17,6 +17,12 @@ class UserFactory(DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     password = factory.django.Password("password")
+
+
+def grant(user, *merchant_ids: str) -> None:
+    """Let ``user`` act for ``merchant_ids`` through the default access policy."""
+    for merchant_id in merchant_ids:
+        MerchantAccess.objects.get_or_create(user=user, merchant_id=merchant_id)
 
 
 class PaymentFactory(DjangoModelFactory):

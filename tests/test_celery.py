@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 from kombu import Connection
 
-from config.celery import _lock_key, single_flight
+from payments.locks import _lock_key, single_flight
 from payments.models import ProcessedEvent
 from payments.tasks import processed_events_purge
 from tests.factories import PaymentFactory

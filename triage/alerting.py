@@ -38,6 +38,7 @@ from django.core.mail import mail_admins
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from triage import conf as triage_conf
 from triage.models import Alert, AlertNotification, AlertSeverity, AlertStatus
 
 logger = logging.getLogger(__name__)
@@ -153,11 +154,11 @@ def settlement_window_parse(text: str | None) -> SettlementWindow | None:
 
 
 def settlement_window() -> SettlementWindow | None:
-    return settlement_window_parse(settings.SETTLEMENT_WINDOW)
+    return settlement_window_parse(triage_conf.SETTLEMENT_WINDOW)
 
 
 def reminder_interval(severity: str) -> timedelta:
-    intervals = settings.ALERT_REMINDER_INTERVALS
+    intervals = triage_conf.ALERT_REMINDER_INTERVALS
     try:
         return intervals[severity]
     except KeyError:
@@ -354,9 +355,9 @@ def _send_log(alert: Alert, kind: str) -> None:
 
 def _send_webhook(alert: Alert, kind: str) -> None:
     response = requests.post(
-        settings.ALERT_WEBHOOK_URL,
+        triage_conf.ALERT_WEBHOOK_URL,
         json=webhook_payload(alert, kind),
-        timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
+        timeout=triage_conf.ALERT_WEBHOOK_TIMEOUT_SECONDS,
     )
     if not 200 <= response.status_code < 300:
         raise RuntimeError(f"HTTP {response.status_code}: {response.text[:500]}")
@@ -373,7 +374,7 @@ def _send_email(alert: Alert, kind: str) -> None:
 
 def _sinks(alert: Alert) -> list[tuple[str, object]]:
     sinks: list[tuple[str, object]] = [("log", _send_log)]
-    if settings.ALERT_WEBHOOK_URL:
+    if triage_conf.ALERT_WEBHOOK_URL:
         sinks.append(("webhook", _send_webhook))
     if alert.severity == AlertSeverity.HIGH and settings.ADMINS:
         sinks.append(("email", _send_email))
@@ -491,13 +492,13 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     backlog_reasons = []
     if (
         snapshot.main_visible is not None
-        and snapshot.main_visible > settings.ALERT_BACKLOG_VISIBLE_MESSAGES
+        and snapshot.main_visible > triage_conf.ALERT_BACKLOG_VISIBLE_MESSAGES
     ):
         backlog_reasons.append(
             f"{snapshot.main_visible} visible messages "
-            f"(threshold {settings.ALERT_BACKLOG_VISIBLE_MESSAGES})"
+            f"(threshold {triage_conf.ALERT_BACKLOG_VISIBLE_MESSAGES})"
         )
-    threshold_age = settings.ALERT_BACKLOG_OLDEST_AGE.total_seconds()
+    threshold_age = triage_conf.ALERT_BACKLOG_OLDEST_AGE.total_seconds()
     if snapshot.oldest_unfinished_age is not None and snapshot.oldest_unfinished_age > (
         threshold_age
     ):
@@ -546,7 +547,7 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     resolved.extend(return_rates["resolved"])
 
     # Other one-off alerts (a rejected submission) resolve after a quiet period.
-    quiet_since = now - settings.ALERT_EVENT_QUIET_RESOLVE
+    quiet_since = now - triage_conf.ALERT_EVENT_QUIET_RESOLVE
     for key in (
         Alert.objects.filter(status=AlertStatus.FIRING, last_fired_at__lt=quiet_since)
         .exclude(key__in=CONDITION_KEYS)
@@ -554,5 +555,5 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
         .exclude(key__startswith=RETURN_RATE_PREFIX)
         .values_list("key", flat=True)
     ):
-        resolve(key, f"no repeat for {settings.ALERT_EVENT_QUIET_RESOLVE}")
+        resolve(key, f"no repeat for {triage_conf.ALERT_EVENT_QUIET_RESOLVE}")
     return EvaluationResult(fired, resolved)

@@ -15,7 +15,7 @@ Several processes on one host (gunicorn workers, worker processes): set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory writable by all of them, the same for every
 process, before any of them starts (the gunicorn configuration in ``config/gunicorn.py`` empties
 it when the master starts and calls ``mark_process_dead`` when a worker exits; Celery pool
-processes do the same on shutdown, see ``config/celery.py``). Each process then writes its
+processes do the same on shutdown, see ``triage/tasks.py``). Each process then writes its
 counters to its own files, and ``GET /metrics`` in any gunicorn worker adds them all up with
 ``MultiProcessCollector``. Without the variable, each process serves its own counters only,
 which is right for a single process (``runserver``, one worker) but wrong behind a

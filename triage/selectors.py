@@ -203,12 +203,12 @@ class QueueDepth:
 def queue_depths() -> list[QueueDepth]:
     """Main queue and DLQ depth from SQS attributes; a queue that cannot be read is reported
     with the reason instead of raising."""
-    from django.conf import settings
+    from callbacks import conf as callbacks_conf
 
     depths = []
     for name, url_of in (
-        (settings.SQS_QUEUE_NAME, sqs.main_queue_url),
-        (settings.SQS_DLQ_NAME, sqs.dead_letter_queue_url),
+        (callbacks_conf.SQS_QUEUE_NAME, sqs.main_queue_url),
+        (callbacks_conf.SQS_DLQ_NAME, sqs.dead_letter_queue_url),
     ):
         try:
             attributes = sqs.queue_attributes(

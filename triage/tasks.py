@@ -1,10 +1,12 @@
 """Periodic operations work (scheduled by beat, see CELERY_BEAT_SCHEDULE)."""
 
 import logging
+import os
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown
 
-from config.celery import single_flight
+from payments.locks import single_flight
 
 logger = logging.getLogger(__name__)
 
@@ -63,3 +65,12 @@ def bulk_jobs_resume_stale() -> list[int]:
         if not acquired:
             return []
         return bulk.bulk_jobs_resume_stale()
+
+
+@worker_process_shutdown.connect
+def _prometheus_mark_process_dead(pid=None, **kwargs) -> None:
+    """In multiprocess metrics mode, drop an exiting pool process's live gauge files."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())

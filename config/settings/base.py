@@ -9,6 +9,9 @@ from pathlib import Path
 
 import environ
 
+from payments.signing import secrets_parse
+from triage.beat import beat_schedule
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
@@ -142,7 +145,8 @@ PROCESSOR_TIMEOUT_SECONDS = env.float("PROCESSOR_TIMEOUT_SECONDS", default=10.0)
 PROCESSOR_CONNECT_TIMEOUT_SECONDS = env.float("PROCESSOR_CONNECT_TIMEOUT_SECONDS", default=3.05)
 
 # --- Callbacks: one or more HMAC secrets, comma-separated (the first signs, all verify).
-CALLBACK_SIGNING_SECRETS = env.list("CALLBACK_SIGNING_SECRETS")
+# Stripped ("new, old" is two secrets); an empty list stops start-up naming the setting.
+CALLBACK_SIGNING_SECRETS = secrets_parse(env.str("CALLBACK_SIGNING_SECRETS"))
 CALLBACK_TOLERANCE_SECONDS = env.int("CALLBACK_TOLERANCE_SECONDS", default=300)
 CALLBACK_MAX_BODY_BYTES = 64 * 1024
 
@@ -224,49 +228,8 @@ if CELERY_BROKER_URL.startswith("sqs://"):
     }
 # Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
 DLQ_INGEST_INTERVAL_SECONDS = env.float("DLQ_INGEST_INTERVAL_SECONDS", default=60.0)
-CELERY_BEAT_SCHEDULE = {
-    # Each entry expires after its interval: ticks missed while workers were down do not pile up.
-    "dead-letters-ingest": {
-        "task": "triage.tasks.dead_letters_ingest",
-        "schedule": DLQ_INGEST_INTERVAL_SECONDS,
-        "options": {"expires": DLQ_INGEST_INTERVAL_SECONDS},
-    },
-    "queue-metrics-sample": {
-        "task": "triage.tasks.queue_metrics_sample",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
-    "alerts-evaluate": {
-        "task": "triage.tasks.alerts_evaluate",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
-    "payments-reconcile": {
-        "task": "callbacks.tasks.payments_reconcile",
-        "schedule": 300.0,
-        "options": {"expires": 300},
-    },
-    "bulk-jobs-resume-stale": {
-        "task": "triage.tasks.bulk_jobs_resume_stale",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
-    "outbox-relay-publish": {
-        "task": "callbacks.tasks.outbox_relay_publish",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
-    "processed-events-purge": {
-        "task": "payments.tasks.processed_events_purge",
-        "schedule": 3600.0,
-        "options": {"expires": 3600},
-    },
-    "idempotency-keys-purge": {
-        "task": "payments.tasks.idempotency_keys_purge",
-        "schedule": 3600.0,
-        "options": {"expires": 3600},
-    },
-}
+# The module's own schedule (triage/beat.py); a host project merges it into its own.
+CELERY_BEAT_SCHEDULE = beat_schedule(dlq_ingest_interval=DLQ_INGEST_INTERVAL_SECONDS)
 
 LOGGING = {
     "version": 1,

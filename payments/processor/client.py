@@ -34,9 +34,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
-from django.conf import settings
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.exceptions import ProcessorRejected, ProcessorUnavailable
 
 logger = logging.getLogger(__name__)
@@ -157,17 +157,17 @@ class ProcessorClient:
     # --- configuration, resolved per call
     @property
     def base_url(self) -> str:
-        return (self._base_url or settings.PROCESSOR_BASE_URL).rstrip("/")
+        return (self._base_url or payments_conf.PROCESSOR_BASE_URL).rstrip("/")
 
     @property
     def timeout(self) -> tuple[float, float]:
         return (
-            self._connect_timeout or settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS,
-            self._read_timeout or settings.PROCESSOR_TIMEOUT_SECONDS,
+            self._connect_timeout or payments_conf.PROCESSOR_CONNECT_TIMEOUT_SECONDS,
+            self._read_timeout or payments_conf.PROCESSOR_TIMEOUT_SECONDS,
         )
 
     def _headers(self, idempotency_key: uuid.UUID | str | None = None) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {self._api_key or settings.PROCESSOR_API_KEY}"}
+        headers = {"Authorization": f"Bearer {self._api_key or payments_conf.PROCESSOR_API_KEY}"}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = str(idempotency_key)
         return headers

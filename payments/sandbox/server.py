@@ -102,9 +102,12 @@ class SandboxProcessor:
         if api_key is None or signing_secret is None:
             from django.conf import settings
 
-            api_key = api_key if api_key is not None else settings.PROCESSOR_API_KEY
+            from payments import conf
+            from payments.signing import secrets_parse
+
+            api_key = api_key if api_key is not None else conf.PROCESSOR_API_KEY
             if signing_secret is None:
-                signing_secret = settings.CALLBACK_SIGNING_SECRETS[0]
+                signing_secret = secrets_parse(getattr(settings, "CALLBACK_SIGNING_SECRETS", ""))[0]
         if not api_key:
             raise ValueError("the sandbox needs an API key to check the Authorization header")
         if not signing_secret:

@@ -20,7 +20,7 @@ from callbacks.services import (
 from payments.models import PaymentState
 from payments.selectors import payment_detail_extensions
 from tests.callbacks.worker_support import applied_events, drain, run_worker, send_body, send_event
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, grant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -237,8 +237,9 @@ def test_payment_detail_shows_processing_errors_and_the_active_hold(sqs_queues):
     assert payment_queue_detail(payment)["hold"] is None
 
 
-def test_payment_api_detail_includes_worker_errors_and_the_hold(sqs_queues, api_client):
+def test_payment_api_detail_includes_worker_errors_and_the_hold(sqs_queues, api_client, user):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    grant(user, payment.merchant_id)
     hold = hold_with_unknown_kind(sqs_queues, payment)
 
     response = api_client.get(f"/api/payments/{payment.id}/")

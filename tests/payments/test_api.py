@@ -10,11 +10,16 @@ from rest_framework.test import APIClient
 
 from payments import idempotency
 from payments.models import ApiIdempotencyKey, Payment
-from tests.factories import PaymentFactory, UserFactory
+from tests.factories import PaymentFactory, UserFactory, grant
 
 pytestmark = pytest.mark.django_db
 
 BODY = {"merchant_id": "m-1", "amount": "25.00", "currency": "USD", "source_token": "tok_abcdef12"}
+
+
+@pytest.fixture(autouse=True)
+def _grants(user):
+    grant(user, "m-1", "m-7", "nobody")
 
 
 def test_create_returns_201_with_the_payment(api_client):
@@ -51,7 +56,7 @@ def test_without_credentials_answers_401(db):
         ("source_token", "acct 12345678901", "raw bank account"),
         ("amount", 25.0, "decimal string"),
         ("amount", "0.00", "greater than or equal"),
-        ("amount", "1.234", "decimal places"),
+        ("amount", "1.234", "two decimals"),
         ("currency", "EUR", "not a valid choice"),
         ("merchant_id", "", "blank"),
     ],
@@ -96,7 +101,9 @@ def test_same_key_with_another_body_answers_422(api_client):
 def test_keys_are_per_user(api_client):
     api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k3")
     other = APIClient()
-    other.force_authenticate(UserFactory())
+    other_user = UserFactory()
+    grant(other_user, BODY["merchant_id"])
+    other.force_authenticate(other_user)
     response = other.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k3")
 
     assert response.status_code == 201
@@ -154,6 +161,7 @@ def test_two_concurrent_requests_with_one_key_create_one_payment(monkeypatch):
     from payments import apis
 
     user = UserFactory()
+    grant(user, BODY["merchant_id"])
     real_create = apis.payment_create
 
     def slow_create(**kwargs):

@@ -7,7 +7,9 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from payments import conf
 from payments.sandbox import FaultConfig, SandboxProcessor
+from payments.signing import secrets_parse
 
 
 def probability(value: str) -> float:
@@ -115,9 +117,10 @@ class Command(BaseCommand):
         sandbox = SandboxProcessor(
             host=options["host"],
             port=options["port"],
-            api_key=options["api_key"] or settings.PROCESSOR_API_KEY,
+            api_key=options["api_key"] or conf.PROCESSOR_API_KEY,
             callback_url=callback_url,
-            signing_secret=options["signing_secret"] or settings.CALLBACK_SIGNING_SECRETS[0],
+            signing_secret=options["signing_secret"]
+            or secrets_parse(getattr(settings, "CALLBACK_SIGNING_SECRETS", ""))[0],
             faults=faults,
             seed=seed,
             callback_max_attempts=options["callback_max_attempts"],

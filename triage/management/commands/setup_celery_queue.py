@@ -9,7 +9,7 @@ it is missing, they look it up the same way when they start).
 
 from django.core.management.base import BaseCommand, CommandError
 
-from config.celery import CeleryQueueError, celery_queue_ensure
+from callbacks.celery_queue import CeleryQueueError, celery_queue_ensure
 
 
 class Command(BaseCommand):

@@ -1,0 +1,53 @@
+"""The queue layer's settings, each with its default kept here.
+
+Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
+value when it sets one, else the default below. A host sets only ``REQUIRED``.
+"""
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from payments.signing import secrets_parse
+
+REQUIRED = ("CALLBACK_SIGNING_SECRETS",)
+
+DEFAULTS: dict[str, Any] = {
+    "AWS_REGION": "us-east-1",
+    # Unset: AWS itself. A URL: an SQS-compatible server (the local one in tests and the demo).
+    "SQS_ENDPOINT_URL": None,
+    "SQS_QUEUE_NAME": "payments.fifo",
+    "SQS_DLQ_NAME": "payments-dlq.fifo",
+    # Retries with exponential backoff and full jitter: the first try plus 5 retries.
+    "WORKER_BACKOFF_BASE_SECONDS": 1.0,
+    "WORKER_BACKOFF_CAP_SECONDS": 30.0,
+    "WORKER_MAX_ATTEMPTS": 6,
+    "CALLBACK_TOLERANCE_SECONDS": 300,
+    "CALLBACK_MAX_BODY_BYTES": 64 * 1024,
+    # Reconciliation of stuck payments (ACH settles in days).
+    "RECONCILE_SUBMITTED_AFTER": timedelta(days=3),
+    "RECONCILE_PENDING_AFTER": timedelta(minutes=5),
+    "RECONCILE_RECHECK_AFTER": timedelta(minutes=60),
+    "RECONCILE_BATCH_SIZE": 100,
+    # Celery's broker queue: a standard (not FIFO) SQS queue.
+    "CELERY_SQS_QUEUE_NAME": "payments-celery",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in DEFAULTS:
+        return getattr(settings, name, DEFAULTS[name])
+    if name == "CALLBACK_SIGNING_SECRETS":
+        # Stripped and never empty, however the host wrote it (a string or a list).
+        return secrets_parse(getattr(settings, name, ""))
+    raise AttributeError(f"callbacks.conf has no setting {name}")
+
+
+def required_check() -> None:
+    """Raise ``ImproperlyConfigured`` naming the first required setting that is missing."""
+    for name in REQUIRED:
+        if not getattr(settings, name, None):
+            raise ImproperlyConfigured(f"{name} is required by the callbacks app and is not set")
+    __getattr__("CALLBACK_SIGNING_SECRETS")

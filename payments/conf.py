@@ -1,0 +1,35 @@
+"""The payments app's settings, each with its default kept here.
+
+Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
+value when it sets one, else the default below. A host sets only ``REQUIRED``.
+"""
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
+
+DEFAULTS: dict[str, Any] = {
+    "PROCESSOR_TIMEOUT_SECONDS": 10.0,
+    "PROCESSOR_CONNECT_TIMEOUT_SECONDS": 3.05,
+    # Dedup records of processed events outlive SQS's 5-minute window by far.
+    "PROCESSED_EVENT_RETENTION": timedelta(days=30),
+    "API_IDEMPOTENCY_RETENTION": timedelta(hours=24),
+    # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
+    # merchant? The default reads the MerchantAccess grants edited in the admin.
+    "PAYMENTS_MERCHANT_ACCESS_POLICY": "payments.access.merchant_access_granted",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in DEFAULTS:
+        return getattr(settings, name, DEFAULTS[name])
+    if name in REQUIRED:
+        value = getattr(settings, name, None)
+        if not value:
+            raise ImproperlyConfigured(f"{name} is required by the payments app and is not set")
+        return value
+    raise AttributeError(f"payments.conf has no setting {name}")

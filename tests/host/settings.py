@@ -1,0 +1,100 @@
+"""Someone else's monolith adopting the module: its own project package, user model, Celery
+app, DRF defaults and URL layout. Nothing here comes from this repository's ``config``.
+
+What the module needs from a host is what the README's "Add it to your monolith" lists: the
+apps, the URLs, the required settings (processor, signing secrets, queues), Celery wiring.
+"""
+
+import os
+
+import environ
+
+SECRET_KEY = "host-project-secret-key-for-tests"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    # The host's own apps.
+    "tests.host.accounts",
+    "tests.host.shop",
+    # The payments module.
+    "payments",
+    "callbacks",
+    "triage",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "tests.host.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": environ.Env.db_url_config(
+        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "host_accounts.User"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+USE_TZ = True
+TIME_ZONE = "Europe/Berlin"
+STATIC_URL = "/assets/"
+
+# The host's API conventions, which must change nothing in the module's views.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["tests.host.auth.ShopKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.FormParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.BrowsableAPIRenderer"],
+    "EXCEPTION_HANDLER": "tests.host.errors.shop_exception_handler",
+}
+
+# --- The payments module: only what has no default inside it.
+PROCESSOR_BASE_URL = "http://127.0.0.1:9"  # the sandbox's address, set by the tests
+PROCESSOR_API_KEY = "host-processor-key"
+CALLBACK_SIGNING_SECRETS = ["host-secret-new", "host-secret-old"]
+SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # the local SQS server, set by the tests
+SQS_QUEUE_NAME = "shop-ach.fifo"
+SQS_DLQ_NAME = "shop-ach-dlq.fifo"
+# The host merges the module's beat schedule into its own: see tests/host/celery.py.
+
+# Read from settings directly (not yet through callbacks.conf) by the callback endpoint and the
+# queue worker; the values are the module's defaults, except backoff for a fast test.
+CALLBACK_TOLERANCE_SECONDS = 300
+CALLBACK_MAX_BODY_BYTES = 64 * 1024
+WORKER_MAX_ATTEMPTS = 6
+WORKER_BACKOFF_BASE_SECONDS = 0
+WORKER_BACKOFF_CAP_SECONDS = 0
+
+CELERY_BROKER_URL = "memory://"

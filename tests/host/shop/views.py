@@ -1,0 +1,9 @@
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+
+class WhoAmI(APIView):
+    """A host view on the host's REST_FRAMEWORK defaults (IsAdminUser, the shop's key header)."""
+
+    def get(self, request):
+        return Response({"user": str(request.user)})

@@ -1,0 +1,14 @@
+"""The host's URLconf: its own pages, and the module mounted under /ach/."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+from tests.host.shop.views import WhoAmI
+
+urlpatterns = [
+    path("backoffice/", admin.site.urls),
+    path("shop/whoami/", WhoAmI.as_view()),
+    path("ach/api/", include("payments.urls")),
+    path("ach/callbacks/", include("callbacks.urls")),
+    path("ach/", include("triage.urls")),
+]

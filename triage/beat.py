@@ -1,0 +1,41 @@
+"""The module's periodic tasks, as a Celery beat schedule a host merges into its own:
+
+    app.conf.beat_schedule = {**host_schedule, **beat_schedule()}
+
+Each entry expires after its interval: ticks missed while workers were down do not pile up.
+"""
+
+from typing import Any
+
+
+def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict[str, Any]]:
+    """The schedule; dead letters are ingested every ``dlq_ingest_interval`` seconds
+    (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60)."""
+    if dlq_ingest_interval is None:
+        from triage import conf
+
+        dlq_ingest_interval = float(conf.DLQ_INGEST_INTERVAL_SECONDS)
+    every = {
+        "triage.tasks.dead_letters_ingest": dlq_ingest_interval,
+        "triage.tasks.queue_metrics_sample": 60.0,
+        "triage.tasks.alerts_evaluate": 60.0,
+        "callbacks.tasks.payments_reconcile": 300.0,
+        "triage.tasks.bulk_jobs_resume_stale": 60.0,
+        "callbacks.tasks.outbox_relay_publish": 60.0,
+        "payments.tasks.processed_events_purge": 3600.0,
+        "payments.tasks.idempotency_keys_purge": 3600.0,
+    }
+    names = {
+        "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
+        "triage.tasks.queue_metrics_sample": "queue-metrics-sample",
+        "triage.tasks.alerts_evaluate": "alerts-evaluate",
+        "callbacks.tasks.payments_reconcile": "payments-reconcile",
+        "triage.tasks.bulk_jobs_resume_stale": "bulk-jobs-resume-stale",
+        "callbacks.tasks.outbox_relay_publish": "outbox-relay-publish",
+        "payments.tasks.processed_events_purge": "processed-events-purge",
+        "payments.tasks.idempotency_keys_purge": "idempotency-keys-purge",
+    }
+    return {
+        names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}
+        for task, seconds in every.items()
+    }

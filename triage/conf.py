@@ -1,0 +1,36 @@
+"""The triage app's settings, each with its default kept here.
+
+Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
+value when it sets one, else the default below. Triage has no required setting.
+"""
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # None: alerts go to the log and to ADMINS by e-mail only.
+    "ALERT_WEBHOOK_URL": None,
+    "ALERT_WEBHOOK_TIMEOUT_SECONDS": 5.0,
+    # Backlog alerts are silent inside this window, when the processor's batch lands.
+    "SETTLEMENT_WINDOW": "Mon-Fri 05:00-08:00 America/Chicago",
+    # A firing alert is re-sent at most once per interval of its severity.
+    "ALERT_REMINDER_INTERVALS": {
+        "high": timedelta(minutes=15),
+        "medium": timedelta(minutes=60),
+        "low": timedelta(minutes=240),
+    },
+    "ALERT_BACKLOG_VISIBLE_MESSAGES": 1000,
+    "ALERT_BACKLOG_OLDEST_AGE": timedelta(seconds=600),
+    # One-off alerts (a rejected submission) resolve by themselves after this long.
+    "ALERT_EVENT_QUIET_RESOLVE": timedelta(hours=24),
+    # Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
+    "DLQ_INGEST_INTERVAL_SECONDS": 60.0,
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in DEFAULTS:
+        return getattr(settings, name, DEFAULTS[name])
+    raise AttributeError(f"triage.conf has no setting {name}")

@@ -1,0 +1,12 @@
+"""Operations endpoints for a host project's URLconf: ``/healthz``, ``/readyz``, ``/metrics``
+under whatever prefix the host includes them (restrict them to the monitoring network)."""
+
+from django.urls import path
+
+from triage import health
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
+]

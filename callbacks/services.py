@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from callbacks import sqs
@@ -352,6 +353,47 @@ def processing_error_record(
         )
     queue_message.status = QueueMessageStatus.RETRYING
     queue_message.last_error_class = error_class[:255]
+    return error
+
+
+def queue_message_defer(
+    *,
+    queue_message: QueueMessage,
+    error_class: str = "",
+    message: str = "",
+    traceback: str = "",
+    delay_seconds: float,
+) -> ProcessingError | None:
+    """Give back the attempt a message started while its dependency was down as a whole (the
+    processor's circuit breaker is open, or it asked every caller to pause): the outage is not
+    the message's fault and must not bring it closer to a dead letter.
+
+    When a real call was made and failed (``error_class`` given), the failure stays in the
+    error history, marked retryable with the pause as its delay; the attempt counter goes back
+    by one in the same transaction, so ``attempts`` counts only attempts the message paid for.
+    """
+    error = None
+    with transaction.atomic():
+        if error_class:
+            error = ProcessingError.objects.create(
+                queue_message=queue_message,
+                payment_id=queue_message.payment_id,
+                message_id=queue_message.message_id,
+                attempt_number=queue_message.attempts,
+                error_class=error_class[:255],
+                message=message,
+                traceback=traceback,
+                retryable=True,
+                delay_seconds=delay_seconds,
+            )
+        QueueMessage.objects.filter(pk=queue_message.pk, attempts__gt=0).update(
+            attempts=F("attempts") - 1,
+            status=QueueMessageStatus.RETRYING,
+            updated_at=timezone.now(),
+            **({"last_error_class": error_class[:255]} if error_class else {}),
+        )
+    queue_message.attempts = max(0, queue_message.attempts - 1)
+    queue_message.status = QueueMessageStatus.RETRYING
     return error
 
 

@@ -37,7 +37,12 @@ from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.metrics import DEDUP_HITS, ENQUEUE_TO_APPLIED_SECONDS, WORKER_MESSAGES
+from callbacks.metrics import (
+    DEDUP_HITS,
+    ENQUEUE_TO_APPLIED_SECONDS,
+    MESSAGES_DEFERRED,
+    WORKER_MESSAGES,
+)
 from callbacks.models import QueueMessage
 from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, parse_processor_event
 from callbacks.services import (
@@ -45,9 +50,10 @@ from callbacks.services import (
     message_dead_letter,
     processing_error_record,
     queue_message_complete,
+    queue_message_defer,
     queue_message_start,
 )
-from payments.exceptions import PaymentError
+from payments.exceptions import PaymentError, ProcessorCircuitOpen
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +175,7 @@ class Result:
 class WorkerStats:
     received: int = 0
     processed: int = 0
+    deferred: int = 0  # submissions hidden by the processor's breaker, no attempt spent
     deleted: int = 0
     released: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -502,7 +509,10 @@ class Worker:
                 else:
                     self.stats.deleted += 1
 
-    def hide(self, message: ReceivedMessage, seconds: float) -> None:
+    def hide(self, message: ReceivedMessage, seconds: float, *, wait_for: bool = True) -> None:
+        """Hide a message for ``seconds``. ``wait_for``: ``--until-empty`` keeps running until
+        it is due again (a backoff, a 429 pause); False for a deferral by the open breaker,
+        whose end nobody knows."""
         visibility = int(math.ceil(seconds))  # SQS takes whole seconds
         try:
             sqs.sqs_client().change_message_visibility(
@@ -517,12 +527,17 @@ class Worker:
                 message.message_id,
                 exc,
             )
-        self._retry_due = max(self._retry_due, time.monotonic() + visibility)
+        if wait_for:
+            self._retry_due = max(self._retry_due, time.monotonic() + visibility)
 
     # --- one message -----------------------------------------------------------------------
 
     def process_message(self, message: ReceivedMessage) -> Result:
         started = time.monotonic()
+        if message.kind == SUBMIT_PAYMENT:
+            deferred = self._breaker_defer(message, started)
+            if deferred is not None:
+                return deferred
         self.stats.processed += 1
         try:
             decision = queue_message_start(message=message)
@@ -566,6 +581,55 @@ class Worker:
             )
         return self._finish(message, queue_message, outcome, started, Result(outcome, True))
 
+    def _breaker_defer(self, message: ReceivedMessage, started: float) -> Result | None:
+        """Before starting a submission: while the processor's breaker is open (or calls are
+        paused by a 429), hide the message for the rest of the pause and stop its group, as for
+        a retry, but start nothing: no attempt counted, no error row."""
+        from payments.processor.breaker import processor_breaker_wait
+
+        try:
+            gate = processor_breaker_wait()
+        except DatabaseError as exc:
+            # The start would fail the same way; let the usual path record and retry it.
+            logger.warning("could not read the processor breaker: %s", exc)
+            return None
+        if gate.allowed:
+            return None
+        return self._defer(
+            message,
+            None,
+            started,
+            wait=gate.wait_seconds,
+            breaker_open=gate.state != "closed",
+            reason=gate.reason,
+        )
+
+    def _defer(
+        self,
+        message: ReceivedMessage,
+        queue_message: QueueMessage | None,
+        started: float,
+        *,
+        wait: float,
+        breaker_open: bool,
+        reason: str,
+    ) -> Result:
+        reason_label = "breaker_open" if breaker_open else "paused"
+        MESSAGES_DEFERRED.labels(reason=reason_label).inc()
+        self.stats.deferred += 1
+        self.heartbeat.untrack([message.message_id])
+        # At least a second: SQS counts whole seconds, and 0 would hand it straight back.
+        self.hide(message, max(wait, 1.0), wait_for=not breaker_open)
+        return self._finish(
+            message,
+            queue_message,
+            "deferred",
+            started,
+            Result("deferred", False, True),
+            error=reason,
+            delay=max(wait, 1.0),
+        )
+
     def _fail(
         self,
         message: ReceivedMessage,
@@ -573,6 +637,8 @@ class Worker:
         exc: Exception,
         started: float,
     ) -> Result:
+        if isinstance(exc, ProcessorCircuitOpen):
+            return self._fail_circuit_open(message, queue_message, exc, started)
         retryable, retry_after = classify(exc)
         error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
         error_text = str(exc) or error_class
@@ -632,6 +698,39 @@ class Worker:
             delay=delay,
         )
 
+    def _fail_circuit_open(
+        self,
+        message: ReceivedMessage,
+        queue_message: QueueMessage,
+        exc: ProcessorCircuitOpen,
+        started: float,
+    ) -> Result:
+        """The submission started but the processor is down as a whole (the breaker opened,
+        or was open when the call was to be made) or paused every caller: give the attempt
+        back and defer. A real call that failed stays in the error history."""
+        wait = max(exc.retry_after or 0.0, 1.0)
+        error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        try:
+            queue_message_defer(
+                queue_message=queue_message,
+                error_class=error_class if exc.called else "",
+                message=str(exc),
+                traceback="".join(traceback.format_exception(exc)) if exc.called else "",
+                delay_seconds=wait,
+            )
+        except DatabaseError:
+            logger.exception(
+                "could not record the deferral of message %s (%s)", message.message_id, exc
+            )
+        return self._defer(
+            message,
+            queue_message,
+            started,
+            wait=wait,
+            breaker_open=exc.breaker_open,
+            reason=str(exc),
+        )
+
     def _finish(
         self,
         message: ReceivedMessage,
@@ -661,7 +760,9 @@ class Worker:
         if error:
             extra["error"] = error[:500]
         logger.log(
-            logging.WARNING if outcome in ("retried", "dead_lettered") else logging.INFO,
+            logging.WARNING
+            if outcome in ("retried", "dead_lettered", "deferred")
+            else logging.INFO,
             "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
             message.payment_id,
             message.message_id,

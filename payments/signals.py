@@ -11,3 +11,7 @@ outbox_committed = Signal()
 # Sent by ``payments.alerts.alert_raise`` with ``severity``, ``key``, ``summary``, ``details`` and
 # ``payment_id``; the operations layer routes alerts to sinks and stores their history.
 alert_raised = Signal()
+
+# Sent by ``payments.alerts.alert_clear`` with ``key`` and ``reason`` when the condition behind
+# an alert has ended (the processor breaker closed).
+alert_cleared = Signal()

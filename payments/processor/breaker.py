@@ -234,11 +234,10 @@ def processor_breaker_record(
         )
         if admission.probe:
             _close(now=now, reason="the probe call succeeded")
-        elif _state() == BreakerState.HALF_OPEN:
-            # Another caller's probe is in flight, but this success is as good an answer. A
-            # success while open (a call started before it opened) does not cut the pause short.
-            _close(now=now, reason="a call succeeded while half-open")
-        return _state()
+            return _state()
+        # A success admitted while closed: if the breaker opened meanwhile (this call started
+        # before it did), it does not cut the pause short; the probe decides.
+        return admission.state
     if outcome == CallOutcome.NEUTRAL:
         if admission.probe:
             # Undecided: give the probe back so the next caller probes at once.

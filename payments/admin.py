@@ -6,6 +6,8 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from payments.models import (
+    CircuitBreaker,
+    CircuitBreakerTransition,
     LedgerEntry,
     OutboxMessage,
     Payment,
@@ -154,3 +156,18 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "kind", "group_id", "created_at", "published_at", "publish_attempts"]
     list_filter = ["kind", ("published_at", admin.EmptyFieldListFilter)]
     search_fields = ["=group_id"]
+
+
+class CircuitBreakerTransitionInline(ReadOnlyInline):
+    model = CircuitBreakerTransition
+    fields = ["created_at", "kind", "pause_seconds", "reason"]
+    show_change_link = False
+    ordering = ["-created_at", "-id"]
+
+
+@admin.register(CircuitBreaker)
+class CircuitBreakerAdmin(ReadOnlyModelAdmin):
+    """The breaker's state changes only through payments.processor.breaker: shown, never edited."""
+
+    list_display = ["name", "state", "opened_at", "open_until", "paused_until", "updated_at"]
+    inlines = [CircuitBreakerTransitionInline]

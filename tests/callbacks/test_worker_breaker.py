@@ -3,11 +3,14 @@
 Real local SQS, real sandbox processor over HTTP, PostgreSQL; the worker through its command.
 """
 
+import io
 import time
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from callbacks.reconciliation import payments_reconcile
@@ -56,12 +59,24 @@ def open_the_breaker(seconds: float = 30) -> None:
     )
 
 
+def deferred_count(reason: str) -> float:
+    return (
+        REGISTRY.get_sample_value("payments_worker_messages_deferred_total", {"reason": reason})
+        or 0.0
+    )
+
+
 def test_open_breaker_defers_a_submission_without_starting_it(sqs_queues, sandbox):
     payment = PaymentFactory(state=PaymentState.PENDING)
     message_id = submit_message(sqs_queues, payment)
     open_the_breaker(seconds=30)
+    before = deferred_count("breaker_open")
+    out = io.StringIO()
 
-    run_worker()
+    call_command("run_sqs_worker", until_empty=True, wait_time=0, relay=False, stdout=out)
+
+    assert deferred_count("breaker_open") == before + 1
+    assert "1 deferred" in out.getvalue()
 
     # Not started: no attempt, no error, no call; hidden for the pause, not released.
     assert not QueueMessage.objects.filter(message_id=message_id).exists()

@@ -40,6 +40,7 @@ from payments.models import (
 from payments.processor.breaker import (
     Admission,
     call_outcome,
+    max_pause_seconds,
     processor_breaker_admit,
     processor_breaker_record,
     processor_breaker_wait,
@@ -490,12 +491,13 @@ def _breaker_record(
     )
     if not failed:
         return
-    after = processor_breaker_wait()
-    wait = after.wait_seconds
-    if attempt.http_status == 429 and attempt.retry_after_seconds is not None:
-        wait = max(wait, attempt.retry_after_seconds)
-    elif state == BreakerState.CLOSED or attempt.http_status == 409:
+    after = processor_breaker_wait()  # includes a 429's pause (capped by the breaker)
+    paused = attempt.http_status == 429 and attempt.retry_after_seconds is not None
+    if not paused and (state == BreakerState.CLOSED or attempt.http_status == 409):
         return
+    wait = after.wait_seconds
+    if paused:
+        wait = max(wait, min(attempt.retry_after_seconds, max_pause_seconds()))
     raise ProcessorCircuitOpen(
         f"payment {payment.id} attempt {attempt.attempt_number}: {result}; "
         f"{after.reason or 'calls paused'}",

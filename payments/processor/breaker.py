@@ -195,6 +195,10 @@ def probe_lease_seconds() -> float:
     )
 
 
+def max_pause_seconds() -> float:
+    return float(breaker_setting("PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"))
+
+
 def pause_seconds(reopen_count: int) -> float:
     """The open pause after ``reopen_count`` failed probes: doubling, capped."""
     base = float(breaker_setting("PROCESSOR_BREAKER_PAUSE_SECONDS"))
@@ -381,8 +385,16 @@ def _close(*, now: datetime, reason: str) -> bool:
 
 
 def processor_breaker_pause(*, seconds: float, reason: str, now: datetime | None = None) -> bool:
-    """Pause every caller for ``seconds`` (a 429's Retry-After); True if this extended it."""
+    """Pause every caller for ``seconds`` (a 429's Retry-After); True if this extended it.
+
+    Capped at ``PROCESSOR_BREAKER_MAX_PAUSE_SECONDS``: a wrong or hostile Retry-After (a day,
+    a year) must not stop every submission for that long; after the cap the next call asks again.
+    """
     now = now or timezone.now()
+    cap = max_pause_seconds()
+    if seconds > cap:
+        logger.warning("Retry-After of %.0f s capped at %.0f s", seconds, cap)
+        seconds = cap
     until = now + timedelta(seconds=max(0.0, seconds))
     with transaction.atomic():
         processor_breaker_get()

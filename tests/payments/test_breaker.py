@@ -318,3 +318,19 @@ def test_the_breaker_row_is_created_once_under_concurrent_first_use():
         thread.join(timeout=30)
 
     assert names == ["processor"] * 4
+
+
+def test_a_huge_retry_after_pauses_no_longer_than_the_maximum_pause():
+    now = timezone.now()
+    admission = processor_breaker_admit(now=now)
+
+    processor_breaker_record(
+        admission=admission,
+        outcome=CallOutcome.NEUTRAL,
+        error="HTTP 429",
+        http_status=429,
+        retry_after=86400 * 365,
+        now=now,
+    )
+
+    assert processor_breaker_get().paused_until == now + timedelta(seconds=25)

@@ -54,6 +54,7 @@ from callbacks.services import (
     queue_message_start,
 )
 from payments.exceptions import PaymentError, ProcessorCircuitOpen
+from payments.models import BreakerState
 
 logger = logging.getLogger(__name__)
 
@@ -600,7 +601,7 @@ class Worker:
             None,
             started,
             wait=gate.wait_seconds,
-            breaker_open=gate.state != "closed",
+            breaker_open=gate.state != BreakerState.CLOSED,
             reason=gate.reason,
         )
 

@@ -492,11 +492,11 @@ def _breaker_record(
     if not failed:
         return
     after = processor_breaker_wait()  # includes a 429's pause (capped by the breaker)
-    paused = attempt.http_status == 429 and attempt.retry_after_seconds is not None
+    paused = attempt.http_status == 429
     if not paused and (state == BreakerState.CLOSED or attempt.http_status == 409):
         return
     wait = after.wait_seconds
-    if paused:
+    if paused and attempt.retry_after_seconds is not None:
         wait = max(wait, min(attempt.retry_after_seconds, max_pause_seconds()))
     raise ProcessorCircuitOpen(
         f"payment {payment.id} attempt {attempt.attempt_number}: {result}; "

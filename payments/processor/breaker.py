@@ -17,8 +17,9 @@ must not make every message do that. The breaker tells them apart:
   pause doubled, up to ``PROCESSOR_BREAKER_MAX_PAUSE_SECONDS``. A probe whose process died
   is given up after a lease (the client's timeouts plus a margin), and another is claimed.
 
-Independently of the state, a 429 with ``Retry-After`` pauses every caller for that long
-(``paused_until``); it is not a failure, and no message pays an attempt for it.
+Independently of the state, a 429 pauses every caller for its ``Retry-After`` (1 s without
+one; at most the maximum pause) through ``paused_until``; it is not a failure, and no message
+pays an attempt for it.
 
 Every change of state is a conditional UPDATE (or runs under the row's lock) and writes a
 ``CircuitBreakerTransition`` row in the same transaction; opening raises the high alert
@@ -58,6 +59,7 @@ ALERT_KEY = "processor.unavailable"
 NOT_COUNTED_STATUSES = (409, 429)
 # While another caller's probe is in flight, look again this soon.
 PROBE_RECHECK_SECONDS = 1.0
+DEFAULT_429_PAUSE_SECONDS = 1.0
 PROBE_LEASE_MARGIN_SECONDS = 5.0
 
 DEFAULTS = {
@@ -230,8 +232,10 @@ def processor_breaker_record(
     rollback must not undo that the processor failed).
     """
     now = now or timezone.now()
-    if http_status == 429 and retry_after is not None:
-        processor_breaker_pause(seconds=retry_after, reason=error, now=now)
+    if http_status == 429:
+        # Without a Retry-After the processor still said "too many": a short pause for all.
+        seconds = retry_after if retry_after is not None else DEFAULT_429_PAUSE_SECONDS
+        processor_breaker_pause(seconds=seconds, reason=error, now=now)
     if outcome == CallOutcome.SUCCESS:
         CircuitBreaker.objects.filter(name=PROCESSOR, consecutive_failures__gt=0).update(
             consecutive_failures=0

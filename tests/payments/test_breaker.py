@@ -334,3 +334,15 @@ def test_a_huge_retry_after_pauses_no_longer_than_the_maximum_pause():
     )
 
     assert processor_breaker_get().paused_until == now + timedelta(seconds=25)
+
+
+def test_a_429_without_retry_after_still_pauses_everyone_briefly():
+    now = timezone.now()
+    admission = processor_breaker_admit(now=now)
+
+    processor_breaker_record(
+        admission=admission, outcome=CallOutcome.NEUTRAL, error="HTTP 429", http_status=429, now=now
+    )
+
+    assert processor_breaker_get().paused_until == now + timedelta(seconds=1)
+    assert processor_breaker_get().consecutive_failures == 0

@@ -120,3 +120,16 @@ def test_evaluation_resolves_a_leftover_alert_once_the_breaker_is_closed():
 
     assert ALERT_KEY in result.resolved
     assert Alert.objects.get(key=ALERT_KEY).status == AlertStatus.RESOLVED
+
+
+def test_dashboard_shows_a_429_pause_while_closed(client):
+    processor_breaker_get()
+    CircuitBreaker.objects.filter(name="processor").update(
+        paused_until=timezone.now() + timedelta(seconds=90)
+    )
+    client.force_login(viewer())
+
+    page = client.get(reverse(DASHBOARD)).content.decode()
+
+    assert "Processor: circuit breaker closed" in page
+    assert "paused by the processor's 429 for 1 min" in page

@@ -163,6 +163,7 @@ def processor_breaker_admit(*, now: datetime | None = None) -> Admission:
         .filter(
             Q(state=BreakerState.OPEN, open_until__lte=now)
             | Q(state=BreakerState.HALF_OPEN, probe_until__lte=now)
+            | Q(state=BreakerState.HALF_OPEN, probe_until__isnull=True)
         )
         .filter(Q(paused_until__isnull=True) | Q(paused_until__lte=now))
         .update(state=BreakerState.HALF_OPEN, probe_until=now + timedelta(seconds=lease))

@@ -47,6 +47,9 @@ from callbacks.models import QueueMessage
 from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, parse_processor_event
 from callbacks.services import (
     ReceivedMessage,
+    deferred_message_record,
+    deferred_messages_release_now,
+    deferred_messages_waiting,
     message_dead_letter,
     processing_error_record,
     queue_message_complete,
@@ -72,6 +75,18 @@ class InvalidBody(Exception):
 
 # Seconds between outbox relay queries while batches keep arriving.
 RELAY_BUSY_INTERVAL = 1.0
+# Seconds between looks at the processor's breaker from the loop (probe due? release deferred?).
+BREAKER_TICK_INTERVAL = 1.0
+# A deferred submission is hidden for this long on its first deferral, doubling with each
+# receive, up to SQS's 12 h: workers release it as soon as calls may flow, so this is only the
+# fallback. Long hides keep its receive count (and the RedrivePolicy) out of play in a long
+# outage: about 42 hours of outage before a 10th receive, with no release at all.
+DEFER_HIDE_BASE_SECONDS = 300
+
+
+def defer_hide_seconds(*, receive_count: int, wait: float) -> int:
+    ceiling = DEFER_HIDE_BASE_SECONDS * 2 ** min(max(receive_count, 1) - 1, 20)
+    return int(min(MAX_VISIBILITY_SECONDS, max(wait, ceiling, 1.0)))
 
 
 def backoff_delay(
@@ -302,6 +317,7 @@ class Worker:
         self._retry_due = 0.0
         self._queue_url = ""
         self._relay_due = 0.0
+        self._breaker_due = 0.0
         self.heartbeat: VisibilityHeartbeat | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -369,6 +385,7 @@ class Worker:
             while not self.stopping and not self._limit_reached():
                 close_old_connections()
                 relayed = self._relay(busy=busy)
+                self._breaker_tick()
                 try:
                     messages = self.receive()
                 except sqs.QueueUnavailable as exc:
@@ -386,6 +403,8 @@ class Worker:
                 elif self.until_empty and not relayed:
                     if self._relay(busy=False):
                         continue  # rows were waiting in the outbox: go round again
+                    if self._breaker_tick(force=True):
+                        continue  # deferred submissions were released: go round again
                     remaining = self._retry_due - time.monotonic()
                     if remaining <= 0:
                         break
@@ -411,6 +430,27 @@ class Worker:
         except Exception:  # noqa: BLE001 - the relay retries on its next call; never stop here
             logger.exception("outbox relay failed")
             return 0
+
+    def _breaker_tick(self, *, force: bool = False) -> int:
+        """At most every BREAKER_TICK_INTERVAL: probe the processor when the breaker's pause is
+        over (one process wins the probe), and once calls may flow, release the submissions
+        deferred while they could not. Returns how many were released."""
+        now = time.monotonic()
+        if not force and now < self._breaker_due:
+            return 0
+        self._breaker_due = now + BREAKER_TICK_INTERVAL
+        from payments.processor.breaker import processor_breaker_probe, processor_breaker_wait
+
+        try:
+            gate = processor_breaker_wait()
+            if gate.state != BreakerState.CLOSED and gate.allowed:
+                processor_breaker_probe()
+                gate = processor_breaker_wait()
+            if gate.state == BreakerState.CLOSED and gate.allowed and deferred_messages_waiting():
+                return deferred_messages_release_now(queue_url=self._queue_url)
+        except Exception:  # noqa: BLE001 - the next tick tries again; never stop the loop
+            logger.exception("processor breaker tick failed")
+        return 0
 
     def receive(self) -> list[ReceivedMessage]:
         count = self.batch_size
@@ -619,8 +659,17 @@ class Worker:
         MESSAGES_DEFERRED.labels(reason=reason_label).inc()
         self.stats.deferred += 1
         self.heartbeat.untrack([message.message_id])
-        # At least a second: SQS counts whole seconds, and 0 would hand it straight back.
-        self.hide(message, max(wait, 1.0), wait_for=not breaker_open)
+        hidden = defer_hide_seconds(receive_count=message.receive_count, wait=wait)
+        try:
+            deferred_message_record(message=message, hidden_seconds=hidden)
+        except DatabaseError as exc:
+            # Not releasable early: hide it only for the pause, as a retry would be.
+            logger.warning("could not record deferred message %s: %s", message.message_id, exc)
+            hidden = int(math.ceil(max(wait, 1.0)))
+        self.hide(message, hidden, wait_for=False)
+        if not breaker_open:
+            # A 429 pause has a known end: --until-empty stays to release and submit it.
+            self._retry_due = max(self._retry_due, time.monotonic() + wait + BREAKER_TICK_INTERVAL)
         return self._finish(
             message,
             queue_message,
@@ -628,7 +677,7 @@ class Worker:
             started,
             Result("deferred", False, True),
             error=reason,
-            delay=max(wait, 1.0),
+            delay=hidden,
         )
 
     def _fail(

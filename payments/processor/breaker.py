@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -178,6 +179,51 @@ def processor_breaker_admit(*, now: datetime | None = None) -> Admission:
     )
     logger.warning("processor breaker half-open: this call is the probe")
     return Admission(True, True, 0.0, BreakerState.HALF_OPEN, "probe")
+
+
+def processor_breaker_probe(*, now: datetime | None = None) -> str:
+    """When the pause is over, claim the probe and make it with a harmless read: the status of
+    an idempotency key nobody uses (a working processor answers 404). Returns the state after.
+
+    Workers call this from their loop, so an open breaker is probed on time even when every
+    submission is hidden away; a submission that happens to come first may be the probe
+    instead (``processor_breaker_admit`` hands the probe to one caller only).
+    """
+    from payments.processor.client import (
+        ProcessorCallRejected,
+        ProcessorCallUnavailable,
+        get_client,
+    )
+
+    now = now or timezone.now()
+    gate = processor_breaker_wait(now=now)
+    if gate.state == BreakerState.CLOSED or not gate.allowed:
+        return gate.state
+    admission = processor_breaker_admit(now=now)
+    if not admission.probe:
+        return admission.state
+    try:
+        get_client().debit_get(idempotency_key=uuid.uuid4())
+    except ProcessorCallRejected as exc:
+        # It answered, and only refused the question: the processor works.
+        call, outcome = exc.call, CallOutcome.SUCCESS
+    except ProcessorCallUnavailable as exc:
+        call = exc.call
+        outcome = call_outcome(http_status=call.http_status, retryable=True, accepted=False)
+    else:
+        call, outcome = None, CallOutcome.SUCCESS
+    logger.warning(
+        "processor breaker probe (status read): %s%s",
+        outcome,
+        f" ({call.error})" if call is not None and call.error else "",
+    )
+    return processor_breaker_record(
+        admission=admission,
+        outcome=outcome,
+        error=call.error if call is not None else "",
+        retry_after=call.retry_after if call is not None else None,
+        http_status=call.http_status if call is not None else None,
+    )
 
 
 def _admit_after_race(*, now: datetime) -> Admission:

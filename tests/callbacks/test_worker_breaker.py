@@ -12,12 +12,13 @@ from django.core.management import call_command
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from callbacks.models import PaymentHold, ProcessingError, QueueMessage
+from callbacks.models import DeferredMessage, PaymentHold, ProcessingError, QueueMessage
 from callbacks.reconciliation import payments_reconcile
 from payments.models import (
     AttemptOutcome,
     BreakerState,
     CircuitBreaker,
+    CircuitBreakerTransition,
     Payment,
     PaymentState,
     ProcessorAttempt,
@@ -103,35 +104,70 @@ def test_processor_events_are_applied_while_the_breaker_is_open(sqs_queues, sand
 def test_outage_past_the_retry_budget_spends_no_budget_and_submits_once_after(
     sqs_queues, sandbox, short_budget, settings
 ):
-    # 3 attempts allowed; the processor answers 503 six times (twice the budget). Without the
-    # breaker this message would be dead-lettered after its third failure.
-    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_6abc")
+    # 3 attempts allowed, backoff 0: without the breaker this message is dead-lettered within
+    # a fraction of a second. The processor is down for 4 s, many pauses and probes long.
+    settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 0.5
+    settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 0.5
+    payment = PaymentFactory(state=PaymentState.PENDING)
     message_id = submit_message(sqs_queues, payment)
+    sandbox.outage_start("503", 4)
+    ended = time.monotonic() + 4
 
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
-        run_worker()
+    run_worker()  # fails twice, opens the breaker, defers the message: exits (no known end)
+    assert processor_breaker_get().state == BreakerState.OPEN
+    [deferred] = DeferredMessage.objects.filter(message_id=message_id)
+    assert deferred.hidden_seconds >= 300  # hidden long: not handed out again and again
+    while time.monotonic() < ended:
+        run_worker()  # each run probes (and fails) when the pause is over
+        time.sleep(0.2)
+    probes = CircuitBreakerTransition.objects.filter(kind="reopened").count()
+    assert probes >= 3
+    # Through every failed probe the message stayed hidden: never received again.
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 1)
+
+    deadline = time.monotonic() + 20
+    while payment.state == PaymentState.PENDING and time.monotonic() < deadline:
+        run_worker()  # the probe succeeds, the deferred message is released and submitted
         payment.refresh_from_db()
-        if payment.state != PaymentState.PENDING:
-            break
-        time.sleep(0.3)
 
     assert payment.state == PaymentState.SUBMITTED
     record = QueueMessage.objects.get(message_id=message_id)
     assert record.status == "done"
     assert record.attempts <= settings.WORKER_MAX_ATTEMPTS
     assert not PaymentHold.objects.exists()
+    assert not DeferredMessage.objects.exists()  # released, and forgotten
     assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
     attempts = list(ProcessorAttempt.objects.filter(payment=payment).order_by("attempt_number"))
-    assert [a.outcome for a in attempts] == [AttemptOutcome.RETRYABLE] * 6 + [
+    assert [a.outcome for a in attempts] == [AttemptOutcome.RETRYABLE] * 2 + [
         AttemptOutcome.ACCEPTED
     ]
     assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
-    # Failures after the breaker opened are kept in the history, but gave their attempt back.
+    # The failure that opened the breaker stays in the history, but gave its attempt back.
     assert ProcessingError.objects.filter(
         message_id=message_id, error_class="payments.exceptions.ProcessorCircuitOpen"
     ).exists()
     assert processor_breaker_get().state == BreakerState.CLOSED
+
+
+def test_a_deferred_submission_is_released_as_soon_as_calls_may_flow(sqs_queues, sandbox):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    submit_message(sqs_queues, payment)
+    open_the_breaker(seconds=30)
+    run_worker()
+    assert DeferredMessage.objects.get().hidden_seconds >= 300
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(
+        state=BreakerState.CLOSED, opened_at=None, open_until=None
+    )
+
+    started = time.monotonic()
+    run_worker()  # releases it at once instead of waiting out the long hide
+
+    assert time.monotonic() - started < 20
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    [message] = QueueMessage.objects.filter(kind="submit_payment")
+    assert message.attempts == 1
 
 
 def test_429_retry_after_pauses_every_submission_without_spending_attempts(

@@ -69,7 +69,8 @@ class Command(BaseCommand):
             help="Stop when a receive returns nothing, the outbox is drained and no retry "
             "this worker scheduled is still due (tests, demos, benchmarks). Submissions "
             "deferred by the processor's open circuit breaker are not waited for (an outage has "
-            "no known end): they stay hidden in the queue, and the report counts them.",
+            "no known end): they stay hidden in the queue until a worker releases them, and the "
+            "report counts them.",
         )
         parser.add_argument(
             "--max-messages",

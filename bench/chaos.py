@@ -16,12 +16,14 @@ after it (duplicated and delayed like any callback); source-token rules (tok_fai
 tok_timeout_1, tok_reject, tok_return, tok_nsf, tok_unauth, tok_dupcb); a worker SIGKILLed every
 few seconds and restarted; a window in which the queue endpoint refuses connections (the
 callback endpoint answers 503 and the processor retries its callbacks; payments created
-meanwhile are published by the outbox relay afterwards); PostgreSQL backends of the run's
-database terminated a few times; two gunicorn workers SIGKILLed; and a faulty processor's
-callbacks (``settled`` for a payment it rejected, an event for an unknown payment, a reused
-event id with another amount), which must end in triage. Payments are created through ``POST
-/api/payments/`` with an Idempotency-Key, retried with the same key on 5xx, 409 and connection
-errors.
+meanwhile are published by the outbox relay afterwards); a processor outage (every API call has
+its connection dropped) lasting PROCESSOR_OUTAGE_SECONDS, more than three times the workers'
+whole retry budget, which the processor's circuit breaker must turn into one incident and no
+dead letter; PostgreSQL backends of the run's database terminated a few times; two gunicorn
+workers SIGKILLed; and a faulty processor's callbacks (``settled`` for a payment it rejected, an
+event for an unknown payment, a reused event id with another amount), which must end in triage.
+Payments are created through ``POST /api/payments/`` with an Idempotency-Key, retried with the
+same key on 5xx, 409 and connection errors.
 
 Then it waits (bounded) until nothing moves, runs ``ingest_dlq``, stops the processor to read
 its record, and runs ``bench.invariants``. Output: a summary, the invariant report, and
@@ -66,6 +68,11 @@ PYTHON = sys.executable
 VISIBILITY_TIMEOUT = 3
 STALL_SECONDS = 60
 MERCHANTS = 10
+# The workers' retry budget in this run (WORKER_* below): 6 attempts, backoff ceilings 0.5, 1, 2,
+# 4, 4 s, so at most 11.5 s from the first try to the dead letter. The outage lasts over 3x that.
+RETRY_BUDGET_SECONDS = 0.5 + 1 + 2 + 4 + 4
+PROCESSOR_OUTAGE_SECONDS = 36
+PROCESSOR_OUTAGE_MODE = "reset"
 
 
 class SetupError(Exception):
@@ -476,6 +483,10 @@ class ChaosRun:
                 # A bounded run: retries come back within seconds, not the production 30 s cap.
                 "WORKER_BACKOFF_BASE_SECONDS": "0.5",
                 "WORKER_BACKOFF_CAP_SECONDS": "4",
+                "WORKER_MAX_ATTEMPTS": "6",
+                # Shorter pauses than production's 15-300 s, so recovery fits a bounded run.
+                "PROCESSOR_BREAKER_PAUSE_SECONDS": "5",
+                "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": "20",
                 "GUNICORN_BIND": f"127.0.0.1:{self.ports['web']}",
                 "GUNICORN_WORKERS": "2",
                 "GUNICORN_THREADS": "4",
@@ -671,6 +682,22 @@ class ChaosRun:
         self.proxy.restore()
         self.log("fault: queue endpoint back")
 
+    def processor_outage(self, at: float, seconds: float) -> None:
+        """The processor goes down as a whole (the sandbox's outage mode, over HTTP)."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        url = f"http://127.0.0.1:{self.ports['sandbox']}/_sandbox/outage"
+        response = requests.post(
+            url, json={"mode": PROCESSOR_OUTAGE_MODE, "seconds": seconds}, timeout=10
+        )
+        response.raise_for_status()
+        self.log(
+            f"fault: processor down ({PROCESSOR_OUTAGE_MODE}) for {seconds:.0f} s, "
+            f"{seconds / RETRY_BUDGET_SECONDS:.1f}x the retry budget"
+        )
+        self.stopping.wait(seconds)
+        self.log("fault: processor back")
+
     def terminate_backends(self, times: list[float]) -> None:
         import psycopg
 
@@ -863,6 +890,11 @@ class ChaosRun:
             self.thread(self.supervise),
             self.thread(self.kill_workers, end),
             self.thread(self.queue_outage, start + config.seconds * 0.35, 5.0),
+            self.thread(
+                self.processor_outage,
+                start + max(config.seconds - PROCESSOR_OUTAGE_SECONDS - 10, 0) * 0.6,
+                float(PROCESSOR_OUTAGE_SECONDS),
+            ),
             self.thread(self.kill_web_workers, [start + config.seconds * f for f in (0.3, 0.55)]),
             self.thread(self.inject_processor_bugs, start + config.seconds * 0.6),
             self.thread(
@@ -987,7 +1019,13 @@ class ChaosRun:
         from django.db.models import Count
 
         from callbacks.models import ParkedMessage, PaymentHold
-        from payments.models import LedgerEntry, Payment, PaymentReturn, ProcessorAttempt
+        from payments.models import (
+            CircuitBreakerTransition,
+            LedgerEntry,
+            Payment,
+            PaymentReturn,
+            ProcessorAttempt,
+        )
         from triage.models import DeadLetter
 
         states = dict(Payment.objects.values_list("state").annotate(n=Count("id")))
@@ -999,6 +1037,7 @@ class ChaosRun:
         holds = PaymentHold.objects.filter(released_at__isnull=True).count()
         parked = ParkedMessage.objects.count()
         kills = sum(w.killed_by_us for w in self.workers)
+        breaker = dict(CircuitBreakerTransition.objects.values_list("kind").annotate(n=Count("id")))
         unexpected = {w.name: w.unexpected_exits for w in self.workers if w.unexpected_exits}
         tracebacks = {
             child.name: child.log_path.read_text(errors="replace").count("Traceback")
@@ -1026,6 +1065,8 @@ class ChaosRun:
             f"  faults: {kills} worker SIGKILLs, {self.web_kills} gunicorn worker SIGKILLs, "
             f"{self.pg_terminated} PostgreSQL backends "
             f"terminated, one {5} s queue outage",
+            f"  processor outage: {PROCESSOR_OUTAGE_SECONDS} s ({PROCESSOR_OUTAGE_MODE}); "
+            f"breaker {breaker}",
             f"  worker exits not caused by the run: {unexpected or 'none'}",
             f"  tracebacks in logs: {tracebacks}",
             f"  returns: {returns.get(True, 0)} after settlement ({reversals} ledger "

@@ -25,7 +25,10 @@ bench.invariants`` prints it and exits 1 on any violation. The checks:
   dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error), or
   (before the system has settled) started by a worker and not finished;
 - ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
-  rows for its message or the error its dead-letter envelope carries).
+  rows for its message or the error its dead-letter envelope carries);
+- ``no_outage_dead_letters``: no dead letter whose only errors are processor-unavailability
+  errors raised while the processor's circuit breaker was open (an outage is one incident, not
+  a dead letter per payment).
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -53,6 +56,12 @@ CHECKS = (
     "returns_reversed",
     "callbacks_accounted",
     "dead_letters_have_history",
+    "no_outage_dead_letters",
+)
+# Errors that say "the processor is unavailable", not "this message is wrong".
+UNAVAILABILITY_ERRORS = (
+    "payments.exceptions.ProcessorUnavailable",
+    "payments.exceptions.ProcessorCircuitOpen",
 )
 # Where a delivered callback can end, best first: an event applied once and then redelivered
 # counts as applied.
@@ -145,6 +154,7 @@ def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Rep
     _check_returns_reversed(report)
     _check_callbacks(report, sandbox_stats, callbacks_sent)
     _check_dead_letters(report)
+    _check_outage_dead_letters(report)
     _notes_unfinished(report)
     return report
 
@@ -703,6 +713,67 @@ def _check_dead_letters(report: Report) -> None:
             bare,
         )
     report.checked[check] = {"dead letters": len(letters), "with error rows": with_rows}
+
+
+# --- no dead letter for a processor outage ----------------------------------------------------
+
+
+def breaker_open_intervals() -> list[tuple[Any, Any]]:
+    """(opened, closed) pairs from the breaker's history; ``closed`` is None while still open."""
+    from payments.models import BreakerTransitionKind, CircuitBreakerTransition
+
+    intervals: list[tuple[Any, Any]] = []
+    opened = None
+    for kind, at in CircuitBreakerTransition.objects.order_by("created_at", "id").values_list(
+        "kind", "created_at"
+    ):
+        if kind == BreakerTransitionKind.OPENED and opened is None:
+            opened = at
+        elif kind == BreakerTransitionKind.CLOSED and opened is not None:
+            intervals.append((opened, at))
+            opened = None
+    if opened is not None:
+        intervals.append((opened, None))
+    return intervals
+
+
+def _check_outage_dead_letters(report: Report) -> None:
+    from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
+    from triage.models import DeadLetter
+
+    check = "no_outage_dead_letters"
+    intervals = breaker_open_intervals()
+    dead = set(
+        QueueMessage.objects.filter(status=QueueMessageStatus.DEAD_LETTERED)
+        .exclude(outcome="redrive_policy")
+        .values_list("message_id", flat=True)
+    )
+    dead |= set(DeadLetter.objects.values_list("original_message_id", flat=True))
+    errors: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    for message_id, error_class, at in ProcessingError.objects.filter(
+        message_id__in=dead
+    ).values_list("message_id", "error_class", "created_at"):
+        errors[message_id].append((error_class, at))
+
+    def while_open(at) -> bool:
+        return any(start <= at and (end is None or at < end) for start, end in intervals)
+
+    outage_only = sorted(
+        message_id
+        for message_id, rows in errors.items()
+        if all(cls in UNAVAILABILITY_ERRORS and while_open(at) for cls, at in rows)
+    )
+    if outage_only:
+        report.add(
+            check,
+            f"{len(outage_only)} dead letter(s) whose only errors are processor-unavailability "
+            "errors raised while the processor's breaker was open",
+            outage_only,
+        )
+    report.checked[check] = {
+        "dead letters": len(dead),
+        "breaker incidents": len(intervals),
+    }
 
 
 # --- notes: what is still moving or stuck ----------------------------------------------------

@@ -31,3 +31,9 @@ OUTBOX_PUBLISHED = Counter(
     "Outbox rows published to the queue, by path: on_commit or relay.",
     ["path"],
 )
+MESSAGES_DEFERRED = Counter(
+    "payments_worker_messages_deferred_total",
+    "submit_payment messages hidden without spending an attempt because the processor's "
+    "circuit breaker was open or calls were paused by a 429, by reason: breaker_open, paused.",
+    ["reason"],
+)

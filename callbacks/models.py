@@ -157,3 +157,35 @@ class ParkedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"parked {self.message_id} for {self.payment_id}"
+
+
+class DeferredMessage(models.Model):
+    """A submission hidden while the processor's circuit breaker was open (or calls paused).
+
+    Hidden for long (see ``Worker.defer_hide_seconds``) so a long outage does not make SQS
+    hand it out again and again: every receive raises its ApproximateReceiveCount, and the
+    queue's RedrivePolicy would move it to the DLQ after a few. When calls may flow again a
+    worker makes it visible at once with the receipt handle kept here; the long hide is only
+    the fallback if that never happens.
+    """
+
+    message_id = models.CharField(max_length=128, unique=True)
+    receipt_handle = models.TextField()
+    group_id = models.CharField(max_length=128)
+    receive_count = models.PositiveIntegerField(default=1)
+    hidden_seconds = models.PositiveIntegerField()
+    deferred_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(
+                fields=["id"],
+                condition=models.Q(released_at__isnull=True),
+                name="deferred_unreleased",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"deferred {self.message_id} ({'released' if self.released_at else 'hidden'})"

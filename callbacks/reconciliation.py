@@ -24,6 +24,9 @@ amount; the event carries the payment's own amount.
 A payment is checked again only after ``RECONCILE_RECHECK_AFTER`` (each check leaves a
 ``status`` attempt row), so a processor that keeps answering "submitted" is not polled every
 tick.
+
+While the processor's circuit breaker is open, status checks wait too: a run makes no call
+(``payments_reconcile`` returns at once), and a run during which it opens stops there.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from callbacks import sqs
 from callbacks.schema import event_deduplication_id, processor_event_message
 from payments.alerts import alert_raise
 from payments.events import EVENT_TARGET_STATE, ProcessorEvent
-from payments.exceptions import ProcessorRejected, ProcessorUnavailable
+from payments.exceptions import ProcessorCircuitOpen, ProcessorRejected, ProcessorUnavailable
 from payments.models import AttemptOutcome, Payment, PaymentState, ProcessorAttempt
+from payments.processor.breaker import processor_breaker_wait
 from payments.services import STATUS_OPERATION, SUBMIT_OPERATION, payment_status_check
 
 logger = logging.getLogger(__name__)
@@ -53,7 +57,8 @@ FINAL_STATUSES = ("settled", "failed", "returned")
 @dataclass(frozen=True)
 class ReconcileOutcome:
     payment_id: str
-    action: str  # published, in_sync, not_found, unknown_status, unavailable, refused
+    # published, in_sync, not_found, unknown_status, unavailable, refused, breaker_open
+    action: str
     events: tuple[str, ...] = ()
 
 
@@ -130,6 +135,9 @@ def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
     pid = str(payment.id)
     try:
         result = payment_status_check(payment_id=payment.id)
+    except ProcessorCircuitOpen as exc:
+        logger.info("reconcile %s: waits: %s", pid, exc, extra={"payment_id": pid})
+        return ReconcileOutcome(pid, "breaker_open")
     except ProcessorUnavailable as exc:
         logger.warning(
             "reconcile %s: processor unavailable: %s", pid, exc, extra={"payment_id": pid}
@@ -201,10 +209,18 @@ def payments_reconcile(*, now: datetime | None = None, limit: int | None = None)
     """
     now = now or timezone.now()
     limit = limit or callbacks_conf.RECONCILE_BATCH_SIZE
-    outcomes = [
-        payment_reconcile(payment=payment, now=now)
-        for payment in reconcile_candidates(now=now, limit=limit)
-    ]
+    gate = processor_breaker_wait()
+    if not gate.allowed:
+        # Status checks wait for the processor like submissions do; the next run picks the
+        # payments up. (A due half-open probe lets the run start: its first check may probe.)
+        logger.info("reconciliation waits: %s", gate.reason)
+        return 0
+    outcomes = []
+    for payment in reconcile_candidates(now=now, limit=limit):
+        outcome = payment_reconcile(payment=payment, now=now)
+        outcomes.append(outcome)
+        if outcome.action == "breaker_open":
+            break  # the breaker opened during the run: the rest wait for the next one
     published = sum(1 for o in outcomes if o.action == "published")
     if outcomes:
         counts: dict[str, int] = {}

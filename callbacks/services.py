@@ -10,13 +10,16 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from botocore.exceptions import BotoCoreError, ClientError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from callbacks import sqs
 from callbacks.models import (
     FINISHED_STATUSES,
     UNFINISHED_STATUSES,
+    DeferredMessage,
     ParkedMessage,
     PaymentHold,
     ProcessingError,
@@ -353,6 +356,111 @@ def processing_error_record(
     queue_message.status = QueueMessageStatus.RETRYING
     queue_message.last_error_class = error_class[:255]
     return error
+
+
+def queue_message_defer(
+    *,
+    queue_message: QueueMessage,
+    error_class: str = "",
+    message: str = "",
+    traceback: str = "",
+    delay_seconds: float,
+) -> ProcessingError | None:
+    """Give back the attempt a message started while its dependency was down as a whole (the
+    processor's circuit breaker is open, or it asked every caller to pause): the outage is not
+    the message's fault and must not bring it closer to a dead letter.
+
+    When a real call was made and failed (``error_class`` given), the failure stays in the
+    error history, marked retryable with the pause as its delay; the attempt counter goes back
+    by one in the same transaction, so ``attempts`` counts only attempts the message paid for.
+    """
+    error = None
+    with transaction.atomic():
+        if error_class:
+            error = ProcessingError.objects.create(
+                queue_message=queue_message,
+                payment_id=queue_message.payment_id,
+                message_id=queue_message.message_id,
+                attempt_number=queue_message.attempts,
+                error_class=error_class[:255],
+                message=message,
+                traceback=traceback,
+                retryable=True,
+                delay_seconds=delay_seconds,
+            )
+        QueueMessage.objects.filter(pk=queue_message.pk, attempts__gt=0).update(
+            attempts=F("attempts") - 1,
+            status=QueueMessageStatus.RETRYING,
+            updated_at=timezone.now(),
+            **({"last_error_class": error_class[:255]} if error_class else {}),
+        )
+    queue_message.attempts = max(0, queue_message.attempts - 1)
+    queue_message.status = QueueMessageStatus.RETRYING
+    return error
+
+
+def deferred_message_record(*, message: ReceivedMessage, hidden_seconds: int) -> None:
+    """Remember a deferred message's current receipt handle, so it can be released early."""
+    DeferredMessage.objects.update_or_create(
+        message_id=message.message_id,
+        defaults={
+            "receipt_handle": message.receipt_handle,
+            "group_id": message.group_id,
+            "receive_count": message.receive_count,
+            "hidden_seconds": hidden_seconds,
+            "deferred_at": timezone.now(),
+            "released_at": None,
+        },
+    )
+
+
+def deferred_messages_waiting() -> bool:
+    return DeferredMessage.objects.filter(released_at__isnull=True).exists()
+
+
+def deferred_messages_release_now(*, queue_url: str, limit: int = 100) -> int:
+    """Make deferred messages visible again now, oldest deferral first; returns how many.
+
+    Claims rows with SKIP LOCKED and marks them released in a short transaction, then calls SQS
+    outside it; rows whose release SQS refused are unmarked, so the next call retries them (a
+    refused handle is usually stale: the message came back by itself and was received again,
+    which is harmless). Released rows are then deleted: they have done their job.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            DeferredMessage.objects.select_for_update(skip_locked=True)
+            .filter(released_at__isnull=True)
+            .order_by("id")[:limit]
+        )
+        DeferredMessage.objects.filter(pk__in=[r.pk for r in rows]).update(released_at=now)
+    released: list[int] = []
+    retry: list[int] = []
+    for start in range(0, len(rows), 10):
+        chunk = rows[start : start + 10]
+        try:
+            response = sqs.sqs_client().change_message_visibility_batch(
+                QueueUrl=queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": r.receipt_handle, "VisibilityTimeout": 0}
+                    for i, r in enumerate(chunk)
+                ],
+            )
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning("could not release %s deferred message(s): %s", len(chunk), exc)
+            retry += [r.pk for r in chunk]
+            continue
+        failed = {int(f["Id"]) for f in response.get("Failed") or []}
+        for i, row in enumerate(chunk):
+            if i in failed:
+                logger.info("deferred message %s: stale receipt handle", row.message_id)
+            released.append(row.pk)
+    if retry:
+        DeferredMessage.objects.filter(pk__in=retry).update(released_at=None)
+    DeferredMessage.objects.filter(pk__in=released).delete()
+    if released:
+        logger.info("released %s deferred submission(s)", len(released))
+    return len(released)
 
 
 def dead_letter_body(

@@ -37,17 +37,27 @@ from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.metrics import DEDUP_HITS, ENQUEUE_TO_APPLIED_SECONDS, WORKER_MESSAGES
+from callbacks.metrics import (
+    DEDUP_HITS,
+    ENQUEUE_TO_APPLIED_SECONDS,
+    MESSAGES_DEFERRED,
+    WORKER_MESSAGES,
+)
 from callbacks.models import QueueMessage
 from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, parse_processor_event
 from callbacks.services import (
     ReceivedMessage,
+    deferred_message_record,
+    deferred_messages_release_now,
+    deferred_messages_waiting,
     message_dead_letter,
     processing_error_record,
     queue_message_complete,
+    queue_message_defer,
     queue_message_start,
 )
-from payments.exceptions import PaymentError
+from payments.exceptions import PaymentError, ProcessorCircuitOpen
+from payments.models import BreakerState
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +75,18 @@ class InvalidBody(Exception):
 
 # Seconds between outbox relay queries while batches keep arriving.
 RELAY_BUSY_INTERVAL = 1.0
+# Seconds between looks at the processor's breaker from the loop (probe due? release deferred?).
+BREAKER_TICK_INTERVAL = 1.0
+# A deferred submission is hidden for this long on its first deferral, doubling with each
+# receive, up to SQS's 12 h: workers release it as soon as calls may flow, so this is only the
+# fallback. Long hides keep its receive count (and the RedrivePolicy) out of play in a long
+# outage: about 42 hours of outage before a 10th receive, with no release at all.
+DEFER_HIDE_BASE_SECONDS = 300
+
+
+def defer_hide_seconds(*, receive_count: int, wait: float) -> int:
+    ceiling = DEFER_HIDE_BASE_SECONDS * 2 ** min(max(receive_count, 1) - 1, 20)
+    return int(min(MAX_VISIBILITY_SECONDS, max(wait, ceiling, 1.0)))
 
 
 def backoff_delay(
@@ -169,6 +191,7 @@ class Result:
 class WorkerStats:
     received: int = 0
     processed: int = 0
+    deferred: int = 0  # submissions hidden by the processor's breaker, no attempt spent
     deleted: int = 0
     released: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -294,6 +317,7 @@ class Worker:
         self._retry_due = 0.0
         self._queue_url = ""
         self._relay_due = 0.0
+        self._breaker_due = 0.0
         self.heartbeat: VisibilityHeartbeat | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -361,6 +385,7 @@ class Worker:
             while not self.stopping and not self._limit_reached():
                 close_old_connections()
                 relayed = self._relay(busy=busy)
+                self._breaker_tick()
                 try:
                     messages = self.receive()
                 except sqs.QueueUnavailable as exc:
@@ -378,6 +403,8 @@ class Worker:
                 elif self.until_empty and not relayed:
                     if self._relay(busy=False):
                         continue  # rows were waiting in the outbox: go round again
+                    if self._breaker_tick(force=True):
+                        continue  # deferred submissions were released: go round again
                     remaining = self._retry_due - time.monotonic()
                     if remaining <= 0:
                         break
@@ -403,6 +430,27 @@ class Worker:
         except Exception:  # noqa: BLE001 - the relay retries on its next call; never stop here
             logger.exception("outbox relay failed")
             return 0
+
+    def _breaker_tick(self, *, force: bool = False) -> int:
+        """At most every BREAKER_TICK_INTERVAL: probe the processor when the breaker's pause is
+        over (one process wins the probe), and once calls may flow, release the submissions
+        deferred while they could not. Returns how many were released."""
+        now = time.monotonic()
+        if not force and now < self._breaker_due:
+            return 0
+        self._breaker_due = now + BREAKER_TICK_INTERVAL
+        from payments.processor.breaker import processor_breaker_probe, processor_breaker_wait
+
+        try:
+            gate = processor_breaker_wait()
+            if gate.state != BreakerState.CLOSED and gate.allowed:
+                processor_breaker_probe()
+                gate = processor_breaker_wait()
+            if gate.state == BreakerState.CLOSED and gate.allowed and deferred_messages_waiting():
+                return deferred_messages_release_now(queue_url=self._queue_url)
+        except Exception:  # noqa: BLE001 - the next tick tries again; never stop the loop
+            logger.exception("processor breaker tick failed")
+        return 0
 
     def receive(self) -> list[ReceivedMessage]:
         count = self.batch_size
@@ -502,7 +550,10 @@ class Worker:
                 else:
                     self.stats.deleted += 1
 
-    def hide(self, message: ReceivedMessage, seconds: float) -> None:
+    def hide(self, message: ReceivedMessage, seconds: float, *, wait_for: bool = True) -> None:
+        """Hide a message for ``seconds``. ``wait_for``: ``--until-empty`` keeps running until
+        it is due again (a backoff, a 429 pause); False for a deferral by the open breaker,
+        whose end nobody knows."""
         visibility = int(math.ceil(seconds))  # SQS takes whole seconds
         try:
             sqs.sqs_client().change_message_visibility(
@@ -517,12 +568,17 @@ class Worker:
                 message.message_id,
                 exc,
             )
-        self._retry_due = max(self._retry_due, time.monotonic() + visibility)
+        if wait_for:
+            self._retry_due = max(self._retry_due, time.monotonic() + visibility)
 
     # --- one message -----------------------------------------------------------------------
 
     def process_message(self, message: ReceivedMessage) -> Result:
         started = time.monotonic()
+        if message.kind == SUBMIT_PAYMENT:
+            deferred = self._breaker_defer(message, started)
+            if deferred is not None:
+                return deferred
         self.stats.processed += 1
         try:
             decision = queue_message_start(message=message)
@@ -566,6 +622,64 @@ class Worker:
             )
         return self._finish(message, queue_message, outcome, started, Result(outcome, True))
 
+    def _breaker_defer(self, message: ReceivedMessage, started: float) -> Result | None:
+        """Before starting a submission: while the processor's breaker is open (or calls are
+        paused by a 429), hide the message for the rest of the pause and stop its group, as for
+        a retry, but start nothing: no attempt counted, no error row."""
+        from payments.processor.breaker import processor_breaker_wait
+
+        try:
+            gate = processor_breaker_wait()
+        except DatabaseError as exc:
+            # The start would fail the same way; let the usual path record and retry it.
+            logger.warning("could not read the processor breaker: %s", exc)
+            return None
+        if gate.allowed:
+            return None
+        return self._defer(
+            message,
+            None,
+            started,
+            wait=gate.wait_seconds,
+            breaker_open=gate.state != BreakerState.CLOSED,
+            reason=gate.reason,
+        )
+
+    def _defer(
+        self,
+        message: ReceivedMessage,
+        queue_message: QueueMessage | None,
+        started: float,
+        *,
+        wait: float,
+        breaker_open: bool,
+        reason: str,
+    ) -> Result:
+        reason_label = "breaker_open" if breaker_open else "paused"
+        MESSAGES_DEFERRED.labels(reason=reason_label).inc()
+        self.stats.deferred += 1
+        self.heartbeat.untrack([message.message_id])
+        hidden = defer_hide_seconds(receive_count=message.receive_count, wait=wait)
+        try:
+            deferred_message_record(message=message, hidden_seconds=hidden)
+        except DatabaseError as exc:
+            # Not releasable early: hide it only for the pause, as a retry would be.
+            logger.warning("could not record deferred message %s: %s", message.message_id, exc)
+            hidden = int(math.ceil(max(wait, 1.0)))
+        self.hide(message, hidden, wait_for=False)
+        if not breaker_open:
+            # A 429 pause has a known end: --until-empty stays to release and submit it.
+            self._retry_due = max(self._retry_due, time.monotonic() + wait + BREAKER_TICK_INTERVAL)
+        return self._finish(
+            message,
+            queue_message,
+            "deferred",
+            started,
+            Result("deferred", False, True),
+            error=reason,
+            delay=hidden,
+        )
+
     def _fail(
         self,
         message: ReceivedMessage,
@@ -573,6 +687,8 @@ class Worker:
         exc: Exception,
         started: float,
     ) -> Result:
+        if isinstance(exc, ProcessorCircuitOpen):
+            return self._fail_circuit_open(message, queue_message, exc, started)
         retryable, retry_after = classify(exc)
         error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
         error_text = str(exc) or error_class
@@ -632,6 +748,39 @@ class Worker:
             delay=delay,
         )
 
+    def _fail_circuit_open(
+        self,
+        message: ReceivedMessage,
+        queue_message: QueueMessage,
+        exc: ProcessorCircuitOpen,
+        started: float,
+    ) -> Result:
+        """The submission started but the processor is down as a whole (the breaker opened,
+        or was open when the call was to be made) or paused every caller: give the attempt
+        back and defer. A real call that failed stays in the error history."""
+        wait = max(exc.retry_after or 0.0, 1.0)
+        error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        try:
+            queue_message_defer(
+                queue_message=queue_message,
+                error_class=error_class if exc.called else "",
+                message=str(exc),
+                traceback="".join(traceback.format_exception(exc)) if exc.called else "",
+                delay_seconds=wait,
+            )
+        except DatabaseError:
+            logger.exception(
+                "could not record the deferral of message %s (%s)", message.message_id, exc
+            )
+        return self._defer(
+            message,
+            queue_message,
+            started,
+            wait=wait,
+            breaker_open=exc.breaker_open,
+            reason=str(exc),
+        )
+
     def _finish(
         self,
         message: ReceivedMessage,
@@ -661,7 +810,9 @@ class Worker:
         if error:
             extra["error"] = error[:500]
         logger.log(
-            logging.WARNING if outcome in ("retried", "dead_lettered") else logging.INFO,
+            logging.WARNING
+            if outcome in ("retried", "dead_lettered", "deferred")
+            else logging.INFO,
             "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
             message.payment_id,
             message.message_id,

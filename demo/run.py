@@ -72,6 +72,9 @@ def demo_environment() -> dict[str, str]:
             "CELERY_BROKER_URL": f"sqs://127.0.0.1:{ports['SQS_PORT']}",
             "PROMETHEUS_MULTIPROC_DIR": str(VAR / "prometheus"),
             "WORKER_BACKOFF_CAP_SECONDS": "8",
+            # Short breaker pauses, so the demo's 30 s processor outage ends visibly soon after.
+            "PROCESSOR_BREAKER_PAUSE_SECONDS": "5",
+            "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": "10",
             "DLQ_INGEST_INTERVAL_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
         }

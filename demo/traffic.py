@@ -29,6 +29,10 @@ TOKEN_MIX = [
     (0.06, "tok_dupcb"),  # every callback delivered twice
 ]
 MERCHANTS = [f"merchant-{n}" for n in range(1, 9)]
+# A processor outage in the fault mix: every API call answers 503 for this long, started once a
+# quarter of the payments are created. Longer than the workers' whole retry budget: without the
+# circuit breaker every payment submitted meanwhile would end as a dead letter.
+OUTAGE_SECONDS = 30
 
 
 _last_drawn: dict[str, int] = {}
@@ -90,7 +94,15 @@ def _wait_ready(web_url: str, honcho, log_path, timeout: float = 180) -> None:
     sys.exit(f"the system was not ready after {timeout:.0f} s; see {log_path}")
 
 
-def _create_payments(web_url: str, token: str, count: int) -> list[dict]:
+def _outage_start(sandbox_url: str) -> None:
+    response = requests.post(
+        f"{sandbox_url}/_sandbox/outage", json={"mode": "503", "seconds": OUTAGE_SECONDS}, timeout=5
+    )
+    response.raise_for_status()
+    sys.stdout.write(f"\n  processor outage: every call answers 503 for {OUTAGE_SECONDS} s\n")
+
+
+def _create_payments(web_url: str, token: str, count: int, *, on_quarter=None) -> list[dict]:
     rng = random.Random(42)
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
@@ -135,6 +147,8 @@ def _create_payments(web_url: str, token: str, count: int) -> list[dict]:
                     sys.exit("\nan idempotent replay returned a different payment")
             results[i] = data
             progress("creating payments (API)", n, len(jobs))
+            if on_quarter is not None and n == len(jobs) // 4:
+                on_quarter()
     print(f"  {replays} client retries with the same Idempotency-Key replayed the first answer")
     return [results[i] for i in range(count)]
 
@@ -249,8 +263,10 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
     )
     delivered = QueueMessage.objects.filter(kind="processor_event").count()
     callbacks_sent = stats.get("callbacks_sent", 0)
+    breaker = _breaker_story()
     rows = [
         ("payments by state", ", ".join(f"{k}: {v}" for k, v in sorted(by_state.items()))),
+        (f"processor outage ({OUTAGE_SECONDS} s of 503s)", breaker["line"]),
         ("processor calls retried (same key)", retried),
         ("callbacks sent by the processor", callbacks_sent),
         ("  dropped by SQS dedup (5-min window)", max(callbacks_sent - delivered, 0)),
@@ -313,6 +329,16 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
             f"every poison event reached the admin ({expected_dead_letters} expected)",
             DeadLetter.objects.count() >= expected_dead_letters,
         ),
+        (
+            "the processor's circuit breaker opened for the outage and closed after it",
+            breaker["opened"] >= 1 and breaker["closed"] >= 1 and breaker["state"] == "closed",
+        ),
+        (
+            "no payment was dead-lettered for the outage (submissions dead-lettered: "
+            f"{breaker['dead_submissions']})",
+            breaker["dead_submissions"] == 0,
+        ),
+        ("one 'processor unavailable' alert, raised and resolved", breaker["alert_resolved"]),
     ]
     print("\n  Checks")
     for label, passed in checks:
@@ -324,10 +350,44 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
     return all(passed for _, passed in checks)
 
 
+def _breaker_story() -> dict:
+    """What the processor's circuit breaker did during the run, from its history."""
+    from callbacks.models import QueueMessage
+    from payments.models import CircuitBreakerTransition
+    from payments.processor.breaker import ALERT_KEY, processor_breaker_get
+    from triage.models import Alert
+
+    history = list(CircuitBreakerTransition.objects.order_by("created_at", "id"))
+    opened = [t for t in history if t.kind == "opened"]
+    closed = [t for t in history if t.kind == "closed"]
+    reopened = sum(1 for t in history if t.kind == "reopened")
+    if opened and closed:
+        lasted = (closed[-1].created_at - opened[0].created_at).total_seconds()
+        line = (
+            f"breaker opened {opened[0].created_at:%H:%M:%S}, closed "
+            f"{closed[-1].created_at:%H:%M:%S} ({lasted:.0f} s, {reopened} failed probe(s))"
+        )
+    elif opened:
+        line = f"breaker opened {opened[0].created_at:%H:%M:%S}, NOT closed"
+    else:
+        line = "breaker never opened"
+    alerts = list(Alert.objects.filter(key=ALERT_KEY))
+    return {
+        "line": line,
+        "opened": len(opened),
+        "closed": len(closed),
+        "state": processor_breaker_get().state,
+        "dead_submissions": QueueMessage.objects.filter(
+            kind="submit_payment", status="dead_lettered"
+        ).count(),
+        "alert_resolved": len(alerts) == 1 and alerts[0].status == "resolved",
+    }
+
+
 def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> bool:
     _wait_ready(web_url, honcho, log_path)
     print(f"  driving {payments} payments through {web_url}/api/payments/", flush=True)
-    _create_payments(web_url, token, payments)
+    _create_payments(web_url, token, payments, on_quarter=lambda: _outage_start(sandbox_url))
     settled = _wait_until_settled(payments)
     poison = _poison(web_url, [])
     print(f"  sent {poison} poison events that only a human may resolve", flush=True)

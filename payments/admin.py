@@ -6,6 +6,8 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from payments.models import (
+    CircuitBreaker,
+    CircuitBreakerTransition,
     LedgerEntry,
     MerchantAccess,
     MerchantReturnDay,
@@ -237,3 +239,18 @@ class MerchantAccessAdmin(admin.ModelAdmin):
     # A raw id works with any user model; an autocomplete would need the host's user admin.
     raw_id_fields = ["user"]
     list_select_related = ["user"]
+
+
+class CircuitBreakerTransitionInline(ReadOnlyInline):
+    model = CircuitBreakerTransition
+    fields = ["created_at", "kind", "pause_seconds", "reason"]
+    show_change_link = False
+    ordering = ["-created_at", "-id"]
+
+
+@admin.register(CircuitBreaker)
+class CircuitBreakerAdmin(ReadOnlyModelAdmin):
+    """The breaker's state changes only through payments.processor.breaker: shown, never edited."""
+
+    list_display = ["name", "state", "opened_at", "open_until", "paused_until", "updated_at"]
+    inlines = [CircuitBreakerTransitionInline]

@@ -6,7 +6,7 @@ id in ``extra``, plus the ``payments.signals.alert_raised`` signal for sinks to 
 
 import logging
 
-from payments.signals import alert_raised
+from payments.signals import alert_cleared, alert_raised
 
 logger = logging.getLogger(__name__)
 
@@ -58,4 +58,20 @@ def alert_raise(
                 response,
                 exc_info=response,
                 extra={"payment_id": payment_ref},
+            )
+
+
+def alert_clear(*, key: str, reason: str = "") -> None:
+    """Announce that the condition behind alert ``key`` has ended (the sinks resolve it)."""
+    if not key:
+        raise ValueError("an alert key is required")
+    logger.info("ALERT cleared [%s] %s", key, reason, extra={"alert_key": key})
+    for receiver, response in alert_cleared.send_robust(sender=alert_clear, key=key, reason=reason):
+        if isinstance(response, Exception):
+            logger.error(
+                "alert receiver %r failed clearing alert %s: %r",
+                receiver,
+                key,
+                response,
+                exc_info=response,
             )

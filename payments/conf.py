@@ -21,6 +21,15 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
     # merchant? The default reads the MerchantAccess grants edited in the admin.
     "PAYMENTS_MERCHANT_ACCESS_POLICY": "payments.access.merchant_access_granted",
+    # The processor's circuit breaker (payments.processor.breaker): open after this many
+    # failures in a row, or this failure rate over the window (with at least MIN_CALLS calls);
+    # one probe after the pause, doubled per failed probe up to the cap.
+    "PROCESSOR_BREAKER_FAILURES": 5,
+    "PROCESSOR_BREAKER_FAILURE_RATE": 0.5,
+    "PROCESSOR_BREAKER_WINDOW_SECONDS": 30.0,
+    "PROCESSOR_BREAKER_MIN_CALLS": 20,
+    "PROCESSOR_BREAKER_PAUSE_SECONDS": 15.0,
+    "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": 300.0,
 }
 
 

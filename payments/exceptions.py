@@ -44,6 +44,24 @@ class ProcessorUnavailable(PaymentError):
         self.retry_after = retry_after
 
 
+class ProcessorCircuitOpen(ProcessorUnavailable):
+    """The processor is down as a whole (its circuit breaker is open) or asked every caller to
+    pause (429 Retry-After). Says nothing about the message: the caller waits ``retry_after``
+    seconds and tries again, without spending one of the message's attempts.
+
+    ``called``: a real call was made (and failed) before the breaker said so; otherwise no
+    call was made at all. ``breaker_open``: the breaker is open or probing (an outage of unknown
+    length), as opposed to a 429 pause of a known, short length.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float, called: bool = False, breaker_open: bool = True
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.called = called
+        self.breaker_open = breaker_open
+
+
 class ProcessorRejected(PaymentError):
     """4xx other than 408/429: the request itself is wrong; retrying cannot help."""
 

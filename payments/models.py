@@ -343,3 +343,70 @@ class MerchantAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} -> {self.merchant_id}"
+
+
+class BreakerState(models.TextChoices):
+    CLOSED = "closed", "Closed (calls flow)"
+    OPEN = "open", "Open (no calls until the pause ends)"
+    HALF_OPEN = "half_open", "Half-open (one probe call decides)"
+
+
+class CircuitBreaker(models.Model):
+    """The shared state of the circuit breaker around one dependency (the processor).
+
+    One row per dependency, read by every worker process and changed only by conditional
+    UPDATEs in ``payments.processor.breaker``, so two processes never both open it, both take
+    the half-open probe, or both close it.
+    """
+
+    name = models.CharField(max_length=32, primary_key=True)
+    state = models.CharField(
+        max_length=16, choices=BreakerState.choices, default=BreakerState.CLOSED
+    )
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the current incident; empty while closed."
+    )
+    open_until = models.DateTimeField(
+        null=True, blank=True, help_text="When the half-open probe may be taken."
+    )
+    reopen_count = models.PositiveIntegerField(
+        default=0, help_text="Failed probes in this incident: each one doubles the pause."
+    )
+    probe_until = models.DateTimeField(
+        null=True, blank=True, help_text="The probe's lease: another may be taken after it."
+    )
+    paused_until = models.DateTimeField(
+        null=True, blank=True, help_text="Calls paused by a 429 Retry-After, for every worker."
+    )
+    last_error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} breaker ({self.state})"
+
+
+class BreakerTransitionKind(models.TextChoices):
+    OPENED = "opened", "Opened"
+    PROBING = "probing", "Half-open probe taken"
+    REOPENED = "reopened", "Probe failed: reopened"
+    CLOSED = "closed", "Closed"
+    PAUSED = "paused", "Paused by 429 Retry-After"
+
+
+class CircuitBreakerTransition(models.Model):
+    """Append-only history of a breaker: when each incident started and ended, and why."""
+
+    breaker = models.ForeignKey(
+        CircuitBreaker, on_delete=models.PROTECT, related_name="transitions"
+    )
+    kind = models.CharField(max_length=16, choices=BreakerTransitionKind.choices)
+    reason = models.TextField(blank=True)
+    pause_seconds = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.breaker_id} {self.kind} at {self.created_at:%Y-%m-%d %H:%M:%S}"

@@ -18,12 +18,14 @@ from payments.exceptions import (
     EventConflict,
     InvalidTransition,
     PaymentNotFound,
+    ProcessorCircuitOpen,
     ProcessorUnavailable,
 )
 from payments.metrics import TRANSITIONS as TRANSITIONS_TOTAL
 from payments.models import (
     STATE_RANK,
     AttemptOutcome,
+    BreakerState,
     EventKind,
     EventOutcome,
     LedgerEntry,
@@ -36,6 +38,14 @@ from payments.models import (
     PaymentState,
     ProcessedEvent,
     ProcessorAttempt,
+)
+from payments.processor.breaker import (
+    Admission,
+    call_outcome,
+    max_pause_seconds,
+    processor_breaker_admit,
+    processor_breaker_record,
+    processor_breaker_wait,
 )
 from payments.processor.client import (
     DebitAccepted,
@@ -486,6 +496,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
             )
             return SubmitResult("skipped", payment)
 
+    admission = _breaker_admit(payment, "submission")
     result: DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable
     try:
         result = get_client().debit_create(
@@ -556,6 +567,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     if isinstance(result, ProcessorAuthFailed):
         _alert_auth_failed(payment, attempt)
     _log_attempt(payment, attempt, outcome)
+    _breaker_record(admission, payment, attempt, result)
     if outcome == "retryable":
         raise ProcessorUnavailable(
             f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
@@ -576,6 +588,7 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
         payment = Payment.objects.get(pk=payment_id)
     except (Payment.DoesNotExist, ValidationError):
         raise PaymentNotFound(f"payment {payment_id} does not exist") from None
+    admission = _breaker_admit(payment, "status check")
     result: DebitStatus | ProcessorCallRejected | ProcessorCallUnavailable
     try:
         result = get_client().debit_get(idempotency_key=payment.idempotency_key)
@@ -587,6 +600,7 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
     _log_attempt(payment, attempt, attempt.outcome)
     if isinstance(result, ProcessorAuthFailed):
         _alert_auth_failed(payment, attempt)
+    _breaker_record(admission, payment, attempt, result)
     if isinstance(result, Exception):
         raise result
     return StatusCheckResult(
@@ -595,6 +609,59 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
         processor_id=result.processor_id,
         payment=payment,
     )
+
+
+def _breaker_admit(payment: Payment, operation: str) -> Admission:
+    """Ask the processor's circuit breaker for a call; no call and no attempt row when it is
+    open or paused (``ProcessorCircuitOpen``: the caller waits without spending an attempt)."""
+    admission = processor_breaker_admit()
+    if not admission.allowed:
+        raise ProcessorCircuitOpen(
+            f"payment {payment.id}: {operation} not attempted: {admission.reason}",
+            retry_after=admission.wait_seconds,
+            breaker_open=admission.state != BreakerState.CLOSED,
+        )
+    return admission
+
+
+def _breaker_record(
+    admission: Admission,
+    payment: Payment,
+    attempt: ProcessorAttempt,
+    result,
+) -> None:
+    """Tell the breaker what the call said about the processor. A failure that finds the
+    breaker open (this call opened it, or a probe failed) or a 429 pause is raised as
+    ``ProcessorCircuitOpen``: the processor is down or busy as a whole, so the message does not
+    pay an attempt for it."""
+    failed = isinstance(result, ProcessorCallUnavailable)
+    state = processor_breaker_record(
+        admission=admission,
+        outcome=call_outcome(
+            http_status=attempt.http_status,
+            retryable=failed,
+            accepted=not isinstance(result, Exception),
+        ),
+        error=attempt.error,
+        retry_after=attempt.retry_after_seconds,
+        http_status=attempt.http_status,
+    )
+    if not failed:
+        return
+    after = processor_breaker_wait()  # includes a 429's pause (capped by the breaker)
+    paused = attempt.http_status == 429
+    if not paused and (state == BreakerState.CLOSED or attempt.http_status == 409):
+        return
+    wait = after.wait_seconds
+    if paused and attempt.retry_after_seconds is not None:
+        wait = max(wait, min(attempt.retry_after_seconds, max_pause_seconds()))
+    raise ProcessorCircuitOpen(
+        f"payment {payment.id} attempt {attempt.attempt_number}: {result}; "
+        f"{after.reason or 'calls paused'}",
+        retry_after=wait,
+        called=True,
+        breaker_open=state != BreakerState.CLOSED,
+    ) from result
 
 
 def _alert_auth_failed(payment: Payment, attempt: ProcessorAttempt) -> None:

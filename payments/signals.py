@@ -29,3 +29,7 @@ payment_transitioned = Signal()
 # it. Anything that must not be lost belongs in a ``payment_transitioned`` receiver (an outbox
 # row of the host's own). Receivers' exceptions are logged, never raised.
 payment_transition_committed = Signal()
+
+# Sent by ``payments.alerts.alert_clear`` with ``key`` and ``reason`` when the condition behind
+# an alert has ended (the processor breaker closed).
+alert_cleared = Signal()

@@ -55,7 +55,10 @@ DLQ_DEPTH = "queue.dlq_not_empty"
 DEAD_LETTERS_OPEN = "dead_letters.open"
 BACKLOG = "queue.backlog"
 QUEUE_UNREACHABLE = "queue.unreachable"
-CONDITION_KEYS = (DLQ_DEPTH, DEAD_LETTERS_OPEN, BACKLOG, QUEUE_UNREACHABLE)
+# Raised by the processor's circuit breaker when it opens, cleared when it closes; the
+# evaluation keeps it firing (reminders) while the breaker is open.
+PROCESSOR_UNAVAILABLE = "processor.unavailable"
+CONDITION_KEYS = (DLQ_DEPTH, DEAD_LETTERS_OPEN, BACKLOG, QUEUE_UNREACHABLE, PROCESSOR_UNAVAILABLE)
 # Alerts raised per dead letter at ingestion: "dead_letter:<DeadLetter pk>".
 DEAD_LETTER_PREFIX = "dead_letter:"
 
@@ -431,6 +434,19 @@ def alert_raised_receiver(
     transaction.on_commit(fire)
 
 
+def alert_cleared_receiver(sender, *, key, reason="", **kwargs) -> None:
+    """Resolve the alert ``key`` once the caller's transaction has committed."""
+
+    def resolve() -> None:
+        try:
+            alert_resolve(key=key, reason=reason)
+        except Exception:
+            # Still firing: the next evaluation resolves it if its condition has cleared.
+            logger.exception("could not resolve alert %s", key)
+
+    transaction.on_commit(resolve)
+
+
 # --- Evaluation of conditions ------------------------------------------------------------------
 
 
@@ -519,6 +535,8 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     elif snapshot.main_visible is not None:
         resolve(BACKLOG, "backlog under thresholds")
 
+    _evaluate_processor_breaker(fire, resolve)
+
     # One alert per dead letter (raised at ingestion): resolved once a human has decided.
     firing_dead_letters = {
         key: key.split(":", 1)[1]
@@ -557,3 +575,32 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     ):
         resolve(key, f"no repeat for {triage_conf.ALERT_EVENT_QUIET_RESOLVE}")
     return EvaluationResult(fired, resolved)
+
+
+def _evaluate_processor_breaker(fire, resolve) -> None:
+    """While the breaker is open the alert keeps firing, so the reminder policy reminds about
+    it with a fresh count of waiting payments; a closed breaker resolves a leftover alert (one
+    whose clearing was lost with a crashed process)."""
+    from payments.models import BreakerState, CircuitBreaker
+    from payments.processor.breaker import (
+        PROCESSOR,
+        alert_unavailable_summary,
+        payments_waiting_count,
+    )
+
+    breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
+    if breaker is None or breaker.state == BreakerState.CLOSED or breaker.opened_at is None:
+        resolve(PROCESSOR_UNAVAILABLE, "processor breaker closed")
+        return
+    waiting = payments_waiting_count()
+    fire(
+        PROCESSOR_UNAVAILABLE,
+        AlertSeverity.HIGH,
+        alert_unavailable_summary(opened_at=breaker.opened_at, waiting=waiting),
+        {
+            "opened_at": breaker.opened_at.isoformat(),
+            "payments_waiting": waiting,
+            "state": breaker.state,
+            "last_error": breaker.last_error[:500],
+        },
+    )

@@ -172,6 +172,8 @@ class OperationsCollector(Collector):
             ("payments_dead_letters_open", None),
             ("payments_on_hold", None),
             ("payments_by_state", ["state"]),
+            ("payments_processor_breaker_state", ["state"]),
+            ("payments_processor_breaker_open_seconds", None),
             ("payments_ops_scrape_error", ["source"]),
         ):
             yield GaugeMetricFamily(name, "", labels=labels)
@@ -226,6 +228,12 @@ class OperationsCollector(Collector):
             by_state.add_metric([state], count)
         yield by_state
 
+        breaker_error = ""
+        try:
+            yield from _breaker_gauges()
+        except DatabaseError as exc:
+            breaker_error = str(exc)
+
         scrape_error = GaugeMetricFamily(
             "payments_ops_scrape_error",
             "1 when a source of the operations gauges could not be read on this scrape.",
@@ -233,7 +241,31 @@ class OperationsCollector(Collector):
         )
         for source in ("sqs", "queue_messages", "dead_letters", "holds", "payments"):
             scrape_error.add_metric([source], 1 if source in snapshot.errors else 0)
+        scrape_error.add_metric(["breaker"], 1 if breaker_error else 0)
         yield scrape_error
+
+
+def _breaker_gauges():
+    """The processor breaker's shared state: one database row, the same for every process."""
+    from payments.models import BreakerState, CircuitBreaker
+    from payments.processor.breaker import PROCESSOR
+
+    breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
+    current = breaker.state if breaker is not None else BreakerState.CLOSED
+    state = GaugeMetricFamily(
+        "payments_processor_breaker_state",
+        "The processor's circuit breaker: 1 for its current state (closed, open, half_open).",
+        labels=["state"],
+    )
+    for value in BreakerState.values:
+        state.add_metric([value], 1 if value == current else 0)
+    yield state
+    opened_at = breaker.opened_at if breaker is not None else None
+    yield GaugeMetricFamily(
+        "payments_processor_breaker_open_seconds",
+        "Seconds since the processor's breaker opened in the current incident (0 when closed).",
+        value=max(0.0, (timezone.now() - opened_at).total_seconds()) if opened_at else 0.0,
+    )
 
 
 _lock = threading.Lock()

@@ -21,7 +21,15 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
-from payments.models import Payment, PaymentEvent, PaymentState, ProcessorAttempt
+from payments.models import (
+    BreakerState,
+    CircuitBreaker,
+    CircuitBreakerTransition,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ProcessorAttempt,
+)
 from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
 # --- One payment's story -----------------------------------------------------------------------
@@ -345,3 +353,48 @@ def age_bucket_filter(key: str, *, now: datetime | None = None) -> Q | None:
                 condition &= Q(ingested_at__gt=now - younger_than)
             return condition
     return None
+
+
+# --- The processor's circuit breaker -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    state: str
+    opened_at: datetime | None
+    open_for: timedelta | None
+    next_probe_in: timedelta | None
+    paused_for: timedelta | None  # a 429 Retry-After pause still running
+    last_error: str
+    payments_waiting: int
+    transitions: list[CircuitBreakerTransition]
+
+    @property
+    def is_open(self) -> bool:
+        return self.state != BreakerState.CLOSED
+
+
+def processor_breaker_status(*, now: datetime | None = None, history: int = 10) -> BreakerStatus:
+    """The breaker as the dashboard shows it: three queries."""
+    from payments.processor.breaker import PROCESSOR
+
+    now = now or timezone.now()
+    breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first() or CircuitBreaker(
+        name=PROCESSOR
+    )
+    recent = CircuitBreakerTransition.objects.filter(breaker_id=PROCESSOR)
+    transitions = list(recent.order_by("-created_at", "-id")[:history])
+
+    def ahead(moment: datetime | None) -> timedelta | None:
+        return moment - now if moment is not None and moment > now else None
+
+    return BreakerStatus(
+        state=breaker.state,
+        opened_at=breaker.opened_at,
+        open_for=(now - breaker.opened_at) if breaker.opened_at else None,
+        next_probe_in=ahead(breaker.open_until) if breaker.state == BreakerState.OPEN else None,
+        paused_for=ahead(breaker.paused_until),
+        last_error=breaker.last_error,
+        payments_waiting=Payment.objects.filter(state=PaymentState.PENDING).count(),
+        transitions=transitions,
+    )

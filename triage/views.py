@@ -470,6 +470,7 @@ def dashboard(request, model_admin):
         for p in selectors.payments_stuck()
     ]
     short = [(label.rsplit(".", 1)[-1], n) for label, n in errors]
+    breaker = selectors.processor_breaker_status(now=now)
     return TemplateResponse(
         request,
         "admin/triage/dashboard.html",
@@ -495,5 +496,9 @@ def dashboard(request, model_admin):
             stuck=stuck,
             changelist_url=reverse("admin:triage_deadletter_changelist"),
             **return_rates.return_rates_panel(now=now),
+            breaker=breaker,
+            breaker_open_for=human_age(breaker.open_for),
+            breaker_next_probe=human_age(breaker.next_probe_in),
+            breaker_paused_for=human_age(breaker.paused_for),
         ),
     )

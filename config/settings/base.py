@@ -143,6 +143,17 @@ PROCESSOR_BASE_URL = env("PROCESSOR_BASE_URL")
 PROCESSOR_API_KEY = env("PROCESSOR_API_KEY")
 PROCESSOR_TIMEOUT_SECONDS = env.float("PROCESSOR_TIMEOUT_SECONDS", default=10.0)
 PROCESSOR_CONNECT_TIMEOUT_SECONDS = env.float("PROCESSOR_CONNECT_TIMEOUT_SECONDS", default=3.05)
+# Circuit breaker around the processor: it opens after a run of consecutive failures (5xx,
+# timeouts, connection errors, 401/403) or when the failure rate over a short window passes a
+# threshold (with a minimum of calls), pauses all calls, then lets one probe decide.
+PROCESSOR_BREAKER_FAILURES = env.int("PROCESSOR_BREAKER_FAILURES", default=5)
+PROCESSOR_BREAKER_FAILURE_RATE = env.float("PROCESSOR_BREAKER_FAILURE_RATE", default=0.5)
+PROCESSOR_BREAKER_WINDOW_SECONDS = env.float("PROCESSOR_BREAKER_WINDOW_SECONDS", default=30.0)
+PROCESSOR_BREAKER_MIN_CALLS = env.int("PROCESSOR_BREAKER_MIN_CALLS", default=20)
+PROCESSOR_BREAKER_PAUSE_SECONDS = env.float("PROCESSOR_BREAKER_PAUSE_SECONDS", default=15.0)
+PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = env.float(
+    "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS", default=300.0
+)
 
 # --- Callbacks: one or more HMAC secrets, comma-separated (the first signs, all verify).
 # Stripped ("new, old" is two secrets); an empty list stops start-up naming the setting.

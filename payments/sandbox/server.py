@@ -9,6 +9,12 @@
 - ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
   by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
   event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
+- ``POST /_sandbox/outage`` with ``{"mode": "503" | "timeout" | "reset", "seconds": N}`` starts
+  a processor outage (``seconds`` omitted: until ended); ``{"mode": "off"}`` ends it;
+  ``GET /_sandbox/outage`` tells whether one is on. During an outage every API call answers
+  503, or hangs for ``timeout_seconds`` then answers 503 (the client has timed out by then),
+  or has its connection closed without an answer (the client sees a connection error). Nothing
+  is charged during an outage; callbacks of earlier debits keep being sent.
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
 ``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
@@ -41,6 +47,11 @@ MAX_BODY_BYTES = 64 * 1024
 _AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
 _DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
+OUTAGE_MODES = ("503", "timeout", "reset")
+
+
+class OutageReset(Exception):
+    """The outage mode says: close the connection without answering."""
 
 
 @dataclass
@@ -132,6 +143,9 @@ class SandboxProcessor:
         self._requests: Counter[str] = Counter()
         self._replays = 0
         self._events = 0
+        self._outage_mode = ""
+        self._outage_until: float | None = None  # time.monotonic(); None: until ended
+        self._outage_calls = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.callbacks: CallbackSender | None = None
@@ -186,6 +200,7 @@ class SandboxProcessor:
                 "debits": len(self._debits),
                 "replays": self._replays,
                 "events": self._events,
+                "outage_calls_failed": self._outage_calls,
                 "requests": dict(self._requests),
                 "responses": dict(self._responses),
                 "seed": self.plan.seed,
@@ -214,7 +229,57 @@ class SandboxProcessor:
             self._requests.clear()
             self._replays = 0
             self._events = 0
+            self._outage_mode, self._outage_until, self._outage_calls = "", None, 0
         self.plan.reset()
+
+    # --- outages
+    def outage_start(self, mode: str, seconds: float | None = None) -> None:
+        """Every API call fails in ``mode`` for ``seconds`` (None: until ``outage_stop``)."""
+        if mode not in OUTAGE_MODES:
+            raise ValueError(f"outage mode must be one of {', '.join(OUTAGE_MODES)}, got {mode!r}")
+        if seconds is not None and not (0 < seconds <= 86400):
+            raise ValueError(f"outage seconds must be within 0..86400, got {seconds}")
+        with self._lock:
+            self._outage_mode = mode
+            self._outage_until = None if seconds is None else time.monotonic() + seconds
+        logger.warning("sandbox outage started: %s for %s s", mode, seconds or "ever")
+
+    def outage_stop(self) -> None:
+        with self._lock:
+            self._outage_mode = ""
+            self._outage_until = None
+        logger.warning("sandbox outage ended")
+
+    def outage(self) -> dict:
+        """The outage in force: ``{"mode": ..., "remaining_seconds": ...}``, mode "" if none."""
+        with self._lock:
+            if self._outage_mode and self._outage_until is not None:
+                if time.monotonic() >= self._outage_until:
+                    self._outage_mode, self._outage_until = "", None
+            remaining = (
+                None
+                if self._outage_until is None
+                else round(max(0.0, self._outage_until - time.monotonic()), 3)
+            )
+            return {
+                "mode": self._outage_mode,
+                "remaining_seconds": remaining if self._outage_mode else 0,
+                "calls_failed": self._outage_calls,
+            }
+
+    def outage_answer(self) -> Answer | None:
+        """The answer an outage gives an API call, or None when there is no outage. Raises
+        ``OutageReset`` when the connection must be dropped instead."""
+        mode = self.outage()["mode"]
+        if not mode:
+            return None
+        with self._lock:
+            self._outage_calls += 1
+        if mode == "reset":
+            raise OutageReset()
+        if mode == "timeout":
+            time.sleep(self.plan.config.timeout_seconds)
+        return Answer(503, {"error": f"processor unavailable (sandbox outage: {mode})"})
 
     def callbacks_delivered(self) -> list[dict]:
         """Every successful callback delivery, in order (a duplicate delivery appears twice)."""
@@ -469,9 +534,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_sandbox/callbacks":
             self._send(Answer(200, {"delivered": sandbox.callbacks_delivered()}))
             return
+        if self.path == "/_sandbox/outage":
+            self._send(Answer(200, sandbox.outage()))
+            return
         match = _DEBIT_PATH.match(self.path)
         if match is None:
             self._send(Answer(404, {"error": f"no such endpoint: GET {self.path}"}))
+            return
+        if self._outage(sandbox, "debit_get"):
             return
         if not sandbox.authorized(self.headers.get("Authorization")):
             self._send(Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"}))
@@ -491,8 +561,13 @@ class _Handler(BaseHTTPRequestHandler):
             sandbox.reset()
             self._send(Answer(200, {"reset": True}))
             return
+        if self.path == "/_sandbox/outage":
+            self._send(_outage_control(sandbox, raw))
+            return
         if self.path != "/v1/ach/debits":
             self._send(Answer(404, {"error": f"no such endpoint: POST {self.path}"}))
+            return
+        if self._outage(sandbox, "debit_create"):
             return
         if not sandbox.authorized(self.headers.get("Authorization")):
             answer = Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"})
@@ -508,6 +583,20 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = Answer(exc.status, body)
         sandbox.count("debit_create", answer.status)
         self._send(answer)
+
+    def _outage(self, sandbox: SandboxProcessor, operation: str) -> bool:
+        """Answer as the outage says; False when there is none."""
+        try:
+            answer = sandbox.outage_answer()
+        except OutageReset:
+            sandbox.count(operation, 0)
+            self.close_connection = True
+            return True
+        if answer is None:
+            return False
+        sandbox.count(operation, answer.status)
+        self._send(answer)
+        return True
 
     def _read_body(self) -> bytes:
         try:
@@ -534,3 +623,29 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             # The client gave up (its timeout); what was done is done, as with a real processor.
             self.close_connection = True
+
+
+def _outage_control(sandbox: SandboxProcessor, raw: bytes) -> Answer:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return Answer(400, {"error": 'the body must be JSON: {"mode": ..., "seconds": ...}'})
+    if not isinstance(body, dict):
+        return Answer(400, {"error": "the body must be a JSON object"})
+    unknown = sorted(set(body) - {"mode", "seconds"})
+    if unknown:
+        return Answer(400, {"error": f"unknown field(s): {', '.join(unknown)}"})
+    mode = body.get("mode")
+    if mode == "off":
+        sandbox.outage_stop()
+        return Answer(200, sandbox.outage())
+    seconds = body.get("seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+        return Answer(400, {"error": "seconds must be a number"})
+    if not isinstance(mode, str):
+        return Answer(400, {"error": f"mode must be one of off, {', '.join(OUTAGE_MODES)}"})
+    try:
+        sandbox.outage_start(mode, seconds)
+    except ValueError as exc:
+        return Answer(400, {"error": str(exc)})
+    return Answer(200, sandbox.outage())

@@ -88,8 +88,10 @@ def test_rejected_submission_fails_the_payment_and_deletes_the_message(sqs_queue
 
 
 def test_processor_down_past_the_attempt_limit_dead_letters_the_submission(
-    sqs_queues, sandbox, fast_retries
+    sqs_queues, sandbox, fast_retries, settings
 ):
+    # One message failing on its own, below the breaker's thresholds: its own budget decides.
+    settings.PROCESSOR_BREAKER_FAILURES = 100
     payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_9abc")
     message_id = submit_message(sqs_queues, payment)
 

@@ -96,3 +96,26 @@ def test_the_returns_list_shows_codes_with_titles_and_filters_flagged_ones(admin
     assert unknown.context["cl"].result_count == 1
     assert "unknown code" in unknown.content.decode()
     assert admin_client.get("/admin/payments/paymentreturn/add/").status_code == 403
+
+
+def test_circuit_breaker_is_shown_with_its_history_and_cannot_be_edited(admin_client):
+    from payments.models import CircuitBreaker, CircuitBreakerTransition
+
+    breaker = CircuitBreaker.objects.create(name="processor", state="open")
+    CircuitBreakerTransition.objects.create(
+        breaker=breaker, kind="opened", reason="5 consecutive failures", pause_seconds=15
+    )
+
+    listing = admin_client.get("/admin/payments/circuitbreaker/")
+    page = admin_client.get("/admin/payments/circuitbreaker/processor/change/")
+    admin_client.post(
+        "/admin/payments/circuitbreaker/processor/change/", {"state": "closed", "_save": "Save"}
+    )
+
+    assert listing.status_code == 200 and "processor" in listing.content.decode()
+    content = page.content.decode()
+    assert page.status_code == 200
+    assert 'name="state"' not in content
+    assert "5 consecutive failures" in content
+    breaker.refresh_from_db()
+    assert breaker.state == "open"

@@ -11,7 +11,12 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from payments.exceptions import PaymentNotFound, ProcessorRejected, ProcessorUnavailable
+from payments.exceptions import (
+    PaymentNotFound,
+    ProcessorCircuitOpen,
+    ProcessorRejected,
+    ProcessorUnavailable,
+)
 from payments.models import (
     AttemptOutcome,
     EventKind,
@@ -183,6 +188,12 @@ def test_429_raises_retryable_error_carrying_retry_after(sandbox):
     assert (attempt.http_status, attempt.retry_after_seconds) == (429, 2.0)
     payment.refresh_from_db()
     assert payment.state == PaymentState.PENDING
+    # The Retry-After pauses every caller: a submission right away makes no call at all.
+    with pytest.raises(ProcessorCircuitOpen) as paused:
+        payment_submit(payment_id=payment.id)
+    assert not paused.value.called and not paused.value.breaker_open
+    assert len(attempts_of(payment)) == 1
+    time.sleep(paused.value.retry_after)
     assert payment_submit(payment_id=payment.id).outcome == "submitted"
     assert sandbox.stats()["total_charges"] == 1
 

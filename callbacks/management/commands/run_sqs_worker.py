@@ -67,7 +67,10 @@ class Command(BaseCommand):
             "--until-empty",
             action="store_true",
             help="Stop when a receive returns nothing, the outbox is drained and no retry "
-            "this worker scheduled is still due (tests, demos, benchmarks).",
+            "this worker scheduled is still due (tests, demos, benchmarks). Submissions "
+            "deferred by the processor's open circuit breaker are not waited for (an outage has "
+            "no known end): they stay hidden in the queue until a worker releases them, and the "
+            "report counts them.",
         )
         parser.add_argument(
             "--max-messages",
@@ -106,5 +109,5 @@ class Command(BaseCommand):
         summary = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
         self.stdout.write(
             f"run_sqs_worker stopped: {stats.processed} handled ({summary}), "
-            f"{stats.deleted} deleted, {stats.released} released"
+            f"{stats.deleted} deleted, {stats.released} released, {stats.deferred} deferred"
         )

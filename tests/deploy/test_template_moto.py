@@ -11,9 +11,9 @@ import pytest
 from moto import mock_aws
 
 from callbacks import sqs
+from callbacks.celery_queue import celery_queue_ensure
 from callbacks.queues import queues_ensure
 from callbacks.sqs_access import ProcessRole, QueueRole, role_permissions
-from config.celery import celery_queue_ensure
 from tests.deploy.template import (
     POLICY_RESOURCES,
     QUEUE_RESOURCES,

@@ -39,7 +39,7 @@ def celery_queue_setup(settings, local_sqs, *, visibility_timeout: int) -> tuple
     import uuid
 
     from callbacks import sqs
-    from config.celery import celery_queue_ensure
+    from callbacks.celery_queue import celery_queue_ensure
 
     settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
     settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"

@@ -237,7 +237,17 @@ class PaymentDetailOutputSerializer(PaymentOutputSerializer):
 
 
 class BalanceOutputSerializer(serializers.Serializer):
+    """One currency of a merchant's ledger: credits from confirmations, reversals from returns
+    after settlement, the net of the two, and the payments behind them."""
+
     currency = serializers.CharField()
+    credits = serializers.CharField()
+    reversals = serializers.CharField()
+    net = serializers.CharField()
+    confirmed_count = serializers.IntegerField()
+    returned_count = serializers.IntegerField()
+    returned_total = serializers.CharField()
+    # Kept from the first version of this answer: ``balance`` equals ``net``.
     balance = serializers.CharField()
     entries = serializers.IntegerField()
     confirmed_total = serializers.CharField()

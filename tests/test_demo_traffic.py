@@ -28,9 +28,39 @@ def test_a_settled_payment_whose_token_promises_a_return_is_still_moving():
     assert _unfinished() == 0
 
 
+def _processor_outage_story(capture_on_commit) -> None:
+    """The breaker's history of a demo run: opened by failures, closed by a successful probe
+    (the demo's summary checks the story of its processor outage too)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.processor.breaker import (
+        CallOutcome,
+        pause_seconds,
+        processor_breaker_admit,
+        processor_breaker_record,
+    )
+
+    now = timezone.now()
+    with capture_on_commit(execute=True):
+        for _ in range(5):
+            processor_breaker_record(
+                admission=processor_breaker_admit(now=now),
+                outcome=CallOutcome.FAILURE,
+                error="503 Service Unavailable",
+                now=now,
+            )
+        later = now + timedelta(seconds=pause_seconds(0) + 1)
+        probe = processor_breaker_admit(now=later)
+        assert probe.probe
+        processor_breaker_record(admission=probe, outcome=CallOutcome.SUCCESS, now=later)
+
+
 def test_the_summary_shows_returns_and_passes_when_each_is_reversed_once(
-    sqs_queues, sandbox, capsys
+    sqs_queues, sandbox, capsys, django_capture_on_commit_callbacks
 ):
+    _processor_outage_story(django_capture_on_commit_callbacks)
     returned = _settled("tok_unauth_00003x")
     _settled("tok_demo_00004x")
     payment_apply_event(event=processor_event(returned, "returned", reason_code="R10"))
@@ -46,7 +76,10 @@ def test_the_summary_shows_returns_and_passes_when_each_is_reversed_once(
     assert "[FAIL] every returned payment reversed exactly once" in capsys.readouterr().out
 
 
-def test_the_summary_fails_a_credit_for_an_unsettled_payment(sqs_queues, sandbox, capsys):
+def test_the_summary_fails_a_credit_for_an_unsettled_payment(
+    sqs_queues, sandbox, capsys, django_capture_on_commit_callbacks
+):
+    _processor_outage_story(django_capture_on_commit_callbacks)
     payment = PaymentFactory(state=PaymentState.SUBMITTED, amount=Decimal("3.00"))
     LedgerEntry.objects.create(
         payment=payment, merchant_id=payment.merchant_id, kind="credit", amount=payment.amount

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from callbacks.models import QueueMessage
 from payments.models import LedgerEntry, Payment, PaymentReturn, PaymentState
 from payments.services import payment_create
+from tests.factories import grant
 from triage.models import DeadLetter
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,7 +57,7 @@ def _work_until(predicate, timeout: float = 30.0) -> bool:
     ],
 )
 def test_a_settled_debit_returned_by_the_processor_is_reversed_and_the_balance_nets_out(
-    sqs_queues, sandbox_with_callbacks, api_client, token, code, category
+    sqs_queues, sandbox_with_callbacks, api_client, user, token, code, category
 ):
     kept = payment_create(merchant_id="m-e2e", amount=Decimal("80.00"), source_token="tok_ok_e2e_1")
     returned = payment_create(merchant_id="m-e2e", amount=Decimal("25.50"), source_token=token)
@@ -88,6 +89,7 @@ def test_a_settled_debit_returned_by_the_processor_is_reversed_and_the_balance_n
         str(returned.id): 1,
     }
 
+    grant(user, "m-e2e")
     balance = api_client.get("/api/merchants/m-e2e/balance/").json()
 
     assert balance["balances"] == [

@@ -33,6 +33,7 @@ from typing import Any
 
 from payments.sandbox.callbacks import CallbackSender, Delivery
 from payments.sandbox.faults import FaultConfig, FaultPlan
+from payments.sandbox.latch import DebitLatch
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class SandboxProcessor:
         self._responses: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
         self._replays = 0
+        self.latch: DebitLatch | None = None  # tests: hold debit requests open mid-call
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.callbacks: CallbackSender | None = None
@@ -301,6 +303,8 @@ class SandboxProcessor:
         finally:
             with self._lock:
                 self._in_flight.discard(key)
+        if self.latch is not None:
+            self.latch.hold(key)
         self._callbacks_schedule(debit)
         return Answer(201, debit.answer())
 

@@ -11,17 +11,12 @@ from callbacks.reconciliation import _events_to_publish, payments_reconcile
 from payments.exceptions import ProcessorUnavailable
 from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessorAttempt
 from payments.services import payment_submit
+from tests.callbacks.worker_support import run_worker
 from tests.factories import PaymentFactory
 from triage.models import Alert
 
 # The worker commits in its own transactions, as in production.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_worker():
-    call_command(
-        "run_sqs_worker", until_empty=True, wait_time=0, visibility_timeout=30, relay=False
-    )
 
 
 def wait_for_status(sandbox, payment, status, timeout=10.0):

@@ -91,42 +91,44 @@ def submitted_once_each(payments, sandbox) -> None:
 def test_sigterm_finishes_the_current_message_and_releases_the_rest(
     sqs_queues, start_sandbox, tmp_path
 ):
-    slow_sandbox = start_sandbox(0.4)
+    sandbox = start_sandbox(0, timeout=30)
+    sandbox.latch = DebitLatch(holds=1)
     payments = submit_messages(sqs_queues, 10)
     worker = WorkerProcess(
         "--wait-time=1", "--visibility-timeout=30", "--no-relay", log_dir=tmp_path
     )
-    worker.wait_for("outcome=submitted")
+    sandbox.latch.wait_held()  # the first message's call is open: the signal lands mid-message
     worker.signal(signal.SIGTERM)
+    worker.wait_for("finishing the current message")  # handled while the call is still open
+    sandbox.latch.release()
 
     assert worker.wait(30) == 0
-    handled, deleted, released = summary(worker)
-    assert 1 <= handled < 10 and deleted == handled
-    assert released == 10 - handled  # visible again at once, not after 30 s
-    assert QueueMessage.objects.count() == handled  # the released ones never started
-    assert queue_counts(sqs_queues.client, sqs_queues.url) == (10 - handled, 0)
+    assert summary(worker) == (1, 1, 9)  # finished the current one, released the other nine
+    assert QueueMessage.objects.count() == 1  # the released ones never started
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (9, 0)  # visible at once
 
     rerun = WorkerProcess(
         "--until-empty", "--wait-time=0", "--no-relay", log_dir=tmp_path, name="rerun"
     )
     assert rerun.wait(60) == 0
-    submitted_once_each(payments, slow_sandbox)
+    submitted_once_each(payments, sandbox)
     assert set(QueueMessage.objects.values_list("attempts", flat=True)) == {1}
     assert drain(sqs_queues.client, sqs_queues.url) == []
 
 
 def test_second_signal_exits_at_once(sqs_queues, start_sandbox, tmp_path):
-    start_sandbox(1.5)
+    sandbox = start_sandbox(0, timeout=30)
+    sandbox.latch = DebitLatch(holds=1)
     submit_messages(sqs_queues, 1)
     worker = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path)
-    wait_until(lambda: QueueMessage.objects.exists(), 20, "the worker to start the message")
-    started = time.monotonic()
+    sandbox.latch.wait_held()
     worker.signal(signal.SIGTERM)
     time.sleep(0.1)
     worker.signal(signal.SIGTERM)
 
+    # Exits while its processor call is still held open: it did not wait for the call.
     assert worker.wait(10) == 1
-    assert time.monotonic() - started < 1.4  # did not wait for the 1.5 s processor call
+    assert sandbox.stats()["requests"] == {}  # the held call has not been answered yet
     assert "stopped:" not in worker.output
 
 

@@ -146,6 +146,8 @@ def test_sigkill_mid_call_then_restart_replays_the_charge_and_applies_nothing_tw
     [held_key] = sandbox.latch.wait_held()
     worker.kill()  # certain to land mid-call: the call cannot end before release()
     sandbox.latch.release()
+    # The processor finishes the call and answers a connection nobody reads any more.
+    wait_until(lambda: sandbox.stats()["requests"] == {"debit_create": 1}, 10, "the answer")
     held = Payment.objects.get(idempotency_key=held_key)
     assert held.state == PaymentState.PENDING  # the dead worker never saw the answer
 

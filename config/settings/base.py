@@ -137,6 +137,8 @@ SQS_DLQ_NAME = env("SQS_DLQ_NAME", default="payments-dlq.fifo")
 WORKER_BACKOFF_BASE_SECONDS = env.float("WORKER_BACKOFF_BASE_SECONDS", default=1.0)
 WORKER_BACKOFF_CAP_SECONDS = env.float("WORKER_BACKOFF_CAP_SECONDS", default=30.0)
 WORKER_MAX_ATTEMPTS = env.int("WORKER_MAX_ATTEMPTS", default=6)  # the first try plus 5 retries
+# Keeps in-flight messages hidden past the visibility timeout; never turn it off in production.
+WORKER_VISIBILITY_HEARTBEAT = env.bool("WORKER_VISIBILITY_HEARTBEAT", default=True)
 
 # --- Processor
 PROCESSOR_BASE_URL = env("PROCESSOR_BASE_URL")

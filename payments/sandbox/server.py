@@ -40,6 +40,7 @@ from typing import Any
 
 from payments.sandbox.callbacks import CallbackSender, Delivery
 from payments.sandbox.faults import FaultConfig, FaultPlan
+from payments.sandbox.latch import DebitLatch
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ class SandboxProcessor:
         self._outage_mode = ""
         self._outage_until: float | None = None  # time.monotonic(); None: until ended
         self._outage_calls = 0
+        self.latch: DebitLatch | None = None  # tests: hold debit requests open mid-call
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.callbacks: CallbackSender | None = None
@@ -373,6 +375,8 @@ class SandboxProcessor:
         finally:
             with self._lock:
                 self._in_flight.discard(key)
+        if self.latch is not None:
+            self.latch.hold(key)
         self._callbacks_schedule(debit)
         return Answer(201, debit.answer())
 

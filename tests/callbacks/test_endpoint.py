@@ -205,6 +205,7 @@ def test_missing_signature_is_rejected_with_401(sqs_queues):
 def test_malformed_signature_header_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), signature="sha256=deadbeef")
     assert response.status_code == 401
+    assert queued_messages(sqs_queues) == []
 
 
 def test_signature_of_another_body_is_rejected_with_401(sqs_queues):
@@ -221,12 +222,14 @@ def test_signature_over_reformatted_json_is_rejected_because_raw_bytes_are_signe
     header = signing.sign(json.dumps(body, indent=2).encode(), [SECRET])
     response = post(json.dumps(body).encode(), signature=header)
     assert response.status_code == 401
+    assert queued_messages(sqs_queues) == []
 
 
 def test_stale_signature_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), timestamp=int(time.time()) - 301)
     assert response.status_code == 401
     assert "replayed" in response.json()["detail"]
+    assert queued_messages(sqs_queues) == []
 
 
 def test_replayed_old_callback_is_rejected_with_401(sqs_queues):
@@ -240,12 +243,14 @@ def test_replayed_old_callback_is_rejected_with_401(sqs_queues):
 def test_signature_from_the_future_beyond_tolerance_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), timestamp=int(time.time()) + 301)
     assert response.status_code == 401
+    assert queued_messages(sqs_queues) == []
 
 
 def test_signature_made_with_an_unknown_secret_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), secrets=["not-our-secret"])
     assert response.status_code == 401
     assert "does not match" in response.json()["detail"]
+    assert queued_messages(sqs_queues) == []
 
 
 def test_signature_with_old_and_new_secret_values_is_accepted_during_rotation(sqs_queues):
@@ -259,6 +264,7 @@ def test_signature_with_the_old_secret_is_accepted_while_both_are_configured(sqs
     assert post_json(event_body(), secrets=[SECRET]).status_code == 202
     assert post_json(event_body(), secrets=["new-secret"]).status_code == 202
     assert post_json(event_body(), secrets=["other"]).status_code == 401
+    assert len(queued_messages(sqs_queues)) == 2  # the two accepted, not the refused one
 
 
 def test_body_over_64_kib_is_rejected_with_413(sqs_queues, settings):
@@ -284,9 +290,10 @@ def test_body_of_exactly_64_kib_is_not_rejected_for_size(sqs_queues):
 def test_oversized_declared_length_is_rejected_with_413_before_reading(sqs_queues):
     response = post_json(event_body(), CONTENT_LENGTH=str(10 * 1024 * 1024))
     assert response.status_code == 413
+    assert queued_messages(sqs_queues) == []
 
 
-def test_oversized_body_without_declared_length_is_rejected_with_413(settings):
+def test_oversized_body_without_declared_length_is_rejected_with_413(settings, sqs_queues):
     # Under ASGI a chunked body has no Content-Length; the size check must count real bytes.
     raw = b'{"padding": "' + b"p" * (70 * 1024) + b'"}'
     scope = {
@@ -301,6 +308,7 @@ def test_oversized_body_without_declared_length_is_rejected_with_413(settings):
     request = ASGIRequest(scope, io.BytesIO(raw))
     response = processor_callback(request)
     assert response.status_code == 413
+    assert queued_messages(sqs_queues) == []
 
 
 def test_body_that_is_not_json_media_type_is_rejected_with_415(sqs_queues):
@@ -314,21 +322,25 @@ def test_body_that_is_not_json_media_type_is_rejected_with_415(sqs_queues):
 def test_form_encoded_callback_is_rejected_with_415(sqs_queues):
     response = post(b"payment_id=1", content_type="application/x-www-form-urlencoded")
     assert response.status_code == 415
+    assert queued_messages(sqs_queues) == []
 
 
 def test_size_is_checked_before_media_type(sqs_queues):
     response = post(b"x" * (65 * 1024), content_type="text/plain")
     assert response.status_code == 413
+    assert queued_messages(sqs_queues) == []
 
 
 def test_media_type_is_checked_before_signature(sqs_queues):
     response = post_json(event_body(), content_type="text/plain", signature="")
     assert response.status_code == 415
+    assert queued_messages(sqs_queues) == []
 
 
 def test_signature_is_checked_before_the_body(sqs_queues):
     response = post(b"{not json", signature="t=1,v1=00")
     assert response.status_code == 401
+    assert queued_messages(sqs_queues) == []
 
 
 def test_queue_unavailable_answers_503_with_retry_after(settings, closed_port):

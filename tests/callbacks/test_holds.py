@@ -22,13 +22,7 @@ from payments.selectors import payment_detail_extensions
 from tests.callbacks.worker_support import applied_events, drain, run_worker, send_body, send_event
 from tests.factories import PaymentFactory, grant
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fast_retries(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_retries")]
 
 
 def hold_with_unknown_kind(sqs_queues, payment) -> PaymentHold:

@@ -1,3 +1,4 @@
+import io
 import json
 import time
 from datetime import timedelta
@@ -11,17 +12,12 @@ from callbacks.reconciliation import _events_to_publish, payments_reconcile
 from payments.exceptions import ProcessorUnavailable
 from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessorAttempt
 from payments.services import payment_submit
+from tests.callbacks.worker_support import run_worker
 from tests.factories import PaymentFactory
 from triage.models import Alert
 
 # The worker commits in its own transactions, as in production.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_worker():
-    call_command(
-        "run_sqs_worker", until_empty=True, wait_time=0, visibility_timeout=30, relay=False
-    )
 
 
 def wait_for_status(sandbox, payment, status, timeout=10.0):
@@ -218,6 +214,16 @@ def test_processor_status_maps_to_the_events_still_missing(state, processor_stat
 
 
 def test_reconcile_command_reports_the_count(sandbox, sqs_queues):
-    call_command("reconcile_payments", "--limit", "5")
-    with pytest.raises(CommandError):
+    stuck = PaymentFactory()
+    payment_submit(payment_id=stuck.id)
+    wait_for_status(sandbox, stuck, "settled")
+    Payment.objects.filter(pk=stuck.pk).update(state_changed_at=timezone.now() - timedelta(days=5))
+    PaymentFactory(state="submitted")  # recent: not a candidate
+    out = io.StringIO()
+
+    call_command("reconcile_payments", "--limit", "5", stdout=out)
+
+    assert out.getvalue() == "published events for 1 payment(s)\n"
+    assert [b["event_type"] for b in queued_bodies(sqs_queues)] == ["settled"]
+    with pytest.raises(CommandError, match="--limit: must be at least 1, got 0"):
         call_command("reconcile_payments", "--limit", "0")

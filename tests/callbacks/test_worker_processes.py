@@ -16,7 +16,7 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
-from payments.sandbox import FaultConfig, SandboxProcessor
+from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
 from tests.factories import PaymentFactory, processor_event
 
@@ -30,17 +30,19 @@ def start_sandbox(settings):
     """Start the sandbox processor answering every debit after ``latency`` seconds."""
     servers = []
 
-    def start(latency: float = 0.4) -> SandboxProcessor:
+    def start(latency: float = 0.4, *, timeout: float | None = None) -> SandboxProcessor:
         server = SandboxProcessor(
             faults=FaultConfig(latency_median_ms=latency * 1000, latency_sigma=0.001)
         ).start()
         servers.append(server)
         settings.PROCESSOR_BASE_URL = server.base_url
-        settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5
+        settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5 if timeout is None else timeout
         return server
 
     yield start
     for server in servers:
+        if server.latch is not None:
+            server.latch.release()  # a failed test must not leave a request held
         server.stop()
 
 
@@ -89,55 +91,65 @@ def submitted_once_each(payments, sandbox) -> None:
 def test_sigterm_finishes_the_current_message_and_releases_the_rest(
     sqs_queues, start_sandbox, tmp_path
 ):
-    slow_sandbox = start_sandbox(0.4)
+    sandbox = start_sandbox(0, timeout=30)
+    sandbox.latch = DebitLatch(holds=1)
     payments = submit_messages(sqs_queues, 10)
     worker = WorkerProcess(
         "--wait-time=1", "--visibility-timeout=30", "--no-relay", log_dir=tmp_path
     )
-    worker.wait_for("outcome=submitted")
+    sandbox.latch.wait_held()  # the first message's call is open: the signal lands mid-message
     worker.signal(signal.SIGTERM)
+    worker.wait_for("finishing the current message")  # handled while the call is still open
+    sandbox.latch.release()
 
     assert worker.wait(30) == 0
-    handled, deleted, released = summary(worker)
-    assert 1 <= handled < 10 and deleted == handled
-    assert released == 10 - handled  # visible again at once, not after 30 s
-    assert QueueMessage.objects.count() == handled  # the released ones never started
-    assert queue_counts(sqs_queues.client, sqs_queues.url) == (10 - handled, 0)
+    assert summary(worker) == (1, 1, 9)  # finished the current one, released the other nine
+    assert QueueMessage.objects.count() == 1  # the released ones never started
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (9, 0)  # visible at once
 
     rerun = WorkerProcess(
         "--until-empty", "--wait-time=0", "--no-relay", log_dir=tmp_path, name="rerun"
     )
     assert rerun.wait(60) == 0
-    submitted_once_each(payments, slow_sandbox)
+    submitted_once_each(payments, sandbox)
     assert set(QueueMessage.objects.values_list("attempts", flat=True)) == {1}
     assert drain(sqs_queues.client, sqs_queues.url) == []
 
 
 def test_second_signal_exits_at_once(sqs_queues, start_sandbox, tmp_path):
-    start_sandbox(1.5)
+    sandbox = start_sandbox(0, timeout=30)
+    sandbox.latch = DebitLatch(holds=1)
     submit_messages(sqs_queues, 1)
     worker = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path)
-    wait_until(lambda: QueueMessage.objects.exists(), 20, "the worker to start the message")
-    started = time.monotonic()
+    sandbox.latch.wait_held()
     worker.signal(signal.SIGTERM)
     time.sleep(0.1)
     worker.signal(signal.SIGTERM)
 
+    # Exits while its processor call is still held open: it did not wait for the call.
     assert worker.wait(10) == 1
-    assert time.monotonic() - started < 1.4  # did not wait for the 1.5 s processor call
+    assert sandbox.stats()["requests"] == {}  # the held call has not been answered yet
     assert "stopped:" not in worker.output
 
 
-def test_sigkill_mid_batch_then_restart_loses_nothing_and_applies_nothing_twice(
+def test_sigkill_mid_call_then_restart_replays_the_charge_and_applies_nothing_twice(
     sqs_queues, start_sandbox, tmp_path
 ):
-    slow_sandbox = start_sandbox(0.4)
+    """The worker dies while its debit call is open at the processor (charged, not answered);
+    the restarted worker retries the same key and gets the original result back."""
+    sandbox = start_sandbox(0, timeout=30)
+    sandbox.latch = DebitLatch(holds=1)
     payments = submit_messages(sqs_queues, 10)
     worker = WorkerProcess(
         "--wait-time=1", "--visibility-timeout=2", "--no-relay", log_dir=tmp_path
     )
-    worker.wait_for("outcome=submitted")
-    worker.kill()
+    [held_key] = sandbox.latch.wait_held()
+    worker.kill()  # certain to land mid-call: the call cannot end before release()
+    sandbox.latch.release()
+    # The processor finishes the call and answers a connection nobody reads any more.
+    wait_until(lambda: sandbox.stats()["requests"] == {"debit_create": 1}, 10, "the answer")
+    held = Payment.objects.get(idempotency_key=held_key)
+    assert held.state == PaymentState.PENDING  # the dead worker never saw the answer
 
     restarted = WorkerProcess(
         "--wait-time=1", "--visibility-timeout=10", "--no-relay", log_dir=tmp_path, name="again"
@@ -154,37 +166,81 @@ def test_sigkill_mid_batch_then_restart_loses_nothing_and_applies_nothing_twice(
     restarted.signal(signal.SIGTERM)
     assert restarted.wait(30) == 0
 
-    submitted_once_each(payments, slow_sandbox)
+    submitted_once_each(payments, sandbox)
+    stats = sandbox.stats()
+    assert stats["replays"] == 1  # the retried key was answered with the original result
+    assert stats["charges"][held_key] == 1
+    assert stats["requests"] == {"debit_create": 11}
     assert QueueMessage.objects.count() == 10
-    # Only the message being worked on when the process died was started twice.
-    attempts = sorted(QueueMessage.objects.values_list("attempts", flat=True))
-    assert attempts[:-1] == [1] * 9 and attempts[-1] in (1, 2)
+    # Only the message whose call was open when the process died was started twice.
+    attempts = dict(QueueMessage.objects.values_list("body__payment_id", "attempts"))
+    assert attempts.pop(str(held.id)) == 2
+    assert set(attempts.values()) == {1}
     assert not ProcessingError.objects.exists()
 
 
-def test_slow_processor_call_is_not_taken_by_a_second_worker(sqs_queues, start_sandbox, tmp_path):
-    """Visibility timeout 2 s, processor answering after 5 s: the heartbeat keeps the message
-    hidden, so the second worker never receives it and the processor is called once."""
-    slow_sandbox = start_sandbox(5)
+def _slow_call_taken_by_two_workers(sqs_queues, start_sandbox, tmp_path, *, heartbeat: bool):
+    """Two workers, visibility timeout 2 s, the first debit call held open at the sandbox."""
+    sandbox = start_sandbox(0, timeout=30)
+    sandbox.latch = DebitLatch(holds=1)
     [payment] = submit_messages(sqs_queues, 1)
     args = ("--wait-time=1", "--visibility-timeout=2", "--no-relay")
-    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+    env = {"WORKER_VISIBILITY_HEARTBEAT": "true" if heartbeat else "false"}
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}", **env) for i in range(2)]
+    sandbox.latch.wait_held()
+    return sandbox, payment, workers
 
+
+def _release_and_stop(sqs_queues, sandbox, payment, workers) -> None:
+    sandbox.latch.release()
     wait_until(
-        lambda: Payment.objects.filter(pk=payment.pk, state=PaymentState.SUBMITTED).exists(),
+        lambda: (
+            Payment.objects.filter(pk=payment.pk, state=PaymentState.SUBMITTED).exists()
+            and not QueueMessage.objects.exclude(status="done").exists()
+            and queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+        ),
         30,
-        "the payment to be submitted",
+        "the payment to be submitted and its message deleted",
     )
-    time.sleep(3)  # past another visibility timeout: a leaked message would be taken now
     for worker in workers:
         worker.signal(signal.SIGTERM)
     assert [worker.wait(30) for worker in workers] == [0, 0]
 
-    assert slow_sandbox.stats()["requests"] == {"debit_create": 1}
+
+def test_slow_processor_call_is_not_taken_by_a_second_worker(sqs_queues, start_sandbox, tmp_path):
+    """The call stays open past two visibility timeouts; the heartbeat keeps the message
+    hidden, so the second worker never receives it and the processor is called once."""
+    sandbox, payment, workers = _slow_call_taken_by_two_workers(
+        sqs_queues, start_sandbox, tmp_path, heartbeat=True
+    )
+    time.sleep(5)  # 2.5 visibility timeouts: a leaked message would have been taken by now
+    assert sandbox.stats()["replays"] == 0
+    _release_and_stop(sqs_queues, sandbox, payment, workers)
+
+    assert sandbox.stats()["requests"] == {"debit_create": 1}
     assert ProcessorAttempt.objects.filter(payment=payment).count() == 1
     record = QueueMessage.objects.get()
     assert (record.attempts, record.status) == (1, "done")
     assert sorted(summary(w)[0] for w in workers) == [0, 1]
+
+
+def test_without_the_heartbeat_a_slow_call_is_taken_by_a_second_worker(
+    sqs_queues, start_sandbox, tmp_path
+):
+    """Negative control for the test above: the same scenario with the heartbeat off. The
+    visibility timeout runs out mid-call, the second worker takes the message and calls the
+    processor again (only the idempotency key keeps it to one charge)."""
+    sandbox, payment, workers = _slow_call_taken_by_two_workers(
+        sqs_queues, start_sandbox, tmp_path, heartbeat=False
+    )
+    wait_until(lambda: sandbox.stats()["replays"] == 1, 20, "a second call for the same key")
+    _release_and_stop(sqs_queues, sandbox, payment, workers)
+
+    stats = sandbox.stats()
+    assert stats["requests"] == {"debit_create": 2}
+    assert stats["charges_by_payment"] == {str(payment.id): 1}
+    assert QueueMessage.objects.get().attempts == 2
+    assert sorted(summary(w)[0] for w in workers) == [1, 1]
 
 
 def test_two_workers_apply_500_payments_events_exactly_once_in_order(sqs_queues, tmp_path):

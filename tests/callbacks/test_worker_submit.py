@@ -3,29 +3,14 @@
 from decimal import Decimal
 
 import pytest
-from django.core.management import call_command
 
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from payments.models import AttemptOutcome, PaymentState, ProcessorAttempt
 from payments.services import payment_create
-from tests.callbacks.worker_support import drain, send_body
+from tests.callbacks.worker_support import drain, run_worker, send_body
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def fast_retries(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
-
-
-def run_worker(**options):
-    options.setdefault("until_empty", True)
-    options.setdefault("wait_time", 0)
-    options.setdefault("visibility_timeout", 30)
-    options.setdefault("relay", False)
-    call_command("run_sqs_worker", **options)
 
 
 def submit_message(sqs_queues, payment) -> str:

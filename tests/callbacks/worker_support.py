@@ -10,6 +10,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 from django.core.management import call_command
 
@@ -140,6 +141,13 @@ class WorkerProcess:
             return self.process.wait(timeout)
         finally:
             self._log.close()
+
+
+@pytest.fixture
+def fast_retries(settings):
+    """Retries at once (cap 0), so six attempts take a fraction of a second."""
+    settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
 
 def run_worker(**options):

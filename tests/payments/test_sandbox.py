@@ -16,7 +16,7 @@ import requests
 
 from payments import signing
 from payments.events import EVENT_TYPES
-from payments.sandbox import FaultConfig, SandboxProcessor
+from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from payments.sandbox.faults import FaultPlan
 from payments.selectors import percentile
 
@@ -479,3 +479,34 @@ def test_random_settled_returns_follow_the_configured_probability(receiver):
         "R01",
         "R10",
     }
+
+
+def test_debit_latch_holds_the_first_call_charged_but_unanswered_until_released(sandbox):
+    sandbox.latch = DebitLatch(holds=1)
+    key, payment_id = uuid.uuid4(), uuid.uuid4()
+    answers: dict = {}
+    held = threading.Thread(
+        target=lambda: answers.update(first=debit(sandbox.base_url, key=key, payment_id=payment_id))
+    )
+    held.start()
+
+    assert sandbox.latch.wait_held() == [str(key)]
+    assert sandbox.stats()["charges"] == {str(key): 1}  # charged before the answer is held
+    assert "first" not in answers
+    # Other calls pass: only as many are held as the latch was given.
+    assert debit(sandbox.base_url).status_code == 201
+    replay = debit(sandbox.base_url, key=key, payment_id=payment_id)
+    assert replay.status_code == 200
+    assert "first" not in answers
+
+    sandbox.latch.release()
+    held.join(5)
+    assert answers["first"].status_code == 201
+    assert answers["first"].json() == replay.json()
+    assert sandbox.stats()["replays"] == 1
+    assert sandbox.latch.arrivals == 2  # new charges reach the latch; replays do not
+
+
+def test_debit_latch_refuses_to_hold_nothing():
+    with pytest.raises(ValueError, match="holds must be at least 1"):
+        DebitLatch(holds=0)

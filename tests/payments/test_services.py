@@ -1,9 +1,10 @@
 import threading
+import time
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django_fsm import TransitionNotAllowed
 
 from payments.exceptions import AmountMismatch, EventConflict, InvalidTransition, PaymentNotFound
@@ -243,24 +244,51 @@ def test_purge_removes_only_dedup_records_past_retention():
     assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == ["new"]
 
 
-def _race(*calls):
-    """Run the calls in threads started together; return their results or exceptions."""
-    barrier = threading.Barrier(len(calls))
+def _backend_waits_on_a_lock(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        # pg_locks, not pg_stat_activity: the latter is a snapshot frozen for the transaction.
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
+        )
+        return cursor.fetchone()[0]
+
+
+def _race_in_order(payment: Payment, *calls):
+    """Run the calls in threads, each forced to queue on the payment's row lock, in order.
+
+    The test holds the row lock itself; each thread is started only once the previous one is
+    seen (in pg_stat_activity) waiting on a lock inside its transaction. Releasing the lock
+    then lets the first thread in, and every later one waits on the one before it: the
+    overlap is certain, not left to the scheduler, and the winner is known.
+    """
     results: list = [None] * len(calls)
+    pids: list[int | None] = [None] * len(calls)
+    pid_known = [threading.Event() for _ in calls]
 
     def run(i, call):
         try:
-            barrier.wait()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pids[i] = cursor.fetchone()[0]
+            pid_known[i].set()
             results[i] = call()
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             results[i] = exc
         finally:
+            pid_known[i].set()
             connection.close()
             close_old_connections()
 
     threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
+    with transaction.atomic():
+        Payment.objects.select_for_update().get(pk=payment.pk)
+        for i, thread in enumerate(threads):
+            thread.start()
+            assert pid_known[i].wait(10)
+            deadline = time.monotonic() + 10
+            while not _backend_waits_on_a_lock(pids[i]):
+                assert time.monotonic() < deadline, f"thread {i} never waited on the row lock"
+                time.sleep(0.01)
     for t in threads:
         t.join(30)
     return results
@@ -271,33 +299,57 @@ def test_two_threads_applying_the_same_settled_event_make_one_transition_and_one
     payment = PaymentFactory(state="submitted")
     event = processor_event(payment, "settled")
 
-    results = _race(
-        lambda: payment_apply_event(event=event), lambda: payment_apply_event(event=event)
+    first, second = _race_in_order(
+        payment, lambda: payment_apply_event(event=event), lambda: payment_apply_event(event=event)
     )
 
-    assert sorted(r.outcome for r in results) == ["applied", "duplicate"]
+    assert first.outcome == EventOutcome.APPLIED
+    assert second.outcome == EventOutcome.DUPLICATE
+    assert (second.from_state, second.to_state) == ("confirmed", "confirmed")
     assert LedgerEntry.objects.filter(payment=payment).count() == 1
     assert PaymentEvent.objects.filter(payment=payment, outcome="applied").count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_threads_applying_different_final_events_leave_one_transition():
+@pytest.mark.parametrize(
+    ("winner", "loser", "end", "credits"),
+    [("settled", "failed", "confirmed", 1), ("failed", "settled", "failed", 0)],
+)
+def test_two_threads_applying_different_final_events_leave_one_transition(
+    winner, loser, end, credits
+):
     payment = PaymentFactory(state="submitted")
 
-    results = _race(
-        lambda: payment_apply_event(event=processor_event(payment, "settled")),
-        lambda: payment_apply_event(event=processor_event(payment, "returned")),
+    first, second = _race_in_order(
+        payment,
+        lambda: payment_apply_event(event=processor_event(payment, winner)),
+        lambda: payment_apply_event(event=processor_event(payment, loser)),
     )
 
     payment.refresh_from_db()
-    outcomes = sorted(r.outcome if hasattr(r, "outcome") else type(r).__name__ for r in results)
-    # Settled first: the return then applies after settlement (credit, then its reversal).
-    # Returned first: the payment failed, and a settlement has no transition from failed.
-    if payment.state == "returned":
-        assert outcomes == ["applied", "applied"]
-        kinds = sorted(LedgerEntry.objects.filter(payment=payment).values_list("kind", flat=True))
-        assert kinds == ["credit", "reversal"]
-    else:
-        assert payment.state == "failed"
-        assert outcomes == ["InvalidTransition", "applied"]
-        assert not LedgerEntry.objects.filter(payment=payment).exists()
+    assert first.outcome == EventOutcome.APPLIED
+    assert (first.from_state, first.to_state) == ("submitted", end)
+    # The loser read the state the winner committed: a final state it has no transition from.
+    assert isinstance(second, InvalidTransition), second
+    assert f"from {end} to" in str(second)
+    assert payment.state == end
+    assert PaymentEvent.objects.filter(payment=payment, outcome="applied").count() == 1
+    assert PaymentEvent.objects.filter(payment=payment).count() == 1  # the loser wrote nothing
+    assert LedgerEntry.objects.filter(payment=payment).count() == credits
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_event_losing_the_race_is_logged_stale_behind_the_winner():
+    payment = PaymentFactory(state="pending")
+
+    first, second = _race_in_order(
+        payment,
+        lambda: payment_apply_event(event=processor_event(payment, "submitted")),
+        lambda: payment_apply_event(event=processor_event(payment, "submitted")),
+    )
+
+    assert first.outcome == EventOutcome.APPLIED
+    assert second.outcome == EventOutcome.STALE
+    assert (second.from_state, second.to_state) == ("submitted", "submitted")
+    payment.refresh_from_db()
+    assert payment.state == "submitted"

@@ -21,12 +21,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def fast_retries(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
-
-
-@pytest.fixture
 def alerts():
     raised = []
 

@@ -1,5 +1,6 @@
 """/metrics under a real multi-worker gunicorn in multiprocess mode."""
 
+import json
 import os
 import socket
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 from django.db import connection
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +39,25 @@ def counter(text: str, name: str, **labels) -> float:
             if sample.name == name and sample.labels == labels:
                 return sample.value
     return 0.0
+
+
+def bad_signature_counts(directory: Path) -> dict[int, float]:
+    """pid -> payments_callbacks_received_total{outcome="bad_signature"} in its own file."""
+    counts = {}
+    for path in directory.glob("counter_*.db"):
+        pid = int(path.stem.rsplit("_", 1)[-1])
+        counts[pid] = 0.0
+        values = MmapedDict(str(path), read_mode=True)
+        try:
+            for key, value, _ in values.read_all_values():
+                _, name, labels, _ = json.loads(key)
+                if name == "payments_callbacks_received_total" and labels == {
+                    "outcome": "bad_signature"
+                }:
+                    counts[pid] += value
+        finally:
+            values.close()
+    return counts
 
 
 @pytest.mark.django_db(transaction=True)
@@ -88,15 +109,29 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
         assert not (multiproc_dir / "counter_99999.db").exists()  # a dead process's file
         assert (multiproc_dir / f"counter_{other_process.pid}.db").exists()  # a live one's
 
-        # New connections each time, so requests spread over the workers.
-        for _ in range(30):
-            response = requests.post(
-                f"{base}/callbacks/processor/",
-                data=b"{}",
-                headers={"Content-Type": "application/json", "Connection": "close"},
-                timeout=5,
-            )
-            assert response.status_code == 401
+        # New connections each time, so requests spread over the workers; go on (in rounds of
+        # 10, within a bound) until at least two gunicorn workers have counted some, so the
+        # sum below is certain to span workers.
+        sent = 0
+        per_worker: dict[int, float] = {}
+        while len(per_worker) < 2:
+            assert sent < 300, f"one gunicorn worker served all {sent} requests: {per_worker}"
+            for _ in range(10):
+                response = requests.post(
+                    f"{base}/callbacks/processor/",
+                    data=b"{}",
+                    headers={"Content-Type": "application/json", "Connection": "close"},
+                    timeout=5,
+                )
+                assert response.status_code == 401
+            sent += 10
+            per_worker = {
+                pid: count
+                for pid, count in bad_signature_counts(multiproc_dir).items()
+                if pid != other_process.pid and count > 0
+            }
+        assert bad_signature_counts(multiproc_dir)[other_process.pid] == 5
+        assert sum(per_worker.values()) == sent
         scrapes = [
             requests.get(f"{base}/metrics", headers={"Connection": "close"}, timeout=10).text
             for _ in range(6)
@@ -105,9 +140,8 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
             counter(text, "payments_callbacks_received_total", outcome="bad_signature")
             for text in scrapes
         ]
-        # 30 from the gunicorn workers plus 5 from the other process.
-        assert values == [35.0] * 6
-        assert len(list(multiproc_dir.glob("counter_*.db"))) >= 2  # more than one worker served
+        # What the gunicorn workers counted plus 5 from the other process, in every scrape.
+        assert values == [float(sent + 5)] * 6
         for text in scrapes:
             assert text.count("# TYPE payments_dead_letters_open gauge") == 1
     finally:

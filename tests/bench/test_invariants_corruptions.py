@@ -156,7 +156,7 @@ def test_a_credit_of_another_amount_fails(history):
     details = _only(_check(history), "ledger_matches_confirmed")
     assert len(details) == 2, details
     assert "1 credit(s) for another amount" in details[0]
-    assert "differs from their confirmed total" in details[1]  # the same error, summed
+    assert "differ from their confirmed total" in details[1]  # the same error, summed
 
 
 def test_a_credit_to_another_merchant_fails(history):
@@ -178,9 +178,9 @@ def test_a_confirmed_payment_without_a_credit_fails(history):
     report = _check(history)
     details = _only(report, "ledger_matches_confirmed")
     assert len(details) == 2, details
-    assert "1 confirmed payment(s) without a credit" in details[0]
+    assert "1 confirmed (or returned) payment(s) without a credit" in details[0]
     assert report.violations[0].ids == (str(payment.id),)
-    assert "differs from their confirmed total" in details[1]
+    assert "differ from their confirmed total" in details[1]
 
 
 def test_a_payment_credited_twice_fails(history):
@@ -210,7 +210,7 @@ def test_a_payment_credited_twice_fails(history):
     assert len(details) == 2, details
     assert "1 payment(s) credited more than once" in details[0]
     assert report.violations[0].ids == (str(credit.payment_id),)
-    assert "differs from their confirmed total" in details[1]
+    assert "differ from their confirmed total" in details[1]
 
 
 def test_the_clean_history_has_no_violation_to_begin_with(history):

@@ -39,7 +39,7 @@ from django.utils import timezone
 from callbacks import sqs
 from callbacks.metrics import DEDUP_HITS, ENQUEUE_TO_APPLIED_SECONDS, WORKER_MESSAGES
 from callbacks.models import QueueMessage
-from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, parse_processor_event
+from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, processor_event_from_message
 from callbacks.services import (
     ReceivedMessage,
     message_dead_letter,
@@ -132,7 +132,7 @@ def _payment_id_from_body(message: ReceivedMessage) -> str:
 def handle_processor_event(message: ReceivedMessage) -> str:
     from payments.services import payment_apply_event
 
-    event = parse_processor_event(message.body)
+    event = processor_event_from_message(message.body)
     if str(event.payment_id) != message.group_id:
         raise InvalidBody(
             f"payment_id {event.payment_id} does not match the message group {message.group_id!r}"

@@ -34,6 +34,7 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
 from callbacks.services import DEAD_LETTER_KEY, hold_release, message_republish, payment_hold
 from payments.alerts import alert_raise
 from triage.exceptions import (
@@ -256,13 +257,16 @@ def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
         )
     )
     kind = body.get("kind") if isinstance(body.get("kind"), str) else ""
-    event_id = body.get("processor_event_id")
+    # A processor event's fields are nested in the envelope; a submit_payment is all ours.
+    nested = body.get(EVENT_KEY) if kind == PROCESSOR_EVENT else None
+    fields = nested if isinstance(nested, dict) else body
+    event_id = fields.get("processor_event_id")
     receive_count = _count(attributes.get("ApproximateReceiveCount")) or 0
     now = timezone.now()
     dead_letter = DeadLetter(
         original_message_id=parsed.original_message_id,
         dlq_message_id=message["MessageId"],
-        payment_id=_as_uuid(parsed.group_id, body.get("payment_id")),
+        payment_id=_as_uuid(parsed.group_id, fields.get("payment_id")),
         kind=kind[:32],
         group_id=parsed.group_id[:128],
         deduplication_id=(

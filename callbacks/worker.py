@@ -18,6 +18,7 @@ time in sequence order, delete what committed. The guarantees and where they com
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, DataError, close_old_connections, transaction
 from django.utils import timezone
 
 from callbacks import sqs
@@ -46,6 +47,7 @@ from callbacks.services import (
     processing_error_record,
     queue_message_complete,
     queue_message_start,
+    storable_text,
 )
 from payments.exceptions import PaymentError
 
@@ -53,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 SUBMIT_PAYMENT = "submit_payment"
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60  # SQS's limit for ChangeMessageVisibility
+DEFAULT_MAX_FAILED_STARTS = 3
 
 
 class UnknownMessageKind(Exception):
@@ -61,6 +64,11 @@ class UnknownMessageKind(Exception):
 
 class InvalidBody(Exception):
     """The body is not a JSON object or contradicts its message attributes."""
+
+
+class UnstorableBody(InvalidBody):
+    """The database refuses the body itself (a NUL, an unpaired surrogate, a NaN in JSON): the
+    message was recorded with its body as escaped text and goes to a person."""
 
 
 # Seconds between outbox relay queries while batches keep arriving.
@@ -287,6 +295,11 @@ class Worker:
         self.backoff_base = float(settings.WORKER_BACKOFF_BASE_SECONDS)
         self.backoff_cap = float(settings.WORKER_BACKOFF_CAP_SECONDS)
         self.max_attempts = int(settings.WORKER_MAX_ATTEMPTS)
+        # Receives of a message whose body the database refuses before it goes to a person;
+        # below the RedrivePolicy's maxReceiveCount, so it reaches a person with an error row.
+        self.max_failed_starts = int(
+            getattr(settings, "WORKER_MAX_FAILED_STARTS", DEFAULT_MAX_FAILED_STARTS)
+        )
         self.stats = WorkerStats()
         self._stopping = threading.Event()
         self._signals = 0
@@ -526,10 +539,15 @@ class Worker:
         self.stats.processed += 1
         try:
             decision = queue_message_start(message=message)
-        except DatabaseError as exc:
-            # The start could not be recorded, so no work ran. Let it come back after a short
-            # pause, and keep the group's later messages behind it.
+        except (DatabaseError, UnicodeError) as exc:
+            # The start could not be recorded, so no work ran. A database that answered with a
+            # data error refused this body, not an outage: no retry will change that, so after
+            # a few receives (SQS counts them; we could not) it goes to a person with its body
+            # kept as text. Otherwise let it come back after a short pause, and keep the
+            # group's later messages behind it.
             logger.error("could not record the start of message %s: %s", message.message_id, exc)
+            if _refused_content(exc) and message.receive_count >= self.max_failed_starts:
+                return self._quarantine(message, exc, started)
             self.heartbeat.untrack([message.message_id])
             self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
             return self._finish(message, None, "retried", started, Result("retried", False, True))
@@ -565,6 +583,32 @@ class Worker:
                 max((timezone.now() - message.enqueued_at).total_seconds(), 0)
             )
         return self._finish(message, queue_message, outcome, started, Result(outcome, True))
+
+    def _quarantine(self, message: ReceivedMessage, exc: Exception, started: float) -> Result:
+        """Record a message whose body the database refuses with that body as escaped text,
+        then dead-letter it like any other message that cannot be processed: an error row, a
+        DLQ copy holding the text, the payment on hold."""
+        as_text = dataclasses.replace(message, body=None, raw_body=storable_text(message.raw_body))
+        try:
+            decision = queue_message_start(message=as_text)
+        except DatabaseError as again:
+            logger.error("could not record message %s even as text: %s", message.message_id, again)
+            self.heartbeat.untrack([message.message_id])
+            self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
+            return self._finish(message, None, "retried", started, Result("retried", False, True))
+        if decision.action == "finished":
+            return self._finish(
+                message, decision.queue_message, "duplicate", started, Result("duplicate", True)
+            )
+        if decision.action == "parked":
+            return self._finish(
+                message, decision.queue_message, "parked", started, Result("parked", True)
+            )
+        problem = UnstorableBody(
+            f"the database refused the message body ({type(exc).__name__}: {exc}"[:1000]
+            + f"); it failed to start {message.receive_count} time(s) and is kept as text"
+        )
+        return self._fail(message, decision.queue_message, problem, started)
 
     def _fail(
         self,
@@ -673,6 +717,12 @@ class Worker:
             extra=extra,
         )
         return result
+
+
+def _refused_content(exc: BaseException) -> bool:
+    """A data exception (SQLSTATE class 22) or an encoding error: the value was refused, the
+    database was there to refuse it."""
+    return isinstance(exc, DataError | UnicodeError)
 
 
 def _outbox_relay() -> Callable[[], int] | None:

@@ -3,7 +3,8 @@
 None of them authenticates: restrict them to the monitoring network (see
 ``triage/monitoring.py``). ``/healthz`` does no I/O, so a slow database never gets a healthy
 process killed; ``/readyz`` checks what the process needs to serve (the database and the main
-queue) and answers 503 naming which of them failed (the details go to the log), so a load balancer stops routing to it.
+queue) and answers 503 naming which of them failed (details go to the log only), so a load
+balancer stops routing to it.
 """
 
 import logging

@@ -15,7 +15,13 @@ from collections import OrderedDict
 
 from django.conf import settings
 from django.http import HttpRequest
-from rest_framework import exceptions, status
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import IsAuthenticated
@@ -32,6 +38,7 @@ from callbacks.schema import (
     parse_processor_event,
     processor_event_message,
 )
+from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
 from payments.strictjson import StrictJSONParser
 
@@ -201,6 +208,40 @@ _OUTCOMES = {
 }
 
 
+def _detail(status_code: int, description: str) -> OpenApiResponse:
+    return OpenApiResponse(
+        inline_serializer(f"CallbackDetail{status_code}", {"detail": serializers.CharField()}),
+        description=description,
+    )
+
+
+_RESPONSES = {
+    202: OpenApiResponse(
+        inline_serializer(
+            "CallbackAccepted",
+            {"status": serializers.CharField(), "processor_event_id": serializers.CharField()},
+        ),
+        description="On the queue: the event will be applied exactly once.",
+    ),
+    400: OpenApiResponse(
+        inline_serializer(
+            "CallbackErrors",
+            {
+                "errors": serializers.DictField(
+                    child=serializers.ListField(child=serializers.CharField())
+                )
+            },
+        ),
+        description="The body breaks the contract or cannot be stored; every bad field named.",
+    ),
+    401: _detail(401, "Signature missing, malformed, not matching, or outside 300 s."),
+    411: _detail(411, "Chunked body on a server that cannot say where it ends."),
+    413: _detail(413, "Body over 64 KiB."),
+    415: _detail(415, "Content-Type is not application/json."),
+    503: _detail(503, "The queue did not take the event: nothing was accepted, retry."),
+}
+
+
 class ProcessorCallbackApi(APIView):
     authentication_classes = [ProcessorSignatureAuthentication]
     permission_classes = [IsAuthenticated]
@@ -235,6 +276,24 @@ class ProcessorCallbackApi(APIView):
             response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
 
+    @extend_schema(
+        operation_id="processor_callback",
+        request=ProcessorEventSerializer,
+        responses=_RESPONSES,
+        parameters=[
+            OpenApiParameter(
+                "Retry-After",
+                int,
+                OpenApiParameter.HEADER,
+                response=[503],
+                description="Seconds to wait before retrying.",
+            )
+        ],
+        description=(
+            "A processor event, signed over the raw body. Checked in this order: size (413), "
+            "media type (415), signature (401), body (400); then queued (202) or not (503)."
+        ),
+    )
     def post(self, request: Request) -> Response:
         if not request._request.body:
             raise InvalidEvent({"non_field_errors": ["Body is empty; expected a JSON object."]})

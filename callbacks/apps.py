@@ -6,6 +6,7 @@ class CallbacksConfig(AppConfig):
     verbose_name = "Callbacks"
 
     def ready(self) -> None:
+        from callbacks import openapi  # noqa: F401 - registers the signature scheme
         from callbacks.receivers import publish_committed_outbox
         from payments.models import OutboxMessage
         from payments.signals import outbox_committed

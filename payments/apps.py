@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class PaymentsConfig(AppConfig):
     name = "payments"
     verbose_name = "Payments"
+
+    def ready(self) -> None:
+        from payments import openapi
+
+        openapi.describe()

@@ -21,10 +21,12 @@ PROCESSOR_EVENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Two decimal places exactly, no sign, no exponent, no leading zeros; at most 12 integer digits
 # (the payment amount column is NUMERIC(14, 2)).
 AMOUNT_RE = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{2}")
-# ISO 8601 date, "T" or space, time; fromisoformat alone also accepts forms like "20261102".
+# ISO 8601 date, "T" or space, time, offset; fromisoformat alone also accepts forms like
+# "20261102". Months, days, hours and minutes in their ranges, so the pattern published in the
+# OpenAPI schema describes (nearly) only real moments; fromisoformat checks the rest (Feb 30).
 TIMESTAMP_RE = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
-    r"(Z|[+-][0-9]{2}:?[0-9]{2})"
+    r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])"
 )
 REASON_CODE_MAX = 64
 MESSAGE_MAX = 1000

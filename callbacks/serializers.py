@@ -12,8 +12,10 @@ UUID, and ``125.0`` into an amount, which the contract refuses.
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import cache
 
 from rest_framework import serializers
+from rest_framework.utils.serializer_helpers import BindingDict
 
 from payments.events import EVENT_TYPES
 
@@ -175,8 +177,25 @@ class ProcessorEventSerializer(serializers.Serializer):
     )
     message = StringField(max_length=MESSAGE_MAX, required=False, allow_null=True, default="")
 
+    @property
+    def fields(self) -> BindingDict:
+        # DRF deep-copies and binds every declared field for each serializer instance: two
+        # thirds of the cost of validating a callback, on the endpoint's hot path. These fields
+        # keep no per-request state (no context, no partial updates, nothing nested), so one
+        # bound set serves every instance.
+        return _shared_fields()
+
     def validate_reason_code(self, value: str | None) -> str:
         return value or ""
 
     def validate_message(self, value: str | None) -> str:
         return value or ""
+
+
+@cache
+def _shared_fields() -> BindingDict:
+    prototype = ProcessorEventSerializer()
+    fields = BindingDict(prototype)
+    for name, field in prototype.get_fields().items():
+        fields[name] = field
+    return fields

@@ -120,3 +120,43 @@ def test_dlq_ingestion_keeps_our_dead_letter_marker_when_the_body_is_stored_as_t
     assert dead.source == "worker"
     assert dead.attempts == 2
     assert dead.last_error_message == "bad \\x00 byte"
+
+
+def test_a_start_failing_for_another_database_reason_is_never_dead_lettered(sqs_queues, settings):
+    """Only a data error blames the body: any other refusal (an outage, here a trigger
+    refusing the row) keeps the message on the queue however often it fails to start."""
+    from django.db import connection
+
+    settings.WORKER_MAX_FAILED_STARTS = 2
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_queue_message() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            # Rows with a JSON body only: were this failure taken for the body's fault, the
+            # record as text would go through and the test would see it.
+            f"BEGIN IF NEW.group_id = '{payment.id}' AND NEW.body IS NOT NULL "
+            "THEN RAISE EXCEPTION 'refused'; END IF; "
+            "RETURN NEW; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER refuse_queue_message BEFORE INSERT ON callbacks_queuemessage "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_queue_message()"
+        )
+    try:
+        message_id = send_body(
+            sqs_queues.client, sqs_queues.url, payment.id, envelope_text(payment)
+        )
+        run_worker(max_messages=3)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_queue_message ON callbacks_queuemessage")
+            cursor.execute("DROP FUNCTION refuse_queue_message()")
+
+    assert not QueueMessage.objects.filter(message_id=message_id).exists()
+    assert not ProcessingError.objects.filter(message_id=message_id).exists()
+    assert not PaymentHold.objects.filter(payment_id=str(payment.id)).exists()
+    [back] = sqs_queues.client.receive_message(
+        QueueUrl=sqs_queues.url, WaitTimeSeconds=10, AttributeNames=["All"]
+    )["Messages"]
+    assert back["MessageId"] == message_id
+    assert int(back["Attributes"]["ApproximateReceiveCount"]) == 4

@@ -67,8 +67,10 @@ def fingerprint(body: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def apply_settled(conn: psycopg.Connection, body: dict, message_id: str) -> None:
-    """Apply one ``settled`` event in its own transaction, in plain SQL."""
+def apply_settled(conn: psycopg.Connection, envelope: dict, message_id: str) -> None:
+    """Apply one ``settled`` event (nested in its queue envelope) in its own transaction, in
+    plain SQL."""
+    body = envelope["event"]
     payment_id = body["payment_id"]
     with conn.transaction():
         row = conn.execute(LOCK_PAYMENT, (payment_id,)).fetchone()

@@ -561,6 +561,13 @@ def _sent_callback(item: Any) -> tuple[str, tuple[str, str, str] | None]:
     return str(item), None
 
 
+def _event_of(body: Any) -> Any:
+    """The processor's event inside a queue envelope (nested under ``event``)."""
+    if isinstance(body, dict) and isinstance(body.get("event"), dict):
+        return body["event"]
+    return body
+
+
 def _callback_traces() -> dict[str, list[tuple[str, tuple[str, str, str] | None]]]:
     """processor_event_id -> every trace of it: (where it ended, what the recorded body says)."""
     from callbacks.models import UNFINISHED_STATUSES, ParkedMessage, ProcessingError, QueueMessage
@@ -573,22 +580,25 @@ def _callback_traces() -> dict[str, list[tuple[str, tuple[str, str, str] | None]
     ).values_list("processor_event_id", "outcome", "payload"):
         where = outcome if outcome in TRACE_RANK else "applied"
         traces[eid].append((where, _signature(payload)))
-    for body in ParkedMessage.objects.values_list("body", flat=True):
+    for envelope in ParkedMessage.objects.values_list("body", flat=True):
+        body = _event_of(envelope)
         if isinstance(body, dict) and body.get("processor_event_id"):
             traces[str(body["processor_event_id"])].append(("parked", _signature(body)))
     for eid, body in DeadLetter.objects.exclude(processor_event_id="").values_list(
         "processor_event_id", "body"
     ):
-        traces[eid].append(("dead letter", _signature(body)))
-    for body in QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).values_list(
+        traces[eid].append(("dead letter", _signature(_event_of(body))))
+    for envelope in QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).values_list(
         "body", flat=True
     ):
+        body = _event_of(envelope)
         if isinstance(body, dict) and body.get("processor_event_id"):
             traces[str(body["processor_event_id"])].append(("in flight", _signature(body)))
     failed_messages = set(ProcessingError.objects.values_list("message_id", flat=True))
-    for body in QueueMessage.objects.filter(message_id__in=failed_messages).values_list(
+    for envelope in QueueMessage.objects.filter(message_id__in=failed_messages).values_list(
         "body", flat=True
     ):
+        body = _event_of(envelope)
         if isinstance(body, dict) and body.get("processor_event_id"):
             traces[str(body["processor_event_id"])].append(("processing error", _signature(body)))
     return traces

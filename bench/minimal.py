@@ -1,6 +1,6 @@
 """The ingest baseline: a minimal DRF view that validates a callback body and answers 202.
 
-It checks the same fields as the product's contract (``callbacks.schema``) with a plain DRF
+It checks the same fields as the product's contract (``callbacks.serializers``) with a plain DRF
 serializer, and does nothing else: no signature check, no queue send. The gap between it and
 ``POST /callbacks/processor/`` is what the signature check, the schema parser and the SQS send
 cost.

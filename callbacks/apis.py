@@ -1,21 +1,35 @@
 """``POST /callbacks/processor/``: check a processor callback and put it on the FIFO queue.
 
-The signature is the authentication, so the view skips sessions, users and CSRF, and it writes
-nothing to the database: a 202 means the event is on the queue (SQS holds the promise), a 503
-means nothing was promised and the processor must retry. Checks run cheapest first and in the
-contract's order: size (413), media type (415), signature over the raw bytes (401), body (400).
+A DRF view that declares everything it relies on (authentication, permission, parser, renderer,
+content negotiation, exception handler), so a host project's ``REST_FRAMEWORK`` defaults change
+nothing. The signature is the authentication, over the exact bytes that were signed; the view
+writes nothing to the database: a 202 means the event is on the queue (SQS holds the promise), a
+503 means nothing was promised and the processor must retry. Checks run cheapest first and in
+the contract's order: size (413), media type (415), signature (401), body (400).
 """
 
-import json
+import io
 import logging
 import threading
 from collections import OrderedDict
 
-from django.conf import settings
-from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.http import HttpRequest
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView, exception_handler
 
+from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
 from callbacks.schema import (
@@ -24,13 +38,16 @@ from callbacks.schema import (
     parse_processor_event,
     processor_event_message,
 )
+from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
+from payments.strictjson import StrictJSONParser
 
 logger = logging.getLogger(__name__)
 
 # Seconds the processor should wait before retrying when the queue is down. Short: an SQS
 # outage is usually brief and every retry that lands after recovery is accepted.
 RETRY_AFTER_SECONDS = 10
+JSON = "application/json"
 
 
 class _RecentSends:
@@ -59,9 +76,80 @@ class _RecentSends:
 _recent_sends = _RecentSends()
 
 
-def _reject(status: int, outcome: str, payload: dict) -> JsonResponse:
-    CALLBACKS_RECEIVED.labels(outcome=outcome).inc()
-    return JsonResponse(payload, status=status)
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+class LengthRequired(exceptions.APIException):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_code = "length_required"
+    default_detail = (
+        "A body without Content-Length can only be read through a server that decodes chunked "
+        "requests (gunicorn does); send Content-Length."
+    )
+
+
+class QueueUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "queue_unavailable"
+    default_detail = "The event queue is unavailable; nothing was accepted, retry later."
+
+
+class InvalidEvent(exceptions.APIException):
+    """A body that breaks the contract: 400 with ``{"errors": {field: [...]}}``."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "bad_body"
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__({"errors": errors})
+
+
+class ProcessorPrincipal:
+    """Who a correctly signed request comes from: the processor, not a user of ours."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __str__(self) -> str:
+        return "processor"
+
+
+class ProcessorSignatureAuthentication(BaseAuthentication):
+    """``X-Processor-Signature: t=<unix seconds>,v1=<hex>``, an HMAC-SHA256 over ``"<t>."`` plus
+    the raw body as received (not as re-serialised JSON), against any configured secret."""
+
+    def authenticate(self, request: Request):
+        try:
+            signing.verify(
+                request.headers.get(signing.HEADER),
+                request._request.body,
+                callbacks_conf.CALLBACK_SIGNING_SECRETS,
+                tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
+            )
+        except signing.SignatureError as exc:
+            logger.warning("callback rejected: %s", exc, extra={"outcome": "bad_signature"})
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        return ProcessorPrincipal(), None
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes DRF answer 401 (not 403) and tells the caller which scheme is expected.
+        return f'HMAC-SHA256 header="{signing.HEADER}"'
+
+
+class JSONOnlyNegotiation(BaseContentNegotiation):
+    """JSON whatever the Accept header says: a processor sending ``Accept: text/html`` gets
+    the contract's answers, not a 406 the contract does not have."""
+
+    def select_parser(self, request, parsers):
+        for parser in parsers:
+            if request.content_type.split(";")[0].strip().lower() == parser.media_type:
+                return parser
+        return None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
 
 
 def _declared_length(request: HttpRequest) -> int | None:
@@ -74,88 +162,181 @@ def _declared_length(request: HttpRequest) -> int | None:
         return None
 
 
-@csrf_exempt
-@require_POST
-def processor_callback(request: HttpRequest) -> JsonResponse:
-    limit = settings.CALLBACK_MAX_BODY_BYTES
-    too_large = {"detail": f"Request body is larger than {limit} bytes."}
+def read_body_limited(request: HttpRequest, limit: int) -> bytes:
+    """Read the whole body, refusing more than ``limit`` bytes (413), and keep it as the
+    request's body, so the signature check and the parser see exactly these bytes.
+
+    The declared length can be wrong (ASGI streams the real body), so one byte past the limit
+    is read rather than trusting it. It can also be absent: with no ``Transfer-Encoding``
+    either, the body is empty (HTTP/1.1); with ``Transfer-Encoding: chunked``, Django's WSGI
+    request would read nothing at all (and the signature check would then fail on an empty
+    body), so the body comes from ``wsgi.input`` when the server says it ends there
+    (``wsgi.input_terminated``, as gunicorn does), and is refused with 411 by a server that
+    cannot say where it ends. Under ASGI the server has already framed the body.
+    """
     declared = _declared_length(request)
     if declared is not None and declared > limit:
-        return _reject(413, "too_large", too_large)
-    # The declared length can be absent (chunked) or wrong (ASGI streams the real body), so
-    # read one byte past the limit rather than trusting it.
-    body = request.read(limit + 1)
+        raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
+    environ = getattr(request, "environ", None)
+    chunked = declared is None and "HTTP_TRANSFER_ENCODING" in request.META
+    if chunked and environ is not None and "wsgi.input" in environ:
+        if not environ.get("wsgi.input_terminated"):
+            raise LengthRequired()
+        body = environ["wsgi.input"].read(limit + 1)
+    else:
+        body = request.read(limit + 1)
     if len(body) > limit:
-        return _reject(413, "too_large", too_large)
+        raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
+    # From here on request.body is these bytes, and DRF's parser reads them from the start.
+    request._body = body
+    request._stream = io.BytesIO(body)
+    request.META["CONTENT_LENGTH"] = str(len(body))
+    return body
 
-    if request.content_type.lower() != "application/json":
-        return _reject(
-            415,
-            "unsupported_media_type",
-            {"detail": f"Content-Type must be application/json, got {request.content_type!r}."},
-        )
 
-    try:
-        signing.verify(
-            request.headers.get(signing.HEADER),
-            body,
-            settings.CALLBACK_SIGNING_SECRETS,
-            tolerance_seconds=settings.CALLBACK_TOLERANCE_SECONDS,
-        )
-    except signing.SignatureError as exc:
-        logger.warning("callback rejected: %s", exc, extra={"outcome": "bad_signature"})
-        return _reject(401, "bad_signature", {"detail": str(exc)})
+# Which exception is which outcome of the callbacks_received metric.
+_OUTCOMES = {
+    PayloadTooLarge: "too_large",
+    LengthRequired: "length_required",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.AuthenticationFailed: "bad_signature",
+    exceptions.NotAuthenticated: "bad_signature",
+    exceptions.ParseError: "bad_body",
+    InvalidEvent: "bad_body",
+    QueueUnavailable: "queue_unavailable",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+}
 
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        # ValueError covers both malformed JSON and bytes that are not UTF-8/16/32.
-        return _reject(
-            400, "bad_body", {"errors": {"non_field_errors": [f"Body is not valid JSON: {exc}"]}}
-        )
-    try:
-        event = parse_processor_event(data)
-    except InvalidMessage as exc:
-        return _reject(400, "bad_body", {"errors": exc.errors})
 
-    deduplication_id = event_deduplication_id(event)
-    try:
-        message_id = sqs.send_message_now(
-            body=processor_event_message(event),
-            group_id=str(event.payment_id),
-            deduplication_id=deduplication_id,
-        )
-    except sqs.QueueUnavailable as exc:
-        logger.error(
-            "callback not accepted, queue unavailable: %s",
-            exc,
+def _detail(status_code: int, description: str) -> OpenApiResponse:
+    return OpenApiResponse(
+        inline_serializer(f"CallbackDetail{status_code}", {"detail": serializers.CharField()}),
+        description=description,
+    )
+
+
+_RESPONSES = {
+    202: OpenApiResponse(
+        inline_serializer(
+            "CallbackAccepted",
+            {"status": serializers.CharField(), "processor_event_id": serializers.CharField()},
+        ),
+        description="On the queue: the event will be applied exactly once.",
+    ),
+    400: OpenApiResponse(
+        inline_serializer(
+            "CallbackErrors",
+            {
+                "errors": serializers.DictField(
+                    child=serializers.ListField(child=serializers.CharField())
+                )
+            },
+        ),
+        description="The body breaks the contract or cannot be stored; every bad field named.",
+    ),
+    401: _detail(401, "Signature missing, malformed, not matching, or outside 300 s."),
+    411: _detail(411, "Chunked body on a server that cannot say where it ends."),
+    413: _detail(413, "Body over 64 KiB."),
+    415: _detail(415, "Content-Type is not application/json."),
+    503: _detail(503, "The queue did not take the event: nothing was accepted, retry."),
+}
+
+
+class ProcessorCallbackApi(APIView):
+    authentication_classes = [ProcessorSignatureAuthentication]
+    permission_classes = [IsAuthenticated]
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JSONOnlyNegotiation
+    throttle_classes: list = []
+    versioning_class = None
+
+    def get_exception_handler(self):
+        # The module's own error shapes, whatever EXCEPTION_HANDLER a host project sets.
+        return exception_handler
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        if request.method != "POST":
+            raise exceptions.MethodNotAllowed(request.method)
+        read_body_limited(request._request, callbacks_conf.CALLBACK_MAX_BODY_BYTES)
+        media_type = request.content_type.split(";")[0].strip().lower()
+        if media_type != JSON:
+            raise exceptions.UnsupportedMediaType(
+                request.content_type,
+                detail=f"Content-Type must be application/json, got {request.content_type!r}.",
+            )
+        super().initial(request, *args, **kwargs)  # authentication (401) and permission
+
+    def handle_exception(self, exc: Exception) -> Response:
+        outcome = next((o for t, o in _OUTCOMES.items() if isinstance(exc, t)), None)
+        if outcome is not None:
+            CALLBACKS_RECEIVED.labels(outcome=outcome).inc()
+        response = super().handle_exception(exc)
+        if isinstance(exc, QueueUnavailable):
+            response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+    @extend_schema(
+        operation_id="processor_callback",
+        request=ProcessorEventSerializer,
+        responses=_RESPONSES,
+        parameters=[
+            OpenApiParameter(
+                "Retry-After",
+                int,
+                OpenApiParameter.HEADER,
+                response=[503],
+                description="Seconds to wait before retrying.",
+            )
+        ],
+        description=(
+            "A processor event, signed over the raw body. Checked in this order: size (413), "
+            "media type (415), signature (401), body (400); then queued (202) or not (503)."
+        ),
+    )
+    def post(self, request: Request) -> Response:
+        if not request._request.body:
+            raise InvalidEvent({"non_field_errors": ["Body is empty; expected a JSON object."]})
+        try:
+            event = parse_processor_event(request.data)
+        except InvalidMessage as exc:
+            raise InvalidEvent(exc.errors) from None
+        deduplication_id = event_deduplication_id(event)
+        try:
+            message_id = sqs.send_message_now(
+                body=processor_event_message(event),
+                group_id=str(event.payment_id),
+                deduplication_id=deduplication_id,
+            )
+        except sqs.QueueUnavailable as exc:
+            logger.error(
+                "callback not accepted, queue unavailable: %s",
+                exc,
+                extra={
+                    "payment_id": str(event.payment_id),
+                    "processor_event_id": event.processor_event_id,
+                    "outcome": "queue_unavailable",
+                },
+            )
+            raise QueueUnavailable() from exc
+
+        if _recent_sends.is_repeat(deduplication_id, message_id):
+            DEDUP_HITS.labels(layer="sqs").inc()
+        CALLBACKS_RECEIVED.labels(outcome="accepted").inc()
+        logger.info(
+            "callback accepted",
             extra={
                 "payment_id": str(event.payment_id),
                 "processor_event_id": event.processor_event_id,
-                "outcome": "queue_unavailable",
+                "event_type": event.event_type,
+                "message_id": message_id,
+                "outcome": "accepted",
             },
         )
-        response = _reject(
-            503,
-            "queue_unavailable",
-            {"detail": "The event queue is unavailable; nothing was accepted, retry later."},
+        return Response(
+            {"status": "accepted", "processor_event_id": event.processor_event_id},
+            status=status.HTTP_202_ACCEPTED,
         )
-        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response
 
-    if _recent_sends.is_repeat(deduplication_id, message_id):
-        DEDUP_HITS.labels(layer="sqs").inc()
-    CALLBACKS_RECEIVED.labels(outcome="accepted").inc()
-    logger.info(
-        "callback accepted",
-        extra={
-            "payment_id": str(event.payment_id),
-            "processor_event_id": event.processor_event_id,
-            "event_type": event.event_type,
-            "message_id": message_id,
-            "outcome": "accepted",
-        },
-    )
-    return JsonResponse(
-        {"status": "accepted", "processor_event_id": event.processor_event_id}, status=202
-    )
+
+processor_callback = ProcessorCallbackApi.as_view()

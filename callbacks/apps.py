@@ -6,7 +6,10 @@ class CallbacksConfig(AppConfig):
     verbose_name = "Callbacks"
 
     def ready(self) -> None:
-        from callbacks import checks  # noqa: F401 - registers the settings checks
+        from callbacks import (
+            checks,  # noqa: F401 - registers the settings checks
+            openapi,  # noqa: F401 - registers the signature scheme
+        )
         from callbacks.receivers import publish_committed_outbox
         from payments.models import OutboxMessage
         from payments.signals import outbox_committed

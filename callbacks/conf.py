@@ -24,6 +24,11 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_BACKOFF_BASE_SECONDS": 1.0,
     "WORKER_BACKOFF_CAP_SECONDS": 30.0,
     "WORKER_MAX_ATTEMPTS": 6,
+    # Receives of a message whose body the database refuses before it goes to a person; below
+    # the RedrivePolicy's maxReceiveCount, so it reaches a person with an error row.
+    "WORKER_MAX_FAILED_STARTS": 3,
+    # Keeps in-flight messages hidden while they run; off only to show what it prevents.
+    "WORKER_VISIBILITY_HEARTBEAT": True,
     "CALLBACK_TOLERANCE_SECONDS": 300,
     "CALLBACK_MAX_BODY_BYTES": 64 * 1024,
     # Reconciliation of stuck payments (ACH settles in days).

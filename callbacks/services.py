@@ -36,6 +36,12 @@ REDRIVE_KEY = "redrive"
 RELEASE_MARK = ":release:"
 
 
+def storable_text(raw: str) -> str:
+    """``raw`` with what PostgreSQL's text cannot hold escaped: NUL as ``\\x00``, an unpaired
+    surrogate as ``\\udxxx``. Everything else is kept as it is, readable."""
+    return raw.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
 @dataclass(frozen=True)
 class ReceivedMessage:
     """One message as SQS delivered it, with the attributes the worker relies on."""

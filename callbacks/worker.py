@@ -18,6 +18,7 @@ time in sequence order, delete what committed. The guarantees and where they com
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -32,10 +33,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
-from django.conf import settings
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, DataError, close_old_connections, transaction
 from django.utils import timezone
 
+from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.metrics import (
     DEDUP_HITS,
@@ -44,7 +45,7 @@ from callbacks.metrics import (
     WORKER_MESSAGES,
 )
 from callbacks.models import QueueMessage
-from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, parse_processor_event
+from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, processor_event_from_message
 from callbacks.services import (
     ReceivedMessage,
     deferred_message_record,
@@ -55,6 +56,7 @@ from callbacks.services import (
     queue_message_complete,
     queue_message_defer,
     queue_message_start,
+    storable_text,
 )
 from payments.exceptions import PaymentError, ProcessorCircuitOpen
 from payments.models import BreakerState
@@ -71,6 +73,11 @@ class UnknownMessageKind(Exception):
 
 class InvalidBody(Exception):
     """The body is not a JSON object or contradicts its message attributes."""
+
+
+class UnstorableBody(InvalidBody):
+    """The database refuses the body itself (a NUL, an unpaired surrogate, a NaN in JSON): the
+    message was recorded with its body as escaped text and goes to a person."""
 
 
 # Seconds between outbox relay queries while batches keep arriving.
@@ -154,7 +161,7 @@ def _payment_id_from_body(message: ReceivedMessage) -> str:
 def handle_processor_event(message: ReceivedMessage) -> str:
     from payments.services import payment_apply_event
 
-    event = parse_processor_event(message.body)
+    event = processor_event_from_message(message.body)
     if str(event.payment_id) != message.group_id:
         raise InvalidBody(
             f"payment_id {event.payment_id} does not match the message group {message.group_id!r}"
@@ -307,9 +314,10 @@ class Worker:
         self.max_messages = max_messages
         self.handlers = dict(DEFAULT_HANDLERS if handlers is None else handlers)
         self.relay = _outbox_relay() if relay else None
-        self.backoff_base = float(settings.WORKER_BACKOFF_BASE_SECONDS)
-        self.backoff_cap = float(settings.WORKER_BACKOFF_CAP_SECONDS)
-        self.max_attempts = int(settings.WORKER_MAX_ATTEMPTS)
+        self.backoff_base = float(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS)
+        self.backoff_cap = float(callbacks_conf.WORKER_BACKOFF_CAP_SECONDS)
+        self.max_attempts = int(callbacks_conf.WORKER_MAX_ATTEMPTS)
+        self.max_failed_starts = int(callbacks_conf.WORKER_MAX_FAILED_STARTS)
         self.stats = WorkerStats()
         self._stopping = threading.Event()
         self._signals = 0
@@ -354,7 +362,7 @@ class Worker:
             )
             # Off only to show what it prevents: a slow call outliving the visibility timeout
             # and a second worker taking the message (the tests' negative control).
-            if getattr(settings, "WORKER_VISIBILITY_HEARTBEAT", True):
+            if callbacks_conf.WORKER_VISIBILITY_HEARTBEAT:
                 self.heartbeat.start()
             try:
                 yield self
@@ -585,10 +593,15 @@ class Worker:
         self.stats.processed += 1
         try:
             decision = queue_message_start(message=message)
-        except DatabaseError as exc:
-            # The start could not be recorded, so no work ran. Let it come back after a short
-            # pause, and keep the group's later messages behind it.
+        except (DatabaseError, UnicodeError) as exc:
+            # The start could not be recorded, so no work ran. A database that answered with a
+            # data error refused this body, not an outage: no retry will change that, so after
+            # a few receives (SQS counts them; we could not) it goes to a person with its body
+            # kept as text. Otherwise let it come back after a short pause, and keep the
+            # group's later messages behind it.
             logger.error("could not record the start of message %s: %s", message.message_id, exc)
+            if _refused_content(exc) and message.receive_count >= self.max_failed_starts:
+                return self._quarantine(message, exc, started)
             self.heartbeat.untrack([message.message_id])
             self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
             return self._finish(message, None, "retried", started, Result("retried", False, True))
@@ -682,6 +695,32 @@ class Worker:
             error=reason,
             delay=hidden,
         )
+
+    def _quarantine(self, message: ReceivedMessage, exc: Exception, started: float) -> Result:
+        """Record a message whose body the database refuses with that body as escaped text,
+        then dead-letter it like any other message that cannot be processed: an error row, a
+        DLQ copy holding the text, the payment on hold."""
+        as_text = dataclasses.replace(message, body=None, raw_body=storable_text(message.raw_body))
+        try:
+            decision = queue_message_start(message=as_text)
+        except DatabaseError as again:
+            logger.error("could not record message %s even as text: %s", message.message_id, again)
+            self.heartbeat.untrack([message.message_id])
+            self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
+            return self._finish(message, None, "retried", started, Result("retried", False, True))
+        if decision.action == "finished":
+            return self._finish(
+                message, decision.queue_message, "duplicate", started, Result("duplicate", True)
+            )
+        if decision.action == "parked":
+            return self._finish(
+                message, decision.queue_message, "parked", started, Result("parked", True)
+            )
+        problem = UnstorableBody(
+            f"the database refused the message body ({type(exc).__name__}: {exc}"[:1000]
+            + f"); it failed to start {message.receive_count} time(s) and is kept as text"
+        )
+        return self._fail(message, decision.queue_message, problem, started)
 
     def _fail(
         self,
@@ -827,6 +866,12 @@ class Worker:
             extra=extra,
         )
         return result
+
+
+def _refused_content(exc: BaseException) -> bool:
+    """A data exception (SQLSTATE class 22) or an encoding error: the value was refused, the
+    database was there to refuse it."""
+    return isinstance(exc, DataError | UnicodeError)
 
 
 def _outbox_relay() -> Callable[[], int] | None:

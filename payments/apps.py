@@ -6,4 +6,9 @@ class PaymentsConfig(AppConfig):
     verbose_name = "Payments"
 
     def ready(self) -> None:
-        from payments import checks  # noqa: F401 - registers the settings checks
+        from payments import (
+            checks,  # noqa: F401 - registers the settings checks
+            openapi,
+        )
+
+        openapi.describe()

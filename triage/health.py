@@ -3,7 +3,8 @@
 None of them authenticates: restrict them to the monitoring network (see
 ``triage/monitoring.py``). ``/healthz`` does no I/O, so a slow database never gets a healthy
 process killed; ``/readyz`` checks what the process needs to serve (the database and the main
-queue) and answers 503 naming what failed, so a load balancer stops routing to it.
+queue) and answers 503 naming which of them failed (details go to the log only), so a load
+balancer stops routing to it.
 """
 
 import logging
@@ -51,12 +52,14 @@ def readyz(request):
     checks = {"database": _database_check(), "queue": _queue_check()}
     failed = {name: error for name, error in checks.items() if error}
     if failed:
+        # The answer is unauthenticated: it names the dependency, never where it lives (host,
+        # port, queue name); the log has the details.
         logger.warning("not ready: %s", "; ".join(f"{k}: {v}" for k, v in failed.items()))
         return JsonResponse(
             {
                 "status": "unavailable",
                 "reason": ", ".join(f"{name} unreachable" for name in failed),
-                "failed": failed,
+                "failed": list(failed),
             },
             status=503,
         )

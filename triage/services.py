@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -34,7 +35,14 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
-from callbacks.services import DEAD_LETTER_KEY, hold_release, message_republish, payment_hold
+from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
+from callbacks.services import (
+    DEAD_LETTER_KEY,
+    hold_release,
+    message_republish,
+    payment_hold,
+    storable_text,
+)
 from payments.alerts import alert_raise
 from triage.exceptions import (
     DeadLetterNotOpen,
@@ -225,11 +233,49 @@ def _count(value) -> int | None:
         return None
 
 
+def _storable(value):
+    """``value`` with every string made storable and every non-finite number made a string."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {storable_text(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
+
+
+def _as_text(message: dict, parsed: _Parsed) -> _Parsed:
+    """The same dead letter with its body kept as escaped text: what the database refused
+    (a NUL, an unpaired surrogate, a NaN) must not keep the message in the DLQ."""
+    return _Parsed(
+        body={"raw_body": storable_text(message.get("Body") or "")},
+        source=parsed.source,
+        original_message_id=storable_text(parsed.original_message_id),
+        group_id=storable_text(parsed.group_id),
+        envelope=_storable(parsed.envelope),
+    )
+
+
 def _dead_letter_store(message: dict) -> DeadLetter | None:
-    """Store one DLQ message; None when it was stored before (by us or a concurrent run)."""
+    """Store one DLQ message; None when it was stored before (by us or a concurrent run).
+    A body the database refuses is stored as escaped text instead."""
     parsed = _parse(message)
     if DeadLetter.objects.filter(original_message_id=parsed.original_message_id).exists():
         return None
+    try:
+        return _dead_letter_insert(message, parsed)
+    except (DataError, UnicodeError) as exc:
+        logger.warning(
+            "dead letter %s: body refused by the database (%s); stored as text",
+            message.get("MessageId"),
+            exc,
+        )
+        return _dead_letter_insert(message, _as_text(message, parsed))
+
+
+def _dead_letter_insert(message: dict, parsed: _Parsed) -> DeadLetter | None:
     try:
         with transaction.atomic():
             dead_letter = _dead_letter_build(message, parsed)
@@ -264,13 +310,16 @@ def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
         )
     )
     kind = body.get("kind") if isinstance(body.get("kind"), str) else ""
-    event_id = body.get("processor_event_id")
+    # A processor event's fields are nested in the envelope; a submit_payment is all ours.
+    nested = body.get(EVENT_KEY) if kind == PROCESSOR_EVENT else None
+    fields = nested if isinstance(nested, dict) else body
+    event_id = fields.get("processor_event_id")
     receive_count = _count(attributes.get("ApproximateReceiveCount")) or 0
     now = timezone.now()
     dead_letter = DeadLetter(
         original_message_id=parsed.original_message_id,
         dlq_message_id=message["MessageId"],
-        payment_id=_as_uuid(parsed.group_id, body.get("payment_id")),
+        payment_id=_as_uuid(parsed.group_id, fields.get("payment_id")),
         kind=kind[:32],
         group_id=parsed.group_id[:128],
         deduplication_id=(

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
     "payments",
     "callbacks",
     "triage",
@@ -113,6 +114,16 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# OpenAPI 3 schema of the payments API and the callback endpoint, served at /api/schema/.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "ACH payments",
+    "DESCRIPTION": "Payments API (Token authentication) and the processor callback endpoint.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # --- Security (production values come from the environment; see config/settings/production.py)

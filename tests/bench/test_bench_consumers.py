@@ -11,7 +11,11 @@ import pytest
 from django.db import connection
 
 from bench import consumers, events
-from callbacks.schema import parse_processor_event, processor_event_message
+from callbacks.schema import (
+    parse_processor_event,
+    processor_event_from_message,
+    processor_event_message,
+)
 from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessedEvent
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory
@@ -71,7 +75,7 @@ def test_plain_sql_path_leaves_the_same_end_state_as_payment_apply_event():
             extra = {"reason_code": "R01"} if n == 1 else {}
             product_body = _message_body(product, f"evt_product_{n}", **extra)
             plain_body = _message_body(plain, f"evt_plain_{n}", **extra)
-            payment_apply_event(event=parse_processor_event(product_body), caused_by="sqs:m")
+            payment_apply_event(event=processor_event_from_message(product_body), caused_by="sqs:m")
             consumers.apply_settled(conn, plain_body, "m")
 
     for product, plain in pairs:

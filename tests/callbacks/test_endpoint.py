@@ -11,7 +11,11 @@ from django.test import Client
 from callbacks import sqs
 from callbacks.apis import processor_callback
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
-from callbacks.schema import event_deduplication_id, parse_processor_event
+from callbacks.schema import (
+    event_deduplication_id,
+    parse_processor_event,
+    processor_event_from_message,
+)
 from payments import signing
 
 URL = "/callbacks/processor/"
@@ -106,10 +110,11 @@ def test_valid_callback_is_accepted_and_queued_with_payment_group_and_event_dedu
     assert dedup_id == event_deduplication_id(parse_processor_event(body))
     assert dedup_id.startswith(body["processor_event_id"] + ".")
     queued = json.loads(message["Body"])
+    assert set(queued) == {"kind", "event", "received_at"}
     assert queued["kind"] == "processor_event"
-    assert queued["processor_event_id"] == body["processor_event_id"]
-    assert queued["note"] == "extra field"
-    assert parse_processor_event(queued) == parse_processor_event(body)
+    assert queued["event"]["processor_event_id"] == body["processor_event_id"]
+    assert queued["event"]["note"] == "extra field"
+    assert processor_event_from_message(queued) == parse_processor_event(body)
     assert outcome_count("accepted") == before + 1
 
 
@@ -136,7 +141,9 @@ def test_the_same_callback_delivered_20_times_is_queued_once(sqs_queues):
         assert response.status_code == 202
     messages = queued_messages(sqs_queues)
     assert len(messages) == 1
-    assert json.loads(messages[0]["Body"])["processor_event_id"] == body["processor_event_id"]
+    assert (
+        json.loads(messages[0]["Body"])["event"]["processor_event_id"] == body["processor_event_id"]
+    )
     # SQS answered each repeat with the first message's id: counted as queue-level dedup hits.
     assert DEDUP_HITS.labels(layer="sqs")._value.get() == dedup_before + 19
 
@@ -147,7 +154,9 @@ def test_events_of_one_payment_are_queued_in_arrival_order(sqs_queues):
     for event_id in ids:
         response = post_json(event_body(payment_id=payment_id, processor_event_id=event_id))
         assert response.status_code == 202
-    assert [json.loads(m["Body"])["processor_event_id"] for m in queued_messages(sqs_queues)] == ids
+    assert [
+        json.loads(m["Body"])["event"]["processor_event_id"] for m in queued_messages(sqs_queues)
+    ] == ids
 
 
 @pytest.mark.parametrize(
@@ -389,4 +398,4 @@ def test_a_resend_with_another_payload_is_not_dropped_by_the_queue(sqs_queues):
     assert post_json({**body, "amount": "99.99"}).status_code == 202
 
     messages = queued_messages(sqs_queues)
-    assert sorted(json.loads(m["Body"])["amount"] for m in messages) == ["125.00", "99.99"]
+    assert sorted(json.loads(m["Body"])["event"]["amount"] for m in messages) == ["125.00", "99.99"]

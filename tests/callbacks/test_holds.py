@@ -93,7 +93,7 @@ def test_hold_release_resumes_after_a_crash_part_way(sqs_queues):
     assert hold_release(payment_id=payment.id, released_by="ops", note="resume") == 1
 
     [message] = drain(sqs_queues.client, sqs_queues.url)
-    assert json.loads(message["Body"])["event_type"] == "settled"
+    assert json.loads(message["Body"])["event"]["event_type"] == "settled"
     assert message["Attributes"]["MessageDeduplicationId"] == f"{settled_id}:release:{hold.pk}"
 
 
@@ -201,7 +201,7 @@ def test_message_that_crashed_workers_until_redrive_holds_its_payment(sqs_queues
     run_worker()
 
     [moved] = drain(client, sqs_queues.dlq_url)
-    assert json.loads(moved["Body"])["event_type"] == "settled"  # moved by SQS, not by us
+    assert json.loads(moved["Body"])["event"]["event_type"] == "settled"  # moved by SQS, not by us
     payment.refresh_from_db()
     assert payment.state == PaymentState.SUBMITTED  # "returned" was not applied ahead
     assert QueueMessage.objects.get(message_id=later_id).status == "parked"
@@ -269,7 +269,8 @@ def test_republished_message_failing_mid_release_supersedes_the_hold_and_keeps_o
     assert first_hold.released_at is not None and "Superseded" in first_hold.note
     second_hold = PaymentHold.objects.get(payment_id=str(payment.id), released_at=None)
     assert second_hold.caused_by.message_id == failing_row.republished_message_id
-    assert [p.body["event_type"] for p in second_hold.parked.all()] == ["submitted", "settled"]
+    parked_types = [p.body["event"]["event_type"] for p in second_hold.parked.all()]
+    assert parked_types == ["submitted", "settled"]
     payment.refresh_from_db()
     assert payment.state == PaymentState.PENDING
     # The interrupted release of the first hold sends nothing more.

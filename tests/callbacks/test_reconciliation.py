@@ -70,9 +70,10 @@ def test_submitted_payment_whose_callbacks_were_lost_is_confirmed_through_the_qu
     assert payments_reconcile(now=timezone.now() + timedelta(days=2)) == 0
     assert payments_reconcile(now=timezone.now() + timedelta(days=4)) == 1
 
-    (body,) = queued_bodies(sqs_queues)
+    (envelope,) = queued_bodies(sqs_queues)
+    body = envelope["event"]
     key = payment.idempotency_key
-    assert body["kind"] == "processor_event"
+    assert envelope["kind"] == "processor_event"
     assert body["event_type"] == "settled"
     assert body["processor_event_id"] == f"recon:{key}:settled"
     assert body["amount"] == "125.00"
@@ -102,7 +103,7 @@ def test_pending_payment_after_a_timed_out_submission_reaches_its_final_state(sa
     key = payment.idempotency_key
     # Both events in the payment's group, "submitted" first.
     assert queue_depth(sqs_queues) == 2
-    assert [b["processor_event_id"] for b in queued_bodies(sqs_queues)] == [
+    assert [b["event"]["processor_event_id"] for b in queued_bodies(sqs_queues)] == [
         f"recon:{key}:submitted"
     ]
 

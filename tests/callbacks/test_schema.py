@@ -4,7 +4,12 @@ from decimal import Decimal
 
 import pytest
 
-from callbacks.schema import InvalidMessage, parse_processor_event, processor_event_message
+from callbacks.schema import (
+    InvalidMessage,
+    parse_processor_event,
+    processor_event_from_message,
+    processor_event_message,
+)
 
 PAYMENT_ID = "7f1d3a52-4a3e-4c47-9d55-2b3f0b0c6e11"
 
@@ -145,19 +150,21 @@ def test_invalid_message_str_names_the_fields():
         parse_processor_event(valid_body(amount="abc"))
 
 
-def test_queue_message_has_kind_string_fields_and_received_at():
+def test_queue_message_is_an_envelope_with_the_event_nested_as_strings():
     event = parse_processor_event(valid_body(reason_code="R01"))
     received = datetime(2026, 11, 2, 12, 0, 5, tzinfo=UTC)
     body = processor_event_message(event, received_at=received)
     assert body == {
         "kind": "processor_event",
-        "payment_id": PAYMENT_ID,
-        "event_type": "settled",
-        "processor_event_id": "evt_01.A:b-c",
-        "amount": "125.00",
-        "timestamp": "2026-11-02T12:00:00+00:00",
-        "reason_code": "R01",
-        "message": "",
+        "event": {
+            "payment_id": PAYMENT_ID,
+            "event_type": "settled",
+            "processor_event_id": "evt_01.A:b-c",
+            "amount": "125.00",
+            "timestamp": "2026-11-02T12:00:00+00:00",
+            "reason_code": "R01",
+            "message": "",
+        },
         "received_at": "2026-11-02T12:00:05+00:00",
     }
 
@@ -166,11 +173,11 @@ def test_queue_message_parses_back_to_the_same_event():
     event = parse_processor_event(
         valid_body(timestamp="2026-11-02T07:00:00-05:00", message="late", extra_field="kept")
     )
-    back = parse_processor_event(processor_event_message(event))
+    back = processor_event_from_message(processor_event_message(event))
     assert back == event
     assert back.fingerprint == event.fingerprint
     assert back.raw["extra_field"] == "kept"
-    assert back.raw["kind"] == "processor_event"
+    assert "kind" not in back.raw
 
 
 def test_queue_message_received_at_defaults_to_now():
@@ -180,13 +187,30 @@ def test_queue_message_received_at_defaults_to_now():
     assert abs(datetime.now(UTC) - received) < timedelta(seconds=5)
 
 
-def test_queue_message_fields_beyond_the_contract_cannot_override_the_kind():
-    event = parse_processor_event(valid_body(kind="submit_payment"))
-    assert processor_event_message(event)["kind"] == "processor_event"
+def test_queue_message_fields_beyond_the_contract_stay_inside_the_nested_event():
+    event = parse_processor_event(
+        valid_body(kind="submit_payment", redrive={"original_message_id": "m"}, dead_letter={})
+    )
+    body = processor_event_message(event)
+    assert set(body) == {"kind", "event", "received_at"}
+    assert body["kind"] == "processor_event"
+    assert body["event"]["redrive"] == {"original_message_id": "m"}
+
+
+def test_a_flat_message_is_not_taken_for_an_envelope():
+    with pytest.raises(InvalidMessage, match="event"):
+        processor_event_from_message({"kind": "processor_event", **valid_body()})
 
 
 def test_offset_is_kept_in_the_queue_message():
     event = parse_processor_event(valid_body(timestamp="2026-11-02T17:30:00+05:30"))
-    body = processor_event_message(event)
+    body = processor_event_message(event)["event"]
     assert datetime.fromisoformat(body["timestamp"]).utcoffset() == timedelta(hours=5, minutes=30)
     assert event.timestamp.tzinfo == timezone(timedelta(hours=5, minutes=30))
+
+
+@pytest.mark.parametrize("timestamp", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_timestamp_outside_the_utc_calendar_is_rejected_and_named(timestamp):
+    errors = errors_of(valid_body(timestamp=timestamp))
+    assert list(errors) == ["timestamp"]
+    assert "UTC" in errors["timestamp"][0]

@@ -193,7 +193,7 @@ def test_settled_before_submitted_is_retried_six_times_then_dead_lettered_and_he
     payment.refresh_from_db()
     assert payment.state == PaymentState.PENDING
     parked = ParkedMessage.objects.get(message_id=later_id)
-    assert parked.hold == hold and parked.body["event_type"] == "submitted"
+    assert parked.hold == hold and parked.body["event"]["event_type"] == "submitted"
     assert QueueMessage.objects.get(message_id=later_id).status == "parked"
     assert not ProcessingError.objects.filter(message_id=later_id).exists()
     assert drain(sqs_queues.client, sqs_queues.url) == []
@@ -307,11 +307,13 @@ def test_invalid_processor_event_is_dead_lettered_naming_the_bad_fields(sqs_queu
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     body = {
         "kind": "processor_event",
-        "payment_id": str(payment.id),
-        "event_type": "settled",
-        "processor_event_id": "evt_1",
-        "amount": "12.5",
-        "timestamp": "2026-11-02T12:00:00+00:00",
+        "event": {
+            "payment_id": str(payment.id),
+            "event_type": "settled",
+            "processor_event_id": "evt_1",
+            "amount": "12.5",
+            "timestamp": "2026-11-02T12:00:00+00:00",
+        },
     }
     message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
 

@@ -38,7 +38,7 @@ def held(sqs_queues, fast_retries):
     worker_run()
     assert services.dead_letters_ingest() == 1
     parked = list(ParkedMessage.objects.filter(payment_id=str(payment.id)))
-    assert [p.body["processor_event_id"] for p in parked] == [
+    assert [p.body["event"]["processor_event_id"] for p in parked] == [
         submitted.processor_event_id,
         settled_again.processor_event_id,
     ]

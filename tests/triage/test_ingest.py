@@ -216,9 +216,9 @@ def test_ingest_dlq_command_names_the_problem_when_sqs_is_down(settings):
         sqs.reset()
 
 
-def test_a_message_that_cannot_be_stored_stays_in_the_dlq_and_raises_an_alert(sqs_queues, alerts):
-    """PostgreSQL's jsonb refuses NUL characters: that message must not block the others,
-    nor vanish."""
+def test_a_body_the_database_refuses_is_stored_as_text_and_leaves_the_dlq(sqs_queues, alerts):
+    """PostgreSQL's jsonb refuses NUL characters: the message is stored with its body as
+    text rather than left in the DLQ, and does not block the others."""
     group = str(uuid.uuid4())
     sqs_queues.client.send_message(
         QueueUrl=sqs_queues.dlq_url,
@@ -232,9 +232,51 @@ def test_a_message_that_cannot_be_stored_stays_in_the_dlq_and_raises_an_alert(sq
         deduplication_id="fine",
         url=sqs_queues.dlq_url,
     )
-    assert services.dead_letters_ingest() == 1
+    assert services.dead_letters_ingest() == 2
+    as_text = DeadLetter.objects.get(group_id=group)
+    assert as_text.body == {
+        "raw_body": '{"kind": "processor_event", "message": "nul \\u0000 here"}'
+    }
+    assert dlq_depth(sqs_queues) == 0
+    assert not [a for a in alerts if a["key"].startswith("dead_letter_ingest_failed:")]
+
+
+def test_a_message_that_cannot_be_stored_stays_in_the_dlq_and_raises_an_alert(sqs_queues, alerts):
+    """A database failure that is not about the body (here a trigger refusing the row) must
+    not block the others, nor make the message vanish."""
+    from django.db import connection
+
+    group = str(uuid.uuid4())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF NEW.group_id = '{group}' THEN RAISE EXCEPTION 'refused'; END IF; "
+            "RETURN NEW; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER refuse_dead_letter BEFORE INSERT ON triage_deadletter "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_dead_letter()"
+        )
+    try:
+        sqs.send_message_now(
+            body={"kind": "processor_event"},
+            group_id=group,
+            deduplication_id="refused",
+            url=sqs_queues.dlq_url,
+        )
+        sqs.send_message_now(
+            body={"kind": "processor_event"},
+            group_id=str(uuid.uuid4()),
+            deduplication_id="fine",
+            url=sqs_queues.dlq_url,
+        )
+        assert services.dead_letters_ingest() == 1
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_dead_letter ON triage_deadletter")
+            cursor.execute("DROP FUNCTION refuse_dead_letter()")
     assert DeadLetter.objects.count() == 1
-    assert dlq_depth(sqs_queues) == 1  # the unstorable one is still there, in flight
+    assert dlq_depth(sqs_queues) == 1  # the refused one is still there, in flight
     failed = [a for a in alerts if a["key"].startswith("dead_letter_ingest_failed:")]
     assert len(failed) == 1 and failed[0]["severity"] == "high"
     assert failed[0]["payment_id"] == group

@@ -1,0 +1,76 @@
+"""The payments API's operations as the OpenAPI schema (drf-spectacular) describes them.
+
+The views are plain ``APIView``s, so their request and answer serializers are named here; the
+schema follows whatever those serializers declare. Imported by ``PaymentsConfig.ready``.
+"""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+
+from payments import apis
+
+# Error answers carry {"errors": {field: [...]}} (or DRF's {"detail": ...} for authentication).
+_ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description="What was refused, by field.")
+_ERRORS_BY_FIELD = OpenApiResponse(
+    apis.ErrorsOutputSerializer, description="What was refused, by field."
+)
+_IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "Same key and same body: the stored first answer. Same key, other body: 422. Same key "
+        "while the first request still runs: 409."
+    ),
+)
+
+
+def describe() -> None:
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="payment_create",
+            request=apis.PaymentCreateInputSerializer,
+            parameters=[_IDEMPOTENCY_KEY],
+            responses={
+                201: apis.PaymentOutputSerializer,
+                400: _ERRORS_BY_FIELD,
+                401: _ERROR,
+                403: _ERRORS_BY_FIELD,
+                409: _ERROR,
+                422: _ERROR,
+            },
+        )
+    )(apis.PaymentListCreateApi)
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="payment_retrieve",
+            responses={
+                200: OpenApiResponse(
+                    apis.PaymentDetailOutputSerializer,
+                    description="The payment with its events, attempts and errors.",
+                ),
+                401: _ERROR,
+                404: _ERROR,
+            },
+        )
+    )(apis.PaymentDetailApi)
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="merchant_balance",
+            responses={
+                200: OpenApiResponse(
+                    apis.MerchantBalanceOutputSerializer,
+                    description="Per currency: credits, reversals, net.",
+                ),
+                400: _ERROR,
+                401: _ERROR,
+                404: _ERROR,
+            },
+        )
+    )(apis.MerchantBalanceApi)

@@ -1,0 +1,115 @@
+"""A chunked callback (no Content-Length) through real HTTP servers: read whole up to the limit
+under gunicorn, refused with 411 by a server that cannot say where the body ends; never a 401
+because the body was not read."""
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from payments import signing
+from tests.callbacks.test_endpoint import SECRET, event_body, queued_messages
+
+ROOT = Path(__file__).resolve().parents[2]
+URL = "/callbacks/processor/"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def gunicorn_url(sqs_queues, settings, tmp_path):
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+        "CALLBACK_SIGNING_SECRETS": SECRET,
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "GUNICORN_WORKERS": "1",
+        "GUNICORN_THREADS": "2",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log_path = tmp_path / "gunicorn.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass  # not listening yet
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+            yield port
+        finally:
+            server.terminate()
+            server.wait(20)
+
+
+def post_chunked(port: int, raw: bytes, *, signature: str | None = None) -> tuple[int, dict]:
+    """POST ``raw`` in 1 KiB chunks with Transfer-Encoding: chunked and no Content-Length."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {
+        "Content-Type": "application/json",
+        signing.HEADER: signature or signing.sign(raw, [SECRET]),
+    }
+    chunks = (raw[i : i + 1024] for i in range(0, len(raw), 1024))
+    try:
+        connection.request("POST", URL, body=chunks, headers=headers, encode_chunked=True)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def test_a_chunked_callback_is_read_whole_and_accepted_under_gunicorn(sqs_queues, gunicorn_url):
+    body = event_body(message="m" * 900, note="x" * 5000)
+    status, answer = post_chunked(gunicorn_url, json.dumps(body).encode())
+    assert (status, answer["processor_event_id"]) == (202, body["processor_event_id"])
+    [message] = queued_messages(sqs_queues)
+    assert json.loads(message["Body"])["event"]["note"] == "x" * 5000
+
+
+def test_an_oversized_chunked_callback_is_413_not_401_under_gunicorn(sqs_queues, gunicorn_url):
+    raw = json.dumps(event_body(note="p" * (70 * 1024))).encode()
+    status, answer = post_chunked(gunicorn_url, raw, signature="t=1,v1=00")
+    assert status == 413
+    assert "larger than 65536 bytes" in answer["detail"]
+    assert queued_messages(sqs_queues) == []
+
+
+def test_a_chunked_callback_with_a_bad_signature_is_401_after_reading_it(sqs_queues, gunicorn_url):
+    raw = json.dumps(event_body()).encode()
+    status, answer = post_chunked(gunicorn_url, raw, signature=signing.sign(b"other", [SECRET]))
+    assert status == 401
+    assert "does not match" in answer["detail"]
+
+
+def test_a_chunked_callback_is_411_on_a_server_that_cannot_frame_it(sqs_queues, live_server):
+    port = int(live_server.url.rsplit(":", 1)[1])
+    status, answer = post_chunked(port, json.dumps(event_body()).encode())
+    assert status == 411
+    assert "Content-Length" in answer["detail"]
+    assert queued_messages(sqs_queues) == []

@@ -1,0 +1,55 @@
+"""The OpenAPI 3 schema served at /api/schema/ (drf-spectacular)."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def schema(client) -> dict:
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_the_schema_is_openapi_3_and_describes_the_api_and_the_callback_endpoint(schema):
+    assert schema["openapi"].startswith("3.")
+    assert {
+        "/api/payments/",
+        "/api/payments/{payment_id}/",
+        "/api/merchants/{merchant_id}/balance/",
+        "/callbacks/processor/",
+    } <= set(schema["paths"])
+
+
+def test_the_callback_is_described_with_its_signature_and_every_answer(schema):
+    operation = schema["paths"]["/callbacks/processor/"]["post"]
+    assert operation["security"] == [{"processorSignature": []}]
+    assert {"202", "400", "401", "413", "415", "503"} <= set(operation["responses"])
+    assert "Retry-After" in operation["responses"]["503"]["headers"]
+    scheme = schema["components"]["securitySchemes"]["processorSignature"]
+    assert (scheme["type"], scheme["in"], scheme["name"]) == (
+        "apiKey",
+        "header",
+        "X-Processor-Signature",
+    )
+
+
+def test_the_callback_body_carries_the_contracts_grammar(schema):
+    body = schema["components"]["schemas"]["ProcessorEventRequest"]
+    assert set(body["required"]) == {
+        "payment_id",
+        "event_type",
+        "processor_event_id",
+        "amount",
+        "timestamp",
+    }
+    assert body["properties"]["amount"]["pattern"].startswith("^")
+    assert body["properties"]["payment_id"]["format"] == "uuid"
+
+
+def test_the_payments_api_is_described_with_token_authentication(schema):
+    operation = schema["paths"]["/api/payments/"]["post"]
+    assert {"tokenAuth": []} in operation["security"]
+    assert "201" in operation["responses"]
+    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]

@@ -343,12 +343,9 @@ def processing_error_record(
     """Write the failed attempt in its own transaction (the work's has already rolled back)
     and mark the message retrying."""
     with transaction.atomic():
-        error = ProcessingError.objects.create(
+        error = _processing_error_create(
             queue_message=queue_message,
-            payment_id=queue_message.payment_id,
-            message_id=queue_message.message_id,
-            attempt_number=queue_message.attempts,
-            error_class=error_class[:255],
+            error_class=error_class,
             message=message,
             traceback=traceback,
             retryable=retryable,
@@ -362,6 +359,29 @@ def processing_error_record(
     queue_message.status = QueueMessageStatus.RETRYING
     queue_message.last_error_class = error_class[:255]
     return error
+
+
+def _processing_error_create(
+    *,
+    queue_message: QueueMessage,
+    error_class: str,
+    message: str,
+    traceback: str,
+    retryable: bool,
+    delay_seconds: float | None,
+) -> ProcessingError:
+    """One row of the message's error history, numbered with its current attempt."""
+    return ProcessingError.objects.create(
+        queue_message=queue_message,
+        payment_id=queue_message.payment_id,
+        message_id=queue_message.message_id,
+        attempt_number=queue_message.attempts,
+        error_class=error_class[:255],
+        message=message,
+        traceback=traceback,
+        retryable=retryable,
+        delay_seconds=delay_seconds,
+    )
 
 
 def queue_message_defer(
@@ -383,12 +403,9 @@ def queue_message_defer(
     error = None
     with transaction.atomic():
         if error_class:
-            error = ProcessingError.objects.create(
+            error = _processing_error_create(
                 queue_message=queue_message,
-                payment_id=queue_message.payment_id,
-                message_id=queue_message.message_id,
-                attempt_number=queue_message.attempts,
-                error_class=error_class[:255],
+                error_class=error_class,
                 message=message,
                 traceback=traceback,
                 retryable=True,

@@ -84,7 +84,7 @@ _READ_ATTRIBUTES = _ops("get_queue_attributes", "get_queue_url")
 
 SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     # The callback endpoint publishes each accepted event.
-    SqsCallSite("callbacks.apis:processor_callback", {MAIN: _SEND}, _roles(WEB)),
+    SqsCallSite("callbacks.apis:ProcessorCallbackApi.post", {MAIN: _SEND}, _roles(WEB)),
     # The outbox is published right after commit (web: payment creation; worker: events that
     # create outbox rows), by each worker loop's relay, and by beat's relay task.
     SqsCallSite("callbacks.outbox:_publish", {MAIN: _SEND_BATCH}, _roles(WEB, WORKER, CELERY)),

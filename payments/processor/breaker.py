@@ -357,13 +357,18 @@ def _open(*, now: datetime, reason: str) -> bool:
     return True
 
 
+def _half_open_locked() -> CircuitBreaker | None:
+    """The breaker row, locked, if a probe is deciding it (half-open); else None."""
+    return (
+        CircuitBreaker.objects.select_for_update()
+        .filter(name=PROCESSOR, state=BreakerState.HALF_OPEN)
+        .first()
+    )
+
+
 def _reopen(*, now: datetime, error: str) -> None:
     with transaction.atomic():
-        breaker = (
-            CircuitBreaker.objects.select_for_update()
-            .filter(name=PROCESSOR, state=BreakerState.HALF_OPEN)
-            .first()
-        )
+        breaker = _half_open_locked()
         if breaker is None:
             return
         breaker.reopen_count += 1
@@ -394,11 +399,7 @@ def _reopen(*, now: datetime, error: str) -> None:
 
 def _close(*, now: datetime, reason: str) -> bool:
     with transaction.atomic():
-        breaker = (
-            CircuitBreaker.objects.select_for_update()
-            .filter(name=PROCESSOR, state=BreakerState.HALF_OPEN)
-            .first()
-        )
+        breaker = _half_open_locked()
         if breaker is None:
             return False
         opened_at = breaker.opened_at

@@ -225,6 +225,6 @@ def test_reconcile_command_reports_the_count(sandbox, sqs_queues):
     call_command("reconcile_payments", "--limit", "5", stdout=out)
 
     assert out.getvalue() == "published events for 1 payment(s)\n"
-    assert [b["event_type"] for b in queued_bodies(sqs_queues)] == ["settled"]
+    assert [b["event"]["event_type"] for b in queued_bodies(sqs_queues)] == ["settled"]
     with pytest.raises(CommandError, match="--limit: must be at least 1, got 0"):
         call_command("reconcile_payments", "--limit", "0")

@@ -5,25 +5,16 @@ because the body was not read."""
 import http.client
 import json
 import os
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from payments import signing
 from tests.callbacks.test_endpoint import SECRET, event_body, queued_messages
+from tests.gunicorn_support import free_port, gunicorn_running
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "/callbacks/processor/"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -41,31 +32,8 @@ def gunicorn_url(sqs_queues, settings, tmp_path):
         "GUNICORN_THREADS": "2",
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    log_path = tmp_path / "gunicorn.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass  # not listening yet
-                assert server.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "gunicorn did not start"
-                time.sleep(0.1)
-            yield port
-        finally:
-            server.terminate()
-            server.wait(20)
+    with gunicorn_running(env, tmp_path / "gunicorn.log"):
+        yield port
 
 
 def post_chunked(port: int, raw: bytes, *, signature: str | None = None) -> tuple[int, dict]:

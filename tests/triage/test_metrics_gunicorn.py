@@ -2,10 +2,8 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,8 @@ import requests
 from django.db import connection
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gunicorn_support import free_port, gunicorn_running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,12 +25,6 @@ CALLBACKS_RECEIVED.labels(outcome="bad_signature").inc(5)
 print("ready", flush=True)
 time.sleep(120)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def counter(text: str, name: str, **labels) -> float:
@@ -86,67 +80,50 @@ def test_every_scrape_sums_the_counters_of_all_gunicorn_workers(local_sqs, tmp_p
         text=True,
     )
     assert other_process.stdout.readline().strip() == "ready"
-    log = open(tmp_path / "gunicorn.log", "w")  # noqa: SIM115 - closed in finally
-    server = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass  # not listening or still loading the application
-            assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
-            assert time.monotonic() < deadline, "gunicorn did not start"
-            time.sleep(0.1)
-        assert not (multiproc_dir / "counter_99999.db").exists()  # a dead process's file
-        assert (multiproc_dir / f"counter_{other_process.pid}.db").exists()  # a live one's
-
-        # New connections each time, so requests spread over the workers; go on (in rounds of
-        # 10, within a bound) until at least two gunicorn workers have counted some, so the
-        # sum below is certain to span workers.
-        sent = 0
-        per_worker: dict[int, float] = {}
-        while len(per_worker) < 2:
-            assert sent < 300, f"one gunicorn worker served all {sent} requests: {per_worker}"
-            for _ in range(10):
-                response = requests.post(
-                    f"{base}/callbacks/processor/",
-                    data=b"{}",
-                    headers={"Content-Type": "application/json", "Connection": "close"},
-                    timeout=5,
-                )
-                assert response.status_code == 401
-            sent += 10
-            per_worker = {
-                pid: count
-                for pid, count in bad_signature_counts(multiproc_dir).items()
-                if pid != other_process.pid and count > 0
-            }
-        assert bad_signature_counts(multiproc_dir)[other_process.pid] == 5
-        assert sum(per_worker.values()) == sent
-        scrapes = [
-            requests.get(f"{base}/metrics", headers={"Connection": "close"}, timeout=10).text
-            for _ in range(6)
-        ]
-        values = [
-            counter(text, "payments_callbacks_received_total", outcome="bad_signature")
-            for text in scrapes
-        ]
-        # What the gunicorn workers counted plus 5 from the other process, in every scrape.
-        assert values == [float(sent + 5)] * 6
-        for text in scrapes:
-            assert text.count("# TYPE payments_dead_letters_open gauge") == 1
+        with gunicorn_running(env, tmp_path / "gunicorn.log", timeout=30) as base:
+            _scrapes_sum_every_worker(base, multiproc_dir, other_process.pid)
     finally:
-        server.terminate()
-        server.wait(20)
-        log.close()
         other_process.kill()
         other_process.wait()
+
+
+def _scrapes_sum_every_worker(base: str, multiproc_dir: Path, other_pid: int) -> None:
+    assert not (multiproc_dir / "counter_99999.db").exists()  # a dead process's file
+    assert (multiproc_dir / f"counter_{other_pid}.db").exists()  # a live one's
+
+    # New connections each time, so requests spread over the workers; go on (in rounds of
+    # 10, within a bound) until at least two gunicorn workers have counted some, so the
+    # sum below is certain to span workers.
+    sent = 0
+    per_worker: dict[int, float] = {}
+    while len(per_worker) < 2:
+        assert sent < 300, f"one gunicorn worker served all {sent} requests: {per_worker}"
+        for _ in range(10):
+            response = requests.post(
+                f"{base}/callbacks/processor/",
+                data=b"{}",
+                headers={"Content-Type": "application/json", "Connection": "close"},
+                timeout=5,
+            )
+            assert response.status_code == 401
+        sent += 10
+        per_worker = {
+            pid: count
+            for pid, count in bad_signature_counts(multiproc_dir).items()
+            if pid != other_pid and count > 0
+        }
+    assert bad_signature_counts(multiproc_dir)[other_pid] == 5
+    assert sum(per_worker.values()) == sent
+    scrapes = [
+        requests.get(f"{base}/metrics", headers={"Connection": "close"}, timeout=10).text
+        for _ in range(6)
+    ]
+    values = [
+        counter(text, "payments_callbacks_received_total", outcome="bad_signature")
+        for text in scrapes
+    ]
+    # What the gunicorn workers counted plus 5 from the other process, in every scrape.
+    assert values == [float(sent + 5)] * 6
+    for text in scrapes:
+        assert text.count("# TYPE payments_dead_letters_open gauge") == 1

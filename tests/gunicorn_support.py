@@ -1,0 +1,49 @@
+"""The project's gunicorn, started for a test as production starts it (config/gunicorn.py)."""
+
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gunicorn_running(env: dict, log_path: Path, *, timeout: float = 60) -> Iterator[str]:
+    """Start gunicorn with ``env`` (which names its bind address in ``GUNICORN_BIND``), wait
+    until ``/healthz`` answers, yield its base URL, and stop it. Its output goes to
+    ``log_path``, shown if it dies before it answers."""
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://{env['GUNICORN_BIND']}"
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass  # not listening or still loading the application
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+            yield base
+        finally:
+            server.terminate()
+            server.wait(20)

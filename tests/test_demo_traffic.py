@@ -28,7 +28,7 @@ def test_a_settled_payment_whose_token_promises_a_return_is_still_moving():
     assert _unfinished() == 0
 
 
-def _processor_outage_story(capture_on_commit) -> None:
+def _processor_outage_story(capture_on_commit, *, start=None) -> None:
     """The breaker's history of a demo run: opened by failures, closed by a successful probe
     (the demo's summary checks the story of its processor outage too)."""
     from datetime import timedelta
@@ -42,7 +42,7 @@ def _processor_outage_story(capture_on_commit) -> None:
         processor_breaker_record,
     )
 
-    now = timezone.now()
+    now = start or timezone.now()
     with capture_on_commit(execute=True):
         for _ in range(5):
             processor_breaker_record(
@@ -87,3 +87,34 @@ def test_the_summary_fails_a_credit_for_an_unsettled_payment(
 
     assert _summary(sandbox.base_url, 0) is False
     assert "[FAIL] no ledger credit without a confirmed payment" in capsys.readouterr().out
+
+
+def test_the_summary_counts_one_resolved_alert_per_breaker_incident(
+    sqs_queues, sandbox, capsys, django_capture_on_commit_callbacks
+):
+    """Injected 5xx may open the breaker again after the outage: a second, short incident with
+    its own alert, which passes when it too is resolved."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.processor.breaker import ALERT_KEY
+    from triage.models import Alert
+
+    _processor_outage_story(django_capture_on_commit_callbacks)
+    _processor_outage_story(
+        django_capture_on_commit_callbacks, start=timezone.now() + timedelta(minutes=5)
+    )
+
+    assert _summary(sandbox.base_url, 0) is True
+    out = capsys.readouterr().out
+    assert "1 more short incident(s) from injected 5xx" in out
+    assert "[PASS] one 'processor unavailable' alert per breaker incident, each resolved " in out
+    assert "(2 alert(s), 2 incident(s))" in out
+
+    latest = Alert.objects.filter(key=ALERT_KEY).order_by("-id").values_list("pk", flat=True)[:1]
+    Alert.objects.filter(pk__in=list(latest)).update(status="firing", resolved_at=None)
+    assert _summary(sandbox.base_url, 0) is False
+    assert "[FAIL] one 'processor unavailable' alert per breaker incident" in (
+        capsys.readouterr().out
+    )

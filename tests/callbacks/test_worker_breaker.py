@@ -376,3 +376,48 @@ def test_a_deferral_that_cannot_be_recorded_hides_the_submission_only_for_the_pa
     assert sandbox.stats()["requests"]["debit_create"] == 1
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
     assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+
+
+def test_a_deferral_that_cannot_be_recorded_after_the_call_that_opened_the_breaker_loses_nothing(
+    sqs_queues, sandbox, settings
+):
+    settings.PROCESSOR_BREAKER_FAILURES = 1  # the first failed call opens the breaker
+    settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 2
+    settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 2
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    message_id = submit_message(sqs_queues, payment)
+    sandbox.outage_start("503", 1)
+
+    with deferrals_refused():
+        run_worker(max_messages=1)
+
+        # The call failed and opened the breaker: its failure stays in the history, but the
+        # attempt was given back, and with no deferral record the hide is only the pause.
+        assert processor_breaker_get().state == BreakerState.OPEN
+        record = QueueMessage.objects.get(message_id=message_id)
+        assert (record.status, record.attempts) == (QueueMessageStatus.RETRYING, 0)
+        [error] = ProcessingError.objects.filter(message_id=message_id)
+        assert error.error_class == "payments.exceptions.ProcessorCircuitOpen"
+        assert not DeferredMessage.objects.exists()
+        assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 1)
+        deadline = time.monotonic() + 20
+        back = []
+        while not back:
+            assert time.monotonic() < deadline, "the deferred submission did not come back"
+            back = sqs_queues.client.receive_message(
+                QueueUrl=sqs_queues.url, WaitTimeSeconds=1, VisibilityTimeout=0
+            ).get("Messages", [])
+        assert [m["MessageId"] for m in back] == [message_id]
+
+        deadline = time.monotonic() + 20
+        while payment.state == PaymentState.PENDING and time.monotonic() < deadline:
+            run_worker()
+            payment.refresh_from_db()
+
+    assert payment.state == PaymentState.SUBMITTED
+    record.refresh_from_db()
+    assert (record.status, record.attempts) == (QueueMessageStatus.DONE, 1)
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+    assert not PaymentHold.objects.exists()

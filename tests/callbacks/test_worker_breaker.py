@@ -5,14 +5,23 @@ Real local SQS, real sandbox processor over HTTP, PostgreSQL; the worker through
 
 import io
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from callbacks.models import DeferredMessage, PaymentHold, ProcessingError, QueueMessage
+from callbacks.models import (
+    DeferredMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
 from callbacks.reconciliation import payments_reconcile
 from payments.models import (
     AttemptOutcome,
@@ -23,7 +32,7 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
-from payments.processor.breaker import PROCESSOR, processor_breaker_get
+from payments.processor.breaker import PROCESSOR, processor_breaker_get, processor_breaker_wait
 from tests.callbacks.worker_support import (
     applied_events,
     drain,
@@ -240,3 +249,175 @@ def test_reconciliation_makes_no_status_call_while_the_breaker_is_open(sqs_queue
 
     assert ProcessorAttempt.objects.filter(payment=payment, operation="status").count() == 1
     assert processor_breaker_get().state == BreakerState.CLOSED
+
+
+@contextmanager
+def breaker_table_unreadable() -> Iterator[None]:
+    """The breaker's table is gone for as long as the block runs (renamed, so its row and its
+    constraints come back intact): every read of the breaker fails inside PostgreSQL."""
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE payments_circuitbreaker RENAME TO payments_circuitbreaker_away")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "ALTER TABLE payments_circuitbreaker_away RENAME TO payments_circuitbreaker"
+            )
+
+
+@contextmanager
+def deferrals_refused() -> Iterator[None]:
+    """PostgreSQL refuses every write of a deferred-message row while the block runs."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_deferred_message() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN RAISE EXCEPTION 'deferred messages refused'; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER refuse_deferred_message BEFORE INSERT OR UPDATE "
+            "ON callbacks_deferredmessage FOR EACH ROW EXECUTE FUNCTION refuse_deferred_message()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_deferred_message ON callbacks_deferredmessage")
+            cursor.execute("DROP FUNCTION refuse_deferred_message()")
+
+
+def test_an_unreadable_breaker_makes_the_submission_a_counted_retry_then_it_submits_once(
+    sqs_queues, sandbox, fast_retries
+):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    processor_breaker_get()  # the row exists and is closed: only the database is in the way
+    message_id = submit_message(sqs_queues, payment)
+
+    with breaker_table_unreadable():
+        with pytest.raises(DatabaseError):
+            processor_breaker_wait()
+        run_worker(max_messages=1)
+
+        # It fell through to the normal path: started (one attempt), then the submission's own
+        # breaker check failed the same way before any call, and that failure is on record.
+        record = QueueMessage.objects.get(message_id=message_id)
+        assert (record.status, record.attempts) == (QueueMessageStatus.RETRYING, 1)
+        [error] = ProcessingError.objects.filter(message_id=message_id)
+        assert error.error_class == "django.db.utils.ProgrammingError"
+        assert 'relation "payments_circuitbreaker" does not exist' in error.message
+        assert error.retryable
+        assert not DeferredMessage.objects.exists()
+        assert not ProcessorAttempt.objects.exists()
+        assert sandbox.stats()["requests"] == {}
+        # Not deleted, not dead-lettered: back on the queue after its (zero) backoff.
+        assert queue_counts(sqs_queues.client, sqs_queues.url) == (1, 0)
+        assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    record.refresh_from_db()
+    assert (record.status, record.attempts) == (QueueMessageStatus.DONE, 2)
+    assert ProcessingError.objects.filter(message_id=message_id).count() == 1
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+    assert not PaymentHold.objects.exists()
+
+
+def test_a_deferral_that_cannot_be_recorded_hides_the_submission_only_for_the_pause(
+    sqs_queues, sandbox
+):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    message_id = submit_message(sqs_queues, payment)
+    open_the_breaker(seconds=3)
+    open_until = processor_breaker_get().open_until
+    before = deferred_count("breaker_open")
+
+    with deferrals_refused():
+        run_worker()
+
+        assert deferred_count("breaker_open") == before + 1
+        # Deferred without a record: no row to release it early, no start, no attempt, no
+        # error, no call.
+        assert not DeferredMessage.objects.exists()
+        assert not QueueMessage.objects.filter(message_id=message_id).exists()
+        assert not ProcessingError.objects.exists()
+        assert not ProcessorAttempt.objects.exists()
+        assert sandbox.stats()["requests"] == {}
+        assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 1)
+
+        # Nobody could release it, so it must come back by itself when the pause is over, not
+        # after the long hide of a recorded deferral (300 s). Peek with a zero visibility
+        # timeout, which leaves it visible for the worker.
+        deadline = time.monotonic() + 20
+        back = []
+        while not back:
+            assert time.monotonic() < deadline, "the deferred submission did not come back"
+            back = sqs_queues.client.receive_message(
+                QueueUrl=sqs_queues.url, WaitTimeSeconds=1, VisibilityTimeout=0
+            ).get("Messages", [])
+        assert [m["MessageId"] for m in back] == [message_id]
+        assert timezone.now() >= open_until  # and not before the pause was over
+
+        # The pause is over: the worker's probe closes the breaker and the submission goes,
+        # with deferral records still refused (a closed breaker needs none).
+        deadline = time.monotonic() + 20
+        while payment.state == PaymentState.PENDING and time.monotonic() < deadline:
+            run_worker()
+            payment.refresh_from_db()
+
+    assert payment.state == PaymentState.SUBMITTED
+    assert processor_breaker_get().state == BreakerState.CLOSED
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == (QueueMessageStatus.DONE, 1)
+    assert not ProcessingError.objects.exists()
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    assert sandbox.stats()["requests"]["debit_create"] == 1
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+
+
+def test_a_deferral_that_cannot_be_recorded_after_the_call_that_opened_the_breaker_loses_nothing(
+    sqs_queues, sandbox, settings
+):
+    settings.PROCESSOR_BREAKER_FAILURES = 1  # the first failed call opens the breaker
+    settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 2
+    settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 2
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    message_id = submit_message(sqs_queues, payment)
+    sandbox.outage_start("503", 1)
+
+    with deferrals_refused():
+        run_worker(max_messages=1)
+
+        # The call failed and opened the breaker: its failure stays in the history, but the
+        # attempt was given back, and with no deferral record the hide is only the pause.
+        assert processor_breaker_get().state == BreakerState.OPEN
+        record = QueueMessage.objects.get(message_id=message_id)
+        assert (record.status, record.attempts) == (QueueMessageStatus.RETRYING, 0)
+        [error] = ProcessingError.objects.filter(message_id=message_id)
+        assert error.error_class == "payments.exceptions.ProcessorCircuitOpen"
+        assert not DeferredMessage.objects.exists()
+        assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 1)
+        deadline = time.monotonic() + 20
+        back = []
+        while not back:
+            assert time.monotonic() < deadline, "the deferred submission did not come back"
+            back = sqs_queues.client.receive_message(
+                QueueUrl=sqs_queues.url, WaitTimeSeconds=1, VisibilityTimeout=0
+            ).get("Messages", [])
+        assert [m["MessageId"] for m in back] == [message_id]
+
+        deadline = time.monotonic() + 20
+        while payment.state == PaymentState.PENDING and time.monotonic() < deadline:
+            run_worker()
+            payment.refresh_from_db()
+
+    assert payment.state == PaymentState.SUBMITTED
+    record.refresh_from_db()
+    assert (record.status, record.attempts) == (QueueMessageStatus.DONE, 1)
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+    assert not PaymentHold.objects.exists()

@@ -363,7 +363,8 @@ def send_messages_now(messages: Iterable[OutgoingMessage], *, url: str | None = 
     if outcome.unreachable:
         raise QueueUnavailable(outcome.unreachable[0][1])
     if outcome.refused:
-        detail = ", ".join(f"{batch.index(m)}: {why}" for m, why in outcome.refused)
+        position = {id(m): i for i, m in enumerate(batch)}
+        detail = ", ".join(f"{position[id(m)]}: {why}" for m, why in outcome.refused)
         raise QueueUnavailable(
             f"SQS refused {len(outcome.refused)} of {len(batch)} messages ({detail})"
         )

@@ -13,7 +13,9 @@ import logging
 import threading
 from collections import OrderedDict
 
+from django.db import transaction
 from django.http import HttpRequest
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -242,6 +244,9 @@ _RESPONSES = {
 }
 
 
+# The endpoint writes nothing to the database and sends to SQS, which the gateway refuses inside a
+# transaction: a host's ATOMIC_REQUESTS must not wrap it.
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ProcessorCallbackApi(APIView):
     authentication_classes = [ProcessorSignatureAuthentication]
     permission_classes = [IsAuthenticated]

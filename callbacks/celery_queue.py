@@ -22,7 +22,6 @@ def celery_queue_ensure(*, visibility_timeout: int | None = None) -> str:
     ``https://sqs.<region>.amazonaws.com/<account>/<name>``, on the local server its own form),
     which kombu's ``predefined_queues`` must carry.
     """
-    from botocore.exceptions import BotoCoreError, ClientError
     from django.conf import settings
 
     from callbacks import sqs
@@ -43,16 +42,14 @@ def celery_queue_ensure(*, visibility_timeout: int | None = None) -> str:
     if not 0 <= timeout <= 43200:
         raise CeleryQueueError(f"visibility timeout must be 0..43200 seconds, got {timeout}")
     try:
-        return sqs.sqs_client().create_queue(
-            QueueName=name, Attributes=broker_queue_attributes(visibility_timeout=timeout)
-        )["QueueUrl"]
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
+        return sqs.queue_create(
+            name=name, attributes=broker_queue_attributes(visibility_timeout=timeout)
+        )
+    except sqs.QueueRefused as exc:
         raise CeleryQueueError(
-            f"SQS refused to create queue {name!r}: {error.get('Code')} "
-            f"{error.get('Message', '')}".strip()
+            f"SQS refused to create queue {name!r}: {exc.code} {exc.detail}".strip()
         ) from exc
-    except BotoCoreError as exc:
+    except sqs.QueueUnavailable as exc:
         raise CeleryQueueError(f"cannot reach SQS to create queue {name!r}: {exc}") from exc
 
 

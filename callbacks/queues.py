@@ -8,9 +8,10 @@ endpoint comes from ``SQS_ENDPOINT_URL`` through ``callbacks.sqs``.
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from botocore.exceptions import BotoCoreError, ClientError
 from django.db import DatabaseError
 
 from callbacks import conf as callbacks_conf
@@ -28,8 +29,6 @@ VISIBILITY_TIMEOUT_FALLBACK = 30
 VISIBILITY_TIMEOUT_MAX = 12 * 60 * 60  # SQS's own limit
 RETENTION_14_DAYS = 14 * 24 * 60 * 60  # SQS's maximum: dead letters must outlive a long weekend
 SSE_ATTRIBUTE = "SqsManagedSseEnabled"
-
-_MISSING_QUEUE_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
 
 class QueueSetupError(Exception):
@@ -55,35 +54,19 @@ def _visibility_timeout_default() -> tuple[int, str]:
         return VISIBILITY_TIMEOUT_FALLBACK, f"default; latency data unavailable: {exc}"
 
 
-def _call(operation: str, **kwargs) -> dict:
+@contextmanager
+def _refusals_named(operation: str) -> Iterator[None]:
+    """A call SQS refused becomes a ``QueueSetupError`` naming it; ``QueueUnavailable`` (SQS
+    unreachable) goes through as it is."""
     try:
-        return getattr(sqs.sqs_client(), operation)(**kwargs)
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise QueueSetupError(
-            f"SQS refused {operation}: {error.get('Code')} {error.get('Message', '')}".strip()
-        ) from exc
-    except BotoCoreError as exc:
-        raise sqs.QueueUnavailable(f"{operation} failed: {exc}") from exc
+        yield
+    except sqs.QueueRefused as exc:
+        raise QueueSetupError(f"SQS refused {operation}: {exc.code} {exc.detail}".strip()) from exc
 
 
 def _find(name: str) -> _Queue:
-    try:
-        url = sqs.sqs_client().get_queue_url(QueueName=name)["QueueUrl"]
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in _MISSING_QUEUE_CODES:
-            return _Queue(name=name, url=None)
-        raise QueueSetupError(f"cannot look up queue {name!r}: {exc}") from exc
-    except BotoCoreError as exc:
-        raise sqs.QueueUnavailable(f"cannot look up queue {name!r}: {exc}") from exc
-    return _Queue(name=name, url=url)
-
-
-# --- Queue definitions ----------------------------------------------------------------------
-# The one source of the queues' attributes: ``queues_ensure`` applies them, the Celery broker
-# queue is created with ``broker_queue_attributes``, and the CloudFormation template
-# (deploy/aws/payments.yaml) is tested against them, so the two ways of creating the queues
-# cannot drift apart. Every queue is encrypted at rest (SSE-SQS).
+    with _refusals_named(f"get_queue_url for {name!r}"):
+        return _Queue(name=name, url=sqs.queue_find(name))
 
 
 def dead_letter_queue_attributes() -> dict[str, str]:
@@ -150,13 +133,13 @@ def _ensure(queue: _Queue, desired: dict[str, str], *, dry_run: bool) -> tuple[s
     if queue.url is None:
         if dry_run:
             return "", [f"would create queue {queue.name} ({_format(desired)})"]
-        url = _call("create_queue", QueueName=queue.name, Attributes=desired)["QueueUrl"]
+        with _refusals_named("create_queue"):
+            url = sqs.queue_create(name=queue.name, attributes=desired)
         logger.info("created queue %s", queue.name, extra={"queue": queue.name})
         return url, [f"created queue {queue.name} ({_format(desired)})"]
 
-    current = _call("get_queue_attributes", QueueUrl=queue.url, AttributeNames=["All"])[
-        "Attributes"
-    ]
+    with _refusals_named("get_queue_attributes"):
+        current = sqs.queue_attributes(queue.url, ["All"])
     if current.get("FifoQueue") != "true":
         raise QueueSetupError(
             f"queue {queue.name} exists but is not a FIFO queue; it cannot be converted, "
@@ -172,7 +155,8 @@ def _ensure(queue: _Queue, desired: dict[str, str], *, dry_run: bool) -> tuple[s
     changes = "; ".join(f"{k} {current.get(k, '(unset)')} -> {v}" for k, v in drift.items())
     if dry_run:
         return queue.url, [f"would change queue {queue.name}: {changes}"]
-    _call("set_queue_attributes", QueueUrl=queue.url, Attributes=drift)
+    with _refusals_named("set_queue_attributes"):
+        sqs.queue_attributes_set(url=queue.url, attributes=drift)
     logger.warning("changed queue %s: %s", queue.name, changes, extra={"queue": queue.name})
     return queue.url, [f"changed queue {queue.name}: {changes}"]
 
@@ -213,9 +197,8 @@ def queues_ensure(
     dlq_url, dlq_lines = _ensure(_find(dlq_name), dead_letter_queue_attributes(), dry_run=dry_run)
     lines += dlq_lines
     if dlq_url:
-        dlq_arn = _call("get_queue_attributes", QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        with _refusals_named("get_queue_attributes"):
+            dlq_arn = sqs.queue_attributes(dlq_url, ["QueueArn"])["QueueArn"]
     else:  # dry run, dead-letter queue not created
         dlq_arn = f"<arn of {dlq_name} once created>"
     _, main_lines = _ensure(

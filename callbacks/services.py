@@ -5,12 +5,10 @@ caller's transaction together with the message's work. Services whose names end 
 that document a send act on SQS immediately and are never called inside a transaction.
 """
 
-import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from botocore.exceptions import BotoCoreError, ClientError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -25,8 +23,8 @@ from callbacks.models import (
     ProcessingError,
     QueueMessage,
     QueueMessageStatus,
-    sequence_key,
 )
+from callbacks.sqs import ReceivedMessage
 
 logger = logging.getLogger(__name__)
 
@@ -40,54 +38,6 @@ def storable_text(raw: str) -> str:
     """``raw`` with what PostgreSQL's text cannot hold escaped: NUL as ``\\x00``, an unpaired
     surrogate as ``\\udxxx``. Everything else is kept as it is, readable."""
     return raw.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-
-
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """One message as SQS delivered it, with the attributes the worker relies on."""
-
-    message_id: str
-    receipt_handle: str
-    raw_body: str
-    body: dict | None  # None when the body is not a JSON object
-    group_id: str
-    deduplication_id: str
-    sequence_number: str  # zero-padded (see models.sequence_key)
-    enqueued_at: datetime | None
-    receive_count: int
-
-    @classmethod
-    def from_sqs(cls, message: dict) -> "ReceivedMessage":
-        attributes = message.get("Attributes") or {}
-        raw_body = message.get("Body") or ""
-        try:
-            body = json.loads(raw_body)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            body = None
-        sent = attributes.get("SentTimestamp")
-        return cls(
-            message_id=message["MessageId"],
-            receipt_handle=message["ReceiptHandle"],
-            raw_body=raw_body,
-            body=body,
-            group_id=attributes.get("MessageGroupId", ""),
-            deduplication_id=attributes.get("MessageDeduplicationId", ""),
-            sequence_number=sequence_key(attributes.get("SequenceNumber")),
-            enqueued_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
-            receive_count=int(attributes.get("ApproximateReceiveCount") or 1),
-        )
-
-    @property
-    def kind(self) -> str:
-        kind = (self.body or {}).get("kind")
-        return kind if isinstance(kind, str) else ""
-
-    @property
-    def payment_id(self) -> str:
-        # The group id is the payment id by contract; the body is checked against it later.
-        return self.group_id
 
 
 @dataclass(frozen=True)
@@ -457,27 +407,13 @@ def deferred_messages_release_now(*, queue_url: str, limit: int = 100) -> int:
             .order_by("id")[:limit]
         )
         DeferredMessage.objects.filter(pk__in=[r.pk for r in rows]).update(released_at=now)
-    released: list[int] = []
-    retry: list[int] = []
-    for start in range(0, len(rows), 10):
-        chunk = rows[start : start + 10]
-        try:
-            response = sqs.sqs_client().change_message_visibility_batch(
-                QueueUrl=queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": r.receipt_handle, "VisibilityTimeout": 0}
-                    for i, r in enumerate(chunk)
-                ],
-            )
-        except (BotoCoreError, ClientError) as exc:
-            logger.warning("could not release %s deferred message(s): %s", len(chunk), exc)
-            retry += [r.pk for r in chunk]
-            continue
-        failed = {int(f["Id"]) for f in response.get("Failed") or []}
-        for i, row in enumerate(chunk):
-            if i in failed:
-                logger.info("deferred message %s: stale receipt handle", row.message_id)
-            released.append(row.pk)
+    outcome = sqs.change_visibility_batch(url=queue_url, messages=rows, seconds=0)
+    for row, why in outcome.unreachable:
+        logger.warning("could not release deferred message %s: %s", row.message_id, why)
+    for row, _ in outcome.refused:
+        logger.info("deferred message %s: stale receipt handle", row.message_id)
+    released = [row.pk for row in outcome.done] + [row.pk for row, _ in outcome.refused]
+    retry = [row.pk for row, _ in outcome.unreachable]
     if retry:
         DeferredMessage.objects.filter(pk__in=retry).update(released_at=None)
     DeferredMessage.objects.filter(pk__in=released).delete()

@@ -1,7 +1,15 @@
 """The one place that talks to SQS: a reused boto3 client, cached queue URLs, typed errors.
 
-Every function here acts immediately on the network; none of them may be called inside a
-transaction that can still roll back (use the outbox or ``transaction.on_commit``).
+No other module of the product imports boto3 (a lint rule refuses it). Every function here acts
+immediately on the network, and each refuses to run inside a database transaction that can
+still roll back (``SqsCallInTransaction``): a message sent there outlives a rollback, and a
+network wait there holds the transaction's locks. Publish through the outbox or
+``transaction.on_commit`` instead; the rare caller for which a call inside a transaction is
+safe says so with ``transaction_allowed()`` and a comment saying why.
+
+Transport errors and refusals raise ``QueueUnavailable`` (a refusal, ``QueueRefused``, carries
+SQS's error code). Batch calls are split into SQS's chunks of ten by one helper, which reports
+each entry as done, refused (SQS's ``Failed``) or unreachable (its chunk's call failed).
 
 Each function that calls SQS, here or through here, is declared in ``callbacks.sqs_access`` with
 its operations, queues and process roles: the IAM policies are built from that table, and tests
@@ -11,14 +19,21 @@ fail on a call site it does not declare.
 import json
 import logging
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Generic, Protocol, TypeVar
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+# The gateway itself: the only module of the apps the lint lets import boto3.
+import boto3  # noqa: TID251
+from botocore.config import Config  # noqa: TID251
+from botocore.exceptions import BotoCoreError, ClientError  # noqa: TID251
+from django.db import connections
 
 from callbacks import conf as callbacks_conf
+from callbacks.models import sequence_key
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +45,31 @@ _CONFIG = Config(
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=20,
 )
+BATCH_LIMIT = 10  # entries per SQS batch call
+_MISSING_QUEUE_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
 _lock = threading.Lock()
 _client = None
 _client_key: tuple | None = None
 _queue_urls: dict[str, str] = {}
+_allowed_in_transaction: ContextVar[bool] = ContextVar("sqs_allowed_in_transaction", default=False)
 
 
 class QueueUnavailable(Exception):
     """SQS (or the local server) could not be reached or refused the call."""
+
+
+class QueueRefused(QueueUnavailable):
+    """SQS answered, with an error: ``code`` is SQS's error code."""
+
+    def __init__(self, message: str, *, code: str, detail: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.detail = detail
+
+
+class SqsCallInTransaction(RuntimeError):
+    """SQS was called inside a database transaction that can still roll back."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +77,172 @@ class OutgoingMessage:
     body: dict
     group_id: str
     deduplication_id: str
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """One message as SQS delivered it, with the attributes the product relies on."""
+
+    message_id: str
+    receipt_handle: str
+    raw_body: str
+    body: dict | None  # None when the body is not a JSON object
+    group_id: str
+    deduplication_id: str
+    sequence_number: str  # zero-padded (see models.sequence_key)
+    enqueued_at: datetime | None
+    receive_count: int
+    # Every attribute as SQS gave it (kept with a dead letter for the person who reads it).
+    attributes: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_sqs(cls, message: dict) -> "ReceivedMessage":
+        """The one parser of a raw ``ReceiveMessage`` entry."""
+        attributes = message.get("Attributes") or {}
+        raw_body = message.get("Body") or ""
+        try:
+            body = json.loads(raw_body)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            body = None
+        sent = attributes.get("SentTimestamp")
+        return cls(
+            message_id=message["MessageId"],
+            receipt_handle=message["ReceiptHandle"],
+            raw_body=raw_body,
+            body=body,
+            group_id=attributes.get("MessageGroupId", ""),
+            deduplication_id=attributes.get("MessageDeduplicationId", ""),
+            sequence_number=sequence_key(attributes.get("SequenceNumber")),
+            enqueued_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
+            receive_count=int(attributes.get("ApproximateReceiveCount") or 1),
+            attributes=attributes,
+        )
+
+    @property
+    def kind(self) -> str:
+        kind = (self.body or {}).get("kind")
+        return kind if isinstance(kind, str) else ""
+
+    @property
+    def payment_id(self) -> str:
+        # The group id is the payment id by contract; the body is checked against it later.
+        return self.group_id
+
+
+class HasReceiptHandle(Protocol):
+    @property
+    def receipt_handle(self) -> str: ...
+
+
+T = TypeVar("T")
+R = TypeVar("R", bound=HasReceiptHandle)
+
+
+@dataclass
+class BatchOutcome(Generic[T]):
+    """What became of each entry of a batch call, in the order given."""
+
+    done: list[T] = field(default_factory=list)
+    refused: list[tuple[T, str]] = field(default_factory=list)  # SQS's ``Failed``, with why
+    unreachable: list[tuple[T, str]] = field(default_factory=list)  # its chunk's call failed
+    results: list[dict] = field(default_factory=list)  # SQS's ``Successful`` entry per done one
+
+
+# --- the transaction rule ---------------------------------------------------------------------
+
+
+def _open_transaction_alias() -> str | None:
+    """The alias of a connection inside an atomic block that can still roll back, if any.
+
+    The atomic blocks a Django test case wraps each test in are ignored, exactly as Django's own
+    ``atomic(durable=True)`` check ignores them: they stand for "no transaction" in a test.
+    """
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block and any(
+            not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
+        ):
+            return connection.alias
+    return None
+
+
+def _ensure_outside_transaction(what: str) -> None:
+    if _allowed_in_transaction.get():
+        return
+    alias = _open_transaction_alias()
+    if alias is not None:
+        raise SqsCallInTransaction(
+            f"{what}: SQS is called inside a transaction on database {alias!r}; call it after "
+            "the commit (transaction.on_commit, the outbox) or, where that is safe, inside "
+            "callbacks.sqs.transaction_allowed()"
+        )
+
+
+@contextmanager
+def transaction_allowed() -> Iterator[None]:
+    """Let the SQS calls made in this block run inside a database transaction.
+
+    For the few callers for which that is safe (say why where you use it): typically a call
+    whose effect is harmless if the transaction rolls back and that holds no lock worth
+    speaking of while it waits.
+    """
+    token = _allowed_in_transaction.set(True)
+    try:
+        yield
+    finally:
+        _allowed_in_transaction.reset(token)
+
+
+@contextmanager
+def _transport(what: str) -> Iterator[None]:
+    """Run one SQS call: outside any transaction, its errors as ``QueueUnavailable``."""
+    _ensure_outside_transaction(what)
+    try:
+        yield
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code, detail = str(error.get("Code") or ""), str(error.get("Message") or "")
+        raise QueueRefused(f"{what}: {exc}", code=code, detail=detail) from exc
+    except BotoCoreError as exc:
+        raise QueueUnavailable(f"{what}: {exc}") from exc
+
+
+def _in_batches(
+    items: Sequence[T],
+    *,
+    what: str,
+    entry: Callable[[T], dict],
+    call: Callable[[list[dict]], dict],
+) -> BatchOutcome[T]:
+    """Call ``call`` with ``items`` in chunks of ten (``entry`` builds each one's fields) and
+    read SQS's ``Successful``/``Failed`` answers back onto the items. A chunk whose call fails
+    marks its items unreachable; the other chunks are still sent."""
+    outcome: BatchOutcome[T] = BatchOutcome()
+    for start in range(0, len(items), BATCH_LIMIT):
+        chunk = items[start : start + BATCH_LIMIT]
+        entries = [{"Id": str(i), **entry(item)} for i, item in enumerate(chunk)]
+        try:
+            with _transport(what):
+                response = call(entries)
+        except QueueUnavailable as exc:
+            outcome.unreachable += [(item, str(exc)) for item in chunk]
+            continue
+        failed = {
+            int(f["Id"]): f"{f.get('Code', '')} {f.get('Message', '')}".strip()
+            for f in response.get("Failed") or []
+        }
+        successful = {int(s["Id"]): s for s in response.get("Successful") or []}
+        for i, item in enumerate(chunk):
+            if i in failed:
+                outcome.refused.append((item, failed[i]))
+            else:
+                outcome.done.append(item)
+                outcome.results.append(successful.get(i, {}))
+    return outcome
+
+
+# --- client and queues ------------------------------------------------------------------------
 
 
 def sqs_client():
@@ -79,10 +276,8 @@ def queue_url(name: str) -> str:
     cache_key = f"{callbacks_conf.SQS_ENDPOINT_URL}|{name}"
     url = _queue_urls.get(cache_key)
     if url is None:
-        try:
+        with _transport(f"cannot resolve queue {name!r}"):
             url = client.get_queue_url(QueueName=name)["QueueUrl"]
-        except (BotoCoreError, ClientError) as exc:
-            raise QueueUnavailable(f"cannot resolve queue {name!r}: {exc}") from exc
         _queue_urls[cache_key] = url
     return url
 
@@ -95,19 +290,50 @@ def dead_letter_queue_url() -> str:
     return queue_url(callbacks_conf.SQS_DLQ_NAME)
 
 
+def queue_find(name: str) -> str | None:
+    """The URL of queue ``name``, or None when it does not exist (uncached: for set-up)."""
+    try:
+        with _transport(f"cannot look up queue {name!r}"):
+            return sqs_client().get_queue_url(QueueName=name)["QueueUrl"]
+    except QueueRefused as exc:
+        if exc.code in _MISSING_QUEUE_CODES:
+            return None
+        raise
+
+
+def queue_create(*, name: str, attributes: dict[str, str]) -> str:
+    """Create queue ``name`` (SQS returns the existing one if its attributes match); its URL."""
+    with _transport(f"create_queue {name!r} failed"):
+        return sqs_client().create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+
+
+def queue_attributes(url: str, names: Iterable[str] = ("All",)) -> dict[str, str]:
+    with _transport(f"cannot read attributes of {url}"):
+        return sqs_client().get_queue_attributes(QueueUrl=url, AttributeNames=list(names))[
+            "Attributes"
+        ]
+
+
+def queue_attributes_set(*, url: str, attributes: dict[str, str]) -> None:
+    with _transport(f"set_queue_attributes on {url} failed"):
+        sqs_client().set_queue_attributes(QueueUrl=url, Attributes=attributes)
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
 def send_message_now(
     *, body: dict, group_id: str, deduplication_id: str, url: str | None = None
 ) -> str:
     """Send one message to a FIFO queue (the main queue by default); return its message id."""
-    try:
+    target = url or main_queue_url()
+    with _transport("send to SQS failed"):
         response = sqs_client().send_message(
-            QueueUrl=url or main_queue_url(),
+            QueueUrl=target,
             MessageBody=json.dumps(body, separators=(",", ":")),
             MessageGroupId=group_id,
             MessageDeduplicationId=deduplication_id,
         )
-    except (BotoCoreError, ClientError) as exc:
-        raise QueueUnavailable(f"send to SQS failed: {exc}") from exc
     return response["MessageId"]
 
 
@@ -120,35 +346,75 @@ def send_messages_now(messages: Iterable[OutgoingMessage], *, url: str | None = 
     batch = list(messages)
     if not batch:
         return []
-    if len(batch) > 10:
+    if len(batch) > BATCH_LIMIT:
         raise ValueError("SQS batches hold at most 10 messages")
-    entries = [
-        {
-            "Id": str(i),
+    target = url or main_queue_url()
+    client = sqs_client()
+    outcome = _in_batches(
+        batch,
+        what="batch send to SQS failed",
+        entry=lambda m: {
             "MessageBody": json.dumps(m.body, separators=(",", ":")),
             "MessageGroupId": m.group_id,
             "MessageDeduplicationId": m.deduplication_id,
-        }
-        for i, m in enumerate(batch)
-    ]
-    try:
-        response = sqs_client().send_message_batch(
-            QueueUrl=url or main_queue_url(), Entries=entries
+        },
+        call=lambda entries: client.send_message_batch(QueueUrl=target, Entries=entries),
+    )
+    if outcome.unreachable:
+        raise QueueUnavailable(outcome.unreachable[0][1])
+    if outcome.refused:
+        position = {id(m): i for i, m in enumerate(batch)}
+        detail = ", ".join(f"{position[id(m)]}: {why}" for m, why in outcome.refused)
+        raise QueueUnavailable(
+            f"SQS refused {len(outcome.refused)} of {len(batch)} messages ({detail})"
         )
-    except (BotoCoreError, ClientError) as exc:
-        raise QueueUnavailable(f"batch send to SQS failed: {exc}") from exc
-    failed = response.get("Failed") or []
-    if failed:
-        detail = ", ".join(f"{f['Id']}: {f.get('Code')} {f.get('Message', '')}" for f in failed)
-        raise QueueUnavailable(f"SQS refused {len(failed)} of {len(batch)} messages ({detail})")
-    ids = {int(s["Id"]): s["MessageId"] for s in response.get("Successful", [])}
-    return [ids[i] for i in range(len(batch))]
+    return [result["MessageId"] for result in outcome.results]
 
 
-def queue_attributes(url: str, names: Iterable[str] = ("All",)) -> dict[str, str]:
-    try:
-        return sqs_client().get_queue_attributes(QueueUrl=url, AttributeNames=list(names))[
-            "Attributes"
-        ]
-    except (BotoCoreError, ClientError) as exc:
-        raise QueueUnavailable(f"cannot read attributes of {url}: {exc}") from exc
+def receive_messages(
+    *, url: str, max_messages: int, wait_seconds: int, visibility_timeout: int
+) -> list[ReceivedMessage]:
+    """Receive up to ``max_messages`` (at most ten) with every attribute the product reads."""
+    with _transport(f"receive from {url} failed"):
+        response = sqs_client().receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=max_messages,
+            WaitTimeSeconds=wait_seconds,
+            VisibilityTimeout=visibility_timeout,
+            AttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+    return [ReceivedMessage.from_sqs(m) for m in response.get("Messages") or []]
+
+
+def delete_message(*, url: str, receipt_handle: str) -> None:
+    with _transport(f"delete from {url} failed"):
+        sqs_client().delete_message(QueueUrl=url, ReceiptHandle=receipt_handle)
+
+
+def delete_messages(*, url: str, messages: Sequence[R]) -> BatchOutcome[R]:
+    client = sqs_client()
+    return _in_batches(
+        messages,
+        what=f"batch delete from {url} failed",
+        entry=lambda m: {"ReceiptHandle": m.receipt_handle},
+        call=lambda entries: client.delete_message_batch(QueueUrl=url, Entries=entries),
+    )
+
+
+def change_visibility(*, url: str, receipt_handle: str, seconds: int) -> None:
+    with _transport(f"change of visibility on {url} failed"):
+        sqs_client().change_message_visibility(
+            QueueUrl=url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+        )
+
+
+def change_visibility_batch(*, url: str, messages: Sequence[R], seconds: int) -> BatchOutcome[R]:
+    client = sqs_client()
+    return _in_batches(
+        messages,
+        what=f"batch change of visibility on {url} failed",
+        entry=lambda m: {"ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds},
+        call=lambda entries: client.change_message_visibility_batch(QueueUrl=url, Entries=entries),
+    )

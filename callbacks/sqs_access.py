@@ -1,8 +1,8 @@
 """Which SQS actions each process calls, on which queue: the table least-privilege IAM is built on.
 
-Every place in the product that calls SQS (directly on the boto3 client, or through the gateway
-``callbacks.sqs``) is declared here once, with the boto3 operations it uses, the queues it uses
-them on and the process roles that run it. The CloudFormation template's IAM policies
+Every place in the product that calls SQS (through the gateway ``callbacks.sqs``, the only module
+that holds the boto3 client) is declared here once, with the boto3 operations it uses, the queues
+it uses them on and the process roles that run it. The CloudFormation template's IAM policies
 (``deploy/aws/payments.yaml``) must grant exactly ``role_permissions(role)``: tests fail on an
 action a policy lacks and on one it grants that nothing calls. Other tests keep the table honest:
 one reads the code and fails on a call site that is missing here (or declared but gone), others
@@ -149,12 +149,16 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         _roles(SETUP),
     ),
     SqsCallSite(
-        "callbacks.queues:_call",
+        "callbacks.queues:_ensure",
         {
             MAIN: _ops("create_queue", "get_queue_attributes", "set_queue_attributes"),
             DLQ: _ops("create_queue", "get_queue_attributes", "set_queue_attributes"),
         },
         _roles(SETUP),
+    ),
+    # The main queue's RedrivePolicy names the dead-letter queue's ARN.
+    SqsCallSite(
+        "callbacks.queues:queues_ensure", {DLQ: _ops("get_queue_attributes")}, _roles(SETUP)
     ),
     # setup_celery_queue. Celery processes call it too when CELERY_SQS_QUEUE_URL is unset; in
     # production it is set (the template outputs it), so they never need sqs:CreateQueue.

@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from botocore.exceptions import BotoCoreError, ClientError
 from django.db import DatabaseError, DataError, close_old_connections, transaction
 from django.utils import timezone
 
@@ -220,7 +219,7 @@ class VisibilityHeartbeat:
         self.queue_url = queue_url
         self.visibility_timeout = visibility_timeout
         self.interval = max(visibility_timeout / 3, 0.2)
-        self._handles: dict[str, str] = {}
+        self._tracked: dict[str, ReceivedMessage] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -238,12 +237,12 @@ class VisibilityHeartbeat:
     def track(self, messages: Iterable[ReceivedMessage]) -> None:
         with self._lock:
             for m in messages:
-                self._handles[m.message_id] = m.receipt_handle
+                self._tracked[m.message_id] = m
 
     def untrack(self, message_ids: Iterable[str]) -> None:
         with self._lock:
             for message_id in message_ids:
-                self._handles.pop(message_id, None)
+                self._tracked.pop(message_id, None)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -251,30 +250,18 @@ class VisibilityHeartbeat:
 
     def beat(self) -> None:
         with self._lock:
-            entries = list(self._handles.items())
-            for start in range(0, len(entries), 10):
-                chunk = entries[start : start + 10]
-                try:
-                    response = sqs.sqs_client().change_message_visibility_batch(
-                        QueueUrl=self.queue_url,
-                        Entries=[
-                            {
-                                "Id": str(i),
-                                "ReceiptHandle": handle,
-                                "VisibilityTimeout": self.visibility_timeout,
-                            }
-                            for i, (_, handle) in enumerate(chunk)
-                        ],
-                    )
-                except (BotoCoreError, ClientError) as exc:
-                    logger.warning("visibility heartbeat failed: %s", exc)
-                    continue
-                for failed in response.get("Failed") or []:
-                    logger.warning(
-                        "visibility heartbeat refused for message %s: %s",
-                        chunk[int(failed["Id"])][0],
-                        failed.get("Message") or failed.get("Code"),
-                    )
+            tracked = list(self._tracked.values())
+            outcome = sqs.change_visibility_batch(
+                url=self.queue_url, messages=tracked, seconds=self.visibility_timeout
+            )
+        for message, why in outcome.unreachable:
+            logger.warning(
+                "visibility heartbeat failed for message %s: %s", message.message_id, why
+            )
+        for message, why in outcome.refused:
+            logger.warning(
+                "visibility heartbeat refused for message %s: %s", message.message_id, why
+            )
 
 
 def group_in_order(messages: Iterable[ReceivedMessage]) -> list[list[ReceivedMessage]]:
@@ -467,18 +454,12 @@ class Worker:
         count = self.batch_size
         if self.max_messages is not None:
             count = max(1, min(count, self.max_messages - self.stats.processed))
-        try:
-            response = sqs.sqs_client().receive_message(
-                QueueUrl=self._queue_url,
-                MaxNumberOfMessages=count,
-                WaitTimeSeconds=self.wait_time,
-                VisibilityTimeout=self.visibility_timeout,
-                AttributeNames=["All"],
-                MessageSystemAttributeNames=["All"],
-            )
-        except (BotoCoreError, ClientError) as exc:
-            raise sqs.QueueUnavailable(f"receive from SQS failed: {exc}") from exc
-        messages = [ReceivedMessage.from_sqs(m) for m in response.get("Messages") or []]
+        messages = sqs.receive_messages(
+            url=self._queue_url,
+            max_messages=count,
+            wait_seconds=self.wait_time,
+            visibility_timeout=self.visibility_timeout,
+        )
         self.stats.received += len(messages)
         return messages
 
@@ -515,51 +496,21 @@ class Worker:
 
     def release(self, messages: Iterable[ReceivedMessage]) -> None:
         """Make messages visible again now (ChangeMessageVisibility 0), untouched."""
-        batch = list(messages)
-        for start in range(0, len(batch), 10):
-            chunk = batch[start : start + 10]
-            try:
-                response = sqs.sqs_client().change_message_visibility_batch(
-                    QueueUrl=self._queue_url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
-                        for i, m in enumerate(chunk)
-                    ],
-                )
-            except (BotoCoreError, ClientError) as exc:
-                # They become visible anyway when their visibility timeout runs out.
-                logger.warning("could not release %s message(s): %s", len(chunk), exc)
-                continue
-            failed = {int(f["Id"]) for f in response.get("Failed") or []}
-            for i, m in enumerate(chunk):
-                if i in failed:
-                    logger.warning("could not release message %s", m.message_id)
-                else:
-                    self.stats.released += 1
+        outcome = sqs.change_visibility_batch(
+            url=self._queue_url, messages=list(messages), seconds=0
+        )
+        # Those not released become visible anyway when their visibility timeout runs out.
+        for m, why in outcome.unreachable + outcome.refused:
+            logger.warning("could not release message %s: %s", m.message_id, why)
+        self.stats.released += len(outcome.done)
 
     def delete(self, messages: Iterable[ReceivedMessage]) -> None:
         """Delete finished messages in batches. A delete that fails is harmless: the message
         comes back, its QueueMessage row says it is finished, and it is deleted then."""
-        batch = list(messages)
-        for start in range(0, len(batch), 10):
-            chunk = batch[start : start + 10]
-            try:
-                response = sqs.sqs_client().delete_message_batch(
-                    QueueUrl=self._queue_url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m.receipt_handle}
-                        for i, m in enumerate(chunk)
-                    ],
-                )
-            except (BotoCoreError, ClientError) as exc:
-                logger.warning("could not delete %s finished message(s): %s", len(chunk), exc)
-                continue
-            failed = {int(f["Id"]) for f in response.get("Failed") or []}
-            for i, m in enumerate(chunk):
-                if i in failed:
-                    logger.warning("could not delete finished message %s", m.message_id)
-                else:
-                    self.stats.deleted += 1
+        outcome = sqs.delete_messages(url=self._queue_url, messages=list(messages))
+        for m, why in outcome.unreachable + outcome.refused:
+            logger.warning("could not delete finished message %s: %s", m.message_id, why)
+        self.stats.deleted += len(outcome.done)
 
     def hide(self, message: ReceivedMessage, seconds: float, *, wait_for: bool = True) -> None:
         """Hide a message for ``seconds``. ``wait_for``: ``--until-empty`` keeps running until
@@ -567,12 +518,10 @@ class Worker:
         whose end nobody knows."""
         visibility = int(math.ceil(seconds))  # SQS takes whole seconds
         try:
-            sqs.sqs_client().change_message_visibility(
-                QueueUrl=self._queue_url,
-                ReceiptHandle=message.receipt_handle,
-                VisibilityTimeout=visibility,
+            sqs.change_visibility(
+                url=self._queue_url, receipt_handle=message.receipt_handle, seconds=visibility
             )
-        except (BotoCoreError, ClientError) as exc:
+        except sqs.QueueUnavailable as exc:
             logger.warning(
                 "could not hide message %s for its backoff (%s); it returns after the "
                 "visibility timeout instead",

@@ -13,14 +13,12 @@ behind the redriven message (``callbacks.services.hold_release``).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from botocore.exceptions import BotoCoreError, ClientError
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.urls import reverse
@@ -43,6 +41,7 @@ from callbacks.services import (
     payment_hold,
     storable_text,
 )
+from callbacks.sqs import ReceivedMessage
 from payments.alerts import alert_raise
 from triage.exceptions import (
     DeadLetterNotOpen,
@@ -87,22 +86,14 @@ def dead_letters_ingest(*, max_messages: int = 100) -> int:
     if max_messages < 1:
         raise ValueError(f"max_messages must be at least 1, got {max_messages}")
     url = sqs.dead_letter_queue_url()
-    client = sqs.sqs_client()
     taken = stored = 0
     while taken < max_messages:
-        try:
-            response = client.receive_message(
-                QueueUrl=url,
-                MaxNumberOfMessages=min(10, max_messages - taken),
-                WaitTimeSeconds=0,
-                VisibilityTimeout=INGEST_VISIBILITY_TIMEOUT,
-                AttributeNames=["All"],
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-        except (BotoCoreError, ClientError) as exc:
-            raise sqs.QueueUnavailable(f"cannot receive from the DLQ: {exc}") from exc
-        messages = response.get("Messages") or []
+        messages = sqs.receive_messages(
+            url=url,
+            max_messages=min(10, max_messages - taken),
+            wait_seconds=0,
+            visibility_timeout=INGEST_VISIBILITY_TIMEOUT,
+        )
         if not messages:
             break
         for message in messages:
@@ -122,15 +113,15 @@ def dead_letters_ingest(*, max_messages: int = 100) -> int:
     return stored
 
 
-def _dlq_delete(url: str, message: dict) -> None:
+def _dlq_delete(url: str, message: ReceivedMessage) -> None:
     """Delete one ingested message from the DLQ; a failure is logged, never raised: the row is
     committed, and the message comes back after its visibility timeout to be deleted then."""
     try:
-        sqs.sqs_client().delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    except (BotoCoreError, ClientError) as exc:  # the next run retries; nothing is lost
+        sqs.delete_message(url=url, receipt_handle=message.receipt_handle)
+    except sqs.QueueUnavailable as exc:  # the next run retries; nothing is lost
         logger.warning(
             "could not delete message %s from the DLQ (it will be seen again): %s",
-            message.get("MessageId"),
+            message.message_id,
             exc,
         )
 
@@ -158,8 +149,8 @@ def _audit_unchanged(
     )
 
 
-def _store_failed(message: dict, exc: Exception) -> None:
-    message_id = message.get("MessageId", "?")
+def _store_failed(message: ReceivedMessage, exc: Exception) -> None:
+    message_id = message.message_id
     logger.exception("dead letter %s could not be stored; it stays in the DLQ", message_id)
     alert_raise(
         severity="high",
@@ -169,7 +160,7 @@ def _store_failed(message: dict, exc: Exception) -> None:
             f"DLQ: {exc}"
         ),
         details={"dlq_message_id": message_id, "error": str(exc)[:2000]},
-        payment_id=(message.get("Attributes") or {}).get("MessageGroupId") or None,
+        payment_id=message.group_id or None,
     )
 
 
@@ -182,30 +173,23 @@ class _Parsed:
     envelope: dict = field(default_factory=dict)
 
 
-def _parse(message: dict) -> _Parsed:
-    raw = message.get("Body") or ""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        body = {"raw_body": raw}
-    attributes = message.get("Attributes") or {}
+def _parse(message: ReceivedMessage) -> _Parsed:
+    body = message.body if message.body is not None else {"raw_body": message.raw_body}
     envelope = body.get(DEAD_LETTER_KEY)
     if isinstance(envelope, dict) and envelope.get("original_message_id"):
         return _Parsed(
             body=body,
             source=DeadLetterSource.WORKER,
             original_message_id=str(envelope["original_message_id"])[:128],
-            group_id=attributes.get("MessageGroupId", ""),
+            group_id=message.group_id,
             envelope=envelope,
         )
     # Moved by the RedrivePolicy: SQS keeps the message id and the body untouched.
     return _Parsed(
         body=body,
         source=DeadLetterSource.REDRIVE_POLICY,
-        original_message_id=message["MessageId"],
-        group_id=attributes.get("MessageGroupId", ""),
+        original_message_id=message.message_id,
+        group_id=message.group_id,
     )
 
 
@@ -246,11 +230,11 @@ def _storable(value):
     return value
 
 
-def _as_text(message: dict, parsed: _Parsed) -> _Parsed:
+def _as_text(message: ReceivedMessage, parsed: _Parsed) -> _Parsed:
     """The same dead letter with its body kept as escaped text: what the database refused
     (a NUL, an unpaired surrogate, a NaN) must not keep the message in the DLQ."""
     return _Parsed(
-        body={"raw_body": storable_text(message.get("Body") or "")},
+        body={"raw_body": storable_text(message.raw_body)},
         source=parsed.source,
         original_message_id=storable_text(parsed.original_message_id),
         group_id=storable_text(parsed.group_id),
@@ -258,7 +242,7 @@ def _as_text(message: dict, parsed: _Parsed) -> _Parsed:
     )
 
 
-def _dead_letter_store(message: dict) -> DeadLetter | None:
+def _dead_letter_store(message: ReceivedMessage) -> DeadLetter | None:
     """Store one DLQ message; None when it was stored before (by us or a concurrent run).
     A body the database refuses is stored as escaped text instead."""
     parsed = _parse(message)
@@ -269,13 +253,13 @@ def _dead_letter_store(message: dict) -> DeadLetter | None:
     except (DataError, UnicodeError) as exc:
         logger.warning(
             "dead letter %s: body refused by the database (%s); stored as text",
-            message.get("MessageId"),
+            message.message_id,
             exc,
         )
         return _dead_letter_insert(message, _as_text(message, parsed))
 
 
-def _dead_letter_insert(message: dict, parsed: _Parsed) -> DeadLetter | None:
+def _dead_letter_insert(message: ReceivedMessage, parsed: _Parsed) -> DeadLetter | None:
     try:
         with transaction.atomic():
             dead_letter = _dead_letter_build(message, parsed)
@@ -300,9 +284,9 @@ def _dead_letter_insert(message: dict, parsed: _Parsed) -> DeadLetter | None:
     return dead_letter
 
 
-def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
+def _dead_letter_build(message: ReceivedMessage, parsed: _Parsed) -> DeadLetter:
     body, envelope = parsed.body, parsed.envelope
-    attributes = message.get("Attributes") or {}
+    attributes = message.attributes
     queue_message = QueueMessage.objects.filter(message_id=parsed.original_message_id).first()
     errors = list(
         ProcessingError.objects.filter(message_id=parsed.original_message_id).order_by(
@@ -318,7 +302,7 @@ def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
     now = timezone.now()
     dead_letter = DeadLetter(
         original_message_id=parsed.original_message_id,
-        dlq_message_id=message["MessageId"],
+        dlq_message_id=message.message_id,
         payment_id=_as_uuid(parsed.group_id, fields.get("payment_id")),
         kind=kind[:32],
         group_id=parsed.group_id[:128],
@@ -326,9 +310,7 @@ def _dead_letter_build(message: dict, parsed: _Parsed) -> DeadLetter:
             queue_message.deduplication_id
             if queue_message is not None
             else (
-                attributes.get("MessageDeduplicationId", "")
-                if parsed.source == DeadLetterSource.REDRIVE_POLICY
-                else ""
+                message.deduplication_id if parsed.source == DeadLetterSource.REDRIVE_POLICY else ""
             )
         )[:128],
         processor_event_id=event_id[:128] if isinstance(event_id, str) else "",

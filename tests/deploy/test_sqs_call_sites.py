@@ -1,9 +1,14 @@
 """The IAM table (callbacks/sqs_access.py) lists every SQS call site the code has, each with
 exactly the operations it uses: read from the code, not trusted."""
 
+import ast
+
 from callbacks.sqs_access import OPERATION_ACTIONS, SQS_CALL_SITES, ProcessRole, role_permissions
 from tests.deploy.sqs_calls import (
     DYNAMIC,
+    GATEWAY,
+    PRODUCT_PACKAGES,
+    ROOT,
     SQS_OPERATIONS,
     call_sites_in_source,
     gateway_operations,
@@ -92,4 +97,24 @@ def test_gateway_operations_follow_the_gateways_own_calls():
     gateway = gateway_operations()
     assert gateway["send_message_now"] == {"send_message", "get_queue_url"}
     assert gateway["main_queue_url"] == {"get_queue_url"}
+    # Batch calls go through one chunking helper: the operation is named where the helper is
+    # called, and found there.
+    assert gateway["change_visibility_batch"] == {"change_message_visibility_batch"}
+    assert gateway["delete_messages"] == {"delete_message_batch"}
+    assert gateway["receive_messages"] == {"receive_message"}
     assert "sqs_client" not in gateway  # the bare client: calls on it are counted where made
+
+
+def test_no_product_module_but_the_gateway_touches_the_boto3_client():
+    """Every call goes through ``callbacks.sqs``'s typed functions (and its transaction rule);
+    the lint keeps boto3 imports out, this keeps the gateway's own client out."""
+    reaching = []
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == GATEWAY or "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                name = getattr(node, "attr", None) or getattr(node, "id", None)
+                if name == "sqs_client":
+                    reaching.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert reaching == []

@@ -73,9 +73,7 @@ def test_same_dlq_message_received_twice_makes_one_row_and_one_alert(
     worker_run()
 
     def keep_in_dlq(url, message):  # no delete: the message becomes visible again at once
-        sqs.sqs_client().change_message_visibility(
-            QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-        )
+        sqs.change_visibility(url=url, receipt_handle=message.receipt_handle, seconds=0)
 
     monkeypatch.setattr(services, "_dlq_delete", keep_in_dlq)
     assert services.dead_letters_ingest(max_messages=1) == 1
@@ -99,9 +97,7 @@ def test_crash_between_commit_and_delete_loses_nothing_and_stores_nothing_twice(
 
     def die(url, message):
         # The visibility timeout running out, compressed: the message is back in the DLQ.
-        sqs.sqs_client().change_message_visibility(
-            QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-        )
+        sqs.change_visibility(url=url, receipt_handle=message.receipt_handle, seconds=0)
         raise Crash()
 
     monkeypatch.setattr(services, "_dlq_delete", die)
@@ -316,11 +312,9 @@ def test_two_ingestions_racing_on_one_message_store_one_row(sqs_queues, alerts, 
         deduplication_id="race",
         url=sqs_queues.dlq_url,
     )
-    message = sqs_queues.client.receive_message(
-        QueueUrl=sqs_queues.dlq_url,
-        AttributeNames=["All"],
-        MessageSystemAttributeNames=["All"],
-    )["Messages"][0]
+    [message] = sqs.receive_messages(
+        url=sqs_queues.dlq_url, max_messages=1, wait_seconds=0, visibility_timeout=30
+    )
     both_checked = threading.Barrier(2, timeout=10)
     real_build = services._dead_letter_build
 

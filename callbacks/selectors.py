@@ -11,6 +11,7 @@ from callbacks.models import (
     PaymentHold,
     ProcessingError,
     QueueMessage,
+    QueueMessageStatus,
 )
 
 
@@ -30,6 +31,15 @@ def payment_active_hold(payment_id) -> PaymentHold | None:
 def hold_parked_messages(hold: PaymentHold) -> QuerySet[ParkedMessage]:
     """A hold's parked messages in arrival order."""
     return hold.parked.all()
+
+
+def payment_dead_lettered_message_ids(payment_id) -> set[str]:
+    """Ids of the payment's messages that left the main queue for the dead-letter queue."""
+    return set(
+        QueueMessage.objects.filter(
+            payment_id=str(payment_id), status=QueueMessageStatus.DEAD_LETTERED
+        ).values_list("message_id", flat=True)
+    )
 
 
 def queue_messages_unfinished() -> QuerySet[QueueMessage]:

@@ -155,14 +155,7 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             # The original left the queue (dead-lettered by us, or moved by the RedrivePolicy
             # while our record still says it is running): it is not an earlier message to wait
             # for, this redrive replaces it.
-            QueueMessage.objects.filter(
-                message_id=redrive_of, status__in=UNFINISHED_STATUSES
-            ).update(
-                status=QueueMessageStatus.DEAD_LETTERED,
-                outcome="redrive_policy",
-                finished_at=now,
-                updated_at=now,
-            )
+            queue_message_mark_redrive_policy_dead_letter(message_id=redrive_of, now=now)
 
         earlier = None
         if message.sequence_number:
@@ -177,10 +170,7 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
                 .first()
             )
         if earlier is not None:
-            earlier.status = QueueMessageStatus.DEAD_LETTERED
-            earlier.outcome = "redrive_policy"
-            earlier.finished_at = now
-            earlier.save(update_fields=["status", "outcome", "finished_at", "updated_at"])
+            queue_message_mark_redrive_policy_dead_letter(message_id=earlier.message_id, now=now)
             if hold is None:
                 hold = _hold_create(
                     payment_id=message.payment_id,
@@ -210,6 +200,28 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
                 update_fields=["attempts", "status", "last_started_at", "updated_at"]
             )
     return StartDecision("process", queue_message, hold)
+
+
+def queue_message_mark_redrive_policy_dead_letter(
+    *, message_id: str, now: datetime | None = None
+) -> bool:
+    """Record that SQS's RedrivePolicy moved an unfinished message to the dead-letter queue.
+
+    The worker never saw it fail (it crashed or hung past the visibility timeout), so our
+    record still says it is running; it has left the queue, so it must no longer count as
+    unfinished or block the messages behind it. A record already finished is left as it is.
+    True when a record changed.
+    """
+    now = now or timezone.now()
+    changed = QueueMessage.objects.filter(
+        message_id=message_id, status__in=UNFINISHED_STATUSES
+    ).update(
+        status=QueueMessageStatus.DEAD_LETTERED,
+        outcome="redrive_policy",
+        finished_at=now,
+        updated_at=now,
+    )
+    return changed > 0
 
 
 def _passes_hold(message: ReceivedMessage, hold: PaymentHold) -> bool:
@@ -536,7 +548,9 @@ def _hold_create(*, payment_id: str, reason: str, caused_by: QueueMessage | None
     return hold
 
 
-def hold_release(*, payment_id, released_by: str, note: str) -> int:
+def hold_release(
+    *, payment_id, released_by: str, note: str, hold: PaymentHold | None = None
+) -> int:
     """Republish a held payment's parked messages in arrival order, then lift the hold.
 
     Sends one message at a time so the queue keeps their order (group = payment id,
@@ -549,17 +563,19 @@ def hold_release(*, payment_id, released_by: str, note: str) -> int:
     call twice; returns how many this call sent. Raises ``sqs.QueueUnavailable`` if the queue
     cannot be reached (the hold then stays). Release after redriving the message that caused
     the hold, so that one is applied first.
+
+    ``hold`` names one hold of the payment to release instead of its active one: a hold
+    superseded meanwhile is then left alone (nothing sent, 0 returned).
     """
     if not released_by:
         raise ValueError("released_by is required: say who released the hold")
     payment_id = str(payment_id)
-    hold = PaymentHold.objects.filter(payment_id=payment_id, released_at__isnull=True).first()
     if hold is None:
-        return 0
-    return _hold_release(hold, released_by=released_by, note=note)
-
-
-def _hold_release(hold: PaymentHold, *, released_by: str, note: str) -> int:
+        hold = PaymentHold.objects.filter(payment_id=payment_id, released_at__isnull=True).first()
+        if hold is None:
+            return 0
+    elif hold.payment_id != payment_id:
+        raise ValueError(f"hold {hold.pk} belongs to payment {hold.payment_id}, not {payment_id}")
     sent = 0
     while True:
         while (row := hold.parked.filter(republished_message_id="").first()) is not None:

@@ -21,6 +21,7 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from callbacks.selectors import payment_dead_lettered_message_ids
 from payments.models import (
     BreakerState,
     CircuitBreaker,
@@ -65,8 +66,6 @@ class DeadLetterStory:
 
 def dead_letter_story(dead_letter: DeadLetter) -> DeadLetterStory:
     """Everything known about the dead letter's payment, in about a dozen queries."""
-    from triage.services import hold_release_blockers
-
     group = dead_letter.group_id
     payment = (
         Payment.objects.filter(pk=dead_letter.payment_id).first()
@@ -398,3 +397,29 @@ def processor_breaker_status(*, now: datetime | None = None, history: int = 10) 
         payments_waiting=Payment.objects.filter(state=PaymentState.PENDING).count(),
         transitions=transitions,
     )
+
+
+def hold_release_blockers(group_id: str, *, ignoring: int | None = None) -> list[str]:
+    """Why the payment's hold must stay: its open dead letters (except ``ignoring``, the one
+    about to be acted on), and messages the worker dead-lettered that have not been ingested
+    from the DLQ yet. Empty = it may be released."""
+    if not group_id:
+        return ["the dead letter has no message group, so no payment hold belongs to it"]
+    blockers = [
+        f"dead letter {pk} is still open"
+        for pk in DeadLetter.objects.filter(group_id=group_id, status=DeadLetterStatus.OPEN)
+        .exclude(pk=ignoring)
+        .values_list("pk", flat=True)
+    ]
+    dead_ids = payment_dead_lettered_message_ids(group_id)
+    if dead_ids:
+        ingested = set(
+            DeadLetter.objects.filter(original_message_id__in=dead_ids).values_list(
+                "original_message_id", flat=True
+            )
+        )
+        blockers += [
+            f"message {mid} was dead-lettered but is not ingested from the DLQ yet"
+            for mid in sorted(dead_ids - ingested)
+        ]
+    return blockers

@@ -27,18 +27,18 @@ from django.utils.dateparse import parse_datetime
 
 from callbacks import sqs
 from callbacks.models import (
-    UNFINISHED_STATUSES,
     PaymentHold,
     ProcessingError,
     QueueMessage,
-    QueueMessageStatus,
 )
 from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
+from callbacks.selectors import payment_active_hold
 from callbacks.services import (
     DEAD_LETTER_KEY,
     hold_release,
     message_republish,
     payment_hold,
+    queue_message_mark_redrive_policy_dead_letter,
     storable_text,
 )
 from callbacks.sqs import ReceivedMessage
@@ -59,6 +59,7 @@ from triage.models import (
     TriageAction,
     TriageActionKind,
 )
+from triage.selectors import hold_release_blockers
 
 logger = logging.getLogger(__name__)
 
@@ -357,12 +358,7 @@ def _hold_for_redrive_policy(dead_letter: DeadLetter) -> None:
     its record no longer counts as unfinished (it has left the queue)."""
     queue_message = QueueMessage.objects.filter(message_id=dead_letter.original_message_id).first()
     if queue_message is not None:
-        QueueMessage.objects.filter(pk=queue_message.pk, status__in=UNFINISHED_STATUSES).update(
-            status=QueueMessageStatus.DEAD_LETTERED,
-            outcome="redrive_policy",
-            finished_at=timezone.now(),
-            updated_at=timezone.now(),
-        )
+        queue_message_mark_redrive_policy_dead_letter(message_id=queue_message.message_id)
     payment_hold(
         payment_id=dead_letter.group_id,
         reason=(
@@ -655,36 +651,6 @@ ACTIONS = {
 }
 
 
-def hold_release_blockers(group_id: str, *, ignoring: int | None = None) -> list[str]:
-    """Why the payment's hold must stay: its open dead letters (except ``ignoring``, the one
-    about to be acted on), and messages the worker dead-lettered that have not been ingested
-    from the DLQ yet. Empty = it may be released."""
-    if not group_id:
-        return ["the dead letter has no message group, so no payment hold belongs to it"]
-    blockers = [
-        f"dead letter {pk} is still open"
-        for pk in DeadLetter.objects.filter(group_id=group_id, status=DeadLetterStatus.OPEN)
-        .exclude(pk=ignoring)
-        .values_list("pk", flat=True)
-    ]
-    dead_ids = set(
-        QueueMessage.objects.filter(
-            payment_id=group_id, status=QueueMessageStatus.DEAD_LETTERED
-        ).values_list("message_id", flat=True)
-    )
-    if dead_ids:
-        ingested = set(
-            DeadLetter.objects.filter(original_message_id__in=dead_ids).values_list(
-                "original_message_id", flat=True
-            )
-        )
-        blockers += [
-            f"message {mid} was dead-lettered but is not ingested from the DLQ yet"
-            for mid in sorted(dead_ids - ingested)
-        ]
-    return blockers
-
-
 def _release_if_last(
     dead_letter: DeadLetter,
     action: TriageAction,
@@ -694,9 +660,7 @@ def _release_if_last(
     bulk_job: BulkTriageJob | None = None,
 ):
     result = ActionResult(dead_letter=dead_letter, action=action)
-    hold = PaymentHold.objects.filter(
-        payment_id=dead_letter.group_id, released_at__isnull=True
-    ).first()
+    hold = payment_active_hold(dead_letter.group_id)
     if hold is None:
         result.release_note = "The payment has no active hold."
         return result
@@ -705,14 +669,16 @@ def _release_if_last(
         result.release_note = "The payment's hold stays: " + "; ".join(blockers) + "."
         return result
     try:
-        result.released = _hold_release(dead_letter, hold, user=user, note=note, bulk_job=bulk_job)
+        result.released = _hold_release_audited(
+            dead_letter, hold, user=user, note=note, bulk_job=bulk_job
+        )
     except HoldReleaseFailed as exc:
         result.release_failed = True
         result.release_note = str(exc)
     return result
 
 
-def _hold_release(
+def _hold_release_audited(
     dead_letter: DeadLetter,
     hold: PaymentHold,
     *,
@@ -720,7 +686,7 @@ def _hold_release(
     note: str,
     bulk_job: BulkTriageJob | None = None,
 ) -> int:
-    """Release the hold (republish its parked messages in order) and audit it either way."""
+    """Release the hold through ``callbacks.services.hold_release`` and audit it either way."""
     try:
         sent = hold_release(
             payment_id=dead_letter.group_id, released_by=user.get_username(), note=note
@@ -764,13 +730,13 @@ def dead_letter_hold_release(*, dead_letter: DeadLetter, user, note: str) -> int
             f"Dead letter {current.pk} is still open: redrive, resolve or discard it; its hold "
             "is released then."
         )
-    hold = PaymentHold.objects.filter(payment_id=current.group_id, released_at__isnull=True).first()
+    hold = payment_active_hold(current.group_id)
     if hold is None:
         raise TriageError(f"Payment {current.group_id} has no active hold to release.")
     blockers = hold_release_blockers(current.group_id)
     if blockers:
         raise TriageError("The hold cannot be released yet: " + "; ".join(blockers) + ".")
-    return _hold_release(current, hold, user=user, note=note)
+    return _hold_release_audited(current, hold, user=user, note=note)
 
 
 @dataclass

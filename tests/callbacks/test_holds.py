@@ -5,16 +5,23 @@ import uuid
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from callbacks import services
-from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueMessage
-from callbacks.selectors import payment_queue_detail
+from callbacks.models import (
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
+from callbacks.selectors import payment_dead_lettered_message_ids, payment_queue_detail
 from callbacks.services import (
     ReceivedMessage,
     hold_release,
     message_republish,
     parked_message_republish,
     payment_hold,
+    queue_message_mark_redrive_policy_dead_letter,
     queue_message_start,
 )
 from payments.models import PaymentState
@@ -104,6 +111,56 @@ def test_hold_release_requires_who_released_it(sqs_queues):
 
 def test_hold_release_without_an_active_hold_returns_zero(sqs_queues):
     assert hold_release(payment_id=uuid.uuid4(), released_by="ops", note="") == 0
+
+
+def test_hold_release_refuses_a_hold_of_another_payment(sqs_queues):
+    hold = payment_hold(payment_id=str(uuid.uuid4()), reason="one")
+
+    with pytest.raises(ValueError, match=f"hold {hold.pk} belongs to payment"):
+        hold_release(payment_id=uuid.uuid4(), hold=hold, released_by="ops", note="")
+
+    hold.refresh_from_db()
+    assert hold.released_at is None
+
+
+def queue_message_row(payment_id: str, status: str) -> QueueMessage:
+    now = timezone.now()
+    return QueueMessage.objects.create(
+        message_id=str(uuid.uuid4()),
+        kind="processor_event",
+        group_id=payment_id,
+        payment_id=payment_id,
+        first_started_at=now,
+        last_started_at=now,
+        attempts=1,
+        status=status,
+        outcome="applied" if status == QueueMessageStatus.DONE else "",
+        finished_at=now if status == QueueMessageStatus.DONE else None,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [QueueMessageStatus.IN_PROGRESS, QueueMessageStatus.RETRYING])
+def test_an_unfinished_message_moved_by_the_redrive_policy_is_recorded_dead_lettered(status):
+    row = queue_message_row(str(uuid.uuid4()), status)
+
+    assert queue_message_mark_redrive_policy_dead_letter(message_id=row.message_id)
+
+    row.refresh_from_db()
+    assert (row.status, row.outcome) == (QueueMessageStatus.DEAD_LETTERED, "redrive_policy")
+    assert row.finished_at is not None
+    assert payment_dead_lettered_message_ids(row.payment_id) == {row.message_id}
+
+
+@pytest.mark.django_db
+def test_a_finished_message_is_not_rewritten_as_dead_lettered_by_the_redrive_policy():
+    row = queue_message_row(str(uuid.uuid4()), QueueMessageStatus.DONE)
+
+    assert not queue_message_mark_redrive_policy_dead_letter(message_id=row.message_id)
+
+    row.refresh_from_db()
+    assert (row.status, row.outcome) == (QueueMessageStatus.DONE, "applied")
+    assert payment_dead_lettered_message_ids(row.payment_id) == set()
 
 
 def test_a_payment_has_at_most_one_active_hold():
@@ -274,7 +331,7 @@ def test_republished_message_failing_mid_release_supersedes_the_hold_and_keeps_o
     payment.refresh_from_db()
     assert payment.state == PaymentState.PENDING
     # The interrupted release of the first hold sends nothing more.
-    assert services._hold_release(first_hold, released_by="ops", note="") == 0
+    assert hold_release(payment_id=payment.id, hold=first_hold, released_by="ops", note="") == 0
 
     assert hold_release(payment_id=payment.id, released_by="ops", note="after fixing") == 2
     run_worker()

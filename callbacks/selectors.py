@@ -1,16 +1,10 @@
 """Reads of the queue layer's records for the API, the admin and the dashboards."""
 
-from datetime import timedelta
-
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from callbacks.models import (
-    UNFINISHED_STATUSES,
-    ParkedMessage,
     PaymentHold,
     ProcessingError,
-    QueueMessage,
 )
 
 
@@ -25,28 +19,6 @@ def payment_active_hold(payment_id) -> PaymentHold | None:
         .filter(payment_id=str(payment_id), released_at__isnull=True)
         .first()
     )
-
-
-def hold_parked_messages(hold: PaymentHold) -> QuerySet[ParkedMessage]:
-    """A hold's parked messages in arrival order."""
-    return hold.parked.all()
-
-
-def queue_messages_unfinished() -> QuerySet[QueueMessage]:
-    """Messages started and not finished (running, or hidden for a retry), oldest first."""
-    return QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).order_by("enqueued_at")
-
-
-def queue_oldest_unfinished_age() -> timedelta | None:
-    """Age of the oldest message the worker has seen and not finished (SQS has no such
-    attribute; CloudWatch's ApproximateAgeOfOldestMessage is the AWS-side equivalent)."""
-    oldest = (
-        queue_messages_unfinished()
-        .exclude(enqueued_at__isnull=True)
-        .values_list("enqueued_at", flat=True)
-        .first()
-    )
-    return None if oldest is None else timezone.now() - oldest
 
 
 def payment_queue_detail(payment) -> dict:

@@ -61,6 +61,9 @@ from pathlib import Path
 
 import requests
 
+from bench.env import EnvError, env_int
+from bench.stack import database_create, database_url, free_port, stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 # Under bench/results/ (git-ignored), not var/: ``make demo`` starts by deleting var/.
 VAR = ROOT / "bench" / "results" / "chaos"
@@ -79,19 +82,6 @@ class SetupError(Exception):
     """The run could not be set up (a port, a process, the database)."""
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
-    if raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SetupError(f"{name}={raw!r} is not a whole number") from None
-    if value < 1:
-        raise SetupError(f"{name} must be at least 1, got {value}")
-    return value
-
-
 @dataclass(frozen=True)
 class Config:
     payments: int
@@ -102,26 +92,23 @@ class Config:
 
     @classmethod
     def from_env(cls) -> Config:
-        payments = _env_int("CHAOS_PAYMENTS", 1000)
         database = os.environ.get("CHAOS_DATABASE", "payments_chaosrun")
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", database):
             raise SetupError(f"CHAOS_DATABASE={database!r}: use lower-case letters, digits, _")
-        return cls(
-            payments=payments,
-            seconds=_env_int("CHAOS_SECONDS", 60 + payments // 4),
-            quiesce_seconds=_env_int("CHAOS_QUIESCE_SECONDS", 300),
-            seed=_env_int("CHAOS_SEED", 1),
-            database=database,
-        )
+        try:
+            payments = env_int("CHAOS_PAYMENTS", 1000)
+            return cls(
+                payments=payments,
+                seconds=env_int("CHAOS_SECONDS", 60 + payments // 4),
+                quiesce_seconds=env_int("CHAOS_QUIESCE_SECONDS", 300),
+                seed=env_int("CHAOS_SEED", 1),
+                database=database,
+            )
+        except EnvError as exc:
+            raise SetupError(str(exc)) from None
 
 
 # --- the processes ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_tcp(port: int, timeout: float, process: Child | None = None) -> None:
@@ -190,15 +177,7 @@ class Child:
         process = self.process
         if process is None:
             return None
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            except ProcessLookupError:
-                pass
+        stop_process(process, timeout, group=True)
         return process.returncode
 
     def check_exit(self) -> int | None:
@@ -430,7 +409,7 @@ class ChaosRun:
         self.events: list[str] = []  # what was injected, when
         self.t0 = time.monotonic()
         self.ports = {name: free_port() for name in ("fauxqs", "proxy", "web", "sandbox")}
-        self.database_url = f"postgres://postgres@127.0.0.1:5432/{config.database}"
+        self.database_url = database_url(config.database)
         self.record_path = VAR / "sandbox-record.json"
         self.env = self._environment()
         self.children: dict[str, Child] = {}
@@ -522,11 +501,7 @@ class ChaosRun:
 
     # --- set-up
     def database_create(self) -> None:
-        import psycopg
-
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{self.config.database}" WITH (FORCE)')
-            c.execute(f'CREATE DATABASE "{self.config.database}"')
+        database_create(self.config.database)
         self.manage("migrate", "--no-input", "-v", "0")
         self.log(f"database {self.config.database} created and migrated")
 

@@ -36,6 +36,8 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 
 from bench import events, loadgen, stats  # noqa: E402
+from bench.env import EnvError, env_choices, env_int, env_ints  # noqa: E402
+from bench.report import GOALS, fmt, markdown, table  # noqa: E402
 from bench.stack import (  # noqa: E402
     PY,
     RESULTS,
@@ -52,72 +54,45 @@ from bench.stack import (  # noqa: E402
     worker_command,
 )
 
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SystemExit(f"{name}={raw!r} is not a whole number") from None
-    if value < 1:
-        raise SystemExit(f"{name}={raw!r} must be at least 1")
-    return value
-
-
-def _env_rates(name: str, default: str) -> list[int]:
-    raw = os.environ.get(name) or default
-    try:
-        rates = [int(r) for r in raw.split(",") if r.strip()]
-    except ValueError:
-        raise SystemExit(f"{name}={raw!r} must be comma-separated whole numbers") from None
-    if not rates or min(rates) < 1:
-        raise SystemExit(f"{name}={raw!r} needs at least one rate, each at least 1")
-    return rates
-
-
 PHASES = ("ingest", "worker", "e2e", "profile")
 
 
-def _env_phases() -> list[str]:
-    raw = os.environ.get("BENCH_PHASES") or "ingest,worker,e2e"
-    phases = [p.strip() for p in raw.split(",") if p.strip()]
-    unknown = [p for p in phases if p not in PHASES]
-    if unknown:
-        raise SystemExit(f"BENCH_PHASES: unknown phase(s) {unknown}; known: {', '.join(PHASES)}")
+def _phases() -> list[str]:
+    phases = env_choices("BENCH_PHASES", "ingest,worker,e2e", PHASES)
     if os.environ.get("BENCH_PROFILE") == "1" and "profile" not in phases:
         phases.append("profile")
     return phases
 
 
-CONFIG = {
-    "payments": _env_int("BENCH_PAYMENTS", 10_000),
-    "ingest_seconds": _env_int("BENCH_INGEST_SECONDS", 10),
-    "ingest_connections": _env_int("BENCH_CONNECTIONS", 16),
-    "ingest_pool": _env_int("BENCH_INGEST_POOL", 50_000),
-    "ingest_rounds": _env_int("BENCH_INGEST_ROUNDS", 2),
-    "gunicorn_workers": _env_int("BENCH_GUNICORN_WORKERS", 2),
-    "gunicorn_threads": _env_int("BENCH_GUNICORN_THREADS", 4),
-    "e2e_rate": _env_int("BENCH_E2E_RATE", 200),
-    "e2e_seconds": _env_int("BENCH_E2E_SECONDS", 20),
-    "e2e_workers": _env_int("BENCH_E2E_WORKERS", 2),
-    # Production runs the outbox relay in every worker loop; BENCH_E2E_RELAY=0 shows its cost.
-    "e2e_relay": os.environ.get("BENCH_E2E_RELAY", "1") != "0",
-    "e2e_connections": _env_int("BENCH_E2E_CONNECTIONS", 64),
-    "step_rates": _env_rates("BENCH_STEPS", "100,150,200,300,400,600,850,1000"),
-    "step_seconds": _env_int("BENCH_STEP_SECONDS", 15),
-    "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",
-    "phases": _env_phases(),
-}
+def _config() -> dict:
+    try:
+        return {
+            "payments": env_int("BENCH_PAYMENTS", 10_000),
+            "ingest_seconds": env_int("BENCH_INGEST_SECONDS", 10),
+            "ingest_connections": env_int("BENCH_CONNECTIONS", 16),
+            "ingest_pool": env_int("BENCH_INGEST_POOL", 50_000),
+            "ingest_rounds": env_int("BENCH_INGEST_ROUNDS", 2),
+            "gunicorn_workers": env_int("BENCH_GUNICORN_WORKERS", 2),
+            "gunicorn_threads": env_int("BENCH_GUNICORN_THREADS", 4),
+            "e2e_rate": env_int("BENCH_E2E_RATE", 200),
+            "e2e_seconds": env_int("BENCH_E2E_SECONDS", 20),
+            "e2e_workers": env_int("BENCH_E2E_WORKERS", 2),
+            # Production runs the outbox relay in every worker loop; BENCH_E2E_RELAY=0 shows
+            # its cost.
+            "e2e_relay": os.environ.get("BENCH_E2E_RELAY", "1") != "0",
+            "e2e_connections": env_int("BENCH_E2E_CONNECTIONS", 64),
+            "step_rates": env_ints("BENCH_STEPS", "100,150,200,300,400,600,850,1000"),
+            "step_seconds": env_int("BENCH_STEP_SECONDS", 15),
+            "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",
+            "phases": _phases(),
+        }
+    except EnvError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+CONFIG = _config()
 SECRETS = ["bench-signing-secret"]
 CALLBACK_PATH = "/callbacks/processor/"
-GOALS = {
-    "worker_vs_plain_sql": 0.5,
-    "callback_vs_minimal": 0.6,
-    "e2e_p99_ms_at_200": 100.0,
-    "sustained_events_per_second": 850,
-}
 # Measured on the benchmark machine before any product code existed (issue 8).
 REFERENCE = {
     "plain_sql_tx_per_second": {"1": 1500, "2": 2700},
@@ -463,7 +438,7 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
     problems.extend(f"worker {tag}: {w}" for w in wrong)
     log(
         f"{tag}: {done} events in {wall:.1f} s wall, "
-        f"{_fmt(result['rate'])}/s in the processing window{' PROBLEMS: ' if wrong else ''}"
+        f"{fmt(result['rate'])}/s in the processing window{' PROBLEMS: ' if wrong else ''}"
         f"{'; '.join(wrong)}"
     )
     return result
@@ -872,8 +847,8 @@ def e2e_phase(stack: Stack) -> dict:
         }
         log(
             f"end to end at {rate}/s: accepted->applied P50 "
-            f"{_fmt(out['steady']['accepted_to_applied_p50_ms'])} ms, P99 "
-            f"{_fmt(out['steady']['accepted_to_applied_p99_ms'])} ms"
+            f"{fmt(out['steady']['accepted_to_applied_p50_ms'])} ms, P99 "
+            f"{fmt(out['steady']['accepted_to_applied_p99_ms'])} ms"
         )
 
         steps = []
@@ -1053,290 +1028,6 @@ def profile_phase(stack: Stack, generator: str) -> dict:
             f"{summary['samples']} samples, inclusive share\n" + "\n".join(lines) + "\n"
         )
     return out
-
-
-# --- report ---------------------------------------------------------------------------------------
-
-
-def _fmt(value, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}"
-
-
-def _rows_written(counters: dict) -> float | None:
-    if not counters:
-        return None
-    return counters["tup_inserted"] + counters["tup_updated"] + counters["tup_deleted"]
-
-
-HEADERS = ("figure", "value", "baseline", "ratio", "goal")
-
-
-def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
-    rows: list[tuple[str, str, str, str, str]] = []
-    ingest = report.get("ingest")
-    if ingest:
-        cb, mini = ingest["callback"], ingest["minimal"]
-        rows.append(
-            (
-                "callback ingest, accepted/s",
-                _fmt(cb["accepted_per_second"]),
-                f"{_fmt(mini['accepted_per_second'])} minimal view",
-                _fmt(ingest["callback_vs_minimal"], 2),
-                f">= {GOALS['callback_vs_minimal']}",
-            )
-        )
-        rows.append(
-            (
-                "callback ingest P50 / P99 ms",
-                f"{_fmt(cb['p50_ms'], 1)} / {_fmt(cb['p99_ms'], 1)}",
-                f"{_fmt(mini['p50_ms'], 1)} / {_fmt(mini['p99_ms'], 1)}",
-                "",
-                "",
-            )
-        )
-    worker = report.get("worker")
-    if worker:
-        for n, s in worker["summary"].items():
-            rows.append(
-                (
-                    f"worker x{n}, events/s",
-                    _fmt(s["worker_events_per_second"]),
-                    f"{_fmt(s['plain_sql_events_per_second'])} plain SQL",
-                    _fmt(s["worker_vs_plain_sql"], 2),
-                    f">= {GOALS['worker_vs_plain_sql']}",
-                )
-            )
-            rows.append(
-                (
-                    "",
-                    "",
-                    f"{_fmt(s['noop_messages_per_second'])} no-op",
-                    _fmt(s["worker_vs_noop"], 2),
-                    "",
-                )
-            )
-    if worker:
-        s = worker["summary"]["1"]
-        w, p = s["worker_database_per_event"] or {}, s["plain_sql_database_per_event"] or {}
-        wb, pb = s["worker_bytes_per_event"] or {}, s["plain_sql_bytes_per_event"] or {}
-        rows.append(
-            (
-                "per event: transactions / rows written / bytes",
-                f"{_fmt(w.get('xact_commit'), 2)} / "
-                f"{_fmt(_rows_written(w), 1)} / {_fmt(wb.get('total'))}",
-                f"{_fmt(p.get('xact_commit'), 2)} / "
-                f"{_fmt(_rows_written(p), 1)} / {_fmt(pb.get('total'))} plain SQL",
-                "",
-                "",
-            )
-        )
-    e2e = report.get("e2e")
-    if e2e and "steady" in e2e:
-        st = e2e["steady"]
-        rows.append(
-            (
-                f"e2e at {st['offered_rate']}/s, accepted->applied P50 / P99 ms",
-                f"{_fmt(st['accepted_to_applied_p50_ms'], 1)} / "
-                f"{_fmt(st['accepted_to_applied_p99_ms'], 1)}",
-                "",
-                "",
-                f"P99 <= {GOALS['e2e_p99_ms_at_200']:.0f}",
-            )
-        )
-        sustained = e2e.get("sustained_events_per_second")
-        lowest = min(s["offered_rate"] for s in e2e["steps"]) if e2e.get("steps") else None
-        rows.append(
-            (
-                "e2e sustained, events/s",
-                _fmt(sustained) if sustained else f"< {lowest} (lowest step)",
-                "" if e2e.get("limit_reached") else "(no step failed)",
-                "",
-                f">= {GOALS['sustained_events_per_second']}",
-            )
-        )
-    return rows
-
-
-def _machine_line(report: dict) -> str:
-    m = report["machine"]
-    return (
-        f"{m['cores']} cores ({m['cpu']}); load average (1, 5, 15 min) at start "
-        f"{' '.join(f'{x:.2f}' for x in m['load_average_start'])}, at end "
-        f"{' '.join(f'{x:.2f}' for x in m.get('load_average_end', ()))}"
-    )
-
-
-def table(report: dict) -> str:
-    rows = summary_rows(report)
-    headers = HEADERS
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(5)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    lines.append("")
-    lines.append(_machine_line(report))
-    if report.get("ingest"):
-        lines.append(f"ingest load generator: {report['ingest']['generator']}")
-    return "\n".join(lines)
-
-
-def _cpu_parts(parts: dict | None) -> str:
-    if not parts:
-        return "-"
-    order = ("web", "workers", "sqs", "postgres", "generator")
-    return " / ".join(_fmt(parts.get(k), 1) for k in order)
-
-
-def _md_table(headers: tuple[str, ...], rows: list[tuple]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def markdown(report: dict) -> str:
-    """The run as Markdown, for docs/benchmarks.md."""
-    v = report.get("versions", {})
-    lines = [
-        f"Run of {report['started_at']}, {report['wall_seconds']:.0f} s wall, commit "
-        f"{v.get('git_commit')}{'' if v.get('git_tree_clean') else ' (tree not clean)'}.",
-        "",
-        f"Machine: {_machine_line(report)}; {report['machine']['platform']}.",
-        "",
-        "Versions: "
-        + ", ".join(
-            f"{k} {val}" for k, val in v.items() if k not in ("git_commit", "git_tree_clean")
-        )
-        + ".",
-        "",
-    ]
-    lines += _md_table(HEADERS, [tuple(c or " " for c in r) for r in summary_rows(report)])
-    ingest = report.get("ingest")
-    if ingest:
-        lines += [
-            "",
-            f"Ingest: {ingest['generator']}, {ingest['connections']} connections, "
-            f"{ingest['rounds']} rounds of {ingest['seconds']} s per endpoint; gunicorn "
-            f"`{ingest['gunicorn']}`.",
-            "",
-        ]
-        rows = []
-        for target in ("minimal", "callback"):
-            for n, r in enumerate(ingest[target]["rounds"], 1):
-                rows.append(
-                    (
-                        target,
-                        n,
-                        _fmt(r["accepted_per_second"]),
-                        _fmt(r["p50_ms"], 1),
-                        _fmt(r["p90_ms"], 1),
-                        _fmt(r["p99_ms"], 1),
-                        _fmt(r.get("web_cpu_ms_per_request"), 2),
-                        _fmt(r.get("sqs_cpu_ms_per_request"), 2),
-                        r["other_status"],
-                    )
-                )
-        lines += _md_table(
-            (
-                "endpoint",
-                "round",
-                "accepted/s",
-                "P50 ms",
-                "P90 ms",
-                "P99 ms",
-                "web CPU ms/request",
-                "SQS server CPU ms/request",
-                "non-202",
-            ),
-            rows,
-        )
-    worker = report.get("worker")
-    if worker:
-        lines += [
-            "",
-            f"Worker runs ({worker['events']} events each, one per payment and group):",
-            "",
-        ]
-        rows = []
-        for r in worker["runs"].values():
-            db = r.get("database_per_event") or {}
-            rows.append(
-                (
-                    r["kind"],
-                    r["processes"],
-                    _fmt(r["rate"]),
-                    _fmt(r["wall_seconds"], 1),
-                    _fmt(r.get("consumer_cpu_ms_per_event"), 2),
-                    _fmt(db.get("xact_commit"), 2),
-                    _fmt(_rows_written(db), 1),
-                    _fmt((r.get("bytes_per_event") or {}).get("total")),
-                )
-            )
-        lines += _md_table(
-            (
-                "consumer",
-                "processes",
-                "events/s",
-                "wall s",
-                "consumer CPU ms/event",
-                "transactions/event",
-                "rows written/event",
-                "bytes/event",
-            ),
-            rows,
-        )
-    e2e = report.get("e2e")
-    if e2e and "steady" in e2e:
-        lines += [
-            "",
-            f"End to end: gunicorn `{e2e['gunicorn']}`, {e2e['workers']} workers "
-            f"(`{e2e['worker_command']}`).",
-            "",
-        ]
-        rows = []
-        for step in [e2e["steady"], *e2e.get("steps", [])]:
-            rows.append(
-                (
-                    step["offered_rate"],
-                    step["seconds"],
-                    _fmt(step.get("accepted_per_second"), 0)
-                    if "accepted_per_second" in step
-                    else "-",
-                    _fmt(step.get("applied_per_second")),
-                    _fmt(step.get("backlog_max")),
-                    _fmt(step.get("backlog_trend_per_second"), 1),
-                    f"{_fmt(step['accepted_to_applied_p50_ms'], 0)} / "
-                    f"{_fmt(step['accepted_to_applied_p99_ms'], 0)}",
-                    f"{_fmt(step['http_p50_ms'], 1)} / {_fmt(step['http_p99_ms'], 1)}",
-                    _fmt(step.get("cores_busy"), 2),
-                    _cpu_parts(step.get("cpu_ms_per_event")),
-                    "steady run"
-                    if step is e2e["steady"]
-                    else ("sustained" if step["sustained"] else "; ".join(step["why_not"])),
-                )
-            )
-        lines += _md_table(
-            (
-                "offered/s",
-                "s",
-                "accepted/s",
-                "applied/s",
-                "backlog max",
-                "backlog trend/s",
-                "202->applied P50 / P99 ms",
-                "HTTP P50 / P99 ms",
-                "cores busy",
-                "CPU ms/event web / workers / SQS / PostgreSQL / generator",
-                "verdict",
-            ),
-            rows,
-        )
-    if report.get("problems"):
-        lines += ["", "Problems: " + "; ".join(report["problems"])]
-    return "\n".join(lines) + "\n"
 
 
 def main() -> int:

@@ -162,15 +162,26 @@ class Gunicorn:
         stop_process(self.process)
 
 
-def stop_process(process: subprocess.Popen | None, timeout: float = 15) -> None:
+def stop_process(process: subprocess.Popen | None, timeout: float = 15, *, group: bool = False):
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout``. ``group``: signal its
+    whole process group (a child started in its own session, with children of its own)."""
     if process is None or process.poll() is not None:
         return
-    process.send_signal(signal.SIGTERM)
+
+    def send(signum: int) -> None:
+        if group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+
     try:
+        send(signal.SIGTERM)
         process.wait(timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
+        send(signal.SIGKILL)
         process.wait()
+    except ProcessLookupError:
+        pass
 
 
 def spawn(cmd: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen:

@@ -36,6 +36,9 @@ DEFAULTS: dict[str, Any] = {
     "RECONCILE_PENDING_AFTER": timedelta(minutes=5),
     "RECONCILE_RECHECK_AFTER": timedelta(minutes=60),
     "RECONCILE_BATCH_SIZE": 100,
+    # Records of cleanly finished queue messages are kept this long (the dashboards' and the
+    # admin's recent history), then purged by beat; error history is never purged.
+    "QUEUE_MESSAGE_RETENTION": timedelta(days=30),
     # Celery's broker queue: a standard (not FIFO) SQS queue.
     "CELERY_SQS_QUEUE_NAME": "payments-celery",
 }

@@ -1,13 +1,8 @@
 """Reads of the queue layer's records for the API, the admin and the dashboards."""
 
-from datetime import timedelta
-
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from callbacks.models import (
-    UNFINISHED_STATUSES,
-    ParkedMessage,
     PaymentHold,
     ProcessingError,
     QueueMessage,
@@ -28,11 +23,6 @@ def payment_active_hold(payment_id) -> PaymentHold | None:
     )
 
 
-def hold_parked_messages(hold: PaymentHold) -> QuerySet[ParkedMessage]:
-    """A hold's parked messages in arrival order."""
-    return hold.parked.all()
-
-
 def payment_dead_lettered_message_ids(payment_id) -> set[str]:
     """Ids of the payment's messages that left the main queue for the dead-letter queue."""
     return set(
@@ -40,23 +30,6 @@ def payment_dead_lettered_message_ids(payment_id) -> set[str]:
             payment_id=str(payment_id), status=QueueMessageStatus.DEAD_LETTERED
         ).values_list("message_id", flat=True)
     )
-
-
-def queue_messages_unfinished() -> QuerySet[QueueMessage]:
-    """Messages started and not finished (running, or hidden for a retry), oldest first."""
-    return QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).order_by("enqueued_at")
-
-
-def queue_oldest_unfinished_age() -> timedelta | None:
-    """Age of the oldest message the worker has seen and not finished (SQS has no such
-    attribute; CloudWatch's ApproximateAgeOfOldestMessage is the AWS-side equivalent)."""
-    oldest = (
-        queue_messages_unfinished()
-        .exclude(enqueued_at__isnull=True)
-        .values_list("enqueued_at", flat=True)
-        .first()
-    )
-    return None if oldest is None else timezone.now() - oldest
 
 
 def payment_queue_detail(payment) -> dict:

@@ -1,4 +1,4 @@
-"""The processor event contract (DESIGN.md, "Callback endpoint") as one DRF serializer.
+"""The processor event contract (README, "Security: the callback edge") as one DRF serializer.
 
 The callback endpoint validates what the processor posted with ``ProcessorEventSerializer``;
 the worker parses the event nested in the queue envelope with the same serializer

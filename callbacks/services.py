@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from callbacks import sqs
+from callbacks import conf, sqs
 from callbacks.models import (
     FINISHED_STATUSES,
     UNFINISHED_STATUSES,
@@ -664,16 +664,21 @@ def message_republish(
     )
 
 
-def queue_messages_purge(*, older_than: timedelta) -> int:
-    """Delete the records of messages finished cleanly before ``now - older_than``; returns
-    how many went. Records with a processing error or behind a hold are kept: they are the
-    error history a person may still need (ProcessingError and PaymentHold protect them)."""
-    cutoff = timezone.now() - older_than
+def queue_messages_purge(*, older_than: timedelta | None = None, batch_size: int = 1000) -> int:
+    """Delete the records of messages finished cleanly before ``now - older_than`` (default:
+    QUEUE_MESSAGE_RETENTION); returns how many went. Records with a processing error or behind
+    a hold are kept: they are the error history a person may still need (ProcessingError and
+    PaymentHold protect them). Deletes ``batch_size`` rows per statement, so a first run over
+    months of records holds no long lock and no huge transaction."""
+    cutoff = timezone.now() - (older_than or conf.QUEUE_MESSAGE_RETENTION)
     stale = QueueMessage.objects.filter(
         status=QueueMessageStatus.DONE,
         finished_at__lt=cutoff,
         errors__isnull=True,
         holds_caused__isnull=True,
     )
-    deleted, _ = QueueMessage.objects.filter(pk__in=stale.values("pk")).delete()
-    return deleted
+    total = 0
+    while batch := list(stale.values_list("pk", flat=True)[:batch_size]):
+        _, by_model = QueueMessage.objects.filter(pk__in=batch).delete()
+        total += by_model.get(QueueMessage._meta.label, 0)
+    return total

@@ -132,14 +132,9 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite("triage.services:_dlq_delete", {DLQ: _ops("delete_message")}, _roles(CELERY)),
     # Queue depths: /metrics (web), queue metrics and alert evaluation (beat), the dashboard.
     SqsCallSite(
-        "triage.monitoring:operations_snapshot",
-        {MAIN: _READ_ATTRIBUTES, DLQ: _READ_ATTRIBUTES},
-        _roles(WEB, CELERY),
-    ),
-    SqsCallSite(
         "triage.selectors:queue_depths",
         {MAIN: _READ_ATTRIBUTES, DLQ: _READ_ATTRIBUTES},
-        _roles(WEB),
+        _roles(WEB, CELERY),
     ),
     SqsCallSite("triage.health:_queue_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
     # setup_queues.

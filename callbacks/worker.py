@@ -59,10 +59,10 @@ from callbacks.services import (
 )
 from payments.exceptions import PaymentError, ProcessorCircuitOpen
 from payments.models import BreakerState
+from payments.services import SUBMIT_PAYMENT
 
 logger = logging.getLogger(__name__)
 
-SUBMIT_PAYMENT = "submit_payment"
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60  # SQS's limit for ChangeMessageVisibility
 
 

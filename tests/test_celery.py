@@ -86,6 +86,7 @@ def test_beat_schedule_covers_the_operations_work():
         "callbacks.tasks.outbox_relay_publish",
         "payments.tasks.processed_events_purge",
         "payments.tasks.idempotency_keys_purge",
+        "callbacks.tasks.queue_messages_purge",
     }
     from config.celery import app
 

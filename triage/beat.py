@@ -24,6 +24,7 @@ def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict
         "callbacks.tasks.outbox_relay_publish": 60.0,
         "payments.tasks.processed_events_purge": 3600.0,
         "payments.tasks.idempotency_keys_purge": 3600.0,
+        "callbacks.tasks.queue_messages_purge": 3600.0,
     }
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
@@ -34,6 +35,7 @@ def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict
         "callbacks.tasks.outbox_relay_publish": "outbox-relay-publish",
         "payments.tasks.processed_events_purge": "processed-events-purge",
         "payments.tasks.idempotency_keys_purge": "idempotency-keys-purge",
+        "callbacks.tasks.queue_messages_purge": "queue-messages-purge",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

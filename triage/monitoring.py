@@ -34,9 +34,8 @@ import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from django.apps import apps
 from django.db import DatabaseError
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -44,8 +43,6 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
-
-UNFINISHED_STATUSES = ("in_progress", "retrying")
 
 
 @dataclass(frozen=True)
@@ -66,74 +63,48 @@ class OperationsSnapshot:
     errors: dict[str, str]
 
 
-def _int(attributes: dict, name: str) -> int:
-    return int(attributes.get(name, 0))
-
-
 def operations_snapshot(*, now: datetime | None = None) -> OperationsSnapshot:
     """Read queue depths from SQS and the rest from the database; each source fails alone."""
-    from callbacks import sqs
+    from callbacks.models import PaymentHold
+    from payments.models import Payment, PaymentState
+    from triage import selectors
 
     now = now or timezone.now()
     errors: dict[str, str] = {}
-    main = dlq = None
-    queue_error = ""
-    names = (
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesNotVisible",
-        "ApproximateNumberOfMessagesDelayed",
-    )
-    try:
-        main = sqs.queue_attributes(sqs.main_queue_url(), names)
-        dlq = sqs.queue_attributes(sqs.dead_letter_queue_url(), names)
-    except sqs.QueueUnavailable as exc:
-        queue_error = str(exc)
+    main, dlq = selectors.queue_depths()
+    queue_error = "; ".join(depth.error for depth in (main, dlq) if depth.error)
+    if queue_error:
         errors["sqs"] = queue_error
 
     oldest_age = unfinished = None
     try:
-        queue_message = apps.get_model("callbacks", "QueueMessage")
-    except LookupError:
-        errors["queue_messages"] = "callbacks.QueueMessage is not installed"
+        summary = selectors.unfinished_messages(now=now)
+    except DatabaseError as exc:
+        errors["queue_messages"] = str(exc)
     else:
-        try:
-            row = queue_message.objects.filter(status__in=UNFINISHED_STATUSES).aggregate(
-                oldest=Min("enqueued_at"), count=Count("pk")
-            )
-            unfinished = row["count"]
-            if row["oldest"] is not None:
-                oldest_age = max(0.0, (now - row["oldest"]).total_seconds())
-        except DatabaseError as exc:
-            errors["queue_messages"] = str(exc)
+        unfinished = summary.count
+        if summary.oldest_age is not None:
+            oldest_age = summary.oldest_age.total_seconds()
 
     open_dead_letters = None
     try:
-        from triage.models import DeadLetter, DeadLetterStatus
-
-        open_dead_letters = DeadLetter.objects.filter(status=DeadLetterStatus.OPEN).count()
+        open_dead_letters = selectors.dead_letters_open_summary(now=now).count
     except DatabaseError as exc:
         errors["dead_letters"] = str(exc)
 
     on_hold = None
     try:
-        hold = apps.get_model("callbacks", "PaymentHold")
-    except LookupError:
-        errors["holds"] = "callbacks.PaymentHold is not installed"
-    else:
-        try:
-            on_hold = (
-                hold.objects.filter(released_at__isnull=True)
-                .values("payment_id")
-                .distinct()
-                .count()
-            )
-        except DatabaseError as exc:
-            errors["holds"] = str(exc)
+        on_hold = (
+            PaymentHold.objects.filter(released_at__isnull=True)
+            .values("payment_id")
+            .distinct()
+            .count()
+        )
+    except DatabaseError as exc:
+        errors["holds"] = str(exc)
 
     by_state: dict[str, int] = {}
     try:
-        from payments.models import Payment, PaymentState
-
         by_state = {state: 0 for state in PaymentState.values}
         for row in Payment.objects.values("state").annotate(n=Count("pk")).order_by():
             by_state[row["state"]] = row["n"]
@@ -141,11 +112,11 @@ def operations_snapshot(*, now: datetime | None = None) -> OperationsSnapshot:
         errors["payments"] = str(exc)
 
     return OperationsSnapshot(
-        main_visible=_int(main, names[0]) if main is not None else None,
-        main_in_flight=_int(main, names[1]) if main is not None else None,
-        main_delayed=_int(main, names[2]) if main is not None else None,
-        dlq_visible=_int(dlq, names[0]) if dlq is not None else None,
-        dlq_in_flight=_int(dlq, names[1]) if dlq is not None else None,
+        main_visible=main.visible,
+        main_in_flight=main.in_flight,
+        main_delayed=main.delayed,
+        dlq_visible=dlq.visible,
+        dlq_in_flight=dlq.in_flight,
         queue_error=queue_error,
         oldest_unfinished_age=oldest_age,
         unfinished_messages=unfinished,

@@ -176,6 +176,7 @@ AGE_BUCKETS: list[tuple[str, str, timedelta | None, timedelta | None]] = [
     ("gt7d", "more than 7 days", timedelta(days=7), None),
 ]
 DAY = timedelta(hours=24)
+ZERO = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -240,16 +241,27 @@ def queue_depths() -> list[QueueDepth]:
     return depths
 
 
-def oldest_unfinished_age(*, now: datetime | None = None) -> timedelta | None:
-    """Age of the oldest message the worker started and has not finished, from its own records
-    (SQS has no such attribute)."""
+@dataclass(frozen=True)
+class UnfinishedMessages:
+    count: int
+    oldest_age: timedelta | None  # None when nothing is unfinished
+
+
+def unfinished_messages(*, now: datetime | None = None) -> UnfinishedMessages:
+    """Messages the worker started and has not finished (in progress or retrying), and the age
+    of the oldest from its own records (SQS has no such attribute; on AWS, CloudWatch's
+    ApproximateAgeOfOldestMessage is the queue-side equivalent)."""
     now = now or timezone.now()
-    oldest = (
-        QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES)
-        .exclude(enqueued_at__isnull=True)
-        .aggregate(oldest=Min("enqueued_at"))["oldest"]
+    row = QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).aggregate(
+        count=Count("pk"), oldest=Min("enqueued_at")
     )
-    return None if oldest is None else now - oldest
+    oldest = row["oldest"]
+    return UnfinishedMessages(row["count"], None if oldest is None else max(now - oldest, ZERO))
+
+
+def oldest_unfinished_age(*, now: datetime | None = None) -> timedelta | None:
+    """Age of the oldest message the worker started and has not finished."""
+    return unfinished_messages(now=now).oldest_age
 
 
 def payments_on_hold() -> QuerySet[PaymentHold]:

@@ -177,6 +177,7 @@ CALLBACK_MAX_BODY_BYTES = 64 * 1024
 # --- Retention
 PROCESSED_EVENT_RETENTION = timedelta(days=env.int("PROCESSED_EVENT_RETENTION_DAYS", default=30))
 API_IDEMPOTENCY_RETENTION = timedelta(hours=env.int("API_IDEMPOTENCY_RETENTION_HOURS", default=24))
+QUEUE_MESSAGE_RETENTION = timedelta(days=env.int("QUEUE_MESSAGE_RETENTION_DAYS", default=30))
 
 # --- Alerts and operations
 ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default=None)

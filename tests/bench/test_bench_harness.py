@@ -248,7 +248,7 @@ def _report() -> dict:
 
 
 def test_report_renders_as_text_and_markdown_with_missing_figures_shown_as_dashes():
-    from bench.run import markdown, table
+    from bench.report import markdown, table
 
     report = _report()
     text = table(report)

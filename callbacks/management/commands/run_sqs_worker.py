@@ -14,10 +14,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from callbacks import sqs
 from callbacks.worker import Worker
+from payments.selectors import recommended_visibility_timeout
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_VISIBILITY_TIMEOUT = 30
 
 
 def _int_range(low: int, high: int | None = None):
@@ -35,11 +34,7 @@ def _int_range(low: int, high: int | None = None):
 
 
 def default_visibility_timeout() -> int:
-    """The payments core's recommendation (derived from the processor timeout), else 30 s."""
-    try:
-        from payments.selectors import recommended_visibility_timeout
-    except ImportError:
-        return DEFAULT_VISIBILITY_TIMEOUT
+    """The payments core's recommendation, derived from the processor's measured latency."""
     return int(recommended_visibility_timeout())
 
 

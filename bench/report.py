@@ -1,0 +1,291 @@
+"""The benchmark report: the summary table printed at the end of ``make bench`` and the
+Markdown written to ``bench/results/latest.md``, both read from the run's JSON report."""
+
+# What the figures are compared with (reported, never enforced).
+GOALS = {
+    "worker_vs_plain_sql": 0.5,
+    "callback_vs_minimal": 0.6,
+    "e2e_p99_ms_at_200": 100.0,
+    "sustained_events_per_second": 850,
+}
+
+
+def fmt(value, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def _rows_written(counters: dict) -> float | None:
+    if not counters:
+        return None
+    return counters["tup_inserted"] + counters["tup_updated"] + counters["tup_deleted"]
+
+
+HEADERS = ("figure", "value", "baseline", "ratio", "goal")
+
+
+def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    rows: list[tuple[str, str, str, str, str]] = []
+    ingest = report.get("ingest")
+    if ingest:
+        cb, mini = ingest["callback"], ingest["minimal"]
+        rows.append(
+            (
+                "callback ingest, accepted/s",
+                fmt(cb["accepted_per_second"]),
+                f"{fmt(mini['accepted_per_second'])} minimal view",
+                fmt(ingest["callback_vs_minimal"], 2),
+                f">= {GOALS['callback_vs_minimal']}",
+            )
+        )
+        rows.append(
+            (
+                "callback ingest P50 / P99 ms",
+                f"{fmt(cb['p50_ms'], 1)} / {fmt(cb['p99_ms'], 1)}",
+                f"{fmt(mini['p50_ms'], 1)} / {fmt(mini['p99_ms'], 1)}",
+                "",
+                "",
+            )
+        )
+    worker = report.get("worker")
+    if worker:
+        for n, s in worker["summary"].items():
+            rows.append(
+                (
+                    f"worker x{n}, events/s",
+                    fmt(s["worker_events_per_second"]),
+                    f"{fmt(s['plain_sql_events_per_second'])} plain SQL",
+                    fmt(s["worker_vs_plain_sql"], 2),
+                    f">= {GOALS['worker_vs_plain_sql']}",
+                )
+            )
+            rows.append(
+                (
+                    "",
+                    "",
+                    f"{fmt(s['noop_messages_per_second'])} no-op",
+                    fmt(s["worker_vs_noop"], 2),
+                    "",
+                )
+            )
+    if worker:
+        s = worker["summary"]["1"]
+        w, p = s["worker_database_per_event"] or {}, s["plain_sql_database_per_event"] or {}
+        wb, pb = s["worker_bytes_per_event"] or {}, s["plain_sql_bytes_per_event"] or {}
+        rows.append(
+            (
+                "per event: transactions / rows written / bytes",
+                f"{fmt(w.get('xact_commit'), 2)} / "
+                f"{fmt(_rows_written(w), 1)} / {fmt(wb.get('total'))}",
+                f"{fmt(p.get('xact_commit'), 2)} / "
+                f"{fmt(_rows_written(p), 1)} / {fmt(pb.get('total'))} plain SQL",
+                "",
+                "",
+            )
+        )
+    e2e = report.get("e2e")
+    if e2e and "steady" in e2e:
+        st = e2e["steady"]
+        rows.append(
+            (
+                f"e2e at {st['offered_rate']}/s, accepted->applied P50 / P99 ms",
+                f"{fmt(st['accepted_to_applied_p50_ms'], 1)} / "
+                f"{fmt(st['accepted_to_applied_p99_ms'], 1)}",
+                "",
+                "",
+                f"P99 <= {GOALS['e2e_p99_ms_at_200']:.0f}",
+            )
+        )
+        sustained = e2e.get("sustained_events_per_second")
+        lowest = min(s["offered_rate"] for s in e2e["steps"]) if e2e.get("steps") else None
+        rows.append(
+            (
+                "e2e sustained, events/s",
+                fmt(sustained) if sustained else f"< {lowest} (lowest step)",
+                "" if e2e.get("limit_reached") else "(no step failed)",
+                "",
+                f">= {GOALS['sustained_events_per_second']}",
+            )
+        )
+    return rows
+
+
+def _machine_line(report: dict) -> str:
+    m = report["machine"]
+    return (
+        f"{m['cores']} cores ({m['cpu']}); load average (1, 5, 15 min) at start "
+        f"{' '.join(f'{x:.2f}' for x in m['load_average_start'])}, at end "
+        f"{' '.join(f'{x:.2f}' for x in m.get('load_average_end', ()))}"
+    )
+
+
+def table(report: dict) -> str:
+    rows = summary_rows(report)
+    headers = HEADERS
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(5)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.append("")
+    lines.append(_machine_line(report))
+    if report.get("ingest"):
+        lines.append(f"ingest load generator: {report['ingest']['generator']}")
+    return "\n".join(lines)
+
+
+def _cpu_parts(parts: dict | None) -> str:
+    if not parts:
+        return "-"
+    order = ("web", "workers", "sqs", "postgres", "generator")
+    return " / ".join(fmt(parts.get(k), 1) for k in order)
+
+
+def _md_table(headers: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """The run as Markdown, for docs/benchmarks.md."""
+    v = report.get("versions", {})
+    lines = [
+        f"Run of {report['started_at']}, {report['wall_seconds']:.0f} s wall, commit "
+        f"{v.get('git_commit')}{'' if v.get('git_tree_clean') else ' (tree not clean)'}.",
+        "",
+        f"Machine: {_machine_line(report)}; {report['machine']['platform']}.",
+        "",
+        "Versions: "
+        + ", ".join(
+            f"{k} {val}" for k, val in v.items() if k not in ("git_commit", "git_tree_clean")
+        )
+        + ".",
+        "",
+    ]
+    lines += _md_table(HEADERS, [tuple(c or " " for c in r) for r in summary_rows(report)])
+    ingest = report.get("ingest")
+    if ingest:
+        lines += [
+            "",
+            f"Ingest: {ingest['generator']}, {ingest['connections']} connections, "
+            f"{ingest['rounds']} rounds of {ingest['seconds']} s per endpoint; gunicorn "
+            f"`{ingest['gunicorn']}`.",
+            "",
+        ]
+        rows = []
+        for target in ("minimal", "callback"):
+            for n, r in enumerate(ingest[target]["rounds"], 1):
+                rows.append(
+                    (
+                        target,
+                        n,
+                        fmt(r["accepted_per_second"]),
+                        fmt(r["p50_ms"], 1),
+                        fmt(r["p90_ms"], 1),
+                        fmt(r["p99_ms"], 1),
+                        fmt(r.get("web_cpu_ms_per_request"), 2),
+                        fmt(r.get("sqs_cpu_ms_per_request"), 2),
+                        r["other_status"],
+                    )
+                )
+        lines += _md_table(
+            (
+                "endpoint",
+                "round",
+                "accepted/s",
+                "P50 ms",
+                "P90 ms",
+                "P99 ms",
+                "web CPU ms/request",
+                "SQS server CPU ms/request",
+                "non-202",
+            ),
+            rows,
+        )
+    worker = report.get("worker")
+    if worker:
+        lines += [
+            "",
+            f"Worker runs ({worker['events']} events each, one per payment and group):",
+            "",
+        ]
+        rows = []
+        for r in worker["runs"].values():
+            db = r.get("database_per_event") or {}
+            rows.append(
+                (
+                    r["kind"],
+                    r["processes"],
+                    fmt(r["rate"]),
+                    fmt(r["wall_seconds"], 1),
+                    fmt(r.get("consumer_cpu_ms_per_event"), 2),
+                    fmt(db.get("xact_commit"), 2),
+                    fmt(_rows_written(db), 1),
+                    fmt((r.get("bytes_per_event") or {}).get("total")),
+                )
+            )
+        lines += _md_table(
+            (
+                "consumer",
+                "processes",
+                "events/s",
+                "wall s",
+                "consumer CPU ms/event",
+                "transactions/event",
+                "rows written/event",
+                "bytes/event",
+            ),
+            rows,
+        )
+    e2e = report.get("e2e")
+    if e2e and "steady" in e2e:
+        lines += [
+            "",
+            f"End to end: gunicorn `{e2e['gunicorn']}`, {e2e['workers']} workers "
+            f"(`{e2e['worker_command']}`).",
+            "",
+        ]
+        rows = []
+        for step in [e2e["steady"], *e2e.get("steps", [])]:
+            rows.append(
+                (
+                    step["offered_rate"],
+                    step["seconds"],
+                    fmt(step.get("accepted_per_second"), 0)
+                    if "accepted_per_second" in step
+                    else "-",
+                    fmt(step.get("applied_per_second")),
+                    fmt(step.get("backlog_max")),
+                    fmt(step.get("backlog_trend_per_second"), 1),
+                    f"{fmt(step['accepted_to_applied_p50_ms'], 0)} / "
+                    f"{fmt(step['accepted_to_applied_p99_ms'], 0)}",
+                    f"{fmt(step['http_p50_ms'], 1)} / {fmt(step['http_p99_ms'], 1)}",
+                    fmt(step.get("cores_busy"), 2),
+                    _cpu_parts(step.get("cpu_ms_per_event")),
+                    "steady run"
+                    if step is e2e["steady"]
+                    else ("sustained" if step["sustained"] else "; ".join(step["why_not"])),
+                )
+            )
+        lines += _md_table(
+            (
+                "offered/s",
+                "s",
+                "accepted/s",
+                "applied/s",
+                "backlog max",
+                "backlog trend/s",
+                "202->applied P50 / P99 ms",
+                "HTTP P50 / P99 ms",
+                "cores busy",
+                "CPU ms/event web / workers / SQS / PostgreSQL / generator",
+                "verdict",
+            ),
+            rows,
+        )
+    if report.get("problems"):
+        lines += ["", "Problems: " + "; ".join(report["problems"])]
+    return "\n".join(lines) + "\n"

@@ -18,6 +18,13 @@ DEFAULTS: dict[str, Any] = {
     # Dedup records of processed events outlive SQS's 5-minute window by far.
     "PROCESSED_EVENT_RETENTION": timedelta(days=30),
     "API_IDEMPOTENCY_RETENTION": timedelta(hours=24),
+    # Published outbox rows: the queue message and the event log carry what they said; a week
+    # is for looking into a publish that went wrong.
+    "OUTBOX_RETENTION": timedelta(days=7),
+    # Breaker transitions: an incident's history, read when it is reviewed.
+    "BREAKER_TRANSITION_RETENTION": timedelta(days=90),
+    # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
+    "RETENTION_PURGE_BATCH_SIZE": 1000,
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
     # merchant? The default reads the MerchantAccess grants edited in the admin.
     "PAYMENTS_MERCHANT_ACCESS_POLICY": "payments.access.merchant_access_granted",

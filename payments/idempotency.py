@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from payments import conf as payments_conf
 from payments.models import ApiIdempotencyKey
+from payments.retention import batched_delete
 
 IN_FLIGHT_LEASE = timedelta(seconds=60)
 
@@ -65,7 +66,9 @@ def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:
     ApiIdempotencyKey.objects.filter(pk=record.pk, completed_at__isnull=True).delete()
 
 
-def idempotency_keys_purge() -> int:
+def idempotency_keys_purge(*, batch_size: int | None = None) -> int:
+    """Delete API idempotency keys older than API_IDEMPOTENCY_RETENTION, in batches."""
     cutoff = timezone.now() - payments_conf.API_IDEMPOTENCY_RETENTION
-    deleted, _ = ApiIdempotencyKey.objects.filter(created_at__lt=cutoff).delete()
-    return deleted
+    return batched_delete(
+        ApiIdempotencyKey.objects.filter(created_at__lt=cutoff), batch_size=batch_size
+    )

@@ -55,6 +55,7 @@ from payments.processor.client import (
     ProcessorCallUnavailable,
     get_client,
 )
+from payments.retention import batched_delete
 from payments.return_codes import ReturnCategory, return_code_get
 from payments.signals import (
     outbox_committed,
@@ -444,11 +445,17 @@ def _log_event(
     _transition_announce(row)
 
 
-def processed_events_purge(*, older_than: timedelta | None = None) -> int:
-    """Delete dedup records past their retention; returns how many went."""
+def processed_events_purge(
+    *, older_than: timedelta | None = None, batch_size: int | None = None
+) -> int:
+    """Delete dedup records past their retention, in batches; returns how many went.
+
+    Safe to forget: a redelivery of an event whose record is gone finds its payment already in
+    (or past) the event's state and is recorded as stale, never applied twice."""
     cutoff = timezone.now() - (older_than or payments_conf.PROCESSED_EVENT_RETENTION)
-    deleted, _ = ProcessedEvent.objects.filter(processed_at__lt=cutoff).delete()
-    return deleted
+    return batched_delete(
+        ProcessedEvent.objects.filter(processed_at__lt=cutoff), batch_size=batch_size
+    )
 
 
 # --- Submission to the processor -------------------------------------------------------------

@@ -33,3 +33,29 @@ def idempotency_keys_purge() -> int:
         deleted = idempotency.idempotency_keys_purge()
     logger.info("purged %s API idempotency keys past retention", deleted)
     return deleted
+
+
+@shared_task(name="payments.tasks.outbox_messages_purge", ignore_result=True)
+def outbox_messages_purge() -> int:
+    """Delete outbox rows published before OUTBOX_RETENTION (idempotent)."""
+    from payments import retention
+
+    with single_flight("payments.outbox_messages_purge") as acquired:
+        if not acquired:
+            return 0
+        deleted = retention.outbox_messages_purge()
+    logger.info("purged %s published outbox rows past retention", deleted)
+    return deleted
+
+
+@shared_task(name="payments.tasks.breaker_transitions_purge", ignore_result=True)
+def breaker_transitions_purge() -> int:
+    """Delete circuit-breaker transitions older than BREAKER_TRANSITION_RETENTION (idempotent)."""
+    from payments import retention
+
+    with single_flight("payments.breaker_transitions_purge") as acquired:
+        if not acquired:
+            return 0
+        deleted = retention.breaker_transitions_purge()
+    logger.info("purged %s circuit-breaker transitions past retention", deleted)
+    return deleted

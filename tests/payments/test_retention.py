@@ -1,0 +1,120 @@
+"""Retention purges of the payments core: only rows past retention and done with go, batch by
+batch, each batch its own short DELETE."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from payments import retention, tasks
+from payments.idempotency import idempotency_keys_purge
+from payments.models import (
+    ApiIdempotencyKey,
+    CircuitBreaker,
+    CircuitBreakerTransition,
+    OutboxMessage,
+    ProcessedEvent,
+)
+from payments.services import payment_apply_event, processed_events_purge
+from tests.factories import PaymentFactory, UserFactory, processor_event
+
+pytestmark = pytest.mark.django_db
+
+
+def _deletes(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+
+
+def _outbox(published_days_ago: float | None) -> OutboxMessage:
+    row = OutboxMessage.objects.create(kind="submit", group_id="g", body={})
+    if published_days_ago is not None:
+        OutboxMessage.objects.filter(pk=row.pk).update(
+            published_at=timezone.now() - timedelta(days=published_days_ago)
+        )
+    return row
+
+
+def test_outbox_purge_deletes_only_published_rows_past_retention_in_batches(settings):
+    settings.OUTBOX_RETENTION = timedelta(days=7)
+    old = [_outbox(published_days_ago=8) for _ in range(5)]
+    recent = _outbox(published_days_ago=1)
+    unpublished = _outbox(published_days_ago=None)
+    OutboxMessage.objects.filter(pk=unpublished.pk).update(
+        created_at=timezone.now() - timedelta(days=60)
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        assert retention.outbox_messages_purge(batch_size=2) == len(old)
+
+    assert set(OutboxMessage.objects.values_list("pk", flat=True)) == {recent.pk, unpublished.pk}
+    assert len(_deletes(queries)) == 3  # 2 + 2 + 1
+
+
+def test_outbox_purge_task_reads_the_retention_setting(settings):
+    _outbox(published_days_ago=3)
+    settings.OUTBOX_RETENTION = timedelta(days=7)
+    assert tasks.outbox_messages_purge() == 0
+    settings.OUTBOX_RETENTION = timedelta(days=2)
+    assert tasks.outbox_messages_purge() == 1
+
+
+def test_breaker_transition_purge_keeps_recent_history_and_the_breaker(settings):
+    settings.BREAKER_TRANSITION_RETENTION = timedelta(days=90)
+    breaker = CircuitBreaker.objects.create(name="processor")
+    old = [CircuitBreakerTransition.objects.create(breaker=breaker, kind="open") for _ in range(3)]
+    CircuitBreakerTransition.objects.filter(pk__in=[t.pk for t in old]).update(
+        created_at=timezone.now() - timedelta(days=91)
+    )
+    recent = CircuitBreakerTransition.objects.create(breaker=breaker, kind="close")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert tasks.breaker_transitions_purge() == 3
+
+    assert list(CircuitBreakerTransition.objects.values_list("pk", flat=True)) == [recent.pk]
+    assert CircuitBreaker.objects.filter(name="processor").exists()
+    assert len(_deletes(queries)) == 1
+
+
+def test_processed_event_purge_goes_in_batches_and_keeps_recent_records():
+    payment = PaymentFactory(state="submitted")
+    names = [f"old-{i}" for i in range(5)]
+    for name in [*names, "new"]:
+        payment_apply_event(event=processor_event(payment, "settled", processor_event_id=name))
+    ProcessedEvent.objects.filter(pk__in=names).update(
+        processed_at=timezone.now() - timedelta(days=31)
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        assert processed_events_purge(batch_size=2) == 5
+
+    assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == ["new"]
+    assert len(_deletes(queries)) == 3
+
+
+def test_redelivery_after_its_dedup_record_is_purged_is_stale_not_applied_twice():
+    payment = PaymentFactory(state="submitted")
+    event = processor_event(payment, "settled")
+    assert payment_apply_event(event=event).outcome == "applied"
+    assert processed_events_purge(older_than=timedelta(seconds=-1)) == 1
+
+    again = payment_apply_event(event=event)
+
+    assert again.outcome == "stale"
+    assert payment.ledger_entries.count() == 1
+
+
+def test_idempotency_key_purge_goes_in_batches(settings):
+    settings.API_IDEMPOTENCY_RETENTION = timedelta(hours=24)
+    user = UserFactory()
+    for i in range(3):
+        ApiIdempotencyKey.objects.create(user=user, key=f"old-{i}", request_hash="h")
+    ApiIdempotencyKey.objects.update(created_at=timezone.now() - timedelta(hours=25))
+    ApiIdempotencyKey.objects.create(user=user, key="new", request_hash="h")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert idempotency_keys_purge(batch_size=2) == 3
+
+    assert list(ApiIdempotencyKey.objects.values_list("key", flat=True)) == ["new"]
+    assert len(_deletes(queries)) == 2

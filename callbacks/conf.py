@@ -39,6 +39,13 @@ DEFAULTS: dict[str, Any] = {
     # Records of cleanly finished queue messages are kept this long (the dashboards' and the
     # admin's recent history), then purged by beat; error history is never purged.
     "QUEUE_MESSAGE_RETENTION": timedelta(days=30),
+    # Records that carry a failure (error rows, dead-lettered or parked messages) are kept
+    # longer, for the incident review; a dead letter still open in triage keeps its own forever.
+    "QUEUE_ERROR_RETENTION": timedelta(days=90),
+    # Released holds and the parked messages they republished.
+    "HOLD_RETENTION": timedelta(days=90),
+    # Deferred-message rows once released (their message went back to the queue).
+    "DEFERRED_MESSAGE_RETENTION": timedelta(days=7),
     # Celery's broker queue: a standard (not FIFO) SQS queue.
     "CELERY_SQS_QUEUE_NAME": "payments-celery",
 }

@@ -87,6 +87,13 @@ def test_beat_schedule_covers_the_operations_work():
         "payments.tasks.processed_events_purge",
         "payments.tasks.idempotency_keys_purge",
         "callbacks.tasks.queue_messages_purge",
+        "payments.tasks.outbox_messages_purge",
+        "payments.tasks.breaker_transitions_purge",
+        "callbacks.tasks.deferred_messages_purge",
+        "callbacks.tasks.holds_purge",
+        "triage.tasks.error_history_purge",
+        "triage.tasks.alerts_purge",
+        "triage.tasks.bulk_job_items_purge",
     }
     from config.celery import app
 

@@ -25,6 +25,13 @@ def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict
         "payments.tasks.processed_events_purge": 3600.0,
         "payments.tasks.idempotency_keys_purge": 3600.0,
         "callbacks.tasks.queue_messages_purge": 3600.0,
+        "payments.tasks.outbox_messages_purge": 3600.0,
+        "payments.tasks.breaker_transitions_purge": 86400.0,
+        "callbacks.tasks.deferred_messages_purge": 3600.0,
+        "callbacks.tasks.holds_purge": 86400.0,
+        "triage.tasks.error_history_purge": 3600.0,
+        "triage.tasks.alerts_purge": 86400.0,
+        "triage.tasks.bulk_job_items_purge": 86400.0,
     }
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
@@ -36,6 +43,13 @@ def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict
         "payments.tasks.processed_events_purge": "processed-events-purge",
         "payments.tasks.idempotency_keys_purge": "idempotency-keys-purge",
         "callbacks.tasks.queue_messages_purge": "queue-messages-purge",
+        "payments.tasks.outbox_messages_purge": "outbox-messages-purge",
+        "payments.tasks.breaker_transitions_purge": "breaker-transitions-purge",
+        "callbacks.tasks.deferred_messages_purge": "deferred-messages-purge",
+        "callbacks.tasks.holds_purge": "holds-purge",
+        "triage.tasks.error_history_purge": "error-history-purge",
+        "triage.tasks.alerts_purge": "alerts-purge",
+        "triage.tasks.bulk_job_items_purge": "bulk-job-items-purge",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

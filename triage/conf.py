@@ -27,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_EVENT_QUIET_RESOLVE": timedelta(hours=24),
     # Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
     "DLQ_INGEST_INTERVAL_SECONDS": 60.0,
+    # Resolved alerts and their notifications (the alert history page).
+    "ALERT_RETENTION": timedelta(days=90),
+    # Items of finished bulk jobs; the job row itself is kept with the audit trail.
+    "BULK_JOB_RETENTION": timedelta(days=30),
 }
 
 

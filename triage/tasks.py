@@ -74,3 +74,36 @@ def _prometheus_mark_process_dead(pid=None, **kwargs) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
+
+
+def _purge(name: str, purge, what: str) -> int:
+    with single_flight(name) as acquired:
+        if not acquired:
+            return 0
+        deleted = purge()
+    logger.info("purged %s %s past retention", deleted, what)
+    return deleted
+
+
+@shared_task(name="triage.tasks.error_history_purge", ignore_result=True)
+def error_history_purge() -> int:
+    """Delete error history past QUEUE_ERROR_RETENTION unless its dead letter is still open."""
+    from triage import retention
+
+    return _purge("triage.error_history_purge", retention.error_history_purge, "message records")
+
+
+@shared_task(name="triage.tasks.alerts_purge", ignore_result=True)
+def alerts_purge() -> int:
+    """Delete resolved alerts past ALERT_RETENTION with their notifications (idempotent)."""
+    from triage import retention
+
+    return _purge("triage.alerts_purge", retention.alerts_purge, "resolved alerts")
+
+
+@shared_task(name="triage.tasks.bulk_job_items_purge", ignore_result=True)
+def bulk_job_items_purge() -> int:
+    """Delete items of bulk jobs finished before BULK_JOB_RETENTION (idempotent)."""
+    from triage import retention
+
+    return _purge("triage.bulk_job_items_purge", retention.bulk_job_items_purge, "bulk job items")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from callbacks import conf, sqs
@@ -25,6 +25,7 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from callbacks.sqs import ReceivedMessage
+from payments.retention import batched_delete, id_bound
 
 logger = logging.getLogger(__name__)
 
@@ -664,21 +665,23 @@ def message_republish(
     )
 
 
-def queue_messages_purge(*, older_than: timedelta | None = None, batch_size: int = 1000) -> int:
+def queue_messages_purge(
+    *, older_than: timedelta | None = None, batch_size: int | None = None
+) -> int:
     """Delete the records of messages finished cleanly before ``now - older_than`` (default:
     QUEUE_MESSAGE_RETENTION); returns how many went. Records with a processing error or behind
     a hold are kept: they are the error history a person may still need (ProcessingError and
-    PaymentHold protect them). Deletes ``batch_size`` rows per statement, so a first run over
-    months of records holds no long lock and no huge transaction."""
+    PaymentHold protect them; ``callbacks.retention`` purges them later, on its own terms).
+
+    Deletes ``batch_size`` rows per transaction in id order, looking only below the first id
+    started after the cutoff (``id_bound``), so a run over months of records holds no long
+    lock, no huge transaction, and needs no index on ``finished_at``."""
     cutoff = timezone.now() - (older_than or conf.QUEUE_MESSAGE_RETENTION)
+    bound = id_bound(QueueMessage, "first_started_at", cutoff)
     stale = QueueMessage.objects.filter(
-        status=QueueMessageStatus.DONE,
-        finished_at__lt=cutoff,
-        errors__isnull=True,
-        holds_caused__isnull=True,
+        status=QueueMessageStatus.DONE, finished_at__lt=cutoff, pk__lt=bound or 0
+    ).exclude(
+        Exists(ProcessingError.objects.filter(queue_message=OuterRef("pk")))
+        | Exists(PaymentHold.objects.filter(caused_by=OuterRef("pk")))
     )
-    total = 0
-    while batch := list(stale.values_list("pk", flat=True)[:batch_size]):
-        _, by_model = QueueMessage.objects.filter(pk__in=batch).delete()
-        total += by_model.get(QueueMessage._meta.label, 0)
-    return total
+    return batched_delete(stale, batch_size=batch_size)

@@ -70,5 +70,7 @@ def idempotency_keys_purge(*, batch_size: int | None = None) -> int:
     """Delete API idempotency keys older than API_IDEMPOTENCY_RETENTION, in batches."""
     cutoff = timezone.now() - payments_conf.API_IDEMPOTENCY_RETENTION
     return batched_delete(
-        ApiIdempotencyKey.objects.filter(created_at__lt=cutoff), batch_size=batch_size
+        ApiIdempotencyKey.objects.filter(created_at__lt=cutoff),
+        order_by="created_at",
+        batch_size=batch_size,
     )

@@ -454,7 +454,9 @@ def processed_events_purge(
     (or past) the event's state and is recorded as stale, never applied twice."""
     cutoff = timezone.now() - (older_than or payments_conf.PROCESSED_EVENT_RETENTION)
     return batched_delete(
-        ProcessedEvent.objects.filter(processed_at__lt=cutoff), batch_size=batch_size
+        ProcessedEvent.objects.filter(processed_at__lt=cutoff),
+        order_by="processed_at",  # indexed; the key (the processor's id) is in random order
+        batch_size=batch_size,
     )
 
 

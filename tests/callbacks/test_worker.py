@@ -448,7 +448,11 @@ def test_purge_deletes_old_clean_records_and_keeps_error_history(sqs_queues, fas
     PaymentFactory(id=stand_in.id, state=PaymentState.PENDING, amount=stand_in.amount)
     run_worker()  # ...done on the second attempt
     assert set(QueueMessage.objects.values_list("status", flat=True)) == {"done"}
-    QueueMessage.objects.update(finished_at="2026-01-01T00:00:00Z")
+    # As if it all happened in January: started then, and finished then.
+    january = "2026-01-01T00:00:00Z"
+    QueueMessage.objects.update(
+        first_started_at=january, last_started_at=january, finished_at=january
+    )
 
     assert queue_messages_purge(older_than=timedelta(days=30)) == 1
 

@@ -30,8 +30,9 @@ def _deletes(queries: CaptureQueriesContext) -> list[str]:
 def _outbox(published_days_ago: float | None) -> OutboxMessage:
     row = OutboxMessage.objects.create(kind="submit", group_id="g", body={})
     if published_days_ago is not None:
+        published_at = timezone.now() - timedelta(days=published_days_ago)
         OutboxMessage.objects.filter(pk=row.pk).update(
-            published_at=timezone.now() - timedelta(days=published_days_ago)
+            created_at=published_at - timedelta(seconds=1), published_at=published_at
         )
     return row
 
@@ -118,3 +119,19 @@ def test_idempotency_key_purge_goes_in_batches(settings):
 
     assert list(ApiIdempotencyKey.objects.values_list("key", flat=True)) == ["new"]
     assert len(_deletes(queries)) == 2
+
+
+def test_id_bound_is_the_first_id_written_at_or_after_the_cutoff():
+    assert retention.id_bound(OutboxMessage, "created_at", timezone.now()) is None
+    rows = [_outbox(published_days_ago=None) for _ in range(9)]
+    for days, row in zip(range(9, 0, -1), rows, strict=True):  # oldest first, as written
+        OutboxMessage.objects.filter(pk=row.pk).update(
+            created_at=timezone.now() - timedelta(days=days)
+        )
+
+    cutoff = timezone.now() - timedelta(days=3, hours=12)
+    assert retention.id_bound(OutboxMessage, "created_at", cutoff) == rows[6].pk
+    assert retention.id_bound(OutboxMessage, "created_at", timezone.now()) == rows[-1].pk + 1
+    assert retention.id_bound(OutboxMessage, "created_at", cutoff - timedelta(days=30)) == (
+        rows[0].pk
+    )

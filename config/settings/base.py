@@ -178,6 +178,16 @@ CALLBACK_MAX_BODY_BYTES = 64 * 1024
 PROCESSED_EVENT_RETENTION = timedelta(days=env.int("PROCESSED_EVENT_RETENTION_DAYS", default=30))
 API_IDEMPOTENCY_RETENTION = timedelta(hours=env.int("API_IDEMPOTENCY_RETENTION_HOURS", default=24))
 QUEUE_MESSAGE_RETENTION = timedelta(days=env.int("QUEUE_MESSAGE_RETENTION_DAYS", default=30))
+QUEUE_ERROR_RETENTION = timedelta(days=env.int("QUEUE_ERROR_RETENTION_DAYS", default=90))
+OUTBOX_RETENTION = timedelta(days=env.int("OUTBOX_RETENTION_DAYS", default=7))
+DEFERRED_MESSAGE_RETENTION = timedelta(days=env.int("DEFERRED_MESSAGE_RETENTION_DAYS", default=7))
+HOLD_RETENTION = timedelta(days=env.int("HOLD_RETENTION_DAYS", default=90))
+BREAKER_TRANSITION_RETENTION = timedelta(
+    days=env.int("BREAKER_TRANSITION_RETENTION_DAYS", default=90)
+)
+ALERT_RETENTION = timedelta(days=env.int("ALERT_RETENTION_DAYS", default=90))
+BULK_JOB_RETENTION = timedelta(days=env.int("BULK_JOB_RETENTION_DAYS", default=30))
+RETENTION_PURGE_BATCH_SIZE = env.int("RETENTION_PURGE_BATCH_SIZE", default=1000)
 
 # --- Alerts and operations
 ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default=None)

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -35,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 import psycopg  # noqa: E402
 
-from bench import events, loadgen, stats  # noqa: E402
+from bench import events, history, loadgen, stats  # noqa: E402
 from bench.env import EnvError, env_choices, env_int, env_ints  # noqa: E402
 from bench.report import GOALS, fmt, markdown, table  # noqa: E402
 from bench.stack import (  # noqa: E402
@@ -54,7 +55,9 @@ from bench.stack import (  # noqa: E402
     worker_command,
 )
 
-PHASES = ("ingest", "worker", "e2e", "profile")
+# history and storage run only when named (BENCH_PHASES=history,storage): the history preload
+# takes minutes and gigabytes.
+PHASES = ("ingest", "worker", "e2e", "profile", "history", "storage")
 
 
 def _phases() -> list[str]:
@@ -83,6 +86,8 @@ def _config() -> dict:
             "e2e_connections": env_int("BENCH_E2E_CONNECTIONS", 64),
             "step_rates": env_ints("BENCH_STEPS", "100,150,200,300,400,600,850,1000"),
             "step_seconds": env_int("BENCH_STEP_SECONDS", 15),
+            "history_payments": env_int("BENCH_HISTORY_PAYMENTS", 5_000_000),
+            "partition_rows": env_int("BENCH_PARTITION_ROWS", 2_000_000),
             "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",
             "phases": _phases(),
         }
@@ -294,11 +299,14 @@ def queue_fill(url: str, payment_ids: list[str], run: str) -> None:
 # --- worker ---------------------------------------------------------------------------------------
 
 
-def _applied_window(db_url: str) -> tuple[int, float | None, float | None]:
+def _applied_window(db_url: str, ids: list[str]) -> tuple[int, float | None, float | None]:
+    """How many of the run's payments (``ids``) had their event applied, first and last when."""
     with psycopg.connect(db_url) as conn:
         count, first, last = conn.execute(
             "SELECT count(*), extract(epoch FROM min(processed_at)), "
-            "extract(epoch FROM max(processed_at)) FROM payments_processedevent"
+            "extract(epoch FROM max(processed_at)) FROM payments_processedevent "
+            "WHERE payment_id = ANY(%s::uuid[])",
+            (ids,),
         ).fetchone()
     return count, float(first) if first is not None else None, float(last) if last else None
 
@@ -345,17 +353,26 @@ def _bytes_per_event(db_url: str, events_applied: int) -> dict[str, float]:
     return sizes
 
 
-def _verify_applied(db_url: str, expected: int) -> list[str]:
-    """What is wrong with the database after a run that should have confirmed ``expected``."""
+def _verify_applied(db_url: str, ids: list[str]) -> list[str]:
+    """What is wrong with the database after a run that should have confirmed the payments
+    ``ids`` (and only those: a run over a preloaded history leaves the history alone)."""
+    expected = len(ids)
     with psycopg.connect(db_url) as conn:
         confirmed = conn.execute(
-            "SELECT count(*) FROM payments_payment WHERE state = 'confirmed'"
+            "SELECT count(*) FROM payments_payment WHERE state = 'confirmed' "
+            "AND id = ANY(%s::uuid[])",
+            (ids,),
         ).fetchone()[0]
-        ledger = conn.execute("SELECT count(*), coalesce(sum(amount), 0) FROM payments_ledgerentry")
+        ledger = conn.execute(
+            "SELECT count(*), coalesce(sum(amount), 0) FROM payments_ledgerentry "
+            "WHERE payment_id = ANY(%s::uuid[])",
+            (ids,),
+        )
         ledger_count, ledger_sum = ledger.fetchone()
         event_rows = conn.execute(
             "SELECT count(*) FROM payments_paymentevent WHERE kind = 'processor_event' "
-            "AND outcome = 'applied'"
+            "AND outcome = 'applied' AND payment_id = ANY(%s::uuid[])",
+            (ids,),
         ).fetchone()[0]
     wrong = []
     if confirmed != expected:
@@ -367,12 +384,26 @@ def _verify_applied(db_url: str, expected: int) -> list[str]:
     return wrong
 
 
-def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | None = None) -> dict:
+def consumer_run(
+    stack: Stack,
+    kind: str,
+    processes: int,
+    *,
+    profile: Path | None = None,
+    prepare: Callable[[str, int], list[str]] | None = None,
+    during: Callable[[], None] | None = None,
+    tag: str = "",
+) -> dict:
     """Fill a fresh queue with one ``settled`` event per payment and let ``processes``
-    consumers of ``kind`` (worker, plainsql, noop) drain it."""
+    consumers of ``kind`` (worker, plainsql, noop) drain it.
+
+    ``prepare(db_url, count)`` writes the run's payments and returns their ids (default: empty
+    every table first, ``payments_reset``; the history phase adds them to a preloaded history
+    instead). ``during()`` runs in a thread while the consumers run (the history phase's purge)
+    and is waited for before the run's figures are taken."""
     count = CONFIG["payments"]
-    tag = f"{kind}{processes}"
-    ids = payments_reset(stack.database_url, count)
+    tag = tag or f"{kind}{processes}"
+    ids = (prepare or payments_reset)(stack.database_url, count)
     name, dlq, url = queues_create(tag)
     queue_fill(url, ids, run=f"{tag}-{uuid.uuid4().hex[:6]}")
     if kind == "worker":
@@ -389,6 +420,9 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
     spy = None
     if profile is not None:
         spy = _py_spy(procs[0].pid, profile)
+    beside = threading.Thread(target=during, name=f"{tag}-during") if during else None
+    if beside is not None:
+        beside.start()
     timeout = 120 + count / 20
     outputs = []
     for proc in procs:
@@ -407,6 +441,8 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
             )
         outputs.append(out)
     wall = time.time() - started
+    if beside is not None:
+        beside.join()
     # Backends flush their statistics when they exit; what the consumers did is in now.
     counters = _db_counters(stack.database_url)
     if spy is not None:
@@ -426,10 +462,11 @@ def consumer_run(stack: Stack, kind: str, processes: int, *, profile: Path | Non
         result["rate"] = stats.rate(done, min(firsts, default=None), max(lasts, default=None))
         wrong = [] if done == count else [f"{done} of {count} messages received and deleted"]
     else:
-        done, first, last = _applied_window(stack.database_url)
+        done, first, last = _applied_window(stack.database_url, ids)
         result["rate"] = stats.rate(done, first, last)
-        wrong = _verify_applied(stack.database_url, count)
-        result["bytes_per_event"] = _bytes_per_event(stack.database_url, count)
+        wrong = _verify_applied(stack.database_url, ids)
+        if prepare is None:  # on a preloaded history the tables hold far more than this run
+            result["bytes_per_event"] = _bytes_per_event(stack.database_url, count)
     visible, in_flight = queue_depth(url)
     if visible or in_flight:
         wrong.append(f"{visible} messages left visible and {in_flight} in flight")
@@ -1030,6 +1067,16 @@ def profile_phase(stack: Stack, generator: str) -> dict:
     return out
 
 
+def _worker_runs(stack: Stack) -> history.WorkerRuns:
+    """The worker runs of this script, for bench.history (which cannot import this script: it
+    runs as ``__main__``)."""
+
+    def run(processes: int, **options) -> dict:
+        return consumer_run(stack, "worker", processes, **options)
+
+    return history.WorkerRuns(run=run, config=CONFIG, problems=problems)
+
+
 def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -1069,6 +1116,12 @@ def main() -> int:
             report["e2e"] = e2e_phase(stack)
         if "profile" in phases:
             report["profiles"] = profile_phase(stack, generator)
+        if "storage" in phases:
+            report["storage"] = history.storage_phase(stack, _worker_runs(stack))
+        if "history" in phases:
+            report["history"] = history.history_phase(
+                stack, _worker_runs(stack), empty=report.get("worker")
+            )
     finally:
         local_sqs.stop()
         if os.environ.get("BENCH_KEEP_DATABASE") != "1":

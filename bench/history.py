@@ -23,7 +23,6 @@ storage
 
 import hashlib
 import io
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -508,8 +507,8 @@ def history_phase(stack, runs: WorkerRuns, *, empty: dict | None = None) -> dict
                 f"history: {processes} process(es) run at {figures['rate_vs_empty']:.0%} of the "
                 "empty-database rate (goal: within 15 %)"
             )
-    log("history: " + json.dumps({k: report[k] for k in ("empty", "loaded", "preload")}))
-    log("history: " + json.dumps({k: report[k] for k in ("loaded_while_purging", "partitioning")}))
+    report["markdown"] = history_markdown(report)
+    log("history:\n" + report["markdown"])
     return report
 
 
@@ -627,3 +626,61 @@ def _parted_purge(conn: psycopg.Connection, cutoff: datetime) -> dict:
         "seconds": round(seconds, 2),
         "rows_per_second": round(deleted / seconds) if seconds else None,
     }
+
+
+def history_markdown(report: dict) -> str:
+    """The history phase's figures as docs/benchmarks.md shows them."""
+    mb = 1024 * 1024
+    preload = report["preload"]
+    lines = [
+        f"Preload: {preload['payments']:,} payments over {preload['span_days']:g} days, "
+        f"{sum(t['rows'] for t in preload['tables'].values()):,} rows by COPY in "
+        f"{preload['copy_seconds']:.0f} s, then VACUUM (ANALYZE) in "
+        f"{preload['vacuum_analyze_seconds']:.0f} s.",
+        "",
+        "| worker, N events | empty: events/s, CPU ms/event | on the history | rate vs empty "
+        "| CPU vs empty |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for processes, loaded in report["loaded"].items():
+        empty = report["empty"][processes]
+        lines.append(
+            f"| {processes} process(es), {report['events_per_run']} | "
+            f"{empty['events_per_second']:.0f}, {empty['cpu_ms_per_event']:.2f} | "
+            f"{loaded['events_per_second']:.0f}, {loaded['cpu_ms_per_event']:.2f} | "
+            f"{loaded['rate_vs_empty']} | {loaded['cpu_vs_empty']} |"
+        )
+    purging = report["loaded_while_purging"]
+    purge = purging["purge"]
+    lines += [
+        "",
+        f"Beside the purges (2 processes): {purging['events_per_second']:.0f} events/s, "
+        f"{purging['cpu_ms_per_event']:.2f} CPU ms/event ({purging['rate_vs_loaded']} of the "
+        f"rate on the history without them); the worker ran {purging['worker_wall_seconds']} s.",
+        "",
+        "| purge | rows | seconds | rows/s |",
+        "|---|---:|---:|---:|",
+    ]
+    for table, rows in purge["rows"].items():
+        lines.append(
+            f"| {table} | {rows:,} | {purge['seconds'][table]} | "
+            f"{purge['rows_per_second'][table]:,} |"
+        )
+    lines += ["", "| table | heap MB | index | MB |", "|---|---:|---|---:|"]
+    for table, sizes in report["sizes_after_preload"].items():
+        first = True
+        for index, size in sizes["indexes"].items():
+            heap = f"{sizes['heap'] / mb:,.0f}" if first else ""
+            lines.append(f"| {table if first else ''} | {heap} | {index} | {size / mb:,.0f} |")
+            first = False
+    parts = report["partitioning"]
+    plain, parted = parts["plain"], parts["partitioned"]
+    lines += [
+        "",
+        f"Partitioning, {parts['rows_copied']:,} queue-message records: batched DELETE of "
+        f"{plain['rows']:,} rows in {plain['seconds']} s ({plain['rows_per_second']:,} rows/s), "
+        f"then VACUUM {plain['vacuum_seconds']} s; DETACH CONCURRENTLY + DROP of "
+        f"{parted['partitions_dropped']} daily partitions ({parted['rows']:,} rows) in "
+        f"{parted['seconds']} s.",
+    ]
+    return "\n".join(lines)

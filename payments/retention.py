@@ -2,8 +2,9 @@
 
 A purge never deletes its whole backlog in one statement: the first run over months of rows
 would hold row locks on all of them, bloat one huge transaction and stall autovacuum. Each batch
-is ``DELETE ... WHERE pk IN (SELECT pk ... ORDER BY pk LIMIT n)`` in its own short transaction,
-so the worker's inserts (which never touch rows this old) go on between batches.
+is ``SELECT pk ... ORDER BY <indexed column> LIMIT n FOR UPDATE SKIP LOCKED`` then
+``DELETE ... WHERE pk = ANY(those ids)``, in its own short transaction, so the worker's inserts
+(which never touch rows this old) go on between batches.
 """
 
 from collections.abc import Callable, Sequence

@@ -1,5 +1,6 @@
 """Writes to payments. Each service owns its transaction."""
 
+import enum
 import logging
 import re
 from dataclasses import dataclass
@@ -457,9 +458,18 @@ SUBMIT_OPERATION = "submit"
 STATUS_OPERATION = "status"
 
 
+class SubmitOutcome(enum.StrEnum):
+    """What a submission did; the values are the words logs, metrics and queue records use."""
+
+    SUBMITTED = "submitted"
+    REJECTED = "rejected"
+    SKIPPED = "skipped"
+    RETRYABLE = "retryable"  # never returned: ``ProcessorUnavailable`` is raised instead
+
+
 @dataclass(frozen=True)
 class SubmitResult:
-    outcome: str  # "submitted", "rejected" or "skipped"
+    outcome: SubmitOutcome  # submitted, rejected or skipped
     payment: Payment
 
 
@@ -469,6 +479,49 @@ class StatusCheckResult:
     processor_status: str  # the processor's word for it ("submitted", "settled", "returned")
     processor_id: str
     payment: Payment
+
+
+@dataclass(frozen=True)
+class _SubmitRule:
+    """What a final answer of the processor does to the payment found after the call.
+
+    A pending payment moves to ``target`` and the submission reports ``outcome``. A payment no
+    longer pending was moved by someone else (another worker's submission, or an event): the
+    answer is logged as stale, and the submission reports ``outcome`` when the payment's state
+    agrees with the answer, else ``skipped``.
+    """
+
+    target: PaymentState
+    outcome: SubmitOutcome
+    agreeing_states: frozenset[PaymentState]
+
+
+# The processor's answer (as the attempt row names it) -> what it does. A retryable answer
+# changes nothing and has no rule.
+_SUBMIT_RULES = {
+    AttemptOutcome.ACCEPTED: _SubmitRule(
+        target=PaymentState.SUBMITTED,
+        outcome=SubmitOutcome.SUBMITTED,
+        agreeing_states=frozenset(
+            {PaymentState.SUBMITTED, PaymentState.CONFIRMED, PaymentState.RETURNED}
+        ),
+    ),
+    AttemptOutcome.REJECTED: _SubmitRule(
+        target=PaymentState.FAILED,
+        outcome=SubmitOutcome.REJECTED,
+        agreeing_states=frozenset({PaymentState.FAILED}),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _SubmissionRecorded:
+    """The second transaction's work, acted on after its commit."""
+
+    payment: Payment
+    attempt: ProcessorAttempt
+    outcome: SubmitOutcome
+    alert: dict | None = None
 
 
 def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
@@ -483,7 +536,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     state unchanged and ``ProcessorUnavailable`` (with ``retry_after`` when the processor gave
     one). A payment that is not pending is skipped: it is never submitted again. Two workers may
     submit the same pending payment at once; the processor charges the key once, and the second
-    one to record sees the state the first one left.
+    one to record sees the state the first one left (see ``_SUBMIT_RULES``).
     """
     with transaction.atomic():
         payment = _payment_lock(payment_id)
@@ -494,12 +547,35 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 payment.state,
                 extra={"payment_id": str(payment.id)},
             )
-            return SubmitResult("skipped", payment)
+            return SubmitResult(SubmitOutcome.SKIPPED, payment)
 
     admission = _breaker_admit(payment, "submission")
-    result: DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable
+    result = _debit_create(payment)
+    with transaction.atomic():
+        recorded = _submission_record(payment_id, result, caused_by)
+    # After commit: the attempt and the state change are durable before anyone hears of them.
+    payment, attempt = recorded.payment, recorded.attempt
+    if recorded.alert is not None:
+        alert_raise(**recorded.alert)
+    if isinstance(result, ProcessorAuthFailed):
+        _alert_auth_failed(payment, attempt)
+    _log_attempt(payment, attempt, recorded.outcome)
+    _breaker_record(admission, payment, attempt, result)
+    if recorded.outcome == SubmitOutcome.RETRYABLE:
+        raise ProcessorUnavailable(
+            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
+            retry_after=attempt.retry_after_seconds,
+        ) from result
+    return SubmitResult(recorded.outcome, payment)
+
+
+def _debit_create(
+    payment: Payment,
+) -> DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable:
+    """The HTTP call of a submission, outside any transaction; a failure is returned, not
+    raised, so the attempt is recorded before anything else happens."""
     try:
-        result = get_client().debit_create(
+        return get_client().debit_create(
             idempotency_key=payment.idempotency_key,
             payment_id=payment.id,
             amount=payment.amount,
@@ -507,73 +583,65 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
             source_token=payment.source_token,
         )
     except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
-        result = exc
+        return exc
 
-    alert: dict | None = None
-    with transaction.atomic():
-        payment = _payment_lock(payment_id)
-        current = payment.state
-        attempt = _attempt_record(payment, SUBMIT_OPERATION, result)
-        details = {
-            "attempt_number": attempt.attempt_number,
-            "http_status": attempt.http_status,
-            "error_kind": attempt.error_kind,
-            "error": attempt.error,
-        }
-        if isinstance(result, DebitAccepted):
-            details["processor_id"] = result.processor_id
-            details["processor_status"] = result.status
-            if not payment.processor_id:
-                payment.processor_id = result.processor_id
-                payment.save(update_fields=["processor_id", "updated_at"])
-            if current == PaymentState.PENDING:
-                payment_transition(payment=payment, target=PaymentState.SUBMITTED)
-                _log_submission(
-                    payment, "accepted", EventOutcome.APPLIED, current, details, caused_by
-                )
-                outcome = "submitted"
-            else:
-                _log_submission(
-                    payment, "accepted", EventOutcome.STALE, current, details, caused_by
-                )
-                outcome = "submitted" if current != PaymentState.FAILED else "skipped"
-        elif isinstance(result, ProcessorCallRejected):
-            if current == PaymentState.PENDING:
-                payment_transition(payment=payment, target=PaymentState.FAILED)
-                _log_submission(
-                    payment, "rejected", EventOutcome.APPLIED, current, details, caused_by
-                )
-                outcome = "rejected"
-            else:
-                _log_submission(
-                    payment, "rejected", EventOutcome.STALE, current, details, caused_by
-                )
-                outcome = "rejected" if current == PaymentState.FAILED else "skipped"
-            alert = {
-                "severity": "medium",
-                "key": "payment.submission_rejected",
-                "summary": (
-                    f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
-                    f"{attempt.error}; payment is {payment.state}"
-                ),
-                "details": {**details, "response_body": attempt.response_body[:1000]},
-                "payment_id": payment.id,
-            }
-        else:
-            outcome = "retryable"
-    # After commit: the attempt and the state change are durable before anyone hears of them.
-    if alert is not None:
-        alert_raise(**alert)
-    if isinstance(result, ProcessorAuthFailed):
-        _alert_auth_failed(payment, attempt)
-    _log_attempt(payment, attempt, outcome)
-    _breaker_record(admission, payment, attempt, result)
-    if outcome == "retryable":
-        raise ProcessorUnavailable(
-            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
-            retry_after=attempt.retry_after_seconds,
-        ) from result
-    return SubmitResult(outcome, payment)
+
+def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorded:
+    """Record the attempt and apply the answer; call inside the second transaction."""
+    payment = _payment_lock(payment_id)
+    attempt = _attempt_record(payment, SUBMIT_OPERATION, result)
+    rule = _SUBMIT_RULES.get(attempt.outcome)
+    if rule is None:
+        return _SubmissionRecorded(payment, attempt, SubmitOutcome.RETRYABLE)
+    details = {
+        "attempt_number": attempt.attempt_number,
+        "http_status": attempt.http_status,
+        "error_kind": attempt.error_kind,
+        "error": attempt.error,
+    }
+    if isinstance(result, DebitAccepted):
+        _submission_accepted_note(payment, result, details)
+    outcome = _submission_apply(payment, rule, str(attempt.outcome), details, caused_by)
+    alert = None
+    if attempt.outcome == AttemptOutcome.REJECTED:
+        alert = _submission_rejected_alert(payment, attempt, details)
+    return _SubmissionRecorded(payment, attempt, outcome, alert)
+
+
+def _submission_accepted_note(payment: Payment, result: DebitAccepted, details: dict) -> None:
+    """Keep the processor's id of the debit (the first one it gave) and log what it said."""
+    details["processor_id"] = result.processor_id
+    details["processor_status"] = result.status
+    if not payment.processor_id:
+        payment.processor_id = result.processor_id
+        payment.save(update_fields=["processor_id", "updated_at"])
+
+
+def _submission_apply(
+    payment: Payment, rule: _SubmitRule, answer: str, details: dict, caused_by: str
+) -> SubmitOutcome:
+    """Move a pending payment as ``rule`` says, log the answer, and say what submission did."""
+    current = payment.state
+    if current == PaymentState.PENDING:
+        payment_transition(payment=payment, target=rule.target)
+        _log_submission(payment, answer, EventOutcome.APPLIED, current, details, caused_by)
+        return rule.outcome
+    _log_submission(payment, answer, EventOutcome.STALE, current, details, caused_by)
+    return rule.outcome if current in rule.agreeing_states else SubmitOutcome.SKIPPED
+
+
+def _submission_rejected_alert(payment: Payment, attempt: ProcessorAttempt, details: dict) -> dict:
+    """The medium alert of a rejected submission, raised after commit."""
+    return {
+        "severity": "medium",
+        "key": "payment.submission_rejected",
+        "summary": (
+            f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
+            f"{attempt.error}; payment is {payment.state}"
+        ),
+        "details": {**details, "response_body": attempt.response_body[:1000]},
+        "payment_id": payment.id,
+    }
 
 
 def payment_status_check(*, payment_id) -> StatusCheckResult:

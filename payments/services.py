@@ -123,16 +123,24 @@ def validate_source_token(value: str) -> None:
         )
 
 
+class ApplyOutcome(enum.StrEnum):
+    """What applying a processor event did; the values are the event log's (``EventOutcome``)."""
+
+    APPLIED = EventOutcome.APPLIED.value  # the state changed
+    STALE = EventOutcome.STALE.value  # the target equals or lies behind the current state
+    DUPLICATE = EventOutcome.DUPLICATE.value  # this processor_event_id was processed before
+
+
 @dataclass(frozen=True)
 class ApplyResult:
-    outcome: str  # an EventOutcome value
+    outcome: ApplyOutcome
     payment: Payment
     from_state: str
     to_state: str
 
     @property
     def changed(self) -> bool:
-        return self.outcome == EventOutcome.APPLIED
+        return self.outcome == ApplyOutcome.APPLIED
 
 
 def payment_create(
@@ -286,7 +294,7 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         settled_at = payment.state_changed_at if current == PaymentState.CONFIRMED else None
         target = event_target_state(event.event_type, current)
         stale = target == current or STATE_RANK[target] < STATE_RANK[current]
-        outcome = EventOutcome.STALE if stale else EventOutcome.APPLIED
+        outcome = ApplyOutcome.STALE if stale else ApplyOutcome.APPLIED
         if not _processed_event_claim(event, payment, fingerprint, outcome):
             seen = ProcessedEvent.objects.get(pk=event.processor_event_id)
             if seen.payload_hash != fingerprint or seen.payment_id != payment.id:
@@ -295,8 +303,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
                     f"different payload (first seen {seen.processed_at.isoformat()} as "
                     f"{seen.event_type} for payment {seen.payment_id})"
                 )
-            _log_event(payment, event, EventOutcome.DUPLICATE, current, current, caused_by)
-            return ApplyResult(EventOutcome.DUPLICATE, payment, current, current)
+            _log_event(payment, event, ApplyOutcome.DUPLICATE, current, current, caused_by)
+            return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
         if event.amount != payment.amount:
             raise AmountMismatch(
                 f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
@@ -395,7 +403,7 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
 
 
 def _processed_event_claim(
-    event: ProcessorEvent, payment: Payment, fingerprint: str, outcome: str
+    event: ProcessorEvent, payment: Payment, fingerprint: str, outcome: ApplyOutcome
 ) -> bool:
     """Insert the dedup record unless its id is known; True when this call inserted it."""
     meta = ProcessedEvent._meta
@@ -426,7 +434,7 @@ def _processed_event_claim(
 def _log_event(
     payment: Payment,
     event: ProcessorEvent,
-    outcome: str,
+    outcome: ApplyOutcome,
     from_state: str,
     to_state: str,
     caused_by: str,
@@ -784,7 +792,7 @@ def _attempt_record(payment: Payment, operation: str, result) -> ProcessorAttemp
 def _log_submission(
     payment: Payment,
     event_type: str,
-    outcome: str,
+    outcome: EventOutcome,
     from_state: str,
     details: dict,
     caused_by: str,
@@ -831,7 +839,9 @@ def _transition_committed_send(signal_args: dict) -> None:
             )
 
 
-def _log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:
+def _log_attempt(
+    payment: Payment, attempt: ProcessorAttempt, outcome: SubmitOutcome | AttemptOutcome
+) -> None:
     logger.info(
         "processor %s attempt %s for payment %s: %s (%s) in %.0f ms -> %s",
         attempt.operation,

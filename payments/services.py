@@ -56,7 +56,7 @@ from payments.processor.client import (
     ProcessorCallUnavailable,
     get_client,
 )
-from payments.return_codes import ReturnCategory, return_code_get
+from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
 from payments.signals import (
     outbox_committed,
     payment_transition_committed,
@@ -335,7 +335,6 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
     code = return_code_get(event.reason_code)
     after_settlement = settled_at is not None
     deadline = code.deadline(settled_at) if code is not None and after_settlement else None
-    late = deadline is not None and event.timestamp > deadline
     record = PaymentReturn.objects.create(
         payment=payment,
         merchant_id=payment.merchant_id,
@@ -348,29 +347,54 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
         returned_at=event.timestamp,
         deadline=deadline,
         unknown_code=code is None,
-        late=late,
+        late=deadline is not None and event.timestamp > deadline,
     )
+    _return_count(payment, code, after_settlement=after_settlement)
+    details = {
+        "reason_code": record.reason_code,
+        "processor_event_id": event.processor_event_id,
+        "after_settlement": after_settlement,
+        "flags": record.flags,
+    }
+    for alert in _return_alerts(record, code, event):
+        transaction.on_commit(
+            lambda alert=alert: alert_raise(
+                severity="medium", details=details, payment_id=payment.id, **alert
+            ),
+            robust=True,
+        )
+    return record
+
+
+def _return_count(payment: Payment, code: ReturnCode | None, *, after_settlement: bool) -> None:
+    """Add the return to the merchant's counters of today, by category."""
+    category = code.category if code is not None else None
     merchant_return_day_add(
         merchant_id=payment.merchant_id,
         day=timezone.now().date(),
         # A debit returned before it settled was never counted as settled: it counts here.
         debits=0 if after_settlement else 1,
         returns=1,
-        unauthorized_returns=int(code is not None and code.category == ReturnCategory.UNAUTHORIZED),
-        administrative_returns=int(
-            code is not None and code.category == ReturnCategory.ADMINISTRATIVE
-        ),
+        unauthorized_returns=int(category == ReturnCategory.UNAUTHORIZED),
+        administrative_returns=int(category == ReturnCategory.ADMINISTRATIVE),
     )
+
+
+def _return_alerts(
+    record: PaymentReturn, code: ReturnCode | None, event: ProcessorEvent
+) -> list[dict]:
+    """The alerts (key and summary) a late return or an unknown reason code calls for."""
+    payment = record.payment
     alerts = []
-    if late:
+    if record.late:
         alerts.append(
             {
                 "key": f"payment.late_return:{payment.id}",
                 "summary": (
                     f"late return {record.reason_code} for payment {payment.id} of "
                     f"{payment.merchant_id}: returned {event.timestamp.isoformat()}, due by "
-                    f"{deadline.isoformat()} ({code.time_frame} after settlement at "
-                    f"{settled_at.isoformat()}); applied and reversed, a dishonor may be "
+                    f"{record.deadline.isoformat()} ({code.time_frame} after settlement at "
+                    f"{record.settled_at.isoformat()}); applied and reversed, a dishonor may be "
                     "possible"
                 ),
             }
@@ -386,20 +410,7 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
                 ),
             }
         )
-    details = {
-        "reason_code": record.reason_code,
-        "processor_event_id": event.processor_event_id,
-        "after_settlement": after_settlement,
-        "flags": record.flags,
-    }
-    for alert in alerts:
-        transaction.on_commit(
-            lambda alert=alert: alert_raise(
-                severity="medium", details=details, payment_id=payment.id, **alert
-            ),
-            robust=True,
-        )
-    return record
+    return alerts
 
 
 def _processed_event_claim(

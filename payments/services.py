@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.alerts import alert_raise
+from payments.alerts import AlertSeverity, alert_raise
 from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import (
     AmountMismatch,
@@ -359,7 +359,7 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
     for alert in _return_alerts(record, code, event):
         transaction.on_commit(
             lambda alert=alert: alert_raise(
-                severity="medium", details=details, payment_id=payment.id, **alert
+                severity=AlertSeverity.MEDIUM, details=details, payment_id=payment.id, **alert
             ),
             robust=True,
         )
@@ -652,7 +652,7 @@ def _submission_apply(
 def _submission_rejected_alert(payment: Payment, attempt: ProcessorAttempt, details: dict) -> dict:
     """The medium alert of a rejected submission, raised after commit."""
     return {
-        "severity": "medium",
+        "severity": AlertSeverity.MEDIUM,
         "key": "payment.submission_rejected",
         "summary": (
             f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
@@ -753,7 +753,7 @@ def _breaker_record(
 
 def _alert_auth_failed(payment: Payment, attempt: ProcessorAttempt) -> None:
     alert_raise(
-        severity="high",
+        severity=AlertSeverity.HIGH,
         key="processor.auth_failed",
         summary=(
             f"the processor refused our credentials (HTTP {attempt.http_status}) on the "

@@ -39,7 +39,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.alerts import alert_clear, alert_raise
+from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.models import (
     AttemptOutcome,
     BreakerState,
@@ -499,7 +499,7 @@ def alert_unavailable_summary(*, opened_at: datetime, waiting: int) -> str:
 def _alert_unavailable(*, opened_at: datetime, reason: str) -> None:
     waiting = payments_waiting_count()
     alert_raise(
-        severity="high",
+        severity=AlertSeverity.HIGH,
         key=ALERT_KEY,
         summary=alert_unavailable_summary(opened_at=opened_at, waiting=waiting),
         details={

@@ -14,12 +14,12 @@ logger = logging.getLogger(__name__)
 @shared_task(name="triage.tasks.dead_letters_ingest", ignore_result=True)
 def dead_letters_ingest() -> int:
     """Move dead letters from the DLQ into the database (idempotent on the message id)."""
-    from triage import services
+    from triage import ingestion
 
     with single_flight("triage.dead_letters_ingest") as acquired:
         if not acquired:
             return 0
-        return services.dead_letters_ingest()
+        return ingestion.dead_letters_ingest()
 
 
 @shared_task(name="triage.tasks.queue_metrics_sample", ignore_result=True)

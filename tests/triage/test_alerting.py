@@ -14,9 +14,9 @@ from triage.alerting import (
     alert_fire,
     alert_resolve,
     alerts_evaluate,
-    settlement_window_parse,
 )
 from triage.models import Alert, AlertNotification, DeadLetter
+from triage.settlement_windows import settlement_window_parse
 
 # Monday 30 November 2026; Chicago is on CST (UTC-6), so 12:00 UTC is 06:00 there.
 INSIDE_WINDOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

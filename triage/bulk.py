@@ -276,27 +276,7 @@ def bulk_job_run(
     service = services.ACTIONS[job.action]
     pacer = _Pacer(rate, sleep)
     try:
-        while True:
-            # A cancel is seen here, between batches: at most one batch runs after it.
-            status = BulkTriageJob.objects.values_list("status", flat=True).get(pk=job.pk)
-            if status != BulkJobStatus.RUNNING:
-                break
-            items = list(
-                BulkTriageJobItem.objects.filter(job=job, outcome=BulkItemOutcome.PENDING)
-                .select_related("dead_letter")
-                .order_by("position")[:size]
-            )
-            if not items:
-                BulkTriageJob.objects.filter(pk=job.pk, status=BulkJobStatus.RUNNING).update(
-                    status=BulkJobStatus.COMPLETED,
-                    finished_at=timezone.now(),
-                    updated_at=timezone.now(),
-                )
-                break
-            for item in items:
-                pacer.wait()
-                outcome, reason = _item_act(job, item, service)
-                _item_record(job, item, outcome, reason)
+        _batches_work(job, service, pacer=pacer, size=size)
     except _JobStop as exc:
         _job_interrupt(job, str(exc))
     except Exception as exc:
@@ -314,6 +294,32 @@ def bulk_job_run(
         extra={"bulk_job_id": job.pk},
     )
     return job
+
+
+def _batches_work(job: BulkTriageJob, service, *, pacer: _Pacer, size: int) -> None:
+    """Act on the pending items, a batch at a time, until none is left (the job completes) or
+    the job is no longer running (cancelled)."""
+    while True:
+        # A cancel is seen here, between batches: at most one batch runs after it.
+        status = BulkTriageJob.objects.values_list("status", flat=True).get(pk=job.pk)
+        if status != BulkJobStatus.RUNNING:
+            return
+        items = list(
+            BulkTriageJobItem.objects.filter(job=job, outcome=BulkItemOutcome.PENDING)
+            .select_related("dead_letter")
+            .order_by("position")[:size]
+        )
+        if not items:
+            BulkTriageJob.objects.filter(pk=job.pk, status=BulkJobStatus.RUNNING).update(
+                status=BulkJobStatus.COMPLETED,
+                finished_at=timezone.now(),
+                updated_at=timezone.now(),
+            )
+            return
+        for item in items:
+            pacer.wait()
+            outcome, reason = _item_act(job, item, service)
+            _item_record(job, item, outcome, reason)
 
 
 def _closed_by_this_job(job: BulkTriageJob, dead_letter_id: int) -> bool:

@@ -395,7 +395,7 @@ def alert_cleared_receiver(sender, *, key, reason="", **kwargs) -> None:
 
 @dataclass(frozen=True)
 class EvaluationResult:
-    fired: dict[str, str]  # key -> decision
+    fired: dict[str, AlertDecision]  # key -> decision
     resolved: list[str]
 
 
@@ -405,7 +405,7 @@ class _Evaluation:
 
     now: datetime
     snapshot: OperationsSnapshot
-    fired: dict[str, str] = field(default_factory=dict)
+    fired: dict[str, AlertDecision] = field(default_factory=dict)
     resolved: list[str] = field(default_factory=list)
 
     def fire(self, key: str, severity: str, summary: str, details: dict) -> None:

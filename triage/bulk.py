@@ -332,7 +332,7 @@ def _closed_by_this_job(job: BulkTriageJob, dead_letter_id: int) -> bool:
     ).exists()
 
 
-def _item_act(job: BulkTriageJob, item: BulkTriageJobItem, service) -> tuple[str, str]:
+def _item_act(job: BulkTriageJob, item: BulkTriageJobItem, service) -> tuple[BulkItemOutcome, str]:
     dead_letter = item.dead_letter
     if dead_letter.status != DeadLetterStatus.OPEN:
         if _closed_by_this_job(job, dead_letter.pk):
@@ -357,7 +357,9 @@ def _item_act(job: BulkTriageJob, item: BulkTriageJobItem, service) -> tuple[str
     return BulkItemOutcome.DONE, ""
 
 
-def _item_record(job: BulkTriageJob, item: BulkTriageJobItem, outcome: str, reason: str) -> None:
+def _item_record(
+    job: BulkTriageJob, item: BulkTriageJobItem, outcome: BulkItemOutcome, reason: str
+) -> None:
     counter = {
         BulkItemOutcome.DONE: "done",
         BulkItemOutcome.FAILED: "failed",

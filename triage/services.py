@@ -317,12 +317,12 @@ def dead_letter_resolve(
     """Mark it resolved (fixed elsewhere): nothing is published or applied for the message
     itself; the payment's hold is released if this was its last open dead letter."""
     return _close_without_publishing(
-        dead_letter,
-        user,
-        note,
-        TriageActionKind.RESOLVE,
-        DeadLetterStatus.RESOLVED,
-        "resolved",
+        dead_letter=dead_letter,
+        user=user,
+        note=note,
+        kind=TriageActionKind.RESOLVE,
+        status=DeadLetterStatus.RESOLVED,
+        outcome=ActionOutcome.RESOLVED,
         bulk_job=bulk_job,
     )
 
@@ -333,24 +333,24 @@ def dead_letter_discard(
     """Mark it discarded: the message is never applied; the body and history stay for audit;
     the payment's hold is released if this was its last open dead letter."""
     return _close_without_publishing(
-        dead_letter,
-        user,
-        note,
-        TriageActionKind.DISCARD,
-        DeadLetterStatus.DISCARDED,
-        "discarded",
+        dead_letter=dead_letter,
+        user=user,
+        note=note,
+        kind=TriageActionKind.DISCARD,
+        status=DeadLetterStatus.DISCARDED,
+        outcome=ActionOutcome.DISCARDED,
         bulk_job=bulk_job,
     )
 
 
 def _close_without_publishing(
+    *,
     dead_letter: DeadLetter,
     user,
     note: str,
-    kind: str,
-    status: str,
-    verb: str,
-    *,
+    kind: TriageActionKind,
+    status: DeadLetterStatus,
+    outcome: ActionOutcome,
     bulk_job: BulkTriageJob | None = None,
 ) -> ActionResult:
     note = _note_clean(note)
@@ -361,17 +361,18 @@ def _close_without_publishing(
         note=note,
         kind=kind,
         status=status,
-        verb=verb,
-        details={"outcome": ActionOutcome(verb)},
+        verb=outcome,  # the outcome's value is the past participle: "resolved", "discarded"
+        details={"outcome": outcome},
         bulk_job=bulk_job,
     )
     return _release_if_last(closed, action, user=user, note=note, bulk_job=bulk_job)
 
 
+# The decisions an operator takes on an open dead letter, one by one or in bulk.
 ACTIONS = {
-    "redrive": dead_letter_redrive,
-    "resolve": dead_letter_resolve,
-    "discard": dead_letter_discard,
+    TriageActionKind.REDRIVE: dead_letter_redrive,
+    TriageActionKind.RESOLVE: dead_letter_resolve,
+    TriageActionKind.DISCARD: dead_letter_discard,
 }
 
 

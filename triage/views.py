@@ -8,6 +8,7 @@ otherwise); the views parse the form, call one service and report with ``message
 from __future__ import annotations
 
 import copy
+import enum
 import re
 from datetime import timedelta
 
@@ -34,10 +35,10 @@ from django.utils import timezone
 
 from triage import bulk, charts, return_rates, selectors, services
 from triage.exceptions import NoteRequired, TriageError
-from triage.models import BulkTriageJob, DeadLetter, DeadLetterStatus
+from triage.models import BulkTriageJob, DeadLetter, DeadLetterStatus, TriageActionKind
 
 ACTION_TEXT = {
-    "redrive": {
+    TriageActionKind.REDRIVE: {
         "title": "Redrive",
         "verb": "redriven",
         "explain": (
@@ -46,7 +47,7 @@ ACTION_TEXT = {
             "payment's parked messages."
         ),
     },
-    "resolve": {
+    TriageActionKind.RESOLVE: {
         "title": "Resolve",
         "verb": "resolved",
         "explain": (
@@ -54,7 +55,7 @@ ACTION_TEXT = {
             "this message."
         ),
     },
-    "discard": {
+    TriageActionKind.DISCARD: {
         "title": "Discard",
         "verb": "discarded",
         "explain": (
@@ -128,10 +129,16 @@ def _context(request, model_admin, **extra) -> dict:
     }
 
 
-def dead_letter_action(request, model_admin, *, object_id: int, action: str):
-    """Confirm, then redrive / resolve / discard one dead letter."""
+def _action_parse(action: str) -> TriageActionKind:
+    """The operator's decision named in the URL; 404 for anything else."""
     if action not in services.ACTIONS:
         raise Http404(f"unknown action {action!r}")
+    return TriageActionKind(action)
+
+
+def dead_letter_action(request, model_admin, *, object_id: int, action: str):
+    """Confirm, then redrive / resolve / discard one dead letter."""
+    action = _action_parse(action)
     _require_act(request, model_admin)
     dead_letter = DeadLetter.objects.filter(pk=object_id).first()
     if dead_letter is None:
@@ -214,8 +221,7 @@ def _changelist_url(filters: str) -> str:
 
 def dead_letters_bulk_action(request, model_admin, *, action: str):
     """Confirm, then apply one action to exactly the listed dead letters."""
-    if action not in services.ACTIONS:
-        raise Http404(f"unknown action {action!r}")
+    action = _action_parse(action)
     _require_act(request, model_admin)
     source = request.POST if request.method == "POST" else request.GET
     try:
@@ -323,8 +329,7 @@ def _filtered_queryset(request, model_admin, filters: str):
 
 def dead_letters_bulk_all(request, model_admin, *, action: str):
     """Confirm, then start a background job acting on every open dead letter of the filter."""
-    if action not in services.ACTIONS:
-        raise Http404(f"unknown action {action!r}")
+    action = _action_parse(action)
     _require_act(request, model_admin)
     source = request.POST if request.method == "POST" else request.GET
     raw_filters = source.get("_changelist_filters", "")
@@ -437,7 +442,14 @@ def _bulk_all_confirm(
     )
 
 
-def bulk_job_control(request, model_admin, *, object_id: str, operation: str):
+class BulkJobOperation(enum.StrEnum):
+    """What an operator can do to a bulk job from its page."""
+
+    CANCEL = "cancel"
+    RESUME = "resume"
+
+
+def bulk_job_control(request, model_admin, *, object_id: str, operation: BulkJobOperation):
     """POST only: cancel or resume a bulk job."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -447,7 +459,7 @@ def bulk_job_control(request, model_admin, *, object_id: str, operation: str):
     if job is None:
         raise Http404(f"bulk job {object_id} does not exist")
     try:
-        if operation == "cancel":
+        if operation == BulkJobOperation.CANCEL:
             bulk.bulk_job_cancel(job=job, user=request.user)
             text = (
                 f"Bulk job {job.pk} cancelled: it stops before its next batch. "

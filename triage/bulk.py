@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Max, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from triage import conf as triage_conf
 from triage import services
 from triage.exceptions import (
     BulkJobNotRunnable,
@@ -52,29 +52,23 @@ from triage.models import (
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_RATE_PER_SECOND = 20.0
-DEFAULT_BATCH_SIZE = 100
-# Longer than a batch takes at the slowest sensible rate, so a live job is never taken for dead
-# (and if it were, its lock keeps the second copy out).
-DEFAULT_STALE_SECONDS = 300
-
 
 def bulk_rate_per_second() -> float:
-    rate = float(getattr(settings, "TRIAGE_BULK_RATE_PER_SECOND", DEFAULT_RATE_PER_SECOND))
+    rate = float(triage_conf.TRIAGE_BULK_RATE_PER_SECOND)
     if rate <= 0:
         raise ValueError(f"TRIAGE_BULK_RATE_PER_SECOND must be above 0, got {rate}")
     return rate
 
 
 def bulk_stale_seconds() -> int:
-    seconds = int(getattr(settings, "TRIAGE_BULK_STALE_SECONDS", DEFAULT_STALE_SECONDS))
+    seconds = int(triage_conf.TRIAGE_BULK_STALE_SECONDS)
     if seconds < 1:
         raise ValueError(f"TRIAGE_BULK_STALE_SECONDS must be at least 1, got {seconds}")
     return seconds
 
 
 def bulk_batch_size() -> int:
-    size = int(getattr(settings, "TRIAGE_BULK_BATCH_SIZE", DEFAULT_BATCH_SIZE))
+    size = int(triage_conf.TRIAGE_BULK_BATCH_SIZE)
     if size < 1:
         raise ValueError(f"TRIAGE_BULK_BATCH_SIZE must be at least 1, got {size}")
     return size

@@ -33,7 +33,7 @@ def queue_metrics_sample() -> dict:
 @shared_task(name="triage.tasks.alerts_evaluate", ignore_result=True)
 def alerts_evaluate() -> dict:
     """Fire the alert conditions that hold and resolve the ones that cleared."""
-    from triage.alerting import alerts_evaluate as evaluate
+    from triage.alert_conditions import alerts_evaluate as evaluate
 
     with single_flight("triage.alerts_evaluate") as acquired:
         if not acquired:

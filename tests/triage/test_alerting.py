@@ -7,14 +7,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from payments.alerts import alert_raise
-from triage.alerting import (
-    BACKLOG,
-    DEAD_LETTERS_OPEN,
-    DLQ_DEPTH,
-    alert_fire,
-    alert_resolve,
-    alerts_evaluate,
-)
+from triage.alert_conditions import BACKLOG, DEAD_LETTERS_OPEN, DLQ_DEPTH, alerts_evaluate
+from triage.alerting import alert_fire, alert_resolve
 from triage.models import Alert, AlertNotification, DeadLetter
 from triage.settlement_windows import settlement_window_parse
 

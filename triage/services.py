@@ -63,7 +63,7 @@ class ActionOutcome(enum.StrEnum):
 
 def _audit_unchanged(
     dead_letter: DeadLetter,
-    action: str,
+    action: TriageActionKind,
     *,
     user,
     note: str,
@@ -129,8 +129,8 @@ def _close(
     dead_letter_id: int,
     user,
     note: str,
-    kind: str,
-    status: str,
+    kind: TriageActionKind,
+    status: DeadLetterStatus,
     verb: str,
     details: dict,
     redrive_message_id: str = "",

@@ -121,8 +121,8 @@ def bulk_job_create(
         raise ValueError(
             f"unknown triage action {action!r}; use one of {', '.join(services.ACTIONS)}"
         )
-    note = services._note_clean(note)
-    services._check_allowed(user)
+    note = services.note_clean(note)
+    services.operator_check(user)
     open_rows = queryset.order_by().filter(status=DeadLetterStatus.OPEN, pk__lte=max_id)
     ids_sql, params = open_rows.values("pk").query.sql_with_params()
     items = BulkTriageJobItem._meta.db_table
@@ -197,7 +197,7 @@ def bulk_jobs_resume_stale(*, now: datetime | None = None) -> list[int]:
 def bulk_job_resume(*, job: BulkTriageJob, user) -> None:
     """Start the job's task again (after a crash, an interruption, or a lost task message); a
     copy still running keeps the job's lock and the new one steps aside."""
-    services._check_allowed(user)
+    services.operator_check(user)
     if job.status not in UNFINISHED_JOB_STATUSES:
         raise BulkJobNotRunnable(job)
     transaction.on_commit(lambda: _job_start(job.pk))
@@ -205,7 +205,7 @@ def bulk_job_resume(*, job: BulkTriageJob, user) -> None:
 
 def bulk_job_cancel(*, job: BulkTriageJob, user) -> BulkTriageJob:
     """Stop the job: the running task stops before its next batch; what it did stays done."""
-    services._check_allowed(user)
+    services.operator_check(user)
     changed = BulkTriageJob.objects.filter(pk=job.pk, status__in=UNFINISHED_JOB_STATUSES).update(
         status=BulkJobStatus.CANCELLED,
         cancelled_by=user,

@@ -95,14 +95,16 @@ class ActionResult:
     release_failed: bool = False
 
 
-def _note_clean(note: str | None) -> str:
+def note_clean(note: str | None) -> str:
+    """The operator's note, stripped; every decision needs one (``NoteRequired``)."""
     note = (note or "").strip()
     if not note:
         raise NoteRequired()
     return note
 
 
-def _check_allowed(user) -> None:
+def operator_check(user) -> None:
+    """Only an active user with ``triage.act_on_deadletter`` may decide (else ``NotAllowed``)."""
     if user is None or not user.is_active or not user.has_perm(ACT_PERMISSION):
         raise NotAllowed(user)
 
@@ -195,8 +197,8 @@ def dead_letter_redrive(
 
     Then, after the commit, ``hold_release`` republishes the parked messages behind it.
     """
-    note = _note_clean(note)
-    _check_allowed(user)
+    note = note_clean(note)
+    operator_check(user)
     current = _redrivable(dead_letter)
     deduplication_id = redrive_deduplication_id(current)
     new_message_id = _redrive_publish(
@@ -353,8 +355,8 @@ def _close_without_publishing(
     outcome: ActionOutcome,
     bulk_job: BulkTriageJob | None = None,
 ) -> ActionResult:
-    note = _note_clean(note)
-    _check_allowed(user)
+    note = note_clean(note)
+    operator_check(user)
     closed, action = _close(
         dead_letter_id=dead_letter.pk,
         user=user,
@@ -451,8 +453,8 @@ def _hold_release_audited(
 def dead_letter_hold_release(*, dead_letter: DeadLetter, user, note: str) -> int:
     """Release the payment's hold from a closed dead letter (when the automatic release after
     its action failed or was blocked then). Refused while anything still blocks it."""
-    note = _note_clean(note)
-    _check_allowed(user)
+    note = note_clean(note)
+    operator_check(user)
     current = DeadLetter.objects.get(pk=dead_letter.pk)
     if current.status == DeadLetterStatus.OPEN:
         raise TriageError(
@@ -479,8 +481,8 @@ def dead_letters_act(*, action: str, dead_letter_ids: list[int], user, note: str
     failure does not undo the others); report what was done and what was refused and why."""
     if action not in ACTIONS:
         raise ValueError(f"unknown triage action {action!r}; use one of {', '.join(ACTIONS)}")
-    note = _note_clean(note)
-    _check_allowed(user)
+    note = note_clean(note)
+    operator_check(user)
     service = ACTIONS[action]
     result = BulkResult()
     dead_letters = {d.pk: d for d in DeadLetter.objects.filter(pk__in=dead_letter_ids)}

@@ -125,11 +125,11 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite("callbacks.reconciliation:payment_reconcile", {MAIN: _SEND_BATCH}, _roles(CELERY)),
     # Beat's DLQ ingestion.
     SqsCallSite(
-        "triage.services:dead_letters_ingest",
+        "triage.ingestion:dead_letters_ingest",
         {DLQ: _ops("receive_message", "get_queue_url")},
         _roles(CELERY),
     ),
-    SqsCallSite("triage.services:_dlq_delete", {DLQ: _ops("delete_message")}, _roles(CELERY)),
+    SqsCallSite("triage.ingestion:_dlq_delete", {DLQ: _ops("delete_message")}, _roles(CELERY)),
     # Queue depths: /metrics (web), queue metrics and alert evaluation (beat), the dashboard.
     SqsCallSite(
         "triage.selectors:queue_depths",

@@ -27,6 +27,13 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_EVENT_QUIET_RESOLVE": timedelta(hours=24),
     # Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
     "DLQ_INGEST_INTERVAL_SECONDS": 60.0,
+    # A bulk triage job acts on at most this many dead letters per second, and looks for a
+    # cancel between batches of this size.
+    "TRIAGE_BULK_RATE_PER_SECOND": 20.0,
+    "TRIAGE_BULK_BATCH_SIZE": 100,
+    # Longer than a batch takes at the slowest sensible rate, so a live job is never taken for
+    # dead (and if it were, its lock keeps the second copy out).
+    "TRIAGE_BULK_STALE_SECONDS": 300,
 }
 
 

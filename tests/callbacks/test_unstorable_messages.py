@@ -11,8 +11,8 @@ from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from payments.models import PaymentState
 from tests.callbacks.worker_support import drain, run_worker, send_body
 from tests.factories import PaymentFactory
+from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter
-from triage.services import dead_letters_ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -412,7 +412,7 @@ class _OpenBatch:
     url: str
     waiters: list[_Waiter] = field(default_factory=list)
     size: int = 0
-    announced: int = 0  # its waiters that announced themselves (see ``expect``)
+    announced: int = 0  # its waiters whose requests were announced (coalesced_send_expected)
     closed: bool = False
 
     def fits(self, waiter: _Waiter) -> bool:
@@ -446,17 +446,22 @@ class CoalescingSender:
     request at a time, it sends at once (a lone callback waits for nothing). Otherwise it waits,
     at most ``window`` seconds, for others to join, and stops early once the batch is full (ten
     entries or 256 KiB) or holds as many announced callers as the process ever ran at once
-    (nobody else can come). It then closes the batch, sends
-    it and answers every waiter from SQS's answer for *its own* entry: its message id, or
-    ``QueueUnavailable`` if its entry was refused or the call failed. One refused entry fails
-    only its own caller. Waiters never wait forever: the leader answers every waiter in a
-    ``finally``, and the send is bounded by the client's timeouts and retries. Thread-safe;
-    one instance per process.
+    (nobody else can come). It then closes the batch, sends it and answers every waiter from
+    SQS's answer for *its own* entry: its message id, or ``QueueUnavailable`` if its entry was
+    refused or the call failed. One refused entry fails only its own caller. Waiters never wait
+    forever: the leader answers every waiter in a ``finally``, and the send is bounded by the
+    client's timeouts and retries. Thread-safe; one instance per process.
     """
 
-    def __init__(self, *, window: float, send_batch, requests: RequestGauge) -> None:
+    def __init__(
+        self,
+        *,
+        window: float,
+        send_batch: Callable[..., BatchOutcome[OutgoingMessage]],  # (messages, url=...)
+        requests: RequestGauge,
+    ) -> None:
         self._window = window
-        self._send_batch = send_batch  # (messages, url=) -> BatchOutcome[OutgoingMessage]
+        self._send_batch = send_batch
         self._requests = requests
         self._changed = threading.Condition(threading.Lock())  # a waiter joined a batch
         self._open: dict[str, _OpenBatch] = {}

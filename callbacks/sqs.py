@@ -11,6 +11,10 @@ Transport errors and refusals raise ``QueueUnavailable`` (a refusal, ``QueueRefu
 SQS's error code). Batch calls are split into SQS's chunks of ten by one helper, which reports
 each entry as done, refused (SQS's ``Failed``) or unreachable (its chunk's call failed).
 
+``send_message_coalesced_now`` lets the threads of one process that send at the same time share
+one ``SendMessageBatch`` (boto3's CPU is per call, not per message); each caller still gets the
+answer for its own message (``CoalescingSender``).
+
 Each function that calls SQS, here or through here, is declared in ``callbacks.sqs_access`` with
 its operations, queues and process roles: the IAM policies are built from that table, and tests
 fail on a call site it does not declare.

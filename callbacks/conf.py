@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_VISIBILITY_HEARTBEAT": True,
     "CALLBACK_TOLERANCE_SECONDS": 300,
     "CALLBACK_MAX_BODY_BYTES": 64 * 1024,
+    # Callbacks a web process receives within this many seconds of each other go to SQS in one
+    # batch call (each still answered for its own entry); 0 sends each one alone.
+    "CALLBACK_SEND_COALESCE_SECONDS": 0.002,
     # Reconciliation of stuck payments (ACH settles in days).
     "RECONCILE_SUBMITTED_AFTER": timedelta(days=3),
     "RECONCILE_PENDING_AFTER": timedelta(minutes=5),

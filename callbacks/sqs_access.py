@@ -83,8 +83,9 @@ _SEND_BATCH = _ops("send_message_batch", "get_queue_url")
 _READ_ATTRIBUTES = _ops("get_queue_attributes", "get_queue_url")
 
 SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
-    # The callback endpoint publishes each accepted event.
-    SqsCallSite("callbacks.apis:ProcessorCallbackApi.post", {MAIN: _SEND}, _roles(WEB)),
+    # The callback endpoint publishes each accepted event: with the events other requests of
+    # the process publish at the same time in one batch call, or alone when that is turned off.
+    SqsCallSite("callbacks.apis:_publish", {MAIN: _SEND | _ops("send_message_batch")}, _roles(WEB)),
     # The outbox is published right after commit (web: payment creation; worker: events that
     # create outbox rows), by each worker loop's relay, and by beat's relay task.
     SqsCallSite("callbacks.outbox:_publish", {MAIN: _SEND_BATCH}, _roles(WEB, WORKER, CELERY)),

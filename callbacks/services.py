@@ -5,6 +5,7 @@ caller's transaction together with the message's work. Services whose names end 
 that document a send act on SQS immediately and are never called inside a transaction.
 """
 
+import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -40,12 +41,17 @@ def storable_text(raw: str) -> str:
     return raw.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
+class StartAction(enum.StrEnum):
+    PROCESS = "process"  # do its work
+    FINISHED = "finished"  # a redelivery after a crash between commit and delete: delete it
+    PARKED = "parked"  # its payment is on hold: kept in ParkedMessage, delete it
+
+
 @dataclass(frozen=True)
 class StartDecision:
-    """What to do with a received message: ``process`` it, it is already ``finished`` (a
-    redelivery after a crash between commit and delete: just delete it), or it was ``parked``."""
+    """What to do with a received message, and its record."""
 
-    action: str
+    action: StartAction
     queue_message: QueueMessage
     hold: PaymentHold | None = None
 
@@ -109,7 +115,7 @@ def _queue_message_start_fast(message: ReceivedMessage) -> StartDecision | None:
             queue_message.save(force_insert=True)  # one autocommitted statement
     except IntegrityError:
         return None
-    return StartDecision("process", queue_message)
+    return StartDecision(StartAction.PROCESS, queue_message)
 
 
 def _queue_message_new(message: ReceivedMessage, now: datetime, *, attempts: int) -> QueueMessage:
@@ -138,7 +144,7 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             QueueMessage.objects.select_for_update().filter(message_id=message.message_id).first()
         )
         if queue_message is not None and queue_message.status in FINISHED_STATUSES:
-            return StartDecision("finished", queue_message)
+            return StartDecision(StartAction.FINISHED, queue_message)
         if queue_message is None:
             queue_message = _queue_message_new(message, now, attempts=0)
 
@@ -157,37 +163,9 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             # for, this redrive replaces it.
             queue_message_mark_redrive_policy_dead_letter(message_id=redrive_of, now=now)
 
-        earlier = None
-        if message.sequence_number:
-            earlier = (
-                QueueMessage.objects.filter(
-                    group_id=message.group_id,
-                    sequence_number__lt=message.sequence_number,
-                    status__in=UNFINISHED_STATUSES,
-                )
-                .exclude(message_id=message.message_id)
-                .order_by("sequence_number")
-                .first()
-            )
+        earlier = _earlier_unfinished(message)
         if earlier is not None:
-            queue_message_mark_redrive_policy_dead_letter(message_id=earlier.message_id, now=now)
-            if hold is None:
-                hold = _hold_create(
-                    payment_id=message.payment_id,
-                    reason=(
-                        f"Message {earlier.message_id} ({earlier.kind or 'unknown kind'}, "
-                        f"{earlier.attempts} attempt(s) started) never finished and left the "
-                        "queue: SQS's RedrivePolicy moved it to the dead-letter queue after it "
-                        f"crashed the worker; message {message.message_id} arrived after it."
-                    ),
-                    caused_by=earlier,
-                )
-            logger.error(
-                "payment %s held: earlier message %s vanished unfinished (RedrivePolicy)",
-                message.payment_id,
-                earlier.message_id,
-                extra={"payment_id": message.payment_id, "message_id": earlier.message_id},
-            )
+            hold = _hold_for_vanished(message, earlier, hold, now)
             return _park(message, queue_message, hold, now)
 
         queue_message.attempts += 1
@@ -199,7 +177,50 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             queue_message.save(
                 update_fields=["attempts", "status", "last_started_at", "updated_at"]
             )
-    return StartDecision("process", queue_message, hold)
+    return StartDecision(StartAction.PROCESS, queue_message, hold)
+
+
+def _earlier_unfinished(message: ReceivedMessage) -> QueueMessage | None:
+    """The group's first message before this one that our records show unfinished."""
+    if not message.sequence_number:
+        return None
+    return (
+        QueueMessage.objects.filter(
+            group_id=message.group_id,
+            sequence_number__lt=message.sequence_number,
+            status__in=UNFINISHED_STATUSES,
+        )
+        .exclude(message_id=message.message_id)
+        .order_by("sequence_number")
+        .first()
+    )
+
+
+def _hold_for_vanished(
+    message: ReceivedMessage, earlier: QueueMessage, hold: PaymentHold | None, now: datetime
+) -> PaymentHold:
+    """``earlier`` is unfinished but SQS hands out ``message`` after it: the RedrivePolicy took
+    it away (it crashed workers until its receive count ran out). Mark it so and hold the
+    payment (or keep its active hold); call inside the start's transaction."""
+    queue_message_mark_redrive_policy_dead_letter(message_id=earlier.message_id, now=now)
+    if hold is None:
+        hold = _hold_create(
+            payment_id=message.payment_id,
+            reason=(
+                f"Message {earlier.message_id} ({earlier.kind or 'unknown kind'}, "
+                f"{earlier.attempts} attempt(s) started) never finished and left the "
+                "queue: SQS's RedrivePolicy moved it to the dead-letter queue after it "
+                f"crashed the worker; message {message.message_id} arrived after it."
+            ),
+            caused_by=earlier,
+        )
+    logger.error(
+        "payment %s held: earlier message %s vanished unfinished (RedrivePolicy)",
+        message.payment_id,
+        earlier.message_id,
+        extra={"payment_id": message.payment_id, "message_id": earlier.message_id},
+    )
+    return hold
 
 
 def queue_message_mark_redrive_policy_dead_letter(
@@ -262,7 +283,7 @@ def _park(
         if original is not None:
             if original.hold_id == hold.pk and not original.republished_message_id:
                 # The original is parked here and unsent: one row is enough.
-                return StartDecision("parked", queue_message, hold)
+                return StartDecision(StartAction.PARKED, queue_message, hold)
             order_key = original.sequence_number
     ParkedMessage.objects.create(
         hold=hold,
@@ -273,7 +294,7 @@ def _park(
         body=message.body if message.body is not None else {"raw_body": message.raw_body},
         arrived_at=message.enqueued_at,
     )
-    return StartDecision("parked", queue_message, hold)
+    return StartDecision(StartAction.PARKED, queue_message, hold)
 
 
 def released_original_id(deduplication_id: str) -> str:

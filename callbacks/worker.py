@@ -1,15 +1,19 @@
 """The SQS FIFO consumer behind ``run_sqs_worker``.
 
-One loop: relay the outbox, long-poll a batch, handle each message group's messages one at a
-time in sequence order, delete what committed. The guarantees and where they come from:
+One loop: relay the outbox, long-poll a batch, handle it, delete what committed. A batch's
+processor events (the group heads) start in one statement and apply in one transaction, a
+savepoint each; everything else (submissions, which call the processor, and later messages of
+a group) goes one message at a time in sequence order. The guarantees and where they come from:
 
 - in order per payment: SQS FIFO delivers a group's messages in order and never hands out a
   later one while an earlier one is in flight; within a batch (AWS may return several of one
   group, fauxqs at most one) we stop a group at its first failure and release the rest
   untouched, so nothing overtakes a message that is waiting for its retry;
-- exactly once: the work and the "done" mark commit in one transaction, the SQS delete comes
-  after; a redelivery of a done message is only deleted, and the payments services
-  deduplicate processor events by id on top;
+- exactly once: the work and the "done" mark commit in one transaction (the batch's, or the
+  message's own), the SQS delete comes after; a failure rolls back only its savepoint and is
+  recorded after the commit; a commit that fails leaves every message of it to be retried; a
+  redelivery of a done message is only deleted, and the payments services deduplicate
+  processor events by id on top;
 - nothing lost: every failure is written in its own transaction; a message is dead-lettered
   (a copy in the DLQ, its payment on hold) before it is deleted; a message that crashes the
   process is caught by the queue's RedrivePolicy, and ``queue_message_start`` notices the gap
@@ -62,6 +66,8 @@ from callbacks.services import (
     queue_message_complete,
     queue_message_defer,
     queue_message_start,
+    queue_messages_complete,
+    queue_messages_start_batch,
     storable_text,
 )
 from callbacks.sqs import VisibilityHeartbeat
@@ -78,6 +84,10 @@ __all__ = ["InvalidBody", "UnknownMessageKind", "UnstorableBody", "Worker"]
 RELAY_BUSY_INTERVAL = 1.0
 # Seconds between looks at the processor's breaker from the loop (probe due? release deferred?).
 BREAKER_TICK_INTERVAL = 1.0
+
+
+class BatchRolledBack(Exception):
+    """The batch's transaction was left unusable (a savepoint could not be rolled back)."""
 
 
 class Outcome(enum.StrEnum):
@@ -332,33 +342,123 @@ class Worker:
     # --- a batch ---------------------------------------------------------------------------
 
     def process_batch(self, messages: list[ReceivedMessage]) -> None:
-        """Handle one received batch: groups in order, each message in its own transaction.
+        """Handle one received batch; groups keep their order, finished messages are deleted
+        in batches after their commits.
 
-        Messages not started (a group stopped at a failure, a stop request, the message limit)
-        are made visible again at once; they were never started, so no attempt is counted.
-        Finished messages are deleted in batches after their commits.
+        First the batch's group heads whose work is atomic (processor events) are started in
+        one statement and applied in one transaction, a savepoint each (``_apply_started``).
+        Then every other message, in group order, takes the per-message path: started alone,
+        its work in its own transaction, or none for work that calls the network (a
+        submission), so no network call ever runs inside the batch's transaction. A group whose
+        head failed goes no further. Messages not started (a group stopped at a failure, a stop
+        request, the message limit) are made visible again at once; they were never started,
+        so no attempt is counted: the bulk start counts only group heads, which always run.
         """
         if self.heartbeat is None:
             raise RuntimeError("process_batch runs inside Worker.running() or Worker.run()")
         self.heartbeat.track(messages)
         pending = {m.message_id: m for m in messages}
         finished: list[ReceivedMessage] = []
+
+        def settle(message: ReceivedMessage, result: Result) -> None:
+            del pending[message.message_id]
+            self.heartbeat.untrack([message.message_id])
+            if result.delete:
+                finished.append(message)
+
         try:
-            for group in group_in_order(messages):
+            groups = group_in_order(messages)
+            results = self._apply_started(self._start_heads(groups))
+            for group in groups:
                 for message in group:
-                    if self.stopping or self._limit_reached():
-                        break
-                    result = self.process_message(message)
-                    del pending[message.message_id]
-                    self.heartbeat.untrack([message.message_id])
-                    if result.delete:
-                        finished.append(message)
+                    result = results.get(message.message_id)
+                    if result is None:
+                        if self.stopping or self._limit_reached():
+                            break
+                        result = self.process_message(message)
+                    settle(message, result)
                     if result.stop_group:
                         break
         finally:
             self.heartbeat.untrack(pending)
             self.release(pending.values())
             self.delete(finished)
+
+    def _start_heads(
+        self, groups: list[list[ReceivedMessage]]
+    ) -> list[tuple[ReceivedMessage, QueueMessage]]:
+        """Start the group heads the batch path can take, in one statement (see
+        ``queue_messages_start_batch``); the rest keep the per-message path. A database that
+        cannot take the start leaves them all to the per-message path, which records why."""
+        if self.stopping or self._limit_reached():
+            return []
+        heads = [
+            group[0]
+            for group in groups
+            if group[0].body is not None
+            and (handler := self.handlers.get(group[0].kind)) is not None
+            and handler.atomic
+        ]
+        if self.max_messages is not None:
+            heads = heads[: max(self.max_messages - self.stats.processed, 0)]
+        if not heads:
+            return []
+        try:
+            started = queue_messages_start_batch(messages=heads)
+        except (DatabaseError, UnicodeError) as exc:
+            logger.warning("could not start the batch in bulk (%s); one at a time instead", exc)
+            return []
+        self.stats.processed += len(started)
+        return [(m, started[m.message_id]) for m in heads if m.message_id in started]
+
+    def _apply_started(
+        self, started: list[tuple[ReceivedMessage, QueueMessage]]
+    ) -> dict[str, Result]:
+        """Apply started atomic messages in ONE transaction, a savepoint each, with their done
+        marks (one statement); then, after the commit, record each failure (error row, retry or
+        dead letter: SQS is never called inside the transaction). A failing message rolls back
+        only its savepoint. If the transaction itself fails (at commit, or the connection broke
+        so a savepoint could not be rolled back), nothing of it committed: every message is
+        retried as failed with that error."""
+        if not started:
+            return {}
+        began = time.monotonic()
+        outcomes: dict[str, str] = {}
+        failures: dict[str, Exception] = {}
+        try:
+            with transaction.atomic():
+                for message, _ in started:
+                    try:
+                        with transaction.atomic():
+                            outcomes[message.message_id] = self.handlers[message.kind].func(message)
+                    except Exception as exc:  # noqa: BLE001 - becomes this message's retry
+                        failures[message.message_id] = exc
+                if transaction.get_rollback():
+                    raise BatchRolledBack("a savepoint could not be rolled back")
+                queue_messages_complete(
+                    done=[
+                        (qm, outcomes[m.message_id])
+                        for m, qm in started
+                        if m.message_id in outcomes
+                    ]
+                )
+                _pause_at("batch_commit")
+        except Exception as exc:  # noqa: BLE001 - nothing committed: all of them are retried
+            logger.error("the batch transaction of %s message(s) failed: %s", len(started), exc)
+            failures.update({message_id: exc for message_id in outcomes})
+            outcomes.clear()
+        results = {}
+        for message, queue_message in started:
+            if message.message_id in failures:
+                results[message.message_id] = self._fail(
+                    message, queue_message, failures[message.message_id], began
+                )
+            else:
+                self._observe_applied(message)
+                results[message.message_id] = self._finish(
+                    message, queue_message, Result.handled(outcomes[message.message_id]), began
+                )
+        return results
 
     def release(self, messages: Iterable[ReceivedMessage]) -> None:
         """Make messages visible again now (ChangeMessageVisibility 0), untouched."""
@@ -716,6 +816,15 @@ def _refused_content(exc: BaseException) -> bool:
     """A data exception (SQLSTATE class 22) or an encoding error: the value was refused, the
     database was there to refuse it."""
     return isinstance(exc, DataError | UnicodeError)
+
+
+def _pause_at(point: str) -> None:
+    """Tests only: stop here for good when ``WORKER_PAUSE_AT`` names this point, so a test can
+    SIGKILL the process at a known place. A no-op unless a test sets it."""
+    if point and callbacks_conf.WORKER_PAUSE_AT == point:
+        logger.warning("paused at %s", point)
+        while True:
+            time.sleep(3600)
 
 
 def _outbox_relay() -> Callable[[], int]:

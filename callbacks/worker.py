@@ -445,7 +445,8 @@ class Worker:
                 _pause_at("batch_commit")
         except Exception as exc:  # noqa: BLE001 - nothing committed: all of them are retried
             logger.error("the batch transaction of %s message(s) failed: %s", len(started), exc)
-            failures.update({message_id: exc for message_id in outcomes})
+            for message, _ in started:  # those that ran, and any the failure kept from running
+                failures.setdefault(message.message_id, exc)
             outcomes.clear()
         results = {}
         for message, queue_message in started:

@@ -104,12 +104,8 @@ def queue_messages_start_batch(*, messages: list[ReceivedMessage]) -> dict[str, 
     if not messages:
         return {}
     now = timezone.now()
-    quote = connection.ops.quote_name
-    table = quote(QueueMessage._meta.db_table)
-    holds = quote(PaymentHold._meta.db_table)
-    unfinished = tuple(str(s) for s in UNFINISHED_STATUSES)
-    rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s::timestamptz)"] * len(messages))
-    params: list = []
+    unfinished = [str(s) for s in UNFINISHED_STATUSES]
+    params: list = [now, now, str(QueueMessageStatus.IN_PROGRESS), now]
     for m in messages:
         params += [
             m.message_id,
@@ -120,28 +116,8 @@ def queue_messages_start_batch(*, messages: list[ReceivedMessage]) -> dict[str, 
             m.sequence_number,
             m.enqueued_at,
         ]
-    sql = (
-        f"INSERT INTO {table} (message_id, kind, group_id, payment_id, deduplication_id, "  # noqa: S608
-        "sequence_number, body, raw_body, enqueued_at, first_started_at, last_started_at, "
-        "attempts, status, outcome, last_error_class, updated_at) "
-        "SELECT v.message_id, v.kind, v.group_id, v.payment_id, v.deduplication_id, "
-        "v.sequence_number, NULL, '', v.enqueued_at, %s, %s, 1, %s, '', '', %s "
-        f"FROM (VALUES {rows}) AS v(message_id, kind, group_id, payment_id, deduplication_id, "
-        "sequence_number, enqueued_at) "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {holds} h WHERE h.payment_id = v.payment_id "
-        "AND h.released_at IS NULL) "
-        f"AND NOT EXISTS (SELECT 1 FROM {table} q WHERE v.sequence_number <> '' "
-        "AND q.group_id = v.group_id AND q.sequence_number < v.sequence_number "
-        "AND q.status IN (%s, %s) AND q.message_id <> v.message_id) "
-        f"ON CONFLICT (message_id) DO UPDATE SET attempts = {table}.attempts + 1, "
-        "status = EXCLUDED.status, last_started_at = EXCLUDED.last_started_at, "
-        f"updated_at = EXCLUDED.updated_at WHERE {table}.status IN (%s, %s) "
-        "RETURNING id, message_id, attempts, first_started_at"
-    )
-    status = str(QueueMessageStatus.IN_PROGRESS)
-    params = [now, now, status, now, *params, *unfinished, *unfinished]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_start_batch_sql(len(messages)), [*params, *unfinished, *unfinished])
         returned = cursor.fetchall()
     by_id = {m.message_id: m for m in messages}
     started = {}
@@ -154,6 +130,34 @@ def queue_messages_start_batch(*, messages: list[ReceivedMessage]) -> dict[str, 
         queue_message._state.db = connection.alias
         started[message_id] = queue_message
     return started
+
+
+def _start_batch_sql(rows: int) -> str:
+    """The bulk start's one statement for ``rows`` messages (see queue_messages_start_batch).
+    Parameters: first_started_at, last_started_at, status, updated_at; 7 per message; the two
+    unfinished statuses twice."""
+    quote = connection.ops.quote_name
+    table = quote(QueueMessage._meta.db_table)
+    holds = quote(PaymentHold._meta.db_table)
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s::timestamptz)"] * rows)
+    return (
+        f"INSERT INTO {table} (message_id, kind, group_id, payment_id, deduplication_id, "  # noqa: S608
+        "sequence_number, body, raw_body, enqueued_at, first_started_at, last_started_at, "
+        "attempts, status, outcome, last_error_class, updated_at) "
+        "SELECT v.message_id, v.kind, v.group_id, v.payment_id, v.deduplication_id, "
+        "v.sequence_number, NULL, '', v.enqueued_at, %s, %s, 1, %s, '', '', %s "
+        f"FROM (VALUES {values}) AS v(message_id, kind, group_id, payment_id, deduplication_id, "
+        "sequence_number, enqueued_at) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {holds} h WHERE h.payment_id = v.payment_id "
+        "AND h.released_at IS NULL) "
+        f"AND NOT EXISTS (SELECT 1 FROM {table} q WHERE v.sequence_number <> '' "
+        "AND q.group_id = v.group_id AND q.sequence_number < v.sequence_number "
+        "AND q.status IN (%s, %s) AND q.message_id <> v.message_id) "
+        f"ON CONFLICT (message_id) DO UPDATE SET attempts = {table}.attempts + 1, "
+        "status = EXCLUDED.status, last_started_at = EXCLUDED.last_started_at, "
+        f"updated_at = EXCLUDED.updated_at WHERE {table}.status IN (%s, %s) "
+        "RETURNING id, message_id, attempts, first_started_at"
+    )
 
 
 def _storable_body(message: ReceivedMessage) -> bool:

@@ -4,37 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("callbacks", "0001_initial"),
+        ('callbacks', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="DeferredMessage",
+            name='DeferredMessage',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("message_id", models.CharField(max_length=128, unique=True)),
-                ("receipt_handle", models.TextField()),
-                ("group_id", models.CharField(max_length=128)),
-                ("receive_count", models.PositiveIntegerField(default=1)),
-                ("hidden_seconds", models.PositiveIntegerField()),
-                ("deferred_at", models.DateTimeField()),
-                ("released_at", models.DateTimeField(blank=True, null=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('message_id', models.CharField(max_length=128, unique=True)),
+                ('receipt_handle', models.TextField()),
+                ('group_id', models.CharField(max_length=128)),
+                ('receive_count', models.PositiveIntegerField(default=1)),
+                ('hidden_seconds', models.PositiveIntegerField()),
+                ('deferred_at', models.DateTimeField()),
+                ('released_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                "ordering": ["id"],
-                "indexes": [
-                    models.Index(
-                        condition=models.Q(("released_at__isnull", True)),
-                        fields=["id"],
-                        name="deferred_unreleased",
-                    )
-                ],
+                'ordering': ['id'],
+                'indexes': [models.Index(condition=models.Q(('released_at__isnull', True)), fields=['id'], name='deferred_unreleased')],
             },
         ),
     ]

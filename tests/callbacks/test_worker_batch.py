@@ -2,13 +2,22 @@
 transaction, a savepoint each; failures are recorded after the commit."""
 
 import dataclasses
+import uuid
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from callbacks.handlers import DEFAULT_HANDLERS, Handler, handle_processor_event
-from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
+from callbacks.models import (
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+    sequence_key,
+)
 from callbacks.schema import PROCESSOR_EVENT
+from callbacks.services import ReceivedMessage, queue_messages_start_batch
 from callbacks.worker import Worker
 from payments.models import LedgerEntry, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import queue_counts, send_event
@@ -153,3 +162,67 @@ def test_a_batch_whose_commit_fails_is_retried_whole(sqs_queues, settings):
     run.run()
     assert LedgerEntry.objects.count() == 3
     assert set(QueueMessage.objects.values_list("status", "attempts")) == {("done", 2)}
+
+
+def received(payment_id: str, *, sequence: int, body: dict | None = None, message_id=None):
+    return ReceivedMessage(
+        message_id=message_id or str(uuid.uuid4()),
+        receipt_handle="handle",
+        raw_body="{}",
+        body=body if body is not None else {"kind": PROCESSOR_EVENT, "event": {}},
+        group_id=payment_id,
+        deduplication_id=str(uuid.uuid4()),
+        sequence_number=sequence_key(sequence),
+        enqueued_at=timezone.now(),
+        receive_count=1,
+    )
+
+
+def record(message: ReceivedMessage, *, status: str, attempts: int) -> QueueMessage:
+    now = timezone.now()
+    return QueueMessage.objects.create(
+        message_id=message.message_id,
+        kind=message.kind,
+        group_id=message.group_id,
+        payment_id=message.payment_id,
+        sequence_number=message.sequence_number,
+        body=message.body,
+        first_started_at=now,
+        last_started_at=now,
+        attempts=attempts,
+        status=status,
+    )
+
+
+def test_the_bulk_start_takes_only_what_it_can_decide_and_leaves_the_rest_untouched():
+    fresh = received(str(uuid.uuid4()), sequence=1)
+    held = received(str(uuid.uuid4()), sequence=1)
+    PaymentHold.objects.create(payment_id=held.payment_id, reason="test")
+    behind = received(str(uuid.uuid4()), sequence=5)
+    record(received(behind.group_id, sequence=4), status="in_progress", attempts=1)
+    done = received(str(uuid.uuid4()), sequence=1)
+    record(done, status="done", attempts=1)
+    again = received(str(uuid.uuid4()), sequence=1)
+    record(again, status="retrying", attempts=1)
+    redrive = received(
+        str(uuid.uuid4()),
+        sequence=1,
+        body={"kind": PROCESSOR_EVENT, "redrive": {"original_message_id": "m-0"}},
+    )
+    nul = received(str(uuid.uuid4()), sequence=1, body={"kind": PROCESSOR_EVENT, "x": "a\x00b"})
+
+    started = queue_messages_start_batch(messages=[fresh, held, behind, done, again, redrive, nul])
+
+    assert {m: qm.attempts for m, qm in started.items()} == {
+        fresh.message_id: 1,
+        again.message_id: 2,
+    }
+    row = QueueMessage.objects.get(message_id=fresh.message_id)
+    assert (row.status, row.attempts, row.body, row.raw_body) == ("in_progress", 1, None, "")
+    assert started[fresh.message_id].pk == row.pk
+    assert started[fresh.message_id].body == fresh.body  # in memory, for a failure's record
+    assert QueueMessage.objects.get(message_id=again.message_id).status == "in_progress"
+    # The rest are left to queue_message_start: no row written, none changed.
+    for untouched in (held, behind, redrive, nul):
+        assert not QueueMessage.objects.filter(message_id=untouched.message_id).exists()
+    assert QueueMessage.objects.get(message_id=done.message_id).attempts == 1

@@ -640,3 +640,62 @@ def change_visibility_batch(*, url: str, messages: Sequence[R], seconds: int) ->
         entry=lambda m: {"ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds},
         call=lambda entries: client.change_message_visibility_batch(QueueUrl=url, Entries=entries),
     )
+
+
+class VisibilityHeartbeat:
+    """Keeps the unfinished messages of the worker's current batch invisible while they wait or
+    run.
+
+    Every ``visibility_timeout / 3`` seconds it sets their visibility back to the full timeout,
+    so a slow processor call never lets the timeout run out and a second worker take the
+    message. Untracking takes the same lock as a beat, so once ``untrack`` returns no beat can
+    overwrite a backoff or release the worker has just set.
+    """
+
+    def __init__(self, *, queue_url: str, visibility_timeout: int) -> None:
+        self.queue_url = queue_url
+        self.visibility_timeout = visibility_timeout
+        self.interval = max(visibility_timeout / 3, 0.2)
+        self._tracked: dict[str, ReceivedMessage] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sqs-visibility-heartbeat")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def track(self, messages: Iterable[ReceivedMessage]) -> None:
+        with self._lock:
+            for m in messages:
+                self._tracked[m.message_id] = m
+
+    def untrack(self, message_ids: Iterable[str]) -> None:
+        with self._lock:
+            for message_id in message_ids:
+                self._tracked.pop(message_id, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            tracked = list(self._tracked.values())
+            outcome = change_visibility_batch(
+                url=self.queue_url, messages=tracked, seconds=self.visibility_timeout
+            )
+        for message, why in outcome.unreachable:
+            logger.warning(
+                "visibility heartbeat failed for message %s: %s", message.message_id, why
+            )
+        for message, why in outcome.refused:
+            logger.warning(
+                "visibility heartbeat refused for message %s: %s", message.message_id, why
+            )

@@ -97,6 +97,8 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite(
         "callbacks.worker:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
     ),
+    # Also what the worker's visibility heartbeat calls (callbacks.sqs.VisibilityHeartbeat, part
+    # of the gateway, so not a call site of its own).
     SqsCallSite(
         "callbacks.worker:Worker.release",
         {MAIN: _ops("change_message_visibility_batch")},
@@ -104,11 +106,6 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     ),
     SqsCallSite(
         "callbacks.worker:Worker.hide", {MAIN: _ops("change_message_visibility")}, _roles(WORKER)
-    ),
-    SqsCallSite(
-        "callbacks.worker:VisibilityHeartbeat.beat",
-        {MAIN: _ops("change_message_visibility_batch")},
-        _roles(WORKER),
     ),
     # Submissions an open processor breaker deferred are made visible again once calls flow.
     SqsCallSite(

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from callbacks.metrics import DEDUP_HITS
 from callbacks.schema import PROCESSOR_EVENT, processor_event_from_message
 from callbacks.sqs import ReceivedMessage
-from payments.models import EventOutcome
-from payments.services import SUBMIT_PAYMENT
+from payments.services import SUBMIT_PAYMENT, ApplyOutcome
 
 # The error classes below are recorded by their dotted name (ProcessingError.error_class,
 # QueueMessage.last_error_class) and shown to operators: they keep the module they were
@@ -78,7 +77,7 @@ def handle_processor_event(message: ReceivedMessage) -> str:
             f"payment_id {event.payment_id} does not match the message group {message.group_id!r}"
         )
     result = payment_apply_event(event=event, caused_by=f"sqs:{message.message_id}")
-    if result.outcome == EventOutcome.DUPLICATE:
+    if result.outcome == ApplyOutcome.DUPLICATE:
         DEDUP_HITS.labels(layer="app").inc()
     return str(result.outcome)
 

@@ -172,7 +172,8 @@ def markdown(report: dict) -> str:
             "",
             f"Ingest: {ingest['generator']}, {ingest['connections']} connections, "
             f"{ingest['rounds']} rounds of {ingest['seconds']} s per endpoint; gunicorn "
-            f"`{ingest['gunicorn']}`.",
+            f"`{ingest['gunicorn']}`; `CALLBACK_SEND_COALESCE_SECONDS` "
+            f"{ingest.get('send_coalesce_seconds', 'default')}.",
             "",
         ]
         rows = []

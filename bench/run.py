@@ -587,6 +587,8 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
         "connections": CONFIG["ingest_connections"],
         "gunicorn": " ".join(server.command[1:]),
         "seconds": seconds,
+        # The web processes read it from the environment (unset: the product's default).
+        "send_coalesce_seconds": os.environ.get("CALLBACK_SEND_COALESCE_SECONDS", "default"),
     }
     rounds = CONFIG["ingest_rounds"]
     out["rounds"] = rounds

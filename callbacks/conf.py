@@ -29,8 +29,14 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_MAX_FAILED_STARTS": 3,
     # Keeps in-flight messages hidden while they run; off only to show what it prevents.
     "WORKER_VISIBILITY_HEARTBEAT": True,
+    # Tests only: a named point where the worker stops and waits to be killed ("batch_commit":
+    # after a batch's savepoints, before its commit). Empty (the default): no pause anywhere.
+    "WORKER_PAUSE_AT": "",
     "CALLBACK_TOLERANCE_SECONDS": 300,
     "CALLBACK_MAX_BODY_BYTES": 64 * 1024,
+    # Callbacks a web process receives within this many seconds of each other go to SQS in one
+    # batch call (each still answered for its own entry); 0 sends each one alone.
+    "CALLBACK_SEND_COALESCE_SECONDS": 0.002,
     # Reconciliation of stuck payments (ACH settles in days).
     "RECONCILE_SUBMITTED_AFTER": timedelta(days=3),
     "RECONCILE_PENDING_AFTER": timedelta(minutes=5),

@@ -40,15 +40,25 @@ class QueueMessage(models.Model):
     failing message (whose SQS receive counts rise anyway) never get a row until they start.
     """
 
-    message_id = models.CharField(max_length=128, unique=True)
+    # Indexed through Meta (unique constraint, plain index): a field's own unique/db_index
+    # would add a second, LIKE-only index per column on PostgreSQL, written on every insert.
+    message_id = models.CharField(max_length=128)
     kind = models.CharField(max_length=64, blank=True)
     group_id = models.CharField(max_length=128)
-    payment_id = models.CharField(max_length=128, blank=True, db_index=True)
+    payment_id = models.CharField(max_length=128, blank=True)
     deduplication_id = models.CharField(max_length=128, blank=True)
     sequence_number = models.CharField(
         max_length=SEQUENCE_NUMBER_WIDTH, blank=True, help_text="Zero-padded so it orders."
     )
-    body = models.JSONField(null=True, blank=True, help_text="Null when the body is not JSON.")
+    body = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Null when the body is not JSON, or for a processor event started with its batch "
+            "and applied cleanly (the payment's event log holds its payload); written with "
+            "the error row when such a message fails."
+        ),
+    )
     raw_body = models.TextField(blank=True, help_text="The body as received when not JSON.")
     enqueued_at = models.DateTimeField(null=True, blank=True, help_text="SQS SentTimestamp.")
     first_started_at = models.DateTimeField()
@@ -62,12 +72,17 @@ class QueueMessage(models.Model):
 
     class Meta:
         ordering = ["-first_started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["message_id"], name="queuemessage_message_id_unique")
+        ]
         indexes = [
             models.Index(fields=["status", "enqueued_at"], name="queuemessage_status_enqueued"),
-            models.Index(fields=["group_id", "status"], name="queuemessage_group_status"),
+            # Also serves "an unfinished message earlier in the group" (status is checked on
+            # the group's few rows), which had an index of its own on (group_id, status).
             models.Index(
                 fields=["group_id", "sequence_number"], name="queuemessage_group_sequence"
             ),
+            models.Index(fields=["payment_id"], name="queuemessage_payment"),
         ]
 
     def __str__(self) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
@@ -46,7 +47,12 @@ from payments.events import EVENT_TARGET_STATE, ProcessorEvent
 from payments.exceptions import ProcessorCircuitOpen, ProcessorRejected, ProcessorUnavailable
 from payments.models import AttemptOutcome, Payment, PaymentState, ProcessorAttempt
 from payments.processor.breaker import processor_breaker_wait
-from payments.services import STATUS_OPERATION, SUBMIT_OPERATION, payment_status_check
+from payments.services import (
+    STATUS_OPERATION,
+    SUBMIT_OPERATION,
+    StatusCheckResult,
+    payment_status_check,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +60,22 @@ LOST_SUBMISSION_ERRORS = ("timeout", "connection")
 FINAL_STATUSES = ("settled", "failed", "returned")
 
 
+class ReconcileAction(StrEnum):
+    """What a check of one payment came to."""
+
+    PUBLISHED = "published"  # the processor knows more: events are on the queue
+    IN_SYNC = "in_sync"  # nothing to publish
+    NOT_FOUND = "not_found"  # the processor has no debit under the idempotency key
+    UNKNOWN_STATUS = "unknown_status"  # a status the state machine does not know (alerted)
+    UNAVAILABLE = "unavailable"  # the processor could not answer; the next run retries
+    REFUSED = "refused"  # the processor refused the status check (alerted)
+    BREAKER_OPEN = "breaker_open"  # the processor's circuit breaker is open: the run stops
+
+
 @dataclass(frozen=True)
 class ReconcileOutcome:
     payment_id: str
-    # published, in_sync, not_found, unknown_status, unavailable, refused, breaker_open
-    action: str
+    action: ReconcileAction
     events: tuple[str, ...] = ()
 
 
@@ -127,22 +144,19 @@ def reconcile_event(*, payment: Payment, event_type: str, processor_status: str,
     )
 
 
-def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
-    """Check one payment with the processor and publish what it knows (immediately).
-
-    Raises ``QueueUnavailable`` when the answer cannot be published.
-    """
+def _status_check(payment: Payment) -> StatusCheckResult | ReconcileAction:
+    """The processor's answer for ``payment``, or why there is none (alerted if refused)."""
     pid = str(payment.id)
     try:
-        result = payment_status_check(payment_id=payment.id)
+        return payment_status_check(payment_id=payment.id)
     except ProcessorCircuitOpen as exc:
         logger.info("reconcile %s: waits: %s", pid, exc, extra={"payment_id": pid})
-        return ReconcileOutcome(pid, "breaker_open")
+        return ReconcileAction.BREAKER_OPEN
     except ProcessorUnavailable as exc:
         logger.warning(
             "reconcile %s: processor unavailable: %s", pid, exc, extra={"payment_id": pid}
         )
-        return ReconcileOutcome(pid, "unavailable")
+        return ReconcileAction.UNAVAILABLE
     except ProcessorRejected as exc:
         alert_raise(
             severity="medium",
@@ -150,43 +164,59 @@ def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
             summary=f"processor refused the status check of payment {pid}: {exc}",
             payment_id=pid,
         )
-        return ReconcileOutcome(pid, "refused")
+        return ReconcileAction.REFUSED
+
+
+def _debit_not_found(payment: Payment) -> None:
+    """Say that the processor has no debit for ``payment``: an alert if we think it has one."""
+    pid = str(payment.id)
+    if payment.state == PaymentState.SUBMITTED:
+        alert_raise(
+            severity="medium",
+            key="reconcile.debit_unknown",
+            summary=(
+                f"payment {pid} is submitted here but the processor has no debit under its "
+                f"idempotency key {payment.idempotency_key}"
+            ),
+            payment_id=pid,
+        )
+    else:
+        # The timed-out submission never reached the processor: the worker's retries (same
+        # idempotency key) or a dead letter take it from here.
+        logger.info(
+            "reconcile %s: the processor has no debit; submission retries continue",
+            pid,
+            extra={"payment_id": pid},
+        )
+
+
+def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
+    """Check one payment with the processor and publish what it knows (immediately).
+
+    Raises ``QueueUnavailable`` when the answer cannot be published.
+    """
+    pid = str(payment.id)
+    result = _status_check(payment)
+    if isinstance(result, ReconcileAction):
+        return ReconcileOutcome(pid, result)
     payment = result.payment
     if not result.found:
-        if payment.state == PaymentState.SUBMITTED:
-            alert_raise(
-                severity="medium",
-                key="reconcile.debit_unknown",
-                summary=(
-                    f"payment {pid} is submitted here but the processor has no debit under its "
-                    f"idempotency key {payment.idempotency_key}"
-                ),
-                payment_id=pid,
-            )
-        else:
-            # The timed-out submission never reached the processor: the worker's retries (same
-            # idempotency key) or a dead letter take it from here.
-            logger.info(
-                "reconcile %s: the processor has no debit; submission retries continue",
-                pid,
-                extra={"payment_id": pid},
-            )
-        return ReconcileOutcome(pid, "not_found")
-    if result.processor_status not in EVENT_TARGET_STATE:
+        _debit_not_found(payment)
+        return ReconcileOutcome(pid, ReconcileAction.NOT_FOUND)
+    status = result.processor_status
+    if status not in EVENT_TARGET_STATE:
         alert_raise(
             severity="medium",
             key="reconcile.unknown_status",
-            summary=f"processor reports unknown status {result.processor_status!r} for {pid}",
+            summary=f"processor reports unknown status {status!r} for {pid}",
             payment_id=pid,
         )
-        return ReconcileOutcome(pid, "unknown_status")
-    event_types = _events_to_publish(payment, result.processor_status)
+        return ReconcileOutcome(pid, ReconcileAction.UNKNOWN_STATUS)
+    event_types = _events_to_publish(payment, status)
     if not event_types:
-        return ReconcileOutcome(pid, "in_sync")
+        return ReconcileOutcome(pid, ReconcileAction.IN_SYNC)
     messages = [
-        reconcile_event(
-            payment=payment, event_type=t, processor_status=result.processor_status, now=now
-        )
+        reconcile_event(payment=payment, event_type=t, processor_status=status, now=now)
         for t in event_types
     ]
     sqs.send_messages_now(messages)
@@ -194,11 +224,11 @@ def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
         "reconcile %s: %s here, %s at the processor: published %s",
         pid,
         payment.state,
-        result.processor_status,
+        status,
         ", ".join(m.deduplication_id for m in messages),
         extra={"payment_id": pid},
     )
-    return ReconcileOutcome(pid, "published", tuple(event_types))
+    return ReconcileOutcome(pid, ReconcileAction.PUBLISHED, tuple(event_types))
 
 
 def payments_reconcile(*, now: datetime | None = None, limit: int | None = None) -> int:
@@ -219,12 +249,12 @@ def payments_reconcile(*, now: datetime | None = None, limit: int | None = None)
     for payment in reconcile_candidates(now=now, limit=limit):
         outcome = payment_reconcile(payment=payment, now=now)
         outcomes.append(outcome)
-        if outcome.action == "breaker_open":
+        if outcome.action == ReconcileAction.BREAKER_OPEN:
             break  # the breaker opened during the run: the rest wait for the next one
-    published = sum(1 for o in outcomes if o.action == "published")
+    published = sum(1 for o in outcomes if o.action == ReconcileAction.PUBLISHED)
     if outcomes:
         counts: dict[str, int] = {}
         for o in outcomes:
-            counts[o.action] = counts.get(o.action, 0) + 1
+            counts[o.action.value] = counts.get(o.action.value, 0) + 1
         logger.info("reconciliation checked %s payment(s): %s", len(outcomes), counts)
     return published

@@ -58,3 +58,13 @@ def payment_queue_detail(payment) -> dict:
             "parked_messages": hold.parked.filter(republished_message_id="").count(),
         }
     return {"errors": errors, "hold": hold_data}
+
+
+def queue_message_by_id(message_id: str) -> QueueMessage | None:
+    """The worker's record of one message; None when no worker ever started it."""
+    return QueueMessage.objects.filter(message_id=message_id).first()
+
+
+def message_processing_errors(message_id: str) -> QuerySet[ProcessingError]:
+    """Every failed attempt recorded for one message, oldest first."""
+    return ProcessingError.objects.filter(message_id=message_id).order_by("created_at", "id")

@@ -1,10 +1,13 @@
 """Writes of the queue layer: message starts, failures, dead letters, payment holds, releases.
 
-Each service owns its transaction, except ``queue_message_complete``, which must commit in the
-caller's transaction together with the message's work. Services whose names end in ``_now`` or
+Each service owns its transaction, except ``queue_message_complete`` and
+``queue_messages_complete``, which must commit in the caller's transaction together with the
+messages' work. Services whose names end in ``_now`` or
 that document a send act on SQS immediately and are never called inside a transaction.
 """
 
+import enum
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,12 +44,17 @@ def storable_text(raw: str) -> str:
     return raw.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
+class StartAction(enum.StrEnum):
+    PROCESS = "process"  # do its work
+    FINISHED = "finished"  # a redelivery after a crash between commit and delete: delete it
+    PARKED = "parked"  # its payment is on hold: kept in ParkedMessage, delete it
+
+
 @dataclass(frozen=True)
 class StartDecision:
-    """What to do with a received message: ``process`` it, it is already ``finished`` (a
-    redelivery after a crash between commit and delete: just delete it), or it was ``parked``."""
+    """What to do with a received message, and its record."""
 
-    action: str
+    action: StartAction
     queue_message: QueueMessage
     hold: PaymentHold | None = None
 
@@ -68,6 +76,103 @@ def queue_message_start(*, message: ReceivedMessage) -> StartDecision:
         # Another worker inserted the same message id first (its visibility ran out while a
         # first worker was still starting it): read the row it wrote.
         return _queue_message_start(message)
+
+
+def queue_messages_start_batch(*, messages: list[ReceivedMessage]) -> dict[str, QueueMessage]:
+    """Record the start of an attempt of every message given, in ONE autocommitted statement,
+    before any of their work runs; returns the records of those started, by message id.
+
+    This is what makes the attempt count survive a SIGKILL at any later point: the statement has
+    committed before the first handler runs, so a process killed during the work, between the
+    work's savepoints, or before their commit has already counted the attempt, as the
+    per-message ``queue_message_start`` does. One multi-row ``INSERT ... ON CONFLICT DO UPDATE
+    SET attempts = attempts + 1 ... RETURNING`` inserts new messages with one attempt and counts
+    another for an unfinished one that comes back.
+
+    It takes only the common case, which it can decide in bulk: a message whose payment has no
+    active hold and with nothing unfinished before it in its group (the same questions the
+    per-message fast path asks), that is not a redrive. A message it leaves out (finished
+    before, held, behind an unfinished one, a redrive, a body the database would refuse) gets
+    no row change and is not returned: the caller starts it with ``queue_message_start``, which
+    makes every other decision. Give at most one message per group (the batch's group heads):
+    the checks do not see each other's rows.
+
+    The body is not stored: these are messages whose payload the work records itself (processor
+    events in the payment's event log). A failure writes it with the error row
+    (``processing_error_record``), so a message that fails or is dead-lettered keeps it.
+    """
+    messages = [m for m in messages if not _redrive_original(m) and _storable_body(m)]
+    if not messages:
+        return {}
+    now = timezone.now()
+    unfinished = [str(s) for s in UNFINISHED_STATUSES]
+    params: list = [now, now, str(QueueMessageStatus.IN_PROGRESS), now]
+    for m in messages:
+        params += [
+            m.message_id,
+            m.kind[:64],
+            m.group_id,
+            m.payment_id,
+            m.deduplication_id,
+            m.sequence_number,
+            m.enqueued_at,
+        ]
+    with connection.cursor() as cursor:
+        cursor.execute(_start_batch_sql(len(messages)), [*params, *unfinished, *unfinished])
+        returned = cursor.fetchall()
+    by_id = {m.message_id: m for m in messages}
+    started = {}
+    for pk, message_id, attempts, first_started_at in returned:
+        message = by_id[message_id]
+        queue_message = _queue_message_new(message, first_started_at, attempts=attempts)
+        queue_message.pk = pk
+        queue_message.last_started_at = now
+        queue_message._state.adding = False
+        queue_message._state.db = connection.alias
+        started[message_id] = queue_message
+    return started
+
+
+def _start_batch_sql(rows: int) -> str:
+    """The bulk start's one statement for ``rows`` messages (see queue_messages_start_batch).
+    Parameters: first_started_at, last_started_at, status, updated_at; 7 per message; the two
+    unfinished statuses twice."""
+    quote = connection.ops.quote_name
+    table = quote(QueueMessage._meta.db_table)
+    holds = quote(PaymentHold._meta.db_table)
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s::timestamptz)"] * rows)
+    return (
+        f"INSERT INTO {table} (message_id, kind, group_id, payment_id, deduplication_id, "  # noqa: S608
+        "sequence_number, body, raw_body, enqueued_at, first_started_at, last_started_at, "
+        "attempts, status, outcome, last_error_class, updated_at) "
+        "SELECT v.message_id, v.kind, v.group_id, v.payment_id, v.deduplication_id, "
+        "v.sequence_number, NULL, '', v.enqueued_at, %s, %s, 1, %s, '', '', %s "
+        f"FROM (VALUES {values}) AS v(message_id, kind, group_id, payment_id, deduplication_id, "
+        "sequence_number, enqueued_at) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {holds} h WHERE h.payment_id = v.payment_id "
+        "AND h.released_at IS NULL) "
+        f"AND NOT EXISTS (SELECT 1 FROM {table} q WHERE v.sequence_number <> '' "
+        "AND q.group_id = v.group_id AND q.sequence_number < v.sequence_number "
+        "AND q.status IN (%s, %s) AND q.message_id <> v.message_id) "
+        f"ON CONFLICT (message_id) DO UPDATE SET attempts = {table}.attempts + 1, "
+        "status = EXCLUDED.status, last_started_at = EXCLUDED.last_started_at, "
+        f"updated_at = EXCLUDED.updated_at WHERE {table}.status IN (%s, %s) "
+        "RETURNING id, message_id, attempts, first_started_at"
+    )
+
+
+def _storable_body(message: ReceivedMessage) -> bool:
+    """Whether PostgreSQL's jsonb would take the body (no NaN or infinity, no NUL, no unpaired
+    surrogate). The bulk start stores no body, so it would not notice one it refuses; such a
+    message takes the per-message path, which keeps it as text and sends it to a person."""
+    if message.body is None:
+        return False
+    try:
+        text = json.dumps(message.body, allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")
+    except (ValueError, UnicodeError):
+        return False
+    return "\\u0000" not in text
 
 
 def _queue_message_start_fast(message: ReceivedMessage) -> StartDecision | None:
@@ -110,7 +215,7 @@ def _queue_message_start_fast(message: ReceivedMessage) -> StartDecision | None:
             queue_message.save(force_insert=True)  # one autocommitted statement
     except IntegrityError:
         return None
-    return StartDecision("process", queue_message)
+    return StartDecision(StartAction.PROCESS, queue_message)
 
 
 def _queue_message_new(message: ReceivedMessage, now: datetime, *, attempts: int) -> QueueMessage:
@@ -139,7 +244,7 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             QueueMessage.objects.select_for_update().filter(message_id=message.message_id).first()
         )
         if queue_message is not None and queue_message.status in FINISHED_STATUSES:
-            return StartDecision("finished", queue_message)
+            return StartDecision(StartAction.FINISHED, queue_message)
         if queue_message is None:
             queue_message = _queue_message_new(message, now, attempts=0)
 
@@ -158,37 +263,9 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             # for, this redrive replaces it.
             queue_message_mark_redrive_policy_dead_letter(message_id=redrive_of, now=now)
 
-        earlier = None
-        if message.sequence_number:
-            earlier = (
-                QueueMessage.objects.filter(
-                    group_id=message.group_id,
-                    sequence_number__lt=message.sequence_number,
-                    status__in=UNFINISHED_STATUSES,
-                )
-                .exclude(message_id=message.message_id)
-                .order_by("sequence_number")
-                .first()
-            )
+        earlier = _earlier_unfinished(message)
         if earlier is not None:
-            queue_message_mark_redrive_policy_dead_letter(message_id=earlier.message_id, now=now)
-            if hold is None:
-                hold = _hold_create(
-                    payment_id=message.payment_id,
-                    reason=(
-                        f"Message {earlier.message_id} ({earlier.kind or 'unknown kind'}, "
-                        f"{earlier.attempts} attempt(s) started) never finished and left the "
-                        "queue: SQS's RedrivePolicy moved it to the dead-letter queue after it "
-                        f"crashed the worker; message {message.message_id} arrived after it."
-                    ),
-                    caused_by=earlier,
-                )
-            logger.error(
-                "payment %s held: earlier message %s vanished unfinished (RedrivePolicy)",
-                message.payment_id,
-                earlier.message_id,
-                extra={"payment_id": message.payment_id, "message_id": earlier.message_id},
-            )
+            hold = _hold_for_vanished(message, earlier, hold, now)
             return _park(message, queue_message, hold, now)
 
         queue_message.attempts += 1
@@ -200,7 +277,50 @@ def _queue_message_start(message: ReceivedMessage) -> StartDecision:
             queue_message.save(
                 update_fields=["attempts", "status", "last_started_at", "updated_at"]
             )
-    return StartDecision("process", queue_message, hold)
+    return StartDecision(StartAction.PROCESS, queue_message, hold)
+
+
+def _earlier_unfinished(message: ReceivedMessage) -> QueueMessage | None:
+    """The group's first message before this one that our records show unfinished."""
+    if not message.sequence_number:
+        return None
+    return (
+        QueueMessage.objects.filter(
+            group_id=message.group_id,
+            sequence_number__lt=message.sequence_number,
+            status__in=UNFINISHED_STATUSES,
+        )
+        .exclude(message_id=message.message_id)
+        .order_by("sequence_number")
+        .first()
+    )
+
+
+def _hold_for_vanished(
+    message: ReceivedMessage, earlier: QueueMessage, hold: PaymentHold | None, now: datetime
+) -> PaymentHold:
+    """``earlier`` is unfinished but SQS hands out ``message`` after it: the RedrivePolicy took
+    it away (it crashed workers until its receive count ran out). Mark it so and hold the
+    payment (or keep its active hold); call inside the start's transaction."""
+    queue_message_mark_redrive_policy_dead_letter(message_id=earlier.message_id, now=now)
+    if hold is None:
+        hold = _hold_create(
+            payment_id=message.payment_id,
+            reason=(
+                f"Message {earlier.message_id} ({earlier.kind or 'unknown kind'}, "
+                f"{earlier.attempts} attempt(s) started) never finished and left the "
+                "queue: SQS's RedrivePolicy moved it to the dead-letter queue after it "
+                f"crashed the worker; message {message.message_id} arrived after it."
+            ),
+            caused_by=earlier,
+        )
+    logger.error(
+        "payment %s held: earlier message %s vanished unfinished (RedrivePolicy)",
+        message.payment_id,
+        earlier.message_id,
+        extra={"payment_id": message.payment_id, "message_id": earlier.message_id},
+    )
+    return hold
 
 
 def queue_message_mark_redrive_policy_dead_letter(
@@ -263,7 +383,7 @@ def _park(
         if original is not None:
             if original.hold_id == hold.pk and not original.republished_message_id:
                 # The original is parked here and unsent: one row is enough.
-                return StartDecision("parked", queue_message, hold)
+                return StartDecision(StartAction.PARKED, queue_message, hold)
             order_key = original.sequence_number
     ParkedMessage.objects.create(
         hold=hold,
@@ -274,7 +394,7 @@ def _park(
         body=message.body if message.body is not None else {"raw_body": message.raw_body},
         arrived_at=message.enqueued_at,
     )
-    return StartDecision("parked", queue_message, hold)
+    return StartDecision(StartAction.PARKED, queue_message, hold)
 
 
 def released_original_id(deduplication_id: str) -> str:
@@ -292,6 +412,29 @@ def queue_message_complete(*, queue_message: QueueMessage, outcome: str) -> None
     queue_message.status = QueueMessageStatus.DONE
     queue_message.outcome = outcome
     queue_message.finished_at = now
+
+
+def queue_messages_complete(*, done: list[tuple[QueueMessage, str]]) -> None:
+    """Mark messages done, in one statement. Call inside the transaction of their work so the
+    marks and the work commit together."""
+    if not done:
+        return
+    now = timezone.now()
+    table = connection.ops.quote_name(QueueMessage._meta.db_table)
+    rows = ", ".join(["(%s::bigint, %s)"] * len(done))
+    params: list = [str(QueueMessageStatus.DONE), now, now]
+    for queue_message, outcome in done:
+        params += [queue_message.pk, outcome[:32]]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET status = %s, outcome = v.outcome, finished_at = %s, "  # noqa: S608
+            f"updated_at = %s FROM (VALUES {rows}) AS v(id, outcome) WHERE {table}.id = v.id",
+            params,
+        )
+    for queue_message, outcome in done:
+        queue_message.status = QueueMessageStatus.DONE
+        queue_message.outcome = outcome
+        queue_message.finished_at = now
 
 
 def processing_error_record(
@@ -318,6 +461,10 @@ def processing_error_record(
             status=QueueMessageStatus.RETRYING,
             last_error_class=error_class[:255],
             updated_at=timezone.now(),
+            # A record started in bulk has no body yet: a failed message keeps its body for the
+            # operator and for a redrive.
+            body=queue_message.body,
+            raw_body=queue_message.raw_body,
         )
     queue_message.status = QueueMessageStatus.RETRYING
     queue_message.last_error_class = error_class[:255]
@@ -477,6 +624,8 @@ def message_dead_letter(*, queue_message: QueueMessage, error_class: str, error:
             finished_at=now,
             last_error_class=error_class[:255],
             updated_at=now,
+            body=queue_message.body,  # kept for the operator (a bulk start stored none)
+            raw_body=queue_message.raw_body,
         )
         payment_hold(
             payment_id=queue_message.payment_id,

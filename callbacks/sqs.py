@@ -11,6 +11,10 @@ Transport errors and refusals raise ``QueueUnavailable`` (a refusal, ``QueueRefu
 SQS's error code). Batch calls are split into SQS's chunks of ten by one helper, which reports
 each entry as done, refused (SQS's ``Failed``) or unreachable (its chunk's call failed).
 
+``send_message_coalesced_now`` lets the threads of one process that send at the same time share
+one ``SendMessageBatch`` (boto3's CPU is per call, not per message); each caller still gets the
+answer for its own message (``CoalescingSender``).
+
 Each function that calls SQS, here or through here, is declared in ``callbacks.sqs_access`` with
 its operations, queues and process roles: the IAM policies are built from that table, and tests
 fail on a call site it does not declare.
@@ -18,12 +22,15 @@ fail on a call site it does not declare.
 
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Generic, Protocol, TypeVar
 
 # The gateway itself: the only module of the apps the lint lets import boto3.
@@ -77,6 +84,11 @@ class OutgoingMessage:
     body: dict
     group_id: str
     deduplication_id: str
+
+    @cached_property
+    def text(self) -> str:
+        """The body as sent: compact JSON, encoded once however often it is measured or sent."""
+        return json.dumps(self.body, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -337,6 +349,33 @@ def send_message_now(
     return response["MessageId"]
 
 
+def send_messages_each_now(
+    messages: Sequence[OutgoingMessage], *, url: str | None = None
+) -> BatchOutcome[OutgoingMessage]:
+    """Send up to ten messages in one batch call and report what became of each one.
+
+    Entry ids are the positions in ``messages`` (unique per call). An entry SQS refuses is in
+    ``refused`` with SQS's code and message; if the call itself fails, every entry is in
+    ``unreachable``. Nothing raises for a failed entry: the caller answers for each one.
+    """
+    if len(messages) > BATCH_LIMIT:
+        raise ValueError("SQS batches hold at most 10 messages")
+    if not messages:
+        return BatchOutcome()
+    target = url or main_queue_url()
+    client = sqs_client()
+    return _in_batches(
+        messages,
+        what="batch send to SQS failed",
+        entry=lambda m: {
+            "MessageBody": m.text,
+            "MessageGroupId": m.group_id,
+            "MessageDeduplicationId": m.deduplication_id,
+        },
+        call=lambda entries: client.send_message_batch(QueueUrl=target, Entries=entries),
+    )
+
+
 def send_messages_now(messages: Iterable[OutgoingMessage], *, url: str | None = None) -> list[str]:
     """Send up to ten messages in one batch call; raise unless every one was accepted.
 
@@ -344,22 +383,7 @@ def send_messages_now(messages: Iterable[OutgoingMessage], *, url: str | None = 
     failed entries; resending the accepted ones is harmless (same deduplication ids).
     """
     batch = list(messages)
-    if not batch:
-        return []
-    if len(batch) > BATCH_LIMIT:
-        raise ValueError("SQS batches hold at most 10 messages")
-    target = url or main_queue_url()
-    client = sqs_client()
-    outcome = _in_batches(
-        batch,
-        what="batch send to SQS failed",
-        entry=lambda m: {
-            "MessageBody": json.dumps(m.body, separators=(",", ":")),
-            "MessageGroupId": m.group_id,
-            "MessageDeduplicationId": m.deduplication_id,
-        },
-        call=lambda entries: client.send_message_batch(QueueUrl=target, Entries=entries),
-    )
+    outcome = send_messages_each_now(batch, url=url)
     if outcome.unreachable:
         raise QueueUnavailable(outcome.unreachable[0][1])
     if outcome.refused:
@@ -369,6 +393,204 @@ def send_messages_now(messages: Iterable[OutgoingMessage], *, url: str | None = 
             f"SQS refused {len(outcome.refused)} of {len(batch)} messages ({detail})"
         )
     return [result["MessageId"] for result in outcome.results]
+
+
+# --- coalesced sends --------------------------------------------------------------------------
+
+BATCH_MAX_BYTES = 256 * 1024  # SQS's limit on the sum of a batch's message bodies
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """One caller's message in a coalesced batch, and what became of it."""
+
+    message: OutgoingMessage
+    size: int
+    answered: threading.Event = field(default_factory=threading.Event)
+    message_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class _OpenBatch:
+    url: str
+    waiters: list[_Waiter] = field(default_factory=list)
+    size: int = 0
+    announced: int = 0  # its waiters whose requests were announced (coalesced_send_expected)
+    closed: bool = False
+
+    def fits(self, waiter: _Waiter) -> bool:
+        return len(self.waiters) < BATCH_LIMIT and self.size + waiter.size <= BATCH_MAX_BYTES
+
+
+class RequestGauge:
+    """How many announced requests run in this process now, and the most that ever ran at once
+    (in practice the server's thread count)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+
+class CoalescingSender:
+    """Sends the messages of concurrent callers as one ``SendMessageBatch`` (per process).
+
+    Callers announce their requests (``coalesced_send_expected``). The first caller to find no
+    open batch opens one and leads it. In a process that has only ever run one announced
+    request at a time, it sends at once (a lone callback waits for nothing). Otherwise it waits,
+    at most ``window`` seconds, for others to join, and stops early once the batch is full (ten
+    entries or 256 KiB) or holds as many announced callers as the process ever ran at once
+    (nobody else can come). It then closes the batch, sends it and answers every waiter from
+    SQS's answer for *its own* entry: its message id, or ``QueueUnavailable`` if its entry was
+    refused or the call failed. One refused entry fails only its own caller. Waiters never wait
+    forever: the leader answers every waiter in a ``finally``, and the send is bounded by the
+    client's timeouts and retries. Thread-safe; one instance per process.
+    """
+
+    def __init__(
+        self,
+        *,
+        window: float,
+        send_batch: Callable[..., BatchOutcome[OutgoingMessage]],  # (messages, url=...)
+        requests: RequestGauge,
+    ) -> None:
+        self._window = window
+        self._send_batch = send_batch
+        self._requests = requests
+        self._changed = threading.Condition(threading.Lock())  # a waiter joined a batch
+        self._open: dict[str, _OpenBatch] = {}
+
+    def send(self, message: OutgoingMessage, *, url: str, announced: bool) -> str:
+        waiter = _Waiter(message=message, size=len(message.text.encode()))
+        with self._changed:
+            batch = self._join(waiter, url)
+            batch.announced += announced
+            leader = batch.waiters[0] is waiter
+            self._changed.notify_all()
+            if leader:
+                if self._requests.peak > 1:
+                    self._gather(batch)
+                self._close(batch)
+        if leader:
+            self._flush(batch)
+        else:
+            waiter.answered.wait()
+        if waiter.message_id is None:
+            raise QueueUnavailable(waiter.error or "send to SQS failed")
+        return waiter.message_id
+
+    def _gather(self, batch: _OpenBatch) -> None:
+        """Wait for others to join ``batch`` (lock held; released while waiting)."""
+        deadline = time.monotonic() + self._window
+        while not batch.closed and batch.announced < self._requests.peak:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._changed.wait(remaining)
+
+    def _join(self, waiter: _Waiter, url: str) -> _OpenBatch:
+        """Add ``waiter`` to the open batch for ``url`` or a new one (lock held)."""
+        batch = self._open.get(url)
+        if batch is not None and not batch.fits(waiter):
+            self._close(batch)  # its leader sends it now; this caller leads the next one
+            batch = None
+        if batch is None:
+            batch = self._open[url] = _OpenBatch(url=url)
+        batch.waiters.append(waiter)
+        batch.size += waiter.size
+        if len(batch.waiters) == BATCH_LIMIT:
+            self._close(batch)
+        return batch
+
+    def _close(self, batch: _OpenBatch) -> None:
+        """Stop ``batch`` taking entries (lock held)."""
+        if self._open.get(batch.url) is batch:
+            del self._open[batch.url]
+        batch.closed = True
+
+    def _flush(self, batch: _OpenBatch) -> None:
+        waiters = batch.waiters
+        try:
+            outcome = self._send_batch([w.message for w in waiters], url=batch.url)
+            done = zip(outcome.done, outcome.results, strict=True)
+            accepted = {id(message): result.get("MessageId") for message, result in done}
+            failed = {id(message): why for message, why in outcome.refused + outcome.unreachable}
+            for waiter in waiters:
+                waiter.message_id = accepted.get(id(waiter.message))
+                if waiter.message_id is None:
+                    waiter.error = failed.get(id(waiter.message), "no answer from SQS")
+        except QueueUnavailable as exc:
+            for waiter in waiters:
+                waiter.error = str(exc)
+        finally:
+            for waiter in waiters:
+                if waiter.message_id is None and waiter.error is None:
+                    waiter.error = "the batch send failed"
+                waiter.answered.set()
+
+
+# Per process (keyed by pid: a forked child builds its own, never shares its parent's locks).
+_coalescers: dict[tuple[int, float], CoalescingSender] = {}
+_request_gauges: dict[int, RequestGauge] = {}
+_announced: ContextVar[bool] = ContextVar("sqs_coalesced_send_announced", default=False)
+
+
+def _request_gauge() -> RequestGauge:
+    pid = os.getpid()
+    gauge = _request_gauges.get(pid)
+    if gauge is None:
+        with _lock:
+            gauge = _request_gauges.setdefault(pid, RequestGauge())
+    return gauge
+
+
+def _coalescer(window: float) -> CoalescingSender:
+    key = (os.getpid(), window)
+    sender = _coalescers.get(key)
+    if sender is None:
+        sender = CoalescingSender(
+            window=window, send_batch=send_messages_each_now, requests=_request_gauge()
+        )
+        with _lock:
+            sender = _coalescers.setdefault(key, sender)
+    return sender
+
+
+@contextmanager
+def coalesced_send_expected() -> Iterator[None]:
+    """Announce a request that may call ``send_message_coalesced_now`` (wrap the whole request
+    in it): how many such requests run at once tells a batch how many callers may join it."""
+    gauge = _request_gauge()
+    gauge.enter()
+    token = _announced.set(True)
+    try:
+        yield
+    finally:
+        _announced.reset(token)
+        gauge.leave()
+
+
+def send_message_coalesced_now(
+    *, body: dict, group_id: str, deduplication_id: str, window: float
+) -> str:
+    """Send one message to the main queue, in one batch call with the messages other threads
+    of this process send at the same time (waiting at most ``window`` seconds for them);
+    return its message id once SQS accepted it, or raise ``QueueUnavailable`` if SQS refused
+    it or could not be reached. Callers that do not announce their requests
+    (``coalesced_send_expected``) still join an open batch, but no batch waits for them."""
+    _ensure_outside_transaction("send to SQS")  # checked in the caller's thread, not the leader's
+    message = OutgoingMessage(body=body, group_id=group_id, deduplication_id=deduplication_id)
+    return _coalescer(window).send(message, url=main_queue_url(), announced=_announced.get())
 
 
 def receive_messages(
@@ -418,3 +640,62 @@ def change_visibility_batch(*, url: str, messages: Sequence[R], seconds: int) ->
         entry=lambda m: {"ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds},
         call=lambda entries: client.change_message_visibility_batch(QueueUrl=url, Entries=entries),
     )
+
+
+class VisibilityHeartbeat:
+    """Keeps the unfinished messages of the worker's current batch invisible while they wait or
+    run.
+
+    Every ``visibility_timeout / 3`` seconds it sets their visibility back to the full timeout,
+    so a slow processor call never lets the timeout run out and a second worker take the
+    message. Untracking takes the same lock as a beat, so once ``untrack`` returns no beat can
+    overwrite a backoff or release the worker has just set.
+    """
+
+    def __init__(self, *, queue_url: str, visibility_timeout: int) -> None:
+        self.queue_url = queue_url
+        self.visibility_timeout = visibility_timeout
+        self.interval = max(visibility_timeout / 3, 0.2)
+        self._tracked: dict[str, ReceivedMessage] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sqs-visibility-heartbeat")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def track(self, messages: Iterable[ReceivedMessage]) -> None:
+        with self._lock:
+            for m in messages:
+                self._tracked[m.message_id] = m
+
+    def untrack(self, message_ids: Iterable[str]) -> None:
+        with self._lock:
+            for message_id in message_ids:
+                self._tracked.pop(message_id, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            tracked = list(self._tracked.values())
+            outcome = change_visibility_batch(
+                url=self.queue_url, messages=tracked, seconds=self.visibility_timeout
+            )
+        for message, why in outcome.unreachable:
+            logger.warning(
+                "visibility heartbeat failed for message %s: %s", message.message_id, why
+            )
+        for message, why in outcome.refused:
+            logger.warning(
+                "visibility heartbeat refused for message %s: %s", message.message_id, why
+            )

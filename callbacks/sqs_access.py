@@ -83,8 +83,9 @@ _SEND_BATCH = _ops("send_message_batch", "get_queue_url")
 _READ_ATTRIBUTES = _ops("get_queue_attributes", "get_queue_url")
 
 SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
-    # The callback endpoint publishes each accepted event.
-    SqsCallSite("callbacks.apis:ProcessorCallbackApi.post", {MAIN: _SEND}, _roles(WEB)),
+    # The callback endpoint publishes each accepted event: with the events other requests of
+    # the process publish at the same time in one batch call, or alone when that is turned off.
+    SqsCallSite("callbacks.apis:_publish", {MAIN: _SEND | _ops("send_message_batch")}, _roles(WEB)),
     # The outbox is published right after commit (web: payment creation; worker: events that
     # create outbox rows), by each worker loop's relay, and by beat's relay task.
     SqsCallSite("callbacks.outbox:_publish", {MAIN: _SEND_BATCH}, _roles(WEB, WORKER, CELERY)),
@@ -96,6 +97,8 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite(
         "callbacks.worker:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
     ),
+    # Also what the worker's visibility heartbeat calls (callbacks.sqs.VisibilityHeartbeat, part
+    # of the gateway, so not a call site of its own).
     SqsCallSite(
         "callbacks.worker:Worker.release",
         {MAIN: _ops("change_message_visibility_batch")},
@@ -103,11 +106,6 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     ),
     SqsCallSite(
         "callbacks.worker:Worker.hide", {MAIN: _ops("change_message_visibility")}, _roles(WORKER)
-    ),
-    SqsCallSite(
-        "callbacks.worker:VisibilityHeartbeat.beat",
-        {MAIN: _ops("change_message_visibility_batch")},
-        _roles(WORKER),
     ),
     # Submissions an open processor breaker deferred are made visible again once calls flow.
     SqsCallSite(
@@ -125,11 +123,11 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite("callbacks.reconciliation:payment_reconcile", {MAIN: _SEND_BATCH}, _roles(CELERY)),
     # Beat's DLQ ingestion.
     SqsCallSite(
-        "triage.services:dead_letters_ingest",
+        "triage.ingestion:dead_letters_ingest",
         {DLQ: _ops("receive_message", "get_queue_url")},
         _roles(CELERY),
     ),
-    SqsCallSite("triage.services:_dlq_delete", {DLQ: _ops("delete_message")}, _roles(CELERY)),
+    SqsCallSite("triage.ingestion:_dlq_delete", {DLQ: _ops("delete_message")}, _roles(CELERY)),
     # Queue depths: /metrics (web), queue metrics and alert evaluation (beat), the dashboard.
     SqsCallSite(
         "triage.selectors:queue_depths",

@@ -1,15 +1,19 @@
 """The SQS FIFO consumer behind ``run_sqs_worker``.
 
-One loop: relay the outbox, long-poll a batch, handle each message group's messages one at a
-time in sequence order, delete what committed. The guarantees and where they come from:
+One loop: relay the outbox, long-poll a batch, handle it, delete what committed. A batch's
+processor events (the group heads) start in one statement and apply in one transaction, a
+savepoint each; everything else (submissions, which call the processor, and later messages of
+a group) goes one message at a time in sequence order. The guarantees and where they come from:
 
 - in order per payment: SQS FIFO delivers a group's messages in order and never hands out a
   later one while an earlier one is in flight; within a batch (AWS may return several of one
   group, fauxqs at most one) we stop a group at its first failure and release the rest
   untouched, so nothing overtakes a message that is waiting for its retry;
-- exactly once: the work and the "done" mark commit in one transaction, the SQS delete comes
-  after; a redelivery of a done message is only deleted, and the payments services
-  deduplicate processor events by id on top;
+- exactly once: the work and the "done" mark commit in one transaction (the batch's, or the
+  message's own), the SQS delete comes after; a failure rolls back only its savepoint and is
+  recorded after the commit; a commit that fails leaves every message of it to be retried; a
+  redelivery of a done message is only deleted, and the payments services deduplicate
+  processor events by id on top;
 - nothing lost: every failure is written in its own transaction; a message is dead-lettered
   (a copy in the DLQ, its payment on hold) before it is deleted; a message that crashes the
   process is caught by the queue's RedrivePolicy, and ``queue_message_start`` notices the gap
@@ -19,15 +23,14 @@ time in sequence order, delete what committed. The guarantees and where they com
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import math
 import os
-import random
 import signal
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,16 +40,24 @@ from django.utils import timezone
 
 from callbacks import conf as callbacks_conf
 from callbacks import sqs
+from callbacks.handlers import (
+    DEFAULT_HANDLERS,
+    Handler,
+    InvalidBody,
+    UnknownMessageKind,
+    UnstorableBody,
+)
 from callbacks.metrics import (
-    DEDUP_HITS,
     ENQUEUE_TO_APPLIED_SECONDS,
     MESSAGES_DEFERRED,
     WORKER_MESSAGES,
 )
 from callbacks.models import QueueMessage
-from callbacks.schema import PROCESSOR_EVENT, InvalidMessage, processor_event_from_message
+from callbacks.outbox import outbox_relay_publish
+from callbacks.retry import MAX_VISIBILITY_SECONDS, backoff_delay, classify, defer_hide_seconds
 from callbacks.services import (
     ReceivedMessage,
+    StartAction,
     deferred_message_record,
     deferred_messages_release_now,
     deferred_messages_waiting,
@@ -55,142 +66,65 @@ from callbacks.services import (
     queue_message_complete,
     queue_message_defer,
     queue_message_start,
+    queue_messages_complete,
+    queue_messages_start_batch,
     storable_text,
 )
-from payments.exceptions import PaymentError, ProcessorCircuitOpen
+from callbacks.sqs import VisibilityHeartbeat
+from payments.exceptions import ProcessorCircuitOpen
 from payments.models import BreakerState
 from payments.services import SUBMIT_PAYMENT
 
 logger = logging.getLogger(__name__)
 
-MAX_VISIBILITY_SECONDS = 12 * 60 * 60  # SQS's limit for ChangeMessageVisibility
-
-
-class UnknownMessageKind(Exception):
-    """The body's ``kind`` has no handler: no retry can fix that."""
-
-
-class InvalidBody(Exception):
-    """The body is not a JSON object or contradicts its message attributes."""
-
-
-class UnstorableBody(InvalidBody):
-    """The database refuses the body itself (a NUL, an unpaired surrogate, a NaN in JSON): the
-    message was recorded with its body as escaped text and goes to a person."""
-
+# Recorded error classes name these as callbacks.worker.<name> (see callbacks.handlers).
+__all__ = ["InvalidBody", "UnknownMessageKind", "UnstorableBody", "Worker"]
 
 # Seconds between outbox relay queries while batches keep arriving.
 RELAY_BUSY_INTERVAL = 1.0
 # Seconds between looks at the processor's breaker from the loop (probe due? release deferred?).
 BREAKER_TICK_INTERVAL = 1.0
-# A deferred submission is hidden for this long on its first deferral, doubling with each
-# receive, up to SQS's 12 h: workers release it as soon as calls may flow, so this is only the
-# fallback. Long hides keep its receive count (and the RedrivePolicy) out of play in a long
-# outage: about 42 hours of outage before a 10th receive, with no release at all.
-DEFER_HIDE_BASE_SECONDS = 300
 
 
-def defer_hide_seconds(*, receive_count: int, wait: float) -> int:
-    ceiling = DEFER_HIDE_BASE_SECONDS * 2 ** min(max(receive_count, 1) - 1, 20)
-    return int(min(MAX_VISIBILITY_SECONDS, max(wait, ceiling, 1.0)))
+class BatchRolledBack(Exception):
+    """The batch's transaction was left unusable (a savepoint could not be rolled back)."""
 
 
-def backoff_delay(
-    attempt: int,
-    *,
-    base: float,
-    cap: float,
-    retry_after: float | None = None,
-    uniform: Callable[[float, float], float] = random.uniform,
-) -> float:
-    """Seconds to hide a message after its ``attempt``-th failure (1-based).
+class Outcome(enum.StrEnum):
+    """What the worker itself decided for a message (a handler that succeeded returns its own
+    outcome instead). The values are the ``outcome`` metric labels and log fields."""
 
-    Exponential backoff with full jitter: uniform(0, min(cap, base * 2 ** (attempt - 1))); a
-    ``retry_after`` the failure carries (e.g. a processor's Retry-After) is a floor.
-    """
-    if attempt < 1:
-        raise ValueError(f"attempt numbers start at 1, got {attempt}")
-    ceiling = min(cap, base * 2 ** min(attempt - 1, 62))
-    delay = uniform(0, ceiling) if ceiling > 0 else 0.0
-    if retry_after is not None and retry_after > delay:
-        delay = retry_after
-    return min(delay, MAX_VISIBILITY_SECONDS)
+    DUPLICATE = "duplicate"  # finished before (a redelivery after commit): delete it
+    PARKED = "parked"  # its payment is on hold: kept in ParkedMessage, delete it
+    RETRIED = "retried"  # failed; hidden for its backoff, the group waits behind it
+    DEFERRED = "deferred"  # the processor is down as a whole: hidden, no attempt spent
+    DEAD_LETTERED = "dead_lettered"  # copied to the DLQ, payment held: delete it
 
+    @property
+    def finished(self) -> bool:
+        """The message is done with: delete it from the main queue."""
+        return self in (Outcome.DUPLICATE, Outcome.PARKED, Outcome.DEAD_LETTERED)
 
-def classify(exc: BaseException) -> tuple[bool, float | None]:
-    """The worker's one decision on a failure: (retryable, retry_after seconds or None)."""
-    if isinstance(exc, InvalidMessage | InvalidBody | UnknownMessageKind):
-        return False, None
-    if isinstance(exc, PaymentError):
-        return bool(exc.retryable), exc.retry_after
-    # Database and queue outages, and anything unexpected: retrying may help, and a message
-    # that keeps failing is dead-lettered after the attempt limit anyway.
-    return True, None
+    @property
+    def stops_group(self) -> bool:
+        """The group's later messages in the batch must wait (released untouched)."""
+        return self in (Outcome.RETRIED, Outcome.DEFERRED, Outcome.DEAD_LETTERED)
 
 
-@dataclass(frozen=True)
-class Handler:
-    """How to do one kind of message's work.
-
-    ``atomic``: run the work and the done mark in one transaction. Work that calls the network
-    (a processor submission) must not hold a transaction open across the call; it owns its
-    short transactions and is idempotent, so the done mark follows in its own transaction.
-    """
-
-    func: Callable[[ReceivedMessage], str]
-    atomic: bool = True
-
-
-def _payment_id_from_body(message: ReceivedMessage) -> str:
-    body = message.body or {}
-    raw = body.get("payment_id")
-    if not isinstance(raw, str):
-        raise InvalidBody("payment_id is missing or not a string")
-    try:
-        payment_id = str(uuid.UUID(raw))
-    except ValueError:
-        raise InvalidBody(f"payment_id {raw[:64]!r} is not a UUID") from None
-    if payment_id != message.group_id:
-        raise InvalidBody(
-            f"payment_id {payment_id} does not match the message group {message.group_id!r}"
-        )
-    return payment_id
-
-
-def handle_processor_event(message: ReceivedMessage) -> str:
-    from payments.services import payment_apply_event
-
-    event = processor_event_from_message(message.body)
-    if str(event.payment_id) != message.group_id:
-        raise InvalidBody(
-            f"payment_id {event.payment_id} does not match the message group {message.group_id!r}"
-        )
-    result = payment_apply_event(event=event, caused_by=f"sqs:{message.message_id}")
-    if result.outcome == "duplicate":
-        DEDUP_HITS.labels(layer="app").inc()
-    return str(result.outcome)
-
-
-def handle_submit_payment(message: ReceivedMessage) -> str:
-    from payments.services import payment_submit
-
-    result = payment_submit(
-        payment_id=_payment_id_from_body(message), caused_by=f"sqs:{message.message_id}"
-    )
-    return str(result.outcome)
-
-
-DEFAULT_HANDLERS: dict[str, Handler] = {
-    PROCESSOR_EVENT: Handler(handle_processor_event),
-    SUBMIT_PAYMENT: Handler(handle_submit_payment, atomic=False),
-}
-
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Result:
-    outcome: str
+    outcome: str  # an Outcome, or the outcome a handler returned
     delete: bool  # the message is finished: delete it from the main queue
     stop_group: bool = False  # it waits for a retry: the group's later messages must wait too
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Result:
+        return cls(outcome=outcome, delete=outcome.finished, stop_group=outcome.stops_group)
+
+    @classmethod
+    def handled(cls, outcome: str) -> Result:
+        """A handler's work committed with the done mark."""
+        return cls(outcome=outcome, delete=True)
 
 
 @dataclass
@@ -204,64 +138,6 @@ class WorkerStats:
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-
-
-class VisibilityHeartbeat:
-    """Keeps the unfinished messages of the current batch invisible while they wait or run.
-
-    Every ``visibility_timeout / 3`` seconds it sets their visibility back to the full timeout,
-    so a slow processor call never lets the timeout run out and a second worker take the
-    message. Untracking takes the same lock as a beat, so once ``untrack`` returns no beat can
-    overwrite a backoff or release the worker has just set.
-    """
-
-    def __init__(self, *, queue_url: str, visibility_timeout: int) -> None:
-        self.queue_url = queue_url
-        self.visibility_timeout = visibility_timeout
-        self.interval = max(visibility_timeout / 3, 0.2)
-        self._tracked: dict[str, ReceivedMessage] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sqs-visibility-heartbeat")
-        self._thread.daemon = True
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def track(self, messages: Iterable[ReceivedMessage]) -> None:
-        with self._lock:
-            for m in messages:
-                self._tracked[m.message_id] = m
-
-    def untrack(self, message_ids: Iterable[str]) -> None:
-        with self._lock:
-            for message_id in message_ids:
-                self._tracked.pop(message_id, None)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.beat()
-
-    def beat(self) -> None:
-        with self._lock:
-            tracked = list(self._tracked.values())
-            outcome = sqs.change_visibility_batch(
-                url=self.queue_url, messages=tracked, seconds=self.visibility_timeout
-            )
-        for message, why in outcome.unreachable:
-            logger.warning(
-                "visibility heartbeat failed for message %s: %s", message.message_id, why
-            )
-        for message, why in outcome.refused:
-            logger.warning(
-                "visibility heartbeat refused for message %s: %s", message.message_id, why
-            )
 
 
 def group_in_order(messages: Iterable[ReceivedMessage]) -> list[list[ReceivedMessage]]:
@@ -466,33 +342,124 @@ class Worker:
     # --- a batch ---------------------------------------------------------------------------
 
     def process_batch(self, messages: list[ReceivedMessage]) -> None:
-        """Handle one received batch: groups in order, each message in its own transaction.
+        """Handle one received batch; groups keep their order, finished messages are deleted
+        in batches after their commits.
 
-        Messages not started (a group stopped at a failure, a stop request, the message limit)
-        are made visible again at once; they were never started, so no attempt is counted.
-        Finished messages are deleted in batches after their commits.
+        First the batch's group heads whose work is atomic (processor events) are started in
+        one statement and applied in one transaction, a savepoint each (``_apply_started``).
+        Then every other message, in group order, takes the per-message path: started alone,
+        its work in its own transaction, or none for work that calls the network (a
+        submission), so no network call ever runs inside the batch's transaction. A group whose
+        head failed goes no further. Messages not started (a group stopped at a failure, a stop
+        request, the message limit) are made visible again at once; they were never started,
+        so no attempt is counted: the bulk start counts only group heads, which always run.
         """
         if self.heartbeat is None:
             raise RuntimeError("process_batch runs inside Worker.running() or Worker.run()")
         self.heartbeat.track(messages)
         pending = {m.message_id: m for m in messages}
         finished: list[ReceivedMessage] = []
+
+        def settle(message: ReceivedMessage, result: Result) -> None:
+            del pending[message.message_id]
+            self.heartbeat.untrack([message.message_id])
+            if result.delete:
+                finished.append(message)
+
         try:
-            for group in group_in_order(messages):
+            groups = group_in_order(messages)
+            results = self._apply_started(self._start_heads(groups))
+            for group in groups:
                 for message in group:
-                    if self.stopping or self._limit_reached():
-                        break
-                    result = self.process_message(message)
-                    del pending[message.message_id]
-                    self.heartbeat.untrack([message.message_id])
-                    if result.delete:
-                        finished.append(message)
+                    result = results.get(message.message_id)
+                    if result is None:
+                        if self.stopping or self._limit_reached():
+                            break
+                        result = self.process_message(message)
+                    settle(message, result)
                     if result.stop_group:
                         break
         finally:
             self.heartbeat.untrack(pending)
             self.release(pending.values())
             self.delete(finished)
+
+    def _start_heads(
+        self, groups: list[list[ReceivedMessage]]
+    ) -> list[tuple[ReceivedMessage, QueueMessage]]:
+        """Start the group heads the batch path can take, in one statement (see
+        ``queue_messages_start_batch``); the rest keep the per-message path. A database that
+        cannot take the start leaves them all to the per-message path, which records why."""
+        if self.stopping or self._limit_reached():
+            return []
+        heads = [
+            group[0]
+            for group in groups
+            if group[0].body is not None
+            and (handler := self.handlers.get(group[0].kind)) is not None
+            and handler.atomic
+        ]
+        if self.max_messages is not None:
+            heads = heads[: max(self.max_messages - self.stats.processed, 0)]
+        if not heads:
+            return []
+        try:
+            started = queue_messages_start_batch(messages=heads)
+        except (DatabaseError, UnicodeError) as exc:
+            logger.warning("could not start the batch in bulk (%s); one at a time instead", exc)
+            return []
+        self.stats.processed += len(started)
+        return [(m, started[m.message_id]) for m in heads if m.message_id in started]
+
+    def _apply_started(
+        self, started: list[tuple[ReceivedMessage, QueueMessage]]
+    ) -> dict[str, Result]:
+        """Apply started atomic messages in ONE transaction, a savepoint each, with their done
+        marks (one statement); then, after the commit, record each failure (error row, retry or
+        dead letter: SQS is never called inside the transaction). A failing message rolls back
+        only its savepoint. If the transaction itself fails (at commit, or the connection broke
+        so a savepoint could not be rolled back), nothing of it committed: every message is
+        retried as failed with that error."""
+        if not started:
+            return {}
+        began = time.monotonic()
+        outcomes: dict[str, str] = {}
+        failures: dict[str, Exception] = {}
+        try:
+            with transaction.atomic():
+                for message, _ in started:
+                    try:
+                        with transaction.atomic():
+                            outcomes[message.message_id] = self.handlers[message.kind].func(message)
+                    except Exception as exc:  # noqa: BLE001 - becomes this message's retry
+                        failures[message.message_id] = exc
+                if transaction.get_rollback():
+                    raise BatchRolledBack("a savepoint could not be rolled back")
+                queue_messages_complete(
+                    done=[
+                        (qm, outcomes[m.message_id])
+                        for m, qm in started
+                        if m.message_id in outcomes
+                    ]
+                )
+                _pause_at("batch_commit")
+        except Exception as exc:  # noqa: BLE001 - nothing committed: all of them are retried
+            logger.error("the batch transaction of %s message(s) failed: %s", len(started), exc)
+            for message, _ in started:  # those that ran, and any the failure kept from running
+                failures.setdefault(message.message_id, exc)
+            outcomes.clear()
+        results = {}
+        for message, queue_message in started:
+            if message.message_id in failures:
+                results[message.message_id] = self._fail(
+                    message, queue_message, failures[message.message_id], began
+                )
+            else:
+                self._observe_applied(message)
+                results[message.message_id] = self._finish(
+                    message, queue_message, Result.handled(outcomes[message.message_id]), began
+                )
+        return results
 
     def release(self, messages: Iterable[ReceivedMessage]) -> None:
         """Make messages visible again now (ChangeMessageVisibility 0), untouched."""
@@ -551,18 +518,20 @@ class Worker:
             logger.error("could not record the start of message %s: %s", message.message_id, exc)
             if _refused_content(exc) and message.receive_count >= self.max_failed_starts:
                 return self._quarantine(message, exc, started)
-            self.heartbeat.untrack([message.message_id])
-            self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
-            return self._finish(message, None, "retried", started, Result("retried", False, True))
+            return self._retry_unstarted(message, started)
 
         queue_message = decision.queue_message
-        if decision.action == "finished":
-            return self._finish(
-                message, queue_message, "duplicate", started, Result("duplicate", True)
-            )
-        if decision.action == "parked":
-            return self._finish(message, queue_message, "parked", started, Result("parked", True))
+        if decision.action == StartAction.FINISHED:
+            return self._finish(message, queue_message, Result.of(Outcome.DUPLICATE), started)
+        if decision.action == StartAction.PARKED:
+            return self._finish(message, queue_message, Result.of(Outcome.PARKED), started)
+        return self._run_handler(message, queue_message, started)
 
+    def _run_handler(
+        self, message: ReceivedMessage, queue_message: QueueMessage, started: float
+    ) -> Result:
+        """Do a started message's work and mark it done (in one transaction when the handler
+        is atomic); a failure becomes a retry or a dead letter."""
         handler = self.handlers.get(message.kind)
         try:
             if message.body is None:
@@ -581,11 +550,22 @@ class Worker:
                 queue_message_complete(queue_message=queue_message, outcome=outcome)
         except Exception as exc:  # noqa: BLE001 - the one place failures become retry/dead letter
             return self._fail(message, queue_message, exc, started)
+        self._observe_applied(message)
+        return self._finish(message, queue_message, Result.handled(outcome), started)
+
+    @staticmethod
+    def _observe_applied(message: ReceivedMessage) -> None:
         if message.enqueued_at is not None:
             ENQUEUE_TO_APPLIED_SECONDS.labels(kind=message.kind).observe(
                 max((timezone.now() - message.enqueued_at).total_seconds(), 0)
             )
-        return self._finish(message, queue_message, outcome, started, Result(outcome, True))
+
+    def _retry_unstarted(self, message: ReceivedMessage, started: float) -> Result:
+        """A message whose start could not be recorded: no work ran, no attempt was counted;
+        it comes back after a short pause and its group waits behind it."""
+        self.heartbeat.untrack([message.message_id])
+        self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
+        return self._finish(message, None, Result.of(Outcome.RETRIED), started)
 
     def _breaker_defer(self, message: ReceivedMessage, started: float) -> Result | None:
         """Before starting a submission: while the processor's breaker is open (or calls are
@@ -638,9 +618,8 @@ class Worker:
         return self._finish(
             message,
             queue_message,
-            "deferred",
+            Result.of(Outcome.DEFERRED),
             started,
-            Result("deferred", False, True),
             error=reason,
             delay=hidden,
         )
@@ -654,17 +633,13 @@ class Worker:
             decision = queue_message_start(message=as_text)
         except DatabaseError as again:
             logger.error("could not record message %s even as text: %s", message.message_id, again)
-            self.heartbeat.untrack([message.message_id])
-            self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
-            return self._finish(message, None, "retried", started, Result("retried", False, True))
-        if decision.action == "finished":
+            return self._retry_unstarted(message, started)
+        if decision.action == StartAction.FINISHED:
             return self._finish(
-                message, decision.queue_message, "duplicate", started, Result("duplicate", True)
+                message, decision.queue_message, Result.of(Outcome.DUPLICATE), started
             )
-        if decision.action == "parked":
-            return self._finish(
-                message, decision.queue_message, "parked", started, Result("parked", True)
-            )
+        if decision.action == StartAction.PARKED:
+            return self._finish(message, decision.queue_message, Result.of(Outcome.PARKED), started)
         problem = UnstorableBody(
             f"the database refused the message body ({type(exc).__name__}: {exc}"[:1000]
             + f"); it failed to start {message.receive_count} time(s) and is kept as text"
@@ -678,6 +653,8 @@ class Worker:
         exc: Exception,
         started: float,
     ) -> Result:
+        """A started message failed (its work rolled back): record the failed attempt, then
+        dead-letter it (not retryable, or out of attempts) or hide it for its backoff."""
         if isinstance(exc, ProcessorCircuitOpen):
             return self._fail_circuit_open(message, queue_message, exc, started)
         retryable, retry_after = classify(exc)
@@ -690,6 +667,43 @@ class Worker:
             delay = backoff_delay(
                 attempt, base=self.backoff_base, cap=self.backoff_cap, retry_after=retry_after
             )
+        self._record_failure(message, queue_message, exc, retryable=retryable, delay=delay)
+        if give_up:
+            if self._dead_letter(message, queue_message, error_class, error_text):
+                return self._finish(
+                    message,
+                    queue_message,
+                    Result.of(Outcome.DEAD_LETTERED),
+                    started,
+                    error=error_text,
+                )
+            # Not moved: keep it in the main queue and try again after a pause; it will be
+            # dead-lettered on its next failure, since its attempts are past the limit.
+            delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
+        self.heartbeat.untrack([message.message_id])
+        self.hide(message, delay or 0)
+        return self._finish(
+            message,
+            queue_message,
+            Result.of(Outcome.RETRIED),
+            started,
+            error=error_text,
+            delay=delay,
+        )
+
+    @staticmethod
+    def _record_failure(
+        message: ReceivedMessage,
+        queue_message: QueueMessage,
+        exc: Exception,
+        *,
+        retryable: bool,
+        delay: float | None,
+    ) -> None:
+        """The failed attempt's error row, in its own transaction; a database that cannot take
+        it is logged (the retry or dead letter goes ahead)."""
+        error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        error_text = str(exc) or error_class
         try:
             processing_error_record(
                 queue_message=queue_message,
@@ -706,38 +720,20 @@ class Worker:
                 error_class,
                 error_text,
             )
-        if give_up:
-            try:
-                message_dead_letter(
-                    queue_message=queue_message, error_class=error_class, error=error_text
-                )
-            except (sqs.QueueUnavailable, DatabaseError) as dead_letter_exc:
-                # Not moved: keep it in the main queue and try again after a pause; it will be
-                # dead-lettered on its next failure, since its attempts are past the limit.
-                logger.error(
-                    "could not dead-letter message %s: %s", message.message_id, dead_letter_exc
-                )
-                delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
-            else:
-                return self._finish(
-                    message,
-                    queue_message,
-                    "dead_lettered",
-                    started,
-                    Result("dead_lettered", True, True),
-                    error=error_text,
-                )
-        self.heartbeat.untrack([message.message_id])
-        self.hide(message, delay or 0)
-        return self._finish(
-            message,
-            queue_message,
-            "retried",
-            started,
-            Result("retried", False, True),
-            error=error_text,
-            delay=delay,
-        )
+
+    @staticmethod
+    def _dead_letter(
+        message: ReceivedMessage, queue_message: QueueMessage, error_class: str, error_text: str
+    ) -> bool:
+        """Move the message to the DLQ and hold its payment; False when that failed."""
+        try:
+            message_dead_letter(
+                queue_message=queue_message, error_class=error_class, error=error_text
+            )
+        except (sqs.QueueUnavailable, DatabaseError) as exc:
+            logger.error("could not dead-letter message %s: %s", message.message_id, exc)
+            return False
+        return True
 
     def _fail_circuit_open(
         self,
@@ -776,13 +772,14 @@ class Worker:
         self,
         message: ReceivedMessage,
         queue_message: QueueMessage | None,
-        outcome: str,
-        started: float,
         result: Result,
+        started: float,
         *,
         error: str = "",
         delay: float | None = None,
     ) -> Result:
+        """Count, measure and log what became of the message; returns ``result``."""
+        outcome = str(result.outcome)
         duration_ms = round((time.monotonic() - started) * 1000, 1)
         attempt = queue_message.attempts if queue_message is not None else 0
         kind = message.kind or "unknown"
@@ -801,9 +798,8 @@ class Worker:
         if error:
             extra["error"] = error[:500]
         logger.log(
-            logging.WARNING
-            if outcome in ("retried", "dead_lettered", "deferred")
-            else logging.INFO,
+            # Retried, dead-lettered and deferred messages stop their group: worth a warning.
+            logging.WARNING if result.stop_group else logging.INFO,
             "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
             message.payment_id,
             message.message_id,
@@ -823,10 +819,14 @@ def _refused_content(exc: BaseException) -> bool:
     return isinstance(exc, DataError | UnicodeError)
 
 
-def _outbox_relay() -> Callable[[], int] | None:
-    try:
-        from callbacks.outbox import outbox_relay_publish
-    except ImportError:
-        logger.warning("callbacks.outbox is not available: the outbox relay is off")
-        return None
+def _pause_at(point: str) -> None:
+    """Tests only: stop here for good when ``WORKER_PAUSE_AT`` names this point, so a test can
+    SIGKILL the process at a known place. A no-op unless a test sets it."""
+    if point and callbacks_conf.WORKER_PAUSE_AT == point:
+        logger.warning("paused at %s", point)
+        while True:
+            time.sleep(3600)
+
+
+def _outbox_relay() -> Callable[[], int]:
     return lambda: outbox_relay_publish(limit=500)

@@ -242,8 +242,8 @@ def _wait_until_settled(total: int, timeout: float = 300) -> bool:
 def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
     from callbacks.models import PaymentHold, QueueMessage
     from payments.models import LedgerEntry, Payment, PaymentEvent, PaymentReturn, ProcessorAttempt
+    from triage.ingestion import dead_letters_ingest
     from triage.models import DeadLetter
-    from triage.services import dead_letters_ingest
 
     # Beat ingests the DLQ every few seconds; wait for the poison messages to arrive there.
     deadline = time.monotonic() + 120

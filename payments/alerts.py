@@ -4,18 +4,26 @@ For now an alert is a log line (ERROR for high and medium, WARNING for low) carr
 id in ``extra``, plus the ``payments.signals.alert_raised`` signal for sinks to connect to.
 """
 
+import enum
 import logging
 
 from payments.signals import alert_cleared, alert_raised
 
 logger = logging.getLogger(__name__)
 
-SEVERITIES = ("high", "medium", "low")
+
+class AlertSeverity(enum.StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+SEVERITIES = tuple(AlertSeverity)
 
 
 def alert_raise(
     *,
-    severity: str,
+    severity: AlertSeverity | str,
     key: str,
     summary: str,
     details: dict | None = None,
@@ -24,10 +32,11 @@ def alert_raise(
     """Log the alert and announce it; a failing receiver is logged, never loses the log line."""
     if severity not in SEVERITIES:
         raise ValueError(f"unknown alert severity {severity!r}; use one of {', '.join(SEVERITIES)}")
+    severity = AlertSeverity(severity).value  # receivers and logs get the plain word
     if not key:
         raise ValueError("an alert needs a key (what kind of problem it is) to be grouped by")
     payment_ref = str(payment_id) if payment_id is not None else None
-    level = logging.WARNING if severity == "low" else logging.ERROR
+    level = logging.WARNING if severity == AlertSeverity.LOW else logging.ERROR
     logger.log(
         level,
         "ALERT %s [%s] %s",

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
@@ -269,65 +268,54 @@ class ErrorsOutputSerializer(serializers.Serializer):
 
 class PaymentListCreateApi(ModuleApiView):
     def post(self, request):
-        serializer = PaymentCreateInputSerializer(data=request.data)
+        data = request.data
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 1 <= len(key) <= 255:
             return _errors_response({"Idempotency-Key": ["must be 1-255 characters"]})
-        record = None
-        if key is not None:
-            claim = idempotency.idempotency_key_claim(
-                user=request.user,
-                key=key,
-                fingerprint=idempotency.request_fingerprint(request.data),
-            )
-            if isinstance(claim, idempotency.Replay):
-                return _replay_response(claim)
-            record = claim
-        try:
-            with transaction.atomic():
-                answer = self._create(request, serializer)
-                if record is not None:
-                    idempotency.idempotency_key_complete(
-                        record=record, status=answer.status_code, body=answer.data
-                    )
-        except BaseException:
-            if record is not None:
-                idempotency.idempotency_key_release(record=record)
-            raise
-        return answer
-
-    def _create(self, request, serializer: PaymentCreateInputSerializer) -> Response:
-        if not serializer.is_valid():
-            return Response({"errors": serializer.errors}, status=400)
-        merchant_id = serializer.validated_data["merchant_id"]
-        if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
-            return _errors_response(
-                {"merchant_id": ["you are not granted access to this merchant"]},
-                status.HTTP_403_FORBIDDEN,
-            )
-        try:
-            payment = payment_create(
-                **serializer.validated_data, caused_by=f"api:{request.user.get_username()}"
-            )
-        except DjangoValidationError as exc:
-            return _errors_response(exc.message_dict)
-        return Response(PaymentOutputSerializer(payment).data, status=201)
+        result = idempotency.idempotency_key_run(
+            user=request.user,
+            key=key,
+            request_data=data,
+            work=lambda: _payment_create_answer(request.user, data),
+        )
+        return _idempotent_response(result)
 
 
-def _replay_response(claim: idempotency.Replay) -> Response:
-    if claim.reason == "mismatch":
+def _payment_create_answer(user, data) -> idempotency.Answer:
+    """Validate and create; every answer, a refusal too, is what the key replays."""
+    serializer = PaymentCreateInputSerializer(data=data)
+    if not serializer.is_valid():
+        return idempotency.Answer(400, {"errors": serializer.errors})
+    merchant_id = serializer.validated_data["merchant_id"]
+    if not merchant_access_allowed(user=user, merchant_id=merchant_id):
+        return idempotency.Answer(
+            status.HTTP_403_FORBIDDEN,
+            {"errors": {"merchant_id": ["you are not granted access to this merchant"]}},
+        )
+    try:
+        payment = payment_create(
+            **serializer.validated_data, caused_by=f"api:{user.get_username()}"
+        )
+    except DjangoValidationError as exc:
+        return idempotency.Answer(400, {"errors": exc.message_dict})
+    return idempotency.Answer(201, PaymentOutputSerializer(payment).data)
+
+
+def _idempotent_response(result: idempotency.IdempotentResult) -> Response:
+    if result.outcome == idempotency.IdempotentOutcome.MISMATCH:
         return Response(
             {"errors": {"Idempotency-Key": ["was already used with a different request body"]}},
             status=422,
         )
-    if claim.reason == "in_flight":
+    if result.outcome == idempotency.IdempotentOutcome.IN_FLIGHT:
         return Response(
             {"errors": {"Idempotency-Key": ["a request with this key is still being processed"]}},
             status=409,
             headers={"Retry-After": "1"},
         )
-    response = Response(claim.body, status=claim.status)
-    response["Idempotent-Replayed"] = "true"
+    response = Response(result.answer.body, status=result.answer.status)
+    if result.outcome == idempotency.IdempotentOutcome.REPLAYED:
+        response["Idempotent-Replayed"] = "true"
     return response
 
 

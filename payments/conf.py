@@ -5,6 +5,7 @@ value when it sets one, else the default below. A host sets only ``REQUIRED``.
 """
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,17 @@ DEFAULTS: dict[str, Any] = {
     "BREAKER_TRANSITION_RETENTION": timedelta(days=90),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": 1000,
+    # Per-merchant return rates (payments.return_rates): the rolling window in days, the NACHA
+    # thresholds in percent (a host may set only some; the others keep these), the fraction of
+    # a threshold that warns, and the debits in the window before a merchant is alerted on.
+    "RETURN_RATE_WINDOW_DAYS": 60,
+    "RETURN_RATE_THRESHOLDS": {
+        "unauthorized": Decimal("0.5"),
+        "administrative": Decimal("3.0"),
+        "overall": Decimal("15.0"),
+    },
+    "RETURN_RATE_WARNING_FRACTION": 0.8,
+    "RETURN_RATE_MIN_DEBITS": 20,
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
     # merchant? The default reads the MerchantAccess grants edited in the admin.
     "PAYMENTS_MERCHANT_ACCESS_POLICY": "payments.access.merchant_access_granted",

@@ -6,8 +6,10 @@ request sees it; the work and the stored answer then commit together, so a crash
 both or neither. A key left in flight by a crashed request is taken over after a lease.
 """
 
+import enum
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -21,15 +23,68 @@ from payments.retention import batched_delete
 IN_FLIGHT_LEASE = timedelta(seconds=60)
 
 
+class IdempotentOutcome(enum.StrEnum):
+    ANSWERED = "answered"  # the request ran now; its answer is stored under the key, if any
+    REPLAYED = "replay"  # same key, same body: the stored first answer
+    MISMATCH = "mismatch"  # same key, another body
+    IN_FLIGHT = "in_flight"  # same key while the first request still runs
+
+
 @dataclass(frozen=True)
 class Replay:
     status: int
     body: dict | None
-    reason: str  # "replay", "mismatch" or "in_flight"
+    reason: IdempotentOutcome  # replay, mismatch or in_flight
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a request answered: an HTTP status and its JSON body, as stored under the key."""
+
+    status: int
+    body: dict
+
+
+@dataclass(frozen=True)
+class IdempotentResult:
+    outcome: IdempotentOutcome
+    answer: Answer | None  # None when the outcome is mismatch or in_flight
 
 
 def request_fingerprint(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def idempotency_key_run(
+    *, user, key: str | None, request_data: object, work: Callable[[], Answer]
+) -> IdempotentResult:
+    """Run ``work`` at most once per user and ``key``, or say what to answer instead.
+
+    With a key: claim it (committed on its own), then run ``work`` and store its answer in one
+    transaction; if ``work`` raises, the claim is released so the client may retry with the key.
+    Without one, ``work`` just runs in a transaction.
+    """
+    record = None
+    if key is not None:
+        claim = idempotency_key_claim(
+            user=user, key=key, fingerprint=request_fingerprint(request_data)
+        )
+        if isinstance(claim, Replay):
+            replayed = claim.reason == IdempotentOutcome.REPLAYED
+            return IdempotentResult(
+                claim.reason, Answer(claim.status, claim.body) if replayed else None
+            )
+        record = claim
+    try:
+        with transaction.atomic():
+            answer = work()
+            if record is not None:
+                idempotency_key_complete(record=record, status=answer.status, body=answer.body)
+    except BaseException:
+        if record is not None:
+            idempotency_key_release(record=record)
+        raise
+    return IdempotentResult(IdempotentOutcome.ANSWERED, answer)
 
 
 def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay:
@@ -42,11 +97,11 @@ def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotency
     with transaction.atomic():
         record = ApiIdempotencyKey.objects.select_for_update().get(user=user, key=key)
         if record.request_hash != fingerprint:
-            return Replay(422, None, "mismatch")
+            return Replay(422, None, IdempotentOutcome.MISMATCH)
         if record.completed_at is not None:
-            return Replay(record.response_status, record.response_body, "replay")
+            return Replay(record.response_status, record.response_body, IdempotentOutcome.REPLAYED)
         if timezone.now() - record.created_at < IN_FLIGHT_LEASE:
-            return Replay(409, None, "in_flight")
+            return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
         # The first request died before finishing: nothing it did was committed. Take it over.
         record.created_at = timezone.now()
         record.save(update_fields=["created_at"])

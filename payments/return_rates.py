@@ -10,8 +10,8 @@ settled: every debit the ACH network answered):
 - ``administrative``: R02, R03, R04 (3.0 %);
 - ``overall``: every return, whatever its code, unknown codes included (15.0 %).
 
-Settings (each with its default here, so a host project sets only what it changes):
-``RETURN_RATE_WINDOW_DAYS`` (60), ``RETURN_RATE_THRESHOLDS`` (percent per rate),
+Settings (each with its default in ``payments.conf``, so a host project sets only what it
+changes): ``RETURN_RATE_WINDOW_DAYS`` (60), ``RETURN_RATE_THRESHOLDS`` (percent per rate),
 ``RETURN_RATE_WARNING_FRACTION`` (0.8: a warning at 80 % of a threshold),
 ``RETURN_RATE_MIN_DEBITS`` (20: below that many debits in the window a rate is shown but never
 alerted on; one return out of two debits says nothing about a merchant).
@@ -24,12 +24,12 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import F, FloatField, Sum, Value
+from django.db.models import F, FloatField, QuerySet, Sum, Value
 from django.db.models.functions import Cast, Greatest, NullIf
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.models import MerchantReturnDay
 
 
@@ -45,14 +45,6 @@ RATE_COUNTER = {
     RateKind.ADMINISTRATIVE: "administrative_returns",
     RateKind.OVERALL: "returns",
 }
-DEFAULT_THRESHOLDS = {
-    RateKind.UNAUTHORIZED: Decimal("0.5"),
-    RateKind.ADMINISTRATIVE: Decimal("3.0"),
-    RateKind.OVERALL: Decimal("15.0"),
-}
-DEFAULT_WINDOW_DAYS = 60
-DEFAULT_WARNING_FRACTION = 0.8
-DEFAULT_MIN_DEBITS = 20
 
 
 @dataclass(frozen=True)
@@ -65,10 +57,10 @@ class ReturnRateSettings:
 
 def return_rate_settings() -> ReturnRateSettings:
     """The settings, checked: a bad value stops with its name, not a wrong alert later."""
-    window = getattr(settings, "RETURN_RATE_WINDOW_DAYS", DEFAULT_WINDOW_DAYS)
-    raw = getattr(settings, "RETURN_RATE_THRESHOLDS", {})
-    warning = getattr(settings, "RETURN_RATE_WARNING_FRACTION", DEFAULT_WARNING_FRACTION)
-    min_debits = getattr(settings, "RETURN_RATE_MIN_DEBITS", DEFAULT_MIN_DEBITS)
+    window = payments_conf.RETURN_RATE_WINDOW_DAYS
+    raw = payments_conf.RETURN_RATE_THRESHOLDS
+    warning = payments_conf.RETURN_RATE_WARNING_FRACTION
+    min_debits = payments_conf.RETURN_RATE_MIN_DEBITS
     if not isinstance(window, int) or window < 1:
         raise ImproperlyConfigured(
             f"RETURN_RATE_WINDOW_DAYS must be a whole number >= 1: {window!r}"
@@ -79,9 +71,11 @@ def return_rate_settings() -> ReturnRateSettings:
             f"RETURN_RATE_THRESHOLDS has unknown rate(s) {sorted(unknown)}; use "
             f"{', '.join(RateKind)}"
         )
+    # A host setting only some thresholds keeps the defaults of the others.
+    given = {**payments_conf.DEFAULTS["RETURN_RATE_THRESHOLDS"], **raw}
     thresholds = {}
     for kind in RateKind:
-        value = Decimal(str(raw.get(kind, DEFAULT_THRESHOLDS[kind])))
+        value = Decimal(str(given[kind]))
         if not 0 < value <= 100:
             raise ImproperlyConfigured(
                 f"RETURN_RATE_THRESHOLDS[{kind!r}] must be a percentage above 0: {value}"
@@ -135,7 +129,14 @@ def merchant_return_rates(
     the database, so ``limit`` cuts the ranking without reading every merchant.
     """
     config = return_rate_settings()
-    now = now or timezone.now()
+    query = _window_totals(config, now=now or timezone.now(), merchant_ids=merchant_ids)
+    if limit is not None:
+        query = query[:limit]
+    return [_merchant_rates(row, config) for row in query]
+
+
+def _window_totals(config: ReturnRateSettings, *, now: datetime, merchant_ids) -> QuerySet:
+    """Per merchant, the window's counters (``w_<counter>``) and its closeness, closest first."""
     rows = MerchantReturnDay.objects.filter(
         day__gte=window_start(now=now, window_days=config.window_days)
     )
@@ -149,7 +150,7 @@ def merchant_return_rates(
         / Value(float(config.thresholds[kind]))
         for kind in RateKind
     ]
-    query = (
+    return (
         rows.values("merchant_id")
         .annotate(
             w_debits=Sum("debits"),
@@ -160,29 +161,26 @@ def merchant_return_rates(
         .annotate(closeness=Greatest(*closeness))
         .order_by(F("closeness").desc(nulls_last=True), "merchant_id")
     )
-    if limit is not None:
-        query = query[:limit]
-    result = []
-    for row in query:
-        counts = {
-            "returns": row["w_returns"],
-            "unauthorized_returns": row["w_unauthorized_returns"],
-            "administrative_returns": row["w_administrative_returns"],
-        }
-        rates = []
-        for kind in RateKind:
-            returns = counts[RATE_COUNTER[kind]]
-            percent = returns * 100 / row["w_debits"] if row["w_debits"] else 0.0
-            threshold = float(config.thresholds[kind])
-            rates.append(Rate(kind, returns, percent, threshold, percent / threshold))
-        result.append(
-            MerchantReturnRates(
-                merchant_id=row["merchant_id"],
-                debits=row["w_debits"],
-                rates=tuple(rates),
-                closeness=max(r.closeness for r in rates),
-                alertable=row["w_debits"] >= config.min_debits,
-                **counts,
-            )
-        )
-    return result
+
+
+def _merchant_rates(row: dict, config: ReturnRateSettings) -> MerchantReturnRates:
+    """One merchant's rates from its row of window totals."""
+    counts = {
+        "returns": row["w_returns"],
+        "unauthorized_returns": row["w_unauthorized_returns"],
+        "administrative_returns": row["w_administrative_returns"],
+    }
+    rates = []
+    for kind in RateKind:
+        returns = counts[RATE_COUNTER[kind]]
+        percent = returns * 100 / row["w_debits"] if row["w_debits"] else 0.0
+        threshold = float(config.thresholds[kind])
+        rates.append(Rate(kind, returns, percent, threshold, percent / threshold))
+    return MerchantReturnRates(
+        merchant_id=row["merchant_id"],
+        debits=row["w_debits"],
+        rates=tuple(rates),
+        closeness=max(r.closeness for r in rates),
+        alertable=row["w_debits"] >= config.min_debits,
+        **counts,
+    )

@@ -1,5 +1,6 @@
 """Writes to payments. Each service owns its transaction."""
 
+import enum
 import logging
 import re
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.alerts import alert_raise
+from payments.alerts import AlertSeverity, alert_raise
 from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import (
     AmountMismatch,
@@ -56,7 +57,7 @@ from payments.processor.client import (
     get_client,
 )
 from payments.retention import batched_delete
-from payments.return_codes import ReturnCategory, return_code_get
+from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
 from payments.signals import (
     outbox_committed,
     payment_transition_committed,
@@ -123,16 +124,24 @@ def validate_source_token(value: str) -> None:
         )
 
 
+class ApplyOutcome(enum.StrEnum):
+    """What applying a processor event did; the values are the event log's (``EventOutcome``)."""
+
+    APPLIED = EventOutcome.APPLIED.value  # the state changed
+    STALE = EventOutcome.STALE.value  # the target equals or lies behind the current state
+    DUPLICATE = EventOutcome.DUPLICATE.value  # this processor_event_id was processed before
+
+
 @dataclass(frozen=True)
 class ApplyResult:
-    outcome: str  # an EventOutcome value
+    outcome: ApplyOutcome
     payment: Payment
     from_state: str
     to_state: str
 
     @property
     def changed(self) -> bool:
-        return self.outcome == EventOutcome.APPLIED
+        return self.outcome == ApplyOutcome.APPLIED
 
 
 def payment_create(
@@ -286,7 +295,7 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         settled_at = payment.state_changed_at if current == PaymentState.CONFIRMED else None
         target = event_target_state(event.event_type, current)
         stale = target == current or STATE_RANK[target] < STATE_RANK[current]
-        outcome = EventOutcome.STALE if stale else EventOutcome.APPLIED
+        outcome = ApplyOutcome.STALE if stale else ApplyOutcome.APPLIED
         if not _processed_event_claim(event, payment, fingerprint, outcome):
             seen = ProcessedEvent.objects.get(pk=event.processor_event_id)
             if seen.payload_hash != fingerprint or seen.payment_id != payment.id:
@@ -295,8 +304,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
                     f"different payload (first seen {seen.processed_at.isoformat()} as "
                     f"{seen.event_type} for payment {seen.payment_id})"
                 )
-            _log_event(payment, event, EventOutcome.DUPLICATE, current, current, caused_by)
-            return ApplyResult(EventOutcome.DUPLICATE, payment, current, current)
+            _log_event(payment, event, ApplyOutcome.DUPLICATE, current, current, caused_by)
+            return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
         if event.amount != payment.amount:
             raise AmountMismatch(
                 f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
@@ -327,7 +336,6 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
     code = return_code_get(event.reason_code)
     after_settlement = settled_at is not None
     deadline = code.deadline(settled_at) if code is not None and after_settlement else None
-    late = deadline is not None and event.timestamp > deadline
     record = PaymentReturn.objects.create(
         payment=payment,
         merchant_id=payment.merchant_id,
@@ -340,29 +348,54 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
         returned_at=event.timestamp,
         deadline=deadline,
         unknown_code=code is None,
-        late=late,
+        late=deadline is not None and event.timestamp > deadline,
     )
+    _return_count(payment, code, after_settlement=after_settlement)
+    details = {
+        "reason_code": record.reason_code,
+        "processor_event_id": event.processor_event_id,
+        "after_settlement": after_settlement,
+        "flags": record.flags,
+    }
+    for alert in _return_alerts(record, code, event):
+        transaction.on_commit(
+            lambda alert=alert: alert_raise(
+                severity=AlertSeverity.MEDIUM, details=details, payment_id=payment.id, **alert
+            ),
+            robust=True,
+        )
+    return record
+
+
+def _return_count(payment: Payment, code: ReturnCode | None, *, after_settlement: bool) -> None:
+    """Add the return to the merchant's counters of today, by category."""
+    category = code.category if code is not None else None
     merchant_return_day_add(
         merchant_id=payment.merchant_id,
         day=timezone.now().date(),
         # A debit returned before it settled was never counted as settled: it counts here.
         debits=0 if after_settlement else 1,
         returns=1,
-        unauthorized_returns=int(code is not None and code.category == ReturnCategory.UNAUTHORIZED),
-        administrative_returns=int(
-            code is not None and code.category == ReturnCategory.ADMINISTRATIVE
-        ),
+        unauthorized_returns=int(category == ReturnCategory.UNAUTHORIZED),
+        administrative_returns=int(category == ReturnCategory.ADMINISTRATIVE),
     )
+
+
+def _return_alerts(
+    record: PaymentReturn, code: ReturnCode | None, event: ProcessorEvent
+) -> list[dict]:
+    """The alerts (key and summary) a late return or an unknown reason code calls for."""
+    payment = record.payment
     alerts = []
-    if late:
+    if record.late:
         alerts.append(
             {
                 "key": f"payment.late_return:{payment.id}",
                 "summary": (
                     f"late return {record.reason_code} for payment {payment.id} of "
                     f"{payment.merchant_id}: returned {event.timestamp.isoformat()}, due by "
-                    f"{deadline.isoformat()} ({code.time_frame} after settlement at "
-                    f"{settled_at.isoformat()}); applied and reversed, a dishonor may be "
+                    f"{record.deadline.isoformat()} ({code.time_frame} after settlement at "
+                    f"{record.settled_at.isoformat()}); applied and reversed, a dishonor may be "
                     "possible"
                 ),
             }
@@ -378,24 +411,11 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
                 ),
             }
         )
-    details = {
-        "reason_code": record.reason_code,
-        "processor_event_id": event.processor_event_id,
-        "after_settlement": after_settlement,
-        "flags": record.flags,
-    }
-    for alert in alerts:
-        transaction.on_commit(
-            lambda alert=alert: alert_raise(
-                severity="medium", details=details, payment_id=payment.id, **alert
-            ),
-            robust=True,
-        )
-    return record
+    return alerts
 
 
 def _processed_event_claim(
-    event: ProcessorEvent, payment: Payment, fingerprint: str, outcome: str
+    event: ProcessorEvent, payment: Payment, fingerprint: str, outcome: ApplyOutcome
 ) -> bool:
     """Insert the dedup record unless its id is known; True when this call inserted it."""
     meta = ProcessedEvent._meta
@@ -426,7 +446,7 @@ def _processed_event_claim(
 def _log_event(
     payment: Payment,
     event: ProcessorEvent,
-    outcome: str,
+    outcome: ApplyOutcome,
     from_state: str,
     to_state: str,
     caused_by: str,
@@ -466,9 +486,18 @@ SUBMIT_OPERATION = "submit"
 STATUS_OPERATION = "status"
 
 
+class SubmitOutcome(enum.StrEnum):
+    """What a submission did; the values are the words logs, metrics and queue records use."""
+
+    SUBMITTED = "submitted"
+    REJECTED = "rejected"
+    SKIPPED = "skipped"
+    RETRYABLE = "retryable"  # never returned: ``ProcessorUnavailable`` is raised instead
+
+
 @dataclass(frozen=True)
 class SubmitResult:
-    outcome: str  # "submitted", "rejected" or "skipped"
+    outcome: SubmitOutcome  # submitted, rejected or skipped
     payment: Payment
 
 
@@ -478,6 +507,49 @@ class StatusCheckResult:
     processor_status: str  # the processor's word for it ("submitted", "settled", "returned")
     processor_id: str
     payment: Payment
+
+
+@dataclass(frozen=True)
+class _SubmitRule:
+    """What a final answer of the processor does to the payment found after the call.
+
+    A pending payment moves to ``target`` and the submission reports ``outcome``. A payment no
+    longer pending was moved by someone else (another worker's submission, or an event): the
+    answer is logged as stale, and the submission reports ``outcome`` when the payment's state
+    agrees with the answer, else ``skipped``.
+    """
+
+    target: PaymentState
+    outcome: SubmitOutcome
+    agreeing_states: frozenset[PaymentState]
+
+
+# The processor's answer (as the attempt row names it) -> what it does. A retryable answer
+# changes nothing and has no rule.
+_SUBMIT_RULES = {
+    AttemptOutcome.ACCEPTED: _SubmitRule(
+        target=PaymentState.SUBMITTED,
+        outcome=SubmitOutcome.SUBMITTED,
+        agreeing_states=frozenset(
+            {PaymentState.SUBMITTED, PaymentState.CONFIRMED, PaymentState.RETURNED}
+        ),
+    ),
+    AttemptOutcome.REJECTED: _SubmitRule(
+        target=PaymentState.FAILED,
+        outcome=SubmitOutcome.REJECTED,
+        agreeing_states=frozenset({PaymentState.FAILED}),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _SubmissionRecorded:
+    """The second transaction's work, acted on after its commit."""
+
+    payment: Payment
+    attempt: ProcessorAttempt
+    outcome: SubmitOutcome
+    alert: dict | None = None
 
 
 def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
@@ -492,7 +564,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     state unchanged and ``ProcessorUnavailable`` (with ``retry_after`` when the processor gave
     one). A payment that is not pending is skipped: it is never submitted again. Two workers may
     submit the same pending payment at once; the processor charges the key once, and the second
-    one to record sees the state the first one left.
+    one to record sees the state the first one left (see ``_SUBMIT_RULES``).
     """
     with transaction.atomic():
         payment = _payment_lock(payment_id)
@@ -503,12 +575,35 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 payment.state,
                 extra={"payment_id": str(payment.id)},
             )
-            return SubmitResult("skipped", payment)
+            return SubmitResult(SubmitOutcome.SKIPPED, payment)
 
     admission = _breaker_admit(payment, "submission")
-    result: DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable
+    result = _debit_create(payment)
+    with transaction.atomic():
+        recorded = _submission_record(payment_id, result, caused_by)
+    # After commit: the attempt and the state change are durable before anyone hears of them.
+    payment, attempt = recorded.payment, recorded.attempt
+    if recorded.alert is not None:
+        alert_raise(**recorded.alert)
+    if isinstance(result, ProcessorAuthFailed):
+        _alert_auth_failed(payment, attempt)
+    _log_attempt(payment, attempt, recorded.outcome)
+    _breaker_record(admission, payment, attempt, result)
+    if recorded.outcome == SubmitOutcome.RETRYABLE:
+        raise ProcessorUnavailable(
+            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
+            retry_after=attempt.retry_after_seconds,
+        ) from result
+    return SubmitResult(recorded.outcome, payment)
+
+
+def _debit_create(
+    payment: Payment,
+) -> DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable:
+    """The HTTP call of a submission, outside any transaction; a failure is returned, not
+    raised, so the attempt is recorded before anything else happens."""
     try:
-        result = get_client().debit_create(
+        return get_client().debit_create(
             idempotency_key=payment.idempotency_key,
             payment_id=payment.id,
             amount=payment.amount,
@@ -516,73 +611,65 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
             source_token=payment.source_token,
         )
     except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
-        result = exc
+        return exc
 
-    alert: dict | None = None
-    with transaction.atomic():
-        payment = _payment_lock(payment_id)
-        current = payment.state
-        attempt = _attempt_record(payment, SUBMIT_OPERATION, result)
-        details = {
-            "attempt_number": attempt.attempt_number,
-            "http_status": attempt.http_status,
-            "error_kind": attempt.error_kind,
-            "error": attempt.error,
-        }
-        if isinstance(result, DebitAccepted):
-            details["processor_id"] = result.processor_id
-            details["processor_status"] = result.status
-            if not payment.processor_id:
-                payment.processor_id = result.processor_id
-                payment.save(update_fields=["processor_id", "updated_at"])
-            if current == PaymentState.PENDING:
-                payment_transition(payment=payment, target=PaymentState.SUBMITTED)
-                _log_submission(
-                    payment, "accepted", EventOutcome.APPLIED, current, details, caused_by
-                )
-                outcome = "submitted"
-            else:
-                _log_submission(
-                    payment, "accepted", EventOutcome.STALE, current, details, caused_by
-                )
-                outcome = "submitted" if current != PaymentState.FAILED else "skipped"
-        elif isinstance(result, ProcessorCallRejected):
-            if current == PaymentState.PENDING:
-                payment_transition(payment=payment, target=PaymentState.FAILED)
-                _log_submission(
-                    payment, "rejected", EventOutcome.APPLIED, current, details, caused_by
-                )
-                outcome = "rejected"
-            else:
-                _log_submission(
-                    payment, "rejected", EventOutcome.STALE, current, details, caused_by
-                )
-                outcome = "rejected" if current == PaymentState.FAILED else "skipped"
-            alert = {
-                "severity": "medium",
-                "key": "payment.submission_rejected",
-                "summary": (
-                    f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
-                    f"{attempt.error}; payment is {payment.state}"
-                ),
-                "details": {**details, "response_body": attempt.response_body[:1000]},
-                "payment_id": payment.id,
-            }
-        else:
-            outcome = "retryable"
-    # After commit: the attempt and the state change are durable before anyone hears of them.
-    if alert is not None:
-        alert_raise(**alert)
-    if isinstance(result, ProcessorAuthFailed):
-        _alert_auth_failed(payment, attempt)
-    _log_attempt(payment, attempt, outcome)
-    _breaker_record(admission, payment, attempt, result)
-    if outcome == "retryable":
-        raise ProcessorUnavailable(
-            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
-            retry_after=attempt.retry_after_seconds,
-        ) from result
-    return SubmitResult(outcome, payment)
+
+def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorded:
+    """Record the attempt and apply the answer; call inside the second transaction."""
+    payment = _payment_lock(payment_id)
+    attempt = _attempt_record(payment, SUBMIT_OPERATION, result)
+    rule = _SUBMIT_RULES.get(attempt.outcome)
+    if rule is None:
+        return _SubmissionRecorded(payment, attempt, SubmitOutcome.RETRYABLE)
+    details = {
+        "attempt_number": attempt.attempt_number,
+        "http_status": attempt.http_status,
+        "error_kind": attempt.error_kind,
+        "error": attempt.error,
+    }
+    if isinstance(result, DebitAccepted):
+        _submission_accepted_note(payment, result, details)
+    outcome = _submission_apply(payment, rule, str(attempt.outcome), details, caused_by)
+    alert = None
+    if attempt.outcome == AttemptOutcome.REJECTED:
+        alert = _submission_rejected_alert(payment, attempt, details)
+    return _SubmissionRecorded(payment, attempt, outcome, alert)
+
+
+def _submission_accepted_note(payment: Payment, result: DebitAccepted, details: dict) -> None:
+    """Keep the processor's id of the debit (the first one it gave) and log what it said."""
+    details["processor_id"] = result.processor_id
+    details["processor_status"] = result.status
+    if not payment.processor_id:
+        payment.processor_id = result.processor_id
+        payment.save(update_fields=["processor_id", "updated_at"])
+
+
+def _submission_apply(
+    payment: Payment, rule: _SubmitRule, answer: str, details: dict, caused_by: str
+) -> SubmitOutcome:
+    """Move a pending payment as ``rule`` says, log the answer, and say what submission did."""
+    current = payment.state
+    if current == PaymentState.PENDING:
+        payment_transition(payment=payment, target=rule.target)
+        _log_submission(payment, answer, EventOutcome.APPLIED, current, details, caused_by)
+        return rule.outcome
+    _log_submission(payment, answer, EventOutcome.STALE, current, details, caused_by)
+    return rule.outcome if current in rule.agreeing_states else SubmitOutcome.SKIPPED
+
+
+def _submission_rejected_alert(payment: Payment, attempt: ProcessorAttempt, details: dict) -> dict:
+    """The medium alert of a rejected submission, raised after commit."""
+    return {
+        "severity": AlertSeverity.MEDIUM,
+        "key": "payment.submission_rejected",
+        "summary": (
+            f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
+            f"{attempt.error}; payment is {payment.state}"
+        ),
+        "details": {**details, "response_body": attempt.response_body[:1000]},
+        "payment_id": payment.id,
+    }
 
 
 def payment_status_check(*, payment_id) -> StatusCheckResult:
@@ -675,7 +762,7 @@ def _breaker_record(
 
 def _alert_auth_failed(payment: Payment, attempt: ProcessorAttempt) -> None:
     alert_raise(
-        severity="high",
+        severity=AlertSeverity.HIGH,
         key="processor.auth_failed",
         summary=(
             f"the processor refused our credentials (HTTP {attempt.http_status}) on the "
@@ -725,7 +812,7 @@ def _attempt_record(payment: Payment, operation: str, result) -> ProcessorAttemp
 def _log_submission(
     payment: Payment,
     event_type: str,
-    outcome: str,
+    outcome: EventOutcome,
     from_state: str,
     details: dict,
     caused_by: str,
@@ -772,7 +859,9 @@ def _transition_committed_send(signal_args: dict) -> None:
             )
 
 
-def _log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:
+def _log_attempt(
+    payment: Payment, attempt: ProcessorAttempt, outcome: SubmitOutcome | AttemptOutcome
+) -> None:
     logger.info(
         "processor %s attempt %s for payment %s: %s (%s) in %.0f ms -> %s",
         attempt.operation,

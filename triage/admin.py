@@ -20,6 +20,7 @@ from django.utils.http import urlencode
 from payments.admin import ReadOnlyAdminMixin
 from triage import (
     admin_alerts,  # noqa: F401 - alert history in the admin
+    services,
     views,
 )
 from triage.models import (
@@ -28,6 +29,7 @@ from triage.models import (
     BulkTriageJob,
     DeadLetter,
     TriageAction,
+    TriageActionKind,
     TriageDashboard,
 )
 from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
@@ -264,7 +266,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     views.ACTION_TEXT[action]["title"],
                     reverse("admin:triage_deadletter_bulk_all", args=[action]) + "?" + query,
                 )
-                for action in ("redrive", "resolve", "discard")
+                for action in services.ACTIONS
             ]
         return super().changelist_view(request, extra_context)
 
@@ -294,17 +296,17 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Redrive selected dead letters…", permissions=["act"])
     def redrive_selected(self, request, queryset):
-        return self._bulk_redirect(request, queryset, "redrive")
+        return self._bulk_redirect(request, queryset, TriageActionKind.REDRIVE)
 
     @admin.action(
         description="Resolve selected dead letters (fixed elsewhere)…", permissions=["act"]
     )
     def resolve_selected(self, request, queryset):
-        return self._bulk_redirect(request, queryset, "resolve")
+        return self._bulk_redirect(request, queryset, TriageActionKind.RESOLVE)
 
     @admin.action(description="Discard selected dead letters…", permissions=["act"])
     def discard_selected(self, request, queryset):
-        return self._bulk_redirect(request, queryset, "discard")
+        return self._bulk_redirect(request, queryset, TriageActionKind.DISCARD)
 
 
 @admin.register(TriageAction)
@@ -393,13 +395,13 @@ class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             path(
                 "<str:object_id>/cancel/",
                 wrap(self._control_view),
-                {"operation": "cancel"},
+                {"operation": views.BulkJobOperation.CANCEL},
                 name="triage_bulktriagejob_cancel",
             ),
             path(
                 "<str:object_id>/resume/",
                 wrap(self._control_view),
-                {"operation": "resume"},
+                {"operation": views.BulkJobOperation.RESUME},
                 name="triage_bulktriagejob_resume",
             ),
             *super().get_urls(),

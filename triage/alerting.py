@@ -2,8 +2,9 @@
 
 ``payments.alerts.alert_raise`` announces an alert with the ``alert_raised`` signal; the
 receiver here hands it to ``alert_fire`` after the caller's transaction commits.
-``alerts_evaluate`` (a periodic task) fires condition alerts (DLQ depth, open dead letters,
-backlog) and resolves the ones whose condition cleared.
+``triage.alert_conditions.alerts_evaluate`` (a periodic task) fires condition alerts (DLQ
+depth, open dead letters, backlog) through ``alert_fire`` and resolves the ones whose condition
+cleared through ``alert_resolve``.
 
 Policy:
 
@@ -24,12 +25,11 @@ so two evaluations running at once cannot both notify.
 
 from __future__ import annotations
 
+import enum
 import logging
-import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import datetime, timedelta
 
 import requests
 from django.conf import settings
@@ -39,7 +39,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from triage import conf as triage_conf
-from triage.models import Alert, AlertNotification, AlertSeverity, AlertStatus
+from triage.models import (
+    Alert,
+    AlertNotification,
+    AlertSeverity,
+    AlertStatus,
+)
+from triage.settlement_windows import settlement_window
 
 logger = logging.getLogger(__name__)
 
@@ -50,114 +56,18 @@ LOG_LEVEL = {
     AlertSeverity.LOW: logging.WARNING,
 }
 
-# Keys of the conditions ``alerts_evaluate`` checks; any other key is a one-off event alert.
-DLQ_DEPTH = "queue.dlq_not_empty"
-DEAD_LETTERS_OPEN = "dead_letters.open"
-BACKLOG = "queue.backlog"
-QUEUE_UNREACHABLE = "queue.unreachable"
-# Raised by the processor's circuit breaker when it opens, cleared when it closes; the
-# evaluation keeps it firing (reminders) while the breaker is open.
-PROCESSOR_UNAVAILABLE = "processor.unavailable"
-CONDITION_KEYS = (DLQ_DEPTH, DEAD_LETTERS_OPEN, BACKLOG, QUEUE_UNREACHABLE, PROCESSOR_UNAVAILABLE)
-# Alerts raised per dead letter at ingestion: "dead_letter:<DeadLetter pk>".
-DEAD_LETTER_PREFIX = "dead_letter:"
 
-FIRED, REMINDER, RESOLVED = "fired", "reminder", "resolved"
-SUPPRESSED, REPEATED = "suppressed", "repeated"
+class AlertDecision(enum.StrEnum):
+    """What firing or resolving an alert did; the ones sent are also a notification's kind."""
+
+    FIRED = "fired"
+    REMINDER = "reminder"
+    REPEATED = "repeated"  # fired again within the reminder interval: nothing sent
+    SUPPRESSED = "suppressed"  # low severity inside the settlement window: nothing sent
+    RESOLVED = "resolved"
 
 
-# --- Settlement window -------------------------------------------------------------------------
-
-DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_WINDOW_RE = re.compile(
-    r"^(?P<days>[A-Za-z,\-]+)\s+(?P<start>\d{2}:\d{2})-(?P<end>\d{2}:\d{2})\s+(?P<tz>\S+)$"
-)
-
-
-@dataclass(frozen=True)
-class SettlementWindow:
-    """Weekly window, e.g. ``Mon-Fri 05:00-08:00 America/Chicago``.
-
-    Days are names (``Mon``..``Sun``), ranges (``Mon-Fri``, ``Sat-Mon`` wraps) or comma lists.
-    An end before the start crosses midnight; the day names the day the window opens.
-    """
-
-    days: frozenset[int]
-    start: time
-    end: time
-    tz: ZoneInfo
-    text: str
-
-    def contains(self, moment: datetime) -> bool:
-        local = moment.astimezone(self.tz)
-        clock = local.time().replace(tzinfo=None)
-        weekday = local.weekday()
-        if self.start < self.end:
-            return weekday in self.days and self.start <= clock < self.end
-        # Crosses midnight: the evening part of an open day, or the morning after one.
-        if weekday in self.days and clock >= self.start:
-            return True
-        return (weekday - 1) % 7 in self.days and clock < self.end
-
-
-def _window_error(text: str, problem: str) -> ImproperlyConfigured:
-    return ImproperlyConfigured(
-        f"SETTLEMENT_WINDOW {text!r}: {problem}. Expected '<days> <HH:MM>-<HH:MM> <IANA zone>', "
-        "such as 'Mon-Fri 05:00-08:00 America/Chicago', or an empty value for no window."
-    )
-
-
-def _parse_day(text: str, name: str) -> int:
-    try:
-        return DAY_NAMES.index(name.capitalize())
-    except ValueError:
-        raise _window_error(text, f"unknown day {name!r} (use {', '.join(DAY_NAMES)})") from None
-
-
-def _parse_clock(text: str, value: str) -> time:
-    hours, minutes = (int(part) for part in value.split(":"))
-    if hours > 23 or minutes > 59:
-        raise _window_error(text, f"{value!r} is not a time of day")
-    return time(hours, minutes)
-
-
-def settlement_window_parse(text: str | None) -> SettlementWindow | None:
-    """Parse the setting strictly; ``None`` or blank means no window. Raises
-    ``ImproperlyConfigured`` naming ``SETTLEMENT_WINDOW`` and what is wrong."""
-    if text is None or not text.strip():
-        return None
-    match = _WINDOW_RE.match(text.strip())
-    if match is None:
-        raise _window_error(text, "not in the expected form")
-    days: set[int] = set()
-    for part in match["days"].split(","):
-        if not part:
-            raise _window_error(text, "empty day in the day list")
-        if "-" in part:
-            first, _, last = part.partition("-")
-            if not first or not last or "-" in last:
-                raise _window_error(text, f"bad day range {part!r}")
-            a, b = _parse_day(text, first), _parse_day(text, last)
-            day = a
-            days.add(day)
-            while day != b:
-                day = (day + 1) % 7
-                days.add(day)
-        else:
-            days.add(_parse_day(text, part))
-    start = _parse_clock(text, match["start"])
-    end = _parse_clock(text, match["end"])
-    if start == end:
-        raise _window_error(text, "the window starts and ends at the same time")
-    try:
-        tz = ZoneInfo(match["tz"])
-    except (ZoneInfoNotFoundError, ValueError):
-        raise _window_error(text, f"unknown time zone {match['tz']!r}") from None
-    return SettlementWindow(frozenset(days), start, end, tz, text.strip())
-
-
-def settlement_window() -> SettlementWindow | None:
-    return settlement_window_parse(triage_conf.SETTLEMENT_WINDOW)
+NOTIFIED = frozenset({AlertDecision.FIRED, AlertDecision.REMINDER})
 
 
 def reminder_interval(severity: str) -> timedelta:
@@ -176,7 +86,7 @@ def reminder_interval(severity: str) -> timedelta:
 @dataclass(frozen=True)
 class FireResult:
     alert: Alert
-    decision: str  # fired, reminder, repeated (within the interval) or suppressed
+    decision: AlertDecision  # fired, reminder, repeated (within the interval) or suppressed
     notifications: list[AlertNotification]
 
 
@@ -202,56 +112,67 @@ def alert_fire(
     now = now or timezone.now()
     window = settlement_window()
     suppress = severity == AlertSeverity.LOW and window is not None and window.contains(now)
-    details = dict(details or {})
-    if payment_id is not None:
-        try:
-            payment_id = uuid.UUID(str(payment_id))
-        except ValueError:
-            # Not a payment id (a message group of a malformed message): keep it, as text.
-            details["payment_ref"] = str(payment_id)
-            payment_id = None
-
+    details, payment_id = _payment_reference(dict(details or {}), payment_id)
     with transaction.atomic():
         alert = _firing_alert_lock_or_create(
             key=key, severity=severity, summary=summary, payment_id=payment_id, now=now
         )
-        occurrences = int(alert.details.get("occurrences", 0)) + 1
-        alert.details = {**details, "occurrences": occurrences}
-        alert.summary = summary
-        alert.last_fired_at = now
-        if SEVERITY_RANK[severity] > SEVERITY_RANK[alert.severity]:
-            alert.severity = severity
+        _alert_update(alert, severity=severity, summary=summary, details=details, now=now)
         if payment_id is not None:
             alert.payment_id = payment_id
-        if suppress:
-            alert.suppressed_count += 1
-            decision = SUPPRESSED
-        elif alert.last_notified_at is None:
-            decision = FIRED
-        elif now - alert.last_notified_at >= reminder_interval(alert.severity):
-            decision = REMINDER
-        else:
-            decision = REPEATED
-        if decision in (FIRED, REMINDER):
-            alert.last_notified_at = now
-            alert.notify_count += 1
+        decision = _decide(alert, suppress=suppress, now=now)
         alert.save()
+    if decision in NOTIFIED:
+        return FireResult(alert, decision, _notify(alert, decision))
+    logger.log(
+        logging.INFO,
+        "alert %s [%s] %s (%s: %s)",
+        alert.severity,
+        key,
+        decision,
+        summary,
+        f"inside settlement window {window.text}" if suppress else "within reminder interval",
+        extra=_log_extra(alert),
+    )
+    return FireResult(alert, decision, [])
 
-    notifications: list[AlertNotification] = []
-    if decision in (FIRED, REMINDER):
-        notifications = _notify(alert, decision)
+
+def _payment_reference(details: dict, payment_id) -> tuple[dict, uuid.UUID | None]:
+    """The payment id as a UUID; anything else (a message group of a malformed message) is
+    kept in the details, as text."""
+    if payment_id is None:
+        return details, None
+    try:
+        return details, uuid.UUID(str(payment_id))
+    except ValueError:
+        return {**details, "payment_ref": str(payment_id)}, None
+
+
+def _alert_update(alert: Alert, *, severity: str, summary: str, details: dict, now) -> None:
+    """One more occurrence: the latest summary and details; the severity only ever rises."""
+    occurrences = int(alert.details.get("occurrences", 0)) + 1
+    alert.details = {**details, "occurrences": occurrences}
+    alert.summary = summary
+    alert.last_fired_at = now
+    if SEVERITY_RANK[severity] > SEVERITY_RANK[alert.severity]:
+        alert.severity = severity
+
+
+def _decide(alert: Alert, *, suppress: bool, now: datetime) -> AlertDecision:
+    """Whether this occurrence is sent (first time, or a reminder once the interval passed);
+    counts it on the alert. Called under the alert's row lock."""
+    if suppress:
+        alert.suppressed_count += 1
+        return AlertDecision.SUPPRESSED
+    if alert.last_notified_at is None:
+        decision = AlertDecision.FIRED
+    elif now - alert.last_notified_at >= reminder_interval(alert.severity):
+        decision = AlertDecision.REMINDER
     else:
-        logger.log(
-            logging.INFO,
-            "alert %s [%s] %s (%s: %s)",
-            alert.severity,
-            key,
-            decision,
-            summary,
-            f"inside settlement window {window.text}" if suppress else "within reminder interval",
-            extra=_log_extra(alert),
-        )
-    return FireResult(alert, decision, notifications)
+        return AlertDecision.REPEATED
+    alert.last_notified_at = now
+    alert.notify_count += 1
+    return decision
 
 
 def _firing_alert_lock_or_create(*, key, severity, summary, payment_id, now) -> Alert:
@@ -293,7 +214,7 @@ def alert_resolve(*, key: str, now: datetime | None = None, reason: str = "") ->
             alert.details = {**alert.details, "resolved_because": reason}
         alert.save(update_fields=["status", "resolved_at", "details"])
     if alert.notify_count:
-        _notify(alert, RESOLVED)
+        _notify(alert, AlertDecision.RESOLVED)
     else:
         logger.info(
             "alert %s [%s] resolved without having been notified (%s)",
@@ -316,18 +237,22 @@ def _log_extra(alert: Alert) -> dict:
     }
 
 
-def alert_text(alert: Alert, kind: str) -> str:
-    prefix = {FIRED: "FIRING", REMINDER: "STILL FIRING", RESOLVED: "RESOLVED"}[kind]
+def alert_text(alert: Alert, kind: AlertDecision) -> str:
+    prefix = {
+        AlertDecision.FIRED: "FIRING",
+        AlertDecision.REMINDER: "STILL FIRING",
+        AlertDecision.RESOLVED: "RESOLVED",
+    }[kind]
     text = f"[{prefix}] [{alert.severity}] {alert.key}: {alert.summary}"
-    if kind == REMINDER:
+    if kind == AlertDecision.REMINDER:
         text += f" (since {alert.first_fired_at:%Y-%m-%d %H:%M} UTC)"
     return text
 
 
-def webhook_payload(alert: Alert, kind: str) -> dict:
+def webhook_payload(alert: Alert, kind: AlertDecision) -> dict:
     """Slack-compatible body: ``text`` for any consumer, ``attachments`` for the details."""
     color = {"high": "#d00000", "medium": "#ff9900", "low": "#439fe0"}[alert.severity]
-    if kind == RESOLVED:
+    if kind == AlertDecision.RESOLVED:
         color = "#2eb886"
     fields = [
         {"title": "Severity", "value": alert.severity, "short": True},
@@ -351,12 +276,12 @@ def webhook_payload(alert: Alert, kind: str) -> dict:
     }
 
 
-def _send_log(alert: Alert, kind: str) -> None:
-    level = logging.INFO if kind == RESOLVED else LOG_LEVEL[alert.severity]
+def _send_log(alert: Alert, kind: AlertDecision) -> None:
+    level = logging.INFO if kind == AlertDecision.RESOLVED else LOG_LEVEL[alert.severity]
     logger.log(level, "%s", alert_text(alert, kind), extra=_log_extra(alert))
 
 
-def _send_webhook(alert: Alert, kind: str) -> None:
+def _send_webhook(alert: Alert, kind: AlertDecision) -> None:
     response = requests.post(
         triage_conf.ALERT_WEBHOOK_URL,
         json=webhook_payload(alert, kind),
@@ -366,7 +291,7 @@ def _send_webhook(alert: Alert, kind: str) -> None:
         raise RuntimeError(f"HTTP {response.status_code}: {response.text[:500]}")
 
 
-def _send_email(alert: Alert, kind: str) -> None:
+def _send_email(alert: Alert, kind: AlertDecision) -> None:
     body = (
         alert_text(alert, kind)
         + "\n\n"
@@ -384,7 +309,7 @@ def _sinks(alert: Alert) -> list[tuple[str, object]]:
     return sinks
 
 
-def _notify(alert: Alert, kind: str) -> list[AlertNotification]:
+def _notify(alert: Alert, kind: AlertDecision) -> list[AlertNotification]:
     """Send to every sink; record each outcome. A failing sink never raises."""
     records = []
     for name, send in _sinks(alert):
@@ -445,162 +370,3 @@ def alert_cleared_receiver(sender, *, key, reason="", **kwargs) -> None:
             logger.exception("could not resolve alert %s", key)
 
     transaction.on_commit(resolve)
-
-
-# --- Evaluation of conditions ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EvaluationResult:
-    fired: dict[str, str]  # key -> decision
-    resolved: list[str]
-
-
-def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
-    """Check every alert condition once: fire what holds, resolve what cleared."""
-    from triage.monitoring import operations_snapshot
-
-    now = now or timezone.now()
-    snapshot = operations_snapshot(now=now)
-    fired: dict[str, str] = {}
-    resolved: list[str] = []
-
-    def fire(key: str, severity: str, summary: str, details: dict) -> None:
-        fired[key] = alert_fire(
-            key=key, severity=severity, summary=summary, details=details, now=now
-        ).decision
-
-    def resolve(key: str, reason: str) -> None:
-        if alert_resolve(key=key, now=now, reason=reason) is not None:
-            resolved.append(key)
-
-    if snapshot.queue_error:
-        fire(
-            QUEUE_UNREACHABLE,
-            AlertSeverity.MEDIUM,
-            f"cannot read queue attributes: {snapshot.queue_error}",
-            {"error": snapshot.queue_error},
-        )
-    else:
-        resolve(QUEUE_UNREACHABLE, "queue attributes readable again")
-        if snapshot.dlq_visible + snapshot.dlq_in_flight > 0:
-            fire(
-                DLQ_DEPTH,
-                AlertSeverity.HIGH,
-                f"{snapshot.dlq_visible + snapshot.dlq_in_flight} message(s) in the dead-letter "
-                "queue",
-                {"visible": snapshot.dlq_visible, "in_flight": snapshot.dlq_in_flight},
-            )
-        else:
-            resolve(DLQ_DEPTH, "dead-letter queue empty")
-
-    if snapshot.open_dead_letters is not None:
-        if snapshot.open_dead_letters > 0:
-            fire(
-                DEAD_LETTERS_OPEN,
-                AlertSeverity.HIGH,
-                f"{snapshot.open_dead_letters} dead letter(s) waiting for a decision in triage",
-                {"open": snapshot.open_dead_letters},
-            )
-        else:
-            resolve(DEAD_LETTERS_OPEN, "no open dead letters")
-
-    backlog_reasons = []
-    if (
-        snapshot.main_visible is not None
-        and snapshot.main_visible > triage_conf.ALERT_BACKLOG_VISIBLE_MESSAGES
-    ):
-        backlog_reasons.append(
-            f"{snapshot.main_visible} visible messages "
-            f"(threshold {triage_conf.ALERT_BACKLOG_VISIBLE_MESSAGES})"
-        )
-    threshold_age = triage_conf.ALERT_BACKLOG_OLDEST_AGE.total_seconds()
-    if snapshot.oldest_unfinished_age is not None and snapshot.oldest_unfinished_age > (
-        threshold_age
-    ):
-        backlog_reasons.append(
-            f"oldest unfinished message is {snapshot.oldest_unfinished_age:.0f} s old "
-            f"(threshold {threshold_age:.0f} s)"
-        )
-    if backlog_reasons:
-        fire(
-            BACKLOG,
-            AlertSeverity.LOW,
-            "queue backlog: " + "; ".join(backlog_reasons),
-            {
-                "visible": snapshot.main_visible,
-                "oldest_unfinished_age_seconds": snapshot.oldest_unfinished_age,
-            },
-        )
-    elif snapshot.main_visible is not None:
-        resolve(BACKLOG, "backlog under thresholds")
-
-    _evaluate_processor_breaker(fire, resolve)
-
-    # One alert per dead letter (raised at ingestion): resolved once a human has decided.
-    firing_dead_letters = {
-        key: key.split(":", 1)[1]
-        for key in Alert.objects.filter(
-            status=AlertStatus.FIRING, key__startswith=DEAD_LETTER_PREFIX
-        ).values_list("key", flat=True)
-    }
-    if firing_dead_letters:
-        from triage.models import DeadLetter, DeadLetterStatus
-
-        ids = [pk for pk in firing_dead_letters.values() if pk.isdigit()]
-        decided = dict(
-            DeadLetter.objects.filter(pk__in=ids)
-            .exclude(status=DeadLetterStatus.OPEN)
-            .values_list("pk", "status")
-        )
-        for key, pk in firing_dead_letters.items():
-            if pk.isdigit() and int(pk) in decided:
-                resolve(key, f"dead letter {pk} is {decided[int(pk)]}")
-
-    # Merchants' return rates against the NACHA thresholds (one query over daily counters).
-    from triage.return_rates import RETURN_RATE_PREFIX, return_rate_alerts_evaluate
-
-    return_rates = return_rate_alerts_evaluate(now=now)
-    fired.update(return_rates["fired"])
-    resolved.extend(return_rates["resolved"])
-
-    # Other one-off alerts (a rejected submission) resolve after a quiet period.
-    quiet_since = now - triage_conf.ALERT_EVENT_QUIET_RESOLVE
-    for key in (
-        Alert.objects.filter(status=AlertStatus.FIRING, last_fired_at__lt=quiet_since)
-        .exclude(key__in=CONDITION_KEYS)
-        .exclude(key__startswith=DEAD_LETTER_PREFIX)
-        .exclude(key__startswith=RETURN_RATE_PREFIX)
-        .values_list("key", flat=True)
-    ):
-        resolve(key, f"no repeat for {triage_conf.ALERT_EVENT_QUIET_RESOLVE}")
-    return EvaluationResult(fired, resolved)
-
-
-def _evaluate_processor_breaker(fire, resolve) -> None:
-    """While the breaker is open the alert keeps firing, so the reminder policy reminds about
-    it with a fresh count of waiting payments; a closed breaker resolves a leftover alert (one
-    whose clearing was lost with a crashed process)."""
-    from payments.models import BreakerState, CircuitBreaker
-    from payments.processor.breaker import (
-        PROCESSOR,
-        alert_unavailable_summary,
-        payments_waiting_count,
-    )
-
-    breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
-    if breaker is None or breaker.state == BreakerState.CLOSED or breaker.opened_at is None:
-        resolve(PROCESSOR_UNAVAILABLE, "processor breaker closed")
-        return
-    waiting = payments_waiting_count()
-    fire(
-        PROCESSOR_UNAVAILABLE,
-        AlertSeverity.HIGH,
-        alert_unavailable_summary(opened_at=breaker.opened_at, waiting=waiting),
-        {
-            "opened_at": breaker.opened_at.isoformat(),
-            "payments_waiting": waiting,
-            "state": breaker.state,
-            "last_error": breaker.last_error[:500],
-        },
-    )

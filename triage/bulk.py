@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Max, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from triage import conf as triage_conf
 from triage import services
 from triage.exceptions import (
     BulkJobNotRunnable,
@@ -52,29 +52,23 @@ from triage.models import (
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_RATE_PER_SECOND = 20.0
-DEFAULT_BATCH_SIZE = 100
-# Longer than a batch takes at the slowest sensible rate, so a live job is never taken for dead
-# (and if it were, its lock keeps the second copy out).
-DEFAULT_STALE_SECONDS = 300
-
 
 def bulk_rate_per_second() -> float:
-    rate = float(getattr(settings, "TRIAGE_BULK_RATE_PER_SECOND", DEFAULT_RATE_PER_SECOND))
+    rate = float(triage_conf.TRIAGE_BULK_RATE_PER_SECOND)
     if rate <= 0:
         raise ValueError(f"TRIAGE_BULK_RATE_PER_SECOND must be above 0, got {rate}")
     return rate
 
 
 def bulk_stale_seconds() -> int:
-    seconds = int(getattr(settings, "TRIAGE_BULK_STALE_SECONDS", DEFAULT_STALE_SECONDS))
+    seconds = int(triage_conf.TRIAGE_BULK_STALE_SECONDS)
     if seconds < 1:
         raise ValueError(f"TRIAGE_BULK_STALE_SECONDS must be at least 1, got {seconds}")
     return seconds
 
 
 def bulk_batch_size() -> int:
-    size = int(getattr(settings, "TRIAGE_BULK_BATCH_SIZE", DEFAULT_BATCH_SIZE))
+    size = int(triage_conf.TRIAGE_BULK_BATCH_SIZE)
     if size < 1:
         raise ValueError(f"TRIAGE_BULK_BATCH_SIZE must be at least 1, got {size}")
     return size
@@ -127,8 +121,8 @@ def bulk_job_create(
         raise ValueError(
             f"unknown triage action {action!r}; use one of {', '.join(services.ACTIONS)}"
         )
-    note = services._note_clean(note)
-    services._check_allowed(user)
+    note = services.note_clean(note)
+    services.operator_check(user)
     open_rows = queryset.order_by().filter(status=DeadLetterStatus.OPEN, pk__lte=max_id)
     ids_sql, params = open_rows.values("pk").query.sql_with_params()
     items = BulkTriageJobItem._meta.db_table
@@ -203,7 +197,7 @@ def bulk_jobs_resume_stale(*, now: datetime | None = None) -> list[int]:
 def bulk_job_resume(*, job: BulkTriageJob, user) -> None:
     """Start the job's task again (after a crash, an interruption, or a lost task message); a
     copy still running keeps the job's lock and the new one steps aside."""
-    services._check_allowed(user)
+    services.operator_check(user)
     if job.status not in UNFINISHED_JOB_STATUSES:
         raise BulkJobNotRunnable(job)
     transaction.on_commit(lambda: _job_start(job.pk))
@@ -211,7 +205,7 @@ def bulk_job_resume(*, job: BulkTriageJob, user) -> None:
 
 def bulk_job_cancel(*, job: BulkTriageJob, user) -> BulkTriageJob:
     """Stop the job: the running task stops before its next batch; what it did stays done."""
-    services._check_allowed(user)
+    services.operator_check(user)
     changed = BulkTriageJob.objects.filter(pk=job.pk, status__in=UNFINISHED_JOB_STATUSES).update(
         status=BulkJobStatus.CANCELLED,
         cancelled_by=user,
@@ -276,27 +270,7 @@ def bulk_job_run(
     service = services.ACTIONS[job.action]
     pacer = _Pacer(rate, sleep)
     try:
-        while True:
-            # A cancel is seen here, between batches: at most one batch runs after it.
-            status = BulkTriageJob.objects.values_list("status", flat=True).get(pk=job.pk)
-            if status != BulkJobStatus.RUNNING:
-                break
-            items = list(
-                BulkTriageJobItem.objects.filter(job=job, outcome=BulkItemOutcome.PENDING)
-                .select_related("dead_letter")
-                .order_by("position")[:size]
-            )
-            if not items:
-                BulkTriageJob.objects.filter(pk=job.pk, status=BulkJobStatus.RUNNING).update(
-                    status=BulkJobStatus.COMPLETED,
-                    finished_at=timezone.now(),
-                    updated_at=timezone.now(),
-                )
-                break
-            for item in items:
-                pacer.wait()
-                outcome, reason = _item_act(job, item, service)
-                _item_record(job, item, outcome, reason)
+        _batches_work(job, service, pacer=pacer, size=size)
     except _JobStop as exc:
         _job_interrupt(job, str(exc))
     except Exception as exc:
@@ -316,6 +290,32 @@ def bulk_job_run(
     return job
 
 
+def _batches_work(job: BulkTriageJob, service, *, pacer: _Pacer, size: int) -> None:
+    """Act on the pending items, a batch at a time, until none is left (the job completes) or
+    the job is no longer running (cancelled)."""
+    while True:
+        # A cancel is seen here, between batches: at most one batch runs after it.
+        status = BulkTriageJob.objects.values_list("status", flat=True).get(pk=job.pk)
+        if status != BulkJobStatus.RUNNING:
+            return
+        items = list(
+            BulkTriageJobItem.objects.filter(job=job, outcome=BulkItemOutcome.PENDING)
+            .select_related("dead_letter")
+            .order_by("position")[:size]
+        )
+        if not items:
+            BulkTriageJob.objects.filter(pk=job.pk, status=BulkJobStatus.RUNNING).update(
+                status=BulkJobStatus.COMPLETED,
+                finished_at=timezone.now(),
+                updated_at=timezone.now(),
+            )
+            return
+        for item in items:
+            pacer.wait()
+            outcome, reason = _item_act(job, item, service)
+            _item_record(job, item, outcome, reason)
+
+
 def _closed_by_this_job(job: BulkTriageJob, dead_letter_id: int) -> bool:
     """Did this job's service call already close it (a run that died before recording it)?"""
     return TriageAction.objects.filter(
@@ -326,7 +326,7 @@ def _closed_by_this_job(job: BulkTriageJob, dead_letter_id: int) -> bool:
     ).exists()
 
 
-def _item_act(job: BulkTriageJob, item: BulkTriageJobItem, service) -> tuple[str, str]:
+def _item_act(job: BulkTriageJob, item: BulkTriageJobItem, service) -> tuple[BulkItemOutcome, str]:
     dead_letter = item.dead_letter
     if dead_letter.status != DeadLetterStatus.OPEN:
         if _closed_by_this_job(job, dead_letter.pk):
@@ -351,7 +351,9 @@ def _item_act(job: BulkTriageJob, item: BulkTriageJobItem, service) -> tuple[str
     return BulkItemOutcome.DONE, ""
 
 
-def _item_record(job: BulkTriageJob, item: BulkTriageJobItem, outcome: str, reason: str) -> None:
+def _item_record(
+    job: BulkTriageJob, item: BulkTriageJobItem, outcome: BulkItemOutcome, reason: str
+) -> None:
     counter = {
         BulkItemOutcome.DONE: "done",
         BulkItemOutcome.FAILED: "failed",

@@ -25,8 +25,32 @@ def bar_chart(
     gap = 6
     value_width = 60
     plot = max(width - label_width - value_width, 40)
-    peak = max(value for _, value in items) or 1
     height = len(items) * (bar_height + gap) + gap
+    rows = _bar_rows(items, plot=plot, gap=gap, bar_height=bar_height, label_width=label_width)
+    body = format_html_join(
+        "",
+        '<text x="{1}" y="{0}" text-anchor="end" font-size="12">{2}</text>'
+        '<rect aria-label="{3}" x="{4}" y="{5}" width="{6}" height="{7}" fill="{8}"></rect>'
+        '<text x="{9}" y="{10}" font-size="12">{11}</text>',
+        rows,
+    )
+    return format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{}" height="{}" '
+        'viewBox="0 0 {} {}" class="triage-chart"><title>{}</title>{}</svg>',
+        width,
+        height,
+        width,
+        height,
+        title,
+        body,
+    )
+
+
+def _bar_rows(
+    items: list[tuple[str, int]], *, plot: int, gap: int, bar_height: int, label_width: int
+) -> list[tuple]:
+    """One row of SVG coordinates per bar, in the order ``bar_chart``'s template reads them."""
+    peak = max(value for _, value in items) or 1
     rows = []
     for i, (label, value) in enumerate(items):
         y = gap + i * (bar_height + gap)
@@ -47,23 +71,7 @@ def bar_chart(
                 value,
             )
         )
-    body = format_html_join(
-        "",
-        '<text x="{1}" y="{0}" text-anchor="end" font-size="12">{2}</text>'
-        '<rect aria-label="{3}" x="{4}" y="{5}" width="{6}" height="{7}" fill="{8}"></rect>'
-        '<text x="{9}" y="{10}" font-size="12">{11}</text>',
-        rows,
-    )
-    return format_html(
-        '<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{}" height="{}" '
-        'viewBox="0 0 {} {}" class="triage-chart"><title>{}</title>{}</svg>',
-        width,
-        height,
-        width,
-        height,
-        title,
-        body,
-    )
+    return rows
 
 
 def ratio_bar(part: int, total: int, *, title: str, width: int = 420) -> SafeString:

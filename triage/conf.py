@@ -31,6 +31,13 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_RETENTION": timedelta(days=90),
     # Items of finished bulk jobs; the job row itself is kept with the audit trail.
     "BULK_JOB_RETENTION": timedelta(days=30),
+    # A bulk triage job acts on at most this many dead letters per second, and looks for a
+    # cancel between batches of this size.
+    "TRIAGE_BULK_RATE_PER_SECOND": 20.0,
+    "TRIAGE_BULK_BATCH_SIZE": 100,
+    # Longer than a batch takes at the slowest sensible rate, so a live job is never taken for
+    # dead (and if it were, its lock keeps the second copy out).
+    "TRIAGE_BULK_STALE_SECONDS": 300,
 }
 
 

@@ -31,8 +31,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from django.db import DatabaseError
 from django.db.models import Count
@@ -65,8 +67,6 @@ class OperationsSnapshot:
 
 def operations_snapshot(*, now: datetime | None = None) -> OperationsSnapshot:
     """Read queue depths from SQS and the rest from the database; each source fails alone."""
-    from callbacks.models import PaymentHold
-    from payments.models import Payment, PaymentState
     from triage import selectors
 
     now = now or timezone.now()
@@ -75,42 +75,9 @@ def operations_snapshot(*, now: datetime | None = None) -> OperationsSnapshot:
     queue_error = "; ".join(depth.error for depth in (main, dlq) if depth.error)
     if queue_error:
         errors["sqs"] = queue_error
-
-    oldest_age = unfinished = None
-    try:
-        summary = selectors.unfinished_messages(now=now)
-    except DatabaseError as exc:
-        errors["queue_messages"] = str(exc)
-    else:
-        unfinished = summary.count
-        if summary.oldest_age is not None:
-            oldest_age = summary.oldest_age.total_seconds()
-
-    open_dead_letters = None
-    try:
-        open_dead_letters = selectors.dead_letters_open_summary(now=now).count
-    except DatabaseError as exc:
-        errors["dead_letters"] = str(exc)
-
-    on_hold = None
-    try:
-        on_hold = (
-            PaymentHold.objects.filter(released_at__isnull=True)
-            .values("payment_id")
-            .distinct()
-            .count()
-        )
-    except DatabaseError as exc:
-        errors["holds"] = str(exc)
-
-    by_state: dict[str, int] = {}
-    try:
-        by_state = {state: 0 for state in PaymentState.values}
-        for row in Payment.objects.values("state").annotate(n=Count("pk")).order_by():
-            by_state[row["state"]] = row["n"]
-    except DatabaseError as exc:
-        errors["payments"] = str(exc)
-
+    unfinished, oldest_age = _read(
+        errors, "queue_messages", lambda: _unfinished_messages(now), (None, None)
+    )
     return OperationsSnapshot(
         main_visible=main.visible,
         main_in_flight=main.in_flight,
@@ -120,11 +87,61 @@ def operations_snapshot(*, now: datetime | None = None) -> OperationsSnapshot:
         queue_error=queue_error,
         oldest_unfinished_age=oldest_age,
         unfinished_messages=unfinished,
-        open_dead_letters=open_dead_letters,
-        payments_on_hold=on_hold,
-        payments_by_state=by_state,
+        open_dead_letters=_read(
+            errors,
+            "dead_letters",
+            lambda: selectors.dead_letters_open_summary(now=now).count,
+            None,
+        ),
+        payments_on_hold=_read(errors, "holds", _payments_on_hold_count, None),
+        payments_by_state=_read(errors, "payments", _payments_by_state, _no_payments_by_state()),
         errors=errors,
     )
+
+
+T = TypeVar("T")
+
+
+def _read(errors: dict[str, str], source: str, read: Callable[[], T], default: T) -> T:
+    """``read()``, or ``default`` with the database's error noted under ``source``."""
+    try:
+        return read()
+    except DatabaseError as exc:
+        errors[source] = str(exc)
+        return default
+
+
+def _unfinished_messages(now: datetime) -> tuple[int, float | None]:
+    """How many messages the workers started and have not finished, and the oldest one's age
+    in seconds."""
+    from triage import selectors
+
+    summary = selectors.unfinished_messages(now=now)
+    oldest_age = summary.oldest_age.total_seconds() if summary.oldest_age is not None else None
+    return summary.count, oldest_age
+
+
+def _payments_on_hold_count() -> int:
+    from callbacks.models import PaymentHold
+
+    return (
+        PaymentHold.objects.filter(released_at__isnull=True).values("payment_id").distinct().count()
+    )
+
+
+def _no_payments_by_state() -> dict[str, int]:
+    from payments.models import PaymentState
+
+    return {state: 0 for state in PaymentState.values}
+
+
+def _payments_by_state() -> dict[str, int]:
+    from payments.models import Payment
+
+    by_state = _no_payments_by_state()
+    for row in Payment.objects.values("state").annotate(n=Count("pk")).order_by():
+        by_state[row["state"]] = row["n"]
+    return by_state
 
 
 class OperationsCollector(Collector):
@@ -151,69 +168,79 @@ class OperationsCollector(Collector):
 
     def collect(self):
         snapshot = operations_snapshot()
-        depth = GaugeMetricFamily(
-            "payments_queue_messages",
-            "Approximate number of messages in SQS, by queue (main, dlq) and state "
-            "(visible, in_flight, delayed).",
-            labels=["queue", "state"],
-        )
-        for queue, state, value in (
-            ("main", "visible", snapshot.main_visible),
-            ("main", "in_flight", snapshot.main_in_flight),
-            ("main", "delayed", snapshot.main_delayed),
-            ("dlq", "visible", snapshot.dlq_visible),
-            ("dlq", "in_flight", snapshot.dlq_in_flight),
-        ):
-            if value is not None:
-                depth.add_metric([queue, state], value)
-        yield depth
-
-        if snapshot.unfinished_messages is not None:
-            yield GaugeMetricFamily(
-                "payments_oldest_unfinished_message_age_seconds",
-                "Age (from enqueue) of the oldest message the workers started and have not "
-                "finished (in progress or retrying); 0 when there is none.",
-                value=snapshot.oldest_unfinished_age or 0.0,
-            )
-            yield GaugeMetricFamily(
-                "payments_unfinished_messages",
-                "Messages the workers started and have not finished (in progress or retrying).",
-                value=snapshot.unfinished_messages,
-            )
-        if snapshot.open_dead_letters is not None:
-            yield GaugeMetricFamily(
-                "payments_dead_letters_open",
-                "Dead letters waiting in triage for a human decision.",
-                value=snapshot.open_dead_letters,
-            )
-        if snapshot.payments_on_hold is not None:
-            yield GaugeMetricFamily(
-                "payments_on_hold",
-                "Payments whose later messages are held behind a dead letter.",
-                value=snapshot.payments_on_hold,
-            )
-        by_state = GaugeMetricFamily(
-            "payments_by_state", "Payments by current state.", labels=["state"]
-        )
-        for state, count in sorted(snapshot.payments_by_state.items()):
-            by_state.add_metric([state], count)
-        yield by_state
-
+        yield _queue_depth_gauge(snapshot)
+        yield from _database_gauges(snapshot)
         breaker_error = ""
         try:
             yield from _breaker_gauges()
         except DatabaseError as exc:
             breaker_error = str(exc)
+        yield _scrape_error_gauge(snapshot, breaker_error=breaker_error)
 
-        scrape_error = GaugeMetricFamily(
-            "payments_ops_scrape_error",
-            "1 when a source of the operations gauges could not be read on this scrape.",
-            labels=["source"],
+
+def _queue_depth_gauge(snapshot: OperationsSnapshot) -> GaugeMetricFamily:
+    depth = GaugeMetricFamily(
+        "payments_queue_messages",
+        "Approximate number of messages in SQS, by queue (main, dlq) and state "
+        "(visible, in_flight, delayed).",
+        labels=["queue", "state"],
+    )
+    for queue, state, value in (
+        ("main", "visible", snapshot.main_visible),
+        ("main", "in_flight", snapshot.main_in_flight),
+        ("main", "delayed", snapshot.main_delayed),
+        ("dlq", "visible", snapshot.dlq_visible),
+        ("dlq", "in_flight", snapshot.dlq_in_flight),
+    ):
+        if value is not None:
+            depth.add_metric([queue, state], value)
+    return depth
+
+
+def _database_gauges(snapshot: OperationsSnapshot):
+    """The gauges read from the database; one whose source failed is left out."""
+    if snapshot.unfinished_messages is not None:
+        yield GaugeMetricFamily(
+            "payments_oldest_unfinished_message_age_seconds",
+            "Age (from enqueue) of the oldest message the workers started and have not "
+            "finished (in progress or retrying); 0 when there is none.",
+            value=snapshot.oldest_unfinished_age or 0.0,
         )
-        for source in ("sqs", "queue_messages", "dead_letters", "holds", "payments"):
-            scrape_error.add_metric([source], 1 if source in snapshot.errors else 0)
-        scrape_error.add_metric(["breaker"], 1 if breaker_error else 0)
-        yield scrape_error
+        yield GaugeMetricFamily(
+            "payments_unfinished_messages",
+            "Messages the workers started and have not finished (in progress or retrying).",
+            value=snapshot.unfinished_messages,
+        )
+    if snapshot.open_dead_letters is not None:
+        yield GaugeMetricFamily(
+            "payments_dead_letters_open",
+            "Dead letters waiting in triage for a human decision.",
+            value=snapshot.open_dead_letters,
+        )
+    if snapshot.payments_on_hold is not None:
+        yield GaugeMetricFamily(
+            "payments_on_hold",
+            "Payments whose later messages are held behind a dead letter.",
+            value=snapshot.payments_on_hold,
+        )
+    by_state = GaugeMetricFamily(
+        "payments_by_state", "Payments by current state.", labels=["state"]
+    )
+    for state, count in sorted(snapshot.payments_by_state.items()):
+        by_state.add_metric([state], count)
+    yield by_state
+
+
+def _scrape_error_gauge(snapshot: OperationsSnapshot, *, breaker_error: str) -> GaugeMetricFamily:
+    scrape_error = GaugeMetricFamily(
+        "payments_ops_scrape_error",
+        "1 when a source of the operations gauges could not be read on this scrape.",
+        labels=["source"],
+    )
+    for source in ("sqs", "queue_messages", "dead_letters", "holds", "payments"):
+        scrape_error.add_metric([source], 1 if source in snapshot.errors else 0)
+    scrape_error.add_metric(["breaker"], 1 if breaker_error else 0)
+    return scrape_error
 
 
 def _breaker_gauges():

@@ -22,7 +22,7 @@ from payments.return_rates import (
     return_rate_settings,
 )
 from triage import charts
-from triage.alerting import alert_fire, alert_resolve
+from triage.alerting import AlertDecision, alert_fire, alert_resolve
 from triage.models import Alert, AlertSeverity, AlertStatus
 
 RETURN_RATE_PREFIX = "return_rate."
@@ -56,7 +56,7 @@ def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict:
             status=AlertStatus.FIRING, key__startswith=RETURN_RATE_PREFIX
         ).values_list("key", "severity")
     )
-    fired: dict[str, str] = {}
+    fired: dict[str, AlertDecision] = {}
     resolved: list[str] = []
     should_fire: set[str] = set()
     for merchant in merchant_return_rates(now=now):

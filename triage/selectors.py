@@ -72,59 +72,22 @@ def dead_letter_story(dead_letter: DeadLetter) -> DeadLetterStory:
         if dead_letter.payment_id
         else None
     )
-    all_errors = list(
-        ProcessingError.objects.filter(
-            Q(payment_id=group) | Q(message_id=dead_letter.original_message_id)
-        ).order_by("created_at", "id")
-    )
-    errors = [e for e in all_errors if e.message_id == dead_letter.original_message_id]
-    other_errors = [e for e in all_errors if e.message_id != dead_letter.original_message_id]
-    messages = (
-        list(
-            QueueMessage.objects.filter(group_id=group)
-            .defer("body", "raw_body")
-            .order_by("sequence_number", "first_started_at", "id")
-        )
-        if group
-        else []
-    )
-    queue_message = next(
-        (m for m in messages if m.message_id == dead_letter.original_message_id), None
-    )
+    errors, other_errors = _errors_split(dead_letter)
+    messages = _payment_messages(group)
     attempts: list[ProcessorAttempt] = []
     events: list[PaymentEvent] = []
     if payment is not None:
         attempts = list(payment.attempts.order_by("started_at", "id"))
         events = list(payment.events.order_by("created_at", "id"))
-    holds = (
-        list(
-            PaymentHold.objects.filter(payment_id=group)
-            .select_related("caused_by")
-            .prefetch_related("parked")
-            .order_by("-created_at", "-id")
-        )
-        if group
-        else []
-    )
+    holds = _payment_holds(group)
     active_hold = next((h for h in holds if h.released_at is None), None)
-    dead_letters = (
-        list(
-            DeadLetter.objects.filter(group_id=group)
-            .defer("body", "attributes")
-            .order_by("ingested_at", "id")
-        )
-        if group
-        else [dead_letter]
-    )
-    actions = list(
-        TriageAction.objects.filter(dead_letter__in=[d.pk for d in dead_letters])
-        .select_related("user")
-        .order_by("created_at", "id")
-    )
+    dead_letters = _payment_dead_letters(dead_letter)
     story = DeadLetterStory(
         dead_letter=dead_letter,
         payment=payment,
-        queue_message=queue_message,
+        queue_message=next(
+            (m for m in messages if m.message_id == dead_letter.original_message_id), None
+        ),
         errors=errors,
         other_errors=other_errors,
         attempts=attempts,
@@ -135,11 +98,62 @@ def dead_letter_story(dead_letter: DeadLetter) -> DeadLetterStory:
         active_hold=active_hold,
         parked=list(active_hold.parked.all()) if active_hold else [],
         dead_letters=dead_letters,
-        actions=actions,
+        actions=list(
+            TriageAction.objects.filter(dead_letter__in=[d.pk for d in dead_letters])
+            .select_related("user")
+            .order_by("created_at", "id")
+        ),
     )
     if active_hold is not None:
         story.release_blockers = hold_release_blockers(group, ignoring=dead_letter.pk)
     return story
+
+
+def _errors_split(
+    dead_letter: DeadLetter,
+) -> tuple[list[ProcessingError], list[ProcessingError]]:
+    """The dead message's own failures, and the payment's other messages' ones (one query)."""
+    message_id = dead_letter.original_message_id
+    all_errors = list(
+        ProcessingError.objects.filter(
+            Q(payment_id=dead_letter.group_id) | Q(message_id=message_id)
+        ).order_by("created_at", "id")
+    )
+    return (
+        [e for e in all_errors if e.message_id == message_id],
+        [e for e in all_errors if e.message_id != message_id],
+    )
+
+
+def _payment_messages(group: str) -> list[QueueMessage]:
+    if not group:
+        return []
+    return list(
+        QueueMessage.objects.filter(group_id=group)
+        .defer("body", "raw_body")
+        .order_by("sequence_number", "first_started_at", "id")
+    )
+
+
+def _payment_holds(group: str) -> list[PaymentHold]:
+    if not group:
+        return []
+    return list(
+        PaymentHold.objects.filter(payment_id=group)
+        .select_related("caused_by")
+        .prefetch_related("parked")
+        .order_by("-created_at", "-id")
+    )
+
+
+def _payment_dead_letters(dead_letter: DeadLetter) -> list[DeadLetter]:
+    if not dead_letter.group_id:
+        return [dead_letter]
+    return list(
+        DeadLetter.objects.filter(group_id=dead_letter.group_id)
+        .defer("body", "attributes")
+        .order_by("ingested_at", "id")
+    )
 
 
 def _timeline(payment: Payment | None, events: list[PaymentEvent]) -> list[TimelineStep]:

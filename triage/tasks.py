@@ -14,12 +14,12 @@ logger = logging.getLogger(__name__)
 @shared_task(name="triage.tasks.dead_letters_ingest", ignore_result=True)
 def dead_letters_ingest() -> int:
     """Move dead letters from the DLQ into the database (idempotent on the message id)."""
-    from triage import services
+    from triage import ingestion
 
     with single_flight("triage.dead_letters_ingest") as acquired:
         if not acquired:
             return 0
-        return services.dead_letters_ingest()
+        return ingestion.dead_letters_ingest()
 
 
 @shared_task(name="triage.tasks.queue_metrics_sample", ignore_result=True)
@@ -33,7 +33,7 @@ def queue_metrics_sample() -> dict:
 @shared_task(name="triage.tasks.alerts_evaluate", ignore_result=True)
 def alerts_evaluate() -> dict:
     """Fire the alert conditions that hold and resolve the ones that cleared."""
-    from triage.alerting import alerts_evaluate as evaluate
+    from triage.alert_conditions import alerts_evaluate as evaluate
 
     with single_flight("triage.alerts_evaluate") as acquired:
         if not acquired:

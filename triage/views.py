@@ -8,6 +8,7 @@ otherwise); the views parse the form, call one service and report with ``message
 from __future__ import annotations
 
 import copy
+import enum
 import re
 from datetime import timedelta
 
@@ -34,10 +35,10 @@ from django.utils import timezone
 
 from triage import bulk, charts, return_rates, selectors, services
 from triage.exceptions import NoteRequired, TriageError
-from triage.models import BulkTriageJob, DeadLetter, DeadLetterStatus
+from triage.models import BulkTriageJob, DeadLetter, DeadLetterStatus, TriageActionKind
 
 ACTION_TEXT = {
-    "redrive": {
+    TriageActionKind.REDRIVE: {
         "title": "Redrive",
         "verb": "redriven",
         "explain": (
@@ -46,7 +47,7 @@ ACTION_TEXT = {
             "payment's parked messages."
         ),
     },
-    "resolve": {
+    TriageActionKind.RESOLVE: {
         "title": "Resolve",
         "verb": "resolved",
         "explain": (
@@ -54,7 +55,7 @@ ACTION_TEXT = {
             "this message."
         ),
     },
-    "discard": {
+    TriageActionKind.DISCARD: {
         "title": "Discard",
         "verb": "discarded",
         "explain": (
@@ -128,10 +129,16 @@ def _context(request, model_admin, **extra) -> dict:
     }
 
 
-def dead_letter_action(request, model_admin, *, object_id: int, action: str):
-    """Confirm, then redrive / resolve / discard one dead letter."""
+def _action_parse(action: str) -> TriageActionKind:
+    """The operator's decision named in the URL; 404 for anything else."""
     if action not in services.ACTIONS:
         raise Http404(f"unknown action {action!r}")
+    return TriageActionKind(action)
+
+
+def dead_letter_action(request, model_admin, *, object_id: int, action: str):
+    """Confirm, then redrive / resolve / discard one dead letter."""
+    action = _action_parse(action)
     _require_act(request, model_admin)
     dead_letter = DeadLetter.objects.filter(pk=object_id).first()
     if dead_letter is None:
@@ -206,10 +213,15 @@ def object_id_parse(raw: str) -> int:
     return int(raw)
 
 
+def _changelist_url(filters: str) -> str:
+    """The dead-letter changelist with the operator's filters, where a bulk page returns."""
+    changelist = reverse("admin:triage_deadletter_changelist")
+    return f"{changelist}?{filters}" if filters else changelist
+
+
 def dead_letters_bulk_action(request, model_admin, *, action: str):
     """Confirm, then apply one action to exactly the listed dead letters."""
-    if action not in services.ACTIONS:
-        raise Http404(f"unknown action {action!r}")
+    action = _action_parse(action)
     _require_act(request, model_admin)
     source = request.POST if request.method == "POST" else request.GET
     try:
@@ -217,13 +229,11 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
     except BadIds as exc:
         return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
     filters = source.get("_changelist_filters", "")
-    changelist = reverse("admin:triage_deadletter_changelist")
-    back = f"{changelist}?{filters}" if filters else changelist
+    back = _changelist_url(filters)
     if not ids:
         return HttpResponseBadRequest(
             "No dead letter ids were given (ids=1,2,3).", content_type="text/plain; charset=utf-8"
         )
-    text = ACTION_TEXT[action]
     form = NoteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -236,28 +246,42 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
         except TriageError as exc:
             form.add_error(None, str(exc))
         else:
-            if result.done:
-                model_admin.message_user(
-                    request, f"{len(result.done)} dead letter(s) {text['verb']}.", messages.SUCCESS
-                )
-            released = [r for r in result.done if r.released is not None]
-            if released:
-                model_admin.message_user(
-                    request,
-                    f"{len(released)} payment hold(s) released, "
-                    f"{sum(r.released for r in released)} parked message(s) republished.",
-                    messages.SUCCESS,
-                )
-            for r in result.done:
-                if r.release_failed:
-                    model_admin.message_user(request, r.release_note, messages.ERROR)
-            for pk, reason in result.refused:
-                model_admin.message_user(request, f"Dead letter {pk}: {reason}", messages.ERROR)
+            _bulk_result_report(request, model_admin, result, verb=ACTION_TEXT[action]["verb"])
             return HttpResponseRedirect(back)
+    return _bulk_action_confirm(
+        request, model_admin, action=action, ids=ids, form=form, filters=filters, back=back
+    )
+
+
+def _bulk_result_report(request, model_admin, result: services.BulkResult, *, verb: str) -> None:
+    """Tell the operator what was done, which holds were released, and what was refused."""
+    if result.done:
+        model_admin.message_user(
+            request, f"{len(result.done)} dead letter(s) {verb}.", messages.SUCCESS
+        )
+    released = [r for r in result.done if r.released is not None]
+    if released:
+        model_admin.message_user(
+            request,
+            f"{len(released)} payment hold(s) released, "
+            f"{sum(r.released for r in released)} parked message(s) republished.",
+            messages.SUCCESS,
+        )
+    for r in result.done:
+        if r.release_failed:
+            model_admin.message_user(request, r.release_note, messages.ERROR)
+    for pk, reason in result.refused:
+        model_admin.message_user(request, f"Dead letter {pk}: {reason}", messages.ERROR)
+
+
+def _bulk_action_confirm(
+    request, model_admin, *, action: str, ids: list[int], form, filters: str, back: str
+):
+    """The confirmation page listing exactly these dead letters (and which cannot be acted on)."""
     dead_letters = list(DeadLetter.objects.filter(pk__in=ids).order_by("ingested_at", "id"))
     if not dead_letters:
         raise Http404("none of these dead letters exists")
-    missing = sorted(set(ids) - {d.pk for d in dead_letters})
+    text = ACTION_TEXT[action]
     return TemplateResponse(
         request,
         "admin/triage/deadletter/confirm_action.html",
@@ -270,7 +294,7 @@ def dead_letters_bulk_action(request, model_admin, *, action: str):
             release_explain=RELEASE_EXPLAIN,
             dead_letters=dead_letters,
             not_open=[d for d in dead_letters if d.status != DeadLetterStatus.OPEN],
-            missing=missing,
+            missing=sorted(set(ids) - {d.pk for d in dead_letters}),
             form=form,
             bulk=True,
             ids=",".join(str(i) for i in ids),
@@ -305,8 +329,7 @@ def _filtered_queryset(request, model_admin, filters: str):
 
 def dead_letters_bulk_all(request, model_admin, *, action: str):
     """Confirm, then start a background job acting on every open dead letter of the filter."""
-    if action not in services.ACTIONS:
-        raise Http404(f"unknown action {action!r}")
+    action = _action_parse(action)
     _require_act(request, model_admin)
     source = request.POST if request.method == "POST" else request.GET
     raw_filters = source.get("_changelist_filters", "")
@@ -317,9 +340,7 @@ def dead_letters_bulk_all(request, model_admin, *, action: str):
             f"The filter cannot be applied: {exc or 'unknown or malformed filter parameter'}",
             content_type="text/plain; charset=utf-8",
         )
-    changelist = reverse("admin:triage_deadletter_changelist")
-    back = f"{changelist}?{filters}" if filters else changelist
-    text = ACTION_TEXT[action]
+    back = _changelist_url(filters)
     form = BulkAllForm(request.POST or None)
     error = ""
     max_id = None
@@ -338,13 +359,7 @@ def dead_letters_bulk_all(request, model_admin, *, action: str):
         except TriageError as exc:
             error = str(exc)
         else:
-            model_admin.message_user(
-                request,
-                f"Bulk job {job.pk} started: {job.total} dead letter(s) to be {text['verb']} in "
-                "the background. Follow it here.",
-                messages.SUCCESS,
-            )
-            return HttpResponseRedirect(reverse("admin:triage_bulktriagejob_change", args=[job.pk]))
+            return _bulk_job_started(request, model_admin, job, verb=ACTION_TEXT[action]["verb"])
     elif form.is_bound:
         # The note is missing: keep the boundary the operator was shown, when it came intact.
         max_id = form.cleaned_data.get("max_id")
@@ -354,6 +369,44 @@ def dead_letters_bulk_all(request, model_admin, *, action: str):
             request, "No open dead letter matches this filter: nothing to do.", messages.WARNING
         )
         return HttpResponseRedirect(back)
+    return _bulk_all_confirm(
+        request,
+        model_admin,
+        action=action,
+        queryset=queryset,
+        selection=selection,
+        form=form,
+        error=error,
+        filters=filters,
+        back=back,
+    )
+
+
+def _bulk_job_started(request, model_admin, job: BulkTriageJob, *, verb: str):
+    model_admin.message_user(
+        request,
+        f"Bulk job {job.pk} started: {job.total} dead letter(s) to be {verb} in "
+        "the background. Follow it here.",
+        messages.SUCCESS,
+    )
+    return HttpResponseRedirect(reverse("admin:triage_bulktriagejob_change", args=[job.pk]))
+
+
+def _bulk_all_confirm(
+    request,
+    model_admin,
+    *,
+    action: str,
+    queryset,
+    selection: bulk.Selection,
+    form: BulkAllForm,
+    error: str,
+    filters: str,
+    back: str,
+):
+    """The confirmation page: how many open dead letters the job would act on, a sample of them,
+    and the boundary (count and highest id) the operator confirms."""
+    text = ACTION_TEXT[action]
     shown = BulkAllForm(
         initial={
             "note": request.POST.get("note", ""),
@@ -389,7 +442,14 @@ def dead_letters_bulk_all(request, model_admin, *, action: str):
     )
 
 
-def bulk_job_control(request, model_admin, *, object_id: str, operation: str):
+class BulkJobOperation(enum.StrEnum):
+    """What an operator can do to a bulk job from its page."""
+
+    CANCEL = "cancel"
+    RESUME = "resume"
+
+
+def bulk_job_control(request, model_admin, *, object_id: str, operation: BulkJobOperation):
     """POST only: cancel or resume a bulk job."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -399,7 +459,7 @@ def bulk_job_control(request, model_admin, *, object_id: str, operation: str):
     if job is None:
         raise Http404(f"bulk job {object_id} does not exist")
     try:
-        if operation == "cancel":
+        if operation == BulkJobOperation.CANCEL:
             bulk.bulk_job_cancel(job=job, user=request.user)
             text = (
                 f"Bulk job {job.pk} cancelled: it stops before its next batch. "

@@ -23,3 +23,6 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+
+# A worker subprocess a test starts may be told to stop at a named point (callbacks.conf).
+WORKER_PAUSE_AT = os.environ.get("WORKER_PAUSE_AT", "")

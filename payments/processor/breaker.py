@@ -39,7 +39,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.alerts import alert_clear, alert_raise
+from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.models import (
     AttemptOutcome,
     BreakerState,
@@ -74,7 +74,7 @@ class CallOutcome(enum.StrEnum):
     NEUTRAL = "neutral"  # says nothing either way (409 in progress, 429 handled as a pause)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Admission:
     """May the caller call the processor now? ``probe``: this caller holds the half-open probe,
     and its outcome decides. ``wait_seconds``: how long to stay away when not allowed."""
@@ -104,30 +104,51 @@ def _seconds_until(moment: datetime | None, now: datetime) -> float:
     return max(0.0, (moment - now).total_seconds())
 
 
-def _decision(breaker: CircuitBreaker, now: datetime) -> tuple[float, str, bool]:
-    """(wait seconds, reason, probe claimable) for the breaker as read."""
+@dataclass(frozen=True)
+class _Decision:
+    """What the breaker row, as read, says to a caller."""
+
+    wait_seconds: float
+    reason: str
+    probe_due: bool  # the pause is over: the next caller may claim the probe
+
+    def admission(self, breaker: CircuitBreaker) -> Admission:
+        """The answer to a caller that does not hold the probe."""
+        return Admission(
+            allowed=self.wait_seconds <= 0,
+            probe=False,
+            wait_seconds=self.wait_seconds,
+            state=breaker.state,
+            reason=self.reason,
+        )
+
+
+_PROBE_DUE = _Decision(wait_seconds=0.0, reason="", probe_due=True)
+
+
+def _decision(breaker: CircuitBreaker, now: datetime) -> _Decision:
     paused = _seconds_until(breaker.paused_until, now)
     pause_reason = f"submissions paused by the processor's 429 Retry-After for {paused:.1f} s"
     if breaker.state == BreakerState.CLOSED:
-        return paused, pause_reason if paused else "", False
+        return _Decision(paused, pause_reason if paused else "", probe_due=False)
     since = f"{breaker.opened_at:%Y-%m-%d %H:%M:%S} UTC" if breaker.opened_at else "?"
     if breaker.state == BreakerState.OPEN:
         remaining = _seconds_until(breaker.open_until, now)
         if remaining > 0 or paused > 0:
-            return (
+            return _Decision(
                 max(remaining, paused),
                 f"processor breaker open since {since}; next probe in {remaining:.1f} s",
-                False,
+                probe_due=False,
             )
-        return 0.0, "", True
+        return _PROBE_DUE
     lease = _seconds_until(breaker.probe_until, now)
     if lease > 0 or paused > 0:
-        return (
+        return _Decision(
             max(min(lease, PROBE_RECHECK_SECONDS), paused),
             f"processor breaker half-open since {since}: a probe call is deciding",
-            False,
+            probe_due=False,
         )
-    return 0.0, "", True
+    return _PROBE_DUE
 
 
 def processor_breaker_wait(*, now: datetime | None = None) -> Admission:
@@ -137,18 +158,17 @@ def processor_breaker_wait(*, now: datetime | None = None) -> Admission:
     now = now or timezone.now()
     breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
     if breaker is None:
-        return Admission(True, False, 0.0, BreakerState.CLOSED)
-    wait, reason, _ = _decision(breaker, now)
-    return Admission(wait <= 0, False, wait, breaker.state, reason)
+        return Admission(allowed=True, probe=False, wait_seconds=0.0, state=BreakerState.CLOSED)
+    return _decision(breaker, now).admission(breaker)
 
 
 def processor_breaker_admit(*, now: datetime | None = None) -> Admission:
     """Decide whether a processor call may go now; claims the half-open probe if it is due."""
     now = now or timezone.now()
     breaker = processor_breaker_get()
-    wait, reason, claimable = _decision(breaker, now)
-    if not claimable:
-        return Admission(wait <= 0, False, wait, breaker.state, reason)
+    decision = _decision(breaker, now)
+    if not decision.probe_due:
+        return decision.admission(breaker)
     lease = probe_lease_seconds()
     claimed = (
         CircuitBreaker.objects.filter(name=PROCESSOR)
@@ -169,7 +189,9 @@ def processor_breaker_admit(*, now: datetime | None = None) -> Admission:
         reason=f"pause over: one probe call decides (lease {lease:.0f} s)",
     )
     logger.warning("processor breaker half-open: this call is the probe")
-    return Admission(True, True, 0.0, BreakerState.HALF_OPEN, "probe")
+    return Admission(
+        allowed=True, probe=True, wait_seconds=0.0, state=BreakerState.HALF_OPEN, reason="probe"
+    )
 
 
 def processor_breaker_probe(*, now: datetime | None = None) -> str:
@@ -219,11 +241,15 @@ def processor_breaker_probe(*, now: datetime | None = None) -> str:
 
 def _admit_after_race(*, now: datetime) -> Admission:
     breaker = processor_breaker_get()
-    wait, reason, _ = _decision(breaker, now)
+    decision = _decision(breaker, now)
     if breaker.state == BreakerState.CLOSED:
-        return Admission(wait <= 0, False, wait, breaker.state, reason)
+        return decision.admission(breaker)
     return Admission(
-        False, False, max(wait, PROBE_RECHECK_SECONDS), breaker.state, reason or "probe taken"
+        allowed=False,
+        probe=False,
+        wait_seconds=max(decision.wait_seconds, PROBE_RECHECK_SECONDS),
+        state=breaker.state,
+        reason=decision.reason or "probe taken",
     )
 
 
@@ -473,7 +499,7 @@ def alert_unavailable_summary(*, opened_at: datetime, waiting: int) -> str:
 def _alert_unavailable(*, opened_at: datetime, reason: str) -> None:
     waiting = payments_waiting_count()
     alert_raise(
-        severity="high",
+        severity=AlertSeverity.HIGH,
         key=ALERT_KEY,
         summary=alert_unavailable_summary(opened_at=opened_at, waiting=waiting),
         details={

@@ -22,12 +22,13 @@ Two deliberate exceptions to "4xx is permanent":
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
@@ -46,6 +47,15 @@ RETRYABLE_4XX = (408, 409, 429)
 AUTH_FAILURES = (401, 403)
 
 
+class CallErrorKind(enum.StrEnum):
+    """What went wrong with a call, as the processor-attempt row stores it."""
+
+    NONE = ""  # accepted
+    TIMEOUT = "timeout"  # no answer within the read timeout
+    CONNECTION = "connection"  # no connection (refused, reset, connect timeout)
+    HTTP = "http"  # an answer that is not a usable success
+
+
 @dataclass(frozen=True)
 class CallRecord:
     """What one HTTP call did; the service turns it into a ProcessorAttempt row."""
@@ -55,7 +65,7 @@ class CallRecord:
     started_at: datetime
     latency_ms: float
     http_status: int | None = None
-    error_kind: str = ""  # "timeout", "connection", "http" or "" when accepted
+    error_kind: CallErrorKind = CallErrorKind.NONE
     error: str = ""
     response_body: str = ""
     retry_after: float | None = None
@@ -121,6 +131,26 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
         return None
     current = now or timezone.now()
     return max(0.0, (when - current).total_seconds())
+
+
+@dataclass(frozen=True)
+class _CallTimer:
+    """When a call started, and its record with the time it took so far."""
+
+    method: str
+    url: str
+    started_at: datetime = field(default_factory=timezone.now)
+    start: float = field(default_factory=time.perf_counter)
+
+    def record(self, **fields: Any) -> CallRecord:
+        latency_ms = (time.perf_counter() - self.start) * 1000
+        return CallRecord(
+            method=self.method,
+            url=self.url,
+            started_at=self.started_at,
+            latency_ms=latency_ms,
+            **fields,
+        )
 
 
 def _truncate(text: str) -> str:
@@ -227,20 +257,43 @@ class ProcessorClient:
         headers: dict[str, str],
         json_body: dict[str, Any] | None = None,
     ) -> tuple[requests.Response, CallRecord]:
-        url = self.base_url + path
-        started_at = timezone.now()
-        start = time.perf_counter()
+        """One call, classified as the module docstring says: a 2xx (or a GET's 404) is returned
+        with its record; anything else raises an error carrying it."""
+        timer = _CallTimer(method=method, url=self.base_url + path)
+        response = self._request(timer, headers=headers, json_body=json_body)
+        status = response.status_code
+        text = _truncate(response.text)
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        if 200 <= status < 300 or (status == 404 and method == "GET"):
+            return response, timer.record(http_status=status, response_body=text)
+        error = f"HTTP {status}: {_error_summary(text)}"
+        call = timer.record(
+            http_status=status,
+            error_kind=CallErrorKind.HTTP,
+            error=error,
+            response_body=text,
+            retry_after=retry_after,
+        )
+        where = f"{method} {timer.url}"
+        if status in AUTH_FAILURES:
+            raise ProcessorAuthFailed(f"{where}: {error} (check PROCESSOR_API_KEY)", call=call)
+        if status >= 500 or status in RETRYABLE_4XX:
+            raise ProcessorCallUnavailable(f"{where}: {error}", call=call)
+        raise ProcessorCallRejected(f"{where}: {error}", call=call)
 
-        def record(**fields: Any) -> CallRecord:
-            latency_ms = (time.perf_counter() - start) * 1000
-            return CallRecord(
-                method=method, url=url, started_at=started_at, latency_ms=latency_ms, **fields
-            )
-
+    def _request(
+        self,
+        timer: _CallTimer,
+        *,
+        headers: dict[str, str],
+        json_body: dict[str, Any] | None,
+    ) -> requests.Response:
+        """The HTTP exchange; no answer at all raises ``ProcessorCallUnavailable``."""
+        method, url = timer.method, timer.url
+        if json_body is not None:
+            headers = {**headers, "Content-Type": "application/json"}
         try:
-            if json_body is not None:
-                headers = {**headers, "Content-Type": "application/json"}
-            response = self.session.request(
+            return self.session.request(
                 method,
                 url,
                 headers=headers,
@@ -248,43 +301,26 @@ class ProcessorClient:
                 timeout=self.timeout,
             )
         except requests.exceptions.ConnectTimeout as exc:
-            call = record(error_kind="connection", error=f"connect timeout: {exc}")
+            call = timer.record(
+                error_kind=CallErrorKind.CONNECTION, error=f"connect timeout: {exc}"
+            )
             raise ProcessorCallUnavailable(
                 f"{method} {url}: could not connect within {self.timeout[0]} s", call=call
             ) from exc
         except requests.exceptions.Timeout as exc:
-            call = record(error_kind="timeout", error=f"read timeout: {exc}")
+            call = timer.record(error_kind=CallErrorKind.TIMEOUT, error=f"read timeout: {exc}")
             raise ProcessorCallUnavailable(
                 f"{method} {url}: no answer within {self.timeout[1]} s (the request may still "
                 "have been processed; retry with the same idempotency key)",
                 call=call,
             ) from exc
         except requests.exceptions.RequestException as exc:
-            call = record(error_kind="connection", error=f"{type(exc).__name__}: {exc}")
+            call = timer.record(
+                error_kind=CallErrorKind.CONNECTION, error=f"{type(exc).__name__}: {exc}"
+            )
             raise ProcessorCallUnavailable(
                 f"{method} {url}: {type(exc).__name__}: {exc}", call=call
             ) from exc
-
-        status = response.status_code
-        text = _truncate(response.text)
-        retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        if 200 <= status < 300 or (status == 404 and method == "GET"):
-            return response, record(http_status=status, response_body=text)
-        error = f"HTTP {status}: {_error_summary(text)}"
-        call = record(
-            http_status=status,
-            error_kind="http",
-            error=error,
-            response_body=text,
-            retry_after=retry_after,
-        )
-        if status in AUTH_FAILURES:
-            raise ProcessorAuthFailed(
-                f"{method} {url}: {error} (check PROCESSOR_API_KEY)", call=call
-            )
-        if status >= 500 or status in RETRYABLE_4XX:
-            raise ProcessorCallUnavailable(f"{method} {url}: {error}", call=call)
-        raise ProcessorCallRejected(f"{method} {url}: {error}", call=call)
 
     def _accepted_body(
         self, response: requests.Response, call: CallRecord
@@ -297,7 +333,7 @@ class ProcessorClient:
         except ValueError as exc:
             bad = replace(
                 call,
-                error_kind="http",
+                error_kind=CallErrorKind.HTTP,
                 error=f"HTTP {response.status_code} with an unusable body: {exc}",
             )
             raise ProcessorCallUnavailable(

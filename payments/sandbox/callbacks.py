@@ -125,27 +125,34 @@ class CallbackSender:
             "Content-Type": "application/json",
             signing.HEADER: signing.sign(raw, [self.secret]),
         }
-        error = ""
-        try:
-            response = self._session.post(
-                self.url, data=raw, headers=headers, timeout=self.timeout_seconds
-            )
-            ok = 200 <= response.status_code < 300
-            if not ok:
-                error = f"HTTP {response.status_code}: {response.text[:200]}"
-        except requests.RequestException as exc:
-            ok = False
-            error = f"{type(exc).__name__}: {exc}"
+        error = self._post(raw, headers)
         with self._cond:
             self.stats["attempts"] += 1
-            if ok:
+            if error is None:
                 self.stats["sent"] += 1
                 self.delivered.append({"body": delivery.body, "headers": headers, "raw": raw})
             else:
                 self.stats["failed_attempts"] += 1
-        if ok:
+        if error is None:
             self._finish(delivery)
-            return
+        else:
+            self._retry_or_give_up(delivery, error)
+
+    def _post(self, raw: bytes, headers: dict[str, str]) -> str | None:
+        """Deliver one signed body; the error when it was not taken (non-2xx or no answer)."""
+        try:
+            response = self._session.post(
+                self.url, data=raw, headers=headers, timeout=self.timeout_seconds
+            )
+        except requests.RequestException as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if 200 <= response.status_code < 300:
+            return None
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+
+    def _retry_or_give_up(self, delivery: Delivery, error: str) -> None:
+        """After a failed attempt: again after an exponential backoff, or give up at the limit
+        and go on with the debit's next event."""
         if delivery.attempt >= self.max_attempts:
             logger.warning(
                 "sandbox gave up delivering %s %s after %s attempts: %s",

@@ -25,6 +25,7 @@ life (or since ``POST /_sandbox/reset``):
 
 from __future__ import annotations
 
+import enum
 import os
 import random
 import re
@@ -104,10 +105,28 @@ def _check_probability(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a probability within 0..1, got {value}")
 
 
+class FaultKind(enum.StrEnum):
+    """What goes wrong with one debit call."""
+
+    NONE = "none"
+    SERVER_ERROR = "5xx"  # 503, nothing charged
+    REJECTED = "4xx"  # 400 account closed (R02), nothing charged
+    TIMEOUT = "timeout"  # answered after the client's read timeout; the charge is made
+    RATE_LIMITED = "429"  # 429 with Retry-After, nothing charged
+
+
 @dataclass(frozen=True)
 class DebitFault:
-    kind: str  # "none", "5xx", "4xx", "timeout", "429"
+    kind: FaultKind
     latency_seconds: float = 0.0
+
+
+# The fault a ``tok_<rule>_<n>`` token gets on its first n calls.
+_COUNTED_FAULTS = {
+    "fail5xx": FaultKind.SERVER_ERROR,
+    "timeout": FaultKind.TIMEOUT,
+    "429": FaultKind.RATE_LIMITED,
+}
 
 
 class FaultPlan:
@@ -144,16 +163,16 @@ class FaultPlan:
             draw = self._random.random()
         rule = _COUNTED_RULE.match(source_token)
         if rule and calls <= int(rule.group(2)):
-            return DebitFault({"fail5xx": "5xx", "timeout": "timeout", "429": "429"}[rule[1]])
+            return DebitFault(_COUNTED_FAULTS[rule[1]])
         if source_token.startswith("tok_reject"):
-            return DebitFault("4xx")
+            return DebitFault(FaultKind.REJECTED)
         if draw < config.p_5xx:
-            return DebitFault("5xx", latency)
+            return DebitFault(FaultKind.SERVER_ERROR, latency)
         if draw < config.p_5xx + config.p_4xx:
-            return DebitFault("4xx", latency)
+            return DebitFault(FaultKind.REJECTED, latency)
         if draw < config.p_5xx + config.p_4xx + config.p_timeout:
-            return DebitFault("timeout", latency)
-        return DebitFault("none", latency)
+            return DebitFault(FaultKind.TIMEOUT, latency)
+        return DebitFault(FaultKind.NONE, latency)
 
     def returns(self, source_token: str) -> bool:
         if source_token.startswith("tok_return"):

@@ -24,6 +24,7 @@ URL, from background threads. Faults: see ``faults.py``.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import json
@@ -33,6 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -40,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from payments.sandbox.callbacks import CallbackSender, Delivery
-from payments.sandbox.faults import FaultConfig, FaultPlan
+from payments.sandbox.faults import DebitFault, FaultConfig, FaultKind, FaultPlan
 from payments.sandbox.latch import DebitLatch
 
 logger = logging.getLogger(__name__)
@@ -49,7 +51,16 @@ MAX_BODY_BYTES = 64 * 1024
 _AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
 _DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
-OUTAGE_MODES = ("503", "timeout", "reset")
+
+
+class OutageMode(enum.StrEnum):
+    NONE = ""  # no outage
+    UNAVAILABLE = "503"  # every API call answers 503
+    TIMEOUT = "timeout"  # every API call hangs past the client's timeout, then answers 503
+    RESET = "reset"  # every API call has its connection closed without an answer
+
+
+OUTAGE_MODES = (OutageMode.UNAVAILABLE, OutageMode.TIMEOUT, OutageMode.RESET)
 
 
 class OutageReset(Exception):
@@ -145,7 +156,7 @@ class SandboxProcessor:
         self._requests: Counter[str] = Counter()
         self._replays = 0
         self._events = 0
-        self._outage_mode = ""
+        self._outage_mode = OutageMode.NONE
         self._outage_until: float | None = None  # time.monotonic(); None: until ended
         self._outage_calls = 0
         self.latch: DebitLatch | None = None  # tests: hold debit requests open mid-call
@@ -232,7 +243,7 @@ class SandboxProcessor:
             self._requests.clear()
             self._replays = 0
             self._events = 0
-            self._outage_mode, self._outage_until, self._outage_calls = "", None, 0
+            self._outage_mode, self._outage_until, self._outage_calls = OutageMode.NONE, None, 0
         self.plan.reset()
 
     # --- outages
@@ -243,13 +254,13 @@ class SandboxProcessor:
         if seconds is not None and not (0 < seconds <= 86400):
             raise ValueError(f"outage seconds must be within 0..86400, got {seconds}")
         with self._lock:
-            self._outage_mode = mode
+            self._outage_mode = OutageMode(mode)
             self._outage_until = None if seconds is None else time.monotonic() + seconds
         logger.warning("sandbox outage started: %s for %s s", mode, seconds or "ever")
 
     def outage_stop(self) -> None:
         with self._lock:
-            self._outage_mode = ""
+            self._outage_mode = OutageMode.NONE
             self._outage_until = None
         logger.warning("sandbox outage ended")
 
@@ -258,7 +269,7 @@ class SandboxProcessor:
         with self._lock:
             if self._outage_mode and self._outage_until is not None:
                 if time.monotonic() >= self._outage_until:
-                    self._outage_mode, self._outage_until = "", None
+                    self._outage_mode, self._outage_until = OutageMode.NONE, None
             remaining = (
                 None
                 if self._outage_until is None
@@ -278,9 +289,9 @@ class SandboxProcessor:
             return None
         with self._lock:
             self._outage_calls += 1
-        if mode == "reset":
+        if mode == OutageMode.RESET:
             raise OutageReset()
-        if mode == "timeout":
+        if mode == OutageMode.TIMEOUT:
             time.sleep(self.plan.config.timeout_seconds)
         return Answer(503, {"error": f"processor unavailable (sandbox outage: {mode})"})
 
@@ -307,20 +318,15 @@ class SandboxProcessor:
         return scheme == "Bearer" and hmac.compare_digest(token.encode(), self.api_key.encode())
 
     def debit_create(self, idempotency_key: str | None, raw: bytes) -> Answer:
+        """``POST /v1/ach/debits``: charge once per Idempotency-Key, with the plan's faults."""
         request = _parse_debit_request(idempotency_key, raw)
         key = request["idempotency_key"]
         fault = self.plan.debit_fault(request["source_token"])
         if fault.latency_seconds:
             time.sleep(fault.latency_seconds)
-        if fault.kind == "5xx":
-            return Answer(503, {"error": "processor temporarily unavailable (injected fault)"})
-        if fault.kind == "429":
-            retry_after = self.plan.config.retry_after_seconds
-            return Answer(
-                429,
-                {"error": f"rate limited; retry after {retry_after} s (injected fault)"},
-                (("Retry-After", str(retry_after)),),
-            )
+        refused = self._fault_answer(fault)
+        if refused is not None:
+            return refused
         fingerprint = _fingerprint(request)
         with self._lock:
             existing = self._debits.get(key)
@@ -333,29 +339,55 @@ class SandboxProcessor:
                     },
                     (("Retry-After", "1"),),
                 )
-            if existing is None and fault.kind != "4xx":
+            if existing is None and fault.kind != FaultKind.REJECTED:
                 self._in_flight.add(key)
         if existing is not None:
-            if existing.request_fingerprint != fingerprint:
-                return Answer(
-                    422,
-                    {
-                        "error": "Idempotency-Key was already used with a different request "
-                        f"(first for payment {existing.payment_id}, amount {existing.amount})"
-                    },
-                )
-            if fault.kind == "timeout":
-                time.sleep(self.plan.config.timeout_seconds)
-            with self._lock:
-                self._replays += 1
-            return Answer(200, existing.answer())
-        if fault.kind == "4xx":
+            return self._debit_replay(existing, fingerprint, fault)
+        if fault.kind == FaultKind.REJECTED:
             return Answer(
                 400,
                 {"error": "account closed (R02)", "code": "account_closed", "return_code": "R02"},
             )
+        debit = self._debit_charge(request, fingerprint, fault)
+        if self.latch is not None:
+            self.latch.hold(key)
+        self._callbacks_schedule(debit)
+        return Answer(201, debit.answer())
+
+    def _fault_answer(self, fault: DebitFault) -> Answer | None:
+        """The answer of a fault that refuses the call before anything is looked at."""
+        if fault.kind == FaultKind.SERVER_ERROR:
+            return Answer(503, {"error": "processor temporarily unavailable (injected fault)"})
+        if fault.kind == FaultKind.RATE_LIMITED:
+            retry_after = self.plan.config.retry_after_seconds
+            return Answer(
+                429,
+                {"error": f"rate limited; retry after {retry_after} s (injected fault)"},
+                (("Retry-After", str(retry_after)),),
+            )
+        return None
+
+    def _debit_replay(self, existing: Debit, fingerprint: str, fault: DebitFault) -> Answer:
+        """A known key: the original result for the same request, 422 for another one."""
+        if existing.request_fingerprint != fingerprint:
+            return Answer(
+                422,
+                {
+                    "error": "Idempotency-Key was already used with a different request "
+                    f"(first for payment {existing.payment_id}, amount {existing.amount})"
+                },
+            )
+        if fault.kind == FaultKind.TIMEOUT:
+            time.sleep(self.plan.config.timeout_seconds)
+        with self._lock:
+            self._replays += 1
+        return Answer(200, existing.answer())
+
+    def _debit_charge(self, request: dict, fingerprint: str, fault: DebitFault) -> Debit:
+        """Charge a key this call holds in flight, and let it go whatever happens."""
+        key = request["idempotency_key"]
         try:
-            if fault.kind == "timeout":
+            if fault.kind == FaultKind.TIMEOUT:
                 # Past the client's read timeout; the charge is still made, as real processors do.
                 time.sleep(self.plan.config.timeout_seconds)
             debit = Debit(
@@ -376,10 +408,7 @@ class SandboxProcessor:
         finally:
             with self._lock:
                 self._in_flight.discard(key)
-        if self.latch is not None:
-            self.latch.hold(key)
-        self._callbacks_schedule(debit)
-        return Answer(201, debit.answer())
+        return debit
 
     def debit_get(self, idempotency_key: str) -> Answer:
         debit = self.debit(idempotency_key)
@@ -394,67 +423,88 @@ class SandboxProcessor:
 
     # --- callbacks
     def _callbacks_schedule(self, debit: Debit) -> None:
-        assert self.callbacks is not None
-        sender = self.callbacks
-        plan = self.plan
-        final = "returned" if plan.returns(debit.source_token) else "settled"
-        later_return = plan.settled_return_code(debit.source_token) if final == "settled" else None
-        duplicate = plan.duplicates(debit.source_token)
+        _DebitCallbacks(self, debit).start()
 
-        def event(event_type: str, reason_code: str = "") -> dict:
-            body = {
-                "payment_id": debit.payment_id,
-                "event_type": event_type,
-                "processor_event_id": f"evt_{uuid.uuid4().hex}",
-                "amount": debit.amount,
-                "timestamp": datetime.now(UTC).isoformat(),
-            }
-            if event_type == "returned":
-                code = reason_code or "R01"
-                body.update({"reason_code": code, "message": RETURN_MESSAGES[code]})
-            with self._lock:
-                self._events += 1
-            return body
+    def _event_counted(self) -> None:
+        with self._lock:
+            self._events += 1
 
-        def set_status(status: str) -> None:
-            with self._lock:
-                debit.status = status
+    def _debit_status_set(self, debit: Debit, status: str) -> None:
+        with self._lock:
+            debit.status = status
 
-        def then_duplicate(body: dict, after: Any) -> Any:
-            def run() -> None:
-                if duplicate:
-                    sender.schedule(Delivery(body=dict(body)), plan.callback_delay())
-                if after is not None:
-                    after()
 
-            return run
+class _DebitCallbacks:
+    """The callbacks of one accepted debit: ``submitted``, then ``settled`` or ``returned``, and
+    for some settled debits a ``returned`` later; any of them may be delivered twice. Each one
+    is scheduled once the one before it is sent. What happens is drawn from the fault plan
+    here, in the order a seeded run has always drawn it."""
 
-        def return_event() -> None:
-            body = event("returned", later_return or "")
-            sender.schedule(
-                Delivery(
-                    body=body,
-                    on_send=lambda: set_status("returned"),
-                    then=then_duplicate(body, None),
-                ),
-                plan.config.return_after_seconds + plan.callback_delay(),
-            )
-
-        def final_event() -> None:
-            body = event(final)
-            sender.schedule(
-                Delivery(
-                    body=body,
-                    on_send=lambda: set_status(final),
-                    then=then_duplicate(body, return_event if later_return else None),
-                ),
-                plan.config.settle_after_seconds + plan.callback_delay(),
-            )
-
-        first = event("submitted")
-        sender.schedule(
-            Delivery(body=first, then=then_duplicate(first, final_event)), plan.callback_delay()
+    def __init__(self, sandbox: SandboxProcessor, debit: Debit) -> None:
+        assert sandbox.callbacks is not None
+        self.sandbox = sandbox
+        self.sender = sandbox.callbacks
+        self.plan = plan = sandbox.plan
+        self.debit = debit
+        self.final = "returned" if plan.returns(debit.source_token) else "settled"
+        self.later_return = (
+            plan.settled_return_code(debit.source_token) if self.final == "settled" else None
         )
+        self.duplicate = plan.duplicates(debit.source_token)
+
+    def start(self) -> None:
+        first = self._event("submitted")
+        self.sender.schedule(
+            Delivery(body=first, then=self._then_duplicate(first, self._final_event)),
+            self.plan.callback_delay(),
+        )
+
+    def _final_event(self) -> None:
+        body = self._event(self.final)
+        self.sender.schedule(
+            Delivery(
+                body=body,
+                on_send=lambda: self.sandbox._debit_status_set(self.debit, self.final),
+                then=self._then_duplicate(body, self._return_event if self.later_return else None),
+            ),
+            self.plan.config.settle_after_seconds + self.plan.callback_delay(),
+        )
+
+    def _return_event(self) -> None:
+        body = self._event("returned", self.later_return or "")
+        self.sender.schedule(
+            Delivery(
+                body=body,
+                on_send=lambda: self.sandbox._debit_status_set(self.debit, "returned"),
+                then=self._then_duplicate(body, None),
+            ),
+            self.plan.config.return_after_seconds + self.plan.callback_delay(),
+        )
+
+    def _event(self, event_type: str, reason_code: str = "") -> dict:
+        body = {
+            "payment_id": self.debit.payment_id,
+            "event_type": event_type,
+            "processor_event_id": f"evt_{uuid.uuid4().hex}",
+            "amount": self.debit.amount,
+            "timestamp": datetime.now(UTC).isoformat(),
+        }
+        if event_type == "returned":
+            code = reason_code or "R01"
+            body.update({"reason_code": code, "message": RETURN_MESSAGES[code]})
+        self.sandbox._event_counted()
+        return body
+
+    def _then_duplicate(self, body: dict, after: Callable[[], None] | None) -> Callable[[], None]:
+        """After ``body`` is sent: its duplicate when the plan says so, then ``after``."""
+
+        def run() -> None:
+            if self.duplicate:
+                self.sender.schedule(Delivery(body=dict(body)), self.plan.callback_delay())
+            if after is not None:
+                after()
+
+        return run
 
 
 RETURN_MESSAGES = {"R01": "Insufficient funds", "R10": "Customer advises not authorized"}

@@ -3,6 +3,7 @@
 from django.db.models import Q
 
 from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
+from payments.models import PaymentEvent
 
 
 def unaccounted(processor_event_ids: list[str]) -> list[str]:
@@ -10,9 +11,19 @@ def unaccounted(processor_event_ids: list[str]) -> list[str]:
     parked behind a hold, or dead-lettered with an error row a person sees."""
     missing = []
     for event_id in dict.fromkeys(processor_event_ids):
+        # A processor event applied cleanly keeps no body on its record: the payment's event
+        # log names the message that carried it (caused_by "sqs:<message id>").
+        carried_by = [
+            caused_by.removeprefix("sqs:")
+            for caused_by in PaymentEvent.objects.filter(
+                processor_event_id=event_id, caused_by__startswith="sqs:"
+            ).values_list("caused_by", flat=True)
+        ]
         records = list(
             QueueMessage.objects.filter(
-                Q(body__event__processor_event_id=event_id) | Q(raw_body__contains=event_id)
+                Q(body__event__processor_event_id=event_id)
+                | Q(raw_body__contains=event_id)
+                | Q(message_id__in=carried_by)
             )
         )
         finished = [

@@ -7,12 +7,12 @@ from django.utils import timezone
 
 from callbacks import sqs
 from callbacks.models import DeferredMessage
+from callbacks.retry import MAX_VISIBILITY_SECONDS, defer_hide_seconds
 from callbacks.services import (
     ReceivedMessage,
     deferred_message_record,
     deferred_messages_release_now,
 )
-from callbacks.worker import MAX_VISIBILITY_SECONDS, defer_hide_seconds
 from payments.models import BreakerState, CircuitBreaker, CircuitBreakerTransition
 from payments.processor.breaker import PROCESSOR, processor_breaker_get, processor_breaker_probe
 from tests.callbacks.worker_support import queue_counts, send_body

@@ -12,8 +12,8 @@ from payments.models import PaymentState
 from tests.callbacks.test_endpoint import event_body, post, post_json, queued_messages
 from tests.callbacks.worker_support import run_worker
 from tests.factories import PaymentFactory
+from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter
-from triage.services import dead_letters_ingest
 
 
 def raw_with(field: str, raw_value: str) -> bytes:

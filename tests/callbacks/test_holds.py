@@ -17,6 +17,7 @@ from callbacks.models import (
 from callbacks.selectors import payment_dead_lettered_message_ids, payment_queue_detail
 from callbacks.services import (
     ReceivedMessage,
+    StartAction,
     hold_release,
     message_republish,
     parked_message_republish,
@@ -250,7 +251,7 @@ def test_message_that_crashed_workers_until_redrive_holds_its_payment(sqs_queues
         [received] = drain(client, sqs_queues.url, visibility=1)
         assert received["MessageId"] == crasher_id
         decision = queue_message_start(message=ReceivedMessage.from_sqs(received))
-        assert decision.action == "process"
+        assert decision.action == StartAction.PROCESS
         client.change_message_visibility(
             QueueUrl=sqs_queues.url, ReceiptHandle=received["ReceiptHandle"], VisibilityTimeout=0
         )

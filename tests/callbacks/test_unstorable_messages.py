@@ -11,8 +11,8 @@ from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from payments.models import PaymentState
 from tests.callbacks.worker_support import drain, run_worker, send_body
 from tests.factories import PaymentFactory
+from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter
-from triage.services import dead_letters_ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -132,9 +132,11 @@ def test_a_start_failing_for_another_database_reason_is_never_dead_lettered(sqs_
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE FUNCTION refuse_queue_message() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            # Rows with a JSON body only: were this failure taken for the body's fault, the
-            # record as text would go through and the test would see it.
-            f"BEGIN IF NEW.group_id = '{payment.id}' AND NEW.body IS NOT NULL "
+            # Every row but the record as text (a bulk start stores no body, and no raw body
+            # either): were this failure taken for the body's fault, the record as text would
+            # go through and the test would see it.
+            f"BEGIN IF NEW.group_id = '{payment.id}' AND (NEW.body IS NOT NULL "
+            "OR NEW.raw_body = '') "
             "THEN RAISE EXCEPTION 'refused'; END IF; "
             "RETURN NEW; END $$"
         )

@@ -3,7 +3,7 @@ error classification, relay pacing."""
 
 import pytest
 
-from callbacks.worker import MAX_VISIBILITY_SECONDS, backoff_delay, classify
+from callbacks.retry import MAX_VISIBILITY_SECONDS, backoff_delay, classify
 from payments.exceptions import (
     AmountMismatch,
     EventConflict,

@@ -14,6 +14,7 @@ from payments.models import (
     Payment,
     PaymentEvent,
     PaymentState,
+    ProcessedEvent,
     ProcessorAttempt,
 )
 from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
@@ -356,3 +357,56 @@ def test_sigint_stops_an_idle_worker_cleanly(sqs_queues, tmp_path):
 
     assert worker.wait(15) == 0
     assert summary(worker) == (0, 0, 0)
+
+
+def test_sigkill_between_the_batch_savepoints_and_its_commit_loses_no_attempt(sqs_queues, tmp_path):
+    """The worker is killed with its batch's work done in savepoints but not committed: nothing
+    of it is applied, every attempt it started is still counted (the bulk start committed
+    before the work), and a fresh worker applies each event exactly once."""
+    payments = [PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(5)]
+    for payment in payments:
+        event = processor_event(payment, "settled")
+        send_body(
+            sqs_queues.client,
+            sqs_queues.url,
+            payment.id,
+            processor_event_message(event),
+            dedup_id=event.processor_event_id,
+        )
+    worker = WorkerProcess(
+        "--wait-time=1",
+        "--visibility-timeout=2",
+        "--no-relay",
+        log_dir=tmp_path,
+        WORKER_PAUSE_AT="batch_commit",
+    )
+    worker.wait_for("paused at batch_commit")
+    worker.kill()
+
+    started = list(QueueMessage.objects.values_list("status", "attempts"))
+    assert started and set(started) == {("in_progress", 1)}  # counted, never finished
+    assert not LedgerEntry.objects.exists()
+    assert not PaymentEvent.objects.filter(kind="processor_event").exists()
+
+    again = WorkerProcess(
+        "--wait-time=1", "--visibility-timeout=10", "--no-relay", log_dir=tmp_path, name="again"
+    )
+    wait_until(
+        lambda: (
+            QueueMessage.objects.filter(status="done").count() == 5
+            and queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+        ),
+        60,
+        "every event applied and every message deleted",
+    )
+    again.signal(signal.SIGTERM)
+    assert again.wait(30) == 0
+
+    assert Payment.objects.filter(state=PaymentState.CONFIRMED).count() == 5
+    assert LedgerEntry.objects.count() == 5  # once each
+    assert PaymentEvent.objects.filter(kind="processor_event", outcome="applied").count() == 5
+    assert ProcessedEvent.objects.count() == 5  # one dedup record each
+    attempts = sorted(QueueMessage.objects.values_list("attempts", flat=True))
+    # The killed batch's messages started twice (both attempts counted), any others once.
+    assert attempts == [1] * (5 - len(started)) + [2] * len(started)
+    assert not ProcessingError.objects.exists()

@@ -19,8 +19,8 @@ from payments import signing
 from payments.models import LedgerEntry, MerchantAccess, Payment, PaymentState
 from tests.callbacks.worker_support import run_worker
 from tests.host.shop.models import Order, PaymentNotice
+from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter
-from triage.services import dead_letters_ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from tests.triage.deadletters import (
     viewer,
     worker_run,
 )
-from triage import services
+from triage import ingestion, services
 from triage.exceptions import DeadLetterNotOpen, NotAllowed, NoteRequired, RedrivePublishFailed
 from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
@@ -36,7 +36,7 @@ def held(sqs_queues, fast_retries):
     submitted, _ = event_publish(payment, "submitted")
     settled_again, _ = event_publish(payment, "settled")
     worker_run()
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
     parked = list(ParkedMessage.objects.filter(payment_id=str(payment.id)))
     assert [p.body["event"]["processor_event_id"] for p in parked] == [
         submitted.processor_event_id,

@@ -7,16 +7,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from payments.alerts import alert_raise
-from triage.alerting import (
-    BACKLOG,
-    DEAD_LETTERS_OPEN,
-    DLQ_DEPTH,
-    alert_fire,
-    alert_resolve,
-    alerts_evaluate,
-    settlement_window_parse,
-)
+from triage.alert_conditions import BACKLOG, DEAD_LETTERS_OPEN, DLQ_DEPTH, alerts_evaluate
+from triage.alerting import alert_fire, alert_resolve
 from triage.models import Alert, AlertNotification, DeadLetter
+from triage.settlement_windows import settlement_window_parse
 
 # Monday 30 November 2026; Chicago is on CST (UTC-6), so 12:00 UTC is 06:00 there.
 INSIDE_WINDOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

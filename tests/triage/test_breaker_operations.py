@@ -17,7 +17,7 @@ from payments.processor.breaker import (
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import viewer
 from tests.triage.test_metrics import scrape, value
-from triage.alerting import alerts_evaluate
+from triage.alert_conditions import alerts_evaluate
 from triage.models import Alert, AlertNotification, AlertStatus
 
 pytestmark = pytest.mark.django_db

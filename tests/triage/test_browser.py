@@ -18,7 +18,7 @@ from callbacks.models import ParkedMessage
 from payments.models import Payment, PaymentEvent, PaymentState
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import event_publish, operator, worker_run
-from triage import services
+from triage import ingestion
 from triage.models import DeadLetter, DeadLetterStatus
 
 CHROMIUM = "/usr/bin/chromium"
@@ -79,7 +79,7 @@ def dead_submitted_event(sqs_queues, settings):
     submitted, _ = event_publish(payment, "submitted")
     settled, _ = event_publish(payment, "settled")
     worker_run()
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
     assert ParkedMessage.objects.filter(payment_id=str(payment.id)).count() == 1
     # The fix made elsewhere: the payment row now exists.
     payment.save()

@@ -18,7 +18,7 @@ from payments.models import PaymentEvent
 from tests.factories import PaymentFactory
 from tests.triage.bulk_support import dead_letters_bulk_create, job_for
 from tests.triage.deadletters import dead_letter_make, event_publish, operator, viewer, worker_run
-from triage import bulk, services, tasks
+from triage import bulk, ingestion, services, tasks
 from triage.exceptions import BulkSelectionChanged, NotAllowed
 from triage.models import (
     BulkItemOutcome,
@@ -304,7 +304,7 @@ def test_holds_are_released_in_each_payments_order_by_its_last_dead_letter(sqs_q
     submitted, _ = event_publish(payment, "submitted")
     settled, _ = event_publish(payment, "settled")
     worker_run()
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
     other = dead_letter_make()
     job = job_for(DeadLetter.objects.all(), action="resolve", user=operator())
 

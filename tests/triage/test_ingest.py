@@ -14,7 +14,7 @@ from payments.models import PaymentState
 from payments.signals import alert_raised
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import dlq_depth, event_publish, worker_run
-from triage import services
+from triage import ingestion
 from triage.models import DeadLetter, DeadLetterSource, DeadLetterStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ def test_worker_dead_letter_is_stored_with_its_history_and_deleted_from_the_dlq(
     worker_run()
     assert dlq_depth(sqs_queues) == 1
 
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
 
     dead = DeadLetter.objects.get()
     assert dead.original_message_id == message_id
@@ -75,14 +75,14 @@ def test_same_dlq_message_received_twice_makes_one_row_and_one_alert(
     def keep_in_dlq(url, message):  # no delete: the message becomes visible again at once
         sqs.change_visibility(url=url, receipt_handle=message.receipt_handle, seconds=0)
 
-    monkeypatch.setattr(services, "_dlq_delete", keep_in_dlq)
-    assert services.dead_letters_ingest(max_messages=1) == 1
-    assert services.dead_letters_ingest(max_messages=1) == 0
+    monkeypatch.setattr(ingestion, "_dlq_delete", keep_in_dlq)
+    assert ingestion.dead_letters_ingest(max_messages=1) == 1
+    assert ingestion.dead_letters_ingest(max_messages=1) == 0
     assert DeadLetter.objects.count() == 1
     assert dlq_depth(sqs_queues) == 1
     monkeypatch.undo()
 
-    assert services.dead_letters_ingest() == 0
+    assert ingestion.dead_letters_ingest() == 0
     assert DeadLetter.objects.count() == 1
     assert dlq_depth(sqs_queues) == 0
     assert len(alerts) == 1
@@ -100,14 +100,14 @@ def test_crash_between_commit_and_delete_loses_nothing_and_stores_nothing_twice(
         sqs.change_visibility(url=url, receipt_handle=message.receipt_handle, seconds=0)
         raise Crash()
 
-    monkeypatch.setattr(services, "_dlq_delete", die)
+    monkeypatch.setattr(ingestion, "_dlq_delete", die)
     with pytest.raises(Crash):
-        services.dead_letters_ingest()
+        ingestion.dead_letters_ingest()
     assert DeadLetter.objects.filter(original_message_id=message_id).count() == 1  # committed
     assert dlq_depth(sqs_queues) == 1  # and still in the DLQ
     monkeypatch.undo()
 
-    assert services.dead_letters_ingest() == 0  # the restarted process finds it stored
+    assert ingestion.dead_letters_ingest() == 0  # the restarted process finds it stored
     assert DeadLetter.objects.count() == 1
     assert dlq_depth(sqs_queues) == 0
     assert len(alerts) == 1
@@ -132,7 +132,7 @@ def test_redrive_policy_message_is_stored_and_its_payment_put_on_hold(sqs_queues
             break
     assert dlq_depth(sqs_queues) == 1
 
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
 
     dead = DeadLetter.objects.get()
     assert dead.original_message_id == message_id == dead.dlq_message_id
@@ -156,7 +156,7 @@ def test_redrive_policy_message_of_an_already_held_payment_keeps_one_hold(sqs_qu
         deduplication_id="x1",
         url=sqs_queues.dlq_url,
     )
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
     assert PaymentHold.objects.filter(payment_id=str(payment.id)).count() == 1
 
 
@@ -169,7 +169,7 @@ def test_a_body_that_is_not_json_is_kept_as_received(sqs_queues, alerts):
         MessageGroupId=group,
         MessageDeduplicationId="d2",
     )
-    assert services.dead_letters_ingest() == 2
+    assert ingestion.dead_letters_ingest() == 2
     raw = DeadLetter.objects.get(body__raw_body="<not json>")
     assert raw.kind == "" and str(raw.payment_id) == group
     assert json.dumps(raw.body)  # stored as a JSON object, nothing dropped
@@ -184,10 +184,10 @@ def test_max_messages_bounds_one_run(sqs_queues, alerts):
             deduplication_id=f"m{i}",
             url=sqs_queues.dlq_url,
         )
-    assert services.dead_letters_ingest(max_messages=2) == 2
+    assert ingestion.dead_letters_ingest(max_messages=2) == 2
     assert dlq_depth(sqs_queues) == 1
     with pytest.raises(ValueError, match="at least 1"):
-        services.dead_letters_ingest(max_messages=0)
+        ingestion.dead_letters_ingest(max_messages=0)
 
 
 def test_ingest_dlq_command_reports_the_count(sqs_queues, alerts):
@@ -228,7 +228,7 @@ def test_a_body_the_database_refuses_is_stored_as_text_and_leaves_the_dlq(sqs_qu
         deduplication_id="fine",
         url=sqs_queues.dlq_url,
     )
-    assert services.dead_letters_ingest() == 2
+    assert ingestion.dead_letters_ingest() == 2
     as_text = DeadLetter.objects.get(group_id=group)
     assert as_text.body == {
         "raw_body": '{"kind": "processor_event", "message": "nul \\u0000 here"}'
@@ -266,7 +266,7 @@ def test_a_message_that_cannot_be_stored_stays_in_the_dlq_and_raises_an_alert(sq
             deduplication_id="fine",
             url=sqs_queues.dlq_url,
         )
-        assert services.dead_letters_ingest() == 1
+        assert ingestion.dead_letters_ingest() == 1
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER refuse_dead_letter ON triage_deadletter")
@@ -293,7 +293,7 @@ def test_malformed_envelope_numbers_do_not_block_ingestion(sqs_queues, alerts):
         deduplication_id="orig-1",
         url=sqs_queues.dlq_url,
     )
-    assert services.dead_letters_ingest() == 1
+    assert ingestion.dead_letters_ingest() == 1
     dead = DeadLetter.objects.get(original_message_id="orig-1")
     assert dead.attempts == 0 and dead.first_failed_at is None
     assert dead.source == DeadLetterSource.WORKER and dead.last_error_class == "X"
@@ -316,18 +316,18 @@ def test_two_ingestions_racing_on_one_message_store_one_row(sqs_queues, alerts, 
         url=sqs_queues.dlq_url, max_messages=1, wait_seconds=0, visibility_timeout=30
     )
     both_checked = threading.Barrier(2, timeout=10)
-    real_build = services._dead_letter_build
+    real_build = ingestion._dead_letter_build
 
     def build_after_both_checked(*args):
         both_checked.wait()
         return real_build(*args)
 
-    monkeypatch.setattr(services, "_dead_letter_build", build_after_both_checked)
+    monkeypatch.setattr(ingestion, "_dead_letter_build", build_after_both_checked)
     results, errors = [], []
 
     def ingest():
         try:
-            results.append(services._dead_letter_store(message))
+            results.append(ingestion._dead_letter_store(message))
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from payments.models import MerchantReturnDay
 from tests.triage.deadletters import viewer
 from triage import charts
-from triage.alerting import alerts_evaluate
+from triage.alert_conditions import alerts_evaluate
 from triage.models import Alert, AlertStatus
 from triage.return_rates import ReturnRateCollector, return_rate_alerts_evaluate, return_rates_panel
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from triage.alerting import alerts_evaluate
+from triage.alert_conditions import alerts_evaluate
 
 
 class Command(BaseCommand):

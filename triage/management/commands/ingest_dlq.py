@@ -5,7 +5,7 @@ import argparse
 from django.core.management.base import BaseCommand, CommandError
 
 from callbacks import sqs
-from triage.services import dead_letters_ingest
+from triage.ingestion import dead_letters_ingest
 
 
 def _positive(value: str) -> int:

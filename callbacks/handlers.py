@@ -46,10 +46,16 @@ class Handler:
     ``atomic``: run the work and the done mark in one transaction. Work that calls the network
     (a processor submission) must not hold a transaction open across the call; it owns its
     short transactions and is idempotent, so the done mark follows in its own transaction.
+
+    ``own_savepoint``: every write the work makes happens inside one ``transaction.atomic()``
+    block of its own, so a failure rolls back everything it wrote. The batch transaction then
+    needs no savepoint of its own around it (two statements fewer per message); any other
+    handler gets one.
     """
 
     func: Callable[[ReceivedMessage], str]
     atomic: bool = True
+    own_savepoint: bool = False
 
 
 def _payment_id_from_body(message: ReceivedMessage) -> str:
@@ -92,6 +98,7 @@ def handle_submit_payment(message: ReceivedMessage) -> str:
 
 
 DEFAULT_HANDLERS: dict[str, Handler] = {
-    PROCESSOR_EVENT: Handler(handle_processor_event),
+    # payment_apply_event writes only inside its own atomic block.
+    PROCESSOR_EVENT: Handler(handle_processor_event, own_savepoint=True),
     SUBMIT_PAYMENT: Handler(handle_submit_payment, atomic=False),
 }

@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, DataError, close_old_connections, transaction
@@ -414,8 +414,9 @@ class Worker:
     def _apply_started(
         self, started: list[tuple[ReceivedMessage, QueueMessage]]
     ) -> dict[str, Result]:
-        """Apply started atomic messages in ONE transaction, a savepoint each, with their done
-        marks (one statement); then, after the commit, record each failure (error row, retry or
+        """Apply started atomic messages in ONE transaction, a savepoint each (the handler's own
+        when it declares one, see ``Handler.own_savepoint``), with their done marks (one
+        statement); then, after the commit, record each failure (error row, retry or
         dead letter: SQS is never called inside the transaction). A failing message rolls back
         only its savepoint. If the transaction itself fails (at commit, or the connection broke
         so a savepoint could not be rolled back), nothing of it committed: every message is
@@ -428,9 +429,10 @@ class Worker:
         try:
             with transaction.atomic():
                 for message, _ in started:
+                    handler = self.handlers[message.kind]
                     try:
-                        with transaction.atomic():
-                            outcomes[message.message_id] = self.handlers[message.kind].func(message)
+                        with transaction.atomic() if not handler.own_savepoint else nullcontext():
+                            outcomes[message.message_id] = handler.func(message)
                     except Exception as exc:  # noqa: BLE001 - becomes this message's retry
                         failures[message.message_id] = exc
                 if transaction.get_rollback():

@@ -51,13 +51,14 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     with worker.running():
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
-        # (BEGIN ... COMMIT) then applies them: per event a savepoint and its release around
-        # the work, and the work itself (savepoint, lock the payment, claim the dedup record,
-        # update the state, credit the ledger, the return-rate upsert, the event log row,
-        # release): 10 each; then one statement marks all ten done. 1 + 2 + 10 * 10 + 1 = 104,
-        # against 13 per event (130 per batch, in 20 transactions) when each message had its
-        # own start and its own transaction. Deletes and releases are SQS calls.
-        with django_assert_num_queries(104, connection=connection):
+        # (BEGIN ... COMMIT) then applies them: per event the work itself (its savepoint, lock
+        # the payment, claim the dedup record, update the state, credit the ledger, the
+        # return-rate upsert, the event log row, release): 8 each, with no second savepoint of
+        # the worker's around it (the processor-event handler declares its own); then one
+        # statement marks all ten done. 1 + 2 + 10 * 8 + 1 = 84, against 13 per event (130 per
+        # batch, in 20 transactions) when each message had its own start and its own
+        # transaction. Deletes and releases are SQS calls.
+        with django_assert_num_queries(84, connection=connection):
             worker.process_batch(messages)
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)
@@ -99,6 +100,32 @@ def test_a_failing_event_rolls_back_only_its_savepoint_and_keeps_its_body(sqs_qu
     assert (error.error_class, error.attempt_number) == ("builtins.RuntimeError", 1)
     assert QueueMessage.objects.filter(status="done").count() == 4
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (1, 0)  # only the failed one
+
+
+def test_a_refused_event_in_the_batch_rolls_back_its_own_writes(sqs_queues, settings):
+    """The processor-event handler runs without a worker savepoint (it declares its own): an
+    event refused after its dedup record was claimed (the amount is checked after the claim)
+    leaves neither that claim nor anything else behind, and the batch's other events commit."""
+    settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    payments = [PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(4)]
+    bad = payments[1]
+    for payment in payments:
+        amount = payment.amount + 1 if payment is bad else payment.amount
+        send_event(sqs_queues.client, sqs_queues.url, payment, "settled", amount=amount)
+    worker = Worker(wait_time=0, relay=False)
+    with worker.running():
+        worker.process_batch(receive_batch(worker, sqs_queues, 4))
+
+    bad.refresh_from_db()
+    assert bad.state == PaymentState.SUBMITTED
+    assert not ProcessedEvent.objects.filter(payment_id=bad.id).exists()  # the claim rolled back
+    assert not LedgerEntry.objects.filter(payment_id=bad.id).exists()
+    assert LedgerEntry.objects.count() == 3
+    failed = QueueMessage.objects.get(group_id=str(bad.id))
+    [error] = ProcessingError.objects.filter(message_id=failed.message_id)
+    assert error.error_class == "payments.exceptions.AmountMismatch"
+    assert QueueMessage.objects.filter(status="done").count() == 3
 
 
 def test_a_head_that_fails_stops_its_group_and_the_rest_never_start(sqs_queues, settings):

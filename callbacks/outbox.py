@@ -133,7 +133,11 @@ def _in_group_order(
 def _claimed_batch(rows: QuerySet, *, size: int) -> Iterator[list[OutboxMessage]]:
     """Claim up to ``size`` sendable rows of ``rows``; the caller sends and marks them inside."""
     if not _uses_advisory_locks():
-        with transaction.atomic():
+        # Without advisory locks (SQLite, the quick start) the claim is the transaction's write
+        # lock, so the send happens inside it, deliberately: SQLite has one writer anyway, and
+        # a rollback after a send only republishes later with the same deduplication id, which
+        # the queue and the worker's dedup record absorb.
+        with transaction.atomic(), sqs.transaction_allowed():
             candidates = list(rows.select_for_update().order_by("id")[:CLAIM_WINDOW])
             yield _in_group_order(candidates, {r.group_id for r in candidates}, size=size)
         return

@@ -175,6 +175,22 @@ def test_relay_publishes_in_batches_up_to_its_limit(sqs_queues):
 
 
 @pytest.mark.django_db
+def test_the_single_transaction_claim_publishes_in_order(sqs_queues, monkeypatch):
+    """The path of a database without advisory locks (SQLite, the quick start): the send runs
+    inside the claim's transaction on purpose, and the SQS guard must let it (it refused every
+    publish there once)."""
+    monkeypatch.setattr(outbox, "_uses_advisory_locks", lambda: False)
+    rows = add_rows(["a", "b", "a", "c", "a"])
+    assert outbox_relay_publish() == len(rows)
+    assert not OutboxMessage.objects.filter(published_at__isnull=True).exists()
+    bodies = [json.loads(m["Body"]) for m in drain(sqs_queues)]
+    assert sorted(b["outbox_id"] for b in bodies) == [r.id for r in rows]
+    assert [b["outbox_id"] for b in bodies if b["payment_id"] == "a"] == [
+        r.id for r in rows if r.group_id == "a"
+    ]
+
+
+@pytest.mark.django_db
 def test_relay_keeps_each_groups_id_order(sqs_queues):
     rows = add_rows(["a", "b", "a", "c", "a", "b"] * 4)
     assert outbox_relay_publish() == len(rows)

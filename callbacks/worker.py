@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, DataError, close_old_connections, transaction
+from django.db import DatabaseError, DataError, close_old_connections, connection, transaction
 from django.utils import timezone
 
 from callbacks import conf as callbacks_conf
@@ -389,8 +389,10 @@ class Worker:
     ) -> list[tuple[ReceivedMessage, QueueMessage]]:
         """Start the group heads the batch path can take, in one statement (see
         ``queue_messages_start_batch``); the rest keep the per-message path. A database that
-        cannot take the start leaves them all to the per-message path, which records why."""
-        if self.stopping or self._limit_reached():
+        cannot take the start leaves them all to the per-message path, which records why. The
+        bulk statement is PostgreSQL's; on another database (SQLite, the quick start) every
+        message takes the per-message path."""
+        if self.stopping or self._limit_reached() or connection.vendor != "postgresql":
             return []
         heads = [
             group[0]

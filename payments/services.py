@@ -4,7 +4,7 @@ import enum
 import logging
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
+from payments import event_sql
 from payments.alerts import AlertSeverity, alert_raise
 from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import (
@@ -205,6 +206,16 @@ def outbox_enqueue(*, kind: str, group_id: str, body: dict) -> OutboxMessage:
     return message
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Move:
+    """A transition made in memory, and the rows it writes besides the payment (unsaved)."""
+
+    from_state: str
+    to_state: str
+    ledger: LedgerEntry | None = None
+    debits_day: date | None = None  # the merchant's day counting one more settled debit
+
+
 def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
     """Move a payment locked by the caller to ``target`` and save it; return (from, to).
 
@@ -212,6 +223,15 @@ def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
     Confirmation writes the merchant's credit, a return after settlement its reversal (a debit
     of the same amount); both count in the merchant's daily return-rate counters.
     """
+    move = _transition_move(payment, target)
+    _move_save(payment, move)
+    _transition_count(move)
+    return move.from_state, move.to_state
+
+
+def _transition_move(payment: Payment, target: str) -> _Move:
+    """Run the state machine's transition to ``target`` on ``payment`` (in memory only) and
+    build the ledger row it writes: a credit on confirmation, its reversal on a return."""
     current = payment.state
     name = TRANSITIONS.get((current, target))
     if name is None:
@@ -219,29 +239,37 @@ def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
             f"no transition from {current} to {target} for payment {payment.id}"
         )
     getattr(payment, name)()
-    transaction.on_commit(lambda: TRANSITIONS_TOTAL.labels(current, target).inc(), robust=True)
     payment.state_changed_at = timezone.now()
-    payment.save(update_fields=["state", "state_changed_at", "updated_at"])
+    entry = {"payment": payment, "merchant_id": payment.merchant_id, "currency": payment.currency}
     if target == PaymentState.CONFIRMED:
-        LedgerEntry.objects.create(
-            payment=payment,
-            merchant_id=payment.merchant_id,
-            kind=LedgerEntryKind.CREDIT,
-            amount=payment.amount,
-            currency=payment.currency,
+        return _Move(
+            from_state=current,
+            to_state=target,
+            ledger=LedgerEntry(kind=LedgerEntryKind.CREDIT, amount=payment.amount, **entry),
+            debits_day=payment.state_changed_at.date(),
         )
-        merchant_return_day_add(
-            merchant_id=payment.merchant_id, day=payment.state_changed_at.date(), debits=1
+    if target == PaymentState.RETURNED:
+        return _Move(
+            from_state=current,
+            to_state=target,
+            ledger=LedgerEntry(kind=LedgerEntryKind.REVERSAL, amount=-payment.amount, **entry),
         )
-    elif target == PaymentState.RETURNED:
-        LedgerEntry.objects.create(
-            payment=payment,
-            merchant_id=payment.merchant_id,
-            kind=LedgerEntryKind.REVERSAL,
-            amount=-payment.amount,
-            currency=payment.currency,
-        )
-    return current, target
+    return _Move(from_state=current, to_state=target)
+
+
+def _move_save(payment: Payment, move: _Move) -> None:
+    """Save a transition made in memory: the payment's state and the rows the move writes."""
+    payment.save(update_fields=["state", "state_changed_at", "updated_at"])
+    if move.ledger is not None:
+        move.ledger.save()
+    if move.debits_day is not None:
+        merchant_return_day_add(merchant_id=payment.merchant_id, day=move.debits_day, debits=1)
+
+
+def _transition_count(move: _Move) -> None:
+    transaction.on_commit(
+        lambda: TRANSITIONS_TOTAL.labels(move.from_state, move.to_state).inc(), robust=True
+    )
 
 
 def merchant_return_day_add(
@@ -278,14 +306,15 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     duplicate (this processor_event_id was processed before with the same payload). Raises
     ``EventConflict`` for a known id with another payload, ``AmountMismatch``,
     ``InvalidTransition`` (no valid transition and not stale) and ``PaymentNotFound``; nothing is
-    written then, and the caller records the error.
+    written then, and the caller records the error. A repeat is a duplicate before it is
+    anything else: a refused event whose id was processed before is judged as a repeat.
 
-    The dedup record is claimed with one ``INSERT ... ON CONFLICT DO NOTHING`` before anything
-    else is written: the unique key decides, in one round trip and without a savepoint, whether
+    The state machine decides in memory; then the dedup record is claimed with ``INSERT ... ON
+    CONFLICT DO NOTHING`` and everything else is written only if that claim inserted it (on
+    PostgreSQL in the same statement, ``payments.event_sql``): the unique key decides whether
     this is the first time the event is seen (a concurrent claim for another payment waits on
     the key and then finds it taken).
     """
-    fingerprint = event.fingerprint
     with transaction.atomic():
         try:
             payment = Payment.objects.select_for_update().get(pk=event.payment_id)
@@ -295,35 +324,106 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         settled_at = payment.state_changed_at if current == PaymentState.CONFIRMED else None
         target = event_target_state(event.event_type, current)
         stale = target == current or STATE_RANK[target] < STATE_RANK[current]
-        outcome = ApplyOutcome.STALE if stale else ApplyOutcome.APPLIED
-        if not _processed_event_claim(event, payment, fingerprint, outcome):
-            seen = ProcessedEvent.objects.get(pk=event.processor_event_id)
-            if seen.payload_hash != fingerprint or seen.payment_id != payment.id:
-                raise EventConflict(
-                    f"processor_event_id {event.processor_event_id} was processed before with a "
-                    f"different payload (first seen {seen.processed_at.isoformat()} as "
-                    f"{seen.event_type} for payment {seen.payment_id})"
-                )
-            _log_event(payment, event, ApplyOutcome.DUPLICATE, current, current, caused_by)
-            return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
-        if event.amount != payment.amount:
-            raise AmountMismatch(
-                f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
-                f"but payment {payment.id} is for {payment.amount}"
+        refusal = _apply_refusal(event, payment, target, stale=stale)
+        if refusal is None:
+            move = None if stale else _transition_move(payment, target)
+            log = _event_row(
+                payment,
+                event,
+                ApplyOutcome.STALE if stale else ApplyOutcome.APPLIED,
+                current,
+                move.to_state if move else current,
+                caused_by,
             )
-        if stale:
-            to_state = current
-        elif (current, target) in EVENT_TRANSITIONS:
-            _, to_state = payment_transition(payment=payment, target=target)
-        else:
-            raise InvalidTransition(
-                f"{event.event_type} event {event.processor_event_id} cannot move payment "
-                f"{payment.id} from {current} to {target}"
-            )
-        if event.event_type == "returned" and not stale:
-            _return_record(payment=payment, event=event, settled_at=settled_at)
-        _log_event(payment, event, outcome, current, to_state, caused_by)
-    return ApplyResult(outcome, payment, current, to_state)
+            if _event_rows_write(payment, event, move, log):
+                if move is not None:
+                    _transition_count(move)
+                if event.event_type == "returned" and not stale:
+                    _return_record(payment=payment, event=event, settled_at=settled_at)
+                _transition_announce(log)
+                return ApplyResult(log.outcome, payment, current, log.to_state)
+            if move is not None:  # nothing was written: the event was claimed before
+                payment.refresh_from_db(fields=["state", "state_changed_at", "updated_at"])
+        return _apply_repeat(event, payment, caused_by, refusal)
+
+
+def _apply_refusal(
+    event: ProcessorEvent, payment: Payment, target: str, *, stale: bool
+) -> AmountMismatch | InvalidTransition | None:
+    """Why ``event`` cannot be applied to the locked ``payment``, if it cannot."""
+    if event.amount != payment.amount:
+        return AmountMismatch(
+            f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
+            f"but payment {payment.id} is for {payment.amount}"
+        )
+    if not stale and (payment.state, target) not in EVENT_TRANSITIONS:
+        return InvalidTransition(
+            f"{event.event_type} event {event.processor_event_id} cannot move payment "
+            f"{payment.id} from {payment.state} to {target}"
+        )
+    return None
+
+
+def _event_rows_write(
+    payment: Payment, event: ProcessorEvent, move: _Move | None, log: PaymentEvent
+) -> bool:
+    """Claim the event's dedup record and, only if it is new, write the move and ``log``.
+    True when written; False (nothing written) when the id was processed before."""
+    claim = ProcessedEvent(
+        processor_event_id=event.processor_event_id,
+        payment=payment,
+        event_type=event.event_type,
+        payload_hash=event.fingerprint,
+        outcome=log.outcome,
+    )
+    if _event_rows_in_one_statement():
+        return event_sql.event_rows_insert(
+            claim=claim,
+            log=log,
+            payment=payment if move else None,
+            ledger=move.ledger if move else None,
+            debits_day=move.debits_day if move else None,
+        )
+    if not _processed_event_claim(claim):
+        return False
+    if move is not None:
+        _move_save(payment, move)
+    log.save()
+    return True
+
+
+def _event_rows_in_one_statement() -> bool:
+    """PostgreSQL writes an event's rows in one statement; other databases (the quick start's
+    SQLite) statement by statement, in the same order and under the same claim."""
+    return connection.vendor == "postgresql"
+
+
+def _apply_repeat(
+    event: ProcessorEvent,
+    payment: Payment,
+    caused_by: str,
+    refusal: AmountMismatch | InvalidTransition | None,
+) -> ApplyResult:
+    """The event's id was processed before, or the event was refused: the same payload again
+    is logged as a duplicate, another payload under a known id is a conflict; an unknown id
+    keeps its refusal."""
+    try:
+        seen = ProcessedEvent.objects.get(pk=event.processor_event_id)
+    except ProcessedEvent.DoesNotExist:
+        if refusal is None:
+            raise
+        raise refusal from None
+    if seen.payload_hash != event.fingerprint or seen.payment_id != payment.id:
+        raise EventConflict(
+            f"processor_event_id {event.processor_event_id} was processed before with a "
+            f"different payload (first seen {seen.processed_at.isoformat()} as "
+            f"{seen.event_type} for payment {seen.payment_id})"
+        )
+    current = payment.state
+    log = _event_row(payment, event, ApplyOutcome.DUPLICATE, current, current, caused_by)
+    log.save()
+    _transition_announce(log)
+    return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
 
 
 def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> PaymentReturn:
@@ -414,24 +514,12 @@ def _return_alerts(
     return alerts
 
 
-def _processed_event_claim(
-    event: ProcessorEvent, payment: Payment, fingerprint: str, outcome: ApplyOutcome
-) -> bool:
+def _processed_event_claim(claim: ProcessedEvent) -> bool:
     """Insert the dedup record unless its id is known; True when this call inserted it."""
     meta = ProcessedEvent._meta
-    values = {
-        "processor_event_id": event.processor_event_id,
-        "payment": payment.pk,
-        "event_type": event.event_type,
-        "payload_hash": fingerprint,
-        "outcome": outcome,
-        "processed_at": timezone.now(),
-    }
-    fields = [meta.get_field(name) for name in values]
+    fields = meta.concrete_fields
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    params = [
-        f.get_db_prep_value(v, connection) for f, v in zip(fields, values.values(), strict=True)
-    ]
+    params = [f.get_db_prep_save(f.pre_save(claim, add=True), connection) for f in fields]
     key = connection.ops.quote_name(meta.pk.column)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -443,15 +531,16 @@ def _processed_event_claim(
         return cursor.fetchone() is not None
 
 
-def _log_event(
+def _event_row(
     payment: Payment,
     event: ProcessorEvent,
     outcome: ApplyOutcome,
     from_state: str,
     to_state: str,
     caused_by: str,
-) -> None:
-    row = PaymentEvent.objects.create(
+) -> PaymentEvent:
+    """The event-log row of a processor event (unsaved)."""
+    return PaymentEvent(
         payment=payment,
         kind=EventKind.PROCESSOR_EVENT,
         outcome=outcome,
@@ -462,7 +551,6 @@ def _log_event(
         payload=event.raw or event.as_payload(),
         caused_by=caused_by,
     )
-    _transition_announce(row)
 
 
 def processed_events_purge(

@@ -372,14 +372,15 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
         [message] = worker.receive()
         # The start, autocommitted: one query asks whether the message is known, the payment
         # held or an earlier message of its group unfinished; one insert records the start.
-        # The work, one transaction (BEGIN and COMMIT): savepoint, lock the payment, claim the
-        # dedup record, update the state, credit the ledger, count the debit in the merchant's
-        # daily return-rate counters (one upsert), event log row, release; mark the record done.
-        # Nine statements do the work; the other four are transaction control. This is the
-        # per-message path (a submission, a follower of its group in the batch, a message the
-        # bulk start leaves out); a batch's processor events take 104 statements per 10 (see
+        # The work, one transaction (BEGIN and COMMIT): savepoint, lock the payment, one
+        # statement that claims the dedup record and, because the claim is new, updates the
+        # state, credits the ledger, counts the debit in the merchant's daily return-rate
+        # counters and writes the event-log row (payments.event_sql); release; mark the record
+        # done. Five statements do the work; the other four are transaction control. This is
+        # the per-message path (a submission, a follower of its group in the batch, a message
+        # the bulk start leaves out); a batch's processor events take 44 statements per 10 (see
         # test_worker_batch.py).
-        with django_assert_num_queries(13, connection=connection):
+        with django_assert_num_queries(9, connection=connection):
             result = worker.process_message(message)
         worker.delete([message])
     assert result.outcome == "applied"

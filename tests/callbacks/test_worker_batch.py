@@ -51,14 +51,15 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     with worker.running():
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
-        # (BEGIN ... COMMIT) then applies them: per event the work itself (its savepoint, lock
-        # the payment, claim the dedup record, update the state, credit the ledger, the
-        # return-rate upsert, the event log row, release): 8 each, with no second savepoint of
-        # the worker's around it (the processor-event handler declares its own); then one
-        # statement marks all ten done. 1 + 2 + 10 * 8 + 1 = 84, against 13 per event (130 per
-        # batch, in 20 transactions) when each message had its own start and its own
-        # transaction. Deletes and releases are SQS calls.
-        with django_assert_num_queries(84, connection=connection):
+        # (BEGIN ... COMMIT) then applies them: per event its savepoint, the payment's row
+        # lock, one statement that claims the dedup record and only then writes the state, the
+        # ledger credit, the return-rate counter and the event-log row (payments.event_sql),
+        # and the release: 4 each, with no second savepoint of the worker's around it (the
+        # processor-event handler declares its own); then one statement marks all ten done.
+        # 1 + 2 + 10 * 4 + 1 = 44, against 84 when the event's rows were five ORM statements,
+        # and 130 (in 20 transactions) when each message had its own start and transaction.
+        # Deletes and releases are SQS calls.
+        with django_assert_num_queries(44, connection=connection):
             worker.process_batch(messages)
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)

@@ -32,7 +32,7 @@ from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, processor_event
 from triage.models import Alert, AlertStatus
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
 
 NOW = datetime(2026, 11, 30, 15, 0, tzinfo=UTC)  # a Monday
 

@@ -11,6 +11,7 @@ from payments.exceptions import AmountMismatch, EventConflict, InvalidTransition
 from payments.models import (
     EventOutcome,
     LedgerEntry,
+    MerchantReturnDay,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -21,7 +22,7 @@ from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_create, processed_events_purge
 from tests.factories import PaymentFactory, processor_event
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
 
 
 def _create(**overrides) -> Payment:
@@ -180,6 +181,64 @@ def test_repeated_event_id_with_another_payload_is_a_conflict_not_a_duplicate():
     with pytest.raises(EventConflict, match="evt_same"):
         payment_apply_event(event=event)
     assert payment.events.count() == 1
+
+
+def test_an_id_claimed_for_another_payment_moves_nothing_of_this_one():
+    """The state machine moves the payment in memory before the claim; the claim finds the id
+    taken, so nothing is written, and the payment in hand is back in its stored state."""
+    first = PaymentFactory(state="submitted", merchant_id="m-1")
+    other = PaymentFactory(state="submitted", merchant_id="m-2")
+    payment_apply_event(event=processor_event(first, "settled", processor_event_id="evt_x"))
+    before = (other.state, other.state_changed_at, other.updated_at)
+
+    with pytest.raises(EventConflict, match=f"for payment {first.id}"):
+        payment_apply_event(event=processor_event(other, "settled", processor_event_id="evt_x"))
+
+    other.refresh_from_db()
+    assert (other.state, other.state_changed_at, other.updated_at) == before
+    assert not LedgerEntry.objects.filter(payment=other).exists()
+    assert not other.events.filter(kind="processor_event").exists()
+    assert not MerchantReturnDay.objects.filter(merchant_id="m-2").exists()
+    assert ProcessedEvent.objects.get(pk="evt_x").payment_id == first.id
+
+
+def test_the_dedup_claim_governs_every_other_write():
+    """A dedup record already there means nothing else is written, even when the payment is
+    still where the event would move it from (here the record is planted by hand): the event
+    is a duplicate, the payment stays, no credit, no counter, one duplicate log row."""
+    payment = PaymentFactory(state="submitted", merchant_id="m-3")
+    event = processor_event(payment, "settled")
+    ProcessedEvent.objects.create(
+        processor_event_id=event.processor_event_id,
+        payment=payment,
+        event_type="settled",
+        payload_hash=event.fingerprint,
+        outcome="applied",
+    )
+
+    result = payment_apply_event(event=event)
+
+    assert (result.outcome, result.payment.state) == ("duplicate", "submitted")
+    payment.refresh_from_db()
+    assert payment.state == "submitted"
+    assert not LedgerEntry.objects.filter(payment=payment).exists()
+    assert not MerchantReturnDay.objects.filter(merchant_id="m-3").exists()
+    assert list(payment.events.values_list("outcome", flat=True)) == ["duplicate"]
+
+
+def test_a_known_id_is_a_conflict_even_when_the_event_would_be_refused():
+    """Whether an id was seen before is judged first: another payload under a known id is a
+    conflict, whatever else is wrong with it (here its amount too)."""
+    first = PaymentFactory(state="submitted")
+    other = PaymentFactory(state="submitted", amount=Decimal("5.00"))
+    payment_apply_event(event=processor_event(first, "settled", processor_event_id="evt_y"))
+
+    with pytest.raises(EventConflict, match="evt_y"):
+        payment_apply_event(
+            event=processor_event(
+                other, "settled", processor_event_id="evt_y", amount=Decimal("6.00")
+            )
+        )
 
 
 def test_event_for_another_amount_is_refused():

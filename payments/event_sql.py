@@ -1,4 +1,4 @@
-"""The rows of one applied processor event, written in one PostgreSQL statement.
+"""The SQL of a processor event's rows: on PostgreSQL one statement writes them all.
 
 ``payments.services.payment_apply_event`` decides, under the payment's row lock and with the
 state machine, what an event does; this module only writes that decision. The rows are built
@@ -15,12 +15,18 @@ CTEs writes them:
 Every write after the claim reads the claim's result, so when the dedup record already exists
 nothing at all is written and the statement returns no row. One round trip instead of five:
 the worker applies events in batches, and each round trip to PostgreSQL and each ORM
-statement built in Python was most of an event's cost (docs/benchmarks.md).
+statement built in Python was most of an event's cost (docs/benchmarks.md). Other databases
+write the same rows one by one after ``processed_event_claim``; the merchant-day counter's
+upsert (``merchant_day_add_sql``) serves both.
 """
+
+from functools import cache
 
 from django.db import connection, models
 
 from payments.models import LedgerEntry, MerchantReturnDay, Payment, PaymentEvent, ProcessedEvent
+
+RETURN_DAY_COUNTERS = ("debits", "returns", "unauthorized_returns", "administrative_returns")
 
 
 def _table(model: type[models.Model]) -> str:
@@ -31,14 +37,58 @@ def _column(field: models.Field) -> str:
     return connection.ops.quote_name(field.column)
 
 
-def _insert_parts(row: models.Model) -> tuple[str, str, list]:
-    """The quoted column list, a select list of typed placeholders and the parameters of an
-    insert of the unsaved ``row`` (an auto primary key is left to the database)."""
-    fields = [f for f in row._meta.concrete_fields if not isinstance(f, models.AutoField)]
-    params = [f.get_db_prep_save(f.pre_save(row, add=True), connection) for f in fields]
+@cache
+def _insert_template(
+    model: type[models.Model], vendor: str, typed: bool
+) -> tuple[list[models.Field], str, str]:
+    """The fields of an insert into ``model`` (an auto primary key is left to the database),
+    their quoted column list and their placeholders: typed (``CAST(%s AS type)``, as a select
+    list over a CTE needs) or plain. Built once per model: it is on every event's path."""
+    fields = [f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField)]
     columns = ", ".join(_column(f) for f in fields)
-    values = ", ".join(f"CAST(%s AS {f.cast_db_type(connection)})" for f in fields)
+    if typed:
+        values = ", ".join(f"CAST(%s AS {f.cast_db_type(connection)})" for f in fields)
+    else:
+        values = ", ".join(["%s"] * len(fields))
+    return fields, columns, values
+
+
+def _insert_parts(row: models.Model, *, typed: bool = True) -> tuple[str, str, list]:
+    """The column list, placeholders and parameters of an insert of the unsaved ``row``; its
+    values come from its fields (defaults, ``auto_now_add``, adaptation)."""
+    fields, columns, values = _insert_template(type(row), connection.vendor, typed)
+    params = [f.get_db_prep_save(f.pre_save(row, add=True), connection) for f in fields]
     return columns, values, params
+
+
+def _claim_sql(columns: str, values: str) -> str:
+    """Insert a dedup record unless its id is known, returning a row only when it inserted."""
+    key = _column(ProcessedEvent._meta.pk)
+    return (
+        f"INSERT INTO {_table(ProcessedEvent)} ({columns}) VALUES ({values}) "  # noqa: S608
+        f"ON CONFLICT ({key}) DO NOTHING RETURNING 1"
+    )
+
+
+def processed_event_claim(claim: ProcessedEvent) -> bool:
+    """Insert the dedup record ``claim`` unless its id is known; True when this call inserted
+    it. The portable form of the claim, for databases that write an event's rows one by one."""
+    columns, values, params = _insert_parts(claim, typed=False)
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql(columns, values), params)
+        return cursor.fetchone() is not None
+
+
+def merchant_day_add_sql(source: str) -> str:
+    """The upsert adding to a merchant's day counters. ``source`` is a ``VALUES`` or ``SELECT``
+    of (merchant_id, day, then each of RETURN_DAY_COUNTERS); two transactions adding to the same
+    day both count, without a read-modify-write race."""
+    table = _table(MerchantReturnDay)
+    updates = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in RETURN_DAY_COUNTERS)
+    return (
+        f"INSERT INTO {table} (merchant_id, day, {', '.join(RETURN_DAY_COUNTERS)}) "  # noqa: S608
+        f"{source} ON CONFLICT (merchant_id, day) DO UPDATE SET {updates}"
+    )
 
 
 def _moved_part(payment: Payment) -> tuple[str, list]:
@@ -57,14 +107,9 @@ def _moved_part(payment: Payment) -> tuple[str, list]:
 
 def _counted_part(merchant_id: str, day) -> tuple[str, list]:
     """One more settled debit on the merchant's day (the return-rate counters), if claimed."""
-    table = _table(MerchantReturnDay)
-    sql = (
-        f"counted AS (INSERT INTO {table} "  # noqa: S608
-        "(merchant_id, day, debits, returns, unauthorized_returns, administrative_returns) "
-        "SELECT CAST(%s AS varchar), CAST(%s AS date), 1, 0, 0, 0 FROM claim "
-        f"ON CONFLICT (merchant_id, day) DO UPDATE SET debits = {table}.debits + 1)"
-    )
-    return sql, [merchant_id, day]
+    counters = ", ".join(["CAST(%s AS integer)"] * len(RETURN_DAY_COUNTERS))
+    source = f"SELECT CAST(%s AS varchar), CAST(%s AS date), {counters} FROM claim"
+    return f"counted AS ({merchant_day_add_sql(source)})", [merchant_id, day, 1, 0, 0, 0]
 
 
 def event_rows_insert(
@@ -80,11 +125,7 @@ def event_rows_insert(
     event-log row ``log`` (whose primary key is set). True when written, False when the dedup
     record existed already and nothing was written. Call inside the payment's transaction."""
     columns, values, params = _insert_parts(claim)
-    key = _column(ProcessedEvent._meta.pk)
-    ctes = [
-        f"claim AS (INSERT INTO {_table(ProcessedEvent)} ({columns}) "  # noqa: S608
-        f"VALUES ({values}) ON CONFLICT ({key}) DO NOTHING RETURNING 1)"
-    ]
+    ctes = [f"claim AS ({_claim_sql(columns, values)})"]
     if payment is not None:
         sql, part = _moved_part(payment)
         ctes.append(sql)

@@ -32,7 +32,6 @@ from payments.models import (
     EventOutcome,
     LedgerEntry,
     LedgerEntryKind,
-    MerchantReturnDay,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -286,15 +285,10 @@ def merchant_return_day_add(
     One ``INSERT ... ON CONFLICT DO UPDATE`` adding to the stored values: two transitions of the
     same merchant committing at once both count, without a read-modify-write race.
     """
-    table = connection.ops.quote_name(MerchantReturnDay._meta.db_table)
-    counters = ("debits", "returns", "unauthorized_returns", "administrative_returns")
     values = (debits, returns, unauthorized_returns, administrative_returns)
-    updates = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in counters)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (merchant_id, day, {', '.join(counters)}) "  # noqa: S608
-            f"VALUES (%s, %s, %s, %s, %s, %s) "
-            f"ON CONFLICT (merchant_id, day) DO UPDATE SET {updates}",
+            event_sql.merchant_day_add_sql("VALUES (%s, %s, %s, %s, %s, %s)"),
             [merchant_id, day, *values],
         )
 
@@ -384,7 +378,7 @@ def _event_rows_write(
             ledger=move.ledger if move else None,
             debits_day=move.debits_day if move else None,
         )
-    if not _processed_event_claim(claim):
+    if not event_sql.processed_event_claim(claim):
         return False
     if move is not None:
         _move_save(payment, move)
@@ -512,23 +506,6 @@ def _return_alerts(
             }
         )
     return alerts
-
-
-def _processed_event_claim(claim: ProcessedEvent) -> bool:
-    """Insert the dedup record unless its id is known; True when this call inserted it."""
-    meta = ProcessedEvent._meta
-    fields = meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    params = [f.get_db_prep_save(f.pre_save(claim, add=True), connection) for f in fields]
-    key = connection.ops.quote_name(meta.pk.column)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "  # noqa: S608
-            f"VALUES ({', '.join(['%s'] * len(params))}) "
-            f"ON CONFLICT ({key}) DO NOTHING RETURNING {key}",
-            params,
-        )
-        return cursor.fetchone() is not None
 
 
 def _event_row(

@@ -82,6 +82,8 @@ __all__ = ["InvalidBody", "UnknownMessageKind", "UnstorableBody", "Worker"]
 
 # Seconds between outbox relay queries while batches keep arriving.
 RELAY_BUSY_INTERVAL = 1.0
+# The longest WORKER_RECEIVE_LINGER_SECONDS may be: it is latency added to every event.
+MAX_LINGER_SECONDS = 1.0
 # Seconds between looks at the processor's breaker from the loop (probe due? release deferred?).
 BREAKER_TICK_INTERVAL = 1.0
 
@@ -161,6 +163,7 @@ class Worker:
         max_messages: int | None = None,
         relay: bool = True,
         handlers: dict[str, Handler] | None = None,
+        linger: float | None = None,
     ) -> None:
         if not 1 <= batch_size <= 10:
             raise ValueError(f"batch_size must be 1-10, got {batch_size}")
@@ -170,11 +173,16 @@ class Worker:
             raise ValueError(f"visibility_timeout must be 1-43200, got {visibility_timeout}")
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        if linger is None:
+            linger = float(callbacks_conf.WORKER_RECEIVE_LINGER_SECONDS)
+        if not (0 <= linger <= MAX_LINGER_SECONDS):  # also refuses NaN
+            raise ValueError(f"linger must be 0-{MAX_LINGER_SECONDS} seconds, got {linger}")
         self.batch_size = batch_size
         self.wait_time = wait_time
         self.visibility_timeout = visibility_timeout
         self.until_empty = until_empty
         self.max_messages = max_messages
+        self.linger = linger
         self.handlers = dict(DEFAULT_HANDLERS if handlers is None else handlers)
         self.relay = _outbox_relay() if relay else None
         self.backoff_base = float(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS)
@@ -274,6 +282,10 @@ class Worker:
                 busy = bool(messages)
                 if messages:
                     self.process_batch(messages)
+                    if len(messages) < self.batch_size and self.linger:
+                        # The queue is keeping up: let the next batch gather several messages,
+                        # so one receive, one delete and one commit serve them all.
+                        self._stopping.wait(self.linger)
                 elif self.until_empty and not relayed:
                     if self._relay(busy=False):
                         continue  # rows were waiting in the outbox: go round again

@@ -150,6 +150,8 @@ WORKER_BACKOFF_CAP_SECONDS = env.float("WORKER_BACKOFF_CAP_SECONDS", default=30.
 WORKER_MAX_ATTEMPTS = env.int("WORKER_MAX_ATTEMPTS", default=6)  # the first try plus 5 retries
 # Keeps in-flight messages hidden past the visibility timeout; never turn it off in production.
 WORKER_VISIBILITY_HEARTBEAT = env.bool("WORKER_VISIBILITY_HEARTBEAT", default=True)
+# After a batch that was not full, wait this long before the next receive (fuller batches).
+WORKER_RECEIVE_LINGER_SECONDS = env.float("WORKER_RECEIVE_LINGER_SECONDS", default=0.02)
 
 # --- Processor
 PROCESSOR_BASE_URL = env("PROCESSOR_BASE_URL")

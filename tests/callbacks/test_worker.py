@@ -423,6 +423,10 @@ def test_unknown_kind_is_dead_lettered_after_the_dlq_comes_back(sqs_queues, sett
         ("--visibility-timeout", "0", "out of range (1-43200)"),
         ("--max-messages", "0", "out of range (at least 1)"),
         ("--batch-size", "ten", "'ten' is not a whole number"),
+        ("--linger", "1.5", "out of range (0-1)"),
+        ("--linger", "-0.01", "out of range (0-1)"),
+        ("--linger", "nan", "out of range (0-1)"),
+        ("--linger", "soon", "'soon' is not a number of seconds"),
     ],
 )
 def test_command_options_out_of_range_are_refused_with_the_reason(option, value, message):

@@ -2,6 +2,8 @@
 transaction, a savepoint each; failures are recorded after the commit."""
 
 import dataclasses
+import threading
+import time
 import uuid
 
 import pytest
@@ -254,3 +256,86 @@ def test_the_bulk_start_takes_only_what_it_can_decide_and_leaves_the_rest_untouc
     for untouched in (held, behind, redrive, nul):
         assert not QueueMessage.objects.filter(message_id=untouched.message_id).exists()
     assert QueueMessage.objects.get(message_id=done.message_id).attempts == 1
+
+
+class BatchRecorder(Worker):
+    """A worker that records the size of every batch it handles and can act after each."""
+
+    def __init__(self, *, after_batch=None, **options) -> None:
+        super().__init__(**options)
+        self.sizes: list[int] = []
+        self.after_batch = after_batch
+
+    def process_batch(self, messages) -> None:
+        self.sizes.append(len(messages))
+        super().process_batch(messages)
+        if self.after_batch is not None:
+            self.after_batch(self)
+
+
+def send_later(sqs_queues, payments, *, gap: float) -> threading.Thread:
+    """Send one settled event per payment from another thread, ``gap`` seconds apart."""
+
+    def run() -> None:
+        for payment in payments:
+            time.sleep(gap)
+            send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("linger, batches_for_the_five", [(1.0, [5]), (0, "several")])
+def test_after_a_batch_that_was_not_full_the_worker_lingers_so_the_next_one_fills(
+    sqs_queues, linger, batches_for_the_five
+):
+    first, *later = [PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(6)]
+    send_event(sqs_queues.client, sqs_queues.url, first, "settled")
+    senders = []
+
+    def after_batch(worker):
+        if len(worker.sizes) == 1:  # five events arrive while the worker lingers (or polls)
+            senders.append(send_later(sqs_queues, later, gap=0.05))
+
+    worker = BatchRecorder(
+        after_batch=after_batch, wait_time=1, until_empty=True, relay=False, linger=linger
+    )
+    worker.run()
+    senders[0].join()
+
+    assert worker.sizes[0] == 1
+    if batches_for_the_five == "several":  # the negative control: each long poll returns early
+        assert len(worker.sizes[1:]) > 1, worker.sizes
+    else:
+        assert worker.sizes[1:] == batches_for_the_five
+    assert worker.stats.outcomes == {"applied": 6}
+    assert LedgerEntry.objects.count() == 6
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+
+
+def test_a_full_batch_is_followed_by_the_next_receive_at_once(sqs_queues):
+    settled_events(sqs_queues, 3)
+    worker = BatchRecorder(batch_size=1, wait_time=0, until_empty=True, relay=False, linger=1.0)
+    began = time.monotonic()
+    worker.run()
+    # Three full batches of one: no linger between them (the last, empty receive ends the run).
+    assert worker.sizes == [1, 1, 1]
+    assert time.monotonic() - began < 1.0
+
+
+def test_a_stop_request_ends_the_linger_at_once(sqs_queues):
+    settled_events(sqs_queues, 1)
+    worker = BatchRecorder(
+        after_batch=Worker.request_stop, wait_time=0, until_empty=True, relay=False, linger=1.0
+    )
+    began = time.monotonic()
+    worker.run()
+    assert worker.sizes == [1]
+    assert time.monotonic() - began < 0.9
+
+
+@pytest.mark.parametrize("linger", [-0.001, 1.01, float("nan")])
+def test_a_linger_out_of_range_is_refused(linger):
+    with pytest.raises(ValueError, match="linger must be 0-1.0 seconds"):
+        Worker(linger=linger)

@@ -13,7 +13,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 from callbacks import sqs
-from callbacks.worker import Worker
+from callbacks.worker import MAX_LINGER_SECONDS, Worker
 from payments.selectors import recommended_visibility_timeout
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,16 @@ def _int_range(low: int, high: int | None = None):
         return number
 
     return parse
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 <= number <= MAX_LINGER_SECONDS:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value} is out of range (0-{MAX_LINGER_SECONDS:g})")
+    return number
 
 
 def default_visibility_timeout() -> int:
@@ -79,6 +89,13 @@ class Command(BaseCommand):
             dest="relay",
             help="Do not publish the outbox from this process.",
         )
+        parser.add_argument(
+            "--linger",
+            type=_seconds,
+            default=None,
+            help="Seconds to wait after a batch that was not full before the next receive, so "
+            "batches fill (default: WORKER_RECEIVE_LINGER_SECONDS, 0.02; 0 receives at once).",
+        )
 
     def handle(self, *args, **options):
         visibility_timeout = options["visibility_timeout"] or default_visibility_timeout()
@@ -89,11 +106,13 @@ class Command(BaseCommand):
             until_empty=options["until_empty"],
             max_messages=options["max_messages"],
             relay=options["relay"],
+            linger=options["linger"],
         )
         logger.info(
-            "run_sqs_worker starting: batch %s, wait %s s, visibility %s s, relay %s",
+            "run_sqs_worker starting: batch %s, wait %s s, linger %s s, visibility %s s, relay %s",
             worker.batch_size,
             worker.wait_time,
+            worker.linger,
             worker.visibility_timeout,
             "on" if worker.relay else "off",
         )

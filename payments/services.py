@@ -311,7 +311,7 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     """
     with transaction.atomic():
         try:
-            payment = Payment.objects.select_for_update().get(pk=event.payment_id)
+            payment = event_sql.payment_locked(event.payment_id)
         except Payment.DoesNotExist:
             raise PaymentNotFound(f"payment {event.payment_id} does not exist") from None
         current = payment.state

@@ -1,0 +1,53 @@
+"""The payment's row lock that ``payment_apply_event`` takes: the ORM's own statement, compiled
+once (``payments.event_sql.payment_locked``). The races in test_services.py show it waits on a
+held lock; these show it returns exactly what the ORM would."""
+
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from payments import event_sql
+from payments.models import Payment
+from tests.factories import PaymentFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_precompiled_row_lock_returns_what_the_orm_returns():
+    payment = PaymentFactory(state="submitted", description="naïve ✓")
+
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as statements:
+            locked = event_sql.payment_locked(payment.pk)
+        orm = Payment.objects.select_for_update().get(pk=payment.pk)
+
+    assert event_sql._lock_template(connection.vendor) is not None  # PostgreSQL's fast path
+    assert len(statements) == 1
+    assert statements[0]["sql"].endswith("FOR UPDATE")
+    for field in Payment._meta.concrete_fields:
+        mine, theirs = getattr(locked, field.attname), getattr(orm, field.attname)
+        assert (mine, type(mine)) == (theirs, type(theirs)), field.name
+    assert (locked._state.adding, locked._state.db) == (False, orm._state.db)
+
+
+def test_the_precompiled_row_lock_names_a_missing_payment():
+    missing = uuid.uuid4()
+    with transaction.atomic(), pytest.raises(Payment.DoesNotExist, match=str(missing)):
+        event_sql.payment_locked(missing)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_row_lock_refuses_to_run_outside_a_transaction(compiled):
+    """Outside a transaction the lock would end with its own statement: refused, as the ORM
+    refuses it, whether or not the statement was compiled before."""
+    payment = PaymentFactory()
+    if compiled:
+        with transaction.atomic():
+            event_sql.payment_locked(payment.pk)
+    else:
+        event_sql._lock_template.cache_clear()
+    with pytest.raises(transaction.TransactionManagementError, match="needs a transaction"):
+        event_sql.payment_locked(payment.pk)

@@ -468,7 +468,7 @@ class ChaosRun:
                 "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": "20",
                 "GUNICORN_BIND": f"127.0.0.1:{self.ports['web']}",
                 "GUNICORN_WORKERS": "2",
-                "GUNICORN_THREADS": "4",
+                "GUNICORN_THREADS": "8",
                 "LOG_LEVEL": "INFO",
                 # The project's .env is read too, for what is not set here: alerts go to the
                 # log only, mail to the console.

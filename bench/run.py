@@ -76,7 +76,7 @@ def _config() -> dict:
             "ingest_pool": env_int("BENCH_INGEST_POOL", 50_000),
             "ingest_rounds": env_int("BENCH_INGEST_ROUNDS", 2),
             "gunicorn_workers": env_int("BENCH_GUNICORN_WORKERS", 2),
-            "gunicorn_threads": env_int("BENCH_GUNICORN_THREADS", 4),
+            "gunicorn_threads": env_int("BENCH_GUNICORN_THREADS", 8),
             "e2e_rate": env_int("BENCH_E2E_RATE", 200),
             "e2e_seconds": env_int("BENCH_E2E_SECONDS", 20),
             "e2e_workers": env_int("BENCH_E2E_WORKERS", 2),

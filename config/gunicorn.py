@@ -13,7 +13,9 @@ from pathlib import Path
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
-threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+# The callback endpoint waits on the SQS round trip, not the CPU: more threads than cores keep
+# the CPU busy and fill the coalesced sends (docs/benchmarks.md, "The whole pipeline").
+threads = int(os.environ.get("GUNICORN_THREADS", "8"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 accesslog = "-"

@@ -23,7 +23,7 @@ upsert (``merchant_day_add_sql``) serves both.
 import uuid
 from functools import cache
 
-from django.db import connection, models
+from django.db import connection, connections, models
 from django.db.transaction import TransactionManagementError
 
 from payments.models import LedgerEntry, MerchantReturnDay, Payment, PaymentEvent, ProcessedEvent
@@ -88,12 +88,17 @@ def payment_locked(payment_id) -> Payment:
     return Payment.from_db(connection.alias, attnames, row)
 
 
+def _row_params(row: models.Model, fields: list[models.Field], db, *, add: bool = True) -> list:
+    """The database values of ``fields`` of ``row``: defaults, ``auto_now`` and adaptation, as
+    the ORM's own save computes them."""
+    return [f.get_db_prep_save(f.pre_save(row, add=add), db) for f in fields]
+
+
 def _insert_parts(row: models.Model, *, typed: bool = True) -> tuple[str, str, list]:
     """The column list, placeholders and parameters of an insert of the unsaved ``row``; its
     values come from its fields (defaults, ``auto_now_add``, adaptation)."""
     fields, columns, values = _insert_template(type(row), connection.vendor, typed)
-    params = [f.get_db_prep_save(f.pre_save(row, add=True), connection) for f in fields]
-    return columns, values, params
+    return columns, values, _row_params(row, fields, connection)
 
 
 def _claim_sql(columns: str, values: str) -> str:
@@ -126,25 +131,48 @@ def merchant_day_add_sql(source: str) -> str:
     )
 
 
-def _moved_part(payment: Payment) -> tuple[str, list]:
+_MOVED_FIELDS = ("state", "state_changed_at", "updated_at")
+
+
+def _moved_sql() -> str:
     """The payment's new state, its change time and ``updated_at``, written only if claimed."""
-    names = ("state", "state_changed_at", "updated_at")
-    fields = [Payment._meta.get_field(name) for name in names]
+    fields = [Payment._meta.get_field(name) for name in _MOVED_FIELDS]
     sets = ", ".join(f"{_column(f)} = CAST(%s AS {f.cast_db_type(connection)})" for f in fields)
-    params = [f.get_db_prep_save(f.pre_save(payment, add=False), connection) for f in fields]
     key = _column(Payment._meta.pk)
-    sql = (
+    return (
         f"moved AS (UPDATE {_table(Payment)} SET {sets} "  # noqa: S608
         f"WHERE {key} = %s AND EXISTS (SELECT FROM claim))"
     )
-    return sql, [*params, Payment._meta.pk.get_db_prep_value(payment.pk, connection)]
 
 
-def _counted_part(merchant_id: str, day) -> tuple[str, list]:
+def _counted_sql() -> str:
     """One more settled debit on the merchant's day (the return-rate counters), if claimed."""
     counters = ", ".join(["CAST(%s AS integer)"] * len(RETURN_DAY_COUNTERS))
     source = f"SELECT CAST(%s AS varchar), CAST(%s AS date), {counters} FROM claim"
-    return f"counted AS ({merchant_day_add_sql(source)})", [merchant_id, day, 1, 0, 0, 0]
+    return f"counted AS ({merchant_day_add_sql(source)})"
+
+
+@cache
+def _event_statement(vendor: str, *, moved: bool, ledger: bool, counted: bool) -> str:
+    """The one statement of ``event_rows_insert`` for one shape of event, built once: the
+    statement text is the same for every event of a shape, only the parameters change."""
+    columns, values = _insert_template(ProcessedEvent, vendor, True)[1:]
+    ctes = [f"claim AS ({_claim_sql(columns, values)})"]
+    if moved:
+        ctes.append(_moved_sql())
+    if ledger:
+        columns, values = _insert_template(LedgerEntry, vendor, True)[1:]
+        ctes.append(
+            f"ledger AS (INSERT INTO {_table(LedgerEntry)} ({columns}) "  # noqa: S608
+            f"SELECT {values} FROM claim)"
+        )
+    if counted:
+        ctes.append(_counted_sql())
+    columns, values = _insert_template(PaymentEvent, vendor, True)[1:]
+    return (
+        f"WITH {', '.join(ctes)} INSERT INTO {_table(PaymentEvent)} ({columns}) "  # noqa: S608
+        f"SELECT {values} FROM claim RETURNING {_column(PaymentEvent._meta.pk)}"
+    )
 
 
 def event_rows_insert(
@@ -159,34 +187,28 @@ def event_rows_insert(
     when ``payment`` is given, the ``ledger`` row, one settled debit on ``debits_day``) and the
     event-log row ``log`` (whose primary key is set). True when written, False when the dedup
     record existed already and nothing was written. Call inside the payment's transaction."""
-    columns, values, params = _insert_parts(claim)
-    ctes = [f"claim AS ({_claim_sql(columns, values)})"]
+    db = connections[connection.alias]  # the wrapper itself: every value below adapts through it
+    sql = _event_statement(
+        db.vendor,
+        moved=payment is not None,
+        ledger=ledger is not None,
+        counted=debits_day is not None,
+    )
+    params = _row_params(claim, _insert_template(ProcessedEvent, db.vendor, True)[0], db)
     if payment is not None:
-        sql, part = _moved_part(payment)
-        ctes.append(sql)
-        params += part
+        fields = [Payment._meta.get_field(name) for name in _MOVED_FIELDS]
+        params += _row_params(payment, fields, db, add=False)
+        params.append(Payment._meta.pk.get_db_prep_value(payment.pk, db))
     if ledger is not None:
-        columns, values, part = _insert_parts(ledger)
-        ctes.append(
-            f"ledger AS (INSERT INTO {_table(LedgerEntry)} ({columns}) "  # noqa: S608
-            f"SELECT {values} FROM claim)"
-        )
-        params += part
+        params += _row_params(ledger, _insert_template(LedgerEntry, db.vendor, True)[0], db)
     if debits_day is not None:
-        sql, part = _counted_part(log.payment.merchant_id, debits_day)
-        ctes.append(sql)
-        params += part
-    columns, values, part = _insert_parts(log)
-    log_key = _column(PaymentEvent._meta.pk)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH {', '.join(ctes)} INSERT INTO {_table(PaymentEvent)} ({columns}) "  # noqa: S608
-            f"SELECT {values} FROM claim RETURNING {log_key}",
-            [*params, *part],
-        )
+        params += [log.payment.merchant_id, debits_day, 1, 0, 0, 0]
+    params += _row_params(log, _insert_template(PaymentEvent, db.vendor, True)[0], db)
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return False
     log.pk = row[0]
-    log._state.adding, log._state.db = False, connection.alias
+    log._state.adding, log._state.db = False, db.alias
     return True

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -560,6 +561,36 @@ def _python_closed_loop(port: int, path: str, pool: Path, seconds: int, connecti
     }
 
 
+SEND_BATCH = "payments_callback_send_batch_entries"
+WORKER_BATCH = "payments_worker_batch_messages"
+
+
+def _histograms(server: Gunicorn) -> dict[str, tuple[float, float]]:
+    """(sum, count) of the batch-size histograms, summed over every process that shares the
+    metrics directory (gunicorn's workers and the queue workers); empty without one."""
+    try:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    totals: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for name in (SEND_BATCH, WORKER_BATCH):
+            for i, suffix in enumerate(("_sum", "_count")):
+                if line.startswith(name + suffix + " "):
+                    totals.setdefault(name, [0.0, 0.0])[i] += float(line.split()[-1])
+    return {name: (total[0], total[1]) for name, total in totals.items()}
+
+
+def _batch_means(before: dict, after: dict) -> dict[str, float | None]:
+    """Mean messages per call between two ``_histograms`` readings."""
+    out = {}
+    for name, key in ((SEND_BATCH, "callbacks_per_send_call"), (WORKER_BATCH, "worker_batch")):
+        total, calls = (after.get(name, (0, 0))[i] - before.get(name, (0, 0))[i] for i in (0, 1))
+        out[key] = round(total / calls, 2) if calls else None
+    return out
+
+
 def _load(generator: str, server: Gunicorn, path: str, seconds: int, pool_size: int) -> dict:
     pool = RESULTS / "callbacks-pool.tsv"
     events.write_signed_pool(pool, pool_size, SECRETS, run=uuid.uuid4().hex[:8])
@@ -607,7 +638,12 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                 sqs_pids = [stack.sqs_pid] if stack.sqs_pid else []
                 cpu_web = sum(_process_cpu(pid) for pid in web_pids)
                 cpu_sqs = sum(_process_cpu(pid) for pid in sqs_pids)
+                batches = _histograms(server)
                 result = _load(generator, server, path, seconds, CONFIG["ingest_pool"])
+                if target == "callback":
+                    result["callbacks_per_send_call"] = _batch_means(batches, _histograms(server))[
+                        "callbacks_per_send_call"
+                    ]
                 answered = max(result["accepted"], 1)
                 # CPU per accepted request of gunicorn's processes and of the local SQS server.
                 result["web_cpu_ms_per_request"] = round(
@@ -633,6 +669,11 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                     f"ingest {target} round {round_number}: "
                     f"{result['accepted_per_second']:.0f} accepted/s, "
                     f"P50 {result['p50_ms']:.1f} ms, P99 {result['p99_ms']:.1f} ms"
+                    + (
+                        f", {result['callbacks_per_send_call']} callbacks per SQS call"
+                        if result.get("callbacks_per_send_call")
+                        else ""
+                    )
                 )
         for target, results in runs.items():
             out[target] = {
@@ -867,11 +908,13 @@ def e2e_phase(stack: Stack) -> dict:
         log(f"end to end: {rate} callbacks/s for {seconds} s")
         meter = CpuMeter(stack, server, workers)
         cpu_before = meter.snapshot()
+        batches = _histograms(server)
         with BacklogSampler(url) as sampler:
             steady = _offer(server, steady_ids, f"{run}s", rate, seconds)
         steady_cpu = _cpu_summary(
             CpuMeter.used(cpu_before, meter.snapshot()), steady.count(202), steady.duration
         )
+        steady_cpu["batches"] = _batch_means(batches, _histograms(server))
         applied = _wait_applied(
             stack.database_url, [s.key for s in steady.samples if s.status == 202]
         )
@@ -895,6 +938,7 @@ def e2e_phase(stack: Stack) -> dict:
             step_ids = ids[offset : offset + step_rate * step_seconds]
             offset += len(step_ids)
             cpu_before = meter.snapshot()
+            batches = _histograms(server)
             with BacklogSampler(url) as sampler:
                 result = _offer(server, step_ids, f"{run}r{step_rate}", step_rate, step_seconds)
             step = _step_verdict(step_rate, step_seconds, result, sampler.points)
@@ -903,13 +947,16 @@ def e2e_phase(stack: Stack) -> dict:
                     CpuMeter.used(cpu_before, meter.snapshot()), result.count(202), result.duration
                 )
             )
+            step["batches"] = _batch_means(batches, _histograms(server))
             step["_result"] = result
             steps.append(step)
             log(
                 f"step {step_rate}/s: accepted {step['accepted_per_second']:.0f}/s, backlog "
                 f"{step['backlog_start']:.0f} -> {step['backlog_end']:.0f} "
                 f"(trend {step['backlog_trend_per_second']:+.1f}/s), "
-                f"{step['cores_busy']:.2f} cores busy: "
+                f"{step['cores_busy']:.2f} cores busy, "
+                f"batches {step['batches']['callbacks_per_send_call']} per send, "
+                f"{step['batches']['worker_batch']} per receive: "
                 f"{'sustained' if step['sustained'] else 'NOT sustained'}"
             )
             if not step["sustained"]:

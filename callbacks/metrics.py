@@ -37,3 +37,15 @@ MESSAGES_DEFERRED = Counter(
     "circuit breaker was open or calls were paused by a 429, by reason: breaker_open, paused.",
     ["reason"],
 )
+# How many messages share one SQS call: what the coalesced sends and the worker's linger buy.
+_BATCH_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+CALLBACK_SEND_BATCH_ENTRIES = Histogram(
+    "payments_callback_send_batch_entries",
+    "Callbacks sent to SQS in one SendMessageBatch call by a web process's coalescing sender.",
+    buckets=_BATCH_BUCKETS,
+)
+WORKER_BATCH_MESSAGES = Histogram(
+    "payments_worker_batch_messages",
+    "Messages in each batch run_sqs_worker received and handled.",
+    buckets=_BATCH_BUCKETS,
+)

@@ -40,6 +40,7 @@ from botocore.exceptions import BotoCoreError, ClientError  # noqa: TID251
 from django.db import connections
 
 from callbacks import conf as callbacks_conf
+from callbacks.metrics import CALLBACK_SEND_BATCH_ENTRIES
 from callbacks.models import sequence_key
 
 logger = logging.getLogger(__name__)
@@ -520,6 +521,7 @@ class CoalescingSender:
 
     def _flush(self, batch: _OpenBatch) -> None:
         waiters = batch.waiters
+        CALLBACK_SEND_BATCH_ENTRIES.observe(len(waiters))
         try:
             outcome = self._send_batch([w.message for w in waiters], url=batch.url)
             done = zip(outcome.done, outcome.results, strict=True)

@@ -50,6 +50,7 @@ from callbacks.handlers import (
 from callbacks.metrics import (
     ENQUEUE_TO_APPLIED_SECONDS,
     MESSAGES_DEFERRED,
+    WORKER_BATCH_MESSAGES,
     WORKER_MESSAGES,
 )
 from callbacks.models import QueueMessage
@@ -369,6 +370,7 @@ class Worker:
         if self.heartbeat is None:
             raise RuntimeError("process_batch runs inside Worker.running() or Worker.run()")
         self.heartbeat.track(messages)
+        WORKER_BATCH_MESSAGES.observe(len(messages))
         pending = {m.message_id: m for m in messages}
         finished: list[ReceivedMessage] = []
 

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from django.db import transaction
+from prometheus_client import REGISTRY
 
 from callbacks import sqs
 from tests.callbacks.test_sqs_gateway import receive_all
@@ -91,8 +92,15 @@ def test_no_batch_holds_more_than_256_kib(sqs_queues, batch_sizes):
     assert len(receive_all(sqs_queues.url)) == 4
 
 
+def batch_histogram() -> tuple[float, float]:
+    """(entries, calls) the coalescing senders of this process have recorded so far."""
+    name = "payments_callback_send_batch_entries"
+    return tuple(REGISTRY.get_sample_value(name + suffix) or 0.0 for suffix in ("_sum", "_count"))
+
+
 def test_a_batch_stops_waiting_once_every_running_caller_has_joined(sqs_queues, batch_sizes):
     sender, gauge = new_sender(window=20.0)
+    entries, calls = batch_histogram()
 
     started = time.monotonic()
     ids = send_concurrently(sender, gauge, [message() for _ in range(4)], sqs_queues.url)
@@ -100,6 +108,8 @@ def test_a_batch_stops_waiting_once_every_running_caller_has_joined(sqs_queues, 
     assert time.monotonic() - started < 10
     assert all(isinstance(i, str) for i in ids)
     assert batch_sizes == [(4, batch_sizes[0][1])]
+    # Operators see how many callbacks share a call (the metric an ingest bench reads too).
+    assert batch_histogram() == (entries + 4, calls + 1)
 
 
 def test_a_lone_caller_is_sent_without_waiting(sqs_queues):

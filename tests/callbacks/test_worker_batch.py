@@ -9,6 +9,7 @@ import uuid
 import pytest
 from django.db import connection
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from callbacks.handlers import DEFAULT_HANDLERS, Handler, handle_processor_event
 from callbacks.models import (
@@ -258,6 +259,12 @@ def test_the_bulk_start_takes_only_what_it_can_decide_and_leaves_the_rest_untouc
     assert QueueMessage.objects.get(message_id=done.message_id).attempts == 1
 
 
+def batch_histogram() -> tuple[float, float]:
+    """(messages, batches) the workers of this process have recorded so far."""
+    name = "payments_worker_batch_messages"
+    return tuple(REGISTRY.get_sample_value(name + suffix) or 0.0 for suffix in ("_sum", "_count"))
+
+
 class BatchRecorder(Worker):
     """A worker that records the size of every batch it handles and can act after each."""
 
@@ -301,10 +308,13 @@ def test_after_a_batch_that_was_not_full_the_worker_lingers_so_the_next_one_fill
     worker = BatchRecorder(
         after_batch=after_batch, wait_time=1, until_empty=True, relay=False, linger=linger
     )
+    entries, calls = batch_histogram()
     worker.run()
     senders[0].join()
 
     assert worker.sizes[0] == 1
+    # What an operator sees: the histogram of messages per received batch.
+    assert batch_histogram() == (entries + 6, calls + len(worker.sizes))
     if batches_for_the_five == "several":  # the negative control: each long poll returns early
         assert len(worker.sizes[1:]) > 1, worker.sizes
     else:

@@ -636,14 +636,10 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                         sent += warm["accepted"]
                 web_pids = [server.process.pid, *server.worker_pids()]
                 sqs_pids = [stack.sqs_pid] if stack.sqs_pid else []
+                batches = _histograms(server)  # read outside the measured CPU
                 cpu_web = sum(_process_cpu(pid) for pid in web_pids)
                 cpu_sqs = sum(_process_cpu(pid) for pid in sqs_pids)
-                batches = _histograms(server)
                 result = _load(generator, server, path, seconds, CONFIG["ingest_pool"])
-                if target == "callback":
-                    result["callbacks_per_send_call"] = _batch_means(batches, _histograms(server))[
-                        "callbacks_per_send_call"
-                    ]
                 answered = max(result["accepted"], 1)
                 # CPU per accepted request of gunicorn's processes and of the local SQS server.
                 result["web_cpu_ms_per_request"] = round(
@@ -652,6 +648,10 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                 result["sqs_cpu_ms_per_request"] = round(
                     1000 * (sum(_process_cpu(pid) for pid in sqs_pids) - cpu_sqs) / answered, 3
                 )
+                if target == "callback":
+                    result["callbacks_per_send_call"] = _batch_means(batches, _histograms(server))[
+                        "callbacks_per_send_call"
+                    ]
                 if target == "callback":
                     sent += result["accepted"]
                 if result["pool_wraps"]:
@@ -907,8 +907,8 @@ def e2e_phase(stack: Stack) -> dict:
         offset += len(steady_ids)
         log(f"end to end: {rate} callbacks/s for {seconds} s")
         meter = CpuMeter(stack, server, workers)
+        batches = _histograms(server)  # read outside the measured CPU
         cpu_before = meter.snapshot()
-        batches = _histograms(server)
         with BacklogSampler(url) as sampler:
             steady = _offer(server, steady_ids, f"{run}s", rate, seconds)
         steady_cpu = _cpu_summary(
@@ -937,8 +937,8 @@ def e2e_phase(stack: Stack) -> dict:
         for step_rate in step_rates:
             step_ids = ids[offset : offset + step_rate * step_seconds]
             offset += len(step_ids)
+            batches = _histograms(server)  # read outside the measured CPU
             cpu_before = meter.snapshot()
-            batches = _histograms(server)
             with BacklogSampler(url) as sampler:
                 result = _offer(server, step_ids, f"{run}r{step_rate}", step_rate, step_seconds)
             step = _step_verdict(step_rate, step_seconds, result, sampler.points)

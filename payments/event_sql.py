@@ -88,7 +88,7 @@ def payment_locked(payment_id) -> Payment:
     return Payment.from_db(connection.alias, attnames, row)
 
 
-def _row_params(row: models.Model, fields: list[models.Field], db, *, add: bool = True) -> list:
+def _row_params(row: models.Model, fields, db, *, add: bool = True) -> list:
     """The database values of ``fields`` of ``row``: defaults, ``auto_now`` and adaptation, as
     the ORM's own save computes them."""
     return [f.get_db_prep_save(f.pre_save(row, add=add), db) for f in fields]
@@ -131,12 +131,17 @@ def merchant_day_add_sql(source: str) -> str:
     )
 
 
-_MOVED_FIELDS = ("state", "state_changed_at", "updated_at")
+@cache
+def _moved_fields() -> tuple[models.Field, ...]:
+    """What a move writes on the payment: its new state, its change time and ``updated_at``."""
+    return tuple(
+        Payment._meta.get_field(name) for name in ("state", "state_changed_at", "updated_at")
+    )
 
 
 def _moved_sql() -> str:
-    """The payment's new state, its change time and ``updated_at``, written only if claimed."""
-    fields = [Payment._meta.get_field(name) for name in _MOVED_FIELDS]
+    """The payment's move (``_moved_fields``), written only if claimed."""
+    fields = _moved_fields()
     sets = ", ".join(f"{_column(f)} = CAST(%s AS {f.cast_db_type(connection)})" for f in fields)
     key = _column(Payment._meta.pk)
     return (
@@ -196,8 +201,7 @@ def event_rows_insert(
     )
     params = _row_params(claim, _insert_template(ProcessedEvent, db.vendor, True)[0], db)
     if payment is not None:
-        fields = [Payment._meta.get_field(name) for name in _MOVED_FIELDS]
-        params += _row_params(payment, fields, db, add=False)
+        params += _row_params(payment, _moved_fields(), db, add=False)
         params.append(Payment._meta.pk.get_db_prep_value(payment.pk, db))
     if ledger is not None:
         params += _row_params(ledger, _insert_template(LedgerEntry, db.vendor, True)[0], db)

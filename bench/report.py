@@ -41,6 +41,16 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                 f">= {GOALS['callback_vs_minimal']}",
             )
         )
+        if "callback_vs_minimal_even_rounds" in ingest:
+            rows.append(
+                (
+                    "  ... rounds with the web processes even",
+                    "",
+                    "",
+                    fmt(ingest["callback_vs_minimal_even_rounds"], 2),
+                    "",
+                )
+            )
         rows.append(
             (
                 "callback ingest P50 / P99 ms",

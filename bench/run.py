@@ -637,10 +637,21 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                 web_pids = [server.process.pid, *server.worker_pids()]
                 sqs_pids = [stack.sqs_pid] if stack.sqs_pid else []
                 batches = _histograms(server)  # read outside the measured CPU
-                cpu_web = sum(_process_cpu(pid) for pid in web_pids)
+                cpu_each = [_process_cpu(pid) for pid in web_pids]
+                cpu_web = sum(cpu_each)
                 cpu_sqs = sum(_process_cpu(pid) for pid in sqs_pids)
                 result = _load(generator, server, path, seconds, CONFIG["ingest_pool"])
                 answered = max(result["accepted"], 1)
+                # Cores each web process used (master first): one process held to one core by
+                # its GIL while the other idles shows an uneven share of the connections.
+                result["web_cores_per_process"] = [
+                    round((_process_cpu(pid) - before) / max(result["seconds"], 1e-9), 2)
+                    for pid, before in zip(web_pids, cpu_each, strict=True)
+                ]
+                workers_cores = result["web_cores_per_process"][1:]
+                result["web_processes_uneven"] = len(workers_cores) > 1 and min(
+                    workers_cores
+                ) < 0.6 * max(workers_cores)
                 # CPU per accepted request of gunicorn's processes and of the local SQS server.
                 result["web_cpu_ms_per_request"] = round(
                     1000 * (sum(_process_cpu(pid) for pid in web_pids) - cpu_web) / answered, 3
@@ -674,6 +685,8 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                         if result.get("callbacks_per_send_call")
                         else ""
                     )
+                    + f", cores per web process {result['web_cores_per_process'][1:]}"
+                    + (" (uneven)" if result["web_processes_uneven"] else "")
                 )
         for target, results in runs.items():
             out[target] = {
@@ -698,6 +711,20 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
         server.stop()
     out["callback_vs_minimal"] = stats.ratio(
         out["callback"]["accepted_per_second"], out["minimal"]["accepted_per_second"]
+    )
+    # The same ratio over only the rounds whose connections fell evenly on the web processes
+    # (see "web_cores_per_process"): None when either endpoint had no such round.
+    even = {
+        target: [r["accepted_per_second"] for r in runs[target] if not r["web_processes_uneven"]]
+        for target in runs
+    }
+    out["callback_vs_minimal_even_rounds"] = (
+        stats.ratio(
+            sum(even["callback"]) / len(even["callback"]),
+            sum(even["minimal"]) / len(even["minimal"]),
+        )
+        if even["callback"] and even["minimal"]
+        else None
     )
     return out
 

@@ -260,6 +260,19 @@ def test_report_renders_as_text_and_markdown_with_missing_figures_shown_as_dashe
     assert "| 400 | 15 | 399 | - | 900 | 60.0 | - / - |" in md
 
 
+def test_the_ratio_over_rounds_with_even_web_processes_is_shown_beside_the_headline():
+    from bench.report import table
+
+    report = _report()
+    assert "web processes even" not in table(report)  # a report from before the figure existed
+    report["ingest"]["callback_vs_minimal_even_rounds"] = 0.72
+    line = next(li for li in table(report).splitlines() if "web processes even" in li)
+    assert "0.72" in line
+    report["ingest"]["callback_vs_minimal_even_rounds"] = None  # no even round of one endpoint
+    line = next(li for li in table(report).splitlines() if "web processes even" in li)
+    assert line.split()[-1] == "-"
+
+
 def test_a_stall_drained_before_the_step_ends_is_not_a_growing_backlog():
     stall_then_drained = [(t, 0.0) for t in range(10)]
     stall_then_drained += [(10, 100.0), (11, 200.0), (12, 300.0), (13, 2.0)]

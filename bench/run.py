@@ -638,32 +638,31 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
                 sqs_pids = [stack.sqs_pid] if stack.sqs_pid else []
                 batches = _histograms(server)  # read outside the measured CPU
                 cpu_each = [_process_cpu(pid) for pid in web_pids]
-                cpu_web = sum(cpu_each)
                 cpu_sqs = sum(_process_cpu(pid) for pid in sqs_pids)
                 result = _load(generator, server, path, seconds, CONFIG["ingest_pool"])
+                used_each = [
+                    _process_cpu(pid) - before
+                    for pid, before in zip(web_pids, cpu_each, strict=True)
+                ]
                 answered = max(result["accepted"], 1)
+                # CPU per accepted request of gunicorn's processes and of the local SQS server.
+                result["web_cpu_ms_per_request"] = round(1000 * sum(used_each) / answered, 3)
+                result["sqs_cpu_ms_per_request"] = round(
+                    1000 * (sum(_process_cpu(pid) for pid in sqs_pids) - cpu_sqs) / answered, 3
+                )
                 # Cores each web process used (master first): one process held to one core by
                 # its GIL while the other idles shows an uneven share of the connections.
                 result["web_cores_per_process"] = [
-                    round((_process_cpu(pid) - before) / max(result["seconds"], 1e-9), 2)
-                    for pid, before in zip(web_pids, cpu_each, strict=True)
+                    round(used / max(result["seconds"], 1e-9), 2) for used in used_each
                 ]
                 workers_cores = result["web_cores_per_process"][1:]
                 result["web_processes_uneven"] = len(workers_cores) > 1 and min(
                     workers_cores
                 ) < 0.6 * max(workers_cores)
-                # CPU per accepted request of gunicorn's processes and of the local SQS server.
-                result["web_cpu_ms_per_request"] = round(
-                    1000 * (sum(_process_cpu(pid) for pid in web_pids) - cpu_web) / answered, 3
-                )
-                result["sqs_cpu_ms_per_request"] = round(
-                    1000 * (sum(_process_cpu(pid) for pid in sqs_pids) - cpu_sqs) / answered, 3
-                )
                 if target == "callback":
                     result["callbacks_per_send_call"] = _batch_means(batches, _histograms(server))[
                         "callbacks_per_send_call"
                     ]
-                if target == "callback":
                     sent += result["accepted"]
                 if result["pool_wraps"]:
                     problems.append(

@@ -55,6 +55,12 @@ def _insert_template(
     return fields, columns, values
 
 
+def _connection():
+    """This thread's default connection itself, not the ``connection`` proxy, which looks the
+    thread's connection up again on every attribute: the hot paths below touch it per value."""
+    return connections[connection.alias]
+
+
 @cache
 def _lock_template(vendor: str) -> tuple[str, tuple[str, ...]] | None:
     """The ORM's own ``select_for_update().get(pk=...)`` statement for a payment, compiled
@@ -74,18 +80,19 @@ def payment_locked(payment_id) -> Payment:
     select_for_update().get(pk=payment_id)`` returns (``Payment.DoesNotExist`` included),
     without compiling that query again for every event; it was a sixth of an event's cost in
     the worker. Call inside a transaction."""
-    if connection.get_autocommit():  # as the ORM refuses: a lock that ends with its statement
+    db = _connection()
+    if db.get_autocommit():  # as the ORM refuses: a lock that ends with its statement
         raise TransactionManagementError("the payment's row lock needs a transaction")
-    template = _lock_template(connection.vendor)
+    template = _lock_template(db.vendor)
     if template is None:
         return Payment.objects.select_for_update().get(pk=payment_id)
     sql, attnames = template
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [Payment._meta.pk.get_db_prep_value(payment_id, connection)])
+    with db.cursor() as cursor:
+        cursor.execute(sql, [Payment._meta.pk.get_db_prep_value(payment_id, db)])
         row = cursor.fetchone()
     if row is None:
         raise Payment.DoesNotExist(f"no payment {payment_id}")
-    return Payment.from_db(connection.alias, attnames, row)
+    return Payment.from_db(db.alias, attnames, row)
 
 
 def _row_params(row: models.Model, fields, db, *, add: bool = True) -> list:
@@ -192,7 +199,7 @@ def event_rows_insert(
     when ``payment`` is given, the ``ledger`` row, one settled debit on ``debits_day``) and the
     event-log row ``log`` (whose primary key is set). True when written, False when the dedup
     record existed already and nothing was written. Call inside the payment's transaction."""
-    db = connections[connection.alias]  # the wrapper itself: every value below adapts through it
+    db = _connection()
     sql = _event_statement(
         db.vendor,
         moved=payment is not None,

@@ -69,7 +69,6 @@ RETENTION: dict[str, tuple[str, str] | None] = {
     "callbacks_processingerror": ("callbacks", "QUEUE_ERROR_RETENTION"),
     "callbacks_paymenthold": ("callbacks", "HOLD_RETENTION"),
     "callbacks_parkedmessage": ("callbacks", "HOLD_RETENTION"),
-    "callbacks_deferredmessage": ("callbacks", "DEFERRED_MESSAGE_RETENTION"),
     "triage_alert": ("triage", "ALERT_RETENTION"),
     "triage_alertnotification": ("triage", "ALERT_RETENTION"),
     "triage_bulktriagejobitem": ("triage", "BULK_JOB_RETENTION"),

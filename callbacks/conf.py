@@ -54,8 +54,6 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE_ERROR_RETENTION": timedelta(days=90),
     # Released holds and the parked messages they republished.
     "HOLD_RETENTION": timedelta(days=90),
-    # Deferred-message rows once released (their message went back to the queue).
-    "DEFERRED_MESSAGE_RETENTION": timedelta(days=7),
     # Celery's broker queue: a standard (not FIFO) SQS queue.
     "CELERY_SQS_QUEUE_NAME": "payments-celery",
 }

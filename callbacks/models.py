@@ -112,14 +112,26 @@ class ProcessingError(models.Model):
         return f"{self.error_class} on attempt {self.attempt_number} of {self.message_id}"
 
 
+class HoldKind(models.TextChoices):
+    # A message was dead-lettered or went missing: a person decides (triage).
+    TRIAGE = "triage", "Waiting for a person"
+    # The processor could not be called (breaker open, or calls paused by a 429): the workers
+    # release it themselves once calls may flow.
+    OUTAGE = "outage", "Waiting for the processor"
+
+
 class PaymentHold(models.Model):
-    """A payment whose later messages must wait: its message was dead-lettered or went missing.
+    """A payment whose messages must wait, in the database and in order, off the queue.
 
     While active, the worker parks the payment's messages instead of applying them; releasing
-    the hold republishes them in their original order.
+    the hold republishes them in their original order. A triage hold waits for a person; an
+    outage hold holds a submission the processor could not take (and whatever of its payment
+    came after it) and is released by the workers when calls may flow, so no outage, however
+    long, makes SQS hand a message out again and again towards its RedrivePolicy.
     """
 
     payment_id = models.CharField(max_length=128, db_index=True)
+    kind = models.CharField(max_length=16, choices=HoldKind.choices, default=HoldKind.TRIAGE)
     reason = models.TextField()
     caused_by = models.ForeignKey(
         QueueMessage,
@@ -140,6 +152,14 @@ class PaymentHold(models.Model):
                 fields=["payment_id"],
                 condition=models.Q(released_at__isnull=True),
                 name="one_active_hold_per_payment",
+            )
+        ]
+        indexes = [
+            # The workers' release of outage holds, oldest first, looks only at active ones.
+            models.Index(
+                fields=["kind", "id"],
+                condition=models.Q(released_at__isnull=True),
+                name="hold_active_by_kind",
             )
         ]
 
@@ -172,35 +192,3 @@ class ParkedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"parked {self.message_id} for {self.payment_id}"
-
-
-class DeferredMessage(models.Model):
-    """A submission hidden while the processor's circuit breaker was open (or calls paused).
-
-    Hidden for long (see ``Worker.defer_hide_seconds``) so a long outage does not make SQS
-    hand it out again and again: every receive raises its ApproximateReceiveCount, and the
-    queue's RedrivePolicy would move it to the DLQ after a few. When calls may flow again a
-    worker makes it visible at once with the receipt handle kept here; the long hide is only
-    the fallback if that never happens.
-    """
-
-    message_id = models.CharField(max_length=128, unique=True)
-    receipt_handle = models.TextField()
-    group_id = models.CharField(max_length=128)
-    receive_count = models.PositiveIntegerField(default=1)
-    hidden_seconds = models.PositiveIntegerField()
-    deferred_at = models.DateTimeField()
-    released_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["id"]
-        indexes = [
-            models.Index(
-                fields=["id"],
-                condition=models.Q(released_at__isnull=True),
-                name="deferred_unreleased",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"deferred {self.message_id} ({'released' if self.released_at else 'hidden'})"

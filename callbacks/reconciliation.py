@@ -239,10 +239,10 @@ def payments_reconcile(*, now: datetime | None = None, limit: int | None = None)
     """
     now = now or timezone.now()
     limit = limit or callbacks_conf.RECONCILE_BATCH_SIZE
-    gate = processor_breaker_wait()
+    gate = processor_breaker_wait(operation=STATUS_OPERATION)
     if not gate.allowed:
-        # Status checks wait for the processor like submissions do; the next run picks the
-        # payments up. (A due half-open probe lets the run start: its first check may probe.)
+        # Status checks wait until the breaker closes (only submissions can close it); the
+        # next run picks the payments up.
         logger.info("reconciliation waits: %s", gate.reason)
         return 0
     outcomes = []

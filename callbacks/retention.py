@@ -1,5 +1,5 @@
 """Retention purges of the queue layer's records beyond the clean-message purge
-(``services.queue_messages_purge``): error history, parked and deferred messages, holds.
+(``services.queue_messages_purge``): error history, parked messages, holds.
 
 Each deletes in primary-key batches, one short transaction per batch (``batched_delete``).
 Nothing a person may still need goes: an active hold, a message still parked behind one, and
@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from callbacks import conf
 from callbacks.models import (
-    DeferredMessage,
     ParkedMessage,
     PaymentHold,
     ProcessingError,
@@ -21,17 +20,6 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from payments.retention import batched_delete, id_bound
-
-
-def deferred_messages_purge(
-    *, older_than: timedelta | None = None, batch_size: int | None = None
-) -> int:
-    """Delete deferred-message rows released before DEFERRED_MESSAGE_RETENTION; a row still
-    hidden (``released_at`` empty) is the only way back to its message and is never touched."""
-    cutoff = timezone.now() - (older_than or conf.DEFERRED_MESSAGE_RETENTION)
-    return batched_delete(
-        DeferredMessage.objects.filter(released_at__lt=cutoff), batch_size=batch_size
-    )
 
 
 def holds_purge(*, older_than: timedelta | None = None, batch_size: int | None = None) -> int:

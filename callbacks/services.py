@@ -20,7 +20,7 @@ from callbacks import conf, sqs
 from callbacks.models import (
     FINISHED_STATUSES,
     UNFINISHED_STATUSES,
-    DeferredMessage,
+    HoldKind,
     ParkedMessage,
     PaymentHold,
     ProcessingError,
@@ -28,6 +28,7 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from callbacks.sqs import ReceivedMessage
+from payments.locks import single_flight
 from payments.retention import batched_delete, id_bound
 
 logger = logging.getLogger(__name__)
@@ -305,6 +306,7 @@ def _hold_for_vanished(
     queue_message_mark_redrive_policy_dead_letter(message_id=earlier.message_id, now=now)
     if hold is None:
         hold = _hold_create(
+            kind=HoldKind.TRIAGE,
             payment_id=message.payment_id,
             reason=(
                 f"Message {earlier.message_id} ({earlier.kind or 'unknown kind'}, "
@@ -314,6 +316,11 @@ def _hold_for_vanished(
             ),
             caused_by=earlier,
         )
+    elif hold.kind != HoldKind.TRIAGE:
+        # It held a submission for the processor; now a person is needed too.
+        hold.kind = HoldKind.TRIAGE
+        hold.reason = f"{hold.reason}\nMessage {earlier.message_id} left the queue unfinished."
+        hold.save(update_fields=["kind", "reason"])
     logger.error(
         "payment %s held: earlier message %s vanished unfinished (RedrivePolicy)",
         message.payment_id,
@@ -532,54 +539,66 @@ def queue_message_defer(
     return error
 
 
-def deferred_message_record(*, message: ReceivedMessage, hidden_seconds: int) -> None:
-    """Remember a deferred message's current receipt handle, so it can be released early."""
-    DeferredMessage.objects.update_or_create(
-        message_id=message.message_id,
-        defaults={
-            "receipt_handle": message.receipt_handle,
-            "group_id": message.group_id,
-            "receive_count": message.receive_count,
-            "hidden_seconds": hidden_seconds,
-            "deferred_at": timezone.now(),
-            "released_at": None,
-        },
-    )
+def message_defer(
+    *, message: ReceivedMessage, queue_message: QueueMessage | None, reason: str
+) -> StartDecision:
+    """Take a submission the processor cannot take now (its breaker is open, or calls are
+    paused) off the queue: park it, in its group's order, behind an outage hold of its
+    payment, which the workers release when calls may flow. The caller deletes it from SQS.
 
-
-def deferred_messages_waiting() -> bool:
-    return DeferredMessage.objects.filter(released_at__isnull=True).exists()
-
-
-def deferred_messages_release_now(*, queue_url: str, limit: int = 100) -> int:
-    """Make deferred messages visible again now, oldest deferral first; returns how many.
-
-    Claims rows with SKIP LOCKED and marks them released in a short transaction, then calls SQS
-    outside it; rows whose release SQS refused are unmarked, so the next call retries them (a
-    refused handle is usually stale: the message came back by itself and was received again,
-    which is harmless). Released rows are then deleted: they have done their job.
+    An outage may last hours; hidden in the queue, the message would be handed out again at
+    every release or expiry, and each receive would bring it closer to the RedrivePolicy.
+    Parked, it costs one receive however long the outage lasts, and the payment's later
+    messages are parked behind it, so nothing overtakes it. A payment already on hold (for a
+    person) keeps that hold: the submission waits behind it like any other message.
     """
     now = timezone.now()
     with transaction.atomic():
-        rows = list(
-            DeferredMessage.objects.select_for_update(skip_locked=True)
-            .filter(released_at__isnull=True)
-            .order_by("id")[:limit]
+        if queue_message is None:
+            queue_message = (
+                QueueMessage.objects.select_for_update()
+                .filter(message_id=message.message_id)
+                .first()
+            ) or _queue_message_new(message, now, attempts=0)
+        if queue_message.status in FINISHED_STATUSES:
+            return StartDecision(StartAction.FINISHED, queue_message)
+        hold = payment_hold(
+            payment_id=message.payment_id,
+            reason=f"Submission waits for the processor: {reason}",
+            kind=HoldKind.OUTAGE,
         )
-        DeferredMessage.objects.filter(pk__in=[r.pk for r in rows]).update(released_at=now)
-    outcome = sqs.change_visibility_batch(url=queue_url, messages=rows, seconds=0)
-    for row, why in outcome.unreachable:
-        logger.warning("could not release deferred message %s: %s", row.message_id, why)
-    for row, _ in outcome.refused:
-        logger.info("deferred message %s: stale receipt handle", row.message_id)
-    released = [row.pk for row in outcome.done] + [row.pk for row, _ in outcome.refused]
-    retry = [row.pk for row, _ in outcome.unreachable]
-    if retry:
-        DeferredMessage.objects.filter(pk__in=retry).update(released_at=None)
-    DeferredMessage.objects.filter(pk__in=released).delete()
-    if released:
-        logger.info("released %s deferred submission(s)", len(released))
-    return len(released)
+        return _park(message, queue_message, hold, now)
+
+
+def outage_holds_waiting() -> bool:
+    return PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True).exists()
+
+
+def outage_holds_release(*, limit: int) -> int:
+    """Release up to ``limit`` outage holds, oldest first: their parked messages go back to the
+    queue in order. Returns how many messages were sent. One process at a time releases (a
+    cluster-wide guard), so two workers do not send the same copies; SQS's deduplication would
+    drop them anyway. Raises ``sqs.QueueUnavailable`` when the queue cannot be reached (the
+    holds stay, for the next call)."""
+    sent = 0
+    with single_flight("callbacks.outage_holds_release") as acquired:
+        if not acquired:
+            return 0
+        holds = list(
+            PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True).order_by(
+                "id"
+            )[:limit]
+        )
+        for hold in holds:
+            sent += hold_release(
+                payment_id=hold.payment_id,
+                released_by="run_sqs_worker",
+                note="the processor takes calls again",
+                hold=hold,
+            )
+    if holds:
+        logger.info("released %s outage hold(s): %s message(s) back on the queue", len(holds), sent)
+    return sent
 
 
 def dead_letter_body(
@@ -641,9 +660,16 @@ def message_dead_letter(*, queue_message: QueueMessage, error_class: str, error:
 
 
 def payment_hold(
-    *, payment_id: str, reason: str, caused_by: QueueMessage | None = None
+    *,
+    payment_id: str,
+    reason: str,
+    caused_by: QueueMessage | None = None,
+    kind: str = HoldKind.TRIAGE,
 ) -> PaymentHold:
     """Put a payment on hold, or return its active hold (pointed at the newest cause).
+
+    An outage hold that a person is now needed for (a message of it was dead-lettered)
+    becomes a triage hold; a triage hold stays one whatever else comes.
 
     A payment has at most one active hold (a conditional unique constraint). When one exists
     and its release has not started (e.g. its redriven cause failed again), it stays and records
@@ -661,15 +687,26 @@ def payment_hold(
         )
         if hold is not None:
             if not hold.parked.exclude(republished_message_id="").exists():
+                changed = []
                 if caused_by is not None and hold.caused_by_id != caused_by.pk:
                     hold.caused_by = caused_by
                     hold.reason = f"{hold.reason}\n{reason}"
-                    hold.save(update_fields=["caused_by", "reason"])
+                    changed += ["caused_by", "reason"]
+                if kind == HoldKind.TRIAGE and hold.kind != HoldKind.TRIAGE:
+                    hold.kind = HoldKind.TRIAGE
+                    changed.append("kind")
+                    if "reason" not in changed:
+                        hold.reason = f"{hold.reason}\n{reason}"
+                        changed.append("reason")
+                if changed:
+                    hold.save(update_fields=changed)
                 return hold
             hold.released_at = timezone.now()
             hold.released_by = "run_sqs_worker"
             hold.save(update_fields=["released_at", "released_by"])
-            new_hold = _hold_create(payment_id=payment_id, reason=reason, caused_by=caused_by)
+            new_hold = _hold_create(
+                payment_id=payment_id, reason=reason, caused_by=caused_by, kind=kind
+            )
             moved = ParkedMessage.objects.filter(hold=hold, republished_message_id="").update(
                 hold=new_hold
             )
@@ -681,19 +718,28 @@ def payment_hold(
             return new_hold
         try:
             with transaction.atomic():
-                return _hold_create(payment_id=payment_id, reason=reason, caused_by=caused_by)
+                return _hold_create(
+                    payment_id=payment_id, reason=reason, caused_by=caused_by, kind=kind
+                )
         except IntegrityError:
             # A concurrent transaction created the active hold first: that one stands.
             return PaymentHold.objects.get(payment_id=payment_id, released_at__isnull=True)
 
 
-def _hold_create(*, payment_id: str, reason: str, caused_by: QueueMessage | None) -> PaymentHold:
-    hold = PaymentHold.objects.create(payment_id=payment_id, reason=reason, caused_by=caused_by)
-    logger.error(
-        "payment %s put on hold: %s",
+def _hold_create(
+    *, payment_id: str, reason: str, caused_by: QueueMessage | None, kind: str
+) -> PaymentHold:
+    hold = PaymentHold.objects.create(
+        payment_id=payment_id, reason=reason, caused_by=caused_by, kind=kind
+    )
+    # An outage hold is routine (the workers release it); a triage hold needs a person.
+    logger.log(
+        logging.INFO if kind == HoldKind.OUTAGE else logging.ERROR,
+        "payment %s put on %s hold: %s",
         payment_id,
+        kind,
         reason,
-        extra={"payment_id": payment_id, "hold_id": hold.pk},
+        extra={"payment_id": payment_id, "hold_id": hold.pk, "hold_kind": kind},
     )
     return hold
 

@@ -52,19 +52,6 @@ def queue_messages_purge() -> int:
     return deleted
 
 
-@shared_task(name="callbacks.tasks.deferred_messages_purge", ignore_result=True)
-def deferred_messages_purge() -> int:
-    """Delete released deferred-message rows past DEFERRED_MESSAGE_RETENTION (idempotent)."""
-    from callbacks import retention
-
-    with single_flight("callbacks.deferred_messages_purge") as acquired:
-        if not acquired:
-            return 0
-        deleted = retention.deferred_messages_purge()
-    logger.info("purged %s released deferred-message rows past retention", deleted)
-    return deleted
-
-
 @shared_task(name="callbacks.tasks.holds_purge", ignore_result=True)
 def holds_purge() -> int:
     """Delete released holds and their released parked messages past HOLD_RETENTION."""

@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, DataError, close_old_connections, connection, transaction
+from django.db import (
+    DatabaseError,
+    DataError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from callbacks import conf as callbacks_conf
@@ -55,14 +63,14 @@ from callbacks.metrics import (
 )
 from callbacks.models import QueueMessage
 from callbacks.outbox import outbox_relay_publish
-from callbacks.retry import MAX_VISIBILITY_SECONDS, backoff_delay, classify, defer_hide_seconds
+from callbacks.retry import MAX_VISIBILITY_SECONDS, backoff_delay, classify
 from callbacks.services import (
     ReceivedMessage,
     StartAction,
-    deferred_message_record,
-    deferred_messages_release_now,
-    deferred_messages_waiting,
     message_dead_letter,
+    message_defer,
+    outage_holds_release,
+    outage_holds_waiting,
     processing_error_record,
     queue_message_complete,
     queue_message_defer,
@@ -85,8 +93,41 @@ __all__ = ["InvalidBody", "UnknownMessageKind", "UnstorableBody", "Worker"]
 RELAY_BUSY_INTERVAL = 1.0
 # The longest WORKER_RECEIVE_LINGER_SECONDS may be: it is latency added to every event.
 MAX_LINGER_SECONDS = 1.0
-# Seconds between looks at the processor's breaker from the loop (probe due? release deferred?).
+# Seconds between looks at the processor's breaker from the loop (trial due? release held?).
 BREAKER_TICK_INTERVAL = 1.0
+# Outage holds released per look once calls flow again: a long outage's backlog goes back to
+# the queue (and to the processor) at a pace, not all at once.
+OUTAGE_RELEASE_PER_TICK = 100
+# Messages this worker had received when the database went away are hidden this long; it makes
+# them visible again itself as soon as the database answers (this only covers its own death).
+DATABASE_OUTAGE_HIDE_SECONDS = 300
+
+
+class DatabaseDown(Exception):
+    """The database does not answer (not: it refused a value). Raised through a batch, whose
+    unfinished messages are then held back until it answers again."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def database_answers() -> bool:
+    """Does the database answer a trivial query now? An ``OperationalError`` alone does not
+    say: a lock timeout or a deadlock is one too, with the database there."""
+    try:
+        if not connection.in_atomic_block:
+            connection.close()  # a broken connection would keep failing; open a fresh one
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DatabaseError:
+        return False
+
+
+def _outage(exc: BaseException) -> bool:
+    """``exc`` is the database being unreachable, not a failure of the message's work."""
+    return isinstance(exc, OperationalError | InterfaceError) and not database_answers()
 
 
 class BatchRolledBack(Exception):
@@ -100,18 +141,19 @@ class Outcome(enum.StrEnum):
     DUPLICATE = "duplicate"  # finished before (a redelivery after commit): delete it
     PARKED = "parked"  # its payment is on hold: kept in ParkedMessage, delete it
     RETRIED = "retried"  # failed; hidden for its backoff, the group waits behind it
-    DEFERRED = "deferred"  # the processor is down as a whole: hidden, no attempt spent
+    DEFERRED = "deferred"  # the processor is down as a whole: parked off the queue, no attempt
     DEAD_LETTERED = "dead_lettered"  # copied to the DLQ, payment held: delete it
 
     @property
     def finished(self) -> bool:
         """The message is done with: delete it from the main queue."""
-        return self in (Outcome.DUPLICATE, Outcome.PARKED, Outcome.DEAD_LETTERED)
+        return self in (Outcome.DUPLICATE, Outcome.PARKED, Outcome.DEFERRED, Outcome.DEAD_LETTERED)
 
     @property
     def stops_group(self) -> bool:
         """The group's later messages in the batch must wait (released untouched)."""
-        return self in (Outcome.RETRIED, Outcome.DEFERRED, Outcome.DEAD_LETTERED)
+        # A deferred message's payment is on hold now: its later messages are parked behind it.
+        return self in (Outcome.RETRIED, Outcome.DEAD_LETTERED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +176,8 @@ class Result:
 class WorkerStats:
     received: int = 0
     processed: int = 0
-    deferred: int = 0  # submissions hidden by the processor's breaker, no attempt spent
+    deferred: int = 0  # submissions parked while the processor could not be called
+    held_back: int = 0  # messages hidden through a database outage, no work done
     deleted: int = 0
     released: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -193,8 +236,15 @@ class Worker:
         self.stats = WorkerStats()
         self._stopping = threading.Event()
         self._signals = 0
-        # until_empty must not stop while a message it hid for a backoff is still due.
+        # until_empty must not stop while a message it hid for a backoff is still due, nor in
+        # the next full wait time: visibility timeouts are approximate (some servers return an
+        # expired message up to a second late).
         self._retry_due = 0.0
+        self._due_grace = max(float(wait_time), 1.0)
+        # A database outage: since when (monotonic), and the messages held back meanwhile.
+        self._db_down_since: float | None = None
+        self._db_down_checks = 0
+        self._held_back: dict[str, ReceivedMessage] = {}
         self._queue_url = ""
         self._relay_due = 0.0
         self._breaker_due = 0.0
@@ -267,6 +317,8 @@ class Worker:
             busy = False
             while not self.stopping and not self._limit_reached():
                 close_old_connections()
+                if self._database_still_down():
+                    continue
                 relayed = self._relay(busy=busy)
                 self._breaker_tick()
                 try:
@@ -297,7 +349,64 @@ class Worker:
                         break
                     # A retry this worker scheduled is not due yet: wait for it, gently.
                     self._stopping.wait(min(remaining, 0.2) if self.wait_time == 0 else 0)
+            if self._held_back:
+                self.release(self._held_back.values())  # stopping in an outage: give them back
+                self._held_back.clear()
         return self.stats
+
+    # --- a database outage -----------------------------------------------------------------
+
+    def _database_down(self, exc: BaseException) -> None:
+        """Enter the outage (once): no receive until the database answers, since a message
+        received now could only be handed back, and every receive counts toward the
+        RedrivePolicy."""
+        if self._db_down_since is not None:
+            return
+        self._db_down_since = time.monotonic()
+        self._db_down_checks = 0
+        logger.error(
+            "database unavailable since %s UTC (%s: %s); receiving nothing until it answers",
+            f"{timezone.now():%Y-%m-%d %H:%M:%S}",
+            type(exc).__name__,
+            str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "",
+        )
+
+    def _database_still_down(self) -> bool:
+        """In an outage, wait a backoff (the worker's settings), then ask the database; True
+        while it does not answer. When it does, the held-back messages are released at once."""
+        if self._db_down_since is None:
+            return False
+        self._db_down_checks += 1
+        self._stopping.wait(
+            backoff_delay(self._db_down_checks, base=self.backoff_base, cap=self.backoff_cap)
+        )
+        if self.stopping or not database_answers():
+            return True
+        lasted = time.monotonic() - self._db_down_since
+        held = list(self._held_back.values())
+        self._db_down_since = None
+        self._held_back.clear()
+        self.release(held)
+        logger.warning(
+            "database back after %.0f s; %s held-back message(s) released", lasted, len(held)
+        )
+        return False
+
+    def _hold_back(self, messages: list[ReceivedMessage]) -> None:
+        """Hide messages received before the database went away, without any work or record:
+        this worker releases them when it answers again (``_database_still_down``)."""
+        if not messages:
+            return
+        self.heartbeat.untrack([m.message_id for m in messages])
+        outcome = sqs.change_visibility_batch(
+            url=self._queue_url, messages=messages, seconds=DATABASE_OUTAGE_HIDE_SECONDS
+        )
+        for m in outcome.done:
+            self._held_back[m.message_id] = m
+        for m, why in outcome.unreachable + outcome.refused:
+            logger.warning("could not hold back message %s: %s", m.message_id, why)
+        self.stats.held_back += len(messages)
+        WORKER_MESSAGES.labels(kind="any", outcome="held_back").inc(len(messages))
 
     def _limit_reached(self) -> bool:
         return self.max_messages is not None and self.stats.processed >= self.max_messages
@@ -314,29 +423,60 @@ class Worker:
         self._relay_due = now + RELAY_BUSY_INTERVAL
         try:
             return self.relay()
+        except DatabaseError as exc:
+            if _outage(exc):
+                self._database_down(exc)
+            else:
+                logger.exception("outbox relay failed")
+            return 0
         except Exception:  # noqa: BLE001 - the relay retries on its next call; never stop here
             logger.exception("outbox relay failed")
             return 0
 
     def _breaker_tick(self, *, force: bool = False) -> int:
-        """At most every BREAKER_TICK_INTERVAL: probe the processor when the breaker's pause is
-        over (one process wins the probe), and once calls may flow, release the submissions
-        deferred while they could not. Returns how many were released."""
+        """At most every BREAKER_TICK_INTERVAL: start the breaker's trial when its pause is
+        over (one process wins it) and release that many held submissions to make it; once
+        calls may flow, release the outage holds at a pace. Returns how many messages went
+        back to the queue."""
         now = time.monotonic()
         if not force and now < self._breaker_due:
             return 0
         self._breaker_due = now + BREAKER_TICK_INTERVAL
-        from payments.processor.breaker import processor_breaker_probe, processor_breaker_wait
-
         try:
-            gate = processor_breaker_wait()
-            if gate.state != BreakerState.CLOSED and gate.allowed:
-                processor_breaker_probe()
-                gate = processor_breaker_wait()
-            if gate.state == BreakerState.CLOSED and gate.allowed and deferred_messages_waiting():
-                return deferred_messages_release_now(queue_url=self._queue_url)
+            return self._breaker_step()
+        except DatabaseError as exc:
+            if _outage(exc):
+                self._database_down(exc)
+            else:
+                logger.exception("processor breaker tick failed")
+        except sqs.QueueUnavailable as exc:
+            logger.warning("could not release held submissions (%s); next tick tries again", exc)
         except Exception:  # noqa: BLE001 - the next tick tries again; never stop the loop
             logger.exception("processor breaker tick failed")
+        return 0
+
+    @staticmethod
+    def _breaker_step() -> int:
+        from payments.processor.breaker import (
+            processor_breaker_close_when_trials_done,
+            processor_breaker_incident_end,
+            processor_breaker_trial_start,
+            processor_breaker_wait,
+            trial_calls,
+        )
+
+        gate = processor_breaker_wait()
+        if gate.state == BreakerState.CLOSED:
+            if gate.incident:
+                processor_breaker_incident_end()
+            if gate.allowed and outage_holds_waiting():
+                return outage_holds_release(limit=OUTAGE_RELEASE_PER_TICK)
+            return 0
+        if gate.allowed and processor_breaker_trial_start():
+            return outage_holds_release(limit=trial_calls())
+        if gate.state == BreakerState.HALF_OPEN and not outage_holds_waiting():
+            # Nothing left to make more trial calls with: what went through decides.
+            processor_breaker_close_when_trials_done()
         return 0
 
     def receive(self) -> list[ReceivedMessage]:
@@ -393,6 +533,11 @@ class Worker:
                     settle(message, result)
                     if result.stop_group:
                         break
+        except DatabaseDown as exc:
+            # Nothing more of this batch can be started or recorded: hold back what is left.
+            self._database_down(exc.cause)
+            self._hold_back(list(pending.values()))
+            pending.clear()
         finally:
             self.heartbeat.untrack(pending)
             self.release(pending.values())
@@ -462,6 +607,8 @@ class Worker:
                 )
                 _pause_at("batch_commit")
         except Exception as exc:  # noqa: BLE001 - nothing committed: all of them are retried
+            if _outage(exc):
+                raise DatabaseDown(exc) from exc  # not the messages' fault: hold them back
             logger.error("the batch transaction of %s message(s) failed: %s", len(started), exc)
             for message, _ in started:  # those that ran, and any the failure kept from running
                 failures.setdefault(message.message_id, exc)
@@ -514,7 +661,7 @@ class Worker:
                 exc,
             )
         if wait_for:
-            self._retry_due = max(self._retry_due, time.monotonic() + visibility)
+            self._retry_due = max(self._retry_due, time.monotonic() + visibility + self._due_grace)
 
     # --- one message -----------------------------------------------------------------------
 
@@ -533,6 +680,8 @@ class Worker:
             # a few receives (SQS counts them; we could not) it goes to a person with its body
             # kept as text. Otherwise let it come back after a short pause, and keep the
             # group's later messages behind it.
+            if _outage(exc):
+                raise DatabaseDown(exc) from exc
             logger.error("could not record the start of message %s: %s", message.message_id, exc)
             if _refused_content(exc) and message.receive_count >= self.max_failed_starts:
                 return self._quarantine(message, exc, started)
@@ -567,6 +716,10 @@ class Worker:
                 outcome = handler.func(message)
                 queue_message_complete(queue_message=queue_message, outcome=outcome)
         except Exception as exc:  # noqa: BLE001 - the one place failures become retry/dead letter
+            if _outage(exc):
+                # Whatever the work did rolled back (or, for a submission, the processor keeps
+                # the idempotency key): it is done again once the database answers.
+                raise DatabaseDown(exc) from exc
             return self._fail(message, queue_message, exc, started)
         self._observe_applied(message)
         return self._finish(message, queue_message, Result.handled(outcome), started)
@@ -582,13 +735,16 @@ class Worker:
         """A message whose start could not be recorded: no work ran, no attempt was counted;
         it comes back after a short pause and its group waits behind it."""
         self.heartbeat.untrack([message.message_id])
-        self.hide(message, backoff_delay(message.receive_count, base=1, cap=30))
+        self.hide(
+            message,
+            backoff_delay(message.receive_count, base=self.backoff_base, cap=self.backoff_cap),
+        )
         return self._finish(message, None, Result.of(Outcome.RETRIED), started)
 
     def _breaker_defer(self, message: ReceivedMessage, started: float) -> Result | None:
         """Before starting a submission: while the processor's breaker is open (or calls are
-        paused by a 429), hide the message for the rest of the pause and stop its group, as for
-        a retry, but start nothing: no attempt counted, no error row."""
+        paused by a 429), park it off the queue until calls may flow (``_defer``); nothing is
+        started: no attempt counted, no error row."""
         from payments.processor.breaker import processor_breaker_wait
 
         try:
@@ -618,28 +774,39 @@ class Worker:
         breaker_open: bool,
         reason: str,
     ) -> Result:
+        """Take a submission the processor cannot take now off the queue, parked behind an
+        outage hold of its payment (``message_defer``): no attempt spent, and no more receives
+        however long the outage lasts. The tick releases it when calls may flow."""
         reason_label = "breaker_open" if breaker_open else "paused"
         MESSAGES_DEFERRED.labels(reason=reason_label).inc()
         self.stats.deferred += 1
         self.heartbeat.untrack([message.message_id])
-        hidden = defer_hide_seconds(receive_count=message.receive_count, wait=wait)
         try:
-            deferred_message_record(message=message, hidden_seconds=hidden)
+            decision = message_defer(message=message, queue_message=queue_message, reason=reason)
         except DatabaseError as exc:
-            # Not releasable early: hide it only for the pause, as a retry would be.
-            logger.warning("could not record deferred message %s: %s", message.message_id, exc)
-            hidden = int(math.ceil(max(wait, 1.0)))
-        self.hide(message, hidden, wait_for=False)
+            if _outage(exc):
+                raise DatabaseDown(exc) from exc
+            # Not parked: hide it for the pause instead (that costs it a receive).
+            logger.warning("could not park deferred message %s: %s", message.message_id, exc)
+            delay = max(wait, 1.0)
+            self.hide(message, delay, wait_for=not breaker_open)
+            return self._finish(
+                message,
+                queue_message,
+                Result.of(Outcome.RETRIED),
+                started,
+                error=reason,
+                delay=delay,
+            )
         if not breaker_open:
             # A 429 pause has a known end: --until-empty stays to release and submit it.
-            self._retry_due = max(self._retry_due, time.monotonic() + wait + BREAKER_TICK_INTERVAL)
+            self._retry_due = max(
+                self._retry_due,
+                time.monotonic() + wait + BREAKER_TICK_INTERVAL + self._due_grace,
+            )
+        outcome = Outcome.DUPLICATE if decision.action == StartAction.FINISHED else Outcome.DEFERRED
         return self._finish(
-            message,
-            queue_message,
-            Result.of(Outcome.DEFERRED),
-            started,
-            error=reason,
-            delay=hidden,
+            message, decision.queue_message, Result.of(outcome), started, error=reason
         )
 
     def _quarantine(self, message: ReceivedMessage, exc: Exception, started: float) -> Result:

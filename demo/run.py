@@ -75,6 +75,8 @@ def demo_environment() -> dict[str, str]:
             # Short breaker pauses, so the demo's 30 s processor outage ends visibly soon after.
             "PROCESSOR_BREAKER_PAUSE_SECONDS": "5",
             "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": "10",
+            # ... and its incident (its one alert) over 15 s after the last close, not 300 s.
+            "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": "15",
             "DLQ_INGEST_INTERVAL_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
         }

@@ -210,8 +210,11 @@ def _unfinished() -> int:
     from payments.models import OutboxMessage, Payment
 
     # Hold rows keep the payment id as text: compared in Python, not as a uuid = varchar join.
+    # Only holds for a person stop a payment; an outage hold is released by the workers.
     held = list(
-        PaymentHold.objects.filter(released_at__isnull=True).values_list("payment_id", flat=True)
+        PaymentHold.objects.filter(released_at__isnull=True, kind="triage").values_list(
+            "payment_id", flat=True
+        )
     )
     moving = Payment.objects.filter(state__in=["pending", "submitted"]).exclude(id__in=held)
     # Settled debits whose token rule promises a return a few seconds later.
@@ -253,6 +256,7 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
             break
         time.sleep(2)
 
+    _wait_for_incident_end()
     stats = requests.get(f"{sandbox_url}/_sandbox/stats", timeout=5).json()
     by_state = dict(Payment.objects.values_list("state").annotate(n=Count("id")))
     retried = ProcessorAttempt.objects.filter(outcome="retryable").count()
@@ -290,7 +294,14 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
         ),
         ("messages that needed >1 attempt", QueueMessage.objects.filter(attempts__gt=1).count()),
         ("dead letters open (in the admin)", DeadLetter.objects.filter(status="open").count()),
-        ("payments on hold", PaymentHold.objects.filter(released_at__isnull=True).count()),
+        (
+            "payments on hold for a person",
+            PaymentHold.objects.filter(released_at__isnull=True, kind="triage").count(),
+        ),
+        (
+            "submissions parked through the outage (released)",
+            PaymentHold.objects.filter(kind="outage").count(),
+        ),
     ]
     print("\n  Summary")
     print("  " + "-" * 66)
@@ -354,6 +365,16 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
     return all(passed for _, passed in checks)
 
 
+def _wait_for_incident_end(timeout: float = 120) -> None:
+    """The breaker's incident (and its alert) ends once it has stayed closed for its cool-down;
+    the workers notice within a second."""
+    from payments.processor.breaker import processor_breaker_get
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and processor_breaker_get().opened_at is not None:
+        time.sleep(1)
+
+
 def _breaker_story() -> dict:
     """What the processor's circuit breaker did during the run, from its history."""
     from callbacks.models import QueueMessage
@@ -361,7 +382,7 @@ def _breaker_story() -> dict:
     from payments.processor.breaker import ALERT_KEY, processor_breaker_get
     from triage.models import Alert
 
-    history = list(CircuitBreakerTransition.objects.order_by("created_at", "id"))
+    history = list(CircuitBreakerTransition.objects.order_by("id"))
     opened = [t for t in history if t.kind == "opened"]
     closed = [t for t in history if t.kind == "closed"]
     reopened = sum(1 for t in history if t.kind == "reopened")
@@ -372,7 +393,7 @@ def _breaker_story() -> dict:
         lasted = (first_close.created_at - opened[0].created_at).total_seconds()
         line = (
             f"breaker opened {opened[0].created_at:%H:%M:%S}, closed "
-            f"{first_close.created_at:%H:%M:%S} ({lasted:.0f} s, {reopened} failed probe(s) in "
+            f"{first_close.created_at:%H:%M:%S} ({lasted:.0f} s, {reopened} reopening(s) in "
             f"all)"
         )
         if len(opened) > 1:

@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models.functions import Now
 from django_fsm import FSMField, FSMModelMixin, transition
 
 
@@ -117,7 +118,9 @@ class PaymentEvent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
-        ordering = ["created_at", "id"]
+        # Insertion order (a database sequence), not created_at: that comes from the clock of
+        # whichever process wrote the row, and two processes' clocks may disagree.
+        ordering = ["id"]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.event_type} {self.outcome}"
@@ -148,7 +151,8 @@ class ProcessorAttempt(models.Model):
     started_at = models.DateTimeField(db_index=True)
 
     class Meta:
-        ordering = ["started_at", "id"]
+        # Insertion order: started_at is the calling process's clock.
+        ordering = ["id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["payment", "operation", "attempt_number"], name="attempt_number_unique"
@@ -365,16 +369,38 @@ class CircuitBreaker(models.Model):
     )
     consecutive_failures = models.PositiveIntegerField(default=0)
     opened_at = models.DateTimeField(
-        null=True, blank=True, help_text="Start of the current incident; empty while closed."
+        null=True,
+        blank=True,
+        help_text=(
+            "Start of the current incident (the database's clock); it outlasts a close by "
+            "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, so a reopening soon after is the "
+            "same incident. Empty when there is none."
+        ),
     )
     open_until = models.DateTimeField(
         null=True, blank=True, help_text="When the half-open probe may be taken."
     )
     reopen_count = models.PositiveIntegerField(
-        default=0, help_text="Failed probes in this incident: each one doubles the pause."
+        default=0, help_text="Reopenings in this incident: each one doubles the pause."
     )
     probe_until = models.DateTimeField(
-        null=True, blank=True, help_text="The probe's lease: another may be taken after it."
+        null=True,
+        blank=True,
+        help_text="The half-open trial's lease: after it, a new trial may be started.",
+    )
+    trial_admitted = models.PositiveIntegerField(
+        default=0, help_text="Half-open: real submissions admitted as trials in this lease."
+    )
+    trial_succeeded = models.PositiveIntegerField(
+        default=0, help_text="Half-open: trial submissions the processor accepted."
+    )
+    closed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the breaker last closed (the database's clock)."
+    )
+    window_after_attempt = models.BigIntegerField(
+        default=0,
+        help_text="Only submissions after this attempt id count toward the failure rate (the "
+        "last attempt before the last close).",
     )
     paused_until = models.DateTimeField(
         null=True, blank=True, help_text="Calls paused by a 429 Retry-After, for every worker."
@@ -388,9 +414,10 @@ class CircuitBreaker(models.Model):
 
 class BreakerTransitionKind(models.TextChoices):
     OPENED = "opened", "Opened"
-    PROBING = "probing", "Half-open probe taken"
-    REOPENED = "reopened", "Probe failed: reopened"
+    PROBING = "probing", "Half-open: trial submissions admitted"
+    REOPENED = "reopened", "Reopened in the same incident"
     CLOSED = "closed", "Closed"
+    RESOLVED = "resolved", "Incident over: closed for the cool-down"
     PAUSED = "paused", "Paused by 429 Retry-After"
 
 
@@ -403,10 +430,12 @@ class CircuitBreakerTransition(models.Model):
     kind = models.CharField(max_length=16, choices=BreakerTransitionKind.choices)
     reason = models.TextField(blank=True)
     pause_seconds = models.FloatField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The database's clock, as every time of the breaker's: a process whose clock is wrong
+    # cannot misdate an incident.
+    created_at = models.DateTimeField(db_default=Now(), db_index=True)
 
     class Meta:
-        ordering = ["created_at", "id"]
+        ordering = ["id"]
 
     def __str__(self) -> str:
         return f"{self.breaker_id} {self.kind} at {self.created_at:%Y-%m-%d %H:%M:%S}"

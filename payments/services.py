@@ -41,6 +41,8 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.processor.breaker import (
+    STATUS_READ,
+    SUBMISSION,
     Admission,
     call_outcome,
     max_pause_seconds,
@@ -547,8 +549,9 @@ def processed_events_purge(
 
 # --- Submission to the processor -------------------------------------------------------------
 
-SUBMIT_OPERATION = "submit"
-STATUS_OPERATION = "status"
+# ProcessorAttempt.operation: the breaker judges the processor by its submissions.
+SUBMIT_OPERATION = SUBMISSION
+STATUS_OPERATION = STATUS_READ
 
 
 class SubmitOutcome(enum.StrEnum):
@@ -642,7 +645,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
             )
             return SubmitResult(SubmitOutcome.SKIPPED, payment)
 
-    admission = _breaker_admit(payment, "submission")
+    admission = _breaker_admit(payment, SUBMIT_OPERATION)
     result = _debit_create(payment)
     with transaction.atomic():
         recorded = _submission_record(payment_id, result, caused_by)
@@ -749,7 +752,7 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
         payment = Payment.objects.get(pk=payment_id)
     except (Payment.DoesNotExist, ValidationError):
         raise PaymentNotFound(f"payment {payment_id} does not exist") from None
-    admission = _breaker_admit(payment, "status check")
+    admission = _breaker_admit(payment, STATUS_OPERATION)
     result: DebitStatus | ProcessorCallRejected | ProcessorCallUnavailable
     try:
         result = get_client().debit_get(idempotency_key=payment.idempotency_key)
@@ -775,10 +778,11 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
 def _breaker_admit(payment: Payment, operation: str) -> Admission:
     """Ask the processor's circuit breaker for a call; no call and no attempt row when it is
     open or paused (``ProcessorCircuitOpen``: the caller waits without spending an attempt)."""
-    admission = processor_breaker_admit()
+    admission = processor_breaker_admit(operation=operation)
     if not admission.allowed:
+        what = "submission" if operation == SUBMIT_OPERATION else "status check"
         raise ProcessorCircuitOpen(
-            f"payment {payment.id}: {operation} not attempted: {admission.reason}",
+            f"payment {payment.id}: {what} not attempted: {admission.reason}",
             retry_after=admission.wait_seconds,
             breaker_open=admission.state != BreakerState.CLOSED,
         )
@@ -792,7 +796,7 @@ def _breaker_record(
     result,
 ) -> None:
     """Tell the breaker what the call said about the processor. A failure that finds the
-    breaker open (this call opened it, or a probe failed) or a 429 pause is raised as
+    breaker open (this call opened it, or a trial call failed) or a 429 pause is raised as
     ``ProcessorCircuitOpen``: the processor is down or busy as a whole, so the message does not
     pay an attempt for it."""
     failed = isinstance(result, ProcessorCallUnavailable)
@@ -803,13 +807,16 @@ def _breaker_record(
             retryable=failed,
             accepted=not isinstance(result, Exception),
         ),
+        operation=attempt.operation,
         error=attempt.error,
         retry_after=attempt.retry_after_seconds,
         http_status=attempt.http_status,
     )
     if not failed:
         return
-    after = processor_breaker_wait()  # includes a 429's pause (capped by the breaker)
+    after = processor_breaker_wait(
+        operation=attempt.operation
+    )  # includes a 429's pause (capped by the breaker)
     paused = attempt.http_status == 429
     if not paused and (state == BreakerState.CLOSED or attempt.http_status == 409):
         return

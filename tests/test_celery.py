@@ -89,7 +89,6 @@ def test_beat_schedule_covers_the_operations_work():
         "callbacks.tasks.queue_messages_purge",
         "payments.tasks.outbox_messages_purge",
         "payments.tasks.breaker_transitions_purge",
-        "callbacks.tasks.deferred_messages_purge",
         "callbacks.tasks.holds_purge",
         "triage.tasks.error_history_purge",
         "triage.tasks.alerts_purge",

@@ -58,9 +58,10 @@ class OutageMode(enum.StrEnum):
     UNAVAILABLE = "503"  # every API call answers 503
     TIMEOUT = "timeout"  # every API call hangs past the client's timeout, then answers 503
     RESET = "reset"  # every API call has its connection closed without an answer
+    FLAP = "flap"  # every other debit answers 503 (the rest, and every other call, work)
 
 
-OUTAGE_MODES = (OutageMode.UNAVAILABLE, OutageMode.TIMEOUT, OutageMode.RESET)
+OUTAGE_MODES = (OutageMode.UNAVAILABLE, OutageMode.TIMEOUT, OutageMode.RESET, OutageMode.FLAP)
 
 
 class OutageReset(Exception):
@@ -159,6 +160,7 @@ class SandboxProcessor:
         self._outage_mode = OutageMode.NONE
         self._outage_until: float | None = None  # time.monotonic(); None: until ended
         self._outage_calls = 0
+        self._flap_debits = 0
         self.latch: DebitLatch | None = None  # tests: hold debit requests open mid-call
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -244,6 +246,7 @@ class SandboxProcessor:
             self._replays = 0
             self._events = 0
             self._outage_mode, self._outage_until, self._outage_calls = OutageMode.NONE, None, 0
+            self._flap_debits = 0
         self.plan.reset()
 
     # --- outages
@@ -281,12 +284,22 @@ class SandboxProcessor:
                 "calls_failed": self._outage_calls,
             }
 
-    def outage_answer(self) -> Answer | None:
+    def outage_answer(self, *, debit: bool = False) -> Answer | None:
         """The answer an outage gives an API call, or None when there is no outage. Raises
-        ``OutageReset`` when the connection must be dropped instead."""
+        ``OutageReset`` when the connection must be dropped instead. ``debit``: the call is a
+        debit (a flapping processor fails every other one of those only)."""
         mode = self.outage()["mode"]
         if not mode:
             return None
+        if mode == OutageMode.FLAP:
+            with self._lock:
+                if not debit:
+                    return None
+                self._flap_debits += 1
+                if self._flap_debits % 2:
+                    return None
+                self._outage_calls += 1
+            return Answer(503, {"error": "processor unavailable (sandbox outage: flap)"})
         with self._lock:
             self._outage_calls += 1
         if mode == OutageMode.RESET:
@@ -642,7 +655,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _outage(self, sandbox: SandboxProcessor, operation: str) -> bool:
         """Answer as the outage says; False when there is none."""
         try:
-            answer = sandbox.outage_answer()
+            answer = sandbox.outage_answer(debit=operation == "debit_create")
         except OutageReset:
             sandbox.count(operation, 0)
             self.close_connection = True

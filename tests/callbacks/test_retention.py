@@ -1,4 +1,4 @@
-"""Retention of the queue layer's failure records: error history, parked and deferred messages,
+"""Retention of the queue layer's failure records: error history, parked messages,
 holds. Nothing a person may still need goes; the rest goes in batches."""
 
 from datetime import timedelta
@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from callbacks import retention, tasks
 from callbacks.models import (
-    DeferredMessage,
     ParkedMessage,
     PaymentHold,
     ProcessingError,
@@ -161,37 +160,3 @@ def test_holds_purge_lets_the_history_purge_take_the_message_that_caused_it():
     assert retention.holds_purge() == 1
     assert retention.queue_message_history_purge() == 1
     assert not QueueMessage.objects.exists()
-
-
-def _deferred(name: str, released_days_ago: float | None) -> DeferredMessage:
-    return DeferredMessage.objects.create(
-        message_id=name,
-        receipt_handle="r",
-        group_id="g",
-        hidden_seconds=900,
-        deferred_at=_ago(30),
-        released_at=None if released_days_ago is None else _ago(released_days_ago),
-    )
-
-
-def test_deferred_purge_deletes_only_released_rows_past_retention_in_batches(settings):
-    settings.DEFERRED_MESSAGE_RETENTION = timedelta(days=7)
-    for i in range(5):
-        _deferred(f"old-{i}", released_days_ago=8)
-    _deferred("recent", released_days_ago=1)
-    _deferred("hidden", released_days_ago=None)
-
-    with CaptureQueriesContext(connection) as queries:
-        assert retention.deferred_messages_purge(batch_size=2) == 5
-
-    kept = set(DeferredMessage.objects.values_list("message_id", flat=True))
-    assert kept == {"recent", "hidden"}
-    assert _deletes(queries, "callbacks_deferredmessage") == 3
-
-
-def test_deferred_purge_task_reads_the_retention_setting(settings):
-    _deferred("three-days", released_days_ago=3)
-    settings.DEFERRED_MESSAGE_RETENTION = timedelta(days=7)
-    assert tasks.deferred_messages_purge() == 0
-    settings.DEFERRED_MESSAGE_RETENTION = timedelta(days=2)
-    assert tasks.deferred_messages_purge() == 1

@@ -1,28 +1,40 @@
-"""The processor's circuit breaker: its state machine on PostgreSQL, shared by every caller."""
+"""The processor's circuit breaker: its state machine on PostgreSQL, shared by every caller.
+
+Every time the breaker keeps is the database's clock, so these tests move time by moving the
+breaker's own times against the database's now (``pause_over``, ``lease_over``), never by
+passing a clock in.
+"""
 
 import threading
 from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from payments.models import (
     AttemptOutcome,
     BreakerState,
     BreakerTransitionKind,
+    CircuitBreaker,
     CircuitBreakerTransition,
     PaymentState,
     ProcessorAttempt,
 )
 from payments.processor.breaker import (
     ALERT_KEY,
+    PROCESSOR,
+    STATUS_READ,
     CallOutcome,
     call_outcome,
     pause_seconds,
     processor_breaker_admit,
+    processor_breaker_close_when_trials_done,
     processor_breaker_get,
+    processor_breaker_incident_end,
     processor_breaker_record,
+    processor_breaker_trial_start,
     processor_breaker_wait,
 )
 from tests.factories import PaymentFactory
@@ -36,30 +48,76 @@ def breaker_settings(settings):
     settings.PROCESSOR_BREAKER_FAILURES = 3
     settings.PROCESSOR_BREAKER_FAILURE_RATE = 0.5
     settings.PROCESSOR_BREAKER_WINDOW_SECONDS = 30
-    settings.PROCESSOR_BREAKER_MIN_CALLS = 10
+    settings.PROCESSOR_BREAKER_WINDOW_CALLS = 10
     settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 10
     settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 25
+    settings.PROCESSOR_BREAKER_TRIAL_CALLS = 3
+    settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
     settings.PROCESSOR_TIMEOUT_SECONDS = 2
     settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 1
 
 
-def fail(now=None, error="HTTP 503: down"):
-    admission = processor_breaker_admit(now=now)
-    assert admission.allowed
-    return processor_breaker_record(
-        admission=admission, outcome=CallOutcome.FAILURE, error=error, http_status=503, now=now
+def db_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def breaker_times_move(**seconds_from_now):
+    """Set breaker times to the database's now plus the given seconds (negative: past)."""
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(
+        **{name: Now() + timedelta(seconds=s) for name, s in seconds_from_now.items()}
     )
 
 
-def succeed(now=None):
-    admission = processor_breaker_admit(now=now)
-    return processor_breaker_record(admission=admission, outcome=CallOutcome.SUCCESS, now=now)
+def pause_over():
+    breaker_times_move(open_until=-0.1)
 
 
-def open_breaker(now):
+def record(admission, outcome, **kwargs):
+    return processor_breaker_record(admission=admission, outcome=outcome, **kwargs)
+
+
+def fail(error="HTTP 503: down", operation="submit"):
+    admission = processor_breaker_admit(operation=operation)
+    assert admission.allowed
+    return record(admission, CallOutcome.FAILURE, error=error, http_status=503, operation=operation)
+
+
+def succeed(operation="submit"):
+    return record(
+        processor_breaker_admit(operation=operation), CallOutcome.SUCCESS, operation=operation
+    )
+
+
+def open_breaker():
     for _ in range(3):
-        fail(now)
+        fail()
     assert processor_breaker_get().state == BreakerState.OPEN
+
+
+def trials(count):
+    """Pause over, then ``count`` trial admissions (each must get a slot)."""
+    pause_over()
+    admitted = [processor_breaker_admit() for _ in range(count)]
+    assert all(a.allowed and a.trial for a in admitted)
+    return admitted
+
+
+def attempts(payment, outcomes, *, operation="submit", age_seconds=1.0):
+    """Processor attempts of ``payment``, oldest first; True = failed (503)."""
+    start = ProcessorAttempt.objects.filter(payment=payment).count()
+    for number, failed in enumerate(outcomes, start=start + 1):
+        ProcessorAttempt.objects.create(
+            payment=payment,
+            operation=operation,
+            attempt_number=number,
+            idempotency_key=payment.idempotency_key,
+            outcome=AttemptOutcome.RETRYABLE if failed else AttemptOutcome.ACCEPTED,
+            http_status=503 if failed else 201,
+            latency_ms=1,
+            started_at=timezone.now() - timedelta(seconds=age_seconds),
+        )
 
 
 @pytest.mark.parametrize(
@@ -82,90 +140,108 @@ def test_what_a_call_says_about_the_processor(http_status, retryable, accepted, 
 
 def test_consecutive_failures_open_the_breaker_and_raise_one_high_alert():
     PaymentFactory.create_batch(4, state=PaymentState.PENDING)
-    now = timezone.now()
 
-    assert fail(now) == BreakerState.CLOSED
-    assert fail(now) == BreakerState.CLOSED
-    assert fail(now) == BreakerState.OPEN
+    assert fail() == BreakerState.CLOSED
+    assert fail() == BreakerState.CLOSED
+    before = db_now()
+    assert fail() == BreakerState.OPEN
 
     breaker = processor_breaker_get()
-    assert breaker.opened_at == now
-    assert breaker.open_until == now + timedelta(seconds=10)
+    assert before <= breaker.opened_at <= db_now()
+    assert breaker.open_until - breaker.opened_at == timedelta(seconds=10)
     [opened] = CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.OPENED)
     assert "3 consecutive failures" in opened.reason and opened.pause_seconds == 10
     [alert] = Alert.objects.filter(key=ALERT_KEY)
     assert alert.severity == "high" and alert.status == AlertStatus.FIRING
-    assert alert.summary.startswith(f"processor unavailable since {now:%Y-%m-%d %H:%M:%S} UTC")
+    assert alert.summary.startswith(
+        f"processor unavailable since {breaker.opened_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
     assert "4 payment(s) waiting" in alert.summary
 
 
-def test_a_success_resets_the_run_of_failures():
-    now = timezone.now()
-    fail(now)
-    fail(now)
-    succeed(now)
-    fail(now)
-    fail(now)
+def test_a_successful_submission_resets_the_run_of_failures_a_status_read_does_not():
+    fail()
+    fail()
+    succeed()
+    fail()
+    succeed(operation=STATUS_READ)  # a status read can answer while debits fail
 
-    assert processor_breaker_get().state == BreakerState.CLOSED
-    assert processor_breaker_get().consecutive_failures == 2
+    breaker = processor_breaker_get()
+    assert breaker.state == BreakerState.CLOSED and breaker.consecutive_failures == 1
+    assert fail() == BreakerState.CLOSED
+    assert fail() == BreakerState.OPEN
 
 
-def test_failure_rate_over_the_window_opens_the_breaker_without_a_run():
+def test_every_other_submission_failing_opens_it_however_healthy_the_traffic_before():
     payment = PaymentFactory()
-    now = timezone.now()
-    # 12 calls in the window, every other one failed: 50 %, at least the minimum of 10 calls.
-    for number in range(1, 13):
-        failed = number % 2 == 0
-        ProcessorAttempt.objects.create(
-            payment=payment,
-            attempt_number=number,
-            idempotency_key=payment.idempotency_key,
-            outcome=AttemptOutcome.RETRYABLE if failed else AttemptOutcome.ACCEPTED,
-            http_status=503 if failed else 201,
-            latency_ms=1,
-            started_at=now - timedelta(seconds=number),
-        )
+    # A busy healthy period just before: a time window would be diluted by it.
+    attempts(payment, [False] * 40, age_seconds=5)
+    # Then the processor flaps: every other debit fails (the call recorded below is the
+    # 5th failure of the last 10).
+    attempts(payment, [False, True] * 5)
 
-    assert fail(now) == BreakerState.OPEN
+    assert fail() == BreakerState.OPEN
     [opened] = CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.OPENED)
-    assert "6 of 12 calls failed in the last 30 s" in opened.reason
+    assert "5 of the last 10 submissions failed" in opened.reason
 
 
-def test_failure_rate_ignores_calls_outside_the_window_and_429s():
+def test_failure_rate_ignores_429s_status_reads_old_calls_and_calls_before_the_last_close():
     payment = PaymentFactory()
-    now = timezone.now()
-    for number in range(1, 13):
+    attempts(payment, [True] * 12, age_seconds=60)  # older than the 30 s window
+    attempts(payment, [True] * 12, operation=STATUS_READ)  # not submissions
+    ProcessorAttempt.objects.filter(payment=payment, operation=STATUS_READ).update(http_status=503)
+    recent = PaymentFactory()
+    for number in range(1, 9):  # recent 429s: a pause, not a failure
         ProcessorAttempt.objects.create(
-            payment=payment,
+            payment=recent,
             attempt_number=number,
-            idempotency_key=payment.idempotency_key,
+            idempotency_key=recent.idempotency_key,
             outcome=AttemptOutcome.RETRYABLE,
-            # Old failures, and recent 429s (a pause, not a failure): neither counts.
-            http_status=503 if number <= 6 else 429,
+            http_status=429,
             latency_ms=1,
-            started_at=now - timedelta(seconds=60 if number <= 6 else 1),
+            started_at=timezone.now(),
         )
+    assert fail() == BreakerState.CLOSED
 
-    assert fail(now) == BreakerState.CLOSED
+    # Failures before the last close no longer count either.
+    attempts(payment, [True] * 9)
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(
+        window_after_attempt=ProcessorAttempt.objects.order_by("-pk").first().pk
+    )
+    assert fail() == BreakerState.CLOSED
 
 
 def test_open_breaker_admits_nobody_until_the_pause_ends():
-    now = timezone.now()
-    open_breaker(now)
+    open_breaker()
 
-    admission = processor_breaker_admit(now=now + timedelta(seconds=4))
+    admission = processor_breaker_admit()
 
-    assert not admission.allowed and not admission.probe
-    assert admission.wait_seconds == pytest.approx(6)
+    assert not admission.allowed and not admission.trial
+    assert admission.wait_seconds == pytest.approx(10, abs=1)
     assert "processor breaker open since" in admission.reason
-    assert not processor_breaker_wait(now=now + timedelta(seconds=4)).allowed
+    assert not processor_breaker_wait().allowed
 
 
-def test_after_the_pause_exactly_one_of_many_racing_threads_gets_the_probe():
-    now = timezone.now()
-    open_breaker(now)
-    later = now + timedelta(seconds=11)
+def test_a_worker_clock_far_ahead_neither_stretches_nor_skips_the_pause(monkeypatch):
+    ahead = timezone.now() + timedelta(minutes=2)
+    monkeypatch.setattr(timezone, "now", lambda: ahead)
+
+    open_breaker()
+
+    breaker = processor_breaker_get()
+    assert breaker.open_until - db_now() <= timedelta(seconds=10)
+    assert abs(breaker.opened_at - db_now()) < timedelta(seconds=5)
+    gate = processor_breaker_wait()  # its clock says the pause is long over: the database's not
+    assert not gate.allowed and gate.wait_seconds <= 10
+    assert all(
+        abs(t - db_now()) < timedelta(seconds=5)
+        for t in CircuitBreakerTransition.objects.values_list("created_at", flat=True)
+    )
+
+
+def test_after_the_pause_exactly_the_trial_size_of_many_racing_threads_get_through():
+    open_breaker()
+    pause_over()
     racers = 8
     barrier = threading.Barrier(racers)
     admissions = []
@@ -174,7 +250,7 @@ def test_after_the_pause_exactly_one_of_many_racing_threads_gets_the_probe():
     def race():
         try:
             barrier.wait(timeout=10)
-            admissions.append(processor_breaker_admit(now=later))
+            admissions.append(processor_breaker_admit())
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:
@@ -188,116 +264,146 @@ def test_after_the_pause_exactly_one_of_many_racing_threads_gets_the_probe():
 
     assert errors == []
     assert len(admissions) == racers
-    probes = [a for a in admissions if a.probe]
-    assert len(probes) == 1 and probes[0].allowed
-    assert all(not a.allowed and a.wait_seconds > 0 for a in admissions if not a.probe)
+    admitted = [a for a in admissions if a.trial]
+    assert len(admitted) == 3 and all(a.allowed for a in admitted)
+    assert all(not a.allowed and a.wait_seconds > 0 for a in admissions if not a.trial)
     assert processor_breaker_get().state == BreakerState.HALF_OPEN
     assert CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.PROBING).count() == 1
 
 
-def test_a_failed_probe_reopens_with_a_doubled_pause_capped():
-    now = timezone.now()
-    open_breaker(now)
-    moment = now
+def test_a_status_read_is_never_a_trial_and_waits_for_the_close():
+    open_breaker()
+    pause_over()
+
+    assert not processor_breaker_admit(operation=STATUS_READ).allowed
+    assert not processor_breaker_wait(operation=STATUS_READ).allowed
+    assert processor_breaker_get().state == BreakerState.OPEN  # it did not even start a trial
+
+
+def test_a_failed_trial_reopens_with_a_doubled_pause_capped_in_one_incident():
+    open_breaker()
+    opened_at = processor_breaker_get().opened_at
     pauses = []
     for _ in range(3):
-        moment = processor_breaker_get().open_until
-        probe = processor_breaker_admit(now=moment)
-        assert probe.probe
-        state = processor_breaker_record(
-            admission=probe, outcome=CallOutcome.FAILURE, error="HTTP 503", now=moment
-        )
-        assert state == BreakerState.OPEN
+        [first, _second] = trials(2)
+        assert record(first, CallOutcome.FAILURE, error="HTTP 503") == BreakerState.OPEN
         breaker = processor_breaker_get()
-        pauses.append((breaker.open_until - moment).total_seconds())
+        pauses.append(round((breaker.open_until - db_now()).total_seconds()))
 
     assert pauses == [20, 25, 25]  # 10 s doubled, then the 25 s cap
     assert [pause_seconds(n) for n in range(4)] == [10, 20, 25, 25]
-    assert processor_breaker_get().opened_at == now  # one incident, however many probes
+    assert processor_breaker_get().opened_at == opened_at  # one incident, however many trials
     assert Alert.objects.filter(key=ALERT_KEY).count() == 1
 
 
-def test_a_successful_probe_closes_the_breaker_and_resolves_the_alert():
-    now = timezone.now()
-    open_breaker(now)
-    later = now + timedelta(seconds=10)
-    probe = processor_breaker_admit(now=later)
+def test_it_closes_only_after_the_whole_trial_succeeded():
+    open_breaker()
+    admitted = trials(3)
 
-    state = processor_breaker_record(admission=probe, outcome=CallOutcome.SUCCESS, now=later)
+    assert record(admitted[0], CallOutcome.SUCCESS) == BreakerState.HALF_OPEN
+    assert record(admitted[1], CallOutcome.SUCCESS) == BreakerState.HALF_OPEN
+    assert record(admitted[2], CallOutcome.SUCCESS) == BreakerState.CLOSED
 
-    assert state == BreakerState.CLOSED
     breaker = processor_breaker_get()
-    assert (breaker.consecutive_failures, breaker.opened_at, breaker.reopen_count) == (0, None, 0)
+    assert breaker.consecutive_failures == 0 and breaker.closed_at is not None
     kinds = list(CircuitBreakerTransition.objects.values_list("kind", flat=True))
     assert kinds == ["opened", "probing", "closed"]
+    assert processor_breaker_admit().allowed
+
+
+def test_a_flap_after_the_close_is_the_same_incident_and_its_alert_resolves_after_the_cooldown():
+    open_breaker()
+    first_opened = processor_breaker_get().opened_at
+    for admission in trials(3):
+        record(admission, CallOutcome.SUCCESS)
+    # Closed, but the incident (and its alert) is open for the cool-down.
+    [alert] = Alert.objects.filter(key=ALERT_KEY)
+    assert alert.status == AlertStatus.FIRING
+    assert not processor_breaker_incident_end()
+
+    open_breaker()  # failing again soon after the close
+
+    breaker = processor_breaker_get()
+    assert breaker.opened_at == first_opened and breaker.reopen_count == 1
+    assert breaker.open_until - db_now() > timedelta(seconds=15)  # the pause kept doubling
+    [reopened] = CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.REOPENED)
+    assert "same incident" in reopened.reason
+    assert Alert.objects.filter(key=ALERT_KEY).count() == 1
+
+    for admission in trials(3):
+        record(admission, CallOutcome.SUCCESS)
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(closed_at=Now() - timedelta(seconds=61))
+    assert processor_breaker_incident_end()
+
+    breaker = processor_breaker_get()
+    assert breaker.state == BreakerState.CLOSED and breaker.opened_at is None
     [alert] = Alert.objects.filter(key=ALERT_KEY)
     assert alert.status == AlertStatus.RESOLVED
-    assert "breaker closed" in alert.details["resolved_because"]
-    assert processor_breaker_admit(now=later).allowed
+    assert "processor available again" in alert.details["resolved_because"]
+    kinds = list(CircuitBreakerTransition.objects.values_list("kind", flat=True))
+    assert kinds.count("opened") == 1 and kinds[-1] == "resolved"
+
+
+def test_fewer_trials_than_its_size_close_it_when_nothing_else_waits():
+    open_breaker()
+    [only] = trials(1)
+    assert not processor_breaker_close_when_trials_done()  # one is still out
+
+    record(only, CallOutcome.SUCCESS)
+
+    assert processor_breaker_get().state == BreakerState.HALF_OPEN
+    assert processor_breaker_close_when_trials_done()
+    assert processor_breaker_get().state == BreakerState.CLOSED
 
 
 def test_a_success_started_before_the_breaker_opened_does_not_cut_the_pause_short():
-    now = timezone.now()
-    early = processor_breaker_admit(now=now)  # a slow call, admitted while closed
-    open_breaker(now)
+    early = processor_breaker_admit()  # a slow call, admitted while closed
+    open_breaker()
 
-    processor_breaker_record(admission=early, outcome=CallOutcome.SUCCESS, now=now)
+    record(early, CallOutcome.SUCCESS)
 
     assert processor_breaker_get().state == BreakerState.OPEN
 
 
-def test_a_probe_whose_caller_vanished_is_given_up_after_its_lease():
-    now = timezone.now()
-    open_breaker(now)
-    first = processor_breaker_admit(now=now + timedelta(seconds=10))
-    assert first.probe  # ... and its process dies: no outcome is ever recorded
+def test_a_trial_whose_callers_vanished_is_started_again_after_its_lease():
+    open_breaker()
+    trials(3)  # ... and their processes die: no outcome is ever recorded
 
-    during_lease = processor_breaker_admit(now=now + timedelta(seconds=12))
-    after_lease = processor_breaker_admit(now=now + timedelta(seconds=10 + 1 + 2 + 5 + 1))
-
+    during_lease = processor_breaker_admit()
     assert not during_lease.allowed and during_lease.wait_seconds == pytest.approx(1)
-    assert after_lease.probe
+    assert not processor_breaker_trial_start()
+
+    breaker_times_move(probe_until=-0.1)
+    assert processor_breaker_trial_start()
+    assert processor_breaker_admit().trial
 
 
-def test_an_undecided_probe_429_gives_the_probe_back_and_pauses_everyone():
-    now = timezone.now()
-    open_breaker(now)
-    later = now + timedelta(seconds=10)
-    probe = processor_breaker_admit(now=later)
+def test_an_undecided_trial_429_gives_the_slot_back_and_pauses_everyone():
+    open_breaker()
+    admitted = trials(3)
 
-    processor_breaker_record(
-        admission=probe,
-        outcome=CallOutcome.NEUTRAL,
-        error="HTTP 429",
-        http_status=429,
-        retry_after=4,
-        now=later,
-    )
+    record(admitted[0], CallOutcome.NEUTRAL, error="HTTP 429", http_status=429, retry_after=4)
 
-    paused = processor_breaker_admit(now=later + timedelta(seconds=1))
-    assert not paused.allowed and paused.wait_seconds == pytest.approx(3)
-    assert processor_breaker_admit(now=later + timedelta(seconds=4)).probe
+    paused = processor_breaker_admit()
+    assert not paused.allowed and paused.wait_seconds == pytest.approx(4, abs=1)
+    breaker_times_move(paused_until=-0.1)
+    assert processor_breaker_admit().trial  # the slot it gave back
 
 
 def test_429_retry_after_pauses_every_caller_while_closed_without_counting_a_failure():
-    now = timezone.now()
-    admission = processor_breaker_admit(now=now)
+    admission = processor_breaker_admit()
 
-    processor_breaker_record(
-        admission=admission,
-        outcome=CallOutcome.NEUTRAL,
-        error="HTTP 429: slow down",
-        http_status=429,
-        retry_after=5,
-        now=now,
+    record(
+        admission, CallOutcome.NEUTRAL, error="HTTP 429: slow down", http_status=429, retry_after=5
     )
 
     breaker = processor_breaker_get()
     assert breaker.state == BreakerState.CLOSED and breaker.consecutive_failures == 0
-    gate = processor_breaker_wait(now=now + timedelta(seconds=2))
-    assert not gate.allowed and gate.wait_seconds == pytest.approx(3)
+    gate = processor_breaker_wait()
+    assert not gate.allowed and gate.wait_seconds == pytest.approx(5, abs=1)
     assert "429 Retry-After" in gate.reason
-    assert processor_breaker_admit(now=now + timedelta(seconds=5)).allowed
+    breaker_times_move(paused_until=-0.1)
+    assert processor_breaker_admit().allowed
     [paused] = CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.PAUSED)
     assert paused.pause_seconds == 5
 
@@ -321,28 +427,21 @@ def test_the_breaker_row_is_created_once_under_concurrent_first_use():
 
 
 def test_a_huge_retry_after_pauses_no_longer_than_the_maximum_pause():
-    now = timezone.now()
-    admission = processor_breaker_admit(now=now)
+    admission = processor_breaker_admit()
 
-    processor_breaker_record(
-        admission=admission,
-        outcome=CallOutcome.NEUTRAL,
-        error="HTTP 429",
-        http_status=429,
-        retry_after=86400 * 365,
-        now=now,
+    record(
+        admission, CallOutcome.NEUTRAL, error="HTTP 429", http_status=429, retry_after=86400 * 365
     )
 
-    assert processor_breaker_get().paused_until == now + timedelta(seconds=25)
+    remaining = processor_breaker_get().paused_until - db_now()
+    assert timedelta(seconds=20) < remaining <= timedelta(seconds=25)
 
 
 def test_a_429_without_retry_after_still_pauses_everyone_briefly():
-    now = timezone.now()
-    admission = processor_breaker_admit(now=now)
+    admission = processor_breaker_admit()
 
-    processor_breaker_record(
-        admission=admission, outcome=CallOutcome.NEUTRAL, error="HTTP 429", http_status=429, now=now
-    )
+    record(admission, CallOutcome.NEUTRAL, error="HTTP 429", http_status=429)
 
-    assert processor_breaker_get().paused_until == now + timedelta(seconds=1)
+    assert processor_breaker_get().paused_until - db_now() <= timedelta(seconds=1)
+    assert not processor_breaker_wait().allowed
     assert processor_breaker_get().consecutive_failures == 0

@@ -5,6 +5,7 @@ from rest_framework.test import APIClient
 
 from tests.factories import UserFactory
 from tests.localsqs import LocalSqs, aws_test_environment
+from tests.pg_cluster import PgCluster, django_migrate
 
 # tests/host/ is a foreign host project with its own settings and user model: it runs in its own
 # pytest invocation (``--ds=tests.host.settings``, see the Makefile), never beside the others.
@@ -19,6 +20,30 @@ def local_sqs():
     server = LocalSqs().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster_session():
+    """A PostgreSQL cluster of this session's own, migrated, for tests that stop the database
+    (the shared server must never be stopped). Use ``pg_cluster`` in a test; this one is for
+    module- or session-scoped fixtures that start processes on it."""
+    cluster = PgCluster(database="outage_app").init().start()
+    try:
+        django_migrate(cluster.url)
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def pg_cluster(pg_cluster_session):
+    """The session's own cluster, running when the test starts, whatever an earlier test did.
+
+    The test may ``stop()`` (an outage), ``stop(mode="immediate")`` (a crash) and ``start()``
+    it; ``url`` names its migrated database for the processes the test starts. Rows stay from
+    one test to the next: use names of the test's own."""
+    pg_cluster_session.start()
+    return pg_cluster_session
 
 
 @pytest.fixture

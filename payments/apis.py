@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView, exception_handler, set_rollback
 
 from payments import idempotency
 from payments.access import merchant_access_allowed
@@ -41,14 +42,54 @@ MERCHANT_MESSAGE = "1-64 characters of A-Z, a-z, 0-9, _ . : or -"
 AMOUNT_RE = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{2}", re.ASCII)
 AMOUNT_MESSAGE = 'must be a decimal string with two decimals, such as "12.34"'
 
+# Seconds a client should wait before retrying while the database cannot be reached: a restart
+# or a failover takes a few seconds, and a shorter wait would only add load to the recovery.
+DATABASE_RETRY_AFTER_SECONDS = 5
+DATABASE_UNAVAILABLE_MESSAGE = "the database is unavailable; retry later"
+
 
 def _errors_response(errors: dict, status_code: int = status.HTTP_400_BAD_REQUEST) -> Response:
     return Response({"errors": errors}, status=status_code)
 
 
 def _api_exception_handler(exc, context):
-    """DRF's handler, pinned: a host's EXCEPTION_HANDLER does not reshape this API's answers."""
+    """DRF's handler, pinned: a host's EXCEPTION_HANDLER does not reshape this API's answers.
+
+    A database that cannot be reached (refused, lost or closed connections, wherever they
+    happen: authentication, the Idempotency-Key claim, the work) is the client's cue to retry,
+    not a server bug: 503 with ``Retry-After``. Data errors (``DataError``, ``IntegrityError``)
+    are bugs or bad rows and stay 500s.
+    """
+    if isinstance(exc, OperationalError | InterfaceError):
+        return _database_unavailable_response(exc, context)
     return exception_handler(exc, context)
+
+
+def _database_unavailable_response(exc: Exception, context) -> Response:
+    # Never an idempotency.Answer: raised, not returned, so no Idempotency-Key stores it and a
+    # retry with the key executes once the database is back.
+    set_rollback()
+    request = context["request"]
+    match = getattr(request, "resolver_match", None)
+    cause = exc.__cause__ or exc
+    # The driver's message names the host, port and database: only the class and SQLSTATE are
+    # logged, and the route's name rather than its path (a balance URL holds a merchant id).
+    logger.error(
+        "payments API answered 503, database unavailable: %s %s (%s%s)",
+        request.method,
+        match.url_name if match else type(context["view"]).__name__,
+        type(cause).__name__,
+        f", SQLSTATE {cause.sqlstate}" if getattr(cause, "sqlstate", None) else "",
+        extra={"outcome": "database_unavailable"},
+    )
+    response = _errors_response(
+        {"database_unavailable": [DATABASE_UNAVAILABLE_MESSAGE]},
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+    )
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    # The line above is the record; Django's request log would add a second one with the path.
+    response._has_been_logged = True
+    return response
 
 
 class ModuleApiView(APIView):
@@ -258,7 +299,8 @@ class MerchantBalanceOutputSerializer(serializers.Serializer):
 
 
 class ErrorsOutputSerializer(serializers.Serializer):
-    """The shape of every 4xx answer of this API, for the OpenAPI schema."""
+    """The shape of this API's 4xx answers and of its 503 while the database cannot be reached
+    (``{"errors": {"database_unavailable": [...]}}``), for the OpenAPI schema."""
 
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
 

@@ -29,6 +29,18 @@ _IDEMPOTENCY_KEY = OpenApiParameter(
         "while the first request still runs: 409."
     ),
 )
+# Every operation answers 503 while the database cannot be reached (payments.apis).
+_UNAVAILABLE = OpenApiResponse(
+    apis.ErrorsOutputSerializer,
+    description="The database cannot be reached; retry after Retry-After seconds.",
+)
+_RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
+    response=[503],
+    description="Seconds to wait before retrying.",
+)
 
 
 def describe() -> None:
@@ -36,7 +48,7 @@ def describe() -> None:
         post=extend_schema(
             operation_id="payment_create",
             request=apis.PaymentCreateInputSerializer,
-            parameters=[_IDEMPOTENCY_KEY],
+            parameters=[_IDEMPOTENCY_KEY, _RETRY_AFTER],
             responses={
                 201: apis.PaymentOutputSerializer,
                 400: _ERRORS_BY_FIELD,
@@ -44,12 +56,14 @@ def describe() -> None:
                 403: _ERRORS_BY_FIELD,
                 409: _ERROR,
                 422: _ERROR,
+                503: _UNAVAILABLE,
             },
         )
     )(apis.PaymentListCreateApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="payment_retrieve",
+            parameters=[_RETRY_AFTER],
             responses={
                 200: OpenApiResponse(
                     apis.PaymentDetailOutputSerializer,
@@ -57,12 +71,14 @@ def describe() -> None:
                 ),
                 401: _ERROR,
                 404: _ERROR,
+                503: _UNAVAILABLE,
             },
         )
     )(apis.PaymentDetailApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",
+            parameters=[_RETRY_AFTER],
             responses={
                 200: OpenApiResponse(
                     apis.MerchantBalanceOutputSerializer,
@@ -71,6 +87,7 @@ def describe() -> None:
                 400: _ERROR,
                 401: _ERROR,
                 404: _ERROR,
+                503: _UNAVAILABLE,
             },
         )
     )(apis.MerchantBalanceApi)

@@ -217,8 +217,14 @@ def test_a_create_cut_off_by_the_outage_mid_way_executes_when_retried_with_its_k
         pg_cluster.stop()
         assert_unavailable(pending.result())
 
-    # Its claim was committed and could not be released; its session went with the server, so
-    # the claim has no owner any more: the retry executes, at once.
+    # Its claim was committed and could not be released: until the key's lease runs out the
+    # retry is told the first request may still be running (409, stored nowhere) ...
     pg_cluster.start()
+    early = call(web, "POST", "/api/payments/", key=key, body=payment_body())
+    assert early.status_code == 409, early.text
+    # ... and once it has, the retry takes the key over and executes.
+    pg_cluster.execute(
+        "UPDATE payments_apiidempotencykey SET created_at = now() - interval '61 seconds'"
+    )
     retried = call(web, "POST", "/api/payments/", key=key, body=payment_body())
     assert retried.status_code == 201, retried.text

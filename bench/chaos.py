@@ -19,9 +19,12 @@ callback endpoint answers 503 and the processor retries its callbacks; payments 
 meanwhile are published by the outbox relay afterwards); a processor outage (every API call has
 its connection dropped) lasting PROCESSOR_OUTAGE_SECONDS, more than three times the workers'
 whole retry budget, which the processor's circuit breaker must turn into one incident and no
-dead letter; PostgreSQL backends of the run's database terminated a few times; two gunicorn
-workers SIGKILLed; and a faulty processor's callbacks (``settled`` for a payment it rejected, an
-event for an unknown payment, a reused event id with another amount), which must end in triage.
+dead letter, followed by PROCESSOR_FLAP_SECONDS of flapping (every other debit fails), one
+incident too; the run's database refusing every connection for DATABASE_OUTAGE_SECONDS (no
+receive spent, no dead letter); PostgreSQL backends of the run's database terminated a few
+times; two gunicorn workers SIGKILLed; and a faulty processor's callbacks (``settled`` for a
+payment it rejected, an event for an unknown payment, a reused event id with another amount),
+which must end in triage.
 Payments are created through ``POST /api/payments/`` with an Idempotency-Key, retried with the
 same key on 5xx, 409 and connection errors.
 
@@ -76,6 +79,12 @@ MERCHANTS = 10
 RETRY_BUDGET_SECONDS = 0.5 + 1 + 2 + 4 + 4
 PROCESSOR_OUTAGE_SECONDS = 36
 PROCESSOR_OUTAGE_MODE = "reset"
+# After the outage, the processor flaps (every other debit answers 503) for this long: the
+# breaker must see it as an incident, one alert, and dead-letter nothing.
+PROCESSOR_FLAP_SECONDS = 20
+# Early in the run, the database refuses every connection (and drops the open ones) this long:
+# no receive may be spent on it, no message dead-lettered.
+DATABASE_OUTAGE_SECONDS = 10
 
 
 class SetupError(Exception):
@@ -417,6 +426,7 @@ class ChaosRun:
         self.workers: list[Child] = []
         self.stopping = threading.Event()
         self.pg_terminated = 0
+        self.database_outages = 0
         self.web_kills = 0
         self.harness_errors: list[str] = []
         self.injected: list[dict] = []  # callbacks this run sent as a faulty processor would
@@ -673,6 +683,42 @@ class ChaosRun:
         self.stopping.wait(seconds)
         self.log("fault: processor back")
 
+    def processor_flap(self, at: float, seconds: float) -> None:
+        """The processor flaps: every other debit fails (the sandbox's "flap" outage mode)."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        url = f"http://127.0.0.1:{self.ports['sandbox']}/_sandbox/outage"
+        requests.post(url, json={"mode": "flap", "seconds": seconds}, timeout=10).raise_for_status()
+        self.log(f"fault: processor flapping (every other debit 503) for {seconds:.0f} s")
+        self.stopping.wait(seconds)
+        self.log("fault: processor flap over")
+
+    def database_outage(self, at: float, seconds: float) -> None:
+        """The run's database refuses new connections and loses its open ones for ``seconds``
+        (the shared server stays up for everyone else)."""
+        import psycopg
+        from psycopg import sql
+
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        name = sql.Identifier(self.config.database)
+        admin = "postgresql://postgres@127.0.0.1:5432/postgres"
+        try:
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(name))
+                rows = c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (self.config.database,),
+                ).fetchall()
+            self.database_outages += 1
+            self.log(f"fault: database down for {seconds:.0f} s ({len(rows)} connection(s) cut)")
+            self.stopping.wait(seconds)
+        finally:
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(name))
+            self.log("fault: database back")
+
     def terminate_backends(self, times: list[float]) -> None:
         import psycopg
 
@@ -867,8 +913,16 @@ class ChaosRun:
             self.thread(self.queue_outage, start + config.seconds * 0.35, 5.0),
             self.thread(
                 self.processor_outage,
-                start + max(config.seconds - PROCESSOR_OUTAGE_SECONDS - 10, 0) * 0.6,
+                outage_at := start + max(config.seconds - PROCESSOR_OUTAGE_SECONDS - 10, 0) * 0.6,
                 float(PROCESSOR_OUTAGE_SECONDS),
+            ),
+            self.thread(
+                self.processor_flap,
+                outage_at + PROCESSOR_OUTAGE_SECONDS + 2,
+                float(PROCESSOR_FLAP_SECONDS),
+            ),
+            self.thread(
+                self.database_outage, start + config.seconds * 0.1, float(DATABASE_OUTAGE_SECONDS)
             ),
             self.thread(self.kill_web_workers, [start + config.seconds * f for f in (0.3, 0.55)]),
             self.thread(self.inject_processor_bugs, start + config.seconds * 0.6),
@@ -1009,7 +1063,8 @@ class ChaosRun:
             latency_ms__gt=VISIBILITY_TIMEOUT * 1000, outcome="accepted"
         ).count()
         dead = dict(DeadLetter.objects.values_list("last_error_class").annotate(n=Count("id")))
-        holds = PaymentHold.objects.filter(released_at__isnull=True).count()
+        holds = PaymentHold.objects.filter(released_at__isnull=True, kind="triage").count()
+        outage_holds = PaymentHold.objects.filter(kind="outage").count()
         parked = ParkedMessage.objects.count()
         kills = sum(w.killed_by_us for w in self.workers)
         breaker = dict(CircuitBreakerTransition.objects.values_list("kind").annotate(n=Count("id")))
@@ -1034,14 +1089,16 @@ class ChaosRun:
             f"  processor attempts: {attempts}; {slow} accepted after more than the "
             f"{VISIBILITY_TIMEOUT} s visibility timeout",
             f"  injected faulty callbacks accepted: {len(self.injected)}; dead letters by error "
-            f"{dead}; active holds {holds}; parked messages {parked}",
+            f"{dead}; active holds for a person {holds}; parked messages {parked}",
             f"  callbacks: delivered {stats.get('callbacks_sent')}, failed attempts "
             f"{stats.get('callback_failed_attempts')}, given up {stats.get('callbacks_given_up')}",
             f"  faults: {kills} worker SIGKILLs, {self.web_kills} gunicorn worker SIGKILLs, "
             f"{self.pg_terminated} PostgreSQL backends "
-            f"terminated, one {5} s queue outage",
-            f"  processor outage: {PROCESSOR_OUTAGE_SECONDS} s ({PROCESSOR_OUTAGE_MODE}); "
-            f"breaker {breaker}",
+            f"terminated, one {5} s queue outage, {self.database_outages} database outage(s) of "
+            f"{DATABASE_OUTAGE_SECONDS} s",
+            f"  processor outage: {PROCESSOR_OUTAGE_SECONDS} s ({PROCESSOR_OUTAGE_MODE}), then "
+            f"{PROCESSOR_FLAP_SECONDS} s of flapping; breaker {breaker}; submissions parked "
+            f"through it {outage_holds}",
             f"  worker exits not caused by the run: {unexpected or 'none'}",
             f"  tracebacks in logs: {tracebacks}",
             f"  returns: {returns.get(True, 0)} after settlement ({reversals} ledger "

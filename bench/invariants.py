@@ -26,6 +26,9 @@ bench.invariants`` prints it and exits 1 on any violation. The checks:
   (before the system has settled) started by a worker and not finished;
 - ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
   rows for its message or the error its dead-letter envelope carries);
+- ``dead_letters_have_error_rows``: every message SQS's RedrivePolicy moved to the DLQ (no
+  dead-letter envelope of the worker's) has a ProcessingError row of its own: none got there
+  through receives that did no work (a wait for the processor, a database outage);
 - ``no_outage_dead_letters``: no dead letter whose only errors are processor-unavailability
   errors raised while the processor's circuit breaker was open (an outage is one incident, not
   a dead letter per payment).
@@ -56,6 +59,7 @@ CHECKS = (
     "returns_reversed",
     "callbacks_accounted",
     "dead_letters_have_history",
+    "dead_letters_have_error_rows",
     "no_outage_dead_letters",
 )
 # Errors that say "the processor is unavailable", not "this message is wrong".
@@ -684,15 +688,28 @@ def _check_callbacks_by_count(report: Report, stats: dict, traces: dict) -> None
 # --- every dead letter with its error history ------------------------------------------------
 
 
+def _moved_by_worker(letter: dict) -> bool:
+    """The worker moved it (its dead-letter envelope names the error), not SQS's RedrivePolicy."""
+    from callbacks.services import DEAD_LETTER_KEY
+
+    body = letter["body"]
+    envelope = body.get(DEAD_LETTER_KEY) if isinstance(body, dict) else None
+    return isinstance(envelope, dict) and bool(envelope.get("error") or envelope.get("error_class"))
+
+
 def _check_dead_letters(report: Report) -> None:
     from callbacks.models import ProcessingError
-    from callbacks.services import DEAD_LETTER_KEY
     from triage.models import DeadLetter
 
     check = "dead_letters_have_history"
     letters = list(
         DeadLetter.objects.values(
-            "id", "original_message_id", "body", "last_error_class", "last_error_message"
+            "id",
+            "original_message_id",
+            "body",
+            "source",
+            "last_error_class",
+            "last_error_message",
         )
     )
     errors = Counter(
@@ -703,14 +720,7 @@ def _check_dead_letters(report: Report) -> None:
     bare = []
     with_rows = 0
     for letter in letters:
-        envelope = (
-            (letter["body"] or {}).get(DEAD_LETTER_KEY)
-            if isinstance(letter["body"], dict)
-            else None
-        )
-        has_envelope = isinstance(envelope, dict) and bool(
-            envelope.get("error") or envelope.get("error_class")
-        )
+        has_envelope = _moved_by_worker(letter)
         if errors[letter["original_message_id"]]:
             with_rows += 1
         elif not (has_envelope or letter["last_error_class"] or letter["last_error_message"]):
@@ -723,6 +733,21 @@ def _check_dead_letters(report: Report) -> None:
             bare,
         )
     report.checked[check] = {"dead letters": len(letters), "with error rows": with_rows}
+    # A message on the DLQ without an error row of its own was moved there by SQS's
+    # RedrivePolicy after receives that did no work (a wait, an outage), not for its failures.
+    rowless = [
+        f"{letter['id']} (message {letter['original_message_id']})"
+        for letter in letters
+        if not errors[letter["original_message_id"]] and letter["source"] == "redrive_policy"
+    ]
+    if rowless:
+        report.add(
+            "dead_letters_have_error_rows",
+            f"{len(rowless)} dead letter(s) with no ProcessingError row of their own: moved to "
+            "the DLQ by receives, not by failures",
+            rowless,
+        )
+    report.checked["dead_letters_have_error_rows"] = {"dead letters": len(letters)}
 
 
 # --- no dead letter for a processor outage ----------------------------------------------------
@@ -734,10 +759,12 @@ def breaker_open_intervals() -> list[tuple[Any, Any]]:
 
     intervals: list[tuple[Any, Any]] = []
     opened = None
-    for kind, at in CircuitBreakerTransition.objects.order_by("created_at", "id").values_list(
+    for kind, at in CircuitBreakerTransition.objects.order_by("id").values_list(
         "kind", "created_at"
     ):
-        if kind == BreakerTransitionKind.OPENED and opened is None:
+        # A reopening after a close (within the incident's cool-down) opens it again too.
+        opening = (BreakerTransitionKind.OPENED, BreakerTransitionKind.REOPENED)
+        if kind in opening and opened is None:
             opened = at
         elif kind == BreakerTransitionKind.CLOSED and opened is not None:
             intervals.append((opened, at))

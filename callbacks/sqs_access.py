@@ -107,6 +107,12 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite(
         "callbacks.worker:Worker.hide", {MAIN: _ops("change_message_visibility")}, _roles(WORKER)
     ),
+    # ... and what it held when the database went away, hidden until it answers again.
+    SqsCallSite(
+        "callbacks.worker:Worker._hold_back",
+        {MAIN: _ops("change_message_visibility_batch")},
+        _roles(WORKER),
+    ),
     # The worker dead-letters a message itself by sending a copy to the DLQ.
     SqsCallSite("callbacks.services:message_dead_letter", {DLQ: _SEND}, _roles(WORKER)),
     # Triage: redrive, and the release of a payment's held messages; one by one in the admin,

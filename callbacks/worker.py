@@ -307,7 +307,7 @@ class Worker:
                 failures += 1
                 if (self.until_empty and failures >= 3) or self.stopping:
                     raise
-                pause = backoff_delay(failures, base=1, cap=30)
+                pause = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
                 logger.warning("queue unavailable at start (%s); next try in %.1f s", exc, pause)
                 self._stopping.wait(pause)
 
@@ -327,7 +327,7 @@ class Worker:
                     failures += 1
                     if self.until_empty and failures >= 3:
                         raise
-                    pause = backoff_delay(failures, base=1, cap=30)
+                    pause = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
                     logger.warning("receive failed (%s); next try in %.1f s", exc, pause)
                     self._stopping.wait(pause)
                     continue
@@ -377,9 +377,8 @@ class Worker:
         if self._db_down_since is None:
             return False
         self._db_down_checks += 1
-        self._stopping.wait(
-            backoff_delay(self._db_down_checks, base=self.backoff_base, cap=self.backoff_cap)
-        )
+        pause = backoff_delay(self._db_down_checks, base=self.backoff_base, cap=self.backoff_cap)
+        self._stopping.wait(max(pause, 0.1))  # a zero backoff (tests) must not spin
         if self.stopping or not database_answers():
             return True
         lasted = time.monotonic() - self._db_down_since

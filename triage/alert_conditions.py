@@ -143,18 +143,26 @@ def _backlog(evaluation: _Evaluation) -> None:
 
 def _processor_breaker(evaluation: _Evaluation) -> None:
     """While the breaker is open the alert keeps firing, so the reminder policy reminds about
-    it with a fresh count of waiting payments; a closed breaker resolves a leftover alert (one
-    whose clearing was lost with a crashed process)."""
+    it with a fresh count of waiting payments; once the incident is over (closed for the
+    cool-down) a leftover alert is resolved (one whose clearing was lost with a crashed
+    process)."""
     from payments.models import BreakerState, CircuitBreaker
     from payments.processor.breaker import (
         PROCESSOR,
         alert_unavailable_summary,
         payments_waiting_count,
+        processor_breaker_incident_end,
     )
 
     breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
-    if breaker is None or breaker.state == BreakerState.CLOSED or breaker.opened_at is None:
+    if breaker is None or breaker.opened_at is None:
         evaluation.resolve(PROCESSOR_UNAVAILABLE, "processor breaker closed")
+        return
+    if breaker.state == BreakerState.CLOSED:
+        # Closed, its incident in the cool-down: a reopening now is the same incident, so the
+        # alert stays as it is until the incident ends (here, or in a worker's loop).
+        if processor_breaker_incident_end():
+            evaluation.resolve(PROCESSOR_UNAVAILABLE, "processor breaker incident over")
         return
     waiting = payments_waiting_count()
     evaluation.fire(

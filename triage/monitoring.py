@@ -122,10 +122,15 @@ def _unfinished_messages(now: datetime) -> tuple[int, float | None]:
 
 
 def _payments_on_hold_count() -> int:
-    from callbacks.models import PaymentHold
+    """Payments on hold for a person; those whose submission waits for the processor (an
+    outage hold) are the breaker's story, and leave by themselves."""
+    from callbacks.models import HoldKind, PaymentHold
 
     return (
-        PaymentHold.objects.filter(released_at__isnull=True).values("payment_id").distinct().count()
+        PaymentHold.objects.filter(released_at__isnull=True, kind=HoldKind.TRIAGE)
+        .values("payment_id")
+        .distinct()
+        .count()
     )
 
 
@@ -258,7 +263,10 @@ def _breaker_gauges():
     for value in BreakerState.values:
         state.add_metric([value], 1 if value == current else 0)
     yield state
-    opened_at = breaker.opened_at if breaker is not None else None
+    # A closed breaker in its incident's cool-down is not open: 0 then, as when closed.
+    opened_at = (
+        breaker.opened_at if breaker is not None and current != BreakerState.CLOSED else None
+    )
     yield GaugeMetricFamily(
         "payments_processor_breaker_open_seconds",
         "Seconds since the processor's breaker opened in the current incident (0 when closed).",

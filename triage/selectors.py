@@ -15,6 +15,7 @@ from django.utils import timezone
 from callbacks import sqs
 from callbacks.models import (
     UNFINISHED_STATUSES,
+    HoldKind,
     ParkedMessage,
     PaymentHold,
     ProcessingError,
@@ -279,9 +280,10 @@ def oldest_unfinished_age(*, now: datetime | None = None) -> timedelta | None:
 
 
 def payments_on_hold() -> QuerySet[PaymentHold]:
-    """Active holds, oldest first, with the number of messages parked behind each."""
+    """Active holds for a person, oldest first, with the number of messages parked behind
+    each (outage holds are released by the workers, not by a person)."""
     return (
-        PaymentHold.objects.filter(released_at__isnull=True)
+        PaymentHold.objects.filter(released_at__isnull=True, kind=HoldKind.TRIAGE)
         .annotate(parked_count=Count("parked", filter=Q(parked__republished_message_id="")))
         .order_by("created_at", "id")
     )

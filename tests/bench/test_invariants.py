@@ -464,6 +464,31 @@ def test_a_dead_letter_without_error_history_fails(history):
 
     [violation] = report.violations_of("dead_letters_have_history")
     assert message_id in violation.ids[0]
+    [violation] = report.violations_of("dead_letters_have_error_rows")
+    assert message_id in violation.ids[0]
+
+
+def test_a_dead_letter_the_redrive_policy_moved_without_an_error_row_fails(history):
+    held = history["payments"]["held"]
+    message_id = f"msg-{uuid.uuid4()}"
+    # The worker's history names an error class (it was deferred, say), but no error row of
+    # its own exists: SQS moved it after receives that did no work.
+    DeadLetter.objects.create(
+        original_message_id=message_id,
+        dlq_message_id="dlq-3",
+        payment_id=held.id,
+        kind="submit_payment",
+        group_id=str(held.id),
+        body={"kind": "submit_payment"},
+        source=DeadLetterSource.REDRIVE_POLICY,
+        last_error_class="payments.exceptions.ProcessorCircuitOpen",
+    )
+
+    report = _check(history)
+
+    assert report.violations_of("dead_letters_have_history") == []
+    [violation] = report.violations_of("dead_letters_have_error_rows")
+    assert message_id in violation.ids[0]
 
 
 def test_a_dead_letter_with_the_envelope_error_only_passes(history):

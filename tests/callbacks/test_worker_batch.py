@@ -169,8 +169,9 @@ def test_a_batch_whose_commit_fails_is_retried_whole(sqs_queues, settings):
         if message.group_id == dangling_for:
             with connection.cursor() as cursor:  # deferred FK: refused only at COMMIT
                 cursor.execute(
-                    "INSERT INTO callbacks_paymenthold (payment_id, reason, caused_by_id, "
-                    "created_at, released_by, note) VALUES ('x', 'x', 2147483647, now(), '', '')"
+                    "INSERT INTO callbacks_paymenthold (payment_id, kind, reason, caused_by_id, "
+                    "created_at, released_by, note) "
+                    "VALUES ('x', 'triage', 'x', 2147483647, now(), '', '')"
                 )
         return outcome
 

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 
@@ -46,27 +47,47 @@ def test_dashboard_shows_an_open_breaker_prominently_with_the_waiting_payments(c
     banner = page[page.index('id="processor-breaker"') :][:2000]
     assert "Processor unavailable: circuit breaker OPEN" in banner
     assert "<strong>3</strong> payment(s) waiting" in banner
-    assert "(3 min)" in banner and "Next probe in" in banner
+    assert "(3 min)" in banner and "Next trial in" in banner
     assert "HTTP 503: upstream connect error" in banner
     # Above everything else on the page.
     assert page.index('id="processor-breaker"') < page.index('id="tile-open"')
 
 
-def test_dashboard_shows_a_closed_breaker_and_its_recent_history(client):
-    now = timezone.now()
+def test_dashboard_shows_a_closed_breaker_and_its_recent_history(client, settings):
+    settings.PROCESSOR_BREAKER_TRIAL_CALLS = 1
     for _ in range(5):
-        admission = processor_breaker_admit(now=now)
-        processor_breaker_record(admission=admission, outcome=CallOutcome.FAILURE, now=now)
-    later = processor_breaker_get().open_until
-    probe = processor_breaker_admit(now=later)
-    processor_breaker_record(admission=probe, outcome=CallOutcome.SUCCESS, now=later)
+        admission = processor_breaker_admit()
+        processor_breaker_record(admission=admission, outcome=CallOutcome.FAILURE)
+    CircuitBreaker.objects.filter(name="processor").update(open_until=Now())
+    trial = processor_breaker_admit()
+    processor_breaker_record(admission=trial, outcome=CallOutcome.SUCCESS)
     client.force_login(viewer())
 
     page = client.get(reverse(DASHBOARD)).content.decode()
 
     assert "Processor: circuit breaker closed" in page
     assert "Recent breaker history" in page
-    assert "Opened" in page and "Half-open probe taken" in page and "Closed" in page
+    assert "Opened" in page and "Half-open: trial submissions admitted" in page
+    assert "Closed" in page
+
+
+def test_evaluation_resolves_the_alert_only_once_the_incident_is_over(settings):
+    settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
+    open_breaker()
+    alerts_evaluate()
+    # Closed 10 s ago: the incident is in its cool-down, a reopening would be the same one.
+    CircuitBreaker.objects.filter(name="processor").update(
+        state=BreakerState.CLOSED, closed_at=Now() - timedelta(seconds=10)
+    )
+    assert ALERT_KEY not in alerts_evaluate().resolved
+    assert Alert.objects.get(key=ALERT_KEY).status == AlertStatus.FIRING
+
+    CircuitBreaker.objects.filter(name="processor").update(closed_at=Now() - timedelta(seconds=61))
+    result = alerts_evaluate()
+
+    assert ALERT_KEY in result.resolved
+    assert Alert.objects.get(key=ALERT_KEY).status == AlertStatus.RESOLVED
+    assert processor_breaker_get().opened_at is None
 
 
 def test_metrics_report_the_breaker_state_and_how_long_it_has_been_open(client):

@@ -382,6 +382,10 @@ def _park(
             update_fields=["status", "outcome", "finished_at", "last_started_at", "updated_at"]
         )
     order_key = message.sequence_number
+    if _redrive_original(message):
+        # A person's redrive of the message the hold waits for: it heads the line (an outage
+        # may defer it), however late its own sequence number.
+        order_key = ""
     original_id = released_original_id(message.deduplication_id)
     if original_id:
         # A copy sent by the release of an earlier hold, parked again because a new hold
@@ -562,10 +566,18 @@ def message_defer(
             ) or _queue_message_new(message, now, attempts=0)
         if queue_message.status in FINISHED_STATUSES:
             return StartDecision(StartAction.FINISHED, queue_message)
+        active = PaymentHold.objects.filter(
+            payment_id=message.payment_id, released_at__isnull=True
+        ).first()
         hold = payment_hold(
             payment_id=message.payment_id,
             reason=f"Submission waits for the processor: {reason}",
             kind=HoldKind.OUTAGE,
+            # A copy its own hold's release just sent: that release may be about to mark the
+            # copy's row sent and lift the hold, which would lose it; a new hold takes it.
+            supersede=active is not None
+            and bool(released_original_id(message.deduplication_id))
+            and _passes_hold(message, active),
         )
         return _park(message, queue_message, hold, now)
 
@@ -665,11 +677,14 @@ def payment_hold(
     reason: str,
     caused_by: QueueMessage | None = None,
     kind: str = HoldKind.TRIAGE,
+    supersede: bool = False,
 ) -> PaymentHold:
     """Put a payment on hold, or return its active hold (pointed at the newest cause).
 
     An outage hold that a person is now needed for (a message of it was dead-lettered)
-    becomes a triage hold; a triage hold stays one whatever else comes.
+    becomes a triage hold; a triage hold stays one whatever else comes. ``supersede``: the
+    caller is a copy the active hold's release sent, which must wait again; the release may
+    not have marked that copy's row sent yet, so the hold is superseded whatever its rows say.
 
     A payment has at most one active hold (a conditional unique constraint). When one exists
     and its release has not started (e.g. its redriven cause failed again), it stays and records
@@ -686,7 +701,7 @@ def payment_hold(
             .first()
         )
         if hold is not None:
-            if not hold.parked.exclude(republished_message_id="").exists():
+            if not supersede and not hold.parked.exclude(republished_message_id="").exists():
                 changed = []
                 if caused_by is not None and hold.caused_by_id != caused_by.pk:
                     hold.caused_by = caused_by

@@ -8,9 +8,10 @@ must not make every message do that. The breaker tells them apart:
   *submission* (2xx, a message-specific 4xx) resets it: a status read can succeed while debits
   fail, so it resets nothing. It opens after ``PROCESSOR_BREAKER_FAILURES`` in a row, or when
   ``PROCESSOR_BREAKER_FAILURE_RATE`` of the last ``PROCESSOR_BREAKER_WINDOW_CALLS`` submissions
-  failed (none older than ``PROCESSOR_BREAKER_WINDOW_SECONDS``, none from before the last
-  close). A window of calls, not of time: a flapping processor (every other debit failing)
-  opens it within a few failures however busy the healthy period before it was.
+  failed, each for another payment (none older than ``PROCESSOR_BREAKER_WINDOW_SECONDS``, none
+  from before the last close). A window of calls, not of time: a flapping processor (every
+  other debit failing) opens it within a few failures however busy the healthy period before
+  it was.
 - open: nobody calls until ``open_until``. Callers get ``ProcessorCircuitOpen`` before any
   HTTP call; the queue layer takes such a submission off the queue until calls may flow.
 - half-open: after the pause, ``PROCESSOR_BREAKER_TRIAL_CALLS`` real submissions are admitted
@@ -338,17 +339,19 @@ def _failure_rate_reason(breaker: CircuitBreaker) -> str:
             started_at__gte=Now() - timedelta(seconds=window),
         )
         .order_by("-pk")
-        .values_list("outcome", "http_status")[:calls]
+        .values_list("outcome", "http_status", "payment_id")[:calls]
     )
     if len(recent) < calls:
         return ""
-    failed = sum(
-        1
-        for outcome, status in recent
+    # Failures of different payments: one payment retrying its own failures (a bad account at
+    # the processor, say) is not the processor being down, however quiet the rest of traffic.
+    failed = {
+        payment
+        for outcome, status, payment in recent
         if outcome == AttemptOutcome.RETRYABLE and status not in NOT_COUNTED_STATUSES
-    )
-    if failed / len(recent) >= rate:
-        return f"{failed} of the last {len(recent)} submissions failed"
+    }
+    if len(failed) / len(recent) >= rate:
+        return f"{len(failed)} of the last {len(recent)} submissions failed, each another payment's"
     return ""
 
 

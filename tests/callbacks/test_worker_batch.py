@@ -350,3 +350,24 @@ def test_a_stop_request_ends_the_linger_at_once(sqs_queues):
 def test_a_linger_out_of_range_is_refused(linger):
     with pytest.raises(ValueError, match="linger must be 0-1.0 seconds"):
         Worker(linger=linger)
+
+
+def test_until_empty_keeps_polling_a_full_wait_time_after_the_last_message_it_hid(sqs_queues):
+    """Visibility timeouts are approximate (some servers hand an expired message out up to a
+    second late): a bounded run must not call the queue empty the moment a retry is due."""
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    worker = Worker(wait_time=0, relay=False, until_empty=True)
+    with worker.running():
+        [message] = receive_batch(worker, sqs_queues, 1)
+        before = time.monotonic()
+        worker.hide(message, 2)
+
+    # Due in 2 s; the run waits one more wait time (at least a second) past that.
+    assert worker._retry_due - before >= 2 + 1
+    run = Worker(wait_time=0, relay=False, until_empty=True)
+    run._retry_due = worker._retry_due
+    started = time.monotonic()
+    run.run()
+    assert time.monotonic() - started >= 2.5
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1

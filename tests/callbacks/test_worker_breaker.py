@@ -450,3 +450,40 @@ def test_a_deferral_that_cannot_be_parked_hides_the_submission_only_for_the_paus
     assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
     assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+
+
+def test_a_copy_deferred_before_its_release_marked_it_sent_is_not_lost(sqs_queues, sandbox):
+    """The release sends a parked submission, then marks its row sent. A worker may receive
+    the copy in between and find the processor unavailable again: the copy must wait behind a
+    new hold, not count as the row the release is about to mark sent."""
+    from callbacks import sqs
+    from callbacks.services import RELEASE_MARK, hold_release
+
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    submit_message(sqs_queues, payment)
+    open_the_breaker(seconds=30)
+    run_worker()
+    [hold] = outage_holds()
+    [row] = hold.parked.all()
+    # The release, half done: the copy is on the queue, its row not yet marked.
+    sqs.send_message_now(
+        body=row.body,
+        group_id=row.payment_id,
+        deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}",
+    )
+
+    run_worker()  # the copy arrives while the breaker is still open: deferred again
+
+    assert hold_release(payment_id=payment.id, released_by="test", note="", hold=hold) == 0
+    hold.refresh_from_db()
+    assert hold.released_at is not None and "Superseded" in hold.note
+    [waiting] = outage_holds()
+    assert waiting.parked.filter(republished_message_id="").count() == 1
+    close_the_breaker()
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    assert outage_holds() == []
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}

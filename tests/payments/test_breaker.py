@@ -173,16 +173,26 @@ def test_a_successful_submission_resets_the_run_of_failures_a_status_read_does_n
 
 
 def test_every_other_submission_failing_opens_it_however_healthy_the_traffic_before():
-    payment = PaymentFactory()
+    healthy = PaymentFactory()
     # A busy healthy period just before: a time window would be diluted by it.
-    attempts(payment, [False] * 40, age_seconds=5)
-    # Then the processor flaps: every other debit fails (the call recorded below is the
-    # 5th failure of the last 10).
-    attempts(payment, [False, True] * 5)
+    attempts(healthy, [False] * 40, age_seconds=5)
+    # Then the processor flaps: every other debit fails, each another payment's (the call
+    # recorded below comes after the 5th failure of the last 10).
+    for _ in range(5):
+        attempts(PaymentFactory(), [False, True])
 
     assert fail() == BreakerState.OPEN
     [opened] = CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.OPENED)
-    assert "5 of the last 10 submissions failed" in opened.reason
+    assert "5 of the last 10 submissions failed, each another payment's" in opened.reason
+
+
+def test_one_payment_retrying_its_own_failures_is_not_an_outage():
+    quiet_traffic = PaymentFactory()
+    attempts(quiet_traffic, [False] * 4)
+    # One bad account retried: six failures of the last ten calls, all the same payment's.
+    attempts(PaymentFactory(), [True] * 6)
+
+    assert fail() == BreakerState.CLOSED
 
 
 def test_failure_rate_ignores_429s_status_reads_old_calls_and_calls_before_the_last_close():

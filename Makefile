@@ -25,6 +25,7 @@ lint: deps
 
 test: deps
 	scripts/ensure-chromium
+	scripts/ensure-faketime
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null

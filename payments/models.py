@@ -149,6 +149,9 @@ class ProcessorAttempt(models.Model):
     latency_ms = models.FloatField()
     retry_after_seconds = models.FloatField(null=True, blank=True)
     started_at = models.DateTimeField(db_index=True)
+    # When the attempt was recorded, on the database's clock (started_at is the calling
+    # process's): the breaker's failure-rate window is measured on this one.
+    recorded_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         # Insertion order: started_at is the calling process's clock.

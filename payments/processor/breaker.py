@@ -336,7 +336,7 @@ def _failure_rate_reason(breaker: CircuitBreaker) -> str:
         ProcessorAttempt.objects.filter(
             operation=SUBMISSION,
             pk__gt=breaker.window_after_attempt,
-            started_at__gte=Now() - timedelta(seconds=window),
+            recorded_at__gte=Now() - timedelta(seconds=window),
         )
         .order_by("-pk")
         .values_list("outcome", "http_status", "payment_id")[:calls]

@@ -118,6 +118,9 @@ def attempts(payment, outcomes, *, operation="submit", age_seconds=1.0):
             latency_ms=1,
             started_at=timezone.now() - timedelta(seconds=age_seconds),
         )
+    ProcessorAttempt.objects.filter(payment=payment, recorded_at__isnull=False).filter(
+        attempt_number__gt=start
+    ).update(recorded_at=Now() - timedelta(seconds=age_seconds))
 
 
 @pytest.mark.parametrize(
@@ -455,3 +458,12 @@ def test_a_429_without_retry_after_still_pauses_everyone_briefly():
     assert processor_breaker_get().paused_until - db_now() <= timedelta(seconds=1)
     assert not processor_breaker_wait().allowed
     assert processor_breaker_get().consecutive_failures == 0
+
+
+def test_failures_stamped_by_a_worker_clock_far_behind_still_count_toward_the_rate():
+    for _ in range(5):
+        attempts(PaymentFactory(), [False, True])
+    # Their worker's clock is 10 minutes behind: started_at says long ago, the database now.
+    ProcessorAttempt.objects.update(started_at=timezone.now() - timedelta(minutes=10))
+
+    assert fail() == BreakerState.OPEN

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import CharField, Exists, F, OuterRef
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from callbacks import conf, sqs
@@ -29,6 +30,7 @@ from callbacks.models import (
 )
 from callbacks.sqs import ReceivedMessage
 from payments.locks import single_flight
+from payments.models import AttemptOutcome, ProcessorAttempt
 from payments.retention import batched_delete, id_bound
 
 logger = logging.getLogger(__name__)
@@ -586,21 +588,27 @@ def outage_holds_waiting() -> bool:
     return PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True).exists()
 
 
-def outage_holds_release(*, limit: int) -> int:
+def outage_holds_release(*, limit: int, trial: bool = False) -> int:
     """Release up to ``limit`` outage holds, oldest first: their parked messages go back to the
     queue in order. Returns how many messages were sent. One process at a time releases (a
     cluster-wide guard), so two workers do not send the same copies; SQS's deduplication would
     drop them anyway. Raises ``sqs.QueueUnavailable`` when the queue cannot be reached (the
-    holds stay, for the next call)."""
+    holds stay, for the next call).
+
+    ``trial``: these are the breaker's trial calls, so payments that never failed at the
+    processor go first: the oldest holds are those whose failing call opened the breaker, and
+    a payment that fails on its own (a bad account) would fail the trial every time."""
     sent = 0
     with single_flight("callbacks.outage_holds_release") as acquired:
         if not acquired:
             return 0
-        holds = list(
-            PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True).order_by(
-                "id"
-            )[:limit]
-        )
+        waiting = PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True)
+        if trial:
+            failed_before = ProcessorAttempt.objects.annotate(
+                payment_text=Cast("payment_id", CharField())
+            ).filter(payment_text=OuterRef("payment_id"), outcome=AttemptOutcome.RETRYABLE)
+            waiting = waiting.annotate(failed_before=Exists(failed_before))
+        holds = list(waiting.order_by(*(["failed_before"] if trial else []), "id")[:limit])
         for hold in holds:
             sent += hold_release(
                 payment_id=hold.payment_id,

@@ -472,7 +472,7 @@ class Worker:
                 return outage_holds_release(limit=OUTAGE_RELEASE_PER_TICK)
             return 0
         if gate.allowed and processor_breaker_trial_start():
-            return outage_holds_release(limit=trial_calls())
+            return outage_holds_release(limit=trial_calls(), trial=True)
         if gate.state == BreakerState.HALF_OPEN and not outage_holds_waiting():
             # Nothing left to make more trial calls with: what went through decides.
             processor_breaker_close_when_trials_done()

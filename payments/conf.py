@@ -41,13 +41,13 @@ DEFAULTS: dict[str, Any] = {
     # merchant? The default reads the MerchantAccess grants edited in the admin.
     "PAYMENTS_MERCHANT_ACCESS_POLICY": "payments.access.merchant_access_granted",
     # The processor's circuit breaker (payments.processor.breaker): open after this many
-    # failures in a row, or when this share of the last WINDOW_CALLS submissions (none older
-    # than WINDOW_SECONDS) failed; after the pause, TRIAL_CALLS real submissions are let
+    # failures in a row, or when this share of the last WINDOW_CALLS first submissions (none
+    # older than WINDOW_SECONDS) failed; after the pause, TRIAL_CALLS real submissions are let
     # through and it closes once they all succeed; every reopening doubles the pause up to the
     # cap; a reopening within INCIDENT_COOLDOWN_SECONDS of a close is the same incident.
     "PROCESSOR_BREAKER_FAILURES": 5,
     "PROCESSOR_BREAKER_FAILURE_RATE": 0.5,
-    "PROCESSOR_BREAKER_WINDOW_CALLS": 10,
+    "PROCESSOR_BREAKER_WINDOW_CALLS": 20,
     "PROCESSOR_BREAKER_WINDOW_SECONDS": 60.0,
     "PROCESSOR_BREAKER_PAUSE_SECONDS": 15.0,
     "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": 300.0,

@@ -7,11 +7,11 @@ must not make every message do that. The breaker tells them apart:
   with an unusable body) raise ``consecutive_failures``; an answer of a working processor to a
   *submission* (2xx, a message-specific 4xx) resets it: a status read can succeed while debits
   fail, so it resets nothing. It opens after ``PROCESSOR_BREAKER_FAILURES`` in a row, or when
-  ``PROCESSOR_BREAKER_FAILURE_RATE`` of the last ``PROCESSOR_BREAKER_WINDOW_CALLS`` submissions
-  failed, each for another payment (none older than ``PROCESSOR_BREAKER_WINDOW_SECONDS``, none
-  from before the last close). A window of calls, not of time: a flapping processor (every
-  other debit failing) opens it within a few failures however busy the healthy period before
-  it was.
+  ``PROCESSOR_BREAKER_FAILURE_RATE`` of the last ``PROCESSOR_BREAKER_WINDOW_CALLS`` first
+  submissions of payments failed (none older than ``PROCESSOR_BREAKER_WINDOW_SECONDS``, none
+  from before the last close; retries over-sample payments that fail on their own). A window
+  of calls, not of time: a flapping processor (every other debit failing) opens it within a
+  few failures however busy the healthy period before it was.
 - open: nobody calls until ``open_until``. Callers get ``ProcessorCircuitOpen`` before any
   HTTP call; the queue layer takes such a submission off the queue until calls may flow.
 - half-open: after the pause, ``PROCESSOR_BREAKER_TRIAL_CALLS`` real submissions are admitted
@@ -335,6 +335,10 @@ def _failure_rate_reason(breaker: CircuitBreaker) -> str:
     recent = list(
         ProcessorAttempt.objects.filter(
             operation=SUBMISSION,
+            # First attempts only: a retry is there because its payment failed before, so
+            # retries over-sample failing payments (a bad account, a rule of the processor's),
+            # most of all when traffic is quiet and only they are left.
+            attempt_number=1,
             pk__gt=breaker.window_after_attempt,
             recorded_at__gte=Now() - timedelta(seconds=window),
         )
@@ -343,15 +347,13 @@ def _failure_rate_reason(breaker: CircuitBreaker) -> str:
     )
     if len(recent) < calls:
         return ""
-    # Failures of different payments: one payment retrying its own failures (a bad account at
-    # the processor, say) is not the processor being down, however quiet the rest of traffic.
     failed = {
         payment
         for outcome, status, payment in recent
         if outcome == AttemptOutcome.RETRYABLE and status not in NOT_COUNTED_STATUSES
     }
     if len(failed) / len(recent) >= rate:
-        return f"{len(failed)} of the last {len(recent)} submissions failed, each another payment's"
+        return f"{len(failed)} of the last {len(recent)} first submissions failed"
     return ""
 
 

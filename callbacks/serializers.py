@@ -17,7 +17,7 @@ from functools import cache
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
-from payments.events import EVENT_TYPES
+from payments.events import DIRECTIONS, EVENT_TYPES
 
 PROCESSOR_EVENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Two decimal places exactly, no sign, no exponent, no leading zeros; at most 12 integer digits
@@ -30,6 +30,11 @@ TIMESTAMP_RE = re.compile(
     r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]"
     r"(:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])"
 )
+# ISO 4217 alphabetic code: three upper-case letters. Whether it is the payment's currency is
+# the worker's question (a difference is a mismatch for a human), not the edge's.
+CURRENCY_RE = re.compile(r"[A-Z]{3}")
+DIRECTION_RE = re.compile("|".join(DIRECTIONS))
+PROCESSOR_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 REASON_CODE_MAX = 64
 MESSAGE_MAX = 1000
 
@@ -176,6 +181,37 @@ class ProcessorEventSerializer(serializers.Serializer):
         max_length=REASON_CODE_MAX, required=False, allow_null=True, default=""
     )
     message = StringField(max_length=MESSAGE_MAX, required=False, allow_null=True, default="")
+    # Optional restatements of the payment's own fields (payments.events.RESTATED_FIELDS):
+    # checked for form here, compared with the payment in the worker.
+    currency = PatternField(
+        pattern=CURRENCY_RE,
+        invalid=(
+            'Must be an ISO 4217 code of three upper-case letters, such as "USD"; got {value!r}.'
+        ),
+        required=False,
+        allow_null=True,
+        default="",
+        help_text="ISO 4217 code; compared with the payment's currency when present.",
+    )
+    direction = PatternField(
+        pattern=DIRECTION_RE,
+        invalid=f"Must be one of {', '.join(DIRECTIONS)}; got {{value!r}}.",
+        required=False,
+        allow_null=True,
+        default="",
+        help_text="debit or credit; every payment is a debit, so a credit is a mismatch.",
+    )
+    processor_id = PatternField(
+        pattern=PROCESSOR_ID_RE,
+        invalid=(
+            "Must be 1 to 128 characters of A-Z, a-z, 0-9 and . _ : - (got {length} characters)."
+        ),
+        max_length=128,
+        required=False,
+        allow_null=True,
+        default="",
+        help_text="The processor's id of the debit; compared with the one it gave us.",
+    )
 
     @property
     def fields(self) -> BindingDict:
@@ -189,6 +225,16 @@ class ProcessorEventSerializer(serializers.Serializer):
         return value or ""
 
     def validate_message(self, value: str | None) -> str:
+        return value or ""
+
+    # null is "not stated", as for the other optional fields.
+    def validate_currency(self, value: str | None) -> str:
+        return value or ""
+
+    def validate_direction(self, value: str | None) -> str:
+        return value or ""
+
+    def validate_processor_id(self, value: str | None) -> str:
         return value or ""
 
 

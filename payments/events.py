@@ -30,6 +30,30 @@ def event_target_state(event_type: str, current: str) -> str:
     return EVENT_TARGET_STATE[event_type]
 
 
+# Every payment of this module is an ACH debit (the processor's endpoint is /v1/ach/debits).
+PAYMENT_DIRECTION = "debit"
+DIRECTIONS = ("debit", "credit")
+
+# The fields of the payment an event may restate, each compared with the payment's before the
+# event is applied (``payments.services``): a difference is a mismatch for a human, never
+# applied. ``amount`` is always sent; ``currency``, ``direction`` and ``processor_id`` are
+# optional ("" = not stated) and compared when stated (``processor_id`` only once the payment
+# has the processor's id: before our submission's answer is recorded there is nothing to compare
+# it with, and an event never sets it).
+#
+# Not restated, so not compared:
+# - ``payment_id`` is the key the event is looked up by, not a restatement; the worker checks it
+#   against the queue message's group.
+# - ``merchant_id``: the processor never learns our merchant (a debit is submitted with
+#   payment_id, amount, currency and source_token only), so a ``merchant_id`` in a callback is
+#   the processor's own identifier, in another namespace; it stays unread in ``raw``, and money
+#   always moves for the payment's own merchant.
+# - ``source_token`` and ``idempotency_key``: the contract does not carry them, so callbacks
+#   (logged, kept in the event log, shown in the admin) hold no reference to a bank account.
+# - ``description``: free text of ours, never sent to the processor.
+RESTATED_FIELDS = ("amount", "currency", "direction", "processor_id")
+
+
 @dataclass(frozen=True)
 class ProcessorEvent:
     payment_id: uuid.UUID
@@ -39,6 +63,9 @@ class ProcessorEvent:
     timestamp: datetime
     reason_code: str = ""
     message: str = ""
+    currency: str = ""  # ISO 4217; "" = not stated
+    direction: str = ""  # "debit" or "credit"; "" = not stated
+    processor_id: str = ""  # the processor's id of the debit; "" = not stated
     raw: dict = field(default_factory=dict, compare=False)
 
     def target_state(self, current: str) -> str:
@@ -48,18 +75,19 @@ class ProcessorEvent:
     def fingerprint(self) -> str:
         """Hash of the fields that define the event; a repeat with another hash is a conflict.
 
-        The free-text ``message`` is left out: processors reword it between deliveries.
+        The free-text ``message`` is left out: processors reword it between deliveries. The
+        optional restated fields count only when stated, so an event without them keeps the hash
+        it had before they existed (dedup records written then still recognise its repeats).
         """
-        canonical = json.dumps(
-            {
-                "payment_id": str(self.payment_id),
-                "event_type": self.event_type,
-                "amount": f"{self.amount:.2f}",
-                "timestamp": self.timestamp.astimezone(UTC).isoformat(),
-                "reason_code": self.reason_code,
-            },
-            sort_keys=True,
-        )
+        fields = {
+            "payment_id": str(self.payment_id),
+            "event_type": self.event_type,
+            "amount": f"{self.amount:.2f}",
+            "timestamp": self.timestamp.astimezone(UTC).isoformat(),
+            "reason_code": self.reason_code,
+        }
+        fields.update(self._optional_fields())
+        canonical = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def as_payload(self) -> dict:
@@ -71,4 +99,15 @@ class ProcessorEvent:
             "timestamp": self.timestamp.isoformat(),
             "reason_code": self.reason_code,
             "message": self.message,
+            **self._optional_fields(),
         }
+
+    def _optional_fields(self) -> dict:
+        """The optional restated fields that were stated; an absent one stays absent (its empty
+        value is no valid ISO code or id, so the envelope must not carry it)."""
+        stated = {
+            "currency": self.currency,
+            "direction": self.direction,
+            "processor_id": self.processor_id,
+        }
+        return {name: value for name, value in stated.items() if value}

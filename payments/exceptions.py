@@ -30,8 +30,26 @@ class EventConflict(PaymentError):
     """A processor_event_id seen before arrived with a different payload: a human must decide."""
 
 
-class AmountMismatch(PaymentError):
+class EventMismatch(PaymentError):
+    """The event restates a field of the payment (``payments.events.RESTATED_FIELDS``) with
+    another value: it may be about another debit, or report money we never asked to move. Never
+    applied automatically: dead-lettered at once for a human."""
+
+
+class AmountMismatch(EventMismatch):
     """The processor reports an amount other than the payment's: never apply it automatically."""
+
+
+class CurrencyMismatch(EventMismatch):
+    """The processor reports a currency other than the payment's: 10.00 EUR is not 10.00 USD."""
+
+
+class DirectionMismatch(EventMismatch):
+    """The processor reports a credit entry; every payment of this module is a debit."""
+
+
+class ProcessorIdMismatch(EventMismatch):
+    """The processor names another debit (its id) than the one it gave us for this payment."""
 
 
 class ProcessorUnavailable(PaymentError):

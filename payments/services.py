@@ -14,13 +14,17 @@ from django.utils import timezone
 from payments import conf as payments_conf
 from payments import event_sql
 from payments.alerts import AlertSeverity, alert_raise
-from payments.events import ProcessorEvent, event_target_state
+from payments.events import PAYMENT_DIRECTION, ProcessorEvent, event_target_state
 from payments.exceptions import (
     AmountMismatch,
+    CurrencyMismatch,
+    DirectionMismatch,
     EventConflict,
+    EventMismatch,
     InvalidTransition,
     PaymentNotFound,
     ProcessorCircuitOpen,
+    ProcessorIdMismatch,
     ProcessorUnavailable,
 )
 from payments.metrics import TRANSITIONS as TRANSITIONS_TOTAL
@@ -130,6 +134,8 @@ class ApplyOutcome(enum.StrEnum):
     """What applying a processor event did; the values are the event log's (``EventOutcome``)."""
 
     APPLIED = EventOutcome.APPLIED.value  # the state changed
+    # Kept without a state change: a return for a payment that had already failed.
+    RECORDED = EventOutcome.RECORDED.value
     STALE = EventOutcome.STALE.value  # the target equals or lies behind the current state
     DUPLICATE = EventOutcome.DUPLICATE.value  # this processor_event_id was processed before
 
@@ -320,22 +326,24 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         settled_at = payment.state_changed_at if current == PaymentState.CONFIRMED else None
         target = event_target_state(event.event_type, current)
         stale = target == current or STATE_RANK[target] < STATE_RANK[current]
+        recorded = stale and _return_after_failure(event, payment)
         refusal = _apply_refusal(event, payment, target, stale=stale)
         if refusal is None:
             move = None if stale else _transition_move(payment, target)
+            if recorded:
+                outcome = ApplyOutcome.RECORDED
+            else:
+                outcome = ApplyOutcome.STALE if stale else ApplyOutcome.APPLIED
             log = _event_row(
-                payment,
-                event,
-                ApplyOutcome.STALE if stale else ApplyOutcome.APPLIED,
-                current,
-                move.to_state if move else current,
-                caused_by,
+                payment, event, outcome, current, move.to_state if move else current, caused_by
             )
             if _event_rows_write(payment, event, move, log):
                 if move is not None:
                     _transition_count(move)
-                if event.event_type == "returned" and not stale:
-                    _return_record(payment=payment, event=event, settled_at=settled_at)
+                if event.event_type == "returned" and (recorded or not stale):
+                    _return_record(
+                        payment=payment, event=event, settled_at=settled_at, after_failure=recorded
+                    )
                 _transition_announce(log)
                 return ApplyResult(log.outcome, payment, current, log.to_state)
             if move is not None:  # nothing was written: the event was claimed before
@@ -343,15 +351,53 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
         return _apply_repeat(event, payment, caused_by, refusal)
 
 
-def _apply_refusal(
-    event: ProcessorEvent, payment: Payment, target: str, *, stale: bool
-) -> AmountMismatch | InvalidTransition | None:
-    """Why ``event`` cannot be applied to the locked ``payment``, if it cannot."""
+def _return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:
+    """A return for a payment that failed (rejected with a 4xx, or a ``failed`` event) and has
+    no return recorded yet: the debit reached the network after all. It is recorded and counted
+    like any return, though the state stays ``failed`` and there is no credit to reverse. A
+    failed payment that has its return (it failed *by* a return, or one was recorded after the
+    failure) takes a second one with a new id as stale, as a returned payment does."""
+    return (
+        event.event_type == "returned"
+        and payment.state == PaymentState.FAILED
+        and not PaymentReturn.objects.filter(payment=payment).exists()
+    )
+
+
+def _event_mismatch(event: ProcessorEvent, payment: Payment) -> EventMismatch | None:
+    """The first field of the payment the event restates with another value (see
+    ``payments.events.RESTATED_FIELDS`` for which fields, and why the others are not)."""
+    what = f"{event.event_type} event {event.processor_event_id}"
     if event.amount != payment.amount:
         return AmountMismatch(
-            f"{event.event_type} event {event.processor_event_id} reports {event.amount} "
-            f"but payment {payment.id} is for {payment.amount}"
+            f"{what} reports {event.amount} but payment {payment.id} is for {payment.amount}"
         )
+    if event.currency and event.currency != payment.currency:
+        return CurrencyMismatch(
+            f"{what} reports currency {event.currency} but payment {payment.id} is in "
+            f"{payment.currency}"
+        )
+    if event.direction and event.direction != PAYMENT_DIRECTION:
+        return DirectionMismatch(
+            f"{what} reports a {event.direction} but payment {payment.id} is a {PAYMENT_DIRECTION}"
+        )
+    if event.processor_id and payment.processor_id and event.processor_id != payment.processor_id:
+        return ProcessorIdMismatch(
+            f"{what} names the processor's debit {event.processor_id[:128]!r} but payment "
+            f"{payment.id} is the processor's {payment.processor_id!r}"
+        )
+    return None
+
+
+def _apply_refusal(
+    event: ProcessorEvent, payment: Payment, target: str, *, stale: bool
+) -> EventMismatch | InvalidTransition | None:
+    """Why ``event`` cannot be applied to the locked ``payment``, if it cannot. Checked before
+    anything is written, so both write paths (one statement or statement by statement) refuse
+    alike, stale events and recorded returns included."""
+    mismatch = _event_mismatch(event, payment)
+    if mismatch is not None:
+        return mismatch
     if not stale and (payment.state, target) not in EVENT_TRANSITIONS:
         return InvalidTransition(
             f"{event.event_type} event {event.processor_event_id} cannot move payment "
@@ -398,7 +444,7 @@ def _apply_repeat(
     event: ProcessorEvent,
     payment: Payment,
     caused_by: str,
-    refusal: AmountMismatch | InvalidTransition | None,
+    refusal: EventMismatch | InvalidTransition | None,
 ) -> ApplyResult:
     """The event's id was processed before, or the event was refused: the same payload again
     is logged as a duplicate, another payload under a known id is a conflict; an unknown id
@@ -422,12 +468,15 @@ def _apply_repeat(
     return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
 
 
-def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> PaymentReturn:
+def _return_record(
+    *, payment: Payment, event: ProcessorEvent, settled_at, after_failure: bool = False
+) -> PaymentReturn:
     """Record the return with its reason code, count it, and flag what a human should see.
 
-    Called in the transaction that applied the return. Nothing here refuses a return: the money
-    has already gone back to the customer, so an unknown code or a late return is applied and
-    flagged (medium alert after commit), never dropped.
+    Called in the transaction that applied (or, after a failure, recorded) the return. Nothing
+    here refuses a return: the money has already gone back to the customer, so an unknown code,
+    a late return or a return for a payment we had as failed is kept and flagged (medium alert
+    after commit), never dropped.
     """
     code = return_code_get(event.reason_code)
     after_settlement = settled_at is not None
@@ -445,12 +494,14 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
         deadline=deadline,
         unknown_code=code is None,
         late=deadline is not None and event.timestamp > deadline,
+        after_failure=after_failure,
     )
     _return_count(payment, code, after_settlement=after_settlement)
     details = {
         "reason_code": record.reason_code,
         "processor_event_id": event.processor_event_id,
         "after_settlement": after_settlement,
+        "after_failure": after_failure,
         "flags": record.flags,
     }
     for alert in _return_alerts(record, code, event):
@@ -464,12 +515,21 @@ def _return_record(*, payment: Payment, event: ProcessorEvent, settled_at) -> Pa
 
 
 def _return_count(payment: Payment, code: ReturnCode | None, *, after_settlement: bool) -> None:
-    """Add the return to the merchant's counters of today, by category."""
+    """Add the return to the merchant's counters of today, by category.
+
+    NACHA's rates count the entries the receiving banks returned, whatever the originator's
+    books say about them, so every return counts the same in whatever state it finds the
+    payment: in ``returns`` (the overall rate, unknown codes included), and in its category
+    (R05/R07/R10/R11/R29/R51 unauthorized, R02-R04 administrative). A return after our failure
+    (a 4xx rejection, a ``failed`` event) is no exception: the bank returned the entry, so it
+    was originated, and an R10 there is as unauthorized as after settlement.
+    """
     category = code.category if code is not None else None
     merchant_return_day_add(
         merchant_id=payment.merchant_id,
         day=timezone.now().date(),
-        # A debit returned before it settled was never counted as settled: it counts here.
+        # A debit returned before it settled (or after it failed) was never counted as settled:
+        # it counts here, once, as the entry the network answered.
         debits=0 if after_settlement else 1,
         returns=1,
         unauthorized_returns=int(category == ReturnCategory.UNAUTHORIZED),
@@ -483,6 +543,18 @@ def _return_alerts(
     """The alerts (key and summary) a late return or an unknown reason code calls for."""
     payment = record.payment
     alerts = []
+    if record.after_failure:
+        alerts.append(
+            {
+                "key": f"payment.return_after_failure:{payment.id}",
+                "summary": (
+                    f"return {record.reason_code or '(no code)'} for payment {payment.id} of "
+                    f"{payment.merchant_id}, which had failed: the processor sent the debit to "
+                    "the network after all; recorded and counted in the return rates, no credit "
+                    "to reverse; check the debit with the processor"
+                ),
+            }
+        )
     if record.late:
         alerts.append(
             {

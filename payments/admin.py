@@ -188,7 +188,8 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(PaymentReturn)
 class PaymentReturnAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Every ACH return with its NACHA code and title; late and unknown-code ones filterable."""
+    """Every ACH return with its NACHA code and title; late, unknown-code and after-failure ones
+    filterable."""
 
     list_display = [
         "created_at",
@@ -199,7 +200,14 @@ class PaymentReturnAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "after_settlement",
         "flags_display",
     ]
-    list_filter = ["late", "unknown_code", "after_settlement", "category", "reason_code"]
+    list_filter = [
+        "late",
+        "unknown_code",
+        "after_failure",
+        "after_settlement",
+        "category",
+        "reason_code",
+    ]
     search_fields = ["=payment__id", "merchant_id", "=processor_event_id", "=reason_code"]
     list_select_related = ["payment"]
     date_hierarchy = "created_at"

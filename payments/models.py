@@ -207,8 +207,9 @@ class PaymentReturn(models.Model):
     """The ACH return of a payment, with its NACHA reason code: one per payment.
 
     Written in the transaction that applies the ``returned`` event, whether it came before
-    settlement (the payment failed) or after it (the payment is returned and its credit
-    reversed). Flags are for humans: an unknown code or a late return is applied all the same,
+    settlement (the payment failed), after it (the payment is returned and its credit
+    reversed) or after the payment had failed (it stays failed, nothing to reverse). Flags are
+    for humans: an unknown code, a late return or a return after failure is kept all the same,
     because the money has already moved.
     """
 
@@ -224,6 +225,11 @@ class PaymentReturn(models.Model):
     deadline = models.DateTimeField(null=True, blank=True)
     unknown_code = models.BooleanField(default=False, db_index=True)
     late = models.BooleanField(default=False, db_index=True, help_text="late return")
+    after_failure = models.BooleanField(
+        default=False,
+        db_index=True,
+        help_text="returned after the payment had failed (a 4xx rejection or a failed event)",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -239,6 +245,8 @@ class PaymentReturn(models.Model):
             flags.append("unknown code")
         if self.late:
             flags.append("late return")
+        if self.after_failure:
+            flags.append("after failure")
         return flags
 
 

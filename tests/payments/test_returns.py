@@ -28,7 +28,7 @@ from payments.return_codes import (
     return_code_label,
 )
 from payments.selectors import merchant_balance
-from payments.services import payment_apply_event
+from payments.services import payment_apply_event, payment_transition
 from tests.factories import PaymentFactory, processor_event
 from triage.models import Alert, AlertStatus
 
@@ -381,3 +381,108 @@ def test_the_balance_shows_credits_reversals_net_and_counts_per_currency():
     assert usd["confirmed_total"] == f"{kept.amount:.2f}" == usd["balance"]
     assert usd["returned_total"] == "30.25"
     assert usd["entries"] == 3
+
+
+# --- returns after the payment failed --------------------------------------------------------
+
+
+def _failed(how: str, merchant: str) -> Payment:
+    """A payment that failed: the processor rejected its submission (4xx: the ``reject``
+    transition our submission makes), or a ``failed`` event came."""
+    if how == "rejected":
+        payment = PaymentFactory(state=PaymentState.PENDING, merchant_id=merchant)
+        with transaction.atomic():
+            locked = Payment.objects.select_for_update().get(pk=payment.pk)
+            payment_transition(payment=locked, target=PaymentState.FAILED)
+    else:
+        payment = PaymentFactory(state=PaymentState.SUBMITTED, merchant_id=merchant)
+        payment_apply_event(event=processor_event(payment, "failed"))
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.FAILED
+    return payment
+
+
+@pytest.mark.parametrize("how", ["rejected", "failed event"])
+@pytest.mark.parametrize(
+    ("code", "unauthorized", "administrative"),
+    [("R01", 0, 0), ("R10", 1, 0), ("R02", 0, 1), ("R99", 0, 0)],
+)
+def test_a_return_after_failure_is_recorded_counted_and_alerted_without_a_reversal(
+    how, code, unauthorized, administrative, django_capture_on_commit_callbacks
+):
+    payment = _failed(how, merchant=f"m-after-{code}")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        result = payment_apply_event(event=processor_event(payment, "returned", reason_code=code))
+
+    assert (result.outcome, result.from_state, result.to_state) == ("recorded", "failed", "failed")
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.FAILED
+    assert not LedgerEntry.objects.filter(payment=payment).exists()  # no credit, no reversal
+    record = PaymentReturn.objects.get(payment=payment)
+    assert (record.reason_code, record.after_failure, record.after_settlement) == (
+        code,
+        True,
+        False,
+    )
+    assert "after failure" in record.flags
+    log = payment.events.get(event_type="returned")
+    assert (log.outcome, log.from_state, log.to_state) == ("recorded", "failed", "failed")
+    # The bank returned the entry, so it was originated: one debit and its return, by category.
+    day = MerchantReturnDay.objects.get(merchant_id=payment.merchant_id)
+    assert (day.debits, day.returns, day.unauthorized_returns, day.administrative_returns) == (
+        1,
+        1,
+        unauthorized,
+        administrative,
+    )
+    alert = Alert.objects.get(key=f"payment.return_after_failure:{payment.id}")
+    assert (alert.severity, alert.status, alert.payment_id) == ("medium", "firing", payment.id)
+    assert f"return {code}" in alert.summary and "had failed" in alert.summary
+    assert alert.details["after_failure"] is True
+
+
+def test_an_r10_after_failure_counts_toward_the_unauthorized_rate():
+    from payments.return_rates import RateKind, merchant_return_rates
+
+    payment = _failed("failed event", merchant="m-r10")
+    payment_apply_event(event=processor_event(payment, "returned", reason_code="R10"))
+
+    [rates] = merchant_return_rates(merchant_ids=["m-r10"])
+    unauthorized = {r.kind: r for r in rates.rates}[RateKind.UNAUTHORIZED]
+    assert (rates.debits, rates.unauthorized_returns, unauthorized.returns) == (1, 1, 1)
+    assert unauthorized.percent == 100.0
+
+
+def test_a_return_after_failure_repeated_is_a_duplicate_another_payload_a_conflict():
+    payment = _failed("rejected", merchant="m-dup")
+    event = processor_event(payment, "returned", reason_code="R01")
+    payment_apply_event(event=event)
+
+    assert payment_apply_event(event=event).outcome == EventOutcome.DUPLICATE
+    with pytest.raises(EventConflict):
+        payment_apply_event(
+            event=processor_event(
+                payment, "returned", reason_code="R10", processor_event_id=event.processor_event_id
+            )
+        )
+    # A second return under a new id finds the first one recorded: stale, counted once.
+    assert payment_apply_event(event=processor_event(payment, "returned")).outcome == "stale"
+    assert PaymentReturn.objects.filter(payment=payment).count() == 1
+    day = MerchantReturnDay.objects.get(merchant_id="m-dup")
+    assert (day.debits, day.returns) == (1, 1)
+    outcomes = list(payment.events.filter(event_type="returned").values_list("outcome", flat=True))
+    assert sorted(outcomes) == ["duplicate", "recorded", "stale"]
+
+
+def test_a_payment_that_failed_by_a_return_takes_a_second_return_as_stale():
+    payment = PaymentFactory(state=PaymentState.SUBMITTED, merchant_id="m-by-return")
+    payment_apply_event(event=processor_event(payment, "returned", reason_code="R01"))
+
+    result = payment_apply_event(event=processor_event(payment, "returned", reason_code="R10"))
+
+    assert result.outcome == EventOutcome.STALE
+    record = PaymentReturn.objects.get(payment=payment)
+    assert (record.reason_code, record.after_failure) == ("R01", False)
+    day = MerchantReturnDay.objects.get(merchant_id="m-by-return")
+    assert (day.debits, day.returns, day.unauthorized_returns) == (1, 1, 0)

@@ -48,6 +48,15 @@ def test_the_callback_body_carries_the_contracts_grammar(schema):
     assert body["properties"]["payment_id"]["format"] == "uuid"
 
 
+def test_the_callback_body_describes_the_optional_restated_fields(schema):
+    properties = schema["components"]["schemas"]["ProcessorEventRequest"]["properties"]
+    assert properties["currency"]["pattern"] == "^(?:[A-Z]{3})$"
+    assert properties["direction"]["pattern"] == "^(?:debit|credit)$"
+    assert properties["processor_id"]["pattern"].startswith("^")
+    assert properties["currency"]["nullable"] is True
+    assert "compared" in properties["currency"]["description"]
+
+
 def test_the_payments_api_is_described_with_token_authentication(schema):
     operation = schema["paths"]["/api/payments/"]["post"]
     assert {"tokenAuth": []} in operation["security"]

@@ -248,10 +248,12 @@ def _check_events_applied_once(report: Report) -> None:
         row["processor_event_id"]: row
         for row in ProcessedEvent.objects.values("processor_event_id", "payment_id", "outcome")
     }
-    logged = defaultdict(set)  # processor_event_id -> {(payment_id, outcome)} of applied/stale
+    # processor_event_id -> {(payment_id, outcome)} of the outcomes a dedup record is claimed
+    # with: applied, stale, and recorded (a return kept for a payment that had already failed).
+    logged = defaultdict(set)
     for eid, payment_id, outcome in PaymentEvent.objects.filter(
         kind=EventKind.PROCESSOR_EVENT,
-        outcome__in=(EventOutcome.APPLIED, EventOutcome.STALE),
+        outcome__in=(EventOutcome.APPLIED, EventOutcome.STALE, EventOutcome.RECORDED),
     ).values_list("processor_event_id", "payment_id", "outcome"):
         logged[eid].add((payment_id, outcome))
     no_record = sorted(eid for eid in logged if eid not in processed)

@@ -4,16 +4,30 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 DEPS := $(VENV)/.requirements-installed localsqs/node_modules/.package-lock.json
+# LocalStack (requirements-localstack.txt) runs on Python 3.13; pyenv's shim for python3.13 answers
+# only where 3.13 is the selected version, so an installed 3.13 is looked for behind it too.
+LOCALSTACK_PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13),$(shell $(p) -c '' 2>/dev/null && echo $(p))))
+LOCALSTACK_VENV := .venv-localstack
+LOCALSTACK := $(LOCALSTACK_VENV)/.requirements-installed
 
-.PHONY: deps test lint demo bench chaos clean
+.PHONY: deps localstack test lint demo bench chaos clean
 
 deps: $(DEPS)
+
+localstack: $(LOCALSTACK)
 
 $(VENV)/.requirements-installed: requirements.txt
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(LOCALSTACK): requirements-localstack.txt
+	@test -n "$(LOCALSTACK_PYTHON)" || { echo "Python 3.13 not found: install it (LocalStack's SQS for make test)"; exit 1; }
+	test -x $(LOCALSTACK_VENV)/bin/python || $(LOCALSTACK_PYTHON) -m venv $(LOCALSTACK_VENV)
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet -r requirements-localstack.txt
 	touch $@
 
 localsqs/node_modules/.package-lock.json: localsqs/package-lock.json
@@ -46,4 +60,4 @@ chaos: deps
 	$(PY) -m bench.chaos
 
 clean:
-	rm -rf $(VENV) localsqs/node_modules var .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules var .pytest_cache .ruff_cache

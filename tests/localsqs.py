@@ -51,6 +51,10 @@ class LocalSqs:
             except subprocess.TimeoutExpired:
                 self.process.kill()
 
+    def cleanup(self) -> None:
+        """At the session's end: fauxqs keeps everything in memory, so stopping is all."""
+        self.stop()
+
     def restart(self) -> None:
         """Stop and start again on the same port (state is lost, as after an outage)."""
         port = self.port

@@ -27,7 +27,14 @@ from callbacks.services import (
 )
 from payments.models import PaymentState
 from payments.selectors import payment_detail_extensions
-from tests.callbacks.worker_support import applied_events, drain, run_worker, send_body, send_event
+from tests.callbacks.worker_support import (
+    applied_events,
+    drain,
+    receive_head,
+    run_worker,
+    send_body,
+    send_event,
+)
 from tests.factories import PaymentFactory, grant
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_retries")]
@@ -248,7 +255,7 @@ def test_message_that_crashed_workers_until_redrive_holds_its_payment(sqs_queues
     # Two workers receive the first message, record its start as the worker does, and die
     # before finishing it (the message stays in flight until its visibility runs out).
     for _ in range(2):
-        [received] = drain(client, sqs_queues.url, visibility=1)
+        received = receive_head(client, sqs_queues.url, visibility=1)
         assert received["MessageId"] == crasher_id
         decision = queue_message_start(message=ReceivedMessage.from_sqs(received))
         assert decision.action == StartAction.PROCESS

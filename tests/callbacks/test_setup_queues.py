@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 
 from callbacks import sqs
 from callbacks.queues import queues_ensure
+from tests import sqs_server
 
 
 @pytest.fixture
@@ -95,13 +96,34 @@ def test_drifted_attribute_is_reported_and_fixed(queue_names):
     assert run("--visibility-timeout", "45")[1].startswith(f"verified queue {queue_names.main}")
 
 
+@pytest.mark.skipif(
+    sqs_server.LOCALSTACK, reason="LocalStack, like AWS, accepts the change: only fauxqs refuses it"
+)
 def test_change_refused_by_sqs_is_a_command_error_naming_it(queue_names):
-    # A queue created elsewhere without high throughput; the local server (unlike AWS) refuses
-    # to change DeduplicationScope afterwards, which exercises the refusal path.
+    # A queue created elsewhere without high throughput; fauxqs (unlike AWS) refuses to change
+    # DeduplicationScope afterwards, which exercises the refusal path.
     queue_names.client.create_queue(QueueName=queue_names.main, Attributes={"FifoQueue": "true"})
     with pytest.raises(CommandError, match="SetQueueAttributes|set_queue_attributes"):
         run("--visibility-timeout", "30")
     assert attributes(queue_names.client, queue_names.main)["DeduplicationScope"] == "queue"
+
+
+@pytest.mark.skipif(
+    not sqs_server.LOCALSTACK, reason="fauxqs refuses the change (see the test above)"
+)
+def test_queue_created_without_high_throughput_is_changed_to_it(queue_names):
+    queue_names.client.create_queue(QueueName=queue_names.main, Attributes={"FifoQueue": "true"})
+
+    lines = run("--visibility-timeout", "30")
+
+    assert lines[1].startswith(f"changed queue {queue_names.main}")
+    now = attributes(queue_names.client, queue_names.main)
+    assert (now["DeduplicationScope"], now["FifoThroughputLimit"]) == (
+        "messageGroup",
+        "perMessageGroupId",
+    )
+    assert json.loads(now["RedrivePolicy"])["maxReceiveCount"] == 10
+    assert run("--visibility-timeout", "30")[1].startswith(f"verified queue {queue_names.main}")
 
 
 def test_drifted_redrive_policy_is_fixed(queue_names):

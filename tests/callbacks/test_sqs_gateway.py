@@ -205,8 +205,10 @@ def test_a_received_message_is_parsed_once_with_every_attribute(sqs_queues):
         MessageDeduplicationId="d-2",
     )
 
-    # One group: its second message is handed out only once the first is gone.
-    [first] = receive_all(sqs_queues.url)
+    # One group: received one at a time, since a server may return both in one receive.
+    [first] = sqs.receive_messages(
+        url=sqs_queues.url, max_messages=1, wait_seconds=0, visibility_timeout=30
+    )
     sqs.delete_message(url=sqs_queues.url, receipt_handle=first.receipt_handle)
     [second] = receive_all(sqs_queues.url)
 

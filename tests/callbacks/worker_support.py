@@ -44,8 +44,26 @@ def send_body(client, url, group_id, body, *, dedup_id=None) -> str:
     return response["MessageId"]
 
 
+def receive_head(client, url, *, visibility=30) -> dict:
+    """Receive the first visible message alone, as a worker with a batch size of one would.
+
+    A group's next message stays behind it while it is in flight, on every server: the way to
+    have one message of a group in hand whether the server returns one per group (fauxqs) or
+    several in one receive (LocalStack, and AWS at times)."""
+    [message] = client.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=1,
+        WaitTimeSeconds=0,
+        VisibilityTimeout=visibility,
+        AttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )["Messages"]
+    return message
+
+
 def drain(client, url, *, visibility=30) -> list[dict]:
-    """Receive everything visible (one per group per receive on fauxqs), without deleting."""
+    """Receive everything visible, without deleting: one message per group on fauxqs, several
+    of a group in one receive on LocalStack, which is why its order is not asserted here."""
     seen: dict[str, dict] = {}
     for _ in range(200):
         response = client.receive_message(

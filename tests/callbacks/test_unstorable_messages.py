@@ -9,7 +9,12 @@ import pytest
 
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from payments.models import PaymentState
-from tests.callbacks.worker_support import drain, run_worker, send_body
+from tests.callbacks.worker_support import (
+    drain,
+    run_worker_receives,
+    run_worker_until,
+    send_body,
+)
 from tests.factories import PaymentFactory
 from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter
@@ -49,7 +54,7 @@ def test_a_body_the_database_refuses_is_dead_lettered_as_text_after_a_few_starts
     raw = envelope_text(payment, note=value)
     message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, raw)
 
-    run_worker()
+    run_worker_until(lambda: QueueMessage.objects.filter(message_id=message_id).exists())
 
     record = QueueMessage.objects.get(message_id=message_id)
     assert record.status == "dead_lettered"
@@ -77,7 +82,7 @@ def test_a_failed_start_is_retried_not_dead_lettered_before_the_limit(sqs_queues
         sqs_queues.client, sqs_queues.url, payment.id, envelope_text(payment, note="NaN")
     )
 
-    run_worker(max_messages=2)
+    run_worker_receives(2)
 
     assert not QueueMessage.objects.filter(message_id=message_id).exists()
     # Hidden for its backoff (a few seconds at most), then back on the queue.
@@ -148,7 +153,7 @@ def test_a_start_failing_for_another_database_reason_is_never_dead_lettered(sqs_
         message_id = send_body(
             sqs_queues.client, sqs_queues.url, payment.id, envelope_text(payment)
         )
-        run_worker(max_messages=3)
+        run_worker_receives(3)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER refuse_queue_message ON callbacks_queuemessage")

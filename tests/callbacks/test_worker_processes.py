@@ -292,7 +292,11 @@ def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(
 ):
     """Each worker that takes the submission dies mid-call (SIGKILL); after two receives the
     queue's RedrivePolicy moves it to the DLQ. The payment's next message must not overtake
-    it: it is parked and the payment held."""
+    it: it is parked and the payment held.
+
+    The doomed workers take one message per receive: a server that returns the group's next
+    message in the same receive (LocalStack, AWS at times) would raise its receive count with
+    the crasher's, and the RedrivePolicy would move it to the DLQ too."""
     start_sandbox(3)
     client = sqs_queues.client
     dlq_arn = client.get_queue_attributes(QueueUrl=sqs_queues.dlq_url, AttributeNames=["QueueArn"])[
@@ -314,6 +318,7 @@ def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(
         worker = WorkerProcess(
             "--wait-time=1",
             "--visibility-timeout=1",
+            "--batch-size=1",
             "--no-relay",
             log_dir=tmp_path,
             name=f"doomed{round_number}",

@@ -32,9 +32,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def local_sqs():
+def local_sqs(tmp_path_factory):
     """The session's SQS server (``tests.sqs_server``), over real HTTP on loopback."""
-    server = sqs_server.start()
+    # Under pytest's own temporary directory, which it prunes, so a killed run leaves no litter.
+    server = sqs_server.start(tmp_path_factory.mktemp("sqs-server"))
     yield server
     server.cleanup()
 

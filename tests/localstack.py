@@ -31,11 +31,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _command() -> list[str]:
+    command = [str(PYTHON), "-m", "localstack.runtime.main"]
+    # A test run that is killed (a CI timeout, a second Ctrl-C) skips the session's teardown;
+    # LocalStack holds half a gigabyte, so where util-linux's setpriv is there the kernel ends
+    # it with its parent.
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", *command] if setpriv else command
+
+
 class LocalStack:
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
+        """``root``: where its files and log go (kept); by default a temporary directory,
+        removed by ``cleanup()``."""
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
-        self.root: Path | None = None
+        self.root = root
+        self._owns_root = root is None
         self._log = None
 
     @property
@@ -78,16 +90,16 @@ class LocalStack:
             )
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="localstack-"))
+        self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
             self.port = port or _free_port()
             self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
             self.process = subprocess.Popen(
-                [str(PYTHON), "-m", "localstack.runtime.main"],
+                _command(),
                 cwd=self.root,
                 env=self.environment(self.port),
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
             if self._wait_ready():
                 return self
@@ -131,6 +143,6 @@ class LocalStack:
 
     def cleanup(self) -> None:
         self.stop()
-        if self.root is not None:
+        if self._owns_root and self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None

@@ -6,6 +6,7 @@ one group in one receive, in order, as AWS may, and fauxqs never does.
 """
 
 import os
+from pathlib import Path
 
 from tests.localsqs import LocalSqs, aws_test_environment
 
@@ -19,12 +20,13 @@ def check() -> None:
         raise ValueError(f"TEST_SQS_SERVER={NAME!r}: expected one of {', '.join(SERVERS)}")
 
 
-def start():
-    """The server, started; ``cleanup()`` stops it and removes what it left behind."""
+def start(root: Path | None = None):
+    """The server, started; ``cleanup()`` stops it. ``root``: a directory for a server that keeps
+    files (LocalStack's state and log)."""
     check()
     aws_test_environment()
     if LOCALSTACK:
         from tests.localstack import LocalStack
 
-        return LocalStack().start()
+        return LocalStack(root).start()
     return LocalSqs().start()

@@ -556,8 +556,8 @@ def test_group_mate_really_in_flight_behind_a_failing_message_is_made_visible_at
     batch AWS could return in one receive is built from two: the first message is received
     alone and deleted (its record stays in the worker's hands, its handle now dead), which lets
     the second be received for real. The worker fails the first, stops the group and must make
-    the second visible again at once, untouched. (On a server that returns both in one receive,
-    ``test_partial_batch_from_one_receive_applies_in_order_and_releases_the_rest`` covers it.)
+    the second visible again at once, untouched. (Both from one receive, as LocalStack returns
+    them: ``test_worker_partial_batch.py``.)
     """
     client, url = sqs_queues.client, sqs_queues.url
     payment_id = uuid.uuid4()  # not created: the first event fails with PaymentNotFound

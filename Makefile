@@ -54,7 +54,6 @@ LOCALSTACK_TESTS ?= \
 	tests/callbacks/test_worker_submit.py \
 	tests/callbacks/test_worker_processes.py \
 	tests/callbacks/test_holds.py \
-	tests/callbacks/test_deferred_messages.py \
 	tests/callbacks/test_unstorable_messages.py \
 	tests/callbacks/test_breaker_outage.py \
 	tests/callbacks/test_outbox.py \

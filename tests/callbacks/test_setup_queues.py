@@ -10,7 +10,6 @@ from django.core.management import CommandError, call_command
 
 from callbacks import sqs
 from callbacks.queues import queues_ensure
-from tests import sqs_server
 
 
 @pytest.fixture
@@ -96,9 +95,8 @@ def test_drifted_attribute_is_reported_and_fixed(queue_names):
     assert run("--visibility-timeout", "45")[1].startswith(f"verified queue {queue_names.main}")
 
 
-@pytest.mark.skipif(
-    sqs_server.LOCALSTACK, reason="LocalStack, like AWS, accepts the change: only fauxqs refuses it"
-)
+# LocalStack, like AWS, accepts the change: only fauxqs refuses it (its run leaves this out).
+@pytest.mark.fauxqs_only
 def test_change_refused_by_sqs_is_a_command_error_naming_it(queue_names):
     # A queue created elsewhere without high throughput; fauxqs (unlike AWS) refuses to change
     # DeduplicationScope afterwards, which exercises the refusal path.
@@ -108,9 +106,8 @@ def test_change_refused_by_sqs_is_a_command_error_naming_it(queue_names):
     assert attributes(queue_names.client, queue_names.main)["DeduplicationScope"] == "queue"
 
 
-@pytest.mark.skipif(
-    not sqs_server.LOCALSTACK, reason="fauxqs refuses the change (see the test above)"
-)
+# fauxqs refuses the change (see the test above): only LocalStack's run takes this one.
+@pytest.mark.several_per_group
 def test_queue_created_without_high_throughput_is_changed_to_it(queue_names):
     queue_names.client.create_queue(QueueName=queue_names.main, Attributes={"FifoQueue": "true"})
 

@@ -107,7 +107,7 @@ def test_change_refused_by_sqs_is_a_command_error_naming_it(queue_names):
 
 
 # fauxqs refuses the change (see the test above): only LocalStack's run takes this one.
-@pytest.mark.several_per_group
+@pytest.mark.localstack_only
 def test_queue_created_without_high_throughput_is_changed_to_it(queue_names):
     queue_names.client.create_queue(QueueName=queue_names.main, Attributes={"FifoQueue": "true"})
 

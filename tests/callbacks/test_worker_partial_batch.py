@@ -14,7 +14,7 @@ from payments.models import PaymentState
 from tests.callbacks.worker_support import applied_events, queue_counts, send_body, send_event
 from tests.factories import PaymentFactory
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.several_per_group]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.localstack_only]
 
 FLAKY = "flaky_probe"
 

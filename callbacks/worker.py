@@ -98,9 +98,11 @@ BREAKER_TICK_INTERVAL = 1.0
 # Outage holds released per look once calls flow again: a long outage's backlog goes back to
 # the queue (and to the processor) at a pace, not all at once.
 OUTAGE_RELEASE_PER_TICK = 100
-# Messages this worker had received when the database went away are hidden this long; it makes
-# them visible again itself as soon as the database answers (this only covers its own death).
-DATABASE_OUTAGE_HIDE_SECONDS = 300
+# Messages this worker had received when the database went away are hidden for its backoff cap
+# (at least this long); it makes them visible again itself as soon as the database answers. No
+# longer: if it dies meanwhile they must come back soon, and a visible message costs nothing
+# while every worker waits for the database, since none receives.
+DATABASE_OUTAGE_MIN_HIDE_SECONDS = 5
 
 
 class DatabaseDown(Exception):
@@ -397,8 +399,9 @@ class Worker:
         if not messages:
             return
         self.heartbeat.untrack([m.message_id for m in messages])
+        seconds = int(max(DATABASE_OUTAGE_MIN_HIDE_SECONDS, min(self.backoff_cap, 300)))
         outcome = sqs.change_visibility_batch(
-            url=self._queue_url, messages=messages, seconds=DATABASE_OUTAGE_HIDE_SECONDS
+            url=self._queue_url, messages=messages, seconds=seconds
         )
         for m in outcome.done:
             self._held_back[m.message_id] = m

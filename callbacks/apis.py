@@ -8,13 +8,11 @@ writes nothing to the database: a 202 means the event is on the queue (SQS holds
 the contract's order: size (413), media type (415), signature (401), body (400).
 """
 
-import io
 import logging
 import threading
 from collections import OrderedDict
 
 from django.db import transaction
-from django.http import HttpRequest
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -43,6 +41,7 @@ from callbacks.schema import (
 from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
 from payments.events import ProcessorEvent
+from payments.http_limits import LengthRequired, PayloadTooLarge, bounded_errors, read_body_limited
 from payments.strictjson import StrictJSONParser
 
 logger = logging.getLogger(__name__)
@@ -79,20 +78,6 @@ class _RecentSends:
 _recent_sends = _RecentSends()
 
 
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-
-
-class LengthRequired(exceptions.APIException):
-    status_code = status.HTTP_411_LENGTH_REQUIRED
-    default_code = "length_required"
-    default_detail = (
-        "A body without Content-Length can only be read through a server that decodes chunked "
-        "requests (gunicorn does); send Content-Length."
-    )
-
-
 class QueueUnavailable(exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "queue_unavailable"
@@ -106,7 +91,8 @@ class InvalidEvent(exceptions.APIException):
     default_code = "bad_body"
 
     def __init__(self, errors: dict[str, list[str]]) -> None:
-        super().__init__({"errors": errors})
+        # Bounded: a body of thousands of bad fields must not get an answer of its own size.
+        super().__init__({"errors": bounded_errors(errors)})
 
 
 class ProcessorPrincipal:
@@ -155,48 +141,6 @@ class JSONOnlyNegotiation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-def _declared_length(request: HttpRequest) -> int | None:
-    value = request.META.get("CONTENT_LENGTH")
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-def read_body_limited(request: HttpRequest, limit: int) -> bytes:
-    """Read the whole body, refusing more than ``limit`` bytes (413), and keep it as the
-    request's body, so the signature check and the parser see exactly these bytes.
-
-    The declared length can be wrong (ASGI streams the real body), so one byte past the limit
-    is read rather than trusting it. It can also be absent: with no ``Transfer-Encoding``
-    either, the body is empty (HTTP/1.1); with ``Transfer-Encoding: chunked``, Django's WSGI
-    request would read nothing at all (and the signature check would then fail on an empty
-    body), so the body comes from ``wsgi.input`` when the server says it ends there
-    (``wsgi.input_terminated``, as gunicorn does), and is refused with 411 by a server that
-    cannot say where it ends. Under ASGI the server has already framed the body.
-    """
-    declared = _declared_length(request)
-    if declared is not None and declared > limit:
-        raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
-    environ = getattr(request, "environ", None)
-    chunked = declared is None and "HTTP_TRANSFER_ENCODING" in request.META
-    if chunked and environ is not None and "wsgi.input" in environ:
-        if not environ.get("wsgi.input_terminated"):
-            raise LengthRequired()
-        body = environ["wsgi.input"].read(limit + 1)
-    else:
-        body = request.read(limit + 1)
-    if len(body) > limit:
-        raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
-    # From here on request.body is these bytes, and DRF's parser reads them from the start.
-    request._body = body
-    request._stream = io.BytesIO(body)
-    request.META["CONTENT_LENGTH"] = str(len(body))
-    return body
-
-
 # Which exception is which outcome of the callbacks_received metric.
 _OUTCOMES = {
     PayloadTooLarge: "too_large",
@@ -235,7 +179,10 @@ _RESPONSES = {
                 )
             },
         ),
-        description="The body breaks the contract or cannot be stored; every bad field named.",
+        description=(
+            "The body breaks the contract or cannot be stored: the first 10 bad fields named, "
+            "the rest counted under more_errors."
+        ),
     ),
     401: _detail(401, "Signature missing, malformed, not matching, or outside 300 s."),
     411: _detail(411, "Chunked body on a server that cannot say where it ends."),

@@ -17,6 +17,8 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from payments.http_limits import bounded_errors
+
 MAX_DEPTH = 32
 # Integers a JSON consumer in any language reads exactly (IEEE 754 doubles).
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -158,4 +160,5 @@ class StrictJSONParser(JSONParser):
         try:
             return loads(raw)
         except StrictJSONError as exc:
-            raise ParseError({"errors": exc.errors}) from None
+            # Bounded: thousands of refused fields are named by their first few and a count.
+            raise ParseError({"errors": bounded_errors(exc.errors)}) from None

@@ -1,9 +1,12 @@
 """Idempotency-Key semantics for POST requests, as in the IETF Idempotency-Key draft.
 
 Same key + same body: the stored first answer. Same key + other body: 422. Same key while the
-first request still runs: 409. The key row is committed on its own first, so a concurrent
-request sees it; the work and the stored answer then commit together, so a crash leaves either
-both or neither. A key left in flight by a crashed request is taken over after a lease.
+first request still runs: 409. Only a request that began to execute stores its answer (as
+Stripe does): a refusal before that (validation, permission) releases the key, so the client's
+corrected or later-authorised retry with the same key executes instead of replaying the refusal.
+The key row is committed on its own first, so a concurrent request sees it; the work and the
+stored answer then commit together, so a crash leaves either both or neither. A key left in
+flight by a crashed request is taken over after a lease.
 """
 
 import enum
@@ -39,10 +42,15 @@ class Replay:
 
 @dataclass(frozen=True)
 class Answer:
-    """What a request answered: an HTTP status and its JSON body, as stored under the key."""
+    """What a request answered: an HTTP status and its JSON body, as stored under the key.
+
+    ``store=False`` for a refusal before the request began to execute: nothing was done, so
+    nothing is bound to the key.
+    """
 
     status: int
     body: dict
+    store: bool = True
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,8 @@ def idempotency_key_run(
     """Run ``work`` at most once per user and ``key``, or say what to answer instead.
 
     With a key: claim it (committed on its own), then run ``work`` and store its answer in one
-    transaction; if ``work`` raises, the claim is released so the client may retry with the key.
+    transaction; if ``work`` raises or refuses before executing (``Answer.store`` false), the
+    claim is released so the client may retry with the key.
     Without one, ``work`` just runs in a transaction.
     """
     record = None
@@ -78,8 +87,10 @@ def idempotency_key_run(
     try:
         with transaction.atomic():
             answer = work()
-            if record is not None:
+            if record is not None and answer.store:
                 idempotency_key_complete(record=record, status=answer.status, body=answer.body)
+            elif record is not None:
+                idempotency_key_release(record=record)
     except BaseException:
         if record is not None:
             idempotency_key_release(record=record)

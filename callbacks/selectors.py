@@ -3,11 +3,35 @@
 from django.db.models import QuerySet
 
 from callbacks.models import (
+    HoldKind,
     PaymentHold,
     ProcessingError,
     QueueMessage,
     QueueMessageStatus,
 )
+
+# What a tenant is told of a failed processing attempt: a stable code and a short text. The
+# stored class, message and traceback quote exceptions, queue messages and the processor's
+# address: they are for the admin, never for the API.
+WORKER_PUBLIC_ERRORS = {
+    "processor_unavailable": "the processor did not answer; retried automatically",
+    "database_unavailable": "the database was unavailable; retried automatically",
+    "processing_retried": "processing an event of this payment failed; retried automatically",
+    "processing_failed": "processing an event of this payment failed; an operator looks at it",
+}
+_WORKER_ERROR_CODES = {
+    "ProcessorUnavailable": "processor_unavailable",
+    "ProcessorCircuitOpen": "processor_unavailable",
+    "OperationalError": "database_unavailable",
+    "InterfaceError": "database_unavailable",
+}
+
+
+def processing_error_code(error: ProcessingError) -> str:
+    code = _WORKER_ERROR_CODES.get(error.error_class.rsplit(".", 1)[-1])
+    if code is not None:
+        return code
+    return "processing_retried" if error.retryable else "processing_failed"
 
 
 def payment_processing_errors(payment_id) -> QuerySet[ProcessingError]:
@@ -34,25 +58,31 @@ def payment_dead_lettered_message_ids(payment_id) -> set[str]:
 
 def payment_queue_detail(payment) -> dict:
     """The payment-detail section this app contributes: processing errors and the active hold."""
-    errors = [
-        {
-            "source": "worker",
-            "message_id": e.message_id,
-            "attempt_number": e.attempt_number,
-            "error_class": e.error_class,
-            "message": e.message,
-            "retryable": e.retryable,
-            "delay_seconds": e.delay_seconds,
-            "created_at": e.created_at.isoformat(),
-        }
-        for e in payment_processing_errors(payment.pk)
-    ]
+    errors = []
+    for e in payment_processing_errors(payment.pk):
+        code = processing_error_code(e)
+        errors.append(
+            {
+                "source": "worker",
+                "code": code,
+                "message": WORKER_PUBLIC_ERRORS[code],
+                "attempt": e.attempt_number,
+                "at": e.created_at.isoformat(),
+                "message_id": e.message_id,
+                "attempt_number": e.attempt_number,
+                "retryable": e.retryable,
+                "delay_seconds": e.delay_seconds,
+                "created_at": e.created_at.isoformat(),
+            }
+        )
     hold = payment_active_hold(payment.pk)
     hold_data = None
     if hold is not None:
         hold_data = {
             "id": hold.pk,
-            "reason": hold.reason,
+            "kind": hold.kind,
+            # The stored reason quotes exceptions and queue messages: the admin shows it.
+            "reason": HoldKind(hold.kind).label,
             "created_at": hold.created_at.isoformat(),
             "caused_by_message_id": hold.caused_by.message_id if hold.caused_by else None,
             "parked_messages": hold.parked.filter(republished_message_id="").count(),

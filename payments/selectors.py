@@ -17,6 +17,78 @@ from payments.models import LedgerEntry, LedgerEntryKind, Payment, PaymentState,
 payment_detail_extensions: list[Callable[[Payment], dict]] = []
 
 
+# What a tenant is told of a processor call that failed: a stable code and a short text. The
+# stored error names the processor's host, port and path (and the answer it gave): it is for
+# the admin, never for the API.
+PROCESSOR_PUBLIC_ERRORS = {
+    "processor_timeout": "the processor did not answer in time; retried automatically",
+    "processor_unreachable": "the processor could not be reached; retried automatically",
+    "processor_busy": "the processor asked us to slow down; retried automatically",
+    "processor_unavailable": "the processor did not answer; retried automatically",
+    "processor_rejected": "the processor refused the payment",
+    "processor_error": "the processor call failed",
+}
+
+
+def processor_attempt_error_code(attempt: ProcessorAttempt) -> str:
+    """The public code of a failed attempt, from what kind of failure it was (never its text);
+    empty for an accepted one."""
+    if not attempt.error and not attempt.error_kind:
+        return ""
+    if attempt.error_kind == "timeout":
+        return "processor_timeout"
+    if attempt.error_kind == "connection":
+        return "processor_unreachable"
+    if attempt.http_status == 429:
+        return "processor_busy"
+    if attempt.outcome == "retryable" or (attempt.http_status or 0) >= 500:
+        return "processor_unavailable"
+    if attempt.outcome == "rejected":
+        return "processor_rejected"
+    return "processor_error"
+
+
+def payment_attempts_public(payment: Payment) -> list[dict]:
+    """The payment's processor attempts as a tenant sees them: the stored error replaced by its
+    public code and text."""
+    rows = []
+    for attempt in payment.attempts.all():
+        code = processor_attempt_error_code(attempt)
+        rows.append(
+            {
+                "attempt_number": attempt.attempt_number,
+                "operation": attempt.operation,
+                "outcome": attempt.outcome,
+                "http_status": attempt.http_status,
+                "error_kind": attempt.error_kind,
+                "error_code": code,
+                "error": PROCESSOR_PUBLIC_ERRORS[code] if code else "",
+                "latency_ms": attempt.latency_ms,
+                "started_at": attempt.started_at,
+            }
+        )
+    return rows
+
+
+def payment_errors_public(payment: Payment) -> list[dict]:
+    """The processor's share of a payment's ``errors``: one entry per failed attempt."""
+    errors = []
+    for attempt in payment.attempts.all():
+        code = processor_attempt_error_code(attempt)
+        if code:
+            errors.append(
+                {
+                    "source": "processor",
+                    "code": code,
+                    "message": PROCESSOR_PUBLIC_ERRORS[code],
+                    "attempt": attempt.attempt_number,
+                    "attempt_number": attempt.attempt_number,
+                    "at": attempt.started_at.isoformat(),
+                }
+            )
+    return errors
+
+
 def payment_get(*, payment_id) -> Payment:
     return Payment.objects.prefetch_related("events", "attempts", "ledger_entries").get(
         pk=payment_id

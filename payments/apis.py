@@ -21,10 +21,23 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler, set_rollback
 
+from payments import conf as payments_conf
 from payments import idempotency
 from payments.access import merchant_access_allowed
+from payments.http_limits import (
+    LengthRequired,
+    PayloadTooLarge,
+    bounded_errors,
+    read_body_limited,
+)
 from payments.models import Payment
-from payments.selectors import merchant_balance, payment_detail_extensions, payment_get
+from payments.selectors import (
+    merchant_balance,
+    payment_attempts_public,
+    payment_detail_extensions,
+    payment_errors_public,
+    payment_get,
+)
 from payments.services import (
     BANK_NUMBER_MESSAGE,
     looks_like_bank_number,
@@ -49,7 +62,16 @@ DATABASE_UNAVAILABLE_MESSAGE = "the database is unavailable; retry later"
 
 
 def _errors_response(errors: dict, status_code: int = status.HTTP_400_BAD_REQUEST) -> Response:
-    return Response({"errors": errors}, status=status_code)
+    return Response({"errors": bounded_errors(errors)}, status=status_code)
+
+
+def _body_limit_response(exc: PayloadTooLarge | LengthRequired) -> Response:
+    if isinstance(exc, PayloadTooLarge):
+        return _errors_response(
+            {"body": [f"larger than {exc.limit} bytes, the limit of this API"]},
+            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    return _errors_response({"body": [str(exc.detail)]}, status.HTTP_411_LENGTH_REQUIRED)
 
 
 def _api_exception_handler(exc, context):
@@ -62,6 +84,8 @@ def _api_exception_handler(exc, context):
     """
     if isinstance(exc, OperationalError | InterfaceError):
         return _database_unavailable_response(exc, context)
+    if isinstance(exc, PayloadTooLarge | LengthRequired):
+        return _body_limit_response(exc)
     return exception_handler(exc, context)
 
 
@@ -101,6 +125,13 @@ class ModuleApiView(APIView):
 
     def get_exception_handler(self):
         return _api_exception_handler
+
+    def initial(self, request, *args, **kwargs):
+        # Size first, before authentication: read at most one byte past the limit whatever
+        # Content-Length says, so a 10 MB body costs 64 KiB and gets this API's JSON 413, not
+        # Django's HTML 400 (RequestDataTooBig).
+        read_body_limited(request._request, payments_conf.PAYMENTS_API_MAX_BODY_BYTES)
+        super().initial(request, *args, **kwargs)
 
 
 # --- Input ------------------------------------------------------------------------------------
@@ -256,9 +287,20 @@ class ProcessorAttemptOutputSerializer(serializers.Serializer):
     outcome = serializers.CharField()
     http_status = serializers.IntegerField(allow_null=True)
     error_kind = serializers.CharField()
+    # A stable code and a short text (payments.selectors.PROCESSOR_PUBLIC_ERRORS); the stored
+    # error, which names the processor's host and path, stays in the admin.
+    error_code = serializers.CharField()
     error = serializers.CharField()
     latency_ms = serializers.FloatField()
     started_at = serializers.DateTimeField()
+
+
+class PaymentErrorOutputSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=["processor", "worker"])
+    code = serializers.CharField()
+    message = serializers.CharField()
+    attempt = serializers.IntegerField()
+    at = serializers.DateTimeField()
 
 
 class PaymentDetailOutputSerializer(PaymentOutputSerializer):
@@ -267,8 +309,9 @@ class PaymentDetailOutputSerializer(PaymentOutputSerializer):
 
     events = PaymentEventOutputSerializer(many=True)
     attempts = ProcessorAttemptOutputSerializer(many=True)
-    # Processor errors, plus what other apps add (the queue layer's processing errors).
-    errors = serializers.ListField(child=serializers.DictField())
+    # Processor errors, plus what other apps add (the queue layer's processing errors): each
+    # with a stable ``code`` and a short ``message``, never the stored error text.
+    errors = PaymentErrorOutputSerializer(many=True)
     # The queue layer's active hold on the payment, when it has one.
     hold = serializers.DictField(allow_null=True, required=False)
 
@@ -300,7 +343,10 @@ class MerchantBalanceOutputSerializer(serializers.Serializer):
 
 class ErrorsOutputSerializer(serializers.Serializer):
     """The shape of this API's 4xx answers and of its 503 while the database cannot be reached
-    (``{"errors": {"database_unavailable": [...]}}``), for the OpenAPI schema."""
+    (``{"errors": {"database_unavailable": [...]}}``), for the OpenAPI schema.
+
+    Bounded (``payments.http_limits.bounded_errors``): at most 10 names, 10 messages each, and
+    ``more_errors`` counting what was left out."""
 
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
 
@@ -323,23 +369,30 @@ class PaymentListCreateApi(ModuleApiView):
         return _idempotent_response(result)
 
 
+def _refusal(status_code: int, errors: dict) -> idempotency.Answer:
+    """A refusal before the request began to execute: not stored under the key, so the client's
+    corrected (or, once granted, the same) request with the key executes."""
+    return idempotency.Answer(status_code, {"errors": bounded_errors(errors)}, store=False)
+
+
 def _payment_create_answer(user, data) -> idempotency.Answer:
-    """Validate and create; every answer, a refusal too, is what the key replays."""
+    """Validate and create; only a create that executed is what the key replays."""
     serializer = PaymentCreateInputSerializer(data=data)
     if not serializer.is_valid():
-        return idempotency.Answer(400, {"errors": serializer.errors})
+        return _refusal(status.HTTP_400_BAD_REQUEST, serializer.errors)
     merchant_id = serializer.validated_data["merchant_id"]
     if not merchant_access_allowed(user=user, merchant_id=merchant_id):
-        return idempotency.Answer(
+        return _refusal(
             status.HTTP_403_FORBIDDEN,
-            {"errors": {"merchant_id": ["you are not granted access to this merchant"]}},
+            {"merchant_id": ["you are not granted access to this merchant"]},
         )
     try:
         payment = payment_create(
             **serializer.validated_data, caused_by=f"api:{user.get_username()}"
         )
     except DjangoValidationError as exc:
-        return idempotency.Answer(400, {"errors": exc.message_dict})
+        # The service's own validation: nothing was written (its transaction rolls back).
+        return _refusal(status.HTTP_400_BAD_REQUEST, exc.message_dict)
     return idempotency.Answer(201, PaymentOutputSerializer(payment).data)
 
 
@@ -376,12 +429,10 @@ class PaymentDetailApi(ModuleApiView):
             return _payment_not_found()
         data = dict(PaymentOutputSerializer(payment).data)
         data["events"] = PaymentEventOutputSerializer(payment.events.all(), many=True).data
-        data["attempts"] = ProcessorAttemptOutputSerializer(payment.attempts.all(), many=True).data
-        data["errors"] = [
-            {"source": "processor", "attempt_number": a.attempt_number, "error": a.error}
-            for a in payment.attempts.all()
-            if a.error
-        ]
+        data["attempts"] = ProcessorAttemptOutputSerializer(
+            payment_attempts_public(payment), many=True
+        ).data
+        data["errors"] = payment_errors_public(payment)
         for extension in payment_detail_extensions:
             for name, value in extension(payment).items():
                 if name == "errors":

@@ -35,4 +35,23 @@ def payments_settings_check(app_configs=None, **kwargs) -> list[Error]:
                     id="payments.E002",
                 )
             )
+    errors += _max_body_bytes_check()
     return errors
+
+
+# A create is a few hundred bytes; above 10 MiB a body is a denial of service, not a payment.
+MAX_BODY_BYTES_RANGE = (1024, 10 * 1024 * 1024)
+
+
+def _max_body_bytes_check() -> list[Error]:
+    value = conf.PAYMENTS_API_MAX_BODY_BYTES
+    low, high = MAX_BODY_BYTES_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return [
+            Error(
+                f"PAYMENTS_API_MAX_BODY_BYTES is {value!r}",
+                hint=f"an integer number of bytes from {low} to {high}",
+                id="payments.E020",
+            )
+        ]
+    return []

@@ -19,6 +19,9 @@ DEFAULTS: dict[str, Any] = {
     # Dedup records of processed events outlive SQS's 5-minute window by far.
     "PROCESSED_EVENT_RETENTION": timedelta(days=30),
     "API_IDEMPOTENCY_RETENTION": timedelta(hours=24),
+    # The largest request body the payments API reads (bytes): a create is a few hundred bytes;
+    # a larger body is answered 413 after reading at most one byte past it.
+    "PAYMENTS_API_MAX_BODY_BYTES": 64 * 1024,
     # Published outbox rows: the queue message and the event log carry what they said; a week
     # is for looking into a publish that went wrong.
     "OUTBOX_RETENTION": timedelta(days=7),

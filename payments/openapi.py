@@ -26,7 +26,8 @@ _IDEMPOTENCY_KEY = OpenApiParameter(
     required=False,
     description=(
         "Same key and same body: the stored first answer. Same key, other body: 422. Same key "
-        "while the first request still runs: 409."
+        "while the first request still runs: 409. A refusal before the create executes (400, "
+        "403) stores nothing: a corrected or later-authorised retry with the key executes."
     ),
 )
 # Every operation answers 503 while the database cannot be reached (payments.apis).
@@ -43,6 +44,13 @@ _RETRY_AFTER = OpenApiParameter(
 )
 
 
+# Every operation reads at most PAYMENTS_API_MAX_BODY_BYTES (64 KiB by default) of a body.
+_TOO_LARGE = OpenApiResponse(
+    apis.ErrorsOutputSerializer,
+    description="The body is larger than the limit, named in errors.body.",
+)
+
+
 def describe() -> None:
     extend_schema_view(
         post=extend_schema(
@@ -56,6 +64,7 @@ def describe() -> None:
                 403: _ERRORS_BY_FIELD,
                 409: _ERROR,
                 422: _ERROR,
+                413: _TOO_LARGE,
                 503: _UNAVAILABLE,
             },
         )
@@ -71,6 +80,7 @@ def describe() -> None:
                 ),
                 401: _ERROR,
                 404: _ERROR,
+                413: _TOO_LARGE,
                 503: _UNAVAILABLE,
             },
         )
@@ -87,6 +97,7 @@ def describe() -> None:
                 400: _ERROR,
                 401: _ERROR,
                 404: _ERROR,
+                413: _TOO_LARGE,
                 503: _UNAVAILABLE,
             },
         )

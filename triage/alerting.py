@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -237,13 +238,46 @@ def _log_extra(alert: Alert) -> dict:
     }
 
 
-def alert_text(alert: Alert, kind: AlertDecision) -> str:
+# Summaries, keys and details quote what came from outside (a processor's reason code or
+# message, a queue message's fields): each is bounded, so no value can flood a channel or an
+# inbox, and escaped for its sink, so none can format, link or mention on its own behalf.
+MAX_KEY_CHARS = 200
+MAX_SUMMARY_CHARS = 500
+MAX_DETAIL_CHARS = 200
+MAX_DETAILS = 20
+MAX_SUBJECT_CHARS = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def clip(text: object, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis saying it was cut."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plain_text(text: object, limit: int) -> str:
+    """One line of plain text: control characters (CR, LF, tab, C1, the Unicode line and
+    paragraph separators) written as escapes, so a value cannot start a line of its own."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), clip(text, limit))
+
+
+def slack_escape(text: object, limit: int) -> str:
+    """Text for Slack's mrkdwn: ``&``, ``<`` and ``>`` escaped as Slack asks, so
+    ``<!channel>`` or ``<https://...|label>`` from a processor is shown, not obeyed."""
+    clipped = plain_text(text, limit)
+    return clipped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def alert_text(alert: Alert, kind: AlertDecision, *, escape=plain_text) -> str:
+    """The alert in one line; ``escape`` makes each outside value safe for the sink."""
     prefix = {
         AlertDecision.FIRED: "FIRING",
         AlertDecision.REMINDER: "STILL FIRING",
         AlertDecision.RESOLVED: "RESOLVED",
     }[kind]
-    text = f"[{prefix}] [{alert.severity}] {alert.key}: {alert.summary}"
+    key = escape(alert.key, MAX_KEY_CHARS)
+    summary = escape(alert.summary, MAX_SUMMARY_CHARS)
+    text = f"[{prefix}] [{alert.severity}] {key}: {summary}"
     if kind == AlertDecision.REMINDER:
         text += f" (since {alert.first_fired_at:%Y-%m-%d %H:%M} UTC)"
     return text
@@ -256,19 +290,20 @@ def webhook_payload(alert: Alert, kind: AlertDecision) -> dict:
         color = "#2eb886"
     fields = [
         {"title": "Severity", "value": alert.severity, "short": True},
-        {"title": "Key", "value": alert.key, "short": True},
+        {"title": "Key", "value": slack_escape(alert.key, MAX_KEY_CHARS), "short": True},
         {"title": "First fired", "value": alert.first_fired_at.isoformat(), "short": True},
     ]
     if alert.payment_id:
         fields.append({"title": "Payment", "value": str(alert.payment_id), "short": True})
     if alert.suppressed_count:
         fields.append({"title": "Suppressed", "value": str(alert.suppressed_count), "short": True})
+    text = alert_text(alert, kind, escape=slack_escape)
     return {
-        "text": alert_text(alert, kind),
+        "text": text,
         "attachments": [
             {
                 "color": color,
-                "fallback": alert_text(alert, kind),
+                "fallback": text,
                 "fields": fields,
                 "footer": f"payments alert ({kind})",
             }
@@ -291,13 +326,29 @@ def _send_webhook(alert: Alert, kind: AlertDecision) -> None:
         raise RuntimeError(f"HTTP {response.status_code}: {response.text[:500]}")
 
 
+def email_subject(alert: Alert, kind: AlertDecision) -> str:
+    """One line, no CR or LF (a header cannot be injected, and Django would refuse the mail,
+    silencing the alert), bounded."""
+    return clip(alert_text(alert, kind), MAX_SUBJECT_CHARS)
+
+
+def email_body(alert: Alert, kind: AlertDecision) -> str:
+    """Plain text, one line per detail: a value cannot add a line that looks like another
+    detail, and each is bounded and quoted."""
+    details = sorted(alert.details.items())
+    lines = [
+        f'{plain_text(k, 64)}: "{plain_text(v, MAX_DETAIL_CHARS)}"'
+        if isinstance(v, str)
+        else f"{plain_text(k, 64)}: {plain_text(v, MAX_DETAIL_CHARS)}"
+        for k, v in details[:MAX_DETAILS]
+    ]
+    if len(details) > MAX_DETAILS:
+        lines.append(f"... and {len(details) - MAX_DETAILS} more details, in the admin")
+    return alert_text(alert, kind) + "\n\n" + "\n".join(lines)
+
+
 def _send_email(alert: Alert, kind: AlertDecision) -> None:
-    body = (
-        alert_text(alert, kind)
-        + "\n\n"
-        + "\n".join(f"{k}: {v}" for k, v in sorted(alert.details.items()))
-    )
-    mail_admins(alert_text(alert, kind)[:200], body, fail_silently=False)
+    mail_admins(email_subject(alert, kind), email_body(alert, kind), fail_silently=False)
 
 
 def _sinks(alert: Alert) -> list[tuple[str, object]]:

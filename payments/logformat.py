@@ -1,0 +1,57 @@
+"""A log formatter under which no value from outside can start a record of its own.
+
+Operators' notes, queue messages' fields and processors' texts are logged as they came. With a
+plain ``Formatter`` a note holding ``"\\n2026-01-01 INFO fake"`` printed a second, forged
+record. Here the message (``record.getMessage()``, arguments included) is one line: CR, LF and
+every other C0 or C1 control character, and the Unicode line and paragraph separators, are
+written as escapes (``\\n``). A traceback keeps its own line breaks, but each of its lines is
+indented with ``"  | "``, so only the first line of a record starts at the margin, whatever an
+exception's text holds.
+
+In LOGGING: ``"formatters": {"plain": {"()": "payments.logformat.SingleLineFormatter",
+"format": "..."}}``; it takes the arguments of ``logging.Formatter``.
+"""
+
+import copy
+import logging
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Inside a traceback a line break is the traceback's own; everything else is escaped.
+_CONTROL_BUT_LF = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+CONTINUATION = "  | "
+
+
+def _escape(match: re.Match) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character written as its escape."""
+    return _CONTROL.sub(_escape, text)
+
+
+def continuation_lines(text: str) -> str:
+    """A traceback or stack: its own line breaks kept, each line indented as a continuation."""
+    lines = _CONTROL_BUT_LF.sub(_escape, text).split("\n")
+    return "\n".join(CONTINUATION + line for line in lines)
+
+
+class SingleLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        # A copy: other handlers of the same record format it their own way.
+        safe = copy.copy(record)
+        safe.msg = one_line(record.getMessage())
+        safe.args = None
+        safe.exc_info = safe.exc_text = safe.stack_info = None
+        text = super().format(safe)
+        blocks = []
+        if record.exc_info:
+            blocks.append(self.formatException(record.exc_info))
+        elif record.exc_text:
+            blocks.append(record.exc_text)
+        if record.stack_info:
+            blocks.append(self.formatStack(record.stack_info))
+        for block in blocks:
+            text += "\n" + continuation_lines(block.rstrip("\n"))
+        return text

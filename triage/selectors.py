@@ -22,6 +22,7 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
 from callbacks.selectors import payment_dead_lettered_message_ids
 from payments.models import (
     BreakerState,
@@ -63,6 +64,45 @@ class DeadLetterStory:
     dead_letters: list[DeadLetter]  # all of the payment's dead letters, oldest first
     actions: list[TriageAction]  # triage actions on any of them, oldest first
     release_blockers: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ParkedEvent:
+    """What a parked message would do once released, as the dead-letter page shows it."""
+
+    kind: str  # the envelope's kind: ``processor_event``, ``submit_payment``, ...
+    event_type: str  # the processor's event type; blank for our own messages
+    processor_event_id: str
+    amount: str
+    currency: str
+    description: str  # one line for the operator
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parked_event(body, kind: str = "") -> ParkedEvent:
+    """The event a parked message carries. A processor event sits under ``event`` in the queue
+    envelope; reading the envelope's top level (as before the envelope nested it) finds
+    nothing, and the operator could not tell what waits behind the hold."""
+    body = body if isinstance(body, dict) else {}
+    kind = _text(body.get("kind")) or kind
+    if kind == PROCESSOR_EVENT:
+        nested = body.get(EVENT_KEY)
+        # A message parked before the envelope nested the event has its fields at the top.
+        fields = nested if isinstance(nested, dict) else body
+        event_type = _text(fields.get("event_type"))
+        event_id = _text(fields.get("processor_event_id"))
+        amount = _text(fields.get("amount"))
+        currency = _text(fields.get("currency"))
+        description = " ".join(
+            part for part in (event_type or "unknown event", amount, currency) if part
+        )
+        return ParkedEvent(kind, event_type, event_id, amount, currency, description)
+    if kind == "submit_payment":
+        return ParkedEvent(kind, "", "", "", "", "submission of the payment to the processor")
+    return ParkedEvent(kind, "", "", "", "", kind or "message of unknown kind")
 
 
 def dead_letter_story(dead_letter: DeadLetter) -> DeadLetterStory:
@@ -139,12 +179,17 @@ def _payment_messages(group: str) -> list[QueueMessage]:
 def _payment_holds(group: str) -> list[PaymentHold]:
     if not group:
         return []
-    return list(
+    holds = list(
         PaymentHold.objects.filter(payment_id=group)
         .select_related("caused_by")
         .prefetch_related("parked")
         .order_by("-created_at", "-id")
     )
+    # The prefetched rows are the ones the page (and ``story.parked``) iterates.
+    for hold in holds:
+        for parked in hold.parked.all():
+            parked.event = parked_event(parked.body, parked.kind)
+    return holds
 
 
 def _payment_dead_letters(dead_letter: DeadLetter) -> list[DeadLetter]:

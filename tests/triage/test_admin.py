@@ -2,6 +2,7 @@
 
 import uuid
 from datetime import timedelta
+from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -18,8 +19,9 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from callbacks.schema import processor_event_message
 from payments.models import PaymentEvent, PaymentState, ProcessorAttempt
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, processor_event
 from tests.triage.deadletters import dead_letter_make, operator, viewer
 from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
@@ -96,11 +98,10 @@ def history(size: int):
             message_id=f"{group}-m{i}",
             sequence_number=str(i + 2).zfill(40),
             kind="processor_event",
-            body={
-                "kind": "processor_event",
-                "event_type": "settled",
-                "processor_event_id": f"p{i}",
-            },
+            # The queue envelope as the endpoint writes it: the event nested under ``event``.
+            body=processor_event_message(
+                processor_event(payment, "settled", processor_event_id=f"p{i}")
+            ),
         )
     user = operator()
     for i in range(size):
@@ -132,6 +133,58 @@ def test_the_detail_page_tells_the_whole_story(client):
     assert "note 2" in page  # earlier triage actions
     assert "You can view dead letters but not act on them" in page
     assert 'id="triage-redrive"' not in page
+
+
+def test_the_page_shows_the_event_of_each_message_parked_behind_the_hold(client):
+    """The envelope nests the processor's event under ``event``: the page reads it there, and
+    says what a parked ``submit_payment`` would do."""
+    payment = PaymentFactory(state=PaymentState.SUBMITTED, amount=Decimal("12.34"))
+    group = str(payment.id)
+    dead_letter = dead_letter_make(payment)
+    hold = PaymentHold.objects.create(payment_id=group, reason="dead-lettered")
+    bodies = [
+        processor_event_message(
+            processor_event(payment, "settled", processor_event_id="evt_parked_settled")
+        ),
+        processor_event_message(
+            processor_event(
+                payment, "returned", processor_event_id="evt_parked_return", reason_code="R01"
+            )
+        ),
+        {"kind": "submit_payment", "payment_id": group},
+    ]
+    for i, body in enumerate(bodies):
+        ParkedMessage.objects.create(
+            hold=hold,
+            payment_id=group,
+            message_id=f"{group}-parked{i}",
+            sequence_number=str(i + 2).zfill(40),
+            kind=body["kind"],
+            body=body,
+        )
+    client.force_login(operator())
+
+    page = client.get(change_url(dead_letter)).content.decode()
+    rows = page[page.index('id="triage-holds"') : page.index('id="triage-dead-letters"')]
+    assert "Nothing parked." not in rows
+    for text in (
+        "<td>settled</td>",
+        "<code>evt_parked_settled</code>",
+        "<td>returned</td>",
+        "<code>evt_parked_return</code>",
+        "12.34",
+        "submission of the payment to the processor",
+    ):
+        assert text in rows, text
+    assert rows.index("evt_parked_settled") < rows.index("evt_parked_return")
+    assert rows.count("<td>12.34</td>") == 2  # both events' amounts, none for the submission
+
+    confirm = client.get(
+        reverse("admin:triage_deadletter_act", args=[dead_letter.pk, "resolve"])
+    ).content.decode()
+    assert "settled 12.34 (<code>evt_parked_settled</code>)" in confirm
+    assert "returned 12.34 (<code>evt_parked_return</code>)" in confirm
+    assert "submission of the payment to the processor" in confirm
 
 
 def test_an_operator_sees_the_action_links(client):

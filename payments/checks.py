@@ -6,6 +6,7 @@ from django.core.checks import Error, register
 from django.utils.module_loading import import_string
 
 from payments import conf
+from payments.setting_specs import setting_refused, settings_refused
 
 
 @register()
@@ -35,23 +36,17 @@ def payments_settings_check(app_configs=None, **kwargs) -> list[Error]:
                     id="payments.E002",
                 )
             )
-    errors += _max_body_bytes_check()
     return errors
 
 
-# A create is a few hundred bytes; above 10 MiB a body is a denial of service, not a payment.
-MAX_BODY_BYTES_RANGE = (1024, 10 * 1024 * 1024)
-
-
-def _max_body_bytes_check() -> list[Error]:
-    value = conf.PAYMENTS_API_MAX_BODY_BYTES
-    low, high = MAX_BODY_BYTES_RANGE
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        return [
-            Error(
-                f"PAYMENTS_API_MAX_BODY_BYTES is {value!r}",
-                hint=f"an integer number of bytes from {low} to {high}",
-                id="payments.E020",
-            )
-        ]
-    return []
+@register()
+def payments_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
+    """Every setting of the app, the host's value or the default, against its declared type and
+    range (``payments.conf.SPECS``); the required ones too, when they are set at all (a missing
+    one is payments.E001)."""
+    errors = settings_refused(conf.SPECS, "payments.E003", conf.RELATIONS)
+    for name, spec in conf.REQUIRED_SPECS.items():
+        value = getattr(settings, name, None)
+        if value and (error := setting_refused(name, spec, value, "payments.E003")) is not None:
+            errors.append(error)
+    return errors

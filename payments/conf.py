@@ -11,52 +11,86 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from payments.setting_specs import Duration, Keys, Number, Seconds, Spec, Text, Url, defaults
+
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
-DEFAULTS: dict[str, Any] = {
-    "PROCESSOR_TIMEOUT_SECONDS": 10.0,
-    "PROCESSOR_CONNECT_TIMEOUT_SECONDS": 3.05,
-    # Dedup records of processed events outlive SQS's 5-minute window by far.
-    "PROCESSED_EVENT_RETENTION": timedelta(days=30),
-    "API_IDEMPOTENCY_RETENTION": timedelta(hours=24),
-    # The largest request body the payments API reads (bytes): a create is a few hundred bytes;
-    # a larger body is answered 413 after reading at most one byte past it.
-    "PAYMENTS_API_MAX_BODY_BYTES": 64 * 1024,
+# Each setting with its default and what it accepts: ``manage.py check`` refuses any other value
+# (payments.checks), so a nonsense one stops start-up instead of breaking every call later.
+SPECS: dict[str, Spec] = {
+    # Read timeout of one processor call; requests refuses 0 ("Invalid timeout"), and a call
+    # longer than five minutes would outlive the message's visibility timeout.
+    "PROCESSOR_TIMEOUT_SECONDS": Seconds(10.0, 300),
+    "PROCESSOR_CONNECT_TIMEOUT_SECONDS": Seconds(3.05, 60),
+    # Dedup records of processed events outlive SQS's 5-minute window by far; below a day, a
+    # processor's resend of an old event could be applied twice.
+    "PROCESSED_EVENT_RETENTION": Duration(timedelta(days=30), minimum=timedelta(days=1)),
+    # The Idempotency-Key contract keeps keys at least 24 hours.
+    "API_IDEMPOTENCY_RETENTION": Duration(timedelta(hours=24), minimum=timedelta(hours=24)),
+    # The largest request body the payments API reads: a create is a few hundred bytes; a
+    # larger body is answered 413 after reading at most one byte past it. Above 10 MiB a body is
+    # a denial of service, not a payment.
+    "PAYMENTS_API_MAX_BODY_BYTES": Number(
+        64 * 1024, 1024, 10 * 1024 * 1024, whole=True, unit="of bytes"
+    ),
     # Published outbox rows: the queue message and the event log carry what they said; a week
     # is for looking into a publish that went wrong.
-    "OUTBOX_RETENTION": timedelta(days=7),
+    "OUTBOX_RETENTION": Duration(timedelta(days=7)),
     # Breaker transitions: an incident's history, read when it is reviewed.
-    "BREAKER_TRANSITION_RETENTION": timedelta(days=90),
+    "BREAKER_TRANSITION_RETENTION": Duration(timedelta(days=90)),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
-    "RETENTION_PURGE_BATCH_SIZE": 1000,
+    "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
     # Per-merchant return rates (payments.return_rates): the rolling window in days, the NACHA
     # thresholds in percent (a host may set only some; the others keep these), the fraction of
     # a threshold that warns, and the debits in the window before a merchant is alerted on.
-    "RETURN_RATE_WINDOW_DAYS": 60,
-    "RETURN_RATE_THRESHOLDS": {
-        "unauthorized": Decimal("0.5"),
-        "administrative": Decimal("3.0"),
-        "overall": Decimal("15.0"),
-    },
-    "RETURN_RATE_WARNING_FRACTION": 0.8,
-    "RETURN_RATE_MIN_DEBITS": 20,
+    "RETURN_RATE_WINDOW_DAYS": Number(60, 1, 3650, whole=True, unit="of days"),
+    "RETURN_RATE_THRESHOLDS": Keys(
+        {
+            "unauthorized": Decimal("0.5"),
+            "administrative": Decimal("3.0"),
+            "overall": Decimal("15.0"),
+        },
+        values={
+            kind: Number(None, 0, 100, above_minimum=True, unit="(percent)")
+            for kind in ("unauthorized", "administrative", "overall")
+        },
+        partial=True,
+    ),
+    "RETURN_RATE_WARNING_FRACTION": Number(0.8, 0, 1, above_minimum=True),
+    "RETURN_RATE_MIN_DEBITS": Number(20, 1, 1_000_000_000, whole=True, unit="of debits"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
-    # merchant? The default reads the MerchantAccess grants edited in the admin.
-    "PAYMENTS_MERCHANT_ACCESS_POLICY": "payments.access.merchant_access_granted",
+    # merchant? The default reads the MerchantAccess grants edited in the admin. (That it
+    # imports and is callable is checked apart, payments.E002.)
+    "PAYMENTS_MERCHANT_ACCESS_POLICY": Text(
+        "payments.access.merchant_access_granted",
+        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="a dotted path such as 'package.module.callable'",
+    ),
     # The processor's circuit breaker (payments.processor.breaker): open after this many
     # failures in a row, or when this share of the last WINDOW_CALLS first submissions (none
     # older than WINDOW_SECONDS) failed; after the pause, TRIAL_CALLS real submissions are let
     # through and it closes once they all succeed; every reopening doubles the pause up to the
     # cap; a reopening within INCIDENT_COOLDOWN_SECONDS of a close is the same incident.
-    "PROCESSOR_BREAKER_FAILURES": 5,
-    "PROCESSOR_BREAKER_FAILURE_RATE": 0.5,
-    "PROCESSOR_BREAKER_WINDOW_CALLS": 10,
-    "PROCESSOR_BREAKER_WINDOW_SECONDS": 60.0,
-    "PROCESSOR_BREAKER_PAUSE_SECONDS": 15.0,
-    "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": 300.0,
-    "PROCESSOR_BREAKER_TRIAL_CALLS": 3,
-    "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": 300.0,
+    "PROCESSOR_BREAKER_FAILURES": Number(5, 1, 1000, whole=True, unit="of failures"),
+    "PROCESSOR_BREAKER_FAILURE_RATE": Number(0.5, 0, 1, above_minimum=True),
+    "PROCESSOR_BREAKER_WINDOW_CALLS": Number(10, 1, 10_000, whole=True, unit="of calls"),
+    "PROCESSOR_BREAKER_WINDOW_SECONDS": Seconds(60.0, 86_400),
+    "PROCESSOR_BREAKER_PAUSE_SECONDS": Seconds(15.0, 86_400),
+    "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": Seconds(300.0, 86_400),
+    "PROCESSOR_BREAKER_TRIAL_CALLS": Number(3, 1, 1000, whole=True, unit="of calls"),
+    "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": Seconds(300.0, 86_400),
 }
+# Pairs (low, high) whose low value may not exceed the high one.
+RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)
+# The required settings have no default; when set, their values are checked the same way.
+REQUIRED_SPECS: dict[str, Spec] = {
+    "PROCESSOR_BASE_URL": Url(None, optional=False),
+    "PROCESSOR_API_KEY": Text(
+        None, pattern=r"[\x21-\x7e]+", accepted="a non-empty key of printable ASCII, no spaces"
+    ),
+}
+
+DEFAULTS: dict[str, Any] = defaults(SPECS)
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,7 @@ class TriageConfig(AppConfig):
 
     def ready(self) -> None:
         from payments.signals import alert_cleared, alert_raised
+        from triage import checks  # noqa: F401 - registers the settings checks
         from triage.alerting import alert_cleared_receiver, alert_raised_receiver
 
         alert_raised.connect(alert_raised_receiver, dispatch_uid="triage.alerting.alert_raised")

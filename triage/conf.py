@@ -9,36 +9,67 @@ from typing import Any
 
 from django.conf import settings
 
-DEFAULTS: dict[str, Any] = {
+from payments.setting_specs import Duration, Keys, Number, Parsed, Seconds, Spec, Url, defaults
+
+
+def _settlement_window_parse(value: Any) -> Any:
+    # The parser alerting uses (imported here, late: it reads this module's settings itself).
+    from triage.settlement_windows import settlement_window_parse
+
+    return settlement_window_parse(value)
+
+
+# Each setting with its default and what it accepts: ``manage.py check`` refuses any other value
+# (triage.checks), so a nonsense one stops start-up instead of breaking every alert later.
+SPECS: dict[str, Spec] = {
     # None: alerts go to the log and to ADMINS by e-mail only.
-    "ALERT_WEBHOOK_URL": None,
-    "ALERT_WEBHOOK_TIMEOUT_SECONDS": 5.0,
-    # Backlog alerts are silent inside this window, when the processor's batch lands.
-    "SETTLEMENT_WINDOW": "Mon-Fri 05:00-08:00 America/Chicago",
-    # A firing alert is re-sent at most once per interval of its severity.
-    "ALERT_REMINDER_INTERVALS": {
-        "high": timedelta(minutes=15),
-        "medium": timedelta(minutes=60),
-        "low": timedelta(minutes=240),
-    },
-    "ALERT_BACKLOG_VISIBLE_MESSAGES": 1000,
-    "ALERT_BACKLOG_OLDEST_AGE": timedelta(seconds=600),
+    "ALERT_WEBHOOK_URL": Url(None),
+    # An alert is sent inside the call that raised it: a long wait would hold up that call.
+    "ALERT_WEBHOOK_TIMEOUT_SECONDS": Seconds(5.0, 60),
+    # Backlog alerts are silent inside this window, when the processor's batch lands. Checked
+    # with the parser alerting uses each time: a window it cannot read stops every alert.
+    "SETTLEMENT_WINDOW": Parsed(
+        "Mon-Fri 05:00-08:00 America/Chicago",
+        parse=_settlement_window_parse,
+        accepted="'<days> <HH:MM>-<HH:MM> <IANA zone>' such as "
+        "'Mon-Fri 05:00-08:00 America/Chicago', or blank/None for no window",
+    ),
+    # A firing alert is re-sent at most once per interval of its severity (each severity needs
+    # one: an alert of a severity without an interval could not fire).
+    "ALERT_REMINDER_INTERVALS": Keys(
+        {
+            "high": timedelta(minutes=15),
+            "medium": timedelta(minutes=60),
+            "low": timedelta(minutes=240),
+        },
+        values={
+            severity: Duration(None, maximum=timedelta(days=30))
+            for severity in ("high", "medium", "low")
+        },
+    ),
+    "ALERT_BACKLOG_VISIBLE_MESSAGES": Number(
+        1000, 1, 1_000_000_000, whole=True, unit="of messages"
+    ),
+    "ALERT_BACKLOG_OLDEST_AGE": Duration(timedelta(seconds=600), maximum=timedelta(days=14)),
     # One-off alerts (a rejected submission) resolve by themselves after this long.
-    "ALERT_EVENT_QUIET_RESOLVE": timedelta(hours=24),
-    # Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
-    "DLQ_INGEST_INTERVAL_SECONDS": 60.0,
+    "ALERT_EVENT_QUIET_RESOLVE": Duration(timedelta(hours=24)),
+    # Dead letters reach a human (and page) within this many seconds of reaching the DLQ; an
+    # hour at most, so a dead letter never waits longer than that unseen.
+    "DLQ_INGEST_INTERVAL_SECONDS": Seconds(60.0, 3600),
     # Resolved alerts and their notifications (the alert history page).
-    "ALERT_RETENTION": timedelta(days=90),
+    "ALERT_RETENTION": Duration(timedelta(days=90)),
     # Items of finished bulk jobs; the job row itself is kept with the audit trail.
-    "BULK_JOB_RETENTION": timedelta(days=30),
-    # A bulk triage job acts on at most this many dead letters per second, and looks for a
-    # cancel between batches of this size.
-    "TRIAGE_BULK_RATE_PER_SECOND": 20.0,
-    "TRIAGE_BULK_BATCH_SIZE": 100,
+    "BULK_JOB_RETENTION": Duration(timedelta(days=30)),
+    # A bulk triage job acts on at most this many dead letters per second (0 would never act:
+    # the pacing divides by it), and looks for a cancel between batches of this size.
+    "TRIAGE_BULK_RATE_PER_SECOND": Number(20.0, 0, 10_000, above_minimum=True, unit="per second"),
+    "TRIAGE_BULK_BATCH_SIZE": Number(100, 1, 10_000, whole=True, unit="of dead letters"),
     # Longer than a batch takes at the slowest sensible rate, so a live job is never taken for
     # dead (and if it were, its lock keeps the second copy out).
-    "TRIAGE_BULK_STALE_SECONDS": 300,
+    "TRIAGE_BULK_STALE_SECONDS": Number(300, 1, 86_400, unit="of seconds"),
 }
+
+DEFAULTS: dict[str, Any] = defaults(SPECS)
 
 
 def __getattr__(name: str) -> Any:

@@ -970,7 +970,10 @@ class Worker:
         duration_ms = round((time.monotonic() - started) * 1000, 1)
         attempt = queue_message.attempts if queue_message is not None else 0
         kind = message.kind or "unknown"
-        WORKER_MESSAGES.labels(kind=kind, outcome=outcome).inc()
+        # A metric label takes only the kinds this worker knows: a queued body's own ``kind``
+        # (sent around the endpoint) must not mint label values without end.
+        label = kind if kind in self.handlers else "unknown"
+        WORKER_MESSAGES.labels(kind=label, outcome=outcome).inc()
         self.stats.count(outcome)
         extra = {
             "payment_id": message.payment_id,

@@ -591,3 +591,24 @@ def test_group_mate_really_in_flight_behind_a_failing_message_is_made_visible_at
     [again] = client.receive_message(**receive)["Messages"]
     assert again["MessageId"] == second_id
     assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+
+
+def test_an_unknown_kind_is_counted_under_one_label_whatever_the_body_says(sqs_queues):
+    from prometheus_client import REGISTRY
+
+    from tests.callbacks.worker_support import run_worker, send_body
+
+    kinds = [f"made-up-{n}" for n in range(3)]
+    for n, kind in enumerate(kinds):
+        send_body(sqs_queues.client, sqs_queues.url, f"group-{n}", {"kind": kind})
+
+    run_worker()
+
+    labels = {
+        sample.labels["kind"]
+        for metric in REGISTRY.collect()
+        if metric.name == "payments_worker_messages"
+        for sample in metric.samples
+    }
+    assert not labels & set(kinds)
+    assert "unknown" in labels

@@ -8,9 +8,7 @@ created during the outage would be dead-lettered and held.
 """
 
 import signal
-import time
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -29,8 +27,7 @@ from payments.models import (
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
 from payments.sandbox import FaultConfig, SandboxProcessor
-from payments.services import payment_create
-from tests.callbacks.worker_support import WorkerProcess, drain
+from tests.callbacks.worker_support import WorkerProcess, drain, payments_created, wait_until
 from triage.models import Alert, AlertStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,26 +73,6 @@ def stack(sqs_queues, live_server, settings, tmp_path):
     reset_client()
 
 
-def create_payments(count: int, prefix: str) -> list[Payment]:
-    return [
-        payment_create(
-            merchant_id="merchant-outage",
-            amount=Decimal("10.00") + n,
-            source_token=f"tok_{prefix}_{n:04d}xyz",
-        )
-        for n in range(count)
-    ]
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def states(payments) -> set[str]:
     return set(
         Payment.objects.filter(pk__in=[p.pk for p in payments]).values_list("state", flat=True)
@@ -105,13 +82,13 @@ def states(payments) -> set[str]:
 def run_outage(stack, *, mode: str, outage_seconds: float, during: int):
     """Payments submitted before the outage, the outage, payments created during it, recovery."""
     sandbox, workers, _ = stack
-    before = create_payments(4, "before")
+    before = make_payments(4, "before")
     wait_until(lambda: states(before) == {PaymentState.SUBMITTED}, 60, "the early submissions")
 
     sandbox.outage_start(mode, outage_seconds)
     outage_started = timezone.now()
     outage_ended = outage_started + timedelta(seconds=outage_seconds)
-    created = create_payments(during, "during")
+    created = make_payments(during, "during")
     wait_until(
         lambda: states(before + created) == {PaymentState.CONFIRMED},
         outage_seconds + 90,
@@ -212,3 +189,7 @@ def test_timeout_outage_is_one_incident_and_no_dead_letter(stack):
     assert_one_incident_and_no_dead_letters(stack, before, created, started, ended)
     timeouts = ProcessorAttempt.objects.filter(error_kind="timeout").count()
     assert timeouts >= int(BREAKER["PROCESSOR_BREAKER_FAILURES"])
+
+
+def make_payments(count: int, prefix: str) -> list[Payment]:
+    return payments_created(count, prefix, merchant_id="merchant-outage", first_amount="10.00")

@@ -20,7 +20,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 import psycopg
 import pytest
@@ -42,8 +41,13 @@ from payments.models import (
 from payments.processor.breaker import trial_lease_seconds
 from payments.processor.client import reset_client
 from payments.sandbox import FaultConfig, SandboxProcessor
-from payments.services import payment_create
-from tests.callbacks.worker_support import WorkerProcess, drain, worker_env
+from tests.callbacks.worker_support import (
+    WorkerProcess,
+    drain,
+    payments_created,
+    wait_until,
+    worker_env,
+)
 
 pytestmark = [pytest.mark.scale, pytest.mark.django_db(transaction=True)]
 
@@ -206,28 +210,6 @@ def test_faketime_shifts_the_wall_clock_of_a_child_but_not_its_monotonic_clock()
     assert 0 <= monotonic - before[1] < 5
 
 
-def create_payments(count: int, prefix: str) -> list[Payment]:
-    return [
-        payment_create(
-            merchant_id="merchant-skew",
-            amount=Decimal("10.00") + n,
-            source_token=f"tok_{prefix}_{n:04d}xyz",
-        )
-        for n in range(count)
-    ]
-
-
-def wait_until(predicate, timeout: float, what: str, workers=()) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for worker in workers:
-            assert worker.process.poll() is None, f"worker died:\n{worker.output}"
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def states(payments) -> set[str]:
     return set(
         Payment.objects.filter(pk__in=[p.pk for p in payments]).values_list("state", flat=True)
@@ -251,7 +233,7 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
     # submits, applies callbacks, opens the breaker, runs a trial and reopens it.
     skewed = start_worker(tmp_path, "skewed", skew_env=skew_env)
     workers.append(skewed)
-    before = create_payments(4, "before")
+    before = make_payments(4, "before")
     wait_until(
         lambda: states(before) == {PaymentState.CONFIRMED}, 60, "the early payments", workers
     )
@@ -260,7 +242,7 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
     sampler = None
     sandbox.outage_start("503", OUTAGE_SECONDS)
     outage_ended = db_now() + timedelta(seconds=OUTAGE_SECONDS)
-    created = create_payments(12, "during")
+    created = make_payments(12, "during")
     during_ids = [str(p.id) for p in created]
     sampler = Sampler(during_ids)
     sampler.start()
@@ -365,3 +347,7 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
         f"{len(skewed_attempts)} calls stamped by the skewed clock; {disagree} payment(s) whose "
         f"created_at order disagrees with the log's"
     )
+
+
+def make_payments(count: int, prefix: str) -> list[Payment]:
+    return payments_created(count, prefix, merchant_id="merchant-skew", first_amount="10.00")

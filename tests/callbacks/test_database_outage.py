@@ -29,7 +29,7 @@ from payments import signing
 from payments.models import Payment, PaymentEvent, ProcessedEvent
 from payments.sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.test_endpoint import SECRET
-from tests.callbacks.worker_support import WorkerProcess, drain
+from tests.callbacks.worker_support import WorkerProcess, drain, wait_until
 from tests.gunicorn_support import free_port, gunicorn_running
 from tests.payments.test_api_database_outage import API_USER, assert_unavailable
 from tests.pg_cluster import django_env, django_run
@@ -151,17 +151,6 @@ def payment_states(cluster, ids: list[str]) -> dict[str, str]:
     return dict(
         rows(cluster, "SELECT id::text, state FROM {payment} WHERE id::text = ANY(%s)", ids)
     )
-
-
-def wait_until(predicate, timeout: float, what: str, workers=()) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for worker in workers:
-            assert worker.process.poll() is None, f"worker died:\n{worker.output}"
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_three_minutes_without_the_database_under_traffic_lose_and_repeat_nothing(stack):

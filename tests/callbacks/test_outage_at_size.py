@@ -19,7 +19,6 @@ import signal
 import time
 from collections import Counter
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 from django.db.models import Max
@@ -39,8 +38,7 @@ from payments.models import (
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
 from payments.sandbox import FaultConfig, SandboxProcessor
-from payments.services import payment_create
-from tests.callbacks.worker_support import WorkerProcess, drain
+from tests.callbacks.worker_support import WorkerProcess, drain, payments_created, wait_until
 from triage.ingestion import dead_letters_ingest
 from triage.models import Alert, AlertStatus, DeadLetter
 
@@ -131,27 +129,6 @@ def make_stack(sqs_queues, live_server, settings, tmp_path):
     yield make
     for stack in stacks:
         stack.close()
-
-
-def create_payments(count: int, prefix: str) -> list[Payment]:
-    return [
-        payment_create(
-            merchant_id="merchant-size",
-            amount=Decimal("1.00") + n,
-            source_token=f"tok_{prefix}_{n:05d}xyz",
-        )
-        for n in range(count)
-    ]
-
-
-def wait_until(predicate, timeout: float, what: str, *, every: float = 0.5) -> float:
-    """Poll ``predicate``; return the seconds it took."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if predicate():
-            return time.monotonic() - began
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def state_counts(payments) -> Counter:
@@ -261,7 +238,7 @@ def test_thousand_payments_wait_through_an_hour_of_trials_without_spending_recei
 
     stack.sandbox.outage_start("503", 3600)
     outage_began = time.monotonic()
-    payments = create_payments(1000, "size")
+    payments = make_payments(1000, "size")
     created = time.monotonic() - began
     # The last payment created waits through as many failed trials as an hour makes.
     reopened_before = transition_kinds()[BreakerTransitionKind.REOPENED]
@@ -334,7 +311,7 @@ def test_flapping_processor_is_one_incident_opened_within_a_few_failures(make_st
     )
     assert_redrive_policy_in_force(stack.queues)
 
-    healthy = create_payments(300, "healthy")
+    healthy = make_payments(300, "healthy")
     wait_until(lambda: all_in(healthy, PaymentState.CONFIRMED), 120, "the healthy period")
     healthy_lasted = time.monotonic() - began
     attempts_before = ProcessorAttempt.objects.aggregate(top=Max("pk"))["top"] or 0
@@ -348,7 +325,7 @@ def test_flapping_processor_is_one_incident_opened_within_a_few_failures(make_st
     # 300 more over the flap's first 30 s, ten at a time: payments keep arriving through the
     # opening, the trials and the reopenings.
     for chunk in range(30):
-        during += create_payments(10, f"flap{chunk:02d}")
+        during += make_payments(10, f"flap{chunk:02d}")
         time.sleep(max(0.0, flap_began + chunk + 1 - time.monotonic()))
     time.sleep(max(0.0, flap_began + flap_seconds - time.monotonic()))
     flap_calls_failed = stack.sandbox.stats()["outage_calls_failed"]
@@ -393,3 +370,7 @@ def test_flapping_processor_is_one_incident_opened_within_a_few_failures(make_st
         f"{longest_trial_seconds():.1f} s; dead letters 0; "
         f"alerts {Alert.objects.filter(key=ALERT_KEY).count()} ({alert.status}); {figures}"
     )
+
+
+def make_payments(count: int, prefix: str) -> list[Payment]:
+    return payments_created(count, prefix, merchant_id="merchant-size", first_amount="1.00")

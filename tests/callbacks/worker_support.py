@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 from callbacks.schema import event_deduplication_id, processor_event_message
-from payments.models import PaymentEvent
+from payments.models import Payment, PaymentEvent
 from tests.factories import processor_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,3 +206,36 @@ def applied_events(payment) -> list[str]:
         .order_by("id")
         .values_list("event_type", flat=True)
     )
+
+
+def wait_until(predicate, timeout: float, what: str, workers=(), *, every: float = 0.25) -> float:
+    """Poll ``predicate`` until it holds; return the seconds it took. ``workers``: fail at once,
+    with its output, if one of these ``WorkerProcess``es died meanwhile."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if predicate():
+            return time.monotonic() - began
+        for worker in workers:
+            assert worker.process.poll() is None, f"worker died:\n{worker.output}"
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def payments_created(
+    count: int, prefix: str, *, merchant_id: str = "merchant-test", first_amount: str = "10.00"
+) -> list[Payment]:
+    """``count`` payments through ``payment_create`` (each with its outbox row), amounts rising
+    by one from ``first_amount``, tokens ``tok_<prefix>_<n>xyz`` (no token rule of the
+    sandbox's)."""
+    from decimal import Decimal
+
+    from payments.services import payment_create
+
+    return [
+        payment_create(
+            merchant_id=merchant_id,
+            amount=Decimal(first_amount) + n,
+            source_token=f"tok_{prefix}_{n:05d}xyz",
+        )
+        for n in range(count)
+    ]

@@ -28,33 +28,38 @@ def test_a_settled_payment_whose_token_promises_a_return_is_still_moving():
     assert _unfinished() == 0
 
 
-def _processor_outage_story(capture_on_commit, *, start=None) -> None:
-    """The breaker's history of a demo run: opened by failures, closed by a successful probe
-    (the demo's summary checks the story of its processor outage too)."""
+def _processor_outage_story(capture_on_commit) -> None:
+    """The breaker's history of a demo run: opened by failures, closed by a successful trial,
+    the incident over after its cool-down (the demo's summary checks the story of its processor
+    outage too)."""
     from datetime import timedelta
 
-    from django.utils import timezone
+    from django.db.models.functions import Now
 
+    from payments.models import CircuitBreaker
     from payments.processor.breaker import (
+        PROCESSOR,
         CallOutcome,
-        pause_seconds,
         processor_breaker_admit,
+        processor_breaker_incident_end,
         processor_breaker_record,
+        trial_calls,
     )
 
-    now = start or timezone.now()
     with capture_on_commit(execute=True):
         for _ in range(5):
             processor_breaker_record(
-                admission=processor_breaker_admit(now=now),
+                admission=processor_breaker_admit(),
                 outcome=CallOutcome.FAILURE,
                 error="503 Service Unavailable",
-                now=now,
             )
-        later = now + timedelta(seconds=pause_seconds(0) + 1)
-        probe = processor_breaker_admit(now=later)
-        assert probe.probe
-        processor_breaker_record(admission=probe, outcome=CallOutcome.SUCCESS, now=later)
+        CircuitBreaker.objects.filter(name=PROCESSOR).update(open_until=Now())
+        for _ in range(trial_calls()):
+            trial = processor_breaker_admit()
+            assert trial.trial
+            processor_breaker_record(admission=trial, outcome=CallOutcome.SUCCESS)
+        CircuitBreaker.objects.filter(name=PROCESSOR).update(closed_at=Now() - timedelta(days=1))
+        assert processor_breaker_incident_end()
 
 
 def test_the_summary_shows_returns_and_passes_when_each_is_reversed_once(
@@ -94,17 +99,12 @@ def test_the_summary_counts_one_resolved_alert_per_breaker_incident(
 ):
     """Injected 5xx may open the breaker again after the outage: a second, short incident with
     its own alert, which passes when it too is resolved."""
-    from datetime import timedelta
-
-    from django.utils import timezone
 
     from payments.processor.breaker import ALERT_KEY
     from triage.models import Alert
 
     _processor_outage_story(django_capture_on_commit_callbacks)
-    _processor_outage_story(
-        django_capture_on_commit_callbacks, start=timezone.now() + timedelta(minutes=5)
-    )
+    _processor_outage_story(django_capture_on_commit_callbacks)
 
     assert _summary(sandbox.base_url, 0) is True
     out = capsys.readouterr().out

@@ -31,11 +31,15 @@ def configured_log():
         h for h in logging.getLogger().handlers if isinstance(h.formatter, SingleLineFormatter)
     ]
     stream = io.StringIO()
-    previous = handler.setStream(stream)
+    # Not setStream(): it flushes the stream it replaces, which may be an earlier test's
+    # captured stderr, closed by now.
+    with handler.lock:
+        previous, handler.stream = handler.stream, stream
     try:
         yield stream
     finally:
-        handler.setStream(previous)
+        with handler.lock:
+            handler.stream = previous
 
 
 def records(text: str) -> list[str]:

@@ -34,8 +34,8 @@ from payments.models import MerchantAccess
 from tests.factories import UserFactory
 
 user = UserFactory()
-MerchantAccess.objects.create(user=user, merchant_id={merchant!r})
-print(Token.objects.create(user=user).key)
+MerchantAccess.objects.get_or_create(user=user, merchant_id={merchant!r})
+print(Token.objects.get_or_create(user=user)[0].key)
 """
 
 

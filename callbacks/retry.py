@@ -1,8 +1,7 @@
 """The worker's retry policy: which failures are retried, how long a message hides meanwhile.
 
 Pure functions and constants, no I/O: ``classify`` decides whether a failure is worth another
-attempt, ``backoff_delay`` how long to wait before it, ``defer_hide_seconds`` how long a
-submission deferred by the processor's breaker stays hidden.
+attempt, ``backoff_delay`` how long to wait before it.
 """
 
 from __future__ import annotations
@@ -15,16 +14,6 @@ from callbacks.schema import InvalidMessage
 from payments.exceptions import PaymentError
 
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60  # SQS's limit for ChangeMessageVisibility
-# A deferred submission is hidden for this long on its first deferral, doubling with each
-# receive, up to SQS's 12 h: workers release it as soon as calls may flow, so this is only the
-# fallback. Long hides keep its receive count (and the RedrivePolicy) out of play in a long
-# outage: about 42 hours of outage before a 10th receive, with no release at all.
-DEFER_HIDE_BASE_SECONDS = 300
-
-
-def defer_hide_seconds(*, receive_count: int, wait: float) -> int:
-    ceiling = DEFER_HIDE_BASE_SECONDS * 2 ** min(max(receive_count, 1) - 1, 20)
-    return int(min(MAX_VISIBILITY_SECONDS, max(wait, ceiling, 1.0)))
 
 
 def backoff_delay(

@@ -183,8 +183,10 @@ def processor_breaker_wait(*, operation: str = SUBMISSION) -> Admission:
 def processor_breaker_admit(*, operation: str = SUBMISSION) -> Admission:
     """Decide whether a processor call may go now; in half-open, take a trial slot if one is
     free (starting the trial when the pause is over)."""
-    processor_breaker_get()
     breaker, now = _read()
+    if breaker is None:
+        processor_breaker_get()  # first use: one query per call after this
+        breaker, now = _read()
     gate = _gate(breaker, now, operation)
     if breaker.state == BreakerState.CLOSED or not gate.allowed:
         return gate

@@ -18,7 +18,6 @@ from payments.models import (
     AttemptOutcome,
     BreakerTransitionKind,
     CircuitBreakerTransition,
-    EventKind,
     Payment,
     PaymentEvent,
     PaymentState,
@@ -27,7 +26,13 @@ from payments.models import (
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
 from payments.sandbox import FaultConfig, SandboxProcessor
-from tests.callbacks.worker_support import WorkerProcess, drain, payments_created, wait_until
+from tests.callbacks.worker_support import (
+    WorkerProcess,
+    applied_moves,
+    drain,
+    payments_created,
+    wait_until,
+)
 from triage.models import Alert, AlertStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,16 +137,10 @@ def assert_one_incident_and_no_dead_letters(stack, before, created, outage_start
     # In order within each group: submission first, then the processor's events; no event
     # ever found the payment in a state it could not apply to.
     for payment in everyone:
-        applied = list(
-            PaymentEvent.objects.filter(
-                payment=payment,
-                outcome="applied",
-                kind__in=(EventKind.SUBMISSION, EventKind.PROCESSOR_EVENT),
-            )
-            .order_by("id")
-            .values_list("to_state", flat=True)
-        )
-        assert applied == [PaymentState.SUBMITTED, PaymentState.CONFIRMED]
+        assert [to for _, to in applied_moves(payment)] == [
+            PaymentState.SUBMITTED,
+            PaymentState.CONFIRMED,
+        ]
     assert not ProcessingError.objects.exclude(
         error_class__in=(
             "payments.exceptions.ProcessorUnavailable",

@@ -32,9 +32,7 @@ from payments.models import (
     BreakerTransitionKind,
     CircuitBreaker,
     CircuitBreakerTransition,
-    EventKind,
     Payment,
-    PaymentEvent,
     PaymentState,
     ProcessorAttempt,
 )
@@ -43,6 +41,7 @@ from payments.processor.client import reset_client
 from payments.sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import (
     WorkerProcess,
+    applied_moves,
     drain,
     payments_created,
     wait_until,
@@ -309,15 +308,7 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
     # The event log's order (by id, as the admin and the API read it) is right for every
     # payment, whichever worker's clock stamped which row.
     for payment in everyone:
-        applied = list(
-            PaymentEvent.objects.filter(
-                payment=payment,
-                outcome="applied",
-                kind__in=(EventKind.SUBMISSION, EventKind.PROCESSOR_EVENT),
-            )
-            .order_by("id")
-            .values_list("from_state", "to_state")
-        )
+        applied = applied_moves(payment)
         assert applied == [
             (PaymentState.PENDING, PaymentState.SUBMITTED),
             (PaymentState.SUBMITTED, PaymentState.CONFIRMED),

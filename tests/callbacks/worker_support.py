@@ -199,6 +199,18 @@ def run_worker_receives(count: int, **options) -> None:
         run_worker(max_messages=1, wait_time=5, **options)
 
 
+def applied_moves(payment) -> list[tuple[str, str]]:
+    """The (from, to) states of a payment's applied submission and processor events, in the
+    order the event log was written (by id: created_at is the writing process's clock)."""
+    return list(
+        PaymentEvent.objects.filter(
+            payment=payment, outcome="applied", kind__in=("submission", "processor_event")
+        )
+        .order_by("id")
+        .values_list("from_state", "to_state")
+    )
+
+
 def applied_events(payment) -> list[str]:
     """The event types applied to a payment, in order."""
     return list(

@@ -1,6 +1,7 @@
 """The project's gunicorn, started for a test as production starts it (config/gunicorn.py)."""
 
 import contextlib
+import os
 import socket
 import subprocess
 import time
@@ -16,6 +17,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def gunicorn_test_env(settings, port: int, **extra: str) -> dict[str, str]:
+    """The environment of a small gunicorn (one process, two threads) serving the test settings
+    on ``port``, sending to the session's queues; ``extra`` adds or overrides variables."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "GUNICORN_WORKERS": "1",
+        "GUNICORN_THREADS": "2",
+        **extra,
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # this process's metrics are not the server's
+    return env
 
 
 @contextlib.contextmanager

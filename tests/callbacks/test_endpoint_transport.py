@@ -4,14 +4,13 @@ because the body was not read."""
 
 import http.client
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from payments import signing
 from tests.callbacks.test_endpoint import SECRET, event_body, queued_messages
-from tests.gunicorn_support import free_port, gunicorn_running
+from tests.gunicorn_support import free_port, gunicorn_running, gunicorn_test_env
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "/callbacks/processor/"
@@ -20,18 +19,7 @@ URL = "/callbacks/processor/"
 @pytest.fixture
 def gunicorn_url(sqs_queues, settings, tmp_path):
     port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
-        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
-        "CALLBACK_SIGNING_SECRETS": SECRET,
-        "GUNICORN_BIND": f"127.0.0.1:{port}",
-        "GUNICORN_WORKERS": "1",
-        "GUNICORN_THREADS": "2",
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env = gunicorn_test_env(settings, port, CALLBACK_SIGNING_SECRETS=SECRET)
     with gunicorn_running(env, tmp_path / "gunicorn.log"):
         yield port
 

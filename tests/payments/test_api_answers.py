@@ -3,7 +3,6 @@ refusal binds no Idempotency-Key. Over real HTTP where the transport matters."""
 
 import http.client
 import json
-import os
 import re
 
 import pytest
@@ -14,7 +13,7 @@ from rest_framework.authtoken.models import Token
 from payments.models import ApiIdempotencyKey, Payment
 from payments.services import payment_submit
 from tests.factories import PaymentFactory, UserFactory, grant
-from tests.gunicorn_support import free_port, gunicorn_running
+from tests.gunicorn_support import free_port, gunicorn_running, gunicorn_test_env
 
 BODY = {"merchant_id": "m-1", "amount": "25.00", "currency": "USD", "source_token": "tok_abcdef12"}
 TEN_MB = 10 * 1024 * 1024
@@ -128,17 +127,7 @@ def test_the_limit_is_a_setting(live_server, token, settings):
 @pytest.fixture
 def gunicorn_port(sqs_queues, settings, tmp_path):
     port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
-        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
-        "GUNICORN_BIND": f"127.0.0.1:{port}",
-        "GUNICORN_WORKERS": "1",
-        "GUNICORN_THREADS": "2",
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env = gunicorn_test_env(settings, port)
     with gunicorn_running(env, tmp_path / "gunicorn.log"):
         yield port
 

@@ -65,6 +65,14 @@ def pg_cluster(pg_cluster_session):
 
 
 @pytest.fixture
+def fast_retries(settings):
+    """Retries at once (backoff cap 0), so a message's whole retry budget takes a fraction of a
+    second; the backoff schedule itself is tested on its own."""
+    settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+
+
+@pytest.fixture
 def user(db):
     return UserFactory()
 

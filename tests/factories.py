@@ -1,13 +1,15 @@
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import factory
 from django.contrib.auth import get_user_model
+from django.db.models.functions import Now
 from factory.django import DjangoModelFactory
 
 from payments.events import ProcessorEvent
-from payments.models import MerchantAccess, Payment
+from payments.models import BreakerState, CircuitBreaker, MerchantAccess, Payment
+from payments.processor.breaker import PROCESSOR, processor_breaker_get
 
 
 class UserFactory(DjangoModelFactory):
@@ -45,3 +47,21 @@ def processor_event(payment: Payment, event_type: str, **overrides) -> Processor
     }
     fields.update(overrides)
     return ProcessorEvent(**fields)
+
+
+def open_breaker(
+    *,
+    opened_ago: timedelta = timedelta(0),
+    open_for: timedelta = timedelta(seconds=30),
+    last_error: str | None = None,
+) -> CircuitBreaker:
+    """The processor's breaker open, written straight to its row (times from the database's
+    clock, as the breaker's own are): for tests of what an open breaker does to the rest. How
+    failures open it is tested through its failures (tests/payments/test_breaker.py)."""
+    processor_breaker_get()
+    fields = {"state": BreakerState.OPEN, "opened_at": Now() - opened_ago}
+    fields["open_until"] = Now() + open_for
+    if last_error is not None:
+        fields["last_error"] = last_error
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(**fields)
+    return processor_breaker_get()

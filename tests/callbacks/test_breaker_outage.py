@@ -31,8 +31,8 @@ from tests.callbacks.worker_support import (
     applied_moves,
     drain,
     payments_created,
-    wait_until,
 )
+from tests.waiting import wait_for
 from triage.models import Alert, AlertStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,20 +88,18 @@ def run_outage(stack, *, mode: str, outage_seconds: float, during: int):
     """Payments submitted before the outage, the outage, payments created during it, recovery."""
     sandbox, workers, _ = stack
     before = make_payments(4, "before")
-    wait_until(lambda: states(before) == {PaymentState.SUBMITTED}, 60, "the early submissions")
+    wait_for(lambda: states(before) == {PaymentState.SUBMITTED}, 60, "the early submissions")
 
     sandbox.outage_start(mode, outage_seconds)
     outage_started = timezone.now()
     outage_ended = outage_started + timedelta(seconds=outage_seconds)
     created = make_payments(during, "during")
-    wait_until(
+    wait_for(
         lambda: states(before + created) == {PaymentState.CONFIRMED},
         outage_seconds + 90,
         "every payment to be confirmed after the outage",
     )
-    wait_until(
-        lambda: processor_breaker_get().opened_at is None, 30, "the breaker's incident to end"
-    )
+    wait_for(lambda: processor_breaker_get().opened_at is None, 30, "the breaker's incident to end")
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:

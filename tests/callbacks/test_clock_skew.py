@@ -44,9 +44,9 @@ from tests.callbacks.worker_support import (
     applied_moves,
     drain,
     payments_created,
-    wait_until,
     worker_env,
 )
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.scale, pytest.mark.django_db(transaction=True)]
 
@@ -233,8 +233,8 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
     skewed = start_worker(tmp_path, "skewed", skew_env=skew_env)
     workers.append(skewed)
     before = make_payments(4, "before")
-    wait_until(
-        lambda: states(before) == {PaymentState.CONFIRMED}, 60, "the early payments", workers
+    wait_for(
+        lambda: states(before) == {PaymentState.CONFIRMED}, 60, "the early payments", watch=workers
     )
 
     during_ids: list[str] = []
@@ -246,11 +246,11 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
     sampler = Sampler(during_ids)
     sampler.start()
     try:
-        wait_until(
+        wait_for(
             lambda: transitions(BreakerTransitionKind.REOPENED) >= 1,
             OUTAGE_SECONDS,
             "the skewed worker to open the breaker, trial and reopen it",
-            workers,
+            watch=workers,
         )
         # Anything stamped more than a minute past the database's now came from the skewed
         # clock: the calls and outcomes the skewed worker recorded on its own.
@@ -267,11 +267,11 @@ def test_a_worker_two_minutes_ahead_neither_stretches_the_pause_nor_delays_recov
 
         # Phase 2: the other worker joins for the rest of the outage and the recovery.
         workers.append(start_worker(tmp_path, "on-time"))
-        wait_until(
+        wait_for(
             lambda: states(before + created) == {PaymentState.CONFIRMED},
             OUTAGE_SECONDS + 90,
             "every payment to be confirmed after the outage",
-            workers,
+            watch=workers,
         )
     finally:
         samples = sampler.stop()

@@ -29,10 +29,11 @@ from payments import signing
 from payments.models import Payment, PaymentEvent, ProcessedEvent
 from payments.sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.test_endpoint import SECRET
-from tests.callbacks.worker_support import WorkerProcess, drain, wait_until
+from tests.callbacks.worker_support import WorkerProcess, drain
 from tests.gunicorn_support import free_port, gunicorn_running
 from tests.payments.test_api_database_outage import API_USER, assert_unavailable
 from tests.pg_cluster import django_env, django_run
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.scale
 
@@ -176,11 +177,11 @@ def test_three_minutes_without_the_database_under_traffic_lose_and_repeat_nothin
         assert created.status_code == 201, created.text
         payments[created.json()["id"]] = source_token
     ids = list(payments)
-    wait_until(
+    wait_for(
         lambda: set(payment_states(cluster, ids).values()) == {"submitted"},
         60,
         "the submissions",
-        workers,
+        watch=workers,
     )
 
     # The outage, with callbacks on their way in as it starts: a worker that received some
@@ -246,7 +247,7 @@ def test_three_minutes_without_the_database_under_traffic_lose_and_repeat_nothin
         pk: "returned" if source.startswith("tok_nsf") or pk in returned_by_us else "confirmed"
         for pk, source in payments.items()
     }
-    wait_until(lambda: payment_states(cluster, ids) == expected, 120, "recovery", workers)
+    wait_for(lambda: payment_states(cluster, ids) == expected, 120, "recovery", watch=workers)
     recovered_after = time.monotonic() - back_at
     accepted = {item["body"]["processor_event_id"] for item in sandbox.callbacks.delivered} | {
         event["processor_event_id"] for event in ours
@@ -260,7 +261,7 @@ def test_three_minutes_without_the_database_under_traffic_lose_and_repeat_nothin
         )
         return found[0][0] == len(accepted)
 
-    wait_until(all_processed, 60, "every accepted callback to be processed", workers)
+    wait_for(all_processed, 60, "every accepted callback to be processed", watch=workers)
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:

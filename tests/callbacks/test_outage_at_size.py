@@ -38,7 +38,8 @@ from payments.models import (
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
 from payments.sandbox import FaultConfig, SandboxProcessor
-from tests.callbacks.worker_support import WorkerProcess, drain, payments_created, wait_until
+from tests.callbacks.worker_support import WorkerProcess, drain, payments_created
+from tests.waiting import wait_for
 from triage.ingestion import dead_letters_ingest
 from triage.models import Alert, AlertStatus, DeadLetter
 
@@ -242,7 +243,7 @@ def test_thousand_payments_wait_through_an_hour_of_trials_without_spending_recei
     created = time.monotonic() - began
     # The last payment created waits through as many failed trials as an hour makes.
     reopened_before = transition_kinds()[BreakerTransitionKind.REOPENED]
-    wait_until(
+    wait_for(
         lambda: (
             transition_kinds()[BreakerTransitionKind.REOPENED] >= reopened_before + ONE_HOUR_TRIALS
         ),
@@ -258,7 +259,7 @@ def test_thousand_payments_wait_through_an_hour_of_trials_without_spending_recei
     ).count()
     stack.sandbox.outage_stop()
     outage_lasted = time.monotonic() - outage_began
-    recovery = wait_until(
+    recovery = wait_for(
         lambda: all_in(payments, PaymentState.CONFIRMED), 240, "every payment confirmed"
     )
     stack.stop_workers()
@@ -312,7 +313,7 @@ def test_flapping_processor_is_one_incident_opened_within_a_few_failures(make_st
     assert_redrive_policy_in_force(stack.queues)
 
     healthy = make_payments(300, "healthy")
-    wait_until(lambda: all_in(healthy, PaymentState.CONFIRMED), 120, "the healthy period")
+    wait_for(lambda: all_in(healthy, PaymentState.CONFIRMED), 120, "the healthy period")
     healthy_lasted = time.monotonic() - began
     attempts_before = ProcessorAttempt.objects.aggregate(top=Max("pk"))["top"] or 0
     assert not CircuitBreakerTransition.objects.exists()
@@ -330,12 +331,12 @@ def test_flapping_processor_is_one_incident_opened_within_a_few_failures(make_st
     time.sleep(max(0.0, flap_began + flap_seconds - time.monotonic()))
     flap_calls_failed = stack.sandbox.stats()["outage_calls_failed"]
     # The flap is over when the sandbox says so (its own clock).
-    wait_until(lambda: not stack.sandbox.outage()["mode"], 5, "the end of the flap", every=0.1)
+    wait_for(lambda: not stack.sandbox.outage()["mode"], 5, "the end of the flap", every=0.1)
     everyone = healthy + during
-    recovery = wait_until(
+    recovery = wait_for(
         lambda: all_in(everyone, PaymentState.CONFIRMED), 120, "every payment confirmed"
     )
-    incident_end = wait_until(
+    incident_end = wait_for(
         lambda: processor_breaker_get().opened_at is None, 60, "the end of the incident"
     )
     stack.stop_workers()

@@ -1,6 +1,5 @@
 import io
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessorAttempt
 from payments.services import payment_submit
 from tests.callbacks.worker_support import run_worker
 from tests.factories import PaymentFactory
+from tests.waiting import wait_for
 from triage.models import Alert
 
 # The worker commits in its own transactions, as in production.
@@ -21,13 +21,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def wait_for_status(sandbox, payment, status, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def reported() -> bool:
         debit = sandbox.debit(str(payment.idempotency_key))
-        if debit is not None and debit.status == status:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the sandbox never reported {status} for {payment.id}")
+        return debit is not None and debit.status == status
+
+    wait_for(reported, timeout, f"the sandbox to report {status} for {payment.id}")
 
 
 def queued_bodies(sqs_queues) -> list[dict]:

@@ -43,7 +43,7 @@ from tests.callbacks.worker_support import (
     send_body,
     send_event,
 )
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, open_breaker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,13 +61,6 @@ def short_budget(settings):
 def submit_message(sqs_queues, payment) -> str:
     body = {"kind": "submit_payment", "payment_id": str(payment.id)}
     return send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
-
-
-def open_the_breaker(seconds: float = 30) -> None:
-    processor_breaker_get()
-    CircuitBreaker.objects.filter(name=PROCESSOR).update(
-        state=BreakerState.OPEN, opened_at=Now(), open_until=Now() + timedelta(seconds=seconds)
-    )
 
 
 def close_the_breaker() -> None:
@@ -90,7 +83,7 @@ def deferred_count(reason: str) -> float:
 def test_open_breaker_parks_a_submission_off_the_queue_without_starting_it(sqs_queues, sandbox):
     payment = PaymentFactory(state=PaymentState.PENDING)
     message_id = submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=30)
+    open_breaker()
     before = deferred_count("breaker_open")
     out = io.StringIO()
 
@@ -118,7 +111,7 @@ def test_open_breaker_parks_a_submission_off_the_queue_without_starting_it(sqs_q
 def test_processor_events_are_applied_while_the_breaker_is_open(sqs_queues, sandbox):
     payment = PaymentFactory(state=PaymentState.PENDING)
     send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
-    open_the_breaker(seconds=30)
+    open_breaker()
 
     run_worker()
 
@@ -177,7 +170,7 @@ def test_outage_past_the_retry_budget_spends_no_budget_and_submits_once_after(
 def test_a_parked_submission_goes_back_as_soon_as_calls_may_flow(sqs_queues, sandbox):
     payment = PaymentFactory(state=PaymentState.PENDING)
     submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=30)
+    open_breaker()
     run_worker()
     assert len(outage_holds()) == 1
     close_the_breaker()
@@ -195,7 +188,7 @@ def test_a_parked_submission_goes_back_as_soon_as_calls_may_flow(sqs_queues, san
 def test_a_payments_later_messages_wait_behind_its_parked_submission_in_order(sqs_queues, sandbox):
     payment = PaymentFactory(state=PaymentState.PENDING)
     submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=30)
+    open_breaker()
     run_worker()
     # The processor's callbacks arrive while the submission waits (an earlier try charged).
     send_event(sqs_queues.client, sqs_queues.url, payment, "submitted")
@@ -226,7 +219,7 @@ def test_the_half_open_trial_releases_only_its_size_then_the_rest_after_the_clos
     payments = PaymentFactory.create_batch(5, state=PaymentState.PENDING)
     for payment in payments:
         submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=30)
+    open_breaker()
     run_worker()
     assert len(outage_holds()) == 5
     CircuitBreaker.objects.filter(name=PROCESSOR).update(open_until=Now())
@@ -300,7 +293,7 @@ def test_a_message_specific_rejection_still_fails_the_payment_at_once(
 def test_until_empty_does_not_wait_for_submissions_parked_by_an_open_breaker(sqs_queues, sandbox):
     payment = PaymentFactory(state=PaymentState.PENDING)
     submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=600)
+    open_breaker(open_for=timedelta(seconds=600))
 
     started = time.monotonic()
     run_worker()
@@ -315,7 +308,7 @@ def test_reconciliation_makes_no_status_call_until_the_breaker_closes(sqs_queues
     Payment.objects.filter(pk=payment.pk).update(
         state_changed_at=timezone.now() - timedelta(days=10)
     )
-    open_the_breaker(seconds=30)
+    open_breaker()
 
     payments_reconcile()
     # The pause is over: still no status read, which cannot show that debits work again.
@@ -410,7 +403,7 @@ def test_a_deferral_that_cannot_be_parked_hides_the_submission_only_for_the_paus
 ):
     payment = PaymentFactory(state=PaymentState.PENDING)
     message_id = submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=3)
+    open_breaker(open_for=timedelta(seconds=3))
     open_until = processor_breaker_get().open_until
 
     with parking_refused():
@@ -461,7 +454,7 @@ def test_a_copy_deferred_before_its_release_marked_it_sent_is_not_lost(sqs_queue
 
     payment = PaymentFactory(state=PaymentState.PENDING)
     submit_message(sqs_queues, payment)
-    open_the_breaker(seconds=30)
+    open_breaker()
     run_worker()
     [hold] = outage_holds()
     [row] = hold.parked.all()

@@ -20,6 +20,7 @@ from payments.models import (
 from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
 from tests.factories import PaymentFactory, processor_event
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,15 +52,6 @@ def summary(worker: WorkerProcess) -> tuple[int, int, int]:
     match = SUMMARY.search(worker.output)
     assert match, worker.output
     return tuple(int(g) for g in match.groups())
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def submit_messages(sqs_queues, count: int) -> list[Payment]:
@@ -148,14 +140,14 @@ def test_sigkill_mid_call_then_restart_replays_the_charge_and_applies_nothing_tw
     worker.kill()  # certain to land mid-call: the call cannot end before release()
     sandbox.latch.release()
     # The processor finishes the call and answers a connection nobody reads any more.
-    wait_until(lambda: sandbox.stats()["requests"] == {"debit_create": 1}, 10, "the answer")
+    wait_for(lambda: sandbox.stats()["requests"] == {"debit_create": 1}, 10, "the answer")
     held = Payment.objects.get(idempotency_key=held_key)
     assert held.state == PaymentState.PENDING  # the dead worker never saw the answer
 
     restarted = WorkerProcess(
         "--wait-time=1", "--visibility-timeout=10", "--no-relay", log_dir=tmp_path, name="again"
     )
-    wait_until(
+    wait_for(
         lambda: (
             not Payment.objects.filter(state=PaymentState.PENDING).exists()
             and not QueueMessage.objects.exclude(status="done").exists()
@@ -194,7 +186,7 @@ def _slow_call_taken_by_two_workers(sqs_queues, start_sandbox, tmp_path, *, hear
 
 def _release_and_stop(sqs_queues, sandbox, payment, workers) -> None:
     sandbox.latch.release()
-    wait_until(
+    wait_for(
         lambda: (
             Payment.objects.filter(pk=payment.pk, state=PaymentState.SUBMITTED).exists()
             and not QueueMessage.objects.exclude(status="done").exists()
@@ -234,7 +226,7 @@ def test_without_the_heartbeat_a_slow_call_is_taken_by_a_second_worker(
     sandbox, payment, workers = _slow_call_taken_by_two_workers(
         sqs_queues, start_sandbox, tmp_path, heartbeat=False
     )
-    wait_until(lambda: sandbox.stats()["replays"] == 1, 20, "a second call for the same key")
+    wait_for(lambda: sandbox.stats()["replays"] == 1, 20, "a second call for the same key")
     _release_and_stop(sqs_queues, sandbox, payment, workers)
 
     stats = sandbox.stats()
@@ -323,7 +315,7 @@ def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(
             log_dir=tmp_path,
             name=f"doomed{round_number}",
         )
-        wait_until(
+        wait_for(
             lambda n=round_number: QueueMessage.objects.filter(attempts=n).exists(),
             30,
             f"attempt {round_number} to start",
@@ -331,7 +323,7 @@ def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(
         worker.kill()
 
     survivor = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path, name="survivor")
-    wait_until(
+    wait_for(
         lambda: QueueMessage.objects.filter(message_id=later_id).exists(),
         30,
         "the later message to be handled",
@@ -396,7 +388,7 @@ def test_sigkill_between_the_batch_savepoints_and_its_commit_loses_no_attempt(sq
     again = WorkerProcess(
         "--wait-time=1", "--visibility-timeout=10", "--no-relay", log_dir=tmp_path, name="again"
     )
-    wait_until(
+    wait_for(
         lambda: (
             QueueMessage.objects.filter(status="done").count() == 5
             and queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)

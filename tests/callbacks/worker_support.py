@@ -10,13 +10,13 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from django.conf import settings
 from django.core.management import call_command
 
 from callbacks.schema import event_deduplication_id, processor_event_message
 from payments.models import Payment, PaymentEvent
 from tests.factories import processor_event
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,14 +138,8 @@ class WorkerProcess:
         return self.log_path.read_text()
 
     def wait_for(self, text: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.output:
-                return
-            if self.process.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.output}")
-            time.sleep(0.05)
-        raise AssertionError(f"{text!r} not seen in worker output:\n{self.output}")
+        """Until ``text`` is in the worker's output; fails at once if the worker exits."""
+        wait_for(lambda: text in self.output, timeout, f"{text!r} in its output", watch=[self])
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         self.process.send_signal(signum)
@@ -159,13 +153,6 @@ class WorkerProcess:
             return self.process.wait(timeout)
         finally:
             self._log.close()
-
-
-@pytest.fixture
-def fast_retries(settings):
-    """Retries at once (cap 0), so six attempts take a fraction of a second."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
 
 def run_worker(**options):
@@ -218,19 +205,6 @@ def applied_events(payment) -> list[str]:
         .order_by("id")
         .values_list("event_type", flat=True)
     )
-
-
-def wait_until(predicate, timeout: float, what: str, workers=(), *, every: float = 0.25) -> float:
-    """Poll ``predicate`` until it holds; return the seconds it took. ``workers``: fail at once,
-    with its output, if one of these ``WorkerProcess``es died meanwhile."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if predicate():
-            return time.monotonic() - began
-        for worker in workers:
-            assert worker.process.poll() is None, f"worker died:\n{worker.output}"
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def payments_created(

@@ -90,7 +90,8 @@ def succeed(operation="submit"):
     )
 
 
-def open_breaker():
+def fail_until_open():
+    """Open the breaker the way production does, by its failures (three, the threshold)."""
     for _ in range(3):
         fail()
     assert processor_breaker_get().state == BreakerState.OPEN
@@ -227,7 +228,7 @@ def test_failure_rate_ignores_429s_status_reads_old_calls_and_calls_before_the_l
 
 
 def test_open_breaker_admits_nobody_until_the_pause_ends():
-    open_breaker()
+    fail_until_open()
 
     admission = processor_breaker_admit()
 
@@ -241,7 +242,7 @@ def test_a_worker_clock_far_ahead_neither_stretches_nor_skips_the_pause(monkeypa
     ahead = timezone.now() + timedelta(minutes=2)
     monkeypatch.setattr(timezone, "now", lambda: ahead)
 
-    open_breaker()
+    fail_until_open()
 
     breaker = processor_breaker_get()
     assert breaker.open_until - db_now() <= timedelta(seconds=10)
@@ -255,7 +256,7 @@ def test_a_worker_clock_far_ahead_neither_stretches_nor_skips_the_pause(monkeypa
 
 
 def test_after_the_pause_exactly_the_trial_size_of_many_racing_threads_get_through():
-    open_breaker()
+    fail_until_open()
     pause_over()
     racers = 8
     barrier = threading.Barrier(racers)
@@ -287,7 +288,7 @@ def test_after_the_pause_exactly_the_trial_size_of_many_racing_threads_get_throu
 
 
 def test_a_status_read_is_never_a_trial_and_waits_for_the_close():
-    open_breaker()
+    fail_until_open()
     pause_over()
 
     assert not processor_breaker_admit(operation=STATUS_READ).allowed
@@ -296,7 +297,7 @@ def test_a_status_read_is_never_a_trial_and_waits_for_the_close():
 
 
 def test_a_failed_trial_reopens_with_a_doubled_pause_capped_in_one_incident():
-    open_breaker()
+    fail_until_open()
     opened_at = processor_breaker_get().opened_at
     pauses = []
     for _ in range(3):
@@ -312,7 +313,7 @@ def test_a_failed_trial_reopens_with_a_doubled_pause_capped_in_one_incident():
 
 
 def test_it_closes_only_after_the_whole_trial_succeeded():
-    open_breaker()
+    fail_until_open()
     admitted = trials(3)
 
     assert record(admitted[0], CallOutcome.SUCCESS) == BreakerState.HALF_OPEN
@@ -327,7 +328,7 @@ def test_it_closes_only_after_the_whole_trial_succeeded():
 
 
 def test_a_flap_after_the_close_is_the_same_incident_and_its_alert_resolves_after_the_cooldown():
-    open_breaker()
+    fail_until_open()
     first_opened = processor_breaker_get().opened_at
     for admission in trials(3):
         record(admission, CallOutcome.SUCCESS)
@@ -336,7 +337,7 @@ def test_a_flap_after_the_close_is_the_same_incident_and_its_alert_resolves_afte
     assert alert.status == AlertStatus.FIRING
     assert not processor_breaker_incident_end()
 
-    open_breaker()  # failing again soon after the close
+    fail_until_open()  # failing again soon after the close
 
     breaker = processor_breaker_get()
     assert breaker.opened_at == first_opened and breaker.reopen_count == 1
@@ -360,7 +361,7 @@ def test_a_flap_after_the_close_is_the_same_incident_and_its_alert_resolves_afte
 
 
 def test_fewer_trials_than_its_size_close_it_when_nothing_else_waits():
-    open_breaker()
+    fail_until_open()
     [only] = trials(1)
     assert not processor_breaker_close_when_trials_done()  # one is still out
 
@@ -373,7 +374,7 @@ def test_fewer_trials_than_its_size_close_it_when_nothing_else_waits():
 
 def test_a_success_started_before_the_breaker_opened_does_not_cut_the_pause_short():
     early = processor_breaker_admit()  # a slow call, admitted while closed
-    open_breaker()
+    fail_until_open()
 
     record(early, CallOutcome.SUCCESS)
 
@@ -381,7 +382,7 @@ def test_a_success_started_before_the_breaker_opened_does_not_cut_the_pause_shor
 
 
 def test_a_trial_whose_callers_vanished_is_started_again_after_its_lease():
-    open_breaker()
+    fail_until_open()
     trials(3)  # ... and their processes die: no outcome is ever recorded
 
     during_lease = processor_breaker_admit()
@@ -394,7 +395,7 @@ def test_a_trial_whose_callers_vanished_is_started_again_after_its_lease():
 
 
 def test_an_undecided_trial_429_gives_the_slot_back_and_pauses_everyone():
-    open_breaker()
+    fail_until_open()
     admitted = trials(3)
 
     record(admitted[0], CallOutcome.NEUTRAL, error="HTTP 429", http_status=429, retry_after=4)

@@ -19,18 +19,10 @@ from payments.events import EVENT_TYPES
 from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from payments.sandbox.faults import FaultPlan
 from payments.selectors import percentile
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": "Bearer test-processor-key"}
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 class CallbackReceiver:
@@ -197,7 +189,7 @@ def test_get_debit_reports_status_and_404_for_unknown_key(sandbox):
     assert known.status_code == 200
     assert known.json()["processor_id"] == created["processor_id"]
     assert unknown.status_code == 404
-    assert wait_for(lambda: sandbox.debit(str(key)).status == "settled")
+    wait_for(lambda: sandbox.debit(str(key)).status == "settled")
 
 
 def test_reset_forgets_debits_and_counts(sandbox):
@@ -214,7 +206,7 @@ def test_callbacks_are_signed_and_verify_with_the_endpoint_verifier(receiver, se
     try:
         payment_id = uuid.uuid4()
         debit(sandbox.base_url, payment_id=payment_id, amount="30.00")
-        assert wait_for(lambda: len(receiver.received) == 2)
+        wait_for(lambda: len(receiver.received) == 2)
     finally:
         sandbox.stop()
 
@@ -241,7 +233,7 @@ def test_callbacks_carry_fields_the_callback_contract_requires(receiver):
     sandbox = start_sandbox(receiver.url)
     try:
         debit(sandbox.base_url, token="tok_return_abc")
-        assert wait_for(lambda: len(receiver.received) == 2)
+        wait_for(lambda: len(receiver.received) == 2)
     finally:
         sandbox.stop()
 
@@ -258,7 +250,7 @@ def test_callback_delivery_is_retried_after_a_failure():
     sandbox = start_sandbox(receiver.url)
     try:
         debit(sandbox.base_url)
-        assert wait_for(lambda: sandbox.stats()["callbacks_sent"] == 2)
+        wait_for(lambda: sandbox.stats()["callbacks_sent"] == 2)
     finally:
         sandbox.stop()
         receiver.stop()
@@ -280,7 +272,7 @@ def test_callback_delivery_gives_up_after_max_attempts_and_counts_it():
     ).start()
     try:
         debit(sandbox.base_url)
-        assert wait_for(lambda: sandbox.stats()["callbacks_given_up"] == 2)
+        wait_for(lambda: sandbox.stats()["callbacks_given_up"] == 2)
     finally:
         sandbox.stop()
         receiver.stop()
@@ -293,7 +285,7 @@ def test_duplicate_callback_rule_sends_each_event_twice_with_the_same_id(receive
     sandbox = start_sandbox(receiver.url)
     try:
         debit(sandbox.base_url, token="tok_dupcb_abc")
-        assert wait_for(lambda: len(receiver.received) == 4)
+        wait_for(lambda: len(receiver.received) == 4)
     finally:
         sandbox.stop()
 
@@ -309,7 +301,7 @@ def test_delayed_callbacks_wait_the_configured_delay(receiver):
     try:
         started = time.monotonic()
         debit(sandbox.base_url)
-        assert wait_for(lambda: len(receiver.received) == 1)
+        wait_for(lambda: len(receiver.received) == 1)
         first_after = time.monotonic() - started
     finally:
         sandbox.stop()
@@ -335,7 +327,7 @@ def test_timeout_fault_answers_late_but_still_charges(sandbox):
     assert sandbox.stats()["total_charges"] == 0  # still sleeping: not charged yet
     in_flight = debit(sandbox.base_url, key=key, token="tok_timeout_1_x", amount="5.00")
     assert in_flight.status_code == 409
-    assert wait_for(lambda: sandbox.stats()["total_charges"] == 1)
+    wait_for(lambda: sandbox.stats()["total_charges"] == 1)
 
 
 def test_rules_429_and_5xx_count_calls_per_token(sandbox):
@@ -419,7 +411,7 @@ def test_run_sandbox_processor_command_serves_and_stops_on_sigterm(receiver):
         assert line.startswith("LISTENING "), line
         base_url = f"http://127.0.0.1:{int(line.split()[1])}"
         assert debit(base_url).status_code == 201
-        assert wait_for(lambda: len(receiver.received) == 2)
+        wait_for(lambda: len(receiver.received) == 2)
         stats = requests.get(f"{base_url}/_sandbox/stats", timeout=5).json()
         delivered = requests.get(f"{base_url}/_sandbox/callbacks", timeout=5).json()["delivered"]
         assert [d["event_type"] for d in delivered] == ["submitted", "settled"]
@@ -437,9 +429,9 @@ def test_settle_then_return_rules_send_a_return_after_the_settlement(receiver, t
     sandbox = start_sandbox(receiver.url, return_after_seconds=0.3)
     try:
         answer = debit(sandbox.base_url, token=token)
-        assert wait_for(lambda: len(receiver.received) == 2)
+        wait_for(lambda: len(receiver.received) == 2)
         settled_seen = time.monotonic()
-        assert wait_for(lambda: len(receiver.received) == 3)
+        wait_for(lambda: len(receiver.received) == 3)
         waited = time.monotonic() - settled_seen
         status = requests.get(
             f"{sandbox.base_url}/v1/ach/debits/{answer.json()['idempotency_key']}",
@@ -469,7 +461,7 @@ def test_random_settled_returns_follow_the_configured_probability(receiver):
     try:
         for _ in range(4):
             debit(sandbox.base_url)
-        assert wait_for(lambda: len(receiver.received) == 12)
+        wait_for(lambda: len(receiver.received) == 12)
     finally:
         sandbox.stop()
 

@@ -71,12 +71,6 @@ def committed():
     payment_transition_committed.disconnect(dispatch_uid="test-committed")
 
 
-@pytest.fixture
-def fast_retries(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
-
-
 def test_both_signals_describe_the_transition_and_its_event_log_row(receipts, committed):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     event = processor_event(payment, "settled")

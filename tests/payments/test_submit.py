@@ -30,17 +30,9 @@ from payments.services import payment_apply_event, payment_status_check, payment
 from payments.signals import alert_raised
 from tests.factories import PaymentFactory, processor_event
 from tests.payments.test_processor_client import ScriptedProcessor
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate, timeout=3.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture
@@ -105,7 +97,7 @@ def test_timeout_then_retry_with_same_key_charges_once_and_ends_submitted(sandbo
     assert first.http_status is None
     assert first.latency_ms >= 300
     # The processor finishes the timed-out request after the client gave up: the charge exists.
-    assert wait_for(lambda: sandbox.stats()["total_charges"] == 1)
+    wait_for(lambda: sandbox.stats()["total_charges"] == 1)
 
     result = payment_submit(payment_id=payment.id)
 
@@ -270,7 +262,7 @@ def test_payment_moved_by_a_callback_during_the_call_is_recorded_not_failed(sand
     thread = threading.Thread(target=submit)
     thread.start()
     # The request is at the processor (its answer is 500 ms away) when the callback lands.
-    assert wait_for(lambda: sandbox.plan.calls_for("tok_slow_abcd") == 1)
+    wait_for(lambda: sandbox.plan.calls_for("tok_slow_abcd") == 1)
     applied = payment_apply_event(event=processor_event(payment, "submitted"))
     assert applied.outcome == EventOutcome.APPLIED
     thread.join(5)
@@ -329,9 +321,7 @@ def test_status_check_reports_the_processor_status_and_records_an_attempt(sandbo
     assert status.processor_status in ("submitted", "settled")
     [attempt] = attempts_of(payment, "status")
     assert (attempt.attempt_number, attempt.http_status, attempt.outcome) == (1, 200, "accepted")
-    assert wait_for(
-        lambda: payment_status_check(payment_id=payment.id).processor_status == "settled"
-    )
+    wait_for(lambda: payment_status_check(payment_id=payment.id).processor_status == "settled")
 
 
 def test_status_check_of_a_key_the_processor_never_saw_reports_not_found(sandbox):
@@ -390,7 +380,7 @@ def test_retry_overtaking_a_slow_first_attempt_is_retryable_and_still_charges_on
     payment.refresh_from_db()
     assert payment.state == PaymentState.PENDING
     assert attempts_of(payment)[1].http_status == 409
-    assert wait_for(lambda: sandbox.stats()["total_charges"] == 1)
+    wait_for(lambda: sandbox.stats()["total_charges"] == 1)
     assert payment_submit(payment_id=payment.id).outcome == "submitted"
     assert sandbox.stats()["total_charges"] == 1
     assert [a.attempt_number for a in attempts_of(payment)] == [1, 2, 3]

@@ -22,12 +22,6 @@ from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
 
 @pytest.fixture
-def fast_retries(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
-
-
-@pytest.fixture
 def held(sqs_queues, fast_retries):
     """A pending payment whose "settled" event died (no valid transition from pending), with a
     late "submitted" and a resent "settled" parked behind it, ingested as a dead letter."""

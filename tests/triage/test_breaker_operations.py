@@ -15,7 +15,7 @@ from payments.processor.breaker import (
     processor_breaker_get,
     processor_breaker_record,
 )
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, open_breaker
 from tests.triage.deadletters import viewer
 from tests.triage.test_metrics import scrape, value
 from triage.alert_conditions import alerts_evaluate
@@ -23,23 +23,13 @@ from triage.models import Alert, AlertNotification, AlertStatus
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"
-
-
-def open_breaker(*, opened_ago: timedelta = timedelta(minutes=3)) -> CircuitBreaker:
-    processor_breaker_get()
-    opened_at = timezone.now() - opened_ago
-    CircuitBreaker.objects.filter(name="processor").update(
-        state=BreakerState.OPEN,
-        opened_at=opened_at,
-        open_until=timezone.now() + timedelta(seconds=40),
-        last_error="HTTP 503: upstream connect error",
-    )
-    return processor_breaker_get()
+# An outage as operators meet it: the processor's last error, the next trial 40 s away.
+OUTAGE = {"open_for": timedelta(seconds=40), "last_error": "HTTP 503: upstream connect error"}
 
 
 def test_dashboard_shows_an_open_breaker_prominently_with_the_waiting_payments(client):
     PaymentFactory.create_batch(3, state=PaymentState.PENDING)
-    open_breaker()
+    open_breaker(opened_ago=timedelta(minutes=3), **OUTAGE)
     client.force_login(viewer())
 
     page = client.get(reverse(DASHBOARD)).content.decode()
@@ -73,7 +63,7 @@ def test_dashboard_shows_a_closed_breaker_and_its_recent_history(client, setting
 
 def test_evaluation_resolves_the_alert_only_once_the_incident_is_over(settings):
     settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
-    open_breaker()
+    open_breaker(opened_ago=timedelta(minutes=3), **OUTAGE)
     alerts_evaluate()
     # Closed 10 s ago: the incident is in its cool-down, a reopening would be the same one.
     CircuitBreaker.objects.filter(name="processor").update(
@@ -91,7 +81,7 @@ def test_evaluation_resolves_the_alert_only_once_the_incident_is_over(settings):
 
 
 def test_metrics_report_the_breaker_state_and_how_long_it_has_been_open(client):
-    open_breaker(opened_ago=timedelta(seconds=90))
+    open_breaker(opened_ago=timedelta(seconds=90), **OUTAGE)
 
     samples = scrape(client)
 
@@ -110,7 +100,7 @@ def test_metrics_report_a_closed_breaker_before_it_was_ever_used(client):
 
 def test_evaluation_keeps_the_alert_firing_and_reminds_with_a_fresh_count(settings):
     settings.ALERT_REMINDER_INTERVALS = {**settings.ALERT_REMINDER_INTERVALS}
-    breaker = open_breaker()
+    breaker = open_breaker(opened_ago=timedelta(minutes=3), **OUTAGE)
     PaymentFactory.create_batch(2, state=PaymentState.PENDING)
     now = timezone.now()
 
@@ -131,7 +121,7 @@ def test_evaluation_keeps_the_alert_firing_and_reminds_with_a_fresh_count(settin
 
 
 def test_evaluation_resolves_a_leftover_alert_once_the_breaker_is_closed():
-    open_breaker()
+    open_breaker(opened_ago=timedelta(minutes=3), **OUTAGE)
     alerts_evaluate()
     CircuitBreaker.objects.filter(name="processor").update(
         state=BreakerState.CLOSED, opened_at=None

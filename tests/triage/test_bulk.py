@@ -18,6 +18,7 @@ from payments.models import PaymentEvent
 from tests.factories import PaymentFactory
 from tests.triage.bulk_support import dead_letters_bulk_create, job_for
 from tests.triage.deadletters import dead_letter_make, event_publish, operator, viewer, worker_run
+from tests.waiting import wait_for
 from triage import bulk, ingestion, services, tasks
 from triage.exceptions import BulkSelectionChanged, NotAllowed
 from triage.models import (
@@ -328,13 +329,6 @@ def test_holds_are_released_in_each_payments_order_by_its_last_dead_letter(sqs_q
 # --- Cancel, resume after a crash, one copy at a time ----------------------------------------
 
 
-def wait_until(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_cancel_from_the_admin_stops_a_running_job_before_its_next_batch(client):
     dead_letters_bulk_create(60)
@@ -351,7 +345,7 @@ def test_cancel_from_the_admin_stops_a_running_job_before_its_next_batch(client)
 
     runner = threading.Thread(target=run)
     runner.start()
-    wait_until(lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 10)
+    wait_for(lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 10, 60, "ten letters done")
     client.force_login(operator())
     response = client.post(reverse("admin:triage_bulktriagejob_cancel", args=[job.pk]))
     runner.join(timeout=60)
@@ -405,7 +399,7 @@ def test_a_job_killed_mid_run_resumes_where_it_stopped_and_acts_once_on_each(set
     }
     process = subprocess.Popen([sys.executable, "-c", CRASH_RUN, str(job.pk)], cwd=ROOT, env=env)
     try:
-        wait_until(lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 20)
+        wait_for(lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 20, 60, "twenty letters done")
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
@@ -414,7 +408,7 @@ def test_a_job_killed_mid_run_resumes_where_it_stopped_and_acts_once_on_each(set
     resolved_at_crash = DeadLetter.objects.filter(status=DeadLetterStatus.RESOLVED).count()
     assert 20 <= resolved_at_crash < 120
     # The server drops the dead session's lock; a second copy cannot start before that.
-    wait_until(lambda: lock_released(job.pk), timeout=30)
+    wait_for(lambda: lock_released(job.pk), 30, "the job's lock to be released")
 
     settings.TRIAGE_BULK_RATE_PER_SECOND = 1000
     result = tasks.bulk_job_run(job.pk)

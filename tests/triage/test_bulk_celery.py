@@ -3,7 +3,6 @@ task message the broker hands to the next worker finishes the job without acting
 
 import signal
 import subprocess
-import time
 
 import pytest
 from celery import Celery
@@ -12,6 +11,7 @@ from kombu import Connection
 from tests.test_celery import ROOT, broker_environment
 from tests.triage.bulk_support import dead_letters_bulk_create, job_for
 from tests.triage.deadletters import operator
+from tests.waiting import wait_for
 from triage.models import BulkJobStatus, BulkTriageJob, DeadLetter, DeadLetterStatus, TriageAction
 
 WORKER_ARGS = [
@@ -49,16 +49,6 @@ def celery_queue_setup(settings, local_sqs, *, visibility_timeout: int) -> tuple
     )
 
 
-def wait_for(condition, timeout: float, what: str, log=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"{what} not reached in {timeout} s" + (f":\n{log.read_text()}" if log else "")
-            )
-        time.sleep(0.1)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on_each(
     settings, local_sqs, tmp_path
@@ -82,7 +72,9 @@ def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     first = worker_start(env, name, first_log)
     try:
-        wait_for(lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 20, 60, "progress", first_log)
+        wait_for(
+            lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 20, 60, "progress", log=first_log
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(30)
@@ -97,7 +89,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on
             lambda: BulkTriageJob.objects.get(pk=job.pk).status == BulkJobStatus.COMPLETED,
             90,
             "completion",
-            second_log,
+            log=second_log,
         )
     finally:
         second.terminate()

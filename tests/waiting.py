@@ -1,0 +1,51 @@
+"""The one way a test waits for something another thread or process does: poll until it holds.
+
+A fixed sleep is either too short on a loaded machine (a flaky test) or too long on an idle one
+(a slow suite); polling a condition is neither. A test that waits on a process it started names
+it in ``watch``, so a crash fails the test at once, with the process's output, instead of after
+the whole timeout.
+"""
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    *,
+    every: float = 0.05,
+    watch: Iterable = (),
+    log: Path | None = None,
+) -> float:
+    """Poll ``condition`` every ``every`` seconds until it is true; the seconds it took.
+
+    Fails (``AssertionError`` naming ``what``) after ``timeout`` seconds, or as soon as a process
+    in ``watch`` has exited: ``WorkerProcess``es (``.process`` and ``.output``) or plain
+    ``subprocess.Popen``s. The failure shows the watched processes' output and ``log``'s text.
+    """
+    watch = list(watch)
+    began = time.monotonic()
+    while not condition():
+        for watched in watch:
+            process = getattr(watched, "process", watched)
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"a process exited (status {process.returncode}) while waiting for {what}"
+                    + _details(watch, log)
+                )
+        if time.monotonic() - began > timeout:
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}" + _details(watch, log)
+            )
+        time.sleep(every)
+    return time.monotonic() - began
+
+
+def _details(watch: list, log: Path | None) -> str:
+    texts = [watched.output for watched in watch if hasattr(watched, "output")]
+    if log is not None and log.exists():
+        texts.append(log.read_text())
+    return "".join(f":\n{text}" for text in texts if text)

@@ -1,3 +1,12 @@
+"""factory-boy factories for every model the tests build, and the few builders of state that are
+not one row (an open breaker, a processor event).
+
+A factory fills what the model requires with the values a row has in production (a dead letter
+as ingestion stores it, a queue record as the worker's start writes it), so a test names only
+the fields its behaviour depends on. Tests of a constraint or of the ORM itself still call
+``objects.create`` where the insert is what is tested.
+"""
+
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -5,11 +14,41 @@ from decimal import Decimal
 import factory
 from django.contrib.auth import get_user_model
 from django.db.models.functions import Now
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
+from callbacks.models import (
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
 from payments.events import ProcessorEvent
-from payments.models import BreakerState, CircuitBreaker, MerchantAccess, Payment
+from payments.models import (
+    ApiIdempotencyKey,
+    AttemptOutcome,
+    BreakerState,
+    CircuitBreaker,
+    CircuitBreakerTransition,
+    LedgerEntry,
+    MerchantAccess,
+    OutboxMessage,
+    Payment,
+    PaymentEvent,
+    ProcessedEvent,
+    ProcessorAttempt,
+)
 from payments.processor.breaker import PROCESSOR, processor_breaker_get
+from triage.models import Alert, DeadLetter, DeadLetterSource
+
+
+def _uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def _event_id() -> str:
+    return f"evt_{uuid.uuid4().hex}"
 
 
 class UserFactory(DjangoModelFactory):
@@ -27,6 +66,9 @@ def grant(user, *merchant_ids: str) -> None:
         MerchantAccess.objects.get_or_create(user=user, merchant_id=merchant_id)
 
 
+# --- payments --------------------------------------------------------------------------------
+
+
 class PaymentFactory(DjangoModelFactory):
     class Meta:
         model = Payment
@@ -37,16 +79,91 @@ class PaymentFactory(DjangoModelFactory):
     source_token = factory.Sequence(lambda n: f"tok_bank_{n:04d}abc")
 
 
-def processor_event(payment: Payment, event_type: str, **overrides) -> ProcessorEvent:
-    fields = {
-        "payment_id": payment.id,
-        "event_type": event_type,
-        "processor_event_id": f"evt_{uuid.uuid4().hex}",
-        "amount": payment.amount,
-        "timestamp": datetime(2026, 11, 2, 12, 0, tzinfo=UTC),
-    }
-    fields.update(overrides)
-    return ProcessorEvent(**fields)
+class PaymentEventFactory(DjangoModelFactory):
+    """A row of a payment's event log: an applied processor event unless told otherwise."""
+
+    class Meta:
+        model = PaymentEvent
+
+    payment = factory.SubFactory(PaymentFactory)
+    kind = "processor_event"
+    outcome = "applied"
+
+
+class ProcessedEventFactory(DjangoModelFactory):
+    """The dedup record of a processor event, as applying it writes it."""
+
+    class Meta:
+        model = ProcessedEvent
+
+    processor_event_id = factory.LazyFunction(_event_id)
+    payment = factory.SubFactory(PaymentFactory)
+    event_type = "settled"
+    payload_hash = "0" * 64
+    outcome = "applied"
+
+
+class LedgerEntryFactory(DjangoModelFactory):
+    """A merchant credit of the payment's amount."""
+
+    class Meta:
+        model = LedgerEntry
+
+    payment = factory.SubFactory(PaymentFactory)
+    merchant_id = factory.SelfAttribute("payment.merchant_id")
+    kind = "credit"
+    amount = factory.SelfAttribute("payment.amount")
+    currency = "USD"
+
+
+class OutboxMessageFactory(DjangoModelFactory):
+    """An unpublished submission in the outbox, as ``payment_create`` leaves it."""
+
+    class Meta:
+        model = OutboxMessage
+
+    class Params:
+        payment_id = factory.LazyFunction(_uuid)
+
+    kind = "submit_payment"
+    group_id = factory.LazyAttribute(lambda o: str(o.payment_id))
+    body = factory.LazyAttribute(lambda o: {"kind": "submit_payment", "payment_id": o.group_id})
+
+
+class ProcessorAttemptFactory(DjangoModelFactory):
+    """One call to the processor: a 503 the breaker counts as a failure, unless told otherwise."""
+
+    class Meta:
+        model = ProcessorAttempt
+
+    payment = factory.SubFactory(PaymentFactory)
+    attempt_number = 1
+    idempotency_key = factory.SelfAttribute("payment.idempotency_key")
+    outcome = AttemptOutcome.RETRYABLE
+    http_status = 503
+    latency_ms = 1
+    started_at = factory.LazyFunction(timezone.now)
+
+
+class ApiIdempotencyKeyFactory(DjangoModelFactory):
+    """An ``Idempotency-Key`` a request is still working under (no response stored yet)."""
+
+    class Meta:
+        model = ApiIdempotencyKey
+
+    user = factory.SubFactory(UserFactory)
+    key = factory.Sequence(lambda n: f"key-{n}")
+    request_hash = "h"
+
+
+class CircuitBreakerTransitionFactory(DjangoModelFactory):
+    """A line of the processor breaker's history."""
+
+    class Meta:
+        model = CircuitBreakerTransition
+
+    breaker = factory.LazyFunction(processor_breaker_get)
+    kind = "opened"
 
 
 def open_breaker(
@@ -65,3 +182,132 @@ def open_breaker(
         fields["last_error"] = last_error
     CircuitBreaker.objects.filter(name=PROCESSOR).update(**fields)
     return processor_breaker_get()
+
+
+def processor_event(payment: Payment, event_type: str, **overrides) -> ProcessorEvent:
+    fields = {
+        "payment_id": payment.id,
+        "event_type": event_type,
+        "processor_event_id": _event_id(),
+        "amount": payment.amount,
+        "timestamp": datetime(2026, 11, 2, 12, 0, tzinfo=UTC),
+    }
+    fields.update(overrides)
+    return ProcessorEvent(**fields)
+
+
+# --- callbacks: the worker's records ---------------------------------------------------------
+
+
+class QueueMessageFactory(DjangoModelFactory):
+    """The worker's record of one received message as its start writes it: a processor event of
+    a payment of its own (the message group), first received now, in progress."""
+
+    class Meta:
+        model = QueueMessage
+
+    message_id = factory.LazyFunction(_uuid)
+    kind = "processor_event"
+    group_id = factory.LazyFunction(_uuid)
+    payment_id = factory.SelfAttribute("group_id")
+    first_started_at = factory.LazyFunction(timezone.now)
+    last_started_at = factory.SelfAttribute("first_started_at")
+    attempts = 1
+    status = QueueMessageStatus.IN_PROGRESS
+
+
+class ProcessingErrorFactory(DjangoModelFactory):
+    """One failed attempt of a queue message, retryable."""
+
+    class Meta:
+        model = ProcessingError
+
+    queue_message = factory.SubFactory(QueueMessageFactory)
+    payment_id = factory.SelfAttribute("queue_message.payment_id")
+    message_id = factory.SelfAttribute("queue_message.message_id")
+    attempt_number = 1
+    error_class = "payments.exceptions.InvalidTransition"
+    retryable = True
+
+
+class PaymentHoldFactory(DjangoModelFactory):
+    """An open triage hold on a payment's message group."""
+
+    class Meta:
+        model = PaymentHold
+
+    payment_id = factory.LazyFunction(_uuid)
+    reason = "dead-lettered"
+
+
+class ParkedMessageFactory(DjangoModelFactory):
+    """A message parked behind its payment's hold."""
+
+    class Meta:
+        model = ParkedMessage
+
+    hold = factory.SubFactory(PaymentHoldFactory)
+    payment_id = factory.SelfAttribute("hold.payment_id")
+    message_id = factory.LazyFunction(_uuid)
+    body = factory.LazyFunction(dict)
+
+
+# --- triage ----------------------------------------------------------------------------------
+
+
+def _dead_body(o) -> dict:
+    return {
+        "kind": "processor_event",
+        "payment_id": o.group_id,
+        "event_type": "settled",
+        "processor_event_id": o.event_id,
+        "amount": str(o.payment.amount) if o.payment is not None else "125.00",
+        "timestamp": "2026-11-02T12:00:00+00:00",
+    }
+
+
+class DeadLetterFactory(DjangoModelFactory):
+    """A dead letter as ingestion stores it: a "settled" event the worker gave up on after six
+    attempts (of ``payment`` if given, else of a payment id of its own), open.
+
+    ``DeadLetterFactory.bulk(count)`` stores many in one insert per 2,000."""
+
+    class Meta:
+        model = DeadLetter
+
+    class Params:
+        payment = None
+        event_id = factory.LazyFunction(_event_id)
+
+    original_message_id = factory.LazyFunction(_uuid)
+    dlq_message_id = factory.LazyFunction(_uuid)
+    group_id = factory.LazyAttribute(
+        lambda o: str(o.payment.id) if o.payment is not None else _uuid()
+    )
+    payment_id = factory.LazyAttribute(lambda o: uuid.UUID(o.group_id))
+    kind = "processor_event"
+    deduplication_id = factory.SelfAttribute("event_id")
+    processor_event_id = factory.SelfAttribute("event_id")
+    body = factory.LazyAttribute(_dead_body)
+    source = DeadLetterSource.WORKER
+    attempts = 6
+    first_failed_at = factory.LazyFunction(timezone.now)
+    last_failed_at = factory.SelfAttribute("first_failed_at")
+    last_error_class = "payments.exceptions.InvalidTransition"
+    last_error_message = "settled event cannot move payment from pending to confirmed"
+
+    @classmethod
+    def bulk(cls, count: int, **fields) -> list[DeadLetter]:
+        rows = cls.build_batch(count, **fields)
+        return DeadLetter.objects.bulk_create(rows, batch_size=2000)
+
+
+class AlertFactory(DjangoModelFactory):
+    """A firing alert."""
+
+    class Meta:
+        model = Alert
+
+    key = factory.Sequence(lambda n: f"alert-{n}")
+    severity = "high"
+    summary = factory.SelfAttribute("key")

@@ -14,8 +14,8 @@ import pytest
 
 from payments.logformat import SingleLineFormatter
 from tests.callbacks.worker_support import run_worker, send_body
-from tests.factories import PaymentFactory
-from tests.triage.deadletters import dead_letter_make, operator
+from tests.factories import DeadLetterFactory, PaymentFactory
+from tests.triage.deadletters import operator
 from triage.services import dead_letter_resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_a_traceback_keeps_its_lines_but_none_starts_a_record():
 
 @pytest.mark.django_db
 def test_an_operators_note_cannot_forge_a_line_in_the_web_log():
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
 
     with configured_log() as log:
         dead_letter_resolve(dead_letter=dead_letter, user=operator(), note="fixed" + FORGED)

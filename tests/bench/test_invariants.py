@@ -5,13 +5,11 @@ from decimal import Decimal
 
 import pytest
 from django.db import transaction
-from django.utils import timezone
 
 from bench.invariants import check_invariants, main
 from callbacks.models import (
     ParkedMessage,
     PaymentHold,
-    ProcessingError,
     QueueMessage,
     QueueMessageStatus,
 )
@@ -24,7 +22,7 @@ from payments.models import (
     PaymentState,
 )
 from payments.services import payment_apply_event, payment_create, payment_transition
-from tests.factories import processor_event
+from tests.factories import ProcessingErrorFactory, QueueMessageFactory, processor_event
 from triage.models import DeadLetter, DeadLetterSource
 
 pytestmark = pytest.mark.django_db
@@ -50,17 +48,11 @@ def _deliver(history: dict, payment: Payment, event_type: str, **overrides) -> s
 
 
 def _queue_message(payment: Payment, event_id: str, status: str) -> QueueMessage:
-    now = timezone.now()
-    return QueueMessage.objects.create(
+    return QueueMessageFactory(
         message_id=f"msg-{uuid.uuid4()}",
-        kind="processor_event",
         group_id=str(payment.id),
-        payment_id=str(payment.id),
         deduplication_id=event_id,
         body={"kind": "processor_event", "processor_event_id": event_id},
-        first_started_at=now,
-        last_started_at=now,
-        attempts=1,
         status=status,
     )
 
@@ -106,14 +98,9 @@ def history():
     held = _payment("m-3", "5.00")
     early = processor_event(held, "settled")
     failed = _queue_message(held, early.processor_event_id, QueueMessageStatus.DEAD_LETTERED)
-    ProcessingError.objects.create(
+    ProcessingErrorFactory(
         queue_message=failed,
-        payment_id=str(held.id),
-        message_id=failed.message_id,
-        attempt_number=1,
-        error_class="payments.exceptions.InvalidTransition",
         message="settled event cannot move payment from pending to confirmed",
-        retryable=True,
         delay_seconds=1.0,
     )
     DeadLetter.objects.create(

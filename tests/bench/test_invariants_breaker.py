@@ -7,10 +7,11 @@ import pytest
 from django.utils import timezone
 
 from bench.invariants import breaker_open_intervals
-from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
+from callbacks.models import ProcessingError, QueueMessageStatus
 from payments.models import BreakerTransitionKind, CircuitBreakerTransition
 from payments.processor.breaker import processor_breaker_get
 from tests.bench.test_invariants import _check, history  # noqa: F401 - the clean history
+from tests.factories import ProcessingErrorFactory, QueueMessageFactory
 from triage.models import DeadLetter, DeadLetterSource
 
 pytestmark = pytest.mark.django_db
@@ -32,28 +33,21 @@ def incident(start, end=None) -> None:
 
 
 def dead_submission(payment, error_times, *, error_class=UNAVAILABLE, ingested=False) -> str:
-    now = timezone.now()
-    message = QueueMessage.objects.create(
+    message = QueueMessageFactory(
         message_id=f"msg-{uuid.uuid4()}",
         kind="submit_payment",
         group_id=str(payment.id),
-        payment_id=str(payment.id),
         body={"kind": "submit_payment", "payment_id": str(payment.id)},
-        first_started_at=now,
-        last_started_at=now,
         attempts=len(error_times),
         status=QueueMessageStatus.DEAD_LETTERED,
         outcome="dead_lettered",
     )
     for number, at in enumerate(error_times, start=1):
-        error = ProcessingError.objects.create(
+        error = ProcessingErrorFactory(
             queue_message=message,
-            payment_id=str(payment.id),
-            message_id=message.message_id,
             attempt_number=number,
             error_class=error_class,
             message="HTTP 503",
-            retryable=True,
         )
         ProcessingError.objects.filter(pk=error.pk).update(created_at=at)
     if ingested:

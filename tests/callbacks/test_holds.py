@@ -35,7 +35,7 @@ from tests.callbacks.worker_support import (
     send_body,
     send_event,
 )
-from tests.factories import PaymentFactory, grant
+from tests.factories import PaymentFactory, QueueMessageFactory, grant
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_retries")]
 
@@ -132,18 +132,12 @@ def test_hold_release_refuses_a_hold_of_another_payment(sqs_queues):
 
 
 def queue_message_row(payment_id: str, status: str) -> QueueMessage:
-    now = timezone.now()
-    return QueueMessage.objects.create(
-        message_id=str(uuid.uuid4()),
-        kind="processor_event",
+    done = status == QueueMessageStatus.DONE
+    return QueueMessageFactory(
         group_id=payment_id,
-        payment_id=payment_id,
-        first_started_at=now,
-        last_started_at=now,
-        attempts=1,
         status=status,
-        outcome="applied" if status == QueueMessageStatus.DONE else "",
-        finished_at=now if status == QueueMessageStatus.DONE else None,
+        outcome="applied" if done else "",
+        finished_at=timezone.now() if done else None,
     )
 
 

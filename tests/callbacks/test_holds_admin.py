@@ -4,6 +4,12 @@ import pytest
 from django.urls import reverse
 
 from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueMessage
+from tests.factories import (
+    ParkedMessageFactory,
+    PaymentHoldFactory,
+    ProcessingErrorFactory,
+    QueueMessageFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -11,31 +17,22 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def records():
     started = "2026-11-02T12:00:00+00:00"
-    message = QueueMessage.objects.create(
+    message = QueueMessageFactory(
         message_id="m-1",
-        kind="processor_event",
         group_id="p-1",
-        payment_id="p-1",
         body={"kind": "processor_event", "payment_id": "p-1"},
         first_started_at=started,
-        last_started_at=started,
         attempts=6,
         status="dead_lettered",
     )
-    error = ProcessingError.objects.create(
+    error = ProcessingErrorFactory(
         queue_message=message,
-        payment_id="p-1",
-        message_id="m-1",
         attempt_number=6,
-        error_class="payments.exceptions.InvalidTransition",
         message="cannot move <payment>",
         traceback="Traceback (most recent call last):\n  <frame>",
-        retryable=True,
     )
-    hold = PaymentHold.objects.create(payment_id="p-1", reason="dead-lettered", caused_by=message)
-    parked = ParkedMessage.objects.create(
-        hold=hold, payment_id="p-1", message_id="m-2", sequence_number="2", body={"a": 1}
-    )
+    hold = PaymentHoldFactory(payment_id="p-1", caused_by=message)
+    parked = ParkedMessageFactory(hold=hold, message_id="m-2", sequence_number="2", body={"a": 1})
     return {"message": message, "error": error, "hold": hold, "parked": parked}
 
 

@@ -8,8 +8,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from callbacks import tasks
-from callbacks.models import PaymentHold, ProcessingError, QueueMessage, QueueMessageStatus
+from callbacks.models import QueueMessage, QueueMessageStatus
 from callbacks.services import queue_messages_purge
+from tests.factories import PaymentHoldFactory, ProcessingErrorFactory, QueueMessageFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -17,11 +18,10 @@ pytestmark = pytest.mark.django_db
 def message(name: str, *, status=QueueMessageStatus.DONE, finished_days_ago: float | None = 40):
     now = timezone.now()
     finished_at = None if finished_days_ago is None else now - timedelta(days=finished_days_ago)
-    return QueueMessage.objects.create(
+    return QueueMessageFactory(
         message_id=name,
         group_id="g",
         first_started_at=now - timedelta(days=60),
-        last_started_at=now - timedelta(days=60),
         status=status,
         finished_at=finished_at,
     )
@@ -34,15 +34,9 @@ def test_purge_deletes_only_clean_finished_records_past_retention_in_batches(set
     unfinished = message("running", status=QueueMessageStatus.IN_PROGRESS, finished_days_ago=None)
     dead = message("dead", status=QueueMessageStatus.DEAD_LETTERED)
     with_error = message("with-error")
-    ProcessingError.objects.create(
-        queue_message=with_error,
-        message_id="with-error",
-        attempt_number=1,
-        error_class="X",
-        retryable=True,
-    )
+    ProcessingErrorFactory(queue_message=with_error)
     behind_hold = message("held")
-    PaymentHold.objects.create(payment_id="p", reason="dead-lettered", caused_by=behind_hold)
+    PaymentHoldFactory(payment_id="p", caused_by=behind_hold)
 
     with CaptureQueriesContext(connection) as queries:
         assert queue_messages_purge(batch_size=2) == len(old_clean)

@@ -16,6 +16,12 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from tests.factories import (
+    ParkedMessageFactory,
+    PaymentHoldFactory,
+    ProcessingErrorFactory,
+    QueueMessageFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -35,23 +41,16 @@ def _deletes(queries: CaptureQueriesContext, table: str) -> int:
 
 
 def message(name: str, *, status=QueueMessageStatus.DONE, finished_days_ago=OLD, errors=0):
-    row = QueueMessage.objects.create(
+    row = QueueMessageFactory(
         message_id=name,
         group_id="g",
         payment_id="p",
         first_started_at=_ago(OLD + 1),
-        last_started_at=_ago(OLD + 1),
         status=status,
         finished_at=None if finished_days_ago is None else _ago(finished_days_ago),
     )
     for attempt in range(1, errors + 1):
-        ProcessingError.objects.create(
-            queue_message=row,
-            message_id=name,
-            attempt_number=attempt,
-            error_class="X",
-            retryable=True,
-        )
+        ProcessingErrorFactory(queue_message=row, attempt_number=attempt)
     return row
 
 
@@ -61,13 +60,7 @@ def test_history_purge_deletes_old_error_history_with_its_errors_in_batches(sett
     recent = message("recent", errors=1, finished_days_ago=10)
     clean = message("clean")  # the clean purge's business, under its own retention
     running = message("running", status=QueueMessageStatus.RETRYING, finished_days_ago=None)
-    ProcessingError.objects.create(
-        queue_message=running,
-        message_id="running",
-        attempt_number=1,
-        error_class="X",
-        retryable=True,
-    )
+    ProcessingErrorFactory(queue_message=running)
 
     with CaptureQueriesContext(connection) as queries:
         assert retention.queue_message_history_purge(batch_size=2) == len(old)
@@ -95,9 +88,9 @@ def test_history_purge_keeps_dead_lettered_messages_unless_named_closed():
 
 def test_history_purge_keeps_a_message_behind_a_hold_and_one_still_parked():
     cause = message("cause", status=QueueMessageStatus.DEAD_LETTERED, errors=1)
-    hold = PaymentHold.objects.create(payment_id="p", reason="dead-lettered", caused_by=cause)
+    hold = PaymentHoldFactory(payment_id="p", caused_by=cause)
     parked = message("parked", status=QueueMessageStatus.PARKED)
-    ParkedMessage.objects.create(hold=hold, payment_id="p", message_id="parked", body={})
+    ParkedMessageFactory(hold=hold, message_id="parked")
     parked_gone = message("parked-gone", status=QueueMessageStatus.PARKED)
 
     everything = QueueMessage.objects.values("message_id")
@@ -109,7 +102,7 @@ def test_history_purge_keeps_a_message_behind_a_hold_and_one_still_parked():
 
 
 def _hold(payment_id: str, released_days_ago: float | None) -> PaymentHold:
-    hold = PaymentHold.objects.create(payment_id=payment_id, reason="test")
+    hold = PaymentHoldFactory(payment_id=payment_id)
     if released_days_ago is not None:
         PaymentHold.objects.filter(pk=hold.pk).update(released_at=_ago(released_days_ago))
     return hold
@@ -117,9 +110,7 @@ def _hold(payment_id: str, released_days_ago: float | None) -> PaymentHold:
 
 def _parked(hold: PaymentHold, name: str, released_days_ago: float | None) -> ParkedMessage:
     released_at = None if released_days_ago is None else _ago(released_days_ago)
-    return ParkedMessage.objects.create(
-        hold=hold, payment_id=hold.payment_id, message_id=name, body={}, released_at=released_at
-    )
+    return ParkedMessageFactory(hold=hold, message_id=name, released_at=released_at)
 
 
 def test_holds_purge_deletes_released_holds_and_parked_messages_past_retention(settings):
@@ -153,7 +144,7 @@ def test_holds_purge_deletes_released_holds_and_parked_messages_past_retention(s
 
 def test_holds_purge_lets_the_history_purge_take_the_message_that_caused_it():
     cause = message("cause", status=QueueMessageStatus.DONE, errors=1)
-    hold = PaymentHold.objects.create(payment_id="p", reason="missing", caused_by=cause)
+    hold = PaymentHoldFactory(payment_id="p", reason="missing", caused_by=cause)
     PaymentHold.objects.filter(pk=hold.pk).update(released_at=_ago(OLD))
     assert retention.queue_message_history_purge() == 0
 

@@ -37,7 +37,7 @@ from tests.callbacks.worker_support import (
     send_body,
     send_event,
 )
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import PaymentFactory, QueueMessageFactory, processor_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,15 +141,11 @@ def test_redelivery_of_a_message_already_done_is_only_deleted(sqs_queues):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     message_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
     now = "2026-11-02T12:00:00+00:00"
-    QueueMessage.objects.create(
+    QueueMessageFactory(
         message_id=message_id,
-        kind="processor_event",
         group_id=str(payment.id),
-        payment_id=str(payment.id),
         body=body,
         first_started_at=now,
-        last_started_at=now,
-        attempts=1,
         status=QueueMessageStatus.DONE,
         outcome="applied",
     )

@@ -13,7 +13,6 @@ from prometheus_client import REGISTRY
 
 from callbacks.handlers import DEFAULT_HANDLERS, Handler, handle_processor_event
 from callbacks.models import (
-    PaymentHold,
     ProcessingError,
     QueueMessage,
     QueueMessageStatus,
@@ -24,7 +23,7 @@ from callbacks.services import ReceivedMessage, queue_messages_start_batch
 from callbacks.worker import Worker
 from payments.models import LedgerEntry, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import queue_counts, send_event
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, PaymentHoldFactory, QueueMessageFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -211,16 +210,13 @@ def received(payment_id: str, *, sequence: int, body: dict | None = None, messag
 
 
 def record(message: ReceivedMessage, *, status: str, attempts: int) -> QueueMessage:
-    now = timezone.now()
-    return QueueMessage.objects.create(
+    return QueueMessageFactory(
         message_id=message.message_id,
         kind=message.kind,
         group_id=message.group_id,
         payment_id=message.payment_id,
         sequence_number=message.sequence_number,
         body=message.body,
-        first_started_at=now,
-        last_started_at=now,
         attempts=attempts,
         status=status,
     )
@@ -229,7 +225,7 @@ def record(message: ReceivedMessage, *, status: str, attempts: int) -> QueueMess
 def test_the_bulk_start_takes_only_what_it_can_decide_and_leaves_the_rest_untouched():
     fresh = received(str(uuid.uuid4()), sequence=1)
     held = received(str(uuid.uuid4()), sequence=1)
-    PaymentHold.objects.create(payment_id=held.payment_id, reason="test")
+    PaymentHoldFactory(payment_id=held.payment_id)
     behind = received(str(uuid.uuid4()), sequence=5)
     record(received(behind.group_id, sequence=4), status="in_progress", attempts=1)
     done = received(str(uuid.uuid4()), sequence=1)

@@ -1,47 +1,19 @@
 """Helpers for the bulk triage tests: many dead letters at once, and a job built from a filter."""
 
-import uuid
-
-from django.utils import timezone
-
+from tests.factories import DeadLetterFactory
 from triage import bulk
-from triage.models import DeadLetter, DeadLetterSource
+from triage.models import DeadLetter
 
 
 def dead_letters_bulk_create(count: int, **fields) -> list[DeadLetter]:
-    """``count`` open dead letters as ingestion stores them, in one bulk insert per 2,000."""
-    now = timezone.now()
-    rows = []
-    for _ in range(count):
-        group = str(uuid.uuid4())
-        event_id = f"evt_{uuid.uuid4().hex}"
-        body = {
-            "kind": "processor_event",
-            "payment_id": group,
-            "event_type": "settled",
-            "processor_event_id": event_id,
-            "amount": "125.00",
-            "timestamp": "2026-11-02T12:00:00+00:00",
-        }
-        values = {
-            "original_message_id": str(uuid.uuid4()),
-            "dlq_message_id": str(uuid.uuid4()),
-            "payment_id": uuid.UUID(group),
-            "kind": "processor_event",
-            "group_id": group,
-            "deduplication_id": event_id,
-            "processor_event_id": event_id,
-            "body": body,
-            "source": DeadLetterSource.WORKER,
-            "attempts": 6,
-            "first_failed_at": now,
-            "last_failed_at": now,
-            "last_error_class": "payments.exceptions.ProcessorUnavailable",
-            "last_error_message": "processor answered 503",
-        }
-        values.update(fields)
-        rows.append(DeadLetter(**values))
-    return DeadLetter.objects.bulk_create(rows, batch_size=2000)
+    """``count`` open dead letters as ingestion stores them (the last error a 503 from the
+    processor), in one bulk insert per 2,000."""
+    fields = {
+        "last_error_class": "payments.exceptions.ProcessorUnavailable",
+        "last_error_message": "processor answered 503",
+        **fields,
+    }
+    return DeadLetterFactory.bulk(count, **fields)
 
 
 def job_for(queryset, *, action: str, user, note: str = "INC-77 processor outage over"):

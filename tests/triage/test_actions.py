@@ -8,9 +8,15 @@ from callbacks import sqs
 from callbacks.models import ParkedMessage, PaymentHold, QueueMessage, QueueMessageStatus
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
 from payments.services import payment_apply_event
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import (
+    DeadLetterFactory,
+    ParkedMessageFactory,
+    PaymentFactory,
+    PaymentHoldFactory,
+    QueueMessageFactory,
+    processor_event,
+)
 from tests.triage.deadletters import (
-    dead_letter_make,
     event_publish,
     operator,
     viewer,
@@ -112,7 +118,7 @@ def test_resolve_and_discard_release_the_hold_without_applying_the_dead_message(
 @pytest.mark.django_db
 @pytest.mark.parametrize("action", ["redrive", "resolve", "discard"])
 def test_every_action_leaves_an_audit_row_and_a_log_entry(sqs_queues, action):
-    dead_letter = dead_letter_make(PaymentFactory())
+    dead_letter = DeadLetterFactory(payment=PaymentFactory())
     user = operator()
 
     services.ACTIONS[action](dead_letter=dead_letter, user=user, note="  ticket OPS-7  ")
@@ -139,7 +145,7 @@ def test_every_action_leaves_an_audit_row_and_a_log_entry(sqs_queues, action):
 @pytest.mark.parametrize("action", ["redrive", "resolve", "discard"])
 @pytest.mark.parametrize("note", ["", "   ", None])
 def test_a_missing_note_is_refused_and_nothing_changes(action, note):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     with pytest.raises(NoteRequired, match="A note is required"):
         services.ACTIONS[action](dead_letter=dead_letter, user=operator(), note=note)
     dead_letter.refresh_from_db()
@@ -150,7 +156,7 @@ def test_a_missing_note_is_refused_and_nothing_changes(action, note):
 @pytest.mark.django_db
 @pytest.mark.parametrize("action", ["redrive", "resolve", "discard"])
 def test_a_user_without_the_act_permission_is_refused(action):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     with pytest.raises(NotAllowed, match="act_on_deadletter"):
         services.ACTIONS[action](dead_letter=dead_letter, user=viewer(), note="n")
     dead_letter.refresh_from_db()
@@ -160,7 +166,7 @@ def test_a_user_without_the_act_permission_is_refused(action):
 @pytest.mark.django_db
 @pytest.mark.parametrize("action", ["redrive", "resolve", "discard"])
 def test_only_open_dead_letters_can_be_acted_on(action):
-    dead_letter = dead_letter_make(status=DeadLetterStatus.RESOLVED)
+    dead_letter = DeadLetterFactory(status=DeadLetterStatus.RESOLVED)
     with pytest.raises(DeadLetterNotOpen, match="is resolved, not open"):
         services.ACTIONS[action](dead_letter=dead_letter, user=operator(), note="n")
     assert not TriageAction.objects.exists()
@@ -168,7 +174,7 @@ def test_only_open_dead_letters_can_be_acted_on(action):
 
 @pytest.mark.django_db
 def test_redrive_while_the_queue_is_down_changes_nothing_and_records_the_attempt(settings):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     try:
@@ -185,17 +191,16 @@ def test_redrive_while_the_queue_is_down_changes_nothing_and_records_the_attempt
 
 @pytest.mark.django_db
 def test_a_body_that_was_not_json_cannot_be_redriven():
-    dead_letter = dead_letter_make(body={"raw_body": "<garbage>"})
+    dead_letter = DeadLetterFactory(body={"raw_body": "<garbage>"})
     with pytest.raises(services.TriageError, match="no JSON body"):
         services.dead_letter_redrive(dead_letter=dead_letter, user=operator(), note="n")
 
 
 def _hold_with_parked(group: str, count: int) -> PaymentHold:
-    hold = PaymentHold.objects.create(payment_id=group, reason="dead letter")
+    hold = PaymentHoldFactory(payment_id=group)
     for i in range(count):
-        ParkedMessage.objects.create(
+        ParkedMessageFactory(
             hold=hold,
-            payment_id=group,
             message_id=f"{group}-parked-{i}",
             sequence_number=str(i + 1).zfill(40),
             kind="processor_event",
@@ -207,7 +212,7 @@ def _hold_with_parked(group: str, count: int) -> PaymentHold:
 @pytest.mark.django_db
 def test_the_hold_stays_until_the_payments_last_open_dead_letter_is_handled(sqs_queues):
     payment = PaymentFactory()
-    first, second = dead_letter_make(payment), dead_letter_make(payment)
+    first, second = DeadLetterFactory(payment=payment), DeadLetterFactory(payment=payment)
     hold = _hold_with_parked(str(payment.id), 2)
     user = operator()
 
@@ -227,18 +232,12 @@ def test_the_hold_stays_until_the_payments_last_open_dead_letter_is_handled(sqs_
 
 @pytest.mark.django_db
 def test_the_hold_stays_while_a_dead_lettered_message_is_not_ingested_yet(sqs_queues):
-    from django.utils import timezone
-
     payment = PaymentFactory()
-    dead_letter = dead_letter_make(payment)
+    dead_letter = DeadLetterFactory(payment=payment)
     _hold_with_parked(str(payment.id), 1)
-    now = timezone.now()
-    QueueMessage.objects.create(
+    QueueMessageFactory(
         message_id="still-in-the-dlq",
         group_id=str(payment.id),
-        payment_id=str(payment.id),
-        first_started_at=now,
-        last_started_at=now,
         attempts=6,
         status=QueueMessageStatus.DEAD_LETTERED,
     )
@@ -250,7 +249,7 @@ def test_the_hold_stays_while_a_dead_lettered_message_is_not_ingested_yet(sqs_qu
 @pytest.mark.django_db
 def test_a_failed_release_is_recorded_and_can_be_retried(sqs_queues, settings):
     payment = PaymentFactory()
-    dead_letter = dead_letter_make(payment)
+    dead_letter = DeadLetterFactory(payment=payment)
     hold = _hold_with_parked(str(payment.id), 1)
     user = operator()
     endpoint = settings.SQS_ENDPOINT_URL
@@ -271,9 +270,9 @@ def test_a_failed_release_is_recorded_and_can_be_retried(sqs_queues, settings):
 
 @pytest.mark.django_db
 def test_bulk_acts_on_exactly_the_given_ids_and_reports_refusals():
-    kept = dead_letter_make()
-    targets = [dead_letter_make(), dead_letter_make()]
-    closed = dead_letter_make(status=DeadLetterStatus.DISCARDED)
+    kept = DeadLetterFactory()
+    targets = [DeadLetterFactory(), DeadLetterFactory()]
+    closed = DeadLetterFactory(status=DeadLetterStatus.DISCARDED)
     result = services.dead_letters_act(
         action="resolve",
         dead_letter_ids=[t.pk for t in targets] + [closed.pk, 999999],
@@ -301,7 +300,7 @@ def _main_queue_messages(queues) -> list[dict]:
 
 @pytest.mark.django_db
 def test_two_operators_redriving_at_once_publish_one_message(sqs_queues, monkeypatch):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     first, second = operator(), operator()
     real_republish = services.message_republish
 
@@ -325,7 +324,7 @@ def test_two_operators_redriving_at_once_publish_one_message(sqs_queues, monkeyp
 def test_a_redrive_that_loses_the_race_to_a_resolve_is_recorded_and_reported(
     sqs_queues, monkeypatch
 ):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     real_republish = services.message_republish
 
     def republish_while_someone_resolves(**kwargs):

@@ -15,14 +15,22 @@ from django.utils import timezone
 from callbacks.models import (
     ParkedMessage,
     PaymentHold,
-    ProcessingError,
-    QueueMessage,
     QueueMessageStatus,
 )
 from callbacks.schema import processor_event_message
-from payments.models import PaymentEvent, PaymentState, ProcessorAttempt
-from tests.factories import PaymentFactory, processor_event
-from tests.triage.deadletters import dead_letter_make, operator, viewer
+from payments.models import PaymentState
+from tests.factories import (
+    DeadLetterFactory,
+    ParkedMessageFactory,
+    PaymentEventFactory,
+    PaymentFactory,
+    PaymentHoldFactory,
+    ProcessingErrorFactory,
+    ProcessorAttemptFactory,
+    QueueMessageFactory,
+    processor_event,
+)
+from tests.triage.deadletters import operator, viewer
 from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
 pytestmark = pytest.mark.django_db
@@ -40,61 +48,44 @@ def history(size: int):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     group = str(payment.id)
     now = timezone.now()
-    dead_letter = dead_letter_make(payment)
-    dead = QueueMessage.objects.create(
+    dead_letter = DeadLetterFactory(payment=payment)
+    dead = QueueMessageFactory(
         message_id=dead_letter.original_message_id,
-        kind="processor_event",
         group_id=group,
-        payment_id=group,
         sequence_number="1".zfill(40),
         body=dead_letter.body,
         enqueued_at=now,
         first_started_at=now,
-        last_started_at=now,
         attempts=size,
         status=QueueMessageStatus.DEAD_LETTERED,
     )
     for i in range(size):
-        ProcessingError.objects.create(
+        ProcessingErrorFactory(
             queue_message=dead,
-            payment_id=group,
-            message_id=dead.message_id,
             attempt_number=i + 1,
-            error_class="payments.exceptions.InvalidTransition",
             message=f"failure {i}",
             traceback=f'Traceback (most recent call last):\n  File "x.py", line {i}\n<Boom {i}>',
-            retryable=True,
             delay_seconds=1.5,
         )
-        ProcessorAttempt.objects.create(
+        ProcessorAttemptFactory(
             payment=payment,
             attempt_number=i + 1,
-            idempotency_key=payment.idempotency_key,
-            outcome="retryable",
-            http_status=503,
             error_kind="http",
             latency_ms=120.5 + i,
             started_at=now,
         )
-        PaymentEvent.objects.create(
-            payment=payment, kind="processor_event", outcome="stale", event_type="submitted"
-        )
-        QueueMessage.objects.create(
+        PaymentEventFactory(payment=payment, outcome="stale", event_type="submitted")
+        QueueMessageFactory(
             message_id=f"{group}-m{i}",
-            kind="processor_event",
             group_id=group,
-            payment_id=group,
             sequence_number=str(i + 2).zfill(40),
             first_started_at=now,
-            last_started_at=now,
-            attempts=1,
             status=QueueMessageStatus.PARKED,
         )
-    hold = PaymentHold.objects.create(payment_id=group, reason="dead-lettered", caused_by=dead)
+    hold = PaymentHoldFactory(payment_id=group, caused_by=dead)
     for i in range(size):
-        ParkedMessage.objects.create(
+        ParkedMessageFactory(
             hold=hold,
-            payment_id=group,
             message_id=f"{group}-m{i}",
             sequence_number=str(i + 2).zfill(40),
             kind="processor_event",
@@ -105,7 +96,7 @@ def history(size: int):
         )
     user = operator()
     for i in range(size):
-        other = dead_letter_make(payment, status=DeadLetterStatus.RESOLVED)
+        other = DeadLetterFactory(payment=payment, status=DeadLetterStatus.RESOLVED)
         TriageAction.objects.create(
             dead_letter=other,
             action="resolve",
@@ -140,7 +131,7 @@ def test_the_page_shows_the_event_of_each_message_parked_behind_the_hold(client)
     says what a parked ``submit_payment`` would do."""
     payment = PaymentFactory(state=PaymentState.SUBMITTED, amount=Decimal("12.34"))
     group = str(payment.id)
-    dead_letter = dead_letter_make(payment)
+    dead_letter = DeadLetterFactory(payment=payment)
     hold = PaymentHold.objects.create(payment_id=group, reason="dead-lettered")
     bodies = [
         processor_event_message(
@@ -221,7 +212,7 @@ def test_the_detail_page_with_50_attempts_stays_within_20_queries(
 
 @pytest.mark.parametrize("make_user", [viewer, operator, "superuser"])
 def test_nobody_can_add_edit_or_delete_a_dead_letter(client, make_user):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     if make_user == "superuser":
         user = User.objects.create_superuser("root", "root@example.com", "pw")
     else:
@@ -243,8 +234,8 @@ def test_nobody_can_add_edit_or_delete_a_dead_letter(client, make_user):
 
 
 def test_a_view_only_staff_user_gets_403_on_every_action(client):
-    dead_letter = dead_letter_make()
-    closed = dead_letter_make(status=DeadLetterStatus.RESOLVED)
+    dead_letter = DeadLetterFactory()
+    closed = DeadLetterFactory(status=DeadLetterStatus.RESOLVED)
     client.force_login(viewer())
     urls = [reverse("admin:triage_deadletter_act", args=[dead_letter.pk, a]) for a in ACTIONS]
     urls += [
@@ -265,7 +256,7 @@ def test_a_view_only_staff_user_gets_403_on_every_action(client):
 
 @pytest.mark.parametrize("action", ["resolve", "discard"])
 def test_the_confirmation_page_refuses_a_missing_note_with_a_clear_message(client, action):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     client.force_login(operator())
     url = reverse("admin:triage_deadletter_act", args=[dead_letter.pk, action])
     page = client.get(url).content.decode()
@@ -280,7 +271,7 @@ def test_the_confirmation_page_refuses_a_missing_note_with_a_clear_message(clien
 
 def test_confirming_with_a_note_acts_and_reports(client):
     payment = PaymentFactory()
-    dead_letter = dead_letter_make(payment)
+    dead_letter = DeadLetterFactory(payment=payment)
     user = operator()
     client.force_login(user)
     url = reverse("admin:triage_deadletter_act", args=[dead_letter.pk, "discard"])
@@ -298,8 +289,8 @@ def test_confirming_with_a_note_acts_and_reports(client):
 
 
 def test_the_bulk_action_acts_on_exactly_the_filtered_selection(client):
-    submits = [dead_letter_make(kind="submit_payment") for _ in range(3)]
-    events = [dead_letter_make() for _ in range(2)]
+    submits = [DeadLetterFactory(kind="submit_payment") for _ in range(3)]
+    events = [DeadLetterFactory() for _ in range(2)]
     client.force_login(operator())
     changelist = reverse("admin:triage_deadletter_changelist")
     response = client.post(
@@ -340,7 +331,7 @@ def test_the_bulk_action_acts_on_exactly_the_filtered_selection(client):
 
 
 def test_the_bulk_action_on_checked_rows_only(client):
-    rows = [dead_letter_make() for _ in range(3)]
+    rows = [DeadLetterFactory() for _ in range(3)]
     client.force_login(operator())
     response = client.post(
         reverse("admin:triage_deadletter_changelist"),
@@ -350,7 +341,7 @@ def test_the_bulk_action_on_checked_rows_only(client):
 
 
 def test_bulk_confirmation_refuses_a_missing_note(client):
-    rows = [dead_letter_make() for _ in range(2)]
+    rows = [DeadLetterFactory() for _ in range(2)]
     client.force_login(operator())
     url = reverse("admin:triage_deadletter_bulk", args=["discard"])
     response = client.post(url, {"ids": ",".join(str(r.pk) for r in rows), "note": ""})
@@ -361,8 +352,8 @@ def test_bulk_confirmation_refuses_a_missing_note(client):
 
 def test_list_filters_and_search(client):
     payment = PaymentFactory()
-    mine = dead_letter_make(payment, processor_event_id="evt_find_me")
-    old = dead_letter_make(last_error_class="")
+    mine = DeadLetterFactory(payment=payment, processor_event_id="evt_find_me")
+    old = DeadLetterFactory(last_error_class="")
     DeadLetter.objects.filter(pk=old.pk).update(ingested_at=timezone.now() - timedelta(days=3))
     client.force_login(viewer())
     changelist = reverse("admin:triage_deadletter_changelist")
@@ -392,7 +383,7 @@ def test_the_admin_index_links_the_dashboard(client):
 
 def test_release_hold_page_releases_a_hold_left_behind(client, sqs_queues):
     payment = PaymentFactory()
-    dead_letter = dead_letter_make(payment, status=DeadLetterStatus.RESOLVED)
+    dead_letter = DeadLetterFactory(payment=payment, status=DeadLetterStatus.RESOLVED)
     hold = PaymentHold.objects.create(payment_id=str(payment.id), reason="queue was down")
     ParkedMessage.objects.create(
         hold=hold, payment_id=str(payment.id), message_id="late-1", body={"kind": "x"}
@@ -412,7 +403,7 @@ def test_release_hold_page_releases_a_hold_left_behind(client, sqs_queues):
 
 def test_release_hold_is_refused_while_the_dead_letter_is_open(client):
     payment = PaymentFactory()
-    dead_letter = dead_letter_make(payment)
+    dead_letter = DeadLetterFactory(payment=payment)
     PaymentHold.objects.create(payment_id=str(payment.id), reason="r")
     client.force_login(operator())
     url = reverse("admin:triage_deadletter_release_hold", args=[dead_letter.pk])
@@ -425,7 +416,7 @@ def test_bulk_selection_over_the_limit_is_refused_with_a_message(client, monkeyp
     from triage import admin as triage_admin
 
     monkeypatch.setattr(triage_admin, "BULK_LIMIT", 2)
-    rows = [dead_letter_make() for _ in range(3)]
+    rows = [DeadLetterFactory() for _ in range(3)]
     client.force_login(operator())
     response = client.post(
         reverse("admin:triage_deadletter_changelist"),
@@ -443,7 +434,7 @@ def test_bulk_selection_over_the_limit_is_refused_with_a_message(client, monkeyp
 
 
 def test_an_unknown_action_is_404(client):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     client.force_login(operator())
     assert (
         client.get(

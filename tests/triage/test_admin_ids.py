@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from tests.factories import PaymentFactory
-from tests.triage.deadletters import dead_letter_make, operator
+from tests.factories import DeadLetterFactory, PaymentFactory
+from tests.triage.deadletters import operator
 from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +21,7 @@ def acting_client(client):
 
 @pytest.mark.parametrize("raw", HOSTILE)
 def test_a_malformed_id_in_the_bulk_confirmation_is_400_naming_it(acting_client, raw):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     url = reverse("admin:triage_deadletter_bulk", args=["redrive"])
     for ids in (raw, f"{dead_letter.pk},{raw}"):
         response = acting_client.get(url, {"ids": ids})
@@ -42,7 +42,7 @@ def test_empty_ids_in_the_bulk_confirmation_are_400(acting_client):
 
 def test_ids_of_another_model_are_404_or_400(acting_client):
     payment = PaymentFactory()
-    dead_letter = dead_letter_make(payment)
+    dead_letter = DeadLetterFactory(payment=payment)
     TriageAction.objects.create(
         dead_letter=dead_letter,
         action="resolve",
@@ -62,7 +62,7 @@ def test_ids_of_another_model_are_404_or_400(acting_client):
 @pytest.mark.parametrize("raw", HOSTILE)
 @pytest.mark.parametrize("page", ["act/redrive/", "release-hold/", "change/"])
 def test_a_malformed_id_in_a_dead_letter_url_is_404(acting_client, raw, page):
-    dead_letter_make()
+    DeadLetterFactory()
     base = reverse("admin:triage_deadletter_changelist")
     response = acting_client.get(f"{base}{raw}/{page}")
     assert response.status_code == 404
@@ -72,7 +72,7 @@ def test_a_malformed_id_in_a_dead_letter_url_is_404(acting_client, raw, page):
 
 @pytest.mark.parametrize("raw", ["²", "1e3", "", "\x00", "a1b2", "9" * 30, "-1"])
 def test_a_malformed_checkbox_value_in_a_changelist_action_is_400(acting_client, raw):
-    dead_letter = dead_letter_make()
+    dead_letter = DeadLetterFactory()
     response = acting_client.post(
         reverse("admin:triage_deadletter_changelist"),
         {
@@ -88,7 +88,7 @@ def test_a_malformed_checkbox_value_in_a_changelist_action_is_400(acting_client,
 
 @pytest.mark.parametrize("raw", ["0", "9223372036854775807"])
 def test_a_well_formed_id_that_matches_nothing_selects_nothing(acting_client, raw):
-    dead_letter_make()
+    DeadLetterFactory()
     response = acting_client.post(
         reverse("admin:triage_deadletter_changelist"),
         {"action": "resolve_selected", "index": "0", "_selected_action": [raw]},

@@ -7,9 +7,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from payments.alerts import alert_raise
+from tests.factories import DeadLetterFactory
 from triage.alert_conditions import BACKLOG, DEAD_LETTERS_OPEN, DLQ_DEPTH, alerts_evaluate
 from triage.alerting import alert_fire, alert_resolve
-from triage.models import Alert, AlertNotification, DeadLetter
+from triage.models import Alert, AlertNotification
 from triage.settlement_windows import settlement_window_parse
 
 # Monday 30 November 2026; Chicago is on CST (UTC-6), so 12:00 UTC is 06:00 there.
@@ -368,19 +369,6 @@ def test_alert_raised_in_a_rolled_back_transaction_is_not_stored(
 # --- Evaluation against the local SQS server --------------------------------------------------
 
 
-def _dead_letter(**overrides):
-    fields = {
-        "original_message_id": "m-1",
-        "dlq_message_id": "d-1",
-        "kind": "processor_event",
-        "group_id": "g",
-        "body": {},
-        "source": "worker",
-    }
-    fields.update(overrides)
-    return DeadLetter.objects.create(**fields)
-
-
 @pytest.mark.django_db
 def test_evaluate_pages_on_dlq_depth_and_resolves_when_it_is_empty(sqs_queues, webhook):
     sqs_queues.client.send_message(
@@ -402,7 +390,7 @@ def test_evaluate_pages_on_dlq_depth_and_resolves_when_it_is_empty(sqs_queues, w
 
 @pytest.mark.django_db
 def test_evaluate_pages_on_open_dead_letters_inside_the_window(sqs_queues, webhook):
-    dead_letter = _dead_letter()
+    dead_letter = DeadLetterFactory()
     result = alerts_evaluate(now=INSIDE_WINDOW)
     assert result.fired[DEAD_LETTERS_OPEN] == "fired"
     dead_letter.status = "resolved"
@@ -460,7 +448,7 @@ def test_evaluate_resolves_one_off_alerts_after_a_quiet_day(sqs_queues):
 
 @pytest.mark.django_db
 def test_dead_letter_alert_resolves_once_a_human_decided(sqs_queues, webhook):
-    dead_letter = _dead_letter()
+    dead_letter = DeadLetterFactory()
     alert_fire(key=f"dead_letter:{dead_letter.pk}", severity="high", summary="dl", now=AFTER_WINDOW)
     # Still open a day later: not resolved by the quiet-period rule.
     later = alerts_evaluate(now=AFTER_WINDOW + timedelta(days=2))
@@ -479,7 +467,7 @@ def test_evaluate_alerts_command_prints_each_decision(sqs_queues, capsys):
 
     call_command("evaluate_alerts")
     assert "no alert condition holds" in capsys.readouterr().out
-    _dead_letter()
+    DeadLetterFactory()
     call_command("evaluate_alerts")
     assert "dead_letters.open: fired" in capsys.readouterr().out
 

@@ -15,9 +15,9 @@ from django.urls import reverse
 from callbacks.models import ParkedMessage, PaymentHold
 from payments.locks import _lock_key
 from payments.models import PaymentEvent
-from tests.factories import PaymentFactory
+from tests.factories import DeadLetterFactory, PaymentFactory
 from tests.triage.bulk_support import dead_letters_bulk_create, job_for
-from tests.triage.deadletters import dead_letter_make, event_publish, operator, viewer, worker_run
+from tests.triage.deadletters import event_publish, operator, viewer, worker_run
 from tests.waiting import wait_for
 from triage import bulk, ingestion, services, tasks
 from triage.exceptions import BulkSelectionChanged, NotAllowed
@@ -53,7 +53,7 @@ def audit_rows(job, action=None):
 
 @pytest.mark.django_db
 def test_the_changelist_offers_all_matching_with_its_filter_to_an_operator_only(client):
-    dead_letter_make(kind="submit_payment")
+    DeadLetterFactory(kind="submit_payment")
     changelist = reverse("admin:triage_deadletter_changelist")
     client.force_login(operator())
     page = client.get(f"{changelist}?kind__exact=submit_payment&p=1").content.decode()
@@ -74,7 +74,7 @@ def test_confirming_all_matching_freezes_exactly_the_open_ones_of_the_filter(
 ):
     submits = dead_letters_bulk_create(5, kind="submit_payment")
     events = dead_letters_bulk_create(3, kind="processor_event")
-    closed = dead_letter_make(kind="submit_payment", status=DeadLetterStatus.RESOLVED)
+    closed = DeadLetterFactory(kind="submit_payment", status=DeadLetterStatus.RESOLVED)
     client.force_login(operator())
     url = bulk_all_url("resolve", "kind__exact%3Dsubmit_payment")
 
@@ -179,7 +179,7 @@ def test_a_malformed_filter_answers_400_naming_it(client, filters):
 
 @pytest.mark.django_db
 def test_a_filter_matching_no_open_dead_letter_goes_back_with_a_message(client):
-    dead_letter_make(status=DeadLetterStatus.RESOLVED)
+    DeadLetterFactory(status=DeadLetterStatus.RESOLVED)
     client.force_login(operator())
     response = client.get(bulk_all_url("redrive"), follow=True)
     assert "No open dead letter matches this filter" in response.content.decode()
@@ -232,7 +232,7 @@ def test_closed_in_the_meantime_is_skipped_and_a_refused_one_is_failed_with_its_
     sqs_queues,
 ):
     ok = dead_letters_bulk_create(2)
-    unredrivable = dead_letter_make(body={"raw_body": "not json"}, kind="")
+    unredrivable = DeadLetterFactory(body={"raw_body": "not json"}, kind="")
     job = job_for(DeadLetter.objects.all(), action="redrive", user=operator())
     services.dead_letter_discard(dead_letter=ok[1], user=operator(), note="by hand")
 
@@ -306,7 +306,7 @@ def test_holds_are_released_in_each_payments_order_by_its_last_dead_letter(sqs_q
     settled, _ = event_publish(payment, "settled")
     worker_run()
     assert ingestion.dead_letters_ingest() == 1
-    other = dead_letter_make()
+    other = DeadLetterFactory()
     job = job_for(DeadLetter.objects.all(), action="resolve", user=operator())
 
     job = bulk.bulk_job_run(job_id=job.pk, rate_per_second=1000)
@@ -493,7 +493,7 @@ def test_the_job_page_links_to_exactly_its_audit_rows(client):
 @pytest.mark.django_db
 def test_the_progress_pages_show_counts_rate_and_failures(client):
     dead_letters_bulk_create(3)
-    dead_letter_make(body={"raw_body": "x"}, kind="")
+    DeadLetterFactory(body={"raw_body": "x"}, kind="")
     job = job_for(DeadLetter.objects.all(), action="redrive", user=operator())
     # The first redrive cannot publish (no queue listens at the test settings' endpoint),
     # which interrupts the job before anything changed.

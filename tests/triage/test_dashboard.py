@@ -7,10 +7,17 @@ from django.urls import reverse
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueMessage
+from callbacks.models import QueueMessage
 from payments.models import Payment, PaymentState
-from tests.factories import PaymentFactory
-from tests.triage.deadletters import dead_letter_make, user_with, viewer
+from tests.factories import (
+    DeadLetterFactory,
+    ParkedMessageFactory,
+    PaymentFactory,
+    PaymentHoldFactory,
+    ProcessingErrorFactory,
+    QueueMessageFactory,
+)
+from tests.triage.deadletters import user_with, viewer
 from triage import charts, selectors
 from triage.models import DeadLetter, DeadLetterStatus
 
@@ -21,10 +28,9 @@ DASHBOARD = "admin:triage_triagedashboard_changelist"
 def message(n: int, *, status="done", attempts=1, enqueued_ago=None, latency=None, now=None):
     now = now or timezone.now()
     enqueued = now - (enqueued_ago or timedelta(minutes=5))
-    return QueueMessage.objects.create(
+    return QueueMessageFactory(
         message_id=f"m{n}",
         group_id="g",
-        payment_id="g",
         enqueued_at=enqueued,
         first_started_at=now - timedelta(minutes=1),
         last_started_at=now,
@@ -83,10 +89,10 @@ def test_oldest_unfinished_age_comes_from_the_workers_records():
 
 
 def test_open_dead_letters_and_the_oldest_age():
-    old = dead_letter_make()
+    old = DeadLetterFactory()
     DeadLetter.objects.filter(pk=old.pk).update(ingested_at=timezone.now() - timedelta(hours=7))
-    dead_letter_make()
-    dead_letter_make(status=DeadLetterStatus.RESOLVED)
+    DeadLetterFactory()
+    DeadLetterFactory(status=DeadLetterStatus.RESOLVED)
     summary = selectors.dead_letters_open_summary()
     assert summary.count == 2
     assert timedelta(hours=7) <= summary.oldest_age < timedelta(hours=7, minutes=1)
@@ -107,27 +113,16 @@ def test_stuck_payments_are_the_oldest_pending_or_submitted():
 def test_error_classes_are_ranked_by_frequency():
     record = message(1, status="retrying")
     for i, cls in enumerate(["A", "B", "B", "C", "B", "A"]):
-        ProcessingError.objects.create(
-            queue_message=record,
-            payment_id="g",
-            message_id="m1",
-            attempt_number=i + 1,
-            error_class=cls,
-            retryable=True,
-        )
+        ProcessingErrorFactory(queue_message=record, attempt_number=i + 1, error_class=cls)
     assert selectors.error_classes_ranked() == [("B", 3), ("A", 2), ("C", 1)]
 
 
 def test_payments_on_hold_count_their_unreleased_parked_messages():
-    hold = PaymentHold.objects.create(payment_id="p1", reason="r")
-    PaymentHold.objects.create(payment_id="p2", reason="r", released_at=timezone.now())
+    hold = PaymentHoldFactory(payment_id="p1")
+    PaymentHoldFactory(payment_id="p2", released_at=timezone.now())
     for i in range(3):
-        ParkedMessage.objects.create(
-            hold=hold,
-            payment_id="p1",
-            message_id=f"x{i}",
-            body={},
-            republished_message_id="sent" if i == 0 else "",
+        ParkedMessageFactory(
+            hold=hold, message_id=f"x{i}", republished_message_id="sent" if i == 0 else ""
         )
     holds = list(selectors.payments_on_hold())
     assert [(h.payment_id, h.parked_count) for h in holds] == [("p1", 2)]
@@ -137,7 +132,7 @@ def test_the_dashboard_shows_depths_numbers_and_svg_charts(client, sqs_queues):
     sqs.send_message_now(body={"kind": "x"}, group_id="g1", deduplication_id="1")
     sqs.send_message_now(body={"kind": "x"}, group_id="g2", deduplication_id="2")
     message(1, latency=timedelta(milliseconds=200))
-    dead_letter_make()
+    DeadLetterFactory()
     PaymentFactory(state=PaymentState.SUBMITTED)
     client.force_login(viewer())
     response = client.get(reverse(DASHBOARD))

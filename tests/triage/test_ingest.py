@@ -12,7 +12,7 @@ from callbacks.models import PaymentHold, QueueMessage, QueueMessageStatus
 from callbacks.services import ReceivedMessage, queue_message_start
 from payments.models import PaymentState
 from payments.signals import alert_raised
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, PaymentHoldFactory
 from tests.triage.deadletters import dlq_depth, event_publish, worker_run
 from triage import ingestion
 from triage.models import DeadLetter, DeadLetterSource, DeadLetterStatus
@@ -149,7 +149,7 @@ def test_redrive_policy_message_is_stored_and_its_payment_put_on_hold(sqs_queues
 
 def test_redrive_policy_message_of_an_already_held_payment_keeps_one_hold(sqs_queues, alerts):
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
-    PaymentHold.objects.create(payment_id=str(payment.id), reason="earlier dead letter")
+    PaymentHoldFactory(payment_id=str(payment.id), reason="earlier dead letter")
     sqs.send_message_now(
         body={"kind": "processor_event", "payment_id": str(payment.id)},
         group_id=str(payment.id),

@@ -10,11 +10,15 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from callbacks import sqs
-from callbacks.models import PaymentHold, QueueMessage
 from payments import signing
 from payments.services import payment_apply_event
-from tests.factories import PaymentFactory, processor_event
-from triage.models import DeadLetter
+from tests.factories import (
+    DeadLetterFactory,
+    PaymentFactory,
+    PaymentHoldFactory,
+    QueueMessageFactory,
+    processor_event,
+)
 from triage.monitoring import metrics_registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,29 +100,13 @@ def test_operations_gauges_read_queue_depth_and_the_database_at_scrape_time(clie
             MessageGroupId=f"g{i}",
             MessageDeduplicationId=f"d{i}",
         )
-    for i in range(2):
-        DeadLetter.objects.create(
-            original_message_id=f"m{i}",
-            dlq_message_id=f"d{i}",
-            kind="processor_event",
-            group_id="g",
-            body={},
-            source="worker",
-            status="open" if i == 0 else "discarded",
-        )
-    PaymentHold.objects.create(payment_id="p-1", reason="dead letter")
-    PaymentHold.objects.create(payment_id="p-2", reason="old", released_at=timezone.now())
+    DeadLetterFactory(status="open")
+    DeadLetterFactory(status="discarded")
+    PaymentHoldFactory(payment_id="p-1")
+    PaymentHoldFactory(payment_id="p-2", released_at=timezone.now())
     now = timezone.now()
-    for i, (status, age) in enumerate([("in_progress", 120), ("retrying", 30), ("done", 900)]):
-        QueueMessage.objects.create(
-            message_id=f"qm{i}",
-            kind="processor_event",
-            group_id="g",
-            enqueued_at=now - timedelta(seconds=age),
-            first_started_at=now,
-            last_started_at=now,
-            status=status,
-        )
+    for status, age in [("in_progress", 120), ("retrying", 30), ("done", 900)]:
+        QueueMessageFactory(enqueued_at=now - timedelta(seconds=age), status=status)
 
     samples = scrape(client)
 

@@ -9,8 +9,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
-from tests.factories import UserFactory
-from tests.triage.deadletters import dead_letter_make
+from tests.factories import (
+    DeadLetterFactory,
+    ProcessingErrorFactory,
+    QueueMessageFactory,
+    UserFactory,
+)
 from triage import retention, tasks
 from triage.models import (
     Alert,
@@ -32,37 +36,29 @@ def _ago(days: float):
 
 
 def _dead_lettered_message(dead_letter) -> QueueMessage:
-    row = QueueMessage.objects.create(
+    row = QueueMessageFactory(
         message_id=dead_letter.original_message_id,
         group_id=dead_letter.group_id,
         first_started_at=_ago(OLD),
-        last_started_at=_ago(OLD),
         status=QueueMessageStatus.DEAD_LETTERED,
         finished_at=_ago(OLD),
     )
-    ProcessingError.objects.create(
-        queue_message=row,
-        message_id=row.message_id,
-        attempt_number=1,
-        error_class="X",
-        retryable=False,
-    )
+    ProcessingErrorFactory(queue_message=row, retryable=False)
     return row
 
 
 def test_error_history_of_an_open_dead_letter_is_never_purged(settings):
     settings.QUEUE_ERROR_RETENTION = timedelta(days=90)
-    still_open = dead_letter_make()
-    resolved = dead_letter_make(status=DeadLetterStatus.RESOLVED)
-    discarded = dead_letter_make(status=DeadLetterStatus.DISCARDED)
+    still_open = DeadLetterFactory()
+    resolved = DeadLetterFactory(status=DeadLetterStatus.RESOLVED)
+    discarded = DeadLetterFactory(status=DeadLetterStatus.DISCARDED)
     for dead_letter in (still_open, resolved, discarded):
         _dead_lettered_message(dead_letter)
     # Dead-lettered, but not ingested yet: nobody has decided anything about it.
-    not_ingested = QueueMessage.objects.create(
+    not_ingested = QueueMessageFactory(
         message_id="in-the-dlq",
         group_id="g",
         first_started_at=_ago(OLD),
-        last_started_at=_ago(OLD),
         status=QueueMessageStatus.DEAD_LETTERED,
         finished_at=_ago(OLD),
     )
@@ -78,7 +74,7 @@ def test_error_history_of_an_open_dead_letter_is_never_purged(settings):
 
 def test_error_history_of_a_closed_dead_letter_is_kept_for_its_retention(settings):
     settings.QUEUE_ERROR_RETENTION = timedelta(days=365)
-    _dead_lettered_message(dead_letter_make(status=DeadLetterStatus.REDRIVEN))
+    _dead_lettered_message(DeadLetterFactory(status=DeadLetterStatus.REDRIVEN))
 
     assert retention.error_history_purge() == 0
     assert retention.error_history_purge(older_than=timedelta(days=30)) == 1
@@ -120,7 +116,9 @@ def _job(status: str, finished_days_ago: float | None, items: int) -> BulkTriage
     if finished_days_ago is not None:
         BulkTriageJob.objects.filter(pk=job.pk).update(finished_at=_ago(finished_days_ago))
     for position in range(items):
-        BulkTriageJobItem.objects.create(job=job, dead_letter=dead_letter_make(), position=position)
+        BulkTriageJobItem.objects.create(
+            job=job, dead_letter=DeadLetterFactory(), position=position
+        )
     return job
 
 

@@ -21,7 +21,7 @@ from kombu import Connection
 from payments.locks import _lock_key, single_flight
 from payments.models import ProcessedEvent
 from payments.tasks import processed_events_purge
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, ProcessedEventFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,13 +185,7 @@ def test_setup_celery_queue_reports_an_unreachable_endpoint(settings):
 
 
 def _processed_event(payment, event_id: str, age: timedelta) -> ProcessedEvent:
-    record = ProcessedEvent.objects.create(
-        processor_event_id=event_id,
-        payment=payment,
-        event_type="settled",
-        payload_hash="x" * 64,
-        outcome="applied",
-    )
+    record = ProcessedEventFactory(processor_event_id=event_id, payment=payment)
     ProcessedEvent.objects.filter(pk=event_id).update(processed_at=timezone.now() - age)
     return record
 

@@ -7,7 +7,7 @@ import pytest
 from demo.traffic import _summary, _unfinished
 from payments.models import LedgerEntry, PaymentState
 from payments.services import payment_apply_event
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import LedgerEntryFactory, PaymentFactory, processor_event
 
 pytestmark = pytest.mark.django_db
 
@@ -86,9 +86,7 @@ def test_the_summary_fails_a_credit_for_an_unsettled_payment(
 ):
     _processor_outage_story(django_capture_on_commit_callbacks)
     payment = PaymentFactory(state=PaymentState.SUBMITTED, amount=Decimal("3.00"))
-    LedgerEntry.objects.create(
-        payment=payment, merchant_id=payment.merchant_id, kind="credit", amount=payment.amount
-    )
+    LedgerEntryFactory(payment=payment)
 
     assert _summary(sandbox.base_url, 0) is False
     assert "[FAIL] no ledger credit without a confirmed payment" in capsys.readouterr().out

@@ -21,6 +21,7 @@ from callbacks.metrics import OUTBOX_PUBLISHED
 from callbacks.outbox import outbox_relay_publish, outbox_relay_publish_ids
 from payments.models import OutboxMessage
 from payments.services import payment_create
+from tests.factories import OutboxMessageFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,12 +92,7 @@ def sent_ids(monkeypatch):
 
 def add_rows(groups: list[str]) -> list[OutboxMessage]:
     """Outbox rows written directly (no on-commit publish), one per entry of ``groups``."""
-    return [
-        OutboxMessage.objects.create(
-            kind="submit_payment", group_id=g, body={"kind": "submit_payment", "payment_id": g}
-        )
-        for g in groups
-    ]
+    return [OutboxMessageFactory(payment_id=g) for g in groups]
 
 
 @pytest.mark.django_db

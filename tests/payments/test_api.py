@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from payments import idempotency
 from payments.models import ApiIdempotencyKey, Payment
-from tests.factories import PaymentFactory, UserFactory, grant
+from tests.factories import ApiIdempotencyKeyFactory, PaymentFactory, UserFactory, grant
 
 pytestmark = pytest.mark.django_db
 
@@ -111,9 +111,8 @@ def test_keys_are_per_user(api_client):
 
 
 def test_key_still_in_flight_answers_409(api_client, user):
-    ApiIdempotencyKey.objects.create(
-        user=user, key="k4", request_hash=idempotency.request_fingerprint(BODY)
-    )
+    fingerprint = idempotency.request_fingerprint(BODY)
+    ApiIdempotencyKeyFactory(user=user, key="k4", request_hash=fingerprint)
     response = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k4")
 
     assert response.status_code == 409
@@ -121,7 +120,7 @@ def test_key_still_in_flight_answers_409(api_client, user):
 
 
 def test_key_abandoned_by_a_crashed_request_is_taken_over_after_the_lease(api_client, user):
-    record = ApiIdempotencyKey.objects.create(
+    record = ApiIdempotencyKeyFactory(
         user=user, key="k5", request_hash=idempotency.request_fingerprint(BODY)
     )
     ApiIdempotencyKey.objects.filter(pk=record.pk).update(

@@ -37,7 +37,7 @@ from payments.processor.breaker import (
     processor_breaker_trial_start,
     processor_breaker_wait,
 )
-from tests.factories import PaymentFactory
+from tests.factories import PaymentFactory, ProcessorAttemptFactory
 from triage.models import Alert, AlertStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,14 +109,12 @@ def attempts(payment, outcomes, *, operation="submit", age_seconds=1.0):
     """Processor attempts of ``payment``, oldest first; True = failed (503)."""
     start = ProcessorAttempt.objects.filter(payment=payment).count()
     for number, failed in enumerate(outcomes, start=start + 1):
-        ProcessorAttempt.objects.create(
+        ProcessorAttemptFactory(
             payment=payment,
             operation=operation,
             attempt_number=number,
-            idempotency_key=payment.idempotency_key,
             outcome=AttemptOutcome.RETRYABLE if failed else AttemptOutcome.ACCEPTED,
             http_status=503 if failed else 201,
-            latency_ms=1,
             started_at=timezone.now() - timedelta(seconds=age_seconds),
         )
     ProcessorAttempt.objects.filter(payment=payment, recorded_at__isnull=False).filter(
@@ -208,15 +206,7 @@ def test_failure_rate_ignores_429s_status_reads_old_calls_and_calls_before_the_l
     ProcessorAttempt.objects.filter(payment=payment, operation=STATUS_READ).update(http_status=503)
     recent = PaymentFactory()
     for number in range(1, 9):  # recent 429s: a pause, not a failure
-        ProcessorAttempt.objects.create(
-            payment=recent,
-            attempt_number=number,
-            idempotency_key=recent.idempotency_key,
-            outcome=AttemptOutcome.RETRYABLE,
-            http_status=429,
-            latency_ms=1,
-            started_at=timezone.now(),
-        )
+        ProcessorAttemptFactory(payment=recent, attempt_number=number, http_status=429)
     assert fail() == BreakerState.CLOSED
 
     # Failures before the last close no longer count either.

@@ -18,7 +18,14 @@ from payments.models import (
     ProcessedEvent,
 )
 from payments.services import payment_apply_event, processed_events_purge
-from tests.factories import PaymentFactory, UserFactory, processor_event
+from tests.factories import (
+    ApiIdempotencyKeyFactory,
+    CircuitBreakerTransitionFactory,
+    OutboxMessageFactory,
+    PaymentFactory,
+    UserFactory,
+    processor_event,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +35,7 @@ def _deletes(queries: CaptureQueriesContext) -> list[str]:
 
 
 def _outbox(published_days_ago: float | None) -> OutboxMessage:
-    row = OutboxMessage.objects.create(kind="submit", group_id="g", body={})
+    row = OutboxMessageFactory()
     if published_days_ago is not None:
         published_at = timezone.now() - timedelta(days=published_days_ago)
         OutboxMessage.objects.filter(pk=row.pk).update(
@@ -64,11 +71,11 @@ def test_outbox_purge_task_reads_the_retention_setting(settings):
 def test_breaker_transition_purge_keeps_recent_history_and_the_breaker(settings):
     settings.BREAKER_TRANSITION_RETENTION = timedelta(days=90)
     breaker = CircuitBreaker.objects.create(name="processor")
-    old = [CircuitBreakerTransition.objects.create(breaker=breaker, kind="open") for _ in range(3)]
+    old = CircuitBreakerTransitionFactory.create_batch(3, breaker=breaker, kind="open")
     CircuitBreakerTransition.objects.filter(pk__in=[t.pk for t in old]).update(
         created_at=timezone.now() - timedelta(days=91)
     )
-    recent = CircuitBreakerTransition.objects.create(breaker=breaker, kind="close")
+    recent = CircuitBreakerTransitionFactory(breaker=breaker, kind="close")
 
     with CaptureQueriesContext(connection) as queries:
         assert tasks.breaker_transitions_purge() == 3
@@ -110,9 +117,9 @@ def test_idempotency_key_purge_goes_in_batches(settings):
     settings.API_IDEMPOTENCY_RETENTION = timedelta(hours=24)
     user = UserFactory()
     for i in range(3):
-        ApiIdempotencyKey.objects.create(user=user, key=f"old-{i}", request_hash="h")
+        ApiIdempotencyKeyFactory(user=user, key=f"old-{i}")
     ApiIdempotencyKey.objects.update(created_at=timezone.now() - timedelta(hours=25))
-    ApiIdempotencyKey.objects.create(user=user, key="new", request_hash="h")
+    ApiIdempotencyKeyFactory(user=user, key="new")
 
     with CaptureQueriesContext(connection) as queries:
         assert idempotency_keys_purge(batch_size=2) == 3

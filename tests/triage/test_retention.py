@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
 from tests.factories import (
+    AlertFactory,
     DeadLetterFactory,
     ProcessingErrorFactory,
     QueueMessageFactory,
@@ -81,7 +82,7 @@ def test_error_history_of_a_closed_dead_letter_is_kept_for_its_retention(setting
 
 
 def _alert(key: str, *, resolved_days_ago: float | None, notifications: int = 2) -> Alert:
-    alert = Alert.objects.create(key=key, severity="high", summary=key)
+    alert = AlertFactory(key=key)
     if resolved_days_ago is not None:
         Alert.objects.filter(pk=alert.pk).update(
             status=AlertStatus.RESOLVED, resolved_at=_ago(resolved_days_ago)

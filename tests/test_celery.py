@@ -4,7 +4,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from payments.locks import _lock_key, single_flight
 from payments.models import ProcessedEvent
 from payments.tasks import processed_events_purge
 from tests.factories import PaymentFactory, ProcessedEventFactory
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,6 +190,7 @@ def _processed_event(payment, event_id: str, age: timedelta) -> ProcessedEvent:
     return record
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("queue_url_given", [True, False], ids=["url-given", "url-looked-up"])
 @pytest.mark.django_db(transaction=True)
 def test_real_worker_on_the_sqs_broker_runs_a_beat_task(
@@ -235,18 +236,10 @@ def test_real_worker_on_the_sqs_broker_runs_a_beat_task(
         with Connection(f"sqs://127.0.0.1:{local_sqs.port}", transport_options=transport) as broker:
             sender.send_task(entry["task"], connection=broker, queue=name)
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if not ProcessedEvent.objects.filter(pk="evt_old").exists():
-                break
-            assert worker.poll() is None, log.read_text()
-            time.sleep(0.25)
-        else:
-            pytest.fail("the worker did not run the task:\n" + log.read_text())
+        old = ProcessedEvent.objects.filter(pk="evt_old")
+        wait_for(lambda: not old.exists(), 60, "the task run", watch=[worker], logs=[log])
         assert ProcessedEvent.objects.filter(pk="evt_recent").exists()
-        deadline = time.monotonic() + 10
-        while "succeeded" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: "succeeded" in log.read_text(), 10, "its success", logs=[log])
         assert f"Task {entry['task']}" in log.read_text()
         assert "succeeded" in log.read_text()
     finally:
@@ -310,6 +303,7 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
     settings, sqs_queues, local_sqs, tmp_path
@@ -343,17 +337,13 @@ def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
         tmp_path / "beat.log",
     )
     try:
-        deadline = time.monotonic() + 60
-        while not DeadLetter.objects.exists():
-            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-            assert beat.poll() is None, (tmp_path / "beat.log").read_text()
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    "no dead letter ingested:\n"
-                    + (tmp_path / "beat.log").read_text()
-                    + (tmp_path / "worker.log").read_text()
-                )
-            time.sleep(0.25)
+        wait_for(
+            DeadLetter.objects.exists,
+            60,
+            "a dead letter ingested",
+            watch=[worker, beat],
+            logs=[tmp_path / "beat.log", tmp_path / "worker.log"],
+        )
     finally:
         _stop(beat)
         _stop(worker)

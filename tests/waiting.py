@@ -18,15 +18,15 @@ def wait_for(
     *,
     every: float = 0.05,
     watch: Iterable = (),
-    log: Path | None = None,
+    logs: Iterable[Path] = (),
 ) -> float:
     """Poll ``condition`` every ``every`` seconds until it is true; the seconds it took.
 
     Fails (``AssertionError`` naming ``what``) after ``timeout`` seconds, or as soon as a process
     in ``watch`` has exited: ``WorkerProcess``es (``.process`` and ``.output``) or plain
-    ``subprocess.Popen``s. The failure shows the watched processes' output and ``log``'s text.
+    ``subprocess.Popen``s. The failure shows the watched processes' output and the ``logs``.
     """
-    watch = list(watch)
+    watch, logs = list(watch), list(logs)
     began = time.monotonic()
     while not condition():
         for watched in watch:
@@ -34,18 +34,39 @@ def wait_for(
             if process.poll() is not None:
                 raise AssertionError(
                     f"a process exited (status {process.returncode}) while waiting for {what}"
-                    + _details(watch, log)
+                    + _details(watch, logs)
                 )
         if time.monotonic() - began > timeout:
             raise AssertionError(
-                f"timed out after {timeout} s waiting for {what}" + _details(watch, log)
+                f"timed out after {timeout} s waiting for {what}" + _details(watch, logs)
             )
         time.sleep(every)
     return time.monotonic() - began
 
 
-def _details(watch: list, log: Path | None) -> str:
+def _details(watch: list, logs: list[Path]) -> str:
     texts = [watched.output for watched in watch if hasattr(watched, "output")]
-    if log is not None and log.exists():
-        texts.append(log.read_text())
+    texts += [log.read_text() for log in logs if log.exists()]
     return "".join(f":\n{text}" for text in texts if text)
+
+
+def backend_pid() -> int:
+    """This thread's PostgreSQL backend, for ``waits_on_a_lock`` in another thread."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def waits_on_a_lock(pid: int) -> bool:
+    """Whether backend ``pid`` is blocked on a lock it has asked for: the event a test of a
+    row lock or a unique index waits for, instead of sleeping and hoping the other side got
+    there."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
+        )
+        return cursor.fetchone()[0]

@@ -35,7 +35,7 @@ from tests.callbacks.worker_support import (
 from tests.waiting import wait_for
 from triage.models import Alert, AlertStatus
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 BUDGET = {
     "WORKER_BACKOFF_BASE_SECONDS": "0.05",

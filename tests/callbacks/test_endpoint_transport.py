@@ -40,6 +40,7 @@ def post_chunked(port: int, raw: bytes, *, signature: str | None = None) -> tupl
         connection.close()
 
 
+@pytest.mark.subprocess
 def test_a_chunked_callback_is_read_whole_and_accepted_under_gunicorn(sqs_queues, gunicorn_url):
     body = event_body(message="m" * 900, note="x" * 5000)
     status, answer = post_chunked(gunicorn_url, json.dumps(body).encode())
@@ -48,6 +49,7 @@ def test_a_chunked_callback_is_read_whole_and_accepted_under_gunicorn(sqs_queues
     assert json.loads(message["Body"])["event"]["note"] == "x" * 5000
 
 
+@pytest.mark.subprocess
 def test_an_oversized_chunked_callback_is_413_not_401_under_gunicorn(sqs_queues, gunicorn_url):
     raw = json.dumps(event_body(note="p" * (70 * 1024))).encode()
     status, answer = post_chunked(gunicorn_url, raw, signature="t=1,v1=00")
@@ -56,6 +58,7 @@ def test_an_oversized_chunked_callback_is_413_not_401_under_gunicorn(sqs_queues,
     assert queued_messages(sqs_queues) == []
 
 
+@pytest.mark.subprocess
 def test_a_chunked_callback_with_a_bad_signature_is_401_after_reading_it(sqs_queues, gunicorn_url):
     raw = json.dumps(event_body()).encode()
     status, answer = post_chunked(gunicorn_url, raw, signature=signing.sign(b"other", [SECRET]))

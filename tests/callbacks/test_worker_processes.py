@@ -22,7 +22,7 @@ from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, s
 from tests.factories import PaymentFactory, processor_event
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 SUMMARY = re.compile(r"run_sqs_worker stopped: (\d+) handled .*, (\d+) deleted, (\d+) released")
 
@@ -116,7 +116,7 @@ def test_second_signal_exits_at_once(sqs_queues, start_sandbox, tmp_path):
     worker = WorkerProcess("--wait-time=1", "--no-relay", log_dir=tmp_path)
     sandbox.latch.wait_held()
     worker.signal(signal.SIGTERM)
-    time.sleep(0.1)
+    worker.wait_for("finishing the current message")  # the first signal handled
     worker.signal(signal.SIGTERM)
 
     # Exits while its processor call is still held open: it did not wait for the call.

@@ -1,5 +1,4 @@
 import threading
-import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -163,9 +162,13 @@ def test_two_concurrent_requests_with_one_key_create_one_payment(monkeypatch):
     user = UserFactory()
     grant(user, BODY["merchant_id"])
     real_create = apis.payment_create
+    in_flight, second_answered = threading.Event(), threading.Event()
 
     def slow_create(**kwargs):
-        time.sleep(0.5)  # keep the first request in flight while the second arrives
+        # The first request stays in flight, its key claimed, until the second is answered.
+        if not in_flight.is_set():
+            in_flight.set()
+            second_answered.wait(10)
         return real_create(**kwargs)
 
     monkeypatch.setattr(apis, "payment_create", slow_create)
@@ -181,12 +184,13 @@ def test_two_concurrent_requests_with_one_key_create_one_payment(monkeypatch):
         )
         connection.close()
 
-    threads = [threading.Thread(target=post) for _ in range(2)]
-    threads[0].start()
-    time.sleep(0.1)
-    threads[1].start()
-    for t in threads:
-        t.join(10)
+    first, second = threading.Thread(target=post), threading.Thread(target=post)
+    first.start()
+    assert in_flight.wait(10)
+    second.start()
+    second.join(10)
+    second_answered.set()
+    first.join(10)
 
     assert sorted(statuses) == [201, 409]
     assert Payment.objects.count() == 1

@@ -132,6 +132,7 @@ def gunicorn_port(sqs_queues, settings, tmp_path):
         yield port
 
 
+@pytest.mark.subprocess
 def test_an_oversized_chunked_body_without_content_length_is_413_under_gunicorn(gunicorn_port):
     """No Content-Length to trust or to lie with: the bytes read are what count. (Twice the
     limit: the server answers once it has read one byte past it, and a client still sending

@@ -24,6 +24,8 @@ from tests.callbacks.test_endpoint import SECRET, event_body
 from tests.gunicorn_support import free_port, gunicorn_running
 from tests.pg_cluster import django_env, django_run
 
+pytestmark = pytest.mark.subprocess
+
 MERCHANT = "m-outage"
 UNAVAILABLE = {"errors": {"database_unavailable": [DATABASE_UNAVAILABLE_MESSAGE]}}
 LOG_MARK = "payments API answered 503, database unavailable"

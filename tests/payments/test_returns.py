@@ -1,7 +1,6 @@
 """ACH returns: the returned state, the ledger reversal, reason codes, late and unknown flags."""
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -30,6 +29,7 @@ from payments.return_codes import (
 from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_transition
 from tests.factories import PaymentFactory, processor_event
+from tests.waiting import backend_pid, wait_for, waits_on_a_lock
 from triage.models import Alert, AlertStatus
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
@@ -129,6 +129,7 @@ def test_the_return_waits_for_the_payments_row_lock_and_writes_nothing_before_it
     event = processor_event(payment, "returned", reason_code="R01", timestamp=timezone.now())
     locked, release, applied = threading.Event(), threading.Event(), threading.Event()
     errors: list = []
+    pid: list[int] = []  # the applying thread's backend
 
     def hold_lock():
         try:
@@ -142,6 +143,7 @@ def test_the_return_waits_for_the_payments_row_lock_and_writes_nothing_before_it
     def apply():
         try:
             locked.wait(10)
+            pid.append(backend_pid())
             payment_apply_event(event=event)
             applied.set()
         except Exception as exc:  # noqa: BLE001 - the test inspects it
@@ -153,7 +155,7 @@ def test_the_return_waits_for_the_payments_row_lock_and_writes_nothing_before_it
     holder.start()
     applier.start()
     locked.wait(10)
-    time.sleep(0.5)
+    wait_for(lambda: pid and waits_on_a_lock(pid[0]), 10, "the return to wait on the row lock")
     # While another transaction holds the row, the return has neither moved nor written.
     assert not applied.is_set()
     assert not LedgerEntry.objects.filter(payment=payment, kind="reversal").exists()

@@ -380,6 +380,7 @@ def test_fault_config_reads_the_environment_and_names_bad_values():
         FaultConfig(p_5xx=0.6, p_4xx=0.6)
 
 
+@pytest.mark.subprocess
 def test_run_sandbox_processor_command_serves_and_stops_on_sigterm(receiver):
     env = {
         **os.environ,

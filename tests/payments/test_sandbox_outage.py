@@ -1,12 +1,12 @@
 """The sandbox processor's outage mode, switched at run time over HTTP."""
 
-import time
 import uuid
 
 import pytest
 import requests
 
 from payments.sandbox import FaultConfig, SandboxProcessor
+from tests.waiting import wait_for
 
 AUTH = {"Authorization": "Bearer test-processor-key"}
 
@@ -45,7 +45,7 @@ def test_503_outage_fails_every_call_without_charging_then_ends_by_itself(server
     status = requests.get(
         f"{server.base_url}/v1/ach/debits/{uuid.uuid4()}", headers=AUTH, timeout=5
     )
-    time.sleep(0.7)
+    wait_for(lambda: not server.outage()["mode"], 5, "the outage to end by itself")
     after = debit(server.base_url)
 
     assert (during.status_code, status.status_code, after.status_code) == (503, 503, 201)

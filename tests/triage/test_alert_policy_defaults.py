@@ -3,13 +3,13 @@ intervals, each exercised as shipped."""
 
 import runpy
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from django.db import IntegrityError, close_old_connections, connection, transaction
 
+from tests.waiting import backend_pid, wait_for, waits_on_a_lock
 from triage.alerting import alert_fire
 from triage.models import Alert, AlertStatus
 
@@ -68,14 +68,6 @@ def test_the_database_refuses_a_second_firing_alert_for_one_key():
     assert Alert.objects.filter(key="k").count() == 3
 
 
-def _waiting_on_a_lock(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
-        )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_an_alert_fired_while_another_process_creates_its_row_joins_that_row():
     """Forced race: the test inserts the firing row and holds its transaction open; alert_fire,
@@ -87,9 +79,7 @@ def test_an_alert_fired_while_another_process_creates_its_row_joins_that_row():
 
     def fire():
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                pid.append(cursor.fetchone()[0])
+            pid.append(backend_pid())
             pid_known.set()
             outcome.append(alert_fire(key="queue.dlq", severity="medium", summary="from fire"))
         except Exception as exc:  # noqa: BLE001 - the test inspects it
@@ -104,10 +94,7 @@ def test_an_alert_fired_while_another_process_creates_its_row_joins_that_row():
         winner = Alert.objects.create(key="queue.dlq", severity="medium", summary="from the other")
         thread.start()
         assert pid_known.wait(10) and pid
-        deadline = time.monotonic() + 10
-        while not _waiting_on_a_lock(pid[0]):
-            assert time.monotonic() < deadline, "alert_fire never waited on the firing row"
-            time.sleep(0.01)
+        wait_for(lambda: waits_on_a_lock(pid[0]), 10, "alert_fire to wait on the row", every=0.01)
     thread.join(30)
 
     [result] = outcome

@@ -385,6 +385,7 @@ CRASH_RUN = (
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_a_job_killed_mid_run_resumes_where_it_stopped_and_acts_once_on_each(settings):
     dead_letters_bulk_create(120)

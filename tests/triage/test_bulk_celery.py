@@ -14,6 +14,8 @@ from tests.triage.deadletters import operator
 from tests.waiting import wait_for
 from triage.models import BulkJobStatus, BulkTriageJob, DeadLetter, DeadLetterStatus, TriageAction
 
+pytestmark = pytest.mark.subprocess
+
 WORKER_ARGS = [
     "worker",
     "--pool=solo",
@@ -73,7 +75,11 @@ def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on
     first = worker_start(env, name, first_log)
     try:
         wait_for(
-            lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 20, 60, "progress", log=first_log
+            lambda: BulkTriageJob.objects.get(pk=job.pk).done >= 20,
+            60,
+            "progress",
+            watch=[first],
+            logs=[first_log],
         )
     finally:
         first.send_signal(signal.SIGKILL)
@@ -89,7 +95,8 @@ def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on
             lambda: BulkTriageJob.objects.get(pk=job.pk).status == BulkJobStatus.COMPLETED,
             90,
             "completion",
-            log=second_log,
+            watch=[second],
+            logs=[second_log],
         )
     finally:
         second.terminate()

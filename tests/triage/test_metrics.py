@@ -152,6 +152,7 @@ print(os.getpid())
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db
 def test_multiprocess_mode_adds_up_every_process(client, monkeypatch, tmp_path, sqs_queues):
     env = {

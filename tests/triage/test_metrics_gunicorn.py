@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gunicorn_support import free_port, gunicorn_running
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` runs the whole system on one machine, `make test`
 # runs the test suite. Both set themselves up: virtual environment, requirements, local SQS server.
+# `make test-fast` is the contributor's loop; `make test-slow` the tiers only CI (.ci/run) runs.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ LOCALSTACK_PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyen
 LOCALSTACK_VENV := .venv-localstack
 LOCALSTACK := $(LOCALSTACK_VENV)/.requirements-installed
 
-.PHONY: deps localstack test lint demo bench chaos clean
+.PHONY: deps localstack test test-fast test-slow lint demo bench chaos clean
 
 deps: $(DEPS)
 
@@ -24,7 +25,7 @@ $(VENV)/.requirements-installed: requirements.txt
 	touch $@
 
 $(LOCALSTACK): requirements-localstack.txt
-	@test -n "$(LOCALSTACK_PYTHON)" || { echo "Python 3.13 not found: install it (LocalStack's SQS for make test)"; exit 1; }
+	@test -n "$(LOCALSTACK_PYTHON)" || { echo "Python 3.13 not found: install it (LocalStack's SQS for make test-slow)"; exit 1; }
 	test -x $(LOCALSTACK_VENV)/bin/python || $(LOCALSTACK_PYTHON) -m venv $(LOCALSTACK_VENV)
 	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet -r requirements-localstack.txt
@@ -37,40 +38,57 @@ lint: deps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# The SQS-heavy modules, run a second time against LocalStack (tests/localstack.py). fauxqs returns
-# at most one message per group per receive; LocalStack, like AWS at times, returns several of one
-# group in one receive, in order, so only there does the worker's partial-batch path (a batch's
-# group heads in one transaction, the rest of each group one by one, stopped at a failure and the
-# remainder released) meet a real server. These are the modules that drive the worker over the
-# queues and lean on FIFO semantics: group order, visibility and receive counts, RedrivePolicy,
-# the DLQ, queue attributes (test_setup_queues), and held messages released back into their group
-# (triage/test_actions). The rest only send to SQS or read its counts: fauxqs covers them.
-LOCALSTACK_TESTS ?= \
-	tests/callbacks/test_worker.py \
-	tests/callbacks/test_worker_partial_batch.py \
-	tests/callbacks/test_worker_batch.py \
-	tests/callbacks/test_worker_backoff.py \
-	tests/callbacks/test_worker_breaker.py \
-	tests/callbacks/test_worker_submit.py \
-	tests/callbacks/test_worker_processes.py \
-	tests/callbacks/test_holds.py \
-	tests/callbacks/test_unstorable_messages.py \
-	tests/callbacks/test_breaker_outage.py \
-	tests/callbacks/test_outbox.py \
-	tests/callbacks/test_sqs_gateway.py \
-	tests/callbacks/test_setup_queues.py \
-	tests/triage/test_actions.py
+# pytest-xdist: one process per core (PYTEST_WORKERS=0 runs in this process), whole modules per
+# process (their module fixtures, a gunicorn or a database cluster, start once). Each process has
+# its own local SQS server, test database (pytest-django's _gw<n> suffix), clusters and ports.
+PYTEST_WORKERS ?= auto
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+# The slow tiers (markers in pyproject.toml): `subprocess` (worker, gunicorn, celery, relay
+# processes), `browser` (chromium) and `scale` (1,000 payments, long faults: minutes each).
+FAST = not subprocess and not browser and not scale
 
-test: deps $(LOCALSTACK)
+# The tests LocalStack runs a second time (make test-slow). fauxqs returns at most one message of
+# a group per receive; LocalStack, like AWS at times, returns several of one group in one receive,
+# in order, so only there does the worker's partial-batch path (a batch's group heads in one
+# transaction, the rest of each group one by one, stopped at a failure and the remainder
+# released) meet a real server. Kept: the `localstack_only` tests (test_worker_partial_batch,
+# and test_setup_queues, whose queue attributes LocalStack checks as AWS does), and the modules
+# where a receive, counted under LocalStack, did return several messages of one group: worker,
+# worker_batch, worker_breaker, holds and triage/test_actions (held messages released back into
+# their group), and the test where two real worker processes share 500 payments' events (its
+# receives happen in the workers, so they were not counted). The other modules that talk to SQS
+# only send, count, or receive one message per group there: their LocalStack run repeated the
+# fauxqs one.
+LOCALSTACK_TESTS ?= \
+	tests/callbacks/test_worker_partial_batch.py \
+	tests/callbacks/test_setup_queues.py \
+	tests/callbacks/test_worker.py \
+	tests/callbacks/test_worker_batch.py \
+	tests/callbacks/test_worker_breaker.py \
+	tests/callbacks/test_holds.py \
+	tests/triage/test_actions.py \
+	tests/callbacks/test_worker_processes.py::test_two_workers_apply_500_payments_events_exactly_once_in_order
+
+# Lint, the migrations check, every test but the scale tier (in parallel), then the host project.
+test: deps
 	scripts/ensure-chromium
-	scripts/ensure-faketime
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null
-	$(PY) -m pytest $(PYTEST_ARGS)
-	$(if $(LOCALSTACK_TESTS),TEST_SQS_SERVER=localstack $(PY) -m pytest $(LOCALSTACK_TESTS))
+	$(PY) -m pytest $(XDIST) -m "not scale" $(PYTEST_ARGS)
 	# The module inside a foreign host project (its own settings, user model and URLs).
 	$(PY) -m pytest --ds=tests.host.settings tests/host
+
+# The tests that start no process of their own: seconds per change, not minutes.
+test-fast: deps
+	$(PY) -m pytest $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
+
+# What make test leaves to CI: the scale tier, one test at a time (each loads the machine and
+# times its recovery), and the LocalStack run.
+test-slow: deps $(LOCALSTACK)
+	scripts/ensure-faketime
+	$(PY) -m pytest -m scale $(PYTEST_ARGS)
+	$(if $(LOCALSTACK_TESTS),TEST_SQS_SERVER=localstack $(PY) -m pytest $(XDIST) $(LOCALSTACK_TESTS))
 
 demo: deps
 	$(PY) demo/run.py

@@ -62,7 +62,7 @@ def backend_pid() -> int:
 def waits_on_a_lock(pid: int) -> bool:
     """Whether backend ``pid`` is blocked on a lock it has asked for: the event a test of a
     row lock or a unique index waits for, instead of sleeping and hoping the other side got
-    there."""
+    there. pg_locks, not pg_stat_activity: the latter is a snapshot frozen for the transaction."""
     from django.db import connection
 
     with connection.cursor() as cursor:

@@ -1,5 +1,4 @@
 import threading
-import time
 from decimal import Decimal
 
 import pytest
@@ -21,6 +20,7 @@ from payments.models import (
 from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_create, processed_events_purge
 from tests.factories import PaymentFactory, processor_event
+from tests.waiting import backend_pid, wait_for, waits_on_a_lock
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
 
@@ -304,20 +304,11 @@ def test_purge_removes_only_dedup_records_past_retention():
     assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == ["new"]
 
 
-def _backend_waits_on_a_lock(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        # pg_locks, not pg_stat_activity: the latter is a snapshot frozen for the transaction.
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
-        )
-        return cursor.fetchone()[0]
-
-
 def _race_in_order(payment: Payment, *calls):
     """Run the calls in threads, each forced to queue on the payment's row lock, in order.
 
     The test holds the row lock itself; each thread is started only once the previous one is
-    seen (in pg_stat_activity) waiting on a lock inside its transaction. Releasing the lock
+    seen (in pg_locks) waiting on a lock inside its transaction. Releasing the lock
     then lets the first thread in, and every later one waits on the one before it: the
     overlap is certain, not left to the scheduler, and the winner is known.
     """
@@ -327,9 +318,7 @@ def _race_in_order(payment: Payment, *calls):
 
     def run(i, call):
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                pids[i] = cursor.fetchone()[0]
+            pids[i] = backend_pid()
             pid_known[i].set()
             results[i] = call()
         except Exception as exc:  # noqa: BLE001 - the test inspects it
@@ -345,10 +334,12 @@ def _race_in_order(payment: Payment, *calls):
         for i, thread in enumerate(threads):
             thread.start()
             assert pid_known[i].wait(10)
-            deadline = time.monotonic() + 10
-            while not _backend_waits_on_a_lock(pids[i]):
-                assert time.monotonic() < deadline, f"thread {i} never waited on the row lock"
-                time.sleep(0.01)
+            wait_for(
+                lambda i=i: waits_on_a_lock(pids[i]),
+                10,
+                f"thread {i} to wait on the row lock",
+                every=0.01,
+            )
     for t in threads:
         t.join(30)
     return results

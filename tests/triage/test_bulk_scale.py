@@ -21,6 +21,8 @@ from triage.models import (
     TriageActionKind,
 )
 
+pytestmark = pytest.mark.scale
+
 logger = logging.getLogger(__name__)
 
 PAGES = [

@@ -40,7 +40,7 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.processor.breaker import PROCESSOR, processor_breaker_get
-from triage.models import Alert, DeadLetter, DeadLetterSource
+from triage.models import Alert, DeadLetter, DeadLetterSource, TriageAction
 
 
 def _uuid() -> str:
@@ -300,6 +300,20 @@ class DeadLetterFactory(DjangoModelFactory):
     def bulk(cls, count: int, **fields) -> list[DeadLetter]:
         rows = cls.build_batch(count, **fields)
         return DeadLetter.objects.bulk_create(rows, batch_size=2000)
+
+
+class TriageActionFactory(DjangoModelFactory):
+    """An operator's decision on a dead letter, as the audit log records it: resolved."""
+
+    class Meta:
+        model = TriageAction
+
+    dead_letter = factory.SubFactory(DeadLetterFactory)
+    action = "resolve"
+    user = factory.SubFactory(UserFactory)
+    note = "n"
+    status_before = "open"
+    status_after = "resolved"
 
 
 class AlertFactory(DjangoModelFactory):

@@ -28,6 +28,7 @@ from tests.factories import (
     ProcessingErrorFactory,
     ProcessorAttemptFactory,
     QueueMessageFactory,
+    TriageActionFactory,
     processor_event,
 )
 from tests.triage.deadletters import operator, viewer
@@ -97,14 +98,7 @@ def history(size: int):
     user = operator()
     for i in range(size):
         other = DeadLetterFactory(payment=payment, status=DeadLetterStatus.RESOLVED)
-        TriageAction.objects.create(
-            dead_letter=other,
-            action="resolve",
-            user=user,
-            note=f"note {i}",
-            status_before="open",
-            status_after="resolved",
-        )
+        TriageActionFactory(dead_letter=other, user=user, note=f"note {i}")
     return dead_letter
 
 

@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from tests.factories import DeadLetterFactory, PaymentFactory
+from tests.factories import DeadLetterFactory, PaymentFactory, TriageActionFactory
 from tests.triage.deadletters import operator
 from triage.models import DeadLetter, DeadLetterStatus, TriageAction
 
@@ -43,14 +43,7 @@ def test_empty_ids_in_the_bulk_confirmation_are_400(acting_client):
 def test_ids_of_another_model_are_404_or_400(acting_client):
     payment = PaymentFactory()
     dead_letter = DeadLetterFactory(payment=payment)
-    TriageAction.objects.create(
-        dead_letter=dead_letter,
-        action="resolve",
-        user=operator(),
-        note="n",
-        status_before="open",
-        status_after="open",
-    )
+    TriageActionFactory(dead_letter=dead_letter, user=operator(), status_after="open")
     action_id = TriageAction.objects.get().pk + 1000  # an id no dead letter has
     url = reverse("admin:triage_deadletter_bulk", args=["resolve"])
     assert acting_client.get(url, {"ids": str(action_id)}).status_code == 404

@@ -52,6 +52,7 @@ class PgCluster:
     def __init__(self, *, database: str = "app", port: int | None = None, bin_dir: Path = PG_BIN):
         self.database = database
         self.port = port or free_port()
+        self._port_given = port is not None
         self.bin_dir = bin_dir
         self.directory = Path(tempfile.mkdtemp(prefix="pg-cluster-"))
         self.data_dir = self.directory / "data"
@@ -106,22 +107,35 @@ class PgCluster:
         """Start the server (nothing happens if it runs) and wait until it accepts connections;
         the first start creates ``database``."""
         if not self.running:
-            self._run(
-                "pg_ctl",
-                "start",
-                "--pgdata",
-                str(self.data_dir),
-                "--log",
-                str(self.log_path),
-                "--wait",
-                "--timeout",
-                str(int(timeout)),
-            )
+            self._start_server(timeout)
         self._wait_accepting(timeout)
         if not self._database_created:
             self.execute(f'CREATE DATABASE "{self.database}"', database="postgres")
             self._database_created = True
         return self
+
+    def _start_server(self, timeout: float) -> None:
+        """``pg_ctl start``. The free port was picked at ``__init__``, seconds before the server
+        binds it, and the machine runs other tests (pytest-xdist's other processes among them):
+        if another process took it meanwhile, the first start moves to a new free port (the last
+        ``port`` line of postgresql.conf wins). Later starts keep the port ``url`` names."""
+        for _ in range(3):
+            try:
+                self._run(
+                    "pg_ctl",
+                    "start",
+                    *("--pgdata", str(self.data_dir), "--log", str(self.log_path)),
+                    *("--wait", "--timeout", str(int(timeout))),
+                )
+                return
+            except RuntimeError:
+                taken = "Address already in use" in self.log()
+                if not taken or self._port_given or self._database_created:
+                    raise
+            self.port = free_port()
+            with open(self.data_dir / "postgresql.conf", "a") as conf:
+                conf.write(f"port = {self.port}\n")
+        raise RuntimeError(f"no free port for the cluster:\n{self.log()}")
 
     def stop(self, *, mode: str = "fast") -> "PgCluster":
         """Stop the server: ``fast`` terminates open sessions and shuts down cleanly,

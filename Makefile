@@ -42,7 +42,7 @@ lint: deps
 # process (their module fixtures, a gunicorn or a database cluster, start once). Each process has
 # its own local SQS server, test database (pytest-django's _gw<n> suffix), clusters and ports.
 PYTEST_WORKERS ?= auto
-XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The slow tiers (markers in pyproject.toml): `subprocess` (worker, gunicorn, celery, relay
 # processes), `browser` (chromium) and `scale` (1,000 payments, long faults: minutes each).
 FAST = not subprocess and not browser and not scale

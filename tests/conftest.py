@@ -1,3 +1,4 @@
+import collections
 import os
 
 import pytest
@@ -29,6 +30,25 @@ def pytest_collection_modifyitems(config, items):
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not item.get_closest_marker(wrong)]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _slow_modules_first(items)
+
+
+SLOW_TIERS = ("scale", "subprocess", "browser")
+
+
+def _slow_modules_first(items) -> None:
+    """Under pytest-xdist, hand out the modules that start processes first, then the others by
+    size (``--no-loadscope-reorder`` keeps this order): a module runs whole on one process
+    (``--dist loadfile``), so a long one handed out last would keep one process busy while the
+    others idle. Every process collects the same order, as xdist requires."""
+
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    sizes = collections.Counter(module(item) for item in items)
+    slow = {module(item) for item in items if any(map(item.get_closest_marker, SLOW_TIERS))}
+    items.sort(key=lambda item: (module(item) not in slow, -sizes[module(item)], module(item)))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,4 @@
-"""factory-boy factories for every model the tests build, and the few builders of state that are
+"""factory-boy factories for the models the tests build, and the few builders of state that are
 not one row (an open breaker, a processor event).
 
 A factory fills what the model requires with the values a row has in production (a dead letter
@@ -33,6 +33,7 @@ from payments.models import (
     CircuitBreakerTransition,
     LedgerEntry,
     MerchantAccess,
+    MerchantReturnDay,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -40,7 +41,15 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.processor.breaker import PROCESSOR, processor_breaker_get
-from triage.models import Alert, DeadLetter, DeadLetterSource, TriageAction
+from triage.models import (
+    Alert,
+    AlertNotification,
+    BulkTriageJob,
+    BulkTriageJobItem,
+    DeadLetter,
+    DeadLetterSource,
+    TriageAction,
+)
 
 
 def _uuid() -> str:
@@ -128,6 +137,19 @@ class OutboxMessageFactory(DjangoModelFactory):
     kind = "submit_payment"
     group_id = factory.LazyAttribute(lambda o: str(o.payment_id))
     body = factory.LazyAttribute(lambda o: {"kind": "submit_payment", "payment_id": o.group_id})
+
+
+class MerchantReturnDayFactory(DjangoModelFactory):
+    """One merchant's debits and returns of one day, ``days_ago`` (default 1) days back."""
+
+    class Meta:
+        model = MerchantReturnDay
+
+    class Params:
+        days_ago = 1
+
+    merchant_id = "m-1"
+    day = factory.LazyAttribute(lambda o: timezone.now().date() - timedelta(days=o.days_ago))
 
 
 class ProcessorAttemptFactory(DjangoModelFactory):
@@ -316,6 +338,28 @@ class TriageActionFactory(DjangoModelFactory):
     status_after = "resolved"
 
 
+class BulkTriageJobFactory(DjangoModelFactory):
+    """A bulk job as its confirmation page creates it, before it has run."""
+
+    class Meta:
+        model = BulkTriageJob
+
+    action = "discard"
+    note = "n"
+    user = factory.SubFactory(UserFactory)
+
+
+class BulkTriageJobItemFactory(DjangoModelFactory):
+    """A dead letter frozen into a bulk job's selection."""
+
+    class Meta:
+        model = BulkTriageJobItem
+
+    job = factory.SubFactory(BulkTriageJobFactory)
+    dead_letter = factory.SubFactory(DeadLetterFactory)
+    position = factory.Sequence(lambda n: n)
+
+
 class AlertFactory(DjangoModelFactory):
     """A firing alert."""
 
@@ -325,3 +369,15 @@ class AlertFactory(DjangoModelFactory):
     key = factory.Sequence(lambda n: f"alert-{n}")
     severity = "high"
     summary = factory.SelfAttribute("key")
+
+
+class AlertNotificationFactory(DjangoModelFactory):
+    """An alert's notification, sent to the log."""
+
+    class Meta:
+        model = AlertNotification
+
+    alert = factory.SubFactory(AlertFactory)
+    kind = "fired"
+    sink = "log"
+    ok = True

@@ -10,7 +10,7 @@ from django.utils import timezone
 from payments.models import MerchantReturnDay, PaymentState
 from payments.return_rates import merchant_return_rates, return_rate_settings
 from payments.services import payment_apply_event
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import MerchantReturnDayFactory, PaymentFactory, processor_event
 
 pytestmark = pytest.mark.django_db
 
@@ -22,9 +22,7 @@ def _settle(merchant: str) -> object:
 
 
 def _day(merchant: str, days_ago: int, **counts) -> None:
-    MerchantReturnDay.objects.create(
-        merchant_id=merchant, day=timezone.now().date() - timedelta(days=days_ago), **counts
-    )
+    MerchantReturnDayFactory(merchant_id=merchant, days_ago=days_ago, **counts)
 
 
 @pytest.fixture

@@ -11,10 +11,12 @@ from django.utils import timezone
 from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
 from tests.factories import (
     AlertFactory,
+    AlertNotificationFactory,
+    BulkTriageJobFactory,
+    BulkTriageJobItemFactory,
     DeadLetterFactory,
     ProcessingErrorFactory,
     QueueMessageFactory,
-    UserFactory,
 )
 from triage import retention, tasks
 from triage.models import (
@@ -88,7 +90,7 @@ def _alert(key: str, *, resolved_days_ago: float | None, notifications: int = 2)
             status=AlertStatus.RESOLVED, resolved_at=_ago(resolved_days_ago)
         )
     for _ in range(notifications):
-        AlertNotification.objects.create(alert=alert, kind="fired", sink="log", ok=True)
+        AlertNotificationFactory(alert=alert)
     return alert
 
 
@@ -111,15 +113,11 @@ def test_alerts_purge_deletes_resolved_alerts_with_their_notifications_in_batche
 
 
 def _job(status: str, finished_days_ago: float | None, items: int) -> BulkTriageJob:
-    job = BulkTriageJob.objects.create(
-        action="discard", note="n", user=UserFactory(), status=status, total=items
-    )
+    job = BulkTriageJobFactory(status=status, total=items)
     if finished_days_ago is not None:
         BulkTriageJob.objects.filter(pk=job.pk).update(finished_at=_ago(finished_days_ago))
     for position in range(items):
-        BulkTriageJobItem.objects.create(
-            job=job, dead_letter=DeadLetterFactory(), position=position
-        )
+        BulkTriageJobItemFactory(job=job, position=position)
     return job
 
 

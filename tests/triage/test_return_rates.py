@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from payments.models import MerchantReturnDay
+from tests.factories import MerchantReturnDayFactory
 from tests.triage.deadletters import viewer
 from triage import charts
 from triage.alert_conditions import alerts_evaluate
@@ -20,9 +21,7 @@ DASHBOARD = "admin:triage_triagedashboard_changelist"
 
 
 def _day(merchant: str, days_ago: int = 1, **counts) -> MerchantReturnDay:
-    return MerchantReturnDay.objects.create(
-        merchant_id=merchant, day=timezone.now().date() - timedelta(days=days_ago), **counts
-    )
+    return MerchantReturnDayFactory(merchant_id=merchant, days_ago=days_ago, **counts)
 
 
 @pytest.fixture

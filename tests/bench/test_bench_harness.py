@@ -95,7 +95,9 @@ class _Answer202(BaseHTTPRequestHandler):
 def http_server():
     _Answer202.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer202)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield server
     server.shutdown()

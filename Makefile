@@ -44,7 +44,8 @@ lint: deps
 PYTEST_WORKERS ?= auto
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The slow tiers (markers in pyproject.toml): `subprocess` (worker, gunicorn, celery, relay
-# processes), `browser` (chromium) and `scale` (1,000 payments, long faults: minutes each).
+# processes, Django in a fresh interpreter), `browser` (chromium) and `scale` (1,000 payments,
+# long faults: minutes each).
 FAST = not subprocess and not browser and not scale
 
 # The tests LocalStack runs a second time (make test-slow). fauxqs returns at most one message of

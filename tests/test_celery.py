@@ -103,6 +103,7 @@ def test_beat_schedule_covers_the_operations_work():
         assert entry["options"]["expires"] == entry["schedule"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db
 def test_sqs_transport_options_carry_the_queue_url_getqueueurl_returns(settings, local_sqs):
     name, url = celery_queue_setup(settings, local_sqs)
@@ -122,6 +123,7 @@ CONFIGURED_OPTIONS = (
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db
 def test_without_queue_url_the_app_looks_it_up_and_creates_the_queue(settings, local_sqs):
     name = f"payments-celery-{uuid.uuid4().hex[:10]}"
@@ -141,6 +143,7 @@ def test_without_queue_url_the_app_looks_it_up_and_creates_the_queue(settings, l
     assert json.loads(result.stdout) == {name: {"url": sqs_url_from_getqueueurl(local_sqs, name)}}
 
 
+@pytest.mark.subprocess
 def test_unreachable_sqs_without_queue_url_is_logged_naming_the_setting():
     env = {
         **os.environ,

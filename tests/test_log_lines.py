@@ -104,6 +104,7 @@ def test_a_queue_messages_kind_cannot_forge_a_line_in_the_worker_log(sqs_queues)
     )
 
 
+@pytest.mark.subprocess
 def test_a_real_process_writes_the_forged_note_on_one_line():
     code = (
         "import logging; "

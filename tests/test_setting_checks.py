@@ -130,6 +130,7 @@ def test_no_window_or_one_the_alerting_reads_passes_check(settings, window):
     assert triage_setting_values_check() == []
 
 
+@pytest.mark.subprocess
 def test_manage_py_check_fails_on_a_nonsense_environment_value():
     result = subprocess.run(
         [sys.executable, "manage.py", "check"],

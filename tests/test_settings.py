@@ -48,6 +48,7 @@ def test_an_empty_secret_list_is_refused_naming_the_setting(raw):
         secrets_parse(raw)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("raw", ["", ",", " , "])
 def test_an_empty_secret_list_stops_start_up_naming_the_setting(raw):
     result = subprocess.run(
@@ -71,6 +72,7 @@ def test_an_empty_secret_list_stops_start_up_naming_the_setting(raw):
     assert "CALLBACK_SIGNING_SECRETS is empty" in result.stderr
 
 
+@pytest.mark.subprocess
 def test_environment_value_with_a_space_after_the_comma_yields_both_secrets():
     result = settings_in_subprocess(
         "from django.conf import settings; import json; "

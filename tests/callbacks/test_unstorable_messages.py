@@ -19,7 +19,8 @@ from tests.factories import PaymentFactory
 from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The retry schedule is not under test here: failed starts come back at once (fast_retries).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_retries")]
 
 
 def envelope_text(payment, **event_overrides) -> str:

@@ -38,6 +38,7 @@ from tests.callbacks.worker_support import (
     send_event,
 )
 from tests.factories import PaymentFactory, QueueMessageFactory, processor_event
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -507,7 +508,7 @@ def test_conflicting_resend_inside_the_queue_window_is_dead_lettered_for_a_human
     assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()
 
 
-def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, settings):
+def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, settings, caplog):
     import socket
     import threading
 
@@ -531,7 +532,11 @@ def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, setti
 
     thread = threading.Thread(target=run)
     thread.start()
-    thread.join(1.5)
+    wait_for(
+        lambda: caplog.text.count("queue unavailable at start") >= 2 or not thread.is_alive(),
+        10,
+        "the worker's second try",
+    )
     assert thread.is_alive(), f"the worker gave up while the queue was down: {outcome}"
 
     settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back

@@ -35,13 +35,34 @@ def pytest_collection_modifyitems(config, items):
 
 
 SLOW_TIERS = ("scale", "subprocess", "browser")
+# Modules whose module-scoped fixture starts processes (gunicorn on a database cluster): under
+# pytest-xdist one process runs each of them whole, so the fixture starts once.
+WHOLE_MODULES = frozenset({"tests/payments/test_api_database_outage.py"})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (the Makefile's): tests handed out one at a time, in collection
+    order, each of ``WHOLE_MODULES`` to one process. xdist's own loadgroup finds its groups by
+    rewriting an attribute of the test's node id that pytest 9 no longer has, so none reached
+    its scheduler; this one groups by module path instead."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return module if module in WHOLE_MODULES else nodeid
+
+    return OneAtATime(config, log)
 
 
 def _slow_modules_first(items) -> None:
     """Under pytest-xdist, hand out the modules that start processes first, then the others by
-    size (``--no-loadscope-reorder`` keeps this order): a module runs whole on one process
-    (``--dist loadfile``), so a long one handed out last would keep one process busy while the
-    others idle. Every process collects the same order, as xdist requires."""
+    size (``--no-loadscope-reorder`` keeps this order): a long test handed out last would keep
+    one process busy while the others idle. Every process collects the same order, as xdist
+    requires."""
 
     def module(item) -> str:
         return item.nodeid.split("::")[0]

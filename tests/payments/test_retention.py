@@ -9,7 +9,6 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from payments import retention, tasks
-from payments.idempotency import idempotency_keys_purge
 from payments.models import (
     ApiIdempotencyKey,
     CircuitBreaker,
@@ -17,7 +16,8 @@ from payments.models import (
     OutboxMessage,
     ProcessedEvent,
 )
-from payments.services import payment_apply_event, processed_events_purge
+from payments.retention import idempotency_keys_purge, processed_events_purge
+from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, UserFactory, processor_event
 
 pytestmark = pytest.mark.django_db

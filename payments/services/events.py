@@ -90,7 +90,7 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
             log = _event_row(
                 payment, event, outcome, current, move.to_state if move else current, caused_by
             )
-            if event_write(_event_write(payment, event, move, log)):
+            if event_write(_event_rows(payment, event, move, log)):
                 if move is not None:
                     transition_count(move)
                 if event.event_type == "returned" and (recorded or not stale):
@@ -146,7 +146,7 @@ def _apply_refusal(
     return None
 
 
-def _event_write(
+def _event_rows(
     payment: Payment, event: ProcessorEvent, move: Move | None, log: PaymentEvent
 ) -> EventWrite:
     """What the event writes: its dedup record (the claim), ``move`` if any, and ``log``."""

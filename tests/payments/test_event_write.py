@@ -8,7 +8,7 @@ from django.forms.models import model_to_dict
 from payments import event_sql
 from payments.models import LedgerEntry, MerchantReturnDay, PaymentEvent, PaymentState
 from payments.services import payment_apply_event, payment_lock
-from payments.services.events import _event_row, _event_write
+from payments.services.events import _event_row, _event_rows
 from payments.services.transitions import transition_move
 from payments.services.writes import Move
 from tests.factories import PaymentFactory, processor_event
@@ -27,7 +27,7 @@ def test_the_statement_has_a_parameter_for_every_placeholder(shape):
         locked = payment_lock(payment.pk)
         target = "returned" if shape == "return" else "confirmed"
         move = None if shape == "stale" else transition_move(locked, target)
-        write = _event_write(locked, event, move, _event_row(locked, event, "applied", "", "", ""))
+        write = _event_rows(locked, event, move, _event_row(locked, event, "applied", "", "", ""))
     db = connections[connection.alias]
     sql, parts = event_sql._event_statement(
         db.vendor,

@@ -486,7 +486,7 @@ class ChaosRun:
                 "ADMINS": "",
                 "EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend",
                 "CELERY_BROKER_URL": "memory://",
-                # The processor's faults (payments/sandbox/faults.py).
+                # The processor's faults (sandbox/faults.py).
                 "SANDBOX_P_5XX": "0.05",
                 "SANDBOX_P_4XX": "0.02",
                 "SANDBOX_P_TIMEOUT": "0.01",

@@ -1,7 +1,7 @@
 """The sandbox processor of a chaos run, which also keeps the record the invariant checker needs.
 
 It is the same ``SandboxProcessor`` that ``manage.py run_sandbox_processor`` runs (faults from
-the ``SANDBOX_*`` environment, see ``payments/sandbox/faults.py``). The difference: on SIGTERM it
+the ``SANDBOX_*`` environment, see ``sandbox/faults.py``). The difference: on SIGTERM it
 writes a JSON file with its final stats and every callback it delivered (payment id, event type,
 processor event id, amount), because ``GET /_sandbox/stats`` counts delivered callbacks but does
 not list them, and "every callback the processor sent is accounted for" is checked by event id
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.conf import settings
 
-    from payments.sandbox import FaultConfig, SandboxProcessor
+    from sandbox import FaultConfig, SandboxProcessor
 
     sandbox = SandboxProcessor(
         host="127.0.0.1",

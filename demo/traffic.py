@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 
 # Source-token prefixes select the sandbox processor's deterministic behaviours
-# (payments/sandbox/faults.py); the sandbox adds seeded random faults on top.
+# (sandbox/faults.py); the sandbox adds seeded random faults on top.
 TOKEN_MIX = [
     (0.65, "tok_demo"),  # normal
     (0.06, "tok_fail5xx_2"),  # two 503s, then accepted: retried with the same key

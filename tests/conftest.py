@@ -116,7 +116,7 @@ def sandbox(settings):
     fast; callbacks (none sent: no callback URL) settle quickly.
     """
     from payments.processor.client import reset_client
-    from payments.sandbox import FaultConfig, SandboxProcessor
+    from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(
         faults=FaultConfig(timeout_seconds=0.6, settle_after_seconds=0.05),

@@ -34,6 +34,9 @@ INSTALLED_APPS = [
     "payments",
     "callbacks",
     "triage",
+    # The project's development app (the sandbox processor of the demo, bench and tests); a
+    # host installs the three apps above and never this one.
+    "sandbox",
 ]
 
 MIDDLEWARE = [

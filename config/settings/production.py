@@ -14,6 +14,8 @@ from config.settings.base import *  # noqa: E402,F403
 from config.settings.base import env  # noqa: E402
 
 DEBUG = False
+# The sandbox processor is a test double: production has the real processor, so not its command.
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "sandbox"]  # noqa: F405
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
 SECURE_CONTENT_TYPE_NOSNIFF = True

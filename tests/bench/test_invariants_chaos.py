@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from bench.chaos import TOKEN_MIX, Config, SetupError, TcpProxy, free_port, source_token
-from payments.sandbox.faults import _COUNTED_RULE
 from payments.services import validate_source_token
+from sandbox.faults import _COUNTED_RULE
 
 
 @pytest.fixture

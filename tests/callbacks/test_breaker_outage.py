@@ -25,7 +25,7 @@ from payments.models import (
 )
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import (
     WorkerProcess,
     applied_moves,

@@ -27,7 +27,7 @@ import requests
 from callbacks.models import QueueMessage
 from payments import signing
 from payments.models import Payment, PaymentEvent, ProcessedEvent
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.test_endpoint import SECRET
 from tests.callbacks.worker_support import WorkerProcess, drain, wait_until
 from tests.gunicorn_support import free_port, gunicorn_running

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def sandbox_with_callbacks(settings, live_server):
     from payments.processor.client import reset_client
-    from payments.sandbox import FaultConfig, SandboxProcessor
+    from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(
         callback_url=f"{live_server.url}/callbacks/processor/",

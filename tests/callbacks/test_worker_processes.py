@@ -17,7 +17,7 @@ from payments.models import (
     ProcessedEvent,
     ProcessorAttempt,
 )
-from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
+from sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
 from tests.factories import PaymentFactory, processor_event
 

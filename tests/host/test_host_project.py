@@ -9,8 +9,10 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import get_commands
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -80,6 +82,13 @@ def test_the_host_project_runs_without_the_modules_own_project_package():
     user_pk = get_user_model()._meta.pk
     assert user_pk.get_internal_type() == "UUIDField"
     assert not any(name.startswith("config") for name in settings.INSTALLED_APPS)
+
+
+def test_the_host_does_not_install_the_sandbox_processor():
+    # The tests here still run a sandbox on loopback (a plain object), but the app is not
+    # installed: its command does not exist in the host.
+    assert not apps.is_installed("sandbox")
+    assert "run_sandbox_processor" not in get_commands()
 
 
 def test_host_drf_defaults_are_in_force_on_the_hosts_own_views(token_client):

@@ -20,6 +20,10 @@
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
 ``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
 URL, from background threads. Faults: see ``faults.py``.
+
+Over 500 lines because it is one HTTP server: the debit store, its idempotency rules and the
+outage switch share one lock and one request handler; faults, callbacks and the latch, which
+stand alone, are modules of their own.
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ from decimal import Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from payments.sandbox.callbacks import CallbackSender, Delivery
-from payments.sandbox.faults import DebitFault, FaultConfig, FaultKind, FaultPlan
-from payments.sandbox.latch import DebitLatch
+from sandbox.callbacks import CallbackSender, Delivery
+from sandbox.faults import DebitFault, FaultConfig, FaultKind, FaultPlan
+from sandbox.latch import DebitLatch
 
 logger = logging.getLogger(__name__)
 

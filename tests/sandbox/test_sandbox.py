@@ -16,9 +16,9 @@ import requests
 
 from payments import signing
 from payments.events import EVENT_TYPES
-from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
-from payments.sandbox.faults import FaultPlan
 from payments.selectors import percentile
+from sandbox import DebitLatch, FaultConfig, SandboxProcessor
+from sandbox.faults import FaultPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": "Bearer test-processor-key"}

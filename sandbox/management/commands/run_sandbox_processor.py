@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from payments import conf
-from payments.sandbox import FaultConfig, SandboxProcessor
 from payments.signing import secrets_parse
+from sandbox import FaultConfig, SandboxProcessor
 
 
 def probability(value: str) -> float:

@@ -6,7 +6,7 @@ import uuid
 import pytest
 import requests
 
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 
 AUTH = {"Authorization": "Bearer test-processor-key"}
 

@@ -137,7 +137,7 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         {MAIN: _READ_ATTRIBUTES, DLQ: _READ_ATTRIBUTES},
         _roles(WEB, CELERY),
     ),
-    SqsCallSite("triage.health:_queue_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
+    SqsCallSite("triage.operations.health:_queue_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
     # setup_queues.
     SqsCallSite(
         "callbacks.queues:_find",

@@ -41,7 +41,7 @@ def test_a_message_the_worker_dead_letters_is_ingested_and_pages(sqs_queues, set
 
 def test_queue_metrics_sample_logs_one_line(sqs_queues, caplog):
     PaymentFactory(state="submitted")
-    with caplog.at_level(logging.INFO, logger="triage.monitoring"):
+    with caplog.at_level(logging.INFO, logger="triage.operations.monitoring"):
         data = triage_tasks.queue_metrics_sample()
     assert data["main_visible"] == 0
     assert data["payments_by_state"]["submitted"] == 1

@@ -25,7 +25,7 @@ def dead_letters_ingest() -> int:
 @shared_task(name="triage.tasks.queue_metrics_sample", ignore_result=True)
 def queue_metrics_sample() -> dict:
     """Log queue depth, oldest unfinished age, dead letters and holds (read-only)."""
-    from triage.monitoring import queue_metrics_sample as sample
+    from triage.operations.monitoring import queue_metrics_sample as sample
 
     return sample()
 
@@ -33,7 +33,7 @@ def queue_metrics_sample() -> dict:
 @shared_task(name="triage.tasks.alerts_evaluate", ignore_result=True)
 def alerts_evaluate() -> dict:
     """Fire the alert conditions that hold and resolve the ones that cleared."""
-    from triage.alert_conditions import alerts_evaluate as evaluate
+    from triage.operations.alert_conditions import alerts_evaluate as evaluate
 
     with single_flight("triage.alerts_evaluate") as acquired:
         if not acquired:

@@ -3,7 +3,7 @@ under whatever prefix the host includes them (restrict them to the monitoring ne
 
 from django.urls import path
 
-from triage import health
+from triage.operations import health
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),

@@ -443,7 +443,7 @@ def test_a_return_after_failure_is_recorded_counted_and_alerted_without_a_revers
 
 
 def test_an_r10_after_failure_counts_toward_the_unauthorized_rate():
-    from payments.return_rates import RateKind, merchant_return_rates
+    from triage.operations.return_rates import RateKind, merchant_return_rates
 
     payment = _failed("failed event", merchant="m-r10")
     payment_apply_event(event=processor_event(payment, "returned", reason_code="R10"))

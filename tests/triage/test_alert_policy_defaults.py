@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from django.db import IntegrityError, close_old_connections, connection, transaction
 
-from triage.alerting import alert_fire
 from triage.models import Alert, AlertStatus
+from triage.operations.alerting import alert_fire
 
 ROOT = Path(__file__).resolve().parents[2]
 # Monday 30 November 2026, 09:00 in Chicago: after the settlement window.

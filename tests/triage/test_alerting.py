@@ -7,9 +7,14 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from payments.alerts import alert_raise
-from triage.alert_conditions import BACKLOG, DEAD_LETTERS_OPEN, DLQ_DEPTH, alerts_evaluate
-from triage.alerting import alert_fire, alert_resolve
 from triage.models import Alert, AlertNotification, DeadLetter
+from triage.operations.alert_conditions import (
+    BACKLOG,
+    DEAD_LETTERS_OPEN,
+    DLQ_DEPTH,
+    alerts_evaluate,
+)
+from triage.operations.alerting import alert_fire, alert_resolve
 from triage.settlement_windows import settlement_window_parse
 
 # Monday 30 November 2026; Chicago is on CST (UTC-6), so 12:00 UTC is 06:00 there.

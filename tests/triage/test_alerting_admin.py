@@ -2,8 +2,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from triage.alerting import alert_fire, alert_resolve
 from triage.models import Alert
+from triage.operations.alerting import alert_fire, alert_resolve
 
 NOW = datetime(2026, 11, 30, 15, 0, tzinfo=UTC)
 

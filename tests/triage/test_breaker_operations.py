@@ -18,8 +18,8 @@ from payments.processor.breaker import (
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import viewer
 from tests.triage.test_metrics import scrape, value
-from triage.alert_conditions import alerts_evaluate
 from triage.models import Alert, AlertNotification, AlertStatus
+from triage.operations.alert_conditions import alerts_evaluate
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"

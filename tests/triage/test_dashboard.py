@@ -11,8 +11,9 @@ from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueM
 from payments.models import Payment, PaymentState
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import dead_letter_make, user_with, viewer
-from triage import charts, selectors
+from triage import selectors
 from triage.models import DeadLetter, DeadLetterStatus
+from triage.operations import charts
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"

@@ -15,7 +15,7 @@ from payments import signing
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, processor_event
 from triage.models import DeadLetter
-from triage.monitoring import metrics_registry
+from triage.operations.monitoring import metrics_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

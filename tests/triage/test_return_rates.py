@@ -10,10 +10,14 @@ from django.utils import timezone
 
 from payments.models import MerchantReturnDay
 from tests.triage.deadletters import viewer
-from triage import charts
-from triage.alert_conditions import alerts_evaluate
 from triage.models import Alert, AlertStatus
-from triage.return_rates import ReturnRateCollector, return_rate_alerts_evaluate, return_rates_panel
+from triage.operations import charts
+from triage.operations.alert_conditions import alerts_evaluate
+from triage.operations.return_rates import (
+    ReturnRateCollector,
+    return_rate_alerts_evaluate,
+    return_rates_panel,
+)
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"

@@ -1,4 +1,7 @@
-"""Small charts drawn on the server as inline SVG: no JavaScript, no CDN, readable without CSS."""
+"""Small charts drawn on the server as inline SVG: no JavaScript, no CDN, readable without CSS;
+and the one way the admin pages write an age."""
+
+from datetime import timedelta
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -136,3 +139,17 @@ def threshold_bar(
         limit_x,
         height,
     )
+
+
+def human_age(delta: timedelta | None) -> str:
+    """An age in the largest units that read at a glance ("3 min", "2 h 5 min"); "—" if unknown."""
+    if delta is None:
+        return "—"
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"

@@ -292,7 +292,7 @@ def metrics_registry() -> CollectorRegistry:
             else:
                 registry = REGISTRY
             registry.register(OperationsCollector())
-            from triage.return_rates import ReturnRateCollector
+            from triage.operations.return_rates import ReturnRateCollector
 
             registry.register(ReturnRateCollector())
             _registries[multiproc_dir] = registry

@@ -8,9 +8,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from payments.models import MerchantReturnDay, PaymentState
-from payments.return_rates import merchant_return_rates, return_rate_settings
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, processor_event
+from triage.operations.return_rates import merchant_return_rates, return_rate_settings
 
 pytestmark = pytest.mark.django_db
 

@@ -2,7 +2,7 @@
 
 ``payments.alerts.alert_raise`` announces an alert with the ``alert_raised`` signal; the
 receiver here hands it to ``alert_fire`` after the caller's transaction commits.
-``triage.alert_conditions.alerts_evaluate`` (a periodic task) fires condition alerts (DLQ
+``triage.operations.alert_conditions.alerts_evaluate`` (a periodic task) fires condition alerts (DLQ
 depth, open dead letters, backlog) through ``alert_fire`` and resolves the ones whose condition
 cleared through ``alert_resolve``.
 

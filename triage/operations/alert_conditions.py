@@ -2,7 +2,7 @@
 
 A periodic task runs ``alerts_evaluate``: it reads the operations snapshot once, then runs each
 function of ``CONDITIONS`` in turn; each fires its alert while its condition holds and resolves
-it once it cleared (through ``triage.alerting``, which decides what is sent and when).
+it once it cleared (through ``triage.operations.alerting``, which decides what is sent and when).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from triage import conf as triage_conf
-from triage.alerting import AlertDecision, alert_fire, alert_resolve
 from triage.models import Alert, AlertSeverity, AlertStatus, DeadLetter, DeadLetterStatus
+from triage.operations.alerting import AlertDecision, alert_fire, alert_resolve
 
 if TYPE_CHECKING:
-    from triage.monitoring import OperationsSnapshot
+    from triage.operations.monitoring import OperationsSnapshot
 
 # Keys of the conditions ``alerts_evaluate`` checks; any other key is a one-off event alert.
 DLQ_DEPTH = "queue.dlq_not_empty"
@@ -62,7 +62,7 @@ class _Evaluation:
 def alerts_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     """Check every alert condition once (``CONDITIONS``, in order): fire what holds, resolve
     what cleared."""
-    from triage.monitoring import operations_snapshot
+    from triage.operations.monitoring import operations_snapshot
 
     now = now or timezone.now()
     evaluation = _Evaluation(now=now, snapshot=operations_snapshot(now=now))
@@ -201,7 +201,7 @@ def _dead_letters_decided(evaluation: _Evaluation) -> None:
 
 def _return_rates(evaluation: _Evaluation) -> None:
     """Merchants' return rates against the NACHA thresholds (one query over daily counters)."""
-    from triage.return_rates import return_rate_alerts_evaluate
+    from triage.operations.return_rates import return_rate_alerts_evaluate
 
     return_rates = return_rate_alerts_evaluate(now=evaluation.now)
     evaluation.fired.update(return_rates["fired"])
@@ -210,7 +210,7 @@ def _return_rates(evaluation: _Evaluation) -> None:
 
 def _quiet_event_alerts(evaluation: _Evaluation) -> None:
     """Other one-off alerts (a rejected submission) resolve after a quiet period."""
-    from triage.return_rates import RETURN_RATE_PREFIX
+    from triage.operations.return_rates import RETURN_RATE_PREFIX
 
     quiet_since = evaluation.now - triage_conf.ALERT_EVENT_QUIET_RESOLVE
     for key in (

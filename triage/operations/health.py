@@ -1,10 +1,9 @@
 """Operations endpoints: ``/healthz`` (liveness), ``/readyz`` (readiness), ``/metrics``.
 
-None of them authenticates: restrict them to the monitoring network (see
-``triage/monitoring.py``). ``/healthz`` does no I/O, so a slow database never gets a healthy
-process killed; ``/readyz`` checks what the process needs to serve (the database and the main
-queue) and answers 503 naming which of them failed (details go to the log only), so a load
-balancer stops routing to it.
+None of them authenticates: restrict them to the monitoring network (see ``monitoring.py``).
+``/healthz`` does no I/O, so a slow database never gets a healthy process killed; ``/readyz``
+checks what the process needs to serve (the database and the main queue) and answers 503 naming
+which of them failed (details go to the log only), so a load balancer stops routing to it.
 """
 
 import logging
@@ -15,7 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from triage.monitoring import metrics_text
+from triage.operations.monitoring import metrics_text
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The stack, every part a real process on 127.0.0.1, on a fresh PostgreSQL databas
 - fauxqs (the local SQS server), reached by every other process through a small TCP proxy of
   this module, so the queue endpoint can be cut and restored without losing fauxqs' in-memory
   queues (restarting fauxqs itself would be data loss, not an outage);
-- the sandbox processor (``bench.chaos_sandbox``: the product's SandboxProcessor with seeded
+- the sandbox processor (``bench.chaos_sandbox``: the project's SandboxProcessor with seeded
   faults, recording every callback it delivers);
 - gunicorn serving the web app (payments API and callback endpoint);
 - two ``run_sqs_worker`` processes (which also relay the outbox) with a 3 s visibility timeout.

@@ -114,13 +114,17 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         _roles(WORKER),
     ),
     # The worker dead-letters a message itself by sending a copy to the DLQ.
-    SqsCallSite("callbacks.services:message_dead_letter", {DLQ: _SEND}, _roles(WORKER)),
+    SqsCallSite("callbacks.services.outcomes:message_dead_letter", {DLQ: _SEND}, _roles(WORKER)),
     # Triage: redrive, and the release of a payment's held messages; one by one in the admin,
     # or by a bulk triage job in the Celery worker.
-    SqsCallSite("callbacks.services:message_republish", {MAIN: _SEND}, _roles(WEB, CELERY)),
+    SqsCallSite(
+        "callbacks.services.republish:message_republish", {MAIN: _SEND}, _roles(WEB, CELERY)
+    ),
     # ... and the workers' release of the submissions an outage held in the database.
     SqsCallSite(
-        "callbacks.services:parked_message_republish", {MAIN: _SEND}, _roles(WEB, CELERY, WORKER)
+        "callbacks.services.republish:parked_message_republish",
+        {MAIN: _SEND},
+        _roles(WEB, CELERY, WORKER),
     ),
     # Beat's reconciliation of stuck payments.
     SqsCallSite("callbacks.reconciliation:payment_reconcile", {MAIN: _SEND_BATCH}, _roles(CELERY)),

@@ -382,17 +382,17 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
     worker = Worker(wait_time=0, relay=False)
     with worker.running():
         [message] = worker.receive()
-        # The start, autocommitted: one query asks whether the message is known, the payment
-        # held or an earlier message of its group unfinished; one insert records the start.
+        # The start, autocommitted: one statement records it unless the payment is held or
+        # an earlier message of its group is unfinished (the batch start's, for one row).
         # The work, one transaction (BEGIN and COMMIT): savepoint, lock the payment, one
         # statement that claims the dedup record and, because the claim is new, updates the
         # state, credits the ledger, counts the debit in the merchant's daily return-rate
         # counters and writes the event-log row (payments.event_sql); release; mark the record
-        # done. Five statements do the work; the other four are transaction control. This is
+        # done. Four statements do the work; the other four are transaction control. This is
         # the per-message path (a submission, a follower of its group in the batch, a message
         # the bulk start leaves out); a batch's processor events take 44 statements per 10 (see
         # test_worker_batch.py).
-        with django_assert_num_queries(9, connection=connection):
+        with django_assert_num_queries(8, connection=connection):
             result = worker.process_message(message)
         worker.delete([message])
     assert result.outcome == "applied"

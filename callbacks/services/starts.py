@@ -8,8 +8,8 @@ columns and values come from ``QueueMessage._meta`` and an unsaved instance
 (``queue_message_new``), as the ORM's own insert takes them, so a column added to the model is
 written by both starts alike (tests/callbacks/test_services_start.py holds them to that).
 
-A message the statement leaves out takes the ORM's locking path (``_queue_message_start``),
-which only what needs a decision comes to: a payment on hold (the message is parked, unless it
+The ORM's locking path (``_queue_message_start``) is left only for what the statement leaves
+out, each needing a decision of its own: a payment on hold (the message is parked, unless it
 is one meant to end the hold), a redrive (its original no longer counts as unfinished), a gap
 (an earlier message of the group unfinished: the RedrivePolicy took it away, so the payment
 goes on hold), and a redelivery of a finished message. The statement is PostgreSQL's; on

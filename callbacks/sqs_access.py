@@ -91,25 +91,31 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite("callbacks.outbox:_publish", {MAIN: _SEND_BATCH}, _roles(WEB, WORKER, CELERY)),
     # The queue worker.
     SqsCallSite(
-        "callbacks.worker:Worker._main_queue_url", {MAIN: _ops("get_queue_url")}, _roles(WORKER)
+        "callbacks.worker.loop:Worker._main_queue_url",
+        {MAIN: _ops("get_queue_url")},
+        _roles(WORKER),
     ),
-    SqsCallSite("callbacks.worker:Worker.receive", {MAIN: _ops("receive_message")}, _roles(WORKER)),
     SqsCallSite(
-        "callbacks.worker:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
+        "callbacks.worker.loop:Worker.receive", {MAIN: _ops("receive_message")}, _roles(WORKER)
+    ),
+    SqsCallSite(
+        "callbacks.worker.loop:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
     ),
     # Also what the worker's visibility heartbeat calls (callbacks.sqs.VisibilityHeartbeat, part
     # of the gateway, so not a call site of its own).
     SqsCallSite(
-        "callbacks.worker:Worker.release",
+        "callbacks.worker.loop:Worker.release",
         {MAIN: _ops("change_message_visibility_batch")},
         _roles(WORKER),
     ),
     SqsCallSite(
-        "callbacks.worker:Worker.hide", {MAIN: _ops("change_message_visibility")}, _roles(WORKER)
+        "callbacks.worker.loop:Worker.hide",
+        {MAIN: _ops("change_message_visibility")},
+        _roles(WORKER),
     ),
     # ... and what it held when the database went away, hidden until it answers again.
     SqsCallSite(
-        "callbacks.worker:Worker._hold_back",
+        "callbacks.worker.loop:Worker.hold_back",
         {MAIN: _ops("change_message_visibility_batch")},
         _roles(WORKER),
     ),

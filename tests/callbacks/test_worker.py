@@ -16,7 +16,6 @@ from django.db import connection
 from prometheus_client import REGISTRY
 
 from callbacks import sqs
-from callbacks import worker as worker_module
 from callbacks.models import (
     ParkedMessage,
     PaymentHold,
@@ -27,6 +26,7 @@ from callbacks.models import (
 from callbacks.schema import processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_purge
 from callbacks.worker import Worker
+from callbacks.worker import outcomes as worker_outcomes
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import (
     applied_events,
@@ -215,9 +215,9 @@ def test_failures_are_hidden_for_the_backoff_between_attempts(sqs_queues, settin
     # The jitter drawn from a seeded generator: the draws are known, and far enough from 0
     # that a retry arriving early could not pass the gap check below by luck.
     monkeypatch.setattr(
-        worker_module,
+        worker_outcomes,
         "backoff_delay",
-        functools.partial(worker_module.backoff_delay, uniform=random.Random(0).uniform),
+        functools.partial(worker_outcomes.backoff_delay, uniform=random.Random(0).uniform),
     )
     same_seed = random.Random(0)
     expected = [same_seed.uniform(0, 1) for _ in range(2)]

@@ -109,7 +109,9 @@ class Worker:
         self.linger = linger
         self.handlers = dict(DEFAULT_HANDLERS if handlers is None else handlers)
         # Each tick once, however many handlers declare it.
-        self.ticks: dict[Tick, float] = {t: 0.0 for h in self.handlers.values() for t in h.ticks}
+        self._tick_due: dict[Tick, float] = {
+            t: 0.0 for h in self.handlers.values() for t in h.ticks
+        }
         self.relay = _outbox_relay() if relay else None
         self.backoff_base = float(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS)
         self.backoff_cap = float(callbacks_conf.WORKER_BACKOFF_CAP_SECONDS)
@@ -277,11 +279,11 @@ class Worker:
         """Run each tick the handlers declare that is due (every one, when ``force``). Returns
         how many messages they put back on the queue."""
         sent = 0
-        for tick, due in self.ticks.items():
+        for tick, due in self._tick_due.items():
             now = time.monotonic()
             if not force and now < due:
                 continue
-            self.ticks[tick] = now + tick.interval
+            self._tick_due[tick] = now + tick.interval
             sent += self._guarded(tick.name, tick.func)
         return sent
 

@@ -33,7 +33,7 @@ from callbacks.worker.loop import MAX_LINGER_SECONDS, Worker, WorkerStats
 from callbacks.worker.outage import DatabaseDown, database_answers
 from callbacks.worker.outcomes import Outcome, Result
 
-# Recorded error classes name these as callbacks.worker.<name> (see callbacks.handlers).
+# The error classes are recorded as callbacks.worker.<name> (see callbacks.handlers).
 __all__ = [
     "MAX_LINGER_SECONDS",
     "DatabaseDown",

@@ -36,6 +36,7 @@ from callbacks.worker.outcomes import Result
 if TYPE_CHECKING:
     from callbacks.worker.loop import Worker
 
+# The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
 
 

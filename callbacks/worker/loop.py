@@ -2,10 +2,11 @@
 
 One loop: relay the outbox, run the handlers' ticks, long-poll a batch, hand it to
 ``callbacks.worker.batch``, linger so the next batch fills. Every SQS call the worker makes on
-a received message is a method here, and each takes the message off the visibility heartbeat
-first (``let_go``), so no beat overwrites a backoff or a release. While the database does not
-answer, the loop receives nothing: what it held is hidden (``hold_back``) and given back as
-soon as the database answers.
+a received message is a method here. The heartbeat keeps a batch hidden while the worker holds
+it (``in_hand``, the one place it is tracked); each method that sets a message's visibility
+first takes it off the heartbeat (``let_go``, the one place it is untracked), so no beat
+overwrites a backoff or a release. While the database does not answer, the loop receives
+nothing: what it held is hidden (``hold_back``) and given back as soon as the database answers.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from callbacks.worker.message import process_message
 from callbacks.worker.outage import database_answers, is_outage
 from callbacks.worker.outcomes import Result
 
+# Every module of the worker (and the gates and ticks it runs) logs under the one name operators
+# know it by, which the log format prints.
 logger = logging.getLogger("callbacks.worker")
 
 # Seconds between outbox relay queries while batches keep arriving.

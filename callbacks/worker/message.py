@@ -28,6 +28,7 @@ from callbacks.worker.outcomes import Outcome, Result
 if TYPE_CHECKING:
     from callbacks.worker.loop import Worker
 
+# The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
 
 

@@ -42,6 +42,7 @@ from callbacks.worker.outage import DatabaseDown, is_outage
 if TYPE_CHECKING:
     from callbacks.worker.loop import Worker
 
+# The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
 
 
@@ -223,7 +224,6 @@ def defer(
     outage lasts. A tick releases it when calls may flow."""
     MESSAGES_DEFERRED.labels(reason=deferral.label).inc()
     worker.stats.deferred += 1
-    worker.let_go([message])
     try:
         decision = message_defer(
             message=message, queue_message=queue_message, reason=deferral.reason

@@ -79,10 +79,10 @@ demo: deps
 bench: deps
 	$(PY) bench/run.py
 
-# Faults injected into the whole stack, then the invariant checker (bench/chaos.py); sizes from
+# Faults injected into the whole stack, then the invariant checker (the chaos package); sizes from
 # CHAOS_* variables, e.g. CHAOS_PAYMENTS=150 (default 1000), CHAOS_SECONDS, CHAOS_SEED.
 chaos: deps
-	$(PY) -m bench.chaos
+	$(PY) -m chaos
 
 clean:
 	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules var .pytest_cache .ruff_cache

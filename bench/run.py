@@ -38,20 +38,22 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 
 from bench import events, history, loadgen, stats  # noqa: E402
-from bench.env import EnvError, env_choices, env_int, env_ints  # noqa: E402
 from bench.report import GOALS, fmt, markdown, table  # noqa: E402
 from bench.stack import (  # noqa: E402
-    PY,
     RESULTS,
     BenchError,
     Gunicorn,
     Stack,
     consumer_command,
-    database_create,
-    database_drop,
     metrics_dir_fresh,
     queue_names,
     spawn,
+)
+from devstack.env import EnvError, env_choices, env_int, env_ints  # noqa: E402
+from devstack.processes import (  # noqa: E402
+    PY,
+    database_create,
+    database_drop,
     stop_process,
     worker_command,
 )

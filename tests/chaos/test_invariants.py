@@ -1,20 +1,14 @@
 """The invariant checker passes a clean history and names each kind of corruption."""
 
+import json
 import uuid
-from decimal import Decimal
 
 import pytest
 from django.db import transaction
-from django.utils import timezone
 
-from bench.invariants import check_invariants, main
-from callbacks.models import (
-    ParkedMessage,
-    PaymentHold,
-    ProcessingError,
-    QueueMessage,
-    QueueMessageStatus,
-)
+from callbacks.models import QueueMessageStatus
+from chaos.invariants import check_invariants
+from chaos.invariants.cli import main
 from payments.models import (
     EventKind,
     EventOutcome,
@@ -23,152 +17,15 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
 )
-from payments.services import payment_apply_event, payment_create, payment_transition
-from tests.factories import processor_event
+from payments.services import payment_transition
+from tests.chaos.histories import check, deliver, failed_checks, new_payment, queue_message
 from triage.models import DeadLetter, DeadLetterSource
 
 pytestmark = pytest.mark.django_db
 
 
-def _payment(merchant: str = "m-1", amount: str = "10.00") -> Payment:
-    return payment_create(merchant_id=merchant, amount=Decimal(amount), source_token="tok_abcdef12")
-
-
-def _deliver(history: dict, payment: Payment, event_type: str, **overrides) -> str:
-    """Apply one processor event, as the worker would, and record it as delivered."""
-    event = processor_event(payment, event_type, **overrides)
-    payment_apply_event(event=event, caused_by="test")
-    history["sent"].append(
-        {
-            "payment_id": str(payment.id),
-            "event_type": event_type,
-            "processor_event_id": event.processor_event_id,
-            "amount": f"{payment.amount:.2f}",
-        }
-    )
-    return event.processor_event_id
-
-
-def _queue_message(payment: Payment, event_id: str, status: str) -> QueueMessage:
-    now = timezone.now()
-    return QueueMessage.objects.create(
-        message_id=f"msg-{uuid.uuid4()}",
-        kind="processor_event",
-        group_id=str(payment.id),
-        payment_id=str(payment.id),
-        deduplication_id=event_id,
-        body={"kind": "processor_event", "processor_event_id": event_id},
-        first_started_at=now,
-        last_started_at=now,
-        attempts=1,
-        status=status,
-    )
-
-
-@pytest.fixture
-def history():
-    """A clean run: confirmed, returned, duplicated, stale, parked and dead-lettered events."""
-    history: dict = {"sent": [], "payments": {}}
-    confirmed = _payment("m-1", "10.00")
-    _deliver(history, confirmed, "submitted")
-    settled = _deliver(history, confirmed, "settled")
-    # The processor delivered "settled" twice: the second is dropped as a duplicate.
-    payment_apply_event(
-        event=processor_event(confirmed, "settled", processor_event_id=settled), caused_by="test"
-    )
-    history["sent"].append({"processor_event_id": settled})
-    # A late "submitted" with a new id for a confirmed payment: stale.
-    _deliver(history, confirmed, "submitted")
-
-    returned = _payment("m-1", "7.25")
-    _deliver(history, returned, "submitted")
-    _deliver(history, returned, "returned", reason_code="R01")
-
-    second_merchant = _payment("m-2", "3.10")
-    _deliver(history, second_merchant, "submitted")
-    _deliver(history, second_merchant, "settled")
-
-    # Settled, then returned (R10): credited, then reversed. Its return is delivered twice.
-    settled_returned = _payment("m-2", "4.40")
-    _deliver(history, settled_returned, "submitted")
-    _deliver(history, settled_returned, "settled")
-    returned_after = _deliver(history, settled_returned, "returned", reason_code="R10")
-    payment_apply_event(
-        event=processor_event(
-            settled_returned, "returned", reason_code="R10", processor_event_id=returned_after
-        ),
-        caused_by="test",
-    )
-    history["sent"].append({"processor_event_id": returned_after})
-
-    # A "settled" for a pending payment cannot apply: it failed, was dead-lettered, its
-    # payment put on hold, and a later event of the same payment was parked behind the hold.
-    held = _payment("m-3", "5.00")
-    early = processor_event(held, "settled")
-    failed = _queue_message(held, early.processor_event_id, QueueMessageStatus.DEAD_LETTERED)
-    ProcessingError.objects.create(
-        queue_message=failed,
-        payment_id=str(held.id),
-        message_id=failed.message_id,
-        attempt_number=1,
-        error_class="payments.exceptions.InvalidTransition",
-        message="settled event cannot move payment from pending to confirmed",
-        retryable=True,
-        delay_seconds=1.0,
-    )
-    DeadLetter.objects.create(
-        original_message_id=failed.message_id,
-        dlq_message_id=f"dlq-{uuid.uuid4()}",
-        payment_id=held.id,
-        kind="processor_event",
-        group_id=str(held.id),
-        processor_event_id=early.processor_event_id,
-        body={"kind": "processor_event", "processor_event_id": early.processor_event_id},
-        source=DeadLetterSource.WORKER,
-        attempts=6,
-        last_error_class="payments.exceptions.InvalidTransition",
-    )
-    history["sent"].append({"processor_event_id": early.processor_event_id})
-    hold = PaymentHold.objects.create(
-        payment_id=str(held.id), reason="dead-lettered", caused_by=failed
-    )
-    later = f"evt_{uuid.uuid4().hex}"
-    ParkedMessage.objects.create(
-        hold=hold,
-        payment_id=str(held.id),
-        message_id=f"msg-{uuid.uuid4()}",
-        kind="processor_event",
-        body={"kind": "processor_event", "processor_event_id": later},
-    )
-    history["sent"].append({"processor_event_id": later})
-
-    payments = [confirmed, returned, second_merchant, settled_returned, held]
-    history["stats"] = {
-        "charges": {str(p.idempotency_key): 1 for p in payments},
-        "charges_by_payment": {str(p.id): 1 for p in payments},
-        "debits": len(payments),
-        "callbacks_sent": len(history["sent"]),
-    }
-    history["payments"] = {
-        "confirmed": confirmed,
-        "returned": returned,
-        "second_merchant": second_merchant,
-        "settled_returned": settled_returned,
-        "held": held,
-    }
-    return history
-
-
-def _check(history: dict):
-    return check_invariants(sandbox_stats=history["stats"], callbacks_sent=history["sent"])
-
-
-def _failed_checks(report) -> set[str]:
-    return {v.check for v in report.violations}
-
-
 def test_a_clean_history_passes_every_check(history):
-    report = _check(history)
+    report = check(history)
 
     assert report.ok, report.render()
     assert report.checked["callbacks_accounted"]["missing"] == 0
@@ -195,7 +52,7 @@ def test_a_second_applied_row_for_one_event_id_fails(history):
         to_state=PaymentState.FAILED,
     )
 
-    report = _check(history)
+    report = check(history)
 
     assert not report.ok
     [violation] = report.violations_of("event_applied_at_most_once")
@@ -213,12 +70,12 @@ def test_a_ledger_credit_without_confirmation_fails(history):
         currency="USD",
     )
 
-    report = _check(history)
+    report = check(history)
 
     details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
     assert any("not confirmed" in d for d in details), details
     assert any("differ from their confirmed total" in d for d in details), details
-    assert _failed_checks(report) == {"ledger_matches_confirmed"}
+    assert failed_checks(report) == {"ledger_matches_confirmed"}
 
 
 def test_a_credit_for_a_payment_confirmed_outside_the_log_fails(history):
@@ -228,7 +85,7 @@ def test_a_credit_for_a_payment_confirmed_outside_the_log_fails(history):
         payment=payment, merchant_id=payment.merchant_id, kind="credit", amount=payment.amount
     )
 
-    report = _check(history)
+    report = check(history)
 
     details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
     assert any("no confirmation in the payment's event log" in d for d in details), details
@@ -236,7 +93,7 @@ def test_a_credit_for_a_payment_confirmed_outside_the_log_fails(history):
 
 
 def test_a_pending_to_confirmed_transition_in_the_log_fails(history):
-    payment = _payment("m-4", "1.00")
+    payment = new_payment("m-4", "1.00")
     PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.PROCESSOR_EVENT,
@@ -249,7 +106,7 @@ def test_a_pending_to_confirmed_transition_in_the_log_fails(history):
     Payment.objects.filter(pk=payment.pk).update(state=PaymentState.CONFIRMED)
     history["stats"]["charges"][str(payment.idempotency_key)] = 1
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = [
         v for v in report.violations_of("transitions_valid") if "does not allow" in v.detail
@@ -271,7 +128,7 @@ def test_an_applied_row_out_of_order_fails(history):
         to_state=PaymentState.CONFIRMED,
     )
 
-    report = _check(history)
+    report = check(history)
 
     details = [v.detail for v in report.violations_of("transitions_valid")]
     assert any("starts in another state" in d for d in details), details
@@ -279,8 +136,8 @@ def test_an_applied_row_out_of_order_fails(history):
 
 
 def test_an_event_wrongly_marked_stale_fails(history):
-    payment = _payment("m-5", "2.00")
-    _deliver(history, payment, "submitted")
+    payment = new_payment("m-5", "2.00")
+    deliver(history, payment, "submitted")
     PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.PROCESSOR_EVENT,
@@ -292,7 +149,7 @@ def test_an_event_wrongly_marked_stale_fails(history):
     )
     history["stats"]["charges"][str(payment.idempotency_key)] = 1
 
-    report = _check(history)
+    report = check(history)
 
     details = [v.detail for v in report.violations_of("transitions_valid")]
     assert any("marked stale that was not behind" in d for d in details), details
@@ -302,15 +159,15 @@ def test_a_key_charged_twice_fails(history):
     key = str(history["payments"]["confirmed"].idempotency_key)
     history["stats"]["charges"][key] = 2
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("charged_at_most_once")
     assert violation.ids == (key,)
-    assert _failed_checks(report) == {"charged_at_most_once"}
+    assert failed_checks(report) == {"charged_at_most_once"}
 
 
 def test_a_charge_for_a_payment_recorded_as_rejected_fails(history):
-    payment = _payment("m-6", "4.00")
+    payment = new_payment("m-6", "4.00")
     with transaction.atomic():
         locked = Payment.objects.select_for_update().get(pk=payment.pk)
         payment_transition(payment=locked, target=PaymentState.FAILED)
@@ -322,12 +179,12 @@ def test_a_charge_for_a_payment_recorded_as_rejected_fails(history):
             from_state=PaymentState.PENDING,
             to_state=PaymentState.FAILED,
         )
-    clean = _check(history)
+    clean = check(history)
     assert clean.ok, clean.render()
 
     history["stats"]["charges"][str(payment.idempotency_key)] = 1
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("charged_at_most_once")
     assert "charged by the processor but recorded as rejected" in violation.detail
@@ -338,7 +195,7 @@ def test_a_confirmed_payment_the_processor_never_charged_fails(history):
     key = str(history["payments"]["second_merchant"].idempotency_key)
     del history["stats"]["charges"][key]
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("charged_at_most_once")
     assert "never charged" in violation.detail
@@ -349,7 +206,7 @@ def test_a_charge_for_an_unknown_key_fails(history):
     stranger = str(uuid.uuid4())
     history["stats"]["charges"][stranger] = 1
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("charged_at_most_once")
     assert "belong to no payment" in violation.detail
@@ -359,7 +216,7 @@ def test_a_charge_for_an_unknown_key_fails(history):
 def test_a_delivered_callback_with_no_trace_fails(history):
     history["sent"].append({"processor_event_id": "evt_vanished"})
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("callbacks_accounted")
     assert violation.ids == ("evt_vanished",)
@@ -379,7 +236,7 @@ def test_a_reused_event_id_with_another_amount_and_no_trace_of_its_own_fails(his
         }
     )
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("callbacks_accounted")
     assert "conflict dropped" in violation.detail
@@ -409,7 +266,7 @@ def test_a_reused_event_id_with_another_amount_in_triage_passes(history):
         last_error_class="payments.exceptions.EventConflict",
     )
 
-    report = _check(history)
+    report = check(history)
 
     assert report.ok, report.render()
     assert report.checked["callbacks_accounted"]["dead letter"] == 2
@@ -417,10 +274,10 @@ def test_a_reused_event_id_with_another_amount_in_triage_passes(history):
 
 def test_a_delivered_callback_a_worker_is_still_retrying_is_in_flight_not_lost(history):
     payment = history["payments"]["held"]
-    _queue_message(payment, "evt_retrying", QueueMessageStatus.RETRYING)
+    queue_message(payment, "evt_retrying", QueueMessageStatus.RETRYING)
     history["sent"].append({"processor_event_id": "evt_retrying"})
 
-    report = _check(history)
+    report = check(history)
 
     assert report.ok, report.render()
     assert report.checked["callbacks_accounted"]["in flight"] == 1
@@ -460,7 +317,7 @@ def test_a_dead_letter_without_error_history_fails(history):
         source=DeadLetterSource.REDRIVE_POLICY,
     )
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("dead_letters_have_history")
     assert message_id in violation.ids[0]
@@ -484,7 +341,7 @@ def test_a_dead_letter_the_redrive_policy_moved_without_an_error_row_fails(histo
         last_error_class="payments.exceptions.ProcessorCircuitOpen",
     )
 
-    report = _check(history)
+    report = check(history)
 
     assert report.violations_of("dead_letters_have_history") == []
     [violation] = report.violations_of("dead_letters_have_error_rows")
@@ -503,7 +360,7 @@ def test_a_dead_letter_with_the_envelope_error_only_passes(history):
         source=DeadLetterSource.WORKER,
     )
 
-    assert _check(history).ok
+    assert check(history).ok
 
 
 def test_a_missing_stats_charges_map_is_a_violation_not_a_pass(history):
@@ -517,8 +374,6 @@ def test_the_command_exits_non_zero_and_prints_the_violation(history, tmp_path, 
     history["stats"]["charges"][str(history["payments"]["returned"].idempotency_key)] = 3
     stats = tmp_path / "stats.json"
     sent = tmp_path / "sent.json"
-    import json
-
     stats.write_text(json.dumps(history["stats"]))
     sent.write_text(json.dumps(history["sent"]))
 
@@ -531,8 +386,6 @@ def test_the_command_exits_non_zero_and_prints_the_violation(history, tmp_path, 
 
 
 def test_the_command_exits_zero_on_a_clean_history(history, tmp_path, capsys):
-    import json
-
     stats = tmp_path / "stats.json"
     stats.write_text(json.dumps(history["stats"]))
     sent = tmp_path / "sent.json"
@@ -540,90 +393,3 @@ def test_the_command_exits_zero_on_a_clean_history(history, tmp_path, capsys):
 
     assert main(["--sandbox-stats", str(stats), "--callbacks-sent", str(sent)]) == 0
     assert "invariants PASSED" in capsys.readouterr().out
-
-
-# --- returns after settlement ----------------------------------------------------------------
-
-
-def test_a_returned_payment_without_its_reversal_fails_only_returns_reversed(history):
-    payment = history["payments"]["settled_returned"]
-    LedgerEntry.objects.filter(payment=payment, kind="reversal").delete()
-
-    report = _check(history)
-
-    assert _failed_checks(report) == {"returns_reversed"}
-    details = [v.detail for v in report.violations_of("returns_reversed")]
-    assert any("returned payment(s) without a reversal" in d for d in details), details
-    assert any("ledger net differs from confirmed total - returned total" in d for d in details)
-    [missing] = [v for v in report.violations_of("returns_reversed") if "without" in v.detail]
-    assert missing.ids == (str(payment.id),)
-
-
-def test_a_reversal_without_a_return_fails_only_returns_reversed(history):
-    payment = history["payments"]["second_merchant"]  # confirmed, never returned
-    LedgerEntry.objects.create(
-        payment=payment, merchant_id=payment.merchant_id, kind="reversal", amount=-payment.amount
-    )
-
-    report = _check(history)
-
-    assert _failed_checks(report) == {"returns_reversed"}
-    [orphan] = [
-        v for v in report.violations_of("returns_reversed") if "without a return" in v.detail
-    ]
-    assert orphan.ids == (f"{payment.id} (confirmed)",)
-
-
-def test_a_reversal_for_another_amount_fails_only_returns_reversed(history):
-    payment = history["payments"]["settled_returned"]
-    LedgerEntry.objects.filter(payment=payment, kind="reversal").update(amount=Decimal("-1.00"))
-
-    report = _check(history)
-
-    assert _failed_checks(report) == {"returns_reversed"}
-    details = [v.detail for v in report.violations_of("returns_reversed")]
-    assert any("reversal(s) for another amount" in d for d in details), details
-
-
-def test_a_reversal_booked_to_another_merchant_fails_only_returns_reversed(history):
-    payment = history["payments"]["settled_returned"]
-    LedgerEntry.objects.filter(payment=payment, kind="reversal").update(merchant_id="m-1")
-
-    report = _check(history)
-
-    assert _failed_checks(report) == {"returns_reversed"}
-    details = [v.detail for v in report.violations_of("returns_reversed")]
-    assert any("reversal(s) of another merchant" in d for d in details), details
-    assert any("ledger net differs" in d for d in details), details
-
-
-def test_a_returned_payment_without_its_credit_fails_only_the_ledger_check(history):
-    payment = history["payments"]["settled_returned"]
-    LedgerEntry.objects.filter(payment=payment, kind="credit").delete()
-
-    report = _check(history)
-
-    assert _failed_checks(report) == {"ledger_matches_confirmed"}
-    details = [v.detail for v in report.violations_of("ledger_matches_confirmed")]
-    assert any("confirmed (or returned) payment(s) without a credit" in d for d in details)
-
-
-def test_a_return_applied_to_an_unsettled_payment_in_the_log_fails_transitions(history):
-    payment = history["payments"]["held"]  # pending
-    PaymentEvent.objects.create(
-        payment=payment,
-        kind=EventKind.PROCESSOR_EVENT,
-        outcome=EventOutcome.APPLIED,
-        event_type="returned",
-        processor_event_id="evt_return_from_pending",
-        from_state=PaymentState.PENDING,
-        to_state=PaymentState.RETURNED,
-    )
-
-    report = _check(history)
-
-    assert any(
-        "pending->returned" in v.ids[0]
-        for v in report.violations_of("transitions_valid")
-        if "does not allow" in v.detail
-    )

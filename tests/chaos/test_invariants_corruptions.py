@@ -13,7 +13,7 @@ from payments.models import (
     PaymentState,
     ProcessedEvent,
 )
-from tests.bench.test_invariants import _check, _payment
+from tests.chaos.histories import check, new_payment
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_a_payment_charged_under_two_keys_fails(history):
     payment = history["payments"]["confirmed"]
     history["stats"]["charges_by_payment"][str(payment.id)] = 2  # each key once, the payment twice
 
-    violation = _one(_check(history), "charged_at_most_once", "under different keys")
+    violation = _one(check(history), "charged_at_most_once", "under different keys")
     assert violation.ids == (str(payment.id),)
 
 
@@ -58,7 +58,7 @@ def test_an_applied_event_without_its_dedup_record_fails(history):
     settled = _settled_id(history)
     ProcessedEvent.objects.filter(pk=settled).delete()
 
-    violation = _one(_check(history), "event_applied_at_most_once", "have no dedup record")
+    violation = _one(check(history), "event_applied_at_most_once", "have no dedup record")
     assert violation.ids == (settled,)
 
 
@@ -66,7 +66,7 @@ def test_a_dedup_record_disagreeing_with_the_log_fails(history):
     settled = _settled_id(history)
     ProcessedEvent.objects.filter(pk=settled).update(outcome=EventOutcome.STALE)
 
-    violation = _one(_check(history), "event_applied_at_most_once", "disagree with the event log")
+    violation = _one(check(history), "event_applied_at_most_once", "disagree with the event log")
     assert violation.ids == (settled,)
 
 
@@ -79,7 +79,7 @@ def test_a_dedup_record_with_no_log_row_fails(history):
         outcome=EventOutcome.APPLIED,
     )
 
-    violation = _one(_check(history), "event_applied_at_most_once", "no applied/stale row")
+    violation = _one(check(history), "event_applied_at_most_once", "no applied/stale row")
     assert violation.ids == ("evt_recorded_never_logged",)
 
 
@@ -87,19 +87,19 @@ def test_a_dedup_record_with_no_log_row_fails(history):
 
 
 def test_a_log_that_does_not_start_with_the_creation_row_fails(history):
-    payment = _payment("m-7", "1.00")
+    payment = new_payment("m-7", "1.00")
     payment.events.filter(kind=EventKind.CREATED).update(kind=EventKind.SUBMISSION)
 
-    violation = _one(_check(history), "transitions_valid", "does not start with the creation row")
+    violation = _one(check(history), "transitions_valid", "does not start with the creation row")
     assert violation.ids == (str(payment.id),)
 
 
 def test_a_payment_created_in_another_state_than_pending_fails(history):
-    payment = _payment("m-7", "1.00")
+    payment = new_payment("m-7", "1.00")
     payment.events.filter(kind=EventKind.CREATED).update(to_state=PaymentState.SUBMITTED)
     Payment.objects.filter(pk=payment.pk).update(state=PaymentState.SUBMITTED)
 
-    violation = _one(_check(history), "transitions_valid", "created in state 'submitted'")
+    violation = _one(check(history), "transitions_valid", "created in state 'submitted'")
     assert violation.ids == (str(payment.id),)
 
 
@@ -112,7 +112,7 @@ def test_a_second_creation_row_fails(history):
         to_state=PaymentState.PENDING,
     )
 
-    violation = _one(_check(history), "transitions_valid", "a second creation row")
+    violation = _one(check(history), "transitions_valid", "a second creation row")
     assert violation.ids == (str(payment.id),)
 
 
@@ -130,7 +130,7 @@ def test_a_non_applied_row_written_in_another_state_fails(history):
     )
 
     violation = _one(
-        _check(history), "transitions_valid", "a duplicate row written in another state"
+        check(history), "transitions_valid", "a duplicate row written in another state"
     )
     assert violation.ids[0].startswith(f"{payment.id} (row ")
 
@@ -138,7 +138,7 @@ def test_a_non_applied_row_written_in_another_state_fails(history):
 def test_a_payment_with_no_event_log_fails(history):
     payment = PaymentFactory(state=PaymentState.PENDING)  # written around payment_create
 
-    violation = _one(_check(history), "transitions_valid", "a payment with no event log")
+    violation = _one(check(history), "transitions_valid", "a payment with no event log")
     assert violation.ids == (str(payment.id),)
 
 
@@ -153,7 +153,7 @@ def test_a_credit_of_another_amount_fails(history):
     credit = _credit(history, "confirmed")
     LedgerEntry.objects.filter(pk=credit.pk).update(amount=credit.amount + 1)
 
-    details = _only(_check(history), "ledger_matches_confirmed")
+    details = _only(check(history), "ledger_matches_confirmed")
     assert len(details) == 2, details
     assert "1 credit(s) for another amount" in details[0]
     assert "differ from their confirmed total" in details[1]  # the same error, summed
@@ -163,7 +163,7 @@ def test_a_credit_to_another_merchant_fails(history):
     credit = _credit(history, "confirmed")
     LedgerEntry.objects.filter(pk=credit.pk).update(merchant_id="m-9")
 
-    report = _check(history)
+    report = check(history)
     details = _only(report, "ledger_matches_confirmed")
     assert len(details) == 2, details
     assert "1 credit(s) to another merchant" in details[0]
@@ -175,7 +175,7 @@ def test_a_confirmed_payment_without_a_credit_fails(history):
     payment = history["payments"]["second_merchant"]
     LedgerEntry.objects.filter(payment=payment).delete()
 
-    report = _check(history)
+    report = check(history)
     details = _only(report, "ledger_matches_confirmed")
     assert len(details) == 2, details
     assert "1 confirmed (or returned) payment(s) without a credit" in details[0]
@@ -205,7 +205,7 @@ def test_a_payment_credited_twice_fails(history):
         currency=credit.currency,
     )
 
-    report = _check(history)
+    report = check(history)
     details = _only(report, "ledger_matches_confirmed")
     assert len(details) == 2, details
     assert "1 payment(s) credited more than once" in details[0]
@@ -214,4 +214,4 @@ def test_a_payment_credited_twice_fails(history):
 
 
 def test_the_clean_history_has_no_violation_to_begin_with(history):
-    assert _check(history).ok  # so each failure above is the corruption's, not the fixture's
+    assert check(history).ok  # so each failure above is the corruption's, not the fixture's

@@ -7,7 +7,10 @@ import threading
 
 import pytest
 
-from bench.chaos import TOKEN_MIX, Config, SetupError, TcpProxy, free_port, source_token
+from chaos.config import Config, SetupError
+from chaos.load import TOKEN_MIX, source_token
+from chaos.processes import TcpProxy
+from devstack.processes import free_port
 from payments.services import validate_source_token
 from sandbox.faults import _COUNTED_RULE
 

@@ -7,7 +7,7 @@ processor event id, amount), because ``GET /_sandbox/stats`` counts delivered ca
 not list them, and "every callback the processor sent is accounted for" is checked by event id
 and payload.
 
-    python -m bench.chaos_sandbox --port 8701 --callback-url URL --seed 7 --record FILE
+    python -m chaos.recorded_sandbox --port 8701 --callback-url URL --seed 7 --record FILE
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos_sandbox")
+    parser = argparse.ArgumentParser(prog="python -m chaos.recorded_sandbox")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--callback-url", required=True)
     parser.add_argument("--seed", type=int, required=True)

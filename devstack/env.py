@@ -1,5 +1,6 @@
-"""Reading the benchmarks' settings from the environment: one parser, one kind of error, so
-``make bench`` and ``make chaos`` refuse a bad value with the same message naming it."""
+"""Reading the benchmarks' and the chaos run's settings from the environment: one parser, one
+kind of error, so ``make bench`` and ``make chaos`` refuse a bad value with the same message
+naming it."""
 
 import os
 

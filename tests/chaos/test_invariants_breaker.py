@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from bench.invariants import breaker_open_intervals
 from callbacks.models import ProcessingError, QueueMessage, QueueMessageStatus
+from chaos.invariants.dead_letters import breaker_open_intervals
 from payments.models import BreakerTransitionKind, CircuitBreakerTransition
 from payments.processor.breaker import processor_breaker_get
-from tests.bench.test_invariants import _check, history  # noqa: F401 - the clean history
+from tests.chaos.histories import check
 from triage.models import DeadLetter, DeadLetterSource
 
 pytestmark = pytest.mark.django_db
@@ -69,42 +69,42 @@ def dead_submission(payment, error_times, *, error_class=UNAVAILABLE, ingested=F
     return message.message_id
 
 
-def test_a_dead_letter_made_only_of_errors_while_the_breaker_was_open_fails(history):  # noqa: F811
+def test_a_dead_letter_made_only_of_errors_while_the_breaker_was_open_fails(history):
     now = timezone.now()
     incident(now - timedelta(minutes=10), now - timedelta(minutes=1))
     payment = history["payments"]["held"]
     inside = [now - timedelta(minutes=m) for m in (9, 8, 7)]
     message_id = dead_submission(payment, inside, ingested=True)
 
-    report = _check(history)
+    report = check(history)
 
     [violation] = report.violations_of("no_outage_dead_letters")
     assert violation.ids == (message_id,)
     assert "while the processor's breaker was open" in violation.detail
 
 
-def test_a_dead_letter_still_counts_while_the_incident_is_not_closed(history):  # noqa: F811
+def test_a_dead_letter_still_counts_while_the_incident_is_not_closed(history):
     now = timezone.now()
     incident(now - timedelta(minutes=5))
     payment = history["payments"]["held"]
     message_id = dead_submission(payment, [now - timedelta(minutes=1)])
 
-    report = _check(history)
+    report = check(history)
 
     assert report.violations_of("no_outage_dead_letters")[0].ids == (message_id,)
 
 
-def test_a_dead_letter_with_failures_before_the_breaker_opened_passes(history):  # noqa: F811
+def test_a_dead_letter_with_failures_before_the_breaker_opened_passes(history):
     now = timezone.now()
     incident(now - timedelta(minutes=10), now - timedelta(minutes=1))
     payment = history["payments"]["held"]
     # Its budget was spent before the breaker opened: the breaker could not have helped.
     dead_submission(payment, [now - timedelta(minutes=m) for m in (30, 20, 9)])
 
-    assert not _check(history).violations_of("no_outage_dead_letters")
+    assert not check(history).violations_of("no_outage_dead_letters")
 
 
-def test_a_dead_letter_with_an_error_of_its_own_passes(history):  # noqa: F811
+def test_a_dead_letter_with_an_error_of_its_own_passes(history):
     now = timezone.now()
     incident(now - timedelta(minutes=10), now - timedelta(minutes=1))
     payment = history["payments"]["held"]
@@ -114,7 +114,7 @@ def test_a_dead_letter_with_an_error_of_its_own_passes(history):  # noqa: F811
         error_class="payments.exceptions.InvalidTransition",
     )
 
-    report = _check(history)
+    report = check(history)
 
     assert not report.violations_of("no_outage_dead_letters")
     assert report.checked["no_outage_dead_letters"]["breaker incidents"] == 1

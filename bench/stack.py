@@ -1,6 +1,6 @@
 """What a benchmark run shares between its phases: the environment of every child process, the
-gunicorn it measures, the queues and consumers. The commands themselves are devstack's, shared
-with ``make chaos``."""
+gunicorn it measures, the consumers and the profiler it starts. The commands themselves are
+devstack's, shared with ``make chaos``."""
 
 import os
 import shutil
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import requests
 
+from bench.options import log
 from devstack.processes import GUNICORN_CONFIG, PY, ROOT, free_port, gunicorn_command, stop_process
 
 RESULTS = ROOT / "bench" / "results"
@@ -145,3 +146,19 @@ def consumer_command(kind: str, *, endpoint: str, queue_url: str, db_url: str) -
     if kind == "plainsql":
         cmd += ["--database-url", db_url]
     return cmd
+
+
+def py_spy(pid: int, output: Path, duration: int | None = None) -> subprocess.Popen | None:
+    """py-spy sampling ``pid`` into ``output`` (raw collapsed stacks); None without py-spy."""
+    spy = Path(PY).with_name("py-spy")
+    if not spy.exists():
+        spy_path = shutil.which("py-spy")
+        if spy_path is None:
+            log("py-spy is not installed (pip install py-spy): no profile")
+            return None
+        spy = Path(spy_path)
+    cmd = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw"]
+    cmd += ["--output", str(output), "--nonblocking"]
+    if duration:
+        cmd += ["--duration", str(duration)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -10,7 +10,7 @@ Sizes come from the environment so a quick try is possible:
     BENCH_PAYMENTS=2000 BENCH_INGEST_SECONDS=5 BENCH_E2E_SECONDS=10 BENCH_STEP_SECONDS=8 \
         BENCH_PHASES=ingest,worker,e2e make bench
 
-Each phase is a module of its own (``ingest``, ``workers``, ``pipeline``, ``profiles``,
+Each phase is a module of its own (``ingest``, ``workers``, ``pipeline``, ``profiles``, ``storage``,
 ``history``); see docs/benchmarks.md for what each figure means.
 """
 
@@ -26,26 +26,27 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import history  # noqa: E402
+from bench.history import history_phase  # noqa: E402
 from bench.ingest import ingest_phase  # noqa: E402
 from bench.machine import ensure_wrk, machine, versions  # noqa: E402
 from bench.options import CONFIG, REFERENCE, SECRETS, log, problems  # noqa: E402
 from bench.pipeline import e2e_phase  # noqa: E402
 from bench.profiles import profile_phase  # noqa: E402
 from bench.report import GOALS, markdown, table  # noqa: E402
-from bench.stack import RESULTS, BenchError, Stack, metrics_dir_fresh  # noqa: E402
+from bench.stack import RESULTS, BenchError, Stack, WorkerRuns, metrics_dir_fresh  # noqa: E402
+from bench.storage import storage_phase  # noqa: E402
 from bench.workers import consumer_run, worker_phase  # noqa: E402
 from devstack.processes import database_create, database_drop  # noqa: E402
 
 
-def _worker_runs(stack: Stack) -> history.WorkerRuns:
-    """The worker runs, for bench.history, which takes them as a callable rather than importing
-    the phase, so it can be tested with runs of its own."""
+def _worker_runs(stack: Stack) -> WorkerRuns:
+    """The worker runs, for the storage and history phases, which take them as a callable rather
+    than importing the worker phase."""
 
     def run(processes: int, **options) -> dict:
         return consumer_run(stack, "worker", processes, **options)
 
-    return history.WorkerRuns(run=run, config=CONFIG, problems=problems)
+    return WorkerRuns(run=run, config=CONFIG, problems=problems)
 
 
 def main() -> int:
@@ -98,11 +99,9 @@ def _run_phases(stack: Stack, generator: str, report: dict) -> None:
     if "profile" in phases:
         report["profiles"] = profile_phase(stack, generator)
     if "storage" in phases:
-        report["storage"] = history.storage_phase(stack, _worker_runs(stack))
+        report["storage"] = storage_phase(stack, _worker_runs(stack))
     if "history" in phases:
-        report["history"] = history.history_phase(
-            stack, _worker_runs(stack), empty=report.get("worker")
-        )
+        report["history"] = history_phase(stack, _worker_runs(stack), empty=report.get("worker"))
 
 
 def _write(report: dict, started: float) -> int:

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +64,16 @@ class Stack:
         if done.returncode != 0:
             raise BenchError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
         return done.stdout
+
+
+@dataclass
+class WorkerRuns:
+    """What bench/run.py lends the history and storage phases: its worker run, its config, its
+    problem list."""
+
+    run: Callable[..., dict]  # run(processes, *, prepare=None, during=None, tag="") -> result
+    config: dict
+    problems: list[str]
 
 
 def metrics_dir_fresh() -> Path | None:

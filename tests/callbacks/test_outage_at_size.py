@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.scale]
 DEFAULT_PAUSE_SECONDS = 15.0
 DEFAULT_MAX_PAUSE_SECONDS = 300.0
 MAX_RECEIVE_COUNT = 10  # setup_queues' default RedrivePolicy
-# A worker line per message it handled (callbacks.worker.Worker._finish).
+# A worker line per message it handled (callbacks.worker.outcomes.finish).
 HANDLED = re.compile(r"message payment=\S+ message=(\S+) kind=(\S+) outcome=(\S+)")
 
 

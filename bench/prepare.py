@@ -60,11 +60,13 @@ def queues_create(tag: str) -> tuple[str, str, str]:
     """A fresh main queue and DLQ made by the product's own setup (``queues_ensure``)."""
     from django.conf import settings
 
+    from callbacks import conf as callbacks_conf
     from callbacks import sqs
     from callbacks.queues import queues_ensure
 
     name, dlq = queue_names(tag)
-    settings.SQS_QUEUE_NAME, settings.SQS_DLQ_NAME = name, dlq
+    settings.CALLBACKS = {**settings.CALLBACKS, "SQS_QUEUE_NAME": name, "SQS_DLQ_NAME": dlq}
+    callbacks_conf.callbacks_settings.reload()
     sqs.reset()
     queues_ensure(visibility_timeout=30)
     return name, dlq, sqs.main_queue_url()

@@ -35,16 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    from django.conf import settings
-
+    from callbacks import conf as callbacks_conf
+    from payments import conf as payments_conf
     from sandbox import FaultConfig, SandboxProcessor
 
     sandbox = SandboxProcessor(
         host="127.0.0.1",
         port=args.port,
-        api_key=settings.PROCESSOR_API_KEY,
+        api_key=payments_conf.PROCESSOR_API_KEY,
         callback_url=args.callback_url,
-        signing_secret=settings.CALLBACK_SIGNING_SECRETS[0],
+        signing_secret=callbacks_conf.CALLBACK_SIGNING_SECRETS[0],
         faults=FaultConfig.from_env(),
         seed=args.seed,
         callback_max_attempts=args.callback_max_attempts,

@@ -1,16 +1,16 @@
 """The payments app's settings, each with its default kept here.
 
-Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
-value when it sets one, else the default below. A host sets only ``REQUIRED``.
+A host sets them in one dict, ``PAYMENTS = {"PROCESSOR_BASE_URL": ..., ...}``
+(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+setting is seen): the host's value when it sets one, else the default below. A host sets only
+``REQUIRED``.
 """
 
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
+from payments.app_settings import AppSettings
 from payments.setting_specs import Duration, Keys, Number, Seconds, Spec, Text, Url, defaults
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
@@ -45,14 +45,13 @@ SPECS: dict[str, Spec] = {
     # a threshold that warns, and the debits in the window before a merchant is alerted on.
     "RETURN_RATE_WINDOW_DAYS": Number(60, 1, 3650, whole=True, unit="of days"),
     "RETURN_RATE_THRESHOLDS": Keys(
-        {
-            "unauthorized": Decimal("0.5"),
-            "administrative": Decimal("3.0"),
-            "overall": Decimal("15.0"),
-        },
         values={
-            kind: Number(None, 0, 100, above_minimum=True, unit="(percent)")
-            for kind in ("unauthorized", "administrative", "overall")
+            kind: Number(Decimal(percent), 0, 100, above_minimum=True, unit="(percent)")
+            for kind, percent in (
+                ("unauthorized", "0.5"),
+                ("administrative", "3.0"),
+                ("overall", "15.0"),
+            )
         },
         partial=True,
     ),
@@ -92,13 +91,14 @@ REQUIRED_SPECS: dict[str, Spec] = {
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
 
+payments_settings = AppSettings(
+    app="payments",
+    setting="PAYMENTS",
+    specs=SPECS,
+    required=REQUIRED_SPECS,
+    relations=RELATIONS,
+)
+
 
 def __getattr__(name: str) -> Any:
-    if name in DEFAULTS:
-        return getattr(settings, name, DEFAULTS[name])
-    if name in REQUIRED:
-        value = getattr(settings, name, None)
-        if not value:
-            raise ImproperlyConfigured(f"{name} is required by the payments app and is not set")
-        return value
-    raise AttributeError(f"payments.conf has no setting {name}")
+    return getattr(payments_settings, name)

@@ -136,7 +136,9 @@ class SandboxProcessor:
 
             api_key = api_key if api_key is not None else conf.PROCESSOR_API_KEY
             if signing_secret is None:
-                signing_secret = secrets_parse(getattr(settings, "CALLBACK_SIGNING_SECRETS", ""))[0]
+                signing_secret = secrets_parse(
+                    getattr(settings, "CALLBACKS", {}).get("CALLBACK_SIGNING_SECRETS", "")
+                )[0]
         if not api_key:
             raise ValueError("the sandbox needs an API key to check the Authorization header")
         if not signing_secret:

@@ -123,11 +123,11 @@ def fuzz(operation, *, base_url: str, headers: dict, max_examples: int, on_respo
 
 @pytest.mark.django_db(transaction=True)
 def test_the_api_and_the_callback_endpoint_hold_to_their_schema(
-    live_server, api_schema, sqs_queues, settings, user
+    live_server, api_schema, sqs_queues, module_settings, user
 ):
     from rest_framework.authtoken.models import Token
 
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0  # events for unknown payments fail fast
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0  # events for unknown payments fail fast
     token = Token.objects.create(user=user)
     FUZZ_USER[:] = [user]
     accepted: list[str] = []

@@ -1,14 +1,15 @@
 """The triage app's settings, each with its default kept here.
 
-Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
-value when it sets one, else the default below. Triage has no required setting.
+A host sets them in one dict, ``TRIAGE = {"ALERT_WEBHOOK_URL": ..., ...}``
+(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+setting is seen): the host's value when it sets one, else the default below. Triage has no
+required setting.
 """
 
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-
+from payments.app_settings import AppSettings
 from payments.setting_specs import Duration, Keys, Number, Parsed, Seconds, Spec, Url, defaults
 
 
@@ -37,14 +38,9 @@ SPECS: dict[str, Spec] = {
     # A firing alert is re-sent at most once per interval of its severity (each severity needs
     # one: an alert of a severity without an interval could not fire).
     "ALERT_REMINDER_INTERVALS": Keys(
-        {
-            "high": timedelta(minutes=15),
-            "medium": timedelta(minutes=60),
-            "low": timedelta(minutes=240),
-        },
         values={
-            severity: Duration(None, maximum=timedelta(days=30))
-            for severity in ("high", "medium", "low")
+            severity: Duration(timedelta(minutes=minutes), maximum=timedelta(days=30))
+            for severity, minutes in (("high", 15), ("medium", 60), ("low", 240))
         },
     ),
     "ALERT_BACKLOG_VISIBLE_MESSAGES": Number(
@@ -71,8 +67,8 @@ SPECS: dict[str, Spec] = {
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
 
+triage_settings = AppSettings(app="triage", setting="TRIAGE", specs=SPECS)
+
 
 def __getattr__(name: str) -> Any:
-    if name in DEFAULTS:
-        return getattr(settings, name, DEFAULTS[name])
-    raise AttributeError(f"triage.conf has no setting {name}")
+    return getattr(triage_settings, name)

@@ -57,14 +57,14 @@ TABLES = {
 
 
 @pytest.fixture
-def stack(pg_cluster, sqs_queues, settings, monkeypatch, tmp_path):
+def stack(pg_cluster, sqs_queues, module_settings, monkeypatch, tmp_path):
     """gunicorn and two workers on the cluster, the sandbox posting callbacks to gunicorn."""
     cluster = pg_cluster
     token = django_run(cluster.url, API_USER.format(merchant=MERCHANT)).strip()
     queues = {
-        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
-        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+        "SQS_ENDPOINT_URL": module_settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": module_settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": module_settings.SQS_DLQ_NAME,
     }
     for name, value in queues.items():
         monkeypatch.setenv(name, value)  # django_run's processes (DLQ ingestion) see the queues
@@ -87,9 +87,9 @@ def stack(pg_cluster, sqs_queues, settings, monkeypatch, tmp_path):
             ),
             callback_backoff_seconds=0.5,
         ).start()
-        settings.PROCESSOR_BASE_URL = sandbox.base_url
+        module_settings.PROCESSOR_BASE_URL = sandbox.base_url
         for name, value in BACKOFF.items():
-            setattr(settings, name, float(value))
+            setattr(module_settings, name, float(value))
         workers = [
             WorkerProcess(
                 "--wait-time",

@@ -270,16 +270,18 @@ def test_signature_with_old_and_new_secret_values_is_accepted_during_rotation(sq
     assert response.status_code == 202
 
 
-def test_signature_with_the_old_secret_is_accepted_while_both_are_configured(sqs_queues, settings):
-    settings.CALLBACK_SIGNING_SECRETS = ["new-secret", SECRET]
+def test_signature_with_the_old_secret_is_accepted_while_both_are_configured(
+    sqs_queues, module_settings
+):
+    module_settings.CALLBACK_SIGNING_SECRETS = ["new-secret", SECRET]
     assert post_json(event_body(), secrets=[SECRET]).status_code == 202
     assert post_json(event_body(), secrets=["new-secret"]).status_code == 202
     assert post_json(event_body(), secrets=["other"]).status_code == 401
     assert len(queued_messages(sqs_queues)) == 2  # the two accepted, not the refused one
 
 
-def test_body_over_64_kib_is_rejected_with_413(sqs_queues, settings):
-    assert settings.CALLBACK_MAX_BODY_BYTES == 64 * 1024
+def test_body_over_64_kib_is_rejected_with_413(sqs_queues, module_settings):
+    assert module_settings.CALLBACK_MAX_BODY_BYTES == 64 * 1024
     body = event_body(message="x")
     raw = json.dumps(body).encode()
     raw = raw[:-1] + b', "padding": "' + b"p" * (64 * 1024) + b'"}'
@@ -354,8 +356,8 @@ def test_signature_is_checked_before_the_body(sqs_queues):
     assert queued_messages(sqs_queues) == []
 
 
-def test_queue_unavailable_answers_503_with_retry_after(settings, closed_port):
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+def test_queue_unavailable_answers_503_with_retry_after(module_settings, closed_port):
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
     sqs.reset()
     before = outcome_count("queue_unavailable")
     try:
@@ -368,21 +370,23 @@ def test_queue_unavailable_answers_503_with_retry_after(settings, closed_port):
     assert outcome_count("queue_unavailable") == before + 1
 
 
-def test_missing_queue_answers_503(sqs_queues, settings):
-    settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
+def test_missing_queue_answers_503(sqs_queues, module_settings):
+    module_settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
     sqs.reset()
     response = post_json(event_body())
     assert response.status_code == 503
     assert "Retry-After" in response
 
 
-def test_callback_is_accepted_again_once_the_queue_is_back(sqs_queues, settings, closed_port):
+def test_callback_is_accepted_again_once_the_queue_is_back(
+    sqs_queues, module_settings, closed_port
+):
     body = event_body()
-    endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+    endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
     sqs.reset()
     assert post_json(body).status_code == 503
-    settings.SQS_ENDPOINT_URL = endpoint
+    module_settings.SQS_ENDPOINT_URL = endpoint
     sqs.reset()
     assert post_json(body).status_code == 202
     assert len(queued_messages(sqs_queues)) == 1

@@ -62,8 +62,8 @@ def test_a_duplicate_key_is_refused_naming_it(sqs_queues):
 
 
 @pytest.mark.parametrize("depth", [40, 990, 100_000])
-def test_nesting_beyond_the_limit_is_refused_with_400_not_500(sqs_queues, settings, depth):
-    settings.CALLBACK_MAX_BODY_BYTES = 512 * 1024
+def test_nesting_beyond_the_limit_is_refused_with_400_not_500(sqs_queues, module_settings, depth):
+    module_settings.CALLBACK_MAX_BODY_BYTES = 512 * 1024
     response = post(raw_with("note", "[" * depth + "]" * depth))
     assert response.status_code == 400
     assert "nested deeper" in json.dumps(response.json()["errors"])

@@ -17,9 +17,9 @@ URL = "/callbacks/processor/"
 
 
 @pytest.fixture
-def gunicorn_url(sqs_queues, settings, tmp_path):
+def gunicorn_url(sqs_queues, module_settings, tmp_path):
     port = free_port()
-    env = gunicorn_test_env(settings, port, CALLBACK_SIGNING_SECRETS=SECRET)
+    env = gunicorn_test_env(module_settings, port, CALLBACK_SIGNING_SECRETS=SECRET)
     with gunicorn_running(env, tmp_path / "gunicorn.log"):
         yield port
 

@@ -70,7 +70,7 @@ ONE_HOUR_TRIALS = trials_within(3600, pause=DEFAULT_PAUSE_SECONDS, cap=DEFAULT_M
 class Stack:
     """The sandbox (calling back into the live server) and two worker processes."""
 
-    def __init__(self, *, sqs_queues, live_server, settings, tmp_path, env: dict[str, str]):
+    def __init__(self, *, sqs_queues, live_server, module_settings, tmp_path, env: dict[str, str]):
         self.queues = sqs_queues
         self.sandbox = SandboxProcessor(
             callback_url=f"{live_server.url}/callbacks/processor/",
@@ -79,9 +79,9 @@ class Stack:
             # Two callbacks per payment, a thousand payments: enough senders to keep up.
             callback_threads=8,
         ).start()
-        settings.PROCESSOR_BASE_URL = self.sandbox.base_url
+        module_settings.PROCESSOR_BASE_URL = self.sandbox.base_url
         for name, value in env.items():
-            setattr(settings, name, float(value))
+            setattr(module_settings, name, float(value))
         reset_client()
         self.workers = [
             WorkerProcess("--wait-time", "1", log_dir=tmp_path, name=f"worker{i}", **env)
@@ -112,14 +112,14 @@ class Stack:
 
 
 @pytest.fixture
-def make_stack(sqs_queues, live_server, settings, tmp_path):
+def make_stack(sqs_queues, live_server, module_settings, tmp_path):
     stacks = []
 
     def make(**env: str) -> Stack:
         stack = Stack(
             sqs_queues=sqs_queues,
             live_server=live_server,
-            settings=settings,
+            module_settings=module_settings,
             tmp_path=tmp_path,
             env=env,
         )

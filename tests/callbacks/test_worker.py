@@ -208,10 +208,12 @@ def test_settled_before_submitted_is_retried_six_times_then_dead_lettered_and_he
     assert drain(sqs_queues.client, sqs_queues.url) == []
 
 
-def test_failures_are_hidden_for_the_backoff_between_attempts(sqs_queues, settings, monkeypatch):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 1
-    settings.WORKER_BACKOFF_CAP_SECONDS = 1
-    settings.WORKER_MAX_ATTEMPTS = 3
+def test_failures_are_hidden_for_the_backoff_between_attempts(
+    sqs_queues, module_settings, monkeypatch
+):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 1
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 1
+    module_settings.WORKER_MAX_ATTEMPTS = 3
     # The jitter drawn from a seeded generator: the draws are known, and far enough from 0
     # that a retry arriving early could not pass the gap check below by luck.
     monkeypatch.setattr(
@@ -400,22 +402,22 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
     assert payment.state == PaymentState.CONFIRMED
 
 
-def test_unknown_kind_is_dead_lettered_after_the_dlq_comes_back(sqs_queues, settings):
+def test_unknown_kind_is_dead_lettered_after_the_dlq_comes_back(sqs_queues, module_settings):
     """The DLQ cannot be reached: the message is not lost, it waits and is moved later."""
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     body = {"kind": "refund_payment", "payment_id": str(payment.id)}
     message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
-    dlq_name = settings.SQS_DLQ_NAME
-    settings.SQS_DLQ_NAME = "no-such-queue.fifo"
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    dlq_name = module_settings.SQS_DLQ_NAME
+    module_settings.SQS_DLQ_NAME = "no-such-queue.fifo"
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
     run_worker(max_messages=1)
 
     record = QueueMessage.objects.get(message_id=message_id)
     assert (record.status, record.attempts) == ("retrying", 1)
     assert not PaymentHold.objects.exists()
-    settings.SQS_DLQ_NAME = dlq_name
+    module_settings.SQS_DLQ_NAME = dlq_name
 
     run_worker()
 
@@ -446,8 +448,8 @@ def test_command_options_out_of_range_are_refused_with_the_reason(option, value,
         call_command("run_sqs_worker", f"{option}={value}")
 
 
-def test_unreachable_queue_stops_the_command_with_a_clear_error(settings, local_sqs):
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+def test_unreachable_queue_stops_the_command_with_a_clear_error(module_settings, local_sqs):
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     try:
         with pytest.raises(CommandError, match="the queue is unavailable"):
@@ -511,15 +513,15 @@ def test_conflicting_resend_inside_the_queue_window_is_dead_lettered_for_a_human
     assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()
 
 
-def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, settings):
+def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, module_settings):
     import socket
     import threading
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    live_endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+    live_endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
     sqs.reset()
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     worker = Worker(wait_time=0, relay=False, max_messages=1)
@@ -538,7 +540,7 @@ def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, setti
     thread.join(1.5)
     assert thread.is_alive(), f"the worker gave up while the queue was down: {outcome}"
 
-    settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back
+    module_settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back
     send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
     thread.join(30)
 

@@ -27,7 +27,7 @@ SUMMARY = re.compile(r"run_sqs_worker stopped: (\d+) handled .*, (\d+) deleted, 
 
 
 @pytest.fixture
-def start_sandbox(settings):
+def start_sandbox(module_settings):
     """Start the sandbox processor answering every debit after ``latency`` seconds."""
     servers = []
 
@@ -36,8 +36,8 @@ def start_sandbox(settings):
             faults=FaultConfig(latency_median_ms=latency * 1000, latency_sigma=0.001)
         ).start()
         servers.append(server)
-        settings.PROCESSOR_BASE_URL = server.base_url
-        settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5 if timeout is None else timeout
+        module_settings.PROCESSOR_BASE_URL = server.base_url
+        module_settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5 if timeout is None else timeout
         return server
 
     yield start

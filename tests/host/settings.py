@@ -80,21 +80,20 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "tests.host.errors.shop_exception_handler",
 }
 
-# --- The payments module: only what has no default inside it.
-PROCESSOR_BASE_URL = "http://127.0.0.1:9"  # the sandbox's address, set by the tests
-PROCESSOR_API_KEY = "host-processor-key"
-CALLBACK_SIGNING_SECRETS = ["host-secret-new", "host-secret-old"]
-SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # the local SQS server, set by the tests
-SQS_QUEUE_NAME = "shop-ach.fifo"
-SQS_DLQ_NAME = "shop-ach-dlq.fifo"
+# --- The payments module: one dict per app, only what has no default inside it (and backoff
+# off, for a fast test); `manage.py check` refuses a key an app does not know.
+PAYMENTS = {
+    "PROCESSOR_BASE_URL": "http://127.0.0.1:9",  # the sandbox's address, set by the tests
+    "PROCESSOR_API_KEY": "host-processor-key",
+}
+CALLBACKS = {
+    "CALLBACK_SIGNING_SECRETS": ["host-secret-new", "host-secret-old"],
+    "SQS_ENDPOINT_URL": "http://127.0.0.1:9",  # the local SQS server, set by the tests
+    "SQS_QUEUE_NAME": "shop-ach.fifo",
+    "SQS_DLQ_NAME": "shop-ach-dlq.fifo",
+    "WORKER_BACKOFF_BASE_SECONDS": 0,
+    "WORKER_BACKOFF_CAP_SECONDS": 0,
+}
 # The host merges the module's beat schedule into its own: see tests/host/celery.py.
-
-# Read from settings directly (not yet through callbacks.conf) by the callback endpoint and the
-# queue worker; the values are the module's defaults, except backoff for a fast test.
-CALLBACK_TOLERANCE_SECONDS = 300
-CALLBACK_MAX_BODY_BYTES = 64 * 1024
-WORKER_MAX_ATTEMPTS = 6
-WORKER_BACKOFF_BASE_SECONDS = 0
-WORKER_BACKOFF_CAP_SECONDS = 0
 
 CELERY_BROKER_URL = "memory://"

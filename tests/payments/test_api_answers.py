@@ -25,11 +25,11 @@ TOO_LARGE = {"errors": {"body": ["larger than 65536 bytes, the limit of this API
 
 @pytest.mark.django_db
 def test_twenty_thousand_unknown_fields_get_a_small_answer_that_counts_them(
-    api_client, user, settings
+    api_client, user, module_settings
 ):
     grant(user, "m-1")
     # A host may allow larger bodies; the answer stays small whatever the limit.
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
     body = {**BODY, **{f"f{i}": 0 for i in range(20_000)}}
 
     response = api_client.post("/api/payments/", body, format="json", HTTP_IDEMPOTENCY_KEY="big")
@@ -43,9 +43,9 @@ def test_twenty_thousand_unknown_fields_get_a_small_answer_that_counts_them(
 
 
 @pytest.mark.django_db
-def test_twenty_thousand_unstorable_strings_get_a_small_answer(api_client, user, settings):
+def test_twenty_thousand_unstorable_strings_get_a_small_answer(api_client, user, module_settings):
     grant(user, "m-1")
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
     raw = json.dumps({**BODY, **{f"f{i}": "a\u0000" for i in range(20_000)}})
 
     response = api_client.post("/api/payments/", raw, content_type="application/json")
@@ -56,8 +56,8 @@ def test_twenty_thousand_unstorable_strings_get_a_small_answer(api_client, user,
 
 
 @pytest.mark.django_db
-def test_many_bank_numbers_in_field_names_are_counted_not_listed(api_client, user, settings):
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
+def test_many_bank_numbers_in_field_names_are_counted_not_listed(api_client, user, module_settings):
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
     body = {**BODY, **{f"{10**9 + i}": 0 for i in range(5_000)}}
 
     response = api_client.post("/api/payments/", body, format="json")
@@ -112,8 +112,8 @@ def test_a_10_mb_body_without_credentials_is_413_before_authentication(live_serv
     assert "65536 bytes" in response.json()["errors"]["body"][0]
 
 
-def test_the_limit_is_a_setting(live_server, token, settings):
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 2048
+def test_the_limit_is_a_setting(live_server, token, module_settings):
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 2048
     response = requests.post(
         live_server.url + "/api/payments/",
         json={**BODY, "description": "d" * 3000},
@@ -125,9 +125,9 @@ def test_the_limit_is_a_setting(live_server, token, settings):
 
 
 @pytest.fixture
-def gunicorn_port(sqs_queues, settings, tmp_path):
+def gunicorn_port(sqs_queues, module_settings, tmp_path):
     port = free_port()
-    env = gunicorn_test_env(settings, port)
+    env = gunicorn_test_env(module_settings, port)
     with gunicorn_running(env, tmp_path / "gunicorn.log"):
         yield port
 
@@ -155,7 +155,7 @@ def test_an_oversized_chunked_body_without_content_length_is_413_under_gunicorn(
     assert answer == TOO_LARGE
 
 
-def test_the_body_limit_is_range_checked_at_start_up(settings):
+def test_the_body_limit_is_range_checked_at_start_up(module_settings):
     from payments.checks import payments_setting_values_check
 
     def refusals():
@@ -166,10 +166,12 @@ def test_the_body_limit_is_range_checked_at_start_up(settings):
         ]
 
     for value in (0, -1, "64k", 10**9, True):
-        settings.PAYMENTS_API_MAX_BODY_BYTES = value
+        module_settings.PAYMENTS_API_MAX_BODY_BYTES = value
         [error] = refusals()
-        assert error.msg.startswith(f"PAYMENTS_API_MAX_BODY_BYTES = {value!r} is refused")
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 65536
+        assert error.msg.startswith(
+            f'PAYMENTS["PAYMENTS_API_MAX_BODY_BYTES"] = {value!r} is refused'
+        )
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 65536
     assert not refusals()
 
 

@@ -98,8 +98,8 @@ def test_inactive_user_is_granted_nothing_by_the_default_policy():
     assert merchant_access_allowed(user=user, merchant_id="acme") is False
 
 
-def test_a_host_policy_named_in_settings_replaces_the_grants(api_client, user, settings):
-    settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
+def test_a_host_policy_named_in_settings_replaces_the_grants(api_client, user, module_settings):
+    module_settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
     grant(user, "acme")  # ignored: the host's policy decides
     acme = PaymentFactory(merchant_id="acme")
     globex = PaymentFactory(merchant_id="globex")

@@ -72,9 +72,9 @@ def committed():
 
 
 @pytest.fixture
-def fast_retries(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+def fast_retries(module_settings):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
 
 def test_both_signals_describe_the_transition_and_its_event_log_row(receipts, committed):
@@ -191,9 +191,9 @@ def test_a_receiver_that_raises_fails_the_message_which_is_retried_without_half_
 
 
 def test_a_receiver_that_always_raises_dead_letters_the_message_and_changes_nothing(
-    sqs_queues, receipts, committed, fast_retries, settings
+    sqs_queues, receipts, committed, fast_retries, module_settings
 ):
-    settings.WORKER_MAX_ATTEMPTS = 2
+    module_settings.WORKER_MAX_ATTEMPTS = 2
 
     def broken(sender, **kwargs):
         raise RuntimeError("host bug")

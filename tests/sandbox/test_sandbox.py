@@ -209,7 +209,7 @@ def test_reset_forgets_debits_and_counts(sandbox):
     assert sandbox.stats()["debits"] == 0
 
 
-def test_callbacks_are_signed_and_verify_with_the_endpoint_verifier(receiver, settings):
+def test_callbacks_are_signed_and_verify_with_the_endpoint_verifier(receiver, module_settings):
     sandbox = start_sandbox(receiver.url)
     try:
         payment_id = uuid.uuid4()
@@ -228,7 +228,9 @@ def test_callbacks_are_signed_and_verify_with_the_endpoint_verifier(receiver, se
         b["processor_event_id"] for b in bodies
     ]
     for delivery in receiver.received:
-        signing.verify(delivery["signature"], delivery["raw"], settings.CALLBACK_SIGNING_SECRETS)
+        signing.verify(
+            delivery["signature"], delivery["raw"], module_settings.CALLBACK_SIGNING_SECRETS
+        )
         with pytest.raises(signing.SignatureError, match="does not match"):
             signing.verify(delivery["signature"], delivery["raw"], ["another-secret"])
         with pytest.raises(signing.SignatureError):

@@ -14,8 +14,8 @@ HOSTILE = "<!channel> <https://evil.example/|Open triage> & more"
 
 
 @pytest.fixture(autouse=True)
-def alert_settings(settings):
-    settings.SETTLEMENT_WINDOW = ""
+def alert_settings(settings, module_settings):
+    module_settings.SETTLEMENT_WINDOW = ""
     settings.ADMINS = [("Ops", "ops@example.com")]
 
 

@@ -4,9 +4,9 @@ from django.db import connection
 from callbacks import sqs
 
 
-def test_healthz_answers_without_touching_database_or_queue(client, settings):
+def test_healthz_answers_without_touching_database_or_queue(client, module_settings):
     # No django_db mark: any database access here would raise. The queue endpoint is closed.
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     response = client.get("/healthz")
     assert response.status_code == 200
@@ -22,9 +22,9 @@ def test_readyz_is_ok_when_database_and_queue_answer(client, sqs_queues):
 
 @pytest.mark.django_db
 def test_readyz_is_503_naming_the_queue_when_its_endpoint_is_down(
-    client, settings, sqs_queues, caplog
+    client, module_settings, sqs_queues, caplog
 ):
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there
     sqs.reset()
     response = client.get("/readyz")
     assert response.status_code == 503
@@ -38,8 +38,10 @@ def test_readyz_is_503_naming_the_queue_when_its_endpoint_is_down(
 
 
 @pytest.mark.django_db
-def test_readyz_is_503_when_the_main_queue_does_not_exist(client, settings, sqs_queues, caplog):
-    settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
+def test_readyz_is_503_when_the_main_queue_does_not_exist(
+    client, module_settings, sqs_queues, caplog
+):
+    module_settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
     sqs.reset()
     response = client.get("/readyz")
     assert response.status_code == 503

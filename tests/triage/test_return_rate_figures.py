@@ -65,11 +65,13 @@ def test_the_rates_match_hand_computed_figures_and_rank_by_closeness(history):
     assert c.closeness == 0 and c.returns == 0
 
 
-def test_a_limit_keeps_the_closest_merchants_and_settings_change_the_window(history, settings):
+def test_a_limit_keeps_the_closest_merchants_and_settings_change_the_window(
+    history, module_settings
+):
     assert [m.merchant_id for m in merchant_return_rates(limit=1)] == ["m-a"]
 
-    settings.RETURN_RATE_WINDOW_DAYS = 5
-    settings.RETURN_RATE_THRESHOLDS = {"unauthorized": 1.0}
+    module_settings.RETURN_RATE_WINDOW_DAYS = 5
+    module_settings.RETURN_RATE_THRESHOLDS = {"unauthorized": 1.0}
     rates = {m.merchant_id: m for m in merchant_return_rates()}
 
     assert set(rates) == {"m-a", "m-b"}  # m-c's day is 10 days old
@@ -107,8 +109,8 @@ def test_the_rates_are_one_query_however_long_the_history(django_assert_num_quer
         ("RETURN_RATE_MIN_DEBITS", 0, "RETURN_RATE_MIN_DEBITS"),
     ],
 )
-def test_a_bad_setting_is_refused_with_its_name(settings, name, value, message):
-    setattr(settings, name, value)
+def test_a_bad_setting_is_refused_with_its_name(module_settings, name, value, message):
+    setattr(module_settings, name, value)
     with pytest.raises(ImproperlyConfigured, match=message):
         return_rate_settings()
 

@@ -30,8 +30,8 @@ def _day(merchant: str, days_ago: int = 1, **counts) -> MerchantReturnDay:
 
 
 @pytest.fixture
-def merchants(settings):
-    settings.RETURN_RATE_MIN_DEBITS = 20
+def merchants(module_settings):
+    module_settings.RETURN_RATE_MIN_DEBITS = 20
     return {
         # 0.4 % unauthorized: 80 % of 0.5 %, the warning level.
         "warn": _day("m-warn", debits=1000, returns=4, unauthorized_returns=4),
@@ -99,9 +99,9 @@ def test_a_merchant_leaving_the_window_resolves_its_alerts(merchants):
 
 
 def test_the_periodic_evaluation_includes_return_rates_and_never_quiet_resolves_them(
-    merchants, sqs_queues, settings
+    merchants, sqs_queues, module_settings
 ):
-    settings.ALERT_EVENT_QUIET_RESOLVE = timedelta(seconds=0)
+    module_settings.ALERT_EVENT_QUIET_RESOLVE = timedelta(seconds=0)
     alerts_evaluate()
     result = alerts_evaluate(now=timezone.now() + timedelta(hours=1))
 
@@ -150,10 +150,10 @@ def test_the_panel_ranks_merchants_by_closeness_in_one_query(merchants, django_a
 
 
 def test_the_dashboard_shows_the_panel_and_its_query_count_does_not_grow_with_history(
-    client, settings
+    client, module_settings
 ):
     # SQS is unreachable here (a closed port): the page still renders, without queue depths.
-    settings.RETURN_RATE_MIN_DEBITS = 1
+    module_settings.RETURN_RATE_MIN_DEBITS = 1
     _day("m-1", debits=10, returns=1)
     client.force_login(viewer())
     with CaptureQueriesContext(connection) as small:

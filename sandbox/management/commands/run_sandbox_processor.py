@@ -120,7 +120,9 @@ class Command(BaseCommand):
             api_key=options["api_key"] or conf.PROCESSOR_API_KEY,
             callback_url=callback_url,
             signing_secret=options["signing_secret"]
-            or secrets_parse(getattr(settings, "CALLBACK_SIGNING_SECRETS", ""))[0],
+            or secrets_parse(
+                getattr(settings, "CALLBACKS", {}).get("CALLBACK_SIGNING_SECRETS", "")
+            )[0],
             faults=faults,
             seed=seed,
             callback_max_attempts=options["callback_max_attempts"],

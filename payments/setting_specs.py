@@ -49,7 +49,8 @@ class Unreadable:
     expected: str
 
     def __repr__(self) -> str:
-        return f"{self.text!r} (the environment variable {self.variable})"
+        # Shown as the text it is; the problem names the variable.
+        return repr(self.text)
 
 
 def value_problem(spec: Spec, value: Any) -> str | None:

@@ -161,3 +161,81 @@ def test_manage_py_check_fails_on_a_nonsense_environment_value():
     assert (
         '(callbacks.E002) CALLBACKS["CALLBACK_TOLERANCE_SECONDS"] = -1 is refused' in result.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "app", "error_id", "hint"),
+    [
+        # A typo: the closest of the app's own names.
+        (
+            "CALLBACKS",
+            "WORKER_MAX_ATTEMPT",
+            "callbacks",
+            "callbacks.E003",
+            'Did you mean CALLBACKS["WORKER_MAX_ATTEMPTS"]?',
+        ),
+        # Another app's setting in this app's dict: where it belongs.
+        (
+            "PAYMENTS",
+            "WORKER_MAX_ATTEMPTS",
+            "payments",
+            "payments.E004",
+            "WORKER_MAX_ATTEMPTS is a setting of the callbacks app: "
+            'set CALLBACKS["WORKER_MAX_ATTEMPTS"].',
+        ),
+        # A typo of another app's setting.
+        (
+            "TRIAGE",
+            "SQS_QUEUE_NAM",
+            "triage",
+            "triage.E002",
+            'Did you mean CALLBACKS["SQS_QUEUE_NAME"]?',
+        ),
+    ],
+)
+def test_an_unknown_key_fails_check_naming_the_key_the_app_and_the_closest_name(
+    settings, setting, key, app, error_id, hint
+):
+    setattr(settings, setting, {**getattr(settings, setting, {}), key: 3})
+
+    [error] = [e for e in APPS[app]() if e.obj == key]
+    assert error.id == error_id
+    assert error.msg == f'{setting}["{key}"] is not a setting of the {app} app.'
+    assert error.hint == hint
+
+
+def test_an_apps_settings_that_are_not_a_dict_fail_check(settings):
+    settings.TRIAGE = ["ALERT_WEBHOOK_URL"]
+
+    [error] = triage_setting_values_check()
+    assert error.id == "triage.E001"
+    assert error.msg.startswith("TRIAGE = ['ALERT_WEBHOOK_URL'] is refused")
+
+
+def test_a_wrong_type_and_an_out_of_range_value_are_named_by_their_app_and_key(settings):
+    settings.CALLBACKS = {**settings.CALLBACKS, "WORKER_MAX_ATTEMPTS": "6"}
+    settings.PAYMENTS = {**settings.PAYMENTS, "RETURN_RATE_MIN_DEBITS": 0}
+
+    [wrong_type] = [e for e in callbacks_setting_values_check() if e.obj == "WORKER_MAX_ATTEMPTS"]
+    [out_of_range] = [
+        e for e in payments_setting_values_check() if e.obj == "RETURN_RATE_MIN_DEBITS"
+    ]
+    assert wrong_type.id == "callbacks.E002"
+    assert wrong_type.msg.startswith(
+        """CALLBACKS["WORKER_MAX_ATTEMPTS"] = '6' is refused: str is not a type"""
+    )
+    assert out_of_range.id == "payments.E003"
+    assert out_of_range.msg.startswith(
+        'PAYMENTS["RETURN_RATE_MIN_DEBITS"] = 0 is refused: out of range'
+    )
+    assert out_of_range.hint.endswith("or remove it to use the default 20.")
+
+
+def test_a_changed_apps_dict_is_read_at_once_and_its_end_restores_the_default():
+    from django.test import override_settings
+
+    from callbacks import conf
+
+    with override_settings(CALLBACKS={"WORKER_MAX_ATTEMPTS": 2}):
+        assert conf.WORKER_MAX_ATTEMPTS == 2
+    assert conf.WORKER_MAX_ATTEMPTS == 6

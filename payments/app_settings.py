@@ -15,6 +15,7 @@ changes an app's dict is seen by the next read.
 from __future__ import annotations
 
 import difflib
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -53,13 +54,13 @@ class AppSettings:
         self.required = dict(required or {})
         self.relations = relations
         self.readers = dict(readers or {})
+        self.names = frozenset(specs) | frozenset(self.required)
         self._values: dict[str, Any] = {}
+        # A read that raced a change is not kept: its value may be the old one.
+        self._generation = 0
+        self._lock = threading.Lock()
         AppSettings.every.append(self)
         setting_changed.connect(self._setting_changed, weak=False)
-
-    @property
-    def names(self) -> set[str]:
-        return set(self.specs) | set(self.required)
 
     def label(self, name: str) -> str:
         """How the host writes the setting: ``PAYMENTS["PROCESSOR_TIMEOUT_SECONDS"]``."""
@@ -71,13 +72,20 @@ class AppSettings:
         return values if isinstance(values, Mapping) else {}
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in self.names:
-            raise AttributeError(f"{self.app}.conf has no setting {name}")
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self._values[name]
         except KeyError:
-            value = self._values[name] = self._read(name)
-            return value
+            pass
+        if name not in self.names:
+            raise AttributeError(f"{self.app}.conf has no setting {name}")
+        generation = self._generation
+        value = self._read(name)
+        with self._lock:
+            if generation == self._generation:
+                self._values[name] = value
+        return value
 
     def _read(self, name: str) -> Any:
         host = self.host_values()
@@ -98,7 +106,9 @@ class AppSettings:
         return reader(value) if reader else value
 
     def reload(self) -> None:
-        self._values.clear()
+        with self._lock:
+            self._generation += 1
+            self._values.clear()
 
     def _setting_changed(self, *, setting: str, **kwargs: Any) -> None:
         if setting == self.setting:

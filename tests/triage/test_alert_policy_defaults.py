@@ -39,9 +39,11 @@ def test_shipped_reminder_intervals_are_15_minutes_1_hour_and_4_hours(
         "ALERT_REMINDER_LOW_MINUTES",
     ):
         monkeypatch.delenv(name, raising=False)
-    # The settings module as shipped, read afresh without any override in the environment.
+    # The settings module as shipped, read afresh without any override in the environment: it
+    # passes none on, so the triage app's own intervals apply.
     shipped = runpy.run_path(str(ROOT / "config" / "settings" / "base.py"))
-    module_settings.ALERT_REMINDER_INTERVALS = shipped["ALERT_REMINDER_INTERVALS"]
+    assert "ALERT_REMINDER_INTERVALS" not in shipped["TRIAGE"]
+    del module_settings.ALERT_REMINDER_INTERVALS
     key = f"test.reminder.{severity}"
 
     def fire(at):

@@ -166,8 +166,8 @@ class WorkerProcess:
 @pytest.fixture
 def fast_retries(module_settings):
     """Retries at once (cap 0), so six attempts take a fraction of a second."""
-    callbacks_conf.WORKER_BACKOFF_BASE_SECONDS = 0
-    callbacks_conf.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
 
 def run_worker(**options):

@@ -7,11 +7,10 @@ setting is seen): the host's value when it sets one, else the default below. A h
 """
 
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from payments.app_settings import AppSettings
-from payments.setting_specs import Duration, Keys, Number, Seconds, Spec, Text, Url, defaults
+from payments.setting_specs import Duration, Number, Seconds, Spec, Text, Url, defaults
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -40,23 +39,6 @@ SPECS: dict[str, Spec] = {
     "BREAKER_TRANSITION_RETENTION": Duration(timedelta(days=90)),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
-    # Per-merchant return rates (payments.return_rates): the rolling window in days, the NACHA
-    # thresholds in percent (a host may set only some; the others keep these), the fraction of
-    # a threshold that warns, and the debits in the window before a merchant is alerted on.
-    "RETURN_RATE_WINDOW_DAYS": Number(60, 1, 3650, whole=True, unit="of days"),
-    "RETURN_RATE_THRESHOLDS": Keys(
-        values={
-            kind: Number(Decimal(percent), 0, 100, above_minimum=True, unit="(percent)")
-            for kind, percent in (
-                ("unauthorized", "0.5"),
-                ("administrative", "3.0"),
-                ("overall", "15.0"),
-            )
-        },
-        partial=True,
-    ),
-    "RETURN_RATE_WARNING_FRACTION": Number(0.8, 0, 1, above_minimum=True),
-    "RETURN_RATE_MIN_DEBITS": Number(20, 1, 1_000_000_000, whole=True, unit="of debits"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
     # merchant? The default reads the MerchantAccess grants edited in the admin. (That it
     # imports and is callable is checked apart, payments.E002.)

@@ -129,16 +129,12 @@ class SandboxProcessor:
         callback_backoff_seconds: float = 0.2,
     ) -> None:
         if api_key is None or signing_secret is None:
-            from django.conf import settings
-
+            from callbacks import conf as callbacks_conf
             from payments import conf
-            from payments.signing import secrets_parse
 
             api_key = api_key if api_key is not None else conf.PROCESSOR_API_KEY
             if signing_secret is None:
-                signing_secret = secrets_parse(
-                    getattr(settings, "CALLBACKS", {}).get("CALLBACK_SIGNING_SECRETS", "")
-                )[0]
+                signing_secret = callbacks_conf.CALLBACK_SIGNING_SECRETS[0]
         if not api_key:
             raise ValueError("the sandbox needs an API key to check the Authorization header")
         if not signing_secret:

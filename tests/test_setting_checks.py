@@ -214,11 +214,11 @@ def test_an_apps_settings_that_are_not_a_dict_fail_check(settings):
 
 def test_a_wrong_type_and_an_out_of_range_value_are_named_by_their_app_and_key(settings):
     settings.CALLBACKS = {**settings.CALLBACKS, "WORKER_MAX_ATTEMPTS": "6"}
-    settings.PAYMENTS = {**settings.PAYMENTS, "RETURN_RATE_MIN_DEBITS": 0}
+    settings.PAYMENTS = {**settings.PAYMENTS, "RETENTION_PURGE_BATCH_SIZE": 0}
 
     [wrong_type] = [e for e in callbacks_setting_values_check() if e.obj == "WORKER_MAX_ATTEMPTS"]
     [out_of_range] = [
-        e for e in payments_setting_values_check() if e.obj == "RETURN_RATE_MIN_DEBITS"
+        e for e in payments_setting_values_check() if e.obj == "RETENTION_PURGE_BATCH_SIZE"
     ]
     assert wrong_type.id == "callbacks.E002"
     assert wrong_type.msg.startswith(
@@ -226,9 +226,9 @@ def test_a_wrong_type_and_an_out_of_range_value_are_named_by_their_app_and_key(s
     )
     assert out_of_range.id == "payments.E003"
     assert out_of_range.msg.startswith(
-        'PAYMENTS["RETURN_RATE_MIN_DEBITS"] = 0 is refused: out of range'
+        'PAYMENTS["RETENTION_PURGE_BATCH_SIZE"] = 0 is refused: out of range'
     )
-    assert out_of_range.hint.endswith("or remove it to use the default 20.")
+    assert out_of_range.hint.endswith("or remove it to use the default 1000.")
 
 
 def test_a_changed_apps_dict_is_read_at_once_and_its_end_restores_the_default():

@@ -120,7 +120,7 @@ def test_one_variable_of_a_dict_setting_keeps_the_other_keys_defaults(environmen
 
     values = app_settings_from_environ(
         environ.Env(),
-        payments_settings,
+        triage_settings,
         RETURN_RATE_THRESHOLDS={
             "unauthorized": "RETURN_RATE_UNAUTHORIZED_PERCENT",
             "overall": "RETURN_RATE_OVERALL_PERCENT",

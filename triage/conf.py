@@ -7,6 +7,7 @@ required setting.
 """
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from payments.app_settings import AppSettings
@@ -56,6 +57,24 @@ SPECS: dict[str, Spec] = {
     "ALERT_RETENTION": Duration(timedelta(days=90)),
     # Items of finished bulk jobs; the job row itself is kept with the audit trail.
     "BULK_JOB_RETENTION": Duration(timedelta(days=30)),
+    # Per-merchant return rates (triage.operations.return_rates, over the day counters payments
+    # keeps): the rolling window in days, the NACHA thresholds in percent (a host may set only
+    # some; the others keep these), the fraction of a threshold that warns, and the debits in
+    # the window before a merchant is alerted on.
+    "RETURN_RATE_WINDOW_DAYS": Number(60, 1, 3650, whole=True, unit="of days"),
+    "RETURN_RATE_THRESHOLDS": Keys(
+        values={
+            kind: Number(Decimal(percent), 0, 100, above_minimum=True, unit="(percent)")
+            for kind, percent in (
+                ("unauthorized", "0.5"),
+                ("administrative", "3.0"),
+                ("overall", "15.0"),
+            )
+        },
+        partial=True,
+    ),
+    "RETURN_RATE_WARNING_FRACTION": Number(0.8, 0, 1, above_minimum=True),
+    "RETURN_RATE_MIN_DEBITS": Number(20, 1, 1_000_000_000, whole=True, unit="of debits"),
     # A bulk triage job acts on at most this many dead letters per second (0 would never act:
     # the pacing divides by it), and looks for a cancel between batches of this size.
     "TRIAGE_BULK_RATE_PER_SECOND": Number(20.0, 0, 10_000, above_minimum=True, unit="per second"),

@@ -19,7 +19,7 @@ and rate (key ``return_rate.<rate>:<merchant>``), medium (warning) at
 ``RETURN_RATE_WARNING_FRACTION`` of a threshold, high at the threshold, reminders by severity,
 resolved when the rate falls back under the warning level or the merchant leaves the window.
 
-Settings (each with its default in ``payments.conf``, so a host project sets only what it
+Settings (each with its default in ``triage.conf``, so a host project sets only what it
 changes): ``RETURN_RATE_WINDOW_DAYS`` (60), ``RETURN_RATE_THRESHOLDS`` (percent per rate),
 ``RETURN_RATE_WARNING_FRACTION`` (0.8: a warning at 80 % of a threshold),
 ``RETURN_RATE_MIN_DEBITS`` (20: below that many debits in the window a rate is shown but never
@@ -40,8 +40,8 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from payments import conf as payments_conf
 from payments.models import MerchantReturnDay
+from triage import conf as triage_conf
 from triage.models import Alert, AlertSeverity, AlertStatus
 from triage.operations import charts
 from triage.operations.alerting import AlertDecision, alert_fire, alert_resolve
@@ -73,10 +73,10 @@ class ReturnRateSettings:
 
 def return_rate_settings() -> ReturnRateSettings:
     """The settings, checked: a bad value stops with its name, not a wrong alert later."""
-    window = payments_conf.RETURN_RATE_WINDOW_DAYS
-    raw = payments_conf.RETURN_RATE_THRESHOLDS
-    warning = payments_conf.RETURN_RATE_WARNING_FRACTION
-    min_debits = payments_conf.RETURN_RATE_MIN_DEBITS
+    window = triage_conf.RETURN_RATE_WINDOW_DAYS
+    raw = triage_conf.RETURN_RATE_THRESHOLDS
+    warning = triage_conf.RETURN_RATE_WARNING_FRACTION
+    min_debits = triage_conf.RETURN_RATE_MIN_DEBITS
     if not isinstance(window, int) or window < 1:
         raise ImproperlyConfigured(
             f"RETURN_RATE_WINDOW_DAYS must be a whole number >= 1: {window!r}"
@@ -88,7 +88,7 @@ def return_rate_settings() -> ReturnRateSettings:
             f"{', '.join(RateKind)}"
         )
     # A host setting only some thresholds keeps the defaults of the others.
-    given = {**payments_conf.DEFAULTS["RETURN_RATE_THRESHOLDS"], **raw}
+    given = {**triage_conf.DEFAULTS["RETURN_RATE_THRESHOLDS"], **raw}
     thresholds = {}
     for kind in RateKind:
         value = Decimal(str(given[kind]))

@@ -4,11 +4,10 @@ import os
 import signal
 import threading
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from callbacks import conf as callbacks_conf
 from payments import conf
-from payments.signing import secrets_parse
 from sandbox import FaultConfig, SandboxProcessor
 
 
@@ -119,10 +118,7 @@ class Command(BaseCommand):
             port=options["port"],
             api_key=options["api_key"] or conf.PROCESSOR_API_KEY,
             callback_url=callback_url,
-            signing_secret=options["signing_secret"]
-            or secrets_parse(
-                getattr(settings, "CALLBACKS", {}).get("CALLBACK_SIGNING_SECRETS", "")
-            )[0],
+            signing_secret=options["signing_secret"] or callbacks_conf.CALLBACK_SIGNING_SECRETS[0],
             faults=faults,
             seed=seed,
             callback_max_attempts=options["callback_max_attempts"],

@@ -32,16 +32,13 @@ from rest_framework.views import APIView, exception_handler
 from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
-from callbacks.schema import (
-    InvalidMessage,
-    event_deduplication_id,
-    parse_processor_event,
-    processor_event_message,
-)
+from callbacks.schema import event_deduplication_id, processor_event_message
 from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
 from payments.events import ProcessorEvent
+from payments.exceptions import InvalidCallback
 from payments.http_limits import LengthRequired, PayloadTooLarge, bounded_errors, read_body_limited
+from payments.processor.backend import CallbackRequest, get_backend
 from payments.strictjson import StrictJSONParser
 
 logger = logging.getLogger(__name__)
@@ -105,18 +102,25 @@ class ProcessorPrincipal:
         return "processor"
 
 
+def _callback_request(request: Request) -> CallbackRequest:
+    """The raw request as the processor backend verifies it, with the endpoint's secrets."""
+    return CallbackRequest(
+        body=request._request.body,
+        headers=request.headers,
+        secrets=tuple(callbacks_conf.CALLBACK_SIGNING_SECRETS),
+        tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
+    )
+
+
 class ProcessorSignatureAuthentication(BaseAuthentication):
-    """``X-Processor-Signature: t=<unix seconds>,v1=<hex>``, an HMAC-SHA256 over ``"<t>."`` plus
-    the raw body as received (not as re-serialised JSON), against any configured secret."""
+    """The processor backend's signature check over the raw body as received (not as
+    re-serialised JSON); the reference backend's is ``X-Processor-Signature:
+    t=<unix seconds>,v1=<hex>``, an HMAC-SHA256 over ``"<t>."`` plus the body, against any
+    configured secret."""
 
     def authenticate(self, request: Request):
         try:
-            signing.verify(
-                request.headers.get(signing.HEADER),
-                request._request.body,
-                callbacks_conf.CALLBACK_SIGNING_SECRETS,
-                tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
-            )
+            get_backend().callback_verify(_callback_request(request))
         except signing.SignatureError as exc:
             logger.warning("callback rejected: %s", exc, extra={"outcome": "bad_signature"})
             raise exceptions.AuthenticationFailed(str(exc)) from None
@@ -124,7 +128,7 @@ class ProcessorSignatureAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) and tells the caller which scheme is expected.
-        return f'HMAC-SHA256 header="{signing.HEADER}"'
+        return get_backend().callback_challenge()
 
 
 class JSONOnlyNegotiation(BaseContentNegotiation):
@@ -277,8 +281,8 @@ class ProcessorCallbackApi(APIView):
         if not request._request.body:
             raise InvalidEvent({"non_field_errors": ["Body is empty; expected a JSON object."]})
         try:
-            event = parse_processor_event(request.data)
-        except InvalidMessage as exc:
+            event = get_backend().callback_parse(request.data, _callback_request(request))
+        except InvalidCallback as exc:
             raise InvalidEvent(exc.errors) from None
         deduplication_id = event_deduplication_id(event)
         try:

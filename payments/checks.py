@@ -5,6 +5,7 @@ from django.core.checks import Error, register
 from django.utils.module_loading import import_string
 
 from payments import conf
+from payments.processor.backend import backend_class_problem
 
 
 @register()
@@ -46,3 +47,22 @@ def payments_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
     (``payments.conf.SPECS``, payments.E003); the required ones too, when they are set at all
     (a missing one is payments.E001)."""
     return conf.payments_settings.refused(error_id="payments.E003", unknown_id="payments.E004")
+
+
+@register()
+def payments_processor_backend_check(app_configs=None, **kwargs) -> list[Error]:
+    """``PAYMENTS["PROCESSOR_BACKEND"]`` must name a class that imports and implements the
+    backend interface: otherwise the first submission, status check or callback would fail, not
+    start-up."""
+    path = conf.PROCESSOR_BACKEND
+    problem = backend_class_problem(path)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f'PAYMENTS["PROCESSOR_BACKEND"] = {path!r} {problem}',
+            hint="a dotted path to a subclass of payments.processor.backend.ProcessorBackend",
+            obj="PROCESSOR_BACKEND",
+            id="payments.E005",
+        )
+    ]

@@ -47,6 +47,14 @@ SPECS: dict[str, Spec] = {
         pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
         accepted="a dotted path such as 'package.module.callable'",
     ),
+    # Dotted path of the processor backend class (payments.processor.backend.ProcessorBackend):
+    # the default is the HTTP API of the design card, which the sandbox serves. (That it imports
+    # and is a backend is checked apart, payments.E004.)
+    "PROCESSOR_BACKEND": Text(
+        "payments.processor.client.ProcessorClient",
+        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="a dotted path such as 'package.module.Class'",
+    ),
     # The processor's circuit breaker (payments.processor.breaker): open after this many
     # failures in a row, or when this share of the last WINDOW_CALLS first submissions (none
     # older than WINDOW_SECONDS) failed; after the pause, TRIAL_CALLS real submissions are let

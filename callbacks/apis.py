@@ -103,13 +103,18 @@ class ProcessorPrincipal:
 
 
 def _callback_request(request: Request) -> CallbackRequest:
-    """The raw request as the processor backend verifies it, with the endpoint's secrets."""
-    return CallbackRequest(
-        body=request._request.body,
-        headers=request.headers,
-        secrets=tuple(callbacks_conf.CALLBACK_SIGNING_SECRETS),
-        tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
-    )
+    """The raw request as the processor backend verifies and parses it, with the endpoint's
+    secrets; built once per request (reading the secrets parses their setting)."""
+    http = request._request
+    built = getattr(http, "_processor_callback", None)
+    if built is None:
+        built = http._processor_callback = CallbackRequest(
+            body=http.body,
+            headers=request.headers,
+            secrets=tuple(callbacks_conf.CALLBACK_SIGNING_SECRETS),
+            tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
+        )
+    return built
 
 
 class ProcessorSignatureAuthentication(BaseAuthentication):

@@ -17,6 +17,7 @@ from payments.checks import payments_processor_backend_check
 from payments.exceptions import ProcessorUnavailable
 from payments.models import AttemptOutcome, PaymentState, ProcessorAttempt
 from payments.processor.backend import get_backend, reset_backend
+from payments.processor.client import ProcessorClient
 from payments.services import (
     SubmitOutcome,
     payment_create,
@@ -102,6 +103,7 @@ def test_the_check_accepts_a_backend_outside_the_module(settings):
 def test_the_backend_is_built_once_and_again_when_the_setting_names_another(settings):
     reset_backend()
     reference = get_backend()
+    assert isinstance(reference, ProcessorClient)
     assert get_backend() is reference
 
     settings.PROCESSOR_BACKEND = BACKEND

@@ -2,7 +2,8 @@
 
 A DRF view that declares everything it relies on (authentication, permission, parser, renderer,
 content negotiation, exception handler), so a host project's ``REST_FRAMEWORK`` defaults change
-nothing. The signature is the authentication, over the exact bytes that were signed; the view
+nothing. The signature is the authentication, over the exact bytes that were signed; the
+processor backend (``PROCESSOR_BACKEND``) checks it and turns the body into an event; the view
 writes nothing to the database: a 202 means the event is on the queue (SQS holds the promise), a
 503 means nothing was promised and the processor must retry. Checks run cheapest first and in
 the contract's order: size (413), media type (415), signature (401), body (400).

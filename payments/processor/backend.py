@@ -117,8 +117,9 @@ class ProcessorCallUnavailable(ProcessorUnavailable):
 
 
 class ProcessorAuthFailed(ProcessorCallUnavailable):
-    """401/403: the processor refused our credentials. A configuration problem, not the
-    payment's: retryable once someone fixes PROCESSOR_API_KEY."""
+    """The processor refused our credentials (the reference backend's 401/403). A configuration
+    problem, not the payment's: retryable once someone fixes them (PROCESSOR_API_KEY for the
+    reference backend)."""
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,11 @@ def test_missing_signature_is_rejected_with_401(sqs_queues):
     assert outcome_count("bad_signature") == before + 1
 
 
+def test_401_names_the_reference_backends_scheme(sqs_queues):
+    response = post_json(event_body(), signature="")
+    assert response["WWW-Authenticate"] == 'HMAC-SHA256 header="X-Processor-Signature"'
+
+
 def test_malformed_signature_header_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), signature="sha256=deadbeef")
     assert response.status_code == 401

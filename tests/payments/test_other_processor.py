@@ -44,9 +44,9 @@ URL = "/callbacks/processor/"
 
 
 @pytest.fixture
-def other(settings):
+def other(settings, module_settings):
     server = OtherProcessorServer(token="other-token").start()
-    settings.PROCESSOR_BACKEND = BACKEND
+    module_settings.PROCESSOR_BACKEND = BACKEND
     settings.OTHER_PROCESSOR_URL = server.base_url
     settings.OTHER_PROCESSOR_TOKEN = "other-token"
     yield server
@@ -85,28 +85,30 @@ def other_callback(payment, kind="transfer.paid", *, secret=SECRET, **headers):
         ),
     ],
 )
-def test_the_check_refuses_a_backend_that_does_not_import_or_is_not_one(settings, path, problem):
-    settings.PROCESSOR_BACKEND = path
+def test_the_check_refuses_a_backend_that_does_not_import_or_is_not_one(
+    module_settings, path, problem
+):
+    module_settings.PROCESSOR_BACKEND = path
 
     [error] = payments_processor_backend_check()
 
-    assert error.id == "payments.E004"
+    assert error.id == "payments.E005"
     assert problem in error.msg
 
 
-def test_the_check_accepts_a_backend_outside_the_module(settings):
-    settings.PROCESSOR_BACKEND = BACKEND
+def test_the_check_accepts_a_backend_outside_the_module(module_settings):
+    module_settings.PROCESSOR_BACKEND = BACKEND
 
     assert payments_processor_backend_check() == []
 
 
-def test_the_backend_is_built_once_and_again_when_the_setting_names_another(settings):
+def test_the_backend_is_built_once_and_again_when_the_setting_names_another(module_settings):
     reset_backend()
     reference = get_backend()
     assert isinstance(reference, ProcessorClient)
     assert get_backend() is reference
 
-    settings.PROCESSOR_BACKEND = BACKEND
+    module_settings.PROCESSOR_BACKEND = BACKEND
 
     assert isinstance(get_backend(), OtherProcessorBackend)
     assert get_backend() is get_backend()
@@ -142,10 +144,10 @@ def test_a_payment_is_submitted_looked_up_and_settled_through_another_backend(ot
 
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_submits_through_it_and_retries_its_5xx_with_the_same_key(
-    other, sqs_queues, settings
+    other, sqs_queues, module_settings
 ):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0  # the retry at once
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0  # the retry at once
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_other_down_1abc")
     send_body(
         sqs_queues.client,

@@ -75,6 +75,9 @@ SPECS: dict[str, Spec] = {
     ),
     "RETURN_RATE_WARNING_FRACTION": Number(0.8, 0, 1, above_minimum=True),
     "RETURN_RATE_MIN_DEBITS": Number(20, 1, 1_000_000_000, whole=True, unit="of debits"),
+    # The gauges /metrics reads from SQS and the database are read at most once per this many
+    # seconds in each process, whatever the scrape rate (0: on every scrape).
+    "METRICS_SNAPSHOT_SECONDS": Seconds(15.0, 600, above_minimum=False),
     # A bulk triage job acts on at most this many dead letters per second (0 would never act:
     # the pacing divides by it), and looks for a cancel between batches of this size.
     "TRIAGE_BULK_RATE_PER_SECOND": Number(20.0, 0, 10_000, above_minimum=True, unit="per second"),

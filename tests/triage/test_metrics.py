@@ -58,6 +58,8 @@ def post_callback(client, module_settings, payment, event_type, *, secret=None):
 def test_metrics_count_a_scripted_run(
     client, module_settings, sqs_queues, django_capture_on_commit_callbacks
 ):
+    # The gauges read the queue and the database afresh for each of the two scrapes.
+    module_settings.METRICS_SNAPSHOT_SECONDS = 0
     before = scrape(client)
 
     payments = [PaymentFactory(state="submitted") for _ in range(3)]

@@ -1,4 +1,4 @@
-"""Prometheus metrics: the counters and histograms of every process, plus gauges read at scrape.
+"""Prometheus metrics: the counters and histograms of every process, plus shared-state gauges.
 
 Two kinds of metrics:
 
@@ -7,9 +7,17 @@ Two kinds of metrics:
   and Celery workers (messages, transitions, processor latency).
 - Gauges that describe shared state (queue depth of the main queue and the DLQ from SQS
   attributes, age of the oldest unfinished message from the ``QueueMessage`` records, open dead
-  letters, payments on hold, payments by state) are computed at scrape time by
-  ``OperationsCollector``, registered once per process. They are never multiprocess gauges:
-  every process would report the same database value, and summing them would be wrong.
+  letters, payments on hold, payments by state, the breaker; the return rates of
+  ``return_rates``) are computed by ``OperationsCollector`` and ``ReturnRateCollector``,
+  registered once per process. They are never multiprocess gauges: every process would report
+  the same database value, and summing them would be wrong.
+
+The shared-state gauges cost SQS calls and queries, and every web pod serves them, so each
+process computes them at most once per ``TRIAGE["METRICS_SNAPSHOT_SECONDS"]`` (15) and serves
+that snapshot to the scrapes in between (``SnapshotCollector``): a fleet of pods scraped every
+few seconds costs one set of reads per pod per interval, not one per scrape.
+``payments_ops_snapshot_timestamp_seconds`` says when the snapshot served was taken. The alert
+evaluation and the beat's queue sample read ``operations_snapshot()`` fresh.
 
 Several processes on one host (gunicorn workers, worker processes): set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory writable by all of them, the same for every
@@ -19,8 +27,8 @@ processes do the same on shutdown, see ``triage/tasks.py``). Each process then w
 counters to its own files, and ``GET /metrics`` in any gunicorn worker adds them all up with
 ``MultiProcessCollector``. Without the variable, each process serves its own counters only,
 which is right for a single process (``runserver``, one worker) but wrong behind a
-multi-worker gunicorn. Processes on other hosts (a worker container) must either share the
-directory or expose their own endpoint (``prometheus_client.start_http_server``).
+multi-worker gunicorn. A worker or relay on another host serves its own counters on
+``--metrics-port`` (``callbacks.metrics_server``).
 
 ``/metrics``, ``/healthz`` and ``/readyz`` carry no authentication: expose them only to the
 monitoring network (a security group, or the load balancer not routing ``/metrics``).
@@ -31,18 +39,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from django.core.signals import setting_changed
 from django.db import DatabaseError
 from django.db.models import Count
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+
+from callbacks.metrics_server import counters_registry
+from triage import conf as triage_conf
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +162,7 @@ def _payments_by_state() -> dict[str, int]:
 
 
 class OperationsCollector(Collector):
-    """Gauges computed from SQS and the database each time Prometheus scrapes.
+    """Gauges computed from SQS and the database (served through ``SnapshotCollector``).
 
     A source that cannot be read is left out of the output (no stale or made-up value) and
     ``payments_ops_scrape_error{source}`` says which one failed.
@@ -168,6 +180,7 @@ class OperationsCollector(Collector):
             ("payments_processor_breaker_state", ["state"]),
             ("payments_processor_breaker_open_seconds", None),
             ("payments_ops_scrape_error", ["source"]),
+            ("payments_ops_snapshot_timestamp_seconds", None),
         ):
             yield GaugeMetricFamily(name, "", labels=labels)
 
@@ -181,6 +194,12 @@ class OperationsCollector(Collector):
         except DatabaseError as exc:
             breaker_error = str(exc)
         yield _scrape_error_gauge(snapshot, breaker_error=breaker_error)
+        yield GaugeMetricFamily(
+            "payments_ops_snapshot_timestamp_seconds",
+            "Unix time at which the operations gauges served were read (they are read at most "
+            "once per METRICS_SNAPSHOT_SECONDS per process).",
+            value=time.time(),
+        )
 
 
 def _queue_depth_gauge(snapshot: OperationsSnapshot) -> GaugeMetricFamily:
@@ -239,7 +258,7 @@ def _database_gauges(snapshot: OperationsSnapshot):
 def _scrape_error_gauge(snapshot: OperationsSnapshot, *, breaker_error: str) -> GaugeMetricFamily:
     scrape_error = GaugeMetricFamily(
         "payments_ops_scrape_error",
-        "1 when a source of the operations gauges could not be read on this scrape.",
+        "1 when a source of the operations gauges could not be read for the snapshot served.",
         labels=["source"],
     )
     for source in ("sqs", "queue_messages", "dead_letters", "holds", "payments"):
@@ -274,27 +293,70 @@ def _breaker_gauges():
     )
 
 
+# The clock the snapshots age by; monotonic, so a clock step never serves a snapshot for hours.
+_clock = time.monotonic
+# Bumped when a setting the gauges read changes (tests, ``override_settings``): a snapshot taken
+# under the old settings (another queue, other thresholds) is not served under the new ones.
+_settings_generation = 0
+
+
+def _settings_changed(*, setting: str, **kwargs) -> None:
+    global _settings_generation
+    if setting in ("PAYMENTS", "CALLBACKS", "TRIAGE"):
+        _settings_generation += 1
+
+
+setting_changed.connect(_settings_changed)
+
+
+class SnapshotCollector(Collector):
+    """``collector``'s metrics, computed at most once per ``METRICS_SNAPSHOT_SECONDS``.
+
+    The lock makes scrapes that arrive while a snapshot is being read wait for it instead of
+    reading their own: at most one set of SQS calls and queries per interval in this process.
+    """
+
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._families: list = []
+        self._taken_at: float | None = None
+        self._generation = -1
+
+    def describe(self):
+        return self._collector.describe()
+
+    def collect(self):
+        interval = triage_conf.METRICS_SNAPSHOT_SECONDS
+        with self._lock:
+            now = _clock()
+            if (
+                self._taken_at is None
+                or self._generation != _settings_generation
+                or now - self._taken_at >= interval
+            ):
+                generation = _settings_generation
+                self._families = list(self._collector.collect())
+                self._taken_at, self._generation = now, generation
+            return list(self._families)
+
+
 _lock = threading.Lock()
 _registries: dict[str, CollectorRegistry] = {}
 
 
 def metrics_registry() -> CollectorRegistry:
-    """The registry ``/metrics`` serves, built once per process (and per multiprocess dir)."""
+    """The registry ``/metrics`` serves, built once per process (and per multiprocess dir):
+    the counters (``counters_registry``) plus the shared-state gauges, through snapshots."""
     multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
     with _lock:
         registry = _registries.get(multiproc_dir)
         if registry is None:
-            if multiproc_dir:
-                # A fresh registry: the default one holds this process's own values, which the
-                # multiprocess files already contain.
-                registry = CollectorRegistry(auto_describe=True)
-                MultiProcessCollector(registry, path=multiproc_dir)
-            else:
-                registry = REGISTRY
-            registry.register(OperationsCollector())
             from triage.operations.return_rates import ReturnRateCollector
 
-            registry.register(ReturnRateCollector())
+            registry = counters_registry()
+            registry.register(SnapshotCollector(OperationsCollector()))
+            registry.register(SnapshotCollector(ReturnRateCollector()))
             _registries[multiproc_dir] = registry
         return registry
 

@@ -75,6 +75,10 @@ SPECS: dict[str, Spec] = {
     ),
     "RETURN_RATE_WARNING_FRACTION": Number(0.8, 0, 1, above_minimum=True),
     "RETURN_RATE_MIN_DEBITS": Number(20, 1, 1_000_000_000, whole=True, unit="of debits"),
+    # /metrics exports a series per merchant for this many merchants at most, the closest to a
+    # threshold (the rest are counted, not named): every merchant a series would make
+    # Prometheus's cost grow with the customer list. 0 exports the counts only.
+    "RETURN_RATE_METRIC_MERCHANTS": Number(20, 0, 1000, whole=True, unit="of merchants"),
     # The gauges /metrics reads from SQS and the database are read at most once per this many
     # seconds in each process, whatever the scrape rate (0: on every scrape).
     "METRICS_SNAPSHOT_SECONDS": Seconds(15.0, 600, above_minimum=False),

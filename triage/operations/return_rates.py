@@ -34,7 +34,7 @@ from decimal import Decimal
 from enum import StrEnum
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import F, FloatField, QuerySet, Sum, Value
+from django.db.models import Count, F, FloatField, Q, QuerySet, Sum, Value
 from django.db.models.functions import Cast, Greatest, NullIf
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
@@ -158,14 +158,7 @@ def _window_totals(config: ReturnRateSettings, *, now: datetime, merchant_ids) -
     )
     if merchant_ids is not None:
         rows = rows.filter(merchant_id__in=list(merchant_ids))
-    debits = NullIf(Cast(F("w_debits"), FloatField()), Value(0.0))
-    closeness = [
-        Cast(F(f"w_{RATE_COUNTER[kind]}"), FloatField())
-        * Value(100.0)
-        / debits
-        / Value(float(config.thresholds[kind]))
-        for kind in RateKind
-    ]
+    closeness = [_closeness(kind, config) for kind in RateKind]
     return (
         rows.values("merchant_id")
         .annotate(
@@ -176,6 +169,18 @@ def _window_totals(config: ReturnRateSettings, *, now: datetime, merchant_ids) -
         )
         .annotate(closeness=Greatest(*closeness))
         .order_by(F("closeness").desc(nulls_last=True), "merchant_id")
+    )
+
+
+def _closeness(kind: RateKind, config: ReturnRateSettings):
+    """A merchant's ``kind`` rate over its threshold, from its window totals (``w_<counter>``);
+    NULL without debits."""
+    debits = NullIf(Cast(F("w_debits"), FloatField()), Value(0.0))
+    return (
+        Cast(F(f"w_{RATE_COUNTER[kind]}"), FloatField())
+        * Value(100.0)
+        / debits
+        / Value(float(config.thresholds[kind]))
     )
 
 
@@ -272,42 +277,104 @@ def return_rate_alerts_evaluate(*, now: datetime | None = None) -> dict:
 
 
 class ReturnRateCollector(Collector):
-    """Per-merchant return rates and the thresholds, computed at scrape time (one query)."""
+    """Return rates as gauges, bounded: a series per merchant for the
+    ``RETURN_RATE_METRIC_MERCHANTS`` merchants closest to a threshold, and for all of them,
+    how many are at or over each rate's warning level and threshold (two queries).
+
+    Only merchants with ``RETURN_RATE_MIN_DEBITS`` debits in the window count, the ones the
+    in-app alerts watch, so a rule written on these series sees what those alerts see (and a
+    merchant with three debits and one return does not take a place in the top N). The rates
+    are fractions (``_ratio``), as Prometheus names them.
+    """
 
     def describe(self):
-        yield GaugeMetricFamily(
-            "payments_merchant_return_rate_percent", "", labels=["merchant", "rate"]
-        )
-        yield GaugeMetricFamily("payments_merchant_window_debits", "", labels=["merchant"])
-        yield GaugeMetricFamily("payments_return_rate_threshold_percent", "", labels=["rate"])
+        for name, labels in (
+            ("payments_merchant_return_rate_ratio", ["merchant", "rate"]),
+            ("payments_merchant_window_debits", ["merchant"]),
+            ("payments_return_rate_threshold_ratio", ["rate"]),
+            ("payments_merchants_return_rate_over_level", ["rate", "level"]),
+            ("payments_return_rate_merchants", None),
+        ):
+            yield GaugeMetricFamily(name, "", labels=labels)
 
     def collect(self):
         config = return_rate_settings()
-        rates = GaugeMetricFamily(
-            "payments_merchant_return_rate_percent",
-            f"Return rate per merchant over the last {config.window_days} days, in percent of "
-            "its debits, by rate (unauthorized, administrative, overall).",
-            labels=["merchant", "rate"],
-        )
-        debits = GaugeMetricFamily(
-            "payments_merchant_window_debits",
-            f"Debits per merchant in the return-rate window ({config.window_days} days).",
-            labels=["merchant"],
-        )
-        for merchant in merchant_return_rates():
-            debits.add_metric([merchant.merchant_id], merchant.debits)
-            for rate in merchant.rates:
-                rates.add_metric([merchant.merchant_id, rate.kind], rate.percent)
-        yield rates
-        yield debits
+        now = timezone.now()
+        yield from _merchant_gauges(config, now=now)
+        yield from _aggregate_gauges(config, now=now)
         thresholds = GaugeMetricFamily(
-            "payments_return_rate_threshold_percent",
-            "NACHA return-rate threshold, in percent, by rate.",
+            "payments_return_rate_threshold_ratio",
+            "NACHA return-rate threshold, as a fraction of the debits, by rate.",
             labels=["rate"],
         )
         for kind in RateKind:
-            thresholds.add_metric([kind], float(config.thresholds[kind]))
+            thresholds.add_metric([kind], float(config.thresholds[kind]) / 100)
         yield thresholds
+
+
+def _alertable_totals(config: ReturnRateSettings, *, now: datetime) -> QuerySet:
+    return _window_totals(config, now=now, merchant_ids=None).filter(
+        w_debits__gte=config.min_debits
+    )
+
+
+def _merchant_gauges(config: ReturnRateSettings, *, now: datetime):
+    """The named merchants' rates and debits: the closest to a threshold first, at most
+    ``RETURN_RATE_METRIC_MERCHANTS`` of them."""
+    rates = GaugeMetricFamily(
+        "payments_merchant_return_rate_ratio",
+        f"Return rate over the last {config.window_days} days, as a fraction of the merchant's "
+        "debits, by rate (unauthorized, administrative, overall); only the "
+        "RETURN_RATE_METRIC_MERCHANTS merchants closest to a threshold.",
+        labels=["merchant", "rate"],
+    )
+    debits = GaugeMetricFamily(
+        "payments_merchant_window_debits",
+        f"Debits in the return-rate window ({config.window_days} days), for the merchants "
+        "payments_merchant_return_rate_ratio names.",
+        labels=["merchant"],
+    )
+    limit = triage_conf.RETURN_RATE_METRIC_MERCHANTS
+    rows = _alertable_totals(config, now=now)[:limit] if limit else []
+    for row in rows:
+        merchant = _merchant_rates(row, config)
+        debits.add_metric([merchant.merchant_id], merchant.debits)
+        for rate in merchant.rates:
+            rates.add_metric([merchant.merchant_id, rate.kind], rate.percent / 100)
+    yield rates
+    yield debits
+
+
+def _aggregate_gauges(config: ReturnRateSettings, *, now: datetime):
+    """Every alertable merchant, named or not, counted by rate and level: one query."""
+    levels = {"warning": config.warning_fraction, "threshold": 1.0}
+    rows = _alertable_totals(config, now=now).order_by()
+    rows = rows.annotate(**{f"c_{kind}": _closeness(kind, config) for kind in RateKind})
+    counts = rows.aggregate(
+        merchants=Count("merchant_id"),
+        **{
+            f"{kind}_{level}": Count("merchant_id", filter=Q(**{f"c_{kind}__gte": fraction}))
+            for kind in RateKind
+            for level, fraction in levels.items()
+        },
+    )
+    over = GaugeMetricFamily(
+        "payments_merchants_return_rate_over_level",
+        "Merchants whose rate is at or over a level of its threshold (warning: "
+        "RETURN_RATE_WARNING_FRACTION of it; threshold), by rate, named in "
+        "payments_merchant_return_rate_ratio or not.",
+        labels=["rate", "level"],
+    )
+    for kind in RateKind:
+        for level in levels:
+            over.add_metric([kind, level], counts[f"{kind}_{level}"])
+    yield over
+    yield GaugeMetricFamily(
+        "payments_return_rate_merchants",
+        f"Merchants with at least RETURN_RATE_MIN_DEBITS debits in the {config.window_days}-day "
+        "window (those the return-rate alerts watch).",
+        value=counts["merchants"],
+    )
 
 
 def _row(merchant: MerchantReturnRates, warning_fraction: float) -> dict:

@@ -23,7 +23,9 @@ Settings (each with its default in ``triage.conf``, so a host project sets only 
 changes): ``RETURN_RATE_WINDOW_DAYS`` (60), ``RETURN_RATE_THRESHOLDS`` (percent per rate),
 ``RETURN_RATE_WARNING_FRACTION`` (0.8: a warning at 80 % of a threshold),
 ``RETURN_RATE_MIN_DEBITS`` (20: below that many debits in the window a rate is shown but never
-alerted on; one return out of two debits says nothing about a merchant).
+alerted on; one return out of two debits says nothing about a merchant),
+``RETURN_RATE_METRIC_MERCHANTS`` (20: the merchants ``/metrics`` names; see
+``ReturnRateCollector``).
 """
 
 from __future__ import annotations

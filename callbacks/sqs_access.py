@@ -19,7 +19,7 @@ from enum import StrEnum
 class ProcessRole(StrEnum):
     """The IAM role (and managed policy) each kind of process runs under."""
 
-    WEB = "web"  # gunicorn: callback endpoint, payments API, admin and triage, /readyz, /metrics
+    WEB = "web"  # gunicorn: callback endpoint, payments API, admin, triage, /dependencies, /metrics
     QUEUE_WORKER = "queue_worker"  # run_sqs_worker, run_outbox_relay
     CELERY = "celery"  # celery worker and beat; ingest_dlq, reconcile_payments, evaluate_alerts
     SETUP = "setup"  # setup_queues, setup_celery_queue (deploy time only)
@@ -147,7 +147,8 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         {MAIN: _READ_ATTRIBUTES, DLQ: _READ_ATTRIBUTES},
         _roles(WEB, CELERY),
     ),
-    SqsCallSite("triage.operations.health:_queue_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
+    # The main queue's state for /dependencies and payments_dependency_up (never /readyz).
+    SqsCallSite("triage.operations.dependencies:_sqs_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
     # setup_queues.
     SqsCallSite(
         "callbacks.queues:_find",

@@ -1,6 +1,9 @@
 """The module's checks as django-health-check backends, installed the way a host installs them:
 ``health_check`` in INSTALLED_APPS and its view listing them."""
 
+import importlib
+import sys
+
 import pytest
 from django.urls import path
 from health_check.views import HealthCheckView
@@ -52,3 +55,11 @@ def test_an_unreachable_queue_is_the_sqs_backends_error_not_a_crash(client, host
     body = response.json()
     assert body["Sqs()"] == "Unavailable: main queue unreachable"
     assert body["Database()"] == body["Migrations()"] == body["Processor()"] == "OK"
+
+
+def test_without_the_package_the_backends_say_which_extra_to_install(monkeypatch):
+    for name in [name for name in sys.modules if name.split(".")[0] == "health_check"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.delitem(sys.modules, BACKENDS)
+    with pytest.raises(ImportError, match=r"django-ach-payments\[health-check\]"):
+        importlib.import_module(BACKENDS)

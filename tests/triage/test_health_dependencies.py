@@ -55,6 +55,16 @@ def test_an_unreachable_queue_and_an_open_breaker_are_reported_down_with_their_g
     assert value(samples, "payments_dependency_up", dependency="processor") == 0
 
 
+@pytest.mark.django_db
+def test_a_missing_main_queue_is_reported_without_its_name(client, module_settings, sqs_queues):
+    module_settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
+    sqs.reset()
+    sqs_state = client.get("/dependencies").json()["sqs"]
+    assert sqs_state["ok"] is False
+    assert sqs_state["detail"].startswith("main queue refused the call (")
+    assert "no-such-queue" not in sqs_state["detail"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_database_outage_is_reported_without_failing_the_report(client, sqs_queues):
     with database_down():

@@ -81,6 +81,7 @@ def test_beat_schedule_covers_the_operations_work():
         "triage.tasks.dead_letters_ingest",
         "triage.tasks.queue_metrics_sample",
         "triage.tasks.alerts_evaluate",
+        "triage.tasks.beat_heartbeat",
         "triage.tasks.bulk_jobs_resume_stale",
         "callbacks.tasks.payments_reconcile",
         "callbacks.tasks.outbox_relay_publish",

@@ -86,6 +86,9 @@ SPECS: dict[str, Spec] = {
     # the pacing divides by it), and looks for a cancel between batches of this size.
     "TRIAGE_BULK_RATE_PER_SECOND": Number(20.0, 0, 10_000, above_minimum=True, unit="per second"),
     "TRIAGE_BULK_BATCH_SIZE": Number(100, 1, 10_000, whole=True, unit="of dead letters"),
+    # Beat's heartbeat (triage.operations.heartbeat) older than this fires the in-app alert;
+    # two of its one-minute ticks at least, so one slow or lost tick does not page.
+    "BEAT_HEARTBEAT_STALE_SECONDS": Number(300, 120, 86_400, unit="of seconds"),
     # Longer than a batch takes at the slowest sensible rate, so a live job is never taken for
     # dead (and if it were, its lock keeps the second copy out).
     "TRIAGE_BULK_STALE_SECONDS": Number(300, 1, 86_400, unit="of seconds"),

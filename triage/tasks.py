@@ -42,6 +42,15 @@ def alerts_evaluate() -> dict:
     return {"fired": result.fired, "resolved": result.resolved}
 
 
+@shared_task(name="triage.tasks.beat_heartbeat", ignore_result=True)
+def beat_heartbeat() -> str:
+    """Record that beat (and a worker taking its tasks) ran; its age is what alerts when beat
+    stops (``triage.operations.heartbeat``). No lock: the upsert is one statement."""
+    from triage.operations.heartbeat import beat_heartbeat_record
+
+    return beat_heartbeat_record().isoformat()
+
+
 @shared_task(name="triage.tasks.bulk_job_run", ignore_result=True, acks_late=True)
 def bulk_job_run(job_id: int) -> dict:
     """Run one bulk triage job to its end (or its cancel). A redelivered task message (the

@@ -29,7 +29,15 @@ QUEUE_UNREACHABLE = "queue.unreachable"
 # Raised by the processor's circuit breaker when it opens, cleared when it closes; the
 # evaluation keeps it firing (reminders) while the breaker is open.
 PROCESSOR_UNAVAILABLE = "processor.unavailable"
-CONDITION_KEYS = (DLQ_DEPTH, DEAD_LETTERS_OPEN, BACKLOG, QUEUE_UNREACHABLE, PROCESSOR_UNAVAILABLE)
+BEAT_HEARTBEAT_STALE = "beat.heartbeat_stale"
+CONDITION_KEYS = (
+    DLQ_DEPTH,
+    DEAD_LETTERS_OPEN,
+    BACKLOG,
+    QUEUE_UNREACHABLE,
+    PROCESSOR_UNAVAILABLE,
+    BEAT_HEARTBEAT_STALE,
+)
 # Alerts raised per dead letter at ingestion: "dead_letter:<DeadLetter pk>".
 DEAD_LETTER_PREFIX = "dead_letter:"
 
@@ -178,6 +186,32 @@ def _processor_breaker(evaluation: _Evaluation) -> None:
     )
 
 
+def _beat_heartbeat(evaluation: _Evaluation) -> None:
+    """Beat's heartbeat older than BEAT_HEARTBEAT_STALE_SECONDS (its age in database time).
+
+    This runs from beat itself, so it cannot see beat stop (Prometheus does, from ``/metrics``:
+    ``triage.operations.heartbeat``); it sees a beat that ticks while its heartbeat task fails
+    or waits unread. High, as a stopped beat is: ingestion and this evaluation are beat's too.
+    A heartbeat that never ran is unknown here (a first evaluation may come before it).
+    """
+    from triage.operations.heartbeat import heartbeat_age
+
+    age = heartbeat_age()
+    if age is None:
+        return
+    threshold = float(triage_conf.BEAT_HEARTBEAT_STALE_SECONDS)
+    if age > threshold:
+        evaluation.fire(
+            BEAT_HEARTBEAT_STALE,
+            AlertSeverity.HIGH,
+            f"beat's heartbeat is {age:.0f} s old (threshold {threshold:.0f} s): periodic "
+            "tasks may not be running",
+            {"age_seconds": round(age), "threshold_seconds": threshold},
+        )
+    else:
+        evaluation.resolve(BEAT_HEARTBEAT_STALE, "beat's heartbeat is fresh again")
+
+
 def _dead_letters_decided(evaluation: _Evaluation) -> None:
     """One alert per dead letter (raised at ingestion): resolved once a human has decided."""
     firing = {
@@ -230,6 +264,7 @@ CONDITIONS: tuple[Callable[[_Evaluation], None], ...] = (
     _dead_letters_open,
     _backlog,
     _processor_breaker,
+    _beat_heartbeat,
     _dead_letters_decided,
     _return_rates,
     _quiet_event_alerts,

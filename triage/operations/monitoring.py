@@ -352,11 +352,13 @@ def metrics_registry() -> CollectorRegistry:
     with _lock:
         registry = _registries.get(multiproc_dir)
         if registry is None:
+            from triage.operations.heartbeat import HeartbeatCollector
             from triage.operations.return_rates import ReturnRateCollector
 
             registry = counters_registry()
             registry.register(SnapshotCollector(OperationsCollector()))
             registry.register(SnapshotCollector(ReturnRateCollector()))
+            registry.register(SnapshotCollector(HeartbeatCollector()))
             _registries[multiproc_dir] = registry
         return registry
 

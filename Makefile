@@ -64,6 +64,7 @@ LOCALSTACK_TESTS ?= \
 test: deps $(LOCALSTACK)
 	scripts/ensure-chromium
 	scripts/ensure-faketime
+	scripts/ensure-promtool
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null

@@ -15,7 +15,7 @@ from tests.deploy.test_prometheus_rules import (
 )
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "payments-dashboard.json"
-# The figures it shows, one metric each; the return-rate ratios are the fleet-metrics change's.
+# The figures it shows, one metric each.
 DASHBOARD_METRICS = {
     "payments_queue_messages",
     "payments_oldest_unfinished_message_age_seconds",

@@ -20,8 +20,7 @@ RULE_TESTS = RULES_DIR / "payments-rules.test.yml"
 METRIC_NAME = re.compile(r"\bpayments_[a-z_]+")
 
 # What the rules read, spelled out so a rule on a new (or renamed) metric is a deliberate change
-# here too. The two return-rate ratios are the names of the fleet-metrics change (fractions 0-1,
-# replacing the ``_percent`` gauges).
+# here too.
 RULE_METRICS = {
     "payments_queue_messages",
     "payments_dead_letters_open",
@@ -30,7 +29,6 @@ RULE_METRICS = {
     "payments_processor_breaker_open_seconds",
     "payments_merchant_return_rate_ratio",
     "payments_return_rate_threshold_ratio",
-    "payments_merchant_window_debits",
     "payments_beat_heartbeat_timestamp_seconds",
 }
 

@@ -292,7 +292,8 @@ def test_the_ledger_refuses_a_second_reversal_and_a_reversal_of_the_wrong_sign()
     ("code", "settled_ago", "late"),
     [
         ("R01", timedelta(days=1), False),
-        ("R01", timedelta(days=5), True),  # past 2 banking days whatever the weekday
+        # Tue 24 Nov: Wed 25 and Fri 27 (Thanksgiving skipped) are its 2 banking days.
+        ("R01", timedelta(days=6), True),
         ("R10", timedelta(days=59), False),
         ("R10", timedelta(days=61), True),
     ],

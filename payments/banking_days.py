@@ -6,7 +6,7 @@ Reserve's own calendar as the ``holidays`` package ships it (``holidays.financia
 ``XFED``), kept up to date there rather than typed in by hand: New Year's Day, Martin Luther
 King Jr.'s birthday, Washington's birthday, Memorial Day, Juneteenth, Independence Day, Labor
 Day, Columbus Day, Veterans Day, Thanksgiving and Christmas. A holiday on a Sunday closes the
-Monday after; one on a Saturday closes nothing, since the Reserve Banks open the Friday before
+Monday after; one on a Saturday closes nothing: the Reserve Banks stay open the Friday before
 (unlike the federal-employee calendar, which closes that Friday). The package covers 1999 to
 2100; outside those years only weekends are skipped.
 

@@ -44,6 +44,8 @@ class Payment(FSMModelMixin, models.Model):
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
     )
     processor_id = models.CharField(max_length=128, blank=True)
+    # The client's own keys and strings, as Stripe's metadata (bounded by the API's input).
+    metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
@@ -55,7 +57,13 @@ class Payment(FSMModelMixin, models.Model):
                 condition=models.Q(amount__gt=0), name="payment_amount_positive"
             ),
         ]
-        indexes = [models.Index(fields=["state", "state_changed_at"])]
+        indexes = [
+            models.Index(fields=["state", "state_changed_at"]),
+            # The API's list: a merchant's payments, newest first, one page after a cursor.
+            models.Index(
+                fields=["merchant_id", "-created_at", "-id"], name="payment_merchant_created"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.amount} {self.currency} ({self.state})"

@@ -59,6 +59,7 @@ def payment_create(
     source_token: str,
     currency: str = "USD",
     description: str = "",
+    metadata: dict | None = None,
     caused_by: str = "",
 ) -> Payment:
     """Write the payment (pending, new idempotency key) and its submit command in one transaction.
@@ -86,6 +87,7 @@ def payment_create(
             currency=currency,
             source_token=source_token,
             description=description,
+            metadata=metadata or {},
         )
         PaymentEvent.objects.create(
             payment=payment,

@@ -1,11 +1,13 @@
 """``POST /callbacks/processor/``: check a processor callback and put it on the FIFO queue.
 
 A DRF view that declares everything it relies on (authentication, permission, parser, renderer,
-content negotiation, exception handler), so a host project's ``REST_FRAMEWORK`` defaults change
-nothing. The signature is the authentication, over the exact bytes that were signed; the
-processor backend (``PROCESSOR_BACKEND``) checks it and turns the body into an event; the view
-writes nothing to the database: a 202 means the event is on the queue (SQS holds the promise), a
-503 means nothing was promised and the processor must retry. Checks run cheapest first and in
+content negotiation, versioning, throttle, metadata, schema, exception handler), so a host
+project's ``REST_FRAMEWORK`` defaults change nothing; its errors are the module's envelope
+(``payments.api_errors``) and every answer carries ``Request-Id``. The signature is the
+authentication, over the exact bytes that were signed; the processor backend
+(``PROCESSOR_BACKEND``) checks it and turns the body into an event; the view writes nothing to
+the database: a 202 means the event is on the queue (SQS holds the promise), a 503 means nothing
+was promised and the processor must retry. Checks run cheapest first and in
 the contract's order: size (413), media type (415), signature (401), body (400).
 """
 
@@ -15,6 +17,7 @@ from collections import OrderedDict
 
 from django.db import transaction
 from django.utils.decorators import method_decorator
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -23,12 +26,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.metadata import SimpleMetadata
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView
 
 from callbacks import conf as callbacks_conf
 from callbacks import sqs
@@ -36,6 +40,12 @@ from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
 from callbacks.schema import event_deduplication_id, processor_event_message
 from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
+from payments.api_errors import (
+    REQUEST_ID_HEADER,
+    ErrorOutputSerializer,
+    ModuleErrorsMixin,
+    request_id_of,
+)
 from payments.events import ProcessorEvent
 from payments.exceptions import InvalidCallback
 from payments.http_limits import LengthRequired, PayloadTooLarge, bounded_errors, read_body_limited
@@ -83,7 +93,7 @@ class QueueUnavailable(exceptions.APIException):
 
 
 class InvalidEvent(exceptions.APIException):
-    """A body that breaks the contract: 400 with ``{"errors": {field: [...]}}``."""
+    """A body that breaks the contract: 400 naming the fields, the envelope's ``errors``."""
 
     status_code = status.HTTP_400_BAD_REQUEST
     default_code = "bad_body"
@@ -165,11 +175,8 @@ _OUTCOMES = {
 }
 
 
-def _detail(status_code: int, description: str) -> OpenApiResponse:
-    return OpenApiResponse(
-        inline_serializer(f"CallbackDetail{status_code}", {"detail": serializers.CharField()}),
-        description=description,
-    )
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorOutputSerializer, description=description)
 
 
 _RESPONSES = {
@@ -180,25 +187,16 @@ _RESPONSES = {
         ),
         description="On the queue: the event will be applied exactly once.",
     ),
-    400: OpenApiResponse(
-        inline_serializer(
-            "CallbackErrors",
-            {
-                "errors": serializers.DictField(
-                    child=serializers.ListField(child=serializers.CharField())
-                )
-            },
-        ),
-        description=(
-            "The body breaks the contract or cannot be stored: the first 10 bad fields named, "
-            "the rest counted under more_errors."
-        ),
+    400: _error(
+        "The body breaks the contract or cannot be stored: the first 10 bad fields named in "
+        "errors, the rest counted under more_errors."
     ),
-    401: _detail(401, "Signature missing, malformed, not matching, or outside 300 s."),
-    411: _detail(411, "Chunked body on a server that cannot say where it ends."),
-    413: _detail(413, "Body over 64 KiB."),
-    415: _detail(415, "Content-Type is not application/json."),
-    503: _detail(503, "The queue did not take the event: nothing was accepted, retry."),
+    401: _error("Signature missing, malformed, not matching, or outside 300 s."),
+    405: _error("Only POST is accepted."),
+    411: _error("Chunked body on a server that cannot say where it ends."),
+    413: _error("Body over 64 KiB."),
+    415: _error("Content-Type is not application/json."),
+    503: _error("The queue did not take the event: nothing was accepted, retry."),
 }
 
 
@@ -223,14 +221,17 @@ def _publish(event: ProcessorEvent, deduplication_id: str) -> str:
 # The endpoint writes nothing to the database and sends to SQS, which the gateway refuses inside a
 # transaction: a host's ATOMIC_REQUESTS must not wrap it.
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ProcessorCallbackApi(APIView):
+class ProcessorCallbackApi(ModuleErrorsMixin, APIView):
     authentication_classes = [ProcessorSignatureAuthentication]
     permission_classes = [IsAuthenticated]
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JSONOnlyNegotiation
+    # Never throttled: a refused callback is a money event the processor must send again.
     throttle_classes: list = []
     versioning_class = None
+    metadata_class = SimpleMetadata
+    schema = AutoSchema()
 
     def dispatch(self, request, *args, **kwargs):
         if callbacks_conf.CALLBACK_SEND_COALESCE_SECONDS <= 0:
@@ -239,10 +240,6 @@ class ProcessorCallbackApi(APIView):
         # callers may still join it (see _publish).
         with sqs.coalesced_send_expected():
             return super().dispatch(request, *args, **kwargs)
-
-    def get_exception_handler(self):
-        # The module's own error shapes, whatever EXCEPTION_HANDLER a host project sets.
-        return exception_handler
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         if request.method != "POST":
@@ -271,12 +268,19 @@ class ProcessorCallbackApi(APIView):
         responses=_RESPONSES,
         parameters=[
             OpenApiParameter(
+                REQUEST_ID_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                response=True,
+                description="This request's id (req_...), also an error's request_id.",
+            ),
+            OpenApiParameter(
                 "Retry-After",
                 int,
                 OpenApiParameter.HEADER,
                 response=[503],
                 description="Seconds to wait before retrying.",
-            )
+            ),
         ],
         description=(
             "A processor event, signed over the raw body. Checked in this order: size (413), "
@@ -315,6 +319,7 @@ class ProcessorCallbackApi(APIView):
                 "processor_event_id": event.processor_event_id,
                 "event_type": event.event_type,
                 "message_id": message_id,
+                "request_id": request_id_of(request),
                 "outcome": "accepted",
             },
         )

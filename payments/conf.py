@@ -9,8 +9,9 @@ setting is seen): the host's value when it sets one, else the default below. A h
 from datetime import timedelta
 from typing import Any
 
+from payments.api_throttling import RATE_ACCEPTED, parse_throttle_rates
 from payments.app_settings import AppSettings
-from payments.setting_specs import Duration, Number, Seconds, Spec, Text, Url, defaults
+from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -31,6 +32,11 @@ SPECS: dict[str, Spec] = {
     # a denial of service, not a payment.
     "PAYMENTS_API_MAX_BODY_BYTES": Number(
         64 * 1024, 1024, 10 * 1024 * 1024, whole=True, unit="of bytes"
+    ),
+    # Rate limits of the payments API per user, by scope (payments.api_throttling): None, the
+    # default, limits nothing; {"read": "600/min", "write": "60/min"} answers 429 past them.
+    "PAYMENTS_API_THROTTLE_RATES": Parsed(
+        None, parse=parse_throttle_rates, accepted=RATE_ACCEPTED, types=(dict, type(None))
     ),
     # Published outbox rows: the queue message and the event log carry what they said; a week
     # is for looking into a publish that went wrong.

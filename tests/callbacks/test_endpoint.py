@@ -176,7 +176,7 @@ def test_bad_field_is_rejected_with_400_naming_it(sqs_queues, field, value):
     before = outcome_count("bad_body")
     response = post_json(event_body(**{field: value}))
     assert response.status_code == 400
-    assert list(response.json()["errors"]) == [field]
+    assert list(response.json()["error"]["errors"]) == [field]
     assert queued_messages(sqs_queues) == []
     assert outcome_count("bad_body") == before + 1
 
@@ -184,7 +184,7 @@ def test_bad_field_is_rejected_with_400_naming_it(sqs_queues, field, value):
 def test_missing_fields_are_all_named_in_400(sqs_queues):
     response = post_json({"event_type": "settled"})
     assert response.status_code == 400
-    assert set(response.json()["errors"]) == {
+    assert set(response.json()["error"]["errors"]) == {
         "payment_id",
         "processor_event_id",
         "amount",
@@ -198,7 +198,7 @@ def test_missing_fields_are_all_named_in_400(sqs_queues):
 def test_body_that_is_not_a_json_object_is_rejected_with_400(sqs_queues, raw):
     response = post(raw)
     assert response.status_code == 400
-    assert "non_field_errors" in response.json()["errors"]
+    assert "non_field_errors" in response.json()["error"]["errors"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -206,7 +206,7 @@ def test_missing_signature_is_rejected_with_401(sqs_queues):
     before = outcome_count("bad_signature")
     response = post_json(event_body(), signature="")
     assert response.status_code == 401
-    assert "missing" in response.json()["detail"]
+    assert "missing" in response.json()["error"]["message"]
     assert queued_messages(sqs_queues) == []
     assert outcome_count("bad_signature") == before + 1
 
@@ -242,7 +242,7 @@ def test_signature_over_reformatted_json_is_rejected_because_raw_bytes_are_signe
 def test_stale_signature_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), timestamp=int(time.time()) - 301)
     assert response.status_code == 401
-    assert "replayed" in response.json()["detail"]
+    assert "replayed" in response.json()["error"]["message"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -265,7 +265,7 @@ def test_signature_from_the_future_beyond_tolerance_is_rejected_with_401(sqs_que
 def test_signature_made_with_an_unknown_secret_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), secrets=["not-our-secret"])
     assert response.status_code == 401
-    assert "does not match" in response.json()["detail"]
+    assert "does not match" in response.json()["error"]["message"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -371,7 +371,7 @@ def test_queue_unavailable_answers_503_with_retry_after(module_settings, closed_
         sqs.reset()
     assert response.status_code == 503
     assert int(response["Retry-After"]) > 0
-    assert "nothing was accepted" in response.json()["detail"]
+    assert "nothing was accepted" in response.json()["error"]["message"]
     assert outcome_count("queue_unavailable") == before + 1
 
 

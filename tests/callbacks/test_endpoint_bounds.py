@@ -20,7 +20,7 @@ def test_twenty_thousand_refused_fields_get_a_small_answer_that_counts_them(
 
     assert response.status_code == 400
     assert len(response.content) < 4096
-    errors = response.json()["errors"]
+    errors = response.json()["error"]["errors"]
     assert len(errors) <= 11
     assert errors["more_errors"] == ["and 19,990 more fields with errors, not shown"]
     assert queued_messages(sqs_queues) == []

@@ -124,7 +124,7 @@ def test_a_refused_entry_fails_only_its_own_request(sqs_queues, module_settings,
     assert [r.status_code for r in responses] == [202] * 5 + [503]
     refused = responses[-1]
     assert int(refused["Retry-After"]) > 0
-    assert "nothing was accepted" in refused.json()["detail"]
+    assert "nothing was accepted" in refused.json()["error"]["message"]
     assert sorted(queued_dedup_ids(sqs_queues)) == sorted(dedup_id(b) for b in small)
     [shared] = [
         entries

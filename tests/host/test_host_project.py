@@ -111,7 +111,7 @@ def test_module_api_answers_json_errors_whatever_the_hosts_parser_and_renderer(t
 
     assert response.status_code == 400
     assert response["Content-Type"] == "application/json"
-    assert set(response.json()["errors"]) == {"amount", "extra"}
+    assert set(response.json()["error"]["errors"]) == {"amount", "extra"}
 
 
 def test_a_non_staff_custom_user_with_a_token_and_a_grant_creates_a_payment(token_client):

@@ -71,13 +71,22 @@ USE_TZ = True
 TIME_ZONE = "Europe/Berlin"
 STATIC_URL = "/assets/"
 
-# The host's API conventions, which must change nothing in the module's views.
+# The host's API conventions, which must change nothing in the module's views: every policy
+# DRF reads from here is set to something the module does not use.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tests.host.auth.ShopKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.FormParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.BrowsableAPIRenderer"],
     "EXCEPTION_HANDLER": "tests.host.errors.shop_exception_handler",
+    "DEFAULT_VERSIONING_CLASS": "rest_framework.versioning.URLPathVersioning",
+    "ALLOWED_VERSIONS": ["v1"],
+    "DEFAULT_PAGINATION_CLASS": "tests.host.pagination.ShopPagination",
+    "PAGE_SIZE": 2,
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": "1/day", "anon": "1/day"},
+    "DEFAULT_METADATA_CLASS": None,
+    "DEFAULT_SCHEMA_CLASS": "rest_framework.schemas.openapi.AutoSchema",
 }
 
 # --- The payments module: one dict per app, only what has no default inside it (and backoff

@@ -258,8 +258,15 @@ class ModuleErrorsMixin:
 # --- For the OpenAPI schema ---------------------------------------------------------------------
 
 
+class ErrorTypeField(serializers.ChoiceField):
+    """``ErrorType``'s values; described inline by the schema (payments.openapi)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(choices=[t.value for t in ErrorType], **kwargs)
+
+
 class ErrorDetailOutputSerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=[t.value for t in ErrorType])
+    type = ErrorTypeField()
     code = serializers.CharField()
     param = serializers.CharField(allow_null=True)
     message = serializers.CharField()

@@ -18,7 +18,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers as drf_serializers
 
 from payments import apis, serializers, services
-from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer
+from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
@@ -77,6 +77,21 @@ class MetadataFieldSchema(OpenApiSerializerFieldExtension):
                 f"at most {serializers.METADATA_MAX_VALUE_CHARS}. Refused by name "
                 "(metadata[<key>]) otherwise."
             ),
+        }
+
+
+class ErrorTypeFieldSchema(OpenApiSerializerFieldExtension):
+    """The envelope's ``type`` as a pattern: drf-spectacular would move an enum into a
+    component named after the field, ``TypeEnum``, which says nothing to a client."""
+
+    target_class = ErrorTypeField
+
+    def map_serializer_field(self, auto_schema, direction):
+        types = [t.value for t in ErrorType]
+        return {
+            "type": "string",
+            "pattern": f"^(?:{'|'.join(types)})$",
+            "description": "Who must act: " + ", ".join(types) + ".",
         }
 
 

@@ -70,17 +70,24 @@ def _connection():
 
 
 @cache
-def _lock_template(vendor: str) -> tuple[str, tuple[str, ...]] | None:
+def _lock_template(vendor: str) -> tuple[str, tuple[str, ...], tuple] | None:
     """The ORM's own ``select_for_update().get(pk=...)`` statement for a payment, compiled
-    once, with the attribute names of its columns; None where a column needs a converter
-    from the database's value (then the ORM must build the instance itself)."""
+    once, with the attribute names of its columns and the fields' own converters from the
+    database's value (a JSON column's, ``Payment.metadata``), applied as the ORM applies them;
+    None where the database backend converts a column itself (then the ORM must build the
+    instance, with this thread's connection)."""
     query = Payment.objects.select_for_update().filter(pk=uuid.UUID(int=0)).query
     compiler = query.get_compiler(connection=connection)
     sql, _ = compiler.as_sql()  # inside the caller's transaction, as FOR UPDATE must be
     columns = [column for column, _, _ in compiler.select]
-    if compiler.get_converters(columns):
+    if any(connection.ops.get_db_converters(column) for column in columns):
         return None
-    return sql, tuple(column.target.attname for column in columns)
+    converters = tuple(
+        (index, tuple(column.get_db_converters(connection)), column)
+        for index, column in enumerate(columns)
+        if column.get_db_converters(connection)
+    )
+    return sql, tuple(column.target.attname for column in columns), converters
 
 
 def payment_select_for_update(payment_id) -> Payment:
@@ -95,12 +102,17 @@ def payment_select_for_update(payment_id) -> Payment:
     template = _lock_template(db.vendor)
     if template is None:
         return Payment.objects.select_for_update().get(pk=payment_id)
-    sql, attnames = template
+    sql, attnames, converters = template
     with db.cursor() as cursor:
         cursor.execute(sql, [Payment._meta.pk.get_db_prep_value(payment_id, db)])
         row = cursor.fetchone()
     if row is None:
         raise Payment.DoesNotExist(f"no payment {payment_id}")
+    if converters:
+        row = list(row)
+        for index, functions, column in converters:
+            for convert in functions:
+                row[index] = convert(row[index], column, db)
     return Payment.from_db(db.alias, attnames, row)
 
 

@@ -44,8 +44,9 @@ class Payment(FSMModelMixin, models.Model):
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
     )
     processor_id = models.CharField(max_length=128, blank=True)
-    # The client's own keys and strings, as Stripe's metadata (bounded by the API's input).
-    metadata = models.JSONField(default=dict, blank=True)
+    # The client's own keys and strings, as Stripe's metadata (bounded by the API's input). The
+    # database's own default too: code or a bulk load that predates the column still inserts.
+    metadata = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)

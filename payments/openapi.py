@@ -130,6 +130,8 @@ _HEADERS = [_REQUEST_ID, _RETRY_AFTER]
 _COMMON = {
     401: _error("No credentials, or credentials this API does not accept."),
     405: _error("The method is not one this path answers."),
+    406: _error("The Accept header names no JSON."),
+    411: _error("A chunked body on a server that cannot say where it ends, param body."),
     413: _error("The body is larger than the limit (PAYMENTS_API_MAX_BODY_BYTES), param body."),
     429: _error("Past PAYMENTS_API_THROTTLE_RATES (off by default); retry after Retry-After."),
     503: _error("The database cannot be reached; retry after Retry-After seconds."),

@@ -207,3 +207,8 @@ def test_a_callback_body_that_breaks_the_contract_names_its_fields(client):
     )
     error = error_of(response, 400, ErrorType.INVALID_REQUEST, "bad_body")
     assert error["param"] in error["errors"]
+
+
+def test_406_for_an_accept_header_without_json(api_client):
+    response = api_client.get("/api/payments/", HTTP_ACCEPT="text/html")
+    error_of(response, 406, ErrorType.INVALID_REQUEST, "not_acceptable")

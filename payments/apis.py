@@ -96,8 +96,9 @@ def _error_response(error: ApiError) -> Response:
 
 
 def _not_found(param: str) -> Response:
+    message = f"no such {param.removesuffix('_id')}"
     return _error_response(
-        ApiError(404, "resource_missing", f"no such {param.removesuffix('_id')}", param=param)
+        ApiError(404, "resource_missing", message, param=param, errors={param: [message]})
     )
 
 

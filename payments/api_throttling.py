@@ -9,33 +9,10 @@ a refused request answers 429 in the error envelope with ``Retry-After``.
 
 from __future__ import annotations
 
-import re
-
 from rest_framework.throttling import ScopedRateThrottle
 
 from payments import conf
-
-SCOPES = ("read", "write")
-_RATE_RE = re.compile(r"([1-9][0-9]{0,8})/(s|sec|second|m|min|minute|h|hour|d|day)", re.ASCII)
-RATE_ACCEPTED = (
-    "None (no limits), or a dict with some or all of the keys 'read' and 'write', each a rate "
-    "such as '100/min' (per s, min, h or day) or None"
-)
-
-
-def parse_throttle_rates(value: dict | None) -> dict[str, str | None]:
-    """The rate of each scope (``None``: not limited); ``ValueError`` naming what is wrong."""
-    if value is None:
-        return dict.fromkeys(SCOPES)
-    unknown = sorted(str(key) for key in value if key not in SCOPES)
-    if unknown:
-        raise ValueError(f"unknown scope(s) {unknown}")
-    rates = dict.fromkeys(SCOPES)
-    for scope, rate in value.items():
-        if rate is not None and not (isinstance(rate, str) and _RATE_RE.fullmatch(rate)):
-            raise ValueError(f"[{scope!r}] = {rate!r} is not a rate such as '100/min'")
-        rates[scope] = rate
-    return rates
+from payments.throttle_rates import parse_throttle_rates
 
 
 class ModuleScopedThrottle(ScopedRateThrottle):

@@ -9,9 +9,9 @@ setting is seen): the host's value when it sets one, else the default below. A h
 from datetime import timedelta
 from typing import Any
 
-from payments.api_throttling import RATE_ACCEPTED, parse_throttle_rates
 from payments.app_settings import AppSettings
 from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
+from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 

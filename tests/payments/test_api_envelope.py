@@ -71,8 +71,8 @@ def test_405_for_a_method_the_path_does_not_answer(api_client):
     error_of(response, 405, ErrorType.INVALID_REQUEST, "method_not_allowed")
 
 
-def test_413_names_the_body(api_client, settings):
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024
+def test_413_names_the_body(api_client, module_settings):
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024
     response = api_client.post("/api/payments/", {**BODY, "description": "d" * 2000}, format="json")
     error = error_of(response, 413, ErrorType.INVALID_REQUEST, "body_too_large")
     assert error["param"] == "body" and "1024 bytes" in error["message"]
@@ -168,9 +168,9 @@ def test_throttling_is_off_by_default(api_client, fresh_cache):
 
 
 def test_a_rate_answers_429_in_the_envelope_with_retry_after(
-    api_client, user, settings, fresh_cache
+    api_client, user, module_settings, fresh_cache
 ):
-    settings.PAYMENTS_API_THROTTLE_RATES = {"read": "2/min"}
+    module_settings.PAYMENTS_API_THROTTLE_RATES = {"read": "2/min"}
     grant(user, "acme")
     assert [api_client.get("/api/payments/").status_code for _ in range(2)] == [200, 200]
 
@@ -186,10 +186,10 @@ def test_a_rate_answers_429_in_the_envelope_with_retry_after(
     "value",
     [{"read": "often"}, {"list": "1/min"}, {"write": "0/min"}, "100/min", {"read": 5}],
 )
-def test_a_nonsense_rate_stops_start_up(settings, value):
+def test_a_nonsense_rate_stops_start_up(module_settings, value):
     from payments.checks import payments_setting_values_check
 
-    settings.PAYMENTS_API_THROTTLE_RATES = value
+    module_settings.PAYMENTS_API_THROTTLE_RATES = value
     [error] = payments_setting_values_check(None)
     assert "PAYMENTS_API_THROTTLE_RATES" in error.msg
 

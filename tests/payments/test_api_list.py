@@ -136,8 +136,8 @@ def test_a_filter_given_twice_is_refused(api_client, user):
     assert bad_param(api_client.get("/api/payments/?state=pending&state=failed")) == "state"
 
 
-def test_a_policy_that_cannot_list_merchants_needs_the_merchant_filter(api_client, settings):
-    settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
+def test_a_policy_that_cannot_list_merchants_needs_the_merchant_filter(api_client, module_settings):
+    module_settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
     payment = payment_at("globex", T0)
     assert bad_param(api_client.get("/api/payments/")) == "merchant"
     assert ids(api_client.get("/api/payments/", {"merchant": "globex"})) == [str(payment.id)]

@@ -221,4 +221,4 @@ def test_a_signed_callback_not_of_its_shape_is_400(other):
     response = Client().post(URL, data=raw, content_type="application/json", headers=headers)
 
     assert response.status_code == 400
-    assert "not an Other event" in response.json()["errors"]["non_field_errors"][0]
+    assert "not an Other event" in response.json()["error"]["errors"]["non_field_errors"][0]

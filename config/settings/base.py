@@ -273,6 +273,12 @@ CELERY_BEAT_SCHEDULE = beat_schedule(
     )
 )
 
+# plain: one human-readable line per record, for development. json: one JSON object per line
+# with every structured field (payment_id, message_id, outcome, request_id, ...), for a log
+# pipeline; production's default (config/settings/production.py).
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ValueError(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -283,7 +289,17 @@ LOGGING = {
             "()": "payments.logformat.SingleLineFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
+        "json": {"()": "payments.logformat.JsonLineFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The fields bound to the work in hand (a worker's message: its request id, its trace) go
+    # onto every record, whichever logger wrote it (payments/logcontext.py).
+    "filters": {"log_context": {"()": "payments.logcontext.LogContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["log_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
 }

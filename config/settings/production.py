@@ -7,6 +7,7 @@ for name, value in {
     "CSRF_COOKIE_SECURE": "true",
     "SECURE_SSL_REDIRECT": "true",
     "SECURE_HSTS_SECONDS": "31536000",
+    "LOG_FORMAT": "json",
 }.items():
     os.environ.setdefault(name, value)
 

@@ -35,7 +35,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from callbacks import conf as callbacks_conf
-from callbacks import sqs
+from callbacks import sqs, tracing
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
 from callbacks.schema import event_deduplication_id, processor_event_message
 from callbacks.serializers import ProcessorEventSerializer
@@ -200,8 +200,9 @@ _RESPONSES = {
 }
 
 
-def _publish(event: ProcessorEvent, deduplication_id: str) -> str:
-    """Put ``event`` on the main queue now; its SQS message id once SQS accepted it.
+def _publish(event: ProcessorEvent, deduplication_id: str, request: Request) -> str:
+    """Put ``event`` on the main queue now; its SQS message id once SQS accepted it. The
+    message carries the request's id and trace (``callbacks.tracing``) to the worker.
 
     With ``CALLBACK_SEND_COALESCE_SECONDS`` above zero, the callbacks this process receives at
     the same time share one ``SendMessageBatch`` (far less CPU per callback than a SendMessage
@@ -210,12 +211,21 @@ def _publish(event: ProcessorEvent, deduplication_id: str) -> str:
     """
     body = processor_event_message(event)
     group_id = str(event.payment_id)
+    attributes = tracing.outgoing_attributes(
+        request_id=request_id_of(request), headers=request.headers
+    )
     window = callbacks_conf.CALLBACK_SEND_COALESCE_SECONDS
     if window > 0:
         return sqs.send_message_coalesced_now(
-            body=body, group_id=group_id, deduplication_id=deduplication_id, window=window
+            body=body,
+            group_id=group_id,
+            deduplication_id=deduplication_id,
+            window=window,
+            attributes=attributes,
         )
-    return sqs.send_message_now(body=body, group_id=group_id, deduplication_id=deduplication_id)
+    return sqs.send_message_now(
+        body=body, group_id=group_id, deduplication_id=deduplication_id, attributes=attributes
+    )
 
 
 # The endpoint writes nothing to the database and sends to SQS, which the gateway refuses inside a
@@ -296,7 +306,7 @@ class ProcessorCallbackApi(ModuleErrorsMixin, APIView):
             raise InvalidEvent(exc.errors) from None
         deduplication_id = event_deduplication_id(event)
         try:
-            message_id = _publish(event, deduplication_id)
+            message_id = _publish(event, deduplication_id, request)
         except sqs.QueueUnavailable as exc:
             logger.error(
                 "callback not accepted, queue unavailable: %s",

@@ -247,9 +247,15 @@ def queue_attributes_set(*, url: str, attributes: dict[str, str]) -> None:
 
 
 def send_message_now(
-    *, body: dict, group_id: str, deduplication_id: str, url: str | None = None
+    *,
+    body: dict,
+    group_id: str,
+    deduplication_id: str,
+    url: str | None = None,
+    attributes: dict | None = None,
 ) -> str:
-    """Send one message to a FIFO queue (the main queue by default); return its message id."""
+    """Send one message to a FIFO queue (the main queue by default), with ``attributes`` as its
+    MessageAttributes (``callbacks.tracing.outgoing_attributes``); return its message id."""
     target = url or main_queue_url()
     with _transport("send to SQS failed"):
         response = sqs_client().send_message(
@@ -257,6 +263,7 @@ def send_message_now(
             MessageBody=json.dumps(body, separators=(",", ":")),
             MessageGroupId=group_id,
             MessageDeduplicationId=deduplication_id,
+            **({"MessageAttributes": attributes} if attributes else {}),
         )
     return response["MessageId"]
 
@@ -283,6 +290,7 @@ def send_messages_each_now(
             "MessageBody": m.text,
             "MessageGroupId": m.group_id,
             "MessageDeduplicationId": m.deduplication_id,
+            **({"MessageAttributes": m.attributes} if m.attributes else {}),
         },
         call=lambda entries: client.send_message_batch(QueueUrl=target, Entries=entries),
     )
@@ -351,7 +359,12 @@ def coalesced_send_expected() -> Iterator[None]:
 
 
 def send_message_coalesced_now(
-    *, body: dict, group_id: str, deduplication_id: str, window: float
+    *,
+    body: dict,
+    group_id: str,
+    deduplication_id: str,
+    window: float,
+    attributes: dict | None = None,
 ) -> str:
     """Send one message to the main queue, in one batch call with the messages other threads
     of this process send at the same time (waiting at most ``window`` seconds for them);
@@ -359,7 +372,12 @@ def send_message_coalesced_now(
     it or could not be reached. Callers that do not announce their requests
     (``coalesced_send_expected``) still join an open batch, but no batch waits for them."""
     _ensure_outside_transaction("send to SQS")  # checked in the caller's thread, not the leader's
-    message = OutgoingMessage(body=body, group_id=group_id, deduplication_id=deduplication_id)
+    message = OutgoingMessage(
+        body=body,
+        group_id=group_id,
+        deduplication_id=deduplication_id,
+        attributes=attributes or {},
+    )
     return _coalescer(window).send(message, url=main_queue_url(), announced=_announced.get())
 
 

@@ -89,7 +89,7 @@ class CoalescingSender:
         self._open: dict[str, _OpenBatch] = {}
 
     def send(self, message: OutgoingMessage, *, url: str, announced: bool) -> str:
-        waiter = _Waiter(message=message, size=len(message.text.encode()))
+        waiter = _Waiter(message=message, size=message.size)
         with self._changed:
             batch = self._join(waiter, url)
             batch.announced += announced

@@ -44,11 +44,22 @@ class OutgoingMessage:
     body: dict
     group_id: str
     deduplication_id: str
+    # SQS MessageAttributes (the request id and trace it was sent in: callbacks.tracing).
+    attributes: dict = field(default_factory=dict, compare=False)
 
     @cached_property
     def text(self) -> str:
         """The body as sent: compact JSON, encoded once however often it is measured or sent."""
         return json.dumps(self.body, separators=(",", ":"))
+
+    @cached_property
+    def size(self) -> int:
+        """The bytes SQS counts against a message's and a batch's limit: the body, and each
+        attribute's name, type and value."""
+        return len(self.text.encode()) + sum(
+            len(f"{name}{a['DataType']}{a.get('StringValue', '')}".encode())
+            for name, a in self.attributes.items()
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class ReceivedMessage:
     receive_count: int
     # Every attribute as SQS gave it (kept with a dead letter for the person who reads it).
     attributes: dict = field(default_factory=dict, compare=False)
+    # Its MessageAttributes: the request id and trace it was sent in (callbacks.tracing).
+    message_attributes: dict = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_sqs(cls, message: dict) -> "ReceivedMessage":
@@ -90,6 +103,7 @@ class ReceivedMessage:
             enqueued_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
             receive_count=int(attributes.get("ApproximateReceiveCount") or 1),
             attributes=attributes,
+            message_attributes=message.get("MessageAttributes") or {},
         )
 
     @property

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, connection, transaction
 
 from callbacks import conf as callbacks_conf
+from callbacks import tracing
 from callbacks.metrics import WORKER_BATCH_MESSAGES
 from callbacks.models import QueueMessage
 from callbacks.services import ReceivedMessage, queue_messages_complete, queue_messages_start_batch
@@ -128,19 +129,20 @@ def apply_started(
     outcomes_by_id, failures = _apply_in_one_transaction(worker, started)
     results = {}
     for message, queue_message in started:
-        if message.message_id in failures:
-            results[message.message_id] = outcomes.fail(
-                worker, message, queue_message, failures[message.message_id], began
-            )
-        else:
-            outcomes.observe_applied(message)
-            results[message.message_id] = outcomes.finish(
-                worker,
-                message,
-                queue_message,
-                Result.handled(outcomes_by_id[message.message_id]),
-                began,
-            )
+        with tracing.message_in_hand(message, span=False):
+            if message.message_id in failures:
+                results[message.message_id] = outcomes.fail(
+                    worker, message, queue_message, failures[message.message_id], began
+                )
+            else:
+                outcomes.observe_applied(message)
+                results[message.message_id] = outcomes.finish(
+                    worker,
+                    message,
+                    queue_message,
+                    Result.handled(outcomes_by_id[message.message_id]),
+                    began,
+                )
     return results
 
 
@@ -159,7 +161,10 @@ def _apply_in_one_transaction(
             for message, _ in started:
                 handler = worker.handlers[message.kind]
                 try:
-                    with transaction.atomic() if not handler.own_savepoint else nullcontext():
+                    with (
+                        tracing.message_in_hand(message),
+                        transaction.atomic() if not handler.own_savepoint else nullcontext(),
+                    ):
                         done[message.message_id] = handler.func(message)
                 except Exception as exc:  # noqa: BLE001 - becomes this message's retry
                     failures[message.message_id] = exc

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, transaction
 
+from callbacks import tracing
 from callbacks.handlers import InvalidBody, UnknownMessageKind
 from callbacks.models import QueueMessage
 from callbacks.services import (
@@ -33,6 +34,12 @@ logger = logging.getLogger("callbacks.worker")
 
 
 def process_message(worker: Worker, message: ReceivedMessage) -> Result:
+    # Every record written for the message carries its request id and trace, in its span.
+    with tracing.message_in_hand(message):
+        return _process(worker, message)
+
+
+def _process(worker: Worker, message: ReceivedMessage) -> Result:
     started = time.monotonic()
     deferred = _gated(worker, message, started)
     if deferred is not None:

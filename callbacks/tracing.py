@@ -58,11 +58,15 @@ def outgoing_attributes(*, request_id: str | None, headers: Mapping[str, str]) -
 
 
 def carried(message_attributes: Mapping[str, dict]) -> dict[str, str]:
-    """The carried values of a received message's ``MessageAttributes``, by name."""
+    """The carried values of a received message's ``MessageAttributes``, by name. A message
+    sent around the endpoint may hold anything: a value that is not a string, or too long to
+    be an id, is left out rather than written on every record."""
     return {
-        name: attribute["StringValue"]
+        name: value
         for name, attribute in message_attributes.items()
-        if name in _CARRIED and isinstance(attribute.get("StringValue"), str)
+        if name in _CARRIED
+        and isinstance(value := attribute.get("StringValue"), str)
+        and len(value) <= _VALUE_MAX
     }
 
 

@@ -14,7 +14,7 @@ from payments.logcontext import LogContextFilter
 from payments.logformat import JsonLineFormatter
 from payments.models import PaymentState
 from tests.callbacks.test_endpoint import event_body, post_json
-from tests.callbacks.worker_support import run_worker_until
+from tests.callbacks.worker_support import run_worker, run_worker_until
 from tests.factories import PaymentFactory
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -144,3 +144,63 @@ def test_a_callback_with_a_traceparent_gives_a_worker_span_in_its_trace(
         if r["logger"] == "callbacks.worker" and r.get("payment_id") == str(payment.id)
     ]
     assert done["trace_id"] == TRACE_ID and done["request_id"] == request_id
+
+
+def carrying(request_id: str, traceparent: str = TRACEPARENT) -> dict:
+    return {
+        "request_id": {"DataType": "String", "StringValue": request_id},
+        "traceparent": {"DataType": "String", "StringValue": traceparent},
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_on_the_one_by_one_path_is_logged_and_traced_in_its_context(
+    sqs_queues, worker_log, spans
+):
+    """A body no handler takes goes the per-message path to the dead-letter queue: its records,
+    the worker's and the triage hold's (another logger), carry its request id and trace."""
+    spans.clear()
+    message_id = sqs_queues.client.send_message(
+        QueueUrl=sqs_queues.url,
+        MessageBody=json.dumps({"kind": "no_such_kind"}),
+        MessageGroupId="group-1",
+        MessageDeduplicationId="dedup-1",
+        MessageAttributes=carrying("req_from_upstream"),
+    )["MessageId"]
+
+    run_worker()
+
+    of_message = [r for r in worker_log() if r.get("message_id") == message_id]
+    assert {r["logger"] for r in of_message} >= {"callbacks.worker", "callbacks.services.holds"}
+    assert {(r["request_id"], r["trace_id"], r["payment_id"]) for r in of_message} == {
+        ("req_from_upstream", TRACE_ID, "group-1")
+    }
+    [done] = [r for r in of_message if r["logger"] == "callbacks.worker" and "outcome" in r]
+    assert done["outcome"] == "dead_lettered"
+    [span] = [s for s in spans.get_finished_spans() if s.name == "process no_such_kind"]
+    assert format(span.context.trace_id, "032x") == TRACE_ID
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        carrying("x" * 10_000),
+        {"request_id": {"DataType": "Number", "StringValue": None}},
+        {"other": {"DataType": "String", "StringValue": "ignored"}},
+    ],
+    ids=["too-long", "not-a-string", "not-carried"],
+)
+def test_a_carried_value_from_outside_that_is_no_id_is_left_out(attributes):
+    assert "request_id" not in tracing.carried(attributes)
+    assert "other" not in tracing.carried(attributes)
+
+
+def test_attributes_count_toward_a_messages_size():
+    from callbacks.sqs_messages import OutgoingMessage
+
+    bare = OutgoingMessage(body={"kind": "k"}, group_id="g", deduplication_id="d")
+    carried = OutgoingMessage(
+        body={"kind": "k"}, group_id="g", deduplication_id="d", attributes=carrying("req_1")
+    )
+
+    assert carried.size == bare.size + len("request_idStringreq_1traceparentString" + TRACEPARENT)

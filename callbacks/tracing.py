@@ -34,8 +34,8 @@ _CARRIED = (REQUEST_ID, TRACEPARENT, "tracestate")
 _TRACEPARENT = re.compile(r"^00-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 _VALUE_MAX = 256  # a header is the caller's: no attribute value longer than this is passed on
 
-if trace is not None:
-    _tracer = trace.get_tracer("callbacks.worker")
+# A proxy until the host sets its tracer provider, then that provider's tracer.
+_tracer = trace.get_tracer("callbacks.worker") if trace is not None else None
 
 
 def outgoing_attributes(*, request_id: str | None, headers: Mapping[str, str]) -> dict:

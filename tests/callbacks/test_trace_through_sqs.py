@@ -6,6 +6,9 @@ its span in the caller's trace."""
 import io
 import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from tests.callbacks.test_endpoint import event_body, post_json
 from tests.callbacks.worker_support import run_worker, run_worker_until
 from tests.factories import PaymentFactory
 
+ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
@@ -204,3 +208,19 @@ def test_attributes_count_toward_a_messages_size():
     )
 
     assert carried.size == bare.size + len("request_idStringreq_1traceparentString" + TRACEPARENT)
+
+
+def test_the_module_imports_and_passes_a_traceparent_on_without_opentelemetry():
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "from callbacks import tracing\n"
+        "assert tracing.trace is None\n"
+        f"print(tracing.outgoing_attributes(request_id='req_1', headers={{'traceparent': "
+        f"'{TRACEPARENT}'}})['traceparent']['StringValue'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == TRACEPARENT

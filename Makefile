@@ -78,6 +78,7 @@ LOCALSTACK_TESTS ?= \
 # Lint, the migrations check, every test but the scale tier (in parallel), then the host project.
 test: deps
 	scripts/ensure-chromium
+	scripts/ensure-promtool
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null
@@ -87,6 +88,7 @@ test: deps
 
 # The tests that start no process of their own: seconds per change, not minutes.
 test-fast: deps
+	scripts/ensure-promtool
 	$(PY) -m pytest $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
 
 # What make test leaves to CI: the scale tier, one test at a time (each loads the machine and
@@ -103,10 +105,10 @@ demo: deps
 bench: deps
 	$(PY) bench/run.py
 
-# Faults injected into the whole stack, then the invariant checker (bench/chaos.py); sizes from
+# Faults injected into the whole stack, then the invariant checker (the chaos package); sizes from
 # CHAOS_* variables, e.g. CHAOS_PAYMENTS=150 (default 1000), CHAOS_SECONDS, CHAOS_SEED.
 chaos: deps
-	$(PY) -m bench.chaos
+	$(PY) -m chaos
 
 clean:
 	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules var .pytest_cache .ruff_cache

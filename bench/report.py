@@ -28,6 +28,11 @@ HEADERS = ("figure", "value", "baseline", "ratio", "goal")
 
 
 def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    """The headline rows, one block per phase that ran."""
+    return [*_ingest_rows(report), *_worker_rows(report), *_e2e_rows(report)]
+
+
+def _ingest_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
     rows: list[tuple[str, str, str, str, str]] = []
     ingest = report.get("ingest")
     if ingest:
@@ -60,6 +65,11 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                 "",
             )
         )
+    return rows
+
+
+def _worker_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    rows: list[tuple[str, str, str, str, str]] = []
     worker = report.get("worker")
     if worker:
         for n, s in worker["summary"].items():
@@ -96,6 +106,11 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                 "",
             )
         )
+    return rows
+
+
+def _e2e_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    rows: list[tuple[str, str, str, str, str]] = []
     e2e = report.get("e2e")
     if e2e and "steady" in e2e:
         st = e2e["steady"]
@@ -160,7 +175,8 @@ def _md_table(headers: tuple[str, ...], rows: list[tuple]) -> list[str]:
 
 
 def markdown(report: dict) -> str:
-    """The run as Markdown, for docs/benchmarks.md."""
+    """The run as Markdown (``bench/results/latest.md``): the headline table, then every round,
+    worker run and end-to-end step."""
     v = report.get("versions", {})
     lines = [
         f"Run of {report['started_at']}, {report['wall_seconds']:.0f} s wall, commit "
@@ -176,6 +192,16 @@ def markdown(report: dict) -> str:
         "",
     ]
     lines += _md_table(HEADERS, [tuple(c or " " for c in r) for r in summary_rows(report)])
+    lines += _md_ingest(report)
+    lines += _md_worker(report)
+    lines += _md_e2e(report)
+    if report.get("problems"):
+        lines += ["", "Problems: " + "; ".join(report["problems"])]
+    return "\n".join(lines) + "\n"
+
+
+def _md_ingest(report: dict) -> list[str]:
+    lines: list[str] = []
     ingest = report.get("ingest")
     if ingest:
         lines += [
@@ -216,6 +242,11 @@ def markdown(report: dict) -> str:
             ),
             rows,
         )
+    return lines
+
+
+def _md_worker(report: dict) -> list[str]:
+    lines: list[str] = []
     worker = report.get("worker")
     if worker:
         lines += [
@@ -251,6 +282,11 @@ def markdown(report: dict) -> str:
             ),
             rows,
         )
+    return lines
+
+
+def _md_e2e(report: dict) -> list[str]:
+    lines: list[str] = []
     e2e = report.get("e2e")
     if e2e and "steady" in e2e:
         lines += [
@@ -297,6 +333,4 @@ def markdown(report: dict) -> str:
             ),
             rows,
         )
-    if report.get("problems"):
-        lines += ["", "Problems: " + "; ".join(report["problems"])]
-    return "\n".join(lines) + "\n"
+    return lines

@@ -1,53 +1,26 @@
-"""The processes a benchmark run starts and stops: the local SQS server, the benchmark
-database, gunicorn, queue consumers. Everything listens on 127.0.0.1 only."""
+"""What a benchmark run shares between its phases: the environment of every child process, the
+gunicorn it measures, the consumers and the profiler it starts. The commands themselves are
+devstack's, shared with ``make chaos``."""
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
+from bench.options import log
+from devstack.processes import GUNICORN_CONFIG, PY, ROOT, free_port, gunicorn_command, stop_process
+
 RESULTS = ROOT / "bench" / "results"
-GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
 
 
 class BenchError(Exception):
     """The benchmark cannot go on; the message says what failed."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def database_url(name: str) -> str:
-    base = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
-    return f"{base.rstrip('/')}/{name}"
-
-
-def database_create(name: str) -> str:
-    """Drop and create the benchmark's own database; return its URL."""
-    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return database_url(name)
-
-
-def database_drop(name: str) -> None:
-    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @dataclass
@@ -93,6 +66,16 @@ class Stack:
         return done.stdout
 
 
+@dataclass
+class WorkerRuns:
+    """What bench/run.py lends the history and storage phases: its worker run, its config, its
+    problem list."""
+
+    run: Callable[..., dict]  # run(processes, *, prepare=None, during=None, tag="") -> result
+    config: dict
+    problems: list[str]
+
+
 def metrics_dir_fresh() -> Path | None:
     """An empty directory for prometheus-client's multiprocess files when the production
     gunicorn config (which uses them) is present; None otherwise."""
@@ -120,12 +103,11 @@ class Gunicorn:
 
     @property
     def command(self) -> list[str]:
-        cmd = [str(Path(PY).with_name("gunicorn")), "config.wsgi:application"]
-        if GUNICORN_CONFIG.exists():
-            cmd += ["--config", str(GUNICORN_CONFIG.relative_to(ROOT))]
-        cmd += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers)]
-        cmd += ["--threads", str(self.threads)]
-        return cmd
+        return gunicorn_command(
+            "--bind", f"127.0.0.1:{self.port}",
+            "--workers", str(self.workers),
+            "--threads", str(self.threads),
+        )  # fmt: skip
 
     def start(self) -> "Gunicorn":
         env = self.stack.env(*self.queue)
@@ -162,28 +144,6 @@ class Gunicorn:
         stop_process(self.process)
 
 
-def stop_process(process: subprocess.Popen | None, timeout: float = 15, *, group: bool = False):
-    """SIGTERM, then SIGKILL if it has not exited within ``timeout``. ``group``: signal its
-    whole process group (a child started in its own session, with children of its own)."""
-    if process is None or process.poll() is not None:
-        return
-
-    def send(signum: int) -> None:
-        if group:
-            os.killpg(process.pid, signum)
-        else:
-            process.send_signal(signum)
-
-    try:
-        send(signal.SIGTERM)
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        send(signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
-
-
 def spawn(cmd: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as err:
         return subprocess.Popen(
@@ -191,18 +151,24 @@ def spawn(cmd: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Pope
         )
 
 
-def worker_command(*, until_empty: bool, wait_time: int, relay: bool) -> list[str]:
-    cmd = [PY, str(ROOT / "manage.py"), "run_sqs_worker", "--batch-size", "10"]
-    cmd += ["--wait-time", str(wait_time), "--visibility-timeout", "30"]
-    if not relay:
-        cmd.append("--no-relay")
-    if until_empty:
-        cmd.append("--until-empty")
-    return cmd
-
-
 def consumer_command(kind: str, *, endpoint: str, queue_url: str, db_url: str) -> list[str]:
     cmd = [PY, "-m", "bench.consumers", kind, "--endpoint-url", endpoint, "--queue-url", queue_url]
     if kind == "plainsql":
         cmd += ["--database-url", db_url]
     return cmd
+
+
+def py_spy(pid: int, output: Path, duration: int | None = None) -> subprocess.Popen | None:
+    """py-spy sampling ``pid`` into ``output`` (raw collapsed stacks); None without py-spy."""
+    spy = Path(PY).with_name("py-spy")
+    if not spy.exists():
+        spy_path = shutil.which("py-spy")
+        if spy_path is None:
+            log("py-spy is not installed (pip install py-spy): no profile")
+            return None
+        spy = Path(spy_path)
+    cmd = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw"]
+    cmd += ["--output", str(output), "--nonblocking"]
+    if duration:
+        cmd += ["--duration", str(duration)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

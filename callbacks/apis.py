@@ -1,10 +1,13 @@
 """``POST /callbacks/processor/``: check a processor callback and put it on the FIFO queue.
 
 A DRF view that declares everything it relies on (authentication, permission, parser, renderer,
-content negotiation, exception handler), so a host project's ``REST_FRAMEWORK`` defaults change
-nothing. The signature is the authentication, over the exact bytes that were signed; the view
-writes nothing to the database: a 202 means the event is on the queue (SQS holds the promise), a
-503 means nothing was promised and the processor must retry. Checks run cheapest first and in
+content negotiation, versioning, throttle, metadata, schema, exception handler), so a host
+project's ``REST_FRAMEWORK`` defaults change nothing; its errors are the module's envelope
+(``payments.api_errors``) and every answer carries ``Request-Id``. The signature is the
+authentication, over the exact bytes that were signed; the processor backend
+(``PROCESSOR_BACKEND``) checks it and turns the body into an event; the view writes nothing to
+the database: a 202 means the event is on the queue (SQS holds the promise), a 503 means nothing
+was promised and the processor must retry. Checks run cheapest first and in
 the contract's order: size (413), media type (415), signature (401), body (400).
 """
 
@@ -14,6 +17,7 @@ from collections import OrderedDict
 
 from django.db import transaction
 from django.utils.decorators import method_decorator
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -22,26 +26,30 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.metadata import SimpleMetadata
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView
 
 from callbacks import conf as callbacks_conf
-from callbacks import sqs
+from callbacks import sqs, tracing
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
-from callbacks.schema import (
-    InvalidMessage,
-    event_deduplication_id,
-    parse_processor_event,
-    processor_event_message,
-)
+from callbacks.schema import event_deduplication_id, processor_event_message
 from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
+from payments.api_errors import (
+    REQUEST_ID_HEADER,
+    ErrorOutputSerializer,
+    ModuleErrorsMixin,
+    request_id_of,
+)
 from payments.events import ProcessorEvent
+from payments.exceptions import InvalidCallback
 from payments.http_limits import LengthRequired, PayloadTooLarge, bounded_errors, read_body_limited
+from payments.processor.backend import CallbackRequest, get_backend
 from payments.strictjson import StrictJSONParser
 
 logger = logging.getLogger(__name__)
@@ -85,7 +93,7 @@ class QueueUnavailable(exceptions.APIException):
 
 
 class InvalidEvent(exceptions.APIException):
-    """A body that breaks the contract: 400 with ``{"errors": {field: [...]}}``."""
+    """A body that breaks the contract: 400 naming the fields, the envelope's ``errors``."""
 
     status_code = status.HTTP_400_BAD_REQUEST
     default_code = "bad_body"
@@ -105,18 +113,30 @@ class ProcessorPrincipal:
         return "processor"
 
 
+def _callback_request(request: Request) -> CallbackRequest:
+    """The raw request as the processor backend verifies and parses it, with the endpoint's
+    secrets; built once per request (reading the secrets parses their setting)."""
+    http = request._request
+    built = getattr(http, "_processor_callback", None)
+    if built is None:
+        built = http._processor_callback = CallbackRequest(
+            body=http.body,
+            headers=request.headers,
+            secrets=tuple(callbacks_conf.CALLBACK_SIGNING_SECRETS),
+            tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
+        )
+    return built
+
+
 class ProcessorSignatureAuthentication(BaseAuthentication):
-    """``X-Processor-Signature: t=<unix seconds>,v1=<hex>``, an HMAC-SHA256 over ``"<t>."`` plus
-    the raw body as received (not as re-serialised JSON), against any configured secret."""
+    """The processor backend's signature check over the raw body as received (not as
+    re-serialised JSON); the reference backend's is ``X-Processor-Signature:
+    t=<unix seconds>,v1=<hex>``, an HMAC-SHA256 over ``"<t>."`` plus the body, against any
+    configured secret."""
 
     def authenticate(self, request: Request):
         try:
-            signing.verify(
-                request.headers.get(signing.HEADER),
-                request._request.body,
-                callbacks_conf.CALLBACK_SIGNING_SECRETS,
-                tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
-            )
+            get_backend().callback_verify(_callback_request(request))
         except signing.SignatureError as exc:
             logger.warning("callback rejected: %s", exc, extra={"outcome": "bad_signature"})
             raise exceptions.AuthenticationFailed(str(exc)) from None
@@ -124,7 +144,7 @@ class ProcessorSignatureAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) and tells the caller which scheme is expected.
-        return f'HMAC-SHA256 header="{signing.HEADER}"'
+        return get_backend().callback_challenge()
 
 
 class JSONOnlyNegotiation(BaseContentNegotiation):
@@ -155,11 +175,8 @@ _OUTCOMES = {
 }
 
 
-def _detail(status_code: int, description: str) -> OpenApiResponse:
-    return OpenApiResponse(
-        inline_serializer(f"CallbackDetail{status_code}", {"detail": serializers.CharField()}),
-        description=description,
-    )
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorOutputSerializer, description=description)
 
 
 _RESPONSES = {
@@ -170,30 +187,22 @@ _RESPONSES = {
         ),
         description="On the queue: the event will be applied exactly once.",
     ),
-    400: OpenApiResponse(
-        inline_serializer(
-            "CallbackErrors",
-            {
-                "errors": serializers.DictField(
-                    child=serializers.ListField(child=serializers.CharField())
-                )
-            },
-        ),
-        description=(
-            "The body breaks the contract or cannot be stored: the first 10 bad fields named, "
-            "the rest counted under more_errors."
-        ),
+    400: _error(
+        "The body breaks the contract or cannot be stored: the first 10 bad fields named in "
+        "errors, the rest counted under more_errors."
     ),
-    401: _detail(401, "Signature missing, malformed, not matching, or outside 300 s."),
-    411: _detail(411, "Chunked body on a server that cannot say where it ends."),
-    413: _detail(413, "Body over 64 KiB."),
-    415: _detail(415, "Content-Type is not application/json."),
-    503: _detail(503, "The queue did not take the event: nothing was accepted, retry."),
+    401: _error("Signature missing, malformed, not matching, or outside 300 s."),
+    405: _error("Only POST is accepted."),
+    411: _error("Chunked body on a server that cannot say where it ends."),
+    413: _error("Body over 64 KiB."),
+    415: _error("Content-Type is not application/json."),
+    503: _error("The queue did not take the event: nothing was accepted, retry."),
 }
 
 
-def _publish(event: ProcessorEvent, deduplication_id: str) -> str:
-    """Put ``event`` on the main queue now; its SQS message id once SQS accepted it.
+def _publish(event: ProcessorEvent, deduplication_id: str, request: Request) -> str:
+    """Put ``event`` on the main queue now; its SQS message id once SQS accepted it. The
+    message carries the request's id and trace (``callbacks.tracing``) to the worker.
 
     With ``CALLBACK_SEND_COALESCE_SECONDS`` above zero, the callbacks this process receives at
     the same time share one ``SendMessageBatch`` (far less CPU per callback than a SendMessage
@@ -202,25 +211,37 @@ def _publish(event: ProcessorEvent, deduplication_id: str) -> str:
     """
     body = processor_event_message(event)
     group_id = str(event.payment_id)
+    attributes = tracing.outgoing_attributes(
+        request_id=request_id_of(request), headers=request.headers
+    )
     window = callbacks_conf.CALLBACK_SEND_COALESCE_SECONDS
     if window > 0:
         return sqs.send_message_coalesced_now(
-            body=body, group_id=group_id, deduplication_id=deduplication_id, window=window
+            body=body,
+            group_id=group_id,
+            deduplication_id=deduplication_id,
+            window=window,
+            attributes=attributes,
         )
-    return sqs.send_message_now(body=body, group_id=group_id, deduplication_id=deduplication_id)
+    return sqs.send_message_now(
+        body=body, group_id=group_id, deduplication_id=deduplication_id, attributes=attributes
+    )
 
 
 # The endpoint writes nothing to the database and sends to SQS, which the gateway refuses inside a
 # transaction: a host's ATOMIC_REQUESTS must not wrap it.
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ProcessorCallbackApi(APIView):
+class ProcessorCallbackApi(ModuleErrorsMixin, APIView):
     authentication_classes = [ProcessorSignatureAuthentication]
     permission_classes = [IsAuthenticated]
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JSONOnlyNegotiation
+    # Never throttled: a refused callback is a money event the processor must send again.
     throttle_classes: list = []
     versioning_class = None
+    metadata_class = SimpleMetadata
+    schema = AutoSchema()
 
     def dispatch(self, request, *args, **kwargs):
         if callbacks_conf.CALLBACK_SEND_COALESCE_SECONDS <= 0:
@@ -229,10 +250,6 @@ class ProcessorCallbackApi(APIView):
         # callers may still join it (see _publish).
         with sqs.coalesced_send_expected():
             return super().dispatch(request, *args, **kwargs)
-
-    def get_exception_handler(self):
-        # The module's own error shapes, whatever EXCEPTION_HANDLER a host project sets.
-        return exception_handler
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         if request.method != "POST":
@@ -261,12 +278,19 @@ class ProcessorCallbackApi(APIView):
         responses=_RESPONSES,
         parameters=[
             OpenApiParameter(
+                REQUEST_ID_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                response=True,
+                description="This request's id (req_...), also an error's request_id.",
+            ),
+            OpenApiParameter(
                 "Retry-After",
                 int,
                 OpenApiParameter.HEADER,
                 response=[503],
                 description="Seconds to wait before retrying.",
-            )
+            ),
         ],
         description=(
             "A processor event, signed over the raw body. Checked in this order: size (413), "
@@ -277,12 +301,12 @@ class ProcessorCallbackApi(APIView):
         if not request._request.body:
             raise InvalidEvent({"non_field_errors": ["Body is empty; expected a JSON object."]})
         try:
-            event = parse_processor_event(request.data)
-        except InvalidMessage as exc:
+            event = get_backend().callback_parse(request.data, _callback_request(request))
+        except InvalidCallback as exc:
             raise InvalidEvent(exc.errors) from None
         deduplication_id = event_deduplication_id(event)
         try:
-            message_id = _publish(event, deduplication_id)
+            message_id = _publish(event, deduplication_id, request)
         except sqs.QueueUnavailable as exc:
             logger.error(
                 "callback not accepted, queue unavailable: %s",
@@ -305,6 +329,7 @@ class ProcessorCallbackApi(APIView):
                 "processor_event_id": event.processor_event_id,
                 "event_type": event.event_type,
                 "message_id": message_id,
+                "request_id": request_id_of(request),
                 "outcome": "accepted",
             },
         )

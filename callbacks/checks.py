@@ -4,7 +4,6 @@ from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 
 from callbacks import conf
-from payments.setting_specs import settings_refused
 
 
 @register()
@@ -18,5 +17,6 @@ def callbacks_settings_check(app_configs=None, **kwargs) -> list[Error]:
 
 @register()
 def callbacks_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
-    """Every setting of the queue layer against its declared type and range (``SPECS``)."""
-    return settings_refused(conf.SPECS, "callbacks.E002", conf.RELATIONS)
+    """The host's ``CALLBACKS`` dict: a key the queue layer does not know (callbacks.E003), then
+    every setting against its declared type and range (``SPECS``, callbacks.E002)."""
+    return conf.callbacks_settings.refused(error_id="callbacks.E002", unknown_id="callbacks.E003")

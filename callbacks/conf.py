@@ -1,15 +1,15 @@
 """The queue layer's settings, each with its default kept here.
 
-Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
-value when it sets one, else the default below. A host sets only ``REQUIRED``.
+A host sets them in one dict, ``CALLBACKS = {"CALLBACK_SIGNING_SECRETS": [...], ...}``
+(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+setting is seen): the host's value when it sets one, else the default below. A host sets only
+``REQUIRED``.
 """
 
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
+from payments.app_settings import AppSettings
 from payments.setting_specs import Duration, Flag, Number, Seconds, Spec, Text, Url, defaults
 from payments.signing import secrets_parse
 
@@ -82,19 +82,24 @@ RELATIONS = (("WORKER_BACKOFF_BASE_SECONDS", "WORKER_BACKOFF_CAP_SECONDS"),)
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
 
+callbacks_settings = AppSettings(
+    app="callbacks",
+    setting="CALLBACKS",
+    specs=SPECS,
+    # The secrets are checked by reading them (callbacks.E001): stripped and never empty,
+    # however the host wrote them (a list, or a comma-separated string).
+    required={"CALLBACK_SIGNING_SECRETS": None},
+    relations=RELATIONS,
+    readers={"CALLBACK_SIGNING_SECRETS": secrets_parse},
+)
+
 
 def __getattr__(name: str) -> Any:
-    if name in DEFAULTS:
-        return getattr(settings, name, DEFAULTS[name])
-    if name == "CALLBACK_SIGNING_SECRETS":
-        # Stripped and never empty, however the host wrote it (a string or a list).
-        return secrets_parse(getattr(settings, name, ""))
-    raise AttributeError(f"callbacks.conf has no setting {name}")
+    return getattr(callbacks_settings, name)
 
 
 def required_check() -> None:
-    """Raise ``ImproperlyConfigured`` naming the first required setting that is missing."""
+    """Raise ``ImproperlyConfigured`` naming the first required setting that is missing, or
+    the signing secrets when they hold none."""
     for name in REQUIRED:
-        if not getattr(settings, name, None):
-            raise ImproperlyConfigured(f"{name} is required by the callbacks app and is not set")
-    __getattr__("CALLBACK_SIGNING_SECRETS")
+        getattr(callbacks_settings, name)

@@ -1,20 +1,49 @@
-"""The work behind each kind of queue message, and the errors a message's content can cause.
+"""The work behind each kind of queue message, what may keep it from running now, and the errors
+a message's content can cause.
 
 A handler takes a received message and returns its outcome (a string recorded on the message's
 ``QueueMessage`` row and used as a metric label). ``DEFAULT_HANDLERS`` maps the body's ``kind``
 to its handler; the worker (``callbacks.worker``) decides when and in which transaction to run it.
+Whatever the work depends on is declared on its handler, so the worker names no message kind and
+no dependency: gates asked before a message starts, a test that turns a failure of the work into
+a deferral, and ticks the loop runs between receives. Submissions declare the processor's circuit
+breaker that way (the end of this module).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from django.db import DatabaseError
+
+from callbacks import sqs
 from callbacks.metrics import DEDUP_HITS
 from callbacks.schema import PROCESSOR_EVENT, processor_event_from_message
+from callbacks.services import outage_holds_release, outage_holds_waiting
 from callbacks.sqs import ReceivedMessage
+from payments.exceptions import ProcessorCircuitOpen
+from payments.models import BreakerState
+from payments.processor.breaker import (
+    processor_breaker_close_when_trials_done,
+    processor_breaker_incident_end,
+    processor_breaker_trial_start,
+    processor_breaker_wait,
+    trial_calls,
+)
 from payments.services import SUBMIT_PAYMENT, ApplyOutcome
+
+# Gates and ticks run inside the worker's loop: their lines carry the worker's logger name, as
+# every other line of a worker does.
+logger = logging.getLogger("callbacks.worker")
+
+# Seconds between looks at the processor's breaker from the loop (trial due? release held?).
+BREAKER_TICK_INTERVAL = 1.0
+# Outage holds released per look once calls flow again: a long outage's backlog goes back to
+# the queue (and to the processor) at a pace, not all at once.
+OUTAGE_RELEASE_PER_TICK = 100
 
 # The error classes below are recorded by their dotted name (ProcessingError.error_class,
 # QueueMessage.last_error_class) and shown to operators: they keep the module they were
@@ -39,6 +68,38 @@ for _error in (UnknownMessageKind, InvalidBody, UnstorableBody):
     _error.__module__ = _RECORDED_MODULE
 
 
+@dataclass(frozen=True, kw_only=True)
+class Deferral:
+    """A dependency cannot take the message now, through no fault of the message: the worker
+    parks it off the queue behind an outage hold of its payment (``message_defer``), spends no
+    attempt on it, and a tick releases it when the dependency takes calls again.
+
+    ``wait``: the seconds the dependency asked for (at least one when the work failed).
+    ``label``: the ``reason`` label of the deferred-messages metric. ``due_in``: seconds until a
+    tick releases it when the pause has a known end, so ``--until-empty`` stays to run it;
+    None for an outage nobody knows the end of. ``keep_error``: the work made a real call that
+    failed, which stays in the message's error history.
+    """
+
+    wait: float
+    reason: str
+    label: str
+    due_in: float | None
+    keep_error: bool = False
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Work the worker loop does between receives, at most every ``interval`` seconds, and once
+    more before an ``--until-empty`` run stops. ``func`` returns how many messages it put back
+    on the queue (such a run then goes round again); ``name`` names it in the log when it fails.
+    """
+
+    name: str
+    func: Callable[[], int]
+    interval: float
+
+
 @dataclass(frozen=True)
 class Handler:
     """How to do one kind of message's work.
@@ -51,11 +112,19 @@ class Handler:
     block of its own, so a failure rolls back everything it wrote. The batch transaction then
     needs no savepoint of its own around it (two statements fewer per message); any other
     handler gets one.
+
+    ``gates``: asked in order before a message starts; the first that returns a ``Deferral``
+    defers it unstarted (no attempt counted, no error row). ``defers``: turns a failure of the
+    started work into a ``Deferral`` (the attempt is given back), or None for an ordinary
+    failure. ``ticks``: what the loop runs between receives for this kind's sake.
     """
 
     func: Callable[[ReceivedMessage], str]
     atomic: bool = True
     own_savepoint: bool = False
+    gates: tuple[Callable[[ReceivedMessage], Deferral | None], ...] = ()
+    defers: Callable[[Exception], Deferral | None] | None = None
+    ticks: tuple[Tick, ...] = ()
 
 
 def _payment_id_from_body(message: ReceivedMessage) -> str:
@@ -97,8 +166,87 @@ def handle_submit_payment(message: ReceivedMessage) -> str:
     return str(result.outcome)
 
 
+# --- the processor's circuit breaker, declared by submissions ---------------------------------
+
+
+def _breaker_deferral(
+    *, wait: float, breaker_open: bool, reason: str, keep_error: bool = False
+) -> Deferral:
+    """An open (or probing) breaker is an outage of unknown length; a 429 pause has a known
+    end, a tick after its ``wait``."""
+    return Deferral(
+        wait=wait,
+        reason=reason,
+        label="breaker_open" if breaker_open else "paused",
+        due_in=None if breaker_open else wait + BREAKER_TICK_INTERVAL,
+        keep_error=keep_error,
+    )
+
+
+def processor_breaker_gate(message: ReceivedMessage) -> Deferral | None:
+    """Before a submission starts: while the processor's breaker is open (or calls are paused
+    by a 429), defer it until calls may flow."""
+    try:
+        gate = processor_breaker_wait()
+    except DatabaseError as exc:
+        # The start would fail the same way; let the usual path record and retry it.
+        logger.warning("could not read the processor breaker: %s", exc)
+        return None
+    if gate.allowed:
+        return None
+    return _breaker_deferral(
+        wait=gate.wait_seconds, breaker_open=gate.state != BreakerState.CLOSED, reason=gate.reason
+    )
+
+
+def processor_circuit_open(exc: Exception) -> Deferral | None:
+    """The submission started but the processor is down as a whole (the breaker opened, or
+    was open when the call was to be made) or paused every caller: defer it. A real call that
+    failed stays in the error history."""
+    if not isinstance(exc, ProcessorCircuitOpen):
+        return None
+    return _breaker_deferral(
+        wait=max(exc.retry_after or 0.0, 1.0),
+        breaker_open=exc.breaker_open,
+        reason=str(exc),
+        keep_error=exc.called,
+    )
+
+
+def processor_breaker_tick() -> int:
+    """Start the breaker's trial when its pause is over (one process wins it) and release that
+    many held submissions to make it; once calls may flow, release the outage holds at a pace.
+    Returns how many messages went back to the queue."""
+    try:
+        gate = processor_breaker_wait()
+        if gate.state == BreakerState.CLOSED:
+            if gate.incident:
+                processor_breaker_incident_end()
+            if gate.allowed and outage_holds_waiting():
+                return outage_holds_release(limit=OUTAGE_RELEASE_PER_TICK)
+            return 0
+        if gate.allowed and processor_breaker_trial_start():
+            return outage_holds_release(limit=trial_calls(), trial=True)
+        if gate.state == BreakerState.HALF_OPEN and not outage_holds_waiting():
+            # Nothing left to make more trial calls with: what went through decides.
+            processor_breaker_close_when_trials_done()
+    except sqs.QueueUnavailable as exc:
+        logger.warning("could not release held submissions (%s); next tick tries again", exc)
+    return 0
+
+
+PROCESSOR_BREAKER_TICK = Tick(
+    "processor breaker tick", processor_breaker_tick, BREAKER_TICK_INTERVAL
+)
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     # payment_apply_event writes only inside its own atomic block.
     PROCESSOR_EVENT: Handler(handle_processor_event, own_savepoint=True),
-    SUBMIT_PAYMENT: Handler(handle_submit_payment, atomic=False),
+    SUBMIT_PAYMENT: Handler(
+        handle_submit_payment,
+        atomic=False,
+        gates=(processor_breaker_gate,),
+        defers=processor_circuit_open,
+        ticks=(PROCESSOR_BREAKER_TICK,),
+    ),
 }

@@ -1,4 +1,10 @@
-"""Prometheus metrics of the queue layer (callback endpoint, outbox relay, worker)."""
+"""Prometheus metrics of the queue layer (callback endpoint, outbox relay, worker).
+
+Served by the web's ``/metrics`` and, for a worker or relay on a host of its own, on its
+``--metrics-port`` (``callbacks.metrics_server``). Names follow Prometheus's conventions: a
+counter ends in ``_total``, a duration is in ``_seconds``, a histogram of counts names what it
+counts (``_entries``, ``_messages``).
+"""
 
 from prometheus_client import Counter, Histogram
 

@@ -1,5 +1,5 @@
-"""Retention purges of the queue layer's records beyond the clean-message purge
-(``services.queue_messages_purge``): error history, parked messages, holds.
+"""Retention purges of the queue layer's records: cleanly finished messages, released holds and
+their parked messages, and the error history (triage says which dead letters are closed).
 
 Each deletes in primary-key batches, one short transaction per batch (``batched_delete``).
 Nothing a person may still need goes: an active hold, a message still parked behind one, and
@@ -20,6 +20,29 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from payments.retention import batched_delete, id_bound
+
+
+def queue_messages_purge(
+    *, older_than: timedelta | None = None, batch_size: int | None = None
+) -> int:
+    """Delete the records of messages finished cleanly before ``now - older_than`` (default:
+    QUEUE_MESSAGE_RETENTION); returns how many went. Records with a processing error or behind
+    a hold are kept: they are the error history a person may still need (ProcessingError and
+    PaymentHold protect them; ``queue_message_history_purge`` purges them later, on its own
+    terms).
+
+    Deletes ``batch_size`` rows per transaction in id order, looking only below the first id
+    started after the cutoff (``id_bound``), so a run over months of records holds no long
+    lock, no huge transaction, and needs no index on ``finished_at``."""
+    cutoff = timezone.now() - (older_than or conf.QUEUE_MESSAGE_RETENTION)
+    bound = id_bound(QueueMessage, "first_started_at", cutoff)
+    stale = QueueMessage.objects.filter(
+        status=QueueMessageStatus.DONE, finished_at__lt=cutoff, pk__lt=bound or 0
+    ).exclude(
+        Exists(ProcessingError.objects.filter(queue_message=OuterRef("pk")))
+        | Exists(PaymentHold.objects.filter(caused_by=OuterRef("pk")))
+    )
+    return batched_delete(stale, batch_size=batch_size)
 
 
 def holds_purge(*, older_than: timedelta | None = None, batch_size: int | None = None) -> int:

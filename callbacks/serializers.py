@@ -1,247 +1,41 @@
-"""The processor event contract (README, "Security: the callback edge") as one DRF serializer.
+"""The processor event contract, as the callback endpoint and the worker import it.
 
-The callback endpoint validates what the processor posted with ``ProcessorEventSerializer``;
-the worker parses the event nested in the queue envelope with the same serializer
-(``callbacks.schema.parse_processor_event``), so a message that passed the endpoint cannot
-fail validation in the worker, and the contract has one definition.
-
-Every field is a JSON string: DRF's own fields would turn ``12345`` into ``"12345"`` or a
-UUID, and ``125.0`` into an amount, which the contract refuses.
+Defined in ``payments.processor.contract`` (the processor backends parse with it, and payments
+imports nothing of callbacks); these are the same objects.
 """
 
-import re
-from datetime import UTC, datetime
-from decimal import Decimal
-from functools import cache
-
-from rest_framework import serializers
-from rest_framework.utils.serializer_helpers import BindingDict
-
-from payments.events import DIRECTIONS, EVENT_TYPES
-
-PROCESSOR_EVENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-# Two decimal places exactly, no sign, no exponent, no leading zeros; at most 12 integer digits
-# (the payment amount column is NUMERIC(14, 2)).
-AMOUNT_RE = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{2}")
-# ISO 8601 date, "T" or space, time, offset; fromisoformat alone also accepts forms like
-# "20261102". Months, days, hours and minutes in their ranges, so the pattern published in the
-# OpenAPI schema describes (nearly) only real moments; fromisoformat checks the rest (Feb 30).
-TIMESTAMP_RE = re.compile(
-    r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]"
-    r"(:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])"
+from payments.processor.contract import (
+    AMOUNT_RE,
+    CURRENCY_RE,
+    DIRECTION_RE,
+    MESSAGE_MAX,
+    PROCESSOR_EVENT_ID_RE,
+    PROCESSOR_ID_RE,
+    REASON_CODE_MAX,
+    TIMESTAMP_RE,
+    AmountField,
+    EventTypeField,
+    PatternField,
+    ProcessorEventSerializer,
+    StringField,
+    TimestampField,
+    UUIDStringField,
 )
-# ISO 4217 alphabetic code: three upper-case letters. Whether it is the payment's currency is
-# the worker's question (a difference is a mismatch for a human), not the edge's.
-CURRENCY_RE = re.compile(r"[A-Z]{3}")
-DIRECTION_RE = re.compile("|".join(DIRECTIONS))
-PROCESSOR_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-REASON_CODE_MAX = 64
-MESSAGE_MAX = 1000
 
-
-class _StrictString:
-    """Refuses anything but a JSON string before the field's own conversion."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("not_a_string", type=type(data).__name__)
-        return super().to_internal_value(data)
-
-
-class StringField(_StrictString, serializers.CharField):
-    default_error_messages = {"not_a_string": "Must be a string, got {type}."}
-
-    def __init__(self, **kwargs) -> None:
-        # The processor's text is kept as sent: no trimming, an empty string is allowed.
-        kwargs.setdefault("trim_whitespace", False)
-        kwargs.setdefault("allow_blank", True)
-        super().__init__(**kwargs)
-
-
-class UUIDStringField(_StrictString, serializers.UUIDField):
-    default_error_messages = {
-        "not_a_string": "Must be a string, got {type}.",
-        "invalid": "Must be a UUID, got {value!r}.",
-    }
-
-    def to_internal_value(self, data):
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError:
-            if isinstance(data, str):
-                self.fail("invalid", value=data[:64])
-            raise
-
-
-class PatternField(_StrictString, serializers.CharField):
-    """A string matching ``pattern`` whole; ``invalid`` names the expected form."""
-
-    default_error_messages = {"not_a_string": "Must be a string, got {type}."}
-
-    def __init__(self, *, pattern: re.Pattern, invalid: str, **kwargs) -> None:
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-        self.pattern = pattern
-        self.error_messages["invalid"] = invalid
-
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        if not self.pattern.fullmatch(value):
-            self.fail("invalid", value=value[:64], length=len(value))
-        return value
-
-
-class EventTypeField(_StrictString, serializers.ChoiceField):
-    default_error_messages = {
-        "not_a_string": "Must be a string, got {type}.",
-        "invalid_choice": f"Must be one of {', '.join(EVENT_TYPES)}; got {{input!r}}.",
-    }
-
-    def to_internal_value(self, data):
-        if isinstance(data, str) and data not in self.choice_strings_to_values:
-            self.fail("invalid_choice", input=data[:64])
-        return super().to_internal_value(data)
-
-
-class AmountField(PatternField):
-    default_error_messages = {"not_positive": "Must be greater than zero; got {value!r}."}
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(
-            pattern=AMOUNT_RE,
-            invalid=(
-                'Must be a decimal string with exactly 2 decimal places, such as "125.00"; '
-                "got {value!r}."
-            ),
-            **kwargs,
-        )
-
-    def to_internal_value(self, data) -> Decimal:
-        amount = Decimal(super().to_internal_value(data))
-        if amount <= 0:
-            self.fail("not_positive", value=data)
-        return amount
-
-    def to_representation(self, value) -> str:
-        return f"{value:.2f}"
-
-
-class TimestampField(PatternField):
-    """ISO 8601 with a UTC offset, convertible to UTC: ``0001-01-01T00:00:00+01:00`` parses but
-    lies before year 1 in UTC, where Python (and so the fingerprint and the database) cannot go.
-    """
-
-    default_error_messages = {
-        "out_of_range": "Must be a date-time that exists in UTC (years 1 to 9999); got {value!r}."
-    }
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(
-            pattern=TIMESTAMP_RE,
-            invalid=(
-                "Must be an ISO 8601 date-time with a UTC offset, such as "
-                '"2026-11-02T12:00:00+00:00"; got {value!r}.'
-            ),
-            **kwargs,
-        )
-
-    def to_internal_value(self, data) -> datetime:
-        text = super().to_internal_value(data)
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            self.fail("invalid", value=text[:64], length=len(text))
-        try:
-            value.astimezone(UTC)
-        except OverflowError:
-            self.fail("out_of_range", value=text[:64])
-        return value
-
-    def to_representation(self, value) -> str:
-        return value.isoformat()
-
-
-class ProcessorEventSerializer(serializers.Serializer):
-    """One processor event. Fields beyond the contract are not validated here; the caller
-    keeps them (they travel nested in the queue envelope, never beside our markers)."""
-
-    payment_id = UUIDStringField(help_text="The payment this event is about (a UUID).")
-    event_type = EventTypeField(choices=EVENT_TYPES)
-    processor_event_id = PatternField(
-        pattern=PROCESSOR_EVENT_ID_RE,
-        invalid=(
-            "Must be 1 to 128 characters of A-Z, a-z, 0-9 and . _ : - (got {length} characters)."
-        ),
-        max_length=128,
-        help_text="The processor's id of this event: 1-128 characters of A-Za-z0-9._:-",
-    )
-    amount = AmountField(help_text='Decimal string with 2 places, greater than zero: "125.00".')
-    timestamp = TimestampField(help_text="ISO 8601 date-time with a UTC offset.")
-    reason_code = StringField(
-        max_length=REASON_CODE_MAX, required=False, allow_null=True, default=""
-    )
-    message = StringField(max_length=MESSAGE_MAX, required=False, allow_null=True, default="")
-    # Optional restatements of the payment's own fields (payments.events.RESTATED_FIELDS):
-    # checked for form here, compared with the payment in the worker.
-    currency = PatternField(
-        pattern=CURRENCY_RE,
-        invalid=(
-            'Must be an ISO 4217 code of three upper-case letters, such as "USD"; got {value!r}.'
-        ),
-        required=False,
-        allow_null=True,
-        default="",
-        help_text="ISO 4217 code; compared with the payment's currency when present.",
-    )
-    direction = PatternField(
-        pattern=DIRECTION_RE,
-        invalid=f"Must be one of {', '.join(DIRECTIONS)}; got {{value!r}}.",
-        required=False,
-        allow_null=True,
-        default="",
-        help_text="debit or credit; every payment is a debit, so a credit is a mismatch.",
-    )
-    processor_id = PatternField(
-        pattern=PROCESSOR_ID_RE,
-        invalid=(
-            "Must be 1 to 128 characters of A-Z, a-z, 0-9 and . _ : - (got {length} characters)."
-        ),
-        max_length=128,
-        required=False,
-        allow_null=True,
-        default="",
-        help_text="The processor's id of the debit; compared with the one it gave us.",
-    )
-
-    @property
-    def fields(self) -> BindingDict:
-        # DRF deep-copies and binds every declared field for each serializer instance: two
-        # thirds of the cost of validating a callback, on the endpoint's hot path. These fields
-        # keep no per-request state (no context, no partial updates, nothing nested), so one
-        # bound set serves every instance.
-        return _shared_fields()
-
-    def validate_reason_code(self, value: str | None) -> str:
-        return value or ""
-
-    def validate_message(self, value: str | None) -> str:
-        return value or ""
-
-    # null is "not stated", as for the other optional fields.
-    def validate_currency(self, value: str | None) -> str:
-        return value or ""
-
-    def validate_direction(self, value: str | None) -> str:
-        return value or ""
-
-    def validate_processor_id(self, value: str | None) -> str:
-        return value or ""
-
-
-@cache
-def _shared_fields() -> BindingDict:
-    prototype = ProcessorEventSerializer()
-    fields = BindingDict(prototype)
-    for name, field in prototype.get_fields().items():
-        fields[name] = field
-    return fields
+__all__ = [
+    "AMOUNT_RE",
+    "CURRENCY_RE",
+    "DIRECTION_RE",
+    "MESSAGE_MAX",
+    "PROCESSOR_EVENT_ID_RE",
+    "PROCESSOR_ID_RE",
+    "REASON_CODE_MAX",
+    "TIMESTAMP_RE",
+    "AmountField",
+    "EventTypeField",
+    "PatternField",
+    "ProcessorEventSerializer",
+    "StringField",
+    "TimestampField",
+    "UUIDStringField",
+]

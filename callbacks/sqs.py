@@ -13,7 +13,10 @@ each entry as done, refused (SQS's ``Failed``) or unreachable (its chunk's call 
 
 ``send_message_coalesced_now`` lets the threads of one process that send at the same time share
 one ``SendMessageBatch`` (boto3's CPU is per call, not per message); each caller still gets the
-answer for its own message (``CoalescingSender``).
+answer for its own message (``CoalescingSender``, in ``callbacks.sqs_coalescing``, which calls
+no SQS itself). The values and errors are in ``callbacks.sqs_messages``; both are named here,
+and callers import them from here. The worker's ``VisibilityHeartbeat`` stays in the gateway:
+it calls SQS on its own thread, and the IAM table counts it as part of the gateway.
 
 Each function that calls SQS, here or through here, is declared in ``callbacks.sqs_access`` with
 its operations, queues and process roles: the IAM policies are built from that table, and tests
@@ -24,14 +27,9 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import cached_property
-from typing import Generic, Protocol, TypeVar
 
 # The gateway itself: the only module of the apps the lint lets import boto3.
 import boto3  # noqa: TID251
@@ -40,8 +38,22 @@ from botocore.exceptions import BotoCoreError, ClientError  # noqa: TID251
 from django.db import connections
 
 from callbacks import conf as callbacks_conf
-from callbacks.metrics import CALLBACK_SEND_BATCH_ENTRIES
-from callbacks.models import sequence_key
+
+# Named here for every caller: the gateway's values and errors, and the coalescing sender.
+from callbacks.sqs_coalescing import BATCH_MAX_BYTES as BATCH_MAX_BYTES
+from callbacks.sqs_coalescing import CoalescingSender, RequestGauge
+from callbacks.sqs_messages import (
+    BATCH_LIMIT,
+    BatchOutcome,
+    OutgoingMessage,
+    QueueRefused,
+    QueueUnavailable,
+    R,
+    ReceivedMessage,
+    SqsCallInTransaction,
+    T,
+)
+from callbacks.sqs_messages import HasReceiptHandle as HasReceiptHandle
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +65,6 @@ _CONFIG = Config(
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=20,
 )
-BATCH_LIMIT = 10  # entries per SQS batch call
 _MISSING_QUEUE_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
 _lock = threading.Lock()
@@ -61,106 +72,6 @@ _client = None
 _client_key: tuple | None = None
 _queue_urls: dict[str, str] = {}
 _allowed_in_transaction: ContextVar[bool] = ContextVar("sqs_allowed_in_transaction", default=False)
-
-
-class QueueUnavailable(Exception):
-    """SQS (or the local server) could not be reached or refused the call."""
-
-
-class QueueRefused(QueueUnavailable):
-    """SQS answered, with an error: ``code`` is SQS's error code."""
-
-    def __init__(self, message: str, *, code: str, detail: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.detail = detail
-
-
-class SqsCallInTransaction(RuntimeError):
-    """SQS was called inside a database transaction that can still roll back."""
-
-
-@dataclass(frozen=True)
-class OutgoingMessage:
-    body: dict
-    group_id: str
-    deduplication_id: str
-
-    @cached_property
-    def text(self) -> str:
-        """The body as sent: compact JSON, encoded once however often it is measured or sent."""
-        return json.dumps(self.body, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """One message as SQS delivered it, with the attributes the product relies on."""
-
-    message_id: str
-    receipt_handle: str
-    raw_body: str
-    body: dict | None  # None when the body is not a JSON object
-    group_id: str
-    deduplication_id: str
-    sequence_number: str  # zero-padded (see models.sequence_key)
-    enqueued_at: datetime | None
-    receive_count: int
-    # Every attribute as SQS gave it (kept with a dead letter for the person who reads it).
-    attributes: dict = field(default_factory=dict, compare=False)
-
-    @classmethod
-    def from_sqs(cls, message: dict) -> "ReceivedMessage":
-        """The one parser of a raw ``ReceiveMessage`` entry."""
-        attributes = message.get("Attributes") or {}
-        raw_body = message.get("Body") or ""
-        try:
-            body = json.loads(raw_body)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            body = None
-        sent = attributes.get("SentTimestamp")
-        return cls(
-            message_id=message["MessageId"],
-            receipt_handle=message["ReceiptHandle"],
-            raw_body=raw_body,
-            body=body,
-            group_id=attributes.get("MessageGroupId", ""),
-            deduplication_id=attributes.get("MessageDeduplicationId", ""),
-            sequence_number=sequence_key(attributes.get("SequenceNumber")),
-            enqueued_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
-            receive_count=int(attributes.get("ApproximateReceiveCount") or 1),
-            attributes=attributes,
-        )
-
-    @property
-    def kind(self) -> str:
-        kind = (self.body or {}).get("kind")
-        return kind if isinstance(kind, str) else ""
-
-    @property
-    def payment_id(self) -> str:
-        # The group id is the payment id by contract; the body is checked against it later.
-        return self.group_id
-
-
-class HasReceiptHandle(Protocol):
-    @property
-    def receipt_handle(self) -> str: ...
-
-
-T = TypeVar("T")
-R = TypeVar("R", bound=HasReceiptHandle)
-
-
-@dataclass
-class BatchOutcome(Generic[T]):
-    """What became of each entry of a batch call, in the order given."""
-
-    done: list[T] = field(default_factory=list)
-    refused: list[tuple[T, str]] = field(default_factory=list)  # SQS's ``Failed``, with why
-    unreachable: list[tuple[T, str]] = field(default_factory=list)  # its chunk's call failed
-    results: list[dict] = field(default_factory=list)  # SQS's ``Successful`` entry per done one
 
 
 # --- the transaction rule ---------------------------------------------------------------------
@@ -336,9 +247,15 @@ def queue_attributes_set(*, url: str, attributes: dict[str, str]) -> None:
 
 
 def send_message_now(
-    *, body: dict, group_id: str, deduplication_id: str, url: str | None = None
+    *,
+    body: dict,
+    group_id: str,
+    deduplication_id: str,
+    url: str | None = None,
+    attributes: dict | None = None,
 ) -> str:
-    """Send one message to a FIFO queue (the main queue by default); return its message id."""
+    """Send one message to a FIFO queue (the main queue by default), with ``attributes`` as its
+    MessageAttributes (``callbacks.tracing.outgoing_attributes``); return its message id."""
     target = url or main_queue_url()
     with _transport("send to SQS failed"):
         response = sqs_client().send_message(
@@ -346,6 +263,7 @@ def send_message_now(
             MessageBody=json.dumps(body, separators=(",", ":")),
             MessageGroupId=group_id,
             MessageDeduplicationId=deduplication_id,
+            **({"MessageAttributes": attributes} if attributes else {}),
         )
     return response["MessageId"]
 
@@ -372,6 +290,7 @@ def send_messages_each_now(
             "MessageBody": m.text,
             "MessageGroupId": m.group_id,
             "MessageDeduplicationId": m.deduplication_id,
+            **({"MessageAttributes": m.attributes} if m.attributes else {}),
         },
         call=lambda entries: client.send_message_batch(QueueUrl=target, Entries=entries),
     )
@@ -396,150 +315,7 @@ def send_messages_now(messages: Iterable[OutgoingMessage], *, url: str | None = 
     return [result["MessageId"] for result in outcome.results]
 
 
-# --- coalesced sends --------------------------------------------------------------------------
-
-BATCH_MAX_BYTES = 256 * 1024  # SQS's limit on the sum of a batch's message bodies
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """One caller's message in a coalesced batch, and what became of it."""
-
-    message: OutgoingMessage
-    size: int
-    answered: threading.Event = field(default_factory=threading.Event)
-    message_id: str | None = None
-    error: str | None = None
-
-
-@dataclass(eq=False)
-class _OpenBatch:
-    url: str
-    waiters: list[_Waiter] = field(default_factory=list)
-    size: int = 0
-    announced: int = 0  # its waiters whose requests were announced (coalesced_send_expected)
-    closed: bool = False
-
-    def fits(self, waiter: _Waiter) -> bool:
-        return len(self.waiters) < BATCH_LIMIT and self.size + waiter.size <= BATCH_MAX_BYTES
-
-
-class RequestGauge:
-    """How many announced requests run in this process now, and the most that ever ran at once
-    (in practice the server's thread count)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.active = 0
-        self.peak = 0
-
-    def enter(self) -> None:
-        with self._lock:
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-
-    def leave(self) -> None:
-        with self._lock:
-            self.active -= 1
-
-
-class CoalescingSender:
-    """Sends the messages of concurrent callers as one ``SendMessageBatch`` (per process).
-
-    Callers announce their requests (``coalesced_send_expected``). The first caller to find no
-    open batch opens one and leads it. In a process that has only ever run one announced
-    request at a time, it sends at once (a lone callback waits for nothing). Otherwise it waits,
-    at most ``window`` seconds, for others to join, and stops early once the batch is full (ten
-    entries or 256 KiB) or holds as many announced callers as the process ever ran at once
-    (nobody else can come). It then closes the batch, sends it and answers every waiter from
-    SQS's answer for *its own* entry: its message id, or ``QueueUnavailable`` if its entry was
-    refused or the call failed. One refused entry fails only its own caller. Waiters never wait
-    forever: the leader answers every waiter in a ``finally``, and the send is bounded by the
-    client's timeouts and retries. Thread-safe; one instance per process.
-    """
-
-    def __init__(
-        self,
-        *,
-        window: float,
-        send_batch: Callable[..., BatchOutcome[OutgoingMessage]],  # (messages, url=...)
-        requests: RequestGauge,
-    ) -> None:
-        self._window = window
-        self._send_batch = send_batch
-        self._requests = requests
-        self._changed = threading.Condition(threading.Lock())  # a waiter joined a batch
-        self._open: dict[str, _OpenBatch] = {}
-
-    def send(self, message: OutgoingMessage, *, url: str, announced: bool) -> str:
-        waiter = _Waiter(message=message, size=len(message.text.encode()))
-        with self._changed:
-            batch = self._join(waiter, url)
-            batch.announced += announced
-            leader = batch.waiters[0] is waiter
-            self._changed.notify_all()
-            if leader:
-                if self._requests.peak > 1:
-                    self._gather(batch)
-                self._close(batch)
-        if leader:
-            self._flush(batch)
-        else:
-            waiter.answered.wait()
-        if waiter.message_id is None:
-            raise QueueUnavailable(waiter.error or "send to SQS failed")
-        return waiter.message_id
-
-    def _gather(self, batch: _OpenBatch) -> None:
-        """Wait for others to join ``batch`` (lock held; released while waiting)."""
-        deadline = time.monotonic() + self._window
-        while not batch.closed and batch.announced < self._requests.peak:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._changed.wait(remaining)
-
-    def _join(self, waiter: _Waiter, url: str) -> _OpenBatch:
-        """Add ``waiter`` to the open batch for ``url`` or a new one (lock held)."""
-        batch = self._open.get(url)
-        if batch is not None and not batch.fits(waiter):
-            self._close(batch)  # its leader sends it now; this caller leads the next one
-            batch = None
-        if batch is None:
-            batch = self._open[url] = _OpenBatch(url=url)
-        batch.waiters.append(waiter)
-        batch.size += waiter.size
-        if len(batch.waiters) == BATCH_LIMIT:
-            self._close(batch)
-        return batch
-
-    def _close(self, batch: _OpenBatch) -> None:
-        """Stop ``batch`` taking entries (lock held)."""
-        if self._open.get(batch.url) is batch:
-            del self._open[batch.url]
-        batch.closed = True
-
-    def _flush(self, batch: _OpenBatch) -> None:
-        waiters = batch.waiters
-        CALLBACK_SEND_BATCH_ENTRIES.observe(len(waiters))
-        try:
-            outcome = self._send_batch([w.message for w in waiters], url=batch.url)
-            done = zip(outcome.done, outcome.results, strict=True)
-            accepted = {id(message): result.get("MessageId") for message, result in done}
-            failed = {id(message): why for message, why in outcome.refused + outcome.unreachable}
-            for waiter in waiters:
-                waiter.message_id = accepted.get(id(waiter.message))
-                if waiter.message_id is None:
-                    waiter.error = failed.get(id(waiter.message), "no answer from SQS")
-        except QueueUnavailable as exc:
-            for waiter in waiters:
-                waiter.error = str(exc)
-        finally:
-            for waiter in waiters:
-                if waiter.message_id is None and waiter.error is None:
-                    waiter.error = "the batch send failed"
-                waiter.answered.set()
-
+# --- coalesced sends (the sender itself: callbacks.sqs_coalescing) ----------------------------
 
 # Per process (keyed by pid: a forked child builds its own, never shares its parent's locks).
 _coalescers: dict[tuple[int, float], CoalescingSender] = {}
@@ -583,7 +359,12 @@ def coalesced_send_expected() -> Iterator[None]:
 
 
 def send_message_coalesced_now(
-    *, body: dict, group_id: str, deduplication_id: str, window: float
+    *,
+    body: dict,
+    group_id: str,
+    deduplication_id: str,
+    window: float,
+    attributes: dict | None = None,
 ) -> str:
     """Send one message to the main queue, in one batch call with the messages other threads
     of this process send at the same time (waiting at most ``window`` seconds for them);
@@ -591,7 +372,12 @@ def send_message_coalesced_now(
     it or could not be reached. Callers that do not announce their requests
     (``coalesced_send_expected``) still join an open batch, but no batch waits for them."""
     _ensure_outside_transaction("send to SQS")  # checked in the caller's thread, not the leader's
-    message = OutgoingMessage(body=body, group_id=group_id, deduplication_id=deduplication_id)
+    message = OutgoingMessage(
+        body=body,
+        group_id=group_id,
+        deduplication_id=deduplication_id,
+        attributes=attributes or {},
+    )
     return _coalescer(window).send(message, url=main_queue_url(), announced=_announced.get())
 
 

@@ -19,7 +19,7 @@ from enum import StrEnum
 class ProcessRole(StrEnum):
     """The IAM role (and managed policy) each kind of process runs under."""
 
-    WEB = "web"  # gunicorn: callback endpoint, payments API, admin and triage, /readyz, /metrics
+    WEB = "web"  # gunicorn: callback endpoint, payments API, admin, triage, /dependencies, /metrics
     QUEUE_WORKER = "queue_worker"  # run_sqs_worker, run_outbox_relay
     CELERY = "celery"  # celery worker and beat; ingest_dlq, reconcile_payments, evaluate_alerts
     SETUP = "setup"  # setup_queues, setup_celery_queue (deploy time only)
@@ -91,36 +91,46 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     SqsCallSite("callbacks.outbox:_publish", {MAIN: _SEND_BATCH}, _roles(WEB, WORKER, CELERY)),
     # The queue worker.
     SqsCallSite(
-        "callbacks.worker:Worker._main_queue_url", {MAIN: _ops("get_queue_url")}, _roles(WORKER)
+        "callbacks.worker.loop:Worker._main_queue_url",
+        {MAIN: _ops("get_queue_url")},
+        _roles(WORKER),
     ),
-    SqsCallSite("callbacks.worker:Worker.receive", {MAIN: _ops("receive_message")}, _roles(WORKER)),
     SqsCallSite(
-        "callbacks.worker:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
+        "callbacks.worker.loop:Worker.receive", {MAIN: _ops("receive_message")}, _roles(WORKER)
+    ),
+    SqsCallSite(
+        "callbacks.worker.loop:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
     ),
     # Also what the worker's visibility heartbeat calls (callbacks.sqs.VisibilityHeartbeat, part
     # of the gateway, so not a call site of its own).
     SqsCallSite(
-        "callbacks.worker:Worker.release",
+        "callbacks.worker.loop:Worker.release",
         {MAIN: _ops("change_message_visibility_batch")},
         _roles(WORKER),
     ),
     SqsCallSite(
-        "callbacks.worker:Worker.hide", {MAIN: _ops("change_message_visibility")}, _roles(WORKER)
+        "callbacks.worker.loop:Worker.hide",
+        {MAIN: _ops("change_message_visibility")},
+        _roles(WORKER),
     ),
     # ... and what it held when the database went away, hidden until it answers again.
     SqsCallSite(
-        "callbacks.worker:Worker._hold_back",
+        "callbacks.worker.loop:Worker.hold_back",
         {MAIN: _ops("change_message_visibility_batch")},
         _roles(WORKER),
     ),
     # The worker dead-letters a message itself by sending a copy to the DLQ.
-    SqsCallSite("callbacks.services:message_dead_letter", {DLQ: _SEND}, _roles(WORKER)),
+    SqsCallSite("callbacks.services.outcomes:message_dead_letter", {DLQ: _SEND}, _roles(WORKER)),
     # Triage: redrive, and the release of a payment's held messages; one by one in the admin,
     # or by a bulk triage job in the Celery worker.
-    SqsCallSite("callbacks.services:message_republish", {MAIN: _SEND}, _roles(WEB, CELERY)),
+    SqsCallSite(
+        "callbacks.services.republish:message_republish", {MAIN: _SEND}, _roles(WEB, CELERY)
+    ),
     # ... and the workers' release of the submissions an outage held in the database.
     SqsCallSite(
-        "callbacks.services:parked_message_republish", {MAIN: _SEND}, _roles(WEB, CELERY, WORKER)
+        "callbacks.services.republish:parked_message_republish",
+        {MAIN: _SEND},
+        _roles(WEB, CELERY, WORKER),
     ),
     # Beat's reconciliation of stuck payments.
     SqsCallSite("callbacks.reconciliation:payment_reconcile", {MAIN: _SEND_BATCH}, _roles(CELERY)),
@@ -137,7 +147,8 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         {MAIN: _READ_ATTRIBUTES, DLQ: _READ_ATTRIBUTES},
         _roles(WEB, CELERY),
     ),
-    SqsCallSite("triage.health:_queue_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
+    # The main queue's state for /dependencies and payments_dependency_up (never /readyz).
+    SqsCallSite("triage.operations.dependencies:_sqs_check", {MAIN: _READ_ATTRIBUTES}, _roles(WEB)),
     # setup_queues.
     SqsCallSite(
         "callbacks.queues:_find",

@@ -42,12 +42,12 @@ def payments_reconcile() -> int:
 @shared_task(name="callbacks.tasks.queue_messages_purge", ignore_result=True)
 def queue_messages_purge() -> int:
     """Delete records of cleanly finished messages past QUEUE_MESSAGE_RETENTION (idempotent)."""
-    from callbacks import services
+    from callbacks import retention
 
     with single_flight("callbacks.queue_messages_purge") as acquired:
         if not acquired:
             return 0
-        deleted = services.queue_messages_purge()
+        deleted = retention.queue_messages_purge()
     logger.info("purged %s queue-message records past retention", deleted)
     return deleted
 

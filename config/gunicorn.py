@@ -1,6 +1,6 @@
 """gunicorn configuration: ``gunicorn -c config/gunicorn.py config.wsgi``.
 
-Prometheus multiprocess mode (see ``triage/monitoring.py``): when PROMETHEUS_MULTIPROC_DIR is
+Prometheus multiprocess mode (``triage/operations/monitoring.py``): when PROMETHEUS_MULTIPROC_DIR is
 set (to a directory shared by every process of this host, and set before they start), the
 master removes the files of processes that no longer run when it starts, and each exiting
 worker is marked dead so its live gauges disappear. ``GET /metrics`` in any worker then serves

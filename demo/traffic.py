@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import requests
-from django.conf import settings
 from django.db.models import Count, Q, Sum
 
+from callbacks import conf as callbacks_conf
+
 # Source-token prefixes select the sandbox processor's deterministic behaviours
-# (payments/sandbox/faults.py); the sandbox adds seeded random faults on top.
+# (sandbox/faults.py); the sandbox adds seeded random faults on top.
 TOKEN_MIX = [
     (0.65, "tok_demo"),  # normal
     (0.06, "tok_fail5xx_2"),  # two 503s, then accepted: retried with the same key
@@ -159,7 +160,7 @@ def _signed_post(web_url: str, body: dict) -> int:
     raw = json.dumps(body).encode()
     headers = {
         "Content-Type": "application/json",
-        HEADER: sign(raw, settings.CALLBACK_SIGNING_SECRETS[:1]),
+        HEADER: sign(raw, callbacks_conf.CALLBACK_SIGNING_SECRETS[:1]),
     }
     return requests.post(f"{web_url}/callbacks/processor/", data=raw, headers=headers).status_code
 

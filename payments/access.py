@@ -2,7 +2,9 @@
 
 The decision is a pluggable policy: the setting ``PAYMENTS_MERCHANT_ACCESS_POLICY`` names a
 callable ``(user, merchant_id) -> bool``. The default reads ``MerchantAccess`` grants (edited in
-the admin); a host project with its own merchant model points the setting at its own function.
+the admin); a host project with its own merchant model points the setting at its own function,
+and gives it a ``merchant_ids(user)`` attribute if ``GET /api/payments/`` should list across a
+user's merchants without naming one.
 """
 
 from collections.abc import Callable
@@ -31,3 +33,21 @@ def _policy(path: str) -> MerchantAccessPolicy:
 def merchant_access_allowed(*, user, merchant_id: str) -> bool:
     """Ask the configured policy: may ``user`` act for ``merchant_id``?"""
     return bool(_policy(conf.PAYMENTS_MERCHANT_ACCESS_POLICY)(user, merchant_id))
+
+
+def _granted_merchant_ids(user) -> list[str]:
+    if user is None or not user.is_authenticated or not user.is_active:
+        return []
+    return list(MerchantAccess.objects.filter(user=user).values_list("merchant_id", flat=True))
+
+
+# What the default policy grants, for a list of payments across a user's merchants.
+merchant_access_granted.merchant_ids = _granted_merchant_ids
+
+
+def merchants_listed(*, user) -> list[str] | None:
+    """The merchants ``user`` may act for, when the configured policy can list them: a policy
+    lists them through a ``merchant_ids(user)`` attribute of its callable, as the default does.
+    ``None`` when it cannot: a list of payments must then name its merchant."""
+    lister = getattr(_policy(conf.PAYMENTS_MERCHANT_ACCESS_POLICY), "merchant_ids", None)
+    return None if lister is None else list(lister(user))

@@ -1,20 +1,21 @@
 """Start-up checks (``manage.py check``, ``migrate``, ``runserver``): a host project learns of a
 missing or broken setting of the payments app by its name, before the first request."""
 
-from django.conf import settings
 from django.core.checks import Error, register
 from django.utils.module_loading import import_string
 
 from payments import conf
-from payments.setting_specs import setting_refused, settings_refused
+from payments.processor.backend import backend_class_problem
 
 
 @register()
 def payments_settings_check(app_configs=None, **kwargs) -> list[Error]:
     errors = [
-        Error(f"{name} is required by the payments app and is not set", id="payments.E001")
-        for name in conf.REQUIRED
-        if not getattr(settings, name, None)
+        Error(
+            f"{conf.payments_settings.label(name)} is required by the payments app and is not set",
+            id="payments.E001",
+        )
+        for name in conf.payments_settings.missing()
     ]
     path = conf.PAYMENTS_MERCHANT_ACCESS_POLICY
     try:
@@ -41,12 +42,27 @@ def payments_settings_check(app_configs=None, **kwargs) -> list[Error]:
 
 @register()
 def payments_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
-    """Every setting of the app, the host's value or the default, against its declared type and
-    range (``payments.conf.SPECS``); the required ones too, when they are set at all (a missing
-    one is payments.E001)."""
-    errors = settings_refused(conf.SPECS, "payments.E003", conf.RELATIONS)
-    for name, spec in conf.REQUIRED_SPECS.items():
-        value = getattr(settings, name, None)
-        if value and (error := setting_refused(name, spec, value, "payments.E003")) is not None:
-            errors.append(error)
-    return errors
+    """The host's ``PAYMENTS`` dict: a key the app does not know (payments.E004), then every
+    setting, the host's value or the default, against its declared type and range
+    (``payments.conf.SPECS``, payments.E003); the required ones too, when they are set at all
+    (a missing one is payments.E001)."""
+    return conf.payments_settings.refused(error_id="payments.E003", unknown_id="payments.E004")
+
+
+@register()
+def payments_processor_backend_check(app_configs=None, **kwargs) -> list[Error]:
+    """``PAYMENTS["PROCESSOR_BACKEND"]`` must name a class that imports and implements the
+    backend interface: otherwise the first submission, status check or callback would fail, not
+    start-up."""
+    path = conf.PROCESSOR_BACKEND
+    problem = backend_class_problem(path)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f'PAYMENTS["PROCESSOR_BACKEND"] = {path!r} {problem}',
+            hint="a dotted path to a subclass of payments.processor.backend.ProcessorBackend",
+            obj="PROCESSOR_BACKEND",
+            id="payments.E005",
+        )
+    ]

@@ -1,17 +1,17 @@
 """The payments app's settings, each with its default kept here.
 
-Read them as ``conf.NAME`` (at call time, so a changed setting is seen): the host project's
-value when it sets one, else the default below. A host sets only ``REQUIRED``.
+A host sets them in one dict, ``PAYMENTS = {"PROCESSOR_BASE_URL": ..., ...}``
+(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+setting is seen): the host's value when it sets one, else the default below. A host sets only
+``REQUIRED``.
 """
 
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
-from payments.setting_specs import Duration, Keys, Number, Seconds, Spec, Text, Url, defaults
+from payments.app_settings import AppSettings
+from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
+from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -33,6 +33,11 @@ SPECS: dict[str, Spec] = {
     "PAYMENTS_API_MAX_BODY_BYTES": Number(
         64 * 1024, 1024, 10 * 1024 * 1024, whole=True, unit="of bytes"
     ),
+    # Rate limits of the payments API per user, by scope (payments.api_throttling): None, the
+    # default, limits nothing; {"read": "600/min", "write": "60/min"} answers 429 past them.
+    "PAYMENTS_API_THROTTLE_RATES": Parsed(
+        None, parse=parse_throttle_rates, accepted=RATE_ACCEPTED, types=(dict, type(None))
+    ),
     # Published outbox rows: the queue message and the event log carry what they said; a week
     # is for looking into a publish that went wrong.
     "OUTBOX_RETENTION": Duration(timedelta(days=7)),
@@ -40,24 +45,6 @@ SPECS: dict[str, Spec] = {
     "BREAKER_TRANSITION_RETENTION": Duration(timedelta(days=90)),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
-    # Per-merchant return rates (payments.return_rates): the rolling window in days, the NACHA
-    # thresholds in percent (a host may set only some; the others keep these), the fraction of
-    # a threshold that warns, and the debits in the window before a merchant is alerted on.
-    "RETURN_RATE_WINDOW_DAYS": Number(60, 1, 3650, whole=True, unit="of days"),
-    "RETURN_RATE_THRESHOLDS": Keys(
-        {
-            "unauthorized": Decimal("0.5"),
-            "administrative": Decimal("3.0"),
-            "overall": Decimal("15.0"),
-        },
-        values={
-            kind: Number(None, 0, 100, above_minimum=True, unit="(percent)")
-            for kind in ("unauthorized", "administrative", "overall")
-        },
-        partial=True,
-    ),
-    "RETURN_RATE_WARNING_FRACTION": Number(0.8, 0, 1, above_minimum=True),
-    "RETURN_RATE_MIN_DEBITS": Number(20, 1, 1_000_000_000, whole=True, unit="of debits"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this
     # merchant? The default reads the MerchantAccess grants edited in the admin. (That it
     # imports and is callable is checked apart, payments.E002.)
@@ -65,6 +52,14 @@ SPECS: dict[str, Spec] = {
         "payments.access.merchant_access_granted",
         pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
         accepted="a dotted path such as 'package.module.callable'",
+    ),
+    # Dotted path of the processor backend class (payments.processor.backend.ProcessorBackend):
+    # the default is the HTTP API of the design card, which the sandbox serves. (That it imports
+    # and is a backend is checked apart, payments.E004.)
+    "PROCESSOR_BACKEND": Text(
+        "payments.processor.client.ProcessorClient",
+        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="a dotted path such as 'package.module.Class'",
     ),
     # The processor's circuit breaker (payments.processor.breaker): open after this many
     # failures in a row, or when this share of the last WINDOW_CALLS first submissions (none
@@ -92,13 +87,14 @@ REQUIRED_SPECS: dict[str, Spec] = {
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
 
+payments_settings = AppSettings(
+    app="payments",
+    setting="PAYMENTS",
+    specs=SPECS,
+    required=REQUIRED_SPECS,
+    relations=RELATIONS,
+)
+
 
 def __getattr__(name: str) -> Any:
-    if name in DEFAULTS:
-        return getattr(settings, name, DEFAULTS[name])
-    if name in REQUIRED:
-        value = getattr(settings, name, None)
-        if not value:
-            raise ImproperlyConfigured(f"{name} is required by the payments app and is not set")
-        return value
-    raise AttributeError(f"payments.conf has no setting {name}")
+    return getattr(payments_settings, name)

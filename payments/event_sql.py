@@ -1,7 +1,8 @@
-"""The SQL of a processor event's rows: on PostgreSQL one statement writes them all.
+"""The SQL of a processor event's rows: the PostgreSQL backend of the event write.
 
 ``payments.services.payment_apply_event`` decides, under the payment's row lock and with the
-state machine, what an event does; this module only writes that decision. The rows are built
+state machine, what an event does, and declares it as one ``EventWrite``
+(``payments.services.writes``); this module only writes that declaration. The rows are built
 as unsaved model instances by the service, so every value (defaults, ``auto_now``, JSON and
 decimal adaptation) comes from the models' own fields, and one statement of data-modifying
 CTEs writes them:
@@ -16,17 +17,24 @@ Every write after the claim reads the claim's result, so when the dedup record a
 nothing at all is written and the statement returns no row. One round trip instead of five:
 the worker applies events in batches, and each round trip to PostgreSQL and each ORM
 statement built in Python was most of an event's cost (docs/benchmarks.md). Other databases
-write the same rows one by one after ``processed_event_claim``; the merchant-day counter's
-upsert (``merchant_day_add_sql``) serves both.
+write the same rows one by one after ``processed_event_claim`` (the portable backend, in
+``payments.services.writes``); the merchant-day counter's upsert (``merchant_day_add_sql``)
+serves both. Each CTE is built with the function that gives its parameters, so the order of the
+parameters is the order of the CTEs by construction.
 """
 
 import uuid
+from collections.abc import Callable
 from functools import cache
+from typing import TYPE_CHECKING
 
 from django.db import connection, connections, models
 from django.db.transaction import TransactionManagementError
 
 from payments.models import LedgerEntry, MerchantReturnDay, Payment, PaymentEvent, ProcessedEvent
+
+if TYPE_CHECKING:
+    from payments.services.writes import EventWrite
 
 RETURN_DAY_COUNTERS = ("debits", "returns", "unauthorized_returns", "administrative_returns")
 
@@ -62,36 +70,49 @@ def _connection():
 
 
 @cache
-def _lock_template(vendor: str) -> tuple[str, tuple[str, ...]] | None:
+def _lock_template(vendor: str) -> tuple[str, tuple[str, ...], tuple] | None:
     """The ORM's own ``select_for_update().get(pk=...)`` statement for a payment, compiled
-    once, with the attribute names of its columns; None where a column needs a converter
-    from the database's value (then the ORM must build the instance itself)."""
+    once, with the attribute names of its columns and the fields' own converters from the
+    database's value (a JSON column's, ``Payment.metadata``), applied as the ORM applies them;
+    None where the database backend converts a column itself (then the ORM must build the
+    instance, with this thread's connection)."""
     query = Payment.objects.select_for_update().filter(pk=uuid.UUID(int=0)).query
     compiler = query.get_compiler(connection=connection)
     sql, _ = compiler.as_sql()  # inside the caller's transaction, as FOR UPDATE must be
     columns = [column for column, _, _ in compiler.select]
-    if compiler.get_converters(columns):
+    if any(connection.ops.get_db_converters(column) for column in columns):
         return None
-    return sql, tuple(column.target.attname for column in columns)
+    converters = tuple(
+        (index, tuple(column.get_db_converters(connection)), column)
+        for index, column in enumerate(columns)
+        if column.get_db_converters(connection)
+    )
+    return sql, tuple(column.target.attname for column in columns), converters
 
 
-def payment_locked(payment_id) -> Payment:
+def payment_select_for_update(payment_id) -> Payment:
     """The payment, its row locked for this transaction: what ``Payment.objects.
     select_for_update().get(pk=payment_id)`` returns (``Payment.DoesNotExist`` included),
     without compiling that query again for every event; it was a sixth of an event's cost in
-    the worker. Call inside a transaction."""
+    the worker. Call inside a transaction; ``payments.services.writes.payment_lock`` is the
+    lock the services take."""
     db = _connection()
     if db.get_autocommit():  # as the ORM refuses: a lock that ends with its statement
         raise TransactionManagementError("the payment's row lock needs a transaction")
     template = _lock_template(db.vendor)
     if template is None:
         return Payment.objects.select_for_update().get(pk=payment_id)
-    sql, attnames = template
+    sql, attnames, converters = template
     with db.cursor() as cursor:
         cursor.execute(sql, [Payment._meta.pk.get_db_prep_value(payment_id, db)])
         row = cursor.fetchone()
     if row is None:
         raise Payment.DoesNotExist(f"no payment {payment_id}")
+    if converters:
+        row = list(row)
+        for index, functions, column in converters:
+            for convert in functions:
+                row[index] = convert(row[index], column, db)
     return Payment.from_db(db.alias, attnames, row)
 
 
@@ -138,88 +159,121 @@ def merchant_day_add_sql(source: str) -> str:
     )
 
 
-@cache
-def _moved_fields() -> tuple[models.Field, ...]:
-    """What a move writes on the payment: its new state, its change time and ``updated_at``."""
-    return tuple(
-        Payment._meta.get_field(name) for name in ("state", "state_changed_at", "updated_at")
+# The parameters of one part of the statement, read from the declared write.
+_Params = Callable[["EventWrite", object], list]
+
+
+def _claim_cte(vendor: str) -> tuple[str, _Params]:
+    """Claim the dedup record: every other part reads this one's result."""
+    fields, columns, values = _insert_template(ProcessedEvent, vendor, True)
+
+    def params(write: "EventWrite", db) -> list:
+        return _row_params(write.claim, fields, db)
+
+    return f"claim AS ({_claim_sql(columns, values)})", params
+
+
+def _moved_cte(fields: tuple[str, ...]) -> tuple[str, _Params]:
+    """The payment's move (the ``fields`` the move declares), written only if claimed."""
+    model_fields = [Payment._meta.get_field(name) for name in fields]
+    sets = ", ".join(
+        f"{_column(f)} = CAST(%s AS {f.cast_db_type(connection)})" for f in model_fields
     )
-
-
-def _moved_sql() -> str:
-    """The payment's move (``_moved_fields``), written only if claimed."""
-    fields = _moved_fields()
-    sets = ", ".join(f"{_column(f)} = CAST(%s AS {f.cast_db_type(connection)})" for f in fields)
     key = _column(Payment._meta.pk)
-    return (
+    sql = (
         f"moved AS (UPDATE {_table(Payment)} SET {sets} "  # noqa: S608
         f"WHERE {key} = %s AND EXISTS (SELECT FROM claim))"
     )
 
+    def params(write: "EventWrite", db) -> list:
+        payment = write.move.payment
+        return [
+            *_row_params(payment, model_fields, db, add=False),
+            Payment._meta.pk.get_db_prep_value(payment.pk, db),
+        ]
 
-def _counted_sql() -> str:
-    """One more settled debit on the merchant's day (the return-rate counters), if claimed."""
+    return sql, params
+
+
+def _ledger_cte(vendor: str) -> tuple[str, _Params]:
+    """The move's ledger row, written only if claimed."""
+    fields, columns, values = _insert_template(LedgerEntry, vendor, True)
+    sql = (
+        f"ledger AS (INSERT INTO {_table(LedgerEntry)} ({columns}) "  # noqa: S608
+        f"SELECT {values} FROM claim)"
+    )
+
+    def params(write: "EventWrite", db) -> list:
+        return _row_params(write.move.ledger, fields, db)
+
+    return sql, params
+
+
+def _counted_cte() -> tuple[str, _Params]:
+    """Add the move's counts to the merchant's day (the return-rate counters), if claimed."""
     counters = ", ".join(["CAST(%s AS integer)"] * len(RETURN_DAY_COUNTERS))
     source = f"SELECT CAST(%s AS varchar), CAST(%s AS date), {counters} FROM claim"
-    return f"counted AS ({merchant_day_add_sql(source)})"
+
+    def params(write: "EventWrite", db) -> list:
+        return write.move.counts.params()
+
+    return f"counted AS ({merchant_day_add_sql(source)})", params
 
 
-@cache
-def _event_statement(vendor: str, *, moved: bool, ledger: bool, counted: bool) -> str:
-    """The one statement of ``event_rows_insert`` for one shape of event, built once: the
-    statement text is the same for every event of a shape, only the parameters change."""
-    columns, values = _insert_template(ProcessedEvent, vendor, True)[1:]
-    ctes = [f"claim AS ({_claim_sql(columns, values)})"]
-    if moved:
-        ctes.append(_moved_sql())
-    if ledger:
-        columns, values = _insert_template(LedgerEntry, vendor, True)[1:]
-        ctes.append(
-            f"ledger AS (INSERT INTO {_table(LedgerEntry)} ({columns}) "  # noqa: S608
-            f"SELECT {values} FROM claim)"
-        )
-    if counted:
-        ctes.append(_counted_sql())
-    columns, values = _insert_template(PaymentEvent, vendor, True)[1:]
-    return (
+def _log_insert(vendor: str, ctes: list[str]) -> tuple[str, _Params]:
+    """The statement itself: the event-log row after ``ctes``, written only if claimed; it
+    returns the row's id."""
+    fields, columns, values = _insert_template(PaymentEvent, vendor, True)
+    sql = (
         f"WITH {', '.join(ctes)} INSERT INTO {_table(PaymentEvent)} ({columns}) "  # noqa: S608
         f"SELECT {values} FROM claim RETURNING {_column(PaymentEvent._meta.pk)}"
     )
 
+    def params(write: "EventWrite", db) -> list:
+        return _row_params(write.log, fields, db)
 
-def event_rows_insert(
-    *,
-    claim: ProcessedEvent,
-    log: PaymentEvent,
-    payment: Payment | None = None,
-    ledger: LedgerEntry | None = None,
-    debits_day=None,
-) -> bool:
-    """Write the dedup record ``claim`` and, only if it was new, the payment's move (its state
-    when ``payment`` is given, the ``ledger`` row, one settled debit on ``debits_day``) and the
-    event-log row ``log`` (whose primary key is set). True when written, False when the dedup
-    record existed already and nothing was written. Call inside the payment's transaction."""
+    return sql, params
+
+
+@cache
+def _event_statement(
+    vendor: str, *, moved: tuple[str, ...] | None, ledger: bool, counted: bool
+) -> tuple[str, tuple[_Params, ...]]:
+    """The one statement of ``event_write`` for one shape of write, and the functions giving
+    its parameters in the statement's order, built together once: the statement text is the
+    same for every write of a shape, only the parameters change."""
+    parts = [_claim_cte(vendor)]
+    if moved is not None:
+        parts.append(_moved_cte(moved))
+    if ledger:
+        parts.append(_ledger_cte(vendor))
+    if counted:
+        parts.append(_counted_cte())
+    sql, log_params = _log_insert(vendor, [cte for cte, _ in parts])
+    return sql, (*(params for _, params in parts), log_params)
+
+
+def event_write(write: "EventWrite") -> bool:
+    """Write the dedup record ``write.claim`` and, only if it was new, the payment's move (its
+    declared fields, its ledger row, its counts on the merchant's day) and the event-log row
+    ``write.log`` (whose primary key is set), in one statement. True when written, False when
+    the dedup record existed already and nothing was written. Call inside the payment's
+    transaction."""
     db = _connection()
-    sql = _event_statement(
+    move = write.move
+    sql, parts = _event_statement(
         db.vendor,
-        moved=payment is not None,
-        ledger=ledger is not None,
-        counted=debits_day is not None,
+        moved=move.FIELDS if move is not None else None,
+        ledger=move is not None and move.ledger is not None,
+        counted=move is not None and move.counts is not None,
     )
-    params = _row_params(claim, _insert_template(ProcessedEvent, db.vendor, True)[0], db)
-    if payment is not None:
-        params += _row_params(payment, _moved_fields(), db, add=False)
-        params.append(Payment._meta.pk.get_db_prep_value(payment.pk, db))
-    if ledger is not None:
-        params += _row_params(ledger, _insert_template(LedgerEntry, db.vendor, True)[0], db)
-    if debits_day is not None:
-        params += [log.payment.merchant_id, debits_day, 1, 0, 0, 0]
-    params += _row_params(log, _insert_template(PaymentEvent, db.vendor, True)[0], db)
+    params = [value for part in parts for value in part(write, db)]
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return False
+    log = write.log
     log.pk = row[0]
     log._state.adding, log._state.db = False, db.alias
     return True

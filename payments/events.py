@@ -7,27 +7,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from payments.models import PaymentState
+from payments.models import PAYMENT_GRAPH
 
-EVENT_TYPES = ("submitted", "settled", "failed", "returned")
-
-# Which state each processor event type drives the payment to, before settlement.
-EVENT_TARGET_STATE = {
-    "submitted": PaymentState.SUBMITTED,
-    "settled": PaymentState.CONFIRMED,
-    "failed": PaymentState.FAILED,
-    "returned": PaymentState.FAILED,
-}
-# A return of a debit that has settled is no failure: the payment is returned, its credit
-# reversed.
-SETTLED_STATES = (PaymentState.CONFIRMED, PaymentState.RETURNED)
+# The event types of the callback contract and where each drives a payment from the start of the
+# graph (a return after settlement goes further: ``event_target_state``), read from the
+# transitions on ``Payment``.
+EVENT_TYPES = PAYMENT_GRAPH.event_types
+EVENT_TARGET_STATE = PAYMENT_GRAPH.event_targets
 
 
 def event_target_state(event_type: str, current: str) -> str:
     """The state ``event_type`` drives a payment in state ``current`` to."""
-    if event_type == "returned" and current in SETTLED_STATES:
-        return PaymentState.RETURNED
-    return EVENT_TARGET_STATE[event_type]
+    return PAYMENT_GRAPH.event_target(event_type, current)
 
 
 # Every payment of this module is an ACH debit (the processor's endpoint is /v1/ach/debits).

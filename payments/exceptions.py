@@ -86,3 +86,13 @@ class ProcessorRejected(PaymentError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class InvalidCallback(PaymentError):
+    """A verified callback whose body cannot be a processor event: answered 400 naming each bad
+    field (``errors``: field -> messages), never queued. Retrying the same body cannot help."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        self.errors = errors
+        summary = "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
+        super().__init__(f"invalid processor callback: {summary}")

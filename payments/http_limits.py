@@ -91,10 +91,15 @@ def _clip(text: str, limit: int) -> str:
 def bounded_errors(errors: dict) -> dict[str, list[str]]:
     """``{name: [message, ...]}`` with at most ``MAX_ERROR_FIELDS`` names, each with at most
     ``MAX_ERROR_MESSAGES`` messages, every name and message clipped; what was left out is
-    counted under ``more_errors``, so the answer says there is more without repeating it."""
+    counted under ``more_errors``, so the answer says there is more without repeating it.
+    Bounding a bounded dict changes nothing."""
     bounded: dict[str, list[str]] = {}
     more_fields = more_messages = 0
+    # Bounded already (a parser's answer passed on): its count is kept, not counted as a field.
+    earlier = [str(message) for message in errors.get(MORE_ERRORS, [])]
     for name, messages in errors.items():
+        if name == MORE_ERRORS:
+            continue
         if not isinstance(messages, list | tuple):
             messages = [messages]
         if len(bounded) >= MAX_ERROR_FIELDS:
@@ -107,7 +112,7 @@ def bounded_errors(errors: dict) -> dict[str, list[str]]:
                 more_messages += 1
             else:
                 shown.append(_clip(str(message), MAX_ERROR_MESSAGE_CHARS))
-    more = []
+    more = earlier[:MAX_ERROR_MESSAGES]
     if more_fields:
         more.append(f"and {more_fields:,} more fields with errors, not shown")
     if more_messages:

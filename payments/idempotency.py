@@ -19,9 +19,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from payments import conf as payments_conf
 from payments.models import ApiIdempotencyKey
-from payments.retention import batched_delete
 
 IN_FLIGHT_LEASE = timedelta(seconds=60)
 
@@ -130,13 +128,3 @@ def idempotency_key_complete(*, record: ApiIdempotencyKey, status: int, body: di
 def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:
     """Forget a claim whose request failed unexpectedly, so the client may retry with the key."""
     ApiIdempotencyKey.objects.filter(pk=record.pk, completed_at__isnull=True).delete()
-
-
-def idempotency_keys_purge(*, batch_size: int | None = None) -> int:
-    """Delete API idempotency keys older than API_IDEMPOTENCY_RETENTION, in batches."""
-    cutoff = timezone.now() - payments_conf.API_IDEMPOTENCY_RETENTION
-    return batched_delete(
-        ApiIdempotencyKey.objects.filter(created_at__lt=cutoff),
-        order_by="created_at",
-        batch_size=batch_size,
-    )

@@ -10,11 +10,20 @@ exception's text holds.
 
 In LOGGING: ``"formatters": {"plain": {"()": "payments.logformat.SingleLineFormatter",
 "format": "..."}}``; it takes the arguments of ``logging.Formatter``.
+
+``JsonLineFormatter`` is the format for a fleet's log pipeline: one JSON object per line, with
+every field a call passes in ``extra=`` (payment_id, message_id, outcome, ...) and the ones bound
+by ``payments.logcontext`` (request_id, trace_id) as keys of their own. JSON's escaping is what
+keeps a value from outside inside its record: a line break, a NUL or a quote is written as its
+escape, and a lone surrogate as ``\\udcxx`` (ASCII output), so every record is one parseable
+line; a traceback is the string of one key.
 """
 
 import copy
 import logging
 import re
+
+from pythonjsonlogger.json import JsonFormatter
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # Inside a traceback a line break is the traceback's own; everything else is escaped.
@@ -55,3 +64,14 @@ class SingleLineFormatter(logging.Formatter):
         for block in blocks:
             text += "\n" + continuation_lines(block.rstrip("\n"))
         return text
+
+
+class JsonLineFormatter(JsonFormatter):
+    """python-json-logger's formatter with the module's key names: ``time`` (ISO 8601, UTC),
+    ``level``, ``logger``, ``message``, then each extra field. Takes its arguments too."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("fmt", "%(levelname)s %(name)s %(message)s")
+        kwargs.setdefault("rename_fields", {"levelname": "level", "name": "logger"})
+        kwargs.setdefault("timestamp", "time")
+        super().__init__(*args, **kwargs)

@@ -13,6 +13,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from payments.state_graph import StateGraph
+
 
 class PaymentState(models.TextChoices):
     PENDING = "pending", "Pending"
@@ -22,14 +24,6 @@ class PaymentState(models.TextChoices):
     RETURNED = "returned", "Returned after settlement"
 
 
-# How far along a state is; an event whose target ranks below the current state is stale.
-STATE_RANK = {
-    PaymentState.PENDING: 0,
-    PaymentState.SUBMITTED: 1,
-    PaymentState.CONFIRMED: 2,
-    PaymentState.FAILED: 2,
-    PaymentState.RETURNED: 3,
-}
 # Confirmed counts as final: most settled debits never come back, and nothing waits for them.
 FINAL_STATES = (PaymentState.CONFIRMED, PaymentState.FAILED, PaymentState.RETURNED)
 
@@ -50,6 +44,9 @@ class Payment(FSMModelMixin, models.Model):
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
     )
     processor_id = models.CharField(max_length=128, blank=True)
+    # The client's own keys and strings, as Stripe's metadata (bounded by the API's input). The
+    # database's own default too: code or a bulk load that predates the column still inserts.
+    metadata = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
@@ -61,31 +58,65 @@ class Payment(FSMModelMixin, models.Model):
                 condition=models.Q(amount__gt=0), name="payment_amount_positive"
             ),
         ]
-        indexes = [models.Index(fields=["state", "state_changed_at"])]
+        indexes = [
+            models.Index(fields=["state", "state_changed_at"]),
+            # The API's list: a merchant's payments, newest first, one page after a cursor.
+            models.Index(
+                fields=["merchant_id", "-created_at", "-id"], name="payment_merchant_created"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.amount} {self.currency} ({self.state})"
 
-    # The transitions only change the state in memory; payments.services saves them.
-    @transition(field=state, source=PaymentState.PENDING, target=PaymentState.SUBMITTED)
+    # The transitions only change the state in memory; payments.services saves them. They are
+    # the one statement of the state graph (``payments.state_graph`` derives every table from
+    # them): ``events`` names the processor event types that may take a transition.
+    @transition(
+        field=state,
+        source=PaymentState.PENDING,
+        target=PaymentState.SUBMITTED,
+        custom={"events": ("submitted",)},
+    )
     def submit(self) -> None:
         pass
 
     @transition(field=state, source=PaymentState.PENDING, target=PaymentState.FAILED)
     def reject(self) -> None:
-        """The processor refused the submission (4xx): it never reached the ACH network."""
+        """The processor refused the submission (4xx): it never reached the ACH network. Only
+        that answer takes this transition; no processor event does."""
 
-    @transition(field=state, source=PaymentState.SUBMITTED, target=PaymentState.CONFIRMED)
+    @transition(
+        field=state,
+        source=PaymentState.SUBMITTED,
+        target=PaymentState.CONFIRMED,
+        custom={"events": ("settled",)},
+    )
     def confirm(self) -> None:
         pass
 
-    @transition(field=state, source=PaymentState.SUBMITTED, target=PaymentState.FAILED)
+    @transition(
+        field=state,
+        source=PaymentState.SUBMITTED,
+        target=PaymentState.FAILED,
+        custom={"events": ("failed", "returned")},
+    )
     def fail(self) -> None:
-        pass
+        """A ``failed`` event, or a return that arrives before settlement."""
 
-    @transition(field=state, source=PaymentState.CONFIRMED, target=PaymentState.RETURNED)
+    @transition(
+        field=state,
+        source=PaymentState.CONFIRMED,
+        target=PaymentState.RETURNED,
+        custom={"events": ("returned",)},
+    )
     def return_after_settlement(self) -> None:
         """A settled debit came back (a NACHA return): final, the credit is reversed."""
+
+
+PAYMENT_GRAPH = StateGraph.of(Payment, "state")
+# How far along a state is; an event whose target ranks below the current state is stale.
+STATE_RANK = PAYMENT_GRAPH.rank
 
 
 class EventKind(models.TextChoices):

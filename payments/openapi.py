@@ -1,22 +1,29 @@
 """The payments API's operations as the OpenAPI schema (drf-spectacular) describes them.
 
 The views are plain ``APIView``s, so their request and answer serializers are named here; the
-schema follows whatever those serializers declare. Imported by ``PaymentsConfig.ready``.
+schema follows whatever those serializers declare. Every error answer is the one envelope
+(``payments.api_errors.ErrorOutputSerializer``) and every answer carries ``Request-Id``.
+Imported by ``PaymentsConfig.ready``.
 """
 
-from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_view,
+    inline_serializer,
 )
+from rest_framework import serializers as drf_serializers
 
-from payments import apis, services
+from payments import apis, serializers, services
+from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
+from payments.models import PaymentState
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
 AMOUNT_PATTERN = r"^(?:0\.(?:0[1-9]|[1-9][0-9])|[1-9][0-9]{0,11}\.[0-9]{2})$"
+MERCHANT_PATTERN = f"^{serializers.MERCHANT_RE.pattern}$"
 
 
 class PaymentCreateInputExtension(OpenApiSerializerExtension):
@@ -28,30 +35,70 @@ class PaymentCreateInputExtension(OpenApiSerializerExtension):
     Not expressible here: the bank-number rule (8 or more digits in a row, or in groups), which
     refuses some values these patterns match."""
 
-    target_class = apis.PaymentCreateInputSerializer
+    target_class = serializers.PaymentCreateInputSerializer
 
     def map_serializer(self, auto_schema, direction):
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
         properties = schema["properties"]
-        properties["merchant_id"]["pattern"] = f"^{apis._MERCHANT_RE.pattern}$"
-        properties["merchant_id"]["description"] = apis.MERCHANT_MESSAGE
+        properties["merchant_id"]["pattern"] = MERCHANT_PATTERN
+        properties["merchant_id"]["description"] = serializers.MERCHANT_MESSAGE
         properties["source_token"].update(
             pattern=services._TOKEN_RE.pattern,
             minLength=8,
             description="The processor's token for the bank account, never a bank number.",
         )
         properties["amount"]["pattern"] = AMOUNT_PATTERN
-        properties["amount"]["description"] = apis.AMOUNT_MESSAGE
+        properties["amount"]["description"] = serializers.AMOUNT_MESSAGE
         # Unknown fields are refused with 400 naming them (StrictInputSerializer).
         schema["additionalProperties"] = False
         return schema
 
 
-# Error answers carry {"errors": {field: [...]}} (or DRF's {"detail": ...} for authentication).
-_ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description="What was refused, by field.")
-_ERRORS_BY_FIELD = OpenApiResponse(
-    apis.ErrorsOutputSerializer, description="What was refused, by field."
-)
+class MetadataFieldSchema(OpenApiSerializerFieldExtension):
+    """Stripe's bounds on ``metadata`` (``serializers.MetadataField``), so a client built from
+    the schema sends what is taken."""
+
+    target_class = serializers.MetadataField
+
+    def map_serializer_field(self, auto_schema, direction):
+        return {
+            "type": "object",
+            "maxProperties": serializers.METADATA_MAX_KEYS,
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": serializers.METADATA_MAX_VALUE_CHARS,
+                "pattern": r"^[^\u0000]*$",
+            },
+            # OpenAPI 3.0 cannot bound the keys (no propertyNames): the description does.
+            "description": (
+                f"Your own keys and strings: at most {serializers.METADATA_MAX_KEYS} keys of "
+                f"1-{serializers.METADATA_MAX_KEY_CHARS} characters (no control character, no "
+                "bank number), each value a string of "
+                f"at most {serializers.METADATA_MAX_VALUE_CHARS}. Refused by name "
+                "(metadata[<key>]) otherwise."
+            ),
+        }
+
+
+class ErrorTypeFieldSchema(OpenApiSerializerFieldExtension):
+    """The envelope's ``type`` as a pattern: drf-spectacular would move an enum into a
+    component named after the field, ``TypeEnum``, which says nothing to a client."""
+
+    target_class = ErrorTypeField
+
+    def map_serializer_field(self, auto_schema, direction):
+        types = [t.value for t in ErrorType]
+        return {
+            "type": "string",
+            "pattern": f"^(?:{'|'.join(types)})$",
+            "description": "Who must act: " + ", ".join(types) + ".",
+        }
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorOutputSerializer, description=description)
+
+
 _IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     # The view's rule (1-255 characters), so a client built from the schema sends a key it takes.
@@ -64,75 +111,119 @@ _IDEMPOTENCY_KEY = OpenApiParameter(
         "403) stores nothing: a corrected or later-authorised retry with the key executes."
     ),
 )
-# Every operation answers 503 while the database cannot be reached (payments.apis).
-_UNAVAILABLE = OpenApiResponse(
-    apis.ErrorsOutputSerializer,
-    description="The database cannot be reached; retry after Retry-After seconds.",
+_REQUEST_ID = OpenApiParameter(
+    REQUEST_ID_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    response=True,
+    description="This request's id (req_...), also the error's request_id: quote it to support.",
 )
 _RETRY_AFTER = OpenApiParameter(
     "Retry-After",
     OpenApiTypes.INT,
     OpenApiParameter.HEADER,
-    response=[503],
+    response=[409, 429, 503],
     description="Seconds to wait before retrying.",
 )
-
-
-# Every operation reads at most PAYMENTS_API_MAX_BODY_BYTES (64 KiB by default) of a body.
-_TOO_LARGE = OpenApiResponse(
-    apis.ErrorsOutputSerializer,
-    description="The body is larger than the limit, named in errors.body.",
+_HEADERS = [_REQUEST_ID, _RETRY_AFTER]
+# Every operation may answer these (payments.apis, payments.api_errors).
+_COMMON = {
+    401: _error("No credentials, or credentials this API does not accept."),
+    405: _error("The method is not one this path answers."),
+    406: _error("The Accept header names no JSON."),
+    411: _error("A chunked body on a server that cannot say where it ends, param body."),
+    413: _error("The body is larger than the limit (PAYMENTS_API_MAX_BODY_BYTES), param body."),
+    429: _error("Past PAYMENTS_API_THROTTLE_RATES (off by default); retry after Retry-After."),
+    503: _error("The database cannot be reached; retry after Retry-After seconds."),
+}
+_LIST_PARAMETERS = [
+    OpenApiParameter(
+        "merchant",
+        {"type": "string", "pattern": MERCHANT_PATTERN},
+        description="Only this merchant's payments (403 if you may not act for it). Without it, "
+        "every merchant you may act for.",
+    ),
+    OpenApiParameter("state", {"type": "string", "enum": list(PaymentState.values)}),
+    OpenApiParameter(
+        "created_gte", OpenApiTypes.DATETIME, description="Created at or after (ISO-8601)."
+    ),
+    OpenApiParameter("created_lt", OpenApiTypes.DATETIME, description="Created before (ISO-8601)."),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": 100},
+        description="Payments per page, 25 by default.",
+    ),
+    OpenApiParameter(
+        "cursor", OpenApiTypes.STR, description="From the previous page's next or previous URL."
+    ),
+]
+_PAYMENT_LIST = inline_serializer(
+    "PaymentList",
+    {
+        "next": drf_serializers.URLField(allow_null=True),
+        "previous": drf_serializers.URLField(allow_null=True),
+        "results": serializers.PaymentOutputSerializer(many=True),
+    },
 )
 
 
 def describe() -> None:
     extend_schema_view(
+        get=extend_schema(
+            operation_id="payment_list",
+            parameters=[*_LIST_PARAMETERS, *_HEADERS],
+            responses={
+                200: OpenApiResponse(
+                    _PAYMENT_LIST, description="Newest first, one page after the cursor."
+                ),
+                400: _error("A refused filter, named in param."),
+                403: _error("You may not act for the merchant filtered on."),
+                **_COMMON,
+            },
+        ),
         post=extend_schema(
             operation_id="payment_create",
-            request=apis.PaymentCreateInputSerializer,
-            parameters=[_IDEMPOTENCY_KEY, _RETRY_AFTER],
+            request=serializers.PaymentCreateInputSerializer,
+            parameters=[_IDEMPOTENCY_KEY, *_HEADERS],
             responses={
-                201: apis.PaymentOutputSerializer,
-                400: _ERRORS_BY_FIELD,
-                401: _ERROR,
-                403: _ERRORS_BY_FIELD,
-                409: _ERROR,
-                422: _ERROR,
-                413: _TOO_LARGE,
-                503: _UNAVAILABLE,
+                201: serializers.PaymentOutputSerializer,
+                400: _error("What was refused, by field."),
+                403: _error("You may not act for merchant_id."),
+                409: _error("A request with this Idempotency-Key is still being processed."),
+                422: _error("This Idempotency-Key was used with another body."),
+                **_COMMON,
             },
-        )
+        ),
     )(apis.PaymentListCreateApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="payment_retrieve",
-            parameters=[_RETRY_AFTER],
+            parameters=[
+                OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
+                *_HEADERS,
+            ],
             responses={
                 200: OpenApiResponse(
-                    apis.PaymentDetailOutputSerializer,
+                    serializers.PaymentDetailOutputSerializer,
                     description="The payment with its events, attempts and errors.",
                 ),
-                401: _ERROR,
-                404: _ERROR,
-                413: _TOO_LARGE,
-                503: _UNAVAILABLE,
+                404: _error("No such payment, or one of a merchant you may not act for."),
+                **_COMMON,
             },
         )
     )(apis.PaymentDetailApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",
-            parameters=[_RETRY_AFTER],
+            parameters=_HEADERS,
             responses={
                 200: OpenApiResponse(
-                    apis.MerchantBalanceOutputSerializer,
+                    serializers.MerchantBalanceOutputSerializer,
                     description="Per currency: credits, reversals, net.",
                 ),
-                400: _ERROR,
-                401: _ERROR,
-                404: _ERROR,
-                413: _TOO_LARGE,
-                503: _UNAVAILABLE,
+                400: _error("The merchant id is not of the accepted form."),
+                404: _error("A merchant you may not act for."),
+                **_COMMON,
             },
         )
     )(apis.MerchantBalanceApi)

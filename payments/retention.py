@@ -1,4 +1,6 @@
-"""Batched deletes for the retention purges of every app (payments, callbacks, triage).
+"""The payments app's retention purges (dedup records, API idempotency keys, published outbox
+rows, circuit-breaker transitions) and the batched delete every app's purges use (payments,
+callbacks, triage).
 
 A purge never deletes its whole backlog in one statement: the first run over months of rows
 would hold row locks on all of them, bloat one huge transaction and stall autovacuum. Each batch
@@ -14,7 +16,12 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.models import CircuitBreakerTransition, OutboxMessage
+from payments.models import (
+    ApiIdempotencyKey,
+    CircuitBreakerTransition,
+    OutboxMessage,
+    ProcessedEvent,
+)
 
 
 def _delete_ids(model: type[models.Model], column: str, ids: Sequence) -> int:
@@ -113,6 +120,31 @@ def breaker_transitions_purge(
     cutoff = timezone.now() - (older_than or payments_conf.BREAKER_TRANSITION_RETENTION)
     return batched_delete(
         CircuitBreakerTransition.objects.filter(created_at__lt=cutoff),
+        order_by="created_at",
+        batch_size=batch_size,
+    )
+
+
+def processed_events_purge(
+    *, older_than: timedelta | None = None, batch_size: int | None = None
+) -> int:
+    """Delete dedup records past their retention, in batches; returns how many went.
+
+    Safe to forget: a redelivery of an event whose record is gone finds its payment already in
+    (or past) the event's state and is recorded as stale, never applied twice."""
+    cutoff = timezone.now() - (older_than or payments_conf.PROCESSED_EVENT_RETENTION)
+    return batched_delete(
+        ProcessedEvent.objects.filter(processed_at__lt=cutoff),
+        order_by="processed_at",  # indexed; the key (the processor's id) is in random order
+        batch_size=batch_size,
+    )
+
+
+def idempotency_keys_purge(*, batch_size: int | None = None) -> int:
+    """Delete API idempotency keys older than API_IDEMPOTENCY_RETENTION, in batches."""
+    cutoff = timezone.now() - payments_conf.API_IDEMPOTENCY_RETENTION
+    return batched_delete(
+        ApiIdempotencyKey.objects.filter(created_at__lt=cutoff),
         order_by="created_at",
         batch_size=batch_size,
     )

@@ -6,8 +6,8 @@ unauthorized returns. Numbers NACHA leaves unassigned (R48-R49, R54-R60, R63-R66
 absent: a return carrying one is applied and flagged as an unknown code, as any other unknown
 code is.
 
-Banking days here skip Saturdays and Sundays; Federal Reserve holidays are not modelled, so a
-return is never flagged late because of a holiday, at worst a day too leniently.
+Banking days skip weekends and the Federal Reserve's holidays (``payments.banking_days``, where
+``add_banking_days`` lives; it stays importable from here).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+
+from payments.banking_days import add_banking_days
 
 
 class ReturnCategory(StrEnum):
@@ -46,21 +48,6 @@ class ReturnCode:
         if self.time_frame_unit == TimeFrameUnit.CALENDAR_DAYS:
             return settled_at + timedelta(days=self.time_frame_days)
         return add_banking_days(settled_at, self.time_frame_days)
-
-
-def add_banking_days(moment: datetime, days: int) -> datetime:
-    """``moment`` moved forward by ``days`` weekdays, to the end of that day.
-
-    A return is due by the end of the Nth banking day after settlement, whatever the hour it
-    settled; a settlement on a weekend counts from the next Monday.
-    """
-    day = moment
-    added = 0
-    while added < days:
-        day += timedelta(days=1)
-        if day.weekday() < 5:
-            added += 1
-    return day.replace(hour=23, minute=59, second=59, microsecond=999999)
 
 
 UNAUTHORIZED_CODES = ("R05", "R07", "R10", "R11", "R29", "R51")

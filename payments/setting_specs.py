@@ -1,10 +1,11 @@
 """Declared types and accepted ranges of the module's settings, and the check that applies them.
 
 Each app's ``conf.py`` declares every setting once, as a spec holding its default and what it
-accepts; its ``checks.py`` runs ``settings_refused`` at start-up (``manage.py check``, ``migrate``,
-``runserver``). A nonsense value (a negative tolerance, a zero timeout, a window that does not
-parse) then stops the process naming the setting, the value and the accepted range, instead of
-breaking every request, submission or alert once it is read at run time.
+accepts; its settings object (``payments.app_settings``) reads the host's value through it, and
+its ``checks.py`` refuses at start-up (``manage.py check``, ``migrate``, ``runserver``) a value the
+spec does not accept. A nonsense value (a negative tolerance, a zero timeout, a window that does
+not parse) then stops the process naming the setting, the value and the accepted range, instead
+of breaking every request, submission or alert once it is read at run time.
 
 The callbacks and triage apps use it too: they depend on payments, never the other way round.
 """
@@ -19,20 +20,44 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
 
 class Spec:
     """One setting: its default and what it accepts. ``problem`` says what is wrong with a
-    value, or returns ``None`` when it is accepted."""
+    value, or returns ``None`` when it is accepted; ``text_type`` is the type a text value (an
+    environment variable) is read as, so a project maps its environment onto the setting with
+    the setting's own type."""
 
     default: Any
     accepted: str
+    text_type: type = str
 
     def problem(self, value: Any) -> str | None:
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A text value (an environment variable) the setting's ``text_type`` could not read. It is
+    passed on in place of the value so the start-up check names the variable and its text,
+    instead of the settings module stopping with a traceback."""
+
+    variable: str
+    text: str
+    expected: str
+
+    def __repr__(self) -> str:
+        # Shown as the text it is; the problem names the variable.
+        return repr(self.text)
+
+
+def value_problem(spec: Spec, value: Any) -> str | None:
+    """What ``spec`` refuses in ``value``, an unreadable environment variable included."""
+    if isinstance(value, Unreadable):
+        return f"the environment variable {value.variable} is not {value.expected}"
+    return spec.problem(value)
 
 
 def _type_problem(value: Any, expected: str) -> str:
@@ -50,6 +75,13 @@ class Number(Spec):
     above_minimum: bool = False
     whole: bool = False
     unit: str = ""
+
+    @property
+    def text_type(self) -> type:
+        # The default's own type: a tolerance of 300 is read as a whole number, as it is written.
+        if self.whole or isinstance(self.default, int):
+            return int
+        return Decimal if isinstance(self.default, Decimal) else float
 
     @property
     def accepted(self) -> str:
@@ -84,6 +116,8 @@ class Duration(Spec):
     default: timedelta
     maximum: timedelta = timedelta(days=3650)
     minimum: timedelta | None = None
+    # Read from text as a whole count of a unit the variable's name gives (``..._DAYS``).
+    text_type: type = int
 
     @property
     def accepted(self) -> str:
@@ -103,6 +137,7 @@ class Duration(Spec):
 class Flag(Spec):
     default: bool
     accepted: str = "True or False"
+    text_type: type = bool
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, bool):
@@ -162,12 +197,16 @@ class Parsed(Spec):
 
 @dataclass(frozen=True)
 class Keys(Spec):
-    """A dict whose keys are among ``values`` and whose each value its spec accepts. With
-    ``partial`` a host may give only some keys (the default fills the others in)."""
+    """A dict whose keys are among ``values`` and whose each value its spec accepts; the
+    default is each key's own. With ``partial`` a host may give only some keys (the defaults
+    fill the others in)."""
 
-    default: dict
     values: dict[str, Spec] = field(default_factory=dict)
     partial: bool = False
+
+    @property
+    def default(self) -> dict[str, Any]:  # type: ignore[override]
+        return {key: spec.default for key, spec in self.values.items()}
 
     @property
     def accepted(self) -> str:
@@ -185,7 +224,7 @@ class Keys(Spec):
         if missing and not self.partial:
             return f"missing key(s) {missing}"
         for key, spec in self.values.items():
-            if key in value and (problem := spec.problem(value[key])) is not None:
+            if key in value and (problem := value_problem(spec, value[key])) is not None:
                 return f"[{key!r}] = {value[key]!r}: {problem}"
         return None
 
@@ -195,48 +234,22 @@ def defaults(specs: dict[str, Spec]) -> dict[str, Any]:
     return {name: spec.default for name, spec in specs.items()}
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     text = repr(value)
     # A value from outside is quoted by repr; a huge one is cut, not echoed whole.
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def setting_refused(name: str, spec: Spec, value: Any, error_id: str) -> Error | None:
-    problem = spec.problem(value)
+def setting_refused(label: str, spec: Spec, value: Any, error_id: str, obj: str) -> Error | None:
+    """The error refusing ``value`` for the setting written ``label`` (``PAYMENTS["NAME"]``),
+    or ``None`` when ``spec`` accepts it."""
+    problem = value_problem(spec, value)
     if problem is None:
         return None
     return Error(
-        f"{name} = {_shown(value)} is refused: {problem.rstrip('.')}. Accepted: {spec.accepted}.",
-        hint=f"Set {name} to {spec.accepted}, or remove it to use the default "
-        f"{_shown(spec.default)}.",
-        obj=name,
+        f"{label} = {shown(value)} is refused: {problem.rstrip('.')}. Accepted: {spec.accepted}.",
+        hint=f"Set {label} to {spec.accepted}, or remove it to use the default "
+        f"{shown(spec.default)}.",
+        obj=obj,
         id=error_id,
     )
-
-
-def settings_refused(
-    specs: dict[str, Spec],
-    error_id: str,
-    relations: tuple[tuple[str, str], ...] = (),
-) -> list[Error]:
-    """One error per setting whose value its spec refuses (the host's value, else the default),
-    then one per ``(low, high)`` pair whose low value exceeds its high one."""
-    values = {name: getattr(settings, name, spec.default) for name, spec in specs.items()}
-    errors = [
-        error
-        for name, spec in specs.items()
-        if (error := setting_refused(name, spec, values[name], error_id)) is not None
-    ]
-    refused = {error.obj for error in errors}
-    for low, high in relations:
-        if low in refused or high in refused or values[low] <= values[high]:
-            continue
-        errors.append(
-            Error(
-                f"{low} = {_shown(values[low])} is above {high} = {_shown(values[high])}. "
-                f"Accepted: {low} at most {high}.",
-                obj=low,
-                id=error_id,
-            )
-        )
-    return errors

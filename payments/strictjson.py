@@ -152,8 +152,8 @@ def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser with ``loads``' rules; a refused body is a 400 with
-    ``{"errors": {field: [...]}}``, the shape every endpoint of the module answers with."""
+    """DRF's JSON parser with ``loads``' rules; a refused body is a 400 naming each field, the
+    ``errors`` of the module's error envelope (``payments.api_errors``)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         raw = stream.read() if stream is not None else b""

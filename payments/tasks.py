@@ -1,4 +1,5 @@
-"""Periodic housekeeping of the payments core (scheduled by beat, see CELERY_BEAT_SCHEDULE)."""
+"""Periodic housekeeping of the payments core (scheduled by beat, see CELERY_BEAT_SCHEDULE):
+thin wrappers over the purges of ``payments.retention``, one run at a time."""
 
 import logging
 
@@ -12,12 +13,12 @@ logger = logging.getLogger(__name__)
 @shared_task(name="payments.tasks.processed_events_purge", ignore_result=True)
 def processed_events_purge() -> int:
     """Delete dedup records older than PROCESSED_EVENT_RETENTION (idempotent)."""
-    from payments import services
+    from payments import retention
 
     with single_flight("payments.processed_events_purge") as acquired:
         if not acquired:
             return 0
-        deleted = services.processed_events_purge()
+        deleted = retention.processed_events_purge()
     logger.info("purged %s processed-event records past retention", deleted)
     return deleted
 
@@ -25,12 +26,12 @@ def processed_events_purge() -> int:
 @shared_task(name="payments.tasks.idempotency_keys_purge", ignore_result=True)
 def idempotency_keys_purge() -> int:
     """Delete API idempotency keys older than API_IDEMPOTENCY_RETENTION (idempotent)."""
-    from payments import idempotency
+    from payments import retention
 
     with single_flight("payments.idempotency_keys_purge") as acquired:
         if not acquired:
             return 0
-        deleted = idempotency.idempotency_keys_purge()
+        deleted = retention.idempotency_keys_purge()
     logger.info("purged %s API idempotency keys past retention", deleted)
     return deleted
 

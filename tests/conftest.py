@@ -130,12 +130,56 @@ def pg_cluster(pg_cluster_session):
     return pg_cluster_session
 
 
+class ModuleSettings:
+    """The module's settings by their own names, each routed into its app's dict:
+    ``module_settings.WORKER_MAX_ATTEMPTS = 2`` sets ``settings.CALLBACKS["WORKER_MAX_ATTEMPTS"]``
+    through pytest-django's ``settings`` fixture (so it is undone after the test, and the
+    apps' settings objects reload on ``setting_changed``); reading one gives what the app reads
+    (``callbacks.conf.WORKER_MAX_ATTEMPTS``); ``del`` removes the key, as a host that leaves it
+    out. Each name belongs to one app (``payments.app_settings.AppSettings.every``)."""
+
+    def __init__(self, settings) -> None:
+        object.__setattr__(self, "_settings", settings)
+
+    @staticmethod
+    def _app(name: str):
+        from payments.app_settings import AppSettings
+
+        for app in AppSettings.every:
+            if name in app.names:
+                return app
+        raise AttributeError(f"{name} is not a setting of the payments module")
+
+    def __getattr__(self, name: str):
+        return getattr(self._app(name), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        app = self._app(name)
+        current = getattr(self._settings, app.setting, {})
+        setattr(self._settings, app.setting, {**current, name: value})
+
+    def __delattr__(self, name: str) -> None:
+        app = self._app(name)
+        current = getattr(self._settings, app.setting, {})
+        setattr(self._settings, app.setting, {k: v for k, v in current.items() if k != name})
+
+
 @pytest.fixture
-def fast_retries(settings):
+def module_settings(settings) -> ModuleSettings:
+    """Set, read or delete one of the module's settings by its name (``ModuleSettings``)."""
+    import callbacks.conf  # noqa: F401 - each app's settings object, known once imported
+    import payments.conf  # noqa: F401
+    import triage.conf  # noqa: F401
+
+    return ModuleSettings(settings)
+
+
+@pytest.fixture
+def fast_retries(module_settings):
     """Retries at once (backoff cap 0), so a message's whole retry budget takes a fraction of a
     second; the backoff schedule itself is tested on its own."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
 
 @pytest.fixture
@@ -154,7 +198,7 @@ def api_client(user):
 
 
 @pytest.fixture
-def sqs_queues(local_sqs, settings, request):
+def sqs_queues(local_sqs, module_settings, request):
     """Fresh main FIFO queue and DLQ for one test, created on the local SQS server.
 
     Yields a small namespace with ``client``, ``url`` and ``dlq_url``; settings point at them.
@@ -168,37 +212,37 @@ def sqs_queues(local_sqs, settings, request):
     from callbacks.queues import queues_ensure
 
     suffix = uuid.uuid4().hex[:12]
-    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
-    settings.SQS_QUEUE_NAME = f"payments-{suffix}.fifo"
-    settings.SQS_DLQ_NAME = f"payments-dlq-{suffix}.fifo"
+    module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    module_settings.SQS_QUEUE_NAME = f"payments-{suffix}.fifo"
+    module_settings.SQS_DLQ_NAME = f"payments-dlq-{suffix}.fifo"
     sqs.reset()
     client = boto3.client("sqs", endpoint_url=local_sqs.endpoint_url, region_name="us-east-1")
     # Created the way production creates them (setup_queues), so tests run on the real shape:
     # high-throughput FIFO, RedrivePolicy to the DLQ, 30 s visibility timeout.
     queues_ensure(visibility_timeout=30)
-    url = client.get_queue_url(QueueName=settings.SQS_QUEUE_NAME)["QueueUrl"]
-    dlq_url = client.get_queue_url(QueueName=settings.SQS_DLQ_NAME)["QueueUrl"]
+    url = client.get_queue_url(QueueName=module_settings.SQS_QUEUE_NAME)["QueueUrl"]
+    dlq_url = client.get_queue_url(QueueName=module_settings.SQS_DLQ_NAME)["QueueUrl"]
     yield types.SimpleNamespace(client=client, url=url, dlq_url=dlq_url)
     sqs.reset()
 
 
 @pytest.fixture
-def sandbox(settings):
+def sandbox(module_settings):
     """The sandbox processor on loopback, with the processor client pointed at it.
 
     Injected timeouts sleep 0.6 s against a client read timeout of 0.3 s, so timeout tests stay
     fast; callbacks (none sent: no callback URL) settle quickly.
     """
     from payments.processor.client import reset_client
-    from payments.sandbox import FaultConfig, SandboxProcessor
+    from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(
         faults=FaultConfig(timeout_seconds=0.6, settle_after_seconds=0.05),
         callback_backoff_seconds=0.05,
     ).start()
-    settings.PROCESSOR_BASE_URL = server.base_url
-    settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
-    settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 0.3
+    module_settings.PROCESSOR_BASE_URL = server.base_url
+    module_settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
+    module_settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 0.3
     reset_client()
     yield server
     server.stop()

@@ -19,15 +19,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def gunicorn_test_env(settings, port: int, **extra: str) -> dict[str, str]:
+def gunicorn_test_env(module_settings, port: int, **extra: str) -> dict[str, str]:
     """The environment of a small gunicorn (one process, two threads) serving the test settings
     on ``port``, sending to the session's queues; ``extra`` adds or overrides variables."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
-        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+        "SQS_ENDPOINT_URL": module_settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": module_settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": module_settings.SQS_DLQ_NAME,
         "GUNICORN_BIND": f"127.0.0.1:{port}",
         "GUNICORN_WORKERS": "1",
         "GUNICORN_THREADS": "2",

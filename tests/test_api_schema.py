@@ -62,3 +62,51 @@ def test_the_payments_api_is_described_with_token_authentication(schema):
     assert {"tokenAuth": []} in operation["security"]
     assert "201" in operation["responses"]
     assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+
+
+def _operations(schema):
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            yield f"{method.upper()} {path}", operation
+
+
+def test_every_error_answer_of_every_operation_is_the_one_envelope(schema):
+    for name, operation in _operations(schema):
+        for status, response in operation["responses"].items():
+            if int(status) < 400:
+                continue
+            ref = response["content"]["application/json"]["schema"]["$ref"]
+            assert ref == "#/components/schemas/ErrorOutput", (name, status)
+        assert {"401", "413", "405"} <= set(operation["responses"]), name
+    envelope = schema["components"]["schemas"]["ErrorDetailOutput"]
+    assert set(envelope["required"]) == {"type", "code", "param", "message", "request_id", "errors"}
+    assert "rate_limit_error" in envelope["properties"]["type"]["pattern"]
+
+
+def test_every_answer_is_described_with_its_request_id(schema):
+    for name, operation in _operations(schema):
+        for status, response in operation["responses"].items():
+            assert "Request-Id" in response.get("headers", {}), (name, status)
+
+
+def test_the_list_is_described_with_its_filters_and_cursor_pages(schema):
+    operation = schema["paths"]["/api/payments/"]["get"]
+    parameters = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
+    assert set(parameters) == {"merchant", "state", "created_gte", "created_lt", "limit", "cursor"}
+    assert (parameters["limit"]["schema"]["minimum"], parameters["limit"]["schema"]["maximum"]) == (
+        1,
+        100,
+    )
+    assert parameters["created_gte"]["schema"]["format"] == "date-time"
+    assert {"200", "400", "403", "429"} <= set(operation["responses"])
+    page = schema["components"]["schemas"]["PaymentList"]
+    assert set(page["properties"]) == {"next", "previous", "results"}
+
+
+def test_metadata_is_described_with_its_bounds(schema):
+    metadata = schema["components"]["schemas"]["PaymentCreateInputRequest"]["properties"][
+        "metadata"
+    ]
+    assert metadata["maxProperties"] == 50
+    assert metadata["additionalProperties"]["maxLength"] == 500
+    assert "metadata" in schema["components"]["schemas"]["PaymentOutput"]["properties"]

@@ -26,9 +26,9 @@ from tests.waiting import wait_for
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def celery_queue_setup(settings, local_sqs) -> tuple[str, str]:
-    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
-    settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"
+def celery_queue_setup(module_settings, local_sqs) -> tuple[str, str]:
+    module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    module_settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"
     from callbacks import sqs
 
     sqs.reset()
@@ -36,7 +36,7 @@ def celery_queue_setup(settings, local_sqs) -> tuple[str, str]:
     call_command("setup_celery_queue", stdout=out)
     line = out.getvalue().strip()
     assert line.startswith("CELERY_SQS_QUEUE_URL=")
-    return settings.CELERY_SQS_QUEUE_NAME, line.split("=", 1)[1]
+    return module_settings.CELERY_SQS_QUEUE_NAME, line.split("=", 1)[1]
 
 
 def broker_environment(local_sqs, queue_name: str, queue_url: str) -> dict[str, str]:
@@ -81,6 +81,7 @@ def test_beat_schedule_covers_the_operations_work():
         "triage.tasks.dead_letters_ingest",
         "triage.tasks.queue_metrics_sample",
         "triage.tasks.alerts_evaluate",
+        "triage.tasks.beat_heartbeat",
         "triage.tasks.bulk_jobs_resume_stale",
         "callbacks.tasks.payments_reconcile",
         "callbacks.tasks.outbox_relay_publish",
@@ -105,8 +106,8 @@ def test_beat_schedule_covers_the_operations_work():
 
 @pytest.mark.subprocess
 @pytest.mark.django_db
-def test_sqs_transport_options_carry_the_queue_url_getqueueurl_returns(settings, local_sqs):
-    name, url = celery_queue_setup(settings, local_sqs)
+def test_sqs_transport_options_carry_the_queue_url_getqueueurl_returns(module_settings, local_sqs):
+    name, url = celery_queue_setup(module_settings, local_sqs)
     env = broker_environment(local_sqs, name, url)
     seen = settings_in(env, "CELERY_BROKER_TRANSPORT_OPTIONS", "CELERY_TASK_DEFAULT_QUEUE")
     assert url == sqs_url_from_getqueueurl(local_sqs, name)
@@ -169,18 +170,18 @@ def test_unreachable_sqs_without_queue_url_is_logged_naming_the_setting():
 
 
 @pytest.mark.django_db
-def test_setup_celery_queue_refuses_a_fifo_name(settings, local_sqs):
-    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
-    settings.CELERY_SQS_QUEUE_NAME = "celery.fifo"
+def test_setup_celery_queue_refuses_a_fifo_name(module_settings, local_sqs):
+    module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    module_settings.CELERY_SQS_QUEUE_NAME = "celery.fifo"
     with pytest.raises(CommandError, match="standard queue"):
         call_command("setup_celery_queue")
 
 
 @pytest.mark.django_db
-def test_setup_celery_queue_reports_an_unreachable_endpoint(settings):
+def test_setup_celery_queue_reports_an_unreachable_endpoint(module_settings):
     from callbacks import sqs
 
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     with pytest.raises(CommandError, match="cannot reach SQS"):
         call_command("setup_celery_queue")
@@ -197,9 +198,9 @@ def _processed_event(payment, event_id: str, age: timedelta) -> ProcessedEvent:
 @pytest.mark.parametrize("queue_url_given", [True, False], ids=["url-given", "url-looked-up"])
 @pytest.mark.django_db(transaction=True)
 def test_real_worker_on_the_sqs_broker_runs_a_beat_task(
-    settings, local_sqs, tmp_path, queue_url_given
+    module_settings, local_sqs, tmp_path, queue_url_given
 ):
-    name, url = celery_queue_setup(settings, local_sqs)
+    name, url = celery_queue_setup(module_settings, local_sqs)
     payment = PaymentFactory(state="submitted")
     _processed_event(payment, "evt_old", timedelta(days=40))
     _processed_event(payment, "evt_recent", timedelta(days=1))
@@ -309,11 +310,11 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
-    settings, sqs_queues, local_sqs, tmp_path
+    module_settings, sqs_queues, local_sqs, tmp_path
 ):
     from triage.models import Alert, DeadLetter
 
-    name, url = celery_queue_setup(settings, local_sqs)
+    name, url = celery_queue_setup(module_settings, local_sqs)
     sqs_queues.client.send_message(
         QueueUrl=sqs_queues.dlq_url,
         MessageBody='{"kind": "processor_event", "payment_id": "not-a-payment"}',
@@ -323,8 +324,8 @@ def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
     env = broker_environment(local_sqs, name, url)
     env.update(
         {
-            "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-            "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+            "SQS_QUEUE_NAME": module_settings.SQS_QUEUE_NAME,
+            "SQS_DLQ_NAME": module_settings.SQS_DLQ_NAME,
             "DLQ_INGEST_INTERVAL_SECONDS": "1",
         }
     )

@@ -41,7 +41,7 @@ def test_a_message_the_worker_dead_letters_is_ingested_and_pages(sqs_queues, set
 
 def test_queue_metrics_sample_logs_one_line(sqs_queues, caplog):
     PaymentFactory(state="submitted")
-    with caplog.at_level(logging.INFO, logger="triage.monitoring"):
+    with caplog.at_level(logging.INFO, logger="triage.operations.monitoring"):
         data = triage_tasks.queue_metrics_sample()
     assert data["main_visible"] == 0
     assert data["payments_by_state"]["submitted"] == 1
@@ -69,18 +69,18 @@ def test_outbox_relay_task_publishes_rows_left_unpublished(sqs_queues):
     assert attributes["ApproximateNumberOfMessages"] == "1"
 
 
-def test_idempotency_keys_purge_task_removes_only_expired_keys(settings):
+def test_idempotency_keys_purge_task_removes_only_expired_keys(module_settings):
     user = UserFactory()
     old = ApiIdempotencyKey.objects.create(user=user, key="old", request_hash="h")
     ApiIdempotencyKey.objects.filter(pk=old.pk).update(
-        created_at=timezone.now() - settings.API_IDEMPOTENCY_RETENTION - timedelta(minutes=1)
+        created_at=timezone.now() - module_settings.API_IDEMPOTENCY_RETENTION - timedelta(minutes=1)
     )
     ApiIdempotencyKey.objects.create(user=user, key="fresh", request_hash="h")
     assert payment_tasks.idempotency_keys_purge() == 1
     assert list(ApiIdempotencyKey.objects.values_list("key", flat=True)) == ["fresh"]
 
 
-def test_reconcile_task_with_nothing_stuck_asks_nobody(sqs_queues, settings):
-    settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"  # would fail if it were called
+def test_reconcile_task_with_nothing_stuck_asks_nobody(sqs_queues, module_settings):
+    module_settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"  # would fail if it were called
     PaymentFactory(state="submitted")
     assert callback_tasks.payments_reconcile() == 0

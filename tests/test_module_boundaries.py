@@ -1,4 +1,5 @@
-"""The apps are a module a host adopts: the lint rule that keeps them off ``config`` works."""
+"""The apps are a module a host adopts: the lint rule that keeps them off ``config`` (the
+project's package) and ``sandbox`` (its development app) works."""
 
 import subprocess
 import sys
@@ -25,6 +26,17 @@ def ruff_on(filename: str, source: str) -> subprocess.CompletedProcess:
     "source", ["from config.celery import app\n", "import config.settings.base\n"]
 )
 def test_an_app_importing_config_fails_the_lint(app, source):
+    result = ruff_on(f"{app}/anything.py", source)
+
+    assert result.returncode != 0
+    assert "TID251" in result.stdout
+
+
+@pytest.mark.parametrize("app", ["payments", "callbacks", "triage"])
+@pytest.mark.parametrize(
+    "source", ["from sandbox import SandboxProcessor\n", "import sandbox.faults\n"]
+)
+def test_an_app_importing_the_sandbox_fails_the_lint(app, source):
     result = ruff_on(f"{app}/anything.py", source)
 
     assert result.returncode != 0

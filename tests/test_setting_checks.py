@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from callbacks.checks import callbacks_setting_values_check
+from payments.app_settings import AppSettings
 from payments.checks import payments_setting_values_check
 from triage.checks import triage_setting_values_check
 
@@ -28,11 +29,13 @@ APPS = {
     "triage": triage_setting_values_check,
 }
 DECLARED = [(app, name) for app in APPS for name in importlib.import_module(f"{app}.conf").SPECS]
+# The Django setting holding each setting: PAYMENTS, CALLBACKS or TRIAGE.
+OWNER = {name: app.setting for app in AppSettings.every for name in app.names}
 
 
-def check_refuses(settings, **values) -> str:
+def check_refuses(module_settings, **values) -> str:
     for name, value in values.items():
-        setattr(settings, name, value)
+        setattr(module_settings, name, value)
     with pytest.raises(SystemCheckError) as refused:
         call_command("check")
     return str(refused.value)
@@ -56,18 +59,18 @@ def check_refuses(settings, **values) -> str:
     ],
 )
 def test_a_nonsense_value_fails_check_naming_the_setting_the_value_and_the_range(
-    settings, name, value, accepted
+    module_settings, name, value, accepted
 ):
-    message = check_refuses(settings, **{name: value})
+    message = check_refuses(module_settings, **{name: value})
 
-    assert f"{name} = {value!r} is refused" in message
+    assert f'{OWNER[name]}["{name}"] = {value!r} is refused' in message
     assert f"Accepted: {accepted}" in message
 
 
 @pytest.mark.parametrize(("app", "name"), DECLARED)
-def test_every_declared_setting_accepts_its_default(settings, app, name):
+def test_every_declared_setting_accepts_its_default(module_settings, app, name):
     conf = importlib.import_module(f"{app}.conf")
-    setattr(settings, name, conf.SPECS[name].default)
+    setattr(module_settings, name, conf.SPECS[name].default)
 
     assert conf.SPECS[name].problem(conf.SPECS[name].default) is None
     assert [e for e in APPS[app]() if e.obj == name] == []
@@ -75,8 +78,8 @@ def test_every_declared_setting_accepts_its_default(settings, app, name):
 
 
 @pytest.mark.parametrize(("app", "name"), DECLARED)
-def test_every_declared_setting_refuses_a_value_of_no_type_it_knows(settings, app, name):
-    setattr(settings, name, object())
+def test_every_declared_setting_refuses_a_value_of_no_type_it_knows(module_settings, app, name):
+    setattr(module_settings, name, object())
 
     [error] = [e for e in APPS[app]() if e.obj == name]
     assert error.is_serious() and error.id.startswith(f"{app}.E")
@@ -111,21 +114,26 @@ def test_every_declared_setting_refuses_a_value_of_no_type_it_knows(settings, ap
         ("PROCESSOR_BASE_URL", "127.0.0.1:9", "not of the accepted form"),
     ],
 )
-def test_a_wrong_type_or_shape_fails_check(settings, name, value, problem):
-    message = check_refuses(settings, **{name: value})
+def test_a_wrong_type_or_shape_fails_check(module_settings, name, value, problem):
+    message = check_refuses(module_settings, **{name: value})
 
-    assert f"{name} = " in message and problem in message
+    assert f'{OWNER[name]}["{name}"] = ' in message and problem in message
 
 
-def test_an_upper_bound_below_its_lower_one_fails_check(settings):
-    message = check_refuses(settings, WORKER_BACKOFF_BASE_SECONDS=60, WORKER_BACKOFF_CAP_SECONDS=30)
+def test_an_upper_bound_below_its_lower_one_fails_check(module_settings):
+    message = check_refuses(
+        module_settings, WORKER_BACKOFF_BASE_SECONDS=60, WORKER_BACKOFF_CAP_SECONDS=30
+    )
 
-    assert "WORKER_BACKOFF_BASE_SECONDS = 60 is above WORKER_BACKOFF_CAP_SECONDS = 30" in message
+    assert (
+        'CALLBACKS["WORKER_BACKOFF_BASE_SECONDS"] = 60 is above '
+        'CALLBACKS["WORKER_BACKOFF_CAP_SECONDS"] = 30'
+    ) in message
 
 
 @pytest.mark.parametrize("window", ["", None, "Sat-Mon 22:00-02:00 UTC"])
-def test_no_window_or_one_the_alerting_reads_passes_check(settings, window):
-    settings.SETTLEMENT_WINDOW = window
+def test_no_window_or_one_the_alerting_reads_passes_check(module_settings, window):
+    module_settings.SETTLEMENT_WINDOW = window
 
     assert triage_setting_values_check() == []
 
@@ -151,4 +159,84 @@ def test_manage_py_check_fails_on_a_nonsense_environment_value():
     )
 
     assert result.returncode != 0
-    assert "(callbacks.E002) CALLBACK_TOLERANCE_SECONDS = -1 is refused" in result.stderr
+    assert (
+        '(callbacks.E002) CALLBACKS["CALLBACK_TOLERANCE_SECONDS"] = -1 is refused' in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "app", "error_id", "hint"),
+    [
+        # A typo: the closest of the app's own names.
+        (
+            "CALLBACKS",
+            "WORKER_MAX_ATTEMPT",
+            "callbacks",
+            "callbacks.E003",
+            'Did you mean CALLBACKS["WORKER_MAX_ATTEMPTS"]?',
+        ),
+        # Another app's setting in this app's dict: where it belongs.
+        (
+            "PAYMENTS",
+            "WORKER_MAX_ATTEMPTS",
+            "payments",
+            "payments.E004",
+            "WORKER_MAX_ATTEMPTS is a setting of the callbacks app: "
+            'set CALLBACKS["WORKER_MAX_ATTEMPTS"].',
+        ),
+        # A typo of another app's setting.
+        (
+            "TRIAGE",
+            "SQS_QUEUE_NAM",
+            "triage",
+            "triage.E002",
+            'Did you mean CALLBACKS["SQS_QUEUE_NAME"]?',
+        ),
+    ],
+)
+def test_an_unknown_key_fails_check_naming_the_key_the_app_and_the_closest_name(
+    settings, setting, key, app, error_id, hint
+):
+    setattr(settings, setting, {**getattr(settings, setting, {}), key: 3})
+
+    [error] = [e for e in APPS[app]() if e.obj == key]
+    assert error.id == error_id
+    assert error.msg == f'{setting}["{key}"] is not a setting of the {app} app.'
+    assert error.hint == hint
+
+
+def test_an_apps_settings_that_are_not_a_dict_fail_check(settings):
+    settings.TRIAGE = ["ALERT_WEBHOOK_URL"]
+
+    [error] = triage_setting_values_check()
+    assert error.id == "triage.E001"
+    assert error.msg.startswith("TRIAGE = ['ALERT_WEBHOOK_URL'] is refused")
+
+
+def test_a_wrong_type_and_an_out_of_range_value_are_named_by_their_app_and_key(settings):
+    settings.CALLBACKS = {**settings.CALLBACKS, "WORKER_MAX_ATTEMPTS": "6"}
+    settings.PAYMENTS = {**settings.PAYMENTS, "RETENTION_PURGE_BATCH_SIZE": 0}
+
+    [wrong_type] = [e for e in callbacks_setting_values_check() if e.obj == "WORKER_MAX_ATTEMPTS"]
+    [out_of_range] = [
+        e for e in payments_setting_values_check() if e.obj == "RETENTION_PURGE_BATCH_SIZE"
+    ]
+    assert wrong_type.id == "callbacks.E002"
+    assert wrong_type.msg.startswith(
+        """CALLBACKS["WORKER_MAX_ATTEMPTS"] = '6' is refused: str is not a type"""
+    )
+    assert out_of_range.id == "payments.E003"
+    assert out_of_range.msg.startswith(
+        'PAYMENTS["RETENTION_PURGE_BATCH_SIZE"] = 0 is refused: out of range'
+    )
+    assert out_of_range.hint.endswith("or remove it to use the default 1000.")
+
+
+def test_a_changed_apps_dict_is_read_at_once_and_its_end_restores_the_default():
+    from django.test import override_settings
+
+    from callbacks import conf
+
+    with override_settings(CALLBACKS={"WORKER_MAX_ATTEMPTS": 2}):
+        assert conf.WORKER_MAX_ATTEMPTS == 2
+    assert conf.WORKER_MAX_ATTEMPTS == 6

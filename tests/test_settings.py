@@ -75,8 +75,7 @@ def test_an_empty_secret_list_stops_start_up_naming_the_setting(raw):
 @pytest.mark.subprocess
 def test_environment_value_with_a_space_after_the_comma_yields_both_secrets():
     result = settings_in_subprocess(
-        "from django.conf import settings; import json; "
-        "print(json.dumps(settings.CALLBACK_SIGNING_SECRETS))",
+        "from callbacks import conf; import json; print(json.dumps(conf.CALLBACK_SIGNING_SECRETS))",
         CALLBACK_SIGNING_SECRETS="new-secret, old-secret",
     )
 
@@ -86,9 +85,11 @@ def test_environment_value_with_a_space_after_the_comma_yields_both_secrets():
 
 @pytest.mark.parametrize("raw", ["new-secret,old-secret", "new-secret, old-secret"])
 @pytest.mark.parametrize("signer", ["new-secret", "old-secret"])
-def test_rotation_verifies_a_callback_signed_with_either_secret(sqs_queues, settings, raw, signer):
-    # The value config/settings/base.py builds from the environment variable.
-    settings.CALLBACK_SIGNING_SECRETS = secrets_parse(raw)
+def test_rotation_verifies_a_callback_signed_with_either_secret(
+    sqs_queues, module_settings, raw, signer
+):
+    # The value config/settings/base.py passes on from the environment variable.
+    module_settings.CALLBACK_SIGNING_SECRETS = raw
     body = json.dumps(event_body()).encode()
 
     response = Client().post(
@@ -101,8 +102,8 @@ def test_rotation_verifies_a_callback_signed_with_either_secret(sqs_queues, sett
     assert response.status_code == 202
 
 
-def test_a_retired_secret_no_longer_verifies(sqs_queues, settings):
-    settings.CALLBACK_SIGNING_SECRETS = secrets_parse("new-secret")
+def test_a_retired_secret_no_longer_verifies(sqs_queues, module_settings):
+    module_settings.CALLBACK_SIGNING_SECRETS = "new-secret"
     body = json.dumps(event_body()).encode()
 
     response = Client().post(
@@ -125,12 +126,13 @@ def test_a_retired_secret_no_longer_verifies(sqs_queues, settings):
         ("triage", "DLQ_INGEST_INTERVAL_SECONDS", 60.0),
     ],
 )
-def test_a_setting_the_host_leaves_out_takes_the_modules_default(settings, module, name, default):
+def test_a_setting_the_host_leaves_out_takes_the_modules_default(
+    module_settings, module, name, default
+):
     import importlib
 
     conf = importlib.import_module(f"{module}.conf")
-    if hasattr(settings, name):
-        delattr(settings, name)
+    delattr(module_settings, name)
 
     assert getattr(conf, name) == default
 
@@ -138,14 +140,14 @@ def test_a_setting_the_host_leaves_out_takes_the_modules_default(settings, modul
 def test_a_setting_the_host_sets_wins_over_the_default(settings):
     from callbacks import conf
 
-    settings.WORKER_MAX_ATTEMPTS = 3
+    settings.CALLBACKS = {**settings.CALLBACKS, "WORKER_MAX_ATTEMPTS": 3}
     assert conf.WORKER_MAX_ATTEMPTS == 3
 
 
-def test_a_missing_required_setting_is_named(settings):
+def test_a_missing_required_setting_is_named(module_settings):
     from payments import conf
 
-    del settings.PROCESSOR_API_KEY
+    del module_settings.PROCESSOR_API_KEY
     with pytest.raises(ImproperlyConfigured, match="PROCESSOR_API_KEY"):
         getattr(conf, "PROCESSOR_API_KEY")  # noqa: B009
 
@@ -157,12 +159,12 @@ def test_start_up_checks_pass_with_the_projects_settings():
     assert payments_settings_check() == [] and callbacks_settings_check() == []
 
 
-def test_start_up_check_names_a_missing_required_setting(settings):
+def test_start_up_check_names_a_missing_required_setting(module_settings):
     from callbacks.checks import callbacks_settings_check
     from payments.checks import payments_settings_check
 
-    del settings.PROCESSOR_BASE_URL
-    settings.CALLBACK_SIGNING_SECRETS = " , "
+    del module_settings.PROCESSOR_BASE_URL
+    module_settings.CALLBACK_SIGNING_SECRETS = " , "
 
     [payments_error] = payments_settings_check()
     [callbacks_error] = callbacks_settings_check()
@@ -171,10 +173,22 @@ def test_start_up_check_names_a_missing_required_setting(settings):
 
 
 @pytest.mark.parametrize("path", ["payments.access.no_such_policy", "payments.conf.DEFAULTS"])
-def test_start_up_check_names_a_broken_access_policy(settings, path):
+def test_start_up_check_names_a_broken_access_policy(module_settings, path):
     from payments.checks import payments_settings_check
 
-    settings.PAYMENTS_MERCHANT_ACCESS_POLICY = path
+    module_settings.PAYMENTS_MERCHANT_ACCESS_POLICY = path
 
     [error] = payments_settings_check()
     assert error.id == "payments.E002" and path in error.msg
+
+
+def test_the_readme_lists_every_setting_as_the_django_setting_a_host_writes():
+    import re
+
+    from payments.app_settings import AppSettings
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r'`(PAYMENTS|CALLBACKS|TRIAGE)\["(\w+)"\]`', section))
+
+    assert listed == {(app.setting, name) for app in AppSettings.every for name in app.names}

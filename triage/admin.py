@@ -18,11 +18,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from payments.admin import ReadOnlyAdminMixin
-from triage import (
-    admin_alerts,  # noqa: F401 - alert history in the admin
-    services,
-    views,
-)
+from triage import services
 from triage.models import (
     UNFINISHED_JOB_STATUSES,
     BulkItemOutcome,
@@ -32,9 +28,14 @@ from triage.models import (
     TriageActionKind,
     TriageDashboard,
 )
+from triage.operations import admin as operations_admin  # noqa: F401 - alert history in the admin
+from triage.operations import dashboard
+from triage.operations.charts import human_age
 from triage.selectors import AGE_BUCKETS, age_bucket_filter, dead_letter_story
 from triage.services import ACT_PERMISSION
-from triage.views import human_age
+from triage.views import bulk as bulk_views
+from triage.views import common as common_views
+from triage.views import dead_letters as dead_letter_views
 
 BULK_LIMIT = 200  # ids travel in the confirmation page's URL; larger sets: "all matching"
 
@@ -214,21 +215,23 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ]
 
     def _action_view(self, request, object_id, action):
-        object_id = views.object_id_parse(object_id)
-        return views.dead_letter_action(request, self, object_id=object_id, action=action)
+        object_id = common_views.object_id_parse(object_id)
+        return dead_letter_views.dead_letter_action(
+            request, self, object_id=object_id, action=action
+        )
 
     def _bulk_view(self, request, action):
-        return views.dead_letters_bulk_action(request, self, action=action)
+        return bulk_views.dead_letters_bulk_action(request, self, action=action)
 
     def _bulk_all_view(self, request, action):
-        return views.dead_letters_bulk_all(request, self, action=action)
+        return bulk_views.dead_letters_bulk_all(request, self, action=action)
 
     def _release_view(self, request, object_id):
-        object_id = views.object_id_parse(object_id)
-        return views.dead_letter_hold_release(request, self, object_id=object_id)
+        object_id = common_views.object_id_parse(object_id)
+        return dead_letter_views.dead_letter_hold_release(request, self, object_id=object_id)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        views.object_id_parse(object_id)
+        common_views.object_id_parse(object_id)
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
@@ -242,7 +245,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         # field cannot take ("²", "1e3", "") raises deep inside the action: refuse it here.
         for raw in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
             try:
-                views.object_id_parse(raw)
+                common_views.object_id_parse(raw)
             except Http404:
                 return HttpResponseBadRequest(
                     f"{raw[:40]!r} is not a dead letter id (ids are positive whole numbers)",
@@ -263,7 +266,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             query = urlencode({"_changelist_filters": filters.urlencode()})
             extra_context["bulk_all_links"] = [
                 (
-                    views.ACTION_TEXT[action]["title"],
+                    common_views.ACTION_TEXT[action]["title"],
                     reverse("admin:triage_deadletter_bulk_all", args=[action]) + "?" + query,
                 )
                 for action in services.ACTIONS
@@ -395,23 +398,23 @@ class BulkTriageJobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             path(
                 "<str:object_id>/cancel/",
                 wrap(self._control_view),
-                {"operation": views.BulkJobOperation.CANCEL},
+                {"operation": bulk_views.BulkJobOperation.CANCEL},
                 name="triage_bulktriagejob_cancel",
             ),
             path(
                 "<str:object_id>/resume/",
                 wrap(self._control_view),
-                {"operation": views.BulkJobOperation.RESUME},
+                {"operation": bulk_views.BulkJobOperation.RESUME},
                 name="triage_bulktriagejob_resume",
             ),
             *super().get_urls(),
         ]
 
     def _control_view(self, request, object_id, operation):
-        return views.bulk_job_control(request, self, object_id=object_id, operation=operation)
+        return bulk_views.bulk_job_control(request, self, object_id=object_id, operation=operation)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        views.object_id_parse(object_id)
+        common_views.object_id_parse(object_id)
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
@@ -437,4 +440,4 @@ class TriageDashboardAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return self.has_view_permission(request)
 
     def changelist_view(self, request, extra_context=None):
-        return views.dashboard(request, self)
+        return dashboard.dashboard(request, self)

@@ -3,11 +3,11 @@ naming it, instead of every alert failing to fire or every bulk page raising lat
 
 from django.core.checks import Error, register
 
-from payments.setting_specs import settings_refused
 from triage import conf
 
 
 @register()
 def triage_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
-    """Every setting of the triage app against its declared type and range (``SPECS``)."""
-    return settings_refused(conf.SPECS, "triage.E001")
+    """The host's ``TRIAGE`` dict: a key the triage app does not know (triage.E002), then every
+    setting against its declared type and range (``SPECS``, triage.E001)."""
+    return conf.triage_settings.refused(error_id="triage.E001", unknown_id="triage.E002")

@@ -1,4 +1,5 @@
-"""Dead letters waiting for a human, the audit trail of what humans did, and alert history."""
+"""Dead letters waiting for a human, the audit trail of what humans did, alert history, and
+beat's heartbeat."""
 
 from django.conf import settings
 from django.db import models
@@ -256,3 +257,21 @@ class AlertNotification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} via {self.sink} ({'ok' if self.ok else 'failed'})"
+
+
+class BeatHeartbeat(models.Model):
+    """When beat's heartbeat task last ran, in database time: one row, upserted each tick
+    (``triage.operations.heartbeat``). Its age is what says beat, and a worker taking its
+    tasks, are still going."""
+
+    # Always 1: the check keeps the table at one row whoever writes it.
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    beat_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(id=1), name="beat_heartbeat_one_row")
+        ]
+
+    def __str__(self) -> str:
+        return f"beat ran at {self.beat_at.isoformat()}"

@@ -25,7 +25,7 @@ def dead_letters_ingest() -> int:
 @shared_task(name="triage.tasks.queue_metrics_sample", ignore_result=True)
 def queue_metrics_sample() -> dict:
     """Log queue depth, oldest unfinished age, dead letters and holds (read-only)."""
-    from triage.monitoring import queue_metrics_sample as sample
+    from triage.operations.monitoring import queue_metrics_sample as sample
 
     return sample()
 
@@ -33,13 +33,22 @@ def queue_metrics_sample() -> dict:
 @shared_task(name="triage.tasks.alerts_evaluate", ignore_result=True)
 def alerts_evaluate() -> dict:
     """Fire the alert conditions that hold and resolve the ones that cleared."""
-    from triage.alert_conditions import alerts_evaluate as evaluate
+    from triage.operations.alert_conditions import alerts_evaluate as evaluate
 
     with single_flight("triage.alerts_evaluate") as acquired:
         if not acquired:
             return {}
         result = evaluate()
     return {"fired": result.fired, "resolved": result.resolved}
+
+
+@shared_task(name="triage.tasks.beat_heartbeat", ignore_result=True)
+def beat_heartbeat() -> str:
+    """Record that beat (and a worker taking its tasks) ran; its age is what alerts when beat
+    stops (``triage.operations.heartbeat``). No lock: the upsert is one statement."""
+    from triage.operations.heartbeat import beat_heartbeat_record
+
+    return beat_heartbeat_record().isoformat()
 
 
 @shared_task(name="triage.tasks.bulk_job_run", ignore_result=True, acks_late=True)

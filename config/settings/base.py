@@ -4,12 +4,14 @@ Production secrets have no default: a missing one stops start-up with an error t
 A ``.env`` file in the project root is read too, if present.
 """
 
-from datetime import timedelta
 from pathlib import Path
 
 import environ
 
-from payments.signing import secrets_parse
+from callbacks import conf as callbacks_conf
+from config.settings.environment import app_settings_from_environ
+from payments import conf as payments_conf
+from triage import conf as triage_conf
 from triage.beat import beat_schedule
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -34,6 +36,9 @@ INSTALLED_APPS = [
     "payments",
     "callbacks",
     "triage",
+    # The project's development app (the sandbox processor of the demo, bench and tests); a
+    # host installs the three apps above and never this one.
+    "sandbox",
 ]
 
 MIDDLEWARE = [
@@ -138,105 +143,100 @@ ADMINS = [tuple(a.split(":", 1)) for a in env.list("ADMINS", default=[]) if ":" 
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 SERVER_EMAIL = env("SERVER_EMAIL", default="payments@localhost")
 
-# --- AWS SQS
-AWS_REGION = env("AWS_REGION", default="us-east-1")
-SQS_ENDPOINT_URL = env("SQS_ENDPOINT_URL", default=None)
-SQS_QUEUE_NAME = env("SQS_QUEUE_NAME", default="payments.fifo")
-SQS_DLQ_NAME = env("SQS_DLQ_NAME", default="payments-dlq.fifo")
-
-# --- Queue worker: retries with exponential backoff and full jitter, then the dead-letter queue
-WORKER_BACKOFF_BASE_SECONDS = env.float("WORKER_BACKOFF_BASE_SECONDS", default=1.0)
-WORKER_BACKOFF_CAP_SECONDS = env.float("WORKER_BACKOFF_CAP_SECONDS", default=30.0)
-WORKER_MAX_ATTEMPTS = env.int("WORKER_MAX_ATTEMPTS", default=6)  # the first try plus 5 retries
-# Keeps in-flight messages hidden past the visibility timeout; never turn it off in production.
-WORKER_VISIBILITY_HEARTBEAT = env.bool("WORKER_VISIBILITY_HEARTBEAT", default=True)
-# After a batch that was not full, wait this long before the next receive (fuller batches).
-WORKER_RECEIVE_LINGER_SECONDS = env.float("WORKER_RECEIVE_LINGER_SECONDS", default=0.02)
-
-# --- Processor
-PROCESSOR_BASE_URL = env("PROCESSOR_BASE_URL")
-PROCESSOR_API_KEY = env("PROCESSOR_API_KEY")
-PROCESSOR_TIMEOUT_SECONDS = env.float("PROCESSOR_TIMEOUT_SECONDS", default=10.0)
-PROCESSOR_CONNECT_TIMEOUT_SECONDS = env.float("PROCESSOR_CONNECT_TIMEOUT_SECONDS", default=3.05)
-# Circuit breaker around the processor: it opens after a run of consecutive failures (5xx,
-# timeouts, connection errors, 401/403) or when the failure rate over a short window passes a
-# threshold (with a minimum of calls), pauses all calls, then lets one probe decide.
-PROCESSOR_BREAKER_FAILURES = env.int("PROCESSOR_BREAKER_FAILURES", default=5)
-PROCESSOR_BREAKER_FAILURE_RATE = env.float("PROCESSOR_BREAKER_FAILURE_RATE", default=0.5)
-PROCESSOR_BREAKER_WINDOW_SECONDS = env.float("PROCESSOR_BREAKER_WINDOW_SECONDS", default=60.0)
-PROCESSOR_BREAKER_WINDOW_CALLS = env.int("PROCESSOR_BREAKER_WINDOW_CALLS", default=10)
-PROCESSOR_BREAKER_TRIAL_CALLS = env.int("PROCESSOR_BREAKER_TRIAL_CALLS", default=3)
-PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = env.float(
-    "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS", default=300.0
+# --- The payments module: one dict per app. Each app declares every setting's default, type
+# and range (payments/conf.py, callbacks/conf.py, triage/conf.py) and `manage.py check` refuses
+# an unknown key or a bad value; this project passes an environment variable through only when
+# it is set, read with its setting's type (config/settings/environment.py). The required ones
+# (the processor's URL and key, the callback signing secrets) stop start-up naming the variable.
+PAYMENTS = app_settings_from_environ(
+    env,
+    payments_conf.payments_settings,
+    [
+        "PROCESSOR_BASE_URL",
+        "PROCESSOR_API_KEY",
+        "PROCESSOR_TIMEOUT_SECONDS",
+        "PROCESSOR_CONNECT_TIMEOUT_SECONDS",
+        # The circuit breaker around the processor (payments/processor/breaker.py).
+        "PROCESSOR_BREAKER_FAILURES",
+        "PROCESSOR_BREAKER_FAILURE_RATE",
+        "PROCESSOR_BREAKER_WINDOW_SECONDS",
+        "PROCESSOR_BREAKER_WINDOW_CALLS",
+        "PROCESSOR_BREAKER_TRIAL_CALLS",
+        "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS",
+        "PROCESSOR_BREAKER_PAUSE_SECONDS",
+        "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS",
+        "RETENTION_PURGE_BATCH_SIZE",
+    ],
+    PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
+    API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",
+    OUTBOX_RETENTION="OUTBOX_RETENTION_DAYS",
+    BREAKER_TRANSITION_RETENTION="BREAKER_TRANSITION_RETENTION_DAYS",
 )
-PROCESSOR_BREAKER_PAUSE_SECONDS = env.float("PROCESSOR_BREAKER_PAUSE_SECONDS", default=15.0)
-PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = env.float(
-    "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS", default=300.0
+CALLBACKS = app_settings_from_environ(
+    env,
+    callbacks_conf.callbacks_settings,
+    [
+        "AWS_REGION",
+        "SQS_ENDPOINT_URL",
+        "SQS_QUEUE_NAME",
+        "SQS_DLQ_NAME",
+        "WORKER_BACKOFF_BASE_SECONDS",
+        "WORKER_BACKOFF_CAP_SECONDS",
+        "WORKER_MAX_ATTEMPTS",
+        "WORKER_VISIBILITY_HEARTBEAT",
+        "WORKER_RECEIVE_LINGER_SECONDS",
+        # One or more HMAC secrets, comma-separated (the first signs, all verify).
+        "CALLBACK_SIGNING_SECRETS",
+        "CALLBACK_TOLERANCE_SECONDS",
+        "CALLBACK_SEND_COALESCE_SECONDS",
+        "RECONCILE_BATCH_SIZE",
+        "CELERY_SQS_QUEUE_NAME",
+    ],
+    QUEUE_MESSAGE_RETENTION="QUEUE_MESSAGE_RETENTION_DAYS",
+    QUEUE_ERROR_RETENTION="QUEUE_ERROR_RETENTION_DAYS",
+    HOLD_RETENTION="HOLD_RETENTION_DAYS",
+    RECONCILE_SUBMITTED_AFTER="RECONCILE_SUBMITTED_AFTER_DAYS",
+    RECONCILE_PENDING_AFTER="RECONCILE_PENDING_AFTER_MINUTES",
+    RECONCILE_RECHECK_AFTER="RECONCILE_RECHECK_AFTER_MINUTES",
+)
+TRIAGE = app_settings_from_environ(
+    env,
+    triage_conf.triage_settings,
+    [
+        "ALERT_WEBHOOK_URL",
+        "ALERT_WEBHOOK_TIMEOUT_SECONDS",
+        "SETTLEMENT_WINDOW",
+        "ALERT_BACKLOG_VISIBLE_MESSAGES",
+        "DLQ_INGEST_INTERVAL_SECONDS",
+        "TRIAGE_BULK_RATE_PER_SECOND",
+        "TRIAGE_BULK_BATCH_SIZE",
+        "TRIAGE_BULK_STALE_SECONDS",
+        "RETURN_RATE_WINDOW_DAYS",
+        "RETURN_RATE_WARNING_FRACTION",
+        "RETURN_RATE_MIN_DEBITS",
+    ],
+    ALERT_BACKLOG_OLDEST_AGE="ALERT_BACKLOG_OLDEST_AGE_SECONDS",
+    ALERT_EVENT_QUIET_RESOLVE="ALERT_EVENT_QUIET_RESOLVE_HOURS",
+    ALERT_RETENTION="ALERT_RETENTION_DAYS",
+    BULK_JOB_RETENTION="BULK_JOB_RETENTION_DAYS",
+    ALERT_REMINDER_INTERVALS={
+        "high": "ALERT_REMINDER_HIGH_MINUTES",
+        "medium": "ALERT_REMINDER_MEDIUM_MINUTES",
+        "low": "ALERT_REMINDER_LOW_MINUTES",
+    },
+    RETURN_RATE_THRESHOLDS={
+        "unauthorized": "RETURN_RATE_UNAUTHORIZED_PERCENT",
+        "administrative": "RETURN_RATE_ADMINISTRATIVE_PERCENT",
+        "overall": "RETURN_RATE_OVERALL_PERCENT",
+    },
 )
 
-# --- Callbacks: one or more HMAC secrets, comma-separated (the first signs, all verify).
-# Stripped ("new, old" is two secrets); an empty list stops start-up naming the setting.
-CALLBACK_SIGNING_SECRETS = secrets_parse(env.str("CALLBACK_SIGNING_SECRETS"))
-CALLBACK_TOLERANCE_SECONDS = env.int("CALLBACK_TOLERANCE_SECONDS", default=300)
-CALLBACK_MAX_BODY_BYTES = 64 * 1024
-CALLBACK_SEND_COALESCE_SECONDS = env.float("CALLBACK_SEND_COALESCE_SECONDS", default=0.002)
 
-# --- Retention
-PROCESSED_EVENT_RETENTION = timedelta(days=env.int("PROCESSED_EVENT_RETENTION_DAYS", default=30))
-API_IDEMPOTENCY_RETENTION = timedelta(hours=env.int("API_IDEMPOTENCY_RETENTION_HOURS", default=24))
-QUEUE_MESSAGE_RETENTION = timedelta(days=env.int("QUEUE_MESSAGE_RETENTION_DAYS", default=30))
-QUEUE_ERROR_RETENTION = timedelta(days=env.int("QUEUE_ERROR_RETENTION_DAYS", default=90))
-OUTBOX_RETENTION = timedelta(days=env.int("OUTBOX_RETENTION_DAYS", default=7))
-HOLD_RETENTION = timedelta(days=env.int("HOLD_RETENTION_DAYS", default=90))
-BREAKER_TRANSITION_RETENTION = timedelta(
-    days=env.int("BREAKER_TRANSITION_RETENTION_DAYS", default=90)
-)
-ALERT_RETENTION = timedelta(days=env.int("ALERT_RETENTION_DAYS", default=90))
-BULK_JOB_RETENTION = timedelta(days=env.int("BULK_JOB_RETENTION_DAYS", default=30))
-RETENTION_PURGE_BATCH_SIZE = env.int("RETENTION_PURGE_BATCH_SIZE", default=1000)
+def _callbacks(name: str):
+    """A queue setting Celery's own settings below are built from: this project's, else the
+    app's default."""
+    return CALLBACKS.get(name, callbacks_conf.DEFAULTS[name])
 
-# --- Alerts and operations
-ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default=None)
-SETTLEMENT_WINDOW = env("SETTLEMENT_WINDOW", default="Mon-Fri 05:00-08:00 America/Chicago")
-# A firing alert is re-sent at most once per interval of its severity (minutes).
-ALERT_REMINDER_INTERVALS = {
-    "high": timedelta(minutes=env.int("ALERT_REMINDER_HIGH_MINUTES", default=15)),
-    "medium": timedelta(minutes=env.int("ALERT_REMINDER_MEDIUM_MINUTES", default=60)),
-    "low": timedelta(minutes=env.int("ALERT_REMINDER_LOW_MINUTES", default=240)),
-}
-ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
-# Backlog (low severity, silent inside SETTLEMENT_WINDOW): visible messages or the age of the
-# oldest unfinished message over these thresholds.
-ALERT_BACKLOG_VISIBLE_MESSAGES = env.int("ALERT_BACKLOG_VISIBLE_MESSAGES", default=1000)
-ALERT_BACKLOG_OLDEST_AGE = timedelta(
-    seconds=env.int("ALERT_BACKLOG_OLDEST_AGE_SECONDS", default=600)
-)
-# One-off alerts (a rejected submission) resolve by themselves after this long without a repeat.
-ALERT_EVENT_QUIET_RESOLVE = timedelta(hours=env.int("ALERT_EVENT_QUIET_RESOLVE_HOURS", default=24))
-# Return rates per merchant (payments/return_rates.py): the rolling window, the NACHA
-# thresholds in percent, a warning alert at this fraction of a threshold, and the debits a
-# merchant needs in the window before its rates are alerted on.
-RETURN_RATE_WINDOW_DAYS = env.int("RETURN_RATE_WINDOW_DAYS", default=60)
-RETURN_RATE_THRESHOLDS = {
-    "unauthorized": env.float("RETURN_RATE_UNAUTHORIZED_PERCENT", default=0.5),
-    "administrative": env.float("RETURN_RATE_ADMINISTRATIVE_PERCENT", default=3.0),
-    "overall": env.float("RETURN_RATE_OVERALL_PERCENT", default=15.0),
-}
-RETURN_RATE_WARNING_FRACTION = env.float("RETURN_RATE_WARNING_FRACTION", default=0.8)
-RETURN_RATE_MIN_DEBITS = env.int("RETURN_RATE_MIN_DEBITS", default=20)
-
-# --- Reconciliation of stuck payments (ACH settles in days)
-RECONCILE_SUBMITTED_AFTER = timedelta(days=env.int("RECONCILE_SUBMITTED_AFTER_DAYS", default=3))
-RECONCILE_PENDING_AFTER = timedelta(minutes=env.int("RECONCILE_PENDING_AFTER_MINUTES", default=5))
-RECONCILE_RECHECK_AFTER = timedelta(minutes=env.int("RECONCILE_RECHECK_AFTER_MINUTES", default=60))
-RECONCILE_BATCH_SIZE = env.int("RECONCILE_BATCH_SIZE", default=100)
-
-# --- Bulk triage ("all matching this filter"): a background job acts at most this many dead
-# letters per second, and checks for a cancel between batches of this size.
-TRIAGE_BULK_RATE_PER_SECOND = env.float("TRIAGE_BULK_RATE_PER_SECOND", default=20.0)
-TRIAGE_BULK_BATCH_SIZE = env.int("TRIAGE_BULK_BATCH_SIZE", default=100)
-# A pending or running job without progress for this long is started again by beat.
-TRIAGE_BULK_STALE_SECONDS = env.int("TRIAGE_BULK_STALE_SECONDS", default=300)
 
 # --- Celery (its broker is SQS in production; the URL comes from the environment)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
@@ -250,28 +250,35 @@ CELERY_RESULT_BACKEND = None
 # URL is ``sqs://`` for AWS; with a local server it names the server, ``sqs://127.0.0.1:<port>``
 # (the host and port of SQS_ENDPOINT_URL, whose scheme decides is_secure). Celery reads the
 # CELERY_BROKER_URL environment variable itself, before any setting, so it is used as given.
-CELERY_SQS_QUEUE_NAME = env("CELERY_SQS_QUEUE_NAME", default="payments-celery")
-CELERY_TASK_DEFAULT_QUEUE = CELERY_SQS_QUEUE_NAME
+CELERY_TASK_DEFAULT_QUEUE = _callbacks("CELERY_SQS_QUEUE_NAME")
 if CELERY_BROKER_URL.startswith("sqs://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "region": AWS_REGION,
-        "is_secure": not (SQS_ENDPOINT_URL or "").startswith("http://"),
+        "region": _callbacks("AWS_REGION"),
+        "is_secure": not (_callbacks("SQS_ENDPOINT_URL") or "").startswith("http://"),
         "visibility_timeout": env.int("CELERY_SQS_VISIBILITY_TIMEOUT", default=300),
         "wait_time_seconds": env.int("CELERY_SQS_WAIT_TIME_SECONDS", default=10),
         "polling_interval": 1,
         # Without CELERY_SQS_QUEUE_URL the URL is looked up (and the queue created if missing)
         # when the Celery app is configured: see config/celery.py.
         "predefined_queues": (
-            {CELERY_SQS_QUEUE_NAME: {"url": env("CELERY_SQS_QUEUE_URL")}}
+            {CELERY_TASK_DEFAULT_QUEUE: {"url": env("CELERY_SQS_QUEUE_URL")}}
             if env("CELERY_SQS_QUEUE_URL", default=None)
             else {}
         ),
     }
-# Dead letters reach a human (and page) within this many seconds of reaching the DLQ.
-DLQ_INGEST_INTERVAL_SECONDS = env.float("DLQ_INGEST_INTERVAL_SECONDS", default=60.0)
 # The module's own schedule (triage/beat.py); a host project merges it into its own.
-CELERY_BEAT_SCHEDULE = beat_schedule(dlq_ingest_interval=DLQ_INGEST_INTERVAL_SECONDS)
+CELERY_BEAT_SCHEDULE = beat_schedule(
+    dlq_ingest_interval=TRIAGE.get(
+        "DLQ_INGEST_INTERVAL_SECONDS", triage_conf.DEFAULTS["DLQ_INGEST_INTERVAL_SECONDS"]
+    )
+)
 
+# plain: one human-readable line per record, for development. json: one JSON object per line
+# with every structured field (payment_id, message_id, outcome, request_id, ...), for a log
+# pipeline; production's default (config/settings/production.py).
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ValueError(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -282,7 +289,17 @@ LOGGING = {
             "()": "payments.logformat.SingleLineFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
+        "json": {"()": "payments.logformat.JsonLineFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The fields bound to the work in hand (a worker's message: its request id, its trace) go
+    # onto every record, whichever logger wrote it (payments/logcontext.py).
+    "filters": {"log_context": {"()": "payments.logcontext.LogContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["log_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
 }

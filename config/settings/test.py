@@ -25,4 +25,5 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 # A worker subprocess a test starts may be told to stop at a named point (callbacks.conf).
-WORKER_PAUSE_AT = os.environ.get("WORKER_PAUSE_AT", "")
+if "WORKER_PAUSE_AT" in os.environ:
+    CALLBACKS["WORKER_PAUSE_AT"] = os.environ["WORKER_PAUSE_AT"]  # noqa: F405

@@ -1,4 +1,8 @@
-"""HTTP client for the processor's ACH debit API.
+"""The reference processor backend: the HTTP client for the processor's ACH debit API.
+
+It implements ``ProcessorBackend`` (``backend.py``) for the API of the design card, which the
+sandbox processor serves in development and tests: ``/v1/ach/debits``, bearer auth, and
+callbacks signed by ``payments.signing`` in the module's event contract.
 
 Every call returns or raises something that carries a ``CallRecord`` (when it started, how long
 it took, the HTTP status or the kind of error, the body it got back), so the service can write a
@@ -22,13 +26,10 @@ Two deliberate exceptions to "4xx is permanent":
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
-import threading
-import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
@@ -38,74 +39,29 @@ import requests
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.exceptions import ProcessorRejected, ProcessorUnavailable
+from payments import signing
+from payments.events import ProcessorEvent
+from payments.processor.backend import (
+    CallbackRequest,
+    CallErrorKind,
+    CallRecord,
+    CallTimer,
+    DebitAccepted,
+    DebitStatus,
+    ProcessorAuthFailed,
+    ProcessorBackend,
+    ProcessorCallRejected,
+    ProcessorCallUnavailable,
+    get_backend,
+    reset_backend,
+)
+from payments.processor.contract import processor_event_parse
 
 logger = logging.getLogger(__name__)
 
 RESPONSE_BODY_LIMIT = 4000
 RETRYABLE_4XX = (408, 409, 429)
 AUTH_FAILURES = (401, 403)
-
-
-class CallErrorKind(enum.StrEnum):
-    """What went wrong with a call, as the processor-attempt row stores it."""
-
-    NONE = ""  # accepted
-    TIMEOUT = "timeout"  # no answer within the read timeout
-    CONNECTION = "connection"  # no connection (refused, reset, connect timeout)
-    HTTP = "http"  # an answer that is not a usable success
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """What one HTTP call did; the service turns it into a ProcessorAttempt row."""
-
-    method: str
-    url: str
-    started_at: datetime
-    latency_ms: float
-    http_status: int | None = None
-    error_kind: CallErrorKind = CallErrorKind.NONE
-    error: str = ""
-    response_body: str = ""
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True)
-class DebitAccepted:
-    processor_id: str
-    status: str
-    created: bool  # 201: new debit; 200: the processor already knew the key (original result)
-    call: CallRecord
-
-
-@dataclass(frozen=True)
-class DebitStatus:
-    found: bool  # False: the processor has no debit under this idempotency key (404)
-    processor_id: str
-    status: str
-    call: CallRecord
-
-
-class ProcessorCallRejected(ProcessorRejected):
-    """The processor refused the request (4xx other than 408/409/429): do not retry it."""
-
-    def __init__(self, message: str, *, call: CallRecord) -> None:
-        super().__init__(message, status=call.http_status)
-        self.call = call
-
-
-class ProcessorCallUnavailable(ProcessorUnavailable):
-    """The call may succeed later with the same idempotency key."""
-
-    def __init__(self, message: str, *, call: CallRecord) -> None:
-        super().__init__(message, retry_after=call.retry_after)
-        self.call = call
-
-
-class ProcessorAuthFailed(ProcessorCallUnavailable):
-    """401/403: the processor refused our credentials. A configuration problem, not the
-    payment's: retryable once someone fixes PROCESSOR_API_KEY."""
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -133,33 +89,13 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     return max(0.0, (when - current).total_seconds())
 
 
-@dataclass(frozen=True)
-class _CallTimer:
-    """When a call started, and its record with the time it took so far."""
-
-    method: str
-    url: str
-    started_at: datetime = field(default_factory=timezone.now)
-    start: float = field(default_factory=time.perf_counter)
-
-    def record(self, **fields: Any) -> CallRecord:
-        latency_ms = (time.perf_counter() - self.start) * 1000
-        return CallRecord(
-            method=self.method,
-            url=self.url,
-            started_at=self.started_at,
-            latency_ms=latency_ms,
-            **fields,
-        )
-
-
 def _truncate(text: str) -> str:
     if len(text) <= RESPONSE_BODY_LIMIT:
         return text
     return text[:RESPONSE_BODY_LIMIT] + f"... [{len(text) - RESPONSE_BODY_LIMIT} more characters]"
 
 
-class ProcessorClient:
+class ProcessorClient(ProcessorBackend):
     """One reused ``requests.Session`` (connection pooling, keep-alive) for all calls.
 
     Base URL, API key and timeouts are read from settings on every call unless given here, so
@@ -248,6 +184,24 @@ class ProcessorClient:
             call=call,
         )
 
+    # --- callbacks
+    def callback_verify(self, request: CallbackRequest) -> None:
+        """``X-Processor-Signature: t=<unix seconds>,v1=<hex>``: HMAC-SHA256 over ``"<t>."`` and
+        the raw body, against any configured secret, within the replay window."""
+        signing.verify(
+            request.headers.get(signing.HEADER),
+            request.body,
+            request.secrets,
+            tolerance_seconds=request.tolerance_seconds,
+        )
+
+    def callback_parse(self, data: Any, request: CallbackRequest) -> ProcessorEvent:
+        """This processor posts the module's event contract itself."""
+        return processor_event_parse(data)
+
+    def callback_challenge(self) -> str:
+        return f'HMAC-SHA256 header="{signing.HEADER}"'
+
     # --- plumbing
     def _send(
         self,
@@ -259,7 +213,7 @@ class ProcessorClient:
     ) -> tuple[requests.Response, CallRecord]:
         """One call, classified as the module docstring says: a 2xx (or a GET's 404) is returned
         with its record; anything else raises an error carrying it."""
-        timer = _CallTimer(method=method, url=self.base_url + path)
+        timer = CallTimer(method=method, url=self.base_url + path)
         response = self._request(timer, headers=headers, json_body=json_body)
         status = response.status_code
         text = _truncate(response.text)
@@ -283,7 +237,7 @@ class ProcessorClient:
 
     def _request(
         self,
-        timer: _CallTimer,
+        timer: CallTimer,
         *,
         headers: dict[str, str],
         json_body: dict[str, Any] | None,
@@ -357,23 +311,7 @@ def _error_summary(text: str) -> str:
     return text[:200]
 
 
-_client: ProcessorClient | None = None
-_client_lock = threading.Lock()
-
-
-def get_client() -> ProcessorClient:
-    """The process-wide client, created on first use."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            _client = ProcessorClient()
-        return _client
-
-
-def reset_client() -> None:
-    """Close and forget the process-wide client (tests; after a fork)."""
-    global _client
-    with _client_lock:
-        if _client is not None:
-            _client.close()
-        _client = None
+# The names the services and tests have always used: the configured backend, which is this
+# class unless PROCESSOR_BACKEND names another.
+get_client = get_backend
+reset_client = reset_backend

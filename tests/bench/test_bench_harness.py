@@ -11,9 +11,11 @@ from django.db import connection
 from django.test import Client
 
 from bench import events, loadgen, stats
-from bench.run import ROOT, payments_reset, profile_summary
+from bench.prepare import payments_reset
+from bench.profiles import profile_summary
 from bench.urls import MINIMAL_PATH
 from callbacks.schema import parse_processor_event
+from devstack.processes import ROOT
 from payments import signing
 from payments.models import Payment
 

@@ -1,5 +1,6 @@
-"""The history preload and the storage report of bench/history.py: the rows are what the models
-read, consistent across tables, and the report adds up. None of these tests measures speed."""
+"""The history preload (bench/preload.py) and the storage report (bench/storage.py): the rows
+are what the models read, consistent across tables, and the report adds up. None of these tests
+measures speed."""
 
 from datetime import timedelta
 
@@ -7,7 +8,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from bench import history
+from bench import preload, storage
 from callbacks.models import QueueMessage
 from callbacks.services import queue_messages_purge
 from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessedEvent
@@ -22,7 +23,7 @@ def _url() -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_history_preload_writes_a_consistent_settled_history_the_models_can_read():
-    report = history.history_preload(_url(), 70, timedelta(days=36))
+    report = preload.history_preload(_url(), 70, timedelta(days=36))
 
     assert report["tables"]["callbacks_queuemessage"]["rows"] == 140
     assert Payment.objects.filter(state="confirmed").count() == 70
@@ -39,8 +40,8 @@ def test_history_preload_writes_a_consistent_settled_history_the_models_can_read
 
 @pytest.mark.django_db(transaction=True)
 def test_history_payments_are_added_beside_the_history_and_take_their_event():
-    history.history_preload(_url(), 20, timedelta(days=36))
-    ids = history.history_payments_add(_url(), 3)
+    preload.history_preload(_url(), 20, timedelta(days=36))
+    ids = preload.history_payments_add(_url(), 3)
 
     assert Payment.objects.count() == 23
     payment = Payment.objects.get(pk=ids[0])
@@ -49,12 +50,12 @@ def test_history_payments_are_added_beside_the_history_and_take_their_event():
 
 @pytest.mark.django_db(transaction=True)
 def test_storage_report_counts_every_table_with_rows_per_event():
-    history.history_preload(_url(), 40, timedelta(days=36))
+    preload.history_preload(_url(), 40, timedelta(days=36))
 
-    report = history.storage_report(_url(), 40)
+    report = storage.storage_report(_url(), 40)
 
     tables = report["tables"]
-    assert set(tables) == {t for t, _, _ in history.HISTORY_TABLES}
+    assert set(tables) == {t for t, _, _ in preload.HISTORY_TABLES}
     assert tables["callbacks_queuemessage"]["rows_per_event"] == 2.0
     assert tables["callbacks_queuemessage"]["retention_days"] == 30
     assert tables["payments_ledgerentry"]["retention_days"] is None
@@ -64,4 +65,4 @@ def test_storage_report_counts_every_table_with_rows_per_event():
     with psycopg.connect(_url()) as conn:
         size = conn.execute("SELECT pg_total_relation_size('payments_paymentevent')").fetchone()[0]
     assert tables["payments_paymentevent"]["bytes_per_event"] == round(size / 40, 1)
-    assert "| **total** |" in history.storage_markdown(report)
+    assert "| **total** |" in storage.storage_markdown(report)

@@ -25,7 +25,7 @@ from payments.models import (
 )
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import (
     WorkerProcess,
     applied_moves,
@@ -54,16 +54,16 @@ SETTLE_AFTER = 3.0  # the settlement callback of a debit accepted before the out
 
 
 @pytest.fixture
-def stack(sqs_queues, live_server, settings, tmp_path):
+def stack(sqs_queues, live_server, module_settings, tmp_path):
     sandbox = SandboxProcessor(
         callback_url=f"{live_server.url}/callbacks/processor/",
         faults=FaultConfig(timeout_seconds=0.8, settle_after_seconds=SETTLE_AFTER),
         callback_backoff_seconds=0.2,
     ).start()
-    settings.PROCESSOR_BASE_URL = sandbox.base_url
-    settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
+    module_settings.PROCESSOR_BASE_URL = sandbox.base_url
+    module_settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
     for name, value in {**BUDGET, **BREAKER}.items():
-        setattr(settings, name, float(value))
+        setattr(module_settings, name, float(value))
     reset_client()
     workers = [
         WorkerProcess("--wait-time", "1", log_dir=tmp_path, name=f"worker{i}", **BUDGET, **BREAKER)

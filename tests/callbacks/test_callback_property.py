@@ -73,8 +73,10 @@ def hostile_bodies(draw, payments) -> bytes:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_every_signed_callback_is_refused_or_accounted_for(sqs_queues, settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0  # retries of invalid transitions come back at once
+def test_every_signed_callback_is_refused_or_accounted_for(sqs_queues, module_settings):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = (
+        0  # retries of invalid transitions come back at once
+    )
     # Several payments in several states, so one dead letter (and its hold) does not turn
     # every later event into a parked one.
     payments = [
@@ -175,13 +177,13 @@ def _before_a_human(body: dict) -> bool:
 
 @pytest.mark.django_db(transaction=True)
 def test_every_accepted_event_is_applied_recorded_or_shown_with_its_money_compared(
-    sqs_queues, settings
+    sqs_queues, module_settings
 ):
     """For any body answered 202: once the worker drains, the event was applied, or recorded as
     stale or a duplicate, only if its money matches the payment's; an event whose money does
     not match is in front of a human (dead letter with an error, or parked), never credited."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     # Many payments: a mismatch holds its payment, and later events of it are parked.
     payments = [
         PaymentFactory(state=state, amount=Decimal(amount))

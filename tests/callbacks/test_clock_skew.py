@@ -38,7 +38,7 @@ from payments.models import (
 )
 from payments.processor.breaker import trial_lease_seconds
 from payments.processor.client import reset_client
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import (
     WorkerProcess,
     applied_moves,
@@ -162,17 +162,17 @@ class Sampler(threading.Thread):
 
 
 @pytest.fixture
-def stack(sqs_queues, live_server, settings, tmp_path):
+def stack(sqs_queues, live_server, module_settings, tmp_path):
     skew_env = faketime_env()
     sandbox = SandboxProcessor(
         callback_url=f"{live_server.url}/callbacks/processor/",
         faults=FaultConfig(timeout_seconds=0.8, settle_after_seconds=1.0),
         callback_backoff_seconds=0.2,
     ).start()
-    settings.PROCESSOR_BASE_URL = sandbox.base_url
-    settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
+    module_settings.PROCESSOR_BASE_URL = sandbox.base_url
+    module_settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
     for name, value in {**BUDGET, **BREAKER}.items():
-        setattr(settings, name, float(value))
+        setattr(module_settings, name, float(value))
     reset_client()
     workers: list[WorkerProcess] = []
     yield sandbox, workers, sqs_queues, tmp_path, skew_env

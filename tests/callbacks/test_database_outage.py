@@ -27,7 +27,7 @@ import requests
 from callbacks.models import QueueMessage
 from payments import signing
 from payments.models import Payment, PaymentEvent, ProcessedEvent
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.test_endpoint import SECRET
 from tests.callbacks.worker_support import WorkerProcess, drain
 from tests.gunicorn_support import free_port, gunicorn_running
@@ -58,14 +58,14 @@ TABLES = {
 
 
 @pytest.fixture
-def stack(pg_cluster, sqs_queues, settings, monkeypatch, tmp_path):
+def stack(pg_cluster, sqs_queues, module_settings, monkeypatch, tmp_path):
     """gunicorn and two workers on the cluster, the sandbox posting callbacks to gunicorn."""
     cluster = pg_cluster
     token = django_run(cluster.url, API_USER.format(merchant=MERCHANT)).strip()
     queues = {
-        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
-        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+        "SQS_ENDPOINT_URL": module_settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": module_settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": module_settings.SQS_DLQ_NAME,
     }
     for name, value in queues.items():
         monkeypatch.setenv(name, value)  # django_run's processes (DLQ ingestion) see the queues
@@ -88,9 +88,9 @@ def stack(pg_cluster, sqs_queues, settings, monkeypatch, tmp_path):
             ),
             callback_backoff_seconds=0.5,
         ).start()
-        settings.PROCESSOR_BASE_URL = sandbox.base_url
+        module_settings.PROCESSOR_BASE_URL = sandbox.base_url
         for name, value in BACKOFF.items():
-            setattr(settings, name, float(value))
+            setattr(module_settings, name, float(value))
         workers = [
             WorkerProcess(
                 "--wait-time",

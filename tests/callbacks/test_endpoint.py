@@ -176,7 +176,7 @@ def test_bad_field_is_rejected_with_400_naming_it(sqs_queues, field, value):
     before = outcome_count("bad_body")
     response = post_json(event_body(**{field: value}))
     assert response.status_code == 400
-    assert list(response.json()["errors"]) == [field]
+    assert list(response.json()["error"]["errors"]) == [field]
     assert queued_messages(sqs_queues) == []
     assert outcome_count("bad_body") == before + 1
 
@@ -184,7 +184,7 @@ def test_bad_field_is_rejected_with_400_naming_it(sqs_queues, field, value):
 def test_missing_fields_are_all_named_in_400(sqs_queues):
     response = post_json({"event_type": "settled"})
     assert response.status_code == 400
-    assert set(response.json()["errors"]) == {
+    assert set(response.json()["error"]["errors"]) == {
         "payment_id",
         "processor_event_id",
         "amount",
@@ -198,7 +198,7 @@ def test_missing_fields_are_all_named_in_400(sqs_queues):
 def test_body_that_is_not_a_json_object_is_rejected_with_400(sqs_queues, raw):
     response = post(raw)
     assert response.status_code == 400
-    assert "non_field_errors" in response.json()["errors"]
+    assert "non_field_errors" in response.json()["error"]["errors"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -206,9 +206,14 @@ def test_missing_signature_is_rejected_with_401(sqs_queues):
     before = outcome_count("bad_signature")
     response = post_json(event_body(), signature="")
     assert response.status_code == 401
-    assert "missing" in response.json()["detail"]
+    assert "missing" in response.json()["error"]["message"]
     assert queued_messages(sqs_queues) == []
     assert outcome_count("bad_signature") == before + 1
+
+
+def test_401_names_the_reference_backends_scheme(sqs_queues):
+    response = post_json(event_body(), signature="")
+    assert response["WWW-Authenticate"] == 'HMAC-SHA256 header="X-Processor-Signature"'
 
 
 def test_malformed_signature_header_is_rejected_with_401(sqs_queues):
@@ -237,7 +242,7 @@ def test_signature_over_reformatted_json_is_rejected_because_raw_bytes_are_signe
 def test_stale_signature_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), timestamp=int(time.time()) - 301)
     assert response.status_code == 401
-    assert "replayed" in response.json()["detail"]
+    assert "replayed" in response.json()["error"]["message"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -260,7 +265,7 @@ def test_signature_from_the_future_beyond_tolerance_is_rejected_with_401(sqs_que
 def test_signature_made_with_an_unknown_secret_is_rejected_with_401(sqs_queues):
     response = post_json(event_body(), secrets=["not-our-secret"])
     assert response.status_code == 401
-    assert "does not match" in response.json()["detail"]
+    assert "does not match" in response.json()["error"]["message"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -270,16 +275,18 @@ def test_signature_with_old_and_new_secret_values_is_accepted_during_rotation(sq
     assert response.status_code == 202
 
 
-def test_signature_with_the_old_secret_is_accepted_while_both_are_configured(sqs_queues, settings):
-    settings.CALLBACK_SIGNING_SECRETS = ["new-secret", SECRET]
+def test_signature_with_the_old_secret_is_accepted_while_both_are_configured(
+    sqs_queues, module_settings
+):
+    module_settings.CALLBACK_SIGNING_SECRETS = ["new-secret", SECRET]
     assert post_json(event_body(), secrets=[SECRET]).status_code == 202
     assert post_json(event_body(), secrets=["new-secret"]).status_code == 202
     assert post_json(event_body(), secrets=["other"]).status_code == 401
     assert len(queued_messages(sqs_queues)) == 2  # the two accepted, not the refused one
 
 
-def test_body_over_64_kib_is_rejected_with_413(sqs_queues, settings):
-    assert settings.CALLBACK_MAX_BODY_BYTES == 64 * 1024
+def test_body_over_64_kib_is_rejected_with_413(sqs_queues, module_settings):
+    assert module_settings.CALLBACK_MAX_BODY_BYTES == 64 * 1024
     body = event_body(message="x")
     raw = json.dumps(body).encode()
     raw = raw[:-1] + b', "padding": "' + b"p" * (64 * 1024) + b'"}'
@@ -354,8 +361,8 @@ def test_signature_is_checked_before_the_body(sqs_queues):
     assert queued_messages(sqs_queues) == []
 
 
-def test_queue_unavailable_answers_503_with_retry_after(settings, closed_port):
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+def test_queue_unavailable_answers_503_with_retry_after(module_settings, closed_port):
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
     sqs.reset()
     before = outcome_count("queue_unavailable")
     try:
@@ -364,25 +371,27 @@ def test_queue_unavailable_answers_503_with_retry_after(settings, closed_port):
         sqs.reset()
     assert response.status_code == 503
     assert int(response["Retry-After"]) > 0
-    assert "nothing was accepted" in response.json()["detail"]
+    assert "nothing was accepted" in response.json()["error"]["message"]
     assert outcome_count("queue_unavailable") == before + 1
 
 
-def test_missing_queue_answers_503(sqs_queues, settings):
-    settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
+def test_missing_queue_answers_503(sqs_queues, module_settings):
+    module_settings.SQS_QUEUE_NAME = "no-such-queue.fifo"
     sqs.reset()
     response = post_json(event_body())
     assert response.status_code == 503
     assert "Retry-After" in response
 
 
-def test_callback_is_accepted_again_once_the_queue_is_back(sqs_queues, settings, closed_port):
+def test_callback_is_accepted_again_once_the_queue_is_back(
+    sqs_queues, module_settings, closed_port
+):
     body = event_body()
-    endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+    endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
     sqs.reset()
     assert post_json(body).status_code == 503
-    settings.SQS_ENDPOINT_URL = endpoint
+    module_settings.SQS_ENDPOINT_URL = endpoint
     sqs.reset()
     assert post_json(body).status_code == 202
     assert len(queued_messages(sqs_queues)) == 1

@@ -78,9 +78,9 @@ def queued_dedup_ids(sqs_queues) -> list[str]:
 
 
 def test_concurrent_callbacks_share_one_batch_and_each_is_queued_exactly_once(
-    sqs_queues, settings, sent_batches
+    sqs_queues, module_settings, sent_batches
 ):
-    settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
+    module_settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
     bodies = [event_body() for _ in range(6)]
 
     responses = post_all_at_once(bodies)
@@ -93,8 +93,8 @@ def test_concurrent_callbacks_share_one_batch_and_each_is_queued_exactly_once(
         assert len({e["Id"] for e in entries}) == len(entries)  # entry ids unique per batch
 
 
-def test_each_batched_callback_keeps_its_group_and_dedup_id(sqs_queues, settings):
-    settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
+def test_each_batched_callback_keeps_its_group_and_dedup_id(sqs_queues, module_settings):
+    module_settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
     bodies = [event_body() for _ in range(4)]
 
     post_all_at_once(bodies)
@@ -109,10 +109,10 @@ def test_each_batched_callback_keeps_its_group_and_dedup_id(sqs_queues, settings
         )
 
 
-def test_a_refused_entry_fails_only_its_own_request(sqs_queues, settings, sent_batches):
+def test_a_refused_entry_fails_only_its_own_request(sqs_queues, module_settings, sent_batches):
     """SQS refuses one entry of the batch (too large for the queue); its request alone gets
     the endpoint's queue-outage answer, the others are accepted and queued once each."""
-    settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
+    module_settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
     sqs_queues.client.set_queue_attributes(
         QueueUrl=sqs_queues.url, Attributes={"MaximumMessageSize": "1024"}
     )
@@ -124,7 +124,7 @@ def test_a_refused_entry_fails_only_its_own_request(sqs_queues, settings, sent_b
     assert [r.status_code for r in responses] == [202] * 5 + [503]
     refused = responses[-1]
     assert int(refused["Retry-After"]) > 0
-    assert "nothing was accepted" in refused.json()["detail"]
+    assert "nothing was accepted" in refused.json()["error"]["message"]
     assert sorted(queued_dedup_ids(sqs_queues)) == sorted(dedup_id(b) for b in small)
     [shared] = [
         entries
@@ -134,8 +134,8 @@ def test_a_refused_entry_fails_only_its_own_request(sqs_queues, settings, sent_b
     assert len(shared) > 1  # the refused entry was sent beside accepted ones
 
 
-def test_a_batch_that_cannot_be_sent_fails_every_request_in_it(sqs_queues, settings):
-    settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
+def test_a_batch_that_cannot_be_sent_fails_every_request_in_it(sqs_queues, module_settings):
+    module_settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
     sqs.main_queue_url()  # resolved and cached: the batch call itself is what fails
     sqs_queues.client.delete_queue(QueueUrl=sqs_queues.url)
 
@@ -145,8 +145,8 @@ def test_a_batch_that_cannot_be_sent_fails_every_request_in_it(sqs_queues, setti
     assert all(int(r["Retry-After"]) > 0 for r in responses)
 
 
-def test_a_repeat_in_the_same_batch_is_accepted_and_queued_once(sqs_queues, settings):
-    settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
+def test_a_repeat_in_the_same_batch_is_accepted_and_queued_once(sqs_queues, module_settings):
+    module_settings.CALLBACK_SEND_COALESCE_SECONDS = WINDOW
     body = event_body()
 
     responses = post_all_at_once([body, body, event_body()])
@@ -155,8 +155,8 @@ def test_a_repeat_in_the_same_batch_is_accepted_and_queued_once(sqs_queues, sett
     assert queued_dedup_ids(sqs_queues).count(dedup_id(body)) == 1
 
 
-def test_with_coalescing_off_each_callback_is_sent_alone(sqs_queues, settings, sent_batches):
-    settings.CALLBACK_SEND_COALESCE_SECONDS = 0
+def test_with_coalescing_off_each_callback_is_sent_alone(sqs_queues, module_settings, sent_batches):
+    module_settings.CALLBACK_SEND_COALESCE_SECONDS = 0
     bodies = [event_body() for _ in range(4)]
 
     responses = post_all_at_once(bodies)

@@ -36,7 +36,7 @@ def test_a_string_the_database_cannot_store_is_refused_naming_its_field(
 ):
     response = post(raw_with(field, raw_value))
     assert response.status_code == 400
-    errors = response.json()["errors"]
+    errors = response.json()["error"]["errors"]
     assert list(errors) == [field]
     assert problem in errors[field][0]
     assert queued_messages(sqs_queues) == []
@@ -48,7 +48,7 @@ def test_a_string_the_database_cannot_store_is_refused_naming_its_field(
 def test_a_number_outside_what_json_consumers_read_is_refused(sqs_queues, raw_value):
     response = post(raw_with("note", raw_value))
     assert response.status_code == 400
-    assert response.json()["errors"]
+    assert response.json()["error"]["errors"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -57,23 +57,23 @@ def test_a_duplicate_key_is_refused_naming_it(sqs_queues):
     text = json.dumps(body)[:-1] + ', "amount": "999.00"}'
     response = post(text.encode())
     assert response.status_code == 400
-    assert "amount" in json.dumps(response.json()["errors"])
+    assert "amount" in json.dumps(response.json()["error"]["errors"])
     assert queued_messages(sqs_queues) == []
 
 
 @pytest.mark.parametrize("depth", [40, 990, 100_000])
-def test_nesting_beyond_the_limit_is_refused_with_400_not_500(sqs_queues, settings, depth):
-    settings.CALLBACK_MAX_BODY_BYTES = 512 * 1024
+def test_nesting_beyond_the_limit_is_refused_with_400_not_500(sqs_queues, module_settings, depth):
+    module_settings.CALLBACK_MAX_BODY_BYTES = 512 * 1024
     response = post(raw_with("note", "[" * depth + "]" * depth))
     assert response.status_code == 400
-    assert "nested deeper" in json.dumps(response.json()["errors"])
+    assert "nested deeper" in json.dumps(response.json()["error"]["errors"])
 
 
 @pytest.mark.parametrize("timestamp", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
 def test_a_timestamp_that_does_not_exist_in_utc_is_refused_naming_it(sqs_queues, timestamp):
     response = post_json(event_body(timestamp=timestamp))
     assert response.status_code == 400
-    assert list(response.json()["errors"]) == ["timestamp"]
+    assert list(response.json()["error"]["errors"]) == ["timestamp"]
     assert queued_messages(sqs_queues) == []
 
 

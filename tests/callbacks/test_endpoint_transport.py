@@ -17,9 +17,9 @@ URL = "/callbacks/processor/"
 
 
 @pytest.fixture
-def gunicorn_url(sqs_queues, settings, tmp_path):
+def gunicorn_url(sqs_queues, module_settings, tmp_path):
     port = free_port()
-    env = gunicorn_test_env(settings, port, CALLBACK_SIGNING_SECRETS=SECRET)
+    env = gunicorn_test_env(module_settings, port, CALLBACK_SIGNING_SECRETS=SECRET)
     with gunicorn_running(env, tmp_path / "gunicorn.log"):
         yield port
 
@@ -54,7 +54,7 @@ def test_an_oversized_chunked_callback_is_413_not_401_under_gunicorn(sqs_queues,
     raw = json.dumps(event_body(note="p" * (70 * 1024))).encode()
     status, answer = post_chunked(gunicorn_url, raw, signature="t=1,v1=00")
     assert status == 413
-    assert "larger than 65536 bytes" in answer["detail"]
+    assert "larger than 65536 bytes" in answer["error"]["message"]
     assert queued_messages(sqs_queues) == []
 
 
@@ -63,12 +63,12 @@ def test_a_chunked_callback_with_a_bad_signature_is_401_after_reading_it(sqs_que
     raw = json.dumps(event_body()).encode()
     status, answer = post_chunked(gunicorn_url, raw, signature=signing.sign(b"other", [SECRET]))
     assert status == 401
-    assert "does not match" in answer["detail"]
+    assert "does not match" in answer["error"]["message"]
 
 
 def test_a_chunked_callback_is_411_on_a_server_that_cannot_frame_it(sqs_queues, live_server):
     port = int(live_server.url.rsplit(":", 1)[1])
     status, answer = post_chunked(port, json.dumps(event_body()).encode())
     assert status == 411
-    assert "Content-Length" in answer["detail"]
+    assert "Content-Length" in answer["error"]["message"]
     assert queued_messages(sqs_queues) == []

@@ -119,7 +119,7 @@ def test_an_invalid_restated_field_is_refused_at_the_edge_naming_it(sqs_queues, 
     response, _ = post_event(payment, "settled", **{field: value})
 
     assert response.status_code == 400
-    assert list(response.json()["errors"]) == [field]
+    assert list(response.json()["error"]["errors"]) == [field]
     run_worker()
     assert not QueueMessage.objects.exists()
 

@@ -37,7 +37,7 @@ from payments.models import (
 )
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
 from payments.processor.client import reset_client
-from payments.sandbox import FaultConfig, SandboxProcessor
+from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, payments_created
 from tests.waiting import wait_for
 from triage.ingestion import dead_letters_ingest
@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.scale]
 DEFAULT_PAUSE_SECONDS = 15.0
 DEFAULT_MAX_PAUSE_SECONDS = 300.0
 MAX_RECEIVE_COUNT = 10  # setup_queues' default RedrivePolicy
-# A worker line per message it handled (callbacks.worker.Worker._finish).
+# A worker line per message it handled (callbacks.worker.outcomes.finish).
 HANDLED = re.compile(r"message payment=\S+ message=(\S+) kind=(\S+) outcome=(\S+)")
 
 
@@ -71,7 +71,7 @@ ONE_HOUR_TRIALS = trials_within(3600, pause=DEFAULT_PAUSE_SECONDS, cap=DEFAULT_M
 class Stack:
     """The sandbox (calling back into the live server) and two worker processes."""
 
-    def __init__(self, *, sqs_queues, live_server, settings, tmp_path, env: dict[str, str]):
+    def __init__(self, *, sqs_queues, live_server, module_settings, tmp_path, env: dict[str, str]):
         self.queues = sqs_queues
         self.sandbox = SandboxProcessor(
             callback_url=f"{live_server.url}/callbacks/processor/",
@@ -80,9 +80,9 @@ class Stack:
             # Two callbacks per payment, a thousand payments: enough senders to keep up.
             callback_threads=8,
         ).start()
-        settings.PROCESSOR_BASE_URL = self.sandbox.base_url
+        module_settings.PROCESSOR_BASE_URL = self.sandbox.base_url
         for name, value in env.items():
-            setattr(settings, name, float(value))
+            setattr(module_settings, name, float(value))
         reset_client()
         self.workers = [
             WorkerProcess("--wait-time", "1", log_dir=tmp_path, name=f"worker{i}", **env)
@@ -113,14 +113,14 @@ class Stack:
 
 
 @pytest.fixture
-def make_stack(sqs_queues, live_server, settings, tmp_path):
+def make_stack(sqs_queues, live_server, module_settings, tmp_path):
     stacks = []
 
     def make(**env: str) -> Stack:
         stack = Stack(
             sqs_queues=sqs_queues,
             live_server=live_server,
-            settings=settings,
+            module_settings=module_settings,
             tmp_path=tmp_path,
             env=env,
         )

@@ -55,17 +55,17 @@ def published_count(path: str) -> float:
 
 
 @pytest.fixture
-def queue_down(settings):
+def queue_down(module_settings):
     """Point the SQS endpoint at a closed loopback port; call the fixture to bring it back."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
+    endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
     sqs.reset()
 
     def back_up():
-        settings.SQS_ENDPOINT_URL = endpoint
+        module_settings.SQS_ENDPOINT_URL = endpoint
         sqs.reset()
 
     yield back_up
@@ -312,15 +312,15 @@ def test_run_outbox_relay_once_publishes_and_reports(sqs_queues):
 
 @pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
-def test_run_outbox_relay_publishes_until_sigterm_then_exits_0(sqs_queues, settings):
+def test_run_outbox_relay_publishes_until_sigterm_then_exits_0(sqs_queues, module_settings):
     add_rows(["g1", "g2"])
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": _test_database_url(),
-        "SQS_ENDPOINT_URL": settings.SQS_ENDPOINT_URL,
-        "SQS_QUEUE_NAME": settings.SQS_QUEUE_NAME,
-        "SQS_DLQ_NAME": settings.SQS_DLQ_NAME,
+        "SQS_ENDPOINT_URL": module_settings.SQS_ENDPOINT_URL,
+        "SQS_QUEUE_NAME": module_settings.SQS_QUEUE_NAME,
+        "SQS_DLQ_NAME": module_settings.SQS_DLQ_NAME,
     }
     process = subprocess.Popen(
         [sys.executable, "manage.py", "run_outbox_relay", "--interval", "0.1"],

@@ -17,9 +17,11 @@ INTERNALS = re.compile(r"https?://|127\.0\.0\.1|localhost|/v1/")
 
 
 def test_the_detail_of_a_dead_lettered_submission_carries_no_processor_internals(
-    sqs_queues, sandbox, fast_retries, settings, api_client, user, admin_client
+    sqs_queues, sandbox, fast_retries, module_settings, api_client, user, admin_client
 ):
-    settings.PROCESSOR_BREAKER_FAILURES = 100  # its own attempt budget decides, not the breaker
+    module_settings.PROCESSOR_BREAKER_FAILURES = (
+        100  # its own attempt budget decides, not the breaker
+    )
     payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_9abc")
     grant(user, payment.merchant_id)
     body = {"kind": "submit_payment", "payment_id": str(payment.id)}

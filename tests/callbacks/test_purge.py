@@ -27,8 +27,8 @@ def message(name: str, *, status=QueueMessageStatus.DONE, finished_days_ago: flo
     )
 
 
-def test_purge_deletes_only_clean_finished_records_past_retention_in_batches(settings):
-    settings.QUEUE_MESSAGE_RETENTION = timedelta(days=30)
+def test_purge_deletes_only_clean_finished_records_past_retention_in_batches(module_settings):
+    module_settings.QUEUE_MESSAGE_RETENTION = timedelta(days=30)
     old_clean = [message(f"old-{i}") for i in range(5)]
     recent = message("recent", finished_days_ago=10)
     unfinished = message("running", status=QueueMessageStatus.IN_PROGRESS, finished_days_ago=None)
@@ -48,12 +48,12 @@ def test_purge_deletes_only_clean_finished_records_past_retention_in_batches(set
     assert len(deletes) == 3
 
 
-def test_purge_task_reads_the_retention_setting(settings):
+def test_purge_task_reads_the_retention_setting(module_settings):
     message("forty-days")
     message("ten-days", finished_days_ago=10)
 
-    settings.QUEUE_MESSAGE_RETENTION = timedelta(days=60)
+    module_settings.QUEUE_MESSAGE_RETENTION = timedelta(days=60)
     assert tasks.queue_messages_purge() == 0
-    settings.QUEUE_MESSAGE_RETENTION = timedelta(days=5)
+    module_settings.QUEUE_MESSAGE_RETENTION = timedelta(days=5)
     assert tasks.queue_messages_purge() == 2
     assert not QueueMessage.objects.exists()

@@ -117,7 +117,9 @@ def test_pending_payment_after_a_timed_out_submission_reaches_its_final_state(sa
     assert sandbox.stats()["charges"] == {str(key): 1}
 
 
-def test_repeated_runs_publish_identical_messages_that_deduplicate(sandbox, sqs_queues, settings):
+def test_repeated_runs_publish_identical_messages_that_deduplicate(
+    sandbox, sqs_queues, module_settings
+):
     payment = PaymentFactory()
     payment_submit(payment_id=payment.id)
     wait_for_status(sandbox, payment, "settled")
@@ -127,7 +129,7 @@ def test_repeated_runs_publish_identical_messages_that_deduplicate(sandbox, sqs_
     assert payments_reconcile() == 1
     # Checked a moment ago: skipped until the recheck interval has passed.
     assert payments_reconcile() == 0
-    settings.RECONCILE_RECHECK_AFTER = timedelta(0)
+    module_settings.RECONCILE_RECHECK_AFTER = timedelta(0)
     assert payments_reconcile() == 1
 
     assert queue_depth(sqs_queues) == 1  # the second publication was deduplicated
@@ -151,10 +153,10 @@ def test_payment_the_processor_does_not_know_raises_an_alert_and_publishes_nothi
     assert alert.payment_id == payment.id
 
 
-def test_processor_unavailable_leaves_the_payment_for_the_next_run(settings, sqs_queues):
+def test_processor_unavailable_leaves_the_payment_for_the_next_run(module_settings, sqs_queues):
     from payments.processor.client import reset_client
 
-    settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"
+    module_settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"
     reset_client()
     payment = PaymentFactory(state="submitted")
     Payment.objects.filter(pk=payment.pk).update(
@@ -169,14 +171,14 @@ def test_processor_unavailable_leaves_the_payment_for_the_next_run(settings, sqs
     assert queued_bodies(sqs_queues) == []
 
 
-def test_queue_down_raises_and_the_command_names_it(sandbox, sqs_queues, settings):
+def test_queue_down_raises_and_the_command_names_it(sandbox, sqs_queues, module_settings):
     payment = PaymentFactory()
     payment_submit(payment_id=payment.id)
     wait_for_status(sandbox, payment, "settled")
     Payment.objects.filter(pk=payment.pk).update(
         state_changed_at=timezone.now() - timedelta(days=5)
     )
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     with pytest.raises(CommandError, match="could not publish to the queue"):
         call_command("reconcile_payments")

@@ -54,8 +54,8 @@ def message(name: str, *, status=QueueMessageStatus.DONE, finished_days_ago=OLD,
     return row
 
 
-def test_history_purge_deletes_old_error_history_with_its_errors_in_batches(settings):
-    settings.QUEUE_ERROR_RETENTION = timedelta(days=90)
+def test_history_purge_deletes_old_error_history_with_its_errors_in_batches(module_settings):
+    module_settings.QUEUE_ERROR_RETENTION = timedelta(days=90)
     old = [message(f"retried-{i}", errors=2) for i in range(3)]
     recent = message("recent", errors=1, finished_days_ago=10)
     clean = message("clean")  # the clean purge's business, under its own retention
@@ -113,8 +113,8 @@ def _parked(hold: PaymentHold, name: str, released_days_ago: float | None) -> Pa
     return ParkedMessageFactory(hold=hold, message_id=name, released_at=released_at)
 
 
-def test_holds_purge_deletes_released_holds_and_parked_messages_past_retention(settings):
-    settings.HOLD_RETENTION = timedelta(days=90)
+def test_holds_purge_deletes_released_holds_and_parked_messages_past_retention(module_settings):
+    module_settings.HOLD_RETENTION = timedelta(days=90)
     old = _hold("old", released_days_ago=OLD)
     for i in range(3):
         _parked(old, f"old-{i}", released_days_ago=OLD)

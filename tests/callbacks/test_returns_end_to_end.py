@@ -20,16 +20,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def sandbox_with_callbacks(settings, live_server):
+def sandbox_with_callbacks(module_settings, live_server):
     from payments.processor.client import reset_client
-    from payments.sandbox import FaultConfig, SandboxProcessor
+    from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(
         callback_url=f"{live_server.url}/callbacks/processor/",
         faults=FaultConfig(settle_after_seconds=0.05, return_after_seconds=0.5),
         callback_backoff_seconds=0.05,
     ).start()
-    settings.PROCESSOR_BASE_URL = server.base_url
+    module_settings.PROCESSOR_BASE_URL = server.base_url
     reset_client()
     yield server
     server.stop()

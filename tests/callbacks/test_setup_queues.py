@@ -13,16 +13,16 @@ from callbacks.queues import queues_ensure
 
 
 @pytest.fixture
-def queue_names(local_sqs, settings):
+def queue_names(local_sqs, module_settings):
     """Unused queue names on the local SQS server; nothing is created."""
     suffix = uuid.uuid4().hex[:12]
-    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
-    settings.SQS_QUEUE_NAME = f"setup-{suffix}.fifo"
-    settings.SQS_DLQ_NAME = f"setup-dlq-{suffix}.fifo"
+    module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    module_settings.SQS_QUEUE_NAME = f"setup-{suffix}.fifo"
+    module_settings.SQS_DLQ_NAME = f"setup-dlq-{suffix}.fifo"
     sqs.reset()
     client = boto3.client("sqs", endpoint_url=local_sqs.endpoint_url, region_name="us-east-1")
     yield types.SimpleNamespace(
-        client=client, main=settings.SQS_QUEUE_NAME, dlq=settings.SQS_DLQ_NAME
+        client=client, main=module_settings.SQS_QUEUE_NAME, dlq=module_settings.SQS_DLQ_NAME
     )
     sqs.reset()
 
@@ -173,17 +173,17 @@ def test_negative_visibility_timeout_is_refused_by_the_argument_parser(queue_nam
         run("--visibility-timeout", "-1")
 
 
-def test_queue_name_without_fifo_suffix_is_refused(queue_names, settings):
-    settings.SQS_QUEUE_NAME = "payments-standard"
+def test_queue_name_without_fifo_suffix_is_refused(queue_names, module_settings):
+    module_settings.SQS_QUEUE_NAME = "payments-standard"
     with pytest.raises(CommandError, match="SQS_QUEUE_NAME"):
         run("--visibility-timeout", "30")
 
 
-def test_unreachable_endpoint_is_a_command_error(queue_names, settings):
+def test_unreachable_endpoint_is_a_command_error(queue_names, module_settings):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
     sqs.reset()
     with pytest.raises(CommandError, match="failed|cannot"):
         run("--visibility-timeout", "30")

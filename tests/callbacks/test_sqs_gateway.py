@@ -180,10 +180,12 @@ def test_a_batch_call_is_chunked_by_ten_and_reads_each_refusal_back(sqs_queues):
 
 
 @pytest.mark.django_db
-def test_a_batch_call_that_cannot_reach_sqs_reports_every_entry_unreachable(sqs_queues, settings):
+def test_a_batch_call_that_cannot_reach_sqs_reports_every_entry_unreachable(
+    sqs_queues, module_settings
+):
     send_one()
     [message] = receive_all(sqs_queues.url)
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there
     sqs.reset()
 
     outcome = sqs.delete_messages(url=sqs_queues.url, messages=[message] * 11)

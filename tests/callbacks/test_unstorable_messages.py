@@ -48,9 +48,9 @@ UNSTORABLE = {
 
 @pytest.mark.parametrize("value", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
 def test_a_body_the_database_refuses_is_dead_lettered_as_text_after_a_few_starts(
-    sqs_queues, settings, value
+    sqs_queues, module_settings, value
 ):
-    settings.WORKER_MAX_FAILED_STARTS = 2
+    module_settings.WORKER_MAX_FAILED_STARTS = 2
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     raw = envelope_text(payment, note=value)
     message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, raw)
@@ -76,8 +76,8 @@ def test_a_body_the_database_refuses_is_dead_lettered_as_text_after_a_few_starts
     assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
 
 
-def test_a_failed_start_is_retried_not_dead_lettered_before_the_limit(sqs_queues, settings):
-    settings.WORKER_MAX_FAILED_STARTS = 3
+def test_a_failed_start_is_retried_not_dead_lettered_before_the_limit(sqs_queues, module_settings):
+    module_settings.WORKER_MAX_FAILED_STARTS = 3
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     message_id = send_body(
         sqs_queues.client, sqs_queues.url, payment.id, envelope_text(payment, note="NaN")
@@ -128,12 +128,14 @@ def test_dlq_ingestion_keeps_our_dead_letter_marker_when_the_body_is_stored_as_t
     assert dead.last_error_message == "bad \\x00 byte"
 
 
-def test_a_start_failing_for_another_database_reason_is_never_dead_lettered(sqs_queues, settings):
+def test_a_start_failing_for_another_database_reason_is_never_dead_lettered(
+    sqs_queues, module_settings
+):
     """Only a data error blames the body: any other refusal (an outage, here a trigger
     refusing the row) keeps the message on the queue however often it fails to start."""
     from django.db import connection
 
-    settings.WORKER_MAX_FAILED_STARTS = 2
+    module_settings.WORKER_MAX_FAILED_STARTS = 2
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     with connection.cursor() as cursor:
         cursor.execute(

@@ -16,7 +16,6 @@ from django.db import connection
 from prometheus_client import REGISTRY
 
 from callbacks import sqs
-from callbacks import worker as worker_module
 from callbacks.models import (
     ParkedMessage,
     PaymentHold,
@@ -27,6 +26,7 @@ from callbacks.models import (
 from callbacks.schema import processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_purge
 from callbacks.worker import Worker
+from callbacks.worker import outcomes as worker_outcomes
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import (
     applied_events,
@@ -205,16 +205,18 @@ def test_settled_before_submitted_is_retried_six_times_then_dead_lettered_and_he
     assert drain(sqs_queues.client, sqs_queues.url) == []
 
 
-def test_failures_are_hidden_for_the_backoff_between_attempts(sqs_queues, settings, monkeypatch):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 1
-    settings.WORKER_BACKOFF_CAP_SECONDS = 1
-    settings.WORKER_MAX_ATTEMPTS = 3
+def test_failures_are_hidden_for_the_backoff_between_attempts(
+    sqs_queues, module_settings, monkeypatch
+):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 1
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 1
+    module_settings.WORKER_MAX_ATTEMPTS = 3
     # The jitter drawn from a seeded generator: the draws are known, and far enough from 0
     # that a retry arriving early could not pass the gap check below by luck.
     monkeypatch.setattr(
-        worker_module,
+        worker_outcomes,
         "backoff_delay",
-        functools.partial(worker_module.backoff_delay, uniform=random.Random(0).uniform),
+        functools.partial(worker_outcomes.backoff_delay, uniform=random.Random(0).uniform),
     )
     same_seed = random.Random(0)
     expected = [same_seed.uniform(0, 1) for _ in range(2)]
@@ -379,17 +381,17 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
     worker = Worker(wait_time=0, relay=False)
     with worker.running():
         [message] = worker.receive()
-        # The start, autocommitted: one query asks whether the message is known, the payment
-        # held or an earlier message of its group unfinished; one insert records the start.
+        # The start, autocommitted: one statement records it unless the payment is held or
+        # an earlier message of its group is unfinished (the batch start's, for one row).
         # The work, one transaction (BEGIN and COMMIT): savepoint, lock the payment, one
         # statement that claims the dedup record and, because the claim is new, updates the
         # state, credits the ledger, counts the debit in the merchant's daily return-rate
         # counters and writes the event-log row (payments.event_sql); release; mark the record
-        # done. Five statements do the work; the other four are transaction control. This is
+        # done. Four statements do the work; the other four are transaction control. This is
         # the per-message path (a submission, a follower of its group in the batch, a message
         # the bulk start leaves out); a batch's processor events take 44 statements per 10 (see
         # test_worker_batch.py).
-        with django_assert_num_queries(9, connection=connection):
+        with django_assert_num_queries(8, connection=connection):
             result = worker.process_message(message)
         worker.delete([message])
     assert result.outcome == "applied"
@@ -397,22 +399,22 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
     assert payment.state == PaymentState.CONFIRMED
 
 
-def test_unknown_kind_is_dead_lettered_after_the_dlq_comes_back(sqs_queues, settings):
+def test_unknown_kind_is_dead_lettered_after_the_dlq_comes_back(sqs_queues, module_settings):
     """The DLQ cannot be reached: the message is not lost, it waits and is moved later."""
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     body = {"kind": "refund_payment", "payment_id": str(payment.id)}
     message_id = send_body(sqs_queues.client, sqs_queues.url, payment.id, body)
-    dlq_name = settings.SQS_DLQ_NAME
-    settings.SQS_DLQ_NAME = "no-such-queue.fifo"
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    dlq_name = module_settings.SQS_DLQ_NAME
+    module_settings.SQS_DLQ_NAME = "no-such-queue.fifo"
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
 
     run_worker(max_messages=1)
 
     record = QueueMessage.objects.get(message_id=message_id)
     assert (record.status, record.attempts) == ("retrying", 1)
     assert not PaymentHold.objects.exists()
-    settings.SQS_DLQ_NAME = dlq_name
+    module_settings.SQS_DLQ_NAME = dlq_name
 
     run_worker()
 
@@ -443,8 +445,8 @@ def test_command_options_out_of_range_are_refused_with_the_reason(option, value,
         call_command("run_sqs_worker", f"{option}={value}")
 
 
-def test_unreachable_queue_stops_the_command_with_a_clear_error(settings, local_sqs):
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+def test_unreachable_queue_stops_the_command_with_a_clear_error(module_settings, local_sqs):
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     try:
         with pytest.raises(CommandError, match="the queue is unavailable"):
@@ -508,15 +510,15 @@ def test_conflicting_resend_inside_the_queue_window_is_dead_lettered_for_a_human
     assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()
 
 
-def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, settings, caplog):
+def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, module_settings, caplog):
     import socket
     import threading
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    live_endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
+    live_endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
     sqs.reset()
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     worker = Worker(wait_time=0, relay=False, max_messages=1)
@@ -539,7 +541,7 @@ def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, setti
     )
     assert thread.is_alive(), f"the worker gave up while the queue was down: {outcome}"
 
-    settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back
+    module_settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back
     send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
     thread.join(30)
 

@@ -82,9 +82,11 @@ def failing_on(payment_id: str) -> dict[str, Handler]:
     return {**DEFAULT_HANDLERS, PROCESSOR_EVENT: Handler(handler)}
 
 
-def test_a_failing_event_rolls_back_only_its_savepoint_and_keeps_its_body(sqs_queues, settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+def test_a_failing_event_rolls_back_only_its_savepoint_and_keeps_its_body(
+    sqs_queues, module_settings
+):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payments = settled_events(sqs_queues, 5)
     bad = str(payments[2].id)
     worker = Worker(wait_time=0, relay=False, handlers=failing_on(bad))
@@ -105,12 +107,12 @@ def test_a_failing_event_rolls_back_only_its_savepoint_and_keeps_its_body(sqs_qu
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (1, 0)  # only the failed one
 
 
-def test_a_refused_event_in_the_batch_rolls_back_its_own_writes(sqs_queues, settings):
+def test_a_refused_event_in_the_batch_rolls_back_its_own_writes(sqs_queues, module_settings):
     """The processor-event handler runs without a worker savepoint (it declares its own): an
     event refused after its dedup record was claimed (the amount is checked after the claim)
     leaves neither that claim nor anything else behind, and the batch's other events commit."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payments = [PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(4)]
     bad = payments[1]
     for payment in payments:
@@ -131,11 +133,11 @@ def test_a_refused_event_in_the_batch_rolls_back_its_own_writes(sqs_queues, sett
     assert QueueMessage.objects.filter(status="done").count() == 3
 
 
-def test_a_head_that_fails_stops_its_group_and_the_rest_never_start(sqs_queues, settings):
+def test_a_head_that_fails_stops_its_group_and_the_rest_never_start(sqs_queues, module_settings):
     """A later message of the same group in the batch is released untouched: the bulk start
     counts only group heads, so it has no record and no attempt."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payments = settled_events(sqs_queues, 2)
     head_group = str(payments[0].id)
     worker = Worker(wait_time=0, relay=False, handlers=failing_on(head_group))
@@ -155,11 +157,11 @@ def test_a_head_that_fails_stops_its_group_and_the_rest_never_start(sqs_queues, 
     assert worker.stats.released == 1 and worker.stats.deleted == 0
 
 
-def test_a_batch_whose_commit_fails_is_retried_whole(sqs_queues, settings):
+def test_a_batch_whose_commit_fails_is_retried_whole(sqs_queues, module_settings):
     """Foreign keys are checked at commit: one event's dangling row makes the commit fail, so
     nothing of the batch is applied, every message counts its attempt and is retried."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payments = settled_events(sqs_queues, 3)
     dangling_for = str(payments[1].id)
 

@@ -49,13 +49,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def short_budget(settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
-    settings.WORKER_MAX_ATTEMPTS = 3
-    settings.PROCESSOR_BREAKER_FAILURES = 2
-    settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 1
-    settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 2
+def short_budget(module_settings):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_MAX_ATTEMPTS = 3
+    module_settings.PROCESSOR_BREAKER_FAILURES = 2
+    module_settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 1
+    module_settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 2
 
 
 def submit_message(sqs_queues, payment) -> str:
@@ -121,12 +121,12 @@ def test_processor_events_are_applied_while_the_breaker_is_open(sqs_queues, sand
 
 
 def test_outage_past_the_retry_budget_spends_no_budget_and_submits_once_after(
-    sqs_queues, sandbox, short_budget, settings
+    sqs_queues, sandbox, short_budget, module_settings
 ):
     # 3 attempts allowed, backoff 0: without the breaker this message is dead-lettered within
     # a fraction of a second. The processor is down for 4 s, many pauses and trials long.
-    settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 0.5
-    settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 0.5
+    module_settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 0.5
+    module_settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 0.5
     payment = PaymentFactory(state=PaymentState.PENDING)
     message_id = submit_message(sqs_queues, payment)
     sandbox.outage_start("503", 4)
@@ -213,9 +213,9 @@ def test_a_payments_later_messages_wait_behind_its_parked_submission_in_order(sq
 
 
 def test_the_half_open_trial_releases_only_its_size_then_the_rest_after_the_close(
-    sqs_queues, sandbox, settings
+    sqs_queues, sandbox, module_settings
 ):
-    settings.PROCESSOR_BREAKER_TRIAL_CALLS = 2
+    module_settings.PROCESSOR_BREAKER_TRIAL_CALLS = 2
     payments = PaymentFactory.create_batch(5, state=PaymentState.PENDING)
     for payment in payments:
         submit_message(sqs_queues, payment)
@@ -249,9 +249,9 @@ def test_a_dead_letter_of_a_payment_waiting_for_the_processor_makes_it_wait_for_
 
 
 def test_429_retry_after_pauses_every_submission_without_spending_attempts(
-    sqs_queues, sandbox, settings
+    sqs_queues, sandbox, module_settings
 ):
-    settings.WORKER_MAX_ATTEMPTS = 1  # an attempt spent on the 429 would dead-letter it
+    module_settings.WORKER_MAX_ATTEMPTS = 1  # an attempt spent on the 429 would dead-letter it
     throttled = PaymentFactory(state=PaymentState.PENDING, source_token="tok_429_1abcdef")
     other = PaymentFactory(state=PaymentState.PENDING, source_token="tok_good_account")
     throttled_id = submit_message(sqs_queues, throttled)

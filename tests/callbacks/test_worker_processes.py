@@ -17,7 +17,7 @@ from payments.models import (
     ProcessedEvent,
     ProcessorAttempt,
 )
-from payments.sandbox import DebitLatch, FaultConfig, SandboxProcessor
+from sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
 from tests.factories import PaymentFactory, processor_event
 from tests.waiting import wait_for
@@ -28,7 +28,7 @@ SUMMARY = re.compile(r"run_sqs_worker stopped: (\d+) handled .*, (\d+) deleted, 
 
 
 @pytest.fixture
-def start_sandbox(settings):
+def start_sandbox(module_settings):
     """Start the sandbox processor answering every debit after ``latency`` seconds."""
     servers = []
 
@@ -37,8 +37,8 @@ def start_sandbox(settings):
             faults=FaultConfig(latency_median_ms=latency * 1000, latency_sigma=0.001)
         ).start()
         servers.append(server)
-        settings.PROCESSOR_BASE_URL = server.base_url
-        settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5 if timeout is None else timeout
+        module_settings.PROCESSOR_BASE_URL = server.base_url
+        module_settings.PROCESSOR_TIMEOUT_SECONDS = latency + 5 if timeout is None else timeout
         return server
 
     yield start

@@ -40,9 +40,11 @@ def test_retryable_processor_error_backs_off_and_retries_with_the_same_key(
     assert drain(sqs_queues.client, sqs_queues.url) == []
 
 
-def test_retry_after_from_the_processor_is_a_floor_for_the_backoff(sqs_queues, sandbox, settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0.01
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0.01
+def test_retry_after_from_the_processor_is_a_floor_for_the_backoff(
+    sqs_queues, sandbox, module_settings
+):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0.01
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0.01
     payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_429_1abcdef")
     message_id = submit_message(sqs_queues, payment)
 
@@ -73,10 +75,10 @@ def test_rejected_submission_fails_the_payment_and_deletes_the_message(sqs_queue
 
 
 def test_processor_down_past_the_attempt_limit_dead_letters_the_submission(
-    sqs_queues, sandbox, fast_retries, settings
+    sqs_queues, sandbox, fast_retries, module_settings
 ):
     # One message failing on its own, below the breaker's thresholds: its own budget decides.
-    settings.PROCESSOR_BREAKER_FAILURES = 100
+    module_settings.PROCESSOR_BREAKER_FAILURES = 100
     payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_9abc")
     message_id = submit_message(sqs_queues, payment)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 
+from callbacks import conf as callbacks_conf
 from callbacks.schema import event_deduplication_id, processor_event_message
+from payments import conf as payments_conf
 from payments.models import Payment, PaymentEvent
 from tests.factories import processor_event
 from tests.waiting import wait_for
@@ -104,13 +106,13 @@ def worker_env(**extra: str) -> dict[str, str]:
             f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/"
             f"{database['NAME']}"
         ),
-        SQS_ENDPOINT_URL=settings.SQS_ENDPOINT_URL,
-        SQS_QUEUE_NAME=settings.SQS_QUEUE_NAME,
-        SQS_DLQ_NAME=settings.SQS_DLQ_NAME,
-        PROCESSOR_BASE_URL=settings.PROCESSOR_BASE_URL,
-        PROCESSOR_TIMEOUT_SECONDS=str(settings.PROCESSOR_TIMEOUT_SECONDS),
-        WORKER_BACKOFF_BASE_SECONDS=str(settings.WORKER_BACKOFF_BASE_SECONDS),
-        WORKER_BACKOFF_CAP_SECONDS=str(settings.WORKER_BACKOFF_CAP_SECONDS),
+        SQS_ENDPOINT_URL=callbacks_conf.SQS_ENDPOINT_URL,
+        SQS_QUEUE_NAME=callbacks_conf.SQS_QUEUE_NAME,
+        SQS_DLQ_NAME=callbacks_conf.SQS_DLQ_NAME,
+        PROCESSOR_BASE_URL=payments_conf.PROCESSOR_BASE_URL,
+        PROCESSOR_TIMEOUT_SECONDS=str(payments_conf.PROCESSOR_TIMEOUT_SECONDS),
+        WORKER_BACKOFF_BASE_SECONDS=str(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS),
+        WORKER_BACKOFF_CAP_SECONDS=str(callbacks_conf.WORKER_BACKOFF_CAP_SECONDS),
         AWS_ACCESS_KEY_ID=env.get("AWS_ACCESS_KEY_ID", "test"),
         AWS_SECRET_ACCESS_KEY=env.get("AWS_SECRET_ACCESS_KEY", "test"),
         PYTHONUNBUFFERED="1",

@@ -45,8 +45,8 @@ class SqsCallRecorder:
     """Records (queue, IAM action) of every call made through ``sqs.sqs_client()``, under the
     role set by ``acting_as``; calls made outside a role (test set-up) are not recorded."""
 
-    def __init__(self, monkeypatch, settings) -> None:
-        self.settings = settings
+    def __init__(self, monkeypatch, module_settings) -> None:
+        self.settings = module_settings
         self.role: ProcessRole | None = None
         self.calls: dict[ProcessRole, set[tuple[str, str]]] = defaultdict(set)
         self._clients: set[int] = set()
@@ -103,16 +103,16 @@ def declared_in_product_code(role: ProcessRole) -> set[tuple[str, str]]:
 
 
 @pytest.fixture
-def recorder(monkeypatch, settings, sqs_queues):
-    return SqsCallRecorder(monkeypatch, settings)
+def recorder(monkeypatch, module_settings, sqs_queues):
+    return SqsCallRecorder(monkeypatch, module_settings)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_each_process_makes_exactly_the_sqs_calls_its_role_declares(
-    recorder, sqs_queues, sandbox, settings, admin_user, local_sqs
+    recorder, sqs_queues, sandbox, module_settings, admin_user, local_sqs
 ):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     # Set-up, not recorded: a pending payment whose "settled" event has no valid transition,
     # with two events behind it, and a payment whose submission waits in the outbox.
     held = PaymentFactory()
@@ -144,7 +144,7 @@ def test_each_process_makes_exactly_the_sqs_calls_its_role_declares(
         body={"kind": "submit_payment", "payment_id": str(stale.id)},
     )
     OutboxMessage.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(minutes=5))
-    settings.RECONCILE_SUBMITTED_AFTER = timedelta(0)
+    module_settings.RECONCILE_SUBMITTED_AFTER = timedelta(0)
     with recorder.acting_as(ProcessRole.CELERY):
         assert triage_tasks.dead_letters_ingest() == 1
         triage_tasks.queue_metrics_sample()
@@ -169,13 +169,13 @@ def test_each_process_makes_exactly_the_sqs_calls_its_role_declares(
 
     # Set-up on a fresh account creates the queues; run again after both drifted, it fixes them.
     suffix = uuid.uuid4().hex[:12]
-    settings.SQS_QUEUE_NAME = f"setup-{suffix}.fifo"
-    settings.SQS_DLQ_NAME = f"setup-dlq-{suffix}.fifo"
-    settings.CELERY_SQS_QUEUE_NAME = f"celery-{suffix}"
+    module_settings.SQS_QUEUE_NAME = f"setup-{suffix}.fifo"
+    module_settings.SQS_DLQ_NAME = f"setup-dlq-{suffix}.fifo"
+    module_settings.CELERY_SQS_QUEUE_NAME = f"celery-{suffix}"
     with recorder.acting_as(ProcessRole.SETUP):
         call_command("setup_queues", "--visibility-timeout", "30", stdout=io.StringIO())
         call_command("setup_celery_queue", stdout=io.StringIO())
-    for name in (settings.SQS_QUEUE_NAME, settings.SQS_DLQ_NAME):
+    for name in (module_settings.SQS_QUEUE_NAME, module_settings.SQS_DLQ_NAME):
         url = sqs_queues.client.get_queue_url(QueueName=name)["QueueUrl"]
         sqs_queues.client.set_queue_attributes(
             QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"}

@@ -44,7 +44,7 @@ NOT_DEPLOYED_BY_MOTO = {"AWS::SQS::QueuePolicy", "AWS::CloudWatch::Alarm"}
 
 
 @pytest.fixture
-def aws(monkeypatch, settings):
+def aws(monkeypatch, module_settings):
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -52,8 +52,8 @@ def aws(monkeypatch, settings):
         "AWS_DEFAULT_REGION": REGION,
     }.items():
         monkeypatch.setenv(name, value)
-    settings.SQS_ENDPOINT_URL = None  # boto3's AWS endpoint, which moto intercepts
-    settings.AWS_REGION = REGION
+    module_settings.SQS_ENDPOINT_URL = None  # boto3's AWS endpoint, which moto intercepts
+    module_settings.AWS_REGION = REGION
     sqs.reset()
     with mock_aws():
         yield
@@ -95,19 +95,21 @@ def definition(url: str) -> dict:
     return found
 
 
-def setup_queues_in(settings, *, prefix: str) -> dict[QueueRole, str]:
+def setup_queues_in(module_settings, *, prefix: str) -> dict[QueueRole, str]:
     """Create a set of queues the product's way, under other names; return their URLs."""
-    settings.SQS_QUEUE_NAME = f"{prefix}-payments.fifo"
-    settings.SQS_DLQ_NAME = f"{prefix}-payments-dlq.fifo"
-    settings.CELERY_SQS_QUEUE_NAME = f"{prefix}-payments-celery"
+    module_settings.SQS_QUEUE_NAME = f"{prefix}-payments.fifo"
+    module_settings.SQS_DLQ_NAME = f"{prefix}-payments-dlq.fifo"
+    module_settings.CELERY_SQS_QUEUE_NAME = f"{prefix}-payments-celery"
     sqs.reset()
     lines = queues_ensure(visibility_timeout=int(PARAMETERS["VisibilityTimeout"]))
     assert [line.split()[0] for line in lines] == ["created", "created"]
     broker = celery_queue_ensure(visibility_timeout=int(PARAMETERS["CeleryVisibilityTimeout"]))
     client = boto3.client("sqs", region_name=REGION)
     return {
-        QueueRole.MAIN: client.get_queue_url(QueueName=settings.SQS_QUEUE_NAME)["QueueUrl"],
-        QueueRole.DEAD_LETTER: client.get_queue_url(QueueName=settings.SQS_DLQ_NAME)["QueueUrl"],
+        QueueRole.MAIN: client.get_queue_url(QueueName=module_settings.SQS_QUEUE_NAME)["QueueUrl"],
+        QueueRole.DEAD_LETTER: client.get_queue_url(QueueName=module_settings.SQS_DLQ_NAME)[
+            "QueueUrl"
+        ],
         QueueRole.CELERY_BROKER: broker,
     }
 
@@ -116,10 +118,10 @@ def stack_queue_urls(outputs) -> dict[QueueRole, str]:
     return {queue: outputs[f"{resource}Url"] for queue, resource in QUEUE_RESOURCES.items()}
 
 
-def test_stack_queues_have_the_attributes_setup_queues_gives(stack, settings):
+def test_stack_queues_have_the_attributes_setup_queues_gives(stack, module_settings):
     outputs, _ = stack
     deployed = stack_queue_urls(outputs)
-    created = setup_queues_in(settings, prefix="setup")
+    created = setup_queues_in(module_settings, prefix="setup")
 
     for queue in QueueRole:
         assert definition(deployed[queue]) == definition(created[queue]), queue
@@ -130,9 +132,9 @@ def test_stack_queues_have_the_attributes_setup_queues_gives(stack, settings):
     assert attributes(deployed[QueueRole.MAIN])["SqsManagedSseEnabled"] == "true"
 
 
-def test_setup_queues_on_the_stacks_queues_finds_nothing_to_change(stack, settings):
-    settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
-    settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
+def test_setup_queues_on_the_stacks_queues_finds_nothing_to_change(stack, module_settings):
+    module_settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
+    module_settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
     sqs.reset()
 
     lines = queues_ensure(visibility_timeout=int(PARAMETERS["VisibilityTimeout"]), dry_run=True)
@@ -143,14 +145,14 @@ def test_setup_queues_on_the_stacks_queues_finds_nothing_to_change(stack, settin
     ]
 
 
-def test_setup_queues_restores_encryption_turned_off_on_the_stacks_queue(stack, settings):
+def test_setup_queues_restores_encryption_turned_off_on_the_stacks_queue(stack, module_settings):
     outputs, _ = stack
     client = boto3.client("sqs", region_name=REGION)
     client.set_queue_attributes(
         QueueUrl=outputs["MainQueueUrl"], Attributes={"SqsManagedSseEnabled": "false"}
     )
-    settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
-    settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
+    module_settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
+    module_settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
     sqs.reset()
 
     lines = queues_ensure(visibility_timeout=int(PARAMETERS["VisibilityTimeout"]))
@@ -161,7 +163,7 @@ def test_setup_queues_restores_encryption_turned_off_on_the_stacks_queue(stack, 
     assert attributes(outputs["MainQueueUrl"])["SqsManagedSseEnabled"] == "true"
 
 
-def test_setup_queues_accepts_the_stacks_kms_encrypted_queues(aws, settings):
+def test_setup_queues_accepts_the_stacks_kms_encrypted_queues(aws, module_settings):
     key = boto3.client("kms", region_name=REGION).create_key()["KeyMetadata"]["Arn"]
     cloudformation = boto3.client("cloudformation", region_name=REGION)
     parameters = {**PARAMETERS, "KmsKeyArn": key}
@@ -180,8 +182,8 @@ def test_setup_queues_accepts_the_stacks_kms_encrypted_queues(aws, settings):
     client = boto3.client("sqs", region_name=REGION)
     for url in (outputs["MainQueueUrl"], outputs["DeadLetterQueueUrl"]):
         client.set_queue_attributes(QueueUrl=url, Attributes={"SqsManagedSseEnabled": "false"})
-    settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
-    settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
+    module_settings.SQS_QUEUE_NAME = PARAMETERS["MainQueueName"]
+    module_settings.SQS_DLQ_NAME = PARAMETERS["DeadLetterQueueName"]
     sqs.reset()
 
     lines = queues_ensure(visibility_timeout=int(PARAMETERS["VisibilityTimeout"]), dry_run=True)

@@ -71,30 +71,38 @@ USE_TZ = True
 TIME_ZONE = "Europe/Berlin"
 STATIC_URL = "/assets/"
 
-# The host's API conventions, which must change nothing in the module's views.
+# The host's API conventions, which must change nothing in the module's views: every policy
+# DRF reads from here is set to something the module does not use.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tests.host.auth.ShopKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.FormParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.BrowsableAPIRenderer"],
     "EXCEPTION_HANDLER": "tests.host.errors.shop_exception_handler",
+    "DEFAULT_VERSIONING_CLASS": "rest_framework.versioning.URLPathVersioning",
+    "ALLOWED_VERSIONS": ["v1"],
+    "DEFAULT_PAGINATION_CLASS": "tests.host.pagination.ShopPagination",
+    "PAGE_SIZE": 2,
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": "1/day", "anon": "1/day"},
+    "DEFAULT_METADATA_CLASS": None,
+    "DEFAULT_SCHEMA_CLASS": "rest_framework.schemas.openapi.AutoSchema",
 }
 
-# --- The payments module: only what has no default inside it.
-PROCESSOR_BASE_URL = "http://127.0.0.1:9"  # the sandbox's address, set by the tests
-PROCESSOR_API_KEY = "host-processor-key"
-CALLBACK_SIGNING_SECRETS = ["host-secret-new", "host-secret-old"]
-SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # the local SQS server, set by the tests
-SQS_QUEUE_NAME = "shop-ach.fifo"
-SQS_DLQ_NAME = "shop-ach-dlq.fifo"
+# --- The payments module: one dict per app, only what has no default inside it (and backoff
+# off, for a fast test); `manage.py check` refuses a key an app does not know.
+PAYMENTS = {
+    "PROCESSOR_BASE_URL": "http://127.0.0.1:9",  # the sandbox's address, set by the tests
+    "PROCESSOR_API_KEY": "host-processor-key",
+}
+CALLBACKS = {
+    "CALLBACK_SIGNING_SECRETS": ["host-secret-new", "host-secret-old"],
+    "SQS_ENDPOINT_URL": "http://127.0.0.1:9",  # the local SQS server, set by the tests
+    "SQS_QUEUE_NAME": "shop-ach.fifo",
+    "SQS_DLQ_NAME": "shop-ach-dlq.fifo",
+    "WORKER_BACKOFF_BASE_SECONDS": 0,
+    "WORKER_BACKOFF_CAP_SECONDS": 0,
+}
 # The host merges the module's beat schedule into its own: see tests/host/celery.py.
-
-# Read from settings directly (not yet through callbacks.conf) by the callback endpoint and the
-# queue worker; the values are the module's defaults, except backoff for a fast test.
-CALLBACK_TOLERANCE_SECONDS = 300
-CALLBACK_MAX_BODY_BYTES = 64 * 1024
-WORKER_MAX_ATTEMPTS = 6
-WORKER_BACKOFF_BASE_SECONDS = 0
-WORKER_BACKOFF_CAP_SECONDS = 0
 
 CELERY_BROKER_URL = "memory://"

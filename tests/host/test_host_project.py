@@ -9,8 +9,10 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import get_commands
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -82,10 +84,21 @@ def test_the_host_project_runs_without_the_modules_own_project_package():
     assert not any(name.startswith("config") for name in settings.INSTALLED_APPS)
 
 
-def test_host_drf_defaults_are_in_force_on_the_hosts_own_views(token_client):
+def test_the_host_does_not_install_the_sandbox_processor():
+    # The tests here still run a sandbox on loopback (a plain object), but the app is not
+    # installed: its command does not exist in the host.
+    assert not apps.is_installed("sandbox")
+    assert "run_sandbox_processor" not in get_commands()
+
+
+def test_host_drf_defaults_are_in_force_on_the_hosts_own_views(token_client, ops_admin):
     # IsAdminUser, the shop's key header and its error format: a Token means nothing here.
-    response = token_client.get("/shop/whoami/")
+    response = token_client.get("/shop/v1/whoami/")
     assert response.status_code == 418  # only the host's exception handler answers 418
+    # The host's URLPathVersioning: v1 is served, any other version refused (in its format).
+    shop_key = Client(headers={"X-Shop-Key": "shop-admin-key"})
+    assert shop_key.get("/shop/v1/whoami/").status_code == 200
+    assert shop_key.get("/shop/v2/whoami/").status_code == 418
 
 
 def test_module_views_keep_their_own_authentication_and_error_format(ops_admin):
@@ -94,7 +107,35 @@ def test_module_views_keep_their_own_authentication_and_error_format(ops_admin):
         f"/ach/api/payments/{uuid.uuid4()}/"
     )
     assert response.status_code == 401
-    assert "detail" in response.json() and "shop_error" not in response.json()
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("authentication_error", "not_authenticated")
+    assert error["request_id"] == response["Request-Id"]
+    assert "shop_error" not in response.json()
+
+
+def test_module_endpoints_answer_as_documented_whatever_the_hosts_drf_policies(token_client):
+    """URLPathVersioning, a page format, throttles of one request a day, no metadata class:
+    none of it reaches the module's views, which answer as the schema says."""
+    ids = [create_payment(token_client, amount=f"1.0{i}").json()["id"] for i in range(3)]
+
+    for payment_id in ids:
+        detail = token_client.get(f"/ach/api/payments/{payment_id}/")
+        assert detail.status_code == 200, detail.content
+        assert detail.json()["id"] == payment_id and detail["Request-Id"].startswith("req_")
+    listed = token_client.get("/ach/api/payments/", {"limit": 2})
+    assert listed.status_code == 200
+    page = listed.json()
+    assert set(page) == {"next", "previous", "results"}  # not the host's shop_page
+    assert [p["id"] for p in page["results"]] == ids[::-1][:2]
+    rest = token_client.get(page["next"])
+    assert [p["id"] for p in rest.json()["results"]] == ids[:1]
+    balance = token_client.get(f"/ach/api/merchants/{MERCHANT}/balance/")
+    assert balance.status_code == 200
+    assert token_client.options("/ach/api/payments/").json()["name"]
+    # The module's own 404, in its envelope, not the host's 418.
+    missing = token_client.get(f"/ach/api/payments/{uuid.uuid4()}/")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "resource_missing"
 
 
 def test_module_api_answers_json_errors_whatever_the_hosts_parser_and_renderer(token_client):
@@ -102,7 +143,8 @@ def test_module_api_answers_json_errors_whatever_the_hosts_parser_and_renderer(t
 
     assert response.status_code == 400
     assert response["Content-Type"] == "application/json"
-    assert set(response.json()["errors"]) == {"amount", "extra"}
+    assert set(response.json()["error"]["errors"]) == {"amount", "extra"}
+    assert response.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_a_non_staff_custom_user_with_a_token_and_a_grant_creates_a_payment(token_client):

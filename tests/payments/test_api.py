@@ -64,7 +64,7 @@ def test_bad_input_answers_400_naming_the_field(api_client, field, value, messag
     response = api_client.post("/api/payments/", {**BODY, field: value}, format="json")
 
     assert response.status_code == 400
-    errors = response.json()["errors"]
+    errors = response.json()["error"]["errors"]
     assert list(errors) == [field]
     assert message in " ".join(errors[field])
     assert Payment.objects.count() == 0
@@ -73,7 +73,7 @@ def test_bad_input_answers_400_naming_the_field(api_client, field, value, messag
 def test_missing_fields_are_each_named(api_client):
     response = api_client.post("/api/payments/", {}, format="json")
     assert response.status_code == 400
-    assert set(response.json()["errors"]) == {"merchant_id", "amount", "source_token"}
+    assert set(response.json()["error"]["errors"]) == {"merchant_id", "amount", "source_token"}
 
 
 def test_same_key_and_body_replays_the_stored_answer(api_client):

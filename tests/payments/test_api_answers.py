@@ -17,7 +17,19 @@ from tests.gunicorn_support import free_port, gunicorn_running, gunicorn_test_en
 
 BODY = {"merchant_id": "m-1", "amount": "25.00", "currency": "USD", "source_token": "tok_abcdef12"}
 TEN_MB = 10 * 1024 * 1024
-TOO_LARGE = {"errors": {"body": ["larger than 65536 bytes, the limit of this API"]}}
+TOO_LARGE = {
+    "type": "invalid_request_error",
+    "code": "body_too_large",
+    "param": "body",
+    "message": "larger than 65536 bytes, the limit of this API",
+    "errors": {"body": ["larger than 65536 bytes, the limit of this API"]},
+}
+
+
+def without_request_id(answer: dict) -> dict:
+    error = dict(answer["error"])
+    assert error.pop("request_id").startswith("req_")
+    return error
 
 
 # --- Error answers are bounded ----------------------------------------------------------------
@@ -25,46 +37,46 @@ TOO_LARGE = {"errors": {"body": ["larger than 65536 bytes, the limit of this API
 
 @pytest.mark.django_db
 def test_twenty_thousand_unknown_fields_get_a_small_answer_that_counts_them(
-    api_client, user, settings
+    api_client, user, module_settings
 ):
     grant(user, "m-1")
     # A host may allow larger bodies; the answer stays small whatever the limit.
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
     body = {**BODY, **{f"f{i}": 0 for i in range(20_000)}}
 
     response = api_client.post("/api/payments/", body, format="json", HTTP_IDEMPOTENCY_KEY="big")
 
     assert response.status_code == 400
     assert len(response.content) < 4096
-    errors = response.json()["errors"]
+    errors = response.json()["error"]["errors"]
     assert len([name for name in errors if name.startswith("f")]) == 10
     assert errors["more_errors"] == ["and 19,990 more fields with errors, not shown"]
     assert not ApiIdempotencyKey.objects.exists()  # and nothing is kept for a day
 
 
 @pytest.mark.django_db
-def test_twenty_thousand_unstorable_strings_get_a_small_answer(api_client, user, settings):
+def test_twenty_thousand_unstorable_strings_get_a_small_answer(api_client, user, module_settings):
     grant(user, "m-1")
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
     raw = json.dumps({**BODY, **{f"f{i}": "a\u0000" for i in range(20_000)}})
 
     response = api_client.post("/api/payments/", raw, content_type="application/json")
 
     assert response.status_code == 400
     assert len(response.content) < 4096
-    assert "and 19,990 more fields" in response.json()["errors"]["more_errors"][0]
+    assert "and 19,990 more fields" in response.json()["error"]["errors"]["more_errors"][0]
 
 
 @pytest.mark.django_db
-def test_many_bank_numbers_in_field_names_are_counted_not_listed(api_client, user, settings):
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
+def test_many_bank_numbers_in_field_names_are_counted_not_listed(api_client, user, module_settings):
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 1024 * 1024
     body = {**BODY, **{f"{10**9 + i}": 0 for i in range(5_000)}}
 
     response = api_client.post("/api/payments/", body, format="json")
 
     assert response.status_code == 400
     assert len(response.content) < 4096
-    assert "and 4,990 more messages, not shown" in response.json()["errors"]["more_errors"]
+    assert "and 4,990 more messages, not shown" in response.json()["error"]["errors"]["more_errors"]
 
 
 # --- Oversized bodies: a JSON 413 naming the limit ----------------------------------------------
@@ -98,7 +110,7 @@ def test_a_10_mb_body_gets_a_json_413_naming_the_limit_on_every_endpoint(
 
     assert response.status_code == 413
     assert response.headers["Content-Type"] == "application/json"
-    assert response.json() == TOO_LARGE
+    assert without_request_id(response.json()) == TOO_LARGE
 
 
 def test_a_10_mb_body_without_credentials_is_413_before_authentication(live_server, token):
@@ -109,11 +121,11 @@ def test_a_10_mb_body_without_credentials_is_413_before_authentication(live_serv
         timeout=30,
     )
     assert response.status_code == 413
-    assert "65536 bytes" in response.json()["errors"]["body"][0]
+    assert "65536 bytes" in response.json()["error"]["errors"]["body"][0]
 
 
-def test_the_limit_is_a_setting(live_server, token, settings):
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 2048
+def test_the_limit_is_a_setting(live_server, token, module_settings):
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 2048
     response = requests.post(
         live_server.url + "/api/payments/",
         json={**BODY, "description": "d" * 3000},
@@ -121,13 +133,15 @@ def test_the_limit_is_a_setting(live_server, token, settings):
         timeout=30,
     )
     assert response.status_code == 413
-    assert response.json()["errors"]["body"] == ["larger than 2048 bytes, the limit of this API"]
+    assert response.json()["error"]["errors"]["body"] == [
+        "larger than 2048 bytes, the limit of this API"
+    ]
 
 
 @pytest.fixture
-def gunicorn_port(sqs_queues, settings, tmp_path):
+def gunicorn_port(sqs_queues, module_settings, tmp_path):
     port = free_port()
-    env = gunicorn_test_env(settings, port)
+    env = gunicorn_test_env(module_settings, port)
     with gunicorn_running(env, tmp_path / "gunicorn.log"):
         yield port
 
@@ -153,10 +167,10 @@ def test_an_oversized_chunked_body_without_content_length_is_413_under_gunicorn(
         connection.close()
 
     assert status == 413
-    assert answer == TOO_LARGE
+    assert without_request_id(answer) == TOO_LARGE
 
 
-def test_the_body_limit_is_range_checked_at_start_up(settings):
+def test_the_body_limit_is_range_checked_at_start_up(module_settings):
     from payments.checks import payments_setting_values_check
 
     def refusals():
@@ -167,10 +181,12 @@ def test_the_body_limit_is_range_checked_at_start_up(settings):
         ]
 
     for value in (0, -1, "64k", 10**9, True):
-        settings.PAYMENTS_API_MAX_BODY_BYTES = value
+        module_settings.PAYMENTS_API_MAX_BODY_BYTES = value
         [error] = refusals()
-        assert error.msg.startswith(f"PAYMENTS_API_MAX_BODY_BYTES = {value!r} is refused")
-    settings.PAYMENTS_API_MAX_BODY_BYTES = 65536
+        assert error.msg.startswith(
+            f'PAYMENTS["PAYMENTS_API_MAX_BODY_BYTES"] = {value!r} is refused'
+        )
+    module_settings.PAYMENTS_API_MAX_BODY_BYTES = 65536
     assert not refusals()
 
 

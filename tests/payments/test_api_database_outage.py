@@ -27,7 +27,13 @@ from tests.pg_cluster import django_env, django_run
 pytestmark = pytest.mark.subprocess
 
 MERCHANT = "m-outage"
-UNAVAILABLE = {"errors": {"database_unavailable": [DATABASE_UNAVAILABLE_MESSAGE]}}
+UNAVAILABLE = {
+    "type": "api_error",
+    "code": "database_unavailable",
+    "param": None,
+    "message": DATABASE_UNAVAILABLE_MESSAGE,
+    "errors": {},
+}
 LOG_MARK = "payments API answered 503, database unavailable"
 
 API_USER = """
@@ -85,7 +91,9 @@ def assert_unavailable(response: requests.Response) -> None:
     assert response.status_code == 503, response.text
     assert response.headers["Retry-After"] == str(DATABASE_RETRY_AFTER_SECONDS)
     assert response.headers["Content-Type"] == "application/json"
-    assert response.json() == UNAVAILABLE
+    error = response.json()["error"]
+    assert error.pop("request_id") == response.headers["Request-Id"]
+    assert error == UNAVAILABLE
 
 
 def test_every_payments_call_answers_503_while_the_database_is_down_then_serves_again(

@@ -29,12 +29,12 @@ def post(api_client, body, **headers):
 
 
 def test_an_unknown_field_answers_400_naming_it(api_client):
-    response = post(api_client, {**BODY, "metadata": {"order": 7}, "captureMethod": "auto"})
+    response = post(api_client, {**BODY, "shipping": {"order": 7}, "captureMethod": "auto"})
 
     assert response.status_code == 400
-    errors = response.json()["errors"]
-    assert set(errors) == {"metadata", "captureMethod"}
-    assert "unknown field" in errors["metadata"][0]
+    errors = response.json()["error"]["errors"]
+    assert set(errors) == {"shipping", "captureMethod"}
+    assert "unknown field" in errors["shipping"][0]
     assert Payment.objects.count() == 0
 
 
@@ -42,7 +42,7 @@ def test_an_unknown_field_is_reported_beside_the_other_errors(api_client):
     response = post(api_client, {**BODY, "amount": "1e3", "extra": 1})
 
     assert response.status_code == 400
-    assert set(response.json()["errors"]) == {"amount", "extra"}
+    assert set(response.json()["error"]["errors"]) == {"amount", "extra"}
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_amount_outside_the_plain_decimal_grammar_answers_400(api_client, amount
     response = post(api_client, {**BODY, "amount": amount})
 
     assert response.status_code == 400
-    assert list(response.json()["errors"]) == ["amount"]
+    assert list(response.json()["error"]["errors"]) == ["amount"]
     assert Payment.objects.count() == 0
 
 
@@ -105,7 +105,7 @@ def test_bank_number_in_any_text_field_is_refused_and_never_stored_or_logged(
     response = post(api_client, {**BODY, field: value}, HTTP_IDEMPOTENCY_KEY="bank-1")
 
     assert response.status_code == 400
-    errors = response.json()["errors"]
+    errors = response.json()["error"]["errors"]
     assert list(errors) == [field]
     assert "bank account or routing number" in errors[field][0]
     assert digits not in response.content.decode()
@@ -120,7 +120,7 @@ def test_bank_number_as_a_field_name_is_refused_without_echoing_it(api_client):
 
     assert response.status_code == 400
     assert "021000021" not in response.content.decode()
-    assert "bank account" in response.json()["errors"]["non_field_errors"][0]
+    assert "bank account" in response.json()["error"]["errors"]["non_field_errors"][0]
 
 
 @pytest.mark.parametrize(
@@ -138,7 +138,7 @@ def test_a_number_where_text_is_expected_answers_400(api_client):
     response = post(api_client, {**BODY, "description": 12345678901})
 
     assert response.status_code == 400
-    assert "JSON string" in response.json()["errors"]["description"][0]
+    assert "JSON string" in response.json()["error"]["errors"]["description"][0]
     assert Payment.objects.count() == 0
 
 
@@ -168,7 +168,7 @@ def test_a_body_that_is_not_an_object_answers_400(api_client, raw):
     response = api_client.post("/api/payments/", raw, content_type="application/json")
 
     assert response.status_code == 400
-    assert "errors" in response.json()
+    assert "non_field_errors" in response.json()["error"]["errors"]
 
 
 @pytest.mark.parametrize(

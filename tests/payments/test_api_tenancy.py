@@ -44,7 +44,7 @@ def test_creating_a_payment_for_an_ungranted_merchant_answers_403_naming_merchan
     response = api_client.post("/api/payments/", BODY, format="json")
 
     assert response.status_code == 403
-    assert list(response.json()["errors"]) == ["merchant_id"]
+    assert list(response.json()["error"]["errors"]) == ["merchant_id"]
     assert Payment.objects.count() == 0
 
 
@@ -57,7 +57,10 @@ def test_another_merchants_payment_answers_404_like_a_missing_one(api_client, us
     absent = api_client.get(f"/api/payments/{missing.id}/")
 
     assert foreign.status_code == absent.status_code == 404
-    assert foreign.json() == absent.json()
+    # The same answer but for the request's own id.
+    foreign_error, absent_error = foreign.json()["error"], absent.json()["error"]
+    assert foreign_error.pop("request_id") != absent_error.pop("request_id")
+    assert foreign_error == absent_error
 
 
 def test_another_merchants_balance_answers_404(api_client, user):
@@ -98,8 +101,8 @@ def test_inactive_user_is_granted_nothing_by_the_default_policy():
     assert merchant_access_allowed(user=user, merchant_id="acme") is False
 
 
-def test_a_host_policy_named_in_settings_replaces_the_grants(api_client, user, settings):
-    settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
+def test_a_host_policy_named_in_settings_replaces_the_grants(api_client, user, module_settings):
+    module_settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
     grant(user, "acme")  # ignored: the host's policy decides
     acme = PaymentFactory(merchant_id="acme")
     globex = PaymentFactory(merchant_id="globex")

@@ -44,17 +44,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def breaker_settings(settings):
-    settings.PROCESSOR_BREAKER_FAILURES = 3
-    settings.PROCESSOR_BREAKER_FAILURE_RATE = 0.5
-    settings.PROCESSOR_BREAKER_WINDOW_SECONDS = 30
-    settings.PROCESSOR_BREAKER_WINDOW_CALLS = 10
-    settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 10
-    settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 25
-    settings.PROCESSOR_BREAKER_TRIAL_CALLS = 3
-    settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
-    settings.PROCESSOR_TIMEOUT_SECONDS = 2
-    settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 1
+def breaker_settings(module_settings):
+    module_settings.PROCESSOR_BREAKER_FAILURES = 3
+    module_settings.PROCESSOR_BREAKER_FAILURE_RATE = 0.5
+    module_settings.PROCESSOR_BREAKER_WINDOW_SECONDS = 30
+    module_settings.PROCESSOR_BREAKER_WINDOW_CALLS = 10
+    module_settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 10
+    module_settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 25
+    module_settings.PROCESSOR_BREAKER_TRIAL_CALLS = 3
+    module_settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
+    module_settings.PROCESSOR_TIMEOUT_SECONDS = 2
+    module_settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 1
 
 
 def db_now():

@@ -237,10 +237,10 @@ def test_module_client_is_shared_until_reset():
     reset_client()
 
 
-def test_client_reads_timeouts_and_base_url_from_settings(settings):
-    settings.PROCESSOR_TIMEOUT_SECONDS = 4.5
-    settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 1.25
-    settings.PROCESSOR_BASE_URL = "http://processor.example/"
+def test_client_reads_timeouts_and_base_url_from_settings(module_settings):
+    module_settings.PROCESSOR_TIMEOUT_SECONDS = 4.5
+    module_settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 1.25
+    module_settings.PROCESSOR_BASE_URL = "http://processor.example/"
 
     client = ProcessorClient()
 

@@ -9,7 +9,6 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from payments import retention, tasks
-from payments.idempotency import idempotency_keys_purge
 from payments.models import (
     ApiIdempotencyKey,
     CircuitBreaker,
@@ -17,7 +16,8 @@ from payments.models import (
     OutboxMessage,
     ProcessedEvent,
 )
-from payments.services import payment_apply_event, processed_events_purge
+from payments.retention import idempotency_keys_purge, processed_events_purge
+from payments.services import payment_apply_event
 from tests.factories import (
     ApiIdempotencyKeyFactory,
     CircuitBreakerTransitionFactory,
@@ -44,8 +44,8 @@ def _outbox(published_days_ago: float | None) -> OutboxMessage:
     return row
 
 
-def test_outbox_purge_deletes_only_published_rows_past_retention_in_batches(settings):
-    settings.OUTBOX_RETENTION = timedelta(days=7)
+def test_outbox_purge_deletes_only_published_rows_past_retention_in_batches(module_settings):
+    module_settings.OUTBOX_RETENTION = timedelta(days=7)
     old = [_outbox(published_days_ago=8) for _ in range(5)]
     recent = _outbox(published_days_ago=1)
     unpublished = _outbox(published_days_ago=None)
@@ -60,16 +60,16 @@ def test_outbox_purge_deletes_only_published_rows_past_retention_in_batches(sett
     assert len(_deletes(queries)) == 3  # 2 + 2 + 1
 
 
-def test_outbox_purge_task_reads_the_retention_setting(settings):
+def test_outbox_purge_task_reads_the_retention_setting(module_settings):
     _outbox(published_days_ago=3)
-    settings.OUTBOX_RETENTION = timedelta(days=7)
+    module_settings.OUTBOX_RETENTION = timedelta(days=7)
     assert tasks.outbox_messages_purge() == 0
-    settings.OUTBOX_RETENTION = timedelta(days=2)
+    module_settings.OUTBOX_RETENTION = timedelta(days=2)
     assert tasks.outbox_messages_purge() == 1
 
 
-def test_breaker_transition_purge_keeps_recent_history_and_the_breaker(settings):
-    settings.BREAKER_TRANSITION_RETENTION = timedelta(days=90)
+def test_breaker_transition_purge_keeps_recent_history_and_the_breaker(module_settings):
+    module_settings.BREAKER_TRANSITION_RETENTION = timedelta(days=90)
     breaker = CircuitBreaker.objects.create(name="processor")
     old = CircuitBreakerTransitionFactory.create_batch(3, breaker=breaker, kind="open")
     CircuitBreakerTransition.objects.filter(pk__in=[t.pk for t in old]).update(
@@ -113,8 +113,8 @@ def test_redelivery_after_its_dedup_record_is_purged_is_stale_not_applied_twice(
     assert payment.ledger_entries.count() == 1
 
 
-def test_idempotency_key_purge_goes_in_batches(settings):
-    settings.API_IDEMPOTENCY_RETENTION = timedelta(hours=24)
+def test_idempotency_key_purge_goes_in_batches(module_settings):
+    module_settings.API_IDEMPOTENCY_RETENTION = timedelta(hours=24)
     user = UserFactory()
     for i in range(3):
         ApiIdempotencyKeyFactory(user=user, key=f"old-{i}")

@@ -294,7 +294,8 @@ def test_the_ledger_refuses_a_second_reversal_and_a_reversal_of_the_wrong_sign()
     ("code", "settled_ago", "late"),
     [
         ("R01", timedelta(days=1), False),
-        ("R01", timedelta(days=5), True),  # past 2 banking days whatever the weekday
+        # Tue 24 Nov: Wed 25 and Fri 27 (Thanksgiving skipped) are its 2 banking days.
+        ("R01", timedelta(days=6), True),
         ("R10", timedelta(days=59), False),
         ("R10", timedelta(days=61), True),
     ],
@@ -445,7 +446,7 @@ def test_a_return_after_failure_is_recorded_counted_and_alerted_without_a_revers
 
 
 def test_an_r10_after_failure_counts_toward_the_unauthorized_rate():
-    from payments.return_rates import RateKind, merchant_return_rates
+    from triage.operations.return_rates import RateKind, merchant_return_rates
 
     payment = _failed("failed event", merchant="m-r10")
     payment_apply_event(event=processor_event(payment, "returned", reason_code="R10"))

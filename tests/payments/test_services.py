@@ -47,7 +47,7 @@ def test_payment_create_rolls_back_everything_when_the_outbox_write_fails(monkey
     def boom(**kwargs):
         raise RuntimeError("outbox unavailable")
 
-    monkeypatch.setattr("payments.services.outbox_enqueue", boom)
+    monkeypatch.setattr("payments.services.create.outbox_enqueue", boom)
     with pytest.raises(RuntimeError):
         _create()
 

@@ -185,9 +185,9 @@ def test_a_receiver_that_raises_fails_the_message_which_is_retried_without_half_
 
 
 def test_a_receiver_that_always_raises_dead_letters_the_message_and_changes_nothing(
-    sqs_queues, receipts, committed, fast_retries, settings
+    sqs_queues, receipts, committed, fast_retries, module_settings
 ):
-    settings.WORKER_MAX_ATTEMPTS = 2
+    module_settings.WORKER_MAX_ATTEMPTS = 2
 
     def broken(sender, **kwargs):
         raise RuntimeError("host bug")

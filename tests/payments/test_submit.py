@@ -8,6 +8,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
@@ -202,11 +203,11 @@ def test_non_pending_payment_is_never_resubmitted(sandbox, state):
     assert not ProcessorAttempt.objects.filter(payment=payment).exists()
 
 
-def test_connection_error_is_retryable_and_recorded(sandbox, settings):
+def test_connection_error_is_retryable_and_recorded(sandbox, module_settings):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    settings.PROCESSOR_BASE_URL = f"http://127.0.0.1:{closed_port}"
+    module_settings.PROCESSOR_BASE_URL = f"http://127.0.0.1:{closed_port}"
     reset_client()
     payment = PaymentFactory()
 
@@ -221,8 +222,10 @@ def test_connection_error_is_retryable_and_recorded(sandbox, settings):
     assert payment.state == PaymentState.PENDING
 
 
-def test_wrong_api_key_keeps_the_payment_pending_and_raises_a_high_alert(sandbox, settings, alerts):
-    settings.PROCESSOR_API_KEY = "not-the-key"
+def test_wrong_api_key_keeps_the_payment_pending_and_raises_a_high_alert(
+    sandbox, module_settings, alerts
+):
+    module_settings.PROCESSOR_API_KEY = "not-the-key"
     payment = PaymentFactory()
 
     with pytest.raises(ProcessorUnavailable, match="PROCESSOR_API_KEY"):
@@ -234,7 +237,7 @@ def test_wrong_api_key_keeps_the_payment_pending_and_raises_a_high_alert(sandbox
     assert (attempt.outcome, attempt.http_status) == ("retryable", 401)
     [alert] = alerts
     assert (alert["severity"], alert["key"]) == ("high", "processor.auth_failed")
-    settings.PROCESSOR_API_KEY = "test-processor-key"
+    module_settings.PROCESSOR_API_KEY = "test-processor-key"
     assert payment_submit(payment_id=payment.id).outcome == "submitted"
 
 
@@ -251,7 +254,7 @@ def test_payment_moved_by_a_callback_during_the_call_is_recorded_not_failed(sand
     outcome = {}
 
     def submit():
-        with override_settings(PROCESSOR_TIMEOUT_SECONDS=2):
+        with override_settings(PAYMENTS={**settings.PAYMENTS, "PROCESSOR_TIMEOUT_SECONDS": 2}):
             try:
                 outcome["result"] = payment_submit(payment_id=payment.id)
             except Exception as exc:  # noqa: BLE001 - reported by the assertion below
@@ -284,7 +287,7 @@ def test_two_workers_submitting_at_once_charge_once_with_distinct_attempt_number
     results, errors = [], []
 
     def submit():
-        with override_settings(PROCESSOR_TIMEOUT_SECONDS=2):
+        with override_settings(PAYMENTS={**settings.PAYMENTS, "PROCESSOR_TIMEOUT_SECONDS": 2}):
             try:
                 results.append(payment_submit(payment_id=payment.id).outcome)
             except ProcessorUnavailable as exc:
@@ -337,9 +340,9 @@ def test_status_check_of_a_key_the_processor_never_saw_reports_not_found(sandbox
     assert payment.state == PaymentState.PENDING
 
 
-def test_status_check_auth_failure_is_recorded_alerted_and_raised(sandbox, settings, alerts):
+def test_status_check_auth_failure_is_recorded_alerted_and_raised(sandbox, module_settings, alerts):
     payment = PaymentFactory()
-    settings.PROCESSOR_API_KEY = "not-the-key"
+    module_settings.PROCESSOR_API_KEY = "not-the-key"
 
     with pytest.raises(ProcessorUnavailable):
         payment_status_check(payment_id=payment.id)
@@ -349,9 +352,9 @@ def test_status_check_auth_failure_is_recorded_alerted_and_raised(sandbox, setti
     assert [a["key"] for a in alerts] == ["processor.auth_failed"]
 
 
-def test_status_check_rejection_is_recorded_then_raised(settings):
+def test_status_check_rejection_is_recorded_then_raised(module_settings):
     server = ScriptedProcessor([(400, {"error": "malformed key"}, {})])
-    settings.PROCESSOR_BASE_URL = server.base_url
+    module_settings.PROCESSOR_BASE_URL = server.base_url
     reset_client()
     payment = PaymentFactory()
     try:
@@ -386,12 +389,14 @@ def test_retry_overtaking_a_slow_first_attempt_is_retryable_and_still_charges_on
     assert [a.attempt_number for a in attempts_of(payment)] == [1, 2, 3]
 
 
-def test_status_check_connection_error_is_recorded_then_raised_as_retryable(sandbox, settings):
+def test_status_check_connection_error_is_recorded_then_raised_as_retryable(
+    sandbox, module_settings
+):
     payment = PaymentFactory()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    settings.PROCESSOR_BASE_URL = f"http://127.0.0.1:{closed_port}"
+    module_settings.PROCESSOR_BASE_URL = f"http://127.0.0.1:{closed_port}"
 
     with pytest.raises(ProcessorUnavailable):
         payment_status_check(payment_id=payment.id)

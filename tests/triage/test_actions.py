@@ -173,9 +173,9 @@ def test_only_open_dead_letters_can_be_acted_on(action):
 
 
 @pytest.mark.django_db
-def test_redrive_while_the_queue_is_down_changes_nothing_and_records_the_attempt(settings):
+def test_redrive_while_the_queue_is_down_changes_nothing_and_records_the_attempt(module_settings):
     dead_letter = DeadLetterFactory()
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     try:
         with pytest.raises(RedrivePublishFailed, match="still open"):
@@ -247,13 +247,13 @@ def test_the_hold_stays_while_a_dead_lettered_message_is_not_ingested_yet(sqs_qu
 
 
 @pytest.mark.django_db
-def test_a_failed_release_is_recorded_and_can_be_retried(sqs_queues, settings):
+def test_a_failed_release_is_recorded_and_can_be_retried(sqs_queues, module_settings):
     payment = PaymentFactory()
     dead_letter = DeadLetterFactory(payment=payment)
     hold = _hold_with_parked(str(payment.id), 1)
     user = operator()
-    endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     result = services.dead_letter_resolve(dead_letter=dead_letter, user=user, note="n")
     assert result.release_failed and "stay parked" in result.release_note
@@ -261,7 +261,7 @@ def test_a_failed_release_is_recorded_and_can_be_retried(sqs_queues, settings):
     hold.refresh_from_db()
     assert hold.released_at is None
 
-    settings.SQS_ENDPOINT_URL = endpoint
+    module_settings.SQS_ENDPOINT_URL = endpoint
     sqs.reset()
     assert services.dead_letter_hold_release(dead_letter=dead_letter, user=user, note="retry") == 1
     hold.refresh_from_db()

@@ -7,15 +7,15 @@ from payments.models import PaymentState
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, processor_event
 from tests.triage.test_alerting import AFTER_WINDOW, webhook  # noqa: F401 - the receiver fixture
-from triage.alerting import alert_fire
 from triage.models import AlertNotification
+from triage.operations.alerting import alert_fire
 
 HOSTILE = "<!channel> <https://evil.example/|Open triage> & more"
 
 
 @pytest.fixture(autouse=True)
-def alert_settings(settings):
-    settings.SETTLEMENT_WINDOW = ""
+def alert_settings(settings, module_settings):
+    module_settings.SETTLEMENT_WINDOW = ""
     settings.ADMINS = [("Ops", "ops@example.com")]
 
 

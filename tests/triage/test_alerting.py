@@ -8,9 +8,14 @@ from django.core.exceptions import ImproperlyConfigured
 
 from payments.alerts import alert_raise
 from tests.factories import DeadLetterFactory
-from triage.alert_conditions import BACKLOG, DEAD_LETTERS_OPEN, DLQ_DEPTH, alerts_evaluate
-from triage.alerting import alert_fire, alert_resolve
 from triage.models import Alert, AlertNotification
+from triage.operations.alert_conditions import (
+    BACKLOG,
+    DEAD_LETTERS_OPEN,
+    DLQ_DEPTH,
+    alerts_evaluate,
+)
+from triage.operations.alerting import alert_fire, alert_resolve
 from triage.settlement_windows import settlement_window_parse
 
 # Monday 30 November 2026; Chicago is on CST (UTC-6), so 12:00 UTC is 06:00 there.
@@ -57,17 +62,17 @@ class Receiver:
 
 
 @pytest.fixture
-def webhook(settings):
+def webhook(module_settings):
     receiver = Receiver()
-    settings.ALERT_WEBHOOK_URL = receiver.url
+    module_settings.ALERT_WEBHOOK_URL = receiver.url
     yield receiver
     receiver.stop()
 
 
 @pytest.fixture(autouse=True)
-def alert_settings(settings):
-    settings.SETTLEMENT_WINDOW = "Mon-Fri 05:00-08:00 America/Chicago"
-    settings.ALERT_WEBHOOK_URL = None
+def alert_settings(settings, module_settings):
+    module_settings.SETTLEMENT_WINDOW = "Mon-Fri 05:00-08:00 America/Chicago"
+    module_settings.ALERT_WEBHOOK_URL = None
     settings.ADMINS = [("Ops", "ops@example.com")]
 
 
@@ -117,8 +122,8 @@ def test_bad_settlement_window_names_the_setting_and_the_problem(value, problem)
 
 
 @pytest.mark.django_db
-def test_bad_settlement_window_setting_fails_when_an_alert_fires(settings):
-    settings.SETTLEMENT_WINDOW = "weekdays early"
+def test_bad_settlement_window_setting_fails_when_an_alert_fires(module_settings):
+    module_settings.SETTLEMENT_WINDOW = "weekdays early"
     with pytest.raises(ImproperlyConfigured, match="SETTLEMENT_WINDOW"):
         alert_fire(key="x", severity="low", summary="x", now=AFTER_WINDOW)
 
@@ -168,8 +173,8 @@ def test_backlog_still_firing_after_the_window_is_notified_then(webhook):
 
 
 @pytest.mark.django_db
-def test_no_repeat_within_reminder_interval_and_a_reminder_after_it(settings, webhook):
-    settings.ALERT_REMINDER_INTERVALS = {
+def test_no_repeat_within_reminder_interval_and_a_reminder_after_it(module_settings, webhook):
+    module_settings.ALERT_REMINDER_INTERVALS = {
         "high": timedelta(minutes=15),
         "medium": timedelta(hours=1),
         "low": timedelta(hours=4),
@@ -287,9 +292,9 @@ def test_webhook_gets_slack_compatible_json(webhook):
 
 
 @pytest.mark.django_db
-def test_failing_webhook_is_recorded_and_does_not_raise(settings, mailoutbox):
+def test_failing_webhook_is_recorded_and_does_not_raise(module_settings, mailoutbox):
     receiver = Receiver(status=500)
-    settings.ALERT_WEBHOOK_URL = receiver.url
+    module_settings.ALERT_WEBHOOK_URL = receiver.url
     try:
         result = alert_fire(key=DLQ_DEPTH, severity="high", summary="dlq", now=AFTER_WINDOW)
     finally:
@@ -305,12 +310,12 @@ def test_failing_webhook_is_recorded_and_does_not_raise(settings, mailoutbox):
 
 
 @pytest.mark.django_db
-def test_unreachable_webhook_is_recorded_with_the_connection_error(settings):
+def test_unreachable_webhook_is_recorded_with_the_connection_error(module_settings):
     receiver = Receiver()
     url = receiver.url
     receiver.stop()  # nothing listens on that port any more
-    settings.ALERT_WEBHOOK_URL = url
-    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 1
+    module_settings.ALERT_WEBHOOK_URL = url
+    module_settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 1
     alert_fire(key=DLQ_DEPTH, severity="high", summary="dlq", now=AFTER_WINDOW)
     failed = AlertNotification.objects.get(sink="webhook")
     assert failed.ok is False
@@ -404,9 +409,9 @@ def test_evaluate_pages_on_open_dead_letters_inside_the_window(sqs_queues, webho
 
 @pytest.mark.django_db
 def test_evaluate_backlog_is_suppressed_in_the_window_and_fires_after(
-    settings, sqs_queues, webhook
+    module_settings, sqs_queues, webhook
 ):
-    settings.ALERT_BACKLOG_VISIBLE_MESSAGES = 2
+    module_settings.ALERT_BACKLOG_VISIBLE_MESSAGES = 2
     for i in range(3):
         sqs_queues.client.send_message(
             QueueUrl=sqs_queues.url,
@@ -430,10 +435,10 @@ def test_evaluate_backlog_is_suppressed_in_the_window_and_fires_after(
 
 
 @pytest.mark.django_db
-def test_evaluate_fires_queue_unreachable_when_sqs_is_down(settings, sqs_queues):
+def test_evaluate_fires_queue_unreachable_when_sqs_is_down(module_settings, sqs_queues):
     from callbacks import sqs
 
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     result = alerts_evaluate(now=AFTER_WINDOW)
     assert result.fired == {"queue.unreachable": "fired"}

@@ -2,8 +2,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from triage.alerting import alert_fire, alert_resolve
 from triage.models import Alert
+from triage.operations.alerting import alert_fire, alert_resolve
 
 NOW = datetime(2026, 11, 30, 15, 0, tzinfo=UTC)
 
@@ -16,9 +16,9 @@ def staff_client(client, django_user_model):
 
 
 @pytest.fixture
-def resolved_alert(settings):
-    settings.ALERT_WEBHOOK_URL = "http://127.0.0.1:9/closed"
-    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 1
+def resolved_alert(settings, module_settings):
+    module_settings.ALERT_WEBHOOK_URL = "http://127.0.0.1:9/closed"
+    module_settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 1
     settings.ADMINS = []
     alert_fire(key="queue.dlq_not_empty", severity="high", summary="2 in DLQ", now=NOW)
     return alert_resolve(key="queue.dlq_not_empty", now=NOW)

@@ -18,8 +18,8 @@ from payments.processor.breaker import (
 from tests.factories import PaymentFactory, open_breaker
 from tests.triage.deadletters import viewer
 from tests.triage.test_metrics import scrape, value
-from triage.alert_conditions import alerts_evaluate
 from triage.models import Alert, AlertNotification, AlertStatus
+from triage.operations.alert_conditions import alerts_evaluate
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"
@@ -43,8 +43,8 @@ def test_dashboard_shows_an_open_breaker_prominently_with_the_waiting_payments(c
     assert page.index('id="processor-breaker"') < page.index('id="tile-open"')
 
 
-def test_dashboard_shows_a_closed_breaker_and_its_recent_history(client, settings):
-    settings.PROCESSOR_BREAKER_TRIAL_CALLS = 1
+def test_dashboard_shows_a_closed_breaker_and_its_recent_history(client, module_settings):
+    module_settings.PROCESSOR_BREAKER_TRIAL_CALLS = 1
     for _ in range(5):
         admission = processor_breaker_admit()
         processor_breaker_record(admission=admission, outcome=CallOutcome.FAILURE)
@@ -61,8 +61,8 @@ def test_dashboard_shows_a_closed_breaker_and_its_recent_history(client, setting
     assert "Closed" in page
 
 
-def test_evaluation_resolves_the_alert_only_once_the_incident_is_over(settings):
-    settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
+def test_evaluation_resolves_the_alert_only_once_the_incident_is_over(module_settings):
+    module_settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
     open_breaker(opened_ago=timedelta(minutes=3), **OUTAGE)
     alerts_evaluate()
     # Closed 10 s ago: the incident is in its cool-down, a reopening would be the same one.
@@ -98,8 +98,8 @@ def test_metrics_report_a_closed_breaker_before_it_was_ever_used(client):
     assert value(samples, "payments_processor_breaker_open_seconds") == 0
 
 
-def test_evaluation_keeps_the_alert_firing_and_reminds_with_a_fresh_count(settings):
-    settings.ALERT_REMINDER_INTERVALS = {**settings.ALERT_REMINDER_INTERVALS}
+def test_evaluation_keeps_the_alert_firing_and_reminds_with_a_fresh_count(module_settings):
+    module_settings.ALERT_REMINDER_INTERVALS = {**module_settings.ALERT_REMINDER_INTERVALS}
     breaker = open_breaker(opened_ago=timedelta(minutes=3), **OUTAGE)
     PaymentFactory.create_batch(2, state=PaymentState.PENDING)
     now = timezone.now()
@@ -107,7 +107,7 @@ def test_evaluation_keeps_the_alert_firing_and_reminds_with_a_fresh_count(settin
     first = alerts_evaluate(now=now)
     PaymentFactory(state=PaymentState.PENDING)
     within = alerts_evaluate(now=now + timedelta(minutes=1))
-    reminder = alerts_evaluate(now=now + settings.ALERT_REMINDER_INTERVALS["high"])
+    reminder = alerts_evaluate(now=now + module_settings.ALERT_REMINDER_INTERVALS["high"])
 
     assert first.fired[ALERT_KEY] == "fired"
     assert within.fired[ALERT_KEY] == "repeated"

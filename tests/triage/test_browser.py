@@ -70,11 +70,11 @@ def browser_page(monkeypatch):
 
 
 @pytest.fixture
-def dead_submitted_event(sqs_queues, settings):
+def dead_submitted_event(sqs_queues, module_settings):
     """A "submitted" event that arrived before its payment existed (PaymentNotFound, six
     attempts, dead-lettered) and the "settled" event parked behind it."""
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payment = PaymentFactory.build()
     submitted, _ = event_publish(payment, "submitted")
     settled, _ = event_publish(payment, "settled")

@@ -258,23 +258,23 @@ def test_the_job_is_paced_to_the_configured_rate():
 
 
 @pytest.mark.django_db
-def test_the_rate_and_batch_settings_are_validated(settings):
-    settings.TRIAGE_BULK_RATE_PER_SECOND = 0
+def test_the_rate_and_batch_settings_are_validated(module_settings):
+    module_settings.TRIAGE_BULK_RATE_PER_SECOND = 0
     with pytest.raises(ValueError, match="TRIAGE_BULK_RATE_PER_SECOND must be above 0"):
         bulk.bulk_rate_per_second()
-    settings.TRIAGE_BULK_BATCH_SIZE = 0
+    module_settings.TRIAGE_BULK_BATCH_SIZE = 0
     with pytest.raises(ValueError, match="TRIAGE_BULK_BATCH_SIZE must be at least 1"):
         bulk.bulk_batch_size()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_queue_outage_interrupts_the_job_and_a_resume_finishes_it(sqs_queues, settings):
+def test_a_queue_outage_interrupts_the_job_and_a_resume_finishes_it(sqs_queues, module_settings):
     rows = dead_letters_bulk_create(4)
     job = job_for(DeadLetter.objects.all(), action="redrive", user=operator())
     from callbacks import sqs
 
-    real_endpoint = settings.SQS_ENDPOINT_URL
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there
+    real_endpoint = module_settings.SQS_ENDPOINT_URL
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there
     sqs.reset()
 
     job = bulk.bulk_job_run(job_id=job.pk, rate_per_second=1000)
@@ -286,7 +286,7 @@ def test_a_queue_outage_interrupts_the_job_and_a_resume_finishes_it(sqs_queues, 
     assert first.outcome == BulkItemOutcome.PENDING
     assert audit_rows(job).get().details["outcome"] == "publish_failed"
 
-    settings.SQS_ENDPOINT_URL = real_endpoint
+    module_settings.SQS_ENDPOINT_URL = real_endpoint
     sqs.reset()
     job = bulk.bulk_job_run(job_id=job.pk, rate_per_second=1000)
 
@@ -297,9 +297,11 @@ def test_a_queue_outage_interrupts_the_job_and_a_resume_finishes_it(sqs_queues, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_holds_are_released_in_each_payments_order_by_its_last_dead_letter(sqs_queues, settings):
-    settings.WORKER_BACKOFF_BASE_SECONDS = 0
-    settings.WORKER_BACKOFF_CAP_SECONDS = 0
+def test_holds_are_released_in_each_payments_order_by_its_last_dead_letter(
+    sqs_queues, module_settings
+):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     payment = PaymentFactory()
     event_publish(payment, "settled")  # dies: no transition from pending
     submitted, _ = event_publish(payment, "submitted")
@@ -387,7 +389,7 @@ CRASH_RUN = (
 
 @pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
-def test_a_job_killed_mid_run_resumes_where_it_stopped_and_acts_once_on_each(settings):
+def test_a_job_killed_mid_run_resumes_where_it_stopped_and_acts_once_on_each(module_settings):
     dead_letters_bulk_create(120)
     job = job_for(DeadLetter.objects.all(), action="resolve", user=operator())
     db = connection.settings_dict
@@ -411,7 +413,7 @@ def test_a_job_killed_mid_run_resumes_where_it_stopped_and_acts_once_on_each(set
     # The server drops the dead session's lock; a second copy cannot start before that.
     wait_for(lambda: lock_released(job.pk), 30, "the job's lock to be released")
 
-    settings.TRIAGE_BULK_RATE_PER_SECOND = 1000
+    module_settings.TRIAGE_BULK_RATE_PER_SECOND = 1000
     result = tasks.bulk_job_run(job.pk)
 
     job.refresh_from_db()
@@ -445,8 +447,8 @@ def test_a_dead_letter_closed_just_before_a_crash_is_counted_not_acted_on_again(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_copies_of_the_task_at_once_run_the_job_once(settings):
-    settings.TRIAGE_BULK_RATE_PER_SECOND = 200
+def test_two_copies_of_the_task_at_once_run_the_job_once(module_settings):
+    module_settings.TRIAGE_BULK_RATE_PER_SECOND = 200
     dead_letters_bulk_create(80)
     job = job_for(DeadLetter.objects.all(), action="resolve", user=operator())
     results = []
@@ -562,12 +564,12 @@ def enqueued_job_ids() -> list[int]:
 
 
 @pytest.mark.django_db
-def test_the_sweep_starts_again_only_jobs_without_progress(settings):
+def test_the_sweep_starts_again_only_jobs_without_progress(module_settings):
     from datetime import timedelta
 
     from django.utils import timezone
 
-    settings.TRIAGE_BULK_STALE_SECONDS = 120
+    module_settings.TRIAGE_BULK_STALE_SECONDS = 120
     dead_letters_bulk_create(1)
     user = operator()
     jobs = {}

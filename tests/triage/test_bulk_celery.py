@@ -37,27 +37,27 @@ def worker_start(env: dict, queue: str, log) -> subprocess.Popen:
         )
 
 
-def celery_queue_setup(settings, local_sqs, *, visibility_timeout: int) -> tuple[str, str]:
+def celery_queue_setup(module_settings, local_sqs, *, visibility_timeout: int) -> tuple[str, str]:
     import uuid
 
     from callbacks import sqs
     from callbacks.celery_queue import celery_queue_ensure
 
-    settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
-    settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"
+    module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
+    module_settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"
     sqs.reset()
-    return settings.CELERY_SQS_QUEUE_NAME, celery_queue_ensure(
+    return module_settings.CELERY_SQS_QUEUE_NAME, celery_queue_ensure(
         visibility_timeout=visibility_timeout
     )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on_each(
-    settings, local_sqs, tmp_path
+    module_settings, local_sqs, tmp_path
 ):
     # The queue's own visibility timeout: an unacknowledged task message comes back 5 s after
     # the worker holding it died.
-    name, url = celery_queue_setup(settings, local_sqs, visibility_timeout=5)
+    name, url = celery_queue_setup(module_settings, local_sqs, visibility_timeout=5)
     dead_letters_bulk_create(150)
     job = job_for(DeadLetter.objects.all(), action="resolve", user=operator())
     env = broker_environment(local_sqs, name, url)

@@ -105,10 +105,12 @@ def test_the_changelist_over_100000_dead_letters_takes_as_many_queries_as_over_1
 
 @pytest.mark.django_db(transaction=True)
 def test_redrive_all_matching_of_10000_runs_in_the_background_with_one_audit_row_each(
-    client, sqs_queues, settings
+    client, sqs_queues, module_settings
 ):
-    settings.TRIAGE_BULK_RATE_PER_SECOND = 100_000  # pacing has its own test; this one is size
-    settings.TRIAGE_BULK_BATCH_SIZE = 500
+    module_settings.TRIAGE_BULK_RATE_PER_SECOND = (
+        100_000  # pacing has its own test; this one is size
+    )
+    module_settings.TRIAGE_BULK_BATCH_SIZE = 500
     client.force_login(operator())
     dead_letters_bulk_create(5)
     queries_small = len(page_queries(client, "?status__exact=open&p=1"))

@@ -18,8 +18,9 @@ from tests.factories import (
     QueueMessageFactory,
 )
 from tests.triage.deadletters import user_with, viewer
-from triage import charts, selectors
+from triage import selectors
 from triage.models import DeadLetter, DeadLetterStatus
+from triage.operations import charts
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"
@@ -147,8 +148,8 @@ def test_the_dashboard_shows_depths_numbers_and_svg_charts(client, sqs_queues):
     assert "Payments stuck longest" in page
 
 
-def test_the_dashboard_says_unavailable_with_the_reason_when_sqs_is_down(client, settings):
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+def test_the_dashboard_says_unavailable_with_the_reason_when_sqs_is_down(client, module_settings):
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     try:
         client.force_login(viewer())

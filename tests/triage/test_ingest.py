@@ -202,8 +202,8 @@ def test_ingest_dlq_command_reports_the_count(sqs_queues, alerts):
     assert "1 new dead letter(s) stored" in out.getvalue()
 
 
-def test_ingest_dlq_command_names_the_problem_when_sqs_is_down(settings):
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+def test_ingest_dlq_command_names_the_problem_when_sqs_is_down(module_settings):
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     try:
         with pytest.raises(CommandError, match="dead-letter queue is unavailable"):

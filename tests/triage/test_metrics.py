@@ -19,7 +19,7 @@ from tests.factories import (
     QueueMessageFactory,
     processor_event,
 )
-from triage.monitoring import metrics_registry
+from triage.operations.monitoring import metrics_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def value(samples, name, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def post_callback(client, settings, payment, event_type, *, secret=None):
+def post_callback(client, module_settings, payment, event_type, *, secret=None):
     body = json.dumps(
         {
             "payment_id": str(payment.id),
@@ -49,7 +49,7 @@ def post_callback(client, settings, payment, event_type, *, secret=None):
             "timestamp": "2026-11-02T12:00:00+00:00",
         }
     ).encode()
-    header = signing.sign(body, [secret or settings.CALLBACK_SIGNING_SECRETS[0]])
+    header = signing.sign(body, [secret or module_settings.CALLBACK_SIGNING_SECRETS[0]])
     return client.post(
         "/callbacks/processor/",
         data=body,
@@ -60,8 +60,10 @@ def post_callback(client, settings, payment, event_type, *, secret=None):
 
 @pytest.mark.django_db
 def test_metrics_count_a_scripted_run(
-    client, settings, sqs_queues, django_capture_on_commit_callbacks
+    client, module_settings, sqs_queues, django_capture_on_commit_callbacks
 ):
+    # The gauges read the queue and the database afresh for each of the two scrapes.
+    module_settings.METRICS_SNAPSHOT_SECONDS = 0
     before = scrape(client)
 
     payments = [PaymentFactory(state="submitted") for _ in range(3)]
@@ -73,9 +75,10 @@ def test_metrics_count_a_scripted_run(
         event = processor_event(payments[0], "settled", processor_event_id="evt_again")
         payment_apply_event(event=event)
     for payment in payments:
-        assert post_callback(client, settings, payment, "settled").status_code == 202
+        assert post_callback(client, module_settings, payment, "settled").status_code == 202
     assert (
-        post_callback(client, settings, payments[0], "settled", secret="wrong").status_code == 401
+        post_callback(client, module_settings, payments[0], "settled", secret="wrong").status_code
+        == 401
     )
 
     after = scrape(client)
@@ -121,9 +124,9 @@ def test_operations_gauges_read_queue_depth_and_the_database_at_scrape_time(clie
 
 @pytest.mark.django_db
 def test_unreachable_queue_leaves_depth_out_and_flags_the_scrape_error(
-    client, settings, sqs_queues
+    client, module_settings, sqs_queues
 ):
-    settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
+    module_settings.SQS_ENDPOINT_URL = "http://127.0.0.1:9"
     sqs.reset()
     samples = scrape(client)
     assert not any(name == "payments_queue_messages" for name, _ in samples)

@@ -50,8 +50,8 @@ def _dead_lettered_message(dead_letter) -> QueueMessage:
     return row
 
 
-def test_error_history_of_an_open_dead_letter_is_never_purged(settings):
-    settings.QUEUE_ERROR_RETENTION = timedelta(days=90)
+def test_error_history_of_an_open_dead_letter_is_never_purged(module_settings):
+    module_settings.QUEUE_ERROR_RETENTION = timedelta(days=90)
     still_open = DeadLetterFactory()
     resolved = DeadLetterFactory(status=DeadLetterStatus.RESOLVED)
     discarded = DeadLetterFactory(status=DeadLetterStatus.DISCARDED)
@@ -75,8 +75,8 @@ def test_error_history_of_an_open_dead_letter_is_never_purged(settings):
     ]
 
 
-def test_error_history_of_a_closed_dead_letter_is_kept_for_its_retention(settings):
-    settings.QUEUE_ERROR_RETENTION = timedelta(days=365)
+def test_error_history_of_a_closed_dead_letter_is_kept_for_its_retention(module_settings):
+    module_settings.QUEUE_ERROR_RETENTION = timedelta(days=365)
     _dead_lettered_message(DeadLetterFactory(status=DeadLetterStatus.REDRIVEN))
 
     assert retention.error_history_purge() == 0
@@ -94,8 +94,8 @@ def _alert(key: str, *, resolved_days_ago: float | None, notifications: int = 2)
     return alert
 
 
-def test_alerts_purge_deletes_resolved_alerts_with_their_notifications_in_batches(settings):
-    settings.ALERT_RETENTION = timedelta(days=90)
+def test_alerts_purge_deletes_resolved_alerts_with_their_notifications_in_batches(module_settings):
+    module_settings.ALERT_RETENTION = timedelta(days=90)
     for i in range(3):
         _alert(f"old-{i}", resolved_days_ago=OLD)
     _alert("recent", resolved_days_ago=5)
@@ -121,8 +121,8 @@ def _job(status: str, finished_days_ago: float | None, items: int) -> BulkTriage
     return job
 
 
-def test_bulk_job_items_purge_deletes_items_of_finished_jobs_and_keeps_the_jobs(settings):
-    settings.BULK_JOB_RETENTION = timedelta(days=30)
+def test_bulk_job_items_purge_deletes_items_of_finished_jobs_and_keeps_the_jobs(module_settings):
+    module_settings.BULK_JOB_RETENTION = timedelta(days=30)
     completed = _job(BulkJobStatus.COMPLETED, finished_days_ago=OLD, items=3)
     cancelled = _job(BulkJobStatus.CANCELLED, finished_days_ago=OLD, items=1)
     recent = _job(BulkJobStatus.COMPLETED, finished_days_ago=1, items=1)

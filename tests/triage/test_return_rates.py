@@ -11,10 +11,14 @@ from django.utils import timezone
 from payments.models import MerchantReturnDay
 from tests.factories import MerchantReturnDayFactory
 from tests.triage.deadletters import viewer
-from triage import charts
-from triage.alert_conditions import alerts_evaluate
 from triage.models import Alert, AlertStatus
-from triage.return_rates import ReturnRateCollector, return_rate_alerts_evaluate, return_rates_panel
+from triage.operations import charts
+from triage.operations.alert_conditions import alerts_evaluate
+from triage.operations.return_rates import (
+    ReturnRateCollector,
+    return_rate_alerts_evaluate,
+    return_rates_panel,
+)
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "admin:triage_triagedashboard_changelist"
@@ -25,8 +29,8 @@ def _day(merchant: str, days_ago: int = 1, **counts) -> MerchantReturnDay:
 
 
 @pytest.fixture
-def merchants(settings):
-    settings.RETURN_RATE_MIN_DEBITS = 20
+def merchants(module_settings):
+    module_settings.RETURN_RATE_MIN_DEBITS = 20
     return {
         # 0.4 % unauthorized: 80 % of 0.5 %, the warning level.
         "warn": _day("m-warn", debits=1000, returns=4, unauthorized_returns=4),
@@ -94,9 +98,9 @@ def test_a_merchant_leaving_the_window_resolves_its_alerts(merchants):
 
 
 def test_the_periodic_evaluation_includes_return_rates_and_never_quiet_resolves_them(
-    merchants, sqs_queues, settings
+    merchants, sqs_queues, module_settings
 ):
-    settings.ALERT_EVENT_QUIET_RESOLVE = timedelta(seconds=0)
+    module_settings.ALERT_EVENT_QUIET_RESOLVE = timedelta(seconds=0)
     alerts_evaluate()
     result = alerts_evaluate(now=timezone.now() + timedelta(hours=1))
 
@@ -105,31 +109,62 @@ def test_the_periodic_evaluation_includes_return_rates_and_never_quiet_resolves_
     assert "return_rate.overall:m-high" in _firing()
 
 
-def test_the_gauges_export_each_merchants_rates_and_the_thresholds(merchants):
-    families = {f.name: f for f in ReturnRateCollector().collect()}
+def _families() -> dict:
+    return {f.name: f for f in ReturnRateCollector().collect()}
+
+
+def test_the_gauges_export_each_merchants_rates_as_ratios_and_the_thresholds(merchants):
+    families = _families()
 
     rates = {
         (s.labels["merchant"], s.labels["rate"]): s.value
-        for s in families["payments_merchant_return_rate_percent"].samples
+        for s in families["payments_merchant_return_rate_ratio"].samples
     }
-    assert rates[("m-high", "unauthorized")] == pytest.approx(1.0)
-    assert rates[("m-high", "overall")] == pytest.approx(16.0)
-    assert rates[("m-warn", "unauthorized")] == pytest.approx(0.4)
+    assert rates[("m-high", "unauthorized")] == pytest.approx(0.01)
+    assert rates[("m-high", "overall")] == pytest.approx(0.16)
+    assert rates[("m-warn", "unauthorized")] == pytest.approx(0.004)
+    # Under RETURN_RATE_MIN_DEBITS debits: never alerted on, so not named either.
+    assert "m-few" not in {merchant for merchant, _ in rates}
     debits = {
         s.labels["merchant"]: s.value for s in families["payments_merchant_window_debits"].samples
     }
-    assert debits["m-warn"] == 1000
+    assert debits == {"m-high": 100, "m-warn": 1000, "m-ok": 1000}
     thresholds = {
-        s.labels["rate"]: s.value
-        for s in families["payments_return_rate_threshold_percent"].samples
+        s.labels["rate"]: s.value for s in families["payments_return_rate_threshold_ratio"].samples
     }
-    assert thresholds == {"unauthorized": 0.5, "administrative": 3.0, "overall": 15.0}
+    assert thresholds == pytest.approx(
+        {"unauthorized": 0.005, "administrative": 0.03, "overall": 0.15}
+    )
+
+
+def test_only_the_merchants_closest_to_a_threshold_are_named_and_all_are_counted(
+    merchants, module_settings, django_assert_num_queries
+):
+    module_settings.RETURN_RATE_METRIC_MERCHANTS = 1
+    for m in range(30):  # 30 more merchants, each at 0.6 % unauthorized: over the threshold
+        _day(f"m-{m:02d}", debits=1000, returns=6, unauthorized_returns=6)
+
+    with django_assert_num_queries(2):
+        families = _families()
+
+    named = {s.labels["merchant"] for s in families["payments_merchant_return_rate_ratio"].samples}
+    assert named == {"m-high"}  # closest: 1 % unauthorized is twice its threshold
+    over = {
+        (s.labels["rate"], s.labels["level"]): s.value
+        for s in families["payments_merchants_return_rate_over_level"].samples
+    }
+    assert over[("unauthorized", "threshold")] == 31  # m-high and the 30
+    assert over[("unauthorized", "warning")] == 32  # and m-warn at 80 %
+    assert over[("overall", "threshold")] == 1
+    assert over[("administrative", "warning")] == 0
+    [total] = families["payments_return_rate_merchants"].samples
+    assert total.value == 33  # every merchant with 20 debits or more; m-few has 5
 
 
 def test_the_gauges_are_served_on_metrics(merchants, client):
     text = client.get("/metrics").content.decode()
-    assert 'payments_merchant_return_rate_percent{merchant="m-high",rate="overall"} 16.0' in text
-    assert 'payments_return_rate_threshold_percent{rate="unauthorized"} 0.5' in text
+    assert 'payments_merchant_return_rate_ratio{merchant="m-high",rate="overall"} 0.16' in text
+    assert 'payments_return_rate_threshold_ratio{rate="unauthorized"} 0.005' in text
 
 
 def test_the_panel_ranks_merchants_by_closeness_in_one_query(merchants, django_assert_num_queries):
@@ -145,10 +180,10 @@ def test_the_panel_ranks_merchants_by_closeness_in_one_query(merchants, django_a
 
 
 def test_the_dashboard_shows_the_panel_and_its_query_count_does_not_grow_with_history(
-    client, settings
+    client, module_settings
 ):
     # SQS is unreachable here (a closed port): the page still renders, without queue depths.
-    settings.RETURN_RATE_MIN_DEBITS = 1
+    module_settings.RETURN_RATE_MIN_DEBITS = 1
     _day("m-1", debits=10, returns=1)
     client.force_login(viewer())
     with CaptureQueriesContext(connection) as small:

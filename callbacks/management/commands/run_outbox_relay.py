@@ -6,6 +6,7 @@ import threading
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, close_old_connections
 
+from callbacks.metrics_server import metrics_arguments_add, metrics_serving
 from callbacks.outbox import outbox_relay_publish
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,13 @@ class Command(BaseCommand):
             help="Rows published per round at most (default 500).",
         )
         parser.add_argument("--once", action="store_true", help="Run one round and exit.")
+        metrics_arguments_add(parser)
 
-    def handle(self, *args, interval, limit, once, **options):
+    def handle(self, *args, interval, limit, once, metrics_port, metrics_address, **options):
+        with metrics_serving(port=metrics_port, address=metrics_address):
+            self._run(interval=interval, limit=limit, once=once)
+
+    def _run(self, *, interval: float, limit: int, once: bool) -> None:
         if once:
             published = outbox_relay_publish(limit=limit)
             self.stdout.write(f"published {published} outbox rows")

@@ -5,6 +5,9 @@ messages visible again, exit 0. A second signal exits at once with status 1 (``o
 cleanup; in-flight messages reappear after their visibility timeout and are recognised by their
 database records). A long poll in progress (up to ``--wait-time`` seconds) ends before the
 worker notices the first signal; what it returns is released untouched.
+
+``--metrics-port`` serves the process's own counters on ``/metrics`` while it runs
+(``callbacks.metrics_server``).
 """
 
 import argparse
@@ -13,6 +16,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 from callbacks import sqs
+from callbacks.metrics_server import metrics_arguments_add, metrics_serving
 from callbacks.worker import MAX_LINGER_SECONDS, Worker
 from payments.selectors import recommended_visibility_timeout
 
@@ -96,6 +100,7 @@ class Command(BaseCommand):
             help="Seconds to wait after a batch that was not full before the next receive, so "
             "batches fill (default: WORKER_RECEIVE_LINGER_SECONDS, 0.02; 0 receives at once).",
         )
+        metrics_arguments_add(parser)
 
     def handle(self, *args, **options):
         visibility_timeout = options["visibility_timeout"] or default_visibility_timeout()
@@ -117,7 +122,8 @@ class Command(BaseCommand):
             "on" if worker.relay else "off",
         )
         try:
-            stats = worker.run()
+            with metrics_serving(port=options["metrics_port"], address=options["metrics_address"]):
+                stats = worker.run()
         except sqs.QueueUnavailable as exc:
             raise CommandError(f"the queue is unavailable: {exc}") from exc
         summary = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from triage.alert_conditions import alerts_evaluate
+from triage.operations.alert_conditions import alerts_evaluate
 
 
 class Command(BaseCommand):

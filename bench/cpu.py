@@ -1,0 +1,76 @@
+"""CPU accounting from ``/proc``: each part of the system under test, per event."""
+
+import os
+import resource
+import subprocess
+from pathlib import Path
+
+import psycopg
+
+from bench.stack import Gunicorn, Stack
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of the child processes waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuMeter:
+    """CPU seconds used by each part of the system under test, between two snapshots: the
+    web processes, the queue workers, the local SQS server, the PostgreSQL backends serving
+    the benchmark's database, and this process (the load generator)."""
+
+    def __init__(self, stack: Stack, server: Gunicorn, workers: list[subprocess.Popen]):
+        self.stack, self.server, self.workers = stack, server, workers
+
+    def _pids(self) -> dict[str, list[int]]:
+        with psycopg.connect(self.stack.database_url, autocommit=True) as conn:
+            backends = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                )
+            ]
+        return {
+            "web": [self.server.process.pid, *self.server.worker_pids()],
+            "workers": [w.pid for w in self.workers],
+            "sqs": [self.stack.sqs_pid] if self.stack.sqs_pid else [],
+            "postgres": backends,
+        }
+
+    def snapshot(self) -> dict[str, dict[int, float]]:
+        snap = {
+            part: {pid: process_cpu(pid) for pid in pids} for part, pids in self._pids().items()
+        }
+        own = os.times()
+        snap["generator"] = {os.getpid(): own.user + own.system}
+        return snap
+
+    @staticmethod
+    def used(before: dict, after: dict) -> dict[str, float]:
+        """CPU seconds per part between the snapshots (processes present in both, or new)."""
+        return {
+            part: round(sum(t - before.get(part, {}).get(pid, 0.0) for pid, t in pids.items()), 3)
+            for part, pids in after.items()
+        }
+
+
+def cpu_summary(used: dict[str, float], events: int, seconds: float) -> dict:
+    return {
+        "cpu_seconds": used,
+        "cpu_ms_per_event": {k: round(1000 * v / max(events, 1), 2) for k, v in used.items()},
+        "cores_busy": round(sum(used.values()) / max(seconds, 1e-9), 2),
+    }

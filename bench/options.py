@@ -1,0 +1,71 @@
+"""A benchmark run's options, read once from the ``BENCH_*`` environment, and what every phase
+shares: the signing secret, the callback path, the list of problems the run reports, the log."""
+
+import os
+import time
+
+from devstack.env import EnvError, env_choices, env_int, env_ints
+
+# history and storage run only when named (BENCH_PHASES=history,storage): the history preload
+# takes minutes and gigabytes.
+PHASES = ("ingest", "worker", "e2e", "profile", "history", "storage")
+
+
+def _phases() -> list[str]:
+    phases = env_choices("BENCH_PHASES", "ingest,worker,e2e", PHASES)
+    if os.environ.get("BENCH_PROFILE") == "1" and "profile" not in phases:
+        phases.append("profile")
+    return phases
+
+
+def _config() -> dict:
+    try:
+        return {
+            "payments": env_int("BENCH_PAYMENTS", 10_000),
+            "ingest_seconds": env_int("BENCH_INGEST_SECONDS", 10),
+            "ingest_connections": env_int("BENCH_CONNECTIONS", 16),
+            "ingest_pool": env_int("BENCH_INGEST_POOL", 50_000),
+            "ingest_rounds": env_int("BENCH_INGEST_ROUNDS", 2),
+            "gunicorn_workers": env_int("BENCH_GUNICORN_WORKERS", 2),
+            "gunicorn_threads": env_int("BENCH_GUNICORN_THREADS", 8),
+            "e2e_rate": env_int("BENCH_E2E_RATE", 200),
+            "e2e_seconds": env_int("BENCH_E2E_SECONDS", 20),
+            "e2e_workers": env_int("BENCH_E2E_WORKERS", 2),
+            # Production runs the outbox relay in every worker loop; BENCH_E2E_RELAY=0 shows
+            # its cost.
+            "e2e_relay": os.environ.get("BENCH_E2E_RELAY", "1") != "0",
+            "e2e_connections": env_int("BENCH_E2E_CONNECTIONS", 64),
+            "step_rates": env_ints("BENCH_STEPS", "100,150,200,300,400,600,850,1000"),
+            "step_seconds": env_int("BENCH_STEP_SECONDS", 15),
+            "history_payments": env_int("BENCH_HISTORY_PAYMENTS", 5_000_000),
+            "partition_rows": env_int("BENCH_PARTITION_ROWS", 2_000_000),
+            "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",
+            "phases": _phases(),
+        }
+    except EnvError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+CONFIG = _config()
+
+
+SECRETS = ["bench-signing-secret"]
+
+
+CALLBACK_PATH = "/callbacks/processor/"
+
+
+# Measured on the benchmark machine before any product code existed (issue 8).
+REFERENCE = {
+    "plain_sql_tx_per_second": {"1": 1500, "2": 2700},
+    "naive_orm_tx_per_second": {"1": 560, "2": 1050},
+    "minimal_drf_post_gunicorn_2_workers": {"requests_per_second": 2100, "p99_ms": 9},
+    "fauxqs_receive_delete_per_second": 3500,
+}
+
+
+problems: list[str] = []
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)

@@ -1,0 +1,95 @@
+"""Putting a message back on the main queue, and the marks that say why it came back.
+
+The queue layer annotates a body it sends again: a dead letter's copy carries
+``DEAD_LETTER_KEY``, a redrive carries ``REDRIVE_KEY`` (its original's message id), and a copy
+sent by a hold's release carries the hold in its deduplication id (``RELEASE_MARK``). The
+annotations are stripped before a body is republished, and read back when the copy arrives:
+the start lets a redrive and a release's own copies through a hold (``holds.hold_passes``).
+Every send here acts on SQS at once and is never called inside a transaction.
+"""
+
+from django.utils import timezone
+
+from callbacks import sqs
+from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
+from callbacks.sqs import ReceivedMessage
+
+# Keys the queue layer adds to a message body; stripped before a body is republished.
+DEAD_LETTER_KEY = "dead_letter"
+REDRIVE_KEY = "redrive"
+RELEASE_MARK = ":release:"
+
+
+def released_original_id(deduplication_id: str) -> str:
+    """The parked message id a release copy was made from ("" for any other message)."""
+    original, mark, _ = deduplication_id.rpartition(RELEASE_MARK)
+    return original if mark else ""
+
+
+def redrive_original(message: ReceivedMessage) -> str:
+    """The message id a redrive replaces ("" when ``message`` is no redrive)."""
+    redrive = (message.body or {}).get(REDRIVE_KEY)
+    if isinstance(redrive, dict) and isinstance(redrive.get("original_message_id"), str):
+        return redrive["original_message_id"]
+    return ""
+
+
+def _republishable(body: dict) -> dict:
+    return {k: v for k, v in body.items() if k not in (DEAD_LETTER_KEY, REDRIVE_KEY)}
+
+
+def parked_message_republish(*, row: ParkedMessage, hold: PaymentHold) -> bool:
+    """Send one parked message back to the main queue as part of ``hold``'s release and mark
+    it; False (nothing sent) when the hold is no longer active or the row is no longer its."""
+    if not PaymentHold.objects.filter(pk=hold.pk, released_at__isnull=True).exists():
+        return False
+    new_id = sqs.send_message_now(
+        body=_republishable(row.body),
+        group_id=row.payment_id,
+        deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
+    )
+    marked = ParkedMessage.objects.filter(pk=row.pk, hold=hold, republished_message_id="").update(
+        republished_message_id=new_id, released_at=timezone.now()
+    )
+    return bool(marked)
+
+
+def message_republish(
+    *,
+    deduplication_id: str,
+    queue_message_id: int | None = None,
+    body: dict | None = None,
+    group_id: str | None = None,
+    original_message_id: str = "",
+) -> str:
+    """Send a dead-lettered message back to the main queue now; return the new message id.
+
+    Give either ``queue_message_id`` (a QueueMessage the worker recorded) or ``body`` and
+    ``group_id`` (e.g. a message read from the DLQ). The body keeps its fields, loses the
+    queue layer's annotations, and gains ``redrive.original_message_id``: the worker applies it
+    although its payment's hold is still active (it is the message the hold waits for).
+    """
+    if not deduplication_id:
+        raise ValueError("deduplication_id is required")
+    if queue_message_id is not None:
+        queue_message = QueueMessage.objects.get(pk=queue_message_id)
+        if queue_message.body is None:
+            raise ValueError(
+                f"message {queue_message.message_id} has no JSON body; it cannot be republished"
+            )
+        body, group_id = queue_message.body, queue_message.group_id
+        original_message_id = original_message_id or queue_message.message_id
+    if not isinstance(body, dict) or not group_id:
+        raise ValueError("give queue_message_id, or body (a JSON object) and group_id")
+    dead_letter = body.get(DEAD_LETTER_KEY)
+    if not original_message_id and isinstance(dead_letter, dict):
+        original_message_id = dead_letter.get("original_message_id") or ""
+    new_body = _republishable(body)
+    if original_message_id:
+        new_body[REDRIVE_KEY] = {
+            "original_message_id": original_message_id,
+            "republished_at": timezone.now().isoformat(),
+        }
+    return sqs.send_message_now(
+        body=new_body, group_id=str(group_id), deduplication_id=deduplication_id[:128]
+    )

@@ -1,0 +1,48 @@
+"""The SQS FIFO consumer behind ``run_sqs_worker``.
+
+One loop: relay the outbox, long-poll a batch, handle it, delete what committed. A batch's
+processor events (the group heads) start in one statement and apply in one transaction, a
+savepoint each; everything else (submissions, which call the processor, and later messages of
+a group) goes one message at a time in sequence order. The guarantees and where they come from:
+
+- in order per payment: SQS FIFO delivers a group's messages in order and never hands out a
+  later one while an earlier one is in flight; within a batch (AWS may return several of one
+  group, fauxqs at most one) we stop a group at its first failure and release the rest
+  untouched, so nothing overtakes a message that is waiting for its retry;
+- exactly once: the work and the "done" mark commit in one transaction (the batch's, or the
+  message's own), the SQS delete comes after; a failure rolls back only its savepoint and is
+  recorded after the commit; a commit that fails leaves every message of it to be retried; a
+  redelivery of a done message is only deleted, and the payments services deduplicate
+  processor events by id on top;
+- nothing lost: every failure is written in its own transaction; a message is dead-lettered
+  (a copy in the DLQ, its payment on hold) before it is deleted; a message that crashes the
+  process is caught by the queue's RedrivePolicy, and ``queue_message_start`` notices the gap
+  it leaves and holds the payment.
+
+One job per module: ``loop`` (the ``Worker``: signals, receive, delete, release, hide, the
+handlers' ticks, the database outage mode), ``batch`` (the batch transaction and its
+savepoints), ``message`` (one message on its own: gates, start, its transaction), ``outcomes``
+(the one retry / dead-letter / defer decision, and the log line of every message), ``outage``
+(a database outage told from a failure). What a kind of message depends on (the processor's
+circuit breaker, for submissions) is declared on its handler (``callbacks.handlers``); the
+worker names no message kind.
+"""
+
+from callbacks.handlers import InvalidBody, UnknownMessageKind, UnstorableBody
+from callbacks.worker.loop import MAX_LINGER_SECONDS, Worker, WorkerStats
+from callbacks.worker.outage import DatabaseDown, database_answers
+from callbacks.worker.outcomes import Outcome, Result
+
+# The error classes are recorded as callbacks.worker.<name> (see callbacks.handlers).
+__all__ = [
+    "MAX_LINGER_SECONDS",
+    "DatabaseDown",
+    "InvalidBody",
+    "Outcome",
+    "Result",
+    "UnknownMessageKind",
+    "UnstorableBody",
+    "Worker",
+    "WorkerStats",
+    "database_answers",
+]

@@ -1,0 +1,193 @@
+"""One received batch: groups in order, the group heads in one transaction, the rest one by one.
+
+First the batch's group heads whose work is atomic (processor events) are started in one
+statement (``start_heads``) and applied in one transaction, a savepoint each
+(``apply_started``). Then every other message, in group order, takes the per-message path
+(``callbacks.worker.message``): started alone, its work in its own transaction, or none for
+work that calls the network (a submission), so no network call ever runs inside the batch's
+transaction. A group whose head failed goes no further. Messages not started (a group stopped
+at a failure, a stop request, the message limit) are made visible again at once; they were
+never started, so no attempt is counted: the bulk start counts only group heads, which always
+run.
+
+The partial-batch path: a server that returns several messages of one group per receive (AWS,
+LocalStack; fauxqs returns at most one) gives the head to the batch transaction and the later
+ones to the per-message path, behind it, unless the head failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, connection, transaction
+
+from callbacks import conf as callbacks_conf
+from callbacks import tracing
+from callbacks.metrics import WORKER_BATCH_MESSAGES
+from callbacks.models import QueueMessage
+from callbacks.services import ReceivedMessage, queue_messages_complete, queue_messages_start_batch
+from callbacks.worker import outcomes
+from callbacks.worker.outage import DatabaseDown, is_outage
+from callbacks.worker.outcomes import Result
+
+if TYPE_CHECKING:
+    from callbacks.worker.loop import Worker
+
+# The worker's one logger name (see callbacks.worker.loop).
+logger = logging.getLogger("callbacks.worker")
+
+
+class BatchRolledBack(Exception):
+    """The batch's transaction was left unusable (a savepoint could not be rolled back)."""
+
+
+def group_in_order(messages: Iterable[ReceivedMessage]) -> list[list[ReceivedMessage]]:
+    """The batch split by message group, each group in sequence-number order."""
+    groups: dict[str, list[ReceivedMessage]] = {}
+    for m in messages:
+        groups.setdefault(m.group_id, []).append(m)
+    return [sorted(g, key=lambda m: m.sequence_number) for g in groups.values()]
+
+
+def process_batch(worker: Worker, messages: list[ReceivedMessage]) -> None:
+    """Handle one received batch (see the module docstring); finished messages are deleted in
+    batches after their commits, the ones not started released at once. A database outage
+    holds back whatever of the batch is left."""
+    pending = {m.message_id: m for m in messages}
+    finished: list[ReceivedMessage] = []
+    with worker.in_hand(messages):
+        WORKER_BATCH_MESSAGES.observe(len(messages))
+        try:
+            groups = group_in_order(messages)
+            results = apply_started(worker, start_heads(worker, groups))
+            for group in groups:
+                for message in group:
+                    result = results.get(message.message_id)
+                    if result is None:
+                        if worker.stopping or worker.limit_reached():
+                            break
+                        result = worker.process_message(message)
+                    del pending[message.message_id]
+                    worker.let_go([message])
+                    if result.delete:
+                        finished.append(message)
+                    if result.stop_group:
+                        break
+        except DatabaseDown as exc:
+            # Nothing more of this batch can be started or recorded: hold back what is left.
+            worker.database_down(exc.cause)
+            worker.hold_back(list(pending.values()))
+            pending.clear()
+        finally:
+            worker.release(pending.values())
+            worker.delete(finished)
+
+
+def start_heads(
+    worker: Worker, groups: list[list[ReceivedMessage]]
+) -> list[tuple[ReceivedMessage, QueueMessage]]:
+    """Start the group heads the batch path can take, in one statement (see
+    ``queue_messages_start_batch``); the rest keep the per-message path. A database that cannot
+    take the start leaves them all to the per-message path, which records why. The bulk
+    statement is PostgreSQL's; on another database (SQLite, the quick start) every message
+    takes the per-message path."""
+    if worker.stopping or worker.limit_reached() or connection.vendor != "postgresql":
+        return []
+    heads = [
+        group[0]
+        for group in groups
+        if group[0].body is not None
+        and (handler := worker.handlers.get(group[0].kind)) is not None
+        and handler.atomic
+    ]
+    if worker.max_messages is not None:
+        heads = heads[: max(worker.max_messages - worker.stats.processed, 0)]
+    if not heads:
+        return []
+    try:
+        started = queue_messages_start_batch(messages=heads)
+    except (DatabaseError, UnicodeError) as exc:
+        logger.warning("could not start the batch in bulk (%s); one at a time instead", exc)
+        return []
+    worker.stats.processed += len(started)
+    return [(m, started[m.message_id]) for m in heads if m.message_id in started]
+
+
+def apply_started(
+    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
+) -> dict[str, Result]:
+    """Apply started atomic messages in ONE transaction (``_apply_in_one_transaction``); then,
+    after the commit, record each failure (error row, retry or dead letter: SQS is never called
+    inside the transaction)."""
+    if not started:
+        return {}
+    began = time.monotonic()
+    outcomes_by_id, failures = _apply_in_one_transaction(worker, started)
+    results = {}
+    for message, queue_message in started:
+        with tracing.message_in_hand(message, span=False):
+            if message.message_id in failures:
+                results[message.message_id] = outcomes.fail(
+                    worker, message, queue_message, failures[message.message_id], began
+                )
+            else:
+                outcomes.observe_applied(message)
+                results[message.message_id] = outcomes.finish(
+                    worker,
+                    message,
+                    queue_message,
+                    Result.handled(outcomes_by_id[message.message_id]),
+                    began,
+                )
+    return results
+
+
+def _apply_in_one_transaction(
+    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
+) -> tuple[dict[str, str], dict[str, Exception]]:
+    """Each message's work in a savepoint of its own (the handler's own when it declares one,
+    see ``Handler.own_savepoint``), with their done marks (one statement), in one transaction.
+    A failing message rolls back only its savepoint. If the transaction itself fails (at
+    commit, or the connection broke so a savepoint could not be rolled back), nothing of it
+    committed: every message fails with that error. Returns (outcomes, failures) by id."""
+    done: dict[str, str] = {}
+    failures: dict[str, Exception] = {}
+    try:
+        with transaction.atomic():
+            for message, _ in started:
+                handler = worker.handlers[message.kind]
+                try:
+                    with (
+                        tracing.message_in_hand(message),
+                        transaction.atomic() if not handler.own_savepoint else nullcontext(),
+                    ):
+                        done[message.message_id] = handler.func(message)
+                except Exception as exc:  # noqa: BLE001 - becomes this message's retry
+                    failures[message.message_id] = exc
+            if transaction.get_rollback():
+                raise BatchRolledBack("a savepoint could not be rolled back")
+            queue_messages_complete(
+                done=[(qm, done[m.message_id]) for m, qm in started if m.message_id in done]
+            )
+            _pause_at("batch_commit")
+    except Exception as exc:  # noqa: BLE001 - nothing committed: all of them are retried
+        if is_outage(exc):
+            raise DatabaseDown(exc) from exc  # not the messages' fault: hold them back
+        logger.error("the batch transaction of %s message(s) failed: %s", len(started), exc)
+        for message, _ in started:  # those that ran, and any the failure kept from running
+            failures.setdefault(message.message_id, exc)
+        done.clear()
+    return done, failures
+
+
+def _pause_at(point: str) -> None:
+    """Tests only: stop here for good when ``WORKER_PAUSE_AT`` names this point, so a test can
+    SIGKILL the process at a known place. A no-op unless a test sets it."""
+    if point and callbacks_conf.WORKER_PAUSE_AT == point:
+        logger.warning("paused at %s", point)
+        while True:
+            time.sleep(3600)

@@ -1,0 +1,237 @@
+"""The chaos run's fault schedule: each fault a method run in its own thread at its time, all
+bounded in count and length, each logged as it is injected."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import requests
+
+from chaos.config import PROCESSOR_OUTAGE_MODE, RETRY_BUDGET_SECONDS
+
+
+class Faults:
+    """The faults, as methods of the run (``ChaosRun``), which holds what they read: its
+    children and workers, the proxy, the ports, the environment, ``stopping`` and ``log``."""
+
+    def thread(self, target, *args) -> threading.Thread:
+        """A daemon thread whose failure is reported: a fault that was not injected would make
+        a passing run mean less than it says."""
+
+        def run() -> None:
+            try:
+                target(*args)
+            except Exception as exc:  # noqa: BLE001 - reported and fails the run
+                self.harness_errors.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
+                self.log(f"HARNESS ERROR in {target.__name__}: {type(exc).__name__}: {exc}")
+
+        return threading.Thread(target=run, name=target.__name__, daemon=True)
+
+    def supervise(self) -> None:
+        """Restart a worker that exited on its own (and say so: that is worth a look)."""
+        while not self.stopping.wait(0.5):
+            for worker in self.workers:
+                code = worker.check_exit()
+                if code is not None:
+                    self.log(f"UNEXPECTED: {worker.name} exited by itself with status {code}")
+                    worker.start()
+            for name in ("web", "sandbox", "fauxqs"):
+                code = self.children[name].check_exit()
+                if code is not None:
+                    self.log(f"UNEXPECTED: {name} exited with status {code}; not restarted")
+
+    def kill_workers(self, until: float) -> None:
+        n = 0
+        while not self.stopping.wait(self.rng.uniform(3, 6)):
+            if time.monotonic() > until:
+                return
+            worker = self.workers[n % len(self.workers)]
+            n += 1
+            if worker.sigkill():
+                self.log(f"fault: SIGKILL {worker.name}")
+                time.sleep(0.5)
+                worker.start()
+
+    def kill_web_workers(self, times: list[float]) -> None:
+        """SIGKILL one gunicorn worker (the master starts another): requests in flight die,
+        so the API's clients retry with their Idempotency-Key and the processor its callbacks."""
+        for at in times:
+            if self.stopping.wait(max(0.0, at - time.monotonic())):
+                return
+            master = self.children["web"].process
+            if master is None:
+                continue
+            try:
+                children = Path(f"/proc/{master.pid}/task/{master.pid}/children").read_text()
+            except OSError:
+                continue
+            pids = [int(p) for p in children.split()]
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                self.web_kills += 1
+                self.log(f"fault: SIGKILL gunicorn worker {pids[0]}")
+
+    def queue_outage(self, at: float, seconds: float) -> None:
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        assert self.proxy is not None
+        self.proxy.cut()
+        self.log(f"fault: queue endpoint down for {seconds:.0f} s (proxy cut)")
+        self.stopping.wait(seconds)
+        self.proxy.restore()
+        self.log("fault: queue endpoint back")
+
+    def processor_outage(self, at: float, seconds: float) -> None:
+        """The processor goes down as a whole (the sandbox's outage mode, over HTTP)."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        url = f"http://127.0.0.1:{self.ports['sandbox']}/_sandbox/outage"
+        response = requests.post(
+            url, json={"mode": PROCESSOR_OUTAGE_MODE, "seconds": seconds}, timeout=10
+        )
+        response.raise_for_status()
+        self.log(
+            f"fault: processor down ({PROCESSOR_OUTAGE_MODE}) for {seconds:.0f} s, "
+            f"{seconds / RETRY_BUDGET_SECONDS:.1f}x the retry budget"
+        )
+        self.stopping.wait(seconds)
+        self.log("fault: processor back")
+
+    def processor_flap(self, at: float, seconds: float) -> None:
+        """The processor flaps: every other debit fails (the sandbox's "flap" outage mode)."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        url = f"http://127.0.0.1:{self.ports['sandbox']}/_sandbox/outage"
+        requests.post(url, json={"mode": "flap", "seconds": seconds}, timeout=10).raise_for_status()
+        self.log(f"fault: processor flapping (every other debit 503) for {seconds:.0f} s")
+        self.stopping.wait(seconds)
+        self.log("fault: processor flap over")
+
+    def database_outage(self, at: float, seconds: float) -> None:
+        """The run's database refuses new connections and loses its open ones for ``seconds``
+        (the shared server stays up for everyone else)."""
+        import psycopg
+        from psycopg import sql
+
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        name = sql.Identifier(self.config.database)
+        admin = "postgresql://postgres@127.0.0.1:5432/postgres"
+        try:
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(name))
+                rows = c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (self.config.database,),
+                ).fetchall()
+            self.database_outages += 1
+            self.log(f"fault: database down for {seconds:.0f} s ({len(rows)} connection(s) cut)")
+            self.stopping.wait(seconds)
+        finally:
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(name))
+            self.log("fault: database back")
+
+    def terminate_backends(self, times: list[float]) -> None:
+        import psycopg
+
+        for at in times:
+            if self.stopping.wait(max(0.0, at - time.monotonic())):
+                return
+            try:
+                with psycopg.connect(
+                    "postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True
+                ) as c:
+                    rows = c.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = %s AND pid <> pg_backend_pid()",
+                        (self.config.database,),
+                    ).fetchall()
+            except psycopg.Error as exc:
+                self.log(f"could not terminate backends: {exc}")
+                continue
+            self.pg_terminated += len(rows)
+            self.log(f"fault: pg_terminate_backend on {len(rows)} connection(s)")
+
+    def post_callback(self, body: dict) -> bool:
+        """Deliver one signed callback as the processor does, retrying 5xx and connection errors
+        for up to 30 s; True once it is accepted (202)."""
+        from payments import signing
+
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        url = f"http://127.0.0.1:{self.ports['web']}/callbacks/processor/"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            headers = {
+                "Content-Type": "application/json",
+                signing.HEADER: signing.sign(raw, [self.env["CALLBACK_SIGNING_SECRETS"]]),
+            }
+            try:
+                response = requests.post(url, data=raw, headers=headers, timeout=10)
+            except requests.RequestException:
+                time.sleep(1)
+                continue
+            if response.status_code == 202:
+                self.injected.append(body)
+                return True
+            if response.status_code < 500:
+                self.log(f"injected callback refused ({response.status_code}): {response.text}")
+                return False
+            time.sleep(1)
+        return False
+
+    def inject_processor_bugs(self, at: float) -> None:
+        """Callbacks a faulty processor sends, which must end in front of a human, not vanish:
+        ``settled`` for a payment it rejected (then ``failed`` for it, which must wait behind the
+        hold), an event for a payment that does not exist, and a reused processor_event_id with
+        another amount (a conflict)."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        from django.db import connection
+        from django.utils import timezone
+
+        from payments.models import EventOutcome, PaymentEvent, PaymentState
+        from payments.models import Payment as PaymentModel
+
+        connection.close()  # it may have been terminated
+        now = timezone.now().isoformat()
+
+        def event(payment_id: str, event_type: str, amount: str, event_id: str = "") -> dict:
+            return {
+                "payment_id": payment_id,
+                "event_type": event_type,
+                "processor_event_id": event_id or f"evt_chaos_{uuid.uuid4().hex}",
+                "amount": amount,
+                "timestamp": now,
+            }
+
+        rejected = list(
+            PaymentModel.objects.filter(
+                state=PaymentState.FAILED, source_token__startswith="tok_reject"
+            ).values_list("id", "amount")[:2]
+        )
+        for payment_id, amount in rejected:
+            if self.post_callback(event(str(payment_id), "settled", f"{amount:.2f}")):
+                self.log(f"fault: processor sent settled for rejected payment {payment_id}")
+            time.sleep(1)
+            self.post_callback(event(str(payment_id), "failed", f"{amount:.2f}"))
+        if self.post_callback(event(str(uuid.uuid4()), "settled", "10.00")):
+            self.log("fault: processor sent an event for a payment that does not exist")
+        settled = list(
+            PaymentEvent.objects.filter(
+                event_type="settled", outcome=EventOutcome.APPLIED
+            ).values_list("payment_id", "processor_event_id", "payment__amount")[:2]
+        )
+        for payment_id, event_id, amount in settled:
+            body = event(str(payment_id), "settled", f"{amount + 1:.2f}", event_id)
+            if self.post_callback(body):
+                self.log(
+                    f"fault: processor reused event id {event_id} with amount {body['amount']}"
+                )

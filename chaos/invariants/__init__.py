@@ -1,0 +1,69 @@
+"""The invariants an exactly-once payments pipeline must keep, checked against the database and
+the processor's own record of what it charged and which callbacks it delivered.
+
+``check_invariants(sandbox_stats=..., callbacks_sent=...)`` returns a ``Report``; ``python -m
+chaos.invariants`` prints it and exits 1 on any violation. The checks, one module per concern
+(``money``, ``event_log``, ``callbacks``, ``dead_letters``):
+
+- ``charged_at_most_once``: the processor charged each idempotency key (and each payment) at
+  most once, every charged key belongs to one of our payments, no payment it charged is
+  recorded as rejected, and every confirmed payment was charged;
+- ``event_applied_at_most_once``: each processor_event_id has at most one ``applied`` row in the
+  event log, and the dedup record (ProcessedEvent) agrees with the log;
+- ``transitions_valid``: replaying each payment's event log in order, every applied row starts
+  where the previous one ended and is an allowed transition, every other row was written in the
+  state the payment was in, a row marked stale really was stale, and the last state is the
+  payment's state;
+- ``ledger_matches_confirmed``: one credit per settled payment (confirmed, or returned after
+  settlement) for its amount and merchant, no credit without confirmation, and each merchant's
+  credits equal its settled total;
+- ``returns_reversed``: every returned payment has exactly one reversal, for its amount and
+  merchant; no reversal exists without a return; and so each merchant's ledger net (credits
+  minus reversals) equals its confirmed total minus its returned total (checked as the
+  reversals equal to the returned total, so a wrong credit fails the check above and a wrong
+  reversal this one);
+- ``callbacks_accounted``: every callback the processor delivered left a trace: applied, stale,
+  dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error), or
+  (before the system has settled) started by a worker and not finished;
+- ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
+  rows for its message or the error its dead-letter envelope carries);
+- ``dead_letters_have_error_rows``: every message SQS's RedrivePolicy moved to the DLQ (no
+  dead-letter envelope of the worker's) has a ProcessingError row of its own: none got there
+  through receives that did no work (a wait for the processor, a database outage);
+- ``no_outage_dead_letters``: no dead letter whose only errors are processor-unavailability
+  errors raised while the processor's circuit breaker was open (an outage is one incident, not
+  a dead letter per payment).
+
+Besides violations, the report lists notes: payments not in a final state and not in front of a
+human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
+worth a look, but the processor may simply not have sent a final callback yet, so they are not
+counted as violations.
+"""
+
+from chaos.invariants.callbacks import check_callbacks
+from chaos.invariants.dead_letters import check_dead_letters, check_outage_dead_letters
+from chaos.invariants.event_log import check_events_applied_once, check_transitions
+from chaos.invariants.money import check_charges, check_ledger, check_returns_reversed
+from chaos.invariants.notes import notes_unfinished
+from chaos.invariants.report import CHECKS, Report, Violation
+
+__all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
+
+
+def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Report:
+    """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
+    (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
+    are accounted for by count only, from ``sandbox_stats``."""
+    report = Report()
+    if callbacks_sent is None:
+        callbacks_sent = sandbox_stats.get("callbacks_delivered")
+    check_charges(report, sandbox_stats)
+    check_events_applied_once(report)
+    check_transitions(report)
+    check_ledger(report)
+    check_returns_reversed(report)
+    check_callbacks(report, sandbox_stats, callbacks_sent)
+    check_dead_letters(report)
+    check_outage_dead_letters(report)
+    notes_unfinished(report)
+    return report

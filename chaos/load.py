@@ -1,0 +1,163 @@
+"""The chaos run's load: payments created through ``POST /api/payments/`` at an even rate, each
+retried with its Idempotency-Key until it gets its answer, some sent twice at once; the source
+tokens pick the sandbox's deterministic faults on top of its random ones."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import requests
+
+from chaos.config import MERCHANTS, Config
+
+# (share of payments, source-token prefix): the sandbox's token rules, for deterministic faults
+# on top of the random ones.
+TOKEN_MIX = (
+    (0.03, "tok_reject"),
+    (0.04, "tok_fail5xx_2"),
+    (0.01, "tok_timeout_1"),
+    (0.03, "tok_return"),
+    (0.03, "tok_nsf"),  # settled, then returned R01
+    (0.02, "tok_unauth"),  # settled, then returned R10
+    (0.04, "tok_dupcb"),
+)
+
+
+def source_token(rng: random.Random, index: int) -> str:
+    draw = rng.random()
+    for share, prefix in TOKEN_MIX:
+        if draw < share:
+            return f"{prefix}_p{index:05d}"
+        draw -= share
+    return f"tok_chaos_p{index:05d}"
+
+
+@dataclass
+class LoadStats:
+    created: dict[str, str] = field(default_factory=dict)  # Idempotency-Key -> payment id
+    statuses: Counter = field(default_factory=Counter)
+    retries: int = 0
+    double_sends: int = 0
+    failures: list[str] = field(default_factory=list)  # keys given up on, with the reason
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# Every DOUBLE_SEND-th payment is sent twice at once with the same Idempotency-Key, as a client
+# whose first try seemed to hang would: both answers must name the same payment.
+DOUBLE_SEND = 20
+
+
+def create_payments(
+    *, base_url: str, token: str, config: Config, spread_seconds: float, stats: LoadStats
+) -> None:
+    """POST the payments at an even rate over ``spread_seconds``, four at a time; each one is
+    retried with the same Idempotency-Key until it gets its answer (or 120 s pass)."""
+    jobs = _jobs(config)
+    client = _Client(base_url, token, stats)
+    start = time.monotonic()
+    interval = spread_seconds / max(config.payments, 1)
+    queue = list(reversed(jobs))
+
+    def run() -> None:
+        session = requests.Session()
+        while True:
+            with stats.lock:
+                if not queue:
+                    return
+                i, key, body = queue.pop()
+            delay = start + i * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            client.create(session, i, key, body)
+
+    threads = [threading.Thread(target=run, name=f"load-{n}", daemon=True) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _jobs(config: Config) -> list[tuple[int, str, dict]]:
+    """(index, Idempotency-Key, body) of every payment, drawn from the run's seed."""
+    rng = random.Random(config.seed)
+    jobs = []
+    for i in range(config.payments):
+        body = {
+            "merchant_id": f"merchant-{i % MERCHANTS}",
+            "amount": f"{Decimal(rng.randint(100, 50_000)) / 100:.2f}",
+            "currency": "USD",
+            "source_token": source_token(rng, i),
+        }
+        jobs.append((i, str(uuid.uuid4()), body))
+    return jobs
+
+
+class _Client:
+    """An API client that retries, as a merchant's should: 409, 429, 5xx and connection errors
+    again with the same key, backing off, for up to 120 s."""
+
+    def __init__(self, base_url: str, token: str, stats: LoadStats) -> None:
+        self.url = f"{base_url}/api/payments/"
+        self.headers = {"Authorization": f"Token {token}"}
+        self.stats = stats
+
+    def create(self, session: requests.Session, i: int, key: str, body: dict) -> None:
+        """One payment; every DOUBLE_SEND-th is sent twice at once, and both answers must name
+        the same payment."""
+        stats = self.stats
+        answers: list[str] = []
+        twin = None
+        if i % DOUBLE_SEND == 0:
+            twin = threading.Thread(target=self.post, args=(requests.Session(), key, body, answers))
+            twin.start()
+        self.post(session, key, body, answers)
+        if twin is not None:
+            twin.join()
+        with stats.lock:
+            if answers:
+                stats.created[key] = answers[0]
+            if len(set(answers)) > 1:
+                stats.failures.append(f"{key}: one key answered with payments {answers}")
+            if twin is not None:
+                stats.double_sends += 1
+
+    def post(self, session: requests.Session, key: str, body: dict, answers: list[str]) -> None:
+        stats = self.stats
+        deadline = time.monotonic() + 120
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = session.post(
+                    self.url,
+                    json=body,
+                    headers={**self.headers, "Idempotency-Key": key},
+                    timeout=15,
+                )
+                status = str(response.status_code)
+            except requests.RequestException as exc:
+                response, status = None, type(exc).__name__
+            with stats.lock:
+                stats.statuses[status] += 1
+            if response is not None and response.status_code in (200, 201):
+                answers.append(response.json()["id"])
+                return
+            retryable = (
+                response is None
+                or response.status_code in (409, 429)
+                or (response.status_code >= 500)
+            )
+            if not retryable or time.monotonic() > deadline:
+                text = response.text[:300] if response is not None else status
+                with stats.lock:
+                    stats.failures.append(f"{key}: {status} {text}")
+                return
+            with stats.lock:
+                stats.retries += 1
+            time.sleep(min(0.2 * 2 ** min(attempt, 4), 3.0))

@@ -1,0 +1,186 @@
+"""One settings object per app, read from one dict of the host's Django settings.
+
+DRF's ``api_settings`` and django-oauth-toolkit's ``oauth2_settings`` are the model: a host sets
+``PAYMENTS = {"PROCESSOR_TIMEOUT_SECONDS": 5}``, ``CALLBACKS = {...}``, ``TRIAGE = {...}``, and
+each app reads ``conf.NAME``: the host's value, else the default its spec declares. The module's
+settings then sit in three names of the host's settings, beside Django's and Celery's own,
+instead of fifty-odd top-level names, and a key the app does not know is refused at start-up
+instead of being silently ignored.
+
+Values are read once and kept; Django's ``setting_changed`` signal (sent by
+``override_settings`` and pytest-django's ``settings`` fixture) drops them, so a test that
+changes an app's dict is seen by the next read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.core.checks import Error
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from payments.setting_specs import Keys, Spec, Unreadable, setting_refused, shown
+
+
+class AppSettings:
+    """The settings of the app ``app``, held in the Django setting ``setting`` (a dict).
+
+    ``specs`` declares every setting with a default; ``required`` those without one (each with
+    a spec that checks its value once set, or ``None``); ``relations`` pairs ``(low, high)`` whose
+    low value may not exceed the high one; ``readers`` turn an accepted value into the one the
+    code uses (the signing secrets, a string or a list, into a list).
+    """
+
+    every: ClassVar[list[AppSettings]] = []
+
+    def __init__(
+        self,
+        *,
+        app: str,
+        setting: str,
+        specs: dict[str, Spec],
+        required: Mapping[str, Spec | None] | None = None,
+        relations: tuple[tuple[str, str], ...] = (),
+        readers: Mapping[str, Callable[[Any], Any]] | None = None,
+    ) -> None:
+        self.app = app
+        self.setting = setting
+        self.specs = specs
+        self.required = dict(required or {})
+        self.relations = relations
+        self.readers = dict(readers or {})
+        self.names = frozenset(specs) | frozenset(self.required)
+        self._values: dict[str, Any] = {}
+        # A read that raced a change is not kept: its value may be the old one.
+        self._generation = 0
+        self._lock = threading.Lock()
+        AppSettings.every.append(self)
+        setting_changed.connect(self._setting_changed, weak=False)
+
+    def label(self, name: str) -> str:
+        """How the host writes the setting: ``PAYMENTS["PROCESSOR_TIMEOUT_SECONDS"]``."""
+        return f'{self.setting}["{name}"]'
+
+    def host_values(self) -> Mapping[str, Any]:
+        """The host's dict; not a dict at all is the start-up check's to refuse."""
+        values = getattr(settings, self.setting, None)
+        return values if isinstance(values, Mapping) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            pass
+        if name not in self.names:
+            raise AttributeError(f"{self.app}.conf has no setting {name}")
+        generation = self._generation
+        value = self._read(name)
+        with self._lock:
+            if generation == self._generation:
+                self._values[name] = value
+        return value
+
+    def _read(self, name: str) -> Any:
+        host = self.host_values()
+        if name in self.required and self._unset(name, host):
+            raise ImproperlyConfigured(
+                f"{self.label(name)} is required by the {self.app} app and is not set"
+            )
+        spec = self.specs.get(name)
+        value = host.get(name, spec.default if spec else None)
+        if isinstance(value, Unreadable):
+            raise ImproperlyConfigured(
+                f"{self.label(name)} is refused: the environment variable {value.variable} = "
+                f"{value.text!r} is not {value.expected}"
+            )
+        if isinstance(spec, Keys) and spec.partial and isinstance(value, Mapping):
+            value = {**spec.default, **value}
+        reader = self.readers.get(name)
+        return reader(value) if reader else value
+
+    def reload(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._values.clear()
+
+    def _setting_changed(self, *, setting: str, **kwargs: Any) -> None:
+        if setting == self.setting:
+            self.reload()
+
+    def _unset(self, name: str, host: Mapping[str, Any]) -> bool:
+        # Blank counts as unset, unless a reader says what is wrong with it (an empty secret
+        # list is named as empty).
+        value = host.get(name)
+        return value is None or (not value and name not in self.readers)
+
+    def missing(self) -> list[str]:
+        """The required settings the host has not set."""
+        host = self.host_values()
+        return [name for name in self.required if self._unset(name, host)]
+
+    def refused(self, *, error_id: str, unknown_id: str) -> list[Error]:
+        """One error per key the app does not know (``unknown_id``), then one per value its
+        spec refuses, the host's or the default, and one per ``(low, high)`` pair whose low
+        value exceeds its high one (``error_id``). A required setting is checked once set."""
+        raw = getattr(settings, self.setting, {})
+        if not isinstance(raw, Mapping):
+            return [
+                Error(
+                    f"{self.setting} = {shown(raw)} is refused: the {self.app} app's settings "
+                    "are a dict of setting names to values.",
+                    hint=f"Set {self.setting} to a dict such as "
+                    f'{{"{next(iter(self.specs))}": ...}}, or remove it to use the defaults.',
+                    obj=self.setting,
+                    id=error_id,
+                )
+            ]
+        errors = [self._unknown(str(key), unknown_id) for key in raw if key not in self.names]
+        checked = dict(self.specs)
+        values = {name: raw.get(name, spec.default) for name, spec in checked.items()}
+        for name, spec in self.required.items():
+            if spec is not None and raw.get(name):
+                checked[name], values[name] = spec, raw[name]
+        for name, spec in checked.items():
+            error = setting_refused(self.label(name), spec, values[name], error_id, obj=name)
+            if error is not None:
+                errors.append(error)
+        refused = {error.obj for error in errors}
+        errors += [
+            Error(
+                f"{self.label(low)} = {shown(values[low])} is above {self.label(high)} = "
+                f"{shown(values[high])}. Accepted: {low} at most {high}.",
+                obj=low,
+                id=error_id,
+            )
+            for low, high in self.relations
+            if low not in refused and high not in refused and values[low] > values[high]
+        ]
+        return errors
+
+    def _unknown(self, key: str, error_id: str) -> Error:
+        owner = next((other for other in AppSettings.every if key in other.names), None)
+        if owner is not None:
+            hint = f"{key} is a setting of the {owner.app} app: set {owner.label(key)}."
+        else:
+            known = {name: other for other in AppSettings.every for name in other.names}
+            close = difflib.get_close_matches(key, known, n=1)
+            own = difflib.get_close_matches(key, self.names, n=1)
+            if own:
+                hint = f"Did you mean {self.label(own[0])}?"
+            elif close:
+                hint = f"Did you mean {known[close[0]].label(close[0])}?"
+            else:
+                hint = f"The {self.app} app's settings are listed in the README's Settings."
+        return Error(
+            f"{self.label(key)} is not a setting of the {self.app} app.",
+            hint=hint,
+            obj=key,
+            id=error_id,
+        )

@@ -1,0 +1,233 @@
+"""The processor backend interface: what the module asks of a processor, whoever it is.
+
+A backend submits a debit under our idempotency key, looks a debit up by that key (the status
+check reconciliation relies on), tells an authentic callback from a forged one over the raw
+request, and turns a callback into a ``ProcessorEvent``. ``PROCESSOR_BACKEND`` names the class;
+the reference backend is the HTTP client of ``payments/processor/client.py``.
+
+Everything after the call is the module's and stays as it is whatever the backend: the attempt
+row, the circuit breaker and the worker's retry decision read only what a backend returns or
+raises, so a backend speaks in the types below (README, "Your processor", maps them).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from payments import conf as payments_conf
+from payments.exceptions import ProcessorRejected, ProcessorUnavailable
+
+if TYPE_CHECKING:
+    from payments.events import ProcessorEvent
+
+
+class CallErrorKind(enum.StrEnum):
+    """What went wrong with a call, as the processor-attempt row stores it."""
+
+    NONE = ""  # accepted
+    TIMEOUT = "timeout"  # no answer within the read timeout
+    CONNECTION = "connection"  # no connection (refused, reset, connect timeout)
+    HTTP = "http"  # an answer that is not a usable success
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What one call did; the service turns it into a ProcessorAttempt row.
+
+    ``http_status`` is also what the breaker reads: 429 pauses every caller for ``retry_after``
+    seconds, 409 ("this key is still being processed") never opens it. A backend whose processor
+    is not spoken to over HTTP states the status its answer corresponds to.
+    """
+
+    method: str
+    url: str
+    started_at: datetime
+    latency_ms: float
+    http_status: int | None = None
+    error_kind: CallErrorKind = CallErrorKind.NONE
+    error: str = ""
+    response_body: str = ""
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class CallTimer:
+    """When a call started, and its record with the time it took so far."""
+
+    method: str
+    url: str
+    started_at: datetime = field(default_factory=timezone.now)
+    start: float = field(default_factory=time.perf_counter)
+
+    def record(self, **fields: Any) -> CallRecord:
+        latency_ms = (time.perf_counter() - self.start) * 1000
+        return CallRecord(
+            method=self.method,
+            url=self.url,
+            started_at=self.started_at,
+            latency_ms=latency_ms,
+            **fields,
+        )
+
+
+@dataclass(frozen=True)
+class DebitAccepted:
+    processor_id: str
+    status: str
+    created: bool  # a new debit; False: the processor already knew the key (original result)
+    call: CallRecord
+
+
+@dataclass(frozen=True)
+class DebitStatus:
+    found: bool  # False: the processor has no debit under this idempotency key
+    processor_id: str
+    status: str  # the processor's word, compared by reconciliation: submitted, settled, returned
+    call: CallRecord
+
+
+class ProcessorCallRejected(ProcessorRejected):
+    """The processor refused the request itself: do not retry it (the payment fails)."""
+
+    def __init__(self, message: str, *, call: CallRecord) -> None:
+        super().__init__(message, status=call.http_status)
+        self.call = call
+
+
+class ProcessorCallUnavailable(ProcessorUnavailable):
+    """The call may succeed later with the same idempotency key."""
+
+    def __init__(self, message: str, *, call: CallRecord) -> None:
+        super().__init__(message, retry_after=call.retry_after)
+        self.call = call
+
+
+class ProcessorAuthFailed(ProcessorCallUnavailable):
+    """The processor refused our credentials (the reference backend's 401/403). A configuration
+    problem, not the payment's: retryable once someone fixes them (PROCESSOR_API_KEY for the
+    reference backend)."""
+
+
+@dataclass(frozen=True)
+class CallbackRequest:
+    """A callback as the endpoint received it, and what the endpoint is configured to trust.
+
+    ``body`` is the raw bytes, before any parsing (a signature is over what was sent, not over
+    re-serialised JSON); ``headers`` is case-insensitive. ``secrets`` (CALLBACK_SIGNING_SECRETS,
+    the first signs, all verify) and ``tolerance_seconds`` (CALLBACK_TOLERANCE_SECONDS, the
+    replay window) are the callback app's settings, handed over so a backend reads no setting
+    of an app that depends on it.
+    """
+
+    body: bytes
+    headers: Mapping[str, str]
+    secrets: tuple[str, ...]
+    tolerance_seconds: float
+
+
+class ProcessorBackend(abc.ABC):
+    """One processor. Built once per process (``get_backend``) and shared by its threads."""
+
+    @abc.abstractmethod
+    def debit_create(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        amount: Decimal,
+        currency: str,
+        source_token: str,
+    ) -> DebitAccepted:
+        """Submit a debit. Every attempt of a payment sends the same ``idempotency_key``: the
+        processor must charge it once and answer a known key with its original result. Raises
+        ``ProcessorCallRejected`` or ``ProcessorCallUnavailable`` (``ProcessorAuthFailed``)."""
+
+    @abc.abstractmethod
+    def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
+        """What the processor knows of the debit submitted under ``idempotency_key``;
+        ``found=False`` when it has none. Raises as ``debit_create`` does."""
+
+    @abc.abstractmethod
+    def callback_verify(self, request: CallbackRequest) -> None:
+        """Raise ``payments.signing.SignatureError`` (answered 401) unless the callback is
+        authentic and fresh. Compare in constant time."""
+
+    @abc.abstractmethod
+    def callback_parse(self, data: Any, request: CallbackRequest) -> ProcessorEvent:
+        """The verified callback as an event; ``data`` is its JSON body, decoded. Build it with
+        ``payments.processor.contract.processor_event_parse``, which checks it against the
+        event contract the worker reads it back with; raise ``InvalidCallback`` (answered 400
+        with its ``errors``) for a body that cannot be one."""
+
+    def callback_challenge(self) -> str:
+        """The ``WWW-Authenticate`` value of a 401: the scheme a callback must use."""
+        return "Signature"
+
+    def close(self) -> None:  # noqa: B027 - optional: a backend holding nothing has nothing to do
+        """Release what the backend holds (connections); called when it is replaced."""
+
+
+_backend: ProcessorBackend | None = None
+_backend_path = ""
+_backend_lock = threading.Lock()
+
+
+def backend_class_problem(path: Any) -> str | None:
+    """What is wrong with ``path`` as ``PROCESSOR_BACKEND``, or None: it must import and be a
+    ``ProcessorBackend`` subclass that can be instantiated (every abstract method written)."""
+    if not isinstance(path, str):
+        return f"{type(path).__name__} is not a dotted path"
+    try:
+        cls = import_string(path)
+    except ImportError as exc:
+        return f"cannot be imported: {exc}"
+    if not (isinstance(cls, type) and issubclass(cls, ProcessorBackend)):
+        return "is not a subclass of payments.processor.backend.ProcessorBackend"
+    if missing := sorted(getattr(cls, "__abstractmethods__", ())):
+        return f"does not implement {', '.join(missing)}"
+    return None
+
+
+def get_backend() -> ProcessorBackend:
+    """The process-wide backend of class ``PROCESSOR_BACKEND``, created on first use."""
+    global _backend, _backend_path
+    backend = _backend
+    if backend is not None:  # the callback endpoint's hot path takes no lock
+        return backend
+    with _backend_lock:
+        if _backend is None:
+            _backend_path = payments_conf.PROCESSOR_BACKEND
+            _backend = import_string(_backend_path)()
+        return _backend
+
+
+def reset_backend() -> None:
+    """Close and forget the process-wide backend (tests; after a fork; a changed setting)."""
+    global _backend
+    with _backend_lock:
+        if _backend is not None:
+            _backend.close()
+        _backend = None
+
+
+@receiver(setting_changed)
+def _backend_setting_changed(**kwargs: Any) -> None:
+    """A test's ``override_settings`` (or ``settings`` fixture) naming another backend gets it on
+    the next call; any setting name is looked at, so the check holds whatever the settings'
+    layout, and the backend in use is kept while the path stays the same."""
+    if _backend is not None and payments_conf.PROCESSOR_BACKEND != _backend_path:
+        reset_backend()

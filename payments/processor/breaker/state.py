@@ -1,0 +1,96 @@
+"""The breaker's row and the numbers every part of it reads: its names, its settings, and the
+database's clock (every time the breaker keeps is the database's, see the package)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
+
+from payments import conf as payments_conf
+from payments.models import BreakerState, CircuitBreaker
+
+PROCESSOR = "processor"
+ALERT_KEY = "processor.unavailable"
+# ProcessorAttempt.operation of a submission (a debit) and of a status read.
+SUBMISSION = "submit"
+STATUS_READ = "status"
+# Retryable answers that say nothing about the processor's health: 409 (our own earlier request
+# with this key is still running) and 429 (a pause of its own, not a failure).
+NOT_COUNTED_STATUSES = (409, 429)
+# While a trial is deciding, look again this soon.
+PROBE_RECHECK_SECONDS = 1.0
+DEFAULT_429_PAUSE_SECONDS = 1.0
+# A trial submission is released from the database, queued and received before it calls: its
+# lease covers that as well as the call.
+TRIAL_LEASE_MARGIN_SECONDS = 10.0
+
+
+class CallOutcome(enum.StrEnum):
+    SUCCESS = "success"  # the processor answered as a working processor does (2xx, 4xx)
+    FAILURE = "failure"  # counted: the processor is not working
+    NEUTRAL = "neutral"  # says nothing either way (409 in progress, 429 handled as a pause)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """May the caller call the processor now? ``trial``: this call is one of the half-open
+    trial's, and its outcome counts toward closing or reopening. ``wait_seconds``: how long to
+    stay away when not allowed."""
+
+    allowed: bool
+    trial: bool = False
+    wait_seconds: float = 0.0
+    state: str = BreakerState.CLOSED
+    reason: str = ""
+    incident: bool = False  # an incident is open (maybe closed, within its cool-down)
+
+
+def processor_breaker_get() -> CircuitBreaker:
+    """The processor's breaker row, created closed on first use."""
+    breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
+    if breaker is not None:
+        return breaker
+    try:
+        with transaction.atomic():
+            return CircuitBreaker.objects.create(name=PROCESSOR)
+    except IntegrityError:
+        return CircuitBreaker.objects.get(name=PROCESSOR)
+
+
+def breaker_read() -> tuple[CircuitBreaker | None, datetime | None]:
+    """The breaker row and the database's clock, in one query (no row: never used)."""
+    breaker = CircuitBreaker.objects.annotate(db_now=Now()).filter(name=PROCESSOR).first()
+    if breaker is None:
+        return None, None
+    return breaker, breaker.db_now
+
+
+def db_in(seconds: float):
+    """An expression for the database's now plus ``seconds``."""
+    return Now() + timedelta(seconds=seconds)
+
+
+def trial_calls() -> int:
+    return max(1, int(payments_conf.PROCESSOR_BREAKER_TRIAL_CALLS))
+
+
+def trial_lease_seconds() -> float:
+    return (
+        float(payments_conf.PROCESSOR_CONNECT_TIMEOUT_SECONDS)
+        + float(payments_conf.PROCESSOR_TIMEOUT_SECONDS)
+        + TRIAL_LEASE_MARGIN_SECONDS
+    )
+
+
+def max_pause_seconds() -> float:
+    return float(payments_conf.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS)
+
+
+def pause_seconds(reopen_count: int) -> float:
+    """The open pause after ``reopen_count`` reopenings in one incident: doubling, capped."""
+    base = float(payments_conf.PROCESSOR_BREAKER_PAUSE_SECONDS)
+    return min(max_pause_seconds(), base * 2 ** min(reopen_count, 30))

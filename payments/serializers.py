@@ -1,0 +1,319 @@
+"""The payments API's request and answer shapes: strict input (unknown fields, JSON numbers for
+amounts, bank numbers anywhere and ill-formed metadata are refused by name) and the answers'
+fields, which the OpenAPI schema follows (payments.openapi)."""
+
+import re
+from collections.abc import Mapping
+from datetime import UTC
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+
+from payments.models import Payment, PaymentState
+from payments.services import BANK_NUMBER_MESSAGE, looks_like_bank_number, validate_source_token
+
+MERCHANT_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
+MERCHANT_MESSAGE = "1-64 characters of A-Z, a-z, 0-9, _ . : or -"
+# The callback contract's grammar: ASCII digits, one dot, two decimals, at most 12 integer
+# digits (NUMERIC(14, 2)). No sign, exponent, underscore, space or non-ASCII digit.
+AMOUNT_RE = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{2}", re.ASCII)
+AMOUNT_MESSAGE = 'must be a decimal string with two decimals, such as "12.34"'
+
+# --- Input ------------------------------------------------------------------------------------
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only: DRF's CharField would turn a number into its digits silently."""
+
+    default_error_messages = {
+        **serializers.CharField.default_error_messages,
+        "not_string": "must be a JSON string",
+    }
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_string")
+        return super().to_internal_value(data)
+
+
+class AmountField(serializers.DecimalField):
+    """A decimal given as a JSON string ("12.34") in the callback contract's grammar.
+
+    JSON numbers are floats and lose cents; ``Decimal()`` alone would take "1e3", "1_000.00",
+    "+5.00" and non-ASCII digits.
+    """
+
+    default_error_messages = {
+        **serializers.DecimalField.default_error_messages,
+        "not_string": f"{AMOUNT_MESSAGE}, not a JSON number",
+        "grammar": AMOUNT_MESSAGE,
+    }
+
+    def __init__(self, **kwargs):
+        super().__init__(
+            max_digits=14,
+            decimal_places=2,
+            min_value=Decimal("0.01"),
+            coerce_to_string=True,
+            **kwargs,
+        )
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_string")
+        if not AMOUNT_RE.fullmatch(data):
+            self.fail("grammar")
+        return super().to_internal_value(data)
+
+
+class StrictInputSerializer(serializers.Serializer):
+    """Refuses unknown fields by name, and any text that looks like a bank number.
+
+    A bank number found in a field replaces the field's other errors: DRF's messages may quote
+    the value (``"..." is not a valid choice``), and a refused value is never echoed, stored in
+    the idempotency record, or logged.
+    """
+
+    # Fields holding a number, which the bank-number rule does not apply to.
+    numeric_fields: tuple[str, ...] = ()
+
+    def to_internal_value(self, data):
+        if not isinstance(data, Mapping):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["the body must be a JSON object"]}
+            )
+        errors: dict[str, list[str]] = {}
+        for name in data:
+            if looks_like_bank_number(name):
+                errors.setdefault("non_field_errors", []).append(
+                    f"a field name {BANK_NUMBER_MESSAGE}"
+                )
+            elif name not in self.fields:
+                errors[name[:64]] = [
+                    f"unknown field; accepted fields: {', '.join(sorted(self.fields))}"
+                ]
+        bank_fields = {
+            name
+            for name, value in data.items()
+            if name in self.fields
+            and name not in self.numeric_fields
+            and isinstance(value, str)
+            and looks_like_bank_number(value)
+        }
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            for name, messages in exc.detail.items():
+                if name in bank_fields:
+                    continue
+                # A field of parts (metadata) names each part: metadata[<key>].
+                parts = messages if isinstance(messages, Mapping) else {"": messages}
+                for part, part_messages in parts.items():
+                    errors.setdefault(f"{name}{part}", []).extend(str(m) for m in part_messages)
+        for name in bank_fields:
+            errors[name] = [BANK_NUMBER_MESSAGE]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+# Stripe's bounds on metadata, which a team's clients already respect.
+METADATA_MAX_KEYS = 50
+METADATA_MAX_KEY_CHARS = 40
+METADATA_MAX_VALUE_CHARS = 500
+# Control characters (NUL among them) and unpaired surrogates: PostgreSQL's jsonb refuses NUL
+# and surrogates, and a control character in a key would be written to logs and the admin.
+_UNSAFE_RE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+_VALUE_UNSAFE_RE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+class MetadataField(serializers.Field):
+    """Stripe's ``metadata``: a JSON object of at most 50 keys of 1-40 characters, each value a
+    string of at most 500. A problem is named ``metadata[<key>]`` when the key itself may be
+    echoed, else ``metadata``; no bank number is taken in a key or a value."""
+
+    default_error_messages = {"not_object": "must be a JSON object of strings"}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, Mapping):
+            self.fail("not_object")
+        problems: dict[str, list[str]] = {}
+        if len(data) > METADATA_MAX_KEYS:
+            problems[""] = [f"at most {METADATA_MAX_KEYS} keys, got {len(data)}"]
+        for key, value in data.items():
+            key_problem = _metadata_key_problem(key)
+            if key_problem is not None:
+                problems.setdefault("", []).append(key_problem)
+            elif (value_problem := _metadata_value_problem(value)) is not None:
+                problems[f"[{key}]"] = [value_problem]
+        if problems:
+            # Named by the serializer as metadata, metadata[<key>], ...
+            raise serializers.ValidationError(problems)
+        return dict(data)
+
+    def to_representation(self, value):
+        return value
+
+
+def _metadata_key_problem(key: str) -> str | None:
+    if not 1 <= len(key) <= METADATA_MAX_KEY_CHARS:
+        return f"a key must be 1-{METADATA_MAX_KEY_CHARS} characters"
+    if _UNSAFE_RE.search(key):
+        return "a key holds a control character or an unpaired surrogate"
+    if looks_like_bank_number(key):
+        return f"a key {BANK_NUMBER_MESSAGE}"
+    return None
+
+
+def _metadata_value_problem(value) -> str | None:
+    if not isinstance(value, str):
+        return "must be a JSON string"
+    if len(value) > METADATA_MAX_VALUE_CHARS:
+        return f"at most {METADATA_MAX_VALUE_CHARS} characters"
+    if _VALUE_UNSAFE_RE.search(value):
+        return "holds a NUL character or an unpaired surrogate"
+    if looks_like_bank_number(value):
+        return BANK_NUMBER_MESSAGE
+    return None
+
+
+class PaymentCreateInputSerializer(StrictInputSerializer):
+    numeric_fields = ("amount",)
+
+    merchant_id = StrictCharField(max_length=64)
+    amount = AmountField()
+    currency = serializers.ChoiceField(choices=["USD"], default="USD")
+    source_token = StrictCharField(max_length=128)
+    description = StrictCharField(max_length=255, required=False, allow_blank=True)
+    metadata = MetadataField(required=False)
+
+    def validate_merchant_id(self, value: str) -> str:
+        if not MERCHANT_RE.fullmatch(value):
+            raise serializers.ValidationError(MERCHANT_MESSAGE)
+        return value
+
+    def validate_source_token(self, value: str) -> str:
+        try:
+            validate_source_token(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+        return value
+
+
+# --- Output -----------------------------------------------------------------------------------
+
+
+class PaymentOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Payment
+        fields = [
+            "id",
+            "state",
+            "idempotency_key",
+            "merchant_id",
+            "amount",
+            "currency",
+            "description",
+            "processor_id",
+            "metadata",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class PaymentEventOutputSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    outcome = serializers.CharField()
+    event_type = serializers.CharField()
+    processor_event_id = serializers.CharField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    caused_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class ProcessorAttemptOutputSerializer(serializers.Serializer):
+    attempt_number = serializers.IntegerField()
+    operation = serializers.CharField()
+    outcome = serializers.CharField()
+    http_status = serializers.IntegerField(allow_null=True)
+    error_kind = serializers.CharField()
+    # A stable code and a short text (payments.selectors.PROCESSOR_PUBLIC_ERRORS); the stored
+    # error, which names the processor's host and path, stays in the admin.
+    error_code = serializers.CharField()
+    error = serializers.CharField()
+    latency_ms = serializers.FloatField()
+    started_at = serializers.DateTimeField()
+
+
+class PaymentErrorOutputSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=["processor", "worker"])
+    code = serializers.CharField()
+    message = serializers.CharField()
+    attempt = serializers.IntegerField()
+    at = serializers.DateTimeField()
+
+
+class PaymentDetailOutputSerializer(PaymentOutputSerializer):
+    """The shape of ``GET /api/payments/<id>/`` (the view assembles it, with other apps'
+    sections, from the same field serializers), for the OpenAPI schema."""
+
+    events = PaymentEventOutputSerializer(many=True)
+    attempts = ProcessorAttemptOutputSerializer(many=True)
+    # Processor errors, plus what other apps add (the queue layer's processing errors): each
+    # with a stable ``code`` and a short ``message``, never the stored error text.
+    errors = PaymentErrorOutputSerializer(many=True)
+    # The queue layer's active hold on the payment, when it has one.
+    hold = serializers.DictField(allow_null=True, required=False)
+
+    class Meta(PaymentOutputSerializer.Meta):
+        fields = [*PaymentOutputSerializer.Meta.fields, "events", "attempts", "errors", "hold"]
+
+
+class BalanceOutputSerializer(serializers.Serializer):
+    """One currency of a merchant's ledger: credits from confirmations, reversals from returns
+    after settlement, the net of the two, and the payments behind them."""
+
+    currency = serializers.CharField()
+    credits = serializers.CharField()
+    reversals = serializers.CharField()
+    net = serializers.CharField()
+    confirmed_count = serializers.IntegerField()
+    returned_count = serializers.IntegerField()
+    returned_total = serializers.CharField()
+    # Kept from the first version of this answer: ``balance`` equals ``net``.
+    balance = serializers.CharField()
+    entries = serializers.IntegerField()
+    confirmed_total = serializers.CharField()
+
+
+class MerchantBalanceOutputSerializer(serializers.Serializer):
+    merchant_id = serializers.CharField()
+    balances = BalanceOutputSerializer(many=True)
+
+
+class PaymentListQuerySerializer(StrictInputSerializer):
+    """The query of ``GET /api/payments/``: each filter once, each refused by name."""
+
+    # Dates and the opaque cursor hold digit groups that are not bank numbers.
+    numeric_fields = ("created_gte", "created_lt", "limit", "cursor")
+
+    merchant = StrictCharField(max_length=64, required=False)
+    state = serializers.ChoiceField(choices=PaymentState.values, required=False)
+    # ISO-8601; without an offset, UTC (never the host's TIME_ZONE, which a client cannot see).
+    created_gte = serializers.DateTimeField(required=False, default_timezone=UTC)
+    created_lt = serializers.DateTimeField(required=False, default_timezone=UTC)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    cursor = StrictCharField(max_length=512, required=False)
+
+    def validate_merchant(self, value: str) -> str:
+        if not MERCHANT_RE.fullmatch(value):
+            raise serializers.ValidationError(MERCHANT_MESSAGE)
+        return value
+
+    def validate(self, attrs):
+        low, high = attrs.get("created_gte"), attrs.get("created_lt")
+        if low is not None and high is not None and low >= high:
+            raise serializers.ValidationError({"created_lt": ["must be after created_gte"]})
+        return attrs

@@ -1,0 +1,57 @@
+"""Writes to payments, by concern. Each service owns its transaction.
+
+- ``create``: input checks, the payment, its audit row and its submit command (the outbox);
+- ``events``: applying a processor event exactly once; ``returns``: the ACH return it may carry;
+- ``transitions``: a state change in memory, its rows and its announcements;
+- ``writes``: the payment's row lock and the one write of an event's rows (two backends);
+- ``submission`` and ``status``: the calls to the processor, over ``calls``, what both share.
+
+The names below are the package's interface; import them from ``payments.services``.
+"""
+
+from payments.retention import processed_events_purge
+from payments.services.calls import STATUS_OPERATION, SUBMIT_OPERATION
+from payments.services.create import (
+    _TOKEN_RE,
+    BANK_NUMBER_MESSAGE,
+    SUBMIT_PAYMENT,
+    SUPPORTED_CURRENCIES,
+    looks_like_bank_number,
+    outbox_enqueue,
+    payment_create,
+    validate_source_token,
+)
+from payments.services.events import ApplyOutcome, ApplyResult, payment_apply_event
+from payments.services.status import StatusCheckResult, payment_status_check
+from payments.services.submission import SubmitOutcome, SubmitResult, payment_submit
+from payments.services.transitions import EVENT_TRANSITIONS, TRANSITIONS, payment_transition
+from payments.services.writes import EventWrite, Move, event_write, payment_lock
+
+__all__ = [
+    "BANK_NUMBER_MESSAGE",
+    "EVENT_TRANSITIONS",
+    "STATUS_OPERATION",
+    "SUBMIT_OPERATION",
+    "SUBMIT_PAYMENT",
+    "SUPPORTED_CURRENCIES",
+    "TRANSITIONS",
+    "_TOKEN_RE",  # the OpenAPI schema states the token's pattern
+    "ApplyOutcome",
+    "ApplyResult",
+    "EventWrite",
+    "Move",
+    "StatusCheckResult",
+    "SubmitOutcome",
+    "SubmitResult",
+    "event_write",
+    "looks_like_bank_number",
+    "outbox_enqueue",
+    "payment_apply_event",
+    "payment_create",
+    "payment_lock",
+    "payment_status_check",
+    "payment_submit",
+    "payment_transition",
+    "processed_events_purge",
+    "validate_source_token",
+]

@@ -1,0 +1,136 @@
+"""What every call to the processor shares: the circuit breaker's admission and verdict, the
+attempt row, its log line and the alert for refused credentials."""
+
+import logging
+
+from payments.alerts import AlertSeverity, alert_raise
+from payments.exceptions import ProcessorCircuitOpen
+from payments.models import AttemptOutcome, BreakerState, Payment, ProcessorAttempt
+from payments.processor.breaker import (
+    STATUS_READ,
+    SUBMISSION,
+    Admission,
+    call_outcome,
+    max_pause_seconds,
+    processor_breaker_admit,
+    processor_breaker_record,
+    processor_breaker_wait,
+)
+from payments.processor.client import ProcessorCallRejected, ProcessorCallUnavailable
+
+logger = logging.getLogger(__name__)
+
+# ProcessorAttempt.operation: the breaker judges the processor by its submissions.
+SUBMIT_OPERATION = SUBMISSION
+STATUS_OPERATION = STATUS_READ
+
+
+def breaker_admit(payment: Payment, operation: str) -> Admission:
+    """Ask the processor's circuit breaker for a call; no call and no attempt row when it is
+    open or paused (``ProcessorCircuitOpen``: the caller waits without spending an attempt)."""
+    admission = processor_breaker_admit(operation=operation)
+    if not admission.allowed:
+        what = "submission" if operation == SUBMIT_OPERATION else "status check"
+        raise ProcessorCircuitOpen(
+            f"payment {payment.id}: {what} not attempted: {admission.reason}",
+            retry_after=admission.wait_seconds,
+            breaker_open=admission.state != BreakerState.CLOSED,
+        )
+    return admission
+
+
+def breaker_record(
+    admission: Admission,
+    payment: Payment,
+    attempt: ProcessorAttempt,
+    result,
+) -> None:
+    """Tell the breaker what the call said about the processor. A failure that finds the
+    breaker open (this call opened it, or a trial call failed) or a 429 pause is raised as
+    ``ProcessorCircuitOpen``: the processor is down or busy as a whole, so the message does not
+    pay an attempt for it."""
+    failed = isinstance(result, ProcessorCallUnavailable)
+    state = processor_breaker_record(
+        admission=admission,
+        outcome=call_outcome(
+            http_status=attempt.http_status,
+            retryable=failed,
+            accepted=not isinstance(result, Exception),
+        ),
+        operation=attempt.operation,
+        error=attempt.error,
+        retry_after=attempt.retry_after_seconds,
+        http_status=attempt.http_status,
+    )
+    if not failed:
+        return
+    after = processor_breaker_wait(
+        operation=attempt.operation
+    )  # includes a 429's pause (capped by the breaker)
+    paused = attempt.http_status == 429
+    if not paused and (state == BreakerState.CLOSED or attempt.http_status == 409):
+        return
+    wait = after.wait_seconds
+    if paused and attempt.retry_after_seconds is not None:
+        wait = max(wait, min(attempt.retry_after_seconds, max_pause_seconds()))
+    raise ProcessorCircuitOpen(
+        f"payment {payment.id} attempt {attempt.attempt_number}: {result}; "
+        f"{after.reason or 'calls paused'}",
+        retry_after=wait,
+        called=True,
+        breaker_open=state != BreakerState.CLOSED,
+    ) from result
+
+
+def alert_auth_failed(payment: Payment, attempt: ProcessorAttempt) -> None:
+    alert_raise(
+        severity=AlertSeverity.HIGH,
+        key="processor.auth_failed",
+        summary=(
+            f"the processor refused our credentials (HTTP {attempt.http_status}) on the "
+            f"{attempt.operation} call for payment {payment.id}: check PROCESSOR_API_KEY; the "
+            "payment stays as it was and is retried"
+        ),
+        details={"http_status": attempt.http_status, "error": attempt.error},
+        payment_id=payment.id,
+    )
+
+
+def attempt_record(payment: Payment, operation: str, result) -> ProcessorAttempt:
+    """Write the attempt row; the caller holds the payment's row lock, so the number is safe."""
+    if isinstance(result, ProcessorCallRejected):
+        outcome = AttemptOutcome.REJECTED
+    elif isinstance(result, ProcessorCallUnavailable):
+        outcome = AttemptOutcome.RETRYABLE
+    else:
+        outcome = AttemptOutcome.ACCEPTED
+    call = result.call
+    number = ProcessorAttempt.objects.filter(payment=payment, operation=operation).count() + 1
+    return ProcessorAttempt.objects.create(
+        payment=payment,
+        attempt_number=number,
+        operation=operation,
+        idempotency_key=payment.idempotency_key,
+        outcome=outcome,
+        http_status=call.http_status,
+        error_kind=call.error_kind,
+        error=call.error,
+        response_body=call.response_body,
+        latency_ms=call.latency_ms,
+        retry_after_seconds=call.retry_after,
+        started_at=call.started_at,
+    )
+
+
+def log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:
+    logger.info(
+        "processor %s attempt %s for payment %s: %s (%s) in %.0f ms -> %s",
+        attempt.operation,
+        attempt.attempt_number,
+        payment.id,
+        attempt.outcome,
+        attempt.http_status or attempt.error_kind,
+        attempt.latency_ms,
+        outcome,
+        extra={"payment_id": str(payment.id)},
+    )

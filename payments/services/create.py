@@ -1,0 +1,115 @@
+"""Creating a payment: input checks, then the payment, its audit row and its submit command in
+one transaction."""
+
+import re
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
+from payments.signals import outbox_committed
+
+SUPPORTED_CURRENCIES = ("USD",)
+SUBMIT_PAYMENT = "submit_payment"
+
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
+# ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
+# pasted a bank number instead of the processor's token, or into a free-text field. The rule:
+# 8 or more consecutive digits anywhere; or groups of digits joined by single spaces or dashes
+# ("0210 0002 1", "021-000-021") holding 8 or more digits together, when the groups stand on
+# their own (not glued to letters, as the digit groups of a UUID are). Any script's decimal
+# digits count. It also refuses a date written 2026-11-30 (8 digits): write 2026/11/30.
+_DIGIT_RUN_RE = re.compile(r"\d{8,}")
+_DIGIT_GROUPS_RE = re.compile(r"(?<!\w)(?<!\w-)\d+(?:[ -]\d+)+(?!\w)(?!-\w)")
+BANK_NUMBER_MESSAGE = (
+    "looks like a raw bank account or routing number (8 or more digits, together or in groups "
+    "joined by spaces or dashes); raw bank numbers are never accepted or stored"
+)
+
+
+def looks_like_bank_number(value: str) -> bool:
+    if not value:
+        return False
+    if _DIGIT_RUN_RE.search(value):
+        return True
+    return any(
+        len(match) - match.count(" ") - match.count("-") >= 8
+        for match in _DIGIT_GROUPS_RE.findall(value)
+    )
+
+
+def validate_source_token(value: str) -> None:
+    if looks_like_bank_number(value):
+        raise ValidationError(
+            f"{BANK_NUMBER_MESSAGE}: send the processor's token for the account instead",
+            code="raw_bank_number",
+        )
+    if not _TOKEN_RE.match(value or ""):
+        raise ValidationError(
+            "must be the processor's account token: 8-128 characters of A-Z, a-z, 0-9, _ or -",
+            code="invalid_token",
+        )
+
+
+def payment_create(
+    *,
+    merchant_id: str,
+    amount: Decimal,
+    source_token: str,
+    currency: str = "USD",
+    description: str = "",
+    metadata: dict | None = None,
+    caused_by: str = "",
+) -> Payment:
+    """Write the payment (pending, new idempotency key) and its submit command in one transaction.
+
+    The commit is the promise: the outbox row guarantees the submission is published even if
+    the queue is down right now.
+    """
+    if currency not in SUPPORTED_CURRENCIES:
+        raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
+    if amount <= 0:
+        raise ValidationError({"amount": "must be greater than zero"})
+    validate_source_token(source_token)
+    # Every text field, not only the token: a bank number in a description is stored otherwise.
+    bank_numbers = {
+        name: BANK_NUMBER_MESSAGE
+        for name, value in (("merchant_id", merchant_id), ("description", description))
+        if looks_like_bank_number(value)
+    }
+    if bank_numbers:
+        raise ValidationError(bank_numbers)
+    with transaction.atomic():
+        payment = Payment.objects.create(
+            merchant_id=merchant_id,
+            amount=amount,
+            currency=currency,
+            source_token=source_token,
+            description=description,
+            metadata=metadata or {},
+        )
+        PaymentEvent.objects.create(
+            payment=payment,
+            kind=EventKind.CREATED,
+            outcome=EventOutcome.APPLIED,
+            to_state=payment.state,
+            payload={"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id},
+            caused_by=caused_by,
+        )
+        outbox_enqueue(
+            kind=SUBMIT_PAYMENT,
+            group_id=str(payment.id),
+            body={"kind": SUBMIT_PAYMENT, "payment_id": str(payment.id)},
+        )
+    return payment
+
+
+def outbox_enqueue(*, kind: str, group_id: str, body: dict) -> OutboxMessage:
+    """Add a message to the outbox inside the caller's transaction; announce it after commit."""
+    message = OutboxMessage.objects.create(kind=kind, group_id=group_id, body=body)
+    transaction.on_commit(
+        lambda: outbox_committed.send(sender=OutboxMessage, message_ids=[message.id]),
+        robust=True,
+    )
+    return message

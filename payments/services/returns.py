@@ -1,0 +1,139 @@
+"""ACH returns: the return record with its NACHA reason code, its counts in the merchant's
+return rates, and the flags a human should see."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from payments.alerts import AlertSeverity, alert_raise
+from payments.events import ProcessorEvent
+from payments.models import Payment, PaymentReturn, PaymentState
+from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
+from payments.services.writes import DayCounts, merchant_return_day_add
+
+
+def return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:
+    """A return for a payment that failed (rejected with a 4xx, or a ``failed`` event) and has
+    no return recorded yet: the debit reached the network after all. It is recorded and counted
+    like any return, though the state stays ``failed`` and there is no credit to reverse. A
+    failed payment that has its return (it failed *by* a return, or one was recorded after the
+    failure) takes a second one with a new id as stale, as a returned payment does."""
+    return (
+        event.event_type == "returned"
+        and payment.state == PaymentState.FAILED
+        and not PaymentReturn.objects.filter(payment=payment).exists()
+    )
+
+
+def return_record(
+    *, payment: Payment, event: ProcessorEvent, settled_at, after_failure: bool = False
+) -> PaymentReturn:
+    """Record the return with its reason code, count it, and flag what a human should see.
+
+    Called in the transaction that applied (or, after a failure, recorded) the return. Nothing
+    here refuses a return: the money has already gone back to the customer, so an unknown code,
+    a late return or a return for a payment we had as failed is kept and flagged (medium alert
+    after commit), never dropped.
+    """
+    code = return_code_get(event.reason_code)
+    after_settlement = settled_at is not None
+    deadline = code.deadline(settled_at) if code is not None and after_settlement else None
+    record = PaymentReturn.objects.create(
+        payment=payment,
+        merchant_id=payment.merchant_id,
+        processor_event_id=event.processor_event_id,
+        reason_code=code.code if code is not None else event.reason_code[:16],
+        reason_title=code.title if code is not None else "",
+        category=code.category if code is not None else "",
+        after_settlement=after_settlement,
+        settled_at=settled_at,
+        returned_at=event.timestamp,
+        deadline=deadline,
+        unknown_code=code is None,
+        late=deadline is not None and event.timestamp > deadline,
+        after_failure=after_failure,
+    )
+    _return_count(payment, code, after_settlement=after_settlement)
+    details = {
+        "reason_code": record.reason_code,
+        "processor_event_id": event.processor_event_id,
+        "after_settlement": after_settlement,
+        "after_failure": after_failure,
+        "flags": record.flags,
+    }
+    for alert in _return_alerts(record, code, event):
+        transaction.on_commit(
+            lambda alert=alert: alert_raise(
+                severity=AlertSeverity.MEDIUM, details=details, payment_id=payment.id, **alert
+            ),
+            robust=True,
+        )
+    return record
+
+
+def _return_count(payment: Payment, code: ReturnCode | None, *, after_settlement: bool) -> None:
+    """Add the return to the merchant's counters of today, by category.
+
+    NACHA's rates count the entries the receiving banks returned, whatever the originator's
+    books say about them, so every return counts the same in whatever state it finds the
+    payment: in ``returns`` (the overall rate, unknown codes included), and in its category
+    (R05/R07/R10/R11/R29/R51 unauthorized, R02-R04 administrative). A return after our failure
+    (a 4xx rejection, a ``failed`` event) is no exception: the bank returned the entry, so it
+    was originated, and an R10 there is as unauthorized as after settlement.
+    """
+    category = code.category if code is not None else None
+    counts = DayCounts(
+        merchant_id=payment.merchant_id,
+        day=timezone.now().date(),
+        # A debit returned before it settled (or after it failed) was never counted as settled:
+        # it counts here, once, as the entry the network answered.
+        debits=0 if after_settlement else 1,
+        returns=1,
+        unauthorized_returns=int(category == ReturnCategory.UNAUTHORIZED),
+        administrative_returns=int(category == ReturnCategory.ADMINISTRATIVE),
+    )
+    merchant_return_day_add(counts)
+
+
+def _return_alerts(
+    record: PaymentReturn, code: ReturnCode | None, event: ProcessorEvent
+) -> list[dict]:
+    """The alerts (key and summary) a late return or an unknown reason code calls for."""
+    payment = record.payment
+    alerts = []
+    if record.after_failure:
+        alerts.append(
+            {
+                "key": f"payment.return_after_failure:{payment.id}",
+                "summary": (
+                    f"return {record.reason_code or '(no code)'} for payment {payment.id} of "
+                    f"{payment.merchant_id}, which had failed: the processor sent the debit to "
+                    "the network after all; recorded and counted in the return rates, no credit "
+                    "to reverse; check the debit with the processor"
+                ),
+            }
+        )
+    if record.late:
+        alerts.append(
+            {
+                "key": f"payment.late_return:{payment.id}",
+                "summary": (
+                    f"late return {record.reason_code} for payment {payment.id} of "
+                    f"{payment.merchant_id}: returned {event.timestamp.isoformat()}, due by "
+                    f"{record.deadline.isoformat()} ({code.time_frame} after settlement at "
+                    f"{record.settled_at.isoformat()}); applied and reversed, a dishonor may be "
+                    "possible"
+                ),
+            }
+        )
+    if code is None:
+        alerts.append(
+            {
+                "key": f"payment.return_unknown_code:{payment.id}",
+                "summary": (
+                    f"return for payment {payment.id} of {payment.merchant_id} carries "
+                    f"reason code {event.reason_code!r}, which is not a NACHA return code; "
+                    "applied, check it with the processor"
+                ),
+            }
+        )
+    return alerts

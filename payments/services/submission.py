@@ -1,0 +1,238 @@
+"""Submitting a pending payment to the processor: two short transactions around one HTTP call
+made outside any transaction."""
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from payments.alerts import AlertSeverity, alert_raise
+from payments.exceptions import ProcessorUnavailable
+from payments.models import (
+    AttemptOutcome,
+    EventKind,
+    EventOutcome,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ProcessorAttempt,
+)
+from payments.processor.client import (
+    DebitAccepted,
+    ProcessorAuthFailed,
+    ProcessorCallRejected,
+    ProcessorCallUnavailable,
+    get_client,
+)
+from payments.services.calls import (
+    SUBMIT_OPERATION,
+    alert_auth_failed,
+    attempt_record,
+    breaker_admit,
+    breaker_record,
+    log_attempt,
+)
+from payments.services.transitions import payment_transition, transition_announce
+from payments.services.writes import payment_lock
+
+logger = logging.getLogger(__name__)
+
+
+class SubmitOutcome(enum.StrEnum):
+    """What a submission did; the values are the words logs, metrics and queue records use."""
+
+    SUBMITTED = "submitted"
+    REJECTED = "rejected"
+    SKIPPED = "skipped"
+    RETRYABLE = "retryable"  # never returned: ``ProcessorUnavailable`` is raised instead
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    outcome: SubmitOutcome  # submitted, rejected or skipped
+    payment: Payment
+
+
+@dataclass(frozen=True)
+class _SubmitRule:
+    """What a final answer of the processor does to the payment found after the call.
+
+    A pending payment moves to ``target`` and the submission reports ``outcome``. A payment no
+    longer pending was moved by someone else (another worker's submission, or an event): the
+    answer is logged as stale, and the submission reports ``outcome`` when the payment's state
+    agrees with the answer, else ``skipped``.
+    """
+
+    target: PaymentState
+    outcome: SubmitOutcome
+    agreeing_states: frozenset[PaymentState]
+
+
+# The processor's answer (as the attempt row names it) -> what it does. A retryable answer
+# changes nothing and has no rule.
+_SUBMIT_RULES = {
+    AttemptOutcome.ACCEPTED: _SubmitRule(
+        target=PaymentState.SUBMITTED,
+        outcome=SubmitOutcome.SUBMITTED,
+        agreeing_states=frozenset(
+            {PaymentState.SUBMITTED, PaymentState.CONFIRMED, PaymentState.RETURNED}
+        ),
+    ),
+    AttemptOutcome.REJECTED: _SubmitRule(
+        target=PaymentState.FAILED,
+        outcome=SubmitOutcome.REJECTED,
+        agreeing_states=frozenset({PaymentState.FAILED}),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _SubmissionRecorded:
+    """The second transaction's work, acted on after its commit."""
+
+    payment: Payment
+    attempt: ProcessorAttempt
+    outcome: SubmitOutcome
+    alert: dict | None = None
+
+
+def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
+    """Submit a pending payment to the processor with its idempotency key.
+
+    No transaction or row lock is held across the HTTP call: a first short transaction locks the
+    row and checks the payment is pending; the call runs outside any transaction; a second short
+    transaction locks the row again, records the attempt and applies the outcome. Whatever the
+    outcome, the attempt row is committed before anything is raised.
+
+    Accepted -> ``submitted``; rejected (4xx) -> ``failed`` and a medium alert; retryable ->
+    state unchanged and ``ProcessorUnavailable`` (with ``retry_after`` when the processor gave
+    one). A payment that is not pending is skipped: it is never submitted again. Two workers may
+    submit the same pending payment at once; the processor charges the key once, and the second
+    one to record sees the state the first one left (see ``_SUBMIT_RULES``).
+    """
+    with transaction.atomic():
+        payment = payment_lock(payment_id)
+        if payment.state != PaymentState.PENDING:
+            logger.info(
+                "payment %s is %s, not pending: not submitted",
+                payment.id,
+                payment.state,
+                extra={"payment_id": str(payment.id)},
+            )
+            return SubmitResult(SubmitOutcome.SKIPPED, payment)
+
+    admission = breaker_admit(payment, SUBMIT_OPERATION)
+    result = _debit_create(payment)
+    with transaction.atomic():
+        recorded = _submission_record(payment_id, result, caused_by)
+    # After commit: the attempt and the state change are durable before anyone hears of them.
+    payment, attempt = recorded.payment, recorded.attempt
+    if recorded.alert is not None:
+        alert_raise(**recorded.alert)
+    if isinstance(result, ProcessorAuthFailed):
+        alert_auth_failed(payment, attempt)
+    log_attempt(payment, attempt, recorded.outcome)
+    breaker_record(admission, payment, attempt, result)
+    if recorded.outcome == SubmitOutcome.RETRYABLE:
+        raise ProcessorUnavailable(
+            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
+            retry_after=attempt.retry_after_seconds,
+        ) from result
+    return SubmitResult(recorded.outcome, payment)
+
+
+def _debit_create(
+    payment: Payment,
+) -> DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable:
+    """The HTTP call of a submission, outside any transaction; a failure is returned, not
+    raised, so the attempt is recorded before anything else happens."""
+    try:
+        return get_client().debit_create(
+            idempotency_key=payment.idempotency_key,
+            payment_id=payment.id,
+            amount=payment.amount,
+            currency=payment.currency,
+            source_token=payment.source_token,
+        )
+    except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
+        return exc
+
+
+def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorded:
+    """Record the attempt and apply the answer; call inside the second transaction."""
+    payment = payment_lock(payment_id)
+    attempt = attempt_record(payment, SUBMIT_OPERATION, result)
+    rule = _SUBMIT_RULES.get(attempt.outcome)
+    if rule is None:
+        return _SubmissionRecorded(payment, attempt, SubmitOutcome.RETRYABLE)
+    details = {
+        "attempt_number": attempt.attempt_number,
+        "http_status": attempt.http_status,
+        "error_kind": attempt.error_kind,
+        "error": attempt.error,
+    }
+    if isinstance(result, DebitAccepted):
+        _submission_accepted_note(payment, result, details)
+    outcome = _submission_apply(payment, rule, str(attempt.outcome), details, caused_by)
+    alert = None
+    if attempt.outcome == AttemptOutcome.REJECTED:
+        alert = _submission_rejected_alert(payment, attempt, details)
+    return _SubmissionRecorded(payment, attempt, outcome, alert)
+
+
+def _submission_accepted_note(payment: Payment, result: DebitAccepted, details: dict) -> None:
+    """Keep the processor's id of the debit (the first one it gave) and log what it said."""
+    details["processor_id"] = result.processor_id
+    details["processor_status"] = result.status
+    if not payment.processor_id:
+        payment.processor_id = result.processor_id
+        payment.save(update_fields=["processor_id", "updated_at"])
+
+
+def _submission_apply(
+    payment: Payment, rule: _SubmitRule, answer: str, details: dict, caused_by: str
+) -> SubmitOutcome:
+    """Move a pending payment as ``rule`` says, log the answer, and say what submission did."""
+    current = payment.state
+    if current == PaymentState.PENDING:
+        payment_transition(payment=payment, target=rule.target)
+        _log_submission(payment, answer, EventOutcome.APPLIED, current, details, caused_by)
+        return rule.outcome
+    _log_submission(payment, answer, EventOutcome.STALE, current, details, caused_by)
+    return rule.outcome if current in rule.agreeing_states else SubmitOutcome.SKIPPED
+
+
+def _submission_rejected_alert(payment: Payment, attempt: ProcessorAttempt, details: dict) -> dict:
+    """The medium alert of a rejected submission, raised after commit."""
+    return {
+        "severity": AlertSeverity.MEDIUM,
+        "key": "payment.submission_rejected",
+        "summary": (
+            f"processor rejected payment {payment.id} (HTTP {attempt.http_status}): "
+            f"{attempt.error}; payment is {payment.state}"
+        ),
+        "details": {**details, "response_body": attempt.response_body[:1000]},
+        "payment_id": payment.id,
+    }
+
+
+def _log_submission(
+    payment: Payment,
+    event_type: str,
+    outcome: EventOutcome,
+    from_state: str,
+    details: dict,
+    caused_by: str,
+) -> None:
+    row = PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.SUBMISSION,
+        outcome=outcome,
+        event_type=event_type,
+        from_state=from_state,
+        to_state=payment.state,
+        payload=details,
+        caused_by=caused_by,
+    )
+    transition_announce(row)

@@ -1,0 +1,110 @@
+"""State changes of a payment: the transition made in memory, its rows, and its announcements.
+
+The graph itself is declared once, by the ``@transition``s on ``Payment``; the tables here are
+read from it (``payments.state_graph``).
+"""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from payments.exceptions import InvalidTransition
+from payments.metrics import TRANSITIONS as TRANSITIONS_TOTAL
+from payments.models import (
+    PAYMENT_GRAPH,
+    EventOutcome,
+    LedgerEntry,
+    LedgerEntryKind,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+)
+from payments.services.writes import DayCounts, Move, move_save
+from payments.signals import payment_transition_committed, payment_transitioned
+
+logger = logging.getLogger(__name__)
+
+# (current state, target state) -> the model transition that gets there.
+TRANSITIONS = PAYMENT_GRAPH.names
+# Processor events may only use these; ``reject`` belongs to a 4xx answer to our submission.
+EVENT_TRANSITIONS = PAYMENT_GRAPH.event_transitions
+
+
+def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:
+    """Move a payment locked by the caller to ``target`` and save it; return (from, to).
+
+    Call inside ``transaction.atomic()`` on a row fetched with ``select_for_update()``.
+    Confirmation writes the merchant's credit, a return after settlement its reversal (a debit
+    of the same amount); both count in the merchant's daily return-rate counters.
+    """
+    move = transition_move(payment, target)
+    move_save(move)
+    transition_count(move)
+    return move.from_state, move.to_state
+
+
+def transition_move(payment: Payment, target: str) -> Move:
+    """Run the state machine's transition to ``target`` on ``payment`` (in memory only) and
+    build the ledger row it writes: a credit on confirmation, its reversal on a return."""
+    current = payment.state
+    name = TRANSITIONS.get((current, target))
+    if name is None:
+        raise InvalidTransition(
+            f"no transition from {current} to {target} for payment {payment.id}"
+        )
+    getattr(payment, name)()
+    payment.state_changed_at = timezone.now()
+    move = {"payment": payment, "from_state": current, "to_state": target}
+    entry = {"payment": payment, "merchant_id": payment.merchant_id, "currency": payment.currency}
+    if target == PaymentState.CONFIRMED:
+        return Move(
+            **move,
+            ledger=LedgerEntry(kind=LedgerEntryKind.CREDIT, amount=payment.amount, **entry),
+            # The merchant's day counting one more settled debit.
+            counts=DayCounts(
+                merchant_id=payment.merchant_id, day=payment.state_changed_at.date(), debits=1
+            ),
+        )
+    if target == PaymentState.RETURNED:
+        return Move(
+            **move,
+            ledger=LedgerEntry(kind=LedgerEntryKind.REVERSAL, amount=-payment.amount, **entry),
+        )
+    return Move(**move)
+
+
+def transition_count(move: Move) -> None:
+    """Count the transition in the metrics once its transaction has committed."""
+    transaction.on_commit(
+        lambda: TRANSITIONS_TOTAL.labels(move.from_state, move.to_state).inc(), robust=True
+    )
+
+
+def transition_announce(row: PaymentEvent) -> None:
+    """Tell the host about a state change recorded by ``row``, inside the transaction and after
+    its commit (see ``payments.signals``). Not robust on purpose: a receiver's error rolls the
+    transition back with it, so the host's rows and ours never disagree."""
+    if row.outcome != EventOutcome.APPLIED or row.from_state == row.to_state:
+        return
+    signal_args = {
+        "payment": row.payment,
+        "from_state": row.from_state,
+        "to_state": row.to_state,
+        "event": row,
+    }
+    payment_transitioned.send(sender=Payment, **signal_args)
+    transaction.on_commit(lambda: _transition_committed_send(signal_args), robust=True)
+
+
+def _transition_committed_send(signal_args: dict) -> None:
+    for receiver, result in payment_transition_committed.send_robust(sender=Payment, **signal_args):
+        if isinstance(result, Exception):
+            logger.error(
+                "payment_transition_committed receiver %r failed for payment %s: %r",
+                receiver,
+                signal_args["payment"].pk,
+                result,
+                exc_info=result,
+                extra={"payment_id": str(signal_args["payment"].pk)},
+            )

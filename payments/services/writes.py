@@ -1,0 +1,115 @@
+"""The one write of a processor event's rows, and the payment's row lock every service takes.
+
+A service decides under the payment's row lock (``payment_lock``) what an event does, then
+declares it as one ``EventWrite``: the dedup record that claims the event, the event-log row and,
+when the state changes, the ``Move`` (the payment's fields it declares, its ledger row, its
+counts on the merchant's day). ``event_write`` writes that declaration through one of two
+backends: on PostgreSQL one statement (``payments.event_sql``), elsewhere (the quick start's
+SQLite) the ORM row by row after the same claim. Both write the same rows from the same
+declaration, so neither can write a field the other forgets.
+"""
+
+from dataclasses import dataclass
+from datetime import date
+from typing import ClassVar
+
+from django.core.exceptions import ValidationError
+from django.db import connection
+
+from payments import event_sql
+from payments.exceptions import PaymentNotFound
+from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessedEvent
+
+
+@dataclass(frozen=True, kw_only=True)
+class DayCounts:
+    """What a write adds to a merchant's return-rate counters of ``day``."""
+
+    merchant_id: str
+    day: date
+    debits: int = 0
+    returns: int = 0
+    unauthorized_returns: int = 0
+    administrative_returns: int = 0
+
+    def params(self) -> list:
+        """The upsert's values: merchant, day, then the counters in the statement's order."""
+        counters = (getattr(self, name) for name in event_sql.RETURN_DAY_COUNTERS)
+        return [self.merchant_id, self.day, *counters]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Move:
+    """A transition made in memory on ``payment``, and the rows it writes besides the payment
+    (unsaved): a ledger row, counts on the merchant's day."""
+
+    # What a move writes on the payment, for every backend and for a rollback's refresh.
+    FIELDS: ClassVar[tuple[str, ...]] = ("state", "state_changed_at", "updated_at")
+
+    payment: Payment
+    from_state: str
+    to_state: str
+    ledger: LedgerEntry | None = None
+    counts: DayCounts | None = None
+
+
+@dataclass(frozen=True)
+class EventWrite:
+    """Everything one processor event writes: nothing of it unless ``claim`` is new."""
+
+    claim: ProcessedEvent
+    log: PaymentEvent
+    move: Move | None = None
+
+
+def payment_lock(payment_id) -> Payment:
+    """The payment, its row locked for the caller's transaction; ``PaymentNotFound`` for an
+    unknown or malformed id. Call inside ``transaction.atomic()``."""
+    try:
+        return event_sql.payment_select_for_update(payment_id)
+    except Payment.DoesNotExist:
+        raise PaymentNotFound(f"payment {payment_id} does not exist") from None
+    except ValidationError:
+        raise PaymentNotFound(f"payment id {payment_id!r} is not a valid UUID") from None
+
+
+def event_write(write: EventWrite) -> bool:
+    """Claim the event's dedup record and, only if it is new, write the move and the log row.
+    True when written; False (nothing written) when the id was processed before. Call inside
+    the payment's transaction, holding its row lock."""
+    if _one_statement():
+        return event_sql.event_write(write)
+    if not event_sql.processed_event_claim(write.claim):
+        return False
+    if write.move is not None:
+        move_save(write.move)
+    write.log.save()
+    return True
+
+
+def _one_statement() -> bool:
+    """PostgreSQL writes an event's rows in one statement; other databases statement by
+    statement, in the same order and under the same claim."""
+    return connection.vendor == "postgresql"
+
+
+def move_save(move: Move) -> None:
+    """Save a transition made in memory, row by row: the payment's declared fields and the rows
+    the move writes."""
+    move.payment.save(update_fields=Move.FIELDS)
+    if move.ledger is not None:
+        move.ledger.save()
+    if move.counts is not None:
+        merchant_return_day_add(move.counts)
+
+
+def merchant_return_day_add(counts: DayCounts) -> None:
+    """Add ``counts`` to the merchant's counters of their day inside the caller's transaction.
+
+    One ``INSERT ... ON CONFLICT DO UPDATE`` adding to the stored values: two transitions of the
+    same merchant committing at once both count, without a read-modify-write race.
+    """
+    params = counts.params()
+    values = ", ".join(["%s"] * len(params))
+    with connection.cursor() as cursor:
+        cursor.execute(event_sql.merchant_day_add_sql(f"VALUES ({values})"), params)

@@ -1,0 +1,721 @@
+"""The sandbox processor: a real HTTP server implementing the processor API our client calls
+(``payments/processor/client.py``).
+
+- ``POST /v1/ach/debits`` (``Authorization: Bearer <key>``, ``Idempotency-Key: <uuid>``, JSON
+  ``{payment_id, amount, currency, source_token}``): ``201`` and a new debit, or ``200`` with the
+  ORIGINAL result for a known key (never a second charge); ``409`` while a request with the same
+  key is still being processed; ``422`` for a known key with a different request; ``400`` for a
+  malformed request, naming the problem; ``401`` without the right key.
+- ``GET /v1/ach/debits/<idempotency_key>``: the debit's current status, ``404`` if unknown.
+- ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
+  by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
+  event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
+- ``POST /_sandbox/outage`` with ``{"mode": "503" | "timeout" | "reset", "seconds": N}`` starts
+  a processor outage (``seconds`` omitted: until ended); ``{"mode": "off"}`` ends it;
+  ``GET /_sandbox/outage`` tells whether one is on. During an outage every API call answers
+  503, or hangs for ``timeout_seconds`` then answers 503 (the client has timed out by then),
+  or has its connection closed without an answer (the client sees a connection error). Nothing
+  is charged during an outage; callbacks of earlier debits keep being sent.
+
+After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
+``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
+URL, from background threads. Faults: see ``faults.py``.
+
+Over 500 lines because it is one HTTP server: the debit store, its idempotency rules and the
+outage switch share one lock and one request handler; faults, callbacks and the latch, which
+stand alone, are modules of their own.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sandbox.callbacks import CallbackSender, Delivery
+from sandbox.faults import DebitFault, FaultConfig, FaultKind, FaultPlan
+from sandbox.latch import DebitLatch
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024
+_AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
+_DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
+
+
+class OutageMode(enum.StrEnum):
+    NONE = ""  # no outage
+    UNAVAILABLE = "503"  # every API call answers 503
+    TIMEOUT = "timeout"  # every API call hangs past the client's timeout, then answers 503
+    RESET = "reset"  # every API call has its connection closed without an answer
+    FLAP = "flap"  # every other debit answers 503 (the rest, and every other call, work)
+
+
+OUTAGE_MODES = (OutageMode.UNAVAILABLE, OutageMode.TIMEOUT, OutageMode.RESET, OutageMode.FLAP)
+
+
+class OutageReset(Exception):
+    """The outage mode says: close the connection without answering."""
+
+
+@dataclass
+class Debit:
+    idempotency_key: str
+    processor_id: str
+    payment_id: str
+    amount: str
+    currency: str
+    source_token: str
+    status: str
+    created_at: str
+    request_fingerprint: str
+
+    def answer(self) -> dict:
+        return {
+            "processor_id": self.processor_id,
+            "status": self.status,
+            "idempotency_key": self.idempotency_key,
+            "payment_id": self.payment_id,
+            "amount": self.amount,
+            "currency": self.currency,
+            "created_at": self.created_at,
+        }
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, error: str, errors: dict | None = None) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class SandboxProcessor:
+    """Start with ``SandboxProcessor(...).start()``; ``base_url`` then points at it; ``stop()``."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        callback_url: str | None = None,
+        signing_secret: str | None = None,
+        faults: FaultConfig | None = None,
+        seed: int | None = None,
+        callback_threads: int = 4,
+        callback_max_attempts: int = 5,
+        callback_backoff_seconds: float = 0.2,
+    ) -> None:
+        if api_key is None or signing_secret is None:
+            from callbacks import conf as callbacks_conf
+            from payments import conf
+
+            api_key = api_key if api_key is not None else conf.PROCESSOR_API_KEY
+            if signing_secret is None:
+                signing_secret = callbacks_conf.CALLBACK_SIGNING_SECRETS[0]
+        if not api_key:
+            raise ValueError("the sandbox needs an API key to check the Authorization header")
+        if not signing_secret:
+            raise ValueError("the sandbox needs a secret to sign callbacks with")
+        self.host = host
+        self.requested_port = port
+        self.api_key = api_key
+        self.callback_url = callback_url
+        self.signing_secret = signing_secret
+        self.plan = FaultPlan(faults or FaultConfig(), seed)
+        self._callback_options = {
+            "threads": callback_threads,
+            "max_attempts": callback_max_attempts,
+            "backoff_seconds": callback_backoff_seconds,
+        }
+        self._lock = threading.Lock()
+        self._debits: dict[str, Debit] = {}
+        self._in_flight: set[str] = set()
+        self._charges: Counter[str] = Counter()
+        self._charges_by_payment: Counter[str] = Counter()
+        self._responses: Counter[str] = Counter()
+        self._requests: Counter[str] = Counter()
+        self._replays = 0
+        self._events = 0
+        self._outage_mode = OutageMode.NONE
+        self._outage_until: float | None = None  # time.monotonic(); None: until ended
+        self._outage_calls = 0
+        self._flap_debits = 0
+        self.latch: DebitLatch | None = None  # tests: hold debit requests open mid-call
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.callbacks: CallbackSender | None = None
+
+    # --- lifecycle
+    def start(self) -> SandboxProcessor:
+        self._server = _Server((self.host, self.requested_port), _Handler)
+        self.callbacks = CallbackSender(
+            url=self.callback_url, secret=self.signing_secret, **self._callback_options
+        )
+        self._server.sandbox = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="sandbox-processor",
+            daemon=True,
+        )
+        self._thread.start()
+        logger.info("sandbox processor listening on %s", self.base_url)
+        return self
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the sandbox is not started")
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self.callbacks is not None:
+            self.callbacks.stop()
+
+    def __enter__(self) -> SandboxProcessor:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- state for tests and demos
+    def stats(self) -> dict:
+        with self._lock:
+            stats: dict[str, Any] = {
+                "total_charges": sum(self._charges.values()),
+                "charges": dict(self._charges),
+                "charges_by_payment": dict(self._charges_by_payment),
+                "debits": len(self._debits),
+                "replays": self._replays,
+                "events": self._events,
+                "outage_calls_failed": self._outage_calls,
+                "requests": dict(self._requests),
+                "responses": dict(self._responses),
+                "seed": self.plan.seed,
+                "faults": asdict(self.plan.config),
+            }
+        sender = self.callbacks
+        if sender is not None:
+            stats.update(
+                {
+                    "callbacks_sent": sender.stats["sent"],
+                    "callback_attempts": sender.stats["attempts"],
+                    "callback_failed_attempts": sender.stats["failed_attempts"],
+                    "callbacks_given_up": sender.stats["given_up"],
+                    "callbacks_pending": sender.pending,
+                }
+            )
+        return stats
+
+    def reset(self) -> None:
+        with self._lock:
+            self._debits.clear()
+            self._in_flight.clear()
+            self._charges.clear()
+            self._charges_by_payment.clear()
+            self._responses.clear()
+            self._requests.clear()
+            self._replays = 0
+            self._events = 0
+            self._outage_mode, self._outage_until, self._outage_calls = OutageMode.NONE, None, 0
+            self._flap_debits = 0
+        self.plan.reset()
+
+    # --- outages
+    def outage_start(self, mode: str, seconds: float | None = None) -> None:
+        """Every API call fails in ``mode`` for ``seconds`` (None: until ``outage_stop``)."""
+        if mode not in OUTAGE_MODES:
+            raise ValueError(f"outage mode must be one of {', '.join(OUTAGE_MODES)}, got {mode!r}")
+        if seconds is not None and not (0 < seconds <= 86400):
+            raise ValueError(f"outage seconds must be within 0..86400, got {seconds}")
+        with self._lock:
+            self._outage_mode = OutageMode(mode)
+            self._outage_until = None if seconds is None else time.monotonic() + seconds
+        logger.warning("sandbox outage started: %s for %s s", mode, seconds or "ever")
+
+    def outage_stop(self) -> None:
+        with self._lock:
+            self._outage_mode = OutageMode.NONE
+            self._outage_until = None
+        logger.warning("sandbox outage ended")
+
+    def outage(self) -> dict:
+        """The outage in force: ``{"mode": ..., "remaining_seconds": ...}``, mode "" if none."""
+        with self._lock:
+            if self._outage_mode and self._outage_until is not None:
+                if time.monotonic() >= self._outage_until:
+                    self._outage_mode, self._outage_until = OutageMode.NONE, None
+            remaining = (
+                None
+                if self._outage_until is None
+                else round(max(0.0, self._outage_until - time.monotonic()), 3)
+            )
+            return {
+                "mode": self._outage_mode,
+                "remaining_seconds": remaining if self._outage_mode else 0,
+                "calls_failed": self._outage_calls,
+            }
+
+    def outage_answer(self, *, debit: bool = False) -> Answer | None:
+        """The answer an outage gives an API call, or None when there is no outage. Raises
+        ``OutageReset`` when the connection must be dropped instead. ``debit``: the call is a
+        debit (a flapping processor fails every other one of those only)."""
+        mode = self.outage()["mode"]
+        if not mode:
+            return None
+        if mode == OutageMode.FLAP:
+            with self._lock:
+                if not debit:
+                    return None
+                self._flap_debits += 1
+                if self._flap_debits % 2:
+                    return None
+                self._outage_calls += 1
+            return Answer(503, {"error": "processor unavailable (sandbox outage: flap)"})
+        with self._lock:
+            self._outage_calls += 1
+        if mode == OutageMode.RESET:
+            raise OutageReset()
+        if mode == OutageMode.TIMEOUT:
+            time.sleep(self.plan.config.timeout_seconds)
+        return Answer(503, {"error": f"processor unavailable (sandbox outage: {mode})"})
+
+    def callbacks_delivered(self) -> list[dict]:
+        """Every successful callback delivery, in order (a duplicate delivery appears twice)."""
+        if self.callbacks is None:
+            return []
+        return [
+            {
+                "payment_id": item["body"].get("payment_id"),
+                "event_type": item["body"].get("event_type"),
+                "processor_event_id": item["body"].get("processor_event_id"),
+            }
+            for item in list(self.callbacks.delivered)
+        ]
+
+    def debit(self, idempotency_key: str) -> Debit | None:
+        with self._lock:
+            return self._debits.get(idempotency_key)
+
+    # --- API
+    def authorized(self, header: str | None) -> bool:
+        scheme, _, token = (header or "").partition(" ")
+        return scheme == "Bearer" and hmac.compare_digest(token.encode(), self.api_key.encode())
+
+    def debit_create(self, idempotency_key: str | None, raw: bytes) -> Answer:
+        """``POST /v1/ach/debits``: charge once per Idempotency-Key, with the plan's faults."""
+        request = _parse_debit_request(idempotency_key, raw)
+        key = request["idempotency_key"]
+        fault = self.plan.debit_fault(request["source_token"])
+        if fault.latency_seconds:
+            time.sleep(fault.latency_seconds)
+        refused = self._fault_answer(fault)
+        if refused is not None:
+            return refused
+        fingerprint = _fingerprint(request)
+        with self._lock:
+            existing = self._debits.get(key)
+            if existing is None and key in self._in_flight:
+                return Answer(
+                    409,
+                    {
+                        "error": "a request with this Idempotency-Key is still being processed; "
+                        "retry later"
+                    },
+                    (("Retry-After", "1"),),
+                )
+            if existing is None and fault.kind != FaultKind.REJECTED:
+                self._in_flight.add(key)
+        if existing is not None:
+            return self._debit_replay(existing, fingerprint, fault)
+        if fault.kind == FaultKind.REJECTED:
+            return Answer(
+                400,
+                {"error": "account closed (R02)", "code": "account_closed", "return_code": "R02"},
+            )
+        debit = self._debit_charge(request, fingerprint, fault)
+        if self.latch is not None:
+            self.latch.hold(key)
+        self._callbacks_schedule(debit)
+        return Answer(201, debit.answer())
+
+    def _fault_answer(self, fault: DebitFault) -> Answer | None:
+        """The answer of a fault that refuses the call before anything is looked at."""
+        if fault.kind == FaultKind.SERVER_ERROR:
+            return Answer(503, {"error": "processor temporarily unavailable (injected fault)"})
+        if fault.kind == FaultKind.RATE_LIMITED:
+            retry_after = self.plan.config.retry_after_seconds
+            return Answer(
+                429,
+                {"error": f"rate limited; retry after {retry_after} s (injected fault)"},
+                (("Retry-After", str(retry_after)),),
+            )
+        return None
+
+    def _debit_replay(self, existing: Debit, fingerprint: str, fault: DebitFault) -> Answer:
+        """A known key: the original result for the same request, 422 for another one."""
+        if existing.request_fingerprint != fingerprint:
+            return Answer(
+                422,
+                {
+                    "error": "Idempotency-Key was already used with a different request "
+                    f"(first for payment {existing.payment_id}, amount {existing.amount})"
+                },
+            )
+        if fault.kind == FaultKind.TIMEOUT:
+            time.sleep(self.plan.config.timeout_seconds)
+        with self._lock:
+            self._replays += 1
+        return Answer(200, existing.answer())
+
+    def _debit_charge(self, request: dict, fingerprint: str, fault: DebitFault) -> Debit:
+        """Charge a key this call holds in flight, and let it go whatever happens."""
+        key = request["idempotency_key"]
+        try:
+            if fault.kind == FaultKind.TIMEOUT:
+                # Past the client's read timeout; the charge is still made, as real processors do.
+                time.sleep(self.plan.config.timeout_seconds)
+            debit = Debit(
+                idempotency_key=key,
+                processor_id=f"pr_{uuid.uuid4().hex[:24]}",
+                payment_id=request["payment_id"],
+                amount=request["amount"],
+                currency=request["currency"],
+                source_token=request["source_token"],
+                status="submitted",
+                created_at=datetime.now(UTC).isoformat(),
+                request_fingerprint=fingerprint,
+            )
+            with self._lock:
+                self._debits[key] = debit
+                self._charges[key] += 1
+                self._charges_by_payment[debit.payment_id] += 1
+        finally:
+            with self._lock:
+                self._in_flight.discard(key)
+        return debit
+
+    def debit_get(self, idempotency_key: str) -> Answer:
+        debit = self.debit(idempotency_key)
+        if debit is None:
+            return Answer(404, {"error": f"no debit with Idempotency-Key {idempotency_key}"})
+        return Answer(200, debit.answer())
+
+    def count(self, operation: str, status: int) -> None:
+        with self._lock:
+            self._requests[operation] += 1
+            self._responses[str(status)] += 1
+
+    # --- callbacks
+    def _callbacks_schedule(self, debit: Debit) -> None:
+        _DebitCallbacks(self, debit).start()
+
+    def _event_counted(self) -> None:
+        with self._lock:
+            self._events += 1
+
+    def _debit_status_set(self, debit: Debit, status: str) -> None:
+        with self._lock:
+            debit.status = status
+
+
+class _DebitCallbacks:
+    """The callbacks of one accepted debit: ``submitted``, then ``settled`` or ``returned``, and
+    for some settled debits a ``returned`` later; any of them may be delivered twice. Each one
+    is scheduled once the one before it is sent. What happens is drawn from the fault plan
+    here, in the order a seeded run has always drawn it."""
+
+    def __init__(self, sandbox: SandboxProcessor, debit: Debit) -> None:
+        assert sandbox.callbacks is not None
+        self.sandbox = sandbox
+        self.sender = sandbox.callbacks
+        self.plan = plan = sandbox.plan
+        self.debit = debit
+        self.final = "returned" if plan.returns(debit.source_token) else "settled"
+        self.later_return = (
+            plan.settled_return_code(debit.source_token) if self.final == "settled" else None
+        )
+        self.duplicate = plan.duplicates(debit.source_token)
+
+    def start(self) -> None:
+        first = self._event("submitted")
+        self.sender.schedule(
+            Delivery(body=first, then=self._then_duplicate(first, self._final_event)),
+            self.plan.callback_delay(),
+        )
+
+    def _final_event(self) -> None:
+        body = self._event(self.final)
+        self.sender.schedule(
+            Delivery(
+                body=body,
+                on_send=lambda: self.sandbox._debit_status_set(self.debit, self.final),
+                then=self._then_duplicate(body, self._return_event if self.later_return else None),
+            ),
+            self.plan.config.settle_after_seconds + self.plan.callback_delay(),
+        )
+
+    def _return_event(self) -> None:
+        body = self._event("returned", self.later_return or "")
+        self.sender.schedule(
+            Delivery(
+                body=body,
+                on_send=lambda: self.sandbox._debit_status_set(self.debit, "returned"),
+                then=self._then_duplicate(body, None),
+            ),
+            self.plan.config.return_after_seconds + self.plan.callback_delay(),
+        )
+
+    def _event(self, event_type: str, reason_code: str = "") -> dict:
+        body = {
+            "payment_id": self.debit.payment_id,
+            "event_type": event_type,
+            "processor_event_id": f"evt_{uuid.uuid4().hex}",
+            "amount": self.debit.amount,
+            "timestamp": datetime.now(UTC).isoformat(),
+        }
+        if event_type == "returned":
+            code = reason_code or "R01"
+            body.update({"reason_code": code, "message": RETURN_MESSAGES[code]})
+        self.sandbox._event_counted()
+        return body
+
+    def _then_duplicate(self, body: dict, after: Callable[[], None] | None) -> Callable[[], None]:
+        """After ``body`` is sent: its duplicate when the plan says so, then ``after``."""
+
+        def run() -> None:
+            if self.duplicate:
+                self.sender.schedule(Delivery(body=dict(body)), self.plan.callback_delay())
+            if after is not None:
+                after()
+
+        return run
+
+
+RETURN_MESSAGES = {"R01": "Insufficient funds", "R10": "Customer advises not authorized"}
+
+
+def _fingerprint(request: dict) -> str:
+    canonical = json.dumps(
+        {k: request[k] for k in ("payment_id", "amount", "currency", "source_token")},
+        sort_keys=True,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _parse_debit_request(idempotency_key: str | None, raw: bytes) -> dict:
+    if not idempotency_key:
+        raise RequestError(400, "missing Idempotency-Key header (a UUID, the same on every retry)")
+    try:
+        key = str(uuid.UUID(idempotency_key))
+    except ValueError:
+        raise RequestError(
+            400, f"Idempotency-Key must be a UUID, got {idempotency_key!r}"
+        ) from None
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "body must be a JSON object")
+    errors: dict[str, list[str]] = {}
+    for name in ("payment_id", "amount", "currency", "source_token"):
+        if name not in body:
+            errors[name] = ["this field is required"]
+        elif not isinstance(body[name], str):
+            errors[name] = ["must be a string"]
+    if "payment_id" not in errors:
+        try:
+            body["payment_id"] = str(uuid.UUID(body["payment_id"]))
+        except ValueError:
+            errors["payment_id"] = ["must be a UUID"]
+    if "amount" not in errors:
+        if not _AMOUNT_RE.match(body["amount"]):
+            errors["amount"] = ['must be a decimal string with 2 places, e.g. "12.50"']
+        else:
+            try:
+                if Decimal(body["amount"]) <= 0:
+                    errors["amount"] = ["must be greater than zero"]
+            except InvalidOperation:
+                errors["amount"] = ["not a number"]
+    if "currency" not in errors and body["currency"] != "USD":
+        errors["currency"] = [f"unsupported currency {body['currency']!r}; ACH debits are USD"]
+    if "source_token" not in errors and not _TOKEN_RE.match(body["source_token"]):
+        errors["source_token"] = ["must be 1-128 characters of A-Z, a-z, 0-9, _ or -"]
+    if errors:
+        fields = ", ".join(sorted(errors))
+        raise RequestError(400, f"invalid debit request: {fields}", errors)
+    return {**body, "idempotency_key": key}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    sandbox: SandboxProcessor
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: the client reuses its connections
+    # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK add 40 ms to every answer on a kept-alive connection.
+    disable_nagle_algorithm = True
+    timeout = 120  # an idle kept-alive connection is closed, and its thread ends
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        logger.debug("sandbox %s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:  # noqa: N802
+        sandbox = self.server.sandbox
+        if self.path == "/_sandbox/stats":
+            self._send(Answer(200, sandbox.stats()))
+            return
+        if self.path == "/_sandbox/callbacks":
+            self._send(Answer(200, {"delivered": sandbox.callbacks_delivered()}))
+            return
+        if self.path == "/_sandbox/outage":
+            self._send(Answer(200, sandbox.outage()))
+            return
+        match = _DEBIT_PATH.match(self.path)
+        if match is None:
+            self._send(Answer(404, {"error": f"no such endpoint: GET {self.path}"}))
+            return
+        if self._outage(sandbox, "debit_get"):
+            return
+        if not sandbox.authorized(self.headers.get("Authorization")):
+            self._send(Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"}))
+            return
+        answer = sandbox.debit_get(match.group(1))
+        sandbox.count("debit_get", answer.status)
+        self._send(answer)
+
+    def do_POST(self) -> None:  # noqa: N802
+        sandbox = self.server.sandbox
+        try:
+            raw = self._read_body()
+        except RequestError as exc:
+            self._send(Answer(exc.status, {"error": exc.error}), close=True)
+            return
+        if self.path == "/_sandbox/reset":
+            sandbox.reset()
+            self._send(Answer(200, {"reset": True}))
+            return
+        if self.path == "/_sandbox/outage":
+            self._send(_outage_control(sandbox, raw))
+            return
+        if self.path != "/v1/ach/debits":
+            self._send(Answer(404, {"error": f"no such endpoint: POST {self.path}"}))
+            return
+        if self._outage(sandbox, "debit_create"):
+            return
+        if not sandbox.authorized(self.headers.get("Authorization")):
+            answer = Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"})
+        elif (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            answer = Answer(415, {"error": "Content-Type must be application/json"})
+        else:
+            try:
+                answer = sandbox.debit_create(self.headers.get("Idempotency-Key"), raw)
+            except RequestError as exc:
+                body = {"error": exc.error}
+                if exc.errors:
+                    body["errors"] = exc.errors
+                answer = Answer(exc.status, body)
+        sandbox.count("debit_create", answer.status)
+        self._send(answer)
+
+    def _outage(self, sandbox: SandboxProcessor, operation: str) -> bool:
+        """Answer as the outage says; False when there is none."""
+        try:
+            answer = sandbox.outage_answer(debit=operation == "debit_create")
+        except OutageReset:
+            sandbox.count(operation, 0)
+            self.close_connection = True
+            return True
+        if answer is None:
+            return False
+        sandbox.count(operation, answer.status)
+        self._send(answer)
+        return True
+
+    def _read_body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise RequestError(400, "invalid Content-Length") from None
+        if length > MAX_BODY_BYTES:
+            raise RequestError(413, f"body over {MAX_BODY_BYTES} bytes")
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, answer: Answer, *, close: bool = False) -> None:
+        payload = json.dumps(answer.body).encode()
+        try:
+            self.send_response(answer.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in answer.headers:
+                self.send_header(name, value)
+            if close:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (its timeout); what was done is done, as with a real processor.
+            self.close_connection = True
+
+
+def _outage_control(sandbox: SandboxProcessor, raw: bytes) -> Answer:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return Answer(400, {"error": 'the body must be JSON: {"mode": ..., "seconds": ...}'})
+    if not isinstance(body, dict):
+        return Answer(400, {"error": "the body must be a JSON object"})
+    unknown = sorted(set(body) - {"mode", "seconds"})
+    if unknown:
+        return Answer(400, {"error": f"unknown field(s): {', '.join(unknown)}"})
+    mode = body.get("mode")
+    if mode == "off":
+        sandbox.outage_stop()
+        return Answer(200, sandbox.outage())
+    seconds = body.get("seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+        return Answer(400, {"error": "seconds must be a number"})
+    if not isinstance(mode, str):
+        return Answer(400, {"error": f"mode must be one of off, {', '.join(OUTAGE_MODES)}"})
+    try:
+        sandbox.outage_start(mode, seconds)
+    except ValueError as exc:
+        return Answer(400, {"error": str(exc)})
+    return Answer(200, sandbox.outage())

@@ -1,0 +1,160 @@
+"""Histories the invariant checker is tested on: a clean run in the database, built through the
+product's own services, and the helpers the tests corrupt it with."""
+
+import uuid
+from decimal import Decimal
+
+from django.utils import timezone
+
+from callbacks.models import (
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    QueueMessage,
+    QueueMessageStatus,
+)
+from chaos.invariants import check_invariants
+from payments.models import Payment
+from payments.services import payment_apply_event, payment_create
+from tests.factories import processor_event
+from triage.models import DeadLetter, DeadLetterSource
+
+
+def new_payment(merchant: str = "m-1", amount: str = "10.00") -> Payment:
+    return payment_create(merchant_id=merchant, amount=Decimal(amount), source_token="tok_abcdef12")
+
+
+def deliver(history: dict, payment: Payment, event_type: str, **overrides) -> str:
+    """Apply one processor event, as the worker would, and record it as delivered."""
+    event = processor_event(payment, event_type, **overrides)
+    payment_apply_event(event=event, caused_by="test")
+    history["sent"].append(
+        {
+            "payment_id": str(payment.id),
+            "event_type": event_type,
+            "processor_event_id": event.processor_event_id,
+            "amount": f"{payment.amount:.2f}",
+        }
+    )
+    return event.processor_event_id
+
+
+def redeliver(history: dict, payment: Payment, event_type: str, event_id: str, **overrides):
+    """The processor delivers an event again, with the same id: dropped as a duplicate."""
+    payment_apply_event(
+        event=processor_event(payment, event_type, processor_event_id=event_id, **overrides),
+        caused_by="test",
+    )
+    history["sent"].append({"processor_event_id": event_id})
+
+
+def queue_message(payment: Payment, event_id: str, status: str) -> QueueMessage:
+    now = timezone.now()
+    return QueueMessage.objects.create(
+        message_id=f"msg-{uuid.uuid4()}",
+        kind="processor_event",
+        group_id=str(payment.id),
+        payment_id=str(payment.id),
+        deduplication_id=event_id,
+        body={"kind": "processor_event", "processor_event_id": event_id},
+        first_started_at=now,
+        last_started_at=now,
+        attempts=1,
+        status=status,
+    )
+
+
+def clean_history() -> dict:
+    """A clean run: confirmed, returned, duplicated, stale, parked and dead-lettered events."""
+    history: dict = {"sent": [], "payments": {}}
+    confirmed = new_payment("m-1", "10.00")
+    deliver(history, confirmed, "submitted")
+    settled = deliver(history, confirmed, "settled")
+    # The processor delivered "settled" twice: the second is dropped as a duplicate.
+    redeliver(history, confirmed, "settled", settled)
+    # A late "submitted" with a new id for a confirmed payment: stale.
+    deliver(history, confirmed, "submitted")
+
+    returned = new_payment("m-1", "7.25")
+    deliver(history, returned, "submitted")
+    deliver(history, returned, "returned", reason_code="R01")
+
+    second_merchant = new_payment("m-2", "3.10")
+    deliver(history, second_merchant, "submitted")
+    deliver(history, second_merchant, "settled")
+
+    # Settled, then returned (R10): credited, then reversed. Its return is delivered twice.
+    settled_returned = new_payment("m-2", "4.40")
+    deliver(history, settled_returned, "submitted")
+    deliver(history, settled_returned, "settled")
+    returned_after = deliver(history, settled_returned, "returned", reason_code="R10")
+    redeliver(history, settled_returned, "returned", returned_after, reason_code="R10")
+
+    held = _held_behind_a_dead_letter(history)
+    payments = [confirmed, returned, second_merchant, settled_returned, held]
+    history["stats"] = {
+        "charges": {str(p.idempotency_key): 1 for p in payments},
+        "charges_by_payment": {str(p.id): 1 for p in payments},
+        "debits": len(payments),
+        "callbacks_sent": len(history["sent"]),
+    }
+    history["payments"] = {
+        "confirmed": confirmed,
+        "returned": returned,
+        "second_merchant": second_merchant,
+        "settled_returned": settled_returned,
+        "held": held,
+    }
+    return history
+
+
+def _held_behind_a_dead_letter(history: dict) -> Payment:
+    """A "settled" for a pending payment cannot apply: it failed, was dead-lettered, its
+    payment put on hold, and a later event of the same payment was parked behind the hold."""
+    held = new_payment("m-3", "5.00")
+    early = processor_event(held, "settled")
+    failed = queue_message(held, early.processor_event_id, QueueMessageStatus.DEAD_LETTERED)
+    ProcessingError.objects.create(
+        queue_message=failed,
+        payment_id=str(held.id),
+        message_id=failed.message_id,
+        attempt_number=1,
+        error_class="payments.exceptions.InvalidTransition",
+        message="settled event cannot move payment from pending to confirmed",
+        retryable=True,
+        delay_seconds=1.0,
+    )
+    DeadLetter.objects.create(
+        original_message_id=failed.message_id,
+        dlq_message_id=f"dlq-{uuid.uuid4()}",
+        payment_id=held.id,
+        kind="processor_event",
+        group_id=str(held.id),
+        processor_event_id=early.processor_event_id,
+        body={"kind": "processor_event", "processor_event_id": early.processor_event_id},
+        source=DeadLetterSource.WORKER,
+        attempts=6,
+        last_error_class="payments.exceptions.InvalidTransition",
+    )
+    history["sent"].append({"processor_event_id": early.processor_event_id})
+    hold = PaymentHold.objects.create(
+        payment_id=str(held.id), reason="dead-lettered", caused_by=failed
+    )
+    later = f"evt_{uuid.uuid4().hex}"
+    ParkedMessage.objects.create(
+        hold=hold,
+        payment_id=str(held.id),
+        message_id=f"msg-{uuid.uuid4()}",
+        kind="processor_event",
+        body={"kind": "processor_event", "processor_event_id": later},
+    )
+    history["sent"].append({"processor_event_id": later})
+    return held
+
+
+def check(history: dict):
+    return check_invariants(sandbox_stats=history["stats"], callbacks_sent=history["sent"])
+
+
+def failed_checks(report) -> set[str]:
+    return {v.check for v in report.violations}

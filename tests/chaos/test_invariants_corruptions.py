@@ -1,0 +1,217 @@
+"""One corruption per branch of the invariant checker not tripped elsewhere: each must fail the
+check that names it, with that branch's finding, and no other check."""
+
+import pytest
+from django.db import connection
+
+from payments.models import (
+    EventKind,
+    EventOutcome,
+    LedgerEntry,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ProcessedEvent,
+)
+from tests.chaos.histories import check, new_payment
+from tests.factories import PaymentFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _only(report, check: str) -> list[str]:
+    """The details of ``check``'s violations, after asserting no other check failed."""
+    assert {v.check for v in report.violations} == {check}, report.render()
+    return [v.detail for v in report.violations_of(check)]
+
+
+def _one(report, check: str, finding: str):
+    """The single violation of ``check``, which must name ``finding``; nothing else failed."""
+    [detail] = _only(report, check)
+    assert finding in detail, detail
+    [violation] = report.violations
+    return violation
+
+
+def _settled_id(history) -> str:
+    payment = history["payments"]["confirmed"]
+    return PaymentEvent.objects.get(
+        payment=payment, event_type="settled", outcome=EventOutcome.APPLIED
+    ).processor_event_id
+
+
+# --- charged_at_most_once ----------------------------------------------------------------------
+
+
+def test_a_payment_charged_under_two_keys_fails(history):
+    payment = history["payments"]["confirmed"]
+    history["stats"]["charges_by_payment"][str(payment.id)] = 2  # each key once, the payment twice
+
+    violation = _one(check(history), "charged_at_most_once", "under different keys")
+    assert violation.ids == (str(payment.id),)
+
+
+# --- event_applied_at_most_once: the dedup record against the event log -----------------------
+
+
+def test_an_applied_event_without_its_dedup_record_fails(history):
+    settled = _settled_id(history)
+    ProcessedEvent.objects.filter(pk=settled).delete()
+
+    violation = _one(check(history), "event_applied_at_most_once", "have no dedup record")
+    assert violation.ids == (settled,)
+
+
+def test_a_dedup_record_disagreeing_with_the_log_fails(history):
+    settled = _settled_id(history)
+    ProcessedEvent.objects.filter(pk=settled).update(outcome=EventOutcome.STALE)
+
+    violation = _one(check(history), "event_applied_at_most_once", "disagree with the event log")
+    assert violation.ids == (settled,)
+
+
+def test_a_dedup_record_with_no_log_row_fails(history):
+    ProcessedEvent.objects.create(
+        processor_event_id="evt_recorded_never_logged",
+        payment=history["payments"]["held"],
+        event_type="settled",
+        payload_hash="0" * 64,
+        outcome=EventOutcome.APPLIED,
+    )
+
+    violation = _one(check(history), "event_applied_at_most_once", "no applied/stale row")
+    assert violation.ids == ("evt_recorded_never_logged",)
+
+
+# --- transitions_valid: the shape of each payment's event log ---------------------------------
+
+
+def test_a_log_that_does_not_start_with_the_creation_row_fails(history):
+    payment = new_payment("m-7", "1.00")
+    payment.events.filter(kind=EventKind.CREATED).update(kind=EventKind.SUBMISSION)
+
+    violation = _one(check(history), "transitions_valid", "does not start with the creation row")
+    assert violation.ids == (str(payment.id),)
+
+
+def test_a_payment_created_in_another_state_than_pending_fails(history):
+    payment = new_payment("m-7", "1.00")
+    payment.events.filter(kind=EventKind.CREATED).update(to_state=PaymentState.SUBMITTED)
+    Payment.objects.filter(pk=payment.pk).update(state=PaymentState.SUBMITTED)
+
+    violation = _one(check(history), "transitions_valid", "created in state 'submitted'")
+    assert violation.ids == (str(payment.id),)
+
+
+def test_a_second_creation_row_fails(history):
+    payment = history["payments"]["held"]
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.CREATED,
+        outcome=EventOutcome.APPLIED,
+        to_state=PaymentState.PENDING,
+    )
+
+    violation = _one(check(history), "transitions_valid", "a second creation row")
+    assert violation.ids == (str(payment.id),)
+
+
+def test_a_non_applied_row_written_in_another_state_fails(history):
+    payment = history["payments"]["confirmed"]
+    # A duplicate logged as if the payment were still submitted, after it was confirmed.
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.DUPLICATE,
+        event_type="settled",
+        processor_event_id=_settled_id(history),
+        from_state=PaymentState.SUBMITTED,
+        to_state=PaymentState.SUBMITTED,
+    )
+
+    violation = _one(
+        check(history), "transitions_valid", "a duplicate row written in another state"
+    )
+    assert violation.ids[0].startswith(f"{payment.id} (row ")
+
+
+def test_a_payment_with_no_event_log_fails(history):
+    payment = PaymentFactory(state=PaymentState.PENDING)  # written around payment_create
+
+    violation = _one(check(history), "transitions_valid", "a payment with no event log")
+    assert violation.ids == (str(payment.id),)
+
+
+# --- ledger_matches_confirmed: each credit against its payment --------------------------------
+
+
+def _credit(history, name: str) -> LedgerEntry:
+    return LedgerEntry.objects.get(payment=history["payments"][name], kind="credit")
+
+
+def test_a_credit_of_another_amount_fails(history):
+    credit = _credit(history, "confirmed")
+    LedgerEntry.objects.filter(pk=credit.pk).update(amount=credit.amount + 1)
+
+    details = _only(check(history), "ledger_matches_confirmed")
+    assert len(details) == 2, details
+    assert "1 credit(s) for another amount" in details[0]
+    assert "differ from their confirmed total" in details[1]  # the same error, summed
+
+
+def test_a_credit_to_another_merchant_fails(history):
+    credit = _credit(history, "confirmed")
+    LedgerEntry.objects.filter(pk=credit.pk).update(merchant_id="m-9")
+
+    report = check(history)
+    details = _only(report, "ledger_matches_confirmed")
+    assert len(details) == 2, details
+    assert "1 credit(s) to another merchant" in details[0]
+    [by_merchant] = [v for v in report.violations if "confirmed total" in v.detail]
+    assert [i.split(" ")[0] for i in by_merchant.ids] == ["m-1", "m-9"]
+
+
+def test_a_confirmed_payment_without_a_credit_fails(history):
+    payment = history["payments"]["second_merchant"]
+    LedgerEntry.objects.filter(payment=payment).delete()
+
+    report = check(history)
+    details = _only(report, "ledger_matches_confirmed")
+    assert len(details) == 2, details
+    assert "1 confirmed (or returned) payment(s) without a credit" in details[0]
+    assert report.violations[0].ids == (str(payment.id),)
+    assert "differ from their confirmed total" in details[1]
+
+
+def test_a_payment_credited_twice_fails(history):
+    # The unique constraint forbids this; drop it (inside the test's transaction, rolled back
+    # with it) to show the checker would catch the double credit the constraint prevents.
+    table = LedgerEntry._meta.db_table
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+        [name] = [
+            name
+            for name, c in constraints.items()
+            if c["unique"] and not c["primary_key"] and set(c["columns"]) == {"payment_id", "kind"}
+        ]
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no deferred FK checks pending
+        cursor.execute(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
+    credit = _credit(history, "confirmed")
+    LedgerEntry.objects.create(
+        payment=credit.payment,
+        merchant_id=credit.merchant_id,
+        kind="credit",
+        amount=credit.amount,
+        currency=credit.currency,
+    )
+
+    report = check(history)
+    details = _only(report, "ledger_matches_confirmed")
+    assert len(details) == 2, details
+    assert "1 payment(s) credited more than once" in details[0]
+    assert report.violations[0].ids == (str(credit.payment_id),)
+    assert "differ from their confirmed total" in details[1]
+
+
+def test_the_clean_history_has_no_violation_to_begin_with(history):
+    assert check(history).ok  # so each failure above is the corruption's, not the fixture's

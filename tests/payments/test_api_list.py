@@ -1,0 +1,157 @@
+"""``GET /api/payments/``: the caller's merchants only, newest first, cursor pages, filters
+refused by name."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from payments.models import Payment, PaymentState
+from tests.factories import PaymentFactory, grant
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def payment_at(merchant_id: str, at: datetime, **fields) -> Payment:
+    payment = PaymentFactory(merchant_id=merchant_id, **fields)
+    # created_at is auto_now_add: set it after the insert.
+    Payment.objects.filter(pk=payment.pk).update(created_at=at)
+    payment.refresh_from_db()
+    return payment
+
+
+def ids(response) -> list[str]:
+    assert response.status_code == 200, response.content
+    return [p["id"] for p in response.json()["results"]]
+
+
+def bad_param(response) -> str:
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    return error["param"]
+
+
+def test_lists_only_the_callers_merchants_newest_first(api_client, user):
+    grant(user, "acme")
+    grant(user, "globex")
+    old = payment_at("acme", T0)
+    new = payment_at("globex", T0 + timedelta(hours=1))
+    payment_at("initech", T0 + timedelta(hours=2))  # not granted: never listed
+
+    response = api_client.get("/api/payments/")
+
+    assert ids(response) == [str(new.id), str(old.id)]
+    listed = response.json()["results"][0]
+    assert set(listed) >= {"id", "state", "merchant_id", "amount", "metadata", "created_at"}
+    assert response.json()["next"] is None
+
+
+def test_a_user_without_grants_gets_an_empty_list(api_client):
+    payment_at("acme", T0)
+    assert ids(api_client.get("/api/payments/")) == []
+
+
+def test_filtering_on_a_merchant_not_granted_answers_403_naming_it(api_client, user):
+    grant(user, "acme")
+    payment_at("globex", T0)
+    response = api_client.get("/api/payments/", {"merchant": "globex"})
+    assert response.status_code == 403
+    assert response.json()["error"]["param"] == "merchant"
+
+
+def test_filters_merchant_state_and_created_range(api_client, user):
+    grant(user, "acme")
+    grant(user, "globex")
+    early = payment_at("acme", T0)
+    middle = payment_at("acme", T0 + timedelta(days=1), state=PaymentState.SUBMITTED)
+    payment_at("acme", T0 + timedelta(days=2))
+    payment_at("globex", T0 + timedelta(days=1))
+
+    assert len(ids(api_client.get("/api/payments/", {"merchant": "acme"}))) == 3
+    assert ids(api_client.get("/api/payments/", {"merchant": "acme", "state": "submitted"})) == [
+        str(middle.id)
+    ]
+    window = {
+        "merchant": "acme",
+        "created_gte": T0.isoformat(),
+        "created_lt": (T0 + timedelta(days=1)).isoformat(),
+    }
+    assert ids(api_client.get("/api/payments/", window)) == [str(early.id)]
+    # Without an offset a time is UTC, whatever the server's TIME_ZONE.
+    naive = {"merchant": "acme", "created_lt": "2026-03-01T12:00:01"}
+    assert ids(api_client.get("/api/payments/", naive)) == [str(early.id)]
+
+
+def test_cursor_pages_walk_every_payment_once_while_new_ones_arrive(api_client, user):
+    grant(user, "acme")
+    # Ties on created_at (one transaction's rows) and distinct times.
+    made = [payment_at("acme", T0 + timedelta(minutes=i // 2)) for i in range(7)]
+    expected = [str(p.id) for p in sorted(made, key=lambda p: (p.created_at, p.id), reverse=True)]
+
+    seen: list[str] = []
+    response = api_client.get("/api/payments/", {"limit": 3})
+    while True:
+        page = ids(response)
+        assert len(page) <= 3
+        seen.extend(page)
+        payment_at("acme", T0 + timedelta(days=9))  # newer than every page: not in this walk
+        if response.json()["next"] is None:
+            break
+        response = api_client.get(response.json()["next"])
+
+    assert sorted(seen) == sorted(expected) and len(seen) == len(set(seen)) == 7
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "101"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"state": "paid"}, "state"),
+        ({"merchant": "bad merchant!"}, "merchant"),
+        ({"merchant": "m-021000021"}, "merchant"),
+        ({"created_gte": "yesterday"}, "created_gte"),
+        ({"created_lt": "2026-13-01T00:00:00Z"}, "created_lt"),
+        (
+            {"created_gte": "2026-03-02T00:00:00Z", "created_lt": "2026-03-01T00:00:00Z"},
+            "created_lt",
+        ),
+        ({"cursor": "not-a-cursor"}, "cursor"),
+        ({"merchant": "a\x00b"}, "merchant"),
+        ({"sort": "amount"}, "sort"),
+    ],
+)
+def test_each_bad_filter_is_a_400_naming_it(api_client, user, query, param):
+    grant(user, "acme")
+    assert bad_param(api_client.get("/api/payments/", query)) == param
+
+
+def test_a_filter_given_twice_is_refused(api_client, user):
+    grant(user, "acme")
+    assert bad_param(api_client.get("/api/payments/?state=pending&state=failed")) == "state"
+
+
+def test_a_policy_that_cannot_list_merchants_needs_the_merchant_filter(api_client, module_settings):
+    module_settings.PAYMENTS_MERCHANT_ACCESS_POLICY = "tests.payments.test_api_tenancy.only_globex"
+    payment = payment_at("globex", T0)
+    assert bad_param(api_client.get("/api/payments/")) == "merchant"
+    assert ids(api_client.get("/api/payments/", {"merchant": "globex"})) == [str(payment.id)]
+
+
+def test_the_list_query_uses_the_merchant_index(api_client, user):
+    grant(user, "acme")
+    with CaptureQueriesContext(connection) as queries:
+        ids(api_client.get("/api/payments/", {"merchant": "acme", "limit": 5}))
+    [listing] = [
+        q["sql"] for q in queries.captured_queries if 'FROM "payments_payment"' in q["sql"]
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {listing}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "payment_merchant_created" in plan, plan

@@ -52,7 +52,10 @@ def test_403_names_the_merchant(api_client):
     assert list(error["errors"]) == ["merchant_id"]
 
 
-@pytest.mark.parametrize("payment_id", ["0b5e4c1e-9d7a-4f51-8a8e-4c0f3b6a2d17", "not-a-uuid", "%00"])
+MISSING_ID = "0b5e4c1e-9d7a-4f51-8a8e-4c0f3b6a2d17"
+
+
+@pytest.mark.parametrize("payment_id", [MISSING_ID, "not-a-uuid", "%00"])
 def test_404_for_a_missing_payment_whatever_the_id(api_client, payment_id):
     response = api_client.get(f"/api/payments/{payment_id}/")
     error = error_of(response, 404, ErrorType.INVALID_REQUEST, "resource_missing")

@@ -9,6 +9,7 @@ from callbacks import sqs
 from tests.triage.test_metrics import scrape, value
 from triage.models import DeadLetter
 from triage.operations import monitoring
+from triage.operations.dependencies import dependencies_reset
 
 pytestmark = pytest.mark.django_db
 
@@ -56,13 +57,15 @@ def test_scrapes_within_the_interval_share_one_snapshot_and_a_later_one_refreshe
     client, module_settings, sqs_calls, clock
 ):
     module_settings.METRICS_SNAPSHOT_SECONDS = 15
+    dependencies_reset()
     dead_letter_open(1)
     with CaptureQueriesContext(connection) as first:
         samples = scrape(client)
     assert value(samples, "payments_dead_letters_open") == 1
     assert first.captured_queries
     reads = list(sqs_calls)
-    assert len(reads) == 2  # the main queue and the DLQ, once each
+    # The main queue and the DLQ for the queue gauges, the main queue for payments_dependency_up.
+    assert len(reads) == 3
 
     dead_letter_open(2)
     clock.now += 14
@@ -73,6 +76,7 @@ def test_scrapes_within_the_interval_share_one_snapshot_and_a_later_one_refreshe
     assert value(samples, "payments_dead_letters_open") == 1  # the snapshot, 14 s old
 
     clock.now += 1
+    dependencies_reset()  # the dependency checks' own 5 s cache runs on the real clock
     with CaptureQueriesContext(connection) as third:
         samples = scrape(client)
     assert len(third.captured_queries) == len(first.captured_queries)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -32,7 +31,6 @@ from datetime import datetime
 
 from django.db import DatabaseError, connection, connections
 from django.utils import timezone
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -185,15 +183,3 @@ class DependencyCollector(Collector):
         for name, state in dependencies_status().items():
             gauge.add_metric([name], 1 if state.ok else 0)
         yield gauge
-
-
-_registered: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
-_registered_lock = threading.Lock()
-
-
-def dependency_collector_register(registry: CollectorRegistry) -> None:
-    """Add the gauge to ``registry`` once (the registry ``/metrics`` serves)."""
-    with _registered_lock:
-        if registry not in _registered:
-            registry.register(DependencyCollector())
-            _registered.add(registry)

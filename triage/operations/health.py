@@ -23,9 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from triage.operations.dependencies import (
     database_error,
     dependencies_status,
-    dependency_collector_register,
 )
-from triage.operations.monitoring import metrics_registry, metrics_text
+from triage.operations.monitoring import metrics_text
 
 logger = logging.getLogger(__name__)
 
@@ -106,5 +105,4 @@ def dependencies(request):
 @never_cache
 @require_GET
 def metrics(request):
-    dependency_collector_register(metrics_registry())
     return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)

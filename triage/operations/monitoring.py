@@ -352,6 +352,7 @@ def metrics_registry() -> CollectorRegistry:
     with _lock:
         registry = _registries.get(multiproc_dir)
         if registry is None:
+            from triage.operations.dependencies import DependencyCollector
             from triage.operations.heartbeat import HeartbeatCollector
             from triage.operations.return_rates import ReturnRateCollector
 
@@ -359,6 +360,7 @@ def metrics_registry() -> CollectorRegistry:
             registry.register(SnapshotCollector(OperationsCollector()))
             registry.register(SnapshotCollector(ReturnRateCollector()))
             registry.register(SnapshotCollector(HeartbeatCollector()))
+            registry.register(SnapshotCollector(DependencyCollector()))
             _registries[multiproc_dir] = registry
         return registry
 

@@ -45,6 +45,7 @@ TEST_SUPPORT = (
     "localstack.py",
     "pg_cluster.py",
     "sqs_server.py",
+    "waiting.py",
     "callbacks/__init__.py",
     "callbacks/worker_support.py",
 )

@@ -124,10 +124,18 @@ class PaymentPagination(CursorPagination):
 
     def decode_cursor(self, request):
         try:
-            return super().decode_cursor(request)
+            cursor = super().decode_cursor(request)
         except NotFound:
             # DRF answers 404 for a cursor it cannot read; it is a bad parameter, not a resource.
             raise field_errors({"cursor": ["not a cursor this API gave"]}) from None
+        # DRF reads the position as any text and filters on it: a forged one (not a creation
+        # time) would fail in the query. Only a position this API could have written passes.
+        if cursor is not None and cursor.position is not None:
+            try:
+                Payment._meta.get_field("created_at").to_python(cursor.position)
+            except DjangoValidationError:
+                raise field_errors({"cursor": ["not a cursor this API gave"]}) from None
+        return cursor
 
 
 # --- Views ------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``GET /api/payments/``: the caller's merchants only, newest first, cursor pages, filters
 refused by name."""
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -129,6 +130,21 @@ def test_cursor_pages_walk_every_payment_once_while_new_ones_arrive(api_client, 
 def test_each_bad_filter_is_a_400_naming_it(api_client, user, query, param):
     grant(user, "acme")
     assert bad_param(api_client.get("/api/payments/", query)) == param
+
+
+def forged_cursor(query: str) -> str:
+    """A cursor in DRF's encoding (base64 of a query string) that this API never gave."""
+    return base64.b64encode(query.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "query", ["p=not-a-date", "p=\x00", "p=2026-13-01 00:00:00%2B00:00", "o=1&p=NaN"]
+)
+def test_a_forged_cursor_position_is_a_400_naming_the_cursor(api_client, user, query):
+    grant(user, "acme")
+    payment_at("acme", T0)
+
+    assert bad_param(api_client.get("/api/payments/", {"cursor": forged_cursor(query)})) == "cursor"
 
 
 def test_a_filter_given_twice_is_refused(api_client, user):

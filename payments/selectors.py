@@ -10,7 +10,14 @@ from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from payments.models import LedgerEntry, LedgerEntryKind, Payment, PaymentState, ProcessorAttempt
+from payments.models import (
+    LedgerEntry,
+    LedgerEntryKind,
+    Payment,
+    PaymentReturn,
+    PaymentState,
+    ProcessorAttempt,
+)
 
 # Other apps add sections to the payment detail (the queue layer adds its processing errors)
 # without payments importing them: each callable takes a payment and returns a dict to merge.
@@ -93,6 +100,42 @@ def payment_get(*, payment_id) -> Payment:
     return Payment.objects.prefetch_related("events", "attempts", "ledger_entries").get(
         pk=payment_id
     )
+
+
+def payment_reinitiation_chain(payment: Payment) -> dict | None:
+    """The reinitiation chain ``payment`` belongs to: its original entry, then the
+    reinitiations in order, each with its state and return code; None for a payment that is
+    neither reinitiated nor a reinitiation. One query for the chain, one for its returns."""
+    original_id = payment.reinitiation_of_id or payment.id
+    entries = list(Payment.objects.filter(pk=original_id).only("id", "state", "created_at")) + list(
+        Payment.objects.filter(reinitiation_of_id=original_id)
+        .order_by("reinitiation_number")
+        .only("id", "state", "created_at", "reinitiation_number")
+    )
+    if len(entries) < 2:
+        return None
+    codes = dict(
+        PaymentReturn.objects.filter(payment__in=[e.id for e in entries]).values_list(
+            "payment_id", "reason_code"
+        )
+    )
+    return {
+        "original_id": original_id,
+        "reinitiation_number": payment.reinitiation_number,
+        "authorization_reference": payment.authorization_reference,
+        "chain": [
+            {
+                "id": entry.id,
+                "reinitiation_number": (
+                    None if entry.id == original_id else entry.reinitiation_number
+                ),
+                "state": entry.state,
+                "return_code": codes.get(entry.id, ""),
+                "created_at": entry.created_at,
+            }
+            for entry in entries
+        ],
+    }
 
 
 def merchant_balance(*, merchant_id: str) -> dict:

@@ -100,6 +100,34 @@ class MetadataFieldSchema(OpenApiSerializerFieldExtension):
         }
 
 
+class CorrectedDataFieldSchema(OpenApiSerializerFieldExtension):
+    """A NOC's ``corrected_data`` (``payments.change_codes``): a flat object of the table's
+    fields, each a string of its stated form; which of them a code takes, the description says."""
+
+    target_class = "payments.processor.contract.CorrectedDataField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        from payments.change_codes import CHANGE_CODES, CORRECTED_DATA_MAX_KEYS, CORRECTED_FIELDS
+
+        by_code = "; ".join(
+            f"{row.code}: {', '.join(row.fields)}" for row in CHANGE_CODES.values() if row.fields
+        )
+        return {
+            "type": "object",
+            "maxProperties": CORRECTED_DATA_MAX_KEYS,
+            "additionalProperties": False,
+            "properties": {
+                name: {"type": "string", "pattern": f"^(?:{pattern.pattern})$", "description": form}
+                for name, (pattern, form) in CORRECTED_FIELDS.items()
+            },
+            "description": (
+                "notification_of_change only: the corrected fields the change code names, never "
+                f"a whole bank number. {by_code}. C61-C69 (refused NOCs) carry none; an unknown "
+                "code any of these."
+            ),
+        }
+
+
 class ErrorTypeFieldSchema(OpenApiSerializerFieldExtension):
     """The envelope's ``type`` as a pattern: drf-spectacular would move an enum into a
     component named after the field, ``TypeEnum``, which says nothing to a client."""

@@ -261,7 +261,7 @@ class ProcessorEventSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         default=dict,
-        help_text="notification_of_change: the corrected fields the change code names.",
+        # Described by payments.openapi.CorrectedDataFieldSchema, code by code.
     )
 
     @property

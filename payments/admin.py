@@ -10,6 +10,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from payments.models import (
     CircuitBreaker,
@@ -156,7 +157,7 @@ class PaymentAdmin(admin.ModelAdmin):
             here = " (this payment)" if entry["id"] == obj.id else ""
             url = reverse("admin:payments_payment_change", args=[entry["id"]])
             rows.append((url, entry["id"], label, status, here))
-        return format_html_join(format_html("<br>"), '<a href="{}">{}</a> {} ({}){}', rows)
+        return format_html_join(mark_safe("<br>"), '<a href="{}">{}</a> {} ({}){}', rows)
 
     def has_add_permission(self, request):
         return False

@@ -30,7 +30,7 @@ from payments.models import (
     PaymentState,
     ProcessedEvent,
 )
-from payments.services.nocs import noc_record
+from payments.services.nocs import noc_record, noc_recorded_before, noc_same
 from payments.services.returns import return_after_failure, return_record
 from payments.services.transitions import (
     EVENT_TRANSITIONS,
@@ -117,6 +117,17 @@ def _apply_recorded(event: ProcessorEvent, payment: Payment, caused_by: str) -> 
     recorded in the payment's current state, its record written once; a repeat is judged as
     any other. Its restated fields are checked as any event's."""
     mismatch = _event_mismatch(event, payment)
+    recorded = noc_recorded_before(event)
+    if mismatch is None and recorded is not None:
+        # Its dedup record was purged (PROCESSED_EVENT_RETENTION); its NOC is kept.
+        if recorded.payment_id != payment.id or not noc_same(recorded, event):
+            raise EventConflict(
+                f"processor_event_id {event.processor_event_id} was recorded before as another "
+                f"notification of change (NOC {recorded.id} for payment {recorded.payment_id})"
+            )
+        current = payment.state
+        _event_row(payment, event, ApplyOutcome.DUPLICATE, current, current, caused_by).save()
+        return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
     if mismatch is None:
         current = payment.state
         log = _event_row(payment, event, ApplyOutcome.RECORDED, current, current, caused_by)

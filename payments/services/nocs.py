@@ -71,6 +71,20 @@ def noc_record(*, payment: Payment, event: ProcessorEvent) -> NotificationOfChan
     return noc
 
 
+def noc_recorded_before(event: ProcessorEvent) -> NotificationOfChange | None:
+    """The NOC recorded for this event id, if any: it outlives the event's dedup record."""
+    return NotificationOfChange.objects.filter(processor_event_id=event.processor_event_id).first()
+
+
+def noc_same(noc: NotificationOfChange, event: ProcessorEvent) -> bool:
+    """Whether ``event`` says what the recorded ``noc`` says (code, corrected data, time)."""
+    return (
+        noc.change_code == event.change_code
+        and noc.corrected_data == event.corrected_data
+        and noc.received_at == event.timestamp
+    )
+
+
 def noc_deadline(received_at: datetime) -> datetime:
     """The end of the 6th banking day after the NOC was received."""
     return add_banking_days(received_at, NOC_DEADLINE_BANKING_DAYS)

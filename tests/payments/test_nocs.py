@@ -228,6 +228,24 @@ def test_a_noc_delivered_twice_is_recorded_once_and_a_conflicting_resend_goes_to
     assert NotificationOfChange.objects.filter(payment=payment).count() == 1
 
 
+def test_a_noc_resent_after_its_dedup_record_was_purged_is_still_a_duplicate_or_a_conflict():
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    event = _noc(payment, processor_event_id="evt_noc_purged")
+    payment_apply_event(event=event)
+    ProcessedEvent.objects.filter(pk="evt_noc_purged").delete()  # as the retention purge does
+
+    assert payment_apply_event(event=event).outcome == "duplicate"
+    with pytest.raises(EventConflict):
+        payment_apply_event(
+            event=_noc(
+                payment,
+                data={"source_token": "tok_other_0001"},
+                processor_event_id="evt_noc_purged",
+            )
+        )
+    assert NotificationOfChange.objects.filter(payment=payment).count() == 1
+
+
 def test_a_noc_restating_another_amount_is_refused_and_records_nothing():
     payment = PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal("10.00"))
     with pytest.raises(AmountMismatch):

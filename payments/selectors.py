@@ -3,16 +3,19 @@
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from payments.banking_days import add_banking_days
 from payments.models import (
     LedgerEntry,
     LedgerEntryKind,
+    NocStatus,
+    NotificationOfChange,
     Payment,
     PaymentReturn,
     PaymentState,
@@ -266,3 +269,16 @@ def recommended_visibility_timeout(
     handed to a second worker. With no recorded calls in the window, the floor.
     """
     return visibility_timeout_from(processor_latency_summary(window=window), floor=floor)
+
+
+def nocs_due_count(*, now: datetime | None = None, banking_days: int = 2) -> dict[str, int]:
+    """Open NOCs due within the next ``banking_days`` banking days, and those already overdue
+    (the dashboard's panel)."""
+    now = now or timezone.now()
+    horizon = add_banking_days(now, banking_days)
+    open_nocs = NotificationOfChange.objects.filter(status=NocStatus.OPEN)
+    return {
+        "due_soon": open_nocs.filter(deadline__gte=now, deadline__lte=horizon).count(),
+        "overdue": open_nocs.filter(deadline__lt=now).count(),
+        "open": open_nocs.count(),
+    }

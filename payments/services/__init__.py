@@ -30,7 +30,6 @@ from payments.services.nocs import (
     noc_debit_check,
     noc_mark_applied,
     noc_warning,
-    nocs_due_count,
     nocs_open_for_token,
 )
 from payments.services.reinitiation import payment_reinitiate
@@ -62,7 +61,6 @@ __all__ = [
     "noc_debit_check",
     "noc_mark_applied",
     "noc_warning",
-    "nocs_due_count",
     "nocs_open_for_token",
     "outbox_enqueue",
     "payment_apply_event",

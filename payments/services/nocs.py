@@ -152,16 +152,3 @@ def noc_mark_applied(*, noc_id: int, user, note: str) -> NotificationOfChange:
             status_after=noc.status,
         )
     return noc
-
-
-def nocs_due_count(*, now: datetime | None = None, banking_days: int = 2) -> dict[str, int]:
-    """Open NOCs due within the next ``banking_days`` banking days, and those already overdue
-    (the dashboard's panel)."""
-    now = now or timezone.now()
-    horizon = add_banking_days(now, banking_days)
-    open_nocs = NotificationOfChange.objects.filter(status=NocStatus.OPEN)
-    return {
-        "due_soon": open_nocs.filter(deadline__gte=now, deadline__lte=horizon).count(),
-        "overdue": open_nocs.filter(deadline__lt=now).count(),
-        "open": open_nocs.count(),
-    }

@@ -20,11 +20,11 @@ from payments.models import (
     ProcessedEvent,
 )
 from payments.processor.contract import processor_event_parse
+from payments.selectors import nocs_due_count
 from payments.services import (
     NocNoteRequired,
     NocNotOpen,
     noc_mark_applied,
-    nocs_due_count,
     payment_apply_event,
     payment_create,
 )

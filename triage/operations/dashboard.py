@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from payments.services import nocs_due_count
+from payments.selectors import nocs_due_count
 from triage import selectors
 from triage.operations import charts, return_rates
 from triage.operations.charts import human_age

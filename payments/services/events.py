@@ -119,7 +119,8 @@ def _apply_recorded(event: ProcessorEvent, payment: Payment, caused_by: str) -> 
     mismatch = _event_mismatch(event, payment)
     recorded = noc_recorded_before(event)
     if mismatch is None and recorded is not None:
-        # Its dedup record was purged (PROCESSED_EVENT_RETENTION); its NOC is kept.
+        # A repeat is judged by its NOC, which outlives the dedup record (purged after
+        # PROCESSED_EVENT_RETENTION): a resend months later is still one NOC.
         if recorded.payment_id != payment.id or not noc_same(recorded, event):
             raise EventConflict(
                 f"processor_event_id {event.processor_event_id} was recorded before as another "

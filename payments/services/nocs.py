@@ -99,7 +99,9 @@ def nocs_open_for_token(source_token: str) -> list[NotificationOfChange]:
     )
 
 
-def noc_debit_check(*, source_token: str, now: datetime | None = None) -> list:
+def noc_debit_check(
+    *, source_token: str, now: datetime | None = None
+) -> list[NotificationOfChange]:
     """Before a new debit on ``source_token``: raise ``NocPastDeadline`` for an open NOC past
     its deadline; return the open ones still within it (the answer warns of them)."""
     now = now or timezone.now()

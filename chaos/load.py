@@ -26,6 +26,7 @@ TOKEN_MIX = (
     (0.03, "tok_nsf"),  # settled, then returned R01
     (0.02, "tok_unauth"),  # settled, then returned R10
     (0.04, "tok_dupcb"),
+    (0.02, "tok_noc"),  # settled, then a notification of change (C01)
 )
 
 

@@ -15,6 +15,7 @@ import requests
 from django.db.models import Count, Q, Sum
 
 from callbacks import conf as callbacks_conf
+from demo.lifecycle import run_lifecycle
 
 # Source-token prefixes select the sandbox processor's deterministic behaviours
 # (sandbox/faults.py); the sandbox adds seeded random faults on top.
@@ -243,7 +244,7 @@ def _wait_until_settled(total: int, timeout: float = 300) -> bool:
     return False
 
 
-def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
+def _summary(sandbox_url: str, expected_dead_letters: int, lifecycle=((), ())) -> bool:
     from callbacks.models import PaymentHold, QueueMessage
     from payments.models import LedgerEntry, Payment, PaymentEvent, PaymentReturn, ProcessorAttempt
     from triage.ingestion import dead_letters_ingest
@@ -303,6 +304,7 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
             "submissions parked through the outage (released)",
             PaymentHold.objects.filter(kind="outage").count(),
         ),
+        *lifecycle[0],
     ]
     print("\n  Summary")
     print("  " + "-" * 66)
@@ -355,6 +357,7 @@ def _summary(sandbox_url: str, expected_dead_letters: int) -> bool:
             f"({breaker['alerts']} alert(s), {breaker['opened']} incident(s))",
             breaker["alert_resolved"],
         ),
+        *lifecycle[1],
     ]
     print("\n  Checks")
     for label, passed in checks:
@@ -428,4 +431,5 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
     print(f"  sent {poison} poison events that only a human may resolve", flush=True)
     if not settled:
         print("  some payments were still moving after the time limit")
-    return _summary(sandbox_url, poison) and settled
+    lifecycle = run_lifecycle(web_url=web_url, token=token, merchant=MERCHANTS[0])
+    return _summary(sandbox_url, poison, lifecycle) and settled

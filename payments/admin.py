@@ -2,8 +2,15 @@
 
 import json
 
-from django.contrib import admin
-from django.utils.html import format_html
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from payments.models import (
     CircuitBreaker,
@@ -11,6 +18,9 @@ from payments.models import (
     LedgerEntry,
     MerchantAccess,
     MerchantReturnDay,
+    NocAction,
+    NocStatus,
+    NotificationOfChange,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -19,6 +29,8 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.return_codes import return_code_label
+from payments.selectors import payment_reinitiation_chain
+from payments.services.nocs import NocNoteRequired, NocNotOpen, noc_mark_applied
 
 
 class ReadOnlyAdminMixin:
@@ -105,19 +117,47 @@ class PaymentReturnInline(ReadOnlyInline):
         return ", ".join(obj.flags) or "—"
 
 
+class NotificationOfChangeInline(ReadOnlyInline):
+    model = NotificationOfChange
+    fk_name = "payment"
+    fields = ["change_code", "change_title", "status", "deadline", "unknown_code", "received_at"]
+
+
 @admin.register(Payment)
 class PaymentAdmin(admin.ModelAdmin):
     list_display = ["id", "merchant_id", "amount", "currency", "state", "created_at"]
     list_filter = ["state", "currency", "created_at"]
     search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
     date_hierarchy = "created_at"
-    inlines = [PaymentEventInline, ProcessorAttemptInline, LedgerEntryInline, PaymentReturnInline]
+    inlines = [
+        PaymentEventInline,
+        ProcessorAttemptInline,
+        LedgerEntryInline,
+        PaymentReturnInline,
+        NotificationOfChangeInline,
+    ]
     list_per_page = 50
     show_full_result_count = False
 
     def get_readonly_fields(self, request, obj=None):
         # The state moves only through services; nothing about a payment is edited by hand.
-        return [f.name for f in self.model._meta.fields]
+        return [*(f.name for f in self.model._meta.fields), "reinitiation_chain"]
+
+    @admin.display(description="reinitiation chain")
+    def reinitiation_chain(self, obj):
+        """The original entry and its reinitiations, each linked, this one marked."""
+        chain = payment_reinitiation_chain(obj) if obj is not None and obj.pk else None
+        if chain is None:
+            return "—"
+        rows = []
+        for entry in chain["chain"]:
+            number = entry["reinitiation_number"]
+            label = "original" if number is None else f"reinitiation {number}"
+            status = entry["state"] + (f", {entry['return_code']}" if entry["return_code"] else "")
+            here = " (this payment)" if entry["id"] == obj.id else ""
+            url = reverse("admin:payments_payment_change", args=[entry["id"]])
+            rows.append((url, entry["id"], label, status, here))
+        return format_html_join(mark_safe("<br>"), '<a href="{}">{}</a> {} ({}){}', rows)
 
     def has_add_permission(self, request):
         return False
@@ -262,3 +302,111 @@ class CircuitBreakerAdmin(ReadOnlyModelAdmin):
 
     list_display = ["name", "state", "opened_at", "open_until", "paused_until", "updated_at"]
     inlines = [CircuitBreakerTransitionInline]
+
+
+class NocActionInline(ReadOnlyInline):
+    model = NocAction
+    fields = ["created_at", "action", "user", "status_before", "status_after", "note"]
+    show_change_link = False
+
+
+class NocApplyForm(forms.Form):
+    note = forms.CharField(
+        label="Note (required)",
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
+        strip=True,
+        help_text="What was updated at the processor, and where (ticket, reference).",
+    )
+
+
+@admin.register(NotificationOfChange)
+class NotificationOfChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Notifications of change, earliest deadline first: an operator applies each at the
+    processor, then marks it applied here with a note (an audit row). Nothing else is edited."""
+
+    list_display = [
+        "deadline",
+        "due",
+        "change",
+        "status",
+        "payment",
+        "merchant_id",
+        "source_token",
+        "unknown_code",
+        "received_at",
+    ]
+    list_filter = ["status", "unknown_code", "change_code"]
+    search_fields = ["=payment__id", "merchant_id", "=source_token", "=processor_event_id"]
+    list_select_related = ["payment"]
+    ordering = ["deadline", "id"]
+    inlines = [NocActionInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["apply_link", "change", *(f.name for f in self.model._meta.fields)]
+
+    def has_apply_permission(self, request) -> bool:
+        return request.user.has_perm("payments.apply_noc")
+
+    @admin.display(description="change code", ordering="change_code")
+    def change(self, obj):
+        return f"{obj.change_code} {obj.change_title or '(unknown code)'}"
+
+    @admin.display(description="due")
+    def due(self, obj):
+        if obj.status != NocStatus.OPEN or obj.deadline is None:
+            return "—"
+        return "past deadline" if obj.deadline < timezone.now() else "open"
+
+    @admin.display(description="mark applied")
+    def apply_link(self, obj):
+        if obj is None or obj.status != NocStatus.OPEN:
+            return "—"
+        url = reverse("admin:payments_notificationofchange_apply", args=[obj.pk])
+        return format_html('<a class="button" href="{}">Mark applied…</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:noc_id>/apply/",
+                self.admin_site.admin_view(self.apply_view),
+                name="payments_notificationofchange_apply",
+            ),
+            *super().get_urls(),
+        ]
+
+    def apply_view(self, request, noc_id: int):
+        """Confirm with a note, then close the NOC through the service."""
+        if not self.has_apply_permission(request):
+            raise PermissionDenied("Marking a NOC applied needs the payments.apply_noc right.")
+        noc = get_object_or_404(NotificationOfChange, pk=noc_id)
+        change_url = reverse("admin:payments_notificationofchange_change", args=[noc.pk])
+        form = NocApplyForm(request.POST or None)
+        error = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                noc_mark_applied(noc_id=noc.pk, user=request.user, note=form.cleaned_data["note"])
+            except (NocNotOpen, NocNoteRequired) as exc:
+                error = str(exc)
+            else:
+                self.message_user(request, f"NOC {noc.pk} marked applied.", messages.SUCCESS)
+                return redirect(change_url)
+        return TemplateResponse(
+            request,
+            "admin/payments/notificationofchange/confirm_apply.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "app_label": self.opts.app_label,
+                "title": f"Mark NOC {noc.pk} applied",
+                "noc": noc,
+                "form": form,
+                "error": error,
+                "cancel_url": change_url,
+            },
+        )
+
+
+@admin.register(NocAction)
+class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "noc", "action", "user", "status_before", "status_after"]
+    list_select_related = ["noc", "user"]

@@ -39,6 +39,7 @@ from payments.api_errors import (
     request_id_of,
 )
 from payments.api_throttling import ModuleScopedThrottle
+from payments.exceptions import NocPastDeadline, PaymentNotFound, ReinitiationRefused
 from payments.http_limits import read_body_limited
 from payments.models import Payment
 from payments.selectors import (
@@ -47,6 +48,7 @@ from payments.selectors import (
     payment_detail_extensions,
     payment_errors_public,
     payment_get,
+    payment_reinitiation_chain,
 )
 from payments.serializers import (
     MERCHANT_MESSAGE,
@@ -56,9 +58,18 @@ from payments.serializers import (
     PaymentEventOutputSerializer,
     PaymentListQuerySerializer,
     PaymentOutputSerializer,
+    PaymentReinitiateInputSerializer,
     ProcessorAttemptOutputSerializer,
+    ReinitiationOutputSerializer,
 )
-from payments.services import BANK_NUMBER_MESSAGE, looks_like_bank_number, payment_create
+from payments.services import (
+    BANK_NUMBER_MESSAGE,
+    looks_like_bank_number,
+    noc_warning,
+    nocs_open_for_token,
+    payment_create,
+    payment_reinitiate,
+)
 from payments.strictjson import StrictJSONParser
 
 logger = logging.getLogger(__name__)
@@ -69,6 +80,7 @@ __all__ = [
     "MerchantBalanceApi",
     "PaymentDetailApi",
     "PaymentListCreateApi",
+    "PaymentReinitiateApi",
 ]
 
 
@@ -220,7 +232,24 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
     except DjangoValidationError as exc:
         # The service's own validation: nothing was written (its transaction rolls back).
         return _refusal(field_errors(exc.message_dict))
-    return idempotency.Answer(201, PaymentOutputSerializer(payment).data)
+    except NocPastDeadline as exc:
+        return _refusal(_noc_conflict(exc))
+    body = dict(PaymentOutputSerializer(payment).data)
+    warnings = [noc_warning(noc) for noc in nocs_open_for_token(payment.source_token)]
+    if warnings:
+        body["warnings"] = warnings
+    return idempotency.Answer(201, body)
+
+
+def _noc_conflict(exc: NocPastDeadline) -> ApiError:
+    """409 naming the NOC and its code; its corrected data stays with the operators."""
+    return ApiError(
+        status.HTTP_409_CONFLICT,
+        "notification_of_change_past_deadline",
+        f"source_token: {exc}",
+        param="source_token",
+        errors={"source_token": [str(exc)]},
+    )
 
 
 def _idempotent_response(result: idempotency.IdempotentResult) -> Response:
@@ -271,6 +300,8 @@ class PaymentDetailApi(ModuleApiView):
             payment_attempts_public(payment), many=True
         ).data
         data["errors"] = payment_errors_public(payment)
+        chain = payment_reinitiation_chain(payment)
+        data["reinitiation"] = ReinitiationOutputSerializer(chain).data if chain else None
         for extension in payment_detail_extensions:
             for name, value in extension(payment).items():
                 if name == "errors":
@@ -278,6 +309,60 @@ class PaymentDetailApi(ModuleApiView):
                 else:
                     data[name] = value
         return Response(data)
+
+
+class PaymentReinitiateApi(ModuleApiView):
+    """``POST /api/payments/<id>/reinitiate/``: a returned payment sent again as a new one,
+    within NACHA's limits (``payments.services.reinitiation``); a refusal is 409 naming the
+    rule. The Idempotency-Key works as on create, its request being this payment and body."""
+
+    def post(self, request, payment_id):
+        try:
+            payment = Payment.objects.only("id", "merchant_id").get(pk=uuid.UUID(payment_id))
+        except (ValueError, Payment.DoesNotExist):
+            return _not_found("payment_id")
+        if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
+            return _not_found("payment_id")
+        data = request.data
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not 1 <= len(key) <= 255:
+            raise field_errors({"Idempotency-Key": ["must be 1-255 characters"]})
+        result = idempotency.idempotency_key_run(
+            user=request.user,
+            key=key,
+            request_data={"reinitiate": str(payment.id), "body": data},
+            work=lambda: _payment_reinitiate_answer(request.user, payment, data),
+        )
+        return _idempotent_response(result)
+
+
+def _payment_reinitiate_answer(user, payment: Payment, data) -> idempotency.Answer:
+    serializer = PaymentReinitiateInputSerializer(data=data)
+    if not serializer.is_valid():
+        return _refusal(field_errors(serializer.errors))
+    try:
+        created = payment_reinitiate(
+            payment_id=payment.id,
+            authorization_reference=serializer.validated_data.get("authorization_reference", ""),
+            caused_by=f"api:{user.get_username()}",
+        )
+    except ReinitiationRefused as exc:
+        # Nothing was written: the key is released, so the same request may be made again
+        # once the rule allows it (a NOC applied, say).
+        return _refusal(
+            ApiError(
+                status.HTTP_409_CONFLICT,
+                exc.rule,
+                str(exc),
+                param="payment_id",
+                errors={"payment_id": [str(exc)]},
+            )
+        )
+    except PaymentNotFound:
+        return _refusal(ApiError(404, "resource_missing", "no such payment", param="payment_id"))
+    body = dict(PaymentOutputSerializer(created).data)
+    body["reinitiation"] = ReinitiationOutputSerializer(payment_reinitiation_chain(created)).data
+    return idempotency.Answer(201, body)
 
 
 class MerchantBalanceApi(ModuleApiView):

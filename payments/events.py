@@ -15,6 +15,13 @@ from payments.models import PAYMENT_GRAPH
 EVENT_TYPES = PAYMENT_GRAPH.event_types
 EVENT_TARGET_STATE = PAYMENT_GRAPH.event_targets
 
+# A notification of change (``payments.change_codes``): recorded beside the payment and its
+# token (``payments.services.nocs``); no transition takes it, so it moves no state and no money.
+NOTIFICATION_OF_CHANGE = "notification_of_change"
+# Event types no transition takes: the payment's state stays as it is.
+RECORDED_EVENT_TYPES = (NOTIFICATION_OF_CHANGE,)
+EVENT_TYPES += RECORDED_EVENT_TYPES
+
 
 def event_target_state(event_type: str, current: str) -> str:
     """The state ``event_type`` drives a payment in state ``current`` to."""
@@ -57,6 +64,8 @@ class ProcessorEvent:
     currency: str = ""  # ISO 4217; "" = not stated
     direction: str = ""  # "debit" or "credit"; "" = not stated
     processor_id: str = ""  # the processor's id of the debit; "" = not stated
+    change_code: str = ""  # a notification of change's C-code; "" = not a NOC
+    corrected_data: dict = field(default_factory=dict, hash=False)  # a NOC's corrected fields
     raw: dict = field(default_factory=dict, compare=False)
 
     def target_state(self, current: str) -> str:
@@ -66,6 +75,7 @@ class ProcessorEvent:
     def fingerprint(self) -> str:
         """Hash of the fields that define the event; a repeat with another hash is a conflict.
 
+        A NOC's ``change_code`` and ``corrected_data`` count like the optional fields.
         The free-text ``message`` is left out: processors reword it between deliveries. The
         optional restated fields count only when stated, so an event without them keeps the hash
         it had before they existed (dedup records written then still recognise its repeats).
@@ -100,5 +110,7 @@ class ProcessorEvent:
             "currency": self.currency,
             "direction": self.direction,
             "processor_id": self.processor_id,
+            "change_code": self.change_code,
+            "corrected_data": self.corrected_data,
         }
         return {name: value for name, value in stated.items() if value}

@@ -96,3 +96,27 @@ class InvalidCallback(PaymentError):
         self.errors = errors
         summary = "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
         super().__init__(f"invalid processor callback: {summary}")
+
+
+class NocPastDeadline(PaymentError):
+    """A new debit on a token whose notification of change is open past its deadline: the
+    account detail it corrects must be applied at the processor first. Names the NOC and its
+    code, never its corrected data."""
+
+    def __init__(self, *, noc_id: int, change_code: str, deadline) -> None:
+        self.noc_id = noc_id
+        self.change_code = change_code
+        self.deadline = deadline
+        super().__init__(
+            f"the source_token has notification of change {noc_id} ({change_code}) open past "
+            f"its deadline {deadline.date().isoformat()}: apply it at the processor and mark it "
+            "applied before a new debit"
+        )
+
+
+class ReinitiationRefused(PaymentError):
+    """A reinitiation NACHA's rules do not allow; ``rule`` names which one."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(message)

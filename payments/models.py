@@ -50,12 +50,41 @@ class Payment(FSMModelMixin, models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
+    # A reinitiation (payments.services.reinitiation): the original entry of its chain, and
+    # which reinitiation of it this is (1 or 2, NACHA's limit); empty for an original entry.
+    reinitiation_of = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="reinitiations"
+    )
+    reinitiation_number = models.PositiveSmallIntegerField(null=True, blank=True)
+    authorization_reference = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The client's reference of the new authorization a reinitiation after an "
+        "unauthorized return was made under.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(amount__gt=0), name="payment_amount_positive"
+            ),
+            # At most two reinitiations per original entry, each number once: a lost race to
+            # reinitiate cannot write a third.
+            models.UniqueConstraint(
+                fields=["reinitiation_of", "reinitiation_number"],
+                name="payment_reinitiation_number_unique",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(reinitiation_of__isnull=True, reinitiation_number__isnull=True)
+                    | models.Q(
+                        reinitiation_of__isnull=False,
+                        reinitiation_number__gte=1,
+                        reinitiation_number__lte=2,
+                    )
+                ),
+                name="payment_reinitiation_number_range",
             ),
         ]
         indexes = [
@@ -351,6 +380,78 @@ class OutboxMessage(models.Model):
     @property
     def deduplication_id(self) -> str:
         return f"outbox-{self.id}"
+
+
+class NocStatus(models.TextChoices):
+    OPEN = "open", "Open (to apply at the processor)"
+    APPLIED = "applied", "Applied (the token was updated)"
+    REFUSED = "refused", "Refused NOC (nothing to apply)"
+
+
+class NotificationOfChange(models.Model):
+    """A notification of change (NOC) for a payment and its ``source_token``, one per processor
+    event: which detail was wrong (the change code and its title), the corrected fields, and
+    the NACHA deadline to apply it by (``payments.services.nocs``). Written in the transaction
+    that claims the event; it moves no state and no money. An open NOC past its deadline
+    blocks new debits on its token until an operator marks it applied."""
+
+    payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="nocs")
+    merchant_id = models.CharField(max_length=64)
+    source_token = models.CharField(max_length=128)
+    processor_event_id = models.CharField(max_length=128, unique=True)
+    change_code = models.CharField(max_length=8)
+    change_title = models.CharField(max_length=255, blank=True)
+    corrected_data = models.JSONField(default=dict, blank=True)
+    unknown_code = models.BooleanField(default=False, db_index=True)
+    status = models.CharField(max_length=16, choices=NocStatus.choices)
+    received_at = models.DateTimeField(help_text="the processor's timestamp of the NOC")
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="apply by: 6 banking days after it was received"
+    )
+    applied_at = models.DateTimeField(null=True, blank=True)
+    applied_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True
+    )
+    applied_note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["deadline", "id"]
+        verbose_name = "notification of change"
+        verbose_name_plural = "notifications of change"
+        permissions = [("apply_noc", "Can mark a notification of change applied")]
+        indexes = [
+            # A debit's check: the token's open NOCs, by deadline.
+            models.Index(
+                fields=["source_token", "deadline"],
+                condition=models.Q(status="open"),
+                name="noc_open_by_token",
+            ),
+            models.Index(
+                fields=["deadline"], condition=models.Q(status="open"), name="noc_open_deadline"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"NOC {self.change_code} {self.change_title} for {self.payment_id}"
+
+
+class NocAction(models.Model):
+    """Audit row: who closed which NOC, when, why, and its status before and after."""
+
+    noc = models.ForeignKey(NotificationOfChange, on_delete=models.PROTECT, related_name="actions")
+    action = models.CharField(max_length=16, default="apply")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    note = models.TextField()
+    status_before = models.CharField(max_length=16, choices=NocStatus.choices)
+    status_after = models.CharField(max_length=16, choices=NocStatus.choices)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} NOC {self.noc_id} by {self.user}"
 
 
 class ApiIdempotencyKey(models.Model):

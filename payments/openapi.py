@@ -20,6 +20,7 @@ from rest_framework import serializers as drf_serializers
 from payments import apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
+from payments.services import reinitiation
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
 AMOUNT_PATTERN = r"^(?:0\.(?:0[1-9]|[1-9][0-9])|[1-9][0-9]{0,11}\.[0-9]{2})$"
@@ -54,6 +55,25 @@ class PaymentCreateInputExtension(OpenApiSerializerExtension):
         return schema
 
 
+class PaymentReinitiateInputExtension(OpenApiSerializerExtension):
+    """The reinitiate body: the reference's pattern, and no other field."""
+
+    target_class = serializers.PaymentReinitiateInputSerializer
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema["properties"]["authorization_reference"].update(
+            pattern=f"^{serializers.AUTHORIZATION_REFERENCE_RE.pattern}$",
+            description=(
+                "Your reference of the new authorization the customer gave: required to "
+                "reinitiate after an R05, R07, R08, R10, R29 or R51 return. "
+                + serializers.AUTHORIZATION_REFERENCE_MESSAGE
+            ),
+        )
+        schema["additionalProperties"] = False
+        return schema
+
+
 class MetadataFieldSchema(OpenApiSerializerFieldExtension):
     """Stripe's bounds on ``metadata`` (``serializers.MetadataField``), so a client built from
     the schema sends what is taken."""
@@ -76,6 +96,34 @@ class MetadataFieldSchema(OpenApiSerializerFieldExtension):
                 "bank number), each value a string of "
                 f"at most {serializers.METADATA_MAX_VALUE_CHARS}. Refused by name "
                 "(metadata[<key>]) otherwise."
+            ),
+        }
+
+
+class CorrectedDataFieldSchema(OpenApiSerializerFieldExtension):
+    """A NOC's ``corrected_data`` (``payments.change_codes``): a flat object of the table's
+    fields, each a string of its stated form; which of them a code takes, the description says."""
+
+    target_class = "payments.processor.contract.CorrectedDataField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        from payments.change_codes import CHANGE_CODES, CORRECTED_DATA_MAX_KEYS, CORRECTED_FIELDS
+
+        by_code = "; ".join(
+            f"{row.code}: {', '.join(row.fields)}" for row in CHANGE_CODES.values() if row.fields
+        )
+        return {
+            "type": "object",
+            "maxProperties": CORRECTED_DATA_MAX_KEYS,
+            "additionalProperties": False,
+            "properties": {
+                name: {"type": "string", "pattern": f"^(?:{pattern.pattern})$", "description": form}
+                for name, (pattern, form) in CORRECTED_FIELDS.items()
+            },
+            "description": (
+                "notification_of_change only: the corrected fields the change code names, never "
+                f"a whole bank number. {by_code}. C61-C69 (refused NOCs) carry none; an unknown "
+                "code any of these."
             ),
         }
 
@@ -186,10 +234,18 @@ def describe() -> None:
             request=serializers.PaymentCreateInputSerializer,
             parameters=[_IDEMPOTENCY_KEY, *_HEADERS],
             responses={
-                201: serializers.PaymentOutputSerializer,
+                201: OpenApiResponse(
+                    serializers.PaymentCreatedOutputSerializer,
+                    description="The payment; warnings when the token has an open notification "
+                    "of change within its deadline.",
+                ),
                 400: _error("What was refused, by field."),
                 403: _error("You may not act for merchant_id."),
-                409: _error("A request with this Idempotency-Key is still being processed."),
+                409: _error(
+                    "A request with this Idempotency-Key is still being processed; or the "
+                    "source_token has a notification of change open past its deadline (code "
+                    "notification_of_change_past_deadline, naming the NOC and its change code)."
+                ),
                 422: _error("This Idempotency-Key was used with another body."),
                 **_COMMON,
             },
@@ -212,6 +268,33 @@ def describe() -> None:
             },
         )
     )(apis.PaymentDetailApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="payment_reinitiate",
+            request=serializers.PaymentReinitiateInputSerializer,
+            parameters=[
+                OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
+                _IDEMPOTENCY_KEY,
+                *_HEADERS,
+            ],
+            responses={
+                201: OpenApiResponse(
+                    serializers.PaymentReinitiatedOutputSerializer,
+                    description="The new payment (same merchant, amount and token), linked to "
+                    "the original entry, with the chain.",
+                ),
+                400: _error("What was refused, by field."),
+                404: _error("No such payment, or one of a merchant you may not act for."),
+                409: _error(
+                    "NACHA's rules refuse it; code names the rule: "
+                    + ", ".join(reinitiation.RULES)
+                    + ". Or a request with this Idempotency-Key is still being processed."
+                ),
+                422: _error("This Idempotency-Key was used with another body."),
+                **_COMMON,
+            },
+        )
+    )(apis.PaymentReinitiateApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",

@@ -3,14 +3,24 @@
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from payments.models import LedgerEntry, LedgerEntryKind, Payment, PaymentState, ProcessorAttempt
+from payments.banking_days import add_banking_days
+from payments.models import (
+    LedgerEntry,
+    LedgerEntryKind,
+    NocStatus,
+    NotificationOfChange,
+    Payment,
+    PaymentReturn,
+    PaymentState,
+    ProcessorAttempt,
+)
 
 # Other apps add sections to the payment detail (the queue layer adds its processing errors)
 # without payments importing them: each callable takes a payment and returns a dict to merge.
@@ -93,6 +103,42 @@ def payment_get(*, payment_id) -> Payment:
     return Payment.objects.prefetch_related("events", "attempts", "ledger_entries").get(
         pk=payment_id
     )
+
+
+def payment_reinitiation_chain(payment: Payment) -> dict | None:
+    """The reinitiation chain ``payment`` belongs to: its original entry, then the
+    reinitiations in order, each with its state and return code; None for a payment that is
+    neither reinitiated nor a reinitiation. One query for the chain, one for its returns."""
+    original_id = payment.reinitiation_of_id or payment.id
+    entries = list(Payment.objects.filter(pk=original_id).only("id", "state", "created_at")) + list(
+        Payment.objects.filter(reinitiation_of_id=original_id)
+        .order_by("reinitiation_number")
+        .only("id", "state", "created_at", "reinitiation_number")
+    )
+    if len(entries) < 2:
+        return None
+    codes = dict(
+        PaymentReturn.objects.filter(payment__in=[e.id for e in entries]).values_list(
+            "payment_id", "reason_code"
+        )
+    )
+    return {
+        "original_id": original_id,
+        "reinitiation_number": payment.reinitiation_number,
+        "authorization_reference": payment.authorization_reference,
+        "chain": [
+            {
+                "id": entry.id,
+                "reinitiation_number": (
+                    None if entry.id == original_id else entry.reinitiation_number
+                ),
+                "state": entry.state,
+                "return_code": codes.get(entry.id, ""),
+                "created_at": entry.created_at,
+            }
+            for entry in entries
+        ],
+    }
 
 
 def merchant_balance(*, merchant_id: str) -> dict:
@@ -223,3 +269,16 @@ def recommended_visibility_timeout(
     handed to a second worker. With no recorded calls in the window, the floor.
     """
     return visibility_timeout_from(processor_latency_summary(window=window), floor=floor)
+
+
+def nocs_due_count(*, now: datetime | None = None, banking_days: int = 2) -> dict[str, int]:
+    """Open NOCs due within the next ``banking_days`` banking days, and those already overdue
+    (the dashboard's panel)."""
+    now = now or timezone.now()
+    horizon = add_banking_days(now, banking_days)
+    open_nocs = NotificationOfChange.objects.filter(status=NocStatus.OPEN)
+    return {
+        "due_soon": open_nocs.filter(deadline__gte=now, deadline__lte=horizon).count(),
+        "overdue": open_nocs.filter(deadline__lt=now).count(),
+        "open": open_nocs.count(),
+    }

@@ -201,6 +201,23 @@ class PaymentCreateInputSerializer(StrictInputSerializer):
         return value
 
 
+AUTHORIZATION_REFERENCE_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
+AUTHORIZATION_REFERENCE_MESSAGE = "1-64 characters of A-Z, a-z, 0-9, _ . : or -"
+
+
+class PaymentReinitiateInputSerializer(StrictInputSerializer):
+    """The body of ``POST /api/payments/<id>/reinitiate/``: empty, or the reference of the new
+    authorization a reinitiation after an unauthorized return (R05, R07, R08, R10, R29, R51)
+    is made under (the client's own id of the signed or recorded authorization)."""
+
+    authorization_reference = StrictCharField(max_length=64, required=False)
+
+    def validate_authorization_reference(self, value: str) -> str:
+        if not AUTHORIZATION_REFERENCE_RE.fullmatch(value):
+            raise serializers.ValidationError(AUTHORIZATION_REFERENCE_MESSAGE)
+        return value
+
+
 # --- Output -----------------------------------------------------------------------------------
 
 
@@ -220,6 +237,54 @@ class PaymentOutputSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
         ]
+
+
+class NocWarningOutputSerializer(serializers.Serializer):
+    """An open notification of change on the token, within its deadline: named, never its
+    corrected data."""
+
+    code = serializers.CharField()
+    noc_id = serializers.IntegerField()
+    change_code = serializers.CharField()
+    change_title = serializers.CharField()
+    deadline = serializers.DateTimeField(allow_null=True)
+    message = serializers.CharField()
+
+
+class PaymentCreatedOutputSerializer(PaymentOutputSerializer):
+    """The create answer: the payment, and warnings when the token has an open notification of
+    change within its deadline (present only then)."""
+
+    warnings = NocWarningOutputSerializer(many=True, required=False)
+
+    class Meta(PaymentOutputSerializer.Meta):
+        fields = [*PaymentOutputSerializer.Meta.fields, "warnings"]
+
+
+class ReinitiationEntryOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    reinitiation_number = serializers.IntegerField(allow_null=True)
+    state = serializers.CharField()
+    return_code = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+
+
+class ReinitiationOutputSerializer(serializers.Serializer):
+    """A payment's reinitiation chain: the original entry, then its reinitiations in order."""
+
+    original_id = serializers.UUIDField()
+    reinitiation_number = serializers.IntegerField(allow_null=True)
+    authorization_reference = serializers.CharField(allow_blank=True)
+    chain = ReinitiationEntryOutputSerializer(many=True)
+
+
+class PaymentReinitiatedOutputSerializer(PaymentOutputSerializer):
+    """The reinitiate answer: the new payment and its chain."""
+
+    reinitiation = ReinitiationOutputSerializer()
+
+    class Meta(PaymentOutputSerializer.Meta):
+        fields = [*PaymentOutputSerializer.Meta.fields, "reinitiation"]
 
 
 class PaymentEventOutputSerializer(serializers.Serializer):
@@ -266,9 +331,18 @@ class PaymentDetailOutputSerializer(PaymentOutputSerializer):
     errors = PaymentErrorOutputSerializer(many=True)
     # The queue layer's active hold on the payment, when it has one.
     hold = serializers.DictField(allow_null=True, required=False)
+    # The reinitiation chain the payment belongs to (original, first, second), when it has one.
+    reinitiation = ReinitiationOutputSerializer(allow_null=True)
 
     class Meta(PaymentOutputSerializer.Meta):
-        fields = [*PaymentOutputSerializer.Meta.fields, "events", "attempts", "errors", "hold"]
+        fields = [
+            *PaymentOutputSerializer.Meta.fields,
+            "events",
+            "attempts",
+            "errors",
+            "hold",
+            "reinitiation",
+        ]
 
 
 class BalanceOutputSerializer(serializers.Serializer):

@@ -1,12 +1,22 @@
 from django.urls import path
 
-from payments.apis import MerchantBalanceApi, PaymentDetailApi, PaymentListCreateApi
+from payments.apis import (
+    MerchantBalanceApi,
+    PaymentDetailApi,
+    PaymentListCreateApi,
+    PaymentReinitiateApi,
+)
 
 urlpatterns = [
     # One route for list (GET) and create (POST); the name predates the list.
     path("payments/", PaymentListCreateApi.as_view(), name="payment-create"),
     # Any text: the view answers an id that is not a UUID with the API's own 404.
     path("payments/<str:payment_id>/", PaymentDetailApi.as_view(), name="payment-detail"),
+    path(
+        "payments/<str:payment_id>/reinitiate/",
+        PaymentReinitiateApi.as_view(),
+        name="payment-reinitiate",
+    ),
     path(
         "merchants/<str:merchant_id>/balance/",
         MerchantBalanceApi.as_view(),

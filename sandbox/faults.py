@@ -19,6 +19,11 @@ life (or since ``POST /_sandbox/reset``):
                             ``return_after_seconds``: a return after settlement
 ``tok_unauth...``           accepted, ``settled``, then ``returned`` R10 (unauthorized) after
                             ``return_after_seconds``
+``tok_nsfonce...``          as ``tok_nsf`` for the token's first debit only; later debits on it
+                            (a reinitiation) settle
+``tok_noc...``              accepted, ``settled``, then a ``notification_of_change`` C01
+                            after ``return_after_seconds``; ``tok_noc_<Cnn>...`` sends that
+                            change code (C01-C14, C61-C69, or any other: an unknown code)
 ``tok_dupcb...``            every callback is delivered twice
 ==========================  ===================================================================
 """
@@ -33,6 +38,7 @@ import threading
 from dataclasses import dataclass, fields
 
 _COUNTED_RULE = re.compile(r"^tok_(fail5xx|timeout|429)_(\d+)")
+_NOC_RULE = re.compile(r"^tok_noc(?:_(C[0-9]{2}))?")
 
 
 @dataclass(frozen=True)
@@ -179,8 +185,11 @@ class FaultPlan:
             return True
         return self._chance(self.config.p_return)
 
-    def settled_return_code(self, source_token: str) -> str | None:
-        """The reason code of a return that follows this debit's settlement, or ``None``."""
+    def settled_return_code(self, source_token: str, *, first_debit: bool = True) -> str | None:
+        """The reason code of a return that follows this debit's settlement, or ``None``.
+        ``first_debit``: no earlier debit named the token (``tok_nsfonce`` returns only that)."""
+        if source_token.startswith("tok_nsfonce"):
+            return "R01" if first_debit else None
         if source_token.startswith("tok_nsf"):
             return "R01"
         if source_token.startswith("tok_unauth"):
@@ -188,6 +197,13 @@ class FaultPlan:
         if self._chance(self.config.p_settled_return):
             return "R10" if self._chance(0.25) else "R01"
         return None
+
+    def settled_change_code(self, source_token: str) -> str | None:
+        """The change code of a notification of change that follows settlement, or ``None``."""
+        rule = _NOC_RULE.match(source_token)
+        if rule is None:
+            return None
+        return rule.group(1) or "C01"
 
     def duplicates(self, source_token: str) -> bool:
         if source_token.startswith("tok_dupcb"):

@@ -462,10 +462,25 @@ class _DebitCallbacks:
         self.plan = plan = sandbox.plan
         self.debit = debit
         self.final = "returned" if plan.returns(debit.source_token) else "settled"
+        settled = self.final == "settled"
         self.later_return = (
-            plan.settled_return_code(debit.source_token) if self.final == "settled" else None
+            plan.settled_return_code(debit.source_token, first_debit=self._first_debit())
+            if settled
+            else None
         )
+        self.later_noc = plan.settled_change_code(debit.source_token) if settled else None
         self.duplicate = plan.duplicates(debit.source_token)
+
+    def _first_debit(self) -> bool:
+        """No other debit named this debit's token before (asked of ``tok_nsfonce`` only)."""
+        token = self.debit.source_token
+        if not token.startswith("tok_nsfonce"):
+            return True
+        with self.sandbox._lock:
+            return not any(
+                other.source_token == token and other.created_at < self.debit.created_at
+                for other in self.sandbox._debits.values()
+            )
 
     def start(self) -> None:
         first = self._event("submitted")
@@ -480,9 +495,29 @@ class _DebitCallbacks:
             Delivery(
                 body=body,
                 on_send=lambda: self.sandbox._debit_status_set(self.debit, self.final),
-                then=self._then_duplicate(body, self._return_event if self.later_return else None),
+                then=self._then_duplicate(body, self._after_settlement()),
             ),
             self.plan.config.settle_after_seconds + self.plan.callback_delay(),
+        )
+
+    def _after_settlement(self) -> Callable[[], None] | None:
+        if self.later_return:
+            return self._return_event
+        if self.later_noc:
+            return self._noc_event
+        return None
+
+    def _noc_event(self) -> None:
+        body = self._event("notification_of_change")
+        code = self.later_noc or "C01"
+        body.update(
+            change_code=code,
+            corrected_data=noc_corrected_data(code),
+            message="Notification of change",
+        )
+        self.sender.schedule(
+            Delivery(body=body, then=self._then_duplicate(body, None)),
+            self.plan.config.return_after_seconds + self.plan.callback_delay(),
         )
 
     def _return_event(self) -> None:
@@ -523,6 +558,32 @@ class _DebitCallbacks:
 
 
 RETURN_MESSAGES = {"R01": "Insufficient funds", "R10": "Customer advises not authorized"}
+# A value of each corrected field of the contract (payments.change_codes), as a NOC states it.
+NOC_SAMPLE_VALUES = {
+    "account_number_last4": "6789",
+    "routing_number_last4": "0021",
+    "receiving_dfi_identification_last4": "0021",
+    "source_token": "tok_corrected_0001",
+    "account_type": "savings",
+    "transaction_code": "37",
+    "individual_name": "JANE Q PUBLIC",
+    "individual_identification_number": "CUST-0042",
+    "company_name": "EXAMPLE CO",
+    "company_identification": "EXAMPLE01",
+    "addenda_information": "CORRECTED ADDENDA",
+    "sec_code": "PPD",
+}
+
+
+def noc_corrected_data(code: str) -> dict:
+    """The corrected data a NOC of ``code`` carries: a value for each field the code names;
+    none for a refused NOC, and an account number's last four for an unknown code."""
+    from payments.change_codes import change_code_get
+
+    row = change_code_get(code)
+    if row is None:
+        return {"account_number_last4": NOC_SAMPLE_VALUES["account_number_last4"]}
+    return {name: NOC_SAMPLE_VALUES[name] for name in row.fields}
 
 
 def _fingerprint(request: dict) -> str:

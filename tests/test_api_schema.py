@@ -110,3 +110,28 @@ def test_metadata_is_described_with_its_bounds(schema):
     assert metadata["maxProperties"] == 50
     assert metadata["additionalProperties"]["maxLength"] == 500
     assert "metadata" in schema["components"]["schemas"]["PaymentOutput"]["properties"]
+
+
+def test_the_callback_body_describes_a_notification_of_change(schema):
+    body = schema["components"]["schemas"]["ProcessorEventRequest"]["properties"]
+    assert "notification_of_change" in schema["components"]["schemas"]["EventTypeEnum"]["enum"]
+    assert body["change_code"]["pattern"] == "^(?:[A-Z0-9]{1,8})$"
+    data = body["corrected_data"]
+    assert data["type"] == "object" and data["additionalProperties"] is False
+    assert data["properties"]["account_number_last4"]["pattern"] == "^(?:[0-9]{4})$"
+    assert "C01: account_number_last4, source_token" in data["description"]
+
+
+def test_reinitiation_is_described_with_its_body_its_chain_and_its_refusals(schema):
+    operation = schema["paths"]["/api/payments/{payment_id}/reinitiate/"]["post"]
+    assert operation["operationId"] == "payment_reinitiate"
+    assert {"201", "400", "404", "409", "422"} <= set(operation["responses"])
+    assert "reinitiation_limit" in operation["responses"]["409"]["description"]
+    assert "Idempotency-Key" in {p["name"] for p in operation["parameters"]}
+    body = schema["components"]["schemas"]["PaymentReinitiateInputRequest"]
+    assert body["additionalProperties"] is False
+    assert set(body["properties"]) == {"authorization_reference"}
+    created = schema["components"]["schemas"]["PaymentCreatedOutput"]["properties"]
+    assert "warnings" in created
+    detail = schema["components"]["schemas"]["PaymentDetailOutput"]["properties"]
+    assert "reinitiation" in detail

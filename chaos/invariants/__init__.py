@@ -32,7 +32,12 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   through receives that did no work (a wait for the processor, a database outage);
 - ``no_outage_dead_letters``: no dead letter whose only errors are processor-unavailability
   errors raised while the processor's circuit breaker was open (an outage is one incident, not
-  a dead letter per payment).
+  a dead letter per payment);
+- ``nocs_recorded_once``: each recorded notification of change has exactly one NOC, for the
+  payment its event named, and no NOC lacks its event or moved a state;
+- ``reinitiations_within_limits``: at most two reinitiations per original entry, numbered in
+  order, each for the original's merchant, amount and token, each made after the entry before
+  it came back.
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -43,6 +48,7 @@ counted as violations.
 from chaos.invariants.callbacks import check_callbacks
 from chaos.invariants.dead_letters import check_dead_letters, check_outage_dead_letters
 from chaos.invariants.event_log import check_events_applied_once, check_transitions
+from chaos.invariants.lifecycle import check_nocs, check_reinitiations
 from chaos.invariants.money import check_charges, check_ledger, check_returns_reversed
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
@@ -65,5 +71,7 @@ def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Rep
     check_callbacks(report, sandbox_stats, callbacks_sent)
     check_dead_letters(report)
     check_outage_dead_letters(report)
+    check_nocs(report)
+    check_reinitiations(report)
     notes_unfinished(report)
     return report

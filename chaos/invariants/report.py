@@ -14,6 +14,8 @@ CHECKS = (
     "dead_letters_have_history",
     "dead_letters_have_error_rows",
     "no_outage_dead_letters",
+    "nocs_recorded_once",
+    "reinitiations_within_limits",
 )
 
 # How many offending ids a violation lists before it summarises the rest.

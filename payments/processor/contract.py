@@ -21,7 +21,13 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
-from payments.events import DIRECTIONS, EVENT_TYPES, ProcessorEvent
+from payments.change_codes import (
+    CHANGE_CODE_RE,
+    CORRECTED_DATA_MAX_KEYS,
+    change_code_get,
+    corrected_data_problems,
+)
+from payments.events import DIRECTIONS, EVENT_TYPES, NOTIFICATION_OF_CHANGE, ProcessorEvent
 from payments.exceptions import InvalidCallback
 
 PROCESSOR_EVENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -166,6 +172,30 @@ class TimestampField(PatternField):
         return value.isoformat()
 
 
+class CorrectedDataField(serializers.Field):
+    """A NOC's ``corrected_data``: a flat JSON object of at most as many keys as the change-code
+    table names, each key a string of at most 40 characters. Which keys and values are taken
+    depends on the change code, so the serializer's ``validate`` checks them."""
+
+    default_error_messages = {
+        "not_object": "Must be a JSON object of the corrected fields, got {type}.",
+        "too_many": "Must have at most {limit} keys, got {count}.",
+        "bad_key": "Keys must be strings of 1-40 characters.",
+    }
+
+    def to_internal_value(self, data) -> dict:
+        if not isinstance(data, dict):
+            self.fail("not_object", type=type(data).__name__)
+        if len(data) > CORRECTED_DATA_MAX_KEYS:
+            self.fail("too_many", limit=CORRECTED_DATA_MAX_KEYS, count=len(data))
+        if any(not isinstance(key, str) or not 1 <= len(key) <= 40 for key in data):
+            self.fail("bad_key")
+        return dict(data)
+
+    def to_representation(self, value) -> dict:
+        return value
+
+
 class ProcessorEventSerializer(serializers.Serializer):
     """One processor event. Fields beyond the contract are not validated here; the caller
     keeps them (they travel nested in the queue envelope, never beside our markers)."""
@@ -217,6 +247,22 @@ class ProcessorEventSerializer(serializers.Serializer):
         default="",
         help_text="The processor's id of the debit; compared with the one it gave us.",
     )
+    # A notification of change only (payments.change_codes): required there, refused elsewhere.
+    change_code = PatternField(
+        pattern=CHANGE_CODE_RE,
+        invalid="Must be a change code such as C01 (1-8 of A-Z and 0-9); got {value!r}.",
+        max_length=8,
+        required=False,
+        allow_null=True,
+        default="",
+        help_text="notification_of_change: C01-C14, or C61-C69 for a refused NOC.",
+    )
+    corrected_data = CorrectedDataField(
+        required=False,
+        allow_null=True,
+        default=dict,
+        # Described by payments.openapi.CorrectedDataFieldSchema, code by code.
+    )
 
     @property
     def fields(self) -> BindingDict:
@@ -241,6 +287,43 @@ class ProcessorEventSerializer(serializers.Serializer):
 
     def validate_processor_id(self, value: str | None) -> str:
         return value or ""
+
+    def validate_change_code(self, value: str | None) -> str:
+        return value or ""
+
+    def validate_corrected_data(self, value: dict | None) -> dict:
+        return value or {}
+
+    def validate(self, attrs: dict) -> dict:
+        """A NOC states its change code and the corrected fields that code names; no other
+        event carries either. A code outside the table is taken (recorded and flagged as
+        unknown, never dropped), its corrected data held to the table's keys and forms."""
+        code, data = attrs.get("change_code", ""), attrs.get("corrected_data", {})
+        if attrs.get("event_type") != NOTIFICATION_OF_CHANGE:
+            errors = {
+                name: [f"Only a {NOTIFICATION_OF_CHANGE} event carries {name}."]
+                for name, value in (("change_code", code), ("corrected_data", data))
+                if value
+            }
+            if errors:
+                raise serializers.ValidationError(errors)
+            return attrs
+        if not code:
+            raise serializers.ValidationError(
+                {"change_code": [f"Required for a {NOTIFICATION_OF_CHANGE} event."]}
+            )
+        errors = {
+            f"corrected_data[{key}]" if key else "corrected_data": [problem]
+            for key, problem in corrected_data_problems(code, data).items()
+        }
+        row = change_code_get(code)
+        if not errors and row is not None and not row.refused and not data:
+            errors["corrected_data"] = [
+                f"{code} must state at least one corrected field: {', '.join(row.fields)}."
+            ]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
 
 
 @cache

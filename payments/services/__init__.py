@@ -2,6 +2,8 @@
 
 - ``create``: input checks, the payment, its audit row and its submit command (the outbox);
 - ``events``: applying a processor event exactly once; ``returns``: the ACH return it may carry;
+  ``nocs``: the notification of change it may carry, and the debits an overdue one blocks;
+- ``reinitiation``: a returned debit sent again as a new payment, within NACHA's limits;
 - ``transitions``: a state change in memory, its rows and its announcements;
 - ``writes``: the payment's row lock and the one write of an event's rows (two backends);
 - ``submission`` and ``status``: the calls to the processor, over ``calls``, what both share.
@@ -22,6 +24,15 @@ from payments.services.create import (
     validate_source_token,
 )
 from payments.services.events import ApplyOutcome, ApplyResult, payment_apply_event
+from payments.services.nocs import (
+    NocNoteRequired,
+    NocNotOpen,
+    noc_debit_check,
+    noc_mark_applied,
+    noc_warning,
+    nocs_open_for_token,
+)
+from payments.services.reinitiation import payment_reinitiate
 from payments.services.status import StatusCheckResult, payment_status_check
 from payments.services.submission import SubmitOutcome, SubmitResult, payment_submit
 from payments.services.transitions import EVENT_TRANSITIONS, TRANSITIONS, payment_transition
@@ -40,15 +51,22 @@ __all__ = [
     "ApplyResult",
     "EventWrite",
     "Move",
+    "NocNotOpen",
+    "NocNoteRequired",
     "StatusCheckResult",
     "SubmitOutcome",
     "SubmitResult",
     "event_write",
     "looks_like_bank_number",
+    "noc_debit_check",
+    "noc_mark_applied",
+    "noc_warning",
+    "nocs_open_for_token",
     "outbox_enqueue",
     "payment_apply_event",
     "payment_create",
     "payment_lock",
+    "payment_reinitiate",
     "payment_status_check",
     "payment_submit",
     "payment_transition",

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from payments import propagation
 from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
+from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
 
 SUPPORTED_CURRENCIES = ("USD",)
@@ -63,13 +64,17 @@ def payment_create(
     description: str = "",
     metadata: dict | None = None,
     caused_by: str = "",
+    reinitiation_of: Payment | None = None,
+    reinitiation_number: int | None = None,
+    authorization_reference: str = "",
     carried: Mapping[str, str] | None = None,
 ) -> Payment:
     """Write the payment (pending, new idempotency key) and its submit command in one transaction.
 
     The commit is the promise: the outbox row guarantees the submission is published even if
     the queue is down right now. ``carried`` (the creating request's id and trace,
-    ``payments.propagation``) goes with the submit command to the worker.
+    ``payments.propagation``) goes with the submit command to the worker. Raises
+    ``NocPastDeadline`` when the token has an open notification of change past its deadline.
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -84,6 +89,8 @@ def payment_create(
     }
     if bank_numbers:
         raise ValidationError(bank_numbers)
+    # An open notification of change past its deadline blocks the token's next entry.
+    noc_debit_check(source_token=source_token)
     with transaction.atomic():
         payment = Payment.objects.create(
             merchant_id=merchant_id,
@@ -92,13 +99,21 @@ def payment_create(
             source_token=source_token,
             description=description,
             metadata=metadata or {},
+            reinitiation_of=reinitiation_of,
+            reinitiation_number=reinitiation_number,
+            authorization_reference=authorization_reference,
         )
+        payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
+        if reinitiation_of is not None:
+            payload.update(
+                reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
+            )
         PaymentEvent.objects.create(
             payment=payment,
             kind=EventKind.CREATED,
             outcome=EventOutcome.APPLIED,
             to_state=payment.state,
-            payload={"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id},
+            payload=payload,
             caused_by=caused_by,
         )
         outbox_enqueue(

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from payments.events import PAYMENT_DIRECTION, ProcessorEvent, event_target_state
+from payments.events import (
+    PAYMENT_DIRECTION,
+    RECORDED_EVENT_TYPES,
+    ProcessorEvent,
+    event_target_state,
+)
 from payments.exceptions import (
     AmountMismatch,
     CurrencyMismatch,
@@ -25,6 +30,7 @@ from payments.models import (
     PaymentState,
     ProcessedEvent,
 )
+from payments.services.nocs import noc_record, noc_recorded_before, noc_same
 from payments.services.returns import return_after_failure, return_record
 from payments.services.transitions import (
     EVENT_TRANSITIONS,
@@ -75,6 +81,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     """
     with transaction.atomic():
         payment = payment_lock(event.payment_id)
+        if event.event_type in RECORDED_EVENT_TYPES:
+            return _apply_recorded(event, payment, caused_by)
         current = payment.state
         settled_at = payment.state_changed_at if current == PaymentState.CONFIRMED else None
         target = event_target_state(event.event_type, current)
@@ -102,6 +110,32 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
             if move is not None:  # nothing was written: the event was claimed before
                 payment.refresh_from_db(fields=Move.FIELDS)
         return _apply_repeat(event, payment, caused_by, refusal)
+
+
+def _apply_recorded(event: ProcessorEvent, payment: Payment, caused_by: str) -> ApplyResult:
+    """An event no transition takes (a notification of change): claimed and logged as
+    recorded in the payment's current state, its record written once; a repeat is judged as
+    any other. Its restated fields are checked as any event's."""
+    mismatch = _event_mismatch(event, payment)
+    recorded = noc_recorded_before(event)
+    if mismatch is None and recorded is not None:
+        # A repeat is judged by its NOC, which outlives the dedup record (purged after
+        # PROCESSED_EVENT_RETENTION): a resend months later is still one NOC.
+        if recorded.payment_id != payment.id or not noc_same(recorded, event):
+            raise EventConflict(
+                f"processor_event_id {event.processor_event_id} was recorded before as another "
+                f"notification of change (NOC {recorded.id} for payment {recorded.payment_id})"
+            )
+        current = payment.state
+        _event_row(payment, event, ApplyOutcome.DUPLICATE, current, current, caused_by).save()
+        return ApplyResult(ApplyOutcome.DUPLICATE, payment, current, current)
+    if mismatch is None:
+        current = payment.state
+        log = _event_row(payment, event, ApplyOutcome.RECORDED, current, current, caused_by)
+        if event_write(_event_rows(payment, event, None, log)):
+            noc_record(payment=payment, event=event)
+            return ApplyResult(ApplyOutcome.RECORDED, payment, current, current)
+    return _apply_repeat(event, payment, caused_by, mismatch)
 
 
 def _event_mismatch(event: ProcessorEvent, payment: Payment) -> EventMismatch | None:

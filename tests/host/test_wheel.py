@@ -97,6 +97,8 @@ def test_the_wheel_holds_the_three_apps_whole_and_nothing_of_the_project(wheel):
     assert not app_files() - names, "files of the apps missing from the wheel"
     assert "payments/migrations/0001_initial.py" in names
     assert "triage/templates/admin/triage/dashboard.html" in names
+    assert "triage/templates/admin/triage/_nocs.html" in names
+    assert "payments/templates/admin/payments/notificationofchange/confirm_apply.html" in names
 
 
 def test_the_wheel_reports_the_modules_version_and_its_own_dependencies(wheel):

@@ -1,5 +1,6 @@
 """The triage dashboard: open dead letters, queue depths, holds, re-processing, latency, stuck
-payments, errors, return rates and the processor's breaker, on one admin page.
+payments, errors, return rates, notifications of change due and the processor's breaker, on one
+admin page.
 
 Wired through ``TriageDashboardAdmin.changelist_view``; seeing it needs the right to view dead
 letters. Each panel reads one selector (or ``return_rates_panel``); the page writes nothing.
@@ -12,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
+from payments.selectors import nocs_due_count
 from triage import selectors
 from triage.operations import charts, return_rates
 from triage.operations.charts import human_age
@@ -60,6 +62,8 @@ def dashboard(request, model_admin):
             stuck=stuck,
             changelist_url=reverse("admin:triage_deadletter_changelist"),
             **return_rates.return_rates_panel(now=now),
+            nocs=nocs_due_count(now=now),
+            nocs_url=reverse("admin:payments_notificationofchange_changelist"),
             breaker=breaker,
             breaker_open_for=human_age(breaker.open_for),
             breaker_next_probe=human_age(breaker.next_probe_in),

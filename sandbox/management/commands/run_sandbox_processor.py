@@ -71,7 +71,10 @@ class Command(BaseCommand):
         "SANDBOX_LATENCY_MEDIAN_MS=80, SANDBOX_SEED=7, SANDBOX_CALLBACK_URL=...); options win. "
         "Source-token rules for deterministic runs: tok_fail5xx_<N>, tok_timeout_<N>, "
         "tok_429_<N> (first N calls fail that way), tok_reject (always 400), tok_return "
-        "(returned instead of settled), tok_dupcb (every callback twice)."
+        "(returned instead of settled), tok_nsf / tok_unauth (settled, then returned R01 / "
+        "R10), tok_nsfonce (as tok_nsf for the token's first debit only), tok_noc and "
+        "tok_noc_<Cnn> (settled, then a notification of change), tok_dupcb (every callback "
+        "twice)."
     )
 
     def add_arguments(self, parser):

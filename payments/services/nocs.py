@@ -1,0 +1,156 @@
+"""Notifications of change (NOCs): the record of each, the debits an overdue one blocks, and
+the operator's closing of one.
+
+A NOC is recorded in the transaction that claims its processor event (``payment_apply_event``),
+per payment and per ``source_token``, with its code's title and its deadline: 6 banking days
+after it was received, or before the next entry, whichever is later. So a debit created before
+the deadline goes out (its answer warns), and one created after it, while the NOC is still
+open, is refused: that debit would be the next entry, and the deadline has passed.
+It moves no payment state and no money. An unknown change code is recorded and flagged (an
+alert after commit), never dropped; a refused NOC (C61-C69) is recorded with nothing to apply.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from payments.alerts import AlertSeverity, alert_raise
+from payments.banking_days import add_banking_days
+from payments.change_codes import NOC_DEADLINE_BANKING_DAYS, change_code_get
+from payments.events import ProcessorEvent
+from payments.exceptions import NocPastDeadline, PaymentError
+from payments.models import NocAction, NocStatus, NotificationOfChange, Payment
+
+
+class NocNotOpen(PaymentError):
+    """Only an open NOC can be marked applied."""
+
+
+class NocNoteRequired(PaymentError):
+    """Closing a NOC needs a note saying what was done at the processor."""
+
+
+def noc_record(*, payment: Payment, event: ProcessorEvent) -> NotificationOfChange:
+    """Record the NOC ``event`` carries for ``payment`` and its token. Called in the
+    transaction that claimed the event, so it is written exactly once."""
+    code = change_code_get(event.change_code)
+    refused = code is not None and code.refused
+    noc = NotificationOfChange.objects.create(
+        payment=payment,
+        merchant_id=payment.merchant_id,
+        source_token=payment.source_token,
+        processor_event_id=event.processor_event_id,
+        change_code=event.change_code,
+        change_title=code.title if code is not None else "",
+        corrected_data=event.corrected_data,
+        unknown_code=code is None,
+        status=NocStatus.REFUSED if refused else NocStatus.OPEN,
+        received_at=event.timestamp,
+        deadline=None if refused else noc_deadline(event.timestamp),
+    )
+    if code is None:
+        details = {"change_code": event.change_code, "processor_event_id": event.processor_event_id}
+        summary = (
+            f"notification of change for payment {payment.id} of {payment.merchant_id} carries "
+            f"change code {event.change_code!r}, which is not a NACHA change code; recorded as "
+            f"open NOC {noc.id}, check it with the processor"
+        )
+        transaction.on_commit(
+            lambda: alert_raise(
+                severity=AlertSeverity.MEDIUM,
+                key=f"payment.noc_unknown_code:{payment.id}",
+                summary=summary,
+                details=details,
+                payment_id=payment.id,
+            ),
+            robust=True,
+        )
+    return noc
+
+
+def noc_recorded_before(event: ProcessorEvent) -> NotificationOfChange | None:
+    """The NOC recorded for this event id, if any: it outlives the event's dedup record."""
+    return NotificationOfChange.objects.filter(processor_event_id=event.processor_event_id).first()
+
+
+def noc_same(noc: NotificationOfChange, event: ProcessorEvent) -> bool:
+    """Whether ``event`` says what the recorded ``noc`` says (code, corrected data, time)."""
+    return (
+        noc.change_code == event.change_code
+        and noc.corrected_data == event.corrected_data
+        and noc.received_at == event.timestamp
+    )
+
+
+def noc_deadline(received_at: datetime) -> datetime:
+    """The end of the 6th banking day after the NOC was received."""
+    return add_banking_days(received_at, NOC_DEADLINE_BANKING_DAYS)
+
+
+def nocs_open_for_token(source_token: str) -> list[NotificationOfChange]:
+    """The token's open NOCs, earliest deadline first."""
+    return list(
+        NotificationOfChange.objects.filter(source_token=source_token, status=NocStatus.OPEN)
+        .order_by("deadline", "id")
+        .only("id", "change_code", "change_title", "deadline", "unknown_code")
+    )
+
+
+def noc_debit_check(
+    *, source_token: str, now: datetime | None = None
+) -> list[NotificationOfChange]:
+    """Before a new debit on ``source_token``: raise ``NocPastDeadline`` for an open NOC past
+    its deadline; return the open ones still within it (the answer warns of them)."""
+    now = now or timezone.now()
+    nocs = nocs_open_for_token(source_token)
+    for noc in nocs:
+        if noc.deadline is not None and noc.deadline < now:
+            raise NocPastDeadline(noc_id=noc.id, change_code=noc.change_code, deadline=noc.deadline)
+    return nocs
+
+
+def noc_warning(noc: NotificationOfChange) -> dict:
+    """What a create answer says of an open NOC within its deadline: its id, code, title and
+    deadline, never the corrected data (the processor holds the account's details)."""
+    return {
+        "code": "notification_of_change_open",
+        "noc_id": noc.id,
+        "change_code": noc.change_code,
+        "change_title": noc.change_title,
+        "deadline": noc.deadline.isoformat() if noc.deadline else None,
+        "message": (
+            f"the source_token has notification of change {noc.id} ({noc.change_code}) to apply "
+            f"by {noc.deadline.date().isoformat() if noc.deadline else '(no deadline)'}; after "
+            "that, new debits on it are refused until it is marked applied"
+        ),
+    }
+
+
+def noc_mark_applied(*, noc_id: int, user, note: str) -> NotificationOfChange:
+    """An operator applied the NOC at the processor (the token was updated): close it, with
+    the note and an audit row, under the NOC's row lock so two operators close it once."""
+    note = (note or "").strip()
+    if not note:
+        raise NocNoteRequired("a note is required: what was updated at the processor, and where")
+    with transaction.atomic():
+        noc = NotificationOfChange.objects.select_for_update().get(pk=noc_id)
+        if noc.status != NocStatus.OPEN:
+            raise NocNotOpen(f"NOC {noc.id} is {noc.status}, not open: nothing to apply")
+        before = noc.status
+        noc.status = NocStatus.APPLIED
+        noc.applied_at = timezone.now()
+        noc.applied_by = user
+        noc.applied_note = note
+        noc.save(update_fields=["status", "applied_at", "applied_by", "applied_note"])
+        NocAction.objects.create(
+            noc=noc,
+            action="apply",
+            user=user,
+            note=note,
+            status_before=before,
+            status_after=noc.status,
+        )
+    return noc

@@ -1,0 +1,166 @@
+"""End to end through the sandbox processor: a notification of change is recorded once, and a
+returned debit is reinitiated and settles.
+
+Real parts only: the sandbox over HTTP sends signed callbacks to the callback endpoint of a
+live server, which publishes them to the local SQS server; the worker applies them.
+"""
+
+import pytest
+
+from callbacks.models import QueueMessage
+from payments.models import (
+    LedgerEntry,
+    NocStatus,
+    NotificationOfChange,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+)
+from tests.callbacks.test_endpoint import event_body, post_json, queued_messages
+from tests.callbacks.test_returns_end_to_end import _work_until
+from tests.factories import PaymentFactory, grant
+from triage.models import DeadLetter
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sandbox_with_callbacks(module_settings, live_server):
+    from payments.processor.client import reset_client
+    from sandbox import FaultConfig, SandboxProcessor
+
+    server = SandboxProcessor(
+        callback_url=f"{live_server.url}/callbacks/processor/",
+        faults=FaultConfig(settle_after_seconds=0.05, return_after_seconds=0.3),
+        callback_backoff_seconds=0.05,
+    ).start()
+    module_settings.PROCESSOR_BASE_URL = server.base_url
+    reset_client()
+    yield server
+    server.stop()
+    reset_client()
+
+
+def test_a_noc_from_the_processor_is_recorded_once_and_the_next_debit_is_warned(
+    sqs_queues, sandbox_with_callbacks, api_client, user
+):
+    grant(user, "m-noc")
+    created = api_client.post(
+        "/api/payments/",
+        {"merchant_id": "m-noc", "amount": "19.00", "source_token": "tok_noc_C06_e2e_01"},
+        format="json",
+    )
+    assert created.status_code == 201 and "warnings" not in created.json()
+    payment_id = created.json()["id"]
+
+    assert _work_until(lambda: NotificationOfChange.objects.filter(payment_id=payment_id).exists())
+    noc = NotificationOfChange.objects.get(payment_id=payment_id)
+    assert (noc.change_code, noc.status, noc.source_token) == (
+        "C06",
+        NocStatus.OPEN,
+        noc.source_token,
+    )
+    assert noc.corrected_data == {
+        "account_number_last4": "6789",
+        "source_token": "tok_corrected_0001",
+        "transaction_code": "37",
+        "account_type": "savings",
+    }
+    # It moved nothing: the payment stays settled with its one credit.
+    payment = Payment.objects.get(pk=payment_id)
+    assert payment.state == PaymentState.CONFIRMED
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    assert not DeadLetter.objects.exists()
+    assert not QueueMessage.objects.exclude(status="done").exists()
+
+    # The token's next debit, inside the deadline: made, with a warning naming the NOC only.
+    again = api_client.post(
+        "/api/payments/",
+        {"merchant_id": "m-noc", "amount": "19.00", "source_token": "tok_noc_C06_e2e_01"},
+        format="json",
+    )
+    assert again.status_code == 201
+    assert [w["noc_id"] for w in again.json()["warnings"]] == [noc.id]
+    assert "6789" not in again.content.decode()
+
+
+def test_a_returned_debit_reinitiated_through_the_api_settles_and_shows_its_chain(
+    sqs_queues, sandbox_with_callbacks, api_client, user
+):
+    grant(user, "m-reinit")
+    created = api_client.post(
+        "/api/payments/",
+        {"merchant_id": "m-reinit", "amount": "30.00", "source_token": "tok_nsfonce_e2e_1"},
+        format="json",
+    )
+    original_id = created.json()["id"]
+    assert _work_until(lambda: Payment.objects.get(pk=original_id).state == "returned")
+
+    response = api_client.post(
+        f"/api/payments/{original_id}/reinitiate/",
+        {},
+        format="json",
+        headers={"Idempotency-Key": "reinit-e2e"},
+    )
+    assert response.status_code == 201, response.json()
+    again_id = response.json()["id"]
+    assert _work_until(lambda: Payment.objects.get(pk=again_id).state == "confirmed")
+
+    detail = api_client.get(f"/api/payments/{original_id}/").json()
+    assert [(e["id"], e["state"], e["return_code"]) for e in detail["reinitiation"]["chain"]] == [
+        (original_id, "returned", "R01"),
+        (again_id, "confirmed", ""),
+    ]
+    # Each entry was charged once by the processor; the merchant's net is the one that stood.
+    assert sandbox_with_callbacks.stats()["charges_by_payment"] == {original_id: 1, again_id: 1}
+    balance = api_client.get("/api/merchants/m-reinit/balance/").json()["balances"][0]
+    assert (balance["credits"], balance["reversals"], balance["net"]) == (
+        "60.00",
+        "30.00",
+        "30.00",
+    )
+
+
+def test_a_hostile_noc_callback_is_refused_at_the_edge_naming_the_field(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    body = event_body(
+        payment_id=str(payment.id),
+        amount=f"{payment.amount:.2f}",
+        event_type="notification_of_change",
+        change_code="C01",
+        corrected_data={"account_number": "123456789012"},
+    )
+    response = post_json(body)
+    assert response.status_code == 400
+    errors = response.json()["error"]["errors"]
+    assert list(errors) == ["corrected_data[account_number]"]
+    assert "123456789012" not in response.content.decode()
+    assert queued_messages(sqs_queues) == []
+
+
+def test_a_noc_callback_through_the_queue_is_applied_exactly_once_even_when_sent_twice(
+    sqs_queues,
+):
+    from tests.callbacks.worker_support import run_worker
+
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    body = event_body(
+        payment_id=str(payment.id),
+        amount=f"{payment.amount:.2f}",
+        event_type="notification_of_change",
+        change_code="C02",
+        corrected_data={"routing_number_last4": "0021"},
+    )
+    assert post_json(body).status_code == 202
+    run_worker()
+    assert post_json(body).status_code == 202  # a resend after the first was applied
+    run_worker()
+
+    assert NotificationOfChange.objects.filter(payment=payment).count() == 1
+    outcomes = list(
+        PaymentEvent.objects.filter(payment=payment, event_type="notification_of_change")
+        .order_by("id")
+        .values_list("outcome", flat=True)
+    )
+    # SQS drops the resend inside its window, or the dedup record marks it a duplicate.
+    assert outcomes in (["recorded"], ["recorded", "duplicate"])

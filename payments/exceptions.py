@@ -96,3 +96,10 @@ class InvalidCallback(PaymentError):
         self.errors = errors
         summary = "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
         super().__init__(f"invalid processor callback: {summary}")
+
+
+class DishonorRefused(PaymentError):
+    """An operator's request to dishonor a return that the rules do not allow (no return after
+    settlement, outside the 5-banking-day window, a code outside R61-R69, an R68 for a timely
+    return, no note, a request already made): nothing is written and nothing is sent; the
+    message says which rule."""

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from payments.events import PAYMENT_DIRECTION, ProcessorEvent, event_target_state
+from payments.events import (
+    DISHONOR_EVENT_TYPES,
+    PAYMENT_DIRECTION,
+    ProcessorEvent,
+    event_target_state,
+)
 from payments.exceptions import (
     AmountMismatch,
     CurrencyMismatch,
@@ -24,6 +29,11 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
     ProcessedEvent,
+)
+from payments.services.dishonors import (
+    dishonor_event_record,
+    dishonor_event_refusal,
+    dishonor_event_stale,
 )
 from payments.services.returns import return_after_failure, return_record
 from payments.services.transitions import (
@@ -73,6 +83,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     first time the event is seen (a concurrent claim for another payment waits on the key and
     then finds it taken).
     """
+    if event.event_type in DISHONOR_EVENT_TYPES:
+        return _apply_dishonor_event(event, caused_by)
     with transaction.atomic():
         payment = payment_lock(event.payment_id)
         current = payment.state
@@ -101,6 +113,26 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
                 return ApplyResult(log.outcome, payment, current, log.to_state)
             if move is not None:  # nothing was written: the event was claimed before
                 payment.refresh_from_db(fields=Move.FIELDS)
+        return _apply_repeat(event, payment, caused_by, refusal)
+
+
+def _apply_dishonor_event(event: ProcessorEvent, caused_by: str) -> ApplyResult:
+    """A dishonor answer is a fact about the payment's return, not a transition
+    (``payments.services.dishonors``): recorded the first time (its ledger entries with it),
+    stale when the fact is recorded already under another id, and through the same claim,
+    duplicate and conflict rules as every event."""
+    with transaction.atomic():
+        payment = payment_lock(event.payment_id)
+        current = payment.state
+        refusal = _event_mismatch(event, payment) or dishonor_event_refusal(event, payment)
+        if refusal is None:
+            stale = dishonor_event_stale(event, payment)
+            outcome = ApplyOutcome.STALE if stale else ApplyOutcome.RECORDED
+            log = _event_row(payment, event, outcome, current, current, caused_by)
+            if event_write(_event_rows(payment, event, None, log)):
+                if not stale:
+                    dishonor_event_record(payment=payment, event=event)
+                return ApplyResult(log.outcome, payment, current, current)
         return _apply_repeat(event, payment, caused_by, refusal)
 
 

@@ -5,7 +5,12 @@ transition metadata, and the README's diagram draws the same graph."""
 import re
 from pathlib import Path
 
-from payments.events import EVENT_TARGET_STATE, EVENT_TYPES, event_target_state
+from payments.events import (
+    DISHONOR_EVENT_TYPES,
+    EVENT_TARGET_STATE,
+    EVENT_TYPES,
+    event_target_state,
+)
 from payments.models import PAYMENT_GRAPH, STATE_RANK, Payment, PaymentState
 from payments.services import EVENT_TRANSITIONS, TRANSITIONS
 
@@ -110,7 +115,10 @@ def test_every_table_is_read_from_the_models_transitions():
     # A 4xx answer to our submission rejects; no processor event may.
     assert EVENT_TRANSITIONS == _model_edges() - {(PaymentState.PENDING, PaymentState.FAILED)}
     assert STATE_RANK == {"pending": 0, "submitted": 1, "confirmed": 2, "failed": 2, "returned": 3}
-    assert EVENT_TYPES == ("submitted", "settled", "failed", "returned")
+    # The transitions' event types, then the facts on a returned payment that move no state.
+    assert PAYMENT_GRAPH.event_types == ("submitted", "settled", "failed", "returned")
+    assert EVENT_TYPES == (*PAYMENT_GRAPH.event_types, *DISHONOR_EVENT_TYPES)
+    assert not set(DISHONOR_EVENT_TYPES) & set(EVENT_TARGET_STATE)
     assert EVENT_TARGET_STATE == {
         "submitted": "submitted",
         "settled": "confirmed",

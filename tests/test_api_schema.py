@@ -110,3 +110,17 @@ def test_metadata_is_described_with_its_bounds(schema):
     assert metadata["maxProperties"] == 50
     assert metadata["additionalProperties"]["maxLength"] == 500
     assert "metadata" in schema["components"]["schemas"]["PaymentOutput"]["properties"]
+
+
+def test_the_callback_body_names_the_dishonor_answers_and_their_codes(schema):
+    properties = schema["components"]["schemas"]["ProcessorEventRequest"]["properties"]
+    ref = properties["event_type"]["$ref"].rsplit("/", 1)[-1]
+    enum = schema["components"]["schemas"][ref]["enum"]
+    assert {"return_dishonored", "dishonor_contested"} <= set(enum)
+    assert "R61-R69" in properties["reason_code"]["description"]
+    assert "R71-R77" in properties["reason_code"]["description"]
+
+
+def test_the_balance_is_described_with_its_re_credits(schema):
+    balance = schema["components"]["schemas"]["BalanceOutput"]
+    assert "recredits" in balance["required"]

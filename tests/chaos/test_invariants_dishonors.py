@@ -77,9 +77,7 @@ def test_a_contest_that_overtook_its_dishonor_without_the_reversal_fails(dishono
     report = check(dishonors)
 
     assert failed_checks(report) == {"dishonors_booked"}
-    [missing] = [
-        v for v in report.violations_of("dishonors_booked") if "without their" in v.detail
-    ]
+    [missing] = [v for v in report.violations_of("dishonors_booked") if "without their" in v.detail]
     assert missing.ids == (f"{payment.id} (recredit_reversal)",)
 
 

@@ -91,8 +91,9 @@ def test_the_operator_asks_for_a_dishonor_and_it_is_sent(client, sandbox):
         ({"reason_code": "R61", "note": ""}, "needs a note"),
         ({"reason_code": "R01", "note": "n"}, "Select a valid choice"),
         ({"reason_code": "R61\x00", "note": "n"}, "Select a valid choice"),
+        ({"reason_code": "R61", "note": "a\x00b"}, "Null characters are not allowed"),
     ],
-    ids=["r68-timely", "no-note", "not-a-dishonor-code", "nul"],
+    ids=["r68-timely", "no-note", "not-a-dishonor-code", "nul-code", "nul-note"],
 )
 def test_a_refused_request_is_shown_on_the_form_naming_the_rule(client, form, message):
     payment = _returned()

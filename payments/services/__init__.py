@@ -2,6 +2,7 @@
 
 - ``create``: input checks, the payment, its audit row and its submit command (the outbox);
 - ``events``: applying a processor event exactly once; ``returns``: the ACH return it may carry;
+- ``dishonors``: the operator's dishonor of a return, and the money the processor's answers move;
 - ``transitions``: a state change in memory, its rows and its announcements;
 - ``writes``: the payment's row lock and the one write of an event's rows (two backends);
 - ``submission`` and ``status``: the calls to the processor, over ``calls``, what both share.
@@ -21,6 +22,12 @@ from payments.services.create import (
     payment_create,
     validate_source_token,
 )
+from payments.services.dishonors import (
+    DISHONOR_OPERATION,
+    DishonorResult,
+    return_dishonor_request,
+    return_dishonor_resend,
+)
 from payments.services.events import ApplyOutcome, ApplyResult, payment_apply_event
 from payments.services.status import StatusCheckResult, payment_status_check
 from payments.services.submission import SubmitOutcome, SubmitResult, payment_submit
@@ -29,6 +36,7 @@ from payments.services.writes import EventWrite, Move, event_write, payment_lock
 
 __all__ = [
     "BANK_NUMBER_MESSAGE",
+    "DISHONOR_OPERATION",
     "EVENT_TRANSITIONS",
     "STATUS_OPERATION",
     "SUBMIT_OPERATION",
@@ -38,6 +46,7 @@ __all__ = [
     "_TOKEN_RE",  # the OpenAPI schema states the token's pattern
     "ApplyOutcome",
     "ApplyResult",
+    "DishonorResult",
     "EventWrite",
     "Move",
     "StatusCheckResult",
@@ -53,5 +62,7 @@ __all__ = [
     "payment_submit",
     "payment_transition",
     "processed_events_purge",
+    "return_dishonor_request",
+    "return_dishonor_resend",
     "validate_source_token",
 ]

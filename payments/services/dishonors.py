@@ -273,6 +273,10 @@ def dishonor_event_record(*, payment: Payment, event: ProcessorEvent) -> ReturnD
         dishonor.contest_reason_code = code
         known = code in CONTEST_CODES
     dishonor.unrequested = dishonor.unrequested or not dishonor.requested_at
+    if dishonor.request_status in (DishonorRequestStatus.REQUESTED, DishonorRequestStatus.FAILED):
+        # An answer proves the processor took the request (a timeout that reached it after
+        # all): nothing is left to send.
+        dishonor.request_status = DishonorRequestStatus.SENT
     dishonor.unknown_code = dishonor.unknown_code or not known
     dishonor.save()
     written = _ledger_follow(payment, ach_return, dishonor)

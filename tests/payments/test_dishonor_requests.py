@@ -289,3 +289,49 @@ def test_an_unknown_payment_is_refused_by_name():
 
     with pytest.raises(PaymentNotFound):
         return_dishonor_request(payment_id="nope", reason_code="R61", note="n", user=None)
+
+
+def test_an_answer_to_a_request_recorded_as_failed_marks_it_sent(module_settings):
+    module_settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"  # the call fails here...
+    reset_client()
+    payment = _returned()
+    try:
+        return_dishonor_request(payment_id=payment.id, reason_code="R61", note="n", user=None)
+    finally:
+        reset_client()
+    assert ReturnDishonor.objects.get(payment=payment).request_status == "failed"
+
+    # ... yet the processor had it: its answer comes.
+    payment_apply_event(event=processor_event(payment, "return_dishonored", reason_code="R61"))
+
+    dishonor = ReturnDishonor.objects.get(payment=payment)
+    assert dishonor.request_status == DishonorRequestStatus.SENT
+    assert not dishonor.unrequested
+    with pytest.raises(DishonorRefused, match="no dishonor request waiting"):
+        return_dishonor_resend(payment_id=payment.id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_operators_asking_at_once_make_one_request(module_settings):
+    from tests.payments.test_returns import _race
+
+    module_settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"
+    reset_client()
+    payment = _returned()
+
+    def ask():
+        return return_dishonor_request(
+            payment_id=payment.id, reason_code="R61", note="n", user=None
+        )
+
+    try:
+        results = _race(ask, ask)
+    finally:
+        reset_client()
+
+    refused = [r for r in results if isinstance(r, DishonorRefused)]
+    made = [r for r in results if not isinstance(r, Exception)]
+    assert len(refused) == 1 and "already has a dishonor" in str(refused[0])
+    assert len(made) == 1
+    assert ReturnDishonor.objects.filter(payment=payment).count() == 1
+    assert ProcessorAttempt.objects.filter(operation=DISHONOR_OPERATION).count() == 1

@@ -354,3 +354,20 @@ def test_the_window_helper_gives_five_banking_days_after_the_return():
 
     # Monday 2026-11-02: Tue..Fri are 4, Veterans Day (Wed 11-11) is next week; Mon 11-09 is 5.
     assert dishonor_deadline(RETURNED_AT).date() == (RETURNED_AT + timedelta(days=7)).date()
+
+
+def test_the_merchants_return_rates_leave_out_a_dishonored_return_and_count_a_contested_one():
+    from triage.operations.return_rates import merchant_return_rates
+
+    def rates():
+        [row] = merchant_return_rates(merchant_ids=["m-rate"])
+        return row.debits, row.returns, row.unauthorized_returns
+
+    payment = returned_payment("R10", merchant="m-rate")
+    assert rates() == (1, 1, 1)
+
+    payment_apply_event(event=dishonored(payment))
+    assert rates() == (1, 0, 0)
+
+    payment_apply_event(event=contested(payment))
+    assert rates() == (1, 1, 1)

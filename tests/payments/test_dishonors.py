@@ -371,3 +371,43 @@ def test_the_merchants_return_rates_leave_out_a_dishonored_return_and_count_a_co
 
     payment_apply_event(event=contested(payment))
     assert rates() == (1, 1, 1)
+
+
+_with_return = st.permutations(["returned", *ANSWERS]).flatmap(
+    lambda order: st.tuples(
+        st.just(order), st.lists(st.sampled_from(["returned", *ANSWERS]), max_size=3)
+    )
+)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=_with_return)
+def test_answers_that_overtake_the_return_are_refused_until_it_is_applied_then_book_once(
+    sequence,
+):
+    """The worker retries a refused event: whatever overtook the return applies after it."""
+    order, redeliveries = sequence
+    merchant = f"m-early-{next(_merchants)}"
+    payment = PaymentFactory(
+        state=PaymentState.SUBMITTED, merchant_id=merchant, amount=Decimal("12.00")
+    )
+    payment_apply_event(event=processor_event(payment, "settled"))
+    codes = {"returned": "R01", "return_dishonored": "R61", "dishonor_contested": "R76"}
+    events = {t: processor_event(payment, t, reason_code=codes[t]) for t in order}
+    retry = []
+    for event_type in [*order, *redeliveries]:
+        try:
+            payment_apply_event(event=events[event_type])
+        except InvalidTransition:
+            assert event_type in ANSWERS  # only an answer can come too early
+            retry.append(events[event_type])
+    for event in retry:  # the worker's retry, after the return
+        payment_apply_event(event=event)
+
+    assert kinds(payment) == ["credit", "recredit", "recredit_reversal", "reversal"]
+    assert net(payment) == 0
+    assert counts(merchant) == (1, 1, 0)

@@ -43,6 +43,7 @@ from payments.models import (
     LedgerEntryKind,
     MerchantReturnDay,
     Payment,
+    PaymentEvent,
     PaymentReturn,
     PaymentState,
     ReturnDishonor,
@@ -65,6 +66,7 @@ from payments.return_codes import (
 )
 from payments.services.calls import alert_auth_failed, attempt_record, log_attempt
 from payments.services.writes import DayCounts, merchant_return_day_add, payment_lock
+from payments.signals import payment_dishonor_booked
 
 logger = logging.getLogger(__name__)
 
@@ -250,11 +252,15 @@ def dishonor_event_stale(event: ProcessorEvent, payment: Payment) -> bool:
     return bool(dishonor.contested_event_id)
 
 
-def dishonor_event_record(*, payment: Payment, event: ProcessorEvent) -> ReturnDishonor:
-    """Record the processor's answer on the payment's dishonor and write what its ledger lacks.
+def dishonor_event_record(
+    *, payment: Payment, event: ProcessorEvent, log: PaymentEvent
+) -> ReturnDishonor:
+    """Record the processor's answer on the payment's dishonor, write what its ledger lacks and
+    tell the host (``payment_dishonor_booked``, in this transaction).
 
-    Called under the payment's row lock, in the transaction that claimed the event. An answer
-    we never asked for is recorded all the same (the processor moved the money) and flagged.
+    Called under the payment's row lock, in the transaction that claimed the event (``log`` is
+    its event-log row). An answer we never asked for is recorded all the same (the processor
+    moved the money) and flagged.
     """
     ach_return = PaymentReturn.objects.get(payment=payment)
     dishonor, created = ReturnDishonor.objects.get_or_create(
@@ -280,15 +286,18 @@ def dishonor_event_record(*, payment: Payment, event: ProcessorEvent) -> ReturnD
     dishonor.unknown_code = dishonor.unknown_code or not known
     dishonor.save()
     written = _ledger_follow(payment, ach_return, dishonor)
-    _alerts(payment, dishonor, event, written)
+    _alerts(payment, dishonor, event, [entry.kind for entry in written])
+    payment_dishonor_booked.send(
+        sender=Payment, payment=payment, event=log, dishonor=dishonor, entries=written
+    )
     return dishonor
 
 
 def _ledger_follow(
     payment: Payment, ach_return: PaymentReturn, dishonor: ReturnDishonor
-) -> list[str]:
+) -> list[LedgerEntry]:
     """Write the dishonor entries the facts call for and the ledger lacks; correct the
-    return-rate counters by what was written. The kinds written, in order."""
+    return-rate counters by what was written. The entries written, in order."""
     kinds = set(LedgerEntry.objects.filter(payment=payment).values_list("kind", flat=True))
     wanted = dishonor_ledger_kinds(
         reversed_=LedgerEntryKind.REVERSAL in kinds,
@@ -298,17 +307,20 @@ def _ledger_follow(
     written = []
     for kind, sign in ((LedgerEntryKind.RECREDIT, 1), (LedgerEntryKind.RECREDIT_REVERSAL, -1)):
         if kind in wanted and kind not in kinds:
-            LedgerEntry.objects.create(
+            entry = LedgerEntry.objects.create(
                 payment=payment,
                 merchant_id=payment.merchant_id,
                 kind=kind,
                 amount=sign * payment.amount,
                 currency=payment.currency,
             )
-            written.append(kind)
+            written.append(entry)
     # A re-credit takes the return out of the merchant's counts, its reversal puts it back:
     # written together (a contest that came first), they cancel.
-    delta = (LedgerEntryKind.RECREDIT in written) - (LedgerEntryKind.RECREDIT_REVERSAL in written)
+    kinds_written = {entry.kind for entry in written}
+    delta = (LedgerEntryKind.RECREDIT in kinds_written) - (
+        LedgerEntryKind.RECREDIT_REVERSAL in kinds_written
+    )
     if delta:
         _return_uncount(ach_return, sign=-delta)
     return written

@@ -131,7 +131,7 @@ def _apply_dishonor_event(event: ProcessorEvent, caused_by: str) -> ApplyResult:
             log = _event_row(payment, event, outcome, current, current, caused_by)
             if event_write(_event_rows(payment, event, None, log)):
                 if not stale:
-                    dishonor_event_record(payment=payment, event=event)
+                    dishonor_event_record(payment=payment, event=event, log=log)
                 return ApplyResult(log.outcome, payment, current, current)
         return _apply_repeat(event, payment, caused_by, refusal)
 

@@ -411,3 +411,46 @@ def test_answers_that_overtake_the_return_are_refused_until_it_is_applied_then_b
     assert kinds(payment) == ["credit", "recredit", "recredit_reversal", "reversal"]
     assert net(payment) == 0
     assert counts(merchant) == (1, 1, 0)
+
+
+def test_the_host_is_told_inside_the_transaction_what_each_answer_booked():
+    from payments.signals import payment_dishonor_booked
+
+    booked = []
+
+    def receiver(sender, payment, event, dishonor, entries, **kwargs):
+        booked.append((event.event_type, event.outcome, [e.kind for e in entries]))
+
+    payment = returned_payment()
+    payment_dishonor_booked.connect(receiver, sender=Payment)
+    try:
+        event = contested(payment)
+        payment_apply_event(event=event)
+        payment_apply_event(event=event)  # a duplicate books nothing and says nothing
+        payment_apply_event(event=dishonored(payment))
+    finally:
+        payment_dishonor_booked.disconnect(receiver, sender=Payment)
+
+    assert booked == [
+        ("dishonor_contested", "recorded", []),
+        ("return_dishonored", "recorded", ["recredit", "recredit_reversal"]),
+    ]
+
+
+def test_a_receiver_that_raises_rolls_the_answer_back():
+    from payments.signals import payment_dishonor_booked
+
+    def receiver(**kwargs):
+        raise RuntimeError("the host's books are down")
+
+    payment = returned_payment()
+    payment_dishonor_booked.connect(receiver, sender=Payment)
+    try:
+        with pytest.raises(RuntimeError):
+            payment_apply_event(event=dishonored(payment))
+    finally:
+        payment_dishonor_booked.disconnect(receiver, sender=Payment)
+
+    assert kinds(payment) == ["credit", "reversal"]
+    assert not ReturnDishonor.objects.filter(payment=payment).exists()
+    assert not PaymentEvent.objects.filter(payment=payment, event_type="return_dishonored")

@@ -43,6 +43,12 @@ MESSAGES_DEFERRED = Counter(
     "circuit breaker was open or calls were paused by a 429, by reason: breaker_open, paused.",
     ["reason"],
 )
+CELERY_TASKS = Counter(
+    "payments_celery_tasks_total",
+    "The module's Celery tasks run by this worker, by task and outcome: succeeded, failed, "
+    "retried (callbacks.celery_metrics).",
+    ["task", "outcome"],
+)
 # How many messages share one SQS call: what the coalesced sends and the worker's linger buy.
 _BATCH_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 CALLBACK_SEND_BATCH_ENTRIES = Histogram(

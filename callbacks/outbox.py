@@ -46,6 +46,7 @@ from django.utils import timezone
 
 from callbacks import sqs
 from callbacks.metrics import OUTBOX_PUBLISHED
+from payments import propagation
 from payments.models import OutboxMessage
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ def _message(row: OutboxMessage) -> sqs.OutgoingMessage:
         body={**row.body, "outbox_id": row.id, "enqueued_at": row.created_at.isoformat()},
         group_id=row.group_id,
         deduplication_id=row.deduplication_id,
+        attributes=propagation.message_attributes(row.carried),
     )
 
 

@@ -1,5 +1,6 @@
-"""Waiting until the chaos run has nothing left moving: nothing queued, running, unpublished or
-undelivered, then the dead letters taken in from the DLQ."""
+"""Waiting until the chaos run has nothing left moving: nothing queued, running, unpublished,
+waiting out the processor's outage or undelivered, then the dead letters taken in from the
+DLQ."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Settling:
         from django.db import connection
 
         from callbacks import sqs
-        from callbacks.models import UNFINISHED_STATUSES, QueueMessage
+        from callbacks.models import UNFINISHED_STATUSES, HoldKind, PaymentHold, QueueMessage
         from payments.models import OutboxMessage
 
         connection.close()  # the run may have terminated this process's connection
@@ -48,12 +49,17 @@ class Settling:
                 status__in=UNFINISHED_STATUSES
             ).count(),
             "unpublished outbox": OutboxMessage.objects.filter(published_at__isnull=True).count(),
+            # Parked in the database behind the processor's outage, off the queue: not settled
+            # until the workers have released them and the processor has had them.
+            "waiting for the processor": PaymentHold.objects.filter(
+                kind=HoldKind.OUTAGE, released_at__isnull=True
+            ).count(),
             "callbacks pending": int(self.sandbox_stats().get("callbacks_pending", 0)),
         }
 
     def wait_quiet(self) -> tuple[bool, dict]:
-        """Poll until nothing is queued, running, unpublished or undelivered three times in a
-        row. Gives up after CHAOS_QUIESCE_SECONDS, or after STALL_SECONDS without a single
+        """Poll until nothing is queued, running, unpublished, waiting for the processor or
+        undelivered three times in a row. Gives up after CHAOS_QUIESCE_SECONDS, or after STALL_SECONDS without a single
         message finishing (stuck, not slow)."""
         from callbacks.models import FINISHED_STATUSES, QueueMessage
 

@@ -20,9 +20,11 @@ app.autodiscover_tasks()
 
 
 def _module_wiring() -> None:
+    from callbacks.celery_metrics import celery_metrics_configure
     from callbacks.celery_queue import celery_queue_configure
 
     celery_queue_configure(app)
+    celery_metrics_configure(app)
 
 
 _module_wiring()

@@ -26,6 +26,8 @@ import enum
 import logging
 import uuid
 
+from django.conf import settings
+from django.core.signals import got_request_exception
 from django.db import InterfaceError, OperationalError
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -165,8 +167,11 @@ def module_exception_handler(exc: Exception, context: dict) -> Response | None:
 
     A database that cannot be reached (refused, lost or closed connections, wherever they
     happen: authentication, the Idempotency-Key claim, the work) is the client's cue to retry,
-    not a server bug: 503 with ``Retry-After``. Data errors (``DataError``, ``IntegrityError``)
-    are bugs or bad rows and stay 500s (Django's own answer, after its traceback is logged).
+    not a server bug: 503 with ``Retry-After``. Anything else unexpected (a bug, a bad row's
+    ``DataError`` or ``IntegrityError``) is a 500 in the envelope, with the request id a
+    support ticket quotes and none of the exception's text (its traceback goes to the log under
+    that id, and to Django's ``got_request_exception`` as Django's own 500 would send it). With
+    ``DEBUG`` on, Django's own debug page shows it instead.
     """
     if isinstance(exc, OperationalError | InterfaceError):
         return _database_unavailable_response(exc, context)
@@ -174,7 +179,7 @@ def module_exception_handler(exc: Exception, context: dict) -> Response | None:
     # sets WWW-Authenticate and Retry-After; the body is then replaced by the envelope.
     response = exception_handler(exc, context)
     if response is None:
-        return None
+        return None if settings.DEBUG else _unexpected_error_response(exc, context)
     if not isinstance(exc, exceptions.APIException):
         exc = (
             exceptions.NotFound() if response.status_code == 404 else exceptions.PermissionDenied()
@@ -209,6 +214,35 @@ def _database_unavailable_response(exc: Exception, context: dict) -> Response:
     response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
     # The line above is the record; Django's request log would add a second one with the path.
     response._has_been_logged = True
+    return response
+
+
+def _unexpected_error_response(exc: Exception, context: dict) -> Response:
+    set_rollback()
+    request = context["request"]
+    match = getattr(request, "resolver_match", None)
+    request_id = request_id_of(request)
+    # The route's name, not its path (a path holds a merchant id); the traceback is the record.
+    logger.error(
+        "payments API answered 500, unexpected %s: %s %s, request %s",
+        type(exc).__name__,
+        request.method,
+        match.url_name if match else type(context["view"]).__name__,
+        request_id,
+        exc_info=exc,
+        extra={"outcome": "internal_error", "request_id": request_id},
+    )
+    error = ApiError(
+        status.HTTP_500_INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "an unexpected error stopped this request; nothing it asked for is promised. Quote its "
+        "request_id to support; a retry with the same Idempotency-Key is safe",
+    )
+    # What Django's own handler does with an exception, so an error tracker hooked on the
+    # signal (Sentry's Django integration, for one) still sees it, traceback and request.
+    got_request_exception.send(sender=None, request=getattr(request, "_request", request))
+    response = Response(error.body(), status=error.status_code)
+    response._has_been_logged = True  # the record above, with its traceback, is the one
     return response
 
 

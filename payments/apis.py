@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from payments import conf as payments_conf
-from payments import idempotency
+from payments import idempotency, propagation
 from payments.access import merchant_access_allowed, merchants_listed
 from payments.api_errors import (
     DATABASE_RETRY_AFTER_SECONDS,
@@ -36,6 +36,7 @@ from payments.api_errors import (
     ErrorType,
     ModuleErrorsMixin,
     field_errors,
+    request_id_of,
 )
 from payments.api_throttling import ModuleScopedThrottle
 from payments.http_limits import read_body_limited
@@ -164,7 +165,7 @@ class PaymentListCreateApi(ModuleApiView):
             user=request.user,
             key=key,
             request_data=data,
-            work=lambda: _payment_create_answer(request.user, data),
+            work=lambda: _payment_create_answer(request, data),
         )
         return _idempotent_response(result)
 
@@ -199,8 +200,9 @@ def _refusal(error: ApiError) -> idempotency.Answer:
     return idempotency.Answer(error.status_code, error.body(), store=False)
 
 
-def _payment_create_answer(user, data) -> idempotency.Answer:
+def _payment_create_answer(request, data) -> idempotency.Answer:
     """Validate and create; only a create that executed is what the key replays."""
+    user = request.user
     serializer = PaymentCreateInputSerializer(data=data)
     if not serializer.is_valid():
         return _refusal(field_errors(serializer.errors))
@@ -209,7 +211,11 @@ def _payment_create_answer(user, data) -> idempotency.Answer:
         return _refusal(_forbidden("merchant_id"))
     try:
         payment = payment_create(
-            **serializer.validated_data, caused_by=f"api:{user.get_username()}"
+            **serializer.validated_data,
+            caused_by=f"api:{user.get_username()}",
+            carried=propagation.outgoing_values(
+                request_id=request_id_of(request), headers=request.headers
+            ),
         )
     except DjangoValidationError as exc:
         # The service's own validation: nothing was written (its transaction rolls back).

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from django.conf import settings
-from django.core.checks import Error
+from django.core.checks import Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
@@ -163,6 +163,30 @@ class AppSettings:
             if low not in refused and high not in refused and values[low] > values[high]
         ]
         return errors
+
+    def stray(self, *, warning_id: str) -> list[Warning]:
+        """One warning per setting of this app the host set as a top-level name of its
+        settings, where the app never reads it (``PROCESSOR_BASE_URL = ...`` beside, not inside,
+        ``PAYMENTS``): the old spelling, or a dict entry written out of its dict, would
+        otherwise leave the default in force without a word. A warning, not an error: a host's
+        own setting may share a name (``SILENCED_SYSTEM_CHECKS`` takes the id)."""
+        host = self.host_values()
+        return [
+            Warning(
+                f"{name} is set as a top-level setting, which the {self.app} app does not "
+                f"read; {self.label(name)} "
+                + (
+                    "is also set, and is the value in force."
+                    if name in host
+                    else "is not set, so its default is in force."
+                ),
+                hint=f"Move it into {self.setting}: {self.label(name)} = ...",
+                obj=name,
+                id=warning_id,
+            )
+            for name in sorted(self.names)
+            if hasattr(settings, name)
+        ]
 
     def _unknown(self, key: str, error_id: str) -> Error:
         owner = next((other for other in AppSettings.every if key in other.names), None)

@@ -1,7 +1,7 @@
 """Start-up checks (``manage.py check``, ``migrate``, ``runserver``): a host project learns of a
 missing or broken setting of the payments app by its name, before the first request."""
 
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 from django.utils.module_loading import import_string
 
 from payments import conf
@@ -47,6 +47,12 @@ def payments_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
     (``payments.conf.SPECS``, payments.E003); the required ones too, when they are set at all
     (a missing one is payments.E001)."""
     return conf.payments_settings.refused(error_id="payments.E003", unknown_id="payments.E004")
+
+
+@register()
+def payments_stray_settings_check(app_configs=None, **kwargs) -> list[Warning]:
+    """A payments setting written as a top-level name, which the app does not read."""
+    return conf.payments_settings.stray(warning_id="payments.W001")
 
 
 @register()

@@ -2,6 +2,7 @@
 
 import io
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -10,17 +11,20 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import requests
 from celery import Celery
 from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 from kombu import Connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from payments.locks import _lock_key, single_flight
 from payments.models import ProcessedEvent
 from payments.tasks import processed_events_purge
 from tests.factories import PaymentFactory, ProcessedEventFactory
+from tests.gunicorn_support import free_port
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,6 +291,34 @@ def test_single_flight_releases_its_lock_when_the_block_raises():
             assert taken == (False,)
 
 
+def metric_families(port: int) -> dict[str, str]:
+    """The families http://127.0.0.1:port/metrics serves, each with its samples' text."""
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {
+        family.name: " ".join(f"{sample.labels} {sample.value}" for sample in family.samples)
+        for family in text_string_to_metric_families(text)
+    }
+
+
+@pytest.mark.subprocess
+def test_a_metrics_port_that_cannot_be_bound_stops_beat_naming_it(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        beat = _start(
+            ["beat", "--schedule", str(tmp_path / "schedule"), "--metrics-port", str(port)],
+            {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test"},
+            tmp_path / "beat.log",
+        )
+        try:
+            beat.wait(60)
+        finally:
+            _stop(beat)
+    assert beat.returncode != 0
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in (tmp_path / "beat.log").read_text()
+
+
 def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
     with open(log, "w") as log_file:
         return subprocess.Popen(
@@ -329,24 +361,39 @@ def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
             "DLQ_INGEST_INTERVAL_SECONDS": "1",
         }
     )
+    worker_port, beat_port = free_port(), free_port()
     worker = _start(
         ["worker", "--pool=solo", "--without-heartbeat", "--without-gossip", "--without-mingle",
-         "-Q", name, "--loglevel=INFO"],
+         "-Q", name, "--loglevel=INFO", "--metrics-port", str(worker_port)],
         env,
         tmp_path / "worker.log",
     )  # fmt: skip
     beat = _start(
-        ["beat", "--loglevel=INFO", "--schedule", str(tmp_path / "beat-schedule")],
+        ["beat", "--loglevel=INFO", "--schedule", str(tmp_path / "beat-schedule"),
+         "--metrics-port", str(beat_port)],
         env,
         tmp_path / "beat.log",
-    )
+    )  # fmt: skip
+    logs = [tmp_path / "beat.log", tmp_path / "worker.log"]
     try:
         wait_for(
             DeadLetter.objects.exists,
             60,
             "a dead letter ingested",
             watch=[worker, beat],
-            logs=[tmp_path / "beat.log", tmp_path / "worker.log"],
+            logs=logs,
+        )
+        # Each process serves its own counters on its own port (a host of its own is scraped
+        # there): the worker's show the task it ran.
+        for port in (worker_port, beat_port):
+            families = metric_families(port)
+            assert "payments_transitions" in families, families
+        wait_for(
+            lambda: "'succeeded'" in metric_families(worker_port)["payments_celery_tasks"],
+            30,
+            "the worker's task counted on its port",
+            watch=[worker],
+            logs=logs,
         )
     finally:
         _stop(beat)

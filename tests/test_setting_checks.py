@@ -17,10 +17,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from callbacks.checks import callbacks_setting_values_check
+from callbacks.checks import callbacks_setting_values_check, callbacks_stray_settings_check
 from payments.app_settings import AppSettings
-from payments.checks import payments_setting_values_check
-from triage.checks import triage_setting_values_check
+from payments.checks import payments_setting_values_check, payments_stray_settings_check
+from triage.checks import triage_setting_values_check, triage_stray_settings_check
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = {
@@ -203,6 +203,35 @@ def test_an_unknown_key_fails_check_naming_the_key_the_app_and_the_closest_name(
     assert error.id == error_id
     assert error.msg == f'{setting}["{key}"] is not a setting of the {app} app.'
     assert error.hint == hint
+
+
+@pytest.mark.parametrize(
+    ("name", "check", "warning_id", "owner"),
+    [
+        ("PROCESSOR_TIMEOUT_SECONDS", payments_stray_settings_check, "payments.W001", "PAYMENTS"),
+        ("WORKER_MAX_ATTEMPTS", callbacks_stray_settings_check, "callbacks.W001", "CALLBACKS"),
+        ("ALERT_WEBHOOK_URL", triage_stray_settings_check, "triage.W001", "TRIAGE"),
+    ],
+)
+def test_a_setting_written_at_the_top_level_is_named_not_silently_ignored(
+    settings, name, check, warning_id, owner
+):
+    assert check() == []
+    in_dict = {k: v for k, v in getattr(settings, owner, {}).items() if k != name}
+    setattr(settings, owner, in_dict)
+    setattr(settings, name, 7)
+
+    [warning] = check()
+    assert (warning.id, warning.obj) == (warning_id, name)
+    assert warning.msg == (
+        f"{name} is set as a top-level setting, which the {owner.lower()} app does not read; "
+        f'{owner}["{name}"] is not set, so its default is in force.'
+    )
+    assert warning.hint == f'Move it into {owner}: {owner}["{name}"] = ...'
+
+    setattr(settings, owner, {**in_dict, name: 8})
+    [warning] = check()
+    assert warning.msg.endswith(f'{owner}["{name}"] is also set, and is the value in force.')
 
 
 def test_an_apps_settings_that_are_not_a_dict_fail_check(settings):

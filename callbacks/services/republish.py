@@ -13,6 +13,7 @@ from django.utils import timezone
 from callbacks import sqs
 from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
 from callbacks.sqs import ReceivedMessage
+from payments import propagation
 
 # Keys the queue layer adds to a message body; stripped before a body is republished.
 DEAD_LETTER_KEY = "dead_letter"
@@ -47,6 +48,7 @@ def parked_message_republish(*, row: ParkedMessage, hold: PaymentHold) -> bool:
         body=_republishable(row.body),
         group_id=row.payment_id,
         deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
+        attributes=propagation.message_attributes(row.carried),
     )
     marked = ParkedMessage.objects.filter(pk=row.pk, hold=hold, republished_message_id="").update(
         republished_message_id=new_id, released_at=timezone.now()

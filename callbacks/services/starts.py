@@ -39,6 +39,7 @@ from callbacks.models import (
 from callbacks.services.holds import hold_create, hold_passes
 from callbacks.services.republish import redrive_original, released_original_id
 from callbacks.sqs import ReceivedMessage
+from payments import propagation
 
 logger = logging.getLogger(__name__)
 
@@ -380,6 +381,7 @@ def message_park(
         sequence_number=order_key,
         kind=message.kind[:64],
         body=message.body if message.body is not None else {"raw_body": message.raw_body},
+        carried=propagation.carried(message.message_attributes),
         arrived_at=message.enqueued_at,
     )
     return StartDecision(StartAction.PARKED, queue_message, hold)

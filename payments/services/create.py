@@ -2,11 +2,13 @@
 one transaction."""
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from payments import propagation
 from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
 from payments.signals import outbox_committed
 
@@ -61,11 +63,13 @@ def payment_create(
     description: str = "",
     metadata: dict | None = None,
     caused_by: str = "",
+    carried: Mapping[str, str] | None = None,
 ) -> Payment:
     """Write the payment (pending, new idempotency key) and its submit command in one transaction.
 
     The commit is the promise: the outbox row guarantees the submission is published even if
-    the queue is down right now.
+    the queue is down right now. ``carried`` (the creating request's id and trace,
+    ``payments.propagation``) goes with the submit command to the worker.
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -101,13 +105,19 @@ def payment_create(
             kind=SUBMIT_PAYMENT,
             group_id=str(payment.id),
             body={"kind": SUBMIT_PAYMENT, "payment_id": str(payment.id)},
+            carried=carried,
         )
     return payment
 
 
-def outbox_enqueue(*, kind: str, group_id: str, body: dict) -> OutboxMessage:
-    """Add a message to the outbox inside the caller's transaction; announce it after commit."""
-    message = OutboxMessage.objects.create(kind=kind, group_id=group_id, body=body)
+def outbox_enqueue(
+    *, kind: str, group_id: str, body: dict, carried: Mapping[str, str] | None = None
+) -> OutboxMessage:
+    """Add a message to the outbox inside the caller's transaction; announce it after commit.
+    ``carried`` is the request id and trace it is sent with (``payments.propagation``)."""
+    message = OutboxMessage.objects.create(
+        kind=kind, group_id=group_id, body=body, carried=propagation.bounded(carried or {})
+    )
     transaction.on_commit(
         lambda: outbox_committed.send(sender=OutboxMessage, message_ids=[message.id]),
         robust=True,

@@ -13,12 +13,16 @@ from pathlib import Path
 import pytest
 
 from callbacks import tracing
+from callbacks.models import PaymentHold
+from callbacks.outbox import outbox_relay_publish
+from callbacks.services import hold_release
+from payments import propagation
 from payments.logcontext import LogContextFilter
 from payments.logformat import JsonLineFormatter
-from payments.models import PaymentState
+from payments.models import OutboxMessage, Payment, PaymentState
 from tests.callbacks.test_endpoint import event_body, post_json
-from tests.callbacks.worker_support import run_worker, run_worker_until
-from tests.factories import PaymentFactory
+from tests.callbacks.worker_support import run_worker, run_worker_until, send_body
+from tests.factories import PaymentFactory, grant
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -47,8 +51,9 @@ def worker_log():
 @pytest.fixture
 def without_otel(monkeypatch):
     """The module as it runs when the otel extra is not installed."""
-    monkeypatch.setattr(tracing, "propagate", None)
-    monkeypatch.setattr(tracing, "trace", None)
+    for module in (tracing, propagation):
+        monkeypatch.setattr(module, "propagate", None)
+        monkeypatch.setattr(module, "trace", None)
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +153,75 @@ def test_a_callback_with_a_traceparent_gives_a_worker_span_in_its_trace(
         if r["logger"] == "callbacks.worker" and r.get("payment_id") == str(payment.id)
     ]
     assert done["trace_id"] == TRACE_ID and done["request_id"] == request_id
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("without_otel", "sandbox")
+def test_a_created_payments_submission_is_logged_in_the_create_requests_trace(
+    sqs_queues, api_client, user, worker_log
+):
+    """The create request's id and trace wait with the submit command in the outbox, go with
+    it through SQS, and name every record the worker writes while it submits the payment."""
+    grant(user, "m-1")
+    response = api_client.post(
+        "/api/payments/",
+        {"merchant_id": "m-1", "amount": "25.00", "source_token": "tok_abcdef12"},
+        format="json",
+        HTTP_TRACEPARENT=TRACEPARENT,
+    )
+    assert response.status_code == 201
+    payment_id = response.json()["id"]
+    request_id = response["Request-Id"]
+    [row] = OutboxMessage.objects.filter(group_id=payment_id)
+    assert row.carried == {"request_id": request_id, "traceparent": TRACEPARENT}
+
+    outbox_relay_publish()
+    run_worker_until(lambda: Payment.objects.get(pk=payment_id).state == PaymentState.SUBMITTED)
+
+    of_message = [r for r in worker_log() if r.get("payment_id") == payment_id]
+    assert {r["logger"] for r in of_message} >= {"callbacks.worker", "payments.services.calls"}
+    assert {(r["request_id"], r["trace_id"]) for r in of_message} == {(request_id, TRACE_ID)}
+    [done] = [r for r in of_message if r["logger"] == "callbacks.worker" and "outcome" in r]
+    assert done["outcome"] == "submitted"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("without_otel")
+def test_a_parked_message_is_released_with_the_request_id_and_trace_it_arrived_with(sqs_queues):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    # A message of an unknown kind is dead-lettered and puts its payment on hold.
+    send_body(sqs_queues.client, sqs_queues.url, payment.id, {"kind": "refund_payment"})
+    run_worker()
+    hold = PaymentHold.objects.get(payment_id=str(payment.id), released_at=None)
+    sqs_queues.client.send_message(
+        QueueUrl=sqs_queues.url,
+        MessageBody=json.dumps({"kind": "submit_payment", "payment_id": str(payment.id)}),
+        MessageGroupId=str(payment.id),
+        MessageDeduplicationId="submit-1",
+        MessageAttributes=carrying("req_parked"),
+    )
+    run_worker()
+    [parked] = hold.parked.all()
+    assert parked.carried == {"request_id": "req_parked", "traceparent": TRACEPARENT}
+
+    assert hold_release(payment_id=payment.id, released_by="ops@example.com", note="ok") == 1
+
+    [message] = sqs_queues.client.receive_message(
+        QueueUrl=sqs_queues.url, MessageAttributeNames=["All"], WaitTimeSeconds=1
+    )["Messages"]
+    assert message["MessageId"] == hold.parked.get().republished_message_id
+    assert tracing.carried(message["MessageAttributes"]) == {
+        "request_id": "req_parked",
+        "traceparent": TRACEPARENT,
+    }
+
+
+def test_values_held_in_a_column_are_bounded_again_when_sent():
+    """A column may have been written by anything (an older release, a person in the shell):
+    what is sent from it is checked as what arrives from outside is."""
+    assert propagation.message_attributes(
+        {"request_id": "x" * 10_000, "traceparent": TRACEPARENT, "other": "y", "tracestate": 5}
+    ) == {"traceparent": {"DataType": "String", "StringValue": TRACEPARENT}}
 
 
 def carrying(request_id: str, traceparent: str = TRACEPARENT) -> dict:

@@ -28,6 +28,8 @@ DASHBOARD_METRICS = {
     "payments_return_rate_threshold_ratio",
     "payments_beat_heartbeat_timestamp_seconds",
     "payments_ops_scrape_error",
+    "payments_dependency_up",
+    "payments_celery_tasks_total",
 }
 
 

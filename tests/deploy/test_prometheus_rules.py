@@ -30,6 +30,8 @@ RULE_METRICS = {
     "payments_merchant_return_rate_ratio",
     "payments_return_rate_threshold_ratio",
     "payments_beat_heartbeat_timestamp_seconds",
+    "payments_merchants_return_rate_over_level",
+    "payments_dependency_up",
 }
 
 

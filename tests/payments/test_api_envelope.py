@@ -3,10 +3,12 @@ id on every answer, and throttling that is off until a setting turns it on."""
 
 import json
 import re
+import sys
 import uuid
 
 import pytest
 from django.core.cache import cache
+from django.core.signals import got_request_exception
 from rest_framework.test import APIClient
 
 from payments.api_errors import ErrorType
@@ -215,3 +217,52 @@ def test_a_callback_body_that_breaks_the_contract_names_its_fields(client):
 def test_406_for_an_accept_header_without_json(api_client):
     response = api_client.get("/api/payments/", HTTP_ACCEPT="text/html")
     error_of(response, 406, ErrorType.INVALID_REQUEST, "not_acceptable")
+
+
+def test_a_bug_answers_500_in_the_envelope_without_its_text_and_the_key_can_be_retried(
+    api_client, user, monkeypatch, caplog
+):
+    """An unexpected exception inside the work (here the create service failing as a bug
+    would) is the envelope's 500, never Django's HTML page; its text stays in the log, under
+    the request id the answer carries, and the Idempotency-Key is released, not stored."""
+    from payments import apis
+    from payments.models import Payment
+
+    grant(user, "acme")
+    real_create = apis.payment_create
+
+    def broken(**kwargs):
+        real_create(**kwargs)  # written, then rolled back with the request
+        raise RuntimeError("secret internals of the bug")
+
+    monkeypatch.setattr(apis, "payment_create", broken)
+    key = str(uuid.uuid4())
+    tracked = []
+
+    def tracker(sender, request, **kwargs):  # as an error tracker hooks Django's signal
+        tracked.append((request.path, sys.exc_info()[1]))
+
+    got_request_exception.connect(tracker)
+    api_client.raise_request_exception = False  # the test client re-raises what it signals
+    try:
+        with caplog.at_level("ERROR", logger="payments.api_errors"):
+            response = api_client.post(
+                "/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY=key
+            )
+    finally:
+        got_request_exception.disconnect(tracker)
+
+    error = error_of(response, 500, ErrorType.API, "internal_error")
+    assert "secret" not in response.content.decode()
+    [record] = [r for r in caplog.records if "answered 500" in r.getMessage()]
+    assert record.request_id == response["Request-Id"]
+    assert record.exc_info[1].args == ("secret internals of the bug",)
+    assert error["request_id"] in record.getMessage()
+    [(path, exception)] = tracked
+    assert path == "/api/payments/" and str(exception) == "secret internals of the bug"
+    assert not Payment.objects.exists()
+
+    monkeypatch.setattr(apis, "payment_create", real_create)
+    retried = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert retried.status_code == 201
+    assert Payment.objects.count() == 1

@@ -59,8 +59,8 @@ class Settling:
 
     def wait_quiet(self) -> tuple[bool, dict]:
         """Poll until nothing is queued, running, unpublished, waiting for the processor or
-        undelivered three times in a row. Gives up after CHAOS_QUIESCE_SECONDS, or after STALL_SECONDS without a single
-        message finishing (stuck, not slow)."""
+        undelivered three times in a row. Gives up after CHAOS_QUIESCE_SECONDS, or after
+        STALL_SECONDS without a single message finishing (stuck, not slow)."""
         from callbacks.models import FINISHED_STATUSES, QueueMessage
 
         deadline = time.monotonic() + self.config.quiesce_seconds

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('payments', '0009_payment_metadata_list_index'),
+        ('payments', '0010_carried_trace'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -25,7 +25,9 @@ incident too; the run's database refusing every connection for DATABASE_OUTAGE_S
 receive spent, no dead letter); PostgreSQL backends of the run's database terminated a few
 times; two gunicorn workers SIGKILLed; and a faulty processor's callbacks (``settled`` for a
 payment it rejected, an event for an unknown payment, a reused event id with another amount),
-which must end in triage.
+which must end in triage; and the processor's answers to dishonors of returned payments
+(``return_dishonored``, ``dishonor_contested``) out of order and redelivered, which must move
+money exactly once each.
 Payments are created through ``POST /api/payments/`` with an Idempotency-Key, retried with the
 same key on 5xx, 409 and connection errors.
 

@@ -235,3 +235,62 @@ class Faults:
                 self.log(
                     f"fault: processor reused event id {event_id} with amount {body['amount']}"
                 )
+
+    def inject_dishonor_answers(self, at: float, until: float) -> None:
+        """The processor's answers to dishonors of returned payments, out of order and
+        redelivered, which must move money exactly once each: a dishonor delivered twice and
+        resent under a new id; a contest that overtakes its dishonor, both delivered twice; a
+        dishonor then its contest, the contest delivered twice. ``dishonors_booked`` checks the
+        ledger against each payment's history afterwards. Returns come some seconds after
+        settlement, so it waits (until ``until``) for returned payments to answer for."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        from django.db import DatabaseError, connection
+        from django.utils import timezone
+
+        from payments.models import Payment as PaymentModel
+        from payments.models import PaymentState
+
+        returned: list = []
+        while not self.stopping.is_set():
+            connection.close()  # it may have been terminated
+            try:
+                returned = list(
+                    PaymentModel.objects.filter(state=PaymentState.RETURNED, dishonor__isnull=True)
+                    .order_by("id")
+                    .values_list("id", "amount")[:6]
+                )
+            except DatabaseError:
+                returned = []
+            if len(returned) >= 3 or time.monotonic() >= until:
+                break
+            self.stopping.wait(2)
+        if not returned:
+            self.log("fault: no returned payment yet: no dishonor answers injected")
+            return
+
+        def answer(payment_id, amount, event_type: str, code: str) -> dict:
+            return {
+                "payment_id": str(payment_id),
+                "event_type": event_type,
+                "processor_event_id": f"evt_chaos_{uuid.uuid4().hex}",
+                "amount": f"{amount:.2f}",
+                "timestamp": timezone.now().isoformat(),
+                "reason_code": code,
+            }
+
+        for index, (payment_id, amount) in enumerate(returned):
+            dishonored = answer(payment_id, amount, "return_dishonored", "R61")
+            contested = answer(payment_id, amount, "dishonor_contested", "R76")
+            resent = {**dishonored, "processor_event_id": f"evt_chaos_{uuid.uuid4().hex}"}
+            sequence = (
+                [dishonored, dishonored, resent],
+                [contested, dishonored, contested, dishonored],
+                [dishonored, contested, contested],
+            )[index % 3]
+            for body in sequence:
+                self.post_callback(body)
+            self.log(
+                f"fault: dishonor answers for returned payment {payment_id}: "
+                + ", ".join(b["event_type"] for b in sequence)
+            )

@@ -432,4 +432,13 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
     if not settled:
         print("  some payments were still moving after the time limit")
     lifecycle = run_lifecycle(web_url=web_url, token=token, merchant=MERCHANTS[0])
-    return _summary(sandbox_url, poison, lifecycle) and settled
+    ok = _summary(sandbox_url, poison, lifecycle) and settled
+    # After the summary, whose ledger checks hold a merchant's net to its confirmed total: a
+    # dishonored return adds its re-credit on top.
+    from demo.dishonors import run_dishonors
+
+    checks = run_dishonors(web_url=web_url, token=token, merchant=MERCHANTS[0])
+    print("\n  Dishonors")
+    for label, passed in checks:
+        print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
+    return ok and all(passed for _, passed in checks)

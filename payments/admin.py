@@ -27,6 +27,7 @@ from payments.models import (
     PaymentReturn,
     ProcessedEvent,
     ProcessorAttempt,
+    ReturnDishonor,
 )
 from payments.return_codes import return_code_label
 from payments.selectors import payment_reinitiation_chain
@@ -123,6 +124,45 @@ class NotificationOfChangeInline(ReadOnlyInline):
     fields = ["change_code", "change_title", "status", "deadline", "unknown_code", "received_at"]
 
 
+class ReturnDishonorInline(ReadOnlyInline):
+    """The dishonor of the payment's return: our request and the processor's answers."""
+
+    model = ReturnDishonor
+    fields = [
+        "outcome",
+        "reason",
+        "request_status",
+        "requested_by",
+        "requested_at",
+        "note",
+        "last_error",
+        "dishonored_at",
+        "contested_at",
+        "contest_reason",
+        "flags_display",
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+    @admin.display(description="reason code")
+    def reason(self, obj):
+        return return_code_label(obj.reason_code) if obj.reason_code else "—"
+
+    @admin.display(description="contest code")
+    def contest_reason(self, obj):
+        return return_code_label(obj.contest_reason_code) if obj.contest_reason_code else "—"
+
+    @admin.display(description="flags")
+    def flags_display(self, obj):
+        flags = [
+            name
+            for name, on in (("unrequested", obj.unrequested), ("unknown code", obj.unknown_code))
+            if on
+        ]
+        return ", ".join(flags) or "—"
+
+
 @admin.register(Payment)
 class PaymentAdmin(admin.ModelAdmin):
     list_display = ["id", "merchant_id", "amount", "currency", "state", "created_at"]
@@ -135,6 +175,7 @@ class PaymentAdmin(admin.ModelAdmin):
         LedgerEntryInline,
         PaymentReturnInline,
         NotificationOfChangeInline,
+        ReturnDishonorInline,
     ]
     list_per_page = 50
     show_full_result_count = False
@@ -262,6 +303,28 @@ class PaymentReturnAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="flags")
     def flags_display(self, obj):
         return ", ".join(obj.flags) or "—"
+
+
+@admin.register(ReturnDishonor)
+class ReturnDishonorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Every dishonor of a return: requested ones, failed requests to send again, and the
+    processor's answers; unrequested and unknown-code ones filterable."""
+
+    list_display = [
+        "created_at",
+        "payment",
+        "merchant_id",
+        "reason_code",
+        "request_status",
+        "outcome",
+        "contest_reason_code",
+    ]
+    list_filter = ["request_status", "unrequested", "unknown_code", "reason_code"]
+    search_fields = ["=payment__id", "merchant_id"]
+    list_select_related = ["payment"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["outcome", *(f.name for f in self.model._meta.fields)]
 
 
 @admin.register(MerchantReturnDay)

@@ -12,15 +12,20 @@ from payments.models import PAYMENT_GRAPH
 # The event types of the callback contract and where each drives a payment from the start of the
 # graph (a return after settlement goes further: ``event_target_state``), read from the
 # transitions on ``Payment``.
-EVENT_TYPES = PAYMENT_GRAPH.event_types
 EVENT_TARGET_STATE = PAYMENT_GRAPH.event_targets
+# Events about a returned payment's return that move money but no state: the dishonor of the
+# return stood, or the receiving bank contested it (``payments.services.dishonors``). They are
+# facts on the payment, not transitions: either may come first, and neither changes what the
+# state graph says the payment is (its return happened).
+DISHONOR_EVENT_TYPES = ("return_dishonored", "dishonor_contested")
 
 # A notification of change (``payments.change_codes``): recorded beside the payment and its
 # token (``payments.services.nocs``); no transition takes it, so it moves no state and no money.
 NOTIFICATION_OF_CHANGE = "notification_of_change"
 # Event types no transition takes: the payment's state stays as it is.
 RECORDED_EVENT_TYPES = (NOTIFICATION_OF_CHANGE,)
-EVENT_TYPES += RECORDED_EVENT_TYPES
+# Every event type of the contract: the transitions', then the facts that move no state.
+EVENT_TYPES = (*PAYMENT_GRAPH.event_types, *DISHONOR_EVENT_TYPES, *RECORDED_EVENT_TYPES)
 
 
 def event_target_state(event_type: str, current: str) -> str:

@@ -120,3 +120,10 @@ class ReinitiationRefused(PaymentError):
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
         super().__init__(message)
+
+
+class DishonorRefused(PaymentError):
+    """An operator's request to dishonor a return that the rules do not allow (no return after
+    settlement, outside the 5-banking-day window, a code outside R61-R69, an R68 for a timely
+    return, no note, a request already made): nothing is written and nothing is sent; the
+    message says which rule."""

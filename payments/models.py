@@ -229,16 +229,21 @@ class ProcessorAttempt(models.Model):
 class LedgerEntryKind(models.TextChoices):
     CREDIT = "credit", "Credit"
     REVERSAL = "reversal", "Reversal (debit)"
+    # A dishonored return: the return's reversal undone, and that undone again when the
+    # receiving bank contests the dishonor (payments.services.dishonors).
+    RECREDIT = "recredit", "Re-credit (the return was dishonored)"
+    RECREDIT_REVERSAL = "recredit_reversal", "Re-credit reversed (the dishonor was contested)"
 
 
 class LedgerEntry(models.Model):
     """A merchant credit, written once per confirmed payment, and its reversal (a debit of the
     same amount, stored negative), written once if the payment is returned after settlement: the
-    unique constraint on (payment, kind) is the guard for both."""
+    unique constraint on (payment, kind) is the guard for both. A dishonored return adds one
+    re-credit, a contested dishonor one reversal of it, under the same guard."""
 
     payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="ledger_entries")
     merchant_id = models.CharField(max_length=64, db_index=True)
-    kind = models.CharField(max_length=16, choices=LedgerEntryKind.choices)
+    kind = models.CharField(max_length=24, choices=LedgerEntryKind.choices)
     amount = models.DecimalField(max_digits=14, decimal_places=2)
     currency = models.CharField(max_length=3)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -256,6 +261,17 @@ class LedgerEntry(models.Model):
             models.CheckConstraint(
                 condition=(models.Q(kind="reversal", amount__lt=0) | ~models.Q(kind="reversal")),
                 name="ledger_reversal_negative",
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(kind="recredit", amount__gt=0) | ~models.Q(kind="recredit")),
+                name="ledger_recredit_positive",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(kind="recredit_reversal", amount__lt=0)
+                    | ~models.Q(kind="recredit_reversal")
+                ),
+                name="ledger_recredit_reversal_negative",
             ),
         ]
 
@@ -308,6 +324,75 @@ class PaymentReturn(models.Model):
         if self.after_failure:
             flags.append("after failure")
         return flags
+
+
+class DishonorRequestStatus(models.TextChoices):
+    NONE = "", "Not asked by us (the processor reported it)"
+    REQUESTED = "requested", "Requested (not yet accepted by the processor)"
+    SENT = "sent", "Sent (the processor accepted the request)"
+    FAILED = "failed", "Failed (the processor did not take it; send it again)"
+
+
+class ReturnDishonor(models.Model):
+    """The dishonor of a payment's return: our request and what came of it, one per payment.
+
+    The operator's request (code R61-R69, note, who, when) is written before the processor is
+    called, so a failed call leaves the request and its attempt rows behind (status ``failed``)
+    rather than nothing. The processor's answers are facts on the same row: ``return_dishonored``
+    (the dishonor stood) and ``dishonor_contested`` (R71-R77: the receiving bank contests, the
+    return stands). Either may come first or twice; the ledger follows from which facts are
+    recorded (``payments.services.dishonors``), never from their order.
+    """
+
+    payment = models.OneToOneField(Payment, on_delete=models.PROTECT, related_name="dishonor")
+    ach_return = models.OneToOneField(
+        PaymentReturn, on_delete=models.PROTECT, related_name="dishonor"
+    )
+    merchant_id = models.CharField(max_length=64, db_index=True)
+    # Sent unchanged on every attempt of the request: the processor dishonors once.
+    idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    reason_code = models.CharField(max_length=16, blank=True, help_text="R61-R69")
+    note = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True
+    )
+    requested_at = models.DateTimeField(null=True, blank=True)
+    request_status = models.CharField(
+        max_length=16, choices=DishonorRequestStatus.choices, blank=True, db_index=True
+    )
+    last_error = models.TextField(blank=True)
+    dishonored_event_id = models.CharField(max_length=128, blank=True)
+    dishonored_at = models.DateTimeField(
+        null=True, blank=True, help_text="the processor's timestamp of return_dishonored"
+    )
+    contested_event_id = models.CharField(max_length=128, blank=True)
+    contested_at = models.DateTimeField(
+        null=True, blank=True, help_text="the processor's timestamp of dishonor_contested"
+    )
+    contest_reason_code = models.CharField(max_length=16, blank=True, help_text="R71-R77")
+    unrequested = models.BooleanField(
+        default=False, db_index=True, help_text="reported by the processor without our request"
+    )
+    unknown_code = models.BooleanField(
+        default=False, db_index=True, help_text="a reason code outside R61-R69 / R71-R77"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"dishonor {self.reason_code or '(no code)'} of the return of {self.payment_id}"
+
+    @property
+    def outcome(self) -> str:
+        """What the facts say, whatever order they came in."""
+        if self.contested_event_id:
+            return "contested: the return stands"
+        if self.dishonored_event_id:
+            return "dishonored: the return is undone"
+        return self.get_request_status_display() if self.request_status else "—"
 
 
 class MerchantReturnDay(models.Model):

@@ -157,3 +157,18 @@ def return_code_label(code: str) -> str:
     if row is None:
         return f"{code or '(none)'} (unknown code)"
     return f"{row.code} {row.title}"
+
+
+# Dishonored returns (Appendix Four, part 4): the codes an originator's bank uses to refuse a
+# return it received, and the codes the receiving bank contests that dishonor with.
+DISHONOR_CODES = ("R61", "R62", "R67", "R68", "R69")
+CONTEST_CODES = ("R71", "R72", "R73", "R74", "R75", "R76", "R77")
+# An untimely return: only a return the module flagged late may be dishonored as one.
+UNTIMELY_RETURN_CODE = "R68"
+# A dishonored return goes out within 5 banking days after the return's settlement.
+DISHONOR_WINDOW_BANKING_DAYS = 5
+
+
+def dishonor_deadline(returned_at: datetime) -> datetime:
+    """The last moment a dishonor of a return received at ``returned_at`` may be asked for."""
+    return add_banking_days(returned_at, DISHONOR_WINDOW_BANKING_DAYS)

@@ -143,10 +143,12 @@ def payment_reinitiation_chain(payment: Payment) -> dict | None:
 
 def merchant_balance(*, merchant_id: str) -> dict:
     """The merchant's ledger per currency: credits, reversals (returns after settlement, as a
-    positive total), the net balance, and the confirmed and returned payments to compare.
+    positive total), re-credits of dishonored returns (less contested ones), the net balance,
+    and the confirmed and returned payments to compare.
 
     ``balance`` is the net balance and ``confirmed_total`` the payments that are confirmed now
-    (not returned): for a sound ledger the two are equal.
+    (not returned): for a sound ledger the two differ only by ``recredits``, the dishonored
+    returns whose payments stay returned.
     """
     ledger: dict[str, dict] = {}
     for row in (
@@ -174,20 +176,24 @@ def merchant_balance(*, merchant_id: str) -> dict:
         reversal = kinds.get(LedgerEntryKind.REVERSAL, {})
         credits = credit.get("total") or zero
         reversals = -(reversal.get("total") or zero)
+        # Dishonored returns: re-credits, less those a contest reversed again.
+        dishonor_kinds = (LedgerEntryKind.RECREDIT, LedgerEntryKind.RECREDIT_REVERSAL)
+        recredits = sum((kinds.get(k, {}).get("total") or zero for k in dishonor_kinds), zero)
         states = payments.get(currency, {})
         confirmed = states.get(PaymentState.CONFIRMED, {})
         returned = states.get(PaymentState.RETURNED, {})
-        net = credits - reversals
+        net = credits - reversals + recredits
         balances.append(
             {
                 "currency": currency,
                 "credits": f"{credits:.2f}",
                 "reversals": f"{reversals:.2f}",
+                "recredits": f"{recredits:.2f}",
                 "net": f"{net:.2f}",
                 "confirmed_count": confirmed.get("n", 0),
                 "returned_count": returned.get("n", 0),
                 "balance": f"{net:.2f}",
-                "entries": credit.get("entries", 0) + reversal.get("entries", 0),
+                "entries": sum(row.get("entries", 0) for row in kinds.values()),
                 "confirmed_total": f"{confirmed.get('total') or zero:.2f}",
                 "returned_total": f"{returned.get('total') or zero:.2f}",
             }

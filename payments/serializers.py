@@ -352,6 +352,8 @@ class BalanceOutputSerializer(serializers.Serializer):
     currency = serializers.CharField()
     credits = serializers.CharField()
     reversals = serializers.CharField()
+    # Dishonored returns: their re-credits, less the ones a contest reversed again.
+    recredits = serializers.CharField()
     net = serializers.CharField()
     confirmed_count = serializers.IntegerField()
     returned_count = serializers.IntegerField()

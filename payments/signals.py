@@ -30,6 +30,15 @@ payment_transitioned = Signal()
 # row of the host's own). Receivers' exceptions are logged, never raised.
 payment_transition_committed = Signal()
 
+# ``payment_dishonor_booked`` is sent inside the transaction that records a processor's answer
+# to a dishonor (``return_dishonored``, ``dishonor_contested``), with the payment's row lock
+# held, sender ``Payment``, with ``payment``, ``event`` (its ``PaymentEvent`` row), ``dishonor``
+# (the ``ReturnDishonor``) and ``entries`` (the ``LedgerEntry`` rows it wrote: a re-credit, its
+# reversal, both, or none when a contest came first). These answers move money without a
+# transition, so ``payment_transitioned`` is not sent for them. As with it, a receiver's writes
+# happen exactly once and a receiver that raises rolls the answer back.
+payment_dishonor_booked = Signal()
+
 # Sent by ``payments.alerts.alert_clear`` with ``key`` and ``reason`` when the condition behind
 # an alert has ended (the processor breaker closed).
 alert_cleared = Signal()

@@ -25,6 +25,11 @@ life (or since ``POST /_sandbox/reset``):
                             after ``return_after_seconds``; ``tok_noc_<Cnn>...`` sends that
                             change code (C01-C14, C61-C69, or any other: an unknown code)
 ``tok_dupcb...``            every callback is delivered twice
+``..._contest...``          (anywhere in a returning token, e.g. ``tok_nsf_contest1``) a
+                            dishonor request is answered ``return_dishonored``, then
+                            ``dishonor_contested`` (R73 against an R68, else R76); without it,
+                            ``return_dishonored`` alone
+``..._contestfirst...``     the same, with the contest sent before the dishonor
 ==========================  ===================================================================
 """
 

@@ -7,6 +7,12 @@
   key is still being processed; ``422`` for a known key with a different request; ``400`` for a
   malformed request, naming the problem; ``401`` without the right key.
 - ``GET /v1/ach/debits/<idempotency_key>``: the debit's current status, ``404`` if unknown.
+- ``POST /v1/ach/debits/<idempotency_key>/dishonors`` (``Idempotency-Key``: the request's own
+  UUID, JSON ``{reason_code, return_event_id, ...}``): ``202`` ``{dishonor_id, status}`` and,
+  later, the answer as a callback (``return_dishonored``, and ``dishonor_contested`` for the
+  tokens ``faults.py`` names); ``200`` with the original result for a known key, ``422`` for a
+  known key with another request, ``404`` for an unknown debit, ``409`` for a debit that is not
+  returned, ``400`` for a code outside R61-R69 or a malformed request.
 - ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
   by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
   event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
@@ -55,6 +61,8 @@ MAX_BODY_BYTES = 64 * 1024
 _AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
 _DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
+_DISHONOR_PATH = re.compile(r"^/v1/ach/debits/([^/]+)/dishonors$")
+DISHONOR_CODES = ("R61", "R62", "R67", "R68", "R69")
 
 
 class OutageMode(enum.StrEnum):
@@ -93,6 +101,24 @@ class Debit:
             "amount": self.amount,
             "currency": self.currency,
             "created_at": self.created_at,
+        }
+
+
+@dataclass
+class Dishonor:
+    idempotency_key: str
+    dishonor_id: str
+    debit_key: str
+    reason_code: str
+    status: str
+    request_fingerprint: str
+
+    def answer(self) -> dict:
+        return {
+            "dishonor_id": self.dishonor_id,
+            "status": self.status,
+            "reason_code": self.reason_code,
+            "idempotency_key": self.idempotency_key,
         }
 
 
@@ -152,6 +178,7 @@ class SandboxProcessor:
         }
         self._lock = threading.Lock()
         self._debits: dict[str, Debit] = {}
+        self._dishonors: dict[str, Dishonor] = {}
         self._in_flight: set[str] = set()
         self._charges: Counter[str] = Counter()
         self._charges_by_payment: Counter[str] = Counter()
@@ -216,6 +243,7 @@ class SandboxProcessor:
                 "charges": dict(self._charges),
                 "charges_by_payment": dict(self._charges_by_payment),
                 "debits": len(self._debits),
+                "dishonors": len(self._dishonors),
                 "replays": self._replays,
                 "events": self._events,
                 "outage_calls_failed": self._outage_calls,
@@ -240,6 +268,7 @@ class SandboxProcessor:
     def reset(self) -> None:
         with self._lock:
             self._debits.clear()
+            self._dishonors.clear()
             self._in_flight.clear()
             self._charges.clear()
             self._charges_by_payment.clear()
@@ -431,6 +460,43 @@ class SandboxProcessor:
             return Answer(404, {"error": f"no debit with Idempotency-Key {idempotency_key}"})
         return Answer(200, debit.answer())
 
+    def dishonor_create(self, debit_key: str, idempotency_key: str | None, raw: bytes) -> Answer:
+        """``POST /v1/ach/debits/<key>/dishonors``: one dishonor per Idempotency-Key, for a
+        returned debit; its answer follows as callbacks."""
+        request = _parse_dishonor_request(idempotency_key, raw)
+        key = request["idempotency_key"]
+        fingerprint = hashlib.sha256(
+            json.dumps([debit_key, request["reason_code"]]).encode()
+        ).hexdigest()
+        with self._lock:
+            debit = self._debits.get(debit_key)
+            existing = self._dishonors.get(key)
+            if existing is not None:
+                if existing.request_fingerprint != fingerprint:
+                    return Answer(
+                        422,
+                        {"error": "Idempotency-Key was already used with a different request"},
+                    )
+                self._replays += 1
+                return Answer(200, existing.answer())
+            if debit is None:
+                return Answer(404, {"error": f"no debit with Idempotency-Key {debit_key}"})
+            if debit.status != "returned":
+                return Answer(
+                    409, {"error": f"debit {debit.processor_id} is {debit.status}, not returned"}
+                )
+            dishonor = Dishonor(
+                idempotency_key=key,
+                dishonor_id=f"dh_{uuid.uuid4().hex[:24]}",
+                debit_key=debit_key,
+                reason_code=request["reason_code"],
+                status="pending",
+                request_fingerprint=fingerprint,
+            )
+            self._dishonors[key] = dishonor
+        _DishonorCallbacks(self, debit, dishonor).start()
+        return Answer(202, dishonor.answer())
+
     def count(self, operation: str, status: int) -> None:
         with self._lock:
             self._requests[operation] += 1
@@ -586,6 +652,90 @@ def noc_corrected_data(code: str) -> dict:
     return {name: NOC_SAMPLE_VALUES[name] for name in row.fields}
 
 
+class _DishonorCallbacks:
+    """The answer to one dishonor request, ``return_after_seconds`` later: ``return_dishonored``
+    with the request's code, then for a token with ``_contest`` in it ``dishonor_contested``
+    (R73 Timely Original Return against an R68, R76 No Errors Found otherwise); with
+    ``_contestfirst`` the contest is sent before the dishonor (an out-of-order processor). Any
+    of them may be delivered twice, as the debit's own callbacks are."""
+
+    def __init__(self, sandbox: SandboxProcessor, debit: Debit, dishonor: Dishonor) -> None:
+        assert sandbox.callbacks is not None
+        self.sandbox = sandbox
+        self.sender = sandbox.callbacks
+        self.plan = sandbox.plan
+        self.debit = debit
+        self.dishonor = dishonor
+        token = debit.source_token
+        contest = "R73" if dishonor.reason_code == "R68" else "R76"
+        events = [("return_dishonored", dishonor.reason_code)]
+        if "_contestfirst" in token:
+            events.insert(0, ("dishonor_contested", contest))
+        elif "_contest" in token:
+            events.append(("dishonor_contested", contest))
+        self.events = events
+        self.duplicate = self.plan.duplicates(token)
+
+    def start(self) -> None:
+        self._next(0)
+
+    def _next(self, index: int) -> None:
+        if index >= len(self.events):
+            return
+        event_type, code = self.events[index]
+        body = {
+            "payment_id": self.debit.payment_id,
+            "event_type": event_type,
+            "processor_event_id": f"evt_{uuid.uuid4().hex}",
+            "amount": self.debit.amount,
+            "timestamp": datetime.now(UTC).isoformat(),
+            "reason_code": code,
+            "message": DISHONOR_MESSAGES[event_type],
+        }
+        self.sandbox._event_counted()
+
+        def then() -> None:
+            if self.duplicate:
+                self.sender.schedule(Delivery(body=dict(body)), self.plan.callback_delay())
+            self._next(index + 1)
+
+        self.sender.schedule(
+            Delivery(body=body, then=then),
+            self.plan.config.return_after_seconds + self.plan.callback_delay(),
+        )
+
+
+DISHONOR_MESSAGES = {
+    "return_dishonored": "The dishonored return was accepted",
+    "dishonor_contested": "The receiving bank contested the dishonored return",
+}
+
+
+def _parse_dishonor_request(idempotency_key: str | None, raw: bytes) -> dict:
+    if not idempotency_key:
+        raise RequestError(400, "missing Idempotency-Key header (a UUID, the same on every retry)")
+    try:
+        key = str(uuid.UUID(idempotency_key))
+    except ValueError:
+        raise RequestError(
+            400, f"Idempotency-Key must be a UUID, got {idempotency_key!r}"
+        ) from None
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "body must be a JSON object")
+    code = body.get("reason_code")
+    if code not in DISHONOR_CODES:
+        raise RequestError(
+            400,
+            "invalid dishonor request: reason_code",
+            {"reason_code": [f"must be one of {', '.join(DISHONOR_CODES)}"]},
+        )
+    return {"idempotency_key": key, "reason_code": code}
+
+
 def _fingerprint(request: dict) -> str:
     canonical = json.dumps(
         {k: request[k] for k in ("payment_id", "amount", "currency", "source_token")},
@@ -695,6 +845,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_sandbox/outage":
             self._send(_outage_control(sandbox, raw))
             return
+        dishonor = _DISHONOR_PATH.match(self.path)
+        if dishonor is not None:
+            self._dishonor_post(sandbox, dishonor.group(1), raw)
+            return
         if self.path != "/v1/ach/debits":
             self._send(Answer(404, {"error": f"no such endpoint: POST {self.path}"}))
             return
@@ -713,6 +867,26 @@ class _Handler(BaseHTTPRequestHandler):
                     body["errors"] = exc.errors
                 answer = Answer(exc.status, body)
         sandbox.count("debit_create", answer.status)
+        self._send(answer)
+
+    def _dishonor_post(self, sandbox: SandboxProcessor, debit_key: str, raw: bytes) -> None:
+        if self._outage(sandbox, "dishonor_create"):
+            return
+        if not sandbox.authorized(self.headers.get("Authorization")):
+            answer = Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"})
+        elif (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            answer = Answer(415, {"error": "Content-Type must be application/json"})
+        else:
+            try:
+                answer = sandbox.dishonor_create(
+                    debit_key, self.headers.get("Idempotency-Key"), raw
+                )
+            except RequestError as exc:
+                body = {"error": exc.error}
+                if exc.errors:
+                    body["errors"] = exc.errors
+                answer = Answer(exc.status, body)
+        sandbox.count("dishonor_create", answer.status)
         self._send(answer)
 
     def _outage(self, sandbox: SandboxProcessor, operation: str) -> bool:

@@ -135,3 +135,17 @@ def test_reinitiation_is_described_with_its_body_its_chain_and_its_refusals(sche
     assert "warnings" in created
     detail = schema["components"]["schemas"]["PaymentDetailOutput"]["properties"]
     assert "reinitiation" in detail
+
+
+def test_the_callback_body_names_the_dishonor_answers_and_their_codes(schema):
+    properties = schema["components"]["schemas"]["ProcessorEventRequest"]["properties"]
+    ref = properties["event_type"]["$ref"].rsplit("/", 1)[-1]
+    enum = schema["components"]["schemas"][ref]["enum"]
+    assert {"return_dishonored", "dishonor_contested"} <= set(enum)
+    assert "R61-R69" in properties["reason_code"]["description"]
+    assert "R71-R77" in properties["reason_code"]["description"]
+
+
+def test_the_balance_is_described_with_its_re_credits(schema):
+    balance = schema["components"]["schemas"]["BalanceOutput"]
+    assert "recredits" in balance["required"]

@@ -116,3 +116,24 @@ def test_the_summary_counts_one_resolved_alert_per_breaker_incident(
     assert "[FAIL] one 'processor unavailable' alert per breaker incident" in (
         capsys.readouterr().out
     )
+
+
+def test_the_demo_checks_one_dishonor_re_credited_and_one_contest_reversed():
+    from demo.dishonors import dishonor_story
+
+    def returned():
+        payment = _settled("tok_nsf_demo_dishonor0")
+        payment_apply_event(event=processor_event(payment, "returned", reason_code="R01"))
+        return payment
+
+    dishonored, contested = returned(), returned()
+    assert [passed for _, passed in dishonor_story(dishonored.id, contested.id)] == [False, False]
+
+    payment_apply_event(event=processor_event(dishonored, "return_dishonored", reason_code="R61"))
+    payment_apply_event(event=processor_event(contested, "return_dishonored", reason_code="R61"))
+    payment_apply_event(event=processor_event(contested, "dishonor_contested", reason_code="R76"))
+    checks = dishonor_story(dishonored.id, contested.id)
+
+    assert [passed for _, passed in checks] == [True, True]
+    assert "dishonored: the return is undone" in checks[0][0]
+    assert "contested: the return stands, net 0.00" in checks[1][0]

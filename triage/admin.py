@@ -18,7 +18,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from payments.admin import ReadOnlyAdminMixin
-from triage import services
+from triage import (
+    payment_admin,  # noqa: F401 - the payment page's operator actions
+    services,
+)
 from triage.models import (
     UNFINISHED_JOB_STATUSES,
     BulkItemOutcome,

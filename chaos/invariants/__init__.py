@@ -22,6 +22,10 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   minus reversals) equals its confirmed total minus its returned total (checked as the
   reversals equal to the returned total, so a wrong credit fails the check above and a wrong
   reversal this one);
+- ``dishonors_booked``: every returned payment whose log records a ``return_dishonored`` holds
+  one re-credit of its amount, one whose log records a ``dishonor_contested`` too one reversal
+  of it, nothing else holds either, and so each merchant's ledger net is its confirmed total
+  plus its returned payments dishonored and not contested, whatever order the answers came in;
 - ``callbacks_accounted``: every callback the processor delivered left a trace: applied, stale,
   dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error), or
   (before the system has settled) started by a worker and not finished;
@@ -47,6 +51,7 @@ counted as violations.
 
 from chaos.invariants.callbacks import check_callbacks
 from chaos.invariants.dead_letters import check_dead_letters, check_outage_dead_letters
+from chaos.invariants.dishonors import check_dishonors
 from chaos.invariants.event_log import check_events_applied_once, check_transitions
 from chaos.invariants.lifecycle import check_nocs, check_reinitiations
 from chaos.invariants.money import check_charges, check_ledger, check_returns_reversed
@@ -68,6 +73,7 @@ def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Rep
     check_transitions(report)
     check_ledger(report)
     check_returns_reversed(report)
+    check_dishonors(report)
     check_callbacks(report, sandbox_stats, callbacks_sent)
     check_dead_letters(report)
     check_outage_dead_letters(report)

@@ -104,6 +104,8 @@ class _Replay:
 
         self.problems = problems
         self.states: dict = {}
+        # payment -> the dishonor answers its log has recorded so far (facts, not states).
+        self.facts: dict = defaultdict(set)
         self.allowed = {(str(a), str(b)) for a, b in TRANSITIONS}
         self.allowed_by_event = {(str(a), str(b)) for a, b in EVENT_TRANSITIONS}
 
@@ -128,11 +130,41 @@ class _Replay:
             self.problems[
                 f"a {outcome} row written in another state than the payment was in"
             ].append(f"{pid} (row {row_id}: {from_state}->{to_state} while {current})")
+        if kind == EventKind.PROCESSOR_EVENT and event_type in _dishonor_event_types():
+            self._fact(pid, payment_id, row_id, outcome, event_type, current)
+            return
         if kind == EventKind.PROCESSOR_EVENT and outcome == EventOutcome.STALE:
             if not _behind(event_type, current):
                 self.problems[
                     "an event marked stale that was not behind the payment's state (dropped)"
                 ].append(f"{pid} (row {row_id}: {event_type} while {current})")
+
+    def _fact(self, pid, payment_id, row_id, outcome, event_type, current) -> None:
+        """A dishonor answer moves no state: recorded once on a returned payment, stale only
+        when the same answer was recorded before."""
+        from payments.models import EventOutcome, PaymentState
+
+        seen = event_type in self.facts[payment_id]
+        if outcome == EventOutcome.RECORDED:
+            if seen:
+                self.problems["a dishonor answer recorded twice"].append(
+                    f"{pid} (row {row_id}: {event_type})"
+                )
+            if current != PaymentState.RETURNED:
+                self.problems["a dishonor answer recorded on a payment not returned"].append(
+                    f"{pid} (row {row_id}: {event_type} while {current})"
+                )
+            self.facts[payment_id].add(event_type)
+        elif outcome == EventOutcome.STALE and not seen:
+            self.problems[
+                "a dishonor answer marked stale that was never recorded before (dropped)"
+            ].append(f"{pid} (row {row_id}: {event_type})")
+
+
+def _dishonor_event_types() -> tuple[str, ...]:
+    from payments.events import DISHONOR_EVENT_TYPES
+
+    return DISHONOR_EVENT_TYPES
 
 
 def _behind(event_type: str, current: str) -> bool:

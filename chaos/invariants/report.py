@@ -10,6 +10,7 @@ CHECKS = (
     "transitions_valid",
     "ledger_matches_confirmed",
     "returns_reversed",
+    "dishonors_booked",
     "callbacks_accounted",
     "dead_letters_have_history",
     "dead_letters_have_error_rows",

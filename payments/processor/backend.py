@@ -100,6 +100,17 @@ class DebitStatus:
     call: CallRecord
 
 
+@dataclass(frozen=True)
+class DishonorAccepted:
+    """The processor took a request to dishonor a return; its answer comes later as a callback
+    (``return_dishonored`` or ``dishonor_contested``)."""
+
+    dishonor_id: str
+    status: str
+    created: bool  # False: the processor already knew the key (original result)
+    call: CallRecord
+
+
 class ProcessorCallRejected(ProcessorRejected):
     """The processor refused the request itself: do not retry it (the payment fails)."""
 
@@ -160,6 +171,31 @@ class ProcessorBackend(abc.ABC):
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
         """What the processor knows of the debit submitted under ``idempotency_key``;
         ``found=False`` when it has none. Raises as ``debit_create`` does."""
+
+    def return_dishonor(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        debit_idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        processor_id: str,
+        return_event_id: str,
+        reason_code: str,
+        amount: Decimal,
+        currency: str,
+    ) -> DishonorAccepted:
+        """Ask the processor to dishonor the return (``return_event_id``, the processor's id of
+        the ``returned`` event) of the debit submitted under ``debit_idempotency_key`` (the
+        processor's ``processor_id``) with ``reason_code`` (R61-R69).
+        Every attempt of one request sends the same ``idempotency_key``: the processor must
+        dishonor once. Raises as ``debit_create`` does. Optional: a backend whose processor
+        takes no dishonors keeps this refusal, which the module records as a rejected attempt
+        and shows the operator."""
+        timer = CallTimer(method="DISHONOR", url="")
+        message = f"{type(self).__name__} cannot ask its processor to dishonor a return"
+        raise ProcessorCallRejected(
+            message, call=timer.record(error_kind=CallErrorKind.HTTP, error=message)
+        )
 
     @abc.abstractmethod
     def callback_verify(self, request: CallbackRequest) -> None:

@@ -48,6 +48,7 @@ from payments.processor.backend import (
     CallTimer,
     DebitAccepted,
     DebitStatus,
+    DishonorAccepted,
     ProcessorAuthFailed,
     ProcessorBackend,
     ProcessorCallRejected,
@@ -181,6 +182,56 @@ class ProcessorClient(ProcessorBackend):
             found=True,
             processor_id=str(body["processor_id"]),
             status=str(body["status"]),
+            call=call,
+        )
+
+    def return_dishonor(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        debit_idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        processor_id: str,
+        return_event_id: str,
+        reason_code: str,
+        amount: Decimal,
+        currency: str,
+    ) -> DishonorAccepted:
+        """POST /v1/ach/debits/<debit's key>/dishonors with the request's own Idempotency-Key:
+        ``202`` (new) or ``200`` (known key, original result) ``{dishonor_id, status}``."""
+        payload = {
+            "payment_id": str(payment_id),
+            "processor_id": processor_id,
+            "return_event_id": return_event_id,
+            "reason_code": reason_code,
+            "amount": f"{Decimal(amount):.2f}",
+            "currency": currency,
+        }
+        response, call = self._send(
+            "POST",
+            f"/v1/ach/debits/{debit_idempotency_key}/dishonors",
+            headers=self._headers(idempotency_key),
+            json_body=payload,
+        )
+        try:
+            body = response.json()
+            if not isinstance(body, dict) or not body.get("dishonor_id") or not body.get("status"):
+                raise ValueError("expected a JSON object with dishonor_id and status")
+        except ValueError as exc:
+            bad = replace(
+                call,
+                error_kind=CallErrorKind.HTTP,
+                error=f"HTTP {response.status_code} with an unusable body: {exc}",
+            )
+            raise ProcessorCallUnavailable(
+                f"{call.method} {call.url}: HTTP {response.status_code} with an unusable body "
+                f"({exc})",
+                call=bad,
+            ) from exc
+        return DishonorAccepted(
+            dishonor_id=str(body["dishonor_id"]),
+            status=str(body["status"]),
+            created=response.status_code == 202,
             call=call,
         )
 

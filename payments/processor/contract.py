@@ -213,7 +213,14 @@ class ProcessorEventSerializer(serializers.Serializer):
     amount = AmountField(help_text='Decimal string with 2 places, greater than zero: "125.00".')
     timestamp = TimestampField(help_text="ISO 8601 date-time with a UTC offset.")
     reason_code = StringField(
-        max_length=REASON_CODE_MAX, required=False, allow_null=True, default=""
+        max_length=REASON_CODE_MAX,
+        required=False,
+        allow_null=True,
+        default="",
+        help_text=(
+            "NACHA reason code: R01-R85 for returned; the dishonor's R61-R69 for "
+            "return_dishonored, the contest's R71-R77 for dishonor_contested."
+        ),
     )
     message = StringField(max_length=MESSAGE_MAX, required=False, allow_null=True, default="")
     # Optional restatements of the payment's own fields (payments.events.RESTATED_FIELDS):

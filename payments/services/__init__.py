@@ -4,6 +4,7 @@
 - ``events``: applying a processor event exactly once; ``returns``: the ACH return it may carry;
   ``nocs``: the notification of change it may carry, and the debits an overdue one blocks;
 - ``reinitiation``: a returned debit sent again as a new payment, within NACHA's limits;
+- ``dishonors``: the operator's dishonor of a return, and the money the processor's answers move;
 - ``transitions``: a state change in memory, its rows and its announcements;
 - ``writes``: the payment's row lock and the one write of an event's rows (two backends);
 - ``submission`` and ``status``: the calls to the processor, over ``calls``, what both share.
@@ -23,6 +24,12 @@ from payments.services.create import (
     payment_create,
     validate_source_token,
 )
+from payments.services.dishonors import (
+    DISHONOR_OPERATION,
+    DishonorResult,
+    return_dishonor_request,
+    return_dishonor_resend,
+)
 from payments.services.events import ApplyOutcome, ApplyResult, payment_apply_event
 from payments.services.nocs import (
     NocNoteRequired,
@@ -40,6 +47,7 @@ from payments.services.writes import EventWrite, Move, event_write, payment_lock
 
 __all__ = [
     "BANK_NUMBER_MESSAGE",
+    "DISHONOR_OPERATION",
     "EVENT_TRANSITIONS",
     "STATUS_OPERATION",
     "SUBMIT_OPERATION",
@@ -49,6 +57,7 @@ __all__ = [
     "_TOKEN_RE",  # the OpenAPI schema states the token's pattern
     "ApplyOutcome",
     "ApplyResult",
+    "DishonorResult",
     "EventWrite",
     "Move",
     "NocNotOpen",
@@ -71,5 +80,7 @@ __all__ = [
     "payment_submit",
     "payment_transition",
     "processed_events_purge",
+    "return_dishonor_request",
+    "return_dishonor_resend",
     "validate_source_token",
 ]

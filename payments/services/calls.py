@@ -96,8 +96,12 @@ def alert_auth_failed(payment: Payment, attempt: ProcessorAttempt) -> None:
     )
 
 
-def attempt_record(payment: Payment, operation: str, result) -> ProcessorAttempt:
-    """Write the attempt row; the caller holds the payment's row lock, so the number is safe."""
+def attempt_record(
+    payment: Payment, operation: str, result, *, idempotency_key=None
+) -> ProcessorAttempt:
+    """Write the attempt row; the caller holds the payment's row lock, so the number is safe.
+    ``idempotency_key``: the key the call sent, when it is not the payment's (a dishonor
+    request has its own)."""
     if isinstance(result, ProcessorCallRejected):
         outcome = AttemptOutcome.REJECTED
     elif isinstance(result, ProcessorCallUnavailable):
@@ -110,7 +114,7 @@ def attempt_record(payment: Payment, operation: str, result) -> ProcessorAttempt
         payment=payment,
         attempt_number=number,
         operation=operation,
-        idempotency_key=payment.idempotency_key,
+        idempotency_key=idempotency_key or payment.idempotency_key,
         outcome=outcome,
         http_status=call.http_status,
         error_kind=call.error_kind,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from payments.events import (
+    DISHONOR_EVENT_TYPES,
     PAYMENT_DIRECTION,
     RECORDED_EVENT_TYPES,
     ProcessorEvent,
@@ -29,6 +30,11 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
     ProcessedEvent,
+)
+from payments.services.dishonors import (
+    dishonor_event_record,
+    dishonor_event_refusal,
+    dishonor_event_stale,
 )
 from payments.services.nocs import noc_record, noc_recorded_before, noc_same
 from payments.services.returns import return_after_failure, return_record
@@ -79,6 +85,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     first time the event is seen (a concurrent claim for another payment waits on the key and
     then finds it taken).
     """
+    if event.event_type in DISHONOR_EVENT_TYPES:
+        return _apply_dishonor_event(event, caused_by)
     with transaction.atomic():
         payment = payment_lock(event.payment_id)
         if event.event_type in RECORDED_EVENT_TYPES:
@@ -136,6 +144,26 @@ def _apply_recorded(event: ProcessorEvent, payment: Payment, caused_by: str) -> 
             noc_record(payment=payment, event=event)
             return ApplyResult(ApplyOutcome.RECORDED, payment, current, current)
     return _apply_repeat(event, payment, caused_by, mismatch)
+
+
+def _apply_dishonor_event(event: ProcessorEvent, caused_by: str) -> ApplyResult:
+    """A dishonor answer is a fact about the payment's return, not a transition
+    (``payments.services.dishonors``): recorded the first time (its ledger entries with it),
+    stale when the fact is recorded already under another id, and through the same claim,
+    duplicate and conflict rules as every event."""
+    with transaction.atomic():
+        payment = payment_lock(event.payment_id)
+        current = payment.state
+        refusal = _event_mismatch(event, payment) or dishonor_event_refusal(event, payment)
+        if refusal is None:
+            stale = dishonor_event_stale(event, payment)
+            outcome = ApplyOutcome.STALE if stale else ApplyOutcome.RECORDED
+            log = _event_row(payment, event, outcome, current, current, caused_by)
+            if event_write(_event_rows(payment, event, None, log)):
+                if not stale:
+                    dishonor_event_record(payment=payment, event=event, log=log)
+                return ApplyResult(log.outcome, payment, current, current)
+        return _apply_repeat(event, payment, caused_by, refusal)
 
 
 def _event_mismatch(event: ProcessorEvent, payment: Payment) -> EventMismatch | None:

@@ -5,6 +5,9 @@ the original entry of its chain (``Payment.reinitiation_of``) with its number (1
 rules, each refused with its name (``ReinitiationRefused.rule``):
 
 - ``not_returned``: only a returned entry is reinitiated;
+- ``return_dishonored``: a return whose dishonor stood gave the money back, and
+  ``dishonor_pending``: one whose dishonor awaits its answer may yet (a contested dishonor, or
+  a request the processor never took, leaves the return reinitiable);
 - ``not_latest_entry``: the chain goes on from its latest entry, so an entry already
   reinitiated is not reinitiated again;
 - ``new_authorization_required``: never after R05, R07, R08, R10, R29 or R51 (unauthorized or
@@ -29,7 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from payments.exceptions import NocPastDeadline, ReinitiationRefused
-from payments.models import Payment, PaymentReturn
+from payments.models import DishonorRequestStatus, Payment, PaymentReturn, ReturnDishonor
 from payments.services.create import payment_create
 from payments.services.writes import payment_lock
 
@@ -40,6 +43,8 @@ NEW_AUTHORIZATION_CODES = ("R05", "R07", "R08", "R10", "R29", "R51")
 
 RULES = (
     "not_returned",
+    "return_dishonored",
+    "dishonor_pending",
     "not_latest_entry",
     "new_authorization_required",
     "return_code_not_reinitiable",
@@ -103,6 +108,7 @@ def _check(
             "not_returned",
             f"payment {entry.id} has no return: only a returned entry is reinitiated",
         )
+    _check_not_dishonored(entry, returned)
     latest = chain[-1] if chain else original
     if latest.id != entry.id:
         raise ReinitiationRefused(
@@ -135,6 +141,28 @@ def _check(
             "reinitiation_window",
             f"payment {original.id} settled {settled_at.date().isoformat()}: a reinitiation must "
             f"be made within {REINITIATION_WINDOW.days} days of the original entry's settlement",
+        )
+
+
+def _check_not_dishonored(entry: Payment, returned: PaymentReturn) -> None:
+    """A return whose dishonor stood gave the merchant the money back (the re-credit): sending
+    the debit again would collect it twice. One asked for or sent and not yet answered may
+    still do so; only a contested dishonor (the return stands) or a request the processor never
+    took leaves the return as it was."""
+    dishonor = ReturnDishonor.objects.filter(ach_return=returned).first()
+    if dishonor is None or dishonor.contested_at is not None:
+        return
+    if dishonor.dishonored_at is not None:
+        raise ReinitiationRefused(
+            "return_dishonored",
+            f"payment {entry.id}'s return was dishonored and the dishonor stood: the debit's "
+            "money is back with the merchant, so it is not sent again",
+        )
+    if dishonor.request_status in (DishonorRequestStatus.REQUESTED, DishonorRequestStatus.SENT):
+        raise ReinitiationRefused(
+            "dishonor_pending",
+            f"payment {entry.id}'s return has a dishonor {dishonor.request_status} and not yet "
+            "answered: if it stands the money comes back, so wait for the answer",
         )
 
 

@@ -1,8 +1,9 @@
 """ACH returns: the return record with its NACHA reason code, its counts in the merchant's
 return rates, and the flags a human should see."""
 
+from datetime import UTC, date
+
 from django.db import transaction
-from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
 from payments.events import ProcessorEvent
@@ -52,7 +53,9 @@ def return_record(
         late=deadline is not None and event.timestamp > deadline,
         after_failure=after_failure,
     )
-    _return_count(payment, code, after_settlement=after_settlement)
+    # Counted on its record's day, which a dishonor's correction reads back.
+    day = record.created_at.astimezone(UTC).date()
+    _return_count(payment, code, after_settlement=after_settlement, day=day)
     details = {
         "reason_code": record.reason_code,
         "processor_event_id": event.processor_event_id,
@@ -70,7 +73,9 @@ def return_record(
     return record
 
 
-def _return_count(payment: Payment, code: ReturnCode | None, *, after_settlement: bool) -> None:
+def _return_count(
+    payment: Payment, code: ReturnCode | None, *, after_settlement: bool, day: date
+) -> None:
     """Add the return to the merchant's counters of today, by category.
 
     NACHA's rates count the entries the receiving banks returned, whatever the originator's
@@ -83,7 +88,7 @@ def _return_count(payment: Payment, code: ReturnCode | None, *, after_settlement
     category = code.category if code is not None else None
     counts = DayCounts(
         merchant_id=payment.merchant_id,
-        day=timezone.now().date(),
+        day=day,
         # A debit returned before it settled (or after it failed) was never counted as settled:
         # it counts here, once, as the entry the network answered.
         debits=0 if after_settlement else 1,

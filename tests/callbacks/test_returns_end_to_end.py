@@ -97,6 +97,7 @@ def test_a_settled_debit_returned_by_the_processor_is_reversed_and_the_balance_n
             "currency": "USD",
             "credits": "105.50",
             "reversals": "25.50",
+            "recredits": "0.00",
             "net": "80.00",
             "confirmed_count": 1,
             "returned_count": 1,

@@ -230,6 +230,7 @@ def test_balance_sums_the_merchants_ledger(api_client):
             "currency": "USD",
             "credits": "12.50",
             "reversals": "0.00",
+            "recredits": "0.00",
             "net": "12.50",
             "confirmed_count": 2,
             "returned_count": 0,

@@ -82,3 +82,60 @@ def test_both_backends_write_the_same_rows_from_the_same_declaration(monkeypatch
     assert one_statement["state"] == PaymentState.CONFIRMED
     assert [row["kind"] for row in one_statement["ledger"]] == ["credit"]
     assert [row["debits"] for row in one_statement["counters"]] == [1]
+
+
+def _rows_of_dishonor_answers(monkeypatch, *, one_statement: bool) -> dict:
+    """A return, then a contest that overtakes its dishonor, and a redelivery of each."""
+    from payments.models import ReturnDishonor
+
+    monkeypatch.setattr("payments.services.writes._one_statement", lambda: one_statement)
+    payment = PaymentFactory(state="submitted", merchant_id=f"merchant-dh-{one_statement}")
+    for event_type, code in (
+        ("settled", ""),
+        ("returned", "R10"),
+        ("dishonor_contested", "R76"),
+        ("return_dishonored", "R61"),
+    ):
+        event = processor_event(payment, event_type, reason_code=code)
+        payment_apply_event(event=event)
+        payment_apply_event(event=event)
+    payment.refresh_from_db()
+    ignore = {"id", "payment", "merchant_id", "processor_event_id", "payload", "ach_return"}
+    ignore |= {"idempotency_key", "dishonored_event_id", "contested_event_id"}
+
+    def rows(model, **where):
+        return [
+            {k: v for k, v in model_to_dict(row).items() if k not in ignore}
+            for row in model.objects.filter(**where)
+        ]
+
+    return {
+        "state": payment.state,
+        "ledger": rows(LedgerEntry, payment=payment),
+        "log": rows(PaymentEvent, payment=payment, kind="processor_event"),
+        "counters": rows(MerchantReturnDay, merchant_id=payment.merchant_id),
+        "dishonor": rows(ReturnDishonor, payment=payment),
+    }
+
+
+def test_both_backends_write_the_same_rows_for_dishonor_answers(monkeypatch):
+    one_statement = _rows_of_dishonor_answers(monkeypatch, one_statement=True)
+    row_by_row = _rows_of_dishonor_answers(monkeypatch, one_statement=False)
+
+    assert one_statement == row_by_row
+    assert one_statement["state"] == PaymentState.RETURNED
+    assert sorted(row["kind"] for row in one_statement["ledger"]) == [
+        "credit",
+        "recredit",
+        "recredit_reversal",
+        "reversal",
+    ]
+    assert [(row["event_type"], row["outcome"]) for row in one_statement["log"]][-4:] == [
+        ("dishonor_contested", "recorded"),
+        ("dishonor_contested", "duplicate"),
+        ("return_dishonored", "recorded"),
+        ("return_dishonored", "duplicate"),
+    ]
+    assert [(r["returns"], r["unauthorized_returns"]) for r in one_statement["counters"]] == [
+        (1, 1)
+    ]

@@ -333,3 +333,55 @@ def test_concurrent_reinitiations_at_the_limit_never_make_a_third(attempt):
             "reinitiation_number", flat=True
         )
     ) == [1, 2]
+
+
+# --- a return's dishonor ---------------------------------------------------------------------
+
+
+def test_a_return_whose_dishonor_stood_is_not_reinitiated_the_money_is_back():
+    original = _returned("R01")
+    payment_apply_event(event=processor_event(original, "return_dishonored", reason_code="R61"))
+
+    with pytest.raises(ReinitiationRefused) as refused:
+        payment_reinitiate(payment_id=original.id)
+
+    assert refused.value.rule == "return_dishonored"
+    assert Payment.objects.filter(reinitiation_of=original).count() == 0
+
+
+def test_a_contested_dishonor_leaves_the_return_standing_and_reinitiable():
+    original = _returned("R01")
+    payment_apply_event(event=processor_event(original, "return_dishonored", reason_code="R61"))
+    payment_apply_event(event=processor_event(original, "dishonor_contested", reason_code="R76"))
+
+    again = payment_reinitiate(payment_id=original.id)
+
+    assert again.reinitiation_of_id == original.id
+
+
+@pytest.mark.parametrize(
+    ("status", "refused_rule"),
+    [("requested", "dishonor_pending"), ("sent", "dishonor_pending"), ("failed", None)],
+)
+def test_a_dishonor_awaiting_its_answer_blocks_a_reinitiation_one_never_taken_does_not(
+    status, refused_rule
+):
+    from payments.models import ReturnDishonor
+
+    original = _returned("R01")
+    ReturnDishonor.objects.create(
+        payment=original,
+        ach_return=original.ach_return,
+        merchant_id=original.merchant_id,
+        reason_code="R61",
+        note="late return",
+        request_status=status,
+        requested_at=timezone.now(),
+    )
+
+    if refused_rule is None:
+        assert payment_reinitiate(payment_id=original.id).reinitiation_of_id == original.id
+        return
+    with pytest.raises(ReinitiationRefused) as refused:
+        payment_reinitiate(payment_id=original.id)
+    assert refused.value.rule == refused_rule

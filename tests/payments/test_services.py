@@ -266,6 +266,7 @@ def test_confirmation_credits_the_merchant_ledger_once():
             "currency": "USD",
             "credits": "40.10",
             "reversals": "0.00",
+            "recredits": "0.00",
             "net": "40.10",
             "confirmed_count": 1,
             "returned_count": 0,

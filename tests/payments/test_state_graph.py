@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from payments.events import (
+    DISHONOR_EVENT_TYPES,
     EVENT_TARGET_STATE,
     EVENT_TYPES,
     RECORDED_EVENT_TYPES,
@@ -115,9 +116,15 @@ def test_every_table_is_read_from_the_models_transitions():
     # A 4xx answer to our submission rejects; no processor event may.
     assert EVENT_TRANSITIONS == _model_edges() - {(PaymentState.PENDING, PaymentState.FAILED)}
     assert STATE_RANK == {"pending": 0, "submitted": 1, "confirmed": 2, "failed": 2, "returned": 3}
+    # The transitions' event types, then the facts that move no state: a return's dishonor
+    # answers (money on a returned payment) and a notification of change (recorded only).
     assert PAYMENT_GRAPH.event_types == ("submitted", "settled", "failed", "returned")
-    # The contract's other types no transition takes: recorded, the state unchanged.
-    assert EVENT_TYPES == (*PAYMENT_GRAPH.event_types, *RECORDED_EVENT_TYPES)
+    assert EVENT_TYPES == (
+        *PAYMENT_GRAPH.event_types,
+        *DISHONOR_EVENT_TYPES,
+        *RECORDED_EVENT_TYPES,
+    )
+    assert not set(DISHONOR_EVENT_TYPES) & set(EVENT_TARGET_STATE)
     assert "notification_of_change" in RECORDED_EVENT_TYPES
     assert EVENT_TARGET_STATE == {
         "submitted": "submitted",

@@ -505,3 +505,93 @@ def test_debit_latch_holds_the_first_call_charged_but_unanswered_until_released(
 def test_debit_latch_refuses_to_hold_nothing():
     with pytest.raises(ValueError, match="holds must be at least 1"):
         DebitLatch(holds=0)
+
+
+def _returned_debit(sandbox, receiver, token):
+    """A debit the sandbox charged, settled and returned; its three callbacks received."""
+    answer = debit(sandbox.base_url, token=token)
+    wait_for(lambda: len(receiver.received) == 3)
+    return answer.json()["idempotency_key"]
+
+
+def _dishonor(base_url, debit_key, *, key=None, code="R61"):
+    return requests.post(
+        f"{base_url}/v1/ach/debits/{debit_key}/dishonors",
+        json={"reason_code": code, "return_event_id": "evt_x"},
+        headers={**AUTH, "Idempotency-Key": str(key or uuid.uuid4())},
+        timeout=5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("token", "code", "answers"),
+    [
+        ("tok_nsf_dh1", "R61", [("return_dishonored", "R61")]),
+        ("tok_nsf_contest1", "R68", [("return_dishonored", "R68"), ("dishonor_contested", "R73")]),
+        (
+            "tok_unauth_contestfirst1",
+            "R69",
+            [("dishonor_contested", "R76"), ("return_dishonored", "R69")],
+        ),
+    ],
+    ids=["dishonored", "contested", "contest-first"],
+)
+def test_a_dishonor_request_is_answered_by_the_token_rule(receiver, token, code, answers):
+    sandbox = start_sandbox(receiver.url, return_after_seconds=0.05)
+    try:
+        debit_key = _returned_debit(sandbox, receiver, token)
+        key = uuid.uuid4()
+        first = _dishonor(sandbox.base_url, debit_key, key=key, code=code)
+        again = _dishonor(sandbox.base_url, debit_key, key=key, code=code)
+        other = _dishonor(sandbox.base_url, debit_key, key=key, code="R62")
+        wait_for(lambda: len(receiver.received) == 3 + len(answers))
+        time.sleep(0.2)  # nothing more comes
+        stats = sandbox.stats()
+    finally:
+        sandbox.stop()
+
+    assert first.status_code == 202 and first.json()["status"] == "pending"
+    assert again.status_code == 200 and again.json() == first.json()
+    assert other.status_code == 422
+    bodies = receiver.bodies()[3:]
+    assert [(b["event_type"], b["reason_code"]) for b in bodies] == answers
+    assert all(b["event_type"] in EVENT_TYPES for b in bodies)
+    assert len({b["processor_event_id"] for b in bodies}) == len(bodies)
+    assert stats["dishonors"] == 1
+
+
+def test_a_dishonor_answer_is_delivered_twice_when_callbacks_are_duplicated(receiver):
+    sandbox = start_sandbox(receiver.url, return_after_seconds=0.05, p_duplicate_callback=1.0)
+    try:
+        answer = debit(sandbox.base_url, token="tok_nsf_contest2")
+        wait_for(lambda: len(receiver.received) == 6)  # each of the debit's three, twice
+        _dishonor(sandbox.base_url, answer.json()["idempotency_key"])
+        wait_for(lambda: len(receiver.received) == 10)
+        time.sleep(0.2)
+    finally:
+        sandbox.stop()
+
+    answers = receiver.bodies()[6:]
+    assert [b["event_type"] for b in answers] == [
+        "return_dishonored",
+        "return_dishonored",
+        "dishonor_contested",
+        "dishonor_contested",
+    ]
+    assert answers[0] == answers[1] and answers[2] == answers[3]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [({"Authorization": "Bearer wrong"}, 401), ({"Idempotency-Key": "not-a-uuid"}, 400)],
+    ids=["bad-key", "bad-idempotency-key"],
+)
+def test_a_dishonor_request_without_the_right_headers_is_refused(sandbox, headers, status):
+    answer = requests.post(
+        f"{sandbox.base_url}/v1/ach/debits/{uuid.uuid4()}/dishonors",
+        json={"reason_code": "R61"},
+        headers={**AUTH, "Idempotency-Key": str(uuid.uuid4()), **headers},
+        timeout=5,
+    )
+
+    assert answer.status_code == status

@@ -10,6 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 from payments.app_settings import AppSettings
+from payments.nacha.settings import parse_originator
+from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
 
@@ -74,6 +76,19 @@ SPECS: dict[str, Spec] = {
     "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": Seconds(300.0, 86_400),
     "PROCESSOR_BREAKER_TRIAL_CALLS": Number(3, 1, 1000, whole=True, unit="of calls"),
     "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": Seconds(300.0, 86_400),
+    # Bank-direct origination (payments.nacha): who the files come from and go to (None: the
+    # bank path is not set up, and cutting a file says so), the Fed's windows (Eastern time)
+    # and how long before a window's deadline the bank wants the file.
+    "NACHA_ORIGINATOR": Parsed(
+        None,
+        parse=parse_originator,
+        accepted="None, or a dict of the originator's identity (README, bank-direct section)",
+        types=(dict, type(None)),
+    ),
+    "NACHA_WINDOWS": Parsed(
+        FED_WINDOWS, parse=parse_windows, accepted=WINDOWS_ACCEPTED, types=(list, tuple)
+    ),
+    "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
 }
 # Pairs (low, high) whose low value may not exceed the high one.
 RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)

@@ -481,3 +481,11 @@ class CircuitBreakerTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.breaker_id} {self.kind} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+# The bank path's models live with its code; importing them here registers them with the app.
+from payments.nacha.models import (  # noqa: E402, F401
+    NachaEntry,
+    NachaFile,
+    NachaTraceCounter,
+)

@@ -25,3 +25,20 @@ def join(lines: list[str]) -> bytes:
 @pytest.fixture
 def ppd_records() -> list[str]:
     return records("ppd-debit.ach")
+
+
+ORIGINATOR_SETTING = {
+    "odfi_routing_number": "021000021",
+    "odfi_name": "First ODFI Bank",
+    "immediate_origin": "1234567890",
+    "immediate_origin_name": "Example Merchant Co",
+    "company_name": "Example Merchant",
+    "company_identification": "1234567890",
+}
+
+
+@pytest.fixture
+def nacha_settings(module_settings):
+    """The bank path set up for a test: our originator, the Fed's windows, a 30-minute buffer."""
+    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    return module_settings

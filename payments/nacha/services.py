@@ -1,0 +1,169 @@
+"""Entries and files of the bank path: a trace number per payment, and files cut per window.
+
+``nacha_entry_add`` gives a payment its entry and trace number once (a retried submission
+finds the same row). ``nacha_file_cut`` takes every entry not yet in a file, under row locks,
+writes them into one file for the next window, and stores the file and each entry's place in
+it in one transaction: an entry is in exactly one file, and a cut that fails leaves every entry
+where it was. Delivering the stored bytes is the transport's job, after the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+
+from payments.models import Payment
+from payments.nacha import settings as nacha_settings
+from payments.nacha.accounts import AccountResolver, AccountUnavailable
+from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
+from payments.nacha.windows import EASTERN, WindowInstance, window_next
+from payments.nacha.writer import DebitEntry, EntryRefused, entry_check, nacha_file_write
+
+logger = logging.getLogger(__name__)
+
+FILE_ID_MODIFIERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+TRACE_SEQUENCE_LIMIT = 10**7
+
+
+class FilesExhausted(Exception):
+    """Every file ID modifier of the day is taken (36 files): the next cut waits a day."""
+
+
+def _trace_allocate(odfi: str) -> str:
+    counter, _ = NachaTraceCounter.objects.select_for_update().get_or_create(
+        odfi_identification=odfi
+    )
+    counter.last_sequence += 1
+    counter.save(update_fields=["last_sequence"])
+    # Seven digits: after ten million entries the sequence starts again; the unique
+    # constraint refuses a repeat that is still stored rather than letting it through.
+    return f"{odfi}{counter.last_sequence % TRACE_SEQUENCE_LIMIT:07d}"
+
+
+def nacha_entry_add(*, payment_id: uuid.UUID | str) -> NachaEntry:
+    """The payment's entry, created with its trace number the first time, found after."""
+    existing = NachaEntry.objects.filter(payment_id=payment_id).first()
+    if existing is not None:
+        return existing
+    odfi = nacha_settings.originator().odfi_identification
+    try:
+        with transaction.atomic():
+            Payment.objects.only("id").get(pk=payment_id)
+            return NachaEntry.objects.create(
+                payment_id=payment_id, trace_number=_trace_allocate(odfi)
+            )
+    except IntegrityError:
+        # Another submission of the same payment won the race: its entry is the one.
+        return NachaEntry.objects.get(payment_id=payment_id)
+
+
+@dataclass
+class CutResult:
+    file: NachaFile | None
+    window: WindowInstance
+    refused: list[NachaEntry] = field(default_factory=list)
+
+
+def _amount_cents(payment: Payment) -> int:
+    return int(payment.amount * 100)
+
+
+def nacha_file_cut(
+    *,
+    now: datetime,
+    resolve_account: AccountResolver,
+    lead: timedelta | None = None,
+) -> CutResult:
+    """Cut one file of the entries waiting, for the next window.
+
+    With ``lead``, only when the window's bank cutoff is at most that far off (a scheduler
+    calls this every few minutes and files go out once per window); without, now. A same-day
+    window leaves an entry over the same-day limit for the next next-day window. An entry the
+    resolver refuses is marked refused (its payment fails) and left out.
+    """
+    originator = nacha_settings.originator()
+    window = window_next(now, windows=nacha_settings.windows(), buffer=nacha_settings.bank_buffer())
+    if lead is not None and window.bank_cutoff - now > lead:
+        return CutResult(None, window)
+    with transaction.atomic():
+        # One cut at a time per ODFI: the counter row is the lock, so two cutters never give
+        # the same modifier or take the same entries.
+        NachaTraceCounter.objects.select_for_update().get_or_create(
+            odfi_identification=originator.odfi_identification
+        )
+        pending = list(
+            NachaEntry.objects.select_for_update(of=("self",))
+            .select_related("payment")
+            .filter(file__isnull=True, refused_reason="")
+            .order_by("trace_number")
+        )
+        entries: list[tuple[NachaEntry, DebitEntry]] = []
+        refused: list[NachaEntry] = []
+        for entry in pending:
+            cents = _amount_cents(entry.payment)
+            if not window.accepts(cents):
+                continue
+            try:
+                account = resolve_account(entry.payment.source_token)
+                debit = DebitEntry(
+                    trace_number=entry.trace_number,
+                    sec_code=account.sec_code,
+                    account_type=account.account_type,
+                    routing_number=account.routing_number,
+                    account_number=account.account_number,
+                    amount_cents=cents,
+                    identification=entry.payment_id.hex[:15],
+                    receiver_name=account.holder_name,
+                )
+                # Each entry checked on its own, so one bad account refuses only itself.
+                entry_check(debit, originator.odfi_identification)
+            except (AccountUnavailable, EntryRefused) as exc:
+                entry.refused_reason = str(exc)[:255]
+                entry.save(update_fields=["refused_reason"])
+                refused.append(entry)
+                logger.warning(
+                    "nacha entry refused",
+                    extra={"payment_id": str(entry.payment_id), "trace": entry.trace_number},
+                )
+                continue
+            entry.sec_code = debit.sec_code
+            entries.append((entry, debit))
+        if not entries:
+            return CutResult(None, window, refused)
+        created = now.astimezone(EASTERN)
+        used = NachaFile.objects.filter(creation_date=created.date()).count()
+        if used >= len(FILE_ID_MODIFIERS):
+            raise FilesExhausted(f"{used} files were cut on {created.date()}")
+        modifier = FILE_ID_MODIFIERS[used]
+        content = nacha_file_write(
+            originator=originator,
+            entries=[debit for _, debit in entries],
+            effective_entry_date=window.effective_entry_date,
+            created_at=created,
+            file_id_modifier=modifier,
+        )
+        cut = NachaFile.objects.create(
+            window_name=window.name,
+            bank_cutoff_at=window.bank_cutoff,
+            effective_entry_date=window.effective_entry_date,
+            creation_date=created.date(),
+            file_id_modifier=modifier,
+            name=f"{created:%Y%m%d}-{modifier}-{window.name}.ach",
+            content=content.decode("ascii"),
+            sha256=hashlib.sha256(content).hexdigest(),
+            entry_count=len(entries),
+            total_debit_cents=sum(d.amount_cents for _, d in entries),
+        )
+        for entry, _ in entries:
+            entry.file = cut
+            entry.save(update_fields=["file", "sec_code"])
+    logger.info(
+        "nacha file cut",
+        extra={"file": cut.name, "entries": cut.entry_count, "window": window.name},
+    )
+    return CutResult(cut, window, refused)

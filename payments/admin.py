@@ -262,3 +262,8 @@ class CircuitBreakerAdmin(ReadOnlyModelAdmin):
 
     list_display = ["name", "state", "opened_at", "open_until", "paused_until", "updated_at"]
     inlines = [CircuitBreakerTransitionInline]
+
+
+# The bank path's and the vault's admins live with their code.
+from payments.nacha import admin as nacha_admin  # noqa: E402, F401
+from payments.vault import admin as vault_admin  # noqa: E402, F401

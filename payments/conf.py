@@ -14,6 +14,7 @@ from payments.nacha.settings import parse_originator
 from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
+from payments.vault.keys import parse_vault_keys
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -89,6 +90,23 @@ SPECS: dict[str, Spec] = {
         FED_WINDOWS, parse=parse_windows, accepted=WINDOWS_ACCEPTED, types=(list, tuple)
     ),
     "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
+    # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
+    # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and
+    # the class holding them (payments.vault.crypto.KeyProvider: a KMS one can replace it).
+    "VAULT_KEYS": Parsed(
+        {},
+        parse=parse_vault_keys,
+        accepted="a dict of version: base64 of 32 bytes, or 'v1:<base64>,v2:<base64>'",
+        types=(dict, str),
+    ),
+    "VAULT_ACTIVE_KEY": Text(
+        "", pattern=r"[A-Za-z0-9_.-]*", accepted="a version of VAULT_KEYS, or blank (no vault)"
+    ),
+    "VAULT_KEY_PROVIDER": Text(
+        "payments.vault.crypto.SettingsKeyProvider",
+        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="a dotted path such as 'package.module.Class'",
+    ),
 }
 # Pairs (low, high) whose low value may not exceed the high one.
 RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)

@@ -489,3 +489,4 @@ from payments.nacha.models import (  # noqa: E402, F401
     NachaFile,
     NachaTraceCounter,
 )
+from payments.vault.models import VaultAccount  # noqa: E402, F401

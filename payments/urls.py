@@ -1,6 +1,7 @@
 from django.urls import path
 
 from payments.apis import MerchantBalanceApi, PaymentDetailApi, PaymentListCreateApi
+from payments.vault.apis import VaultAccountCreateApi
 
 urlpatterns = [
     # One route for list (GET) and create (POST); the name predates the list.
@@ -12,4 +13,6 @@ urlpatterns = [
         MerchantBalanceApi.as_view(),
         name="merchant-balance",
     ),
+    # The one request that takes bank numbers: the vault seals them and answers a token.
+    path("vault/accounts/", VaultAccountCreateApi.as_view(), name="vault-account-create"),
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from payments.app_settings import AppSettings
 from payments.nacha.settings import parse_originator
+from payments.nacha.transports import TRANSPORT_ACCEPTED, parse_transport
 from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
@@ -90,6 +91,10 @@ SPECS: dict[str, Spec] = {
         FED_WINDOWS, parse=parse_windows, accepted=WINDOWS_ACCEPTED, types=(list, tuple)
     ),
     "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
+    # Where files go and come back from (payments.nacha.transports): None until set up.
+    "NACHA_TRANSPORT": Parsed(
+        None, parse=parse_transport, accepted=TRANSPORT_ACCEPTED, types=(dict, type(None))
+    ),
     # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
     # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and
     # the class holding them (payments.vault.crypto.KeyProvider: a KMS one can replace it).

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from payments.models import Payment
 from payments.nacha import settings as nacha_settings
 from payments.nacha.accounts import AccountResolver, AccountUnavailable
 from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
+from payments.nacha.transports import Transport
 from payments.nacha.windows import EASTERN, WindowInstance, window_next
 from payments.nacha.writer import DebitEntry, EntryRefused, entry_check, nacha_file_write
 
@@ -167,3 +169,19 @@ def nacha_file_cut(
         extra={"file": cut.name, "entries": cut.entry_count, "window": window.name},
     )
     return CutResult(cut, window, refused)
+
+
+def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> NachaFile:
+    """Send the stored bytes of a cut file, once: a file recorded as delivered is not sent
+    again, and a retry after a crash between the transport's write and this record finds the
+    same bytes at the bank and only records it. No lock is held during the transfer."""
+    cut = NachaFile.objects.get(pk=file_id)
+    if cut.delivered_at is not None:
+        return cut
+    location = transport.deliver(cut.name, cut.content.encode("ascii"))
+    NachaFile.objects.filter(pk=cut.pk, delivered_at__isnull=True).update(
+        delivered_at=timezone.now(), delivered_to=location[:255]
+    )
+    cut.refresh_from_db()
+    logger.info("nacha file delivered", extra={"file": cut.name, "to": cut.delivered_to})
+    return cut

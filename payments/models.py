@@ -487,6 +487,8 @@ class CircuitBreakerTransition(models.Model):
 from payments.nacha.models import (  # noqa: E402, F401
     NachaEntry,
     NachaFile,
+    NachaInboundEvent,
+    NachaInboundFile,
     NachaTraceCounter,
 )
 from payments.vault.models import VaultAccount  # noqa: E402, F401

@@ -75,3 +75,62 @@ class NachaEntry(models.Model):
 
     def __str__(self) -> str:
         return self.trace_number
+
+
+class InboundStatus(models.TextChoices):
+    IMPORTED = "imported", "Imported: every entry became an event"
+    REFUSED = "refused", "Refused whole: malformed, nothing imported"
+
+
+class NachaInboundFile(models.Model):
+    """A file the bank sent us, kept whole, imported or refused. The bytes hold account
+    numbers: never shown; ``nacha_inspect`` masks them."""
+
+    name = models.CharField(max_length=255)
+    sha256 = models.CharField(max_length=64, unique=True)
+    content = models.BinaryField()
+    status = models.CharField(max_length=16, choices=InboundStatus.choices)
+    refused_record = models.PositiveIntegerField(null=True, blank=True)
+    refused_reason = models.TextField(blank=True)
+    entry_count = models.PositiveIntegerField(default=0)
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+
+class NachaInboundEvent(models.Model):
+    """One return or NOC of a bank file, as the processor event it becomes.
+
+    ``deduplication_id`` (the original trace number and a fingerprint of the code) is unique:
+    the same return read again, in the same file or a resent one, is one row and one message.
+    ``payment`` is empty when the trace number matches no entry of ours: the event then goes to
+    the dead-letter queue for a human instead of the main queue.
+    """
+
+    file = models.ForeignKey(NachaInboundFile, on_delete=models.PROTECT, related_name="events")
+    record_number = models.PositiveIntegerField()
+    original_trace_number = models.CharField(max_length=15, db_index=True)
+    code = models.CharField(max_length=3)
+    event_type = models.CharField(max_length=32)
+    payment = models.ForeignKey("payments.Payment", null=True, blank=True, on_delete=models.PROTECT)
+    deduplication_id = models.CharField(max_length=128, unique=True)
+    event = models.JSONField(help_text="The processor event; never an account number")
+    published_at = models.DateTimeField(null=True, blank=True)
+    message_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["id"],
+                condition=models.Q(published_at__isnull=True),
+                name="nacha_inbound_unpublished",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code} for {self.original_trace_number}"

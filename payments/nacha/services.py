@@ -25,6 +25,7 @@ from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
 from payments.nacha.transports import Transport
 from payments.nacha.windows import EASTERN, WindowInstance, window_next
 from payments.nacha.writer import DebitEntry, EntryRefused, entry_check, nacha_file_write
+from payments.services.create import SUBMIT_PAYMENT, outbox_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +180,19 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
     if cut.delivered_at is not None:
         return cut
     location = transport.deliver(cut.name, cut.content.encode("ascii"))
-    NachaFile.objects.filter(pk=cut.pk, delivered_at__isnull=True).update(
-        delivered_at=timezone.now(), delivered_to=location[:255]
-    )
+    with transaction.atomic():
+        marked = NachaFile.objects.filter(pk=cut.pk, delivered_at__isnull=True).update(
+            delivered_at=timezone.now(), delivered_to=location[:255]
+        )
+        if marked:
+            # The file is at the bank: each of its payments is submitted now, by the usual
+            # submission (the bank backend answers "accepted" for a delivered entry).
+            for payment_id in cut.entries.values_list("payment_id", flat=True):
+                outbox_enqueue(
+                    kind=SUBMIT_PAYMENT,
+                    group_id=str(payment_id),
+                    body={"kind": SUBMIT_PAYMENT, "payment_id": str(payment_id)},
+                )
     cut.refresh_from_db()
     logger.info("nacha file delivered", extra={"file": cut.name, "to": cut.delivered_to})
     return cut

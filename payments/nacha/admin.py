@@ -7,7 +7,7 @@ a file with the accounts masked.
 from django.contrib import admin
 
 from payments.admin import ReadOnlyInline, ReadOnlyModelAdmin
-from payments.nacha.models import NachaEntry, NachaFile
+from payments.nacha.models import NachaEntry, NachaFile, NachaInboundEvent, NachaInboundFile
 
 
 class NachaEntryInline(ReadOnlyInline):
@@ -59,6 +59,53 @@ class NachaEntryAdmin(ReadOnlyModelAdmin):
     search_fields = ("trace_number", "payment__id")
     fields = ("trace_number", "payment", "file", "sec_code", "refused_reason", "created_at")
     readonly_fields = fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+class NachaInboundEventInline(ReadOnlyInline):
+    model = NachaInboundEvent
+    fields = (
+        "record_number",
+        "code",
+        "event_type",
+        "original_trace_number",
+        "payment",
+        "published_at",
+    )
+    readonly_fields = fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+@admin.register(NachaInboundFile)
+class NachaInboundFileAdmin(ReadOnlyModelAdmin):
+    """What the bank sent: imported, or refused whole with the record and the reason (the file
+    is kept; ``nacha_inspect`` on its bytes shows it with accounts masked)."""
+
+    list_display = (
+        "name",
+        "status",
+        "refused_record",
+        "refused_reason",
+        "entry_count",
+        "received_at",
+    )
+    list_filter = ("status",)
+    search_fields = ("name", "sha256")
+    fields = (
+        "name",
+        "status",
+        "refused_record",
+        "refused_reason",
+        "entry_count",
+        "sha256",
+        "received_at",
+    )
+    readonly_fields = fields
+    inlines = [NachaInboundEventInline]
 
     def get_readonly_fields(self, request, obj=None):
         return self.fields

@@ -62,6 +62,10 @@ class NachaEntry(models.Model):
     # Why the entry cannot be written (the vault has no such token, a closed account...): it
     # is left out of every file, and its payment fails. Never an account number.
     refused_reason = models.CharField(max_length=255, blank=True)
+    # When its ``settled`` event was promised (the outbox row written): ACH confirms nothing, so
+    # an entry is taken as settled once its effective entry date has passed (returns may still
+    # follow, as returns after settlement).
+    settled_event_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

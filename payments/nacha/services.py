@@ -13,7 +13,7 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -196,3 +196,49 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
     cut.refresh_from_db()
     logger.info("nacha file delivered", extra={"file": cut.name, "to": cut.delivered_to})
     return cut
+
+
+# When an entry counts as settled: the end of its effective entry date (Eastern), by which the
+# Fed has settled every window of that day.
+SETTLED_AT = time(17, 0)
+
+
+def nacha_entries_settle(*, now: datetime, limit: int = 1000) -> int:
+    """Promise a ``settled`` event for each delivered entry whose effective entry date has
+    passed; returns how many. Each entry's event is promised once (under its row lock, marked
+    in the same transaction as its outbox row), and the event's id (``ach.<trace>.settled``)
+    is deduplicated by the worker like any processor event's."""
+    done = 0
+    # The last effective date whose settlement moment has come.
+    latest = (now.astimezone(EASTERN) - timedelta(hours=SETTLED_AT.hour)).date()
+    with transaction.atomic():
+        entries = list(
+            NachaEntry.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("payment", "file")
+            .filter(
+                settled_event_at__isnull=True,
+                file__delivered_at__isnull=False,
+                file__effective_entry_date__lte=latest,
+            )
+            .order_by("pk")[:limit]
+        )
+        for entry in entries:
+            settled = datetime.combine(entry.file.effective_entry_date, SETTLED_AT, tzinfo=EASTERN)
+            event = {
+                "payment_id": str(entry.payment_id),
+                "event_type": "settled",
+                "processor_event_id": f"ach.{entry.trace_number}.settled",
+                "amount": f"{entry.payment.amount:.2f}",
+                "timestamp": settled.isoformat(),
+                "reason_code": "",
+                "message": f"ACH entry {entry.trace_number}: effective date passed, no return",
+            }
+            outbox_enqueue(
+                kind="processor_event",
+                group_id=str(entry.payment_id),
+                body={"kind": "processor_event", "event": event, "received_at": now.isoformat()},
+            )
+            entry.settled_event_at = now
+            entry.save(update_fields=["settled_event_at"])
+            done += 1
+    return done

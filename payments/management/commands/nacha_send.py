@@ -1,4 +1,5 @@
-"""Cut the file of the window that is closing and deliver every file not yet delivered.
+"""Cut the file of the window that is closing, deliver every file not yet delivered, and
+settle the entries whose effective entry date has passed.
 
 Run it every few minutes (cron, or Celery beat): it cuts only when the next window's bank
 cutoff is within ``--lead-minutes`` (``--now`` cuts at once), and each file is delivered once,
@@ -11,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from payments.nacha.models import NachaFile
-from payments.nacha.services import nacha_file_cut, nacha_file_deliver
+from payments.nacha.services import nacha_entries_settle, nacha_file_cut, nacha_file_deliver
 from payments.nacha.transports import TransportError, transport_open
 from payments.vault.services import vault_account_reveal
 
@@ -53,3 +54,6 @@ class Command(BaseCommand):
             raise CommandError(f"delivery stopped: {exc}") from exc
         finally:
             transport.close()
+        settled = nacha_entries_settle(now=timezone.now())
+        if settled:
+            self.stdout.write(f"{settled} entries past their effective date: settled")

@@ -137,3 +137,33 @@ def test_the_sandbox_bank_answers_by_its_rules_and_the_return_comes_back(bank):
     assert NachaFile.objects.get().delivered_at is not None
     # The sandbox answered each file once.
     assert bank_answer_files(outbound=bank.outbound, inbound=bank.inbound) == []
+
+
+def test_a_delivered_entry_settles_after_its_effective_date_once_then_a_return_reverses_it(bank):
+    from payments.models import LedgerEntry
+    from payments.nacha.services import nacha_entries_settle
+
+    payment = _payment(holder="NSF Later")
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    cut = nacha_file_cut(now=timezone.now(), resolve_account=vault_account_reveal).file
+    nacha_file_deliver(file_id=cut.pk, transport=bank)
+    run_worker(relay=True)
+    effective = cut.effective_entry_date
+    before = datetime.combine(effective, datetime.min.time(), tzinfo=EASTERN).replace(hour=16)
+    after = before.replace(hour=17)
+
+    assert nacha_entries_settle(now=before) == 0
+    assert nacha_entries_settle(now=after) == 1
+    assert nacha_entries_settle(now=after + timedelta(days=1)) == 0
+    run_worker(relay=True)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+
+    bank_answer_files(outbound=bank.outbound, inbound=bank.inbound, now=after)
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+    run_worker()
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.RETURNED
+    assert LedgerEntry.objects.filter(payment=payment, kind="reversal").count() == 1

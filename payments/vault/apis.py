@@ -7,11 +7,14 @@ never echoes it. There is no Idempotency-Key: a retried store mints a second tok
 same account, which costs nothing and moves no money.
 """
 
+import logging
+
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework import serializers
 from rest_framework.response import Response
 
 from payments.access import merchant_access_allowed
-from payments.api_errors import field_errors
+from payments.api_errors import ApiError, field_errors
 from payments.apis import ModuleApiView, _error_response, _forbidden
 from payments.serializers import (
     MERCHANT_MESSAGE,
@@ -21,6 +24,8 @@ from payments.serializers import (
 )
 from payments.vault.models import AccountType, SecCode
 from payments.vault.services import VaultInputError, vault_account_store
+
+logger = logging.getLogger(__name__)
 
 
 class VaultAccountInputSerializer(StrictInputSerializer):
@@ -61,4 +66,8 @@ class VaultAccountCreateApi(ModuleApiView):
             account = vault_account_store(**data)
         except VaultInputError as exc:
             return _error_response(field_errors(exc.errors))
+        except ImproperlyConfigured as exc:
+            # The host has not given the vault its keys: nothing was stored; say which setting.
+            logger.error("vault store refused: %s", exc)
+            return _error_response(ApiError(503, "vault_unconfigured", str(exc)))
         return Response(VaultAccountOutputSerializer(account).data, status=201)

@@ -147,3 +147,16 @@ def test_cutting_a_file_from_vaulted_accounts_logs_no_number(
     assert cut.refused[0].refused_reason == "the vault holds no account for this token"
     _assert_no_number(_logged(every_log))
     _assert_no_number(str(cut))
+
+
+def test_a_vault_without_keys_answers_503_naming_the_setting_and_stores_nothing(
+    api_client, module_settings
+):
+    module_settings.VAULT_KEYS = {}
+    module_settings.VAULT_ACTIVE_KEY = ""
+    response = api_client.post(URL, ACCOUNT, format="json")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "vault_unconfigured"
+    assert "VAULT_ACTIVE_KEY" in response.json()["error"]["message"]
+    _assert_no_number(response.content.decode())
+    assert VaultAccount.objects.count() == 0

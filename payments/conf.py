@@ -103,6 +103,7 @@ SPECS: dict[str, Spec] = {
         parse=parse_vault_keys,
         accepted="a dict of version: base64 of 32 bytes, or 'v1:<base64>,v2:<base64>'",
         types=(dict, str),
+        secret=True,
     ),
     "VAULT_ACTIVE_KEY": Text(
         "", pattern=r"[A-Za-z0-9_.-]*", accepted="a version of VAULT_KEYS, or blank (no vault)"

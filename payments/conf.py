@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from payments.app_settings import AppSettings
-from payments.nacha.settings import parse_originator
+from payments.nacha.originator import parse_originator
 from payments.nacha.transports import TRANSPORT_ACCEPTED, parse_transport
 from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults

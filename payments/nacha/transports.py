@@ -22,8 +22,6 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from payments import conf
-
 PARTIAL_SUFFIX = ".partial"
 
 
@@ -186,6 +184,8 @@ def parse_transport(value: Any) -> dict[str, Any] | None:
 
 def transport_open() -> Transport:
     """A transport of ``NACHA_TRANSPORT``'s kind (the caller closes it)."""
+    from payments import conf  # not at import: payments.conf checks the setting with this module
+
     options = parse_transport(conf.NACHA_TRANSPORT)
     if options is None:
         raise ImproperlyConfigured("PAYMENTS['NACHA_TRANSPORT'] is not set")

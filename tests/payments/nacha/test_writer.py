@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from payments.nacha import layouts as L
+from payments.nacha.originator import parse_originator
 from payments.nacha.parser import parse_nacha
 from payments.nacha.routing import check_digit
-from payments.nacha.settings import parse_originator
 from payments.nacha.windows import EASTERN
 from payments.nacha.writer import (
     DebitEntry,

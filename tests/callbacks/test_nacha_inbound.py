@@ -249,3 +249,41 @@ def test_an_entry_without_a_return_or_noc_addenda_refuses_the_whole_file(bank_pa
     assert result.refused == ["forward.ach"]
     assert "without a return or NOC addenda" in stored.refused_reason
     assert stored.refused_record == 3
+
+
+def test_the_collect_command_reports_what_it_imported_refused_and_queued(
+    bank_path, sqs_queues, module_settings, tmp_path
+):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    module_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(bank_path.outbound),
+        "inbound": str(bank_path.inbound),
+    }
+    payments, ours = _settled_payments(1)
+    _drop(
+        bank_path,
+        "r.ach",
+        nacha_answer_file_write(
+            answers=_answers(ours, payments, ["R01"]), created_at=EVENING, **BANK
+        ),
+    )
+    _drop(bank_path, "junk.ach", b"not a nacha file\n")
+    out, err = StringIO(), StringIO()
+    call_command("nacha_collect", "--min-age-seconds", "0", stdout=out, stderr=err)
+    assert "imported 1, refused 1, seen before 0; 1 events queued, 0 dead-lettered" in (
+        out.getvalue()
+    )
+    assert "refused: junk.ach" in err.getvalue()
+
+
+def test_the_collect_command_without_a_transport_names_the_setting(module_settings):
+    from django.core.exceptions import ImproperlyConfigured
+    from django.core.management import call_command
+
+    module_settings.NACHA_TRANSPORT = None
+    with pytest.raises(ImproperlyConfigured, match=r"PAYMENTS\['NACHA_TRANSPORT'\]"):
+        call_command("nacha_collect")

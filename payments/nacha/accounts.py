@@ -17,6 +17,9 @@ class BankAccount:
     account_type: str  # checking | savings
     holder_name: str = field(repr=False)
     sec_code: str  # how the debit was authorized: PPD, CCD or WEB
+    # The merchant the account was stored for (the vault always says; None: the resolver
+    # cannot tell). A payment of another merchant is never debited from it.
+    merchant_id: str | None = None
 
     def __repr__(self) -> str:
         return f"BankAccount(****{self.account_number[-4:]}, {self.account_type}, {self.sec_code})"

@@ -18,7 +18,7 @@ from datetime import datetime, time, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from payments.models import Payment
+from payments.models import Payment, PaymentState
 from payments.nacha import settings as nacha_settings
 from payments.nacha.accounts import AccountResolver, AccountUnavailable
 from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
@@ -112,7 +112,14 @@ def nacha_file_cut(
             if not window.accepts(cents):
                 continue
             try:
+                if entry.payment.state != PaymentState.PENDING:
+                    # Failed or settled some other way meanwhile: it must not be debited.
+                    raise EntryRefused(f"the payment is {entry.payment.state}, not pending")
                 account = resolve_account(entry.payment.source_token)
+                if account.merchant_id is not None and account.merchant_id != (
+                    entry.payment.merchant_id
+                ):
+                    raise EntryRefused("the account token belongs to another merchant")
                 debit = DebitEntry(
                     trace_number=entry.trace_number,
                     sec_code=account.sec_code,

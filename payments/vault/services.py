@@ -134,6 +134,7 @@ def vault_account_reveal(token: str) -> BankAccount:
         account_type=account.account_type,
         holder_name=payload["name"],
         sec_code=account.sec_code,
+        merchant_id=account.merchant_id,
     )
 
 

@@ -10,7 +10,13 @@ from decimal import Decimal
 import pytest
 
 from callbacks.nacha_inbound import UNKNOWN_TRACE, nacha_files_collect
-from payments.models import LedgerEntry, NachaInboundEvent, NachaInboundFile, PaymentState
+from payments.models import (
+    LedgerEntry,
+    NachaInboundEvent,
+    NachaInboundFile,
+    Payment,
+    PaymentState,
+)
 from payments.nacha.bank_writer import BankAnswer, nacha_answer_file_write
 from payments.nacha.models import NachaEntry
 from payments.nacha.parser import parse_nacha
@@ -49,14 +55,18 @@ def _settled_payments(n: int, state=PaymentState.CONFIRMED):
     """Payments of ours that went out in a file: vaulted account, entry, the file cut."""
     token = vault_account_store(**ACCOUNT).token
     payments = [
-        PaymentFactory(source_token=token, amount=Decimal("25.00") + i, state=state)
+        PaymentFactory(source_token=token, amount=Decimal("25.00") + i, merchant_id="m-1")
         for i in range(n)
     ]
     for payment in payments:
         nacha_entry_add(payment_id=payment.pk)
+    cut = nacha_file_cut(now=EVENING, resolve_account=vault_account_reveal).file
+    # Then delivered, submitted and settled (the bank backend's tests follow those steps).
+    Payment.objects.filter(pk__in=[p.pk for p in payments]).update(state=state)
+    for payment in payments:
+        payment.refresh_from_db()
         if state == PaymentState.CONFIRMED:
             LedgerEntryFactory(payment=payment, merchant_id=payment.merchant_id)
-    cut = nacha_file_cut(now=EVENING, resolve_account=vault_account_reveal).file
     ours = {e.trace_number: e for e in parse_nacha(cut.content.encode()).entries()}
     return payments, ours
 

@@ -167,3 +167,18 @@ def test_a_delivered_entry_settles_after_its_effective_date_once_then_a_return_r
     payment.refresh_from_db()
     assert payment.state == PaymentState.RETURNED
     assert LedgerEntry.objects.filter(payment=payment, kind="reversal").count() == 1
+
+
+def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
+    token = vault_account_store(**(ACCOUNT | {"merchant_id": "m-other"})).token
+    payment = payment_create(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    cut = nacha_file_cut(
+        now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
+    )
+    assert cut.file is None
+    assert cut.refused[0].refused_reason == "the account token belongs to another merchant"
+    payment_submit(payment_id=payment.pk)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.FAILED

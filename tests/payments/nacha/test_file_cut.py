@@ -192,3 +192,14 @@ def test_concurrent_cuts_and_adds_put_each_entry_in_exactly_one_file(nacha_setti
         traces += [e.trace_number for e in parse_nacha(cut_file.content.encode()).entries()]
     assert sorted(traces) == sorted(NachaEntry.objects.values_list("trace_number", flat=True))
     assert len(set(traces)) == 30
+
+
+def test_an_entry_whose_payment_is_no_longer_pending_is_left_out(nacha_settings):
+    from payments.models import Payment
+
+    gone = PaymentFactory()
+    nacha_entry_add(payment_id=gone.pk)
+    Payment.objects.filter(pk=gone.pk).update(state="failed")
+    cut = nacha_file_cut(now=EVENING, resolve_account=resolve)
+    assert cut.file is None
+    assert cut.refused[0].refused_reason == "the payment is failed, not pending"

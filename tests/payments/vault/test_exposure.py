@@ -137,7 +137,7 @@ def test_cutting_a_file_from_vaulted_accounts_logs_no_number(
     module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
     token = vault_account_store(**ACCOUNT).token
     closed = PaymentFactory(source_token="vtok_gone_for_good")
-    for payment in (PaymentFactory(source_token=token), closed):
+    for payment in (PaymentFactory(source_token=token, merchant_id="m-1"), closed):
         nacha_entry_add(payment_id=payment.pk)
     cut = nacha_file_cut(
         now=datetime(2026, 12, 1, 20, 0, tzinfo=EASTERN), resolve_account=vault_account_reveal

@@ -249,3 +249,23 @@ def nacha_entries_settle(*, now: datetime, limit: int = 1000) -> int:
             entry.save(update_fields=["settled_event_at"])
             done += 1
     return done
+
+
+@dataclass
+class SendResult:
+    cut: CutResult
+    delivered: list[NachaFile] = field(default_factory=list)
+    settled: int = 0
+
+
+def nacha_send_due(
+    *, now: datetime, transport: Transport, resolve_account: AccountResolver, lead: timedelta | None
+) -> SendResult:
+    """One round of the bank path's outbound work: cut the closing window's file (or at once
+    without ``lead``), deliver every file not yet delivered, oldest first, and settle the
+    entries past their effective date. Each step is idempotent, so rounds may overlap."""
+    result = SendResult(nacha_file_cut(now=now, resolve_account=resolve_account, lead=lead))
+    for waiting in NachaFile.objects.filter(delivered_at__isnull=True).order_by("created_at"):
+        result.delivered.append(nacha_file_deliver(file_id=waiting.pk, transport=transport))
+    result.settled = nacha_entries_settle(now=now)
+    return result

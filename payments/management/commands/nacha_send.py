@@ -1,9 +1,9 @@
 """Cut the file of the window that is closing, deliver every file not yet delivered, and
-settle the entries whose effective entry date has passed.
+settle the entries whose effective entry date has passed (``nacha_send_due``).
 
-Run it every few minutes (cron, or Celery beat): it cuts only when the next window's bank
-cutoff is within ``--lead-minutes`` (``--now`` cuts at once), and each file is delivered once,
-whatever ran before (``nacha_file_deliver``).
+Run it every few minutes (cron, or beat's ``payments.tasks.nacha_send``): it cuts only when
+the next window's bank cutoff is within ``--lead-minutes`` (``--now`` cuts at once), and each
+file is delivered once, whatever ran before.
 """
 
 from datetime import timedelta
@@ -11,8 +11,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from payments.nacha.models import NachaFile
-from payments.nacha.services import nacha_entries_settle, nacha_file_cut, nacha_file_deliver
+from payments.nacha.services import nacha_send_due
 from payments.nacha.transports import TransportError, transport_open
 from payments.vault.services import vault_account_reveal
 
@@ -33,7 +32,19 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         lead = None if options["now"] else timedelta(minutes=options["lead_minutes"])
-        cut = nacha_file_cut(now=timezone.now(), resolve_account=vault_account_reveal, lead=lead)
+        transport = transport_open()
+        try:
+            result = nacha_send_due(
+                now=timezone.now(),
+                transport=transport,
+                resolve_account=vault_account_reveal,
+                lead=lead,
+            )
+        except TransportError as exc:
+            raise CommandError(f"delivery stopped: {exc}") from exc
+        finally:
+            transport.close()
+        cut = result.cut
         if cut.file is not None:
             self.stdout.write(f"cut {cut.file.name}: {cut.file.entry_count} entries")
         else:
@@ -43,17 +54,7 @@ class Command(BaseCommand):
             )
         for entry in cut.refused:
             self.stderr.write(f"refused entry {entry.trace_number}: {entry.refused_reason}")
-        transport = transport_open()
-        try:
-            for waiting in NachaFile.objects.filter(delivered_at__isnull=True).order_by(
-                "created_at"
-            ):
-                delivered = nacha_file_deliver(file_id=waiting.pk, transport=transport)
-                self.stdout.write(f"delivered {delivered.name} to {delivered.delivered_to}")
-        except TransportError as exc:
-            raise CommandError(f"delivery stopped: {exc}") from exc
-        finally:
-            transport.close()
-        settled = nacha_entries_settle(now=timezone.now())
-        if settled:
-            self.stdout.write(f"{settled} entries past their effective date: settled")
+        for delivered in result.delivered:
+            self.stdout.write(f"delivered {delivered.name} to {delivered.delivered_to}")
+        if result.settled:
+            self.stdout.write(f"{result.settled} entries past their effective date: settled")

@@ -79,6 +79,7 @@ LOCALSTACK_TESTS ?= \
 test: deps
 	scripts/ensure-chromium
 	scripts/ensure-promtool
+	scripts/ensure-sshd
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null

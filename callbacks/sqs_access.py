@@ -121,6 +121,13 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     ),
     # The worker dead-letters a message itself by sending a copy to the DLQ.
     SqsCallSite("callbacks.services.outcomes:message_dead_letter", {DLQ: _SEND}, _roles(WORKER)),
+    # The bank path's collection (nacha_collect, run by cron or beat beside the Celery jobs):
+    # each return or NOC to the main queue, one for an unknown trace number to the DLQ.
+    SqsCallSite(
+        "callbacks.nacha_inbound:nacha_events_publish_now",
+        {MAIN: _SEND, DLQ: _SEND},
+        _roles(CELERY),
+    ),
     # Triage: redrive, and the release of a payment's held messages; one by one in the admin,
     # or by a bulk triage job in the Celery worker.
     SqsCallSite(

@@ -10,8 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 from payments.app_settings import AppSettings
+from payments.nacha.originator import parse_originator
+from payments.nacha.transports import TRANSPORT_ACCEPTED, parse_transport
+from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
+from payments.vault.keys import parse_vault_keys
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -74,6 +78,41 @@ SPECS: dict[str, Spec] = {
     "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": Seconds(300.0, 86_400),
     "PROCESSOR_BREAKER_TRIAL_CALLS": Number(3, 1, 1000, whole=True, unit="of calls"),
     "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": Seconds(300.0, 86_400),
+    # Bank-direct origination (payments.nacha): who the files come from and go to (None: the
+    # bank path is not set up, and cutting a file says so), the Fed's windows (Eastern time)
+    # and how long before a window's deadline the bank wants the file.
+    "NACHA_ORIGINATOR": Parsed(
+        None,
+        parse=parse_originator,
+        accepted="None, or a dict of the originator's identity (README, bank-direct section)",
+        types=(dict, type(None)),
+    ),
+    "NACHA_WINDOWS": Parsed(
+        FED_WINDOWS, parse=parse_windows, accepted=WINDOWS_ACCEPTED, types=(list, tuple)
+    ),
+    "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
+    # Where files go and come back from (payments.nacha.transports): None until set up.
+    "NACHA_TRANSPORT": Parsed(
+        None, parse=parse_transport, accepted=TRANSPORT_ACCEPTED, types=(dict, type(None))
+    ),
+    # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
+    # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and
+    # the class holding them (payments.vault.crypto.KeyProvider: a KMS one can replace it).
+    "VAULT_KEYS": Parsed(
+        {},
+        parse=parse_vault_keys,
+        accepted="a dict of version: base64 of 32 bytes, or 'v1:<base64>,v2:<base64>'",
+        types=(dict, str),
+        secret=True,
+    ),
+    "VAULT_ACTIVE_KEY": Text(
+        "", pattern=r"[A-Za-z0-9_.-]*", accepted="a version of VAULT_KEYS, or blank (no vault)"
+    ),
+    "VAULT_KEY_PROVIDER": Text(
+        "payments.vault.crypto.SettingsKeyProvider",
+        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="a dotted path such as 'package.module.Class'",
+    ),
 }
 # Pairs (low, high) whose low value may not exceed the high one.
 RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)

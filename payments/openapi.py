@@ -21,6 +21,11 @@ from payments import apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
 from payments.services import reinitiation
+from payments.vault.apis import (
+    VaultAccountCreateApi,
+    VaultAccountInputSerializer,
+    VaultAccountOutputSerializer,
+)
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
 AMOUNT_PATTERN = r"^(?:0\.(?:0[1-9]|[1-9][0-9])|[1-9][0-9]{0,11}\.[0-9]{2})$"
@@ -310,3 +315,16 @@ def describe() -> None:
             },
         )
     )(apis.MerchantBalanceApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="vault_account_create",
+            request=VaultAccountInputSerializer,
+            parameters=_HEADERS,
+            responses={
+                201: VaultAccountOutputSerializer,
+                400: _error("What was refused, by field; a refused value is never echoed."),
+                403: _error("You may not act for merchant_id."),
+                **_COMMON,
+            },
+        )
+    )(VaultAccountCreateApi)

@@ -184,6 +184,8 @@ class Parsed(Spec):
     parse: Callable[[Any], Any]
     accepted: str
     types: tuple[type, ...] = (str, type(None))
+    # A value that is key material: a refusal names the problem, never the value.
+    secret: bool = False
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, self.types):
@@ -246,8 +248,9 @@ def setting_refused(label: str, spec: Spec, value: Any, error_id: str, obj: str)
     problem = value_problem(spec, value)
     if problem is None:
         return None
+    value_text = "<not shown: key material>" if getattr(spec, "secret", False) else shown(value)
     return Error(
-        f"{label} = {shown(value)} is refused: {problem.rstrip('.')}. Accepted: {spec.accepted}.",
+        f"{label} = {value_text} is refused: {problem.rstrip('.')}. Accepted: {spec.accepted}.",
         hint=f"Set {label} to {spec.accepted}, or remove it to use the default "
         f"{shown(spec.default)}.",
         obj=obj,

@@ -60,3 +60,31 @@ def breaker_transitions_purge() -> int:
         deleted = retention.breaker_transitions_purge()
     logger.info("purged %s circuit-breaker transitions past retention", deleted)
     return deleted
+
+
+@shared_task(name="payments.tasks.nacha_send", ignore_result=True)
+def nacha_send() -> int:
+    """The bank path's outbound round (``nacha_send_due``): cut when a window is closing,
+    deliver, settle; one run at a time. Returns how many files were delivered."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.nacha.services import nacha_send_due
+    from payments.nacha.transports import transport_open
+    from payments.vault.services import vault_account_reveal
+
+    with single_flight("payments.nacha_send") as acquired:
+        if not acquired:
+            return 0
+        transport = transport_open()
+        try:
+            result = nacha_send_due(
+                now=timezone.now(),
+                transport=transport,
+                resolve_account=vault_account_reveal,
+                lead=timedelta(minutes=10),
+            )
+        finally:
+            transport.close()
+    return len(result.delivered)

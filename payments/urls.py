@@ -6,6 +6,7 @@ from payments.apis import (
     PaymentListCreateApi,
     PaymentReinitiateApi,
 )
+from payments.vault.apis import VaultAccountCreateApi
 
 urlpatterns = [
     # One route for list (GET) and create (POST); the name predates the list.
@@ -22,4 +23,6 @@ urlpatterns = [
         MerchantBalanceApi.as_view(),
         name="merchant-balance",
     ),
+    # The one request that takes bank numbers: the vault seals them and answers a token.
+    path("vault/accounts/", VaultAccountCreateApi.as_view(), name="vault-account-create"),
 ]

@@ -8,9 +8,13 @@ Each entry expires after its interval: ticks missed while workers were down do n
 from typing import Any
 
 
-def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict[str, Any]]:
+def beat_schedule(
+    *, dlq_ingest_interval: float | None = None, bank_direct: bool = False
+) -> dict[str, dict[str, Any]]:
     """The schedule; dead letters are ingested every ``dlq_ingest_interval`` seconds
-    (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60)."""
+    (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
+    path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
+    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files."""
     if dlq_ingest_interval is None:
         from triage import conf
 
@@ -33,6 +37,9 @@ def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict
         "triage.tasks.alerts_purge": 86400.0,
         "triage.tasks.bulk_job_items_purge": 86400.0,
     }
+    if bank_direct:
+        every["payments.tasks.nacha_send"] = 300.0
+        every["callbacks.tasks.nacha_collect"] = 300.0
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
         "triage.tasks.queue_metrics_sample": "queue-metrics-sample",
@@ -50,6 +57,8 @@ def beat_schedule(*, dlq_ingest_interval: float | None = None) -> dict[str, dict
         "triage.tasks.error_history_purge": "error-history-purge",
         "triage.tasks.alerts_purge": "alerts-purge",
         "triage.tasks.bulk_job_items_purge": "bulk-job-items-purge",
+        "payments.tasks.nacha_send": "nacha-send",
+        "callbacks.tasks.nacha_collect": "nacha-collect",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

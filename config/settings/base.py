@@ -166,6 +166,9 @@ PAYMENTS = app_settings_from_environ(
         "PROCESSOR_BREAKER_PAUSE_SECONDS",
         "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS",
         "RETENTION_PURGE_BATCH_SIZE",
+        # The vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and the active one.
+        "VAULT_KEYS",
+        "VAULT_ACTIVE_KEY",
     ],
     PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
     API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",

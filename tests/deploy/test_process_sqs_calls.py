@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from callbacks import sqs
 from callbacks import tasks as callbacks_tasks
+from callbacks.nacha_inbound import nacha_events_publish_now
 from callbacks.sqs_access import (
     OPERATION_ACTIONS,
     SQS_CALL_SITES,
@@ -32,7 +33,7 @@ from callbacks.sqs_access import (
     QueueRole,
     role_permissions,
 )
-from payments.models import OutboxMessage
+from payments.models import NachaInboundEvent, NachaInboundFile, OutboxMessage
 from tests.callbacks.test_endpoint import event_body, post_json
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import event_publish, operator
@@ -145,12 +146,29 @@ def test_each_process_makes_exactly_the_sqs_calls_its_role_declares(
     )
     OutboxMessage.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(minutes=5))
     module_settings.RECONCILE_SUBMITTED_AFTER = timedelta(0)
+    bank_file = NachaInboundFile.objects.create(
+        name="returns.ach", sha256="0" * 64, content=b"", status="imported"
+    )
+    for payment, trace in ((stale, "021000020000001"), (None, "021000029999999")):
+        NachaInboundEvent.objects.create(
+            file=bank_file,
+            record_number=3,
+            original_trace_number=trace,
+            code="R01",
+            event_type="returned",
+            payment=payment,
+            deduplication_id=f"{trace}.0123456789abcdef",
+            event={"payment_id": str(payment.pk) if payment else "", "event_type": "returned"},
+        )
     with recorder.acting_as(ProcessRole.CELERY):
         assert triage_tasks.dead_letters_ingest() == 1
         triage_tasks.queue_metrics_sample()
         triage_tasks.alerts_evaluate()
         assert callbacks_tasks.outbox_relay_publish() == 1
         callbacks_tasks.payments_reconcile()
+        # The bank files' collection (nacha_collect, beside the Celery jobs): a return of ours
+        # to the main queue, one for an unknown trace number to the DLQ.
+        assert nacha_events_publish_now() == (1, 1)
 
     with recorder.acting_as(ProcessRole.WEB):
         assert post_json(event_body()).status_code == 202

@@ -1,0 +1,46 @@
+"""Collect the bank's return and NOC files and put their events on the queue."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from callbacks.nacha_inbound import nacha_files_collect
+from payments.nacha.transports import TransportError, transport_open
+
+
+def non_negative(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Read the whole files in the bank's drop (PAYMENTS['NACHA_TRANSPORT']), store each "
+        "(a malformed one refused whole and kept), and publish their events to the queue."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--min-age-seconds",
+            type=non_negative,
+            default=60.0,
+            help="skip files changed more recently (the bank may still be writing); default 60",
+        )
+
+    def handle(self, *args, **options):
+        transport = transport_open()
+        try:
+            result = nacha_files_collect(
+                transport=transport, min_age_seconds=options["min_age_seconds"]
+            )
+        except TransportError as exc:
+            raise CommandError(f"collection stopped: {exc}") from exc
+        finally:
+            transport.close()
+        self.stdout.write(
+            f"imported {len(result.imported)}, refused {len(result.refused)}, seen before "
+            f"{len(result.seen_before)}; {result.published} events queued, "
+            f"{result.dead_lettered} dead-lettered (unknown trace number)"
+        )
+        for name in result.refused:
+            self.stderr.write(f"refused: {name} (kept; see the admin's inbound NACHA files)")

@@ -1,0 +1,105 @@
+"""The bank's return and NOC files onto the queue: collect, store, publish.
+
+``nacha_files_collect`` reads each whole file the transport offers, has the payments app store
+it (``payments.nacha.inbound``: every entry an event, or the file refused whole and kept), moves
+it out of the bank's drop, and publishes what it stored. Publishing runs outside any
+transaction, as every send of this app does, and can be repeated: each event goes out with
+``MessageGroupId`` = its payment and ``MessageDeduplicationId`` = its original trace number and
+the fingerprint of its code, so SQS drops a repeat within its window, and the worker's dedup
+record (``processor_event_id`` = ``ach.<trace>.<code>``) after it. ``run_sqs_worker`` then applies
+it exactly once, as it applies a callback.
+
+An event whose trace number matches no payment of ours goes to the dead-letter queue instead,
+in the envelope the worker writes, so DLQ ingestion puts it in front of a human (triage).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from callbacks import sqs
+from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
+from callbacks.services.republish import DEAD_LETTER_KEY
+from payments.models import NachaInboundEvent
+from payments.nacha.inbound import nacha_inbound_store
+from payments.nacha.models import InboundStatus
+from payments.nacha.transports import Transport
+
+logger = logging.getLogger(__name__)
+
+UNKNOWN_TRACE = "UnknownTraceNumber"
+
+
+@dataclass
+class CollectResult:
+    imported: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    seen_before: list[str] = field(default_factory=list)
+    published: int = 0
+    dead_lettered: int = 0
+
+
+def _envelope(row: NachaInboundEvent) -> dict:
+    return {
+        "kind": PROCESSOR_EVENT,
+        EVENT_KEY: dict(row.event),
+        "received_at": row.created_at.isoformat(),
+    }
+
+
+def nacha_events_publish_now(*, limit: int = 1000) -> tuple[int, int]:
+    """Send the stored events not yet sent; (to the main queue, to the DLQ)."""
+    published = dead_lettered = 0
+    rows = list(NachaInboundEvent.objects.filter(published_at__isnull=True).order_by("id")[:limit])
+    for row in rows:
+        body = _envelope(row)
+        now = timezone.now()
+        if row.payment_id is not None:
+            message_id = sqs.send_message_now(
+                body=body, group_id=str(row.payment_id), deduplication_id=row.deduplication_id
+            )
+            published += 1
+        else:
+            body[DEAD_LETTER_KEY] = {
+                "original_message_id": f"nacha-inbound-{row.pk}",
+                "attempts": 0,
+                "error_class": UNKNOWN_TRACE,
+                "error": (
+                    f"{row.code} in bank file {row.file_id} (record {row.record_number}) names "
+                    f"trace number {row.original_trace_number}, which matches no entry of ours"
+                ),
+                "first_started_at": now.isoformat(),
+                "dead_lettered_at": now.isoformat(),
+            }
+            message_id = sqs.send_message_now(
+                body=body,
+                group_id=f"nacha.{row.original_trace_number}",
+                deduplication_id=row.deduplication_id,
+                url=sqs.dead_letter_queue_url(),
+            )
+            dead_lettered += 1
+            logger.error(
+                "bank event for an unknown trace number dead-lettered",
+                extra={"trace": row.original_trace_number, "message_id": message_id},
+            )
+        NachaInboundEvent.objects.filter(pk=row.pk).update(published_at=now, message_id=message_id)
+    return published, dead_lettered
+
+
+def nacha_files_collect(*, transport: Transport, min_age_seconds: float = 60.0) -> CollectResult:
+    result = CollectResult()
+    for name in transport.incoming(min_age_seconds=min_age_seconds):
+        stored = nacha_inbound_store(name=name, content=transport.read(name))
+        if not stored.created:
+            result.seen_before.append(name)
+        elif stored.file.status == InboundStatus.REFUSED:
+            result.refused.append(name)
+        else:
+            result.imported.append(name)
+        # Stored here (refused ones too, for a human): out of the bank's drop.
+        transport.collected(name)
+    result.published, result.dead_lettered = nacha_events_publish_now()
+    return result

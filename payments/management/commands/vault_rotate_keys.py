@@ -1,0 +1,38 @@
+"""Re-encrypt the vault's accounts under the active key-encrypting key, in batches.
+
+Rotation: add the new key to ``PAYMENTS["VAULT_KEYS"]``, make it ``VAULT_ACTIVE_KEY`` (new
+accounts are sealed under it at once), run this command, and remove the old key only once it
+reports nothing left under it. Each batch is its own transaction: the command can be stopped
+and run again, and a running store or reveal is never blocked for long.
+"""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from payments.vault.crypto import VaultKeyError, key_provider
+from payments.vault.models import VaultAccount
+from payments.vault.services import vault_keys_rotate
+
+
+def batch_size(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= 10_000:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = "Re-encrypt vaulted accounts not under the active key, in batches (1-10000 rows)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--batch-size", type=batch_size, default=500, help="default 500")
+
+    def handle(self, *args, **options):
+        active = key_provider().active_version()
+        try:
+            done = vault_keys_rotate(batch_size=options["batch_size"])
+        except VaultKeyError as exc:
+            raise CommandError(f"rotation stopped: {exc}") from exc
+        left = VaultAccount.objects.exclude(key_version=active).count()
+        self.stdout.write(f"re-encrypted {done} accounts under key {active}; {left} left")
+        if left:
+            raise CommandError(f"{left} accounts are still under another key (held elsewhere?)")

@@ -1,0 +1,112 @@
+"""The bank as a processor backend (``payments.nacha.backend.NachaBankBackend``).
+
+A submission gives the payment its entry and trace number (``nacha_entry_add``: the trace
+number is the bank path's idempotency key, as the idempotency key is the HTTP processor's).
+The entry then waits for its window: until its file is delivered the answer is the one a
+processor gives for a key it is still working on, 409 with a Retry-After until the window's
+cutoff (retryable, and never counted against the circuit breaker), and the payment stays
+``pending``. Delivering a file (``nacha_file_deliver``) puts a ``submit_payment`` message on the
+outbox for each of its entries in the transaction that records the delivery, and that
+submission is answered "accepted": the payment moves to ``submitted`` once its file is at the
+bank, not before, and exactly once.
+
+The bank sends no callbacks: its return and NOC files are collected (``manage.py
+nacha_collect``), so a callback to this backend is refused as unsigned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from payments.models import Payment
+from payments.nacha import settings as nacha_settings
+from payments.nacha.models import NachaEntry
+from payments.nacha.services import nacha_entry_add
+from payments.nacha.windows import window_next
+from payments.processor.backend import (
+    CallbackRequest,
+    CallTimer,
+    DebitAccepted,
+    DebitStatus,
+    ProcessorBackend,
+    ProcessorCallRejected,
+    ProcessorCallUnavailable,
+)
+from payments.signing import SignatureError
+
+# After the window's cutoff, the cut and the delivery take a few minutes.
+DELIVERY_SLACK_SECONDS = 15 * 60
+URL = "nacha:"
+
+
+class NachaBankBackend(ProcessorBackend):
+    def debit_create(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        amount: Decimal,
+        currency: str,
+        source_token: str,
+    ) -> DebitAccepted:
+        timer = CallTimer("SUBMIT", f"{URL}entries/{payment_id}")
+        if currency != "USD":
+            raise ProcessorCallRejected(
+                "ACH moves US dollars only",
+                call=timer.record(http_status=422, error="ACH moves US dollars only"),
+            )
+        entry = nacha_entry_add(payment_id=payment_id)
+        entry = NachaEntry.objects.select_related("file").get(pk=entry.pk)
+        if entry.refused_reason:
+            message = f"the bank path refused the entry: {entry.refused_reason}"
+            raise ProcessorCallRejected(message, call=timer.record(http_status=422, error=message))
+        if entry.file is not None and entry.file.delivered_at is not None:
+            return DebitAccepted(
+                processor_id=entry.trace_number,
+                status="submitted",
+                created=False,
+                call=timer.record(http_status=200, response_body=entry.file.name),
+            )
+        now = timezone.now()
+        window = window_next(
+            now, windows=nacha_settings.windows(), buffer=nacha_settings.bank_buffer()
+        )
+        wait = max((window.bank_cutoff - now).total_seconds(), 0) + DELIVERY_SLACK_SECONDS
+        message = (
+            f"entry {entry.trace_number} waits for the {window.name} window "
+            f"(cutoff {window.bank_cutoff.isoformat()})"
+        )
+        raise ProcessorCallUnavailable(
+            message,
+            call=timer.record(http_status=409, error=message, retry_after=wait),
+        )
+
+    def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
+        timer = CallTimer("GET", f"{URL}entries/{idempotency_key}")
+        entry = (
+            NachaEntry.objects.select_related("file")
+            .filter(payment__in=Payment.objects.filter(idempotency_key=idempotency_key))
+            .first()
+        )
+        delivered = entry is not None and entry.file is not None and entry.file.delivered_at
+        return DebitStatus(
+            found=bool(delivered),
+            processor_id=entry.trace_number if entry else "",
+            status="submitted" if delivered else "",
+            call=timer.record(http_status=200 if delivered else 404),
+        )
+
+    def callback_verify(self, request: CallbackRequest) -> None:
+        raise SignatureError(
+            "the bank backend takes no callbacks: its files are collected with nacha_collect"
+        )
+
+    def callback_parse(self, data: Any, request: CallbackRequest):
+        raise SignatureError("the bank backend takes no callbacks")
+
+    def callback_challenge(self) -> str:
+        return "None"

@@ -1,0 +1,230 @@
+"""Reading the bank's return and NOC files into processor events, all or nothing.
+
+``nacha_inbound_store`` keeps every file it is given, whole. A malformed one (the parser's
+refusal, or an entry that is no return or NOC) is stored as refused with its record number and
+reason, and nothing of it is imported. A good one becomes one ``NachaInboundEvent`` per entry
+in the same transaction: a return (addenda 99) is a ``returned`` event, a dishonored return
+(R61-R69) ``return_dishonored``, a contested one (R71-R77) ``dishonor_contested``, a NOC
+(addenda 98) ``notification_of_change`` with ``change_code`` and ``corrected_data``. The
+events are published by the callbacks app (``callbacks.nacha_inbound``), which knows the queue.
+
+No account number leaves this module in an event: a NOC's corrected account or routing
+number is sealed in the vault as a new account, and the event carries its token and last 4
+digits. The same file read twice is the same row; the same return in another file is the same
+event (its deduplication id is unique).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db import IntegrityError, transaction
+
+from payments.nacha import layouts as L
+from payments.nacha.accounts import AccountUnavailable
+from payments.nacha.models import InboundStatus, NachaEntry, NachaInboundEvent, NachaInboundFile
+from payments.nacha.parser import Entry, NachaFile, NachaFormatError, parse_nacha
+from payments.nacha.windows import EASTERN
+from payments.services.create import looks_like_bank_number
+
+logger = logging.getLogger(__name__)
+
+RETURNED = "returned"
+RETURN_DISHONORED = "return_dishonored"
+DISHONOR_CONTESTED = "dishonor_contested"
+NOTIFICATION_OF_CHANGE = "notification_of_change"
+
+# What each change code corrects (NACHA's table), in the order the corrected data holds it:
+# (field, start, end) within the 29 columns.
+CHANGE_CODE_FIELDS: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "C01": (("account_number", 0, 17),),
+    "C02": (("routing_number", 0, 9),),
+    "C03": (("routing_number", 0, 9), ("account_number", 12, 29)),
+    "C04": (("individual_name", 0, 22),),
+    "C05": (("transaction_code", 0, 2),),
+    "C06": (("account_number", 0, 17), ("transaction_code", 20, 22)),
+    "C07": (("routing_number", 0, 9), ("account_number", 9, 26), ("transaction_code", 26, 28)),
+    "C08": (("receiving_dfi_identification", 0, 11),),
+    "C09": (("individual_identification_number", 0, 22),),
+    "C10": (("company_name", 0, 16),),
+    "C11": (("company_identification", 0, 10),),
+    "C12": (("company_name", 0, 16), ("company_identification", 16, 26)),
+    "C13": (("addenda_format", 0, 29),),
+    "C14": (("sec_code", 0, 3),),
+}
+ACCOUNT_TYPES = {"2": "checking", "3": "savings", "4": "general_ledger", "5": "loan"}
+
+
+@dataclass(frozen=True)
+class InboundResult:
+    file: NachaInboundFile
+    created: bool  # False: this exact file was stored before
+
+
+def event_type_of(code: str) -> str:
+    if code.startswith("C"):
+        return NOTIFICATION_OF_CHANGE
+    if code in L.DISHONORED_RETURN_CODES:
+        return RETURN_DISHONORED
+    if code in L.CONTESTED_RETURN_CODES:
+        return DISHONOR_CONTESTED
+    return RETURNED
+
+
+def _file_moment(parsed: NachaFile) -> datetime:
+    """When the bank wrote the file (its header, Eastern time): the events' timestamp, the
+    same however often the file is read."""
+    header = parsed.header
+    day = header["file_creation_date"]
+    hhmm = header["file_creation_time"] if header["file_creation_time"].isdigit() else "0000"
+    try:
+        moment = datetime.strptime(day + hhmm, "%y%m%d%H%M")
+    except ValueError:
+        raise NachaFormatError(
+            1, "file header creation date or time is not a real moment"
+        ) from None
+    return moment.replace(tzinfo=EASTERN).astimezone(UTC)
+
+
+def _corrected_data(code: str, text: str, payment_token: str) -> dict:
+    """The NOC's corrections by name; a corrected account or routing number is sealed in the
+    vault and named by its token (``payments.vault``), never carried itself."""
+    fields = CHANGE_CODE_FIELDS.get(code)
+    if fields is None:  # an unknown or refused code: kept for a human, numbers masked
+        kept = text.strip()
+        return {"text": "****" + kept[-4:] if looks_like_bank_number(kept) else kept}
+    values = {name: text[start:end].strip() for name, start, end in fields}
+    data: dict = {}
+    if "transaction_code" in values:
+        tx = values.pop("transaction_code")
+        data["transaction_code"] = tx
+        data["account_type"] = ACCOUNT_TYPES.get(tx[:1], "")
+    routing = values.pop("routing_number", None)
+    account = values.pop("account_number", None)
+    if routing is not None or account is not None:
+        data.update(_vaulted_correction(payment_token, routing, account, data.get("account_type")))
+    data.update(values)
+    return data
+
+
+def _vaulted_correction(
+    payment_token: str, routing: str | None, account: str | None, account_type: str | None
+) -> dict:
+    from payments.vault.models import VaultAccount
+    from payments.vault.services import (
+        VaultInputError,
+        vault_account_reveal,
+        vault_account_store,
+    )
+
+    masked = {"account_last4": account[-4:]} if account else {}
+    original = VaultAccount.objects.filter(token=payment_token).first()
+    if original is None:
+        return masked | {"vaulted": False}
+    try:
+        current = vault_account_reveal(payment_token)
+        corrected = vault_account_store(
+            merchant_id=original.merchant_id,
+            routing_number=routing or current.routing_number,
+            account_number=account or current.account_number,
+            account_type=account_type
+            if account_type in ("checking", "savings")
+            else original.account_type,
+            holder_name=current.holder_name,
+            sec_code=original.sec_code,
+        )
+    except (VaultInputError, AccountUnavailable) as exc:
+        return masked | {"vaulted": False, "problem": str(exc)}
+    return masked | {"vaulted": True, "source_token": corrected.token}
+
+
+def _fingerprint(*parts: str) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _event_for(entry: Entry, moment: datetime) -> tuple[str, str, NachaEntry | None, dict, str]:
+    addenda = entry.return_addenda
+    if addenda is None:
+        raise NachaFormatError(
+            entry.record.number, "an entry of a bank file without a return or NOC addenda"
+        )
+    is_noc = addenda["addenda_type_code"] == "98"
+    code = addenda.text("change_code" if is_noc else "return_reason_code")
+    original_trace = addenda["original_entry_trace_number"]
+    ours = NachaEntry.objects.select_related("payment").filter(trace_number=original_trace).first()
+    event_type = event_type_of(code)
+    amount = f"{entry.amount_cents / 100:.2f}"
+    if ours is not None and is_noc:
+        amount = f"{ours.payment.amount:.2f}"  # a NOC carries no amount; the payment's stands
+    event: dict = {
+        "payment_id": str(ours.payment_id) if ours else "",
+        "event_type": event_type,
+        "processor_event_id": f"ach.{original_trace}.{code}",
+        "amount": amount,
+        "timestamp": moment.isoformat(),
+        "reason_code": "" if is_noc else code,
+        "message": f"ACH {'NOC' if is_noc else 'return'} {code}, bank trace {entry.trace_number}",
+    }
+    if is_noc:
+        token = ours.payment.source_token if ours else ""
+        event["change_code"] = code
+        event["corrected_data"] = _corrected_data(code, addenda["corrected_data"], token)
+    dedup = f"{original_trace}.{_fingerprint(event_type, code, amount, entry.trace_number)}"
+    return code, event_type, ours, event, dedup
+
+
+def nacha_inbound_store(*, name: str, content: bytes) -> InboundResult:
+    """Keep the file and turn it into events, or keep it refused; see the module docstring."""
+    sha = hashlib.sha256(content).hexdigest()
+    existing = NachaInboundFile.objects.filter(sha256=sha).first()
+    if existing is not None:
+        return InboundResult(existing, created=False)
+    try:
+        with transaction.atomic():
+            return InboundResult(_import(name, content, sha), created=True)
+    except NachaFormatError as exc:
+        refused = NachaInboundFile.objects.create(
+            name=name[:255],
+            sha256=sha,
+            content=content,
+            status=InboundStatus.REFUSED,
+            refused_record=exc.record_number,
+            refused_reason=exc.reason,
+        )
+        logger.error(
+            "nacha file refused: %s", exc, extra={"file": name, "record": exc.record_number}
+        )
+        return InboundResult(refused, created=True)
+    except IntegrityError:
+        # The same bytes stored by a concurrent reader: theirs is the one.
+        return InboundResult(NachaInboundFile.objects.get(sha256=sha), created=False)
+
+
+def _import(name: str, content: bytes, sha: str) -> NachaInboundFile:
+    parsed = parse_nacha(content)
+    moment = _file_moment(parsed)
+    stored = NachaInboundFile.objects.create(
+        name=name[:255], sha256=sha, content=content, status=InboundStatus.IMPORTED
+    )
+    count = 0
+    for entry in parsed.entries():
+        code, event_type, ours, event, dedup = _event_for(entry, moment)
+        count += 1
+        if NachaInboundEvent.objects.filter(deduplication_id=dedup).exists():
+            continue  # read before, from another file: one event
+        NachaInboundEvent.objects.create(
+            file=stored,
+            record_number=entry.record.number,
+            original_trace_number=entry.return_addenda["original_entry_trace_number"],
+            code=code,
+            event_type=event_type,
+            payment=ours.payment if ours else None,
+            deduplication_id=dedup,
+            event=event,
+        )
+    stored.entry_count = count
+    stored.save(update_fields=["entry_count"])
+    return stored

@@ -1,0 +1,140 @@
+"""The bank path's records: each payment's entry with its trace number, and each file cut.
+
+``NachaEntry`` is the idempotency of the bank path, as the idempotency key is the processor
+path's: one row per payment (unique), one trace number per row (unique), and a file set once,
+under a row lock, so an entry is in exactly one file however often submission or the cut is
+retried. A file keeps its bytes: a delivery retried later sends exactly what was cut.
+"""
+
+import uuid
+
+from django.db import models
+
+
+class NachaTraceCounter(models.Model):
+    """The last trace sequence given out under one ODFI identification (locked to take one)."""
+
+    odfi_identification = models.CharField(max_length=8, primary_key=True)
+    last_sequence = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.odfi_identification}: {self.last_sequence}"
+
+
+class NachaFile(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    window_name = models.CharField(max_length=64)
+    bank_cutoff_at = models.DateTimeField()
+    effective_entry_date = models.DateField()
+    creation_date = models.DateField(help_text="Eastern time, as the file header carries it")
+    file_id_modifier = models.CharField(max_length=1)
+    name = models.CharField(max_length=128, unique=True)
+    content = models.TextField(help_text="The file's bytes (ASCII), as cut; never shown")
+    sha256 = models.CharField(max_length=64)
+    entry_count = models.PositiveIntegerField()
+    total_debit_cents = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    delivered_to = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        constraints = [
+            # The header's creation date and modifier tell a day's files apart at the bank.
+            models.UniqueConstraint(
+                fields=["creation_date", "file_id_modifier"], name="nacha_file_modifier_per_day"
+            )
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NachaEntry(models.Model):
+    payment = models.OneToOneField(
+        "payments.Payment", on_delete=models.PROTECT, related_name="nacha_entry"
+    )
+    trace_number = models.CharField(max_length=15, unique=True)
+    file = models.ForeignKey(
+        NachaFile, null=True, blank=True, on_delete=models.PROTECT, related_name="entries"
+    )
+    sec_code = models.CharField(max_length=3, blank=True)
+    # Why the entry cannot be written (the vault has no such token, a closed account...): it
+    # is left out of every file, and its payment fails. Never an account number.
+    refused_reason = models.CharField(max_length=255, blank=True)
+    # When its ``settled`` event was promised (the outbox row written): ACH confirms nothing, so
+    # an entry is taken as settled once its effective entry date has passed (returns may still
+    # follow, as returns after settlement).
+    settled_event_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(file__isnull=True, refused_reason=""),
+                name="nacha_entry_not_in_a_file",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.trace_number
+
+
+class InboundStatus(models.TextChoices):
+    IMPORTED = "imported", "Imported: every entry became an event"
+    REFUSED = "refused", "Refused whole: malformed, nothing imported"
+
+
+class NachaInboundFile(models.Model):
+    """A file the bank sent us, kept whole, imported or refused. The bytes hold account
+    numbers: never shown; ``nacha_inspect`` masks them."""
+
+    name = models.CharField(max_length=255)
+    sha256 = models.CharField(max_length=64, unique=True)
+    content = models.BinaryField()
+    status = models.CharField(max_length=16, choices=InboundStatus.choices)
+    refused_record = models.PositiveIntegerField(null=True, blank=True)
+    refused_reason = models.TextField(blank=True)
+    entry_count = models.PositiveIntegerField(default=0)
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+
+class NachaInboundEvent(models.Model):
+    """One return or NOC of a bank file, as the processor event it becomes.
+
+    ``deduplication_id`` (the original trace number and a fingerprint of the code) is unique:
+    the same return read again, in the same file or a resent one, is one row and one message.
+    ``payment`` is empty when the trace number matches no entry of ours: the event then goes to
+    the dead-letter queue for a human instead of the main queue.
+    """
+
+    file = models.ForeignKey(NachaInboundFile, on_delete=models.PROTECT, related_name="events")
+    record_number = models.PositiveIntegerField()
+    original_trace_number = models.CharField(max_length=15, db_index=True)
+    code = models.CharField(max_length=3)
+    event_type = models.CharField(max_length=32)
+    payment = models.ForeignKey("payments.Payment", null=True, blank=True, on_delete=models.PROTECT)
+    deduplication_id = models.CharField(max_length=128, unique=True)
+    event = models.JSONField(help_text="The processor event; never an account number")
+    published_at = models.DateTimeField(null=True, blank=True)
+    message_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["id"],
+                condition=models.Q(published_at__isnull=True),
+                name="nacha_inbound_unpublished",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code} for {self.original_trace_number}"

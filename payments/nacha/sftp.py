@@ -1,0 +1,194 @@
+"""SFTP to the bank's drop, with paramiko (the ``sftp`` extra).
+
+The bank's host key is pinned in the settings (``host_key``: ``"ssh-ed25519 AAAA..."``): an
+unknown or changed key refuses the connection, never trusts it on first use. We authenticate
+with a private key file. Delivery follows ``transports``' rules: a temporary name, then an
+SFTP rename, which OpenSSH's server refuses when the name exists (it links, it does not
+replace), so a file already delivered is compared, never overwritten.
+"""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+import stat
+import threading
+import time
+from typing import Any
+
+import paramiko
+
+from payments.nacha.transports import (
+    DeliveryConflict,
+    Transport,
+    TransportError,
+    check_name,
+    is_collectable,
+    same_bytes,
+    temporary_name,
+)
+
+
+def _missing(exc: OSError) -> bool:
+    return isinstance(exc, FileNotFoundError) or getattr(exc, "errno", None) == errno.ENOENT
+
+
+class SftpTransport(Transport):
+    def __init__(
+        self,
+        *,
+        host: str,
+        username: str,
+        private_key_path: str,
+        host_key: str,
+        outbound: str,
+        inbound: str,
+        port: int = 22,
+        timeout_seconds: float = 30.0,
+        **_: Any,
+    ) -> None:
+        self.host, self.port, self.username = host, port, username
+        self.private_key_path = private_key_path
+        self.outbound, self.inbound = outbound, inbound
+        self.timeout = timeout_seconds
+        key_type, _, key_text = host_key.partition(" ")
+        try:
+            self.host_key = paramiko.PKey.from_type_string(key_type, _b64(key_text.split()[0]))
+        except (ValueError, IndexError, paramiko.SSHException) as exc:
+            raise ValueError(f"host_key is not '<type> <base64>': {exc}") from None
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> paramiko.SFTPClient:
+        if self._sftp is not None:
+            return self._sftp
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        name = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        client.get_host_keys().add(name, self.host_key.get_name(), self.host_key)
+        try:
+            client.connect(
+                self.host,
+                port=self.port,
+                username=self.username,
+                key_filename=self.private_key_path,
+                timeout=self.timeout,
+                banner_timeout=self.timeout,
+                auth_timeout=self.timeout,
+                allow_agent=False,
+                look_for_keys=False,
+            )
+            self._sftp = client.open_sftp()
+            self._sftp.get_channel().settimeout(self.timeout)
+        except (paramiko.SSHException, OSError) as exc:
+            client.close()
+            raise TransportError(f"cannot reach {name} over SFTP: {exc}") from exc
+        self._client = client
+        return self._sftp
+
+    def _call(self, action):
+        with self._lock:
+            try:
+                return action(self._connect())
+            except (paramiko.SSHException, EOFError, ConnectionError) as exc:
+                self.close()
+                raise TransportError(f"SFTP to {self.host} failed: {exc}") from exc
+
+    def deliver(self, name: str, content: bytes) -> str:
+        check_name(name)
+        final = posixpath.join(self.outbound, name)
+
+        def go(sftp: paramiko.SFTPClient) -> str:
+            if (existing := self._read_if_there(sftp, final)) is not None:
+                return self._already_there(final, existing, content)
+            temporary = posixpath.join(self.outbound, temporary_name(name))
+            try:
+                with sftp.open(temporary, "wbx") as handle:
+                    handle.write(content)
+                    handle.flush()
+                if sftp.stat(temporary).st_size != len(content):
+                    raise TransportError(f"{name}: the server kept a short copy")
+                try:
+                    sftp.rename(temporary, final)
+                except OSError:
+                    existing = self._read_if_there(sftp, final)
+                    if existing is None:
+                        raise
+                    return self._already_there(final, existing, content)
+            except OSError as exc:
+                raise TransportError(f"cannot write {name} over SFTP: {exc}") from exc
+            finally:
+                try:
+                    sftp.remove(temporary)
+                except OSError:
+                    pass  # renamed: nothing left under the temporary name
+            return final
+
+        return self._call(go)
+
+    @staticmethod
+    def _read_if_there(sftp: paramiko.SFTPClient, path: str) -> bytes | None:
+        try:
+            with sftp.open(path, "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            if _missing(exc):
+                return None
+            raise
+
+    @staticmethod
+    def _already_there(final: str, existing: bytes, content: bytes) -> str:
+        if same_bytes(existing, content):
+            return final
+        raise DeliveryConflict(f"{posixpath.basename(final)} is already delivered with other bytes")
+
+    def incoming(self, *, min_age_seconds: float = 60.0) -> list[str]:
+        def go(sftp: paramiko.SFTPClient) -> list[str]:
+            now = time.time()
+            try:
+                entries = sftp.listdir_attr(self.inbound)
+            except OSError as exc:
+                raise TransportError(f"cannot list {self.inbound}: {exc}") from exc
+            return sorted(
+                e.filename
+                for e in entries
+                if stat.S_ISREG(e.st_mode or 0)
+                and is_collectable(e.filename)
+                and now - (e.st_mtime or 0) >= min_age_seconds
+            )
+
+        return self._call(go)
+
+    def read(self, name: str) -> bytes:
+        check_name(name)
+
+        def go(sftp: paramiko.SFTPClient) -> bytes:
+            with sftp.open(posixpath.join(self.inbound, name), "rb") as handle:
+                return handle.read()
+
+        return self._call(go)
+
+    def collected(self, name: str) -> None:
+        check_name(name)
+
+        def go(sftp: paramiko.SFTPClient) -> None:
+            processed = posixpath.join(self.inbound, "processed")
+            try:
+                sftp.mkdir(processed)
+            except OSError:
+                pass  # already there
+            sftp.posix_rename(posixpath.join(self.inbound, name), posixpath.join(processed, name))
+
+        self._call(go)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = self._sftp = None
+
+
+def _b64(text: str) -> bytes:
+    import base64
+
+    return base64.b64decode(text, validate=True)

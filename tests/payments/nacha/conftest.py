@@ -1,0 +1,44 @@
+from pathlib import Path
+
+import pytest
+
+FILES = Path(__file__).parent / "files"
+
+
+def read_file(name: str) -> bytes:
+    return (FILES / name).read_bytes()
+
+
+def records(name: str) -> list[str]:
+    """The records of a fixture, each padded to 94 columns, for tests that alter one."""
+    text = read_file(name).decode("ascii").replace("\r\n", "\n")
+    lines = (
+        text.split("\n") if "\n" in text else [text[i : i + 94] for i in range(0, len(text), 94)]
+    )
+    return [line.ljust(94) for line in lines if line]
+
+
+def join(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+@pytest.fixture
+def ppd_records() -> list[str]:
+    return records("ppd-debit.ach")
+
+
+ORIGINATOR_SETTING = {
+    "odfi_routing_number": "021000021",
+    "odfi_name": "First ODFI Bank",
+    "immediate_origin": "1234567890",
+    "immediate_origin_name": "Example Merchant Co",
+    "company_name": "Example Merchant",
+    "company_identification": "1234567890",
+}
+
+
+@pytest.fixture
+def nacha_settings(module_settings):
+    """The bank path set up for a test: our originator, the Fed's windows, a 30-minute buffer."""
+    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    return module_settings

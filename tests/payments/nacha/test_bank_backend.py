@@ -1,0 +1,184 @@
+"""The bank as the processor backend, end to end on the real stack: a payment waits pending
+until its file is at the bank, then moves to submitted exactly once; the sandbox bank answers
+by its rules and its return comes back through the queue."""
+
+import os
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from callbacks.nacha_inbound import nacha_files_collect
+from payments.exceptions import ProcessorUnavailable
+from payments.models import PaymentEvent, PaymentState, ProcessorAttempt
+from payments.nacha.backend import NachaBankBackend
+from payments.nacha.models import NachaEntry, NachaFile
+from payments.nacha.services import nacha_file_cut, nacha_file_deliver
+from payments.nacha.transports import DirectoryTransport
+from payments.nacha.windows import EASTERN
+from payments.processor.backend import backend_class_problem
+from payments.services import payment_create, payment_submit
+from payments.signing import SignatureError
+from payments.vault.services import vault_account_reveal, vault_account_store
+from sandbox.bank import bank_answer_files
+from tests.callbacks.worker_support import run_worker
+from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+from tests.payments.vault.conftest import ACCOUNT, KEY_1
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def bank(module_settings, sqs_queues, tmp_path):
+    module_settings.PROCESSOR_BACKEND = "payments.nacha.backend.NachaBankBackend"
+    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    module_settings.VAULT_KEYS = {"k1": KEY_1}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
+    module_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(tmp_path / "out"),
+        "inbound": str(tmp_path / "in"),
+    }
+    return DirectoryTransport(outbound=str(tmp_path / "out"), inbound=str(tmp_path / "in"))
+
+
+def _payment(holder: str = "Jane Q Customer", amount: str = "42.00"):
+    token = vault_account_store(**(ACCOUNT | {"holder_name": holder})).token
+    return payment_create(merchant_id="m-1", amount=Decimal(amount), source_token=token)
+
+
+def test_the_backend_implements_the_interface():
+    assert backend_class_problem("payments.nacha.backend.NachaBankBackend") is None
+
+
+def test_a_payment_stays_pending_until_its_file_is_delivered_then_is_submitted_once(bank):
+    payment = _payment()
+    with pytest.raises(ProcessorUnavailable) as waiting:
+        payment_submit(payment_id=payment.pk)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    attempt = ProcessorAttempt.objects.get(payment=payment)
+    assert attempt.http_status == 409 and "waits for the" in attempt.error
+    assert waiting.value.retry_after > 0
+
+    cut = nacha_file_cut(
+        now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
+    )
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING  # cut, not yet at the bank
+    nacha_file_deliver(file_id=cut.file.pk, transport=bank)
+    nacha_file_deliver(file_id=cut.file.pk, transport=bank)  # a retry sends and submits nothing
+    run_worker(relay=True)  # the submit_payment the delivery promised
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    entry = NachaEntry.objects.get(payment=payment)
+    assert payment.processor_id == entry.trace_number
+    submitted = PaymentEvent.objects.filter(payment=payment, to_state=PaymentState.SUBMITTED)
+    assert submitted.filter(outcome="applied").count() == 1
+    # Another submission (a late retry of the first message) changes nothing.
+    assert str(payment_submit(payment_id=payment.pk).outcome) == "skipped"
+    assert os.listdir(bank.outbound) == [cut.file.name]
+
+
+def test_debit_get_reports_a_delivered_entry_as_submitted(bank):
+    payment = _payment()
+    backend = NachaBankBackend()
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    assert backend.debit_get(idempotency_key=payment.idempotency_key).found is False
+    cut = nacha_file_cut(
+        now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
+    )
+    nacha_file_deliver(file_id=cut.file.pk, transport=bank)
+    status = backend.debit_get(idempotency_key=payment.idempotency_key)
+    assert (status.found, status.status) == (True, "submitted")
+    assert status.processor_id == NachaEntry.objects.get(payment=payment).trace_number
+
+
+def test_an_account_the_vault_cannot_give_fails_the_payment(bank):
+    payment = payment_create(merchant_id="m-1", amount=Decimal("5.00"), source_token="vtok_gone_1x")
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    nacha_file_cut(now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal)
+    payment_submit(payment_id=payment.pk)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.FAILED
+    assert "no account for this token" in ProcessorAttempt.objects.latest("id").error
+
+
+def test_the_bank_backend_refuses_every_callback(bank):
+    with pytest.raises(SignatureError):
+        NachaBankBackend().callback_verify(None)
+
+
+def test_the_sandbox_bank_answers_by_its_rules_and_the_return_comes_back(bank):
+    nsf, fine = _payment(holder="NSF Customer"), _payment(holder="Paying Customer")
+    for payment in (nsf, fine):
+        with pytest.raises(ProcessorUnavailable):
+            payment_submit(payment_id=payment.pk)
+    call_command("nacha_send", "--now")
+    run_worker(relay=True)
+    written = bank_answer_files(
+        outbound=bank.outbound,
+        inbound=bank.inbound,
+        now=datetime(2026, 12, 2, 6, 0, tzinfo=EASTERN),
+    )
+    result = nacha_files_collect(transport=bank, min_age_seconds=0)
+    run_worker()
+
+    assert len(written) == 1 and result.published == 1
+    nsf.refresh_from_db()
+    fine.refresh_from_db()
+    assert nsf.state == PaymentState.FAILED  # returned R01 before it settled
+    assert fine.state == PaymentState.SUBMITTED
+    assert NachaFile.objects.get().delivered_at is not None
+    # The sandbox answered each file once.
+    assert bank_answer_files(outbound=bank.outbound, inbound=bank.inbound) == []
+
+
+def test_a_delivered_entry_settles_after_its_effective_date_once_then_a_return_reverses_it(bank):
+    from payments.models import LedgerEntry
+    from payments.nacha.services import nacha_entries_settle
+
+    payment = _payment(holder="NSF Later")
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    cut = nacha_file_cut(now=timezone.now(), resolve_account=vault_account_reveal).file
+    nacha_file_deliver(file_id=cut.pk, transport=bank)
+    run_worker(relay=True)
+    effective = cut.effective_entry_date
+    before = datetime.combine(effective, datetime.min.time(), tzinfo=EASTERN).replace(hour=16)
+    after = before.replace(hour=17)
+
+    assert nacha_entries_settle(now=before) == 0
+    assert nacha_entries_settle(now=after) == 1
+    assert nacha_entries_settle(now=after + timedelta(days=1)) == 0
+    run_worker(relay=True)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+
+    bank_answer_files(outbound=bank.outbound, inbound=bank.inbound, now=after)
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+    run_worker()
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.RETURNED
+    assert LedgerEntry.objects.filter(payment=payment, kind="reversal").count() == 1
+
+
+def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
+    token = vault_account_store(**(ACCOUNT | {"merchant_id": "m-other"})).token
+    payment = payment_create(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    cut = nacha_file_cut(
+        now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
+    )
+    assert cut.file is None
+    assert cut.refused[0].refused_reason == "the account token belongs to another merchant"
+    payment_submit(payment_id=payment.pk)
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.FAILED

@@ -1,0 +1,80 @@
+"""The sandbox as a bank: the files we deliver are answered by its rules, each once."""
+
+from datetime import datetime
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from payments.nacha.originator import parse_originator
+from payments.nacha.parser import parse_nacha
+from payments.nacha.windows import EASTERN
+from payments.nacha.writer import DebitEntry, nacha_file_write
+from sandbox.bank import bank_answer_files
+from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+
+NAMES = ["NSF Pat", "Unauth Lee", "Closed Kim", "NOC Sam", "NOCSAVINGS Ana", "Paying Joe"]
+
+
+def _our_file() -> bytes:
+    entries = [
+        DebitEntry(
+            trace_number=f"02100002{n:07d}",
+            sec_code="PPD",
+            account_type="checking",
+            routing_number="011000015",
+            account_number=f"4455{n:04d}",
+            amount_cents=1000 + n,
+            identification=f"p{n}",
+            receiver_name=name,
+        )
+        for n, name in enumerate(NAMES, start=1)
+    ]
+    return nacha_file_write(
+        originator=parse_originator(ORIGINATOR_SETTING),
+        entries=entries,
+        effective_entry_date=datetime(2026, 12, 2).date(),
+        created_at=datetime(2026, 12, 1, 20, tzinfo=EASTERN),
+        file_id_modifier="A",
+    )
+
+
+def test_each_rule_answers_its_code_and_a_paying_customer_gets_no_answer(tmp_path):
+    out, inbound = tmp_path / "out", tmp_path / "in"
+    out.mkdir()
+    (out / "20261201-A-next_day.ach").write_bytes(_our_file())
+    [name] = bank_answer_files(outbound=str(out), inbound=str(inbound))
+    answers = list(parse_nacha((inbound / name).read_bytes()).entries())
+    codes = {
+        a.return_addenda["original_entry_trace_number"]: a.return_addenda.text(
+            "change_code" if a.return_addenda["addenda_type_code"] == "98" else "return_reason_code"
+        )
+        for a in answers
+    }
+    assert codes == {
+        "021000020000001": "R01",
+        "021000020000002": "R10",
+        "021000020000003": "R02",
+        "021000020000004": "C01",
+        "021000020000005": "C05",
+    }
+    [noc] = [
+        a for a in answers if a.return_addenda["original_entry_trace_number"] == "021000020000004"
+    ]
+    assert noc.return_addenda.text("corrected_data") == "44550004"[::-1]
+    assert sorted(p.name for p in out.iterdir()) == ["answered"]
+    assert bank_answer_files(outbound=str(out), inbound=str(inbound)) == []
+
+
+def test_the_command_needs_a_directory_transport(module_settings, tmp_path):
+    module_settings.NACHA_TRANSPORT = None
+    with pytest.raises(CommandError, match="directory"):
+        call_command("sandbox_bank")
+    module_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(tmp_path / "o"),
+        "inbound": str(tmp_path / "i"),
+    }
+    out = StringIO()
+    call_command("sandbox_bank", stdout=out)
+    assert "wrote 0 answer files" in out.getvalue()

@@ -23,12 +23,12 @@ from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
 
+from payments.change_codes import corrected_data_problems
 from payments.nacha import layouts as L
 from payments.nacha.accounts import AccountUnavailable
 from payments.nacha.models import InboundStatus, NachaEntry, NachaInboundEvent, NachaInboundFile
 from payments.nacha.parser import Entry, NachaFile, NachaFormatError, parse_nacha
 from payments.nacha.windows import EASTERN
-from payments.services.create import looks_like_bank_number
 
 logger = logging.getLogger(__name__)
 
@@ -90,12 +90,15 @@ def _file_moment(parsed: NachaFile) -> datetime:
 
 
 def _corrected_data(code: str, text: str, payment_token: str) -> dict:
-    """The NOC's corrections by name; a corrected account or routing number is sealed in the
-    vault and named by its token (``payments.vault``), never carried itself."""
+    """The NOC's corrections under the contract's names (``payments.change_codes``): a
+    corrected account or routing number is sealed in the vault and named by its token and last
+    4 digits (``payments.vault``), never carried itself. A value the contract would refuse (an
+    account type it does not take, an identification number that reads as a bank number) is
+    left out and logged by name: the NOC is still recorded, and the bank's file is kept whole
+    for the person who applies it. A refused or unknown code carries nothing."""
     fields = CHANGE_CODE_FIELDS.get(code)
-    if fields is None:  # an unknown or refused code: kept for a human, numbers masked
-        kept = text.strip()
-        return {"text": "****" + kept[-4:] if looks_like_bank_number(kept) else kept}
+    if fields is None:
+        return {}
     values = {name: text[start:end].strip() for name, start, end in fields}
     data: dict = {}
     if "transaction_code" in values:
@@ -104,15 +107,37 @@ def _corrected_data(code: str, text: str, payment_token: str) -> dict:
         data["account_type"] = ACCOUNT_TYPES.get(tx[:1], "")
     routing = values.pop("routing_number", None)
     account = values.pop("account_number", None)
+    if routing:
+        data["routing_number_last4"] = routing[-4:]
+    if account:
+        data["account_number_last4"] = account[-4:]
     if routing is not None or account is not None:
-        data.update(_vaulted_correction(payment_token, routing, account, data.get("account_type")))
-    data.update(values)
-    return data
+        token = _vaulted_correction(payment_token, routing, account, data.get("account_type"))
+        if token:
+            data["source_token"] = token
+    for name, value in values.items():
+        data[_CONTRACT_NAMES.get(name, name)] = value
+    kept = {}
+    for key, value in data.items():
+        if value and not corrected_data_problems(code, {key: value}):
+            kept[key] = value
+        elif value:
+            logger.warning("NOC %s: corrected %s left out, not of the contract's form", code, key)
+    return kept
+
+
+# The bank file's field names where the contract names them otherwise.
+_CONTRACT_NAMES = {
+    "receiving_dfi_identification": "receiving_dfi_identification_last4",
+    "addenda_format": "addenda_information",
+}
 
 
 def _vaulted_correction(
     payment_token: str, routing: str | None, account: str | None, account_type: str | None
-) -> dict:
+) -> str:
+    """The vault token of the corrected account, or "" when the payment's account is not in
+    the vault or the correction cannot be stored (logged: the NOC is recorded all the same)."""
     from payments.vault.models import VaultAccount
     from payments.vault.services import (
         VaultInputError,
@@ -120,10 +145,9 @@ def _vaulted_correction(
         vault_account_store,
     )
 
-    masked = {"account_last4": account[-4:]} if account else {}
     original = VaultAccount.objects.filter(token=payment_token).first()
     if original is None:
-        return masked | {"vaulted": False}
+        return ""
     try:
         current = vault_account_reveal(payment_token)
         corrected = vault_account_store(
@@ -137,8 +161,9 @@ def _vaulted_correction(
             sec_code=original.sec_code,
         )
     except (VaultInputError, AccountUnavailable) as exc:
-        return masked | {"vaulted": False, "problem": str(exc)}
-    return masked | {"vaulted": True, "source_token": corrected.token}
+        logger.warning("NOC correction of %s not stored in the vault: %s", payment_token, exc)
+        return ""
+    return corrected.token
 
 
 def _fingerprint(*parts: str) -> str:

@@ -177,13 +177,45 @@ def test_a_noc_is_queued_with_its_code_and_corrected_data_and_no_account_number(
     }
     c01, c05 = events["C01"], events["C05"]
     assert c01["event_type"] == "notification_of_change" and c01["reason_code"] == ""
-    assert c01["corrected_data"]["account_last4"] == "2100"
-    assert c01["corrected_data"]["vaulted"] is True
+    assert c01["corrected_data"]["account_number_last4"] == "2100"
     new_token = c01["corrected_data"]["source_token"]
     assert vault_account_reveal(new_token).account_number == "98765432100"
     assert c05["corrected_data"] == {"transaction_code": "37", "account_type": "savings"}
     for message in messages:
         assert "98765432100" not in message["Body"] and "123456789012" not in message["Body"]
+
+
+def test_a_noc_from_the_banks_file_is_recorded_once_by_the_worker(bank_path, sqs_queues):
+    """The bank's NOC speaks the callback contract: the worker records it against the payment
+    and its token, with the corrected account's vault token; the same file read again adds
+    nothing."""
+    from payments.models import NotificationOfChange
+
+    payments, ours = _settled_payments(1)
+    content = nacha_answer_file_write(
+        answers=_answers(ours, payments, ["C01"], {"C01": "98765432100"}),
+        created_at=EVENING,
+        **BANK,
+    )
+    _drop(bank_path, "noc.ach", content)
+    nacha_files_collect(transport=bank_path, min_age_seconds=0)
+    run_worker()
+    _drop(bank_path, "noc-again.ach", content)
+    nacha_files_collect(transport=bank_path, min_age_seconds=0)
+    run_worker()
+
+    [noc] = NotificationOfChange.objects.filter(payment=payments[0])
+    assert (noc.change_code, noc.status, noc.source_token) == (
+        "C01",
+        "open",
+        payments[0].source_token,
+    )
+    assert noc.corrected_data["account_number_last4"] == "2100"
+    assert vault_account_reveal(noc.corrected_data["source_token"]).account_number == (
+        "98765432100"
+    )
+    payments[0].refresh_from_db()
+    assert payments[0].state == PaymentState.CONFIRMED  # a NOC moves no state
 
 
 def test_dishonored_and_contested_returns_map_to_their_event_types(bank_path, sqs_queues):

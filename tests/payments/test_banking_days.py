@@ -1,13 +1,19 @@
 """Banking days against the Federal Reserve's published holiday schedules, and the return time
 frames and late flags that count them."""
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from payments.banking_days import add_banking_days, banking_days_between, is_banking_day
+from payments.banking_days import (
+    ACH_TIME_ZONE,
+    ach_date,
+    add_banking_days,
+    banking_days_between,
+    is_banking_day,
+)
 from payments.models import Payment, PaymentReturn, PaymentState
 from payments.return_codes import RETURN_CODES
 from payments.services import payment_apply_event
@@ -107,9 +113,41 @@ def test_a_holiday_on_a_sunday_closes_the_monday_after():
     assert is_banking_day(date(2027, 7, 2))
 
 
-def test_a_datetime_counts_by_its_date():
+def test_a_moment_counts_by_its_date_in_new_york():
     assert not is_banking_day(datetime(2026, 12, 25, 9, 0, tzinfo=UTC))
-    assert is_banking_day(datetime(2026, 12, 24, 23, 59, tzinfo=UTC))
+    # 03:00 UTC on Christmas is 22:00 on Christmas Eve in New York: a banking day.
+    assert is_banking_day(datetime(2026, 12, 25, 3, 0, tzinfo=UTC))
+    # 02:00 UTC on the Friday after Thanksgiving is Thursday evening there: closed.
+    assert not is_banking_day(datetime(2026, 11, 27, 2, 0, tzinfo=UTC))
+    assert is_banking_day(datetime(2026, 11, 27, 5, 0, tzinfo=UTC))
+    # Summer time: New York is 4 hours behind, so 03:59 UTC on 4 July 2025 is still 3 July.
+    assert ach_date(datetime(2025, 7, 4, 3, 59, tzinfo=UTC)) == date(2025, 7, 3)
+    assert ach_date(datetime(2025, 7, 4, 4, 0, tzinfo=UTC)) == date(2025, 7, 4)
+
+
+def test_a_deadline_ends_at_midnight_in_new_york():
+    # Returned on a Monday evening in New York (after midnight UTC): two banking days from
+    # Monday, the deadline ends as Wednesday ends there, 05:00 UTC on Thursday in winter.
+    due = add_banking_days(datetime(2026, 12, 1, 2, 0, tzinfo=UTC), 2)
+    assert due == datetime(2026, 12, 2, 23, 59, 59, 999999, tzinfo=ACH_TIME_ZONE)
+    assert due.astimezone(UTC) == datetime(2026, 12, 3, 4, 59, 59, 999999, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=1))),
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1))),
+        datetime(9999, 12, 28, 12, 0, tzinfo=UTC),
+    ],
+    ids=["year-1", "year-9999", "days-before-the-end"],
+)
+def test_a_timestamp_at_the_ends_of_time_saturates_instead_of_raising(moment):
+    """The contract takes any timestamp datetime can hold: a deadline counted from one at the
+    ends of time is a representable moment, never an OverflowError in the worker."""
+    due = add_banking_days(moment, 6)
+    assert due.astimezone(UTC).year in (1, 9999)
+    assert isinstance(ach_date(moment), date)
 
 
 # --- return time frames around holidays ------------------------------------------------------
@@ -135,7 +173,7 @@ def test_a_datetime_counts_by_its_date():
 def test_a_two_banking_day_time_frame_skips_the_holiday(settled, deadline):
     due = RETURN_CODES["R01"].deadline(settled)
 
-    assert due == datetime.combine(deadline, datetime.max.time(), tzinfo=UTC)
+    assert due == datetime.combine(deadline, datetime.max.time(), tzinfo=ACH_TIME_ZONE)
 
 
 def test_a_calendar_day_time_frame_ignores_holidays():
@@ -151,8 +189,9 @@ def test_a_calendar_day_time_frame_ignores_holidays():
     [
         # Counting weekends only, the deadline was Monday's end and this return was late.
         (datetime(2026, 9, 8, 15, 0, tzinfo=UTC), False),
-        (datetime(2026, 9, 8, 23, 0, tzinfo=UTC), False),
-        (datetime(2026, 9, 9, 0, 0, 1, tzinfo=UTC), True),
+        # Tuesday ends at midnight in New York: 04:00 UTC on Wednesday in summer time.
+        (datetime(2026, 9, 9, 3, 59, tzinfo=UTC), False),
+        (datetime(2026, 9, 9, 4, 0, 1, tzinfo=UTC), True),
     ],
 )
 def test_a_return_on_the_tuesday_after_a_monday_holiday_is_on_time_for_a_thursday_debit(
@@ -168,7 +207,7 @@ def test_a_return_on_the_tuesday_after_a_monday_holiday_is_on_time_for_a_thursda
     )
 
     record = PaymentReturn.objects.get(payment=payment)  # Fri 4 Sep, then Tue 8 Sep
-    assert record.deadline == datetime(2026, 9, 8, 23, 59, 59, 999999, tzinfo=UTC)
+    assert record.deadline == datetime(2026, 9, 8, 23, 59, 59, 999999, tzinfo=ACH_TIME_ZONE)
     assert record.late is late
 
 
@@ -188,7 +227,7 @@ def test_adding_banking_days_lands_on_a_banking_day_that_many_banking_days_later
     assert banking_days_between(moment, due) == days
     # No banking day is skipped: the day before the deadline is one banking day short.
     assert banking_days_between(moment, due - timedelta(days=1)) == days - 1
-    assert (due.hour, due.minute, due.tzinfo) == (23, 59, UTC)
+    assert (due.hour, due.minute, due.tzinfo) == (23, 59, ACH_TIME_ZONE)
 
 
 @given(start=moments, offset=st.integers(min_value=-400, max_value=400))

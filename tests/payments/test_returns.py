@@ -9,6 +9,7 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 
+from payments.banking_days import ACH_TIME_ZONE
 from payments.exceptions import EventConflict
 from payments.models import (
     EventOutcome,
@@ -79,7 +80,9 @@ def test_codes_are_looked_up_case_insensitively_and_unknown_ones_are_labelled_as
 
 def test_banking_days_skip_the_weekend_and_end_at_the_end_of_the_day():
     friday = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
-    assert add_banking_days(friday, 2) == datetime(2026, 12, 1, 23, 59, 59, 999999, tzinfo=UTC)
+    assert add_banking_days(friday, 2) == datetime(
+        2026, 12, 1, 23, 59, 59, 999999, tzinfo=ACH_TIME_ZONE
+    )
     saturday = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
     assert add_banking_days(saturday, 1).date() == datetime(2026, 11, 30).date()
 

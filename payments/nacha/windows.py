@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
-from payments.banking_days import is_banking_day
+from payments.banking_days import ACH_TIME_ZONE, is_banking_day
 
-EASTERN = ZoneInfo("America/New_York")
+EASTERN = ACH_TIME_ZONE  # the Fed's clock, the banking calendar's own
 SAME_DAY_LIMIT_CENTS = 1_000_000_00
 FED_WINDOWS: list[dict[str, Any]] = [
     {"name": "next_day", "deadline": "02:15", "same_day": False},

@@ -59,6 +59,10 @@ class Payment(FSMModelMixin, models.Model):
     authorization_reference = models.CharField(
         max_length=64,
         blank=True,
+        # A database default too: rows written by hand (a host's loader, COPY) need not know
+        # the column, which most payments leave empty.
+        default="",
+        db_default="",
         help_text="The client's reference of the new authorization a reinitiation after an "
         "unauthorized return was made under.",
     )

@@ -24,6 +24,7 @@ from payments.signing import SignatureError
 from payments.vault.services import vault_account_reveal, vault_account_store
 from sandbox.bank import bank_answer_files
 from tests.callbacks.worker_support import run_worker
+from tests.factories import PaymentFactory
 from tests.payments.nacha.conftest import ORIGINATOR_SETTING
 from tests.payments.vault.conftest import ACCOUNT, KEY_1
 
@@ -99,7 +100,9 @@ def test_debit_get_reports_a_delivered_entry_as_submitted(bank):
 
 
 def test_an_account_the_vault_cannot_give_fails_the_payment(bank):
-    payment = payment_create(merchant_id="m-1", amount=Decimal("5.00"), source_token="vtok_gone_1x")
+    # payment_create refuses an unknown vault token; a payment written around it (or whose
+    # account left the vault) still fails at the cut, never debits.
+    payment = PaymentFactory(merchant_id="m-1", amount=Decimal("5.00"), source_token="vtok_gone_1x")
     with pytest.raises(ProcessorUnavailable):
         payment_submit(payment_id=payment.pk)
     nacha_file_cut(now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal)
@@ -170,8 +173,10 @@ def test_a_delivered_entry_settles_after_its_effective_date_once_then_a_return_r
 
 
 def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
+    # payment_create refuses it (tests/payments/vault/test_token_ownership.py); the cut is the
+    # second check, for a payment written around the first.
     token = vault_account_store(**(ACCOUNT | {"merchant_id": "m-other"})).token
-    payment = payment_create(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
+    payment = PaymentFactory(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
     with pytest.raises(ProcessorUnavailable):
         payment_submit(payment_id=payment.pk)
     cut = nacha_file_cut(

@@ -105,9 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bank day round failed, trying again: {exc}", flush=True)
         else:
             if settled or written:
-                print(
-                    f"settled {settled} entries; answered with {written or 'nothing'}", flush=True
-                )
+                answered = ", ".join(written) or "nothing"
+                print(f"settled {settled} entries; answered with {answered}", flush=True)
         time.sleep(args.every)
 
 

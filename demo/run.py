@@ -8,8 +8,14 @@
 3. Drives payments through the real API (demo/traffic.py), waits for them to settle, prints the
    summary and its checks, and keeps everything running for you to explore until Ctrl-C, which
    stops every process it started.
+
+``DEMO_BACKEND=nacha`` runs it on the bank backend instead (``Procfile.nacha``,
+demo/bank_traffic.py): the vault's key and the NACHA settings come from the environment, files
+go through a directory transport under ``var/bank/``, and the sandbox answers as a bank.
 """
 
+import base64
+import json
 import os
 import secrets
 import shutil
@@ -37,7 +43,46 @@ def port_free(port: int) -> bool:
     return True
 
 
-def demo_environment() -> dict[str, str]:
+BACKENDS = {"processor": "Procfile", "nacha": "Procfile.nacha"}
+# The originator of the demo's files: a made-up company at a made-up ODFI (valid check digit).
+DEMO_ORIGINATOR = {
+    "odfi_routing_number": "091000019",
+    "odfi_name": "DEMO ODFI BANK",
+    "immediate_origin": "1234567890",
+    "immediate_origin_name": "DEMO PAYMENTS INC",
+    "company_name": "DEMO PAYMENTS",
+    "company_identification": "1234567890",
+}
+
+
+def demo_backend() -> str:
+    backend = os.environ.get("DEMO_BACKEND", "processor")
+    if backend not in BACKENDS:
+        sys.exit(f"DEMO_BACKEND must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    return backend
+
+
+def bank_environment(var: Path) -> dict[str, str]:
+    """The bank backend's settings, as a host's environment gives them: the vault's key (a
+    fresh one each run), the originator, the directory transport under ``var/bank/``, and a
+    submission looking again for its file every 2 s (files are cut every 2 s, not per window)."""
+    return {
+        "PROCESSOR_BACKEND": "payments.nacha.backend.NachaBankBackend",
+        "VAULT_KEYS": f"demo1:{base64.b64encode(secrets.token_bytes(32)).decode()}",
+        "VAULT_ACTIVE_KEY": "demo1",
+        "NACHA_ORIGINATOR": json.dumps(DEMO_ORIGINATOR),
+        "NACHA_TRANSPORT": json.dumps(
+            {
+                "kind": "directory",
+                "outbound": str(var / "bank" / "outbound"),
+                "inbound": str(var / "bank" / "inbound"),
+            }
+        ),
+        "NACHA_RECHECK_SECONDS": "2",
+    }
+
+
+def demo_environment(backend: str = "processor") -> dict[str, str]:
     ports = {
         "WEB_PORT": os.environ.get("DEMO_WEB_PORT", "8000"),
         "SQS_PORT": os.environ.get("DEMO_SQS_PORT", "9324"),
@@ -81,6 +126,8 @@ def demo_environment() -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if backend == "nacha":
+        env.update(bank_environment(VAR))
     return env
 
 
@@ -89,10 +136,11 @@ def manage(env: dict[str, str], *args: str) -> None:
 
 
 def main() -> int:
+    backend = demo_backend()
     if VAR.exists():
         shutil.rmtree(VAR)
     (VAR / "prometheus").mkdir(parents=True)
-    env = demo_environment()
+    env = demo_environment(backend)
     os.environ.update(env)
 
     print("Preparing a fresh SQLite database in var/ ...", flush=True)
@@ -121,7 +169,7 @@ def main() -> int:
     print(f"Starting the processes of the Procfile (their output: {log_path}) ...", flush=True)
     with open(log_path, "w") as log:
         honcho = subprocess.Popen(
-            [str(VENV_BIN / "honcho"), "start", "-f", "Procfile"],
+            [str(VENV_BIN / "honcho"), "start", "-f", BACKENDS[backend]],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -143,14 +191,22 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
 
     web = f"http://127.0.0.1:{env['WEB_PORT']}"
-    ok = run_traffic(
-        web_url=web,
-        sandbox_url=env["PROCESSOR_BASE_URL"],
-        token=token,
-        payments=int(os.environ.get("DEMO_PAYMENTS", "500")),
-        honcho=honcho,
-        log_path=log_path,
-    )
+    payments = int(os.environ.get("DEMO_PAYMENTS", "500"))
+    if backend == "nacha":
+        from demo.bank_traffic import run_bank_traffic
+
+        ok = run_bank_traffic(
+            web_url=web, token=token, payments=payments, honcho=honcho, log_path=log_path
+        )
+    else:
+        ok = run_traffic(
+            web_url=web,
+            sandbox_url=env["PROCESSOR_BASE_URL"],
+            token=token,
+            payments=payments,
+            honcho=honcho,
+            log_path=log_path,
+        )
     print(
         f"\n  Admin:            {web}/admin/   (user: admin, password: {password})\n"
         f"  Triage dashboard: {web}/admin/triage/triagedashboard/\n"

@@ -104,20 +104,24 @@ def _outage_start(sandbox_url: str) -> None:
     sys.stdout.write(f"\n  processor outage: every call answers 503 for {OUTAGE_SECONDS} s\n")
 
 
-def _create_payments(web_url: str, token: str, count: int, *, on_quarter=None) -> list[dict]:
+def _create_payments(
+    web_url: str, token: str, count: int, *, on_quarter=None, bodies: list[dict] | None = None
+) -> list[dict]:
+    """Create ``count`` payments (of ``bodies`` when given) as a retrying client does."""
     rng = random.Random(42)
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
-    bodies = [
-        {
-            "merchant_id": rng.choice(MERCHANTS),
-            "amount": f"{Decimal(rng.randint(500, 250_000)) / 100:.2f}",
-            "currency": "USD",
-            "source_token": _pick_token(rng, i),
-            "description": f"demo invoice {i}",
-        }
-        for i in range(count)
-    ]
+    if bodies is None:
+        bodies = [
+            {
+                "merchant_id": rng.choice(MERCHANTS),
+                "amount": f"{Decimal(rng.randint(500, 250_000)) / 100:.2f}",
+                "currency": "USD",
+                "source_token": _pick_token(rng, i),
+                "description": f"demo invoice {i}",
+            }
+            for i in range(count)
+        ]
     keys = [str(uuid.uuid4()) for _ in bodies]
     # A client that retries: every 10th request is sent twice with the same Idempotency-Key.
     jobs = [(i, b, k) for i, (b, k) in enumerate(zip(bodies, keys, strict=True))]

@@ -170,9 +170,7 @@ class PaymentListCreateApi(ModuleApiView):
 
     def post(self, request):
         data = request.data
-        key = request.headers.get("Idempotency-Key")
-        if key is not None and not 1 <= len(key) <= 255:
-            raise field_errors({"Idempotency-Key": ["must be 1-255 characters"]})
+        key = idempotency_key_header(request)
         result = idempotency.idempotency_key_run(
             user=request.user,
             key=key,
@@ -180,6 +178,14 @@ class PaymentListCreateApi(ModuleApiView):
             work=lambda: _payment_create_answer(request, data),
         )
         return _idempotent_response(result)
+
+
+def idempotency_key_header(request) -> str | None:
+    """The request's ``Idempotency-Key`` (None without one); 400 for one of the wrong size."""
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= 255:
+        raise field_errors({"Idempotency-Key": ["must be 1-255 characters"]})
+    return key
 
 
 def _payments_listed(user, query: dict):
@@ -324,9 +330,7 @@ class PaymentReinitiateApi(ModuleApiView):
         if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
             return _not_found("payment_id")
         data = request.data
-        key = request.headers.get("Idempotency-Key")
-        if key is not None and not 1 <= len(key) <= 255:
-            raise field_errors({"Idempotency-Key": ["must be 1-255 characters"]})
+        key = idempotency_key_header(request)
         result = idempotency.idempotency_key_run(
             user=request.user,
             key=key,

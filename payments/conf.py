@@ -13,7 +13,17 @@ from payments.app_settings import AppSettings
 from payments.nacha.originator import parse_originator
 from payments.nacha.transports import TRANSPORT_ACCEPTED, parse_transport
 from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
-from payments.setting_specs import Duration, Number, Parsed, Seconds, Spec, Text, Url, defaults
+from payments.setting_specs import (
+    Duration,
+    Number,
+    Parsed,
+    Seconds,
+    Spec,
+    Text,
+    Url,
+    defaults,
+    json_text,
+)
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
 from payments.vault.keys import parse_vault_keys
 
@@ -86,14 +96,27 @@ SPECS: dict[str, Spec] = {
         parse=parse_originator,
         accepted="None, or a dict of the originator's identity (README, bank-direct section)",
         types=(dict, type(None)),
+        text_type=json_text,
     ),
     "NACHA_WINDOWS": Parsed(
-        FED_WINDOWS, parse=parse_windows, accepted=WINDOWS_ACCEPTED, types=(list, tuple)
+        FED_WINDOWS,
+        parse=parse_windows,
+        accepted=WINDOWS_ACCEPTED,
+        types=(list, tuple),
+        text_type=json_text,
     ),
     "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
+    # How long a submission waiting for its file waits before it looks again; 0: until its
+    # window's cutoff and the few minutes the cut and delivery take (payments.nacha.backend).
+    # A host that cuts files more often than the Fed's windows (nacha_send --now) sets it.
+    "NACHA_RECHECK_SECONDS": Seconds(0.0, 86_400, above_minimum=False),
     # Where files go and come back from (payments.nacha.transports): None until set up.
     "NACHA_TRANSPORT": Parsed(
-        None, parse=parse_transport, accepted=TRANSPORT_ACCEPTED, types=(dict, type(None))
+        None,
+        parse=parse_transport,
+        accepted=TRANSPORT_ACCEPTED,
+        types=(dict, type(None)),
+        text_type=json_text,
     ),
     # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
     # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and

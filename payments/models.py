@@ -544,7 +544,8 @@ class NocAction(models.Model):
 
 
 class ApiIdempotencyKey(models.Model):
-    """Idempotency-Key header records for POST /api/payments/ (kept at least 24 hours)."""
+    """Idempotency-Key header records of the API's POSTs (payments, reinitiations, the vault's
+    accounts; kept at least 24 hours)."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     key = models.CharField(max_length=255)

@@ -12,6 +12,7 @@ The callbacks and triage apps use it too: they depend on payments, never the oth
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -186,6 +187,8 @@ class Parsed(Spec):
     types: tuple[type, ...] = (str, type(None))
     # A value that is key material: a refusal names the problem, never the value.
     secret: bool = False
+    # How an environment variable's text is read: ``json_text`` for a dict or a list.
+    text_type: Any = str
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, self.types):
@@ -195,6 +198,12 @@ class Parsed(Spec):
         except (ImproperlyConfigured, ValueError) as exc:
             return str(exc) or type(exc).__name__
         return None
+
+
+def json_text(text: str) -> Any:
+    """A JSON value from an environment variable: the ``text_type`` of a dict or list setting
+    (``NACHA_ORIGINATOR='{"odfi_routing_number": ...}'``). Its ValueError makes it Unreadable."""
+    return json.loads(text)
 
 
 @dataclass(frozen=True)

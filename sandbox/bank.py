@@ -21,6 +21,7 @@ A file it has answered is moved to ``answered/`` beside it, so each is answered 
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from datetime import datetime
 from pathlib import Path
 
@@ -53,9 +54,16 @@ def answer_for(entry: Entry) -> BankAnswer | None:
     return BankAnswer(entry, code, corrected_data=corrected)
 
 
-def bank_answer_files(*, outbound: str, inbound: str, now: datetime | None = None) -> list[str]:
-    """Answer every file delivered to ``outbound``; the names of the files written to
-    ``inbound`` (written whole: a temporary name, then a rename)."""
+def bank_answer_files(
+    *,
+    outbound: str,
+    inbound: str,
+    now: datetime | None = None,
+    only: Container[str] | None = None,
+) -> list[str]:
+    """Answer every file delivered to ``outbound`` (or those of them named in ``only``); the
+    names of the files written to ``inbound`` (written whole: a temporary name, then a
+    rename). ``now`` is the bank's clock: the answers' creation moment, their events' time."""
     now = (now or datetime.now(EASTERN)).astimezone(EASTERN)
     source, target = Path(outbound), Path(inbound)
     answered_dir = source / "answered"
@@ -64,6 +72,8 @@ def bank_answer_files(*, outbound: str, inbound: str, now: datetime | None = Non
         return written
     target.mkdir(parents=True, exist_ok=True)
     for path in sorted(p for p in source.iterdir() if p.is_file() and is_collectable(p.name)):
+        if only is not None and path.name not in only:
+            continue
         parsed = parse_nacha(path.read_bytes())
         answers = [a for a in map(answer_for, parsed.entries()) if a is not None]
         if answers:

@@ -1,5 +1,6 @@
 """The demo waits for promised returns and its summary checks the reversals."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -137,3 +138,148 @@ def test_the_demo_checks_one_dishonor_re_credited_and_one_contest_reversed():
     assert [passed for _, passed in checks] == [True, True]
     assert "dishonored: the return is undone" in checks[0][0]
     assert "contested: the return stands, net 0.00" in checks[1][0]
+
+
+# --- DEMO_BACKEND=nacha: the bank backend's demo (demo/bank_traffic.py, demo/bank_day.py) ----
+
+
+def test_the_demo_accounts_show_every_rule_of_the_sandbox_bank_and_pass_the_vault(module_settings):
+    from demo.bank_traffic import RULES, demo_accounts
+    from payments.vault.services import vault_account_store
+    from sandbox.bank import RULES as BANK_RULES
+    from tests.payments.vault.conftest import KEY_1
+
+    module_settings.VAULT_KEYS = {"k1": KEY_1}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
+    accounts = demo_accounts(len(RULES) + 5)
+
+    assert [a.rule for a in accounts[: len(RULES)]] == RULES
+    assert accounts == demo_accounts(len(RULES) + 5)  # the same run every time
+    for account in accounts:
+        word = account.body["holder_name"].split()[0]
+        code = account.rule.return_code or account.rule.change_code
+        assert BANK_RULES.get(word.upper()) == (code or None)
+        assert vault_account_store(**account.body).token.startswith("vtok_")
+
+
+def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment, tmp_path):
+    import environ
+
+    from config.settings.environment import app_settings_from_environ
+    from demo.run import bank_environment
+    from payments.conf import payments_settings
+    from payments.setting_specs import value_problem
+
+    variables = bank_environment(tmp_path)
+    for name, value in variables.items():
+        environment.setenv(name, value)
+    values = app_settings_from_environ(environ.Env(), payments_settings, list(variables))
+
+    assert set(values) == set(variables)
+    assert {n: value_problem(payments_settings.specs[n], v) for n, v in values.items()} == {
+        name: None for name in variables
+    }
+    assert values["PROCESSOR_BACKEND"] == "payments.nacha.backend.NachaBankBackend"
+    assert values["NACHA_TRANSPORT"]["outbound"] == str(tmp_path / "bank" / "outbound")
+
+
+def test_an_unknown_demo_backend_is_refused_naming_the_choices(monkeypatch):
+    from demo.run import demo_backend
+
+    monkeypatch.setenv("DEMO_BACKEND", "fedwire")
+    with pytest.raises(SystemExit, match="processor, nacha"):
+        demo_backend()
+    monkeypatch.delenv("DEMO_BACKEND")
+    assert demo_backend() == "processor"
+
+
+@pytest.fixture
+def environment(monkeypatch):
+    for name in ("PROCESSOR_BACKEND", "VAULT_KEYS", "VAULT_ACTIVE_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.fixture
+def demo_bank(module_settings, sqs_queues, tmp_path):
+    from payments.nacha.transports import DirectoryTransport
+    from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+    from tests.payments.vault.conftest import KEY_1
+
+    module_settings.PROCESSOR_BACKEND = "payments.nacha.backend.NachaBankBackend"
+    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    module_settings.VAULT_KEYS = {"k1": KEY_1}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
+    module_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(tmp_path / "out"),
+        "inbound": str(tmp_path / "in"),
+    }
+    return DirectoryTransport(outbound=str(tmp_path / "out"), inbound=str(tmp_path / "in"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bank_demo_days_settle_first_then_the_bank_answers_and_the_summary_checks_it(
+    demo_bank, tmp_path, capsys
+):
+    from django.utils import timezone
+
+    from callbacks.nacha_inbound import nacha_files_collect
+    from demo.bank_day import answer_round, files_to_answer, settle_round
+    from demo.bank_traffic import RULES, Run, bank_summary, bank_unfinished, demo_accounts
+    from payments.exceptions import ProcessorUnavailable
+    from payments.nacha.services import nacha_send_due
+    from payments.services import payment_create, payment_submit
+    from payments.vault.services import vault_account_reveal, vault_account_store
+    from tests.callbacks.worker_support import run_worker
+
+    run = Run(accounts=demo_accounts(len(RULES)))
+    for account in run.accounts:
+        account.token = vault_account_store(**account.body).token
+        payment = payment_create(
+            merchant_id=account.body["merchant_id"],
+            amount=Decimal("12.34"),
+            source_token=account.token,
+        )
+        run.payments.append({"id": str(payment.id)})
+        with pytest.raises(ProcessorUnavailable):  # waits for its file
+            payment_submit(payment_id=payment.pk)
+    expected = run.expected()
+    sent = nacha_send_due(
+        now=timezone.now(), transport=demo_bank, resolve_account=vault_account_reveal, lead=None
+    )
+    assert len(sent.delivered) == 1 and sent.settled == 0  # its effective date is to come
+
+    # The bank answers nothing of a file whose payments the workers have not settled.
+    assert files_to_answer() == {}
+    assert settle_round() == len(RULES)
+    assert settle_round() == 0  # each entry's settlement promised once
+    assert answer_round(demo_bank.outbound, demo_bank.inbound) == []
+    run_worker(relay=True)
+    assert bank_unfinished(expected) == 6  # 4 returns and 2 NOCs to come; the paying one done
+    [(name, morning)] = files_to_answer().items()
+    assert morning.hour == 9 and morning.date() == sent.delivered[0].effective_entry_date + (
+        timedelta(days=1)
+    )
+    assert answer_round(demo_bank.outbound, demo_bank.inbound) == [f"answers-{name[:-4]}.ach"]
+    assert answer_round(demo_bank.outbound, demo_bank.inbound) == []  # each file answered once
+    nacha_files_collect(transport=demo_bank, min_age_seconds=0)
+    run_worker()
+    assert bank_unfinished(expected) == 0
+
+    log = tmp_path / "demo.log"
+    log.write_text("every line of the run, none with a number\n")
+    assert bank_summary(run, [log]) is True
+    out = capsys.readouterr().out
+    assert "returns by code                            R01: 2, R02: 1, R10: 1" in out
+    assert "[PASS] every returned payment reversed exactly once (4 returned)" in out
+    assert "[PASS] at least one NOC recorded, none moving money (2 recorded)" in out
+    assert "[FAIL]" not in out
+
+    log.write_text(f"a leak: {run.accounts[3].body['account_number']}\n")
+    LedgerEntry.objects.filter(kind="reversal").order_by("pk").first().delete()
+    assert bank_summary(run, [log]) is False
+    out = capsys.readouterr().out
+    assert "[FAIL] every returned payment reversed exactly once (4 returned)" in out
+    assert "[FAIL] no account number in any log" in out
+    assert run.accounts[3].body["account_number"] not in out

@@ -223,3 +223,64 @@ def test_a_required_variable_left_unset_stops_start_up_naming_it():
 
     assert result.returncode != 0
     assert "Set the PROCESSOR_API_KEY environment variable" in result.stderr
+
+
+def test_the_bank_paths_dict_settings_are_read_from_json(environment):
+    from payments.nacha.originator import parse_originator
+    from payments.nacha.transports import parse_transport
+    from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+
+    transport = {"kind": "directory", "outbound": "/tmp/o", "inbound": "/tmp/i"}
+    windows = [{"name": "next_day", "deadline": "02:15", "same_day": False}]
+    environment.setenv("NACHA_ORIGINATOR", json.dumps(ORIGINATOR_SETTING))
+    environment.setenv("NACHA_TRANSPORT", json.dumps(transport))
+    environment.setenv("NACHA_WINDOWS", json.dumps(windows))
+    environment.setenv("NACHA_RECHECK_SECONDS", "2")
+    environment.setenv("PROCESSOR_BACKEND", "payments.nacha.backend.NachaBankBackend")
+
+    values = app_settings_from_environ(
+        environ.Env(),
+        payments_settings,
+        [
+            "NACHA_ORIGINATOR",
+            "NACHA_TRANSPORT",
+            "NACHA_WINDOWS",
+            "NACHA_RECHECK_SECONDS",
+            "PROCESSOR_BACKEND",
+        ],
+    )
+
+    assert values == {
+        "NACHA_ORIGINATOR": ORIGINATOR_SETTING,
+        "NACHA_TRANSPORT": transport,
+        "NACHA_WINDOWS": windows,
+        "NACHA_RECHECK_SECONDS": 2.0,
+        "PROCESSOR_BACKEND": "payments.nacha.backend.NachaBankBackend",
+    }
+    assert parse_originator(values["NACHA_ORIGINATOR"]) is not None
+    assert parse_transport(values["NACHA_TRANSPORT"]) == transport
+
+
+def test_a_bank_setting_that_is_not_json_is_named_as_such(environment):
+    environment.setenv("NACHA_TRANSPORT", "kind=directory")
+
+    values = app_settings_from_environ(environ.Env(), payments_settings, ["NACHA_TRANSPORT"])
+
+    assert values == {"NACHA_TRANSPORT": Unreadable("NACHA_TRANSPORT", "kind=directory", "JSON")}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"kind": "ftp"}', "kind is 'directory' or 'sftp'"),
+        ('["directory"]', "dict or NoneType"),
+    ],
+    ids=["unknown-kind", "not-a-dict"],
+)
+def test_a_bank_setting_read_from_json_is_checked_like_any_value(settings, text, problem):
+    from payments.checks import payments_setting_values_check
+
+    settings.PAYMENTS = {**settings.PAYMENTS, "NACHA_TRANSPORT": json.loads(text)}
+
+    [error] = [e for e in payments_setting_values_check() if e.obj == "NACHA_TRANSPORT"]
+    assert problem in error.msg

@@ -169,6 +169,13 @@ PAYMENTS = app_settings_from_environ(
         # The vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and the active one.
         "VAULT_KEYS",
         "VAULT_ACTIVE_KEY",
+        # The processor backend, and the bank path's (JSON for the dicts and the windows).
+        "PROCESSOR_BACKEND",
+        "NACHA_ORIGINATOR",
+        "NACHA_WINDOWS",
+        "NACHA_BANK_BUFFER_MINUTES",
+        "NACHA_RECHECK_SECONDS",
+        "NACHA_TRANSPORT",
     ],
     PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
     API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",

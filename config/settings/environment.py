@@ -15,11 +15,16 @@ from decimal import Decimal
 import environ
 
 from payments.app_settings import AppSettings
-from payments.setting_specs import Duration, Spec, Unreadable
+from payments.setting_specs import Duration, Spec, Unreadable, json_text
 
 # A duration's variable gives a whole count of the unit its name ends with.
 _UNITS = {"DAYS": "days", "HOURS": "hours", "MINUTES": "minutes", "SECONDS": "seconds"}
-_EXPECTED = {int: "a whole number", float: "a number", Decimal: "a decimal number"}
+_EXPECTED = {
+    int: "a whole number",
+    float: "a number",
+    Decimal: "a decimal number",
+    json_text: "JSON",
+}
 
 
 def app_settings_from_environ(

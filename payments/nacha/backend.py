@@ -5,7 +5,10 @@ number is the bank path's idempotency key, as the idempotency key is the HTTP pr
 The entry then waits for its window: until its file is delivered the answer is the one a
 processor gives for a key it is still working on, 409 with a Retry-After until the window's
 cutoff (retryable, and never counted against the circuit breaker), and the payment stays
-``pending``. Delivering a file (``nacha_file_deliver``) puts a ``submit_payment`` message on the
+``pending``. A host that cuts more often than the windows (``nacha_send --now`` every few
+seconds, as the demo does) sets ``NACHA_RECHECK_SECONDS`` to look again that soon instead:
+until the submission is answered, the payment's later messages wait behind it (FIFO).
+Delivering a file (``nacha_file_deliver``) puts a ``submit_payment`` message on the
 outbox for each of its entries in the transaction that records the delivery, and that
 submission is answered "accepted": the payment moves to ``submitted`` once its file is at the
 bank, not before, and exactly once.
@@ -75,7 +78,9 @@ class NachaBankBackend(ProcessorBackend):
         window = window_next(
             now, windows=nacha_settings.windows(), buffer=nacha_settings.bank_buffer()
         )
-        wait = max((window.bank_cutoff - now).total_seconds(), 0) + DELIVERY_SLACK_SECONDS
+        wait = nacha_settings.recheck_seconds() or (
+            max((window.bank_cutoff - now).total_seconds(), 0) + DELIVERY_SLACK_SECONDS
+        )
         message = (
             f"entry {entry.trace_number} waits for the {window.name} window "
             f"(cutoff {window.bank_cutoff.isoformat()})"

@@ -3,19 +3,33 @@
 Every other field of every other request refuses anything that looks like one; here the two
 fields that hold them (``routing_number``, ``account_number``) take them, the vault seals them,
 and the answer carries the token and the last 4 digits only. A refusal names the field and
-never echoes it. There is no Idempotency-Key: a retried store mints a second token for the
-same account, which costs nothing and moves no money.
+never echoes it.
+
+The ``Idempotency-Key`` works as on ``POST /api/payments/`` (``payments.idempotency``): a
+retry with the key replays the first answer (``Idempotent-Replayed: true``) instead of minting
+a second token for the account; another body under the key is 422, a key still in flight 409,
+and a refusal is not stored. What the key keeps never holds a number: the stored answer is the
+token and the last 4 digits, and the request's fingerprint is an HMAC of the body under the
+host's ``SECRET_KEY``, so the few digits of an account cannot be found again by hashing guesses.
 """
 
+import json
 import logging
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.crypto import salted_hmac
 from rest_framework import serializers
-from rest_framework.response import Response
 
+from payments import idempotency
 from payments.access import merchant_access_allowed
 from payments.api_errors import ApiError, field_errors
-from payments.apis import ModuleApiView, _error_response, _forbidden
+from payments.apis import (
+    ModuleApiView,
+    _forbidden,
+    _idempotent_response,
+    _refusal,
+    idempotency_key_header,
+)
 from payments.serializers import (
     MERCHANT_MESSAGE,
     MERCHANT_RE,
@@ -56,18 +70,37 @@ class VaultAccountOutputSerializer(serializers.Serializer):
 
 class VaultAccountCreateApi(ModuleApiView):
     def post(self, request):
-        serializer = VaultAccountInputSerializer(data=request.data)
-        if not serializer.is_valid():
-            return _error_response(field_errors(serializer.errors))
-        data = serializer.validated_data
-        if not merchant_access_allowed(user=request.user, merchant_id=data["merchant_id"]):
-            return _error_response(_forbidden("merchant_id"))
-        try:
-            account = vault_account_store(**data)
-        except VaultInputError as exc:
-            return _error_response(field_errors(exc.errors))
-        except ImproperlyConfigured as exc:
-            # The host has not given the vault its keys: nothing was stored; say which setting.
-            logger.error("vault store refused: %s", exc)
-            return _error_response(ApiError(503, "vault_unconfigured", str(exc)))
-        return Response(VaultAccountOutputSerializer(account).data, status=201)
+        data = request.data
+        result = idempotency.idempotency_key_run(
+            user=request.user,
+            key=idempotency_key_header(request),
+            request_data={"vault_account": vault_request_fingerprint(data)},
+            work=lambda: _vault_account_answer(request, data),
+        )
+        return _idempotent_response(result)
+
+
+def vault_request_fingerprint(data: object) -> str:
+    """The body's fingerprint for its Idempotency-Key: keyed, since a plain hash of a body
+    whose other fields are known would let anyone holding the table try account numbers."""
+    text = json.dumps(data, sort_keys=True, default=str)  # ASCII: escapes any surrogate
+    return salted_hmac("payments.vault.idempotency", text, algorithm="sha256").hexdigest()
+
+
+def _vault_account_answer(request, data) -> idempotency.Answer:
+    """Validate and store; only a store that executed is what the key replays."""
+    serializer = VaultAccountInputSerializer(data=data)
+    if not serializer.is_valid():
+        return _refusal(field_errors(serializer.errors))
+    values = serializer.validated_data
+    if not merchant_access_allowed(user=request.user, merchant_id=values["merchant_id"]):
+        return _refusal(_forbidden("merchant_id"))
+    try:
+        account = vault_account_store(**values)
+    except VaultInputError as exc:
+        return _refusal(field_errors(exc.errors))
+    except ImproperlyConfigured as exc:
+        # The host has not given the vault its keys: nothing was stored; say which setting.
+        logger.error("vault store refused: %s", exc)
+        return _refusal(ApiError(503, "vault_unconfigured", str(exc)))
+    return idempotency.Answer(201, dict(VaultAccountOutputSerializer(account).data))

@@ -21,10 +21,10 @@ from payments.nacha.writer import clean_text
 from payments.services.create import looks_like_bank_number
 from payments.vault.crypto import Sealed, VaultKeyError, key_provider, seal, unseal
 from payments.vault.models import AccountType, SecCode, VaultAccount
+from payments.vault.selectors import TOKEN_PREFIX
 
 logger = logging.getLogger(__name__)
 
-TOKEN_PREFIX = "vtok_"
 _SEALED_FIELDS = ("key_version", "wrapped_key", "nonce", "ciphertext")
 
 

@@ -78,3 +78,20 @@ def test_the_command_needs_a_directory_transport(module_settings, tmp_path):
     out = StringIO()
     call_command("sandbox_bank", stdout=out)
     assert "wrote 0 answer files" in out.getvalue()
+
+
+def test_only_the_files_named_are_answered_at_the_banks_clock(tmp_path):
+    out, inbound = tmp_path / "out", tmp_path / "in"
+    out.mkdir()
+    for name in ("20261201-A-next_day.ach", "20261201-B-next_day.ach"):
+        (out / name).write_bytes(_our_file())
+    morning = datetime(2026, 12, 3, 9, 0, tzinfo=EASTERN)
+
+    [name] = bank_answer_files(
+        outbound=str(out), inbound=str(inbound), now=morning, only={"20261201-B-next_day.ach"}
+    )
+
+    assert name == "answers-20261201-B-next_day.ach"
+    header = parse_nacha((inbound / name).read_bytes()).header
+    assert (header["file_creation_date"], header["file_creation_time"]) == ("261203", "0900")
+    assert sorted(p.name for p in out.iterdir()) == ["20261201-A-next_day.ach", "answered"]

@@ -1,6 +1,10 @@
-"""Collect the bank's return and NOC files and put their events on the queue."""
+"""Collect the bank's return and NOC files and put their events on the queue: one round, or
+a round every ``--every SECONDS`` until stopped (a process rather than a scheduler's task)."""
+
+import time
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from callbacks.nacha_inbound import nacha_files_collect
 from payments.nacha.transports import TransportError, transport_open
@@ -27,7 +31,28 @@ class Command(BaseCommand):
             help="skip files changed more recently (the bank may still be writing); default 60",
         )
 
+        parser.add_argument(
+            "--every",
+            type=non_negative,
+            default=0.0,
+            metavar="SECONDS",
+            help="repeat a round every SECONDS until stopped (default: one round)",
+        )
+
     def handle(self, *args, **options):
+        if not options["every"]:
+            self.round(options)
+            return
+        while True:
+            # A process that keeps running: a round that fails (the transport or the database
+            # away) is reported and the next one tries again; each round is idempotent.
+            try:
+                self.round(options)
+            except (CommandError, DatabaseError) as exc:
+                self.stderr.write(f"round failed, trying again: {exc}")
+            time.sleep(options["every"])
+
+    def round(self, options) -> None:
         transport = transport_open()
         try:
             result = nacha_files_collect(
@@ -37,6 +62,8 @@ class Command(BaseCommand):
             raise CommandError(f"collection stopped: {exc}") from exc
         finally:
             transport.close()
+        if options["every"] and not (result.imported or result.refused):
+            return  # a repeating process stays quiet when nothing came
         self.stdout.write(
             f"imported {len(result.imported)}, refused {len(result.refused)}, seen before "
             f"{len(result.seen_before)}; {result.published} events queued, "

@@ -24,6 +24,7 @@ from payments.signing import SignatureError
 from payments.vault.services import vault_account_reveal, vault_account_store
 from sandbox.bank import bank_answer_files
 from tests.callbacks.worker_support import run_worker
+from tests.factories import PaymentFactory
 from tests.payments.nacha.conftest import ORIGINATOR_SETTING
 from tests.payments.vault.conftest import ACCOUNT, KEY_1
 
@@ -99,7 +100,9 @@ def test_debit_get_reports_a_delivered_entry_as_submitted(bank):
 
 
 def test_an_account_the_vault_cannot_give_fails_the_payment(bank):
-    payment = payment_create(merchant_id="m-1", amount=Decimal("5.00"), source_token="vtok_gone_1x")
+    # payment_create refuses an unknown vault token; a payment written around it (or whose
+    # account left the vault) still fails at the cut, never debits.
+    payment = PaymentFactory(merchant_id="m-1", amount=Decimal("5.00"), source_token="vtok_gone_1x")
     with pytest.raises(ProcessorUnavailable):
         payment_submit(payment_id=payment.pk)
     nacha_file_cut(now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal)
@@ -170,8 +173,10 @@ def test_a_delivered_entry_settles_after_its_effective_date_once_then_a_return_r
 
 
 def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
+    # payment_create refuses it (tests/payments/vault/test_token_ownership.py); the cut is the
+    # second check, for a payment written around the first.
     token = vault_account_store(**(ACCOUNT | {"merchant_id": "m-other"})).token
-    payment = payment_create(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
+    payment = PaymentFactory(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
     with pytest.raises(ProcessorUnavailable):
         payment_submit(payment_id=payment.pk)
     cut = nacha_file_cut(
@@ -182,3 +187,89 @@ def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
     payment_submit(payment_id=payment.pk)
     payment.refresh_from_db()
     assert payment.state == PaymentState.FAILED
+
+
+def test_a_waiting_submission_looks_again_after_the_windows_cutoff_by_default(bank):
+    from payments.nacha.backend import DELIVERY_SLACK_SECONDS
+
+    with pytest.raises(ProcessorUnavailable) as waiting:
+        payment_submit(payment_id=_payment().pk)
+    assert waiting.value.retry_after >= DELIVERY_SLACK_SECONDS
+
+
+def test_with_a_recheck_interval_a_waiting_submission_looks_again_that_soon(bank, module_settings):
+    module_settings.NACHA_RECHECK_SECONDS = 2
+    payment = _payment()
+    with pytest.raises(ProcessorUnavailable) as waiting:
+        payment_submit(payment_id=payment.pk)
+    assert waiting.value.retry_after == 2
+    assert ProcessorAttempt.objects.get(payment=payment).retry_after_seconds == 2
+
+
+class _Stop(Exception):
+    """Ends a repeating command's loop in a test."""
+
+
+def _rounds(monkeypatch, module, count: int) -> None:
+    """Let the command's loop sleep ``count`` times, then stop it."""
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) >= count:
+            raise _Stop
+
+    monkeypatch.setattr(module.time, "sleep", sleep)
+
+
+def test_nacha_send_every_repeats_its_round_and_a_failed_round_does_not_stop_it(bank, monkeypatch):
+    from io import StringIO
+
+    from payments.management.commands import nacha_send
+    from payments.nacha.transports import TransportError
+
+    payment = _payment()
+    with pytest.raises(ProcessorUnavailable):
+        payment_submit(payment_id=payment.pk)
+    real = nacha_send.nacha_send_due
+    calls = []
+
+    def flaky(**kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise TransportError("the bank's drop is away")
+        return real(**kwargs)
+
+    monkeypatch.setattr(nacha_send, "nacha_send_due", flaky)
+    _rounds(monkeypatch, nacha_send, 3)
+    out, err = StringIO(), StringIO()
+    with pytest.raises(_Stop):
+        call_command("nacha_send", "--now", "--every", "2", stdout=out, stderr=err)
+
+    assert len(calls) == 3
+    assert "round failed, trying again: delivery stopped: the bank's drop is away" in (
+        err.getvalue()
+    )
+    # One file cut and delivered by the second round; the third, with nothing to do, is quiet.
+    assert out.getvalue().count("cut ") == 1 and "nothing cut" not in out.getvalue()
+    assert NachaFile.objects.get().delivered_at is not None
+
+
+def test_nacha_collect_every_repeats_its_round_quietly_until_a_file_comes(bank, monkeypatch):
+    from io import StringIO
+
+    from callbacks.management.commands import nacha_collect
+
+    _rounds(monkeypatch, nacha_collect, 2)
+    out = StringIO()
+    with pytest.raises(_Stop):
+        call_command("nacha_collect", "--every", "1", "--min-age-seconds", "0", stdout=out)
+    assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("command", ["nacha_send", "nacha_collect"])
+def test_a_negative_interval_is_refused(bank, command):
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="--every"):
+        call_command(command, "--every", "-1")

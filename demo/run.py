@@ -78,7 +78,6 @@ def bank_environment(var: Path) -> dict[str, str]:
                 "inbound": str(var / "bank" / "inbound"),
             }
         ),
-        "NACHA_RECHECK_SECONDS": "2",
     }
 
 

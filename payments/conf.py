@@ -106,10 +106,6 @@ SPECS: dict[str, Spec] = {
         text_type=json_text,
     ),
     "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
-    # How long a submission waiting for its file waits before it looks again; 0: until its
-    # window's cutoff and the few minutes the cut and delivery take (payments.nacha.backend).
-    # A host that cuts files more often than the Fed's windows (nacha_send --now) sets it.
-    "NACHA_RECHECK_SECONDS": Seconds(0.0, 86_400, above_minimum=False),
     # Where files go and come back from (payments.nacha.transports): None until set up.
     "NACHA_TRANSPORT": Parsed(
         None,

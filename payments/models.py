@@ -194,6 +194,7 @@ class AttemptOutcome(models.TextChoices):
     ACCEPTED = "accepted", "Accepted (2xx)"
     REJECTED = "rejected", "Rejected (4xx, permanent)"
     RETRYABLE = "retryable", "Retryable (5xx, 408, 429, timeout, connection)"
+    QUEUED = "queued", "Queued (the backend submits it itself, e.g. with its bank file)"
 
 
 class ProcessorAttempt(models.Model):

@@ -235,7 +235,6 @@ def test_the_bank_paths_dict_settings_are_read_from_json(environment):
     environment.setenv("NACHA_ORIGINATOR", json.dumps(ORIGINATOR_SETTING))
     environment.setenv("NACHA_TRANSPORT", json.dumps(transport))
     environment.setenv("NACHA_WINDOWS", json.dumps(windows))
-    environment.setenv("NACHA_RECHECK_SECONDS", "2")
     environment.setenv("PROCESSOR_BACKEND", "payments.nacha.backend.NachaBankBackend")
 
     values = app_settings_from_environ(
@@ -245,7 +244,6 @@ def test_the_bank_paths_dict_settings_are_read_from_json(environment):
             "NACHA_ORIGINATOR",
             "NACHA_TRANSPORT",
             "NACHA_WINDOWS",
-            "NACHA_RECHECK_SECONDS",
             "PROCESSOR_BACKEND",
         ],
     )
@@ -254,7 +252,6 @@ def test_the_bank_paths_dict_settings_are_read_from_json(environment):
         "NACHA_ORIGINATOR": ORIGINATOR_SETTING,
         "NACHA_TRANSPORT": transport,
         "NACHA_WINDOWS": windows,
-        "NACHA_RECHECK_SECONDS": 2.0,
         "PROCESSOR_BACKEND": "payments.nacha.backend.NachaBankBackend",
     }
     assert parse_originator(values["NACHA_ORIGINATOR"]) is not None

@@ -2,13 +2,10 @@
 
 A submission gives the payment its entry and trace number (``nacha_entry_add``: the trace
 number is the bank path's idempotency key, as the idempotency key is the HTTP processor's).
-The entry then waits for its window: until its file is delivered the answer is the one a
-processor gives for a key it is still working on, 409 with a Retry-After until the window's
-cutoff (retryable, and never counted against the circuit breaker), and the payment stays
-``pending``. A host that cuts more often than the windows (``nacha_send --now`` every few
-seconds, as the demo does) sets ``NACHA_RECHECK_SECONDS`` to look again that soon instead:
-until the submission is answered, the payment's later messages wait behind it (FIFO).
-Delivering a file (``nacha_file_deliver``) puts a ``submit_payment`` message on the
+The entry then waits for its window, and the answer is ``DebitQueued``: the payment stays
+``pending`` and the submit message is done. No retry waits for the file (which over a long
+weekend is days away, more than any retry budget), and nothing of the payment's queue waits
+behind it. Delivering a file (``nacha_file_deliver``) puts a ``submit_payment`` message on the
 outbox for each of its entries in the transaction that records the delivery, and that
 submission is answered "accepted": the payment moves to ``submitted`` once its file is at the
 bank, not before, and exactly once.
@@ -34,15 +31,17 @@ from payments.processor.backend import (
     CallbackRequest,
     CallTimer,
     DebitAccepted,
+    DebitQueued,
     DebitStatus,
     ProcessorBackend,
     ProcessorCallRejected,
-    ProcessorCallUnavailable,
 )
 from payments.signing import SignatureError
 
 # After the window's cutoff, the cut and the delivery take a few minutes.
 DELIVERY_SLACK_SECONDS = 15 * 60
+URL = "nacha:"
+
 URL = "nacha:"
 
 
@@ -55,7 +54,7 @@ class NachaBankBackend(ProcessorBackend):
         amount: Decimal,
         currency: str,
         source_token: str,
-    ) -> DebitAccepted:
+    ) -> DebitAccepted | DebitQueued:
         timer = CallTimer("SUBMIT", f"{URL}entries/{payment_id}")
         if currency != "USD":
             raise ProcessorCallRejected(
@@ -74,21 +73,14 @@ class NachaBankBackend(ProcessorBackend):
                 created=False,
                 call=timer.record(http_status=200, response_body=entry.file.name),
             )
-        now = timezone.now()
         window = window_next(
-            now, windows=nacha_settings.windows(), buffer=nacha_settings.bank_buffer()
+            timezone.now(), windows=nacha_settings.windows(), buffer=nacha_settings.bank_buffer()
         )
-        wait = nacha_settings.recheck_seconds() or (
-            max((window.bank_cutoff - now).total_seconds(), 0) + DELIVERY_SLACK_SECONDS
-        )
-        message = (
+        reason = (
             f"entry {entry.trace_number} waits for the {window.name} window "
             f"(cutoff {window.bank_cutoff.isoformat()})"
         )
-        raise ProcessorCallUnavailable(
-            message,
-            call=timer.record(http_status=409, error=message, retry_after=wait),
-        )
+        return DebitQueued(reason=reason, call=timer.record(http_status=202, response_body=reason))
 
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
         timer = CallTimer("GET", f"{URL}entries/{idempotency_key}")

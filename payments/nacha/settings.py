@@ -28,8 +28,3 @@ def windows() -> tuple[Window, ...]:
 
 def bank_buffer() -> timedelta:
     return timedelta(minutes=conf.NACHA_BANK_BUFFER_MINUTES)
-
-
-def recheck_seconds() -> float:
-    """0: a waiting submission looks again after its window's cutoff (``backend``)."""
-    return float(conf.NACHA_RECHECK_SECONDS)

@@ -93,6 +93,17 @@ class DebitAccepted:
 
 
 @dataclass(frozen=True)
+class DebitQueued:
+    """The backend took the debit and submits it itself later: a bank file's delivery queues
+    the submission that answers it. The payment stays ``pending`` and the submit message is
+    done, so no retry waits for the file (over a long weekend, days) and nothing of the
+    payment's queue waits behind it."""
+
+    reason: str
+    call: CallRecord
+
+
+@dataclass(frozen=True)
 class DebitStatus:
     found: bool  # False: the processor has no debit under this idempotency key
     processor_id: str
@@ -162,9 +173,10 @@ class ProcessorBackend(abc.ABC):
         amount: Decimal,
         currency: str,
         source_token: str,
-    ) -> DebitAccepted:
+    ) -> DebitAccepted | DebitQueued:
         """Submit a debit. Every attempt of a payment sends the same ``idempotency_key``: the
-        processor must charge it once and answer a known key with its original result. Raises
+        processor must charge it once and answer a known key with its original result. A
+        backend that submits later on its own (a bank file) answers ``DebitQueued``. Raises
         ``ProcessorCallRejected`` or ``ProcessorCallUnavailable`` (``ProcessorAuthFailed``)."""
 
     @abc.abstractmethod

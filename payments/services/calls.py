@@ -6,6 +6,7 @@ import logging
 from payments.alerts import AlertSeverity, alert_raise
 from payments.exceptions import ProcessorCircuitOpen
 from payments.models import AttemptOutcome, BreakerState, Payment, ProcessorAttempt
+from payments.processor.backend import DebitQueued
 from payments.processor.breaker import (
     STATUS_READ,
     SUBMISSION,
@@ -106,6 +107,8 @@ def attempt_record(
         outcome = AttemptOutcome.REJECTED
     elif isinstance(result, ProcessorCallUnavailable):
         outcome = AttemptOutcome.RETRYABLE
+    elif isinstance(result, DebitQueued):
+        outcome = AttemptOutcome.QUEUED
     else:
         outcome = AttemptOutcome.ACCEPTED
     call = result.call

@@ -18,6 +18,7 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
+from payments.processor.backend import DebitQueued
 from payments.processor.client import (
     DebitAccepted,
     ProcessorAuthFailed,
@@ -45,12 +46,15 @@ class SubmitOutcome(enum.StrEnum):
     SUBMITTED = "submitted"
     REJECTED = "rejected"
     SKIPPED = "skipped"
+    # The backend submits it itself later (a bank file's delivery queues the submission that
+    # answers it): the payment stays pending and the message is done.
+    QUEUED = "queued"
     RETRYABLE = "retryable"  # never returned: ``ProcessorUnavailable`` is raised instead
 
 
 @dataclass(frozen=True)
 class SubmitResult:
-    outcome: SubmitOutcome  # submitted, rejected or skipped
+    outcome: SubmitOutcome  # submitted, rejected, skipped or queued
     payment: Payment
 
 
@@ -105,7 +109,8 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     transaction locks the row again, records the attempt and applies the outcome. Whatever the
     outcome, the attempt row is committed before anything is raised.
 
-    Accepted -> ``submitted``; rejected (4xx) -> ``failed`` and a medium alert; retryable ->
+    Accepted -> ``submitted``; queued by the backend (``DebitQueued``) -> still ``pending``,
+    the message done; rejected (4xx) -> ``failed`` and a medium alert; retryable ->
     state unchanged and ``ProcessorUnavailable`` (with ``retry_after`` when the processor gave
     one). A payment that is not pending is skipped: it is never submitted again. Two workers may
     submit the same pending payment at once; the processor charges the key once, and the second
@@ -144,7 +149,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
 
 def _debit_create(
     payment: Payment,
-) -> DebitAccepted | ProcessorCallRejected | ProcessorCallUnavailable:
+) -> DebitAccepted | DebitQueued | ProcessorCallRejected | ProcessorCallUnavailable:
     """The HTTP call of a submission, outside any transaction; a failure is returned, not
     raised, so the attempt is recorded before anything else happens."""
     try:
@@ -163,6 +168,8 @@ def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorde
     """Record the attempt and apply the answer; call inside the second transaction."""
     payment = payment_lock(payment_id)
     attempt = attempt_record(payment, SUBMIT_OPERATION, result)
+    if attempt.outcome == AttemptOutcome.QUEUED:
+        return _SubmissionRecorded(payment, attempt, SubmitOutcome.QUEUED)
     rule = _SUBMIT_RULES.get(attempt.outcome)
     if rule is None:
         return _SubmissionRecorded(payment, attempt, SubmitOutcome.RETRYABLE)

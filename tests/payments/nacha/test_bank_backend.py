@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from callbacks.models import PaymentHold, QueueMessage
 from callbacks.nacha_inbound import nacha_files_collect
-from payments.exceptions import ProcessorUnavailable
 from payments.models import PaymentEvent, PaymentState, ProcessorAttempt
 from payments.nacha.backend import NachaBankBackend
 from payments.nacha.models import NachaEntry, NachaFile
@@ -20,10 +20,11 @@ from payments.nacha.transports import DirectoryTransport
 from payments.nacha.windows import EASTERN
 from payments.processor.backend import backend_class_problem
 from payments.services import payment_create, payment_submit
+from payments.services.submission import SubmitOutcome
 from payments.signing import SignatureError
 from payments.vault.services import vault_account_reveal, vault_account_store
 from sandbox.bank import bank_answer_files
-from tests.callbacks.worker_support import run_worker
+from tests.callbacks.worker_support import drain, run_worker, send_body
 from tests.factories import PaymentFactory
 from tests.payments.nacha.conftest import ORIGINATOR_SETTING
 from tests.payments.vault.conftest import ACCOUNT, KEY_1
@@ -56,13 +57,13 @@ def test_the_backend_implements_the_interface():
 
 def test_a_payment_stays_pending_until_its_file_is_delivered_then_is_submitted_once(bank):
     payment = _payment()
-    with pytest.raises(ProcessorUnavailable) as waiting:
-        payment_submit(payment_id=payment.pk)
+    # Queued for its file: the message is done, no retry waits for the window.
+    assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     payment.refresh_from_db()
     assert payment.state == PaymentState.PENDING
     attempt = ProcessorAttempt.objects.get(payment=payment)
-    assert attempt.http_status == 409 and "waits for the" in attempt.error
-    assert waiting.value.retry_after > 0
+    assert attempt.outcome == "queued" and "waits for the" in attempt.response_body
+    assert attempt.retry_after_seconds is None
 
     cut = nacha_file_cut(
         now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
@@ -87,8 +88,7 @@ def test_a_payment_stays_pending_until_its_file_is_delivered_then_is_submitted_o
 def test_debit_get_reports_a_delivered_entry_as_submitted(bank):
     payment = _payment()
     backend = NachaBankBackend()
-    with pytest.raises(ProcessorUnavailable):
-        payment_submit(payment_id=payment.pk)
+    assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     assert backend.debit_get(idempotency_key=payment.idempotency_key).found is False
     cut = nacha_file_cut(
         now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
@@ -103,8 +103,7 @@ def test_an_account_the_vault_cannot_give_fails_the_payment(bank):
     # payment_create refuses an unknown vault token; a payment written around it (or whose
     # account left the vault) still fails at the cut, never debits.
     payment = PaymentFactory(merchant_id="m-1", amount=Decimal("5.00"), source_token="vtok_gone_1x")
-    with pytest.raises(ProcessorUnavailable):
-        payment_submit(payment_id=payment.pk)
+    assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     nacha_file_cut(now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal)
     payment_submit(payment_id=payment.pk)
     payment.refresh_from_db()
@@ -120,8 +119,7 @@ def test_the_bank_backend_refuses_every_callback(bank):
 def test_the_sandbox_bank_answers_by_its_rules_and_the_return_comes_back(bank):
     nsf, fine = _payment(holder="NSF Customer"), _payment(holder="Paying Customer")
     for payment in (nsf, fine):
-        with pytest.raises(ProcessorUnavailable):
-            payment_submit(payment_id=payment.pk)
+        assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     call_command("nacha_send", "--now")
     run_worker(relay=True)
     written = bank_answer_files(
@@ -147,8 +145,7 @@ def test_a_delivered_entry_settles_after_its_effective_date_once_then_a_return_r
     from payments.nacha.services import nacha_entries_settle
 
     payment = _payment(holder="NSF Later")
-    with pytest.raises(ProcessorUnavailable):
-        payment_submit(payment_id=payment.pk)
+    assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     cut = nacha_file_cut(now=timezone.now(), resolve_account=vault_account_reveal).file
     nacha_file_deliver(file_id=cut.pk, transport=bank)
     run_worker(relay=True)
@@ -177,8 +174,7 @@ def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
     # second check, for a payment written around the first.
     token = vault_account_store(**(ACCOUNT | {"merchant_id": "m-other"})).token
     payment = PaymentFactory(merchant_id="m-1", amount=Decimal("9.00"), source_token=token)
-    with pytest.raises(ProcessorUnavailable):
-        payment_submit(payment_id=payment.pk)
+    assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     cut = nacha_file_cut(
         now=timezone.now() + timedelta(days=7), resolve_account=vault_account_reveal
     )
@@ -189,21 +185,30 @@ def test_a_token_of_another_merchant_is_never_debited_for_this_one(bank):
     assert payment.state == PaymentState.FAILED
 
 
-def test_a_waiting_submission_looks_again_after_the_windows_cutoff_by_default(bank):
-    from payments.nacha.backend import DELIVERY_SLACK_SECONDS
-
-    with pytest.raises(ProcessorUnavailable) as waiting:
-        payment_submit(payment_id=_payment().pk)
-    assert waiting.value.retry_after >= DELIVERY_SLACK_SECONDS
-
-
-def test_with_a_recheck_interval_a_waiting_submission_looks_again_that_soon(bank, module_settings):
-    module_settings.NACHA_RECHECK_SECONDS = 2
+def test_a_submission_waiting_over_a_long_weekend_spends_no_attempt_and_holds_nothing(
+    bank, sqs_queues
+):
+    """A file waits for its window, which from a Friday evening before a Monday holiday is
+    Tuesday's first: more than any retry budget. The submit message is done at once, so nothing
+    is retried, dead-lettered or held behind it; the delivery's own submission moves the
+    payment (the test above)."""
     payment = _payment()
-    with pytest.raises(ProcessorUnavailable) as waiting:
-        payment_submit(payment_id=payment.pk)
-    assert waiting.value.retry_after == 2
-    assert ProcessorAttempt.objects.get(payment=payment).retry_after_seconds == 2
+    send_body(
+        sqs_queues.client,
+        sqs_queues.url,
+        payment.id,
+        {"kind": "submit_payment", "payment_id": str(payment.id)},
+    )
+    run_worker()
+
+    # The message sent here, and the one the create's outbox published on commit.
+    records = QueueMessage.objects.filter(group_id=str(payment.id))
+    assert records.count() >= 1
+    assert {(r.status, r.outcome, r.attempts) for r in records} == {("done", "queued", 1)}
+    assert not PaymentHold.objects.filter(payment_id=str(payment.id)).exists()
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
 
 
 class _Stop(Exception):
@@ -229,8 +234,7 @@ def test_nacha_send_every_repeats_its_round_and_a_failed_round_does_not_stop_it(
     from payments.nacha.transports import TransportError
 
     payment = _payment()
-    with pytest.raises(ProcessorUnavailable):
-        payment_submit(payment_id=payment.pk)
+    assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     real = nacha_send.nacha_send_due
     calls = []
 

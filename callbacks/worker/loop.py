@@ -247,11 +247,15 @@ class Worker:
 
     def _drained(self) -> bool:
         """``--until-empty`` after an empty receive: True when nothing is left to wait for (the
-        outbox empty, no tick sending anything back, no retry this worker scheduled due)."""
+        outbox empty, no tick sending anything back or with work pending, no retry this worker
+        scheduled due)."""
         if self._relay(busy=False):
             return False  # rows were waiting in the outbox: go round again
         if self._tick(force=True):
             return False  # deferred messages were released: go round again
+        if any(tick.pending and tick.pending() for tick in self._tick_due):
+            self._stopping.wait(0.2)  # a paced release is not done: its next turn comes
+            return False
         remaining = self._retry_due - time.monotonic()
         if remaining <= 0:
             return True

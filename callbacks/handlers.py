@@ -92,13 +92,16 @@ class Tick:
     more before an ``--until-empty`` run stops. ``func`` returns how many messages it put back
     on the queue (such a run then goes round again); ``name`` names it in the log when it fails.
     ``pending``: True while work is waiting that a later turn will do (a paced release), so an
-    ``--until-empty`` run stays for it.
+    ``--until-empty`` run stays for it. ``awaited``: True while the tick's turns must come on
+    time (asked after each turn): the worker then long-polls no longer than ``interval``, since
+    a worker waiting 20 s on an empty queue takes no turn meanwhile.
     """
 
     name: str
     func: Callable[[], int]
     interval: float
     pending: Callable[[], bool] | None = None
+    awaited: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,10 @@ PROCESSOR_BREAKER_TICK = Tick(
     processor_breaker_tick,
     BREAKER_TICK_INTERVAL,
     pending=outage_release_pending,
+    # While submissions wait out an outage, the trial and the release must not wait for a
+    # long poll of a queue that nothing else fills: the drain after an outage would start up to
+    # two wait times late.
+    awaited=outage_holds_waiting,
 )
 
 DEFAULT_HANDLERS: dict[str, Handler] = {

@@ -115,6 +115,8 @@ class Worker:
         self._tick_due: dict[Tick, float] = {
             t: 0.0 for h in self.handlers.values() for t in h.ticks
         }
+        # Ticks whose turns are awaited now (Tick.awaited, asked after each turn).
+        self._awaited: dict[Tick, bool] = {}
         self.relay = _outbox_relay() if relay else None
         self.backoff_base = float(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS)
         self.backoff_cap = float(callbacks_conf.WORKER_BACKOFF_CAP_SECONDS)
@@ -292,7 +294,17 @@ class Worker:
                 continue
             self._tick_due[tick] = now + tick.interval
             sent += self._guarded(tick.name, tick.func)
+            if tick.awaited is not None:
+                awaited = bool(self._guarded(f"{tick.name} (awaited)", tick.awaited))
+                self._awaited[tick] = awaited
         return sent
+
+    def _wait_seconds(self) -> int:
+        """The long poll's wait: no longer than the interval of a tick whose turns are awaited."""
+        intervals = [t.interval for t, awaited in self._awaited.items() if awaited]
+        if not intervals:
+            return self.wait_time
+        return min(self.wait_time, max(1, math.ceil(min(intervals))))
 
     def _guarded(self, name: str, work: Callable[[], int]) -> int:
         """Run loop work that must never stop the loop: it tries again on its next turn. A
@@ -371,7 +383,7 @@ class Worker:
         messages = sqs.receive_messages(
             url=self._queue_url,
             max_messages=count,
-            wait_seconds=self.wait_time,
+            wait_seconds=self._wait_seconds(),
             visibility_timeout=self.visibility_timeout,
         )
         self.stats.received += len(messages)

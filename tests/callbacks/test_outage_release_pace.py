@@ -118,3 +118,27 @@ def test_holds_released_in_the_last_second_by_another_worker_count_against_the_c
     time.sleep(1.05)
     outage_holds_release(limit=10, per_second=5)
     assert waiting.count() == 0
+
+
+def test_while_submissions_wait_out_an_outage_the_worker_long_polls_no_longer_than_a_tick(
+    sqs_queues,
+):
+    from callbacks.worker.loop import Worker
+
+    worker = Worker(wait_time=20, relay=False)
+    worker._tick(force=True)
+    assert worker._wait_seconds() == 20  # nothing waits: the full long poll
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    PaymentHold.objects.create(payment_id=str(payment.id), kind=HoldKind.OUTAGE, reason="t")
+    open_breaker()
+
+    worker._tick(force=True)
+
+    # The breaker's trial and the release come on time, not after a 20 s poll of an empty queue.
+    assert worker._wait_seconds() == 1
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(
+        state=BreakerState.CLOSED, opened_at=None, open_until=None
+    )
+    worker._tick(force=True)  # releases the hold (it has nothing parked)
+    assert not PaymentHold.objects.filter(released_at__isnull=True).exists()
+    assert worker._wait_seconds() == 20

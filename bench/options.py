@@ -39,6 +39,9 @@ def _config() -> dict:
             "step_seconds": env_int("BENCH_STEP_SECONDS", 15),
             # The Celery peer's steps start lower: it may not sustain the product's first step.
             "peer_step_rates": env_ints("BENCH_PEER_STEPS", "50,100,150,200,300,400,600"),
+            "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
+            # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.
+            "recovery_cap": env_int("BENCH_RECOVERY_CAP", 0) or None,
             "history_payments": env_int("BENCH_HISTORY_PAYMENTS", 5_000_000),
             "partition_rows": env_int("BENCH_PARTITION_ROWS", 2_000_000),
             "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",

@@ -33,6 +33,7 @@ from bench.machine import ensure_wrk, machine, versions  # noqa: E402
 from bench.options import CONFIG, REFERENCE, SECRETS, log, problems  # noqa: E402
 from bench.pipeline import e2e_phase  # noqa: E402
 from bench.profiles import profile_phase  # noqa: E402
+from bench.recovery import recovery_phase  # noqa: E402
 from bench.report import GOALS, markdown, table  # noqa: E402
 from bench.stack import RESULTS, BenchError, Stack, WorkerRuns, metrics_dir_fresh  # noqa: E402
 from bench.storage import storage_phase  # noqa: E402
@@ -100,6 +101,8 @@ def _run_phases(stack: Stack, generator: str, report: dict) -> None:
         report["e2e"] = e2e_phase(stack)
     if "peer" in phases:
         report["peer"] = peer_phase(stack)
+    if "recovery" in phases:
+        report["recovery"] = recovery_phase(stack)
     if "profile" in phases:
         report["profiles"] = profile_phase(stack, generator)
     if "storage" in phases:

@@ -220,6 +220,13 @@ def _peer_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
             "<= 0.33",
         ),
         (
+            f"  ... both at {fmt(peer.get('common_sustained_rate'))}/s",
+            "",
+            "",
+            fmt(peer.get("pipeline_vs_celery_cpu_same_rate"), 2),
+            "",
+        ),
+        (
             f"Celery peer at {(peer.get('steady') or {}).get('offered_rate', '-')}/s, "
             "accepted->applied P99 ms",
             fmt(peer.get("celery_accepted_to_applied_p99_ms"), 1),

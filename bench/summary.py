@@ -55,3 +55,26 @@ def cross_phase(report: dict) -> None:
         peer["pipeline_vs_celery_cpu"] = stats.ratio(
             pipeline_cpu, peer.get("celery_cpu_ms_per_event")
         )
+        # Each at its own best above; here both at the highest rate both sustained, where the
+        # idle share of each part's CPU is spread over the same number of events.
+        common = _common_rate(e2e, peer)
+        peer["common_sustained_rate"] = common
+        peer["pipeline_vs_celery_cpu_same_rate"] = (
+            stats.ratio(
+                pipeline_cpu_ms(_step_at(e2e, common)), pipeline_cpu_ms(_step_at(peer, common))
+            )
+            if common
+            else None
+        )
+
+
+def _sustained_rates(out: dict) -> set[int]:
+    return {s["offered_rate"] for s in out.get("steps", []) if s["sustained"]}
+
+
+def _common_rate(e2e: dict, peer: dict) -> int | None:
+    return max(_sustained_rates(e2e) & _sustained_rates(peer), default=None)
+
+
+def _step_at(out: dict, rate: int) -> dict | None:
+    return next((s for s in out.get("steps", []) if s["offered_rate"] == rate), None)

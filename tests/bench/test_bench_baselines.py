@@ -178,7 +178,14 @@ def _cross_report() -> dict:
                 {"offered_rate": 600, "sustained": False, "cpu_ms_per_event": {"web": 1.0}},
             ],
         },
-        "peer": {"celery_sustained_events_per_second": 100, "celery_cpu_ms_per_event": 12.0},
+        "peer": {
+            "celery_sustained_events_per_second": 100,
+            "celery_cpu_ms_per_event": 12.0,
+            "steps": [
+                {"offered_rate": 300, "sustained": True, "cpu_ms_per_event": {"web": 18.0}},
+                {"offered_rate": 400, "sustained": False, "cpu_ms_per_event": {"web": 1.0}},
+            ],
+        },
     }
 
 
@@ -197,6 +204,9 @@ def test_cross_phase_figures_use_the_highest_sustained_step_without_the_generato
     assert report["e2e"]["cpu_vs_minimal_parts"] == pytest.approx(0.6)
     assert report["peer"]["pipeline_vs_celery_sustained"] == 4.0
     assert report["peer"]["pipeline_vs_celery_cpu"] == pytest.approx(0.25)
+    # At the highest rate both sustained (300/s): 9.0 against 18.0.
+    assert report["peer"]["common_sustained_rate"] == 300
+    assert report["peer"]["pipeline_vs_celery_cpu_same_rate"] == pytest.approx(0.5)
 
 
 def test_the_report_shows_the_peer_and_the_recovery_beside_the_pipeline():

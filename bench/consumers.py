@@ -3,21 +3,27 @@
 - ``noop``: receive up to 10, delete them in one batch, no other work: the queue's own ceiling;
 - ``plainsql``: the database work of applying a ``settled`` event written as plain psycopg
   SQL, one transaction per message (lock the payment row, insert the dedup and event rows,
-  update the state, insert the ledger row), then the batch delete: the floor the product's
-  worker is compared with.
+  update the state, insert the ledger row), then the batch delete;
+- ``batchedsql``: the same statements, batched the way the product's worker batches: one
+  transaction for each received batch of up to 10, then one batch delete. The floor the
+  product's worker is compared with.
 
-Both stop at the first empty receive and print one JSON line: how many messages they finished
-and when (wall clock) the first and last batch was done.
+All stop at the first empty receive and print one JSON line: how many messages they finished,
+when (wall clock) the first and last batch was done, and the CPU seconds their PostgreSQL
+backend used (read from ``/proc`` when the server runs on this machine, else null).
 
-    python -m bench.consumers noop|plainsql --endpoint-url URL --queue-url URL [--database-url]
+    python -m bench.consumers noop|plainsql|batchedsql --endpoint-url URL --queue-url URL \
+        [--database-url URL]
 """
 
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import boto3
 import psycopg
@@ -47,6 +53,9 @@ INSERT_LEDGER = (
 )
 
 
+SQL_KINDS = ("plainsql", "batchedsql")
+
+
 class PlainSqlError(Exception):
     """The event cannot be applied by the plain path (the benchmark only feeds it good ones)."""
 
@@ -70,25 +79,50 @@ def fingerprint(body: dict) -> str:
 def apply_settled(conn: psycopg.Connection, envelope: dict, message_id: str) -> None:
     """Apply one ``settled`` event (nested in its queue envelope) in its own transaction, in
     plain SQL."""
+    with conn.transaction():
+        _settled_statements(conn, envelope, message_id)
+
+
+def apply_settled_batch(conn: psycopg.Connection, messages: list[dict]) -> None:
+    """Apply a received batch of ``settled`` events in one transaction, as the product's
+    worker commits once per batch."""
+    with conn.transaction():
+        for message in messages:
+            _settled_statements(conn, json.loads(message["Body"]), message["MessageId"])
+
+
+def _settled_statements(conn: psycopg.Connection, envelope: dict, message_id: str) -> None:
+    """The statements of one event, inside the caller's transaction."""
     body = envelope["event"]
     payment_id = body["payment_id"]
-    with conn.transaction():
-        row = conn.execute(LOCK_PAYMENT, (payment_id,)).fetchone()
-        if row is None:
-            raise PlainSqlError(f"payment {payment_id} does not exist")
-        state, amount, merchant_id, currency = row
-        if state != "submitted" or f"{amount:.2f}" != body["amount"]:
-            raise PlainSqlError(f"payment {payment_id} is {state} for {amount}")
-        event_id = body["processor_event_id"]
-        conn.execute(
-            INSERT_PROCESSED, (event_id, payment_id, body["event_type"], fingerprint(body))
-        )
-        conn.execute(
-            INSERT_EVENT,
-            (payment_id, body["event_type"], event_id, json.dumps(body), f"sqs:{message_id}"),
-        )
-        conn.execute(UPDATE_PAYMENT, (payment_id,))
-        conn.execute(INSERT_LEDGER, (payment_id, merchant_id, amount, currency))
+    row = conn.execute(LOCK_PAYMENT, (payment_id,)).fetchone()
+    if row is None:
+        raise PlainSqlError(f"payment {payment_id} does not exist")
+    state, amount, merchant_id, currency = row
+    if state != "submitted" or f"{amount:.2f}" != body["amount"]:
+        raise PlainSqlError(f"payment {payment_id} is {state} for {amount}")
+    event_id = body["processor_event_id"]
+    conn.execute(INSERT_PROCESSED, (event_id, payment_id, body["event_type"], fingerprint(body)))
+    conn.execute(
+        INSERT_EVENT,
+        (payment_id, body["event_type"], event_id, json.dumps(body), f"sqs:{message_id}"),
+    )
+    conn.execute(UPDATE_PAYMENT, (payment_id,))
+    conn.execute(INSERT_LEDGER, (payment_id, merchant_id, amount, currency))
+
+
+def backend_cpu_seconds(conn: psycopg.Connection) -> float | None:
+    """User + system CPU seconds the connection's PostgreSQL backend has used, when that
+    backend runs on this machine (its ``/proc`` entry readable); None otherwise."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+    if "postgres" not in comm:  # another server's process with the same number
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def consume(kind: str, *, endpoint_url: str, queue_url: str, database_url: str | None) -> dict:
@@ -98,7 +132,7 @@ def consume(kind: str, *, endpoint_url: str, queue_url: str, database_url: str |
         region_name="us-east-1",
         config=Config(retries={"max_attempts": 2, "mode": "standard"}),
     )
-    conn = psycopg.connect(database_url, autocommit=True) if kind == "plainsql" else None
+    conn = psycopg.connect(database_url, autocommit=True) if kind in SQL_KINDS else None
     count, first_done, last_done = 0, None, None
     started = time.time()
     while True:
@@ -112,7 +146,9 @@ def consume(kind: str, *, endpoint_url: str, queue_url: str, database_url: str |
         messages = response.get("Messages") or []
         if not messages:
             break
-        if conn is not None:
+        if kind == "batchedsql":
+            apply_settled_batch(conn, messages)
+        elif conn is not None:
             for message in messages:
                 apply_settled(conn, json.loads(message["Body"]), message["MessageId"])
         deleted = client.delete_message_batch(
@@ -127,10 +163,13 @@ def consume(kind: str, *, endpoint_url: str, queue_url: str, database_url: str |
         last_done = time.time()
         if first_done is None:
             first_done = last_done
+    backend_cpu = None
     if conn is not None:
+        backend_cpu = backend_cpu_seconds(conn)
         conn.close()
     return {
         "kind": kind,
+        "backend_cpu_seconds": backend_cpu,
         "count": count,
         "started": started,
         "finished": time.time(),
@@ -141,13 +180,13 @@ def consume(kind: str, *, endpoint_url: str, queue_url: str, database_url: str |
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["noop", "plainsql"])
+    parser.add_argument("kind", choices=["noop", *SQL_KINDS])
     parser.add_argument("--endpoint-url", required=True)
     parser.add_argument("--queue-url", required=True)
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
-    if args.kind == "plainsql" and not args.database_url:
-        parser.error("plainsql needs --database-url")
+    if args.kind in SQL_KINDS and not args.database_url:
+        parser.error(f"{args.kind} needs --database-url")
     result = consume(
         args.kind,
         endpoint_url=args.endpoint_url,

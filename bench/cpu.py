@@ -21,6 +21,14 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def child_pids(pid: int) -> list[int]:
+    """The process's children (a gunicorn master's workers, a Celery pool's processes)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def children_cpu() -> float:
     """User + system CPU seconds of the child processes waited for so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -32,8 +40,23 @@ class CpuMeter:
     web processes, the queue workers, the local SQS server, the PostgreSQL backends serving
     the benchmark's database, and this process (the load generator)."""
 
-    def __init__(self, stack: Stack, server: Gunicorn, workers: list[subprocess.Popen]):
+    def __init__(
+        self,
+        stack: Stack,
+        server: Gunicorn,
+        workers: list[subprocess.Popen],
+        *,
+        with_children: bool = False,
+    ):
+        """``with_children``: count the workers' child processes too (a Celery prefork pool)."""
         self.stack, self.server, self.workers = stack, server, workers
+        self.with_children = with_children
+
+    def _worker_pids(self) -> list[int]:
+        pids = [w.pid for w in self.workers]
+        if self.with_children:
+            pids += [child for pid in pids for child in child_pids(pid)]
+        return pids
 
     def _pids(self) -> dict[str, list[int]]:
         with psycopg.connect(self.stack.database_url, autocommit=True) as conn:
@@ -46,7 +69,7 @@ class CpuMeter:
             ]
         return {
             "web": [self.server.process.pid, *self.server.worker_pids()],
-            "workers": [w.pid for w in self.workers],
+            "workers": self._worker_pids(),
             "sqs": [self.stack.sqs_pid] if self.stack.sqs_pid else [],
             "postgres": backends,
         }

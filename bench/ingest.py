@@ -4,7 +4,9 @@ alternating rounds, with the CPU each web process and the local SQS server used 
 import json
 import os
 import subprocess
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import events, loadgen, stats
@@ -12,6 +14,7 @@ from bench.cpu import process_cpu
 from bench.metrics import batch_means, histograms
 from bench.options import CALLBACK_PATH, CONFIG, SECRETS, log, problems
 from bench.prepare import queue_depth, queues_create
+from bench.sockets import connections_per_process
 from bench.stack import RESULTS, BenchError, Gunicorn, Stack
 from devstack.processes import ROOT
 
@@ -69,15 +72,28 @@ def _python_closed_loop(port: int, path: str, pool: Path, seconds: int, connecti
 
 
 def load_callbacks(
-    generator: str, server: Gunicorn, path: str, seconds: int, pool_size: int
+    generator: str,
+    server: Gunicorn,
+    path: str,
+    seconds: int,
+    pool_size: int,
+    *,
+    midway: Callable[[], None] | None = None,
 ) -> dict:
+    """``seconds`` of signed callbacks from the generator; ``midway()`` runs in a thread
+    halfway through, once the pool is signed and the generator's connections are open."""
     pool = RESULTS / "callbacks-pool.tsv"
     events.write_signed_pool(pool, pool_size, SECRETS, run=uuid.uuid4().hex[:8])
+    timer = threading.Timer(seconds / 2, midway) if midway else None
+    if timer is not None:
+        timer.start()
     try:
         if generator == "wrk":
             return _wrk(server.url + path, pool, seconds, CONFIG["ingest_connections"])
         return _python_closed_loop(server.port, path, pool, seconds, CONFIG["ingest_connections"])
     finally:
+        if timer is not None:
+            timer.cancel()
         pool.unlink(missing_ok=True)
 
 
@@ -131,7 +147,19 @@ def ingest_phase(stack: Stack, generator: str) -> dict:
         out["callback"]["accepted_per_second"], out["minimal"]["accepted_per_second"]
     )
     out["callback_vs_minimal_even_rounds"] = _even_rounds_ratio(runs)
+    out["callback_vs_minimal_min_round"] = min_round_ratio(runs)
     return out
+
+
+def min_round_ratio(runs: dict[str, list[dict]]) -> float | None:
+    """The worst round: each callback round over the minimal round it alternated with (the
+    same round number), the lowest of those ratios."""
+    pairs = zip(runs["minimal"], runs["callback"], strict=False)
+    ratios = [
+        stats.ratio(cb["accepted_per_second"], mini["accepted_per_second"]) for mini, cb in pairs
+    ]
+    ratios = [r for r in ratios if r is not None]
+    return min(ratios, default=None)
 
 
 def _round(stack: Stack, server: Gunicorn, generator: str, target: str, path: str) -> dict:
@@ -142,9 +170,16 @@ def _round(stack: Stack, server: Gunicorn, generator: str, target: str, path: st
     batches = histograms(server)  # read outside the measured CPU
     cpu_each = [process_cpu(pid) for pid in web_pids]
     cpu_sqs = sum(process_cpu(pid) for pid in sqs_pids)
+    spread: list[int] = []
     result = load_callbacks(
-        generator, server, path, CONFIG["ingest_seconds"], CONFIG["ingest_pool"]
+        generator,
+        server,
+        path,
+        CONFIG["ingest_seconds"],
+        CONFIG["ingest_pool"],
+        midway=lambda: spread.extend(connections_per_process(web_pids[1:], server.port)),
     )
+    result["connections_per_process"] = spread
     used_each = [process_cpu(pid) - before for pid, before in zip(web_pids, cpu_each, strict=True)]
     answered = max(result["accepted"], 1)
     # CPU per accepted request of gunicorn's processes and of the local SQS server.
@@ -189,6 +224,7 @@ def _log_round(target: str, round_number: int, result: dict) -> None:
             else ""
         )
         + f", cores per web process {result['web_cores_per_process'][1:]}"
+        + f", connections per web process {result.get('connections_per_process')}"
         + (" (uneven)" if result["web_processes_uneven"] else "")
     )
 

@@ -8,11 +8,11 @@ from devstack.env import EnvError, env_choices, env_int, env_ints
 
 # history and storage run only when named (BENCH_PHASES=history,storage): the history preload
 # takes minutes and gigabytes.
-PHASES = ("ingest", "worker", "e2e", "profile", "history", "storage")
+PHASES = ("ingest", "worker", "e2e", "peer", "recovery", "profile", "history", "storage")
 
 
 def _phases() -> list[str]:
-    phases = env_choices("BENCH_PHASES", "ingest,worker,e2e", PHASES)
+    phases = env_choices("BENCH_PHASES", "ingest,worker,e2e,peer,recovery", PHASES)
     if os.environ.get("BENCH_PROFILE") == "1" and "profile" not in phases:
         phases.append("profile")
     return phases
@@ -35,8 +35,15 @@ def _config() -> dict:
             # its cost.
             "e2e_relay": os.environ.get("BENCH_E2E_RELAY", "1") != "0",
             "e2e_connections": env_int("BENCH_E2E_CONNECTIONS", 64),
-            "step_rates": env_ints("BENCH_STEPS", "100,150,200,300,400,600,850,1000"),
+            # From 50/s, the peer's first step: the CPU per event is compared at a rate both
+            # sustain, also on a loaded machine.
+            "step_rates": env_ints("BENCH_STEPS", "50,100,150,200,300,400,600,850,1000"),
             "step_seconds": env_int("BENCH_STEP_SECONDS", 15),
+            # The Celery peer's steps start lower: it may not sustain the product's first step.
+            "peer_step_rates": env_ints("BENCH_PEER_STEPS", "50,100,150,200,300,400,600"),
+            "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
+            # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.
+            "recovery_cap": env_int("BENCH_RECOVERY_CAP", 0) or None,
             "history_payments": env_int("BENCH_HISTORY_PAYMENTS", 5_000_000),
             "partition_rows": env_int("BENCH_PARTITION_ROWS", 2_000_000),
             "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",

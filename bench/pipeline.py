@@ -47,8 +47,16 @@ class BacklogSampler:
         self._thread.join()
 
 
-def _offer(server: Gunicorn, payment_ids: list[str], run: str, rate: int, seconds: int):
-    """Open-loop callbacks at ``rate``/s, one ``settled`` event per payment, signed as sent."""
+def _offer(
+    server: Gunicorn,
+    payment_ids: list[str],
+    run: str,
+    rate: int,
+    seconds: int,
+    path: str = CALLBACK_PATH,
+):
+    """Open-loop callbacks at ``rate``/s to ``path``, one ``settled`` event per payment, signed
+    as sent."""
     port = server.port
 
     def make(n: int) -> tuple[str, bytes]:
@@ -57,7 +65,7 @@ def _offer(server: Gunicorn, payment_ids: list[str], run: str, rate: int, second
             "Content-Type": "application/json",
             "X-Processor-Signature": callback.signature(SECRETS),
         }
-        request = loadgen.build_request("127.0.0.1", port, CALLBACK_PATH, callback.body, headers)
+        request = loadgen.build_request("127.0.0.1", port, path, callback.body, headers)
         return callback.processor_event_id, request
 
     return loadgen.open_loop(
@@ -68,6 +76,18 @@ def _offer(server: Gunicorn, payment_ids: list[str], run: str, rate: int, second
         seconds=seconds,
         connections=CONFIG["e2e_connections"],
     )
+
+
+# Callbacks sent before the measured runs, at a low rate: every web thread's and worker's first
+# use of its connections and clients (a boto3 client, a kombu channel) is not measured.
+WARM_UP_RATE, WARM_UP_SECONDS = 50, 2
+WARM_UP = WARM_UP_RATE * WARM_UP_SECONDS
+
+
+def warm_up(stack: Stack, server: Gunicorn, ids: list[str], run: str, path: str = CALLBACK_PATH):
+    """Send the warm-up callbacks and wait until they are applied."""
+    result = _offer(server, ids, f"{run}w", WARM_UP_RATE, WARM_UP_SECONDS, path)
+    _wait_applied(stack.database_url, [s.key for s in result.samples if s.status == 202])
 
 
 def _applied_times(db_url: str, event_ids: list[str]) -> dict[str, float]:
@@ -131,7 +151,7 @@ def _latency_summary(result: loadgen.LoadResult, applied: dict[str, float]) -> d
 def e2e_phase(stack: Stack) -> dict:
     rate, seconds = CONFIG["e2e_rate"], CONFIG["e2e_seconds"]
     step_rates, step_seconds = CONFIG["step_rates"], CONFIG["step_seconds"]
-    total = rate * seconds + sum(r * step_seconds for r in step_rates)
+    total = WARM_UP + rate * seconds + sum(r * step_seconds for r in step_rates)
     ids = payments_reset(stack.database_url, total)
     name, dlq, url = queues_create("e2e")
     server = Gunicorn(
@@ -157,9 +177,11 @@ def e2e_phase(stack: Stack) -> dict:
             raise BenchError(f"a worker exited at start; see {RESULTS}/e2e-worker-*.log")
         run = uuid.uuid4().hex[:8]
         meter = CpuMeter(stack, server, workers)
+        warm_up(stack, server, ids[:WARM_UP], run)
+        ids = ids[WARM_UP:]
         steady_ids, step_ids = ids[: rate * seconds], ids[rate * seconds :]
-        out["steady"] = _steady(stack, server, meter, url, steady_ids, run)
-        steps = _steps(stack, server, meter, url, step_ids, run)
+        out["steady"] = steady_run(stack, server, meter, url, steady_ids, run)
+        steps = step_runs(stack, server, meter, url, step_ids, run)
         out["steps"] = steps
         passed = [s["offered_rate"] for s in steps if s["sustained"]]
         out["sustained_events_per_second"] = max(passed, default=0)
@@ -172,16 +194,22 @@ def e2e_phase(stack: Stack) -> dict:
     return out
 
 
-def _steady(
-    stack: Stack, server: Gunicorn, meter: CpuMeter, url: str, ids: list[str], run: str
+def steady_run(
+    stack: Stack,
+    server: Gunicorn,
+    meter: CpuMeter,
+    url: str,
+    ids: list[str],
+    run: str,
+    path: str = CALLBACK_PATH,
 ) -> dict:
-    """The steady run: ``e2e_rate`` callbacks/s for ``e2e_seconds``."""
+    """The steady run: ``e2e_rate`` callbacks/s for ``e2e_seconds`` to ``path``."""
     rate, seconds = CONFIG["e2e_rate"], CONFIG["e2e_seconds"]
     log(f"end to end: {rate} callbacks/s for {seconds} s")
     batches = histograms(server)  # read outside the measured CPU
     cpu_before = meter.snapshot()
     with BacklogSampler(url) as sampler:
-        steady = _offer(server, ids, f"{run}s", rate, seconds)
+        steady = _offer(server, ids, f"{run}s", rate, seconds, path)
     steady_cpu = cpu_summary(
         CpuMeter.used(cpu_before, meter.snapshot()), steady.count(202), steady.duration
     )
@@ -204,20 +232,27 @@ def _steady(
     return out
 
 
-def _steps(
-    stack: Stack, server: Gunicorn, meter: CpuMeter, url: str, ids: list[str], run: str
+def step_runs(
+    stack: Stack,
+    server: Gunicorn,
+    meter: CpuMeter,
+    url: str,
+    ids: list[str],
+    run: str,
+    path: str = CALLBACK_PATH,
+    rates: list[int] | None = None,
 ) -> list[dict]:
-    """The offered-rate steps, up to the first one not sustained; their latencies once what
-    they left queued has drained (bounded)."""
+    """The offered-rate steps (``rates``, default ``BENCH_STEPS``) to ``path``, up to the first
+    one not sustained; their latencies once what they left queued has drained (bounded)."""
     step_seconds = CONFIG["step_seconds"]
     steps, offset = [], 0
-    for step_rate in CONFIG["step_rates"]:
+    for step_rate in rates or CONFIG["step_rates"]:
         step_ids = ids[offset : offset + step_rate * step_seconds]
         offset += len(step_ids)
         batches = histograms(server)  # read outside the measured CPU
         cpu_before = meter.snapshot()
         with BacklogSampler(url) as sampler:
-            result = _offer(server, step_ids, f"{run}r{step_rate}", step_rate, step_seconds)
+            result = _offer(server, step_ids, f"{run}r{step_rate}", step_rate, step_seconds, path)
         step = _step_verdict(step_rate, step_seconds, result, sampler.points)
         step.update(
             cpu_summary(

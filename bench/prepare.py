@@ -17,9 +17,10 @@ PAYMENT_COLUMNS = (
 )
 
 
-def payments_reset(db_url: str, count: int) -> list[str]:
-    """Empty the payment and queue-layer tables and write ``count`` payments in ``submitted``,
-    each waiting for its ``settled`` event. Returns their ids in order."""
+def payments_reset(db_url: str, count: int, *, state: str = "submitted") -> list[str]:
+    """Empty the payment and queue-layer tables and write ``count`` payments in ``state``:
+    ``submitted`` (the default), each waiting for its ``settled`` event, or ``pending``, each
+    waiting for its submission. Returns their ids in order."""
     ids = [str(uuid.uuid4()) for _ in range(count)]
     now = datetime.now(UTC)
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -44,8 +45,8 @@ def payments_reset(db_url: str, count: int) -> list[str]:
                             f"tok_bench_{n:08d}",
                             "",
                             str(uuid.uuid4()),
-                            "submitted",
-                            f"proc_{n}",
+                            state,
+                            f"proc_{n}" if state != "pending" else "",
                             now,
                             now,
                             now,

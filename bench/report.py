@@ -4,9 +4,17 @@ Markdown written to ``bench/results/latest.md``, both read from the run's JSON r
 # What the figures are compared with (reported, never enforced).
 GOALS = {
     "worker_vs_plain_sql": 0.5,
-    "callback_vs_minimal": 0.6,
-    "e2e_p99_ms_at_200": 100.0,
-    "sustained_events_per_second": 850,
+    "worker_vs_batched_sql": 0.6,
+    "callback_vs_minimal": 0.7,
+    "callback_vs_minimal_min_round": 0.7,
+    "e2e_p99_ms_at_200": 50.0,
+    "e2e_p99_ms_at_400": 150.0,
+    "sustained_events_per_second": 600,
+    "sustained_events_per_second_moonshot": 850,
+    "pipeline_cpu_ms_per_event": 3.5,
+    "cpu_vs_minimal_parts": 0.5,
+    "pipeline_vs_celery_sustained": 3.0,
+    "pipeline_vs_celery_cpu": 1 / 3,
 }
 
 
@@ -29,7 +37,13 @@ HEADERS = ("figure", "value", "baseline", "ratio", "goal")
 
 def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
     """The headline rows, one block per phase that ran."""
-    return [*_ingest_rows(report), *_worker_rows(report), *_e2e_rows(report)]
+    return [
+        *_ingest_rows(report),
+        *_worker_rows(report),
+        *_e2e_rows(report),
+        *_peer_rows(report),
+        *_recovery_rows(report),
+    ]
 
 
 def _ingest_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
@@ -46,6 +60,16 @@ def _ingest_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                 f">= {GOALS['callback_vs_minimal']}",
             )
         )
+        if "callback_vs_minimal_min_round" in ingest:
+            rows.append(
+                (
+                    "  ... the worst round",
+                    "",
+                    "",
+                    fmt(ingest["callback_vs_minimal_min_round"], 2),
+                    f">= {GOALS['callback_vs_minimal_min_round']}",
+                )
+            )
         if "callback_vs_minimal_even_rounds" in ingest:
             rows.append(
                 (
@@ -82,6 +106,16 @@ def _worker_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                     f">= {GOALS['worker_vs_plain_sql']}",
                 )
             )
+            if "batched_sql_events_per_second" in s:
+                rows.append(
+                    (
+                        "",
+                        "",
+                        f"{fmt(s['batched_sql_events_per_second'])} batched plain SQL",
+                        fmt(s["worker_vs_batched_sql"], 2),
+                        f">= {GOALS['worker_vs_batched_sql']}",
+                    )
+                )
             rows.append(
                 (
                     "",
@@ -132,10 +166,98 @@ def _e2e_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                 fmt(sustained) if sustained else f"< {lowest} (lowest step)",
                 "" if e2e.get("limit_reached") else "(no step failed)",
                 "",
-                f">= {GOALS['sustained_events_per_second']}",
+                f">= {GOALS['sustained_events_per_second']} "
+                f"({GOALS['sustained_events_per_second_moonshot']} moonshot)",
             )
         )
+        at_400 = next((s for s in e2e.get("steps", []) if s["offered_rate"] == 400), None)
+        if at_400 and "accepted_to_applied_p99_ms" in at_400:
+            rows.append(
+                (
+                    "e2e at 400/s, accepted->applied P99 ms",
+                    fmt(at_400["accepted_to_applied_p99_ms"], 1),
+                    "",
+                    "",
+                    f"<= {GOALS['e2e_p99_ms_at_400']:.0f}",
+                )
+            )
+        rows += _e2e_cpu_rows(e2e)
     return rows
+
+
+def _e2e_cpu_rows(e2e: dict) -> list[tuple[str, str, str, str, str]]:
+    if "cpu_vs_minimal_parts" not in e2e:
+        return []
+    parts = e2e.get("minimal_parts_cpu_ms_per_event") or {}
+    return [
+        (
+            "e2e CPU ms per event (all parts but the generator)",
+            fmt(e2e.get("pipeline_cpu_ms_per_event"), 2),
+            f"{fmt(parts.get('total'), 2)} minimal parts",
+            fmt(e2e["cpu_vs_minimal_parts"], 2),
+            f"<= {GOALS['pipeline_cpu_ms_per_event']}; ratio >= {GOALS['cpu_vs_minimal_parts']}",
+        )
+    ]
+
+
+def _peer_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    peer, e2e = report.get("peer"), report.get("e2e") or {}
+    if not peer:
+        return []
+    return [
+        (
+            "sustained events/s, pipeline vs Celery peer",
+            fmt(e2e.get("sustained_events_per_second")),
+            f"{fmt(peer.get('celery_sustained_events_per_second'))} Celery",
+            fmt(peer.get("pipeline_vs_celery_sustained"), 2),
+            f">= {GOALS['pipeline_vs_celery_sustained']:.0f}",
+        ),
+        (
+            "CPU ms per event, pipeline vs Celery peer",
+            fmt(e2e.get("pipeline_cpu_ms_per_event"), 2),
+            f"{fmt(peer.get('celery_cpu_ms_per_event'), 2)} Celery",
+            fmt(peer.get("pipeline_vs_celery_cpu"), 2),
+            "<= 0.33",
+        ),
+        (
+            f"  ... both at {fmt(peer.get('common_sustained_rate'))}/s",
+            "",
+            "",
+            fmt(peer.get("pipeline_vs_celery_cpu_same_rate"), 2),
+            "",
+        ),
+        (
+            f"Celery peer at {(peer.get('steady') or {}).get('offered_rate', '-')}/s, "
+            "accepted->applied P99 ms",
+            fmt(peer.get("celery_accepted_to_applied_p99_ms"), 1),
+            "",
+            "",
+            "",
+        ),
+    ]
+
+
+def _recovery_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    rec = report.get("recovery")
+    if not rec:
+        return []
+    return [
+        (
+            f"recovery: {fmt(rec.get('payments'))} held payments all submitted after, s",
+            fmt(rec.get("drain_seconds"), 1),
+            "",
+            "",
+            "",
+        ),
+        (
+            "recovery: processor calls/s during the drain, mean / peak 1 s",
+            f"{fmt(rec.get('calls_per_second_mean'), 0)} / "
+            f"{fmt(rec.get('calls_per_second_peak'), 0)}",
+            f"cap {fmt(rec.get('cap_per_second'))}/s",
+            "",
+            "peak <= cap",
+        ),
+    ]
 
 
 def _machine_line(report: dict) -> str:
@@ -195,6 +317,7 @@ def markdown(report: dict) -> str:
     lines += _md_ingest(report)
     lines += _md_worker(report)
     lines += _md_e2e(report)
+    lines += _md_e2e(report, "peer")
     if report.get("problems"):
         lines += ["", "Problems: " + "; ".join(report["problems"])]
     return "\n".join(lines) + "\n"
@@ -285,16 +408,19 @@ def _md_worker(report: dict) -> list[str]:
     return lines
 
 
-def _md_e2e(report: dict) -> list[str]:
+def _md_e2e(report: dict, key: str = "e2e") -> list[str]:
+    """The steady run and the steps of the pipeline (``e2e``) or of the Celery peer (``peer``)."""
     lines: list[str] = []
-    e2e = report.get("e2e")
+    e2e = report.get(key)
     if e2e and "steady" in e2e:
-        lines += [
-            "",
-            f"End to end: gunicorn `{e2e['gunicorn']}`, {e2e['workers']} workers "
-            f"(`{e2e['worker_command']}`).",
-            "",
-        ]
+        if key == "peer":
+            title = f"Celery peer: gunicorn `{e2e['gunicorn']}`, `{e2e['worker_command']}`."
+        else:
+            title = (
+                f"End to end: gunicorn `{e2e['gunicorn']}`, {e2e['workers']} workers "
+                f"(`{e2e['worker_command']}`)."
+            )
+        lines += ["", title, ""]
         rows = []
         for step in [e2e["steady"], *e2e.get("steps", [])]:
             rows.append(

@@ -26,15 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.celery_peer import peer_phase  # noqa: E402
 from bench.history import history_phase  # noqa: E402
 from bench.ingest import ingest_phase  # noqa: E402
 from bench.machine import ensure_wrk, machine, versions  # noqa: E402
 from bench.options import CONFIG, REFERENCE, SECRETS, log, problems  # noqa: E402
 from bench.pipeline import e2e_phase  # noqa: E402
 from bench.profiles import profile_phase  # noqa: E402
+from bench.recovery import recovery_phase  # noqa: E402
 from bench.report import GOALS, markdown, table  # noqa: E402
 from bench.stack import RESULTS, BenchError, Stack, WorkerRuns, metrics_dir_fresh  # noqa: E402
 from bench.storage import storage_phase  # noqa: E402
+from bench.summary import cross_phase  # noqa: E402
 from bench.workers import consumer_run, worker_phase  # noqa: E402
 from devstack.processes import database_create, database_drop  # noqa: E402
 
@@ -96,6 +99,10 @@ def _run_phases(stack: Stack, generator: str, report: dict) -> None:
         report["worker"] = worker_phase(stack)
     if "e2e" in phases:
         report["e2e"] = e2e_phase(stack)
+    if "peer" in phases:
+        report["peer"] = peer_phase(stack)
+    if "recovery" in phases:
+        report["recovery"] = recovery_phase(stack)
     if "profile" in phases:
         report["profiles"] = profile_phase(stack, generator)
     if "storage" in phases:
@@ -107,6 +114,7 @@ def _run_phases(stack: Stack, generator: str, report: dict) -> None:
 def _write(report: dict, started: float) -> int:
     """latest.json and latest.md, the table on the terminal; non-zero when a run went wrong."""
     report["machine"]["load_average_end"] = os.getloadavg()
+    cross_phase(report)
     report["wall_seconds"] = round(time.time() - started, 1)
     report["problems"] = problems
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=_json_default))

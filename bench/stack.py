@@ -95,8 +95,18 @@ def queue_names(tag: str) -> tuple[str, str]:
 class Gunicorn:
     """gunicorn serving config.wsgi with the bench settings, like production serves it."""
 
-    def __init__(self, stack: Stack, *, queue: tuple[str, str], workers: int, threads: int):
+    def __init__(
+        self,
+        stack: Stack,
+        *,
+        queue: tuple[str, str],
+        workers: int,
+        threads: int,
+        env: dict[str, str] | None = None,
+    ):
+        """``env``: the processes' whole environment, instead of the stack's for ``queue``."""
         self.stack, self.queue, self.workers, self.threads = stack, queue, workers, threads
+        self.environment = env
         self.port = free_port()
         self.process: subprocess.Popen | None = None
         self.log = RESULTS / f"gunicorn-{self.port}.log"
@@ -110,7 +120,7 @@ class Gunicorn:
         )  # fmt: skip
 
     def start(self) -> "Gunicorn":
-        env = self.stack.env(*self.queue)
+        env = self.environment or self.stack.env(*self.queue)
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 self.command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -153,7 +163,7 @@ def spawn(cmd: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Pope
 
 def consumer_command(kind: str, *, endpoint: str, queue_url: str, db_url: str) -> list[str]:
     cmd = [PY, "-m", "bench.consumers", kind, "--endpoint-url", endpoint, "--queue-url", queue_url]
-    if kind == "plainsql":
+    if kind != "noop":
         cmd += ["--database-url", db_url]
     return cmd
 

@@ -1,5 +1,6 @@
 """The ``worker`` phase: ``run_sqs_worker`` draining a full queue, beside a no-op consumer and the
-same database work in plain SQL, each with one and two processes, every run verified."""
+same database work in plain SQL (one transaction per message, and batched as the product
+batches), each with one and two processes, every run verified."""
 
 import json
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import psycopg
 
 from bench import events, stats
-from bench.cpu import children_cpu
+from bench.cpu import children_cpu, process_cpu
 from bench.options import CONFIG, log, problems
 from bench.prepare import payments_reset, queue_depth, queue_fill, queues_create
 from bench.report import fmt
@@ -125,6 +126,7 @@ def consumer_run(
     env = stack.env(name, dlq)
     counters_before = _db_counters(stack.database_url)
     cpu_before = children_cpu()
+    sqs_before = process_cpu(stack.sqs_pid) if stack.sqs_pid else 0.0
     started = time.time()
     procs = [spawn(cmd, env, RESULTS / f"{tag}-{i}.log") for i in range(processes)]
     spy = None
@@ -144,11 +146,18 @@ def consumer_run(
     result: dict = {"kind": kind, "processes": processes, "events": count, "wall_seconds": wall}
     # CPU of the consumer processes themselves (not PostgreSQL's, not the queue's).
     result["consumer_cpu_ms_per_event"] = round(1000 * (children_cpu() - cpu_before) / count, 3)
+    # The local SQS server's, serving this run's receives and deletes alone.
+    if stack.sqs_pid:
+        sqs_used = process_cpu(stack.sqs_pid) - sqs_before
+        result["sqs_cpu_ms_per_event"] = round(1000 * sqs_used / count, 3)
     if kind != "noop":
         result["database_per_event"] = {
             k: round((counters[k] - counters_before[k]) / count, 2) for k in DB_COUNTERS
         }
     wrong = _drained(stack, result, outputs, ids, url, history=prepare is not None)
+    backend = _backend_cpu(outputs) if kind != "worker" else None
+    if backend is not None:
+        result["postgres_cpu_ms_per_event"] = round(1000 * backend / count, 3)
     problems.extend(f"worker {tag}: {w}" for w in wrong)
     log(
         f"{tag}: {result['done']} events in {wall:.1f} s wall, "
@@ -156,6 +165,16 @@ def consumer_run(
         f"{'; '.join(wrong)}"
     )
     return result
+
+
+def _backend_cpu(outputs: list[str]) -> float | None:
+    """The PostgreSQL CPU seconds the baseline consumers' backends reported (None when they
+    did not: the product's worker, the no-op consumer, a server on another machine)."""
+    reports = [json.loads(line) for out in outputs for line in out.splitlines() if line]
+    used = [r.get("backend_cpu_seconds") for r in reports]
+    if not used or any(u is None for u in used):
+        return None
+    return sum(used)
 
 
 def _consumer_command(stack: Stack, kind: str, url: str) -> list[str]:
@@ -216,25 +235,37 @@ def _drained(
     return wrong
 
 
+KINDS = ("noop", "plainsql", "batchedsql", "worker")
+
+
 def worker_phase(stack: Stack) -> dict:
     runs: dict[str, dict] = {}
     for processes in (1, 2):
-        for kind in ("noop", "plainsql", "worker"):
+        for kind in KINDS:
             runs[f"{kind}_{processes}"] = consumer_run(stack, kind, processes)
-    summary = {}
-    for processes in (1, 2):
-        worker = runs[f"worker_{processes}"]["rate"]
-        plain = runs[f"plainsql_{processes}"]["rate"]
-        noop = runs[f"noop_{processes}"]["rate"]
-        summary[str(processes)] = {
-            "worker_events_per_second": worker,
-            "plain_sql_events_per_second": plain,
-            "noop_messages_per_second": noop,
-            "worker_vs_plain_sql": stats.ratio(worker, plain),
-            "worker_vs_noop": stats.ratio(worker, noop),
-            "worker_database_per_event": runs[f"worker_{processes}"].get("database_per_event"),
-            "plain_sql_database_per_event": runs[f"plainsql_{processes}"].get("database_per_event"),
-            "worker_bytes_per_event": runs[f"worker_{processes}"].get("bytes_per_event"),
-            "plain_sql_bytes_per_event": runs[f"plainsql_{processes}"].get("bytes_per_event"),
-        }
+    summary = {str(n): worker_summary(runs, n) for n in (1, 2)}
     return {"events": CONFIG["payments"], "runs": runs, "summary": summary}
+
+
+def worker_summary(runs: dict[str, dict], processes: int) -> dict:
+    """The worker against its baselines with ``processes`` processes each."""
+    worker = runs[f"worker_{processes}"]
+    plain, batched = runs[f"plainsql_{processes}"], runs[f"batchedsql_{processes}"]
+    noop = runs[f"noop_{processes}"]
+    return {
+        "worker_events_per_second": worker["rate"],
+        "plain_sql_events_per_second": plain["rate"],
+        "batched_sql_events_per_second": batched["rate"],
+        "noop_messages_per_second": noop["rate"],
+        "worker_vs_plain_sql": stats.ratio(worker["rate"], plain["rate"]),
+        "worker_vs_batched_sql": stats.ratio(worker["rate"], batched["rate"]),
+        "worker_vs_noop": stats.ratio(worker["rate"], noop["rate"]),
+        "worker_cpu_ms_per_event": worker.get("consumer_cpu_ms_per_event"),
+        "batched_sql_cpu_ms_per_event": batched.get("consumer_cpu_ms_per_event"),
+        "worker_database_per_event": worker.get("database_per_event"),
+        "plain_sql_database_per_event": plain.get("database_per_event"),
+        "batched_sql_database_per_event": batched.get("database_per_event"),
+        "worker_bytes_per_event": worker.get("bytes_per_event"),
+        "plain_sql_bytes_per_event": plain.get("bytes_per_event"),
+        "batched_sql_bytes_per_event": batched.get("bytes_per_event"),
+    }

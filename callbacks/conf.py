@@ -43,6 +43,11 @@ SPECS: dict[str, Spec] = {
     # receive so the next batch gathers several messages: a receive, a delete and a commit then
     # serve several events instead of one. Adds at most this much latency; 0 receives at once.
     "WORKER_RECEIVE_LINGER_SECONDS": Seconds(0.02, 1, above_minimum=False),
+    # Once the processor takes calls again after an outage, the workers release the payments
+    # held meanwhile at most this many per second, all workers together: each released
+    # submission is a processor call, and a processor just back must not take the whole
+    # backlog at once. 5,000 held payments drain in 50 s at the default.
+    "OUTAGE_RELEASE_PER_SECOND": Number(100, 1, 10_000, whole=True, unit="of payments per second"),
     # Tests only: a named point where the worker stops and waits to be killed ("batch_commit":
     # after a batch's savepoints, before its commit). Empty (the default): no pause anywhere.
     "WORKER_PAUSE_AT": Text(

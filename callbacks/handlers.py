@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
+from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.metrics import DEDUP_HITS
 from callbacks.schema import PROCESSOR_EVENT, processor_event_from_message
@@ -41,9 +42,6 @@ logger = logging.getLogger("callbacks.worker")
 
 # Seconds between looks at the processor's breaker from the loop (trial due? release held?).
 BREAKER_TICK_INTERVAL = 1.0
-# Outage holds released per look once calls flow again: a long outage's backlog goes back to
-# the queue (and to the processor) at a pace, not all at once.
-OUTAGE_RELEASE_PER_TICK = 100
 
 # The error classes below are recorded by their dotted name (ProcessingError.error_class,
 # QueueMessage.last_error_class) and shown to operators: they keep the module they were
@@ -93,11 +91,17 @@ class Tick:
     """Work the worker loop does between receives, at most every ``interval`` seconds, and once
     more before an ``--until-empty`` run stops. ``func`` returns how many messages it put back
     on the queue (such a run then goes round again); ``name`` names it in the log when it fails.
+    ``pending``: True while work is waiting that a later turn will do (a paced release), so an
+    ``--until-empty`` run stays for it. ``awaited``: True while the tick's turns must come on
+    time (asked after each turn): the worker then long-polls no longer than ``interval``, since
+    a worker waiting 20 s on an empty queue takes no turn meanwhile.
     """
 
     name: str
     func: Callable[[], int]
     interval: float
+    pending: Callable[[], bool] | None = None
+    awaited: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,12 @@ def processor_breaker_tick() -> int:
             if gate.incident:
                 processor_breaker_incident_end()
             if gate.allowed and outage_holds_waiting():
-                return outage_holds_release(limit=OUTAGE_RELEASE_PER_TICK)
+                # A long outage's backlog goes back to the queue (and to the processor) at a
+                # pace, not all at once: OUTAGE_RELEASE_PER_SECOND, all workers together.
+                per_second = int(callbacks_conf.OUTAGE_RELEASE_PER_SECOND)
+                return outage_holds_release(
+                    limit=max(1, int(per_second * BREAKER_TICK_INTERVAL)), per_second=per_second
+                )
             return 0
         if gate.allowed and processor_breaker_trial_start():
             return outage_holds_release(limit=trial_calls(), trial=True)
@@ -235,8 +244,24 @@ def processor_breaker_tick() -> int:
     return 0
 
 
+def outage_release_pending() -> bool:
+    """Calls may flow and outage holds still wait: the paced release is not done."""
+    try:
+        gate = processor_breaker_wait()
+        return gate.state == BreakerState.CLOSED and gate.allowed and outage_holds_waiting()
+    except DatabaseError:
+        return False
+
+
 PROCESSOR_BREAKER_TICK = Tick(
-    "processor breaker tick", processor_breaker_tick, BREAKER_TICK_INTERVAL
+    "processor breaker tick",
+    processor_breaker_tick,
+    BREAKER_TICK_INTERVAL,
+    pending=outage_release_pending,
+    # While submissions wait out an outage, the trial and the release must not wait for a
+    # long poll of a queue that nothing else fills: the drain after an outage would start up to
+    # two wait times late.
+    awaited=outage_holds_waiting,
 )
 
 DEFAULT_HANDLERS: dict[str, Handler] = {

@@ -16,6 +16,12 @@ workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
 # The callback endpoint waits on the SQS round trip, not the CPU: more threads than cores keep
 # the CPU busy and fill the coalesced sends (docs/benchmarks.md, "The whole pipeline").
 threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+# One listening socket per worker (SO_REUSEPORT): the kernel spreads new connections over the
+# workers by a hash of their addresses. On one shared socket the worker that wins the accepts
+# takes most of a few long-lived keep-alive connections (a load balancer's, wrk's), holds more
+# than its threads on one core by its GIL while the other idles (docs/benchmarks.md, "Callback
+# ingest").
+reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "1") != "0"
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 accesslog = "-"

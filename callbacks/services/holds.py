@@ -9,6 +9,7 @@ transactions, never inside one.
 """
 
 import logging
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import CharField, Exists, OuterRef
@@ -199,12 +200,27 @@ def outage_holds_waiting() -> bool:
     return PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True).exists()
 
 
-def outage_holds_release(*, limit: int, trial: bool = False) -> int:
+# The window the release's pace is counted over.
+RELEASE_WINDOW = timedelta(seconds=1)
+
+
+def outage_holds_released_recently(window: timedelta = RELEASE_WINDOW) -> int:
+    """Outage holds released within the last ``window``, by any process."""
+    return PaymentHold.objects.filter(
+        kind=HoldKind.OUTAGE, released_at__gte=timezone.now() - window
+    ).count()
+
+
+def outage_holds_release(*, limit: int, trial: bool = False, per_second: int | None = None) -> int:
     """Release up to ``limit`` outage holds, oldest first: their parked messages go back to the
     queue in order. Returns how many messages were sent. One process at a time releases (a
     cluster-wide guard), so two workers do not send the same copies; SQS's deduplication would
     drop them anyway. Raises ``sqs.QueueUnavailable`` when the queue cannot be reached (the
     holds stay, for the next call).
+
+    ``per_second``: the cap on holds released in any second by all processes together; what
+    was released in the last second (counted under the guard, so two workers' ticks cannot
+    both take the whole allowance) is taken off ``limit``.
 
     ``trial``: these are the breaker's trial calls, so payments that never failed at the
     processor go first: the oldest holds are those whose failing call opened the breaker, and
@@ -213,6 +229,10 @@ def outage_holds_release(*, limit: int, trial: bool = False) -> int:
     with single_flight("callbacks.outage_holds_release") as acquired:
         if not acquired:
             return 0
+        if per_second is not None:
+            limit = min(limit, per_second - outage_holds_released_recently())
+            if limit <= 0:
+                return 0
         waiting = PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True)
         if trial:
             failed_before = ProcessorAttempt.objects.annotate(

@@ -115,6 +115,8 @@ class Worker:
         self._tick_due: dict[Tick, float] = {
             t: 0.0 for h in self.handlers.values() for t in h.ticks
         }
+        # Ticks whose turns are awaited now (Tick.awaited, asked after each turn).
+        self._awaited: dict[Tick, bool] = {}
         self.relay = _outbox_relay() if relay else None
         self.backoff_base = float(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS)
         self.backoff_cap = float(callbacks_conf.WORKER_BACKOFF_CAP_SECONDS)
@@ -247,11 +249,15 @@ class Worker:
 
     def _drained(self) -> bool:
         """``--until-empty`` after an empty receive: True when nothing is left to wait for (the
-        outbox empty, no tick sending anything back, no retry this worker scheduled due)."""
+        outbox empty, no tick sending anything back or with work pending, no retry this worker
+        scheduled due)."""
         if self._relay(busy=False):
             return False  # rows were waiting in the outbox: go round again
         if self._tick(force=True):
             return False  # deferred messages were released: go round again
+        if any(tick.pending and tick.pending() for tick in self._tick_due):
+            self._stopping.wait(0.2)  # a paced release is not done: its next turn comes
+            return False
         remaining = self._retry_due - time.monotonic()
         if remaining <= 0:
             return True
@@ -288,7 +294,17 @@ class Worker:
                 continue
             self._tick_due[tick] = now + tick.interval
             sent += self._guarded(tick.name, tick.func)
+            if tick.awaited is not None:
+                awaited = bool(self._guarded(f"{tick.name} (awaited)", tick.awaited))
+                self._awaited[tick] = awaited
         return sent
+
+    def _wait_seconds(self) -> int:
+        """The long poll's wait: no longer than the interval of a tick whose turns are awaited."""
+        intervals = [t.interval for t, awaited in self._awaited.items() if awaited]
+        if not intervals:
+            return self.wait_time
+        return min(self.wait_time, max(1, math.ceil(min(intervals))))
 
     def _guarded(self, name: str, work: Callable[[], int]) -> int:
         """Run loop work that must never stop the loop: it tries again on its next turn. A
@@ -367,7 +383,7 @@ class Worker:
         messages = sqs.receive_messages(
             url=self._queue_url,
             max_messages=count,
-            wait_seconds=self.wait_time,
+            wait_seconds=self._wait_seconds(),
             visibility_timeout=self.visibility_timeout,
         )
         self.stats.received += len(messages)

@@ -194,6 +194,7 @@ CALLBACKS = app_settings_from_environ(
         "WORKER_MAX_ATTEMPTS",
         "WORKER_VISIBILITY_HEARTBEAT",
         "WORKER_RECEIVE_LINGER_SECONDS",
+        "OUTAGE_RELEASE_PER_SECOND",
         # One or more HMAC secrets, comma-separated (the first signs, all verify).
         "CALLBACK_SIGNING_SECRETS",
         "CALLBACK_TOLERANCE_SECONDS",

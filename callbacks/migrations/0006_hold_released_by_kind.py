@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('callbacks', '0004_outage_holds'),
+        ('callbacks', '0005_carried_trace'),
     ]
 
     operations = [

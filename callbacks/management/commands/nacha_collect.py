@@ -1,12 +1,10 @@
 """Collect the bank's return and NOC files and put their events on the queue: one round, or
 a round every ``--every SECONDS`` until stopped (a process rather than a scheduler's task)."""
 
-import time
-
-from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.core.management.base import CommandError
 
 from callbacks.nacha_inbound import nacha_files_collect
+from payments.nacha.rounds import RoundsCommand
 from payments.nacha.transports import TransportError, transport_open
 
 
@@ -17,40 +15,20 @@ def non_negative(value: str) -> float:
     return number
 
 
-class Command(BaseCommand):
+class Command(RoundsCommand):
     help = (
         "Read the whole files in the bank's drop (PAYMENTS['NACHA_TRANSPORT']), store each "
         "(a malformed one refused whole and kept), and publish their events to the queue."
     )
 
     def add_arguments(self, parser):
+        super().add_arguments(parser)
         parser.add_argument(
             "--min-age-seconds",
             type=non_negative,
             default=60.0,
             help="skip files changed more recently (the bank may still be writing); default 60",
         )
-
-        parser.add_argument(
-            "--every",
-            type=non_negative,
-            default=0.0,
-            metavar="SECONDS",
-            help="repeat a round every SECONDS until stopped (default: one round)",
-        )
-
-    def handle(self, *args, **options):
-        if not options["every"]:
-            self.round(options)
-            return
-        while True:
-            # A process that keeps running: a round that fails (the transport or the database
-            # away) is reported and the next one tries again; each round is idempotent.
-            try:
-                self.round(options)
-            except (CommandError, DatabaseError) as exc:
-                self.stderr.write(f"round failed, trying again: {exc}")
-            time.sleep(options["every"])
 
     def round(self, options) -> None:
         transport = transport_open()

@@ -7,13 +7,12 @@ file is delivered once, whatever ran before. ``--every SECONDS`` keeps it runnin
 each interval, for a host (or the demo) that runs it as a process rather than from a scheduler.
 """
 
-import time
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.core.management.base import CommandError
 from django.utils import timezone
 
+from payments.nacha.rounds import RoundsCommand
 from payments.nacha.services import nacha_send_due
 from payments.nacha.transports import TransportError, transport_open
 from payments.vault.services import vault_account_reveal
@@ -26,40 +25,13 @@ def minutes(value: str) -> float:
     return number
 
 
-def seconds(value: str) -> float:
-    """An interval in seconds, 0 to a day."""
-    number = float(value)
-    if not 0 <= number <= 24 * 60 * 60:
-        raise ValueError(value)
-    return number
-
-
-class Command(BaseCommand):
+class Command(RoundsCommand):
     help = "Cut the closing window's NACHA file and deliver the files not yet delivered."
 
     def add_arguments(self, parser):
+        super().add_arguments(parser)
         parser.add_argument("--lead-minutes", type=minutes, default=10.0, help="default 10")
         parser.add_argument("--now", action="store_true", help="cut at once, whatever the window")
-        parser.add_argument(
-            "--every",
-            type=seconds,
-            default=0.0,
-            metavar="SECONDS",
-            help="repeat a round every SECONDS until stopped (default: one round)",
-        )
-
-    def handle(self, *args, **options):
-        if not options["every"]:
-            self.round(options)
-            return
-        while True:
-            # A process that keeps running: a round that fails (the transport or the database
-            # away) is reported and the next one tries again; each round is idempotent.
-            try:
-                self.round(options)
-            except (CommandError, DatabaseError) as exc:
-                self.stderr.write(f"round failed, trying again: {exc}")
-            time.sleep(options["every"])
 
     def round(self, options) -> None:
         lead = None if options["now"] else timedelta(minutes=options["lead_minutes"])

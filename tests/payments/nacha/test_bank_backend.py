@@ -216,7 +216,11 @@ class _Stop(Exception):
 
 
 def _rounds(monkeypatch, module, count: int) -> None:
-    """Let the command's loop sleep ``count`` times, then stop it."""
+    """Let the command's loop (``payments.nacha.rounds``, which ``module``'s command runs in)
+    sleep ``count`` times, then stop it."""
+    from payments.nacha import rounds
+
+    assert issubclass(module.Command, rounds.RoundsCommand)
     slept = []
 
     def sleep(seconds):
@@ -224,7 +228,7 @@ def _rounds(monkeypatch, module, count: int) -> None:
         if len(slept) >= count:
             raise _Stop
 
-    monkeypatch.setattr(module.time, "sleep", sleep)
+    monkeypatch.setattr(rounds.time, "sleep", sleep)
 
 
 def test_nacha_send_every_repeats_its_round_and_a_failed_round_does_not_stop_it(bank, monkeypatch):

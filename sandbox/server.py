@@ -711,7 +711,9 @@ DISHONOR_MESSAGES = {
 }
 
 
-def _parse_dishonor_request(idempotency_key: str | None, raw: bytes) -> dict:
+def _keyed_json_request(idempotency_key: str | None, raw: bytes) -> tuple[str, dict]:
+    """The request's Idempotency-Key (a UUID) and its body (a JSON object), or a 400 naming
+    what is wrong: what every keyed request of the sandbox starts with."""
     if not idempotency_key:
         raise RequestError(400, "missing Idempotency-Key header (a UUID, the same on every retry)")
     try:
@@ -726,6 +728,11 @@ def _parse_dishonor_request(idempotency_key: str | None, raw: bytes) -> dict:
         raise RequestError(400, f"body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise RequestError(400, "body must be a JSON object")
+    return key, body
+
+
+def _parse_dishonor_request(idempotency_key: str | None, raw: bytes) -> dict:
+    key, body = _keyed_json_request(idempotency_key, raw)
     code = body.get("reason_code")
     if code not in DISHONOR_CODES:
         raise RequestError(
@@ -745,20 +752,7 @@ def _fingerprint(request: dict) -> str:
 
 
 def _parse_debit_request(idempotency_key: str | None, raw: bytes) -> dict:
-    if not idempotency_key:
-        raise RequestError(400, "missing Idempotency-Key header (a UUID, the same on every retry)")
-    try:
-        key = str(uuid.UUID(idempotency_key))
-    except ValueError:
-        raise RequestError(
-            400, f"Idempotency-Key must be a UUID, got {idempotency_key!r}"
-        ) from None
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "body must be a JSON object")
+    key, body = _keyed_json_request(idempotency_key, raw)
     errors: dict[str, list[str]] = {}
     for name in ("payment_id", "amount", "currency", "source_token"):
         if name not in body:

@@ -213,21 +213,7 @@ class ProcessorClient(ProcessorBackend):
             headers=self._headers(idempotency_key),
             json_body=payload,
         )
-        try:
-            body = response.json()
-            if not isinstance(body, dict) or not body.get("dishonor_id") or not body.get("status"):
-                raise ValueError("expected a JSON object with dishonor_id and status")
-        except ValueError as exc:
-            bad = replace(
-                call,
-                error_kind=CallErrorKind.HTTP,
-                error=f"HTTP {response.status_code} with an unusable body: {exc}",
-            )
-            raise ProcessorCallUnavailable(
-                f"{call.method} {call.url}: HTTP {response.status_code} with an unusable body "
-                f"({exc})",
-                call=bad,
-            ) from exc
+        body, call = self._accepted_body(response, call, id_field="dishonor_id")
         return DishonorAccepted(
             dishonor_id=str(body["dishonor_id"]),
             status=str(body["status"]),
@@ -328,13 +314,14 @@ class ProcessorClient(ProcessorBackend):
             ) from exc
 
     def _accepted_body(
-        self, response: requests.Response, call: CallRecord
+        self, response: requests.Response, call: CallRecord, *, id_field: str = "processor_id"
     ) -> tuple[dict[str, Any], CallRecord]:
-        """The JSON body of a 2xx; an unreadable one is retryable: the same key gets it again."""
+        """The JSON body of a 2xx, with its ``id_field`` and ``status``; an unreadable one is
+        retryable: the same key gets it again."""
         try:
             body = response.json()
-            if not isinstance(body, dict) or not body.get("processor_id") or not body.get("status"):
-                raise ValueError("expected a JSON object with processor_id and status")
+            if not isinstance(body, dict) or not body.get(id_field) or not body.get("status"):
+                raise ValueError(f"expected a JSON object with {id_field} and status")
         except ValueError as exc:
             bad = replace(
                 call,

@@ -134,20 +134,27 @@ def test_a_deadline_ends_at_midnight_in_new_york():
 
 
 @pytest.mark.parametrize(
-    "moment",
+    ("moment", "day", "due_year"),
     [
-        datetime(1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=1))),
-        datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1))),
-        datetime(9999, 12, 28, 12, 0, tzinfo=UTC),
+        # Before any New York offset can be applied: dated by the moment's own date.
+        (datetime(1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=1))), date(1, 1, 1), 1),
+        (
+            datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1))),
+            date(9999, 12, 31),
+            9999,
+        ),
+        (datetime(9999, 12, 28, 12, 0, tzinfo=UTC), date(9999, 12, 28), 9999),
     ],
     ids=["year-1", "year-9999", "days-before-the-end"],
 )
-def test_a_timestamp_at_the_ends_of_time_saturates_instead_of_raising(moment):
+def test_a_timestamp_at_the_ends_of_time_saturates_instead_of_raising(moment, day, due_year):
     """The contract takes any timestamp datetime can hold: a deadline counted from one at the
     ends of time is a representable moment, never an OverflowError in the worker."""
     due = add_banking_days(moment, 6)
-    assert due.astimezone(UTC).year in (1, 9999)
-    assert isinstance(ach_date(moment), date)
+    assert due.astimezone(UTC).year == due_year
+    assert ach_date(moment) == day
+    if due_year == 9999:
+        assert due == datetime.max.replace(tzinfo=UTC)
 
 
 # --- return time frames around holidays ------------------------------------------------------

@@ -1,0 +1,87 @@
+"""``POST /api/vault/accounts/``, the one edge that takes raw bank numbers, against hostile
+bodies: each is a 4xx naming the problem, nothing is stored, and no number is echoed."""
+
+import json
+
+import pytest
+
+from payments.vault.models import VaultAccount
+from tests.factories import grant
+from tests.payments.vault.conftest import ACCOUNT, RAW_NUMBERS
+
+pytestmark = pytest.mark.django_db
+URL = "/api/vault/accounts/"
+
+
+@pytest.fixture(autouse=True)
+def _grants(user, vault_keys):
+    grant(user, "m-1")
+
+
+def _raw(api_client, text: str):
+    return api_client.generic("POST", URL, text.encode("utf-8", "surrogatepass"),
+                              content_type="application/json")  # fmt: skip
+
+
+def _refused(response, status: int = 400) -> dict:
+    assert response.status_code == status, response.content
+    text = response.content.decode()
+    for number in RAW_NUMBERS:
+        assert number not in text
+    assert not VaultAccount.objects.exists()
+    return response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("holder_name", "Jane\x00Doe"),
+        ("merchant_id", "m-1\x00"),
+        ("account_number", "1234\x005678"),
+    ],
+    ids=["nul-name", "nul-merchant", "nul-number"],
+)
+def test_a_nul_is_refused_naming_the_field(api_client, field, value):
+    error = _refused(api_client.post(URL, {**ACCOUNT, field: value}, format="json"))
+    assert field in error["errors"], error
+
+
+def test_a_lone_surrogate_is_refused_naming_the_body_or_field(api_client):
+    body = json.dumps({**ACCOUNT, "holder_name": "PLACEHOLDER"}).replace("PLACEHOLDER", "\\ud800")
+    error = _refused(_raw(api_client, body))
+    assert error["param"] in ("holder_name", "body"), error
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_number_is_refused(api_client, literal):
+    body = json.dumps({**ACCOUNT, "account_number": "X"}).replace('"X"', literal)
+    error = _refused(_raw(api_client, body))
+    assert error["message"]
+
+
+def test_an_unknown_field_is_refused_naming_it(api_client):
+    error = _refused(api_client.post(URL, {**ACCOUNT, "ssn": "123-45-6789"}, format="json"))
+    assert "ssn" in error["errors"], error
+
+
+def test_a_deeply_nested_body_is_refused(api_client):
+    body = json.dumps({**ACCOUNT, "holder_name": "X"}).replace('"X"', "[" * 5000 + "]" * 5000)
+    error = _refused(_raw(api_client, body))
+    assert error["message"]
+
+
+def test_a_huge_body_is_refused_413(api_client):
+    body = json.dumps({**ACCOUNT, "holder_name": "x" * 2_000_000})
+    error = _refused(_raw(api_client, body), status=413)
+    assert error["param"] == "body"
+
+
+def test_a_body_that_is_not_an_object_is_refused(api_client):
+    _refused(_raw(api_client, json.dumps([ACCOUNT])))
+
+
+def test_another_merchants_account_is_refused_403(api_client):
+    error = _refused(
+        api_client.post(URL, {**ACCOUNT, "merchant_id": "m-other"}, format="json"), status=403
+    )
+    assert error["param"] == "merchant_id"

@@ -70,3 +70,31 @@ def waits_on_a_lock(pid: int) -> bool:
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
         )
         return cursor.fetchone()[0]
+
+
+def race(*calls: Callable[[], object]) -> list:
+    """Run ``calls`` in threads released together by a barrier; each one's result, or the
+    exception it raised, in order. Each thread closes its own database connection."""
+    import threading
+
+    from django.db import close_old_connections, connection
+
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def run(i, call):
+        try:
+            barrier.wait()
+            results[i] = call()
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            results[i] = exc
+        finally:
+            connection.close()
+            close_old_connections()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results

@@ -1,12 +1,10 @@
 """Reinitiation within NACHA's limits: which returns allow it, how often, how late, the NOC
 that blocks it, the API's refusals, the chain, and a race on PostgreSQL."""
 
-import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from payments.exceptions import ReinitiationRefused
@@ -20,6 +18,7 @@ from payments.models import (
 )
 from payments.services import payment_apply_event, payment_reinitiate
 from tests.factories import PaymentFactory, grant, processor_event
+from tests.waiting import race
 
 pytestmark = pytest.mark.django_db
 
@@ -277,33 +276,11 @@ def test_a_body_that_is_not_an_object_is_refused_400(api_client, user):
 # --- the race ------------------------------------------------------------------------------------
 
 
-def _race(*calls):
-    barrier = threading.Barrier(len(calls))
-    results: list = [None] * len(calls)
-
-    def run(i, call):
-        try:
-            barrier.wait()
-            results[i] = call()
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            results[i] = exc
-        finally:
-            connection.close()
-            close_old_connections()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_concurrent_reinitiations_of_the_same_payment_make_one(attempt):
     original = _returned("R01")
-    results = _race(
+    results = race(
         lambda: payment_reinitiate(payment_id=original.id),
         lambda: payment_reinitiate(payment_id=original.id),
     )
@@ -320,7 +297,7 @@ def test_concurrent_reinitiations_at_the_limit_never_make_a_third(attempt):
     original = _returned("R01")
     first = _settle_and_return(payment_reinitiate(payment_id=original.id), "R01")
     # Two threads on the last entry and one on the original: at most the second is made.
-    results = _race(
+    results = race(
         lambda: payment_reinitiate(payment_id=first.id),
         lambda: payment_reinitiate(payment_id=first.id),
         lambda: payment_reinitiate(payment_id=original.id),

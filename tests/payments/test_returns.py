@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 
@@ -30,7 +30,7 @@ from payments.return_codes import (
 from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_transition
 from tests.factories import PaymentFactory, processor_event
-from tests.waiting import backend_pid, wait_for, waits_on_a_lock
+from tests.waiting import backend_pid, race, wait_for, waits_on_a_lock
 from triage.models import Alert, AlertStatus
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
@@ -173,35 +173,13 @@ def test_the_return_waits_for_the_payments_row_lock_and_writes_nothing_before_it
     assert LedgerEntry.objects.filter(payment=payment, kind="reversal").count() == 1
 
 
-def _race(*calls):
-    barrier = threading.Barrier(len(calls))
-    results: list = [None] * len(calls)
-
-    def run(i, call):
-        try:
-            barrier.wait()
-            results[i] = call()
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            results[i] = exc
-        finally:
-            connection.close()
-            close_old_connections()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_threads_racing_a_return_and_its_duplicate_write_one_reversal(attempt):
     payment = _settled()
     event = processor_event(payment, "returned", reason_code="R10", timestamp=timezone.now())
 
-    results = _race(
+    results = race(
         lambda: payment_apply_event(event=event), lambda: payment_apply_event(event=event)
     )
 
@@ -217,7 +195,7 @@ def test_two_threads_racing_a_return_and_its_duplicate_write_one_reversal(attemp
 def test_two_threads_racing_two_returns_with_different_ids_write_one_reversal():
     payment = _settled()
 
-    results = _race(
+    results = race(
         lambda: payment_apply_event(event=processor_event(payment, "returned", reason_code="R01")),
         lambda: payment_apply_event(event=processor_event(payment, "returned", reason_code="R01")),
     )

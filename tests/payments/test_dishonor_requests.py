@@ -313,7 +313,7 @@ def test_an_answer_to_a_request_recorded_as_failed_marks_it_sent(module_settings
 
 @pytest.mark.django_db(transaction=True)
 def test_two_operators_asking_at_once_make_one_request(module_settings):
-    from tests.payments.test_returns import _race
+    from tests.waiting import race
 
     module_settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"
     reset_client()
@@ -325,7 +325,7 @@ def test_two_operators_asking_at_once_make_one_request(module_settings):
         )
 
     try:
-        results = _race(ask, ask)
+        results = race(ask, ask)
     finally:
         reset_client()
 

@@ -24,7 +24,7 @@ from payments.selectors import merchant_balance
 from payments.services import payment_apply_event
 from payments.services.dishonors import dishonor_ledger_kinds
 from tests.factories import PaymentFactory, processor_event
-from tests.payments.test_returns import _race
+from tests.waiting import race
 from triage.models import Alert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
@@ -311,7 +311,7 @@ def test_two_threads_racing_a_dishonor_and_its_duplicate_write_one_re_credit(att
     payment = returned_payment()
     event = dishonored(payment)
 
-    results = _race(
+    results = race(
         lambda: payment_apply_event(event=event), lambda: payment_apply_event(event=event)
     )
 
@@ -324,7 +324,7 @@ def test_two_threads_racing_a_dishonor_and_its_duplicate_write_one_re_credit(att
 def test_two_threads_racing_two_dishonors_with_different_ids_write_one_re_credit():
     payment = returned_payment()
 
-    results = _race(
+    results = race(
         lambda: payment_apply_event(event=dishonored(payment)),
         lambda: payment_apply_event(event=dishonored(payment)),
     )
@@ -338,7 +338,7 @@ def test_two_threads_racing_two_dishonors_with_different_ids_write_one_re_credit
 def test_two_threads_racing_the_dishonor_and_its_contest_leave_the_contested_ledger(attempt):
     payment = returned_payment("R10")
 
-    results = _race(
+    results = race(
         lambda: payment_apply_event(event=dishonored(payment)),
         lambda: payment_apply_event(event=contested(payment)),
     )

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from callbacks import conf as callbacks_conf
 from callbacks import sqs
@@ -34,7 +35,7 @@ from payments.processor.breaker import (
     processor_breaker_wait,
     trial_calls,
 )
-from payments.services import SUBMIT_PAYMENT, ApplyOutcome
+from payments.services import SUBMIT_PAYMENT, ApplyOutcome, events_share_transaction
 
 # Gates and ticks run inside the worker's loop: their lines carry the worker's logger name, as
 # every other line of a worker does.
@@ -117,6 +118,11 @@ class Handler:
     needs no savepoint of its own around it (two statements fewer per message); any other
     handler gets one.
 
+    ``together``: the work of several messages of this kind may run in one transaction with
+    no savepoint each inside this context (for processor events, ``events_share_transaction``):
+    the batch path tries a batch that way first and, when any of its messages fails, rolls the
+    whole of it back and runs each again in its own savepoint. None: always a savepoint each.
+
     ``gates``: asked in order before a message starts; the first that returns a ``Deferral``
     defers it unstarted (no attempt counted, no error row). ``defers``: turns a failure of the
     started work into a ``Deferral`` (the attempt is given back), or None for an ordinary
@@ -126,6 +132,7 @@ class Handler:
     func: Callable[[ReceivedMessage], str]
     atomic: bool = True
     own_savepoint: bool = False
+    together: Callable[[], AbstractContextManager] | None = None
     gates: tuple[Callable[[ReceivedMessage], Deferral | None], ...] = ()
     defers: Callable[[Exception], Deferral | None] | None = None
     ticks: tuple[Tick, ...] = ()
@@ -157,7 +164,9 @@ def handle_processor_event(message: ReceivedMessage) -> str:
         )
     result = payment_apply_event(event=event, caused_by=f"sqs:{message.message_id}")
     if result.outcome == ApplyOutcome.DUPLICATE:
-        DEDUP_HITS.labels(layer="app").inc()
+        # Counted once committed: a batch applied together and then again one by one (see
+        # ``Handler.together``) counts its duplicates once.
+        transaction.on_commit(lambda: DEDUP_HITS.labels(layer="app").inc(), robust=True)
     return str(result.outcome)
 
 
@@ -266,7 +275,9 @@ PROCESSOR_BREAKER_TICK = Tick(
 
 DEFAULT_HANDLERS: dict[str, Handler] = {
     # payment_apply_event writes only inside its own atomic block.
-    PROCESSOR_EVENT: Handler(handle_processor_event, own_savepoint=True),
+    PROCESSOR_EVENT: Handler(
+        handle_processor_event, own_savepoint=True, together=events_share_transaction
+    ),
     SUBMIT_PAYMENT: Handler(
         handle_submit_payment,
         atomic=False,

@@ -1,8 +1,9 @@
 """The SQS FIFO consumer behind ``run_sqs_worker``.
 
 One loop: relay the outbox, long-poll a batch, handle it, delete what committed. A batch's
-processor events (the group heads) start in one statement and apply in one transaction, a
-savepoint each; everything else (submissions, which call the processor, and later messages of
+processor events (the group heads) start in one statement and apply in one transaction,
+together (a batch where anything fails is rolled back and applied again, a savepoint each);
+everything else (submissions, which call the processor, and later messages of
 a group) goes one message at a time in sequence order. The guarantees and where they come from:
 
 - in order per payment: SQS FIFO delivers a group's messages in order and never hands out a
@@ -10,8 +11,9 @@ a group) goes one message at a time in sequence order. The guarantees and where 
   group, fauxqs at most one) we stop a group at its first failure and release the rest
   untouched, so nothing overtakes a message that is waiting for its retry;
 - exactly once: the work and the "done" mark commit in one transaction (the batch's, or the
-  message's own), the SQS delete comes after; a failure rolls back only its savepoint and is
-  recorded after the commit; a commit that fails leaves every message of it to be retried; a
+  message's own), the SQS delete comes after; a failure fails only its own message (its
+  batch is applied again, a savepoint each, and only its savepoint rolls back) and is recorded
+  after the commit; a commit that fails leaves every message of it to be retried; a
   redelivery of a done message is only deleted, and the payments services deduplicate
   processor events by id on top;
 - nothing lost: every failure is written in its own transaction; a message is dead-lettered

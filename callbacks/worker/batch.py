@@ -1,14 +1,15 @@
 """One received batch: groups in order, the group heads in one transaction, the rest one by one.
 
 First the batch's group heads whose work is atomic (processor events) are started in one
-statement (``start_heads``) and applied in one transaction, a savepoint each
-(``apply_started``). Then every other message, in group order, takes the per-message path
-(``callbacks.worker.message``): started alone, its work in its own transaction, or none for
-work that calls the network (a submission), so no network call ever runs inside the batch's
-transaction. A group whose head failed goes no further. Messages not started (a group stopped
-at a failure, a stop request, the message limit) are made visible again at once; they were
-never started, so no attempt is counted: the bulk start counts only group heads, which always
-run.
+statement (``start_heads``) and applied in one transaction (``apply_started``): together, with
+no savepoint each, where their handlers allow it; a batch where anything failed is rolled back
+whole and applied again, a savepoint each, so a failure still fails only its own message. Then
+every other message, in group order, takes the per-message path (``callbacks.worker.message``):
+started alone, its work in its own transaction, or none for work that calls the network (a
+submission), so no network call ever runs inside the batch's transaction. A group whose head
+failed goes no further. Messages not started (a group stopped at a failure, a stop request, the
+message limit) are made visible again at once; they were never started, so no attempt is
+counted: the bulk start counts only group heads, which always run.
 
 The partial-batch path: a server that returns several messages of one group per receive (AWS,
 LocalStack; fauxqs returns at most one) gives the head to the batch transaction and the later
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connection, transaction
@@ -147,6 +148,53 @@ def apply_started(
 
 
 def _apply_in_one_transaction(
+    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
+) -> tuple[dict[str, str], dict[str, Exception]]:
+    """Apply the started messages in one transaction: together, with no savepoint each, when
+    their handlers allow it (``Handler.together``), and when that fails, rolled back whole and
+    applied again one savepoint each. Returns (outcomes, failures) by id."""
+    contexts = {worker.handlers[message.kind].together for message, _ in started}
+    if None not in contexts:
+        done = _apply_together(worker, started, contexts)
+        if done is not None:
+            return done, {}
+    return _apply_each_in_savepoint(worker, started)
+
+
+def _apply_together(
+    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]], contexts: set
+) -> dict[str, str] | None:
+    """Every message's work and their done marks in one transaction, inside the handlers'
+    ``together`` contexts, with no savepoint of their own: two statements fewer per message.
+    The outcomes by id once committed; None when anything failed, after the whole transaction
+    rolled back (nothing of it was written, and what was to follow its commit was discarded),
+    for the caller to apply them again one savepoint each."""
+    done: dict[str, str] = {}
+    try:
+        with transaction.atomic(), ExitStack() as inside:
+            for context in contexts:
+                inside.enter_context(context())
+            for message, _ in started:
+                with tracing.message_in_hand(message):
+                    done[message.message_id] = worker.handlers[message.kind].func(message)
+            if transaction.get_rollback():
+                raise BatchRolledBack("a message's work failed and its error was swallowed")
+            queue_messages_complete(done=[(qm, done[m.message_id]) for m, qm in started])
+            _pause_at("batch_commit")
+    except Exception as exc:  # noqa: BLE001 - the batch is applied again, one savepoint each
+        if is_outage(exc):
+            raise DatabaseDown(exc) from exc  # not the messages' fault: hold them back
+        logger.info(
+            "the batch of %s message(s) is applied again one savepoint each, after %s: %s",
+            len(started),
+            type(exc).__name__,
+            exc,
+        )
+        return None
+    return done
+
+
+def _apply_each_in_savepoint(
     worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
 ) -> tuple[dict[str, str], dict[str, Exception]]:
     """Each message's work in a savepoint of its own (the handler's own when it declares one,

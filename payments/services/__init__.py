@@ -43,7 +43,13 @@ from payments.services.reinitiation import payment_reinitiate
 from payments.services.status import StatusCheckResult, payment_status_check
 from payments.services.submission import SubmitOutcome, SubmitResult, payment_submit
 from payments.services.transitions import EVENT_TRANSITIONS, TRANSITIONS, payment_transition
-from payments.services.writes import EventWrite, Move, event_write, payment_lock
+from payments.services.writes import (
+    EventWrite,
+    Move,
+    event_write,
+    events_share_transaction,
+    payment_lock,
+)
 
 __all__ = [
     "BANK_NUMBER_MESSAGE",
@@ -66,6 +72,7 @@ __all__ = [
     "SubmitOutcome",
     "SubmitResult",
     "event_write",
+    "events_share_transaction",
     "looks_like_bank_number",
     "noc_debit_check",
     "noc_mark_applied",

@@ -4,8 +4,6 @@ the decision through the one event write (``payments.services.writes``)."""
 import enum
 from dataclasses import dataclass
 
-from django.db import transaction
-
 from payments.events import (
     DISHONOR_EVENT_TYPES,
     PAYMENT_DIRECTION,
@@ -44,7 +42,13 @@ from payments.services.transitions import (
     transition_count,
     transition_move,
 )
-from payments.services.writes import EventWrite, Move, event_write, payment_lock
+from payments.services.writes import (
+    EventWrite,
+    Move,
+    event_atomic,
+    event_write,
+    payment_lock,
+)
 
 
 class ApplyOutcome(enum.StrEnum):
@@ -87,7 +91,7 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
     """
     if event.event_type in DISHONOR_EVENT_TYPES:
         return _apply_dishonor_event(event, caused_by)
-    with transaction.atomic():
+    with event_atomic():
         payment = payment_lock(event.payment_id)
         if event.event_type in RECORDED_EVENT_TYPES:
             return _apply_recorded(event, payment, caused_by)
@@ -151,7 +155,7 @@ def _apply_dishonor_event(event: ProcessorEvent, caused_by: str) -> ApplyResult:
     (``payments.services.dishonors``): recorded the first time (its ledger entries with it),
     stale when the fact is recorded already under another id, and through the same claim,
     duplicate and conflict rules as every event."""
-    with transaction.atomic():
+    with event_atomic():
         payment = payment_lock(event.payment_id)
         current = payment.state
         refusal = _event_mismatch(event, payment) or dishonor_event_refusal(event, payment)

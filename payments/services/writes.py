@@ -9,12 +9,15 @@ SQLite) the ORM row by row after the same claim. Both write the same rows from t
 declaration, so neither can write a field the other forgets.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from typing import ClassVar
 
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 
 from payments import event_sql
 from payments.exceptions import PaymentNotFound
@@ -60,6 +63,33 @@ class EventWrite:
     claim: ProcessedEvent
     log: PaymentEvent
     move: Move | None = None
+
+
+_events_isolated: ContextVar[bool] = ContextVar("payment_events_isolated", default=True)
+
+
+@contextmanager
+def events_share_transaction() -> Iterator[None]:
+    """Apply the events of this block without a savepoint each (``event_atomic``).
+
+    An event's writes are then not isolated from the other writes of the caller's transaction:
+    an event that fails leaves that whole transaction to be rolled back (Django refuses every
+    statement after it). Only for a caller that applies several events in one transaction and,
+    when any of them fails, rolls all of it back and applies them again, each in its own
+    savepoint (``callbacks.worker.batch``): a batch without a failure then pays no savepoint
+    and release, two round trips per event.
+    """
+    token = _events_isolated.set(False)
+    try:
+        yield
+    finally:
+        _events_isolated.reset(token)
+
+
+def event_atomic() -> transaction.Atomic:
+    """The transaction an event is applied in: its own, or a savepoint inside the caller's,
+    unless the caller applies its events together (``events_share_transaction``)."""
+    return transaction.atomic(savepoint=_events_isolated.get())
 
 
 def payment_lock(payment_id) -> Payment:

@@ -1,5 +1,6 @@
 """The worker's batch path: a batch's processor events start in one statement and apply in one
-transaction, a savepoint each; failures are recorded after the commit."""
+transaction, together, or after a failure again a savepoint each; failures are recorded after
+the commit."""
 
 import dataclasses
 import threading
@@ -18,12 +19,19 @@ from callbacks.models import (
     QueueMessageStatus,
     sequence_key,
 )
-from callbacks.schema import PROCESSOR_EVENT
+from callbacks.schema import PROCESSOR_EVENT, processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_start_batch
 from callbacks.worker import Worker
-from payments.models import LedgerEntry, PaymentState, ProcessedEvent
-from tests.callbacks.worker_support import queue_counts, send_event
-from tests.factories import PaymentFactory, PaymentHoldFactory, QueueMessageFactory
+from payments.models import LedgerEntry, Payment, PaymentState, ProcessedEvent
+from payments.services import payment_apply_event
+from payments.signals import payment_transition_committed
+from tests.callbacks.worker_support import queue_counts, send_body, send_event
+from tests.factories import (
+    PaymentFactory,
+    PaymentHoldFactory,
+    QueueMessageFactory,
+    processor_event,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,15 +61,15 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     with worker.running():
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
-        # (BEGIN ... COMMIT) then applies them: per event its savepoint, the payment's row
-        # lock, one statement that claims the dedup record and only then writes the state, the
-        # ledger credit, the return-rate counter and the event-log row (payments.event_sql),
-        # and the release: 4 each, with no second savepoint of the worker's around it (the
-        # processor-event handler declares its own); then one statement marks all ten done.
-        # 1 + 2 + 10 * 4 + 1 = 44, against 84 when the event's rows were five ORM statements,
-        # and 130 (in 20 transactions) when each message had its own start and transaction.
-        # Deletes and releases are SQS calls.
-        with django_assert_num_queries(44, connection=connection):
+        # (BEGIN ... COMMIT) then applies them together (the processor-event handler declares
+        # ``together``): per event the payment's row lock and one statement that claims the
+        # dedup record and only then writes the state, the ledger credit, the return-rate
+        # counter and the event-log row (payments.event_sql), with no savepoint and release
+        # around them: 2 each; then one statement marks all ten done.
+        # 1 + 2 + 10 * 2 + 1 = 24, against 44 with a savepoint per event, 84 when the event's
+        # rows were five ORM statements, and 130 (in 20 transactions) when each message had its
+        # own start and transaction. Deletes and releases are SQS calls.
+        with django_assert_num_queries(24, connection=connection):
             worker.process_batch(messages)
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)
@@ -131,6 +139,69 @@ def test_a_refused_event_in_the_batch_rolls_back_its_own_writes(sqs_queues, modu
     [error] = ProcessingError.objects.filter(message_id=failed.message_id)
     assert error.error_class == "payments.exceptions.AmountMismatch"
     assert QueueMessage.objects.filter(status="done").count() == 3
+
+
+def test_a_batch_with_a_failure_is_applied_again_and_counts_each_event_once(
+    sqs_queues, module_settings, caplog
+):
+    """Applied together first, the batch fails at its refused event and is rolled back whole,
+    then applied again a savepoint each: the other events are applied once, and what follows a
+    commit (the host's signal, the duplicate's count, the ledger) happens once, not once per
+    pass."""
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    repeated = PaymentFactory(state=PaymentState.SUBMITTED)
+    event = processor_event(repeated, "settled")
+    payment_apply_event(event=event)  # applied before: its message is a duplicate
+    send_body(
+        sqs_queues.client,
+        sqs_queues.url,
+        repeated.id,
+        processor_event_message(event, received_at=timezone.now()),
+    )
+    # The refused event comes last, so the pass together runs every other one before it fails.
+    payments = [PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(5)]
+    bad = payments[-1]
+    for payment in payments:
+        amount = payment.amount + 1 if payment is bad else payment.amount
+        send_event(sqs_queues.client, sqs_queues.url, payment, "settled", amount=amount)
+    committed = []
+
+    def receiver(sender, payment, **kwargs):
+        committed.append(payment.pk)
+
+    payment_transition_committed.connect(receiver, dispatch_uid="test-batch-again")
+    duplicates_before = dedup_hits()
+    worker = Worker(wait_time=0, relay=False)
+    try:
+        with worker.running(), caplog.at_level("INFO", logger="callbacks.worker"):
+            worker.process_batch(receive_batch(worker, sqs_queues, 6))
+    finally:
+        payment_transition_committed.disconnect(dispatch_uid="test-batch-again")
+
+    good = [payment.pk for payment in payments if payment is not bad]
+    assert sorted(committed) == sorted(good)  # once each, none for the rolled-back pass
+    assert dedup_hits() == duplicates_before + 1
+    assert {p.pk: p.state for p in Payment.objects.filter(pk__in=good)} == dict.fromkeys(
+        good, PaymentState.CONFIRMED
+    )
+    assert LedgerEntry.objects.filter(payment_id__in=good).count() == 4
+    assert LedgerEntry.objects.filter(payment=repeated).count() == 1
+    bad.refresh_from_db()
+    assert bad.state == PaymentState.SUBMITTED
+    assert not ProcessedEvent.objects.filter(payment_id=bad.id).exists()
+    failed = QueueMessage.objects.get(group_id=str(bad.id))
+    # A mismatch is a conflict for a human at once; its one attempt and one error, not two.
+    assert (failed.status, failed.attempts) == ("dead_lettered", 1)
+    [error] = ProcessingError.objects.filter(message_id=failed.message_id)
+    assert error.error_class == "payments.exceptions.AmountMismatch"
+    outcomes = dict(QueueMessage.objects.filter(status="done").values_list("group_id", "outcome"))
+    assert outcomes == {**dict.fromkeys(map(str, good), "applied"), str(repeated.id): "duplicate"}
+    assert any("applied again one savepoint each" in r.getMessage() for r in caplog.records)
+
+
+def dedup_hits() -> float:
+    return REGISTRY.get_sample_value("payments_dedup_hits_total", {"layer": "app"}) or 0.0
 
 
 def test_a_head_that_fails_stops_its_group_and_the_rest_never_start(sqs_queues, module_settings):

@@ -4,7 +4,8 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-DEPS := $(VENV)/.requirements-installed localsqs/node_modules/.package-lock.json
+DEPS := $(VENV)/.requirements-installed localsqs/node_modules/.package-lock.json \
+	achinterop/node_modules/.package-lock.json
 # LocalStack (requirements-localstack.txt) runs on Python 3.13; pyenv's shim for python3.13 answers
 # only where 3.13 is the selected version, so an installed 3.13 is looked for behind it too.
 LOCALSTACK_PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13),$(shell $(p) -c '' 2>/dev/null && echo $(p))))
@@ -33,6 +34,10 @@ $(LOCALSTACK): requirements-localstack.txt
 
 localsqs/node_modules/.package-lock.json: localsqs/package-lock.json
 	cd localsqs && npm ci --no-audit --no-fund --loglevel=error
+
+# Two Node implementations of NACHA files for the parser's interoperability tests.
+achinterop/node_modules/.package-lock.json: achinterop/package-lock.json
+	cd achinterop && npm ci --no-audit --no-fund --loglevel=error
 
 lint: deps
 	$(PY) -m ruff check .
@@ -112,4 +117,4 @@ chaos: deps
 	$(PY) -m chaos
 
 clean:
-	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules var .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache

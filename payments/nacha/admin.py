@@ -44,6 +44,7 @@ class NachaFileAdmin(ReadOnlyModelAdmin):
         "created_at",
         "delivered_at",
         "delivered_to",
+        "delivery_conflict_at",
     )
     readonly_fields = fields
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
 
+from payments.alerts import AlertSeverity, alert_raise
 from payments.change_codes import corrected_data_problems
 from payments.nacha import layouts as L
 from payments.nacha.accounts import AccountUnavailable
@@ -222,10 +223,38 @@ def nacha_inbound_store(*, name: str, content: bytes) -> InboundResult:
         logger.error(
             "nacha file refused: %s", exc, extra={"file": name, "record": exc.record_number}
         )
+        _refused_alert(refused)
         return InboundResult(refused, created=True)
     except IntegrityError:
         # The same bytes stored by a concurrent reader: theirs is the one.
         return InboundResult(NachaInboundFile.objects.get(sha256=sha), created=False)
+
+
+def refused_file_key(stored: NachaInboundFile) -> str:
+    """The file's name and the start of its hash: a bank that resends a corrected file under
+    the same name is another alert, the same bytes read again none."""
+    return f"nacha.inbound_refused:{stored.name}:{stored.sha256[:12]}"
+
+
+def _refused_alert(stored: NachaInboundFile) -> None:
+    # Raised where the refused row is created, once per file's bytes: reading them again finds
+    # the row and raises nothing. The reason names a record and a field, never a value.
+    alert_raise(
+        severity=AlertSeverity.HIGH,
+        key=refused_file_key(stored),
+        summary=(
+            f"bank file {stored.name} refused whole at record {stored.refused_record}: "
+            f"{stored.refused_reason}. Nothing of it was imported; it is kept (inbound file "
+            f"{stored.pk}) for a human, and its returns and NOCs wait until the bank resends it."
+        ),
+        details={
+            "file": stored.name,
+            "inbound_file_id": stored.pk,
+            "sha256": stored.sha256,
+            "record": stored.refused_record,
+            "reason": stored.refused_reason,
+        },
+    )
 
 
 def _import(name: str, content: bytes, sha: str) -> NachaInboundFile:

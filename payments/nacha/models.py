@@ -36,6 +36,9 @@ class NachaFile(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     delivered_to = models.CharField(max_length=255, blank=True)
+    # When the bank's drop first held other bytes under this name: the alert is raised then,
+    # once, however often later rounds meet the same conflict.
+    delivery_conflict_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

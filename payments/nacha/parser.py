@@ -298,7 +298,30 @@ def _entry(reader: _Reader, batch: BatchHeaderView) -> Entry:
         raise NachaFormatError(
             record.number, "entry detail addenda record indicator is 1 but no addenda follows"
         )
+    _check_addenda_sequence(record, addenda)
     return Entry(record, tuple(addenda), batch)
+
+
+def _check_addenda_sequence(entry: Record, addenda: list[Record]) -> None:
+    """An addenda 05 names its entry by the last 7 digits of the entry's trace number and
+    counts from 0001 (the rules' addenda record layouts): one that names another entry, or
+    numbers out of order, may belong to another entry, so the file is refused."""
+    position = 0
+    for record in addenda:
+        if record["addenda_type_code"] != "05":
+            continue
+        position += 1
+        if record["entry_detail_sequence_number"] != entry["trace_number"][-7:]:
+            raise NachaFormatError(
+                record.number,
+                "addenda 05 entry detail sequence number (columns 88-94) must be the last 7 "
+                f"digits of its entry's trace number (record {entry.number})",
+            )
+        if record.integer("addenda_sequence_number") != position:
+            raise NachaFormatError(
+                record.number,
+                f"addenda 05 addenda sequence number (columns 84-87) must be {position:04d}",
+            )
 
 
 def _check_batch(header: Record, entries: list[Entry], control: Record) -> None:
@@ -344,7 +367,11 @@ def _check_file(batches: list[Batch], control: Record, record_count: int) -> Non
             f"{L.BLOCKING_FACTOR} with 9-filled records",
         )
     if control.integer("block_count") != record_count // L.BLOCKING_FACTOR:
-        raise NachaFormatError(n, "file control block count does not match the file's records")
+        raise NachaFormatError(
+            n,
+            f"file control block count says {control.integer('block_count')}, the file has "
+            f"{record_count // L.BLOCKING_FACTOR} blocks of {L.BLOCKING_FACTOR} records",
+        )
     count = sum(b.control.integer("entry_addenda_count") for b in batches)
     if control.integer("entry_addenda_count") != count:
         raise NachaFormatError(n, "file control entry/addenda count does not match the batches")

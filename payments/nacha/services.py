@@ -18,11 +18,12 @@ from datetime import datetime, time, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.models import Payment, PaymentState
 from payments.nacha import settings as nacha_settings
 from payments.nacha.accounts import AccountResolver, AccountUnavailable
 from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
-from payments.nacha.transports import Transport
+from payments.nacha.transports import DeliveryConflict, Transport
 from payments.nacha.windows import EASTERN, WindowInstance, window_next
 from payments.nacha.writer import DebitEntry, EntryRefused, entry_check, nacha_file_write
 from payments.services.create import SUBMIT_PAYMENT, outbox_enqueue
@@ -186,7 +187,11 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
     cut = NachaFile.objects.get(pk=file_id)
     if cut.delivered_at is not None:
         return cut
-    location = transport.deliver(cut.name, cut.content.encode("ascii"))
+    try:
+        location = transport.deliver(cut.name, cut.content.encode("ascii"))
+    except DeliveryConflict:
+        _delivery_conflict_alert(cut)
+        raise
     with transaction.atomic():
         marked = NachaFile.objects.filter(pk=cut.pk, delivered_at__isnull=True).update(
             delivered_at=timezone.now(), delivered_to=location[:255]
@@ -202,7 +207,40 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
                 )
     cut.refresh_from_db()
     logger.info("nacha file delivered", extra={"file": cut.name, "to": cut.delivered_to})
+    if marked and cut.delivery_conflict_at is not None:
+        # Someone cleared the bank's drop and the file went: the conflict is over.
+        alert_clear(key=delivery_conflict_key(cut.name), reason="delivered")
     return cut
+
+
+def delivery_conflict_key(name: str) -> str:
+    return f"nacha.delivery_conflict:{name}"
+
+
+def _delivery_conflict_alert(cut: NachaFile) -> None:
+    """Raise the conflict's alert the first time it is met (marked under the row, so two
+    rounds at once raise it once); a later round meets it again silently."""
+    first = NachaFile.objects.filter(pk=cut.pk, delivery_conflict_at__isnull=True).update(
+        delivery_conflict_at=timezone.now()
+    )
+    if not first:
+        return
+    alert_raise(
+        severity=AlertSeverity.HIGH,
+        key=delivery_conflict_key(cut.name),
+        summary=(
+            f"NACHA file {cut.name} is not delivered: the bank's drop already holds other bytes "
+            f"under that name. Its {cut.entry_count} entries wait; compare the two files and "
+            "remove the wrong one at the bank (the file is never overwritten)."
+        ),
+        details={
+            "file": cut.name,
+            "file_id": str(cut.pk),
+            "sha256": cut.sha256,
+            "entries": cut.entry_count,
+            "window": cut.window_name,
+        },
+    )
 
 
 # When an entry counts as settled: the end of its effective entry date (Eastern), by which the

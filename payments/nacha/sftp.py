@@ -144,21 +144,30 @@ class SftpTransport(Transport):
         raise DeliveryConflict(f"{posixpath.basename(final)} is already delivered with other bytes")
 
     def incoming(self, *, min_age_seconds: float = 60.0) -> list[str]:
-        def go(sftp: paramiko.SFTPClient) -> list[str]:
-            now = time.time()
-            try:
-                entries = sftp.listdir_attr(self.inbound)
-            except OSError as exc:
-                raise TransportError(f"cannot list {self.inbound}: {exc}") from exc
-            return sorted(
-                e.filename
-                for e in entries
-                if stat.S_ISREG(e.st_mode or 0)
-                and is_collectable(e.filename)
-                and now - (e.st_mtime or 0) >= min_age_seconds
-            )
+        """The whole files: each regular, collectable file whose size and mtime are the same
+        in two listings ``min_age_seconds`` apart, timed by our monotonic clock.
 
-        return self._call(go)
+        Never the server's mtime against our clock: the bank's clock may be ahead (its new
+        files would wait for hours) or behind (a file still being written would look old),
+        and a writer may set any mtime it likes. A file that changed between the listings is
+        left for the next round."""
+        first = self._call(self._listing)
+        if not first or min_age_seconds <= 0:
+            return sorted(first)
+        time.sleep(min_age_seconds)
+        second = self._call(self._listing)
+        return sorted(name for name, seen in first.items() if second.get(name) == seen)
+
+    def _listing(self, sftp: paramiko.SFTPClient) -> dict[str, tuple[int, int]]:
+        try:
+            entries = sftp.listdir_attr(self.inbound)
+        except OSError as exc:
+            raise TransportError(f"cannot list {self.inbound}: {exc}") from exc
+        return {
+            e.filename: (e.st_size or 0, e.st_mtime or 0)
+            for e in entries
+            if stat.S_ISREG(e.st_mode or 0) and is_collectable(e.filename)
+        }
 
     def read(self, name: str) -> bytes:
         check_name(name)

@@ -5,8 +5,11 @@ own only when whole, so the bank never picks up half a file, and a name already 
 same bytes counts as delivered (a retry after a crash between the write and our record sends
 nothing again); with other bytes it is a ``DeliveryConflict`` for a human, never overwritten.
 
-Collection lists only whole files: not our temporary names, not hidden ones, and none changed
-in the last ``min_age_seconds`` (a bank that writes in place is still writing it).
+Collection lists only whole files: not our temporary names, not hidden ones, and none that
+may still be being written. A directory on this machine compares a file's mtime with this
+machine's clock, the one that stamped it; SFTP (``sftp``) trusts no clock of the server's and
+takes a file only once its size and mtime are unchanged across two listings ``min_age_seconds``
+apart.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def incoming(self, *, min_age_seconds: float = 60.0) -> list[str]:
-        """The names of the whole files waiting for us, sorted."""
+        """The names of the whole files waiting for us, sorted: none that changed within
+        the last ``min_age_seconds`` (0 takes every file there)."""
 
     @abc.abstractmethod
     def read(self, name: str) -> bytes: ...

@@ -2,6 +2,7 @@
 what is still being written. The SFTP transport runs against a real OpenSSH server."""
 
 import os
+import threading
 import time
 from datetime import datetime
 
@@ -102,8 +103,9 @@ def test_other_bytes_under_a_delivered_name_are_a_conflict_never_an_overwrite(tr
         assert handle.read() == CONTENT
 
 
-@pytest.mark.parametrize("transport", KINDS, indirect=True)
-def test_collection_skips_temporary_hidden_and_still_changing_files(transport):
+def test_collection_skips_temporary_hidden_and_still_changing_files(directory):
+    # The directory's files are stamped by this machine's clock; SFTP's own rule is below.
+    transport = directory
     inbound = transport.inbound
     os.makedirs(inbound, exist_ok=True)
     old = time.time() - 3600
@@ -251,3 +253,94 @@ def test_the_configured_transport_is_opened_from_the_setting(module_settings, tm
     }
     opened = transport_open()
     assert isinstance(opened, DirectoryTransport) and str(opened.outbound) == str(tmp_path / "o")
+
+
+# --- SFTP: whole files whatever the server's clock says ---------------------------------------
+
+DAY = 24 * 3600
+
+
+def _put(inbound, name: str, content: bytes, mtime: float) -> str:
+    path = os.path.join(inbound, name)
+    with open(path, "wb") as handle:
+        handle.write(content)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+@pytest.mark.subprocess
+def test_sftp_takes_a_settled_file_whose_mtime_is_a_day_ahead_of_our_clock(sftp):
+    # A server clock a day fast: by mtime against our clock the file would wait a day.
+    _put(sftp.inbound, "ahead.ach", b"returns", time.time() + DAY)
+    assert sftp.incoming(min_age_seconds=0.5) == ["ahead.ach"]
+
+
+@pytest.mark.subprocess
+def test_sftp_takes_a_file_whose_mtime_was_set_ahead_over_sftp(sftp):
+    path = _put(sftp.inbound, "ahead.ach", b"returns", time.time())
+    future = int(time.time() + 3 * DAY)
+    sftp._call(lambda c: c.utime(path, (future, future)))
+    assert os.stat(path).st_mtime == future
+    assert sftp.incoming(min_age_seconds=0.5) == ["ahead.ach"]
+
+
+@pytest.mark.subprocess
+def test_sftp_leaves_a_growing_file_whose_mtime_is_a_day_behind(sftp):
+    # A server clock a day slow: by mtime the file looks old while the bank still writes it.
+    behind = time.time() - DAY
+    path = _put(sftp.inbound, "growing.ach", b"101 part one", behind)
+    _put(sftp.inbound, "whole.ach", b"returns", behind)
+
+    def keep_writing():
+        time.sleep(0.3)
+        with open(path, "ab") as handle:
+            handle.write(b" and part two")
+        os.utime(path, (behind + 1, behind + 1))
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        assert sftp.incoming(min_age_seconds=1.0) == ["whole.ach"]
+    finally:
+        writer.join()
+    # Written out: the next round takes it.
+    assert sftp.incoming(min_age_seconds=0.5) == ["growing.ach", "whole.ach"]
+
+
+@pytest.mark.subprocess
+def test_sftp_leaves_a_file_rewritten_in_place_at_the_same_size(sftp):
+    behind = time.time() - DAY
+    path = _put(sftp.inbound, "rewritten.ach", b"AAAA", behind)
+
+    def rewrite():
+        time.sleep(0.3)
+        _put(sftp.inbound, "rewritten.ach", b"BBBB", behind - 60)  # same size, older mtime
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        assert sftp.incoming(min_age_seconds=1.0) == []
+    finally:
+        writer.join()
+    assert os.path.getsize(path) == 4
+    assert sftp.incoming(min_age_seconds=0.5) == ["rewritten.ach"]
+
+
+@pytest.mark.subprocess
+def test_sftp_collection_skips_temporary_hidden_and_other_entries(sftp):
+    old = time.time() - DAY
+    for name in ("returns-1.ach", ".hidden.ach", ".r.ach.1234.partial"):
+        _put(sftp.inbound, name, b"x", old)
+    os.mkdir(os.path.join(sftp.inbound, "a-directory.ach"))
+    os.symlink("/etc/passwd", os.path.join(sftp.inbound, "link.ach"))
+    assert sftp.incoming(min_age_seconds=0.2) == ["returns-1.ach"]
+    assert sftp.incoming(min_age_seconds=0) == ["returns-1.ach"]
+    sftp.collected("returns-1.ach")
+    assert sftp.incoming(min_age_seconds=0.2) == []
+
+
+@pytest.mark.subprocess
+def test_sftp_with_an_empty_drop_does_not_wait(sftp):
+    started = time.monotonic()
+    assert sftp.incoming(min_age_seconds=30) == []
+    assert time.monotonic() - started < 5

@@ -19,7 +19,15 @@ from payments.nacha.accounts import AccountUnavailable, BankAccount
 from payments.nacha.routing import routing_number_problem
 from payments.nacha.writer import clean_text
 from payments.services.create import looks_like_bank_number
-from payments.vault.crypto import Sealed, VaultKeyError, key_provider, seal, unseal
+from payments.vault.crypto import (
+    Sealed,
+    VaultError,
+    VaultKeyError,
+    VaultUnavailable,
+    key_provider,
+    seal,
+    unseal,
+)
 from payments.vault.models import AccountType, SecCode, VaultAccount
 from payments.vault.selectors import TOKEN_PREFIX
 
@@ -119,12 +127,19 @@ def _sealed(account: VaultAccount) -> Sealed:
 
 
 def vault_account_reveal(token: str) -> BankAccount:
-    """The account behind ``token``, for writing a file (``payments.nacha``'s resolver)."""
+    """The account behind ``token``, for writing a file (``payments.nacha``'s resolver).
+
+    A record that does not open is ``AccountUnavailable`` (its entry is refused); a key holder
+    that cannot be asked (``VaultUnavailable``: KMS down, a key disabled) is raised as it is, so
+    the file cut stops and runs again later instead of refusing every entry of the window."""
     account = VaultAccount.objects.filter(token=token).first()
     if account is None:
         raise AccountUnavailable("the vault holds no account for this token")
     try:
         payload = json.loads(unseal(_sealed(account), aad=token.encode()))
+    except VaultUnavailable as exc:
+        logger.error("vault key holder unavailable", extra={"token": token, "reason": str(exc)})
+        raise
     except VaultKeyError as exc:
         logger.error("vault account unreadable", extra={"token": token, "reason": str(exc)})
         raise AccountUnavailable(f"the vault cannot open this account: {exc}") from None
@@ -141,8 +156,9 @@ def vault_account_reveal(token: str) -> BankAccount:
 def vault_keys_rotate(*, batch_size: int = 500, max_batches: int | None = None) -> int:
     """Re-encrypt every account not under the active key, ``batch_size`` rows per transaction
     (rows another rotation holds are skipped, not waited for). Returns how many were
-    re-encrypted; a row that does not open stops the rotation with ``VaultKeyError``, naming
-    its token, and the batches before it stay committed."""
+    re-encrypted; a row that does not open stops the rotation with ``VaultKeyError``, and a key
+    holder that cannot be asked with ``VaultUnavailable``, naming its token; the batches before
+    it stay committed."""
     active = key_provider().active_version()
     done = batches = 0
     while max_batches is None or batches < max_batches:
@@ -158,9 +174,9 @@ def vault_keys_rotate(*, batch_size: int = 500, max_batches: int | None = None) 
                 aad = row.token.encode()
                 try:
                     plaintext = unseal(_sealed(row), aad=aad)
-                except VaultKeyError as exc:
-                    raise VaultKeyError(f"account {row.token}: {exc}") from None
-                sealed = seal(plaintext, aad=aad)
+                    sealed = seal(plaintext, aad=aad)
+                except VaultError as exc:
+                    raise type(exc)(f"account {row.token}: {exc}") from None
                 row.key_version = sealed.key_version
                 row.wrapped_key, row.nonce = sealed.wrapped_key, sealed.nonce
                 row.ciphertext = sealed.ciphertext

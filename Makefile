@@ -69,8 +69,10 @@ FAST = not subprocess and not browser and not scale
 # their group), and the test where two real worker processes share 500 payments' events (its
 # receives happen in the workers, so they were not counted). The other modules that talk to SQS
 # only send, count, or receive one message per group there: their LocalStack run repeated the
-# fauxqs one.
+# fauxqs one. And the vault's KMS key holder, against LocalStack's KMS (test_kms, all of it
+# `localstack_only`: fauxqs serves no KMS).
 LOCALSTACK_TESTS ?= \
+	tests/payments/vault/test_kms.py \
 	tests/callbacks/test_worker_partial_batch.py \
 	tests/callbacks/test_setup_queues.py \
 	tests/callbacks/test_worker.py \

@@ -72,3 +72,39 @@ def payments_processor_backend_check(app_configs=None, **kwargs) -> list[Error]:
             id="payments.E005",
         )
     ]
+
+
+@register()
+def payments_vault_key_provider_check(app_configs=None, **kwargs) -> list[Error]:
+    """``PAYMENTS["VAULT_KEY_PROVIDER"]`` must name a key provider (payments.E006), and the
+    settings that provider reads must fit together (payments.E007): an active version that no
+    key has, or a KMS holder with no KMS key, would otherwise fail the first store, not start-up.
+    Nothing is called out: a KMS that is down is the store's error, not start-up's."""
+    from payments.vault.crypto import KeyProvider
+
+    path = conf.VAULT_KEY_PROVIDER
+    hint = "a dotted path to a subclass of payments.vault.crypto.KeyProvider"
+    try:
+        provider = import_string(path)
+    except ImportError as exc:
+        problem = f"cannot be imported: {exc}"
+    else:
+        if isinstance(provider, type) and issubclass(provider, KeyProvider):
+            return [
+                Error(
+                    problem,
+                    hint="the vault's settings: README, settings table",
+                    obj="VAULT_KEY_PROVIDER",
+                    id="payments.E007",
+                )
+                for problem in provider.settings_problems()
+            ]
+        problem = "is not a subclass of payments.vault.crypto.KeyProvider"
+    return [
+        Error(
+            f'PAYMENTS["VAULT_KEY_PROVIDER"] = {path!r} {problem}',
+            hint=hint,
+            obj="VAULT_KEY_PROVIDER",
+            id="payments.E006",
+        )
+    ]

@@ -25,7 +25,7 @@ from payments.setting_specs import (
     json_text,
 )
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
-from payments.vault.keys import parse_vault_keys
+from payments.vault.keys import KMS_KEYS_ACCEPTED, parse_kms_keys, parse_vault_keys
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -116,7 +116,8 @@ SPECS: dict[str, Spec] = {
     ),
     # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
     # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and
-    # the class holding them (payments.vault.crypto.KeyProvider: a KMS one can replace it).
+    # the class holding them (payments.vault.crypto.KeyProvider; the provider's own settings are
+    # checked apart, payments.E007).
     "VAULT_KEYS": Parsed(
         {},
         parse=parse_vault_keys,
@@ -125,13 +126,31 @@ SPECS: dict[str, Spec] = {
         secret=True,
     ),
     "VAULT_ACTIVE_KEY": Text(
-        "", pattern=r"[A-Za-z0-9_.-]*", accepted="a version of VAULT_KEYS, or blank (no vault)"
+        "",
+        pattern=r"[A-Za-z0-9_.-]*",
+        accepted="a version of VAULT_KEYS (or of VAULT_KMS_KEYS), or blank (no vault)",
     ),
     "VAULT_KEY_PROVIDER": Text(
         "payments.vault.crypto.SettingsKeyProvider",
         pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
         accepted="a dotted path such as 'package.module.Class'",
     ),
+    # The KMS key holder (VAULT_KEY_PROVIDER "payments.vault.kms.KmsKeyProvider"): the KMS key
+    # of each version (from the environment "v1:<key ARN>,v2:<key ARN>"), the region (None:
+    # boto3's own, AWS_REGION or AWS_DEFAULT_REGION), an endpoint (None: AWS itself; a URL: a
+    # KMS-compatible server, LocalStack in tests) and how long one call may wait to connect and
+    # to be answered: a store or a file cut waits on it, so an unreachable KMS must fail fast.
+    "VAULT_KMS_KEYS": Parsed(
+        {}, parse=parse_kms_keys, accepted=KMS_KEYS_ACCEPTED, types=(dict, str)
+    ),
+    "VAULT_KMS_REGION": Text(
+        None,
+        pattern=r"|[a-z]{2}(-[a-z]+)+-\d+",
+        accepted="an AWS region such as 'us-east-1', or None/blank for boto3's own",
+        optional=True,
+    ),
+    "VAULT_KMS_ENDPOINT_URL": Url(None),
+    "VAULT_KMS_TIMEOUT_SECONDS": Seconds(5.0, 60),
 }
 # Pairs (low, high) whose low value may not exceed the high one.
 RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)

@@ -23,8 +23,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """A test that needs what only one of the two SQS servers does (several messages of one
-    group in one receive: LocalStack; refusing a queue change AWS accepts: fauxqs) is left out
-    of the other server's run, not skipped: make test runs both."""
+    group in one receive, or KMS beside SQS: LocalStack; refusing a queue change AWS accepts:
+    fauxqs) is left out of the other server's run, not skipped: CI runs both (make test, then
+    make test-slow's LOCALSTACK_TESTS)."""
     wrong = "fauxqs_only" if sqs_server.LOCALSTACK else "localstack_only"
     left_out = [item for item in items if item.get_closest_marker(wrong)]
     if left_out:

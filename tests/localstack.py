@@ -1,7 +1,8 @@
-"""Start and stop LocalStack's SQS (host mode, no Docker) on a free loopback port.
+"""Start and stop LocalStack's SQS and KMS (host mode, no Docker) on a free loopback port.
 
 The second SQS server of the test suite: unlike fauxqs it returns several messages of one group
 in one receive, in order, as AWS may, so the worker's partial-batch path runs against a server.
+Its KMS is the vault's key holder in the KMS tests (tests/payments/vault/test_kms.py).
 It lives in a virtual environment of its own (``make localstack``, Python 3.13), since its
 requirements would clash with the project's. Same interface as ``tests.localsqs.LocalSqs``.
 """
@@ -21,6 +22,8 @@ VENV = ROOT / ".venv-localstack"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".requirements-installed"
 START_TIMEOUT_SECONDS = 60
+# KMS starts with SQS in the same process: it adds well under a second to the start.
+SERVICES = ("sqs", "kms")
 
 
 def _free_port() -> int:
@@ -72,7 +75,7 @@ class LocalStack:
             GATEWAY_LISTEN=listen,
             LOCALSTACK_HOST=listen,  # the host and port in the queue URLs it hands out
             SQS_ENDPOINT_STRATEGY="path",
-            SERVICES="sqs",
+            SERVICES=",".join(SERVICES),
             EAGER_SERVICE_LOADING="1",
             PERSISTENCE="0",
             DNS_ADDRESS="0",  # its DNS server would want port 53 on every interface
@@ -109,14 +112,15 @@ class LocalStack:
         raise RuntimeError(f"LocalStack did not start; its log:\n{self.log_path.read_text()}")
 
     def _wait_ready(self) -> bool:
-        """True once SQS answers; False if the process exited (a port taken, say)."""
+        """True once SQS and KMS answer; False if the process exited (a port taken, say)."""
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
             try:
                 health = requests.get(f"{self.endpoint_url}/_localstack/health", timeout=1)
-                if health.ok and health.json().get("services", {}).get("sqs") == "running":
+                running = health.ok and health.json().get("services", {})
+                if running and all(running.get(name) == "running" for name in SERVICES):
                     return True
             except (requests.ConnectionError, requests.Timeout, ValueError):
                 pass

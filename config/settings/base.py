@@ -166,9 +166,15 @@ PAYMENTS = app_settings_from_environ(
         "PROCESSOR_BREAKER_PAUSE_SECONDS",
         "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS",
         "RETENTION_PURGE_BATCH_SIZE",
-        # The vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and the active one.
+        # The vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and the active one, or
+        # the KMS key holder and its keys ("v1:<key ARN>,v2:<key ARN>").
         "VAULT_KEYS",
         "VAULT_ACTIVE_KEY",
+        "VAULT_KEY_PROVIDER",
+        "VAULT_KMS_KEYS",
+        "VAULT_KMS_REGION",
+        "VAULT_KMS_ENDPOINT_URL",
+        "VAULT_KMS_TIMEOUT_SECONDS",
         # The processor backend, and the bank path's (JSON for the dicts and the windows).
         "PROCESSOR_BACKEND",
         "NACHA_ORIGINATOR",

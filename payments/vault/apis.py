@@ -36,6 +36,7 @@ from payments.serializers import (
     StrictCharField,
     StrictInputSerializer,
 )
+from payments.vault.crypto import VaultUnavailable
 from payments.vault.models import AccountType, SecCode
 from payments.vault.services import VaultInputError, vault_account_store
 
@@ -103,4 +104,8 @@ def _vault_account_answer(request, data) -> idempotency.Answer:
         # The host has not given the vault its keys: nothing was stored; say which setting.
         logger.error("vault store refused: %s", exc)
         return _refusal(ApiError(503, "vault_unconfigured", str(exc)))
+    except VaultUnavailable as exc:
+        # The key holder (KMS) cannot be asked: nothing was stored, and a retry may succeed.
+        logger.error("vault store refused: %s", exc)
+        return _refusal(ApiError(503, "vault_unavailable", "the vault's key holder is unavailable"))
     return idempotency.Answer(201, dict(VaultAccountOutputSerializer(account).data))

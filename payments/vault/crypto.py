@@ -2,10 +2,10 @@
 key (KEK) that a ``KeyProvider`` holds.
 
 The data key never leaves the process unwrapped, and the KEK never leaves its provider: the
-settings provider below keeps versioned KEKs in ``PAYMENTS["VAULT_KEYS"]``; a KMS provider
-(AWS KMS ``Encrypt``/``Decrypt`` of the 32-byte data key) implements the same two methods, named
-by ``PAYMENTS["VAULT_KEY_PROVIDER"]``. Rotation is a new active version: new records are
-wrapped under it, and ``vault_rotate_keys`` re-encrypts the old ones in batches.
+settings provider below keeps versioned KEKs in ``PAYMENTS["VAULT_KEYS"]``; the KMS provider
+(``payments.vault.kms``: AWS KMS ``Encrypt``/``Decrypt`` of the 32-byte data key) implements the
+same methods, named by ``PAYMENTS["VAULT_KEY_PROVIDER"]``. Rotation is a new active version: new
+records are wrapped under it, and ``vault_rotate_keys`` re-encrypts the old ones in batches.
 
 Both encryptions bind the record's token as associated data, so a ciphertext or a wrapped key
 copied onto another row does not decrypt there.
@@ -29,9 +29,20 @@ from payments.vault.keys import parse_vault_keys
 NONCE_BYTES = 12
 
 
-class VaultKeyError(Exception):
-    """A key is missing or a ciphertext does not open with it (wrong key, altered data). The
-    message names the key version, never a key or a plaintext."""
+class VaultError(Exception):
+    """The vault cannot seal or open a record. A message names a key version or a token, never
+    a key, a plaintext or a number."""
+
+
+class VaultKeyError(VaultError):
+    """A key is missing or a ciphertext does not open with it (wrong key, altered data, moved
+    to another record): the record's own problem."""
+
+
+class VaultUnavailable(VaultError):
+    """The key holder cannot wrap or unwrap at all just now: unreachable, refusing access, the
+    key disabled or pending deletion. No record is at fault, so none may be given up for it:
+    callers stop and try again once the holder answers."""
 
 
 class KeyProvider(abc.ABC):
@@ -47,7 +58,13 @@ class KeyProvider(abc.ABC):
     @abc.abstractmethod
     def unwrap(self, version: str, wrapped: bytes, *, aad: bytes) -> bytes:
         """Raise ``VaultKeyError`` when the version is unknown or the wrapped key does not
-        open."""
+        open, ``VaultUnavailable`` when the holder cannot be asked."""
+
+    @classmethod
+    def settings_problems(cls) -> list[str]:
+        """What is wrong with the settings this provider reads, each naming its setting and no
+        key; read by the start-up check (payments.E007), so it must not call out."""
+        return []
 
 
 class SettingsKeyProvider(KeyProvider):
@@ -58,6 +75,20 @@ class SettingsKeyProvider(KeyProvider):
             return parse_vault_keys(conf.VAULT_KEYS)
         except ValueError as exc:
             raise ImproperlyConfigured(f"PAYMENTS['VAULT_KEYS']: {exc}") from None
+
+    @classmethod
+    def settings_problems(cls) -> list[str]:
+        version = conf.VAULT_ACTIVE_KEY
+        try:
+            keys = parse_vault_keys(conf.VAULT_KEYS)
+        except ValueError:
+            return []  # refused on its own (payments.E003)
+        if version and version not in keys:
+            return [
+                f"PAYMENTS['VAULT_ACTIVE_KEY'] = {version!r} is not a version of "
+                "PAYMENTS['VAULT_KEYS']"
+            ]
+        return []
 
     def active_version(self) -> str:
         version = conf.VAULT_ACTIVE_KEY

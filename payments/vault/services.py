@@ -19,13 +19,19 @@ from payments.nacha.accounts import AccountUnavailable, BankAccount
 from payments.nacha.routing import routing_number_problem
 from payments.nacha.writer import clean_text
 from payments.services.create import looks_like_bank_number
-from payments.vault.crypto import Sealed, VaultKeyError, key_provider, seal, unseal
+from payments.vault.crypto import (
+    Sealed,
+    VaultError,
+    VaultKeyError,
+    VaultUnavailable,
+    key_provider,
+    seal,
+    unseal,
+)
 from payments.vault.models import AccountType, SecCode, VaultAccount
 from payments.vault.selectors import TOKEN_PREFIX
 
 logger = logging.getLogger(__name__)
-
-_SEALED_FIELDS = ("key_version", "wrapped_key", "nonce", "ciphertext")
 
 
 class VaultInputError(ValueError):
@@ -119,12 +125,19 @@ def _sealed(account: VaultAccount) -> Sealed:
 
 
 def vault_account_reveal(token: str) -> BankAccount:
-    """The account behind ``token``, for writing a file (``payments.nacha``'s resolver)."""
+    """The account behind ``token``, for writing a file (``payments.nacha``'s resolver).
+
+    A record that does not open is ``AccountUnavailable`` (its entry is refused); a key holder
+    that cannot be asked (``VaultUnavailable``: KMS down, a key disabled) is raised as it is, so
+    the file cut stops and runs again later instead of refusing every entry of the window."""
     account = VaultAccount.objects.filter(token=token).first()
     if account is None:
         raise AccountUnavailable("the vault holds no account for this token")
     try:
         payload = json.loads(unseal(_sealed(account), aad=token.encode()))
+    except VaultUnavailable as exc:
+        logger.error("vault key holder unavailable", extra={"token": token, "reason": str(exc)})
+        raise
     except VaultKeyError as exc:
         logger.error("vault account unreadable", extra={"token": token, "reason": str(exc)})
         raise AccountUnavailable(f"the vault cannot open this account: {exc}") from None
@@ -139,34 +152,47 @@ def vault_account_reveal(token: str) -> BankAccount:
 
 
 def vault_keys_rotate(*, batch_size: int = 500, max_batches: int | None = None) -> int:
-    """Re-encrypt every account not under the active key, ``batch_size`` rows per transaction
-    (rows another rotation holds are skipped, not waited for). Returns how many were
-    re-encrypted; a row that does not open stops the rotation with ``VaultKeyError``, naming
-    its token, and the batches before it stay committed."""
+    """Re-encrypt every account not under the active key, ``batch_size`` rows at a time.
+    Returns how many were re-encrypted; a row that does not open stops the rotation with
+    ``VaultKeyError``, and a key holder that cannot be asked with ``VaultUnavailable``, naming
+    its token; the batches before it stay committed.
+
+    The key holder may be a network away (KMS: two calls a row), so a batch is read, unsealed and
+    sealed again outside any transaction, and then written in one short transaction, each row
+    only if it is still as it was read: a row another rotation re-encrypted meanwhile keeps that
+    rotation's work, and no lock is held while the holder is asked."""
     active = key_provider().active_version()
     done = batches = 0
+    last_pk = 0
     while max_batches is None or batches < max_batches:
+        rows = list(
+            VaultAccount.objects.exclude(key_version=active)
+            .filter(pk__gt=last_pk)
+            .order_by("pk")[:batch_size]
+        )
+        if not rows:
+            break
+        last_pk = rows[-1].pk
+        resealed = []
+        for row in rows:
+            aad = row.token.encode()
+            try:
+                resealed.append((row, seal(unseal(_sealed(row), aad=aad), aad=aad)))
+            except VaultError as exc:
+                raise type(exc)(f"account {row.token}: {exc}") from None
+        written = 0
         with transaction.atomic():
-            rows = list(
-                VaultAccount.objects.select_for_update(skip_locked=True)
-                .exclude(key_version=active)
-                .order_by("pk")[:batch_size]
-            )
-            if not rows:
-                break
-            for row in rows:
-                aad = row.token.encode()
-                try:
-                    plaintext = unseal(_sealed(row), aad=aad)
-                except VaultKeyError as exc:
-                    raise VaultKeyError(f"account {row.token}: {exc}") from None
-                sealed = seal(plaintext, aad=aad)
-                row.key_version = sealed.key_version
-                row.wrapped_key, row.nonce = sealed.wrapped_key, sealed.nonce
-                row.ciphertext = sealed.ciphertext
-                row.rotated_at = timezone.now()
-                row.save(update_fields=[*_SEALED_FIELDS, "rotated_at"])
-        done += len(rows)
+            for row, sealed in resealed:
+                written += VaultAccount.objects.filter(
+                    pk=row.pk, key_version=row.key_version, nonce=bytes(row.nonce)
+                ).update(
+                    key_version=sealed.key_version,
+                    wrapped_key=sealed.wrapped_key,
+                    nonce=sealed.nonce,
+                    ciphertext=sealed.ciphertext,
+                    rotated_at=timezone.now(),
+                )
+        done += written
         batches += 1
-        logger.info("vault keys rotated", extra={"rows": len(rows), "key_version": active})
+        logger.info("vault keys rotated", extra={"rows": written, "key_version": active})
     return done

@@ -1,14 +1,15 @@
 """Re-encrypt the vault's accounts under the active key-encrypting key, in batches.
 
-Rotation: add the new key to ``PAYMENTS["VAULT_KEYS"]``, make it ``VAULT_ACTIVE_KEY`` (new
-accounts are sealed under it at once), run this command, and remove the old key only once it
-reports nothing left under it. Each batch is its own transaction: the command can be stopped
+Rotation: add the new key to ``PAYMENTS["VAULT_KEYS"]`` (with the KMS holder, a new version in
+``VAULT_KMS_KEYS`` naming another KMS key), make it ``VAULT_ACTIVE_KEY`` (new accounts are sealed
+under it at once), run this command, and remove the old key (disable the old KMS key) only once
+it reports nothing left under it. Each batch is its own transaction: the command can be stopped
 and run again, and a running store or reveal is never blocked for long.
 """
 
 from django.core.management.base import BaseCommand, CommandError
 
-from payments.vault.crypto import VaultKeyError, key_provider
+from payments.vault.crypto import VaultError, key_provider
 from payments.vault.models import VaultAccount
 from payments.vault.services import vault_keys_rotate
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         active = key_provider().active_version()
         try:
             done = vault_keys_rotate(batch_size=options["batch_size"])
-        except VaultKeyError as exc:
+        except VaultError as exc:
             raise CommandError(f"rotation stopped: {exc}") from exc
         left = VaultAccount.objects.exclude(key_version=active).count()
         self.stdout.write(f"re-encrypted {done} accounts under key {active}; {left} left")

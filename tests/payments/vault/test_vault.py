@@ -183,3 +183,58 @@ def test_a_wrong_key_setting_is_refused_without_showing_the_key(value, problem):
 def test_keys_from_the_environment_are_read_as_version_colon_base64():
     keys = parse_vault_keys(f"k1:{KEY_1}, k2:{KEY_2}")
     assert keys == {"k1": bytes(range(32)), "k2": bytes(range(32, 64))}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rotation_asks_the_key_holder_outside_any_transaction(vault_keys, monkeypatch):
+    # The holder may be KMS, a network away: no transaction (nor row lock) is held across it.
+    from payments.vault.crypto import SettingsKeyProvider
+
+    for _ in range(3):
+        vault_account_store(**ACCOUNT)
+    vault_keys.VAULT_KEYS = {"k1": KEY_1, "k2": KEY_2}
+    vault_keys.VAULT_ACTIVE_KEY = "k2"
+    in_transaction = []
+    for name in ("wrap", "unwrap"):
+        method = getattr(SettingsKeyProvider, name)
+
+        def watched(self, *args, _method=method, **kwargs):
+            in_transaction.append(connection.in_atomic_block)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(SettingsKeyProvider, name, watched)
+
+    assert vault_keys_rotate(batch_size=2) == 3
+    assert in_transaction == [False] * 6
+    assert set(VaultAccount.objects.values_list("key_version", flat=True)) == {"k2"}
+
+
+def test_a_row_another_rotation_re_encrypted_meanwhile_keeps_that_work(vault_keys, monkeypatch):
+    from payments.vault import services
+
+    first, second = vault_account_store(**ACCOUNT), vault_account_store(**ACCOUNT)
+    vault_keys.VAULT_KEYS = {"k1": KEY_1, "k2": KEY_2}
+    vault_keys.VAULT_ACTIVE_KEY = "k2"
+    theirs = seal(
+        b'{"routing": "011000015", "account": "123456789012", "name": "Jane Q Customer"}',
+        aad=first.token.encode(),
+    )
+    real_seal = services.seal
+
+    def seal_while_another_rotation_writes(plaintext, *, aad):
+        if aad == first.token.encode():
+            VaultAccount.objects.filter(pk=first.pk).update(
+                key_version=theirs.key_version,
+                wrapped_key=theirs.wrapped_key,
+                nonce=theirs.nonce,
+                ciphertext=theirs.ciphertext,
+            )
+        return real_seal(plaintext, aad=aad)
+
+    monkeypatch.setattr(services, "seal", seal_while_another_rotation_writes)
+
+    assert vault_keys_rotate() == 1
+    first.refresh_from_db()
+    assert bytes(first.nonce) == theirs.nonce and first.rotated_at is None
+    assert VaultAccount.objects.get(pk=second.pk).key_version == "k2"
+    assert vault_account_reveal(first.token).account_number == "123456789012"

@@ -151,7 +151,7 @@ def test_a_file_cut_while_kms_is_unreachable_refuses_no_entry_and_cuts_once_it_a
 
     kms_vault.VAULT_KMS_ENDPOINT_URL = local_sqs.endpoint_url
     cut = nacha_file_cut(now=now, resolve_account=vault_account_reveal)
-    assert cut.refused == [] and "123456789012" in cut.file.content
+    assert cut.refused == [] and "123456789012" in cut.file.content_bytes().decode()
 
 
 def test_a_disabled_kms_key_is_refused_as_unavailable_and_nothing_is_lost(kms_vault, kms, kms_keys):

@@ -114,6 +114,14 @@ class Migration(migrations.Migration):
             field=models.BinaryField(default=b""),
             preserve_default=False,
         ),
+        # Nullable while they go, so that going back can add them again before they are
+        # filled (and makes them required again once they are).
+        migrations.AlterField(
+            model_name="nachafile", name="content", field=models.TextField(null=True)
+        ),
+        migrations.AlterField(
+            model_name="nachainboundfile", name="content", field=models.BinaryField(null=True)
+        ),
         migrations.RunPython(seal_contents, open_contents, elidable=False),
         migrations.RemoveField(model_name="nachafile", name="content"),
         migrations.RemoveField(model_name="nachainboundfile", name="content"),

@@ -83,7 +83,10 @@ def test_rotation_moves_every_account_from_one_kms_key_to_another(kms_vault, kms
 
     call_command("vault_rotate_keys", "--batch-size", "2")
 
-    assert "re-encrypted 3 accounts under key k2; 0 left" in capsys.readouterr().out
+    assert (
+        "re-keyed 3 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files"
+        in capsys.readouterr().out
+    )
     for account in VaultAccount.objects.all():
         assert account.key_version == "k2" and account.rotated_at is not None
         assert _kms_decrypt(kms, account)["KeyId"] == kms_keys["k2"]

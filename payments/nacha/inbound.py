@@ -1,6 +1,7 @@
 """Reading the bank's return and NOC files into processor events, all or nothing.
 
-``nacha_inbound_store`` keeps every file it is given, whole. A malformed one (the parser's
+``nacha_inbound_store`` keeps every file it is given, whole and sealed by the vault (the bytes
+of a return carry the DFI account number). A malformed one (the parser's
 refusal, or an entry that is no return or NOC) is stored as refused with its record number and
 reason, and nothing of it is imported. A good one becomes one ``NachaInboundEvent`` per entry
 in the same transaction: a return (addenda 99) is a ``returned`` event, a dishonored return
@@ -29,6 +30,7 @@ from payments.nacha import layouts as L
 from payments.nacha.accounts import AccountUnavailable
 from payments.nacha.models import InboundStatus, NachaEntry, NachaInboundEvent, NachaInboundFile
 from payments.nacha.parser import Entry, NachaFile, NachaFormatError, parse_nacha
+from payments.nacha.sealing import content_seal, inbound_aad
 from payments.nacha.windows import EASTERN
 
 logger = logging.getLogger(__name__)
@@ -203,22 +205,27 @@ def _event_for(entry: Entry, moment: datetime) -> tuple[str, str, NachaEntry | N
 
 
 def nacha_inbound_store(*, name: str, content: bytes) -> InboundResult:
-    """Keep the file and turn it into events, or keep it refused; see the module docstring."""
+    """Keep the file and turn it into events, or keep it refused; see the module docstring.
+
+    The bytes are sealed by the vault first, outside any transaction (the key holder may be a
+    network away): a holder that cannot be asked raises ``VaultUnavailable`` before anything is
+    stored, and the caller leaves the file in the bank's drop for the next round."""
     sha = hashlib.sha256(content).hexdigest()
     existing = NachaInboundFile.objects.filter(sha256=sha).first()
     if existing is not None:
         return InboundResult(existing, created=False)
+    sealed = content_seal(content, aad=inbound_aad(sha256=sha))
     try:
         with transaction.atomic():
-            return InboundResult(_import(name, content, sha), created=True)
+            return InboundResult(_import(name, content, sha, sealed), created=True)
     except NachaFormatError as exc:
         refused = NachaInboundFile.objects.create(
             name=name[:255],
             sha256=sha,
-            content=content,
             status=InboundStatus.REFUSED,
             refused_record=exc.record_number,
             refused_reason=exc.reason,
+            **sealed,
         )
         logger.error(
             "nacha file refused: %s", exc, extra={"file": name, "record": exc.record_number}
@@ -257,11 +264,11 @@ def _refused_alert(stored: NachaInboundFile) -> None:
     )
 
 
-def _import(name: str, content: bytes, sha: str) -> NachaInboundFile:
+def _import(name: str, content: bytes, sha: str, sealed: dict) -> NachaInboundFile:
     parsed = parse_nacha(content)
     moment = _file_moment(parsed)
     stored = NachaInboundFile.objects.create(
-        name=name[:255], sha256=sha, content=content, status=InboundStatus.IMPORTED
+        name=name[:255], sha256=sha, status=InboundStatus.IMPORTED, **sealed
     )
     count = 0
     for entry in parsed.entries():

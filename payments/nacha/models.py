@@ -4,11 +4,37 @@
 path's: one row per payment (unique), one trace number per row (unique), and a file set once,
 under a row lock, so an entry is in exactly one file however often submission or the cut is
 retried. A file keeps its bytes: a delivery retried later sends exactly what was cut.
+
+The bytes of a file, ours or the bank's, hold raw account numbers: they are kept only sealed by
+the vault (``payments.nacha.sealing``) and read through ``content_bytes()``.
 """
 
 import uuid
 
 from django.db import models
+
+from payments.nacha import sealing
+
+
+class SealedContent(models.Model):
+    """A file's bytes as the vault seals them: key version, wrapped data key, nonce and
+    ciphertext (``payments.vault.crypto.Sealed``). ``vault_keys_rotate`` re-wraps the data key
+    of a row not under the active key."""
+
+    key_version = models.CharField(max_length=32, db_index=True)
+    wrapped_key = models.BinaryField()
+    nonce = models.BinaryField()
+    ciphertext = models.BinaryField()
+
+    class Meta:
+        abstract = True
+
+    def content_aad(self) -> bytes:
+        raise NotImplementedError
+
+    def content_bytes(self) -> bytes:
+        """The file's clear bytes (asks the key holder: call it outside any transaction)."""
+        return sealing.content_open(self)
 
 
 class NachaTraceCounter(models.Model):
@@ -21,7 +47,7 @@ class NachaTraceCounter(models.Model):
         return f"{self.odfi_identification}: {self.last_sequence}"
 
 
-class NachaFile(models.Model):
+class NachaFile(SealedContent):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     window_name = models.CharField(max_length=64)
     bank_cutoff_at = models.DateTimeField()
@@ -29,8 +55,7 @@ class NachaFile(models.Model):
     creation_date = models.DateField(help_text="Eastern time, as the file header carries it")
     file_id_modifier = models.CharField(max_length=1)
     name = models.CharField(max_length=128, unique=True)
-    content = models.TextField(help_text="The file's bytes (ASCII), as cut; never shown")
-    sha256 = models.CharField(max_length=64)
+    sha256 = models.CharField(max_length=64, help_text="Of the clear bytes, as cut")
     entry_count = models.PositiveIntegerField()
     total_debit_cents = models.PositiveBigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -51,6 +76,9 @@ class NachaFile(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def content_aad(self) -> bytes:
+        return sealing.outbound_aad(file_id=self.pk, sha256=self.sha256)
 
 
 class NachaEntry(models.Model):
@@ -89,13 +117,12 @@ class InboundStatus(models.TextChoices):
     REFUSED = "refused", "Refused whole: malformed, nothing imported"
 
 
-class NachaInboundFile(models.Model):
-    """A file the bank sent us, kept whole, imported or refused. The bytes hold account
-    numbers: never shown; ``nacha_inspect`` masks them."""
+class NachaInboundFile(SealedContent):
+    """A file the bank sent us, kept whole (sealed), imported or refused. The bytes hold
+    account numbers: never shown; ``nacha_inspect`` masks them."""
 
     name = models.CharField(max_length=255)
-    sha256 = models.CharField(max_length=64, unique=True)
-    content = models.BinaryField()
+    sha256 = models.CharField(max_length=64, unique=True, help_text="Of the clear bytes")
     status = models.CharField(max_length=16, choices=InboundStatus.choices)
     refused_record = models.PositiveIntegerField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
@@ -107,6 +134,9 @@ class NachaInboundFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+    def content_aad(self) -> bytes:
+        return sealing.inbound_aad(sha256=self.sha256)
 
 
 class NachaInboundEvent(models.Model):

@@ -1,10 +1,11 @@
 """Entries and files of the bank path: a trace number per payment, and files cut per window.
 
 ``nacha_entry_add`` gives a payment its entry and trace number once (a retried submission
-finds the same row). ``nacha_file_cut`` takes every entry not yet in a file, under row locks,
-writes them into one file for the next window, and stores the file and each entry's place in
-it in one transaction: an entry is in exactly one file, and a cut that fails leaves every entry
-where it was. Delivering the stored bytes is the transport's job, after the commit.
+finds the same row). ``nacha_file_cut`` takes every entry not yet in a file, reveals the
+accounts and writes and seals the file outside any transaction, then stores the file and each
+entry's place in it in one short transaction under row locks, re-checking each entry: an entry
+is in exactly one file, and a cut that fails leaves every entry where it was. Delivering the
+stored bytes (opened from their sealed form) is the transport's job, after the commit.
 """
 
 from __future__ import annotations
@@ -21,11 +22,18 @@ from django.utils import timezone
 from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.models import Payment, PaymentState
 from payments.nacha import settings as nacha_settings
-from payments.nacha.accounts import AccountResolver, AccountUnavailable
+from payments.nacha.accounts import AccountResolver, AccountUnavailable, BankAccount
 from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
+from payments.nacha.sealing import content_seal, outbound_aad
 from payments.nacha.transports import DeliveryConflict, Transport
 from payments.nacha.windows import EASTERN, WindowInstance, window_next
-from payments.nacha.writer import DebitEntry, EntryRefused, entry_check, nacha_file_write
+from payments.nacha.writer import (
+    DebitEntry,
+    EntryRefused,
+    Originator,
+    entry_check,
+    nacha_file_write,
+)
 from payments.services.create import SUBMIT_PAYMENT, outbox_enqueue
 
 logger = logging.getLogger(__name__)
@@ -77,6 +85,25 @@ def _amount_cents(payment: Payment) -> int:
     return int(payment.amount * 100)
 
 
+# How often a cut plans again when the entries changed between its plan and its lock (a
+# concurrent cut took some, a payment failed meanwhile); after that the next round cuts.
+CUT_PLANS = 3
+
+
+@dataclass
+class _CutPlan:
+    """What a cut means to store, worked out outside any transaction: the entries it takes
+    with their debits, the entries it refuses with the reason, and the file's bytes sealed."""
+
+    usable: list[tuple[NachaEntry, DebitEntry]]
+    refusals: list[tuple[NachaEntry, str]]
+    files_that_day: int = 0
+    created: datetime | None = None
+    content: bytes = b""
+    file_id: uuid.UUID | None = None
+    sealed: dict = field(default_factory=dict)
+
+
 def nacha_file_cut(
     *,
     now: datetime,
@@ -89,95 +116,194 @@ def nacha_file_cut(
     calls this every few minutes and files go out once per window); without, now. A same-day
     window leaves an entry over the same-day limit for the next next-day window. An entry the
     resolver refuses is marked refused (its payment fails) and left out.
+
+    The resolver (the vault: a KMS call per account with the KMS holder) and the sealing of the
+    file are asked outside any transaction: the cut first plans (reads the waiting entries,
+    reveals their accounts, writes and seals the file), then stores in one short transaction
+    holding the ODFI's counter row and the entries' rows, but only if the plan still holds:
+    each entry still waiting and its payment still pending, and the day's file count (the
+    modifier) unchanged. Otherwise it plans again with the accounts already revealed; an entry
+    it cannot use is left waiting for the next cut, never lost, never in two files. A key holder
+    that cannot be asked (``VaultUnavailable``) stops the cut before anything is stored.
     """
     originator = nacha_settings.originator()
     window = window_next(now, windows=nacha_settings.windows(), buffer=nacha_settings.bank_buffer())
     if lead is not None and window.bank_cutoff - now > lead:
         return CutResult(None, window)
+    accounts: dict[str, BankAccount | AccountUnavailable] = {}
+    refused: list[NachaEntry] = []
+    for _ in range(CUT_PLANS):
+        plan = _cut_plan(
+            now=now,
+            window=window,
+            originator=originator,
+            resolve_account=resolve_account,
+            accounts=accounts,
+        )
+        cut, stale = _cut_store(plan, window=window, originator=originator, refused=refused)
+        if cut is not None:
+            logger.info(
+                "nacha file cut",
+                extra={"file": cut.name, "entries": cut.entry_count, "window": window.name},
+            )
+            return CutResult(cut, window, refused)
+        if not stale:
+            return CutResult(None, window, refused)
+    logger.warning("nacha cut: the waiting entries kept changing; the next round cuts them")
+    return CutResult(None, window, refused)
+
+
+def _resolved(
+    token: str,
+    resolve_account: AccountResolver,
+    accounts: dict[str, BankAccount | AccountUnavailable],
+) -> BankAccount:
+    if token not in accounts:
+        try:
+            accounts[token] = resolve_account(token)
+        except AccountUnavailable as exc:
+            accounts[token] = exc
+    found = accounts[token]
+    if isinstance(found, AccountUnavailable):
+        raise found
+    return found
+
+
+def _cut_plan(
+    *,
+    now: datetime,
+    window: WindowInstance,
+    originator: Originator,
+    resolve_account: AccountResolver,
+    accounts: dict[str, BankAccount | AccountUnavailable],
+) -> _CutPlan:
+    """The cut worked out outside any transaction (see ``nacha_file_cut``)."""
+    waiting = (
+        NachaEntry.objects.select_related("payment")
+        .filter(file__isnull=True, refused_reason="")
+        .order_by("trace_number")
+    )
+    plan = _CutPlan(usable=[], refusals=[])
+    for entry in waiting:
+        cents = _amount_cents(entry.payment)
+        if not window.accepts(cents):
+            continue
+        try:
+            if entry.payment.state != PaymentState.PENDING:
+                # Failed or settled some other way meanwhile: it must not be debited.
+                raise EntryRefused(f"the payment is {entry.payment.state}, not pending")
+            account = _resolved(entry.payment.source_token, resolve_account, accounts)
+            if account.merchant_id is not None and account.merchant_id != (
+                entry.payment.merchant_id
+            ):
+                raise EntryRefused("the account token belongs to another merchant")
+            debit = DebitEntry(
+                trace_number=entry.trace_number,
+                sec_code=account.sec_code,
+                account_type=account.account_type,
+                routing_number=account.routing_number,
+                account_number=account.account_number,
+                amount_cents=cents,
+                identification=entry.payment_id.hex[:15],
+                receiver_name=account.holder_name,
+            )
+            # Each entry checked on its own, so one bad account refuses only itself.
+            entry_check(debit, originator.odfi_identification)
+        except (AccountUnavailable, EntryRefused) as exc:
+            plan.refusals.append((entry, str(exc)[:255]))
+            continue
+        plan.usable.append((entry, debit))
+    if not plan.usable:
+        return plan
+    plan.created = now.astimezone(EASTERN)
+    plan.files_that_day = NachaFile.objects.filter(creation_date=plan.created.date()).count()
+    if plan.files_that_day >= len(FILE_ID_MODIFIERS):
+        raise FilesExhausted(f"{plan.files_that_day} files were cut on {plan.created.date()}")
+    plan.content = nacha_file_write(
+        originator=originator,
+        entries=[debit for _, debit in plan.usable],
+        effective_entry_date=window.effective_entry_date,
+        created_at=plan.created,
+        file_id_modifier=FILE_ID_MODIFIERS[plan.files_that_day],
+    )
+    plan.file_id = uuid.uuid4()
+    plan.sealed = content_seal(
+        plan.content,
+        aad=outbound_aad(file_id=plan.file_id, sha256=hashlib.sha256(plan.content).hexdigest()),
+    )
+    return plan
+
+
+def _cut_store(
+    plan: _CutPlan, *, window: WindowInstance, originator: Originator, refused: list[NachaEntry]
+) -> tuple[NachaFile | None, bool]:
+    """Store the plan under the locks if it still holds: (the file, False); (None, True) when
+    it no longer does and must be planned again; (None, False) when there is nothing to cut.
+    The plan's refusals of entries still waiting are recorded either way."""
+    planned = [entry.pk for entry, _ in plan.usable] + [entry.pk for entry, _ in plan.refusals]
+    if not planned:
+        return None, False
     with transaction.atomic():
         # One cut at a time per ODFI: the counter row is the lock, so two cutters never give
         # the same modifier or take the same entries.
         NachaTraceCounter.objects.select_for_update().get_or_create(
             odfi_identification=originator.odfi_identification
         )
-        pending = list(
-            NachaEntry.objects.select_for_update(of=("self",))
+        locked = {
+            entry.pk: entry
+            for entry in NachaEntry.objects.select_for_update(of=("self",))
             .select_related("payment")
-            .filter(file__isnull=True, refused_reason="")
-            .order_by("trace_number")
-        )
-        entries: list[tuple[NachaEntry, DebitEntry]] = []
-        refused: list[NachaEntry] = []
-        for entry in pending:
-            cents = _amount_cents(entry.payment)
-            if not window.accepts(cents):
-                continue
-            try:
-                if entry.payment.state != PaymentState.PENDING:
-                    # Failed or settled some other way meanwhile: it must not be debited.
-                    raise EntryRefused(f"the payment is {entry.payment.state}, not pending")
-                account = resolve_account(entry.payment.source_token)
-                if account.merchant_id is not None and account.merchant_id != (
-                    entry.payment.merchant_id
-                ):
-                    raise EntryRefused("the account token belongs to another merchant")
-                debit = DebitEntry(
-                    trace_number=entry.trace_number,
-                    sec_code=account.sec_code,
-                    account_type=account.account_type,
-                    routing_number=account.routing_number,
-                    account_number=account.account_number,
-                    amount_cents=cents,
-                    identification=entry.payment_id.hex[:15],
-                    receiver_name=account.holder_name,
-                )
-                # Each entry checked on its own, so one bad account refuses only itself.
-                entry_check(debit, originator.odfi_identification)
-            except (AccountUnavailable, EntryRefused) as exc:
-                entry.refused_reason = str(exc)[:255]
-                entry.save(update_fields=["refused_reason"])
-                refused.append(entry)
-                logger.warning(
-                    "nacha entry refused",
-                    extra={"payment_id": str(entry.payment_id), "trace": entry.trace_number},
-                )
-                continue
-            entry.sec_code = debit.sec_code
-            entries.append((entry, debit))
-        if not entries:
-            return CutResult(None, window, refused)
-        created = now.astimezone(EASTERN)
-        used = NachaFile.objects.filter(creation_date=created.date()).count()
-        if used >= len(FILE_ID_MODIFIERS):
-            raise FilesExhausted(f"{used} files were cut on {created.date()}")
-        modifier = FILE_ID_MODIFIERS[used]
-        content = nacha_file_write(
-            originator=originator,
-            entries=[debit for _, debit in entries],
-            effective_entry_date=window.effective_entry_date,
-            created_at=created,
-            file_id_modifier=modifier,
-        )
+            .filter(pk__in=planned, file__isnull=True, refused_reason="")
+        }
+        for entry, reason in plan.refusals:
+            if entry.pk in locked:
+                _entry_refuse(locked[entry.pk], reason, refused)
+        stale = False
+        for entry, _ in plan.usable:
+            now_entry = locked.get(entry.pk)
+            if now_entry is None:
+                stale = True  # another cut took it, or it was refused meanwhile
+            elif now_entry.payment.state != PaymentState.PENDING:
+                reason = f"the payment is {now_entry.payment.state}, not pending"
+                _entry_refuse(now_entry, reason, refused)
+                stale = True
+        if not plan.usable:
+            return None, False
+        if stale or plan.files_that_day != (
+            NachaFile.objects.filter(creation_date=plan.created.date()).count()
+        ):
+            return None, True
+        created = plan.created
+        modifier = FILE_ID_MODIFIERS[plan.files_that_day]
         cut = NachaFile.objects.create(
+            id=plan.file_id,
             window_name=window.name,
             bank_cutoff_at=window.bank_cutoff,
             effective_entry_date=window.effective_entry_date,
             creation_date=created.date(),
             file_id_modifier=modifier,
             name=f"{created:%Y%m%d}-{modifier}-{window.name}.ach",
-            content=content.decode("ascii"),
-            sha256=hashlib.sha256(content).hexdigest(),
-            entry_count=len(entries),
-            total_debit_cents=sum(d.amount_cents for _, d in entries),
+            sha256=hashlib.sha256(plan.content).hexdigest(),
+            entry_count=len(plan.usable),
+            total_debit_cents=sum(d.amount_cents for _, d in plan.usable),
+            **plan.sealed,
         )
-        for entry, _ in entries:
-            entry.file = cut
-            entry.save(update_fields=["file", "sec_code"])
-    logger.info(
-        "nacha file cut",
-        extra={"file": cut.name, "entries": cut.entry_count, "window": window.name},
+        for entry, debit in plan.usable:
+            taken = locked[entry.pk]
+            taken.file = cut
+            taken.sec_code = debit.sec_code
+            taken.save(update_fields=["file", "sec_code"])
+    return cut, False
+
+
+def _entry_refuse(entry: NachaEntry, reason: str, refused: list[NachaEntry]) -> None:
+    entry.refused_reason = reason
+    entry.save(update_fields=["refused_reason"])
+    refused.append(entry)
+    logger.warning(
+        "nacha entry refused",
+        extra={"payment_id": str(entry.payment_id), "trace": entry.trace_number},
     )
-    return CutResult(cut, window, refused)
 
 
 def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> NachaFile:
@@ -188,7 +314,9 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
     if cut.delivered_at is not None:
         return cut
     try:
-        location = transport.deliver(cut.name, cut.content.encode("ascii"))
+        # Opened here, outside any transaction (the key holder may be a network away); a
+        # holder that cannot be asked raises VaultUnavailable and the next round delivers.
+        location = transport.deliver(cut.name, cut.content_bytes())
     except DeliveryConflict:
         _delivery_conflict_alert(cut)
         raise

@@ -147,6 +147,22 @@ def seal(plaintext: bytes, *, aad: bytes, provider: KeyProvider | None = None) -
     return Sealed(version, provider.wrap(version, data_key, aad=b"dek:" + aad), nonce, ciphertext)
 
 
+def rewrap(sealed: Sealed, *, aad: bytes, provider: KeyProvider | None = None) -> Sealed:
+    """The same ciphertext with its data key wrapped under the active KEK instead: all that a
+    rotation of the KEK needs (envelope encryption), whatever the size of the plaintext. The
+    data key is checked against the ciphertext first, so a record that does not open is
+    refused (``VaultKeyError``) rather than carried over."""
+    provider = provider or key_provider()
+    version = provider.active_version()
+    data_key = provider.unwrap(sealed.key_version, sealed.wrapped_key, aad=b"dek:" + aad)
+    try:
+        AESGCM(data_key).decrypt(sealed.nonce, sealed.ciphertext, aad)
+    except InvalidTag:
+        raise VaultKeyError("a vault record does not open: altered or moved") from None
+    wrapped = provider.wrap(version, data_key, aad=b"dek:" + aad)
+    return Sealed(version, wrapped, sealed.nonce, sealed.ciphertext)
+
+
 def unseal(sealed: Sealed, *, aad: bytes, provider: KeyProvider | None = None) -> bytes:
     provider = provider or key_provider()
     data_key = provider.unwrap(sealed.key_version, sealed.wrapped_key, aad=b"dek:" + aad)

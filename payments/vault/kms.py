@@ -16,11 +16,21 @@ KMS's answers become the vault's errors: a blob that does not open under this ke
 the record's ``VaultKeyError``; KMS unreachable, throttling, access refused, a key disabled,
 pending deletion or not found is ``VaultUnavailable`` (no record is at fault). The messages name
 the version and KMS's error code only: never a key, a blob, a plaintext, nor KMS's own text.
+
+botocore at DEBUG logs each request's parameters (``botocore.endpoint``: an ``Encrypt``'s
+Plaintext, the data key) and each response's body (``botocore.parsers``: a ``Decrypt``'s
+Plaintext). A filter on botocore's loggers drops every record they make while the vault's KMS
+call runs (a context variable marks it), so turning botocore's logging up for some other call
+cannot put the vault's data keys in the logs.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 # The vault's KMS gateway: with callbacks.sqs, the only modules of the apps the lint lets import
 # boto3.
@@ -41,6 +51,53 @@ _lock = threading.Lock()
 _client = None
 _client_key: tuple | None = None
 
+# Set while the vault's own KMS call runs, in its thread (or task) only.
+_in_vault_call: ContextVar[bool] = ContextVar("payments_vault_kms_call", default=False)
+
+# The loggers botocore (and the HTTP library under it) write a call's records to; a filter on
+# a logger sees only its own records, so each is named. The first two carry bodies at DEBUG.
+BOTOCORE_LOGGERS = (
+    "botocore.endpoint",
+    "botocore.parsers",
+    "botocore.hooks",
+    "botocore.auth",
+    "botocore.awsrequest",
+    "botocore.httpsession",
+    "botocore.httpchecksum",
+    "botocore.retryhandler",
+    "botocore.retries.standard",
+    "botocore.client",
+    "urllib3.connectionpool",
+)
+
+
+class VaultCallLogFilter(logging.Filter):
+    """Drops the records made during a KMS call of the vault; lets every other one through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _in_vault_call.get()
+
+
+_log_filter = VaultCallLogFilter()
+
+
+def log_filter_install() -> None:
+    """Put the filter on botocore's loggers (idempotent: a logger keeps one copy)."""
+    for name in BOTOCORE_LOGGERS:
+        logging.getLogger(name).addFilter(_log_filter)
+
+
+log_filter_install()
+
+
+@contextmanager
+def _vault_call() -> Iterator[None]:
+    token = _in_vault_call.set(True)
+    try:
+        yield
+    finally:
+        _in_vault_call.reset(token)
+
 
 def kms_client():
     """A process-wide boto3 KMS client for the current settings (rebuilt if they change)."""
@@ -50,6 +107,7 @@ def kms_client():
     key = (region, endpoint, timeout)
     with _lock:
         if _client is None or _client_key != key:
+            log_filter_install()  # again, should a logging configuration have replaced loggers
             try:
                 _client = boto3.client(
                     "kms",
@@ -128,9 +186,10 @@ class KmsKeyProvider(KeyProvider):
     def wrap(self, version: str, data_key: bytes, *, aad: bytes) -> bytes:
         key_id = self._key_id(version)
         try:
-            answer = kms_client().encrypt(
-                KeyId=key_id, Plaintext=data_key, EncryptionContext=_context(aad)
-            )
+            with _vault_call():
+                answer = kms_client().encrypt(
+                    KeyId=key_id, Plaintext=data_key, EncryptionContext=_context(aad)
+                )
         except (BotoCoreError, ClientError) as exc:
             raise _vault_error(exc, "wrap a data key", version) from None
         return answer["CiphertextBlob"]
@@ -138,9 +197,10 @@ class KmsKeyProvider(KeyProvider):
     def unwrap(self, version: str, wrapped: bytes, *, aad: bytes) -> bytes:
         key_id = self._key_id(version)
         try:
-            answer = kms_client().decrypt(
-                KeyId=key_id, CiphertextBlob=wrapped, EncryptionContext=_context(aad)
-            )
+            with _vault_call():
+                answer = kms_client().decrypt(
+                    KeyId=key_id, CiphertextBlob=wrapped, EncryptionContext=_context(aad)
+                )
         except (BotoCoreError, ClientError) as exc:
             raise _vault_error(exc, "unwrap a data key", version) from None
         return answer["Plaintext"]

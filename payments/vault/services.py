@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from payments.nacha.accounts import AccountUnavailable, BankAccount
 from payments.nacha.routing import routing_number_problem
+from payments.nacha.sealing import sealed_of
 from payments.nacha.writer import clean_text
 from payments.services.create import looks_like_bank_number
 from payments.vault.crypto import (
@@ -25,6 +26,7 @@ from payments.vault.crypto import (
     VaultKeyError,
     VaultUnavailable,
     key_provider,
+    rewrap,
     seal,
     unseal,
 )
@@ -152,25 +154,46 @@ def vault_account_reveal(token: str) -> BankAccount:
 
 
 def vault_keys_rotate(*, batch_size: int = 500, max_batches: int | None = None) -> int:
-    """Re-encrypt every account not under the active key, ``batch_size`` rows at a time.
-    Returns how many were re-encrypted; a row that does not open stops the rotation with
-    ``VaultKeyError``, and a key holder that cannot be asked with ``VaultUnavailable``, naming
-    its token; the batches before it stay committed.
+    """Re-key every vault record not under the active key, ``batch_size`` rows at a time: the
+    accounts (re-encrypted), then the NACHA files, ours and the bank's (their data keys
+    re-wrapped: the ciphertext stays as it is). Returns how many records were re-keyed, all
+    kinds together; ``max_batches`` bounds the batches of the whole run. A row that does not
+    open stops the rotation with ``VaultKeyError``, and a key holder that cannot be asked with
+    ``VaultUnavailable``, naming the row; the batches before it stay committed.
 
-    The key holder may be a network away (KMS: two calls a row), so a batch is read, unsealed and
-    sealed again outside any transaction, and then written in one short transaction, each row
-    only if it is still as it was read: a row another rotation re-encrypted meanwhile keeps that
+    The key holder may be a network away (KMS: one or two calls a row), so a batch is read and
+    re-keyed outside any transaction, and then written in one short transaction, each row
+    only if it is still as it was read: a row another rotation re-keyed meanwhile keeps that
     rotation's work, and no lock is held while the holder is asked."""
+    from payments.nacha.models import NachaFile, NachaInboundFile
+
     active = key_provider().active_version()
-    done = batches = 0
+    budget = [max_batches]
+    done = _rotate_accounts(active, batch_size, budget)
+    for model, kind in ((NachaFile, "NACHA file"), (NachaInboundFile, "inbound NACHA file")):
+        done += _rotate_files(model, kind, active, batch_size, budget)
+    return done
+
+
+def _batch_allowed(budget: list[int | None]) -> bool:
+    if budget[0] is None:
+        return True
+    if budget[0] <= 0:
+        return False
+    budget[0] -= 1
+    return True
+
+
+def _rotate_accounts(active: str, batch_size: int, budget: list[int | None]) -> int:
+    done = 0
     last_pk = 0
-    while max_batches is None or batches < max_batches:
+    while True:
         rows = list(
             VaultAccount.objects.exclude(key_version=active)
             .filter(pk__gt=last_pk)
             .order_by("pk")[:batch_size]
         )
-        if not rows:
+        if not rows or not _batch_allowed(budget):
             break
         last_pk = rows[-1].pk
         resealed = []
@@ -193,6 +216,41 @@ def vault_keys_rotate(*, batch_size: int = 500, max_batches: int | None = None) 
                     rotated_at=timezone.now(),
                 )
         done += written
-        batches += 1
         logger.info("vault keys rotated", extra={"rows": written, "key_version": active})
+    return done
+
+
+def _rotate_files(model, kind: str, active: str, batch_size: int, budget: list) -> int:
+    """The data keys of one table of sealed NACHA files re-wrapped under ``active``."""
+    done = 0
+    last_pk = None
+    while True:
+        # Only what the re-wrap needs: a file's ciphertext is read once, to check its key.
+        rows = model.objects.exclude(key_version=active).order_by("pk")
+        if last_pk is not None:
+            rows = rows.filter(pk__gt=last_pk)
+        rows = list(
+            rows.only("pk", "sha256", "key_version", "wrapped_key", "nonce", "ciphertext")[
+                :batch_size
+            ]
+        )
+        if not rows or not _batch_allowed(budget):
+            break
+        last_pk = rows[-1].pk
+        rewrapped = []
+        for row in rows:
+            try:
+                rewrapped.append((row, rewrap(sealed_of(row), aad=row.content_aad())))
+            except VaultError as exc:
+                raise type(exc)(f"{kind} {row.pk}: {exc}") from None
+        written = 0
+        with transaction.atomic():
+            for row, sealed in rewrapped:
+                written += model.objects.filter(
+                    pk=row.pk, key_version=row.key_version, wrapped_key=bytes(row.wrapped_key)
+                ).update(key_version=sealed.key_version, wrapped_key=sealed.wrapped_key)
+        done += written
+        logger.info(
+            "vault keys rotated", extra={"rows": written, "kind": kind, "key_version": active}
+        )
     return done

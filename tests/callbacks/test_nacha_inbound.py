@@ -67,7 +67,7 @@ def _settled_payments(n: int, state=PaymentState.CONFIRMED):
         payment.refresh_from_db()
         if state == PaymentState.CONFIRMED:
             LedgerEntryFactory(payment=payment, merchant_id=payment.merchant_id)
-    ours = {e.trace_number: e for e in parse_nacha(cut.content.encode()).entries()}
+    ours = {e.trace_number: e for e in parse_nacha(cut.content_bytes()).entries()}
     return payments, ours
 
 
@@ -271,7 +271,7 @@ def test_a_malformed_file_is_refused_whole_kept_and_imports_nothing(bank_path, s
 
     assert result.refused == ["broken.ach"] and result.published == 0
     stored = NachaInboundFile.objects.get()
-    assert stored.status == "refused" and bytes(stored.content) == broken
+    assert stored.status == "refused" and stored.content_bytes() == broken
     assert stored.refused_record == 7 and "entry/addenda count says 9" in stored.refused_reason
     assert NachaInboundEvent.objects.count() == 0
     assert _received(sqs_queues.client, sqs_queues.url) == []
@@ -284,7 +284,7 @@ def test_an_entry_without_a_return_or_noc_addenda_refuses_the_whole_file(bank_pa
     payments, _ = _settled_payments(1)
     from payments.nacha.models import NachaFile
 
-    forward = NachaFile.objects.get().content.encode()  # our own debit file, sent back
+    forward = NachaFile.objects.get().content_bytes()  # our own debit file, sent back
     _drop(bank_path, "forward.ach", forward)
     result = nacha_files_collect(transport=bank_path, min_age_seconds=0)
     stored = NachaInboundFile.objects.get()

@@ -147,7 +147,7 @@ def test_each_process_makes_exactly_the_sqs_calls_its_role_declares(
     OutboxMessage.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(minutes=5))
     module_settings.RECONCILE_SUBMITTED_AFTER = timedelta(0)
     bank_file = NachaInboundFile.objects.create(
-        name="returns.ach", sha256="0" * 64, content=b"", status="imported"
+        name="returns.ach", sha256="0" * 64, status="imported"
     )
     for payment, trace in ((stale, "021000020000001"), (None, "021000029999999")):
         NachaInboundEvent.objects.create(

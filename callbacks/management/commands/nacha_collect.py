@@ -6,6 +6,7 @@ from django.core.management.base import CommandError
 from callbacks.nacha_inbound import nacha_files_collect
 from payments.nacha.rounds import RoundsCommand
 from payments.nacha.transports import TransportError, transport_open
+from payments.vault.crypto import VaultUnavailable
 
 
 def non_negative(value: str) -> float:
@@ -38,6 +39,10 @@ class Command(RoundsCommand):
             )
         except TransportError as exc:
             raise CommandError(f"collection stopped: {exc}") from exc
+        except VaultUnavailable as exc:
+            # Nothing was stored for what the key holder could not seal or open: the next
+            # round does it.
+            raise CommandError(f"collection stopped, vault unavailable: {exc}") from exc
         finally:
             transport.close()
         if options["every"] and not (result.imported or result.refused):

@@ -15,6 +15,7 @@ from django.utils import timezone
 from payments.nacha.rounds import RoundsCommand
 from payments.nacha.services import nacha_send_due
 from payments.nacha.transports import TransportError, transport_open
+from payments.vault.crypto import VaultUnavailable
 from payments.vault.services import vault_account_reveal
 
 
@@ -45,6 +46,10 @@ class Command(RoundsCommand):
             )
         except TransportError as exc:
             raise CommandError(f"delivery stopped: {exc}") from exc
+        except VaultUnavailable as exc:
+            # Nothing was stored for what the key holder could not seal or open: the next
+            # round does it.
+            raise CommandError(f"delivery stopped, vault unavailable: {exc}") from exc
         finally:
             transport.close()
         cut = result.cut

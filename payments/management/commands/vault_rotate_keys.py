@@ -1,4 +1,5 @@
-"""Re-encrypt the vault's accounts under the active key-encrypting key, in batches.
+"""Re-key the vault's records under the active key-encrypting key, in batches: the accounts
+(re-encrypted) and the sealed NACHA files, ours and the bank's (their data keys re-wrapped).
 
 Rotation: add the new key to ``PAYMENTS["VAULT_KEYS"]`` (with the KMS holder, a new version in
 ``VAULT_KMS_KEYS`` naming another KMS key), make it ``VAULT_ACTIVE_KEY`` (new accounts are sealed
@@ -9,6 +10,7 @@ and run again, and a running store or reveal is never blocked for long.
 
 from django.core.management.base import BaseCommand, CommandError
 
+from payments.nacha.models import NachaFile, NachaInboundFile
 from payments.vault.crypto import VaultError, key_provider
 from payments.vault.models import VaultAccount
 from payments.vault.services import vault_keys_rotate
@@ -22,7 +24,10 @@ def batch_size(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "Re-encrypt vaulted accounts not under the active key, in batches (1-10000 rows)."
+    help = (
+        "Re-key vaulted accounts and sealed NACHA files not under the active key, in batches "
+        "(1-10000 rows)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--batch-size", type=batch_size, default=500, help="default 500")
@@ -33,7 +38,12 @@ class Command(BaseCommand):
             done = vault_keys_rotate(batch_size=options["batch_size"])
         except VaultError as exc:
             raise CommandError(f"rotation stopped: {exc}") from exc
-        left = VaultAccount.objects.exclude(key_version=active).count()
-        self.stdout.write(f"re-encrypted {done} accounts under key {active}; {left} left")
-        if left:
-            raise CommandError(f"{left} accounts are still under another key (held elsewhere?)")
+        left = {
+            "accounts": VaultAccount.objects.exclude(key_version=active).count(),
+            "NACHA files": NachaFile.objects.exclude(key_version=active).count(),
+            "inbound NACHA files": NachaInboundFile.objects.exclude(key_version=active).count(),
+        }
+        remaining = ", ".join(f"{n} {kind}" for kind, n in left.items())
+        self.stdout.write(f"re-keyed {done} records under key {active}; left: {remaining}")
+        if any(left.values()):
+            raise CommandError(f"still under another key (held elsewhere?): {remaining}")

@@ -1,8 +1,11 @@
+import base64
 from pathlib import Path
 
 import pytest
 
 FILES = Path(__file__).parent / "files"
+# The vault tests' own first key (tests/payments/vault/conftest.py), so both fixtures agree.
+FILE_KEY = base64.b64encode(bytes(range(32))).decode()
 
 
 def read_file(name: str) -> bytes:
@@ -38,7 +41,16 @@ ORIGINATOR_SETTING = {
 
 
 @pytest.fixture
-def nacha_settings(module_settings):
-    """The bank path set up for a test: our originator, the Fed's windows, a 30-minute buffer."""
-    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+def sealing_key(module_settings):
+    """A vault key: the files, ours and the bank's, are stored sealed by the vault."""
+    module_settings.VAULT_KEYS = {"k1": FILE_KEY}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
     return module_settings
+
+
+@pytest.fixture
+def nacha_settings(sealing_key):
+    """The bank path set up for a test: our originator, the Fed's windows, a 30-minute buffer,
+    and a vault key to seal the files with."""
+    sealing_key.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    return sealing_key

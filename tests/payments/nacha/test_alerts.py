@@ -27,7 +27,7 @@ from tests.payments.nacha.test_file_cut import resolve
 from triage.models import Alert
 
 # Triage stores an alert after the caller's commit: real transactions.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("sealing_key")]
 EVENING = datetime(2026, 12, 1, 20, 0, tzinfo=EASTERN)
 
 
@@ -65,7 +65,7 @@ def test_a_delivery_conflict_raises_one_high_alert_naming_the_file(
     nacha_settings, directory, raised
 ):
     cut = _cut()
-    other = cut.content.replace("55500", "55599").encode()  # another file under the name
+    other = cut.content_bytes().replace(b"55500", b"55599")  # another file under the name
     (directory.outbound / cut.name).write_bytes(other)
 
     for _ in range(3):  # three rounds meet the same conflict

@@ -59,7 +59,7 @@ def test_the_cut_puts_every_waiting_entry_in_one_file_and_a_retry_cuts_nothing(n
     assert cut.window.name == "next_day" and cut.file.effective_entry_date.isoformat() == (
         "2026-12-02"
     )
-    parsed = parse_nacha(cut.file.content.encode("ascii"))
+    parsed = parse_nacha(cut.file.content_bytes())
     read = {e.trace_number: e.amount_cents for e in parsed.entries()}
     assert read == {p.nacha_entry.trace_number: int(p.amount * 100) for p in payments}
     assert cut.file.entry_count == 3 and cut.file.total_debit_cents == sum(read.values())
@@ -73,7 +73,7 @@ def test_a_later_cut_of_the_same_day_takes_the_next_modifier(nacha_settings):
     nacha_entry_add(payment_id=PaymentFactory().pk)
     second = nacha_file_cut(now=EVENING + timedelta(hours=1), resolve_account=resolve).file
     assert (first.file_id_modifier, second.file_id_modifier) == ("A", "B")
-    assert len(list(parse_nacha(second.content.encode()).entries())) == 1
+    assert len(list(parse_nacha(second.content_bytes()).entries())) == 1
 
 
 def test_the_cut_waits_until_the_window_is_within_the_lead(nacha_settings):
@@ -134,7 +134,6 @@ def test_the_37th_file_of_a_day_is_refused(nacha_settings, monkeypatch):
         creation_date=EVENING.date(),
         file_id_modifier="A",
         name="x",
-        content="",
         sha256="",
         entry_count=0,
         total_debit_cents=0,
@@ -189,7 +188,7 @@ def test_concurrent_cuts_and_adds_put_each_entry_in_exactly_one_file(nacha_setti
     assert NachaEntry.objects.count() == 30
     traces = []
     for cut_file in NachaFile.objects.all():
-        traces += [e.trace_number for e in parse_nacha(cut_file.content.encode()).entries()]
+        traces += [e.trace_number for e in parse_nacha(cut_file.content_bytes()).entries()]
     assert sorted(traces) == sorted(NachaEntry.objects.values_list("trace_number", flat=True))
     assert len(set(traces)) == 30
 

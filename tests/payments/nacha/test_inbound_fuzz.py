@@ -11,7 +11,7 @@ from payments.nacha.models import NachaInboundEvent, NachaInboundFile
 from tests.payments.nacha.conftest import read_file
 from tests.payments.nacha.test_parser_fuzz import mutated_files
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("sealing_key")]
 
 
 @hypothesis.settings(
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def test_any_bytes_are_stored_imported_whole_or_refused_whole(data):
     result = nacha_inbound_store(name="drop.ach", content=data)
     stored = NachaInboundFile.objects.get(pk=result.file.pk)
-    assert bytes(stored.content) == data
+    assert stored.content_bytes() == data
     events = NachaInboundEvent.objects.filter(file=stored).count()
     if stored.status == "refused":
         assert stored.refused_record >= 1 and stored.refused_reason

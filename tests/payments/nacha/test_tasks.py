@@ -59,7 +59,7 @@ def test_the_collect_task_stores_files_older_than_a_minute_and_queues_their_even
 ):
     nacha_entry_add(payment_id=PaymentFactory().pk)
     cut = nacha_file_cut(now=EVENING, resolve_account=resolve).file
-    [entry] = parse_nacha(cut.content.encode()).entries()
+    [entry] = parse_nacha(cut.content_bytes()).entries()
     content = nacha_answer_file_write(
         answers=[BankAnswer(entry, "R01")],
         bank_routing_number="011000015",

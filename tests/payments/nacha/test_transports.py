@@ -192,7 +192,7 @@ def test_a_cut_file_is_delivered_once_and_recorded(transport, nacha_settings):
     assert delivered.delivered_at is not None
     assert delivered.delivered_to.endswith(cut.name)
     with open(delivered.delivered_to, "rb") as handle:
-        assert handle.read() == cut.content.encode()
+        assert handle.read() == cut.content_bytes()
     # A retry after our record: nothing is sent.
     calls = []
     original = transport.deliver
@@ -209,7 +209,7 @@ def test_a_retry_after_a_crash_before_the_record_finds_the_file_and_only_records
     cut = nacha_file_cut(
         now=datetime(2026, 12, 1, 20, 0, tzinfo=EASTERN), resolve_account=resolve
     ).file
-    directory.deliver(cut.name, cut.content.encode())  # the crash came right after this
+    directory.deliver(cut.name, cut.content_bytes())  # the crash came right after this
     assert NachaFile.objects.get(pk=cut.pk).delivered_at is None
     delivered = nacha_file_deliver(file_id=cut.pk, transport=directory)
     assert delivered.delivered_at is not None

@@ -15,7 +15,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from payments.nacha.accounts import AccountUnavailable
-from payments.nacha.models import NachaEntry
+from payments.nacha.inbound import nacha_inbound_store
+from payments.nacha.models import NachaEntry, NachaFile, NachaInboundFile
 from payments.nacha.services import nacha_entry_add, nacha_file_cut
 from payments.nacha.windows import EASTERN
 from payments.vault.crypto import VaultKeyError, VaultUnavailable, key_provider
@@ -30,6 +31,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.localstack_only]
 REGION = "us-east-1"
 # A loopback port nothing listens on: KMS unreachable.
 CLOSED_ENDPOINT = "http://127.0.0.1:9"
+EVENING = datetime(2026, 12, 1, 20, 0, tzinfo=EASTERN)
 
 
 @pytest.fixture
@@ -53,6 +55,24 @@ def kms_vault(module_settings, local_sqs, kms_keys):
     module_settings.VAULT_KMS_ENDPOINT_URL = local_sqs.endpoint_url
     module_settings.VAULT_KMS_TIMEOUT_SECONDS = 2
     return module_settings
+
+
+def _kms_decrypt_file(kms, cut: NachaFile | NachaInboundFile) -> dict:
+    """A sealed file's wrapped key opened by KMS itself (kept out of the captured log)."""
+    return kms.decrypt(
+        CiphertextBlob=bytes(cut.wrapped_key),
+        EncryptionContext={CONTEXT_KEY: "dek:" + cut.content_aad().decode()},
+    )
+
+
+def _cut_with_kms(settings) -> NachaFile:
+    """A file of one vaulted payment, cut and sealed through KMS."""
+    settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    token = vault_account_store(**ACCOUNT).token
+    nacha_entry_add(payment_id=PaymentFactory(source_token=token, merchant_id="m-1").pk)
+    cut = nacha_file_cut(now=EVENING, resolve_account=vault_account_reveal).file
+    assert cut.key_version == "k1" and ACCOUNT["account_number"].encode() in cut.content_bytes()
+    return cut
 
 
 def _kms_decrypt(kms, account: VaultAccount) -> dict:
@@ -83,7 +103,10 @@ def test_rotation_moves_every_account_from_one_kms_key_to_another(kms_vault, kms
 
     call_command("vault_rotate_keys", "--batch-size", "2")
 
-    assert "re-encrypted 3 accounts under key k2; 0 left" in capsys.readouterr().out
+    assert (
+        "re-keyed 3 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files"
+        in capsys.readouterr().out
+    )
     for account in VaultAccount.objects.all():
         assert account.key_version == "k2" and account.rotated_at is not None
         assert _kms_decrypt(kms, account)["KeyId"] == kms_keys["k2"]
@@ -91,6 +114,24 @@ def test_rotation_moves_every_account_from_one_kms_key_to_another(kms_vault, kms
     kms.disable_key(KeyId=kms_keys["k1"])
     kms_vault.VAULT_KMS_KEYS = {"k2": kms_keys["k2"]}
     assert {vault_account_reveal(t).account_number for t in tokens} == {"123456789012"}
+
+
+def test_rotation_re_wraps_the_sealed_files_data_keys_under_the_other_kms_key(
+    kms_vault, kms, kms_keys
+):
+    cut = _cut_with_kms(kms_vault)
+    bank_file = nacha_inbound_store(name="broken.ach", content=b"not a NACHA file\n").file
+    kms_vault.VAULT_KMS_KEYS = {"k1": kms_keys["k1"], "k2": kms_keys["k2"]}
+    kms_vault.VAULT_ACTIVE_KEY = "k2"
+
+    assert vault_keys_rotate(batch_size=1) == 3  # the account, our file, the bank's file
+
+    kms.disable_key(KeyId=kms_keys["k1"])  # the old key is no longer needed
+    cut = NachaFile.objects.get(pk=cut.pk)
+    assert cut.key_version == "k2" and _kms_decrypt_file(kms, cut)["KeyId"] == kms_keys["k2"]
+    assert ACCOUNT["account_number"].encode() in cut.content_bytes()
+    bank_file = NachaInboundFile.objects.get(pk=bank_file.pk)
+    assert bank_file.content_bytes() == b"not a NACHA file\n"
 
 
 def test_a_wrapped_key_moved_to_another_record_is_refused_by_kms(kms_vault):
@@ -151,7 +192,7 @@ def test_a_file_cut_while_kms_is_unreachable_refuses_no_entry_and_cuts_once_it_a
 
     kms_vault.VAULT_KMS_ENDPOINT_URL = local_sqs.endpoint_url
     cut = nacha_file_cut(now=now, resolve_account=vault_account_reveal)
-    assert cut.refused == [] and "123456789012" in cut.file.content
+    assert cut.refused == [] and "123456789012" in cut.file.content_bytes().decode()
 
 
 def test_a_disabled_kms_key_is_refused_as_unavailable_and_nothing_is_lost(kms_vault, kms, kms_keys):
@@ -192,11 +233,19 @@ def test_a_kms_key_scheduled_for_deletion_is_refused_and_stops_the_rotation(
 
 
 def test_nothing_sensitive_reaches_a_message_or_a_log_line(kms_vault, kms, kms_keys, caplog):
-    # Every logger at INFO (as deployed) and the module's own at DEBUG.
+    # Every logger at INFO (as deployed), the module's own at DEBUG, and botocore at DEBUG: it
+    # then logs request parameters and response bodies, a data key among them.
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="payments")
+    caplog.set_level(logging.DEBUG, logger="botocore")
     account = vault_account_store(**ACCOUNT)
     data_key = _kms_decrypt(kms, account)["Plaintext"]
+    # The test's own KMS call is no vault call: botocore logs its body, the data key in it.
+    own = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("botocore"))
+    assert base64.b64encode(data_key).decode() in own
+    caplog.clear()
+    assert vault_account_reveal(account.token).account_number == ACCOUNT["account_number"]
+    cut_file = _cut_with_kms(kms_vault)
     moved = vault_account_store(**ACCOUNT)
     VaultAccount.objects.filter(pk=moved.pk).update(wrapped_key=account.wrapped_key)
     messages = []
@@ -215,9 +264,13 @@ def test_nothing_sensitive_reaches_a_message_or_a_log_line(kms_vault, kms, kms_k
     failure(vault_account_reveal, account.token)
     failure(lambda: vault_account_store(**ACCOUNT))
 
+    kms.disable_key(KeyId=kms_keys["k2"])  # a call of the test's own, logged at DEBUG
+
     assert len(messages) == 5
     logged = "\n".join(f"{r.getMessage()} {r.__dict__} {r.exc_text or ''}" for r in caplog.records)
     assert "vault key holder unavailable" in logged
+    assert "OperationModel(name=DisableKey)" in logged  # botocore's DEBUG reached the log
+    file_key = _kms_decrypt_file(kms, cut_file)["Plaintext"]
     secrets = [
         *RAW_NUMBERS,
         ACCOUNT["holder_name"],
@@ -225,6 +278,9 @@ def test_nothing_sensitive_reaches_a_message_or_a_log_line(kms_vault, kms, kms_k
         data_key.hex(),
         repr(data_key)[2:-1],
         base64.b64encode(bytes(account.wrapped_key)).decode(),
+        base64.b64encode(file_key).decode(),
+        file_key.hex(),
+        base64.b64encode(bytes(cut_file.wrapped_key)).decode(),
     ]
     for text in (*messages, logged):
         for secret in secrets:

@@ -174,3 +174,19 @@ def test_the_kms_settings_are_read_from_the_environment_with_their_types():
     assert values["VAULT_KMS_TIMEOUT_SECONDS"] == 2.5
     assert parse_kms_keys(values["VAULT_KMS_KEYS"]) == {"k1": ARN_1, "k2": ARN_2}
     assert values["VAULT_KMS_REGION"] == "eu-west-1"
+
+
+def test_botocore_records_made_during_a_vault_kms_call_are_dropped_and_others_kept(caplog):
+    import logging
+
+    from payments.vault import kms
+
+    caplog.set_level(logging.DEBUG, logger="botocore")
+    for name in ("botocore.endpoint", "botocore.parsers"):
+        with kms._vault_call():
+            logging.getLogger(name).debug("Response body:\n%r", b'{"Plaintext": "secret"}')
+        logging.getLogger(name).debug("Response body:\n%r", b'{"Plaintext": "public"}')
+
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2 and all("public" in text for text in logged)
+    assert all(kms._log_filter in logging.getLogger(name).filters for name in kms.BOTOCORE_LOGGERS)

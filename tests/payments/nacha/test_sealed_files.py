@@ -5,9 +5,10 @@ the key holder outside any transaction."""
 import os
 from datetime import datetime, timedelta
 from decimal import Decimal
+from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from callbacks.nacha_inbound import nacha_files_collect
@@ -373,3 +374,52 @@ def test_the_rotation_command_reports_files_left_under_another_key(nacha_setting
         in capsys.readouterr().out
     )
     assert NachaFile.objects.get().key_version == "k2"
+
+
+def test_the_send_command_stops_its_round_naming_the_vault_and_the_next_round_sends(
+    nacha_settings, transport, monkeypatch
+):
+    nacha_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(transport.outbound),
+        "inbound": str(transport.inbound),
+    }
+    _vaulted_payments(2)
+    with monkeypatch.context() as outage:
+        _outage(outage)
+        with pytest.raises(CommandError, match="delivery stopped, vault unavailable: KMS cannot"):
+            call_command("nacha_send", "--now")
+    assert NachaFile.objects.count() == 0
+    assert not transport.outbound.exists() or not os.listdir(transport.outbound)
+
+    out = StringIO()
+    call_command("nacha_send", "--now", stdout=out)
+
+    [cut] = NachaFile.objects.all()
+    assert f"cut {cut.name}: 2 entries" in out.getvalue()
+    assert sorted(os.listdir(transport.outbound)) == [cut.name]
+
+
+def test_the_collect_command_stops_its_round_naming_the_vault_and_the_next_round_imports(
+    nacha_settings, transport, monkeypatch, sqs_queues
+):
+    nacha_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(transport.outbound),
+        "inbound": str(transport.inbound),
+    }
+    returns = _return_file(_cut())
+    with open(os.path.join(transport.inbound, "returns.ach"), "wb") as handle:
+        handle.write(returns)
+    with monkeypatch.context() as outage:
+        _outage(outage)
+        with pytest.raises(CommandError, match="collection stopped, vault unavailable: KMS"):
+            call_command("nacha_collect", "--min-age-seconds", "0")
+    assert NachaInboundFile.objects.count() == 0
+    assert os.listdir(transport.inbound) == ["returns.ach"]
+
+    out = StringIO()
+    call_command("nacha_collect", "--min-age-seconds", "0", stdout=out)
+
+    assert "imported 1, refused 0" in out.getvalue()
+    assert NachaInboundFile.objects.get().content_bytes() == returns

@@ -120,8 +120,9 @@ class Handler:
 
     ``together``: the work of several messages of this kind may run in one transaction with
     no savepoint each inside this context (for processor events, ``events_share_transaction``):
-    the batch path tries a batch that way first and, when any of its messages fails, rolls the
-    whole of it back and runs each again in its own savepoint. None: always a savepoint each.
+    the batch path tries a batch that way first and, when one of its messages fails, rolls the
+    whole of it back: that message fails with its error and the others run again, each in its
+    own savepoint. None: always a savepoint each.
 
     ``gates``: asked in order before a message starts; the first that returns a ``Deferral``
     defers it unstarted (no attempt counted, no error row). ``defers``: turns a failure of the

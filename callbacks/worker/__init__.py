@@ -2,7 +2,8 @@
 
 One loop: relay the outbox, long-poll a batch, handle it, delete what committed. A batch's
 processor events (the group heads) start in one statement and apply in one transaction,
-together (a batch where anything fails is rolled back and applied again, a savepoint each);
+together (a batch where one fails is rolled back: that one fails, the others are applied
+again, a savepoint each);
 everything else (submissions, which call the processor, and later messages of
 a group) goes one message at a time in sequence order. The guarantees and where they come from:
 
@@ -12,7 +13,7 @@ a group) goes one message at a time in sequence order. The guarantees and where 
   untouched, so nothing overtakes a message that is waiting for its retry;
 - exactly once: the work and the "done" mark commit in one transaction (the batch's, or the
   message's own), the SQS delete comes after; a failure fails only its own message (its
-  batch is applied again, a savepoint each, and only its savepoint rolls back) and is recorded
+  batch is rolled back and the others applied again, a savepoint each) and is recorded
   after the commit; a commit that fails leaves every message of it to be retried; a
   redelivery of a done message is only deleted, and the payments services deduplicate
   processor events by id on top;

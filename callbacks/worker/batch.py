@@ -3,10 +3,11 @@
 First the batch's group heads whose work is atomic (processor events) are started in one
 statement (``start_heads``) and applied in one transaction (``apply_started``): together, with
 no savepoint each, where their handlers allow it; a batch where anything failed is rolled back
-whole and applied again, a savepoint each, so a failure still fails only its own message. Then
-every other message, in group order, takes the per-message path (``callbacks.worker.message``):
-started alone, its work in its own transaction, or none for work that calls the network (a
-submission), so no network call ever runs inside the batch's transaction. A group whose head
+whole, the message that failed fails with its error and the others are applied again, a
+savepoint each: a failure still fails only its own message. Then every other message, in group
+order, takes the per-message path (``callbacks.worker.message``): started alone, its work in its
+own transaction, or none for work that calls the network (a submission), so no network call
+ever runs inside the batch's transaction. A group whose head
 failed goes no further. Messages not started (a group stopped at a failure, a stop request, the
 message limit) are made visible again at once; they were never started, so no attempt is
 counted: the bulk start counts only group heads, which always run.
@@ -22,6 +23,7 @@ import logging
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connection, transaction
@@ -151,47 +153,70 @@ def _apply_in_one_transaction(
     worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
 ) -> tuple[dict[str, str], dict[str, Exception]]:
     """Apply the started messages in one transaction: together, with no savepoint each, when
-    their handlers allow it (``Handler.together``), and when that fails, rolled back whole and
-    applied again one savepoint each. Returns (outcomes, failures) by id."""
+    their handlers allow it (``Handler.together``). When that fails, the whole of it is rolled
+    back; the message whose work raised fails with its error, as it would in its own savepoint
+    (recorded, retried or dead-lettered: it is not run again now), and the others are applied
+    again one savepoint each. Returns (outcomes, failures) by id."""
     contexts = {worker.handlers[message.kind].together for message, _ in started}
     if None not in contexts:
-        done = _apply_together(worker, started, contexts)
-        if done is not None:
-            return done, {}
+        together = _apply_together(worker, started, contexts)
+        if together.done is not None:
+            return together.done, {}
+        if together.failed is not None:
+            failed_id, error = together.failed
+            rest = [(m, qm) for m, qm in started if m.message_id != failed_id]
+            done, failures = _apply_each_in_savepoint(worker, rest) if rest else ({}, {})
+            return done, {**failures, failed_id: error}
     return _apply_each_in_savepoint(worker, started)
+
+
+@dataclass
+class _Together:
+    """What a batch applied together came to: the outcomes by id once committed, or (when it
+    rolled back) the message whose work raised and its error, if one message was to blame."""
+
+    done: dict[str, str] | None = None
+    failed: tuple[str, Exception] | None = None
 
 
 def _apply_together(
     worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]], contexts: set
-) -> dict[str, str] | None:
+) -> _Together:
     """Every message's work and their done marks in one transaction, inside the handlers'
     ``together`` contexts, with no savepoint of their own: two statements fewer per message.
-    The outcomes by id once committed; None when anything failed, after the whole transaction
-    rolled back (nothing of it was written, and what was to follow its commit was discarded),
-    for the caller to apply them again one savepoint each."""
+    Anything that fails rolls the whole transaction back (nothing of it was written, and what
+    was to follow its commit was discarded). A message's work that raised while the transaction
+    was still sound is that message's failure; a failure of the transaction itself (its done
+    marks, its commit, an error a handler swallowed) is no message's."""
     done: dict[str, str] = {}
+    blamed: tuple[str, Exception] | None = None
     try:
         with transaction.atomic(), ExitStack() as inside:
             for context in contexts:
                 inside.enter_context(context())
             for message, _ in started:
                 with tracing.message_in_hand(message):
-                    done[message.message_id] = worker.handlers[message.kind].func(message)
-            if transaction.get_rollback():
-                raise BatchRolledBack("a message's work failed and its error was swallowed")
+                    try:
+                        done[message.message_id] = worker.handlers[message.kind].func(message)
+                    except Exception as exc:
+                        blamed = (message.message_id, exc)
+                        raise
+                if transaction.get_rollback():
+                    raise BatchRolledBack("a message's work failed and its error was swallowed")
             queue_messages_complete(done=[(qm, done[m.message_id]) for m, qm in started])
             _pause_at("batch_commit")
     except Exception as exc:  # noqa: BLE001 - the batch is applied again, one savepoint each
         if is_outage(exc):
             raise DatabaseDown(exc) from exc  # not the messages' fault: hold them back
         logger.info(
-            "the batch of %s message(s) is applied again one savepoint each, after %s: %s",
+            "the batch of %s message(s) is applied again one savepoint each%s, after %s: %s",
             len(started),
+            f" without message {blamed[0]}, which failed" if blamed else "",
             type(exc).__name__,
             exc,
         )
-        return None
-    return done
+        return _Together(failed=blamed)
+    return _Together(done=done)
 
 
 def _apply_each_in_savepoint(

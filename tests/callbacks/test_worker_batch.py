@@ -144,10 +144,10 @@ def test_a_refused_event_in_the_batch_rolls_back_its_own_writes(sqs_queues, modu
 def test_a_batch_with_a_failure_is_applied_again_and_counts_each_event_once(
     sqs_queues, module_settings, caplog
 ):
-    """Applied together first, the batch fails at its refused event and is rolled back whole,
-    then applied again a savepoint each: the other events are applied once, and what follows a
-    commit (the host's signal, the duplicate's count, the ledger) happens once, not once per
-    pass."""
+    """Applied together first, the batch fails at its refused event and is rolled back whole;
+    the refused event fails with its error, once, and the others are applied again a savepoint
+    each: each is applied once, and what follows a commit (the host's signal, the duplicate's
+    count, the ledger) happens once, not once per pass."""
     module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
     module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     repeated = PaymentFactory(state=PaymentState.SUBMITTED)

@@ -74,6 +74,9 @@ class Resolver:
             if key == "Fn::Equals":
                 left, right = (self.value(a) for a in arg)
                 return str(left) == str(right)
+            if key == "Fn::Split":
+                separator, text = arg
+                return str(self.value(text)).split(separator)
             if key == "Fn::Not":
                 return not self.value(arg[0])
             if key == "Fn::And":

@@ -4,6 +4,7 @@
 import pytest
 
 from callbacks.sqs_access import ProcessRole, QueueRole, role_permissions
+from payments.vault.kms import CONTEXT_KEY
 from tests.deploy.template import (
     POLICY_RESOURCES,
     QUEUE_RESOURCES,
@@ -46,7 +47,8 @@ def test_every_process_role_has_a_policy_and_every_policy_a_role():
     policies = {
         name
         for name, resource in template["Resources"].items()
-        if resource["Type"] == "AWS::IAM::ManagedPolicy" and name != "QueueKeyPolicy"
+        if resource["Type"] == "AWS::IAM::ManagedPolicy"
+        and name not in ("QueueKeyPolicy", "VaultKeyPolicy")
     }
     assert policies == set(POLICY_RESOURCES.values())
 
@@ -88,3 +90,30 @@ def test_kms_policy_allows_only_the_queue_key():
     assert policy_grants(resolver, "QueueKeyPolicy") == {
         key: {"kms:Decrypt", "kms:GenerateDataKey"}
     }
+
+
+def test_the_vault_policy_allows_only_its_keys_under_the_vaults_encryption_context():
+    keys = [
+        "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        "arn:aws:kms:us-east-1:123456789012:key/5678abcd-12ab-34cd-56ef-1234567890ab",
+    ]
+    template = load_template()
+    resolver = Resolver(template, parameter_values(template, VaultKmsKeyArns=",".join(keys)))
+
+    assert resolver.exists("VaultKeyPolicy")
+    assert policy_grants(resolver, "VaultKeyPolicy") == {
+        key: {"kms:Encrypt", "kms:Decrypt"} for key in keys
+    }
+    [statement] = resolver.properties("VaultKeyPolicy")["PolicyDocument"]["Statement"]
+    # The context key the code sends, so the two cannot drift apart.
+    assert statement["Condition"]["ForAllValues:StringEquals"] == {
+        "kms:EncryptionContextKeys": [CONTEXT_KEY]
+    }
+    assert statement["Condition"]["Null"] == {"kms:EncryptionContextKeys": "false"}
+
+
+def test_without_vault_keys_there_is_no_vault_policy():
+    template = load_template()
+    resolver = Resolver(template, parameter_values(template))
+
+    assert not resolver.exists("VaultKeyPolicy")

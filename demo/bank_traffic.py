@@ -259,6 +259,7 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
     )
     return_codes = sorted((str(p), c) for p, c in returns.values_list("payment_id", "reason_code"))
     leaked = _numbers_in_logs(run.account_numbers(), log_paths)
+    stored = _numbers_in_database(run.account_numbers())
     checks = [
         (f"every payment reached the state its account's rule gives ({len(ids)})", not wrong),
         (
@@ -287,6 +288,7 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
             not inbound.get("refused") and not DeadLetter.objects.filter(status="open").exists(),
         ),
         ("no account number in any log", not leaked),
+        ("no account number stored in the clear in any table", not stored),
     ]
     print("\n  Checks")
     for label, passed in checks:
@@ -297,6 +299,8 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
         print(f"    merchants whose ledger differs: {mismatched}")
     if leaked:
         print(f"    logs holding an account number: {', '.join(leaked)}")
+    if stored:
+        print(f"    tables holding an account number in the clear: {', '.join(stored)}")
     return all(passed for _, passed in checks)
 
 
@@ -308,6 +312,27 @@ def _numbers_in_logs(numbers: list[str], log_paths: list[Path]) -> list[str]:
             text = path.read_text(errors="replace")
             if any(number in text for number in numbers):
                 found.append(str(path))
+    return found
+
+
+def _numbers_in_database(numbers: list[str]) -> list[str]:
+    """The tables in which any of ``numbers`` is stored as it is, in any column of any row of
+    any installed model (the names only, never the number): the vault's accounts and the NACHA
+    files must hold them sealed."""
+    from django.apps import apps
+
+    wanted = [number.encode() for number in numbers]
+    found = []
+    for model in apps.get_models():
+        columns = [field.attname for field in model._meta.concrete_fields]
+        values = model._default_manager.values_list(*columns).iterator(chunk_size=2000)
+        text = b"\n".join(
+            bytes(value) if isinstance(value, bytes | memoryview) else str(value).encode()
+            for row in values
+            for value in row
+        )
+        if any(number in text for number in wanted):
+            found.append(model._meta.db_table)
     return found
 
 

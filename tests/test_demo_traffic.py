@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 
 from demo.traffic import _summary, _unfinished
-from payments.models import LedgerEntry, PaymentState
+from payments.models import LedgerEntry, Payment, PaymentState
 from payments.services import payment_apply_event
 from tests.factories import LedgerEntryFactory, PaymentFactory, processor_event
 
@@ -273,12 +273,18 @@ def test_the_bank_demo_days_settle_first_then_the_bank_answers_and_the_summary_c
     assert "returns by code                            R01: 2, R02: 1, R10: 1" in out
     assert "[PASS] every returned payment reversed exactly once (4 returned)" in out
     assert "[PASS] at least one NOC recorded, none moving money (2 recorded)" in out
+    assert "[PASS] no account number stored in the clear in any table" in out
     assert "[FAIL]" not in out
 
+    leaked_number = run.accounts[2].body["account_number"]
+    Payment.objects.filter(pk=run.payments[0]["id"]).update(description=f"acct {leaked_number}")
     log.write_text(f"a leak: {run.accounts[3].body['account_number']}\n")
     LedgerEntry.objects.filter(kind="reversal").order_by("pk").first().delete()
     assert bank_summary(run, [log]) is False
     out = capsys.readouterr().out
     assert "[FAIL] every returned payment reversed exactly once (4 returned)" in out
     assert "[FAIL] no account number in any log" in out
+    assert "[FAIL] no account number stored in the clear in any table" in out
+    assert "tables holding an account number in the clear: payments_payment" in out
     assert run.accounts[3].body["account_number"] not in out
+    assert leaked_number not in out

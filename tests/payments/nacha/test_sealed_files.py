@@ -231,25 +231,17 @@ def test_a_key_holder_outage_during_collection_leaves_the_file_in_the_drop(
     assert stored.file.status == "imported" and stored.file.content_bytes() == returns
 
 
-def test_the_cut_asks_the_key_holder_outside_any_transaction(nacha_settings, monkeypatch):
+def test_the_cut_asks_the_key_holder_outside_any_transaction(nacha_settings, key_holder_calls):
     # With KMS each reveal and each seal is a network call: none may hold the entries' or the
     # counter's locks (nor any transaction) while it waits.
     _vaulted_payments(3, own_accounts=True)
-    in_transaction = []
-    for name in ("wrap", "unwrap"):
-        method = getattr(SettingsKeyProvider, name)
-
-        def watched(self, *args, _method=method, _name=name, **kwargs):
-            in_transaction.append((_name, connection.in_atomic_block))
-            return _method(self, *args, **kwargs)
-
-        monkeypatch.setattr(SettingsKeyProvider, name, watched)
+    key_holder_calls.clear()
 
     cut = nacha_file_cut(now=EVENING, resolve_account=vault_account_reveal)
 
     assert cut.file.entry_count == 3
     # Three reveals of the account (one each) and the file's seal, none in a transaction.
-    assert in_transaction == [("unwrap", False)] * 3 + [("wrap", False)]
+    assert key_holder_calls == [("unwrap", False)] * 3 + [("wrap", False)]
 
 
 def test_an_entry_whose_payment_fails_while_the_cut_reveals_is_left_out_the_rest_go(
@@ -326,23 +318,17 @@ def test_rotation_re_wraps_the_data_keys_of_both_kinds_of_files_in_batches(nacha
     assert stored.pk in clear[NachaInboundFile]
 
 
-def test_rotation_of_files_asks_the_key_holder_outside_any_transaction(nacha_settings, monkeypatch):
+def test_rotation_of_files_asks_the_key_holder_outside_any_transaction(
+    nacha_settings, key_holder_calls
+):
     cut = _cut(1)
     nacha_inbound_store(name="returns.ach", content=_return_file(cut))
     nacha_settings.VAULT_KEYS = {"k1": KEY_1, "k2": KEY_2}
     nacha_settings.VAULT_ACTIVE_KEY = "k2"
-    in_transaction = []
-    for name in ("wrap", "unwrap"):
-        method = getattr(SettingsKeyProvider, name)
-
-        def watched(self, *args, _method=method, **kwargs):
-            in_transaction.append(connection.in_atomic_block)
-            return _method(self, *args, **kwargs)
-
-        monkeypatch.setattr(SettingsKeyProvider, name, watched)
+    key_holder_calls.clear()
 
     assert vault_keys_rotate(batch_size=1) == 3  # the account and the two files
-    assert in_transaction == [False] * 6
+    assert [in_transaction for _, in_transaction in key_holder_calls] == [False] * 6
 
 
 def test_rotation_stops_at_a_file_that_does_not_open_naming_it(nacha_settings):

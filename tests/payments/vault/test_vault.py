@@ -189,26 +189,16 @@ def test_keys_from_the_environment_are_read_as_version_colon_base64():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_rotation_asks_the_key_holder_outside_any_transaction(vault_keys, monkeypatch):
+def test_rotation_asks_the_key_holder_outside_any_transaction(vault_keys, key_holder_calls):
     # The holder may be KMS, a network away: no transaction (nor row lock) is held across it.
-    from payments.vault.crypto import SettingsKeyProvider
-
     for _ in range(3):
         vault_account_store(**ACCOUNT)
     vault_keys.VAULT_KEYS = {"k1": KEY_1, "k2": KEY_2}
     vault_keys.VAULT_ACTIVE_KEY = "k2"
-    in_transaction = []
-    for name in ("wrap", "unwrap"):
-        method = getattr(SettingsKeyProvider, name)
-
-        def watched(self, *args, _method=method, **kwargs):
-            in_transaction.append(connection.in_atomic_block)
-            return _method(self, *args, **kwargs)
-
-        monkeypatch.setattr(SettingsKeyProvider, name, watched)
+    key_holder_calls.clear()
 
     assert vault_keys_rotate(batch_size=2) == 3
-    assert in_transaction == [False] * 6
+    assert [in_transaction for _, in_transaction in key_holder_calls] == [False] * 6
     assert set(VaultAccount.objects.values_list("key_version", flat=True)) == {"k2"}
 
 

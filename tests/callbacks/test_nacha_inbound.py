@@ -26,19 +26,13 @@ from payments.nacha.windows import EASTERN
 from payments.vault.services import vault_account_reveal, vault_account_store
 from tests.callbacks.worker_support import run_worker
 from tests.factories import LedgerEntryFactory, PaymentFactory
-from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+from tests.payments.nacha.conftest import BANK, ORIGINATOR_SETTING
 from tests.payments.vault.conftest import ACCOUNT, KEY_1
 from triage import ingestion
 from triage.models import DeadLetter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EVENING = datetime(2026, 12, 1, 20, 0, tzinfo=EASTERN)
-BANK = {
-    "bank_routing_number": "011000015",
-    "bank_name": "RDFI Bank",
-    "odfi_routing_number": "021000021",
-    "odfi_name": "First ODFI Bank",
-}
 
 
 @pytest.fixture

@@ -54,3 +54,12 @@ def nacha_settings(sealing_key):
     and a vault key to seal the files with."""
     sealing_key.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
     return sealing_key
+
+
+# The bank that answers our files in the tests: the RDFI of the returns and NOCs it writes back.
+BANK = {
+    "bank_routing_number": "011000015",
+    "bank_name": "RDFI Bank",
+    "odfi_routing_number": "021000021",
+    "odfi_name": "First ODFI Bank",
+}

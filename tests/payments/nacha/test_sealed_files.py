@@ -24,17 +24,12 @@ from payments.nacha.windows import EASTERN
 from payments.vault.crypto import SettingsKeyProvider, VaultKeyError, VaultUnavailable
 from payments.vault.services import vault_account_reveal, vault_account_store, vault_keys_rotate
 from tests.factories import PaymentFactory
+from tests.payments.nacha.conftest import BANK
 from tests.payments.vault.conftest import ACCOUNT, KEY_1, KEY_2
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EVENING = datetime(2026, 12, 1, 20, 0, tzinfo=EASTERN)
-BANK = {
-    "bank_routing_number": "011000015",
-    "bank_name": "RDFI Bank",
-    "odfi_routing_number": "021000021",
-    "odfi_name": "First ODFI Bank",
-}
 NUMBER = ACCOUNT["account_number"]  # 123456789012
 
 

@@ -50,12 +50,11 @@ def seal_contents(apps, schema_editor):
 
 
 def open_contents(apps, schema_editor):
-    from payments.nacha.sealing import sealed_of
-    from payments.vault.crypto import unseal
+    from payments.vault.crypto import Sealed, unseal
 
     for model, kind in _files(apps):
         for row in model.objects.order_by("pk").iterator(chunk_size=BATCH):
-            content = unseal(sealed_of(row), aad=_aad(kind, row))
+            content = unseal(Sealed.of(row), aad=_aad(kind, row))
             clear = content.decode("ascii") if kind == "outbound" else content
             model.objects.filter(pk=row.pk).update(content=clear)
 

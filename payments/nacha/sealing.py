@@ -42,24 +42,14 @@ def inbound_aad(*, sha256: str) -> bytes:
 def content_seal(content: bytes, *, aad: bytes) -> dict[str, Any]:
     """The model fields of ``content`` sealed under a fresh data key: ``VaultUnavailable`` when
     the key holder cannot be asked (nothing is stored then)."""
-    sealed = seal(content, aad=aad)
-    return {
-        "key_version": sealed.key_version,
-        "wrapped_key": sealed.wrapped_key,
-        "nonce": sealed.nonce,
-        "ciphertext": sealed.ciphertext,
-    }
-
-
-def sealed_of(row: SealedRow) -> Sealed:
-    return Sealed(row.key_version, bytes(row.wrapped_key), bytes(row.nonce), bytes(row.ciphertext))
+    return seal(content, aad=aad).fields()
 
 
 def content_open(row: SealedRow) -> bytes:
     """The clear bytes of a stored file. ``VaultKeyError`` when they do not open for this row
     (moved, altered, a key version no longer held) or are not the bytes its SHA-256 names;
     ``VaultUnavailable`` when the key holder cannot be asked."""
-    content = unseal(sealed_of(row), aad=row.content_aad())
+    content = unseal(Sealed.of(row), aad=row.content_aad())
     if hashlib.sha256(content).hexdigest() != row.sha256:
         raise VaultKeyError("a sealed NACHA file does not match its SHA-256")
     return content

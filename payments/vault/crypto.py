@@ -17,6 +17,7 @@ import abc
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -131,10 +132,24 @@ def key_provider() -> KeyProvider:
 
 @dataclass(frozen=True)
 class Sealed:
+    """A sealed value as the models store it: four fields of the same names (a vault account,
+    a sealed NACHA file)."""
+
     key_version: str
     wrapped_key: bytes
     nonce: bytes
     ciphertext: bytes
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("key_version", "wrapped_key", "nonce", "ciphertext")
+
+    @classmethod
+    def of(cls, row: Any) -> Sealed:
+        """The sealed value a stored row holds (its binary fields as bytes)."""
+        return cls(row.key_version, bytes(row.wrapped_key), bytes(row.nonce), bytes(row.ciphertext))
+
+    def fields(self) -> dict[str, Any]:
+        """The model fields to store it under."""
+        return {name: getattr(self, name) for name in self.FIELDS}
 
 
 def seal(plaintext: bytes, *, aad: bytes, provider: KeyProvider | None = None) -> Sealed:

@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from payments.nacha.accounts import AccountUnavailable, BankAccount
 from payments.nacha.routing import routing_number_problem
-from payments.nacha.sealing import sealed_of
 from payments.nacha.writer import clean_text
 from payments.services.create import looks_like_bank_number
 from payments.vault.crypto import (
@@ -108,22 +107,10 @@ def vault_account_store(
         account_type=account_type,
         sec_code=sec_code,
         account_last4=account_number[-4:],
-        key_version=sealed.key_version,
-        wrapped_key=sealed.wrapped_key,
-        nonce=sealed.nonce,
-        ciphertext=sealed.ciphertext,
+        **sealed.fields(),
     )
     logger.info("vault account stored", extra={"token": token, "key_version": sealed.key_version})
     return account
-
-
-def _sealed(account: VaultAccount) -> Sealed:
-    return Sealed(
-        account.key_version,
-        bytes(account.wrapped_key),
-        bytes(account.nonce),
-        bytes(account.ciphertext),
-    )
 
 
 def vault_account_reveal(token: str) -> BankAccount:
@@ -136,7 +123,7 @@ def vault_account_reveal(token: str) -> BankAccount:
     if account is None:
         raise AccountUnavailable("the vault holds no account for this token")
     try:
-        payload = json.loads(unseal(_sealed(account), aad=token.encode()))
+        payload = json.loads(unseal(Sealed.of(account), aad=token.encode()))
     except VaultUnavailable as exc:
         logger.error("vault key holder unavailable", extra={"token": token, "reason": str(exc)})
         raise
@@ -200,7 +187,7 @@ def _rotate_accounts(active: str, batch_size: int, budget: list[int | None]) -> 
         for row in rows:
             aad = row.token.encode()
             try:
-                resealed.append((row, seal(unseal(_sealed(row), aad=aad), aad=aad)))
+                resealed.append((row, seal(unseal(Sealed.of(row), aad=aad), aad=aad)))
             except VaultError as exc:
                 raise type(exc)(f"account {row.token}: {exc}") from None
         written = 0
@@ -208,13 +195,7 @@ def _rotate_accounts(active: str, batch_size: int, budget: list[int | None]) -> 
             for row, sealed in resealed:
                 written += VaultAccount.objects.filter(
                     pk=row.pk, key_version=row.key_version, nonce=bytes(row.nonce)
-                ).update(
-                    key_version=sealed.key_version,
-                    wrapped_key=sealed.wrapped_key,
-                    nonce=sealed.nonce,
-                    ciphertext=sealed.ciphertext,
-                    rotated_at=timezone.now(),
-                )
+                ).update(**sealed.fields(), rotated_at=timezone.now())
         done += written
         logger.info("vault keys rotated", extra={"rows": written, "key_version": active})
     return done
@@ -240,7 +221,7 @@ def _rotate_files(model, kind: str, active: str, batch_size: int, budget: list) 
         rewrapped = []
         for row in rows:
             try:
-                rewrapped.append((row, rewrap(sealed_of(row), aad=row.content_aad())))
+                rewrapped.append((row, rewrap(Sealed.of(row), aad=row.content_aad())))
             except VaultError as exc:
                 raise type(exc)(f"{kind} {row.pk}: {exc}") from None
         written = 0

@@ -66,6 +66,16 @@ def _cut(n: int = 2) -> NachaFile:
     return nacha_file_cut(now=EVENING, resolve_account=vault_account_reveal).file
 
 
+def _two_cuts() -> tuple[NachaFile, NachaFile]:
+    """Two files cut five minutes apart, of one entry each."""
+    first = _cut(1)
+    nacha_entry_add(payment_id=PaymentFactory(source_token=_token(), merchant_id="m-1").pk)
+    second = nacha_file_cut(
+        now=EVENING + timedelta(minutes=5), resolve_account=vault_account_reveal
+    ).file
+    return first, second
+
+
 def _return_file(cut: NachaFile) -> bytes:
     answers = [BankAnswer(entry, "R01") for entry in parse_nacha(cut.content_bytes()).entries()]
     return nacha_answer_file_write(answers=answers, created_at=EVENING, **BANK)
@@ -122,11 +132,7 @@ def test_each_file_opens_to_its_bytes_under_a_data_key_of_its_own(nacha_settings
 
 
 def test_a_sealed_outbound_file_moved_to_another_row_does_not_open(nacha_settings):
-    first = _cut(1)
-    nacha_entry_add(payment_id=PaymentFactory(source_token=_token(), merchant_id="m-1").pk)
-    second = nacha_file_cut(
-        now=EVENING + timedelta(minutes=5), resolve_account=vault_account_reveal
-    ).file
+    first, second = _two_cuts()
     NachaFile.objects.filter(pk=second.pk).update(
         key_version=first.key_version,
         wrapped_key=first.wrapped_key,
@@ -327,11 +333,7 @@ def test_rotation_of_files_asks_the_key_holder_outside_any_transaction(
 
 
 def test_rotation_stops_at_a_file_that_does_not_open_naming_it(nacha_settings):
-    first = _cut(1)
-    nacha_entry_add(payment_id=PaymentFactory(source_token=_token(), merchant_id="m-1").pk)
-    second = nacha_file_cut(
-        now=EVENING + timedelta(minutes=5), resolve_account=vault_account_reveal
-    ).file
+    first, second = _two_cuts()
     NachaFile.objects.filter(pk=second.pk).update(
         wrapped_key=first.wrapped_key, nonce=first.nonce, ciphertext=first.ciphertext
     )

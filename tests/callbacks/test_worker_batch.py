@@ -22,8 +22,9 @@ from callbacks.models import (
 from callbacks.schema import PROCESSOR_EVENT, processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_start_batch
 from callbacks.worker import Worker
+from payments.exceptions import AmountMismatch
 from payments.models import LedgerEntry, Payment, PaymentState, ProcessedEvent
-from payments.services import payment_apply_event
+from payments.services import events_share_transaction, payment_apply_event
 from payments.signals import payment_transition_committed
 from tests.callbacks.worker_support import queue_counts, send_body, send_event
 from tests.factories import (
@@ -202,6 +203,44 @@ def test_a_batch_with_a_failure_is_applied_again_and_counts_each_event_once(
 
 def dedup_hits() -> float:
     return REGISTRY.get_sample_value("payments_dedup_hits_total", {"layer": "app"}) or 0.0
+
+
+def test_an_error_a_handler_swallows_in_a_batch_together_is_no_ones_and_all_apply_again(
+    sqs_queues, module_settings, caplog
+):
+    """A handler that catches its work's error leaves the transaction applied together unable
+    to go on, with no message to blame: the whole batch is applied again one savepoint each,
+    where the swallowed error rolls back only its own savepoint and the others commit."""
+    payments = [PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(3)]
+    swallower = payments[0]
+    for payment in payments:
+        amount = payment.amount + 1 if payment is swallower else payment.amount
+        send_event(sqs_queues.client, sqs_queues.url, payment, "settled", amount=amount)
+
+    def swallowing(message):
+        try:
+            return handle_processor_event(message)
+        except AmountMismatch:
+            return "swallowed"
+
+    handler = Handler(swallowing, together=events_share_transaction)
+    worker = Worker(
+        wait_time=0, relay=False, handlers={**DEFAULT_HANDLERS, PROCESSOR_EVENT: handler}
+    )
+    with worker.running(), caplog.at_level("INFO", logger="callbacks.worker"):
+        worker.process_batch(receive_batch(worker, sqs_queues, 3))
+
+    outcomes = dict(QueueMessage.objects.values_list("group_id", "outcome"))
+    assert outcomes == {
+        str(swallower.id): "swallowed",
+        **{str(p.id): "applied" for p in payments[1:]},
+    }
+    assert set(QueueMessage.objects.values_list("status", "attempts")) == {("done", 1)}
+    assert not ProcessingError.objects.exists()
+    assert LedgerEntry.objects.count() == 2
+    assert not ProcessedEvent.objects.filter(payment_id=swallower.id).exists()
+    [again] = [r.getMessage() for r in caplog.records if "applied again" in r.getMessage()]
+    assert "without message" not in again and "BatchRolledBack" in again
 
 
 def test_a_head_that_fails_stops_its_group_and_the_rest_never_start(sqs_queues, module_settings):

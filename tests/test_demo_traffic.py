@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 
 from demo.traffic import _summary, _unfinished
-from payments.models import LedgerEntry, Payment, PaymentState
+from payments.models import LedgerEntry, Payment, PaymentState, ReturnDishonor
 from payments.services import payment_apply_event
 from tests.factories import LedgerEntryFactory, PaymentFactory, processor_event
 
@@ -138,6 +138,20 @@ def test_the_demo_checks_one_dishonor_re_credited_and_one_contest_reversed():
     assert [passed for _, passed in checks] == [True, True]
     assert "dishonored: the return is undone" in checks[0][0]
     assert "contested: the return stands, net 0.00" in checks[1][0]
+
+
+def test_the_demo_checks_a_dishonor_of_the_reinitiated_return_is_refused_with_no_call():
+    from demo.lifecycle import _dishonor_after_reinitiation_check
+    from payments.services import payment_reinitiate
+
+    payment = _settled("tok_nsfonce_demo_0001")
+    payment_apply_event(event=processor_event(payment, "returned", reason_code="R01"))
+    payment_reinitiate(payment_id=payment.id)
+
+    check, passed = _dishonor_after_reinitiation_check(str(payment.id))
+
+    assert passed and "the customer pays once" in check
+    assert not ReturnDishonor.objects.filter(payment=payment).exists()
 
 
 # --- DEMO_BACKEND=nacha: the bank backend's demo (demo/bank_traffic.py, demo/bank_day.py) ----

@@ -162,6 +162,7 @@ def _request_refusal(
             f"payment {payment.id} is {payment.state}, not returned after settlement: only a "
             "return that reversed a settled debit can be dishonored"
         )
+    _refuse_if_reinitiated(payment)
     if code not in DISHONOR_CODES:
         raise DishonorRefused(
             f"{code or '(no code)'} is not a dishonor reason code; use one of "
@@ -184,7 +185,6 @@ def _request_refusal(
             f"the return of payment {payment.id} already has a dishonor "
             f"({existing.outcome}); send a failed request again instead"
         )
-    _refuse_if_reinitiated(payment)
 
 
 def _refuse_if_reinitiated(payment: Payment) -> None:

@@ -15,8 +15,9 @@ Each page of ``docs/reference/`` below is generated here, never edited by hand:
 - ``alerts.md``: the Prometheus rules of ``deploy/prometheus/payments-rules.yml``;
 - ``error-codes.md``: every ``code`` the error envelope can carry.
 
-``make docs`` runs it before ``mkdocs build``; ``--check`` only compares, and
-``tests/test_docs_reference.py`` fails when a committed page differs from what the code says.
+``make docs`` runs it before ``mkdocs build``; ``make test`` runs it with ``--check``, which only
+compares, as ``tests/test_docs_reference.py`` does: either fails when a committed page differs
+from what the code says.
 It needs Django's settings (``config.settings.test``'s defaults) but no database or queue.
 """
 
@@ -644,9 +645,14 @@ def drifted() -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 naming each page that drifted"
+    )
     options = parser.parse_args()
     django_setup()
+    # The Redoc bundle beside the API page (git-ignored: it comes with the sidecar package).
+    (REFERENCE / "api").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(redoc_bundle(), REFERENCE / "api" / "redoc.standalone.js")
     if options.check:
         stale = drifted()
         for name in stale:
@@ -654,13 +660,10 @@ def main() -> int:
         return 1 if stale else 0
     for name, render in PAGES.items():
         path = REFERENCE / name
-        path.parent.mkdir(parents=True, exist_ok=True)
         text = render()
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
             print(f"wrote docs/reference/{name}")
-    # The Redoc bundle beside the API page (git-ignored: it comes with the sidecar package).
-    shutil.copyfile(redoc_bundle(), REFERENCE / "api" / "redoc.standalone.js")
     return 0
 
 

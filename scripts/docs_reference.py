@@ -6,7 +6,7 @@ Each page of ``docs/reference/`` below is generated here, never edited by hand:
   (``payments/conf.py``, ``callbacks/conf.py``, ``triage/conf.py``: type, default, range), the
   environment variable this project reads it from (``config/settings/base.py``), and its meaning
   (``docs/_data/settings.yml``, the one hand-written part: every setting must have one);
-- ``api.md`` and ``api/index.html``: the OpenAPI schema the module serves at ``/api/schema/``,
+- ``api.md`` and ``openapi/index.html``: the OpenAPI schema the module serves at ``/api/schema/``,
   as a table of operations and a Redoc page (Redoc from drf-spectacular-sidecar, copied next to
   it at build time: no CDN);
 - ``commands.md``: every management command's ``--help``;
@@ -167,14 +167,14 @@ def api_reference() -> str:
         "",
         f"{schema['info']['description']} The module serves this OpenAPI "
         f"{schema['openapi']} schema at `/api/schema/`; read it whole, with every field and "
-        "answer, in the [API browser](api/index.html) (Redoc, served from these pages).",
+        "answer, in the [API browser](openapi/index.html) (Redoc, served from these pages).",
         "",
         "Paths are as this project mounts the apps (`config/urls.py`); a host mounts them "
         "under its own prefix ([Install](../how-to/install.md)). Every error answer is the "
         "envelope of [Error codes](error-codes.md).",
         "",
-        "| method | path | operation | success | answers |",
-        "| --- | --- | --- | --- | --- |",
+        "| method | path | operation | what it does | success | answers |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
@@ -187,8 +187,9 @@ def api_reference() -> str:
                 ),
                 "",
             )
+            what = operation.get("description", "").split("\n\n")[0].replace("``", "`")
             lines.append(
-                f"| {method.upper()} | `{path}` | `{operation['operationId']}` | "
+                f"| {method.upper()} | `{path}` | `{operation['operationId']}` | {_cell(what)} | "
                 f"{_cell(success.rstrip(': '))} | {', '.join(sorted(responses))} |"
             )
     return "\n".join(lines) + "\n"
@@ -624,7 +625,7 @@ def code_map_reference() -> str:
 PAGES: dict[str, Callable[[], str]] = {
     "settings.md": settings_reference,
     "api.md": api_reference,
-    "api/index.html": api_page,
+    "openapi/index.html": api_page,
     "commands.md": commands_reference,
     "signals.md": signals_reference,
     "metrics.md": metrics_reference,
@@ -651,8 +652,8 @@ def main() -> int:
     options = parser.parse_args()
     django_setup()
     # The Redoc bundle beside the API page (git-ignored: it comes with the sidecar package).
-    (REFERENCE / "api").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(redoc_bundle(), REFERENCE / "api" / "redoc.standalone.js")
+    (REFERENCE / "openapi").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(redoc_bundle(), REFERENCE / "openapi" / "redoc.standalone.js")
     if options.check:
         stale = drifted()
         for name in stale:

@@ -13,6 +13,8 @@ Each page of ``docs/reference/`` below is generated here, never edited by hand:
 - ``signals.md``: the signals of ``payments/signals.py`` with the comment that declares each;
 - ``metrics.md``: every metric registered with prometheus_client by the module's modules;
 - ``alerts.md``: the Prometheus rules of ``deploy/prometheus/payments-rules.yml``;
+- ``dashboards.md``: the panels of ``deploy/grafana/payments-dashboard.json``;
+- ``code-map.md``: every module of the apps with the first paragraph of its docstring;
 - ``error-codes.md``: every ``code`` the error envelope can carry.
 
 ``make docs`` runs it before ``mkdocs build``; ``make test`` runs it with ``--check``, which only
@@ -28,6 +30,7 @@ import ast
 import html
 import json
 import os
+import re
 import runpy
 import shutil
 import sys
@@ -426,6 +429,39 @@ def alerts_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- Dashboards ---------------------------------------------------------------------------------
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "payments-dashboard.json"
+
+
+def dashboards_reference() -> str:
+    dashboard = json.loads(DASHBOARD.read_text())
+    lines = [
+        "# Dashboards",
+        "",
+        GENERATED.strip(),
+        "",
+        f"The Grafana dashboard `{dashboard['title']}` "
+        "(`deploy/grafana/payments-dashboard.json`), panel by panel, with the metrics each "
+        "reads ([metrics reference](metrics.md)). How to import it, and the triage dashboard "
+        "in the admin: [Dashboards](../operations/dashboards.md).",
+        "",
+        " ".join(dashboard.get("description", "").split()),
+        "",
+        "| panel | kind | metrics | what it shows |",
+        "| --- | --- | --- | --- |",
+    ]
+    for panel in dashboard["panels"]:
+        exprs = " ".join(target.get("expr", "") for target in panel.get("targets", []))
+        metrics = sorted(set(re.findall(r"\bpayments_[a-z_]+", exprs)))
+        lines.append(
+            f"| {_cell(panel.get('title', ''))} | {panel.get('type', '')} | "
+            f"{', '.join(f'`{m}`' for m in metrics)} | "
+            f"{_cell(' '.join(panel.get('description', '').split()))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # --- Error codes ---------------------------------------------------------------------------------
 
 
@@ -631,6 +667,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "metrics.md": metrics_reference,
     "alerts.md": alerts_reference,
     "error-codes.md": error_codes_reference,
+    "dashboards.md": dashboards_reference,
     "code-map.md": code_map_reference,
 }
 

@@ -494,22 +494,25 @@ def _status(node: ast.AST | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def error_codes() -> dict[str, tuple[set[int], set[str]]]:
-    """``code -> ({status, ...}, {module, ...})`` for every code the envelope can carry: those
-    the module's code writes (``ApiError(status, "code", ...)``, ``field_errors(...)``, an
-    exception's ``default_code``), the reinitiation rules, and DRF's own exceptions as the
-    module's handler names them."""
+def error_codes() -> dict[str, tuple[set[int], set[str], set[str]]]:
+    """``code -> ({status, ...}, {type, ...}, {module, ...})`` for every code the envelope can
+    carry: those the module's code writes (``ApiError(status, "code", ...)``,
+    ``field_errors(...)``, an exception's ``default_code``), the reinitiation rules, and DRF's
+    own exceptions as the module's handler names them."""
     from rest_framework import exceptions
 
-    from payments.api_errors import _CODES
+    from payments.api_errors import _CODES, ErrorType, _type_for
     from payments.services.reinitiation import RULES
 
-    codes: dict[str, tuple[set[int], set[str]]] = {}
+    codes: dict[str, tuple[set[int], set[str], set[str]]] = {}
 
-    def add(code: str, status: int | None, where: str) -> None:
-        statuses, modules = codes.setdefault(code, (set(), set()))
+    def add(code: str, status: int | None, where: str, error_type: ast.AST | None = None) -> None:
+        statuses, types, modules = codes.setdefault(code, (set(), set(), set()))
         if status:
             statuses.add(status)
+            # The type the code names (``error_type=ErrorType.IDEMPOTENCY``), else the status's.
+            named = getattr(error_type, "attr", None)
+            types.add(str(ErrorType[named] if named else _type_for(status)))
         modules.add(where)
 
     for app in MODULE_APPS:
@@ -525,7 +528,7 @@ def error_codes() -> dict[str, tuple[set[int], set[str]]]:
                     if func == "ApiError" and len(node.args) >= 2:
                         code = _literal(node.args[1])
                         if isinstance(code, str):
-                            add(code, _status(node.args[0]), where)
+                            add(code, _status(node.args[0]), where, keywords.get("error_type"))
                         elif ast.unparse(node.args[1]) == "exc.rule":
                             for rule in RULES:
                                 add(rule, _status(node.args[0]), where)
@@ -561,16 +564,13 @@ def error_codes() -> dict[str, tuple[set[int], set[str]]]:
 
 
 def error_codes_reference() -> str:
-    from payments.api_errors import ErrorType, _type_for
+    from payments.api_errors import ErrorType
 
     rows = []
-    for code, (statuses, modules) in sorted(error_codes().items()):
-        types = sorted({str(_type_for(status)) for status in statuses})
-        if code.startswith("idempotency_key"):
-            types = [str(ErrorType.IDEMPOTENCY)]
+    for code, (statuses, types, modules) in sorted(error_codes().items()):
         rows.append(
             f"| `{code}` | {', '.join(map(str, sorted(statuses)))} | "
-            f"{', '.join(f'`{t}`' for t in types)} | "
+            f"{', '.join(f'`{t}`' for t in sorted(types))} | "
             f"{', '.join(f'`{m}`' for m in sorted(modules))} |"
         )
     lines = [

@@ -66,11 +66,13 @@ def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own()
     codes = docs_reference.error_codes()
 
     assert set(RULES) <= set(codes)
-    for code, status in (
-        ("database_unavailable", 503),
-        ("internal_error", 500),
-        ("idempotency_key_reused", 422),
-        ("queue_unavailable", 503),
-        ("merchant_forbidden", 403),
+    for code, status, error_type in (
+        ("database_unavailable", 503, "api_error"),
+        ("internal_error", 500, "api_error"),
+        ("idempotency_key_reused", 422, "idempotency_error"),
+        ("idempotency_key_in_use", 409, "idempotency_error"),
+        ("queue_unavailable", 503, "api_error"),
+        ("merchant_forbidden", 403, "permission_error"),
     ):
-        assert status in codes[code][0], code
+        statuses, types, _ = codes[code]
+        assert (statuses, types) == ({status}, {error_type}), code

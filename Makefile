@@ -12,7 +12,8 @@ LOCALSTACK_PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyen
 LOCALSTACK_VENV := .venv-localstack
 LOCALSTACK := $(LOCALSTACK_VENV)/.requirements-installed
 
-.PHONY: deps localstack test test-fast test-slow lint demo bench chaos clean
+.PHONY: deps localstack test test-fast test-slow lint demo bench chaos docs docs-check docs-serve \
+	docs-screenshots clean
 
 deps: $(DEPS)
 
@@ -82,7 +83,7 @@ LOCALSTACK_TESTS ?= \
 	tests/triage/test_actions.py \
 	tests/callbacks/test_worker_processes.py::test_two_workers_apply_500_payments_events_exactly_once_in_order
 
-# Lint, the migrations check, every test but the scale tier (in parallel), then the host project.
+# Lint, the migrations check, the docs' build, every test but the scale tier (in parallel), then the host project.
 test: deps
 	scripts/ensure-chromium
 	scripts/ensure-promtool
@@ -90,6 +91,7 @@ test: deps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null
+	$(MAKE) --no-print-directory docs-check
 	$(PY) -m pytest $(XDIST) -m "not scale" $(PYTEST_ARGS)
 	# The module inside a foreign host project (its own settings, user model and URLs).
 	$(PY) -m pytest --ds=tests.host.settings tests/host
@@ -118,5 +120,27 @@ bench: deps
 chaos: deps
 	$(PY) -m chaos
 
+# The documentation site (docs/, mkdocs.yml) into site/: the references regenerated from the code
+# (scripts/docs_reference.py; Django's settings, no database), then MkDocs with --strict, so a
+# broken link, a missing anchor or a page left out of the navigation fails it. Offline: the
+# theme's fonts are off and no plugin fetches anything.
+docs: $(VENV)/.requirements-installed
+	$(PY) scripts/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+# What make test runs: the same build, but a reference that differs from the code fails it
+# instead of being written again.
+docs-check: $(VENV)/.requirements-installed
+	$(PY) scripts/docs_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+
+# The admin screenshots of docs/img/, taken again in Debian's chromium (commit them).
+docs-screenshots: $(VENV)/.requirements-installed
+	scripts/ensure-chromium
+	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/triage/test_browser_screenshots.py
+
 clean:
-	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache
+	rm -rf site $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache

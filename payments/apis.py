@@ -156,6 +156,8 @@ class PaymentPagination(CursorPagination):
 
 class PaymentListCreateApi(ModuleApiView):
     def get(self, request):
+        """The payments of every merchant the caller may act for, newest first, in cursor pages;
+        filtered by ``merchant``, ``state``, ``created_gte`` and ``created_lt``."""
         params = request.query_params
         repeated = [name for name in params if len(params.getlist(name)) > 1]
         if repeated:
@@ -169,6 +171,10 @@ class PaymentListCreateApi(ModuleApiView):
         return paginator.get_paginated_response(PaymentOutputSerializer(page, many=True).data)
 
     def post(self, request):
+        """Create a debit: the payment (pending, with its own idempotency key) and its submit
+        command in one transaction; a worker submits it. With an ``Idempotency-Key`` header the
+        same body replays the first answer, another body answers 422, and a request still running
+        with the key answers 409."""
         data = request.data
         key = idempotency_key_header(request)
         result = idempotency.idempotency_key_run(
@@ -291,6 +297,9 @@ def _idempotent_response(result: idempotency.IdempotentResult) -> Response:
 
 class PaymentDetailApi(ModuleApiView):
     def get(self, request, payment_id):
+        """One payment with its events, processor attempts, errors (each by a stable code), its
+        hold and its reinitiation chain; 404 for an unknown payment and for another merchant's
+        alike."""
         # Any text in the path, so an id that is not a UUID answers this API's 404, not the
         # host's page.
         try:
@@ -371,6 +380,8 @@ def _payment_reinitiate_answer(user, payment: Payment, data) -> idempotency.Answ
 
 class MerchantBalanceApi(ModuleApiView):
     def get(self, request, merchant_id):
+        """The merchant's balance per currency: credits, reversals, re-credits, net, and the
+        confirmed and returned counts."""
         if looks_like_bank_number(merchant_id):
             response = _error_response(field_errors({"merchant_id": [BANK_NUMBER_MESSAGE]}))
             # Django's request log would write the path, and with it the number.

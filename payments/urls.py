@@ -1,3 +1,7 @@
+"""The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
+``payments/``, ``payments/<id>/``, ``payments/<id>/reinitiate/``, ``merchants/<id>/balance/`` and
+the vault's ``vault/accounts/``."""
+
 from django.urls import path
 
 from payments.apis import (

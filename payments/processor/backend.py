@@ -7,7 +7,7 @@ the reference backend is the HTTP client of ``payments/processor/client.py``.
 
 Everything after the call is the module's and stays as it is whatever the backend: the attempt
 row, the circuit breaker and the worker's retry decision read only what a backend returns or
-raises, so a backend speaks in the types below (README, "Your processor", maps them).
+raises, so a backend speaks in the types below (docs/how-to/processor-backend.md maps them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The processor event contract (README, "Security: the callback edge") as one DRF serializer.
+"""The processor event contract (docs/security/callback-edge.md) as one DRF serializer.
 
 The reference backend parses what the processor posted with ``processor_event_parse``; the
 worker parses the event nested in the queue envelope with the same serializer

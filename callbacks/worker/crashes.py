@@ -91,6 +91,10 @@ def _suspects(again: dict[str, ReceivedMessage]) -> dict[str, Suspect]:
     )
     for record in records:
         message = again[record.message_id]
+        # The body as received: a record started in bulk stores none until a failure writes
+        # it, and its error row or dead letter needs it.
+        record.body = message.body
+        record.raw_body = "" if message.body is not None else message.raw_body
         unfinished = record.never_finished
         if record.status == QueueMessageStatus.IN_PROGRESS and _record_never_finished(
             message, record, unfinished + 1
@@ -104,9 +108,6 @@ def _suspects(again: dict[str, ReceivedMessage]) -> dict[str, Suspect]:
 def _record_never_finished(message: ReceivedMessage, record: QueueMessage, count: int) -> bool:
     """Write the row of a start that never finished, the ``count``-th; False when another
     worker wrote it first."""
-    # The body as received: a record started in bulk stores none, and a dead letter needs it.
-    record.body = message.body
-    record.raw_body = "" if message.body is not None else message.raw_body
     given_up = count >= MAX_UNFINISHED_STARTS
     text = (
         f"attempt {record.attempts}, started {record.last_started_at:%Y-%m-%d %H:%M:%S} UTC, "

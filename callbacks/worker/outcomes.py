@@ -355,8 +355,9 @@ def finish(
     if error:
         extra["error"] = error[:500]
     logger.log(
-        # Retried and dead-lettered messages stop their group: worth a warning.
-        logging.WARNING if result.stop_group else logging.INFO,
+        # Retried and dead-lettered messages stop their group (or have it parked): worth a
+        # warning.
+        logging.WARNING if result.stop_group or outcome == Outcome.DEAD_LETTERED else logging.INFO,
         "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
         message.payment_id,
         message.message_id,

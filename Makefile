@@ -63,8 +63,10 @@ FAST = not subprocess and not browser and not scale
 # a group per receive; LocalStack, like AWS at times, returns several of one group in one receive,
 # in order, so only there does the worker's partial-batch path (a batch's group heads in one
 # transaction, the rest of each group one by one, stopped at a failure and the remainder
-# released) meet a real server. Kept: the `localstack_only` tests (test_worker_partial_batch,
-# and test_setup_queues, whose queue attributes LocalStack checks as AWS does), and the modules
+# released) meet a real server. Kept: the `localstack_only` tests (test_worker_partial_batch;
+# test_worker_crash_loop, where a message that kills real workers is handed out with its group's
+# later ones each time; and test_setup_queues, whose queue attributes LocalStack checks as AWS
+# does), and the modules
 # where a receive, counted under LocalStack, did return several messages of one group: worker,
 # worker_batch, worker_breaker, holds and triage/test_actions (held messages released back into
 # their group), and the test where two real worker processes share 500 payments' events (its
@@ -75,6 +77,7 @@ FAST = not subprocess and not browser and not scale
 LOCALSTACK_TESTS ?= \
 	tests/payments/vault/test_kms.py \
 	tests/callbacks/test_worker_partial_batch.py \
+	tests/callbacks/test_worker_crash_loop.py \
 	tests/callbacks/test_setup_queues.py \
 	tests/callbacks/test_worker.py \
 	tests/callbacks/test_worker_batch.py \

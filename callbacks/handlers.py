@@ -63,7 +63,13 @@ class UnstorableBody(InvalidBody):
     message was recorded with its body as escaped text and goes to a person."""
 
 
-for _error in (UnknownMessageKind, InvalidBody, UnstorableBody):
+class AttemptNeverFinished(Exception):
+    """An attempt of the message was started and never finished: the worker died while it ran
+    (killed, out of memory, a crash) or held it past its visibility timeout. Recorded when the
+    message comes back; a message that keeps doing it is dead-lettered without running again."""
+
+
+for _error in (UnknownMessageKind, InvalidBody, UnstorableBody, AttemptNeverFinished):
     _error.__module__ = _RECORDED_MODULE
 
 

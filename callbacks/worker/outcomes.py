@@ -153,6 +153,34 @@ def fail(
     )
 
 
+def give_up(
+    worker: Worker,
+    message: ReceivedMessage,
+    queue_message: QueueMessage,
+    exc: Exception,
+    started: float,
+) -> Result:
+    """Dead-letter a message that is not started again (its error rows are written already):
+    its payment goes on hold, and the group's later messages in hand go on to be parked
+    behind that hold now, rather than released to be received again. When the dead letter
+    cannot be sent, the message is hidden for a pause and its group waits, as in ``fail``."""
+    failure = Failure.of(exc)
+    if _dead_letter(message, queue_message, failure):
+        dead = dataclasses.replace(Result.of(Outcome.DEAD_LETTERED), stop_group=False)
+        return finish(worker, message, queue_message, dead, started, error=failure.text)
+    delay = backoff_delay(queue_message.attempts, base=worker.backoff_base, cap=worker.backoff_cap)
+    worker.hide(message, delay)
+    return finish(
+        worker,
+        message,
+        queue_message,
+        Result.of(Outcome.RETRIED),
+        started,
+        error=failure.text,
+        delay=delay,
+    )
+
+
 def _record_failure(
     message: ReceivedMessage,
     queue_message: QueueMessage,
@@ -327,8 +355,9 @@ def finish(
     if error:
         extra["error"] = error[:500]
     logger.log(
-        # Retried and dead-lettered messages stop their group: worth a warning.
-        logging.WARNING if result.stop_group else logging.INFO,
+        # Retried and dead-lettered messages stop their group (or have it parked): worth a
+        # warning.
+        logging.WARNING if result.stop_group or outcome == Outcome.DEAD_LETTERED else logging.INFO,
         "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
         message.payment_id,
         message.message_id,

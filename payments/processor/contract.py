@@ -21,6 +21,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
+from payments.bank_numbers import mask_bank_numbers
 from payments.change_codes import (
     CHANGE_CODE_RE,
     CORRECTED_DATA_MAX_KEYS,
@@ -48,6 +49,11 @@ DIRECTION_RE = re.compile("|".join(DIRECTIONS))
 PROCESSOR_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 REASON_CODE_MAX = 64
 MESSAGE_MAX = 1000
+
+
+def _quoted(value: str) -> str:
+    """A refused value as its refusal quotes it: a bank number in it masked, then cut short."""
+    return mask_bank_numbers(value)[:64]
 
 
 class _StrictString:
@@ -80,7 +86,7 @@ class UUIDStringField(_StrictString, serializers.UUIDField):
             return super().to_internal_value(data)
         except serializers.ValidationError:
             if isinstance(data, str):
-                self.fail("invalid", value=data[:64])
+                self.fail("invalid", value=_quoted(data))
             raise
 
 
@@ -98,7 +104,7 @@ class PatternField(_StrictString, serializers.CharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         if not self.pattern.fullmatch(value):
-            self.fail("invalid", value=value[:64], length=len(value))
+            self.fail("invalid", value=_quoted(value), length=len(value))
         return value
 
 
@@ -110,7 +116,7 @@ class EventTypeField(_StrictString, serializers.ChoiceField):
 
     def to_internal_value(self, data):
         if isinstance(data, str) and data not in self.choice_strings_to_values:
-            self.fail("invalid_choice", input=data[:64])
+            self.fail("invalid_choice", input=_quoted(data))
         return super().to_internal_value(data)
 
 
@@ -130,7 +136,7 @@ class AmountField(PatternField):
     def to_internal_value(self, data) -> Decimal:
         amount = Decimal(super().to_internal_value(data))
         if amount <= 0:
-            self.fail("not_positive", value=data)
+            self.fail("not_positive", value=_quoted(data))
         return amount
 
     def to_representation(self, value) -> str:
@@ -161,11 +167,11 @@ class TimestampField(PatternField):
         try:
             value = datetime.fromisoformat(text)
         except ValueError:
-            self.fail("invalid", value=text[:64], length=len(text))
+            self.fail("invalid", value=_quoted(text), length=len(text))
         try:
             value.astimezone(UTC)
         except OverflowError:
-            self.fail("out_of_range", value=text[:64])
+            self.fail("out_of_range", value=_quoted(text))
         return value
 
     def to_representation(self, value) -> str:

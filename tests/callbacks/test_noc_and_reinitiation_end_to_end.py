@@ -5,6 +5,9 @@ Real parts only: the sandbox over HTTP sends signed callbacks to the callback en
 live server, which publishes them to the local SQS server; the worker applies them.
 """
 
+import json
+import re
+
 import pytest
 
 from callbacks.models import QueueMessage
@@ -135,6 +138,37 @@ def test_a_hostile_noc_callback_is_refused_at_the_edge_naming_the_field(sqs_queu
     errors = response.json()["error"]["errors"]
     assert list(errors) == ["corrected_data[account_number]"]
     assert "123456789012" not in response.content.decode()
+    assert queued_messages(sqs_queues) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "param"),
+    [
+        ("7766805686931", "corrected_data[****6931]"),
+        ("77668056869313516", "corrected_data[****3516]"),
+        ("acct_77668056869313516", "corrected_data[acct_****3516]"),
+        ("1234", "corrected_data[1234]"),
+        ("\u0667" * 13, "corrected_data[(a key)]"),
+        ("\uff17" * 17, "corrected_data[(a key)]"),
+    ],
+    ids=["13-digits", "17-digits", "in-a-name", "4-digits", "arabic-indic", "full-width"],
+)
+def test_a_corrected_data_key_of_digits_is_refused_without_echoing_them(sqs_queues, key, param):
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    body = event_body(
+        payment_id=str(payment.id),
+        amount=f"{payment.amount:.2f}",
+        event_type="notification_of_change",
+        change_code="C01",
+        corrected_data={key: "x"},
+    )
+    response = post_json(body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and list(error["errors"]) == [param]
+    assert "not a corrected field of C01" in error["message"]
+    text = json.dumps(error, ensure_ascii=False).replace(error["request_id"], "")
+    assert not re.search(r"\d{5,}", text), text
     assert queued_messages(sqs_queues) == []
 
 

@@ -26,7 +26,7 @@ passed through here: they are stored as validated.
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote_plus
+from urllib.parse import quote, unquote_plus
 
 # ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
 # pasted a bank number instead of the processor's token, or into a free-text field. The rule:
@@ -102,13 +102,20 @@ def holds_bank_number(text: str) -> bool:
 _URL_RE = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|/)[^\s\"']*")
 
 
+_URL_SAFE = "/:?#[]@!$&'()*+,;=~-._"
+# A non-ASCII character as Python's unicode_escape writes it (Django escapes the path it logs).
+_BACKSLASH_ESCAPE_RE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
 def _masked_url(match: re.Match) -> str:
     url = match.group()
-    # Digits may come percent-encoded (%37%37..., or a non-ASCII digit's UTF-8 bytes) or as
-    # groups joined by "+": read as decoded, and written decoded when something was masked.
-    decoded = unquote_plus(url)
+    # Digits may come percent-encoded (%37%37..., or a non-ASCII digit's UTF-8 bytes), escaped
+    # (\u0667), or as groups joined by "+": read decoded. When something was masked the URL is
+    # written encoded again, so that no decoded line break or quote splits the log line.
+    unescaped = _BACKSLASH_ESCAPE_RE.sub(lambda e: chr(int(e.group()[2:], 16)), url)
+    decoded = unquote_plus(unescaped)
     masked = mask_bank_numbers(decoded)
-    return masked if masked != decoded else url
+    return quote(masked, safe=_URL_SAFE) if masked != decoded else url
 
 
 def mask_bank_numbers_in_urls(text: str) -> str:

@@ -398,9 +398,25 @@ def _place(path: str) -> str:
     return mask_bank_numbers(path)[:128]
 
 
-def _masked_member(value: Any, path: str, problems: dict[str, list[str]]) -> Any:
+def event_payload_shown(payload: dict) -> dict:
+    """A processor event's stored payload as a person is shown it (the admin): masked as
+    ``kept_members`` masks, a member's name masked rather than refused. A payload stored before
+    the edge masked, or from a backend that built its own ``raw``, shows no bank number either;
+    the row itself is left as it was written."""
+    shown = {}
+    for name, value in payload.items():
+        if name in FREE_TEXT_FIELDS and isinstance(value, str):
+            shown[name] = mask_bank_numbers(value)
+        elif name in _CONTRACT_FIELDS:
+            shown[name] = value
+        else:
+            shown[mask_bank_numbers(name)] = _masked_member(value, name, None)
+    return shown
+
+
+def _masked_member(value: Any, path: str, problems: dict[str, list[str]] | None) -> Any:
     """``value`` (a member beyond the contract) with its bank numbers masked; a name that holds
-    one is noted in ``problems`` under its place."""
+    one is noted in ``problems`` under its place, or without ``problems`` shown masked."""
     if isinstance(value, str):
         return mask_bank_numbers(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -411,10 +427,12 @@ def _masked_member(value: Any, path: str, problems: dict[str, list[str]]) -> Any
     if isinstance(value, dict):
         kept = {}
         for key, item in value.items():
-            if holds_bank_number(key):
-                problems.setdefault(_place(f"{path}.{key}"), []).append(MEMBER_NAME_MESSAGE)
-            else:
+            if not holds_bank_number(key):
                 kept[key] = _masked_member(item, f"{path}.{key}", problems)
+            elif problems is None:
+                kept[mask_bank_numbers(key)] = _masked_member(item, f"{path}.{key}", problems)
+            else:
+                problems.setdefault(_place(f"{path}.{key}"), []).append(MEMBER_NAME_MESSAGE)
         return kept
     return value
 

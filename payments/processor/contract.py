@@ -443,9 +443,9 @@ _CONTRACT_FIELDS = frozenset(ProcessorEventSerializer._declared_fields)
 def processor_event_parse(fields: Any, *, raw: dict | None = None) -> ProcessorEvent:
     """The event the contract's ``fields`` describe; raise ``InvalidCallback`` naming every bad
     field. The free text of ``message`` and ``reason_code`` is kept with its bank numbers masked.
-    ``raw`` is kept with the event and travels beside its fields in the queue envelope
-    (default: ``kept_members`` of ``fields``: the fields beyond the contract included, bank
-    numbers masked); it must not use a contract field's name for anything else.
+    ``raw`` (default: ``fields``) is kept with the event and travels beside its fields in the
+    queue envelope, as ``kept_members`` keeps it: the members beyond the contract included,
+    bank numbers masked; it must not use a contract field's name for anything else.
 
     This is the edge's parse: the worker reads the queue envelope back with the serializer
     alone (``callbacks.schema``), and keeps what the edge or the module's own producers (the
@@ -456,6 +456,5 @@ def processor_event_parse(fields: Any, *, raw: dict | None = None) -> ProcessorE
     validated = dict(serializer.validated_data)
     for name in FREE_TEXT_FIELDS:
         validated[name] = mask_bank_numbers(validated[name])
-    if raw is None:
-        raw = kept_members(fields, validated)
+    raw = kept_members(fields if raw is None else raw, validated)
     return ProcessorEvent(**validated, raw=raw)

@@ -135,7 +135,8 @@ def _check_tree(data: Any, *, max_depth: int) -> dict[str, list[str]]:
                 report(path, f"nested deeper than {max_depth} levels")
                 continue
             for key in getattr(value, "duplicates", ()):
-                report((*path, key), "given more than once (a duplicate key)")
+                shown = key if _string_problem(key) is None else "<key>"
+                report((*path, shown), "given more than once (a duplicate key)")
             if isinstance(value, dict):
                 for key, item in value.items():
                     problem = _string_problem(key)

@@ -136,3 +136,11 @@ def test_a_number_the_parser_refuses_is_named_by_place_and_never_echoed(
     assert not re.search(
         r"\d{5,}", json.dumps(error, ensure_ascii=False).replace(error["request_id"], "")
     )
+
+
+@pytest.mark.parametrize("key", ["\\ud800", "a\\u0000"], ids=["surrogate", "nul"])
+def test_a_duplicate_key_that_cannot_be_shown_is_named_by_its_place(api_client, key):
+    body = json.dumps(ACCOUNT)[:-1] + f', "memo": {{"{key}": 1, "{key}": 2}}}}'
+    error = _refused(_raw(api_client, body))
+    assert error["param"] == "memo", error
+    assert "at memo.<key>: given more than once" in error["message"], error

@@ -15,6 +15,7 @@ from django.utils.safestring import mark_safe
 from payments.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
+    EventKind,
     LedgerEntry,
     MerchantAccess,
     MerchantReturnDay,
@@ -29,6 +30,7 @@ from payments.models import (
     ProcessorAttempt,
     ReturnDishonor,
 )
+from payments.processor.contract import event_payload_shown
 from payments.return_codes import return_code_label
 from payments.selectors import payment_reinitiation_chain
 from payments.services.nocs import NocNoteRequired, NocNotOpen, noc_mark_applied
@@ -221,11 +223,18 @@ class PaymentEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["kind", "outcome", "event_type"]
     search_fields = ["=payment__id", "processor_event_id"]
     list_select_related = ["payment"]
+    # The payload is shown once, by payload_pretty: masked, where the field itself is not.
+    exclude = ["payload"]
     readonly_fields = ["payload_pretty"]
 
     @admin.display(description="payload")
     def payload_pretty(self, obj):
-        return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True))
+        payload = obj.payload
+        if obj.kind == EventKind.PROCESSOR_EVENT and isinstance(payload, dict):
+            # What a processor sent, bank numbers masked even in rows stored before the edge
+            # masked them.
+            payload = event_payload_shown(payload)
+        return format_html("<pre>{}</pre>", json.dumps(payload, indent=2, sort_keys=True))
 
 
 @admin.register(ProcessorAttempt)

@@ -309,13 +309,28 @@ LOGGING = {
     },
     # The fields bound to the work in hand (a worker's message: its request id, its trace) go
     # onto every record, whichever logger wrote it (payments/logcontext.py).
-    "filters": {"log_context": {"()": "payments.logcontext.LogContextFilter"}},
+    "filters": {
+        "log_context": {"()": "payments.logcontext.LogContextFilter"},
+        "bank_numbers_in_urls": {"()": "payments.logformat.BankNumbersInUrlsFilter"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
             "filters": ["log_context"],
         }
+    },
+    # Lines that quote a request's path and query (runserver's access line, the 4xx and 5xx
+    # warnings) with any bank number in them masked to its last 4 digits; gunicorn's access
+    # log is filtered by config/gunicorn.py.
+    "loggers": {
+        "django.server": {
+            "handlers": ["console"],
+            "level": "INFO",
+            "propagate": False,
+            "filters": ["bank_numbers_in_urls"],
+        },
+        "django.request": {"filters": ["bank_numbers_in_urls"]},
     },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
 }

@@ -15,10 +15,10 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
+from payments.bank_numbers import looks_like_bank_number
 from payments.nacha.accounts import AccountUnavailable, BankAccount
 from payments.nacha.routing import routing_number_problem
 from payments.nacha.writer import clean_text
-from payments.services.create import looks_like_bank_number
 from payments.vault.crypto import (
     Sealed,
     VaultError,

@@ -110,9 +110,13 @@ class CallbackSender:
         backoff_seconds: float = 0.2,
         timeout_seconds: float = 5.0,
         drops: DropPlan | None = None,
+        on_due: Callable[[dict], None] | None = None,
     ) -> None:
         self.url = url
         self.drops = drops or DropPlan()
+        # Told of each delivery when it first comes due (a duplicate delivery too): the moment
+        # the processor's event happens, which its events API lists from then on.
+        self.on_due = on_due
         self.secret = secret
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
@@ -187,6 +191,8 @@ class CallbackSender:
     def _attempt(self, delivery: Delivery) -> None:
         if delivery.attempt == 0 and delivery.on_send is not None:
             delivery.on_send()
+        if delivery.attempt == 0 and self.on_due is not None:
+            self.on_due(delivery.body)
         if delivery.attempt == 0 and self.drops.drops(delivery.body):
             # Never posted, as if the processor lost it: only the events API still lists it.
             with self._cond:

@@ -16,11 +16,11 @@
 - ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
   by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
   event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
-- ``GET /v1/events?after=<cursor>&limit=<n>`` (bearer auth): every event the sandbox made, in
-  the order it made them, whether or not its callback was delivered: ``{"data": [<callback
-  body>...], "next_cursor": ..., "has_more": ...}``; cursors are opaque, ``limit`` is 1-500
-  (default 100), an unknown cursor answers 400. Served during an outage as the other API calls
-  are (503, timeout, reset).
+- ``GET /v1/events?after=<cursor>&limit=<n>`` (bearer auth): every event that happened (its
+  callback came due), in that order, whether or not the callback was delivered:
+  ``{"data": [<callback body>...], "next_cursor": ..., "has_more": ...}``; cursors are
+  opaque, ``limit`` is 1-500 (default 100), an unknown cursor answers 400. Served during an
+  outage as the other API calls are (503, timeout, reset).
 - ``POST /_sandbox/drops`` with ``{"share": 0..1, "event_types": [...]}`` makes the sandbox drop
   that share of its callbacks (of those event types; all when omitted) on purpose: a dropped
   callback is never delivered, its debit's next event follows as if it had been given up; the
@@ -203,6 +203,7 @@ class SandboxProcessor:
         # Every event made, in order (the events API's record), and this record's epoch: a
         # cursor of another sandbox, or from before a reset, is refused instead of misread.
         self._event_log: list[dict] = []
+        self._event_logged: set[str] = set()
         self._event_epoch = uuid.uuid4().hex[:8]
         self.events_requests: list[dict] = []  # every GET /v1/events: its after and limit
         self.drops = DropPlan(self.plan.config.p_dropped_callback, seed)
@@ -222,6 +223,7 @@ class SandboxProcessor:
             url=self.callback_url,
             secret=self.signing_secret,
             drops=self.drops,
+            on_due=self._event_happened,
             **self._callback_options,
         )
         self._server.sandbox = self
@@ -302,6 +304,7 @@ class SandboxProcessor:
             self._replays = 0
             self._events = 0
             self._event_log.clear()
+            self._event_logged.clear()
             self._event_epoch = uuid.uuid4().hex[:8]
             self.events_requests.clear()
             self._outage_mode, self._outage_until, self._outage_calls = OutageMode.NONE, None, 0
@@ -536,10 +539,18 @@ class SandboxProcessor:
         _DebitCallbacks(self, debit).start()
 
     def _event_made(self, body: dict) -> None:
-        """Record an event once its body is final: what the events API lists, in order."""
         with self._lock:
             self._events += 1
-            self._event_log.append(dict(body))
+
+    def _event_happened(self, body: dict) -> None:
+        """An event's callback came due (delivered, dropped or undeliverable alike): from now
+        on the events API lists it, in the order they came due, once (a duplicate delivery of
+        the same event is the same event)."""
+        with self._lock:
+            event_id = str(body.get("processor_event_id"))
+            if event_id not in self._event_logged:
+                self._event_logged.add(event_id)
+                self._event_log.append(dict(body))
 
     # --- the events API
     def _cursor(self, position: int) -> str:
@@ -581,7 +592,7 @@ class SandboxProcessor:
             )
 
     def events_made(self) -> list[dict]:
-        """Every event made so far, in order (tests)."""
+        """Every event the events API lists so far, in order (tests)."""
         with self._lock:
             return [dict(body) for body in self._event_log]
 

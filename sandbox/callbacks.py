@@ -73,6 +73,8 @@ class DropPlan:
                             "payment_id": body.get("payment_id"),
                             "event_type": body.get("event_type"),
                             "processor_event_id": body.get("processor_event_id"),
+                            "timestamp": body.get("timestamp"),
+                            "dropped_at": time.time(),
                         }
                     )
             return decided

@@ -58,12 +58,13 @@ def wait_for_recovery(dropped: list[dict], timeout: float = 180) -> dict[str, da
     return recovered
 
 
-def recovery_report(sandbox_url: str) -> tuple[list, list]:
-    """(summary rows, checks) of the dropped callbacks' recovery."""
+def recovery_report(sandbox_url: str, timeout: float = 180) -> tuple[list, list]:
+    """(summary rows, checks) of the dropped callbacks' recovery, once every one reached the
+    worker or after ``timeout`` seconds."""
     from callbacks.models import ProcessorEventsCursor
 
     dropped = drops_stop(sandbox_url)
-    recovered = wait_for_recovery(dropped)
+    recovered = wait_for_recovery(dropped, timeout)
     delays = sorted(
         (recovered[d["processor_event_id"]].timestamp() - d["dropped_at"])
         for d in dropped

@@ -2,6 +2,7 @@
 ``--every SECONDS`` until stopped (a process rather than beat's task)."""
 
 from django.core.management.base import CommandError
+from django.db import close_old_connections
 
 from callbacks.events_pull import PullOutcome, processor_events_pull
 from payments.nacha.rounds import RoundsCommand
@@ -38,6 +39,9 @@ class Command(RoundsCommand):
         )
 
     def round(self, options) -> None:
+        # A process that keeps pulling: a connection the database dropped since the last pass
+        # (a restart, a failover) is replaced instead of failing every pass after it.
+        close_old_connections()
         result = processor_events_pull(
             page_size=options["page_size"], max_pages=options["max_pages"]
         )

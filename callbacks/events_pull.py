@@ -53,6 +53,7 @@ from payments.exceptions import InvalidCallback, ProcessorRejected, ProcessorUna
 from payments.locks import single_flight
 from payments.models import ProcessedEvent
 from payments.processor.backend import CallbackRequest, ProcessorBackend, get_backend
+from payments.processor.contract import CURSOR_RE
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,27 @@ def processor_events_pull(
     log = logger.info if result.outcome == PullOutcome.DONE else logger.warning
     log("processor events pull %s", result.summary(), extra={"outcome": result.outcome})
     return result
+
+
+def processor_events_cursor_set(*, cursor: str) -> str:
+    """Store ``cursor`` as where the next pass starts ("" = the processor's first event), and
+    return the one it replaces: where a host adopting the pull starts (not years back), or an
+    operator's way past a page the processor cannot serve. Taken under the pass's own lock, so
+    no pass running meanwhile moves it back; raises ``RuntimeError`` when one holds it."""
+    if cursor and not CURSOR_RE.fullmatch(cursor):
+        raise ValueError("a cursor is 1-512 characters of A-Za-z0-9._:=~+/-")
+    with single_flight(LOCK_NAME) as acquired:
+        if not acquired:
+            raise RuntimeError("a pass of the processor events pull is running; try again")
+        row, _ = ProcessorEventsCursor.objects.get_or_create(source=payments_conf.PROCESSOR_BACKEND)
+        ProcessorEventsCursor.objects.filter(pk=row.pk).update(cursor=cursor)
+    logger.warning(
+        "processor events pull: cursor set to %r by hand (was %r)",
+        cursor,
+        row.cursor,
+        extra={"outcome": "cursor_set"},
+    )
+    return row.cursor
 
 
 def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullResult:

@@ -367,3 +367,18 @@ def test_two_pullers_at_once_pull_each_page_once(sqs_queues, scripted, tmp_path)
     assert "skipped: " in (tmp_path / "second.log").read_text()
     assert stored_cursor() == "c2"
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (2, 0)
+
+
+def test_a_cursor_set_by_hand_is_where_the_next_pass_starts(sqs_queues, scripted, capsys):
+    from django.core.management import CommandError, call_command
+
+    server = scripted(lambda after, limit: page([], after or "c0"))
+
+    call_command("processor_events_pull", set_cursor="c41")
+    processor_events_pull()
+    with pytest.raises(CommandError, match="1-512 characters"):
+        call_command("processor_events_pull", set_cursor="c 42")
+
+    assert "the next pass starts after 'c41' (was '(the first event)')" in capsys.readouterr().out
+    assert [r["after"] for r in server.requests] == ["c41"]
+    assert stored_cursor() == "c41"

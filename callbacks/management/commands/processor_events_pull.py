@@ -4,7 +4,7 @@
 from django.core.management.base import CommandError
 from django.db import close_old_connections
 
-from callbacks.events_pull import PullOutcome, processor_events_pull
+from callbacks.events_pull import PullOutcome, processor_events_cursor_set, processor_events_pull
 from payments.nacha.rounds import RoundsCommand
 
 
@@ -37,6 +37,27 @@ class Command(RoundsCommand):
             default=None,
             help="pages per pass at most (default PROCESSOR_EVENTS_PULL_MAX_PAGES)",
         )
+        parser.add_argument(
+            "--set-cursor",
+            metavar="CURSOR",
+            default=None,
+            help="store CURSOR (the processor's, opaque; '' = its first event) as where the next "
+            "pass starts, and exit: where a host starts pulling instead of the processor's "
+            "whole history",
+        )
+
+    def handle(self, *args, **options):
+        if options["set_cursor"] is not None:
+            try:
+                was = processor_events_cursor_set(cursor=options["set_cursor"])
+            except (ValueError, RuntimeError) as exc:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(
+                f"the next pass starts after {options['set_cursor'] or '(the first event)'!r} "
+                f"(was {was or '(the first event)'!r})"
+            )
+            return
+        super().handle(*args, **options)
 
     def round(self, options) -> None:
         # A process that keeps pulling: a connection the database dropped since the last pass

@@ -291,3 +291,20 @@ def test_a_callback_share_dropped_by_the_sandbox_is_all_recovered(
     for payment in created:
         assert applied(payment) == [("settled", "confirmed")]
     assert json.loads(json.dumps(sandbox.stats()))["callbacks_dropped"] == len(dropped)
+
+
+def test_the_cursor_is_shown_in_the_admin_and_cannot_be_edited_there(admin_client):
+    from django.urls import reverse
+
+    row = ProcessorEventsCursor.objects.create(
+        source=payments_conf.PROCESSOR_BACKEND, cursor="c1.abc.7", events_pulled=7
+    )
+    changelist = admin_client.get(reverse("admin:callbacks_processoreventscursor_changelist"))
+    change_url = reverse("admin:callbacks_processoreventscursor_change", args=[row.pk])
+    posted = admin_client.post(change_url, {"cursor": "c1.abc.0"})
+
+    assert changelist.status_code == 200
+    assert "c1.abc.7" in changelist.content.decode()
+    assert reverse("admin:callbacks_processoreventscursor_add") not in changelist.content.decode()
+    assert posted.status_code == 403
+    assert ProcessorEventsCursor.objects.get().cursor == "c1.abc.7"

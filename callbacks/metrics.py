@@ -61,3 +61,17 @@ WORKER_BATCH_MESSAGES = Histogram(
     "Messages in each batch run_sqs_worker received and handled.",
     buckets=_BATCH_BUCKETS,
 )
+PROCESSOR_EVENTS_PULLED = Counter(
+    "payments_processor_events_pulled_total",
+    "Processor events read by the events pull and queued, by outcome: new (not applied yet "
+    "when pulled: a callback the processor never delivered, or one still on its way), known "
+    "(already applied: delivered by callback), malformed (dead-lettered with its errors).",
+    ["outcome"],
+)
+PROCESSOR_EVENTS_PULL_PASSES = Counter(
+    "payments_processor_events_pull_passes_total",
+    "Passes of the processor events pull, by outcome: done, failed (the processor or the queue "
+    "did not answer; the cursor stayed), stalled (the processor's cursor did not advance), "
+    "skipped (another pass held the lock), unsupported (the backend has no events API).",
+    ["outcome"],
+)

@@ -200,3 +200,41 @@ class ParkedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"parked {self.message_id} for {self.payment_id}"
+
+
+class ProcessorEventsCursor(models.Model):
+    """How far the pull of the processor's events got (``callbacks.events_pull``): one row per
+    processor backend, so a host that changes processors does not send one processor's cursor
+    to the other.
+
+    ``cursor`` is the processor's opaque cursor after the last page whose events are all on the
+    queue ("" = from its first event); it only moves forward from the value a pass read (a
+    compare-and-set), so a pass that crashed or lost a race resumes from a page it may have
+    queued already: at least once onto the queue, once in the ledger (SQS's deduplication and
+    the processed-event record).
+    """
+
+    source = models.CharField(
+        max_length=255, primary_key=True, help_text="The backend's dotted path."
+    )
+    cursor = models.CharField(max_length=512, blank=True)
+    pulled_at = models.DateTimeField(
+        null=True, blank=True, help_text="The end of the last successful pass (database time)."
+    )
+    newest_event_at = models.DateTimeField(
+        null=True, blank=True, help_text="The timestamp of the newest event pulled."
+    )
+    events_pulled = models.PositiveBigIntegerField(default=0)
+    events_new = models.PositiveBigIntegerField(
+        default=0, help_text="Pulled before the worker had applied them: recovered or in flight."
+    )
+    events_known = models.PositiveBigIntegerField(
+        default=0, help_text="Already applied when pulled (delivered by callback)."
+    )
+    events_malformed = models.PositiveBigIntegerField(
+        default=0, help_text="Breaking the event contract: dead-lettered with their errors."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.source} after {self.cursor or '(start)'}"

@@ -302,3 +302,29 @@ def test_the_bank_demo_days_settle_first_then_the_bank_answers_and_the_summary_c
     assert "tables holding an account number in the clear: payments_payment" in out
     assert run.accounts[3].body["account_number"] not in out
     assert leaked_number not in out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_checks_every_dropped_callback_was_recovered_by_the_pull(sqs_queues, sandbox):
+    from callbacks.events_pull import processor_events_pull
+    from demo.recovery import drops_start, recovery_report
+    from payments.services import payment_submit
+    from tests.callbacks.worker_support import run_worker
+    from tests.waiting import wait_for
+
+    drops_start(sandbox.base_url, share=1.0)
+    payment = PaymentFactory()
+    payment_submit(payment_id=payment.id)
+    wait_for(lambda: len(sandbox.drops.dropped()) == 2, 10, "both callbacks dropped")
+
+    rows, [(label, passed)] = recovery_report(sandbox.base_url, timeout=0)
+    assert (label, passed) == (
+        "every callback the processor dropped was recovered by the events pull (0 of 2)",
+        False,
+    )
+
+    processor_events_pull()
+    run_worker()
+    rows, [(label, passed)] = recovery_report(sandbox.base_url, timeout=0)
+    assert passed, label
+    assert dict(rows)["  recovered by the events pull"] == 2

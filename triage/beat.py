@@ -12,9 +12,11 @@ def beat_schedule(
     *, dlq_ingest_interval: float | None = None, bank_direct: bool = False
 ) -> dict[str, dict[str, Any]]:
     """The schedule; dead letters are ingested every ``dlq_ingest_interval`` seconds
-    (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
-    path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
-    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files."""
+        (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
+        path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
+        (a window is cut within 10 minutes of its cutoff) and collecting the bank's files. The pull
+    of the processor's events runs every minute (a no-op for a backend without an events API),
+    so a callback the processor never delivered is applied within a minute or two."""
     if dlq_ingest_interval is None:
         from triage import conf
 
@@ -25,6 +27,7 @@ def beat_schedule(
         "triage.tasks.alerts_evaluate": 60.0,
         "triage.tasks.beat_heartbeat": 60.0,
         "callbacks.tasks.payments_reconcile": 300.0,
+        "callbacks.tasks.processor_events_pull": 60.0,
         "triage.tasks.bulk_jobs_resume_stale": 60.0,
         "callbacks.tasks.outbox_relay_publish": 60.0,
         "payments.tasks.processed_events_purge": 3600.0,
@@ -46,6 +49,7 @@ def beat_schedule(
         "triage.tasks.alerts_evaluate": "alerts-evaluate",
         "triage.tasks.beat_heartbeat": "beat-heartbeat",
         "callbacks.tasks.payments_reconcile": "payments-reconcile",
+        "callbacks.tasks.processor_events_pull": "processor-events-pull",
         "triage.tasks.bulk_jobs_resume_stale": "bulk-jobs-resume-stale",
         "callbacks.tasks.outbox_relay_publish": "outbox-relay-publish",
         "payments.tasks.processed_events_purge": "processed-events-purge",

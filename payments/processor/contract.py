@@ -458,3 +458,33 @@ def processor_event_parse(fields: Any, *, raw: dict | None = None) -> ProcessorE
         validated[name] = mask_bank_numbers(validated[name])
     raw = kept_members(fields if raw is None else raw, validated)
     return ProcessorEvent(**validated, raw=raw)
+
+
+# A processor cursor is opaque to us, but it is stored and sent back in a query string.
+CURSOR_RE = re.compile(r"[A-Za-z0-9._:=~+/-]{1,512}")
+
+
+class InvalidEventsPage(ValueError):
+    """A page of the events API that breaks its contract as a whole (not one bad event)."""
+
+
+def events_page_parse(body: Any, *, limit: int) -> tuple[tuple[Any, ...], str | None, bool]:
+    """``(data, next_cursor, has_more)`` of a ``GET /v1/events`` answer,
+    ``{"data": [...], "next_cursor": ..., "has_more": ...}``; raise ``InvalidEventsPage`` for a
+    body that is no such page, or that holds more than the ``limit`` events asked for (a
+    processor ignoring the limit is not trusted with the rest of the contract either). The
+    events themselves are not checked here: each is checked on its own, as a callback body."""
+    if not isinstance(body, dict):
+        raise InvalidEventsPage(f"the page must be a JSON object, got {type(body).__name__}")
+    data, next_cursor, has_more = body.get("data"), body.get("next_cursor"), body.get("has_more")
+    if not isinstance(data, list):
+        raise InvalidEventsPage(f"data must be a list, got {type(data).__name__}")
+    if len(data) > limit:
+        raise InvalidEventsPage(f"{len(data)} events on a page asked for at most {limit}")
+    if next_cursor is not None and not (
+        isinstance(next_cursor, str) and CURSOR_RE.fullmatch(next_cursor)
+    ):
+        raise InvalidEventsPage("next_cursor must be null or 1-512 characters of A-Za-z0-9._:=~+/-")
+    if not isinstance(has_more, bool):
+        raise InvalidEventsPage(f"has_more must be true or false, got {has_more!r}"[:200])
+    return tuple(data), next_cursor, has_more

@@ -32,6 +32,7 @@ RULE_METRICS = {
     "payments_beat_heartbeat_timestamp_seconds",
     "payments_merchants_return_rate_over_level",
     "payments_dependency_up",
+    "payments_processor_events_pull_success_timestamp_seconds",
 }
 
 

@@ -236,6 +236,9 @@ class SftpTransport(Transport):
                 sftp.mkdir(refused)
             except OSError:
                 pass  # already there
+            # A link named refused would carry the entry out of the drop: a real directory only.
+            if not stat.S_ISDIR(sftp.lstat(refused).st_mode or 0):
+                raise TransportError(f"cannot set {name} aside: {refused} is not a directory")
             moved = posixpath.join(refused, name)
             try:
                 # The server renames the entry itself: a link is moved, its target untouched.

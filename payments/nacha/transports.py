@@ -59,7 +59,7 @@ class FileChanged(TransportError):
     """The file changed while it was read: its bytes were dropped; the next round reads it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Stray:
     """An entry of the drop that is neither a regular file nor a directory."""
 
@@ -239,6 +239,9 @@ class DirectoryTransport(Transport):
         refused = self.inbound / REFUSED_DIRECTORY
         try:
             refused.mkdir(exist_ok=True)
+            # A link named refused would carry the entry out of the drop: a real directory only.
+            if not stat.S_ISDIR(os.lstat(refused).st_mode):
+                raise TransportError(f"cannot set {name} aside: {refused} is not a directory")
             os.replace(self.inbound / name, refused / name)  # renames the link, not its target
         except OSError as exc:
             raise TransportError(f"cannot set {name} aside: {exc.strerror}") from exc

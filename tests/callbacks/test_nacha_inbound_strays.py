@@ -243,3 +243,22 @@ def test_regular_files_beside_a_link_are_still_imported(transport, outside, rais
     assert result.imported == ["returns-0301.ach"] and result.set_aside == ["returns-0302.ach"]
     assert list(NachaInboundFile.objects.values_list("name", flat=True)) == ["returns-0301.ach"]
     assert [r["key"] for r in raised] == [stray_entry_key("returns-0302.ach")]
+
+
+@pytest.mark.parametrize("transport", KINDS, indirect=True)
+def test_a_link_named_refused_never_carries_an_entry_out_of_the_drop(
+    transport, outside, raised, tmp_path
+):
+    inbound = str(transport.inbound)
+    elsewhere = tmp_path / "elsewhere-dir"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, os.path.join(inbound, "refused"))
+    os.symlink(outside, os.path.join(inbound, "returns.ach"))
+
+    result = nacha_files_collect(transport=transport, min_age_seconds=0)
+
+    assert result.set_aside == ["refused", "returns.ach"] and _nothing_imported()
+    assert os.listdir(elsewhere) == []  # nothing moved through the link
+    assert os.path.islink(os.path.join(inbound, "returns.ach"))  # left where it was, unread
+    assert [r["details"]["set_aside_to"] for r in raised] == ["", ""]
+    assert all("could not be moved aside" in r["summary"] for r in raised)

@@ -5,6 +5,7 @@ strings so a message whose body is unreadable can still be recorded and held aga
 """
 
 from django.db import models
+from django.db.models.functions import Now
 
 SEQUENCE_NUMBER_WIDTH = 40  # SQS FIFO sequence numbers are up to 128 bits: at most 39 digits.
 
@@ -103,7 +104,7 @@ class ProcessingError(models.Model):
     delay_seconds = models.FloatField(
         null=True, blank=True, help_text="Backoff chosen; empty when it was dead-lettered."
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -140,7 +141,7 @@ class PaymentHold(models.Model):
         blank=True,
         related_name="holds_caused",
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=255, blank=True)
     note = models.TextField(blank=True)
@@ -190,7 +191,7 @@ class ParkedMessage(models.Model):
     # The request id and trace the message carried (payments.propagation), sent again with it.
     carried = models.JSONField(default=dict, blank=True)
     arrived_at = models.DateTimeField(null=True, blank=True, help_text="SQS SentTimestamp.")
-    parked_at = models.DateTimeField(auto_now_add=True)
+    parked_at = models.DateTimeField(db_default=Now(), editable=False)
     released_at = models.DateTimeField(null=True, blank=True)
     republished_message_id = models.CharField(max_length=128, blank=True)
 

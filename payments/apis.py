@@ -10,8 +10,10 @@ payment or balance answers 404, as if it did not exist; creating or listing paym
 answers 403 naming the merchant.
 """
 
+import base64
 import logging
 import uuid
+from urllib import parse
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.openapi import AutoSchema
@@ -20,10 +22,11 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from rest_framework.exceptions import NotFound
 from rest_framework.metadata import SimpleMetadata
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from payments import conf as payments_conf
@@ -128,27 +131,72 @@ def _forbidden(param: str) -> ApiError:
 class PaymentPagination(CursorPagination):
     """Newest first, one page after an opaque cursor: stable while payments are created, which
     an offset is not. ``created_at`` orders; ties (one transaction's rows) keep their order by
-    the cursor's offset."""
+    the cursor's offset.
+
+    A cursor is only ever one this API wrote: it is read back and written again, and anything
+    that does not come out the same is a 400 naming ``cursor``. DRF's own reading is lenient
+    (``b64decode`` drops characters outside the alphabet, so ``!!!***`` reads as nothing; a
+    query string of unknown keys reads as no keys; an offset past the cutoff is cut down), and a
+    lenient reading of a forged cursor is the first page, silently. The cursor carries a
+    creation time and an offset, nothing of a merchant: whoever holds it lists only the
+    payments they may read. An empty cursor is refused too (the API never writes one; the
+    first page is the request without ``cursor``)."""
 
     ordering = ("-created_at", "-id")
     page_size = 25
     page_size_query_param = "limit"
     max_page_size = 100
 
-    def decode_cursor(self, request):
+    def encode_cursor(self, cursor: Cursor) -> str:
+        return replace_query_param(self.base_url, self.cursor_query_param, _cursor_text(cursor))
+
+    def decode_cursor(self, request) -> Cursor | None:
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is None:
+            return None
         try:
             cursor = super().decode_cursor(request)
         except NotFound:
             # DRF answers 404 for a cursor it cannot read; it is a bad parameter, not a resource.
-            raise field_errors({"cursor": ["not a cursor this API gave"]}) from None
-        # DRF reads the position as any text and filters on it: a forged one (not a creation
-        # time) would fail in the query. Only a position this API could have written passes.
-        if cursor is not None and cursor.position is not None:
-            try:
-                Payment._meta.get_field("created_at").to_python(cursor.position)
-            except DjangoValidationError:
-                raise field_errors({"cursor": ["not a cursor this API gave"]}) from None
+            raise field_errors({"cursor": [NOT_OUR_CURSOR]}) from None
+        if _cursor_text(cursor) != encoded or not _position_ours(cursor.position):
+            raise field_errors({"cursor": [NOT_OUR_CURSOR]})
         return cursor
+
+
+NOT_OUR_CURSOR = "not a cursor this API gave"
+
+
+def _cursor_text(cursor: Cursor) -> str:
+    """The one way a cursor is written (DRF's encoding, held here so that reading can compare
+    with it): base64 of a query string of ``o`` (offset, when not 0), ``r`` (1, when
+    reversed) and ``p`` (the position)."""
+    tokens = {}
+    if cursor.offset != 0:
+        tokens["o"] = str(cursor.offset)
+    if cursor.reverse:
+        tokens["r"] = "1"
+    if cursor.position is not None:
+        tokens["p"] = cursor.position
+    return base64.b64encode(parse.urlencode(tokens).encode("ascii")).decode("ascii")
+
+
+def _position_ours(position: str | None) -> bool:
+    """A position is the text of a payment's ``created_at`` as DRF writes it (``str`` of an
+    aware UTC datetime): DRF filters on any text it is given, so a forged one would fail in
+    the query, or page from a moment the API never named."""
+    if position is None:
+        return True
+    try:
+        moment = Payment._meta.get_field("created_at").to_python(position)
+    except DjangoValidationError:
+        return False
+    return (
+        moment is not None
+        and moment.utcoffset() is not None
+        and not moment.utcoffset()
+        and str(moment) == position
+    )
 
 
 # --- Views ------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 attempt row, its log line and the alert for refused credentials."""
 
 import logging
+from datetime import timedelta
+
+from django.db.models.functions import Now
 
 from payments.alerts import AlertSeverity, alert_raise
 from payments.exceptions import ProcessorCircuitOpen
@@ -113,7 +116,10 @@ def attempt_record(
         outcome = AttemptOutcome.ACCEPTED
     call = result.call
     number = ProcessorAttempt.objects.filter(payment=payment, operation=operation).count() + 1
-    return ProcessorAttempt.objects.create(
+    # On the database's clock, as every audit time: the call began its own (monotonic) latency
+    # before this record. The calling host's clock, which may be minutes off, is not read.
+    latency = timedelta(milliseconds=call.latency_ms)
+    attempt = ProcessorAttempt.objects.create(
         payment=payment,
         attempt_number=number,
         operation=operation,
@@ -125,8 +131,12 @@ def attempt_record(
         response_body=call.response_body,
         latency_ms=call.latency_ms,
         retry_after_seconds=call.retry_after,
-        started_at=call.started_at,
+        started_at=Now() - latency,
     )
+    # recorded_at came back from the insert: the same statement time the database subtracted
+    # the latency from, so this is the stored value without reading it again.
+    attempt.started_at = attempt.recorded_at - latency
+    return attempt
 
 
 def log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:

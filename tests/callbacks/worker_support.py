@@ -198,7 +198,7 @@ def run_worker_receives(count: int, **options) -> None:
 
 def applied_moves(payment) -> list[tuple[str, str]]:
     """The (from, to) states of a payment's applied submission and processor events, in the
-    order the event log was written (by id: created_at is the writing process's clock)."""
+    order the event log was written (by id: rows of one statement share a created_at)."""
     return list(
         PaymentEvent.objects.filter(
             payment=payment, outcome="applied", kind__in=("submission", "processor_event")

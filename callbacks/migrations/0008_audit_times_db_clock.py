@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('callbacks', '0006_hold_released_by_kind'),
+        ('callbacks', '0007_processor_events_cursor'),
     ]
 
     operations = [

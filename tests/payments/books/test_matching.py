@@ -1,0 +1,104 @@
+"""The bank's statement matched against the books on the real stack: the sandbox bank settles
+the files it received and debits the returns it wrote, in BAI2, with variances injected on
+demand; each injected variance is found, and nothing else."""
+
+from decimal import Decimal
+
+import pytest
+
+from payments.books.models import (
+    BooksVariance,
+    MatchStatus,
+    StatementLine,
+    VarianceKind,
+    VarianceStatus,
+)
+from payments.books.services import bank_statements_collect, books_day_figures
+from sandbox.statements import bank_statement_write
+from tests.payments.books.conftest import bank_payment, send_and_answer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _day_with_three_batches(books):
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    bank_payment(holder="Paying Two", amount="250.50", merchant="m-2", sec_code="PPD")
+    bank_payment(holder="Paying Three", amount="40.00", merchant="m-1", sec_code="CCD")
+    bank_payment(holder="Paying Four", amount="7.25", merchant="m-2", sec_code="WEB")
+    bank_payment(holder="NSF Five", amount="60.00", merchant="m-2", sec_code="WEB")
+    return send_and_answer(books)
+
+
+def _statement(books, day, *inject):
+    written = bank_statement_write(
+        outbound=books.outbound,
+        inbound=books.inbound,
+        statements=books.statements,
+        day=day,
+        inject=inject,
+    )
+    result = bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+    return written, result
+
+
+def test_a_clean_statement_matches_every_batch_and_the_return_and_closes_green(books):
+    sent = _day_with_three_batches(books)
+
+    written, result = _statement(books, sent.effective_entry_date)
+
+    assert result.imported == [written.name] and written.lines == 4  # 3 batches, 1 return
+    assert set(StatementLine.objects.values_list("match_status", flat=True)) == {"matched"}
+    assert BooksVariance.objects.count() == 0
+    figures = {
+        (f.merchant_id, f.currency): f for f in books_day_figures(day=sent.effective_entry_date)
+    }
+    assert figures["m-1", "USD"].expected == figures["m-1", "USD"].settled == Decimal("140.00")
+    assert figures["m-2", "USD"].expected == figures["m-2", "USD"].settled == Decimal("317.75")
+    assert figures["m-2", "USD"].returned == Decimal("60.00")
+    assert all(f.variances == 0 for f in figures.values())
+
+
+def test_each_injected_variance_is_found_and_nothing_else(books):
+    sent = _day_with_three_batches(books)
+
+    written, _ = _statement(books, sent.effective_entry_date, "missing", "short", "extra")
+
+    open_ = BooksVariance.objects.filter(status=VarianceStatus.OPEN)
+    assert sorted(open_.values_list("kind", flat=True)) == sorted(
+        [VarianceKind.MISSING_SETTLEMENT, VarianceKind.SHORT_AMOUNT, VarianceKind.EXTRA_LINE]
+    )
+    short = open_.get(kind=VarianceKind.SHORT_AMOUNT)
+    assert short.expected_amount - short.bank_amount == Decimal("1.00")
+    assert short.line.match_status == MatchStatus.PARTIAL
+    assert short.payments.count() >= 1 and short.nacha_file == sent
+    missing = open_.get(kind=VarianceKind.MISSING_SETTLEMENT)
+    assert missing.line is None and missing.payments.count() >= 1
+    extra = open_.get(kind=VarianceKind.EXTRA_LINE)
+    assert extra.merchant_ids == [] and extra.bank_amount == Decimal("123.45")
+    figures = books_day_figures(day=sent.effective_entry_date)
+    assert sum(f.variances for f in figures if f.merchant_id is None) == 1  # the extra line
+    assert set(written.injected) == {"missing", "short", "extra"}
+
+
+def test_a_statement_read_twice_or_resent_with_other_bytes_counts_each_line_once(books):
+    sent = _day_with_three_batches(books)
+    _statement(books, sent.effective_entry_date)
+    lines = StatementLine.objects.count()
+
+    # The bank resends the day (another creation time: other bytes, the same lines).
+    _statement(books, sent.effective_entry_date)
+
+    assert StatementLine.objects.count() == lines
+    assert BooksVariance.objects.count() == 0
+
+
+def test_a_settlement_the_bank_posts_a_day_late_clears_the_missing_variance(books):
+    sent = _day_with_three_batches(books)
+    day = sent.effective_entry_date
+    _statement(books, day, "missing")
+    [missing] = BooksVariance.objects.filter(kind=VarianceKind.MISSING_SETTLEMENT)
+
+    _statement(books, day)  # the bank's corrected statement carries the line
+
+    missing.refresh_from_db()
+    assert missing.status == VarianceStatus.CLEARED and missing.cleared_by_line is not None

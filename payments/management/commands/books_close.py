@@ -11,7 +11,8 @@ from datetime import date
 
 from django.core.management.base import BaseCommand
 
-from payments.books.services import books_day_check, books_day_figures, day_reported
+from payments.books.selectors import books_day_figures, day_reported
+from payments.books.services import books_day_check
 
 
 def iso_date(value: str) -> date:

@@ -13,7 +13,8 @@ from payments.books.models import (
     VarianceKind,
     VarianceStatus,
 )
-from payments.books.services import bank_statements_collect, books_day_figures
+from payments.books.selectors import books_day_figures
+from payments.books.services import bank_statements_collect
 from sandbox.statements import bank_statement_write
 from tests.payments.books.conftest import bank_payment, send_and_answer
 

@@ -265,7 +265,7 @@ def _extra_line_key(line: StatementLine) -> str:
     return f"extra_line:{line.pk}"
 
 
-def _match_settlement(line: StatementLine) -> None:
+def _match_settlement(line: StatementLine, *, exact_only: bool) -> None:
     candidates = _unmatched_batches(line.as_of_date)
     named = [b for b in candidates if _mentions(line, b.file.name)]
     pool = named or candidates
@@ -276,9 +276,13 @@ def _match_settlement(line: StatementLine) -> None:
         batch = exact[0]
         _record_match(line, [_batch_match(batch)], MatchStatus.MATCHED)
         return
+    if exact_only:
+        return
     if named:
         # The line names our file but settles another amount: partly matched, and a variance.
-        batch = named[0]
+        # Of the file's batches, the one whose SEC code the line names, else the nearest.
+        by_sec = [b for b in named if re.search(rf"\b{b.sec_code}\b", line.text)]
+        batch = min(by_sec or named, key=lambda b: abs(b.amount - line.amount))
         _record_match(line, [_batch_match(batch)], MatchStatus.PARTIAL)
         _variance(
             key=f"short_amount:{line.pk}",
@@ -321,7 +325,7 @@ def _unmatched_returns(until: date):
     )
 
 
-def _match_return(line: StatementLine) -> None:
+def _match_return(line: StatementLine, *, exact_only: bool) -> None:
     returns = [
         r for r in _unmatched_returns(line.as_of_date) if ach_date(r.returned_at) <= line.as_of_date
     ]
@@ -329,6 +333,8 @@ def _match_return(line: StatementLine) -> None:
     named = [r for r in returns if r.payment.nacha_entry.trace_number in traces]
     pool = named or returns
     exact = [r for r in pool if r.payment.amount == line.amount]
+    if exact_only and not exact:
+        return
     chosen = exact[0] if exact else (named[0] if named else None)
     if chosen is None:
         _extra(line)
@@ -374,34 +380,42 @@ def _extra(line: StatementLine) -> None:
 
 def statement_lines_match() -> int:
     """Match every line not matched yet, each in its own short transaction under its row
-    lock; the number matched (fully or partly). A line another pass holds is skipped."""
+    lock; the number matched (fully or partly). Two passes: every line that agrees exactly
+    first, so a short line never takes the batch another line settles in full; then what is
+    left, partly or as a variance. A line another pass holds is skipped."""
     matched = 0
+    for exact_only in (True, False):
+        pending = StatementLine.objects.filter(
+            match_status=MatchStatus.UNEXPLAINED, matches__isnull=True
+        ).order_by("as_of_date", "created_at", "record_number")
+        for line_id in list(pending.values_list("pk", flat=True)):
+            matched += _line_match(line_id, exact_only=exact_only)
+    return matched
+
+
+def _line_match(line_id, *, exact_only: bool) -> bool:
     settlement_codes = set(books_setting("SETTLEMENT_TYPE_CODES"))
     return_codes = set(books_setting("RETURN_TYPE_CODES"))
-    pending = StatementLine.objects.filter(
-        match_status=MatchStatus.UNEXPLAINED, matches__isnull=True
-    ).order_by("as_of_date", "created_at", "record_number")
-    for line_id in list(pending.values_list("pk", flat=True)):
-        try:
-            with transaction.atomic():
-                line = (
-                    StatementLine.objects.select_for_update(skip_locked=True)
-                    .filter(pk=line_id, match_status=MatchStatus.UNEXPLAINED)
-                    .first()
-                )
-                if line is None:
-                    continue
-                if line.direction == CREDIT and line.type_code in settlement_codes:
-                    _match_settlement(line)
-                elif line.direction == DEBIT and line.type_code in return_codes:
-                    _match_return(line)
-                else:
-                    _extra(line)
-                matched += line.match_status != MatchStatus.UNEXPLAINED
-        except IntegrityError:
-            # Another pass matched that batch or return first: this line is tried next time.
-            logger.info("books match lost a race", extra={"line": str(line_id)})
-    return matched
+    try:
+        with transaction.atomic():
+            line = (
+                StatementLine.objects.select_for_update(skip_locked=True)
+                .filter(pk=line_id, match_status=MatchStatus.UNEXPLAINED)
+                .first()
+            )
+            if line is None:
+                return False
+            if line.direction == CREDIT and line.type_code in settlement_codes:
+                _match_settlement(line, exact_only=exact_only)
+            elif line.direction == DEBIT and line.type_code in return_codes:
+                _match_return(line, exact_only=exact_only)
+            elif not exact_only:
+                _extra(line)
+            return line.match_status != MatchStatus.UNEXPLAINED
+    except IntegrityError:
+        # Another pass matched that batch or return first: this line is tried next time.
+        logger.info("books match lost a race", extra={"line": str(line_id)})
+        return False
 
 
 # --- a banking day ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ the files it received and debits the returns it wrote, in BAI2, with variances i
 demand; each injected variance is found, and nothing else."""
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,39 @@ def test_a_settlement_the_bank_posts_a_day_late_clears_the_missing_variance(book
 
     missing.refresh_from_db()
     assert missing.status == VarianceStatus.CLEARED and missing.cleared_by_line is not None
+
+
+def test_a_short_line_never_takes_the_batch_another_line_settles_in_full(books):
+    from datetime import datetime
+
+    from payments.books.bai2_writer import Line, bai2_statement_write
+    from payments.books.models import StatementMatch
+
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    bank_payment(holder="Paying Two", amount="85.00", merchant="m-2", sec_code="CCD")
+    sent = send_and_answer(books)
+    # The short line comes first and names no SEC code; 90.00 is nearer the CCD batch's 85.00.
+    content = bai2_statement_write(
+        sender="011000015",
+        receiver="US",
+        account_number="000123456789",
+        as_of_date=sent.effective_entry_date,
+        created_at=datetime(2026, 12, 2, 6, 0),
+        file_id="1",
+        lines=[
+            Line("166", 9000, "B1", sent.name, "ACH SETTLEMENT"),
+            Line("166", 8500, "B2", sent.name, "ACH SETTLEMENT"),
+        ],
+    )
+    (Path(books.statements)).mkdir(exist_ok=True)
+    (Path(books.statements) / "hand.bai").write_bytes(content)
+    bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+
+    matches = {m.sec_code: m.line.amount for m in StatementMatch.objects.select_related("line")}
+    assert matches == {"CCD": Decimal("85.00"), "PPD": Decimal("90.00")}
+    [short] = BooksVariance.objects.filter(kind=VarianceKind.SHORT_AMOUNT)
+    assert (short.sec_code, short.expected_amount, short.bank_amount) == (
+        "PPD",
+        Decimal("100.00"),
+        Decimal("90.00"),
+    )

@@ -14,7 +14,8 @@ def beat_schedule(
     """The schedule; dead letters are ingested every ``dlq_ingest_interval`` seconds
     (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
     path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
-    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files."""
+    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files, its
+    statements, and checking the books' alerts."""
     if dlq_ingest_interval is None:
         from triage import conf
 
@@ -40,6 +41,8 @@ def beat_schedule(
     if bank_direct:
         every["payments.tasks.nacha_send"] = 300.0
         every["callbacks.tasks.nacha_collect"] = 300.0
+        every["payments.tasks.bank_statements_collect"] = 300.0
+        every["payments.tasks.books_alerts_check"] = 300.0
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
         "triage.tasks.queue_metrics_sample": "queue-metrics-sample",
@@ -59,6 +62,8 @@ def beat_schedule(
         "triage.tasks.bulk_job_items_purge": "bulk-job-items-purge",
         "payments.tasks.nacha_send": "nacha-send",
         "callbacks.tasks.nacha_collect": "nacha-collect",
+        "payments.tasks.bank_statements_collect": "bank-statements-collect",
+        "payments.tasks.books_alerts_check": "books-alerts-check",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

@@ -5,7 +5,8 @@
   in full, and that no person has explained; 0 when there is none.
 - ``payments_books_oldest_unmatched_line_age_seconds``: since it was imported, the oldest bank
   line that is not matched and has an open variance; 0 when there is none.
-- ``payments_books_open_variances``, ``payments_books_oldest_open_variance_banking_days``.
+- ``payments_books_open_variances``, ``payments_books_oldest_open_variance_banking_days`` and
+  the setting it is held to, ``payments_books_variance_alert_banking_days``.
 - ``payments_books_days_not_closed``: banking days with activity whose close is overdue (the
   ``CLOSE_BY_HOUR_EASTERN`` hour of the next banking day has passed) and that are not green: the
   bank has not reported them, or they have open variances.
@@ -202,6 +203,7 @@ class BooksCollector(Collector):
             "payments_books_open_variances",
             "payments_books_oldest_open_variance_banking_days",
             "payments_books_days_not_closed",
+            "payments_books_variance_alert_banking_days",
         ):
             yield GaugeMetricFamily(name, "")
 
@@ -234,4 +236,10 @@ class BooksCollector(Collector):
             "Banking days past their close-by hour (Eastern, the next banking day) that the "
             "bank has not reported or that have open variances.",
             value=len(snapshot.days_not_closed),
+        )
+        yield GaugeMetricFamily(
+            "payments_books_variance_alert_banking_days",
+            "PAYMENTS_BOOKS['VARIANCE_ALERT_BANKING_DAYS']: an open variance older than this "
+            "many banking days alerts.",
+            value=int(books_setting("VARIANCE_ALERT_BANKING_DAYS")),
         )

@@ -4,8 +4,9 @@ files it received and the returns it wrote, with variances injected on demand.
 For each NACHA file delivered to it (``outbound``, answered or not) whose batches are
 effective on the day, one ACH settlement credit (type 166) per batch for the batch's total,
 naming the file in the customer reference as banks name the originator's file; for each return
-it wrote that day (its answer files in ``inbound``, collected or not), one return debit (type
-555) naming the original trace number. Injections, each on a line of its own:
+it wrote that banking day (its answer files in ``inbound``, collected or not; a weekend's on the
+Monday), one return debit (type 555) naming the original trace number. Injections, each on a
+line of its own:
 
 ``missing``  the first batch's settlement is left out
 ``short``    the next batch's settlement is one dollar short
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
+from payments.banking_days import is_banking_day
 from payments.books.bai2_writer import Line, bai2_statement_write
 from payments.nacha.parser import parse_nacha
 from payments.nacha.transports import is_collectable
@@ -34,6 +36,13 @@ class StatementWritten:
     name: str
     lines: int
     injected: dict[str, str] = field(default_factory=dict)  # kind: what it was injected on
+
+
+def settlement_day(day: date) -> date:
+    """The banking day a bank posts what it wrote on ``day`` (a weekend's: the Monday)."""
+    while not is_banking_day(day):
+        day += timedelta(days=1)
+    return day
 
 
 def _files(directory: Path) -> list[Path]:
@@ -80,7 +89,7 @@ def bank_statement_write(
             continue
         parsed = parse_nacha(path.read_bytes())
         created = datetime.strptime(parsed.header["file_creation_date"], "%y%m%d").date()
-        if created != day:
+        if settlement_day(created) != day:
             continue
         for entry in parsed.entries():
             addenda = entry.return_addenda

@@ -124,3 +124,32 @@ def test_a_statement_is_collected_over_sftp_from_the_real_sshd(sshd, vault, sett
     assert "imported 1" in output
     assert BankStatement.objects.get().content_bytes() == prior_day()
     assert (inbound / "processed" / "prior-day.bai").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ({"STATEMENT_TRANSPORT": {"kind": "ftp"}}, "STATEMENT_TRANSPORT"),
+        ({"STATEMENT_TRANSPORT": {"kind": "directory"}}, "STATEMENT_TRANSPORT"),
+        ({"CLOSE_BY_HOUR_EASTERN": 24}, "CLOSE_BY_HOUR_EASTERN"),
+        ({"VARIANCE_ALERT_BANKING_DAYS": -1}, "VARIANCE_ALERT_BANKING_DAYS"),
+        ({"SETTLEMENT_TYPE_CODES": "166"}, "SETTLEMENT_TYPE_CODES"),
+        ({"STATEMENT_TRASNPORT": None}, "STATEMENT_TRASNPORT"),
+    ],
+)
+def test_manage_check_names_a_bad_books_setting(settings, value, named):
+    from payments.checks import payments_books_settings_check
+
+    settings.PAYMENTS_BOOKS = value
+
+    [error] = payments_books_settings_check()
+
+    assert error.id == "payments.E008" and named in error.msg
+
+
+def test_manage_check_accepts_the_defaults(settings):
+    from payments.checks import payments_books_settings_check
+
+    settings.PAYMENTS_BOOKS = {}
+
+    assert payments_books_settings_check() == []

@@ -58,7 +58,9 @@ def books_day_figures(*, day: date, merchant_id: str | None = None) -> list[DayF
     fully = {
         (m.nacha_file_id, m.sec_code)
         for m in StatementMatch.objects.filter(
-            kind=MatchKind.BATCH, line__match_status=MatchStatus.MATCHED
+            kind=MatchKind.BATCH,
+            line__match_status=MatchStatus.MATCHED,
+            nacha_file__effective_entry_date=day,
         )
     }
     entries = NachaEntry.objects.filter(

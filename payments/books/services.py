@@ -28,7 +28,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
-from payments.banking_days import ach_date, is_banking_day
+from payments.banking_days import ach_date, end_of_banking_day, is_banking_day
 from payments.books.bai2 import CREDIT, DEBIT, StatementFormatError, parse_bai2
 from payments.books.conf import books_setting
 from payments.books.models import (
@@ -51,7 +51,9 @@ from payments.nacha.sealing import content_seal, statement_aad
 
 logger = logging.getLogger(__name__)
 
-CENTS = Decimal("0.01")
+# How far back a bank line looks for what it settles: a bank that posts a batch or a return
+# days late is still matched; an older expectation is already a variance for a person.
+MATCH_LOOKBACK = timedelta(days=10)
 TRACE = re.compile(r"\b\d{15}\b")
 
 
@@ -202,11 +204,17 @@ def _batches(files) -> list[Batch]:
 
 
 def _unmatched_batches(until: date) -> list[Batch]:
-    matched = set(
-        StatementMatch.objects.filter(kind=MatchKind.BATCH).values_list("nacha_file_id", "sec_code")
-    )
+    """The batches due by ``until`` within the look-back, not matched to a line yet."""
     files = list(
-        NachaFile.objects.filter(delivered_at__isnull=False, effective_entry_date__lte=until)
+        NachaFile.objects.filter(
+            delivered_at__isnull=False,
+            effective_entry_date__range=(until - MATCH_LOOKBACK, until),
+        )
+    )
+    matched = set(
+        StatementMatch.objects.filter(kind=MatchKind.BATCH, nacha_file__in=files).values_list(
+            "nacha_file_id", "sec_code"
+        )
     )
     return [b for b in _batches(files) if (b.file.pk, b.sec_code) not in matched]
 
@@ -316,9 +324,13 @@ def _batch_match(batch: Batch) -> StatementMatch:
 
 
 def _unmatched_returns(until: date):
+    """The returns of debits we sent through the bank, from the look-back on, not matched."""
     matched = StatementMatch.objects.filter(kind=MatchKind.RETURN).values("payment_id")
+    since = end_of_banking_day(until - MATCH_LOOKBACK - timedelta(days=1))
     return (
-        PaymentReturn.objects.filter(payment__nacha_entry__file__isnull=False)
+        PaymentReturn.objects.filter(
+            payment__nacha_entry__file__isnull=False, returned_at__gt=since
+        )
         .exclude(payment_id__in=matched)
         .select_related("payment", "payment__nacha_entry")
         .order_by("returned_at")

@@ -21,10 +21,13 @@ and a NUL inside a text field is read into the text without a word.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-MAX_STATEMENT_BYTES = 64 * 1024 * 1024  # far above a bank account's daily detail
+MAX_STATEMENT_BYTES = 64 * 1024 * 1024
+# Any control character but the tab (a line end has been split off already).
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # far above a bank account's daily detail
 
 # Detail type codes (BAI2's table): 100-399 credits, 400-699 debits; others (loans 700-799,
 # 890 non-monetary, 900-999 the bank's own) carry no direction this module can book.
@@ -123,12 +126,10 @@ def _decode(content: bytes) -> list[str]:
             raise StatementFormatError(
                 number, f"bytes that are not UTF-8 text at column {exc.start + 1}"
             ) from None
-        for column, char in enumerate(line, start=1):
-            if char == "\t":
-                continue
-            if ord(char) < 32 or ord(char) == 127:
-                what = "a NUL byte" if char == "\0" else f"control character {ord(char):#04x}"
-                raise StatementFormatError(number, f"{what} at column {column}")
+        if bad := CONTROL.search(line):
+            char = bad.group()
+            what = "a NUL byte" if char == "\0" else f"control character {ord(char):#04x}"
+            raise StatementFormatError(number, f"{what} at column {bad.start() + 1}")
         decoded.append(line.rstrip(" "))
     return decoded
 

@@ -81,8 +81,8 @@ class StatementLine(models.Model):
     type_code = models.CharField(max_length=3)
     direction = models.CharField(max_length=8)
     amount = models.DecimalField(max_digits=18, decimal_places=2)
-    bank_reference = models.CharField(max_length=128, blank=True)
-    customer_reference = models.CharField(max_length=128, blank=True)
+    bank_reference = models.TextField(blank=True)
+    customer_reference = models.TextField(blank=True)
     text = models.TextField(blank=True)
     fingerprint = models.CharField(max_length=64, unique=True)
     match_status = models.CharField(

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 # How far back a bank line looks for what it settles: a bank that posts a batch or a return
 # days late is still matched; an older expectation is already a variance for a person.
 MATCH_LOOKBACK = timedelta(days=10)
+IMPORT_BATCH = 2000
 TRACE = re.compile(r"\b\d{15}\b")
 
 
@@ -126,7 +127,7 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
     stored = BankStatement.objects.create(
         name=name[:255], sha256=sha, status=StatementStatus.IMPORTED, **sealed
     )
-    count = 0
+    rows: list[StatementLine] = []
     seen: dict[str, int] = defaultdict(int)
     for group in parsed.groups:
         for account in group.accounts:
@@ -139,7 +140,7 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
                 as_of_date=group.as_of_date,
             )
             for tx in account.transactions:
-                identity = (
+                identity = _fingerprint(
                     account.number,
                     currency,
                     group.as_of_date,
@@ -149,26 +150,36 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
                     tx.customer_reference,
                     tx.text,
                 )
-                seen[_fingerprint(*identity)] += 1
-                # The nth identical line of a day is the same nth line in a resent statement.
-                fingerprint = _fingerprint(*identity, seen[_fingerprint(*identity)])
-                count += 1
-                if StatementLine.objects.filter(fingerprint=fingerprint).exists():
-                    continue
-                StatementLine.objects.create(
-                    statement=stored,
-                    record_number=tx.record_number,
-                    account_last4=last4,
-                    currency=currency,
-                    as_of_date=group.as_of_date,
-                    type_code=tx.type_code,
-                    direction=tx.direction,
-                    amount=Decimal(tx.amount_cents) / 100,
-                    bank_reference=tx.bank_reference[:128],
-                    customer_reference=tx.customer_reference[:128],
-                    text=tx.text,
-                    fingerprint=fingerprint,
+                seen[identity] += 1
+                rows.append(
+                    StatementLine(
+                        statement=stored,
+                        record_number=tx.record_number,
+                        account_last4=last4,
+                        currency=currency,
+                        as_of_date=group.as_of_date,
+                        type_code=tx.type_code,
+                        direction=tx.direction,
+                        amount=Decimal(tx.amount_cents) / 100,
+                        bank_reference=tx.bank_reference,
+                        customer_reference=tx.customer_reference,
+                        text=tx.text,
+                        # The nth identical line of a day is the nth in a resent statement.
+                        fingerprint=_fingerprint(identity, seen[identity]),
+                    )
                 )
+    known: set[str] = set()
+    for at in range(0, len(rows), IMPORT_BATCH):
+        chunk = [row.fingerprint for row in rows[at : at + IMPORT_BATCH]]
+        known.update(
+            StatementLine.objects.filter(fingerprint__in=chunk).values_list(
+                "fingerprint", flat=True
+            )
+        )
+    StatementLine.objects.bulk_create(
+        [row for row in rows if row.fingerprint not in known], batch_size=IMPORT_BATCH
+    )
+    count = len(rows)
     stored.line_count = count
     stored.save(update_fields=["line_count"])
     return stored

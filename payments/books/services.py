@@ -266,10 +266,6 @@ def _record_match(line: StatementLine, matches: list[StatementMatch], status: st
         BooksVariance.objects.filter(key__in=keys, status=VarianceStatus.OPEN).update(
             status=VarianceStatus.CLEARED, cleared_at=timezone.now(), cleared_by_line=line
         )
-    if status == MatchStatus.MATCHED:
-        BooksVariance.objects.filter(key=_extra_line_key(line), status=VarianceStatus.OPEN).update(
-            status=VarianceStatus.CLEARED, cleared_at=timezone.now(), cleared_by_line=line
-        )
 
 
 def _missing_batch_key(file_id, sec_code: str) -> str:
@@ -408,8 +404,9 @@ def statement_lines_match() -> int:
     left, partly or as a variance. A line another pass holds is skipped."""
     matched = 0
     for exact_only in (True, False):
+        # A line already found to match nothing waits for a person, not for every pass.
         pending = StatementLine.objects.filter(
-            match_status=MatchStatus.UNEXPLAINED, matches__isnull=True
+            match_status=MatchStatus.UNEXPLAINED, matches__isnull=True, variances__isnull=True
         ).order_by("as_of_date", "created_at", "record_number")
         for line_id in list(pending.values_list("pk", flat=True)):
             matched += _line_match(line_id, exact_only=exact_only)

@@ -140,3 +140,16 @@ def test_a_short_line_never_takes_the_batch_another_line_settles_in_full(books):
         Decimal("100.00"),
         Decimal("90.00"),
     )
+
+
+def test_a_line_that_matched_nothing_waits_for_a_person_not_for_every_pass(
+    books, django_assert_max_num_queries
+):
+    from payments.books.services import statement_lines_match
+
+    sent = _day_with_three_batches(books)
+    _statement(books, sent.effective_entry_date, "extra")
+
+    with django_assert_max_num_queries(2):
+        assert statement_lines_match() == 0
+    assert BooksVariance.objects.filter(kind=VarianceKind.EXTRA_LINE).count() == 1

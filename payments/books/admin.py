@@ -21,6 +21,8 @@ from payments.books.models import (
     VarianceStatus,
 )
 from payments.books.services import VarianceNotOpen, variance_explain
+from payments.models import LedgerEntry
+from payments.nacha.models import NachaEntry
 
 EXPLAIN_PERMISSION = "payments.explain_variance"
 
@@ -134,6 +136,7 @@ class BooksVarianceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "explain_link",
             "evidence_line",
             "evidence_payments",
+            "evidence_entries",
             *(f.name for f in self.model._meta.fields),
         ]
 
@@ -173,6 +176,29 @@ class BooksVarianceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if not rows:
             return "—"
         return format_html_join(", ", '<a href="{}">{}</a> ({} {})', rows)
+
+    @admin.display(description="ledger and trace numbers")
+    def evidence_entries(self, obj):
+        """Each payment's NACHA entry (trace number, file) and its ledger entries."""
+        payment_ids = [p.pk for p in obj.payments.all()]
+        if not payment_ids:
+            return "—"
+        traces = dict(
+            NachaEntry.objects.filter(payment_id__in=payment_ids).values_list(
+                "payment_id", "trace_number"
+            )
+        )
+        ledger: dict = {}
+        for entry in LedgerEntry.objects.filter(payment_id__in=payment_ids).order_by("id"):
+            ledger.setdefault(entry.payment_id, []).append(f"{entry.kind} {entry.amount}")
+        return format_html_join(
+            "\n",
+            "<div>{} trace {}: {}</div>",
+            (
+                (pid, traces.get(pid, "—"), ", ".join(ledger.get(pid, [])) or "no ledger entry")
+                for pid in payment_ids
+            ),
+        )
 
     @admin.display(description="explain")
     def explain_link(self, obj):

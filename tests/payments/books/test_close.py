@@ -118,6 +118,9 @@ def test_a_person_explains_each_variance_with_a_note_and_the_day_is_then_green(b
     for variance in BooksVariance.objects.filter(status=VarianceStatus.OPEN):
         page = client.get(reverse("admin:payments_booksvariance_change", args=[variance.pk]))
         assert variance.summary in page.content.decode()  # the evidence is shown
+        for payment in variance.payments.all():  # each payment, its trace number
+            assert str(payment.pk) in page.content.decode()
+            assert payment.nacha_entry.trace_number in page.content.decode()
         url = reverse("admin:payments_booksvariance_explain", args=[variance.pk])
         assert client.post(url, {"note": "   "}).status_code == 200  # a note is required
         response = client.post(url, {"note": f"bank ticket 42 for {variance.kind}"})

@@ -153,3 +153,21 @@ def test_manage_check_accepts_the_defaults(settings):
     settings.PAYMENTS_BOOKS = {}
 
     assert payments_books_settings_check() == []
+
+
+def test_key_rotation_rewraps_a_stored_statement_which_opens_once_the_old_key_is_gone(
+    drop, module_settings, capsys
+):
+    from tests.payments.vault.conftest import KEY_2
+
+    (drop / "prior-day.bai").write_bytes(prior_day())
+    collect()
+    module_settings.VAULT_KEYS = {"k1": FILE_KEY, "k2": KEY_2}
+    module_settings.VAULT_ACTIVE_KEY = "k2"
+
+    call_command("vault_rotate_keys", "--batch-size", "5")
+
+    assert "0 bank statements" in capsys.readouterr().out
+    module_settings.VAULT_KEYS = {"k2": KEY_2}  # the old key is gone
+    stored = BankStatement.objects.get()
+    assert stored.key_version == "k2" and stored.content_bytes() == prior_day()

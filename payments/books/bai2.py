@@ -84,7 +84,14 @@ class Group:
     status: str
     as_of_date: date
     currency: str
+    # 1 interim previous-day, 2 final previous-day, 3 interim same-day, 4 final same-day; blank
+    # is taken as final, as most prior-day statements leave it.
+    as_of_modifier: str = ""
     accounts: list[Account] = field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        return self.as_of_modifier not in ("1", "3")
 
 
 @dataclass
@@ -115,6 +122,7 @@ def _decode(content: bytes) -> list[str]:
         raise StatementFormatError(1, f"statement larger than {MAX_STATEMENT_BYTES} bytes")
     if not content.strip():
         raise StatementFormatError(1, "empty statement: no file header (01)")
+    content = content.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark is no data
     lines = content.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -316,6 +324,9 @@ def parse_bai2(content: bytes) -> Statement:
                 raise StatementFormatError(record.number, "group header (02) inside a group")
             if len(parts) < 6:
                 raise StatementFormatError(record.number, "group header (02) cut short")
+            modifier = parts[6].strip() if len(parts) > 6 else ""
+            if modifier not in ("", "1", "2", "3", "4"):
+                raise StatementFormatError(record.number, "02 as-of-date modifier is not 1-4")
             group = Group(
                 record.number,
                 parts[0].strip(),
@@ -323,6 +334,7 @@ def parse_bai2(content: bytes) -> Statement:
                 parts[2].strip(),
                 _date(parts[3], record.number, "02 as-of date"),
                 parts[5].strip() or "USD",
+                modifier,
             )
             group_records, group_total, group_accounts = n, 0, 0
         elif record.code == "03":

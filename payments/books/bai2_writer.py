@@ -28,6 +28,7 @@ def bai2_statement_write(
     opening_cents: int = 0,
     currency: str = "USD",
     text_width: int = 80,
+    as_of_modifier: str = "2",
 ) -> bytes:
     """One group, one account: the opening ledger (010) and closing ledger (015) summaries, a
     16 per line (a text longer than ``text_width`` goes on in 88 records), and the trailers."""
@@ -51,7 +52,7 @@ def bai2_statement_write(
         total += line.amount_cents
     account.append(f"49,{total},{len(account) + 1}/")
     group = [
-        f"02,{receiver},{sender},1,{as_of_date:%y%m%d},2400,{currency},2/",
+        f"02,{receiver},{sender},1,{as_of_date:%y%m%d},2400,{currency},{as_of_modifier}/",
         *account,
     ]
     group.append(f"98,{total},1,{len(group) + 1}/")

@@ -49,6 +49,9 @@ class StatementDay(models.Model):
     account_last4 = models.CharField(max_length=4)
     currency = models.CharField(max_length=3)
     as_of_date = models.DateField(db_index=True)
+    # An interim report (as-of-date modifier 1 or 3) says what has posted so far: nothing can
+    # be missing until a final one has come.
+    final = models.BooleanField(default=True)
 
     class Meta:
         constraints = [

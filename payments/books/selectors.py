@@ -19,7 +19,9 @@ from payments.nacha.models import NachaEntry
 
 
 def day_reported(day: date) -> bool:
-    return StatementDay.objects.filter(as_of_date=day, statement__status="imported").exists()
+    return StatementDay.objects.filter(
+        as_of_date=day, final=True, statement__status="imported"
+    ).exists()
 
 
 @dataclass

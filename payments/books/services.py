@@ -138,6 +138,7 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
                 account_last4=last4,
                 currency=currency,
                 as_of_date=group.as_of_date,
+                defaults={"final": group.final},
             )
             for tx in account.transactions:
                 identity = _fingerprint(

@@ -156,3 +156,16 @@ def test_a_continuation_that_continues_nothing_is_refused():
     error = refusal(with_line(prior_day(), 3, "88,ORPHAN/"))
 
     assert error.record_number == 3 and "continuation" in error.reason
+
+
+def test_a_utf8_byte_order_mark_is_no_data():
+    assert parse_bai2(b"\xef\xbb\xbf" + prior_day()) == parse_bai2(prior_day())
+
+
+def test_the_as_of_date_modifier_says_whether_the_report_is_final():
+    [final] = parse_bai2(prior_day()).groups
+    interim = with_line(prior_day(), 2, "02,ACMEPAY,021000021,1,261201,2400,USD,3/")
+
+    assert final.final and not parse_bai2(interim).groups[0].final
+    error = refusal(with_line(prior_day(), 2, "02,ACMEPAY,021000021,1,261201,2400,USD,7/"))
+    assert error.record_number == 2 and "modifier" in error.reason

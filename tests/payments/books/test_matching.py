@@ -153,3 +153,35 @@ def test_a_line_that_matched_nothing_waits_for_a_person_not_for_every_pass(
     with django_assert_max_num_queries(2):
         assert statement_lines_match() == 0
     assert BooksVariance.objects.filter(kind=VarianceKind.EXTRA_LINE).count() == 1
+
+
+def test_an_interim_report_matches_what_has_posted_but_finds_nothing_missing(books):
+    from datetime import datetime
+
+    from payments.books.bai2_writer import bai2_statement_write
+    from payments.books.selectors import day_reported
+
+    sent = _day_with_three_batches(books)
+    day = sent.effective_entry_date
+    # The bank's same-day interim report: nothing of ours has posted yet.
+    content = bai2_statement_write(
+        sender="011000015",
+        receiver="US",
+        account_number="000123456789",
+        as_of_date=day,
+        created_at=datetime(2026, 12, 1, 11, 0),
+        file_id="1",
+        lines=[],
+        as_of_modifier="3",
+    )
+    Path(books.statements).mkdir(exist_ok=True)
+    (Path(books.statements) / "interim.bai").write_bytes(content)
+    bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+
+    assert not day_reported(day)
+    assert BooksVariance.objects.count() == 0
+
+    _statement(books, day, "missing")  # the final report
+
+    assert day_reported(day)
+    assert BooksVariance.objects.get().kind == VarianceKind.MISSING_SETTLEMENT

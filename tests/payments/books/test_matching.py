@@ -185,3 +185,53 @@ def test_an_interim_report_matches_what_has_posted_but_finds_nothing_missing(boo
 
     assert day_reported(day)
     assert BooksVariance.objects.get().kind == VarianceKind.MISSING_SETTLEMENT
+
+
+def _returned_day(books):
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    bank_payment(holder="NSF Two", amount="60.00", merchant="m-2", sec_code="PPD")
+    return send_and_answer(books)
+
+
+def test_a_return_booked_but_not_debited_at_the_bank_is_a_missing_return(books):
+    sent = _returned_day(books)
+    # The bank's statement without the return's debit: its answer file is not in it.
+    for answer in Path(books.inbound).rglob("answers-*"):
+        answer.unlink()
+
+    _statement(books, sent.effective_entry_date)
+
+    [missing] = BooksVariance.objects.all()
+    assert missing.kind == VarianceKind.MISSING_RETURN
+    assert missing.merchant_ids == ["m-2"] and missing.expected_amount == Decimal("60.00")
+    assert [p.merchant_id for p in missing.payments.all()] == ["m-2"]
+
+
+def test_a_return_debited_for_another_amount_is_partly_matched_by_its_trace_number(books):
+    from datetime import datetime
+
+    from payments.books.bai2_writer import Line, bai2_statement_write
+    from payments.models import PaymentReturn
+
+    sent = _returned_day(books)
+    trace = PaymentReturn.objects.get().payment.nacha_entry.trace_number
+    content = bai2_statement_write(
+        sender="011000015",
+        receiver="US",
+        account_number="000123456789",
+        as_of_date=sent.effective_entry_date,
+        created_at=datetime(2026, 12, 2, 6, 0),
+        file_id="1",
+        lines=[
+            Line("166", 16000, "B1", sent.name, "ACH SETTLEMENT PPD"),
+            Line("555", 5000, "", "", f"ACH RETURN R01 ORIGINAL TRACE {trace}"),
+        ],
+    )
+    Path(books.statements).mkdir(exist_ok=True)
+    (Path(books.statements) / "hand.bai").write_bytes(content)
+    bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+
+    [short] = BooksVariance.objects.all()
+    assert short.kind == VarianceKind.SHORT_AMOUNT and short.merchant_ids == ["m-2"]
+    assert (short.expected_amount, short.bank_amount) == (Decimal("60.00"), Decimal("50.00"))
+    assert short.line.match_status == MatchStatus.PARTIAL

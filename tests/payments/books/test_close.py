@@ -157,3 +157,26 @@ def test_explaining_needs_the_right_and_audit_rows_are_read_only(books, client):
     assert row.note == "fee the bank charged"
     assert client.post(url, {"note": "again"}).status_code == 200  # not open any more
     assert VarianceExplanation.objects.count() == 1
+
+
+def test_the_sandbox_bank_writes_a_days_statement_with_injections_by_command(books):
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    sent = send_and_answer(books)
+    out = io.StringIO()
+
+    call_command(
+        "sandbox_bank_statement",
+        "--date",
+        sent.effective_entry_date.isoformat(),
+        "--inject",
+        "short,extra",
+        stdout=out,
+    )
+    call_command("bank_statements_collect", "--min-age-seconds", "0", stdout=io.StringIO())
+
+    assert "2 lines; injected short" in out.getvalue()
+    assert close(sent.effective_entry_date)[0] == 1
+    assert sorted(BooksVariance.objects.values_list("kind", flat=True)) == [
+        "extra_line",
+        "short_amount",
+    ]

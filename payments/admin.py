@@ -485,5 +485,6 @@ class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 # The bank path's and the vault's admins live with their code.
+from payments.books import admin as books_admin  # noqa: E402, F401
 from payments.nacha import admin as nacha_admin  # noqa: E402, F401
 from payments.vault import admin as vault_admin  # noqa: E402, F401

@@ -42,6 +42,7 @@ from payments.api_errors import (
     request_id_of,
 )
 from payments.api_throttling import ModuleScopedThrottle
+from payments.books.selectors import books_day_figures, day_reported
 from payments.exceptions import NocPastDeadline, PaymentNotFound, ReinitiationRefused
 from payments.http_limits import read_body_limited
 from payments.models import Payment
@@ -56,7 +57,9 @@ from payments.selectors import (
 from payments.serializers import (
     MERCHANT_MESSAGE,
     MERCHANT_RE,
+    BooksQuerySerializer,
     MerchantBalanceOutputSerializer,
+    MerchantBooksOutputSerializer,
     PaymentCreateInputSerializer,
     PaymentEventOutputSerializer,
     PaymentListQuerySerializer,
@@ -426,20 +429,56 @@ def _payment_reinitiate_answer(user, payment: Payment, data) -> idempotency.Answ
     return idempotency.Answer(201, body)
 
 
+def _merchant_refused(request, merchant_id: str) -> Response | None:
+    """The answer for a merchant id the caller may not read (400 for a bad one, 404 for one it
+    may not act for, the same as one that does not exist), or None."""
+    if looks_like_bank_number(merchant_id):
+        response = _error_response(field_errors({"merchant_id": [BANK_NUMBER_MESSAGE]}))
+        # Django's request log would write the path, and with it the number.
+        response._has_been_logged = True
+        logger.warning("Bad Request: a bank number in a merchant URL (not logged)")
+        return response
+    if not MERCHANT_RE.fullmatch(merchant_id):
+        raise field_errors({"merchant_id": [MERCHANT_MESSAGE]})
+    if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
+        return _not_found("merchant_id")
+    return None
+
+
 class MerchantBalanceApi(ModuleApiView):
     def get(self, request, merchant_id):
         """The merchant's balance per currency: credits, reversals, re-credits, net, and the
         confirmed and returned counts."""
-        if looks_like_bank_number(merchant_id):
-            response = _error_response(field_errors({"merchant_id": [BANK_NUMBER_MESSAGE]}))
-            # Django's request log would write the path, and with it the number.
-            response._has_been_logged = True
-            logger.warning("Bad Request: a bank number in a merchant balance URL (not logged)")
-            return response
-        if not MERCHANT_RE.fullmatch(merchant_id):
-            raise field_errors({"merchant_id": [MERCHANT_MESSAGE]})
-        if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
-            return _not_found("merchant_id")
+        if (refused := _merchant_refused(request, merchant_id)) is not None:
+            return refused
         return Response(
             MerchantBalanceOutputSerializer(merchant_balance(merchant_id=merchant_id)).data
+        )
+
+
+class MerchantBooksApi(ModuleApiView):
+    """A merchant's banking day as the books closed it: expected, settled, returned and the
+    unexplained variances, per currency."""
+
+    def get(self, request, merchant_id):
+        if (refused := _merchant_refused(request, merchant_id)) is not None:
+            return refused
+        params = request.query_params
+        repeated = [name for name in params if len(params.getlist(name)) > 1]
+        if repeated:
+            raise field_errors({name: ["given more than once"] for name in repeated})
+        query = BooksQuerySerializer(data=params.dict())
+        if not query.is_valid():
+            raise field_errors(query.errors)
+        day = query.validated_data["date"]
+        figures = books_day_figures(day=day, merchant_id=merchant_id)
+        return Response(
+            MerchantBooksOutputSerializer(
+                {
+                    "merchant_id": merchant_id,
+                    "date": day,
+                    "reported_by_bank": day_reported(day),
+                    "currencies": [vars(f) for f in figures],
+                }
+            ).data
         )

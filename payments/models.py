@@ -681,6 +681,14 @@ class CircuitBreakerTransition(models.Model):
 
 
 # The bank path's models live with its code; importing them here registers them with the app.
+from payments.books.models import (  # noqa: E402, F401
+    BankStatement,
+    BooksVariance,
+    StatementDay,
+    StatementLine,
+    StatementMatch,
+    VarianceExplanation,
+)
 from payments.nacha.models import (  # noqa: E402, F401
     NachaEntry,
     NachaFile,

@@ -6,6 +6,7 @@ from django.urls import path
 
 from payments.apis import (
     MerchantBalanceApi,
+    MerchantBooksApi,
     PaymentDetailApi,
     PaymentListCreateApi,
     PaymentReinitiateApi,
@@ -27,6 +28,7 @@ urlpatterns = [
         MerchantBalanceApi.as_view(),
         name="merchant-balance",
     ),
+    path("merchants/<str:merchant_id>/books/", MerchantBooksApi.as_view(), name="merchant-books"),
     # The one request that takes bank numbers: the vault seals them and answers a token.
     path("vault/accounts/", VaultAccountCreateApi.as_view(), name="vault-account-create"),
 ]

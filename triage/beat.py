@@ -12,11 +12,12 @@ def beat_schedule(
     *, dlq_ingest_interval: float | None = None, bank_direct: bool = False
 ) -> dict[str, dict[str, Any]]:
     """The schedule; dead letters are ingested every ``dlq_ingest_interval`` seconds
-        (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
-        path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
-        (a window is cut within 10 minutes of its cutoff) and collecting the bank's files. The pull
-    of the processor's events runs every minute (a no-op for a backend without an events API),
-    so a callback the processor never delivered is applied within a minute or two."""
+    (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
+    path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
+    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files, its
+    statements, and checking the books' alerts. The pull of the processor's events runs every
+    minute (a no-op for a backend without an events API), so a callback the processor never
+    delivered is applied within a minute or two."""
     if dlq_ingest_interval is None:
         from triage import conf
 
@@ -43,6 +44,8 @@ def beat_schedule(
     if bank_direct:
         every["payments.tasks.nacha_send"] = 300.0
         every["callbacks.tasks.nacha_collect"] = 300.0
+        every["payments.tasks.bank_statements_collect"] = 300.0
+        every["payments.tasks.books_alerts_check"] = 300.0
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
         "triage.tasks.queue_metrics_sample": "queue-metrics-sample",
@@ -63,6 +66,8 @@ def beat_schedule(
         "triage.tasks.bulk_job_items_purge": "bulk-job-items-purge",
         "payments.tasks.nacha_send": "nacha-send",
         "callbacks.tasks.nacha_collect": "nacha-collect",
+        "payments.tasks.bank_statements_collect": "bank-statements-collect",
+        "payments.tasks.books_alerts_check": "books-alerts-check",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

@@ -297,11 +297,14 @@ def parse_transport(value: Any) -> dict[str, Any] | None:
     return dict(value)
 
 
-def transport_open() -> Transport:
-    """A transport of ``NACHA_TRANSPORT``'s kind (the caller closes it)."""
-    from payments import conf  # not at import: payments.conf checks the setting with this module
-
-    options = parse_transport(conf.NACHA_TRANSPORT)
+def transport_open(options: dict[str, Any] | None = None) -> Transport:
+    """A transport of ``NACHA_TRANSPORT``'s kind, or of ``options`` (checked by
+    ``parse_transport``) when given: the bank's statements may wait elsewhere. The caller
+    closes it."""
     if options is None:
-        raise ImproperlyConfigured("PAYMENTS['NACHA_TRANSPORT'] is not set")
+        from payments import conf  # not at import: payments.conf checks the setting here
+
+        options = parse_transport(conf.NACHA_TRANSPORT)
+        if options is None:
+            raise ImproperlyConfigured("PAYMENTS['NACHA_TRANSPORT'] is not set")
     return import_string(TRANSPORT_KINDS[options["kind"]])(**options)

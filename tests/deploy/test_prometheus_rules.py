@@ -33,6 +33,10 @@ RULE_METRICS = {
     "payments_merchants_return_rate_over_level",
     "payments_dependency_up",
     "payments_processor_events_pull_success_timestamp_seconds",
+    "payments_books_days_not_closed",
+    "payments_books_oldest_open_variance_banking_days",
+    "payments_books_variance_alert_banking_days",
+    "payments_books_oldest_unmatched_entry_age_seconds",
 }
 
 

@@ -353,6 +353,7 @@ def metrics_registry() -> CollectorRegistry:
         registry = _registries.get(multiproc_dir)
         if registry is None:
             from callbacks.events_pull import ProcessorEventsPullCollector
+            from payments.books.monitoring import BooksCollector
             from triage.operations.dependencies import DependencyCollector
             from triage.operations.heartbeat import HeartbeatCollector
             from triage.operations.return_rates import ReturnRateCollector
@@ -363,6 +364,7 @@ def metrics_registry() -> CollectorRegistry:
             registry.register(SnapshotCollector(HeartbeatCollector()))
             registry.register(SnapshotCollector(DependencyCollector()))
             registry.register(SnapshotCollector(ProcessorEventsPullCollector()))
+            registry.register(SnapshotCollector(BooksCollector()))
             _registries[multiproc_dir] = registry
         return registry
 

@@ -1,5 +1,6 @@
 """The demo waits for promised returns and its summary checks the reversals."""
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -187,6 +188,8 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     variables = bank_environment(tmp_path)
     for name, value in variables.items():
         environment.setenv(name, value)
+    # The statements' transport is the books' own setting (PAYMENTS_BOOKS), read by base.py.
+    statements = json.loads(variables.pop("BANK_STATEMENT_TRANSPORT"))
     values = app_settings_from_environ(environ.Env(), payments_settings, list(variables))
 
     assert set(values) == set(variables)
@@ -195,6 +198,7 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     }
     assert values["PROCESSOR_BACKEND"] == "payments.nacha.backend.NachaBankBackend"
     assert values["NACHA_TRANSPORT"]["outbound"] == str(tmp_path / "bank" / "outbound")
+    assert statements == {"kind": "directory", "inbound": str(tmp_path / "bank" / "statements")}
 
 
 def test_an_unknown_demo_backend_is_refused_naming_the_choices(monkeypatch):

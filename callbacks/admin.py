@@ -96,7 +96,15 @@ class ParkedMessageInline(ReadOnlyInline):
 
 @admin.register(PaymentHold)
 class PaymentHoldAdmin(ReadOnlyModelAdmin):
-    list_display = ["payment_id", "kind", "created_at", "released_at", "released_by", "caused_by"]
+    list_display = [
+        "payment_id",
+        "kind",
+        "created_at",
+        "release_after",
+        "released_at",
+        "released_by",
+        "caused_by",
+    ]
     list_filter = [("released_at", admin.EmptyFieldListFilter), "kind"]
     search_fields = ["=payment_id"]
     date_hierarchy = "created_at"

@@ -40,7 +40,8 @@ OUTBOX_PUBLISHED = Counter(
 MESSAGES_DEFERRED = Counter(
     "payments_worker_messages_deferred_total",
     "submit_payment messages hidden without spending an attempt because the processor's "
-    "circuit breaker was open or calls were paused by a 429, by reason: breaker_open, paused.",
+    "circuit breaker was open, calls were paused by a 429, or the call failed while the "
+    "processor was degraded, by reason: breaker_open, paused, degraded.",
     ["reason"],
 )
 CELERY_TASKS = Counter(

@@ -142,6 +142,15 @@ class PaymentHold(models.Model):
         related_name="holds_caused",
     )
     created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
+    release_after = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "An outage hold the workers release only after this (the database's clock): a "
+            "submission that failed while the processor was degraded waits its backoff here. "
+            "Empty: as soon as calls may flow."
+        ),
+    )
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=255, blank=True)
     note = models.TextField(blank=True)

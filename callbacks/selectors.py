@@ -23,6 +23,7 @@ WORKER_PUBLIC_ERRORS = {
 _WORKER_ERROR_CODES = {
     "ProcessorUnavailable": "processor_unavailable",
     "ProcessorCircuitOpen": "processor_unavailable",
+    "ProcessorDegraded": "processor_unavailable",
     "OperationalError": "database_unavailable",
     "InterfaceError": "database_unavailable",
 }

@@ -372,7 +372,15 @@ class CircuitBreakerTransitionInline(ReadOnlyInline):
 class CircuitBreakerAdmin(ReadOnlyModelAdmin):
     """The breaker's state changes only through payments.processor.breaker: shown, never edited."""
 
-    list_display = ["name", "state", "opened_at", "open_until", "paused_until", "updated_at"]
+    list_display = [
+        "name",
+        "state",
+        "opened_at",
+        "open_until",
+        "paused_until",
+        "degraded_since",
+        "updated_at",
+    ]
     inlines = [CircuitBreakerTransitionInline]
 
 

@@ -644,6 +644,22 @@ class CircuitBreaker(models.Model):
     paused_until = models.DateTimeField(
         null=True, blank=True, help_text="Calls paused by a 429 Retry-After, for every worker."
     )
+    degraded_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Since when calls fail for many payments while others go through (the database's "
+            "clock): a failure then spends no payment's retry budget. Empty when not degraded."
+        ),
+    )
+    degraded_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "The last failure judged a degradation; once none for "
+            "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, the degradation is over."
+        ),
+    )
     last_error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -658,6 +674,8 @@ class BreakerTransitionKind(models.TextChoices):
     CLOSED = "closed", "Closed"
     RESOLVED = "resolved", "Incident over: closed for the cool-down"
     PAUSED = "paused", "Paused by 429 Retry-After"
+    DEGRADED = "degraded", "Degraded: calls fail for many payments while others go through"
+    RECOVERED = "recovered", "No longer degraded"
 
 
 class CircuitBreakerTransition(models.Model):

@@ -228,6 +228,10 @@ class FaultPlan:
             else 0.0
         )
 
+    def chance(self, probability: float) -> bool:
+        """True with ``probability``, from the plan's seeded random (a run can be replayed)."""
+        return self._chance(probability)
+
     def _chance(self, probability: float) -> bool:
         if probability <= 0:
             return False

@@ -32,7 +32,9 @@
   ``GET /_sandbox/outage`` tells whether one is on. During an outage every API call answers
   503, or hangs for ``timeout_seconds`` then answers 503 (the client has timed out by then),
   or has its connection closed without an answer (the client sees a connection error). Nothing
-  is charged during an outage; callbacks of earlier debits keep being sent.
+  is charged during an outage; callbacks of earlier debits keep being sent. A flap fails only
+  debits: every other one (``"flap"``), or each with even odds from the seed
+  (``"flap_random"``).
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
 ``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
@@ -85,9 +87,18 @@ class OutageMode(enum.StrEnum):
     TIMEOUT = "timeout"  # every API call hangs past the client's timeout, then answers 503
     RESET = "reset"  # every API call has its connection closed without an answer
     FLAP = "flap"  # every other debit answers 503 (the rest, and every other call, work)
+    # Each debit answers 503 with even odds, drawn from the fault plan's seeded random: a flap
+    # with no period a retry's timing could fall into step with.
+    FLAP_RANDOM = "flap_random"
 
 
-OUTAGE_MODES = (OutageMode.UNAVAILABLE, OutageMode.TIMEOUT, OutageMode.RESET, OutageMode.FLAP)
+OUTAGE_MODES = (
+    OutageMode.UNAVAILABLE,
+    OutageMode.TIMEOUT,
+    OutageMode.RESET,
+    OutageMode.FLAP,
+    OutageMode.FLAP_RANDOM,
+)
 
 
 class OutageReset(Exception):
@@ -350,19 +361,22 @@ class SandboxProcessor:
     def outage_answer(self, *, debit: bool = False) -> Answer | None:
         """The answer an outage gives an API call, or None when there is no outage. Raises
         ``OutageReset`` when the connection must be dropped instead. ``debit``: the call is a
-        debit (a flapping processor fails every other one of those only)."""
+        debit (a flapping processor fails only those)."""
         mode = self.outage()["mode"]
         if not mode:
             return None
-        if mode == OutageMode.FLAP:
+        if mode in (OutageMode.FLAP, OutageMode.FLAP_RANDOM):
+            if not debit:
+                return None
+            fails = mode == OutageMode.FLAP_RANDOM and self.plan.chance(0.5)
             with self._lock:
-                if not debit:
-                    return None
                 self._flap_debits += 1
-                if self._flap_debits % 2:
+                if mode == OutageMode.FLAP:
+                    fails = not self._flap_debits % 2
+                if not fails:
                     return None
                 self._outage_calls += 1
-            return Answer(503, {"error": "processor unavailable (sandbox outage: flap)"})
+            return Answer(503, {"error": f"processor unavailable (sandbox outage: {mode})"})
         with self._lock:
             self._outage_calls += 1
         if mode == OutageMode.RESET:

@@ -213,7 +213,11 @@ def queue_message_defer(
 
 
 def message_defer(
-    *, message: ReceivedMessage, queue_message: QueueMessage | None, reason: str
+    *,
+    message: ReceivedMessage,
+    queue_message: QueueMessage | None,
+    reason: str,
+    release_in: float | None = None,
 ) -> StartDecision:
     """Take a submission the processor cannot take now (its breaker is open, or calls are
     paused) off the queue: park it, in its group's order, behind an outage hold of its
@@ -224,6 +228,8 @@ def message_defer(
     Parked, it costs one receive however long the outage lasts, and the payment's later
     messages are parked behind it, so nothing overtakes it. A payment already on hold (for a
     person) keeps that hold: the submission waits behind it like any other message.
+    ``release_in``: a new hold is released no sooner than this many seconds from now (a
+    degraded processor: the backoff the submission would have waited as a retry).
     """
     now = timezone.now()
     with transaction.atomic():
@@ -247,6 +253,7 @@ def message_defer(
             supersede=active is not None
             and bool(released_original_id(message.deduplication_id))
             and hold_passes(message, active),
+            release_in=release_in,
         )
         return message_park(message, queue_message, hold, now)
 

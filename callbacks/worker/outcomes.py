@@ -117,6 +117,13 @@ def fail(
     handler = worker.handlers.get(message.kind)
     deferral = handler.defers(exc) if handler is not None and handler.defers else None
     if deferral is not None:
+        if deferral.backoff_attempt is not None:
+            # A degraded dependency: the backoff a retry would wait, without its attempt.
+            deferral = deferral.backed_off(
+                backoff_delay(
+                    deferral.backoff_attempt, base=worker.backoff_base, cap=worker.backoff_cap
+                )
+            )
         _give_back(message, queue_message, failure, deferral)
         return defer(worker, message, queue_message, started, deferral)
     retryable, retry_after = classify(exc)
@@ -254,7 +261,10 @@ def defer(
     worker.stats.deferred += 1
     try:
         decision = message_defer(
-            message=message, queue_message=queue_message, reason=deferral.reason
+            message=message,
+            queue_message=queue_message,
+            reason=deferral.reason,
+            release_in=deferral.release_in,
         )
     except DatabaseError as exc:
         if is_outage(exc):

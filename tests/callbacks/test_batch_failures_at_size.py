@@ -11,6 +11,7 @@ import pytest
 
 from callbacks.models import ProcessingError, QueueMessage
 from callbacks.schema import processor_event_message
+from callbacks.worker.crashes import NEVER_FINISHED
 from payments.models import (
     LedgerEntry,
     Payment,
@@ -90,8 +91,15 @@ def test_batches_with_failures_apply_every_good_event_once_across_a_sigkill(sqs_
     # Every refused event is in front of a human, its error the mismatch, never a credit.
     dead = QueueMessage.objects.filter(status="dead_lettered")
     assert set(dead.values_list("group_id", flat=True)) == {str(p) for p in refused}
-    errors = set(ProcessingError.objects.values_list("error_class", flat=True))
-    assert errors == {"payments.exceptions.AmountMismatch"}
+    errors = ProcessingError.objects.values_list("error_class", "message_id")
+    assert {cls for cls, _ in errors} <= {"payments.exceptions.AmountMismatch", NEVER_FINISHED}
+    assert {m for cls, m in errors if cls == "payments.exceptions.AmountMismatch"} == set(
+        dead.values_list("message_id", flat=True)
+    )
+    # The SIGKILL leaves a row on each message it caught in hand (at most a batch), none dead.
+    caught = {m for cls, m in errors if cls == NEVER_FINISHED}
+    assert len(caught) <= 10
+    assert not dead.filter(message_id__in=caught).exclude(group_id__in=map(str, refused)).exists()
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
     # The refused events really shared batches with good ones: the batches were applied again.
     logs = steady.output + late.output

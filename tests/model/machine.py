@@ -63,7 +63,7 @@ from tests.model.processor import MOODS, SCRIPTS, SimProcessor
 from triage.exceptions import TriageError
 from triage.ingestion import dead_letters_ingest
 from triage.models import DeadLetter, DeadLetterStatus
-from triage.services import dead_letter_redrive
+from triage.services import dead_letter_discard, dead_letter_redrive
 
 MERCHANT = "m-model"
 TOKENS = tuple(SCRIPTS)
@@ -71,6 +71,7 @@ AMOUNTS = ("10.00", "25.50", "7.25")
 API_KEYS = (None, "key-1", "key-2", "key-3")
 RETURN_CODES = ("R01", "R09", "R10", "R03")
 DISHONOR_CODES = ("R61", "R67", "R68")
+ALTERED_AMOUNT = "99.99"  # no payment of the model is for this amount
 CLOCK_STEPS = {
     "seconds": timedelta(seconds=7),
     "backoff": timedelta(seconds=31),
@@ -129,6 +130,7 @@ class PipelineModel(RuleBasedStateMachine):
         self.api_bodies: dict[str, dict] = {}
         self.api_answers: dict[str, set[str]] = defaultdict(set)
         self.sends: list[tuple[str, str]] = []  # (processor_event_id, SQS message id)
+        self.altered: list[tuple[str, str]] = []  # the same, of conflicting resends
         self._stack = ExitStack()
         self.worker = Worker(
             batch_size=10, wait_time=0, visibility_timeout=30, relay=False, linger=0
@@ -266,8 +268,10 @@ class PipelineModel(RuleBasedStateMachine):
         self.dirty = True
         dead_letters_ingest(max_messages=100)
 
-    @rule(index=st.integers(0, 30))
-    def redrive(self, index):
+    @rule(index=st.integers(0, 30), action=st.sampled_from(("redrive", "redrive", "discard")))
+    def triage(self, index, action):
+        """An operator decides on an open dead letter: redrives it, or discards it (a
+        conflicting resend, say, that must never be applied)."""
         self.dirty = True
         open_ids = list(
             DeadLetter.objects.filter(status=DeadLetterStatus.OPEN)
@@ -277,8 +281,9 @@ class PipelineModel(RuleBasedStateMachine):
         if not open_ids:
             return
         dead_letter = DeadLetter.objects.get(pk=open_ids[index % len(open_ids)])
+        decide = dead_letter_redrive if action == "redrive" else dead_letter_discard
         try:
-            dead_letter_redrive(dead_letter=dead_letter, user=self.operator, note="model redrive")
+            decide(dead_letter=dead_letter, user=self.operator, note=f"model {action}")
         except TriageError:
             pass
 
@@ -369,7 +374,15 @@ class PipelineModel(RuleBasedStateMachine):
         dedup record after it."""
         self._send(self.processor.sent[index % len(self.processor.sent)])
 
-    def _send(self, body: dict) -> None:
+    @precondition(lambda self: self.processor.sent)
+    @rule(index=st.integers(0, 30))
+    def deliver_altered(self, index):
+        """The processor posts a known event id with another amount: a conflict for a person,
+        never applied."""
+        body = {**self.processor.sent[index % len(self.processor.sent)], "amount": ALTERED_AMOUNT}
+        self._send(body, altered=True)
+
+    def _send(self, body: dict, *, altered: bool = False) -> None:
         """What the callback endpoint does with an authentic callback: parse it, wrap it in the
         queue envelope and send it with its qualified deduplication id."""
         event = parse_processor_event(body)
@@ -378,7 +391,7 @@ class PipelineModel(RuleBasedStateMachine):
             group_id=str(event.payment_id),
             deduplication_id=event_deduplication_id(event),
         )
-        self.sends.append((event.processor_event_id, message_id))
+        (self.altered if altered else self.sends).append((event.processor_event_id, message_id))
 
     @rule(step=st.sampled_from(sorted(CLOCK_STEPS)))
     def advance_clock(self, step):
@@ -609,15 +622,18 @@ class PipelineModel(RuleBasedStateMachine):
             )
 
     def _check_every_callback_accounted_for(self) -> None:
-        """After a drain: each callback sent was applied (or recorded, or stale), or waits for a
-        person: in an open dead letter, or parked behind a hold for one."""
-        applied = set(
+        """After a drain: each callback sent was applied (or recorded, or stale), or is with a
+        person: in a dead letter not redriven (open, or closed by their decision), or parked
+        behind a hold for one. A conflicting resend is never applied."""
+        applied = defaultdict(set)
+        for event_id, amount in (
             PaymentEvent.objects.filter(kind=EventKind.PROCESSOR_EVENT)
             .exclude(outcome=EventOutcome.DUPLICATE)
-            .values_list("processor_event_id", flat=True)
-        )
-        waiting = set(
-            DeadLetter.objects.filter(status=DeadLetterStatus.OPEN).values_list(
+            .values_list("processor_event_id", "payload__amount")
+        ):
+            applied[event_id].add(amount)
+        with_person = set(
+            DeadLetter.objects.exclude(status=DeadLetterStatus.REDRIVEN).values_list(
                 "processor_event_id", flat=True
             )
         )
@@ -625,9 +641,13 @@ class PipelineModel(RuleBasedStateMachine):
             "body", flat=True
         ):
             event = (body or {}).get("event") or {}
-            waiting.add(event.get("processor_event_id", ""))
+            with_person.add(event.get("processor_event_id", ""))
         for event_id, message_id in self.sends:
-            assert event_id in applied or event_id in waiting, (
+            assert event_id in applied or event_id in with_person, (
                 f"callback {event_id} (message {message_id}) was neither applied nor left for a "
                 "person"
+            )
+        for event_id, message_id in self.altered:
+            assert ALTERED_AMOUNT not in applied[event_id], (
+                f"the conflicting resend of {event_id} (message {message_id}) was applied"
             )

@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from django.apps import apps
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -131,6 +132,7 @@ class PipelineModel(RuleBasedStateMachine):
         self.api_answers: dict[str, set[str]] = defaultdict(set)
         self.sends: list[tuple[str, str]] = []  # (processor_event_id, SQS message id)
         self.altered: list[tuple[str, str]] = []  # the same, of conflicting resends
+        self.finished: set[str] = set()  # messages seen finished after they left the queue
         self._stack = ExitStack()
         self.worker = Worker(
             batch_size=10, wait_time=0, visibility_timeout=30, relay=False, linger=0
@@ -439,8 +441,12 @@ class PipelineModel(RuleBasedStateMachine):
         payments = {str(p.id): p for p in Payment.objects.filter(pk__in=self.payments)}
         self._check_charged_once(payments)
         self._check_events_once_and_in_order(payments)
-        self._check_ledger(payments)
-        self._check_no_remedy_twice(payments)
+        dishonors = {
+            str(d.payment_id): d
+            for d in ReturnDishonor.objects.filter(payment_id__in=list(payments))
+        }
+        self._check_ledger(payments, dishonors)
+        self._check_no_remedy_twice(payments, dishonors)
         self._check_nothing_lost()
 
     def _check_charged_once(self, payments: dict[str, Payment]) -> None:
@@ -508,7 +514,9 @@ class PipelineModel(RuleBasedStateMachine):
         unlogged = claims - set(taken)
         assert not unlogged, f"dedup records without an event applied: {sorted(unlogged)}"
 
-    def _check_ledger(self, payments: dict[str, Payment]) -> None:
+    def _check_ledger(
+        self, payments: dict[str, Payment], dishonors: dict[str, ReturnDishonor]
+    ) -> None:
         entries: dict[str, dict[str, Decimal]] = defaultdict(dict)
         for payment_id, kind, amount in LedgerEntry.objects.filter(
             payment_id__in=list(payments)
@@ -518,10 +526,6 @@ class PipelineModel(RuleBasedStateMachine):
         returns = {
             str(r.payment_id): r
             for r in PaymentReturn.objects.filter(payment_id__in=list(payments))
-        }
-        dishonors = {
-            str(d.payment_id): d
-            for d in ReturnDishonor.objects.filter(payment_id__in=list(payments))
         }
         for payment_id, payment in payments.items():
             ach_return = returns.get(payment_id)
@@ -548,7 +552,9 @@ class PipelineModel(RuleBasedStateMachine):
                 f"its history implies {expected}"
             )
 
-    def _check_no_remedy_twice(self, payments: dict[str, Payment]) -> None:
+    def _check_no_remedy_twice(
+        self, payments: dict[str, Payment], dishonors: dict[str, ReturnDishonor]
+    ) -> None:
         """A returned entry is sent again (reinitiated) or its return dishonored, never both: a
         standing dishonor gives the merchant the money back, and the reinitiation collects it
         again."""
@@ -571,7 +577,7 @@ class PipelineModel(RuleBasedStateMachine):
                 else next(str(p.id) for p in chain if p.reinitiation_number == number - 1)
             )
             reinitiated.add(previous)
-        for dishonor in ReturnDishonor.objects.filter(payment_id__in=list(reinitiated)):
+        for dishonor in (dishonors[p] for p in reinitiated if p in dishonors):
             standing = bool(dishonor.dishonored_event_id) and not dishonor.contested_event_id
             taken = (
                 dishonor.request_status
@@ -590,36 +596,38 @@ class PipelineModel(RuleBasedStateMachine):
     def _check_nothing_lost(self) -> None:
         """Every message the queue took is still in it, or finished (applied, parked or dead-
         lettered) by the worker; nothing reached the DLQ by receives alone; every dead letter
-        has its error history; every parked message waits behind a hold."""
-        left = {m.message_id: m.left_by for m in self.sqs.main.messages if m.deleted}
+        has its error history; every parked message waits behind a hold. A finished message
+        stays finished, so each is looked at once."""
+        left = {
+            m.message_id: m.left_by
+            for m in self.sqs.main.messages
+            if m.deleted and m.message_id not in self.finished
+        }
         by_policy = [mid for mid, how in left.items() if how == "redrive_policy"]
         assert not by_policy, f"moved to the DLQ by receives alone: {by_policy}"
-        statuses = dict(
-            QueueMessage.objects.filter(message_id__in=list(left)).values_list(
-                "message_id", "status"
+        if left:
+            rows = QueueMessage.objects.filter(message_id__in=list(left)).annotate(
+                has_errors=Exists(ProcessingError.objects.filter(queue_message=OuterRef("pk")))
             )
-        )
-        for message_id in left:
-            assert statuses.get(message_id) in FINISHED_STATUSES, (
-                f"message {message_id} left the queue as {statuses.get(message_id)!r}"
-            )
-        dead = list(
-            QueueMessage.objects.filter(status=QueueMessageStatus.DEAD_LETTERED).values_list(
-                "pk", "message_id"
-            )
-        )
-        with_errors = set(
-            ProcessingError.objects.filter(queue_message_id__in=[pk for pk, _ in dead]).values_list(
-                "queue_message_id", flat=True
-            )
-        )
-        for pk, message_id in dead:
-            assert pk in with_errors, f"dead letter {message_id} has no error history"
-        waiting = ParkedMessage.objects.filter(republished_message_id="")
-        for parked in waiting.select_related("hold"):
-            assert parked.hold.released_at is None, (
-                f"parked message {parked.message_id} waits behind a released hold"
-            )
+            found = {
+                message_id: (status, has_errors)
+                for message_id, status, has_errors in rows.values_list(
+                    "message_id", "status", "has_errors"
+                )
+            }
+            for message_id in left:
+                status, has_errors = found.get(message_id, (None, False))
+                assert status in FINISHED_STATUSES, (
+                    f"message {message_id} left the queue as {status!r}"
+                )
+                assert status != QueueMessageStatus.DEAD_LETTERED or has_errors, (
+                    f"dead letter {message_id} has no error history"
+                )
+                self.finished.add(message_id)
+        released = ParkedMessage.objects.filter(
+            republished_message_id="", hold__released_at__isnull=False
+        ).values_list("message_id", flat=True)
+        assert not released, f"parked messages wait behind a released hold: {list(released)}"
 
     def _check_every_callback_accounted_for(self) -> None:
         """After a drain: each callback sent was applied (or recorded, or stale), or is with a

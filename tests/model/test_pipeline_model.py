@@ -40,9 +40,9 @@ def run_model(*, examples: int, steps: int) -> None:
 
 
 def test_the_pipeline_keeps_every_invariant_in_a_simulated_world(model_world):
-    run_model(examples=200, steps=30)
+    run_model(examples=120, steps=25)
 
 
 @pytest.mark.scale
 def test_the_pipeline_keeps_every_invariant_over_thousands_of_runs(model_world):
-    run_model(examples=3000, steps=50)
+    run_model(examples=2000, steps=30)

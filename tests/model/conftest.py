@@ -15,7 +15,7 @@ DLQ = "payments-model-dlq.fifo"
 def model_world(transactional_db, module_settings, monkeypatch):
     """The simulated world a model run drives the real code in: the clock behind
     ``timezone.now``, the SQS client behind the gateway, the simulated processor as the backend,
-    an operator with every right; the breaker's pauses (real time, the database's) kept short."""
+    an operator with every right."""
     from callbacks import sqs
     from payments.processor.backend import reset_backend
 
@@ -27,8 +27,11 @@ def model_world(transactional_db, module_settings, monkeypatch):
     module_settings.PROCESSOR_BACKEND = "tests.model.processor.ModelProcessorBackend"
     module_settings.WORKER_VISIBILITY_HEARTBEAT = False
     module_settings.WORKER_RECEIVE_LINGER_SECONDS = 0
-    module_settings.PROCESSOR_BREAKER_PAUSE_SECONDS = 0.05
-    module_settings.PROCESSOR_BREAKER_MAX_PAUSE_SECONDS = 0.1
+    # The breaker counts in the database's real time, which the simulated clock cannot move: it
+    # never opens here (its own tests open it), so a step does the same on every replay. A 429
+    # still pauses every caller, for a millisecond, and its submissions are parked and released.
+    module_settings.PROCESSOR_BREAKER_FAILURES = 1000
+    module_settings.PROCESSOR_BREAKER_WINDOW_CALLS = 10_000
     sqs.reset()
     reset_backend()
     with connection.cursor() as cursor:

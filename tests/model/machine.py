@@ -37,6 +37,7 @@ from callbacks import sqs
 from callbacks.handlers import processor_breaker_tick
 from callbacks.models import (
     FINISHED_STATUSES,
+    HoldKind,
     ParkedMessage,
     ProcessingError,
     QueueMessage,
@@ -44,9 +45,11 @@ from callbacks.models import (
 )
 from callbacks.outbox import outbox_relay_publish
 from callbacks.schema import event_deduplication_id, parse_processor_event, processor_event_message
+from callbacks.services import outage_holds_waiting
 from callbacks.worker import Worker
 from payments.exceptions import DishonorRefused, ReinitiationRefused
 from payments.models import (
+    AttemptOutcome,
     DishonorRequestStatus,
     EventKind,
     EventOutcome,
@@ -56,14 +59,16 @@ from payments.models import (
     PaymentReturn,
     PaymentState,
     ProcessedEvent,
+    ProcessorAttempt,
     ReturnDishonor,
 )
+from payments.return_codes import dishonor_deadline
 from payments.services import payment_reinitiate, return_dishonor_request, return_dishonor_resend
 from tests.factories import grant
 from tests.model.processor import MOODS, SCRIPTS, SimProcessor
 from triage.exceptions import TriageError
 from triage.ingestion import dead_letters_ingest
-from triage.models import DeadLetter, DeadLetterStatus
+from triage.models import Alert, AlertSeverity, DeadLetter, DeadLetterStatus
 from triage.services import dead_letter_discard, dead_letter_redrive
 
 MERCHANT = "m-model"
@@ -206,12 +211,14 @@ class PipelineModel(RuleBasedStateMachine):
 
     def _returned(self, index: int) -> str | None:
         """One of the run's returned payments (what the operator's pages offer to act on)."""
-        returned = sorted(
+        have_returns = {
             str(pk)
             for pk in PaymentReturn.objects.filter(payment_id__in=self.payments).values_list(
                 "payment_id", flat=True
             )
-        )
+        }
+        # In the order the run made them: ids are random, and a replay must pick the same one.
+        returned = [p for p in self.payments if p in have_returns]
         return returned[index % len(returned)] if returned else None
 
     @precondition(lambda self: self.payments)
@@ -230,7 +237,8 @@ class PipelineModel(RuleBasedStateMachine):
                 now=self.clock.now(),
             )
         except DishonorRefused:
-            pass
+            return
+        self._assert_not_reinitiated(payment_id)
 
     dishonor_request_more = dishonor_request
 
@@ -244,7 +252,8 @@ class PipelineModel(RuleBasedStateMachine):
         try:
             return_dishonor_resend(payment_id=payment_id, now=self.clock.now())
         except DishonorRefused:
-            pass
+            return
+        self._assert_not_reinitiated(payment_id)
 
     @precondition(lambda self: self.payments)
     @rule(index=st.integers(0, 30), authorized=st.booleans())
@@ -262,6 +271,7 @@ class PipelineModel(RuleBasedStateMachine):
         except ReinitiationRefused:
             return
         self.payments.append(str(payment.id))
+        self._assert_dishonor_cannot_stand(payment_id)
 
     reinitiate_more = reinitiate
 
@@ -411,7 +421,11 @@ class PipelineModel(RuleBasedStateMachine):
                 continue
             wait = self.sqs.next_visible_in()
             if wait is None and self.sqs.idle():
-                break
+                if not outage_holds_waiting():
+                    break
+                # Submissions wait out a processor outage in the database: the breaker's tick
+                # releases them at a pace counted on the clock.
+                wait = timedelta(seconds=2)
             self.clock.advance(max(wait or timedelta(seconds=31), timedelta(seconds=1)))
         else:
             raise AssertionError("the pipeline did not drain in 200 turns")
@@ -555,43 +569,72 @@ class PipelineModel(RuleBasedStateMachine):
     def _check_no_remedy_twice(
         self, payments: dict[str, Payment], dishonors: dict[str, ReturnDishonor]
     ) -> None:
-        """A returned entry is sent again (reinitiated) or its return dishonored, never both: a
-        standing dishonor gives the merchant the money back, and the reinitiation collects it
-        again."""
-        reinitiated = set()
-        for payment in payments.values():
-            if payment.reinitiation_of_id is None:
+        """A returned entry is sent again (reinitiated) or its return dishonored, not both: a
+        standing dishonor re-credits the merchant and the reinitiation charges the customer
+        again. The services refuse each other (checked where the model calls them:
+        ``reinitiate``, ``dishonor_request``); what no check can stop, the processor's own
+        answer to a request that timed out, stands only with the high alert that names it."""
+        for payment_id in self._reinitiated(payments):
+            dishonor = dishonors.get(payment_id)
+            if dishonor is None or not dishonor.dishonored_event_id or dishonor.contested_event_id:
                 continue
-            number = payment.reinitiation_number
-            chain = sorted(
-                (
-                    p
-                    for p in payments.values()
-                    if p.reinitiation_of_id == payment.reinitiation_of_id
-                ),
-                key=lambda p: p.reinitiation_number,
+            assert Alert.objects.filter(
+                key=f"payment.dishonor_after_reinitiation:{payment_id}",
+                severity=AlertSeverity.HIGH,
+            ).exists(), (
+                f"payment {payment_id} was reinitiated and its return's dishonor stands, with no "
+                "alert for a person"
             )
-            previous = (
-                str(payment.reinitiation_of_id)
-                if number == 1
-                else next(str(p.id) for p in chain if p.reinitiation_number == number - 1)
+
+    @staticmethod
+    def _reinitiated(payments: dict[str, Payment]) -> set[str]:
+        """The entries another entry of their chain sent again."""
+        numbers = {
+            (str(p.reinitiation_of_id or p.id), p.reinitiation_number or 0): pid
+            for pid, p in payments.items()
+        }
+        return {
+            numbers[(str(p.reinitiation_of_id), p.reinitiation_number - 1)]
+            for p in payments.values()
+            if p.reinitiation_of_id is not None
+            and (str(p.reinitiation_of_id), p.reinitiation_number - 1) in numbers
+        }
+
+    def _assert_dishonor_cannot_stand(self, entry_id: str) -> None:
+        """At a reinitiation: the return has no dishonor that stood, or may yet stand (asked for
+        and unanswered, or failed with a call the processor may have taken, inside its window);
+        a contested one, a refused one (4xx) or one past its window leaves it reinitiable."""
+        dishonor = (
+            ReturnDishonor.objects.filter(payment_id=entry_id).select_related("ach_return").first()
+        )
+        if dishonor is None or dishonor.contested_event_id:
+            return
+        assert not dishonor.dishonored_event_id, (
+            f"payment {entry_id} was reinitiated after its return's dishonor stood"
+        )
+        assert dishonor.request_status not in (
+            DishonorRequestStatus.REQUESTED,
+            DishonorRequestStatus.SENT,
+        ), f"payment {entry_id} was reinitiated while its dishonor was {dishonor.request_status}"
+        if dishonor.request_status == DishonorRequestStatus.FAILED:
+            last = (
+                ProcessorAttempt.objects.filter(idempotency_key=dishonor.idempotency_key)
+                .order_by("-attempt_number")
+                .first()
             )
-            reinitiated.add(previous)
-        for dishonor in (dishonors[p] for p in reinitiated if p in dishonors):
-            standing = bool(dishonor.dishonored_event_id) and not dishonor.contested_event_id
-            taken = (
-                dishonor.request_status
-                in (
-                    DishonorRequestStatus.REQUESTED,
-                    DishonorRequestStatus.SENT,
-                )
-                and not dishonor.contested_event_id
+            refused = last is not None and last.outcome == AttemptOutcome.REJECTED
+            past_window = self.clock.now() > dishonor_deadline(dishonor.ach_return.returned_at)
+            assert refused or past_window, (
+                f"payment {entry_id} was reinitiated while a dishonor call the processor may "
+                "have taken could still stand"
             )
-            assert not (standing or taken), (
-                f"payment {dishonor.payment_id} was reinitiated and its return dishonored "
-                f"({dishonor.request_status}, dishonored={bool(dishonor.dishonored_event_id)}, "
-                f"contested={bool(dishonor.contested_event_id)})"
-            )
+
+    def _assert_not_reinitiated(self, entry_id: str) -> None:
+        """At a dishonor request that was not refused: the return was not reinitiated."""
+        payments = {str(p.id): p for p in Payment.objects.filter(pk__in=self.payments)}
+        assert entry_id not in self._reinitiated(payments), (
+            f"a dishonor of payment {entry_id}'s return was asked for after it was reinitiated"
+        )
 
     def _check_nothing_lost(self) -> None:
         """Every message the queue took is still in it, or finished (applied, parked or dead-
@@ -645,9 +688,9 @@ class PipelineModel(RuleBasedStateMachine):
                 "processor_event_id", flat=True
             )
         )
-        for body in ParkedMessage.objects.filter(republished_message_id="").values_list(
-            "body", flat=True
-        ):
+        for body in ParkedMessage.objects.filter(
+            republished_message_id="", hold__kind=HoldKind.TRIAGE
+        ).values_list("body", flat=True):
             event = (body or {}).get("event") or {}
             with_person.add(event.get("processor_event_id", ""))
         for event_id, message_id in self.sends:

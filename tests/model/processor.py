@@ -175,7 +175,7 @@ class SimProcessor:
 
     @staticmethod
     def _unavailable(timer: CallTimer, status: int | None, kind: CallErrorKind, why: str):
-        retry_after = 0.01 if status == 429 else None
+        retry_after = 0.001 if status == 429 else None
         call = timer.record(http_status=status, error_kind=kind, error=why, retry_after=retry_after)
         return ProcessorCallUnavailable(why, call=call)
 

@@ -12,7 +12,8 @@ LOCALSTACK_PYTHON ?= $(firstword $(foreach p,python3.13 $(wildcard $(HOME)/.pyen
 LOCALSTACK_VENV := .venv-localstack
 LOCALSTACK := $(LOCALSTACK_VENV)/.requirements-installed
 
-.PHONY: deps localstack test test-fast test-slow lint demo bench chaos clean
+.PHONY: deps localstack test test-fast test-slow lint demo bench chaos docs docs-check docs-serve \
+	docs-screenshots clean
 
 deps: $(DEPS)
 
@@ -62,8 +63,10 @@ FAST = not subprocess and not browser and not scale
 # a group per receive; LocalStack, like AWS at times, returns several of one group in one receive,
 # in order, so only there does the worker's partial-batch path (a batch's group heads in one
 # transaction, the rest of each group one by one, stopped at a failure and the remainder
-# released) meet a real server. Kept: the `localstack_only` tests (test_worker_partial_batch,
-# and test_setup_queues, whose queue attributes LocalStack checks as AWS does), and the modules
+# released) meet a real server. Kept: the `localstack_only` tests (test_worker_partial_batch;
+# test_worker_crash_loop, where a message that kills real workers is handed out with its group's
+# later ones each time; and test_setup_queues, whose queue attributes LocalStack checks as AWS
+# does), and the modules
 # where a receive, counted under LocalStack, did return several messages of one group: worker,
 # worker_batch, worker_breaker, holds and triage/test_actions (held messages released back into
 # their group), and the test where two real worker processes share 500 payments' events (its
@@ -74,6 +77,7 @@ FAST = not subprocess and not browser and not scale
 LOCALSTACK_TESTS ?= \
 	tests/payments/vault/test_kms.py \
 	tests/callbacks/test_worker_partial_batch.py \
+	tests/callbacks/test_worker_crash_loop.py \
 	tests/callbacks/test_setup_queues.py \
 	tests/callbacks/test_worker.py \
 	tests/callbacks/test_worker_batch.py \
@@ -82,7 +86,7 @@ LOCALSTACK_TESTS ?= \
 	tests/triage/test_actions.py \
 	tests/callbacks/test_worker_processes.py::test_two_workers_apply_500_payments_events_exactly_once_in_order
 
-# Lint, the migrations check, every test but the scale tier (in parallel), then the host project.
+# Lint, the migrations check, the docs' build, every test but the scale tier (in parallel), then the host project.
 test: deps
 	scripts/ensure-chromium
 	scripts/ensure-promtool
@@ -90,6 +94,7 @@ test: deps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null
+	$(MAKE) --no-print-directory docs-check
 	$(PY) -m pytest $(XDIST) -m "not scale" $(PYTEST_ARGS)
 	# The module inside a foreign host project (its own settings, user model and URLs).
 	$(PY) -m pytest --ds=tests.host.settings tests/host
@@ -118,5 +123,27 @@ bench: deps
 chaos: deps
 	$(PY) -m chaos
 
+# The documentation site (docs/, mkdocs.yml) into site/: the references regenerated from the code
+# (scripts/docs_reference.py; Django's settings, no database), then MkDocs with --strict, so a
+# broken link, a missing anchor or a page left out of the navigation fails it. Offline: the
+# theme's fonts are off and no plugin fetches anything.
+docs: $(VENV)/.requirements-installed
+	$(PY) scripts/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+# What make test runs: the same build, but a reference that differs from the code fails it
+# instead of being written again.
+docs-check: $(VENV)/.requirements-installed
+	$(PY) scripts/docs_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+
+# The admin screenshots of docs/img/, taken again in Debian's chromium (commit them).
+docs-screenshots: $(VENV)/.requirements-installed
+	scripts/ensure-chromium
+	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/triage/test_browser_screenshots.py
+
 clean:
-	rm -rf $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache
+	rm -rf site $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache

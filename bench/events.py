@@ -33,8 +33,8 @@ def event_id(run: str, n: int) -> str:
 def settled_callback(
     payment_id: str, processor_event_id: str, amount: Decimal = AMOUNT
 ) -> Callback:
-    """A ``settled`` callback body as the processor sends it (see the README, "Security: the
-    callback edge")."""
+    """A ``settled`` callback body as the processor sends it (see
+    docs/security/callback-edge.md)."""
     body = {
         "payment_id": payment_id,
         "event_type": "settled",

@@ -9,7 +9,13 @@ import json
 from django.contrib import admin
 from django.utils.html import format_html
 
-from callbacks.models import ParkedMessage, PaymentHold, ProcessingError, QueueMessage
+from callbacks.models import (
+    ParkedMessage,
+    PaymentHold,
+    ProcessingError,
+    ProcessorEventsCursor,
+    QueueMessage,
+)
 from payments.admin import ReadOnlyInline, ReadOnlyModelAdmin
 
 
@@ -90,7 +96,15 @@ class ParkedMessageInline(ReadOnlyInline):
 
 @admin.register(PaymentHold)
 class PaymentHoldAdmin(ReadOnlyModelAdmin):
-    list_display = ["payment_id", "kind", "created_at", "released_at", "released_by", "caused_by"]
+    list_display = [
+        "payment_id",
+        "kind",
+        "created_at",
+        "release_after",
+        "released_at",
+        "released_by",
+        "caused_by",
+    ]
     list_filter = [("released_at", admin.EmptyFieldListFilter), "kind"]
     search_fields = ["=payment_id"]
     date_hierarchy = "created_at"
@@ -106,3 +120,20 @@ class ParkedMessageAdmin(ReadOnlyModelAdmin):
     search_fields = ["=payment_id", "=message_id"]
     list_select_related = ["hold"]
     list_per_page = 50
+
+
+@admin.register(ProcessorEventsCursor)
+class ProcessorEventsCursorAdmin(ReadOnlyModelAdmin):
+    """How far the pull of the processor's events got, and what it found; moved only by the
+    pull itself (``processor_events_pull``)."""
+
+    list_display = [
+        "source",
+        "cursor",
+        "pulled_at",
+        "newest_event_at",
+        "events_pulled",
+        "events_new",
+        "events_known",
+        "events_malformed",
+    ]

@@ -37,7 +37,7 @@ from rest_framework.views import APIView
 from callbacks import conf as callbacks_conf
 from callbacks import sqs, tracing
 from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
-from callbacks.schema import event_deduplication_id, processor_event_message
+from callbacks.schema import processor_event_outgoing
 from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
 from payments.api_errors import (
@@ -200,32 +200,40 @@ _RESPONSES = {
 }
 
 
-def _publish(event: ProcessorEvent, deduplication_id: str, request: Request) -> str:
-    """Put ``event`` on the main queue now; its SQS message id once SQS accepted it. The
-    message carries the request's id and trace (``callbacks.tracing``) to the worker.
+def _publish(event: ProcessorEvent, request: Request) -> tuple[str, str]:
+    """Put ``event`` on the main queue now; its deduplication id and its SQS message id once
+    SQS accepted it. The message (``processor_event_outgoing``, as every path that queues a
+    processor event builds it) carries the request's id and trace (``callbacks.tracing``) to
+    the worker.
 
     With ``CALLBACK_SEND_COALESCE_SECONDS`` above zero, the callbacks this process receives at
     the same time share one ``SendMessageBatch`` (far less CPU per callback than a SendMessage
     each, see docs/benchmarks.md), and each is answered from SQS's answer for its own entry.
     At zero, each is sent alone.
     """
-    body = processor_event_message(event)
-    group_id = str(event.payment_id)
-    attributes = tracing.outgoing_attributes(
-        request_id=request_id_of(request), headers=request.headers
+    message = processor_event_outgoing(
+        event,
+        attributes=tracing.outgoing_attributes(
+            request_id=request_id_of(request), headers=request.headers
+        ),
     )
     window = callbacks_conf.CALLBACK_SEND_COALESCE_SECONDS
     if window > 0:
-        return sqs.send_message_coalesced_now(
-            body=body,
-            group_id=group_id,
-            deduplication_id=deduplication_id,
+        message_id = sqs.send_message_coalesced_now(
+            body=message.body,
+            group_id=message.group_id,
+            deduplication_id=message.deduplication_id,
             window=window,
-            attributes=attributes,
+            attributes=message.attributes,
         )
-    return sqs.send_message_now(
-        body=body, group_id=group_id, deduplication_id=deduplication_id, attributes=attributes
-    )
+    else:
+        message_id = sqs.send_message_now(
+            body=message.body,
+            group_id=message.group_id,
+            deduplication_id=message.deduplication_id,
+            attributes=message.attributes,
+        )
+    return message.deduplication_id, message_id
 
 
 # The endpoint writes nothing to the database and sends to SQS, which the gateway refuses inside a
@@ -304,9 +312,8 @@ class ProcessorCallbackApi(ModuleErrorsMixin, APIView):
             event = get_backend().callback_parse(request.data, _callback_request(request))
         except InvalidCallback as exc:
             raise InvalidEvent(exc.errors) from None
-        deduplication_id = event_deduplication_id(event)
         try:
-            message_id = _publish(event, deduplication_id, request)
+            deduplication_id, message_id = _publish(event, request)
         except sqs.QueueUnavailable as exc:
             logger.error(
                 "callback not accepted, queue unavailable: %s",

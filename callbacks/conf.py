@@ -67,6 +67,15 @@ SPECS: dict[str, Spec] = {
     "RECONCILE_PENDING_AFTER": Duration(timedelta(minutes=5)),
     "RECONCILE_RECHECK_AFTER": Duration(timedelta(minutes=60)),
     "RECONCILE_BATCH_SIZE": Number(100, 1, 10_000, whole=True, unit="of payments"),
+    # The pull of the processor's events (callbacks.events_pull): events asked for per page,
+    # and pages per pass (a processor whose has_more never ends cannot keep a pass running).
+    "PROCESSOR_EVENTS_PULL_PAGE_SIZE": Number(100, 1, 500, whole=True, unit="of events"),
+    "PROCESSOR_EVENTS_PULL_MAX_PAGES": Number(50, 1, 10_000, whole=True, unit="of pages"),
+    # Tests only: a named point where the pull stops and waits to be killed ("page_queued":
+    # a page's events on the queue, the cursor not yet moved). Empty (the default): no pause.
+    "PROCESSOR_EVENTS_PULL_PAUSE_AT": Text(
+        "", pattern=r"|page_queued", accepted="'' (no pause) or 'page_queued' (tests only)"
+    ),
     # Records of cleanly finished queue messages are kept this long (the dashboards' and the
     # admin's recent history), then purged by beat; error history is never purged.
     "QUEUE_MESSAGE_RETENTION": Duration(timedelta(days=30)),

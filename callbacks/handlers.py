@@ -12,6 +12,7 @@ breaker that way (the end of this module).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -26,10 +27,11 @@ from callbacks.metrics import DEDUP_HITS
 from callbacks.schema import PROCESSOR_EVENT, processor_event_from_message
 from callbacks.services import outage_holds_release, outage_holds_waiting
 from callbacks.sqs import ReceivedMessage
-from payments.exceptions import ProcessorCircuitOpen
+from payments.exceptions import ProcessorCircuitOpen, ProcessorDegraded
 from payments.models import BreakerState
 from payments.processor.breaker import (
     processor_breaker_close_when_trials_done,
+    processor_breaker_degraded_end,
     processor_breaker_incident_end,
     processor_breaker_trial_start,
     processor_breaker_wait,
@@ -63,7 +65,13 @@ class UnstorableBody(InvalidBody):
     message was recorded with its body as escaped text and goes to a person."""
 
 
-for _error in (UnknownMessageKind, InvalidBody, UnstorableBody):
+class AttemptNeverFinished(Exception):
+    """An attempt of the message was started and never finished: the worker died while it ran
+    (killed, out of memory, a crash) or held it past its visibility timeout. Recorded when the
+    message comes back; a message that keeps doing it is dead-lettered without running again."""
+
+
+for _error in (UnknownMessageKind, InvalidBody, UnstorableBody, AttemptNeverFinished):
     _error.__module__ = _RECORDED_MODULE
 
 
@@ -78,6 +86,10 @@ class Deferral:
     tick releases it when the pause has a known end, so ``--until-empty`` stays to run it;
     None for an outage nobody knows the end of. ``keep_error``: the work made a real call that
     failed, which stays in the message's error history.
+
+    ``backoff_attempt``: the dependency is degraded, not down: it takes calls, so the message
+    waits the backoff a retry after this attempt would (``backed_off``), and its hold is
+    released only after that (``release_in``), by the ticks that release outage holds.
     """
 
     wait: float
@@ -85,6 +97,15 @@ class Deferral:
     label: str
     due_in: float | None
     keep_error: bool = False
+    backoff_attempt: int | None = None
+    release_in: float | None = None
+
+    def backed_off(self, delay: float) -> Deferral:
+        """This deferral waiting ``delay`` seconds (at least its own ``wait``) before release."""
+        delay = max(delay, self.wait)
+        return dataclasses.replace(
+            self, wait=delay, release_in=delay, due_in=delay + BREAKER_TICK_INTERVAL
+        )
 
 
 @dataclass(frozen=True)
@@ -215,8 +236,18 @@ def processor_breaker_gate(message: ReceivedMessage) -> Deferral | None:
 
 def processor_circuit_open(exc: Exception) -> Deferral | None:
     """The submission started but the processor is down as a whole (the breaker opened, or
-    was open when the call was to be made) or paused every caller: defer it. A real call that
-    failed stays in the error history."""
+    was open when the call was to be made), paused every caller, or failed it while failing
+    other payments too (degraded): defer it. A real call that failed stays in the error
+    history; after a degraded failure the message waits its backoff before it is released."""
+    if isinstance(exc, ProcessorDegraded):
+        return Deferral(
+            wait=exc.retry_after or 0.0,
+            reason=str(exc),
+            label="degraded",
+            due_in=(exc.retry_after or 0.0) + BREAKER_TICK_INTERVAL,
+            keep_error=True,
+            backoff_attempt=exc.attempt_number,
+        )
     if not isinstance(exc, ProcessorCircuitOpen):
         return None
     return _breaker_deferral(
@@ -233,6 +264,8 @@ def processor_breaker_tick() -> int:
     Returns how many messages went back to the queue."""
     try:
         gate = processor_breaker_wait()
+        if gate.degraded:
+            processor_breaker_degraded_end()
         if gate.state == BreakerState.CLOSED:
             if gate.incident:
                 processor_breaker_incident_end()

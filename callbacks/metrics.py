@@ -40,7 +40,8 @@ OUTBOX_PUBLISHED = Counter(
 MESSAGES_DEFERRED = Counter(
     "payments_worker_messages_deferred_total",
     "submit_payment messages hidden without spending an attempt because the processor's "
-    "circuit breaker was open or calls were paused by a 429, by reason: breaker_open, paused.",
+    "circuit breaker was open, calls were paused by a 429, or the call failed while the "
+    "processor was degraded, by reason: breaker_open, paused, degraded.",
     ["reason"],
 )
 CELERY_TASKS = Counter(
@@ -60,4 +61,18 @@ WORKER_BATCH_MESSAGES = Histogram(
     "payments_worker_batch_messages",
     "Messages in each batch run_sqs_worker received and handled.",
     buckets=_BATCH_BUCKETS,
+)
+PROCESSOR_EVENTS_PULLED = Counter(
+    "payments_processor_events_pulled_total",
+    "Processor events read by the events pull and queued, by outcome: new (not applied yet "
+    "when pulled: a callback the processor never delivered, or one still on its way), known "
+    "(already applied: delivered by callback), malformed (dead-lettered with its errors).",
+    ["outcome"],
+)
+PROCESSOR_EVENTS_PULL_PASSES = Counter(
+    "payments_processor_events_pull_passes_total",
+    "Passes of the processor events pull, by outcome: done, failed (the processor or the queue "
+    "did not answer; the cursor stayed), stalled (the processor's cursor did not advance), "
+    "skipped (another pass held the lock), unsupported (the backend has no events API).",
+    ["outcome"],
 )

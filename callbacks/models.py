@@ -5,6 +5,7 @@ strings so a message whose body is unreadable can still be recorded and held aga
 """
 
 from django.db import models
+from django.db.models.functions import Now
 
 SEQUENCE_NUMBER_WIDTH = 40  # SQS FIFO sequence numbers are up to 128 bits: at most 39 digits.
 
@@ -103,7 +104,7 @@ class ProcessingError(models.Model):
     delay_seconds = models.FloatField(
         null=True, blank=True, help_text="Backoff chosen; empty when it was dead-lettered."
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -140,7 +141,16 @@ class PaymentHold(models.Model):
         blank=True,
         related_name="holds_caused",
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
+    release_after = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "An outage hold the workers release only after this (the database's clock): a "
+            "submission that failed while the processor was degraded waits its backoff here. "
+            "Empty: as soon as calls may flow."
+        ),
+    )
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=255, blank=True)
     note = models.TextField(blank=True)
@@ -190,7 +200,7 @@ class ParkedMessage(models.Model):
     # The request id and trace the message carried (payments.propagation), sent again with it.
     carried = models.JSONField(default=dict, blank=True)
     arrived_at = models.DateTimeField(null=True, blank=True, help_text="SQS SentTimestamp.")
-    parked_at = models.DateTimeField(auto_now_add=True)
+    parked_at = models.DateTimeField(db_default=Now(), editable=False)
     released_at = models.DateTimeField(null=True, blank=True)
     republished_message_id = models.CharField(max_length=128, blank=True)
 
@@ -200,3 +210,41 @@ class ParkedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"parked {self.message_id} for {self.payment_id}"
+
+
+class ProcessorEventsCursor(models.Model):
+    """How far the pull of the processor's events got (``callbacks.events_pull``): one row per
+    processor backend, so a host that changes processors does not send one processor's cursor
+    to the other.
+
+    ``cursor`` is the processor's opaque cursor after the last page whose events are all on the
+    queue ("" = from its first event); it only moves forward from the value a pass read (a
+    compare-and-set), so a pass that crashed or lost a race resumes from a page it may have
+    queued already: at least once onto the queue, once in the ledger (SQS's deduplication and
+    the processed-event record).
+    """
+
+    source = models.CharField(
+        max_length=255, primary_key=True, help_text="The backend's dotted path."
+    )
+    cursor = models.CharField(max_length=512, blank=True)
+    pulled_at = models.DateTimeField(
+        null=True, blank=True, help_text="The end of the last successful pass (database time)."
+    )
+    newest_event_at = models.DateTimeField(
+        null=True, blank=True, help_text="The timestamp of the newest event pulled."
+    )
+    events_pulled = models.PositiveBigIntegerField(default=0)
+    events_new = models.PositiveBigIntegerField(
+        default=0, help_text="Pulled before the worker had applied them: recovered or in flight."
+    )
+    events_known = models.PositiveBigIntegerField(
+        default=0, help_text="Already applied when pulled (delivered by callback)."
+    )
+    events_malformed = models.PositiveBigIntegerField(
+        default=0, help_text="Breaking the event contract: dead-lettered with their errors."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.source} after {self.cursor or '(start)'}"

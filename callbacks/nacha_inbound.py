@@ -11,6 +11,10 @@ it exactly once, as it applies a callback.
 
 An event whose trace number matches no payment of ours goes to the dead-letter queue instead,
 in the envelope the worker writes, so DLQ ingestion puts it in front of a human (triage).
+
+Only the drop's regular files are read. A link (wherever it points), a pipe, a socket or a
+device is moved aside into ``refused/`` unread and raises one alert; so is a name that turns
+into one between the listing and the read.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from callbacks import sqs
 from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
 from callbacks.services.republish import DEAD_LETTER_KEY
 from payments.models import NachaInboundEvent
-from payments.nacha.inbound import nacha_inbound_store
+from payments.nacha.inbound import nacha_inbound_store, nacha_inbound_stray_refuse
 from payments.nacha.models import InboundStatus
-from payments.nacha.transports import Transport
+from payments.nacha.transports import FileChanged, NotARegularFile, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ class CollectResult:
     imported: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     seen_before: list[str] = field(default_factory=list)
+    set_aside: list[str] = field(default_factory=list)  # not regular files: never read
     published: int = 0
     dead_lettered: int = 0
 
@@ -89,10 +94,30 @@ def nacha_events_publish_now(*, limit: int = 1000) -> tuple[int, int]:
     return published, dead_lettered
 
 
+def _stray_refuse(transport: Transport, name: str, kind: str, result: CollectResult) -> None:
+    try:
+        location = transport.set_aside(name)
+    except TransportError as exc:
+        logger.error("could not set %s aside: %s", name, exc, extra={"file": name})
+        location = None
+    nacha_inbound_stray_refuse(name=name, kind=kind, set_aside_to=location)
+    result.set_aside.append(name)
+
+
 def nacha_files_collect(*, transport: Transport, min_age_seconds: float = 60.0) -> CollectResult:
     result = CollectResult()
+    for stray in transport.strays():
+        _stray_refuse(transport, stray.name, stray.kind, result)
     for name in transport.incoming(min_age_seconds=min_age_seconds):
-        stored = nacha_inbound_store(name=name, content=transport.read(name))
+        try:
+            content = transport.read(name)
+        except NotARegularFile as exc:
+            _stray_refuse(transport, name, exc.kind, result)
+            continue
+        except FileChanged as exc:
+            logger.warning("%s", exc, extra={"file": name})
+            continue
+        stored = nacha_inbound_store(name=name, content=content)
         if not stored.created:
             result.seen_before.append(name)
         elif stored.file.status == InboundStatus.REFUSED:

@@ -20,10 +20,11 @@ from callbacks import sqs
 logger = logging.getLogger(__name__)
 
 # The worker dead-letters a message itself after WORKER_MAX_ATTEMPTS (the first try plus 5
-# retries). The queue's RedrivePolicy is only the safety net for messages that crash the worker
-# outright, so its receive count must stay above that: otherwise SQS would move messages the
-# worker is still retrying (and group-mates released behind a failure, whose receive counts
-# also rise).
+# retries), and one that crashes it outright after three starts that never finished
+# (callbacks.worker.crashes). The queue's RedrivePolicy is only the safety net behind both, so
+# its receive count must stay above that: otherwise SQS would move messages the worker is still
+# retrying (and group-mates released behind a failure, or received with a message that crashes
+# the worker, whose receive counts also rise).
 MAX_RECEIVE_COUNT_DEFAULT = 10
 VISIBILITY_TIMEOUT_FALLBACK = 30
 VISIBILITY_TIMEOUT_MAX = 12 * 60 * 60  # SQS's own limit

@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from callbacks import conf as callbacks_conf
 from callbacks import sqs
-from callbacks.schema import event_deduplication_id, processor_event_message
+from callbacks.schema import processor_event_outgoing
 from payments.alerts import alert_raise
 from payments.events import EVENT_TARGET_STATE, ProcessorEvent
 from payments.exceptions import ProcessorCircuitOpen, ProcessorRejected, ProcessorUnavailable
@@ -137,11 +137,7 @@ def reconcile_event(*, payment: Payment, event_type: str, processor_status: str,
             "processor_status": processor_status,
         },
     )
-    return sqs.OutgoingMessage(
-        body=processor_event_message(event, received_at=now),
-        group_id=str(payment.id),
-        deduplication_id=event_deduplication_id(event),
-    )
+    return processor_event_outgoing(event, received_at=now)
 
 
 def _status_check(payment: Payment) -> StatusCheckResult | ReconcileAction:

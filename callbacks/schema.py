@@ -12,6 +12,7 @@ import hashlib
 from datetime import UTC, datetime
 
 from callbacks.serializers import ProcessorEventSerializer
+from callbacks.sqs import OutgoingMessage
 from payments.events import ProcessorEvent
 
 PROCESSOR_EVENT = "processor_event"
@@ -53,6 +54,21 @@ def processor_event_message(event: ProcessorEvent, *, received_at: datetime | No
         EVENT_KEY: {**event.raw, **event.as_payload()},
         "received_at": when.isoformat(),
     }
+
+
+def processor_event_outgoing(
+    event: ProcessorEvent, *, attributes: dict | None = None, received_at: datetime | None = None
+) -> OutgoingMessage:
+    """The queue message of an accepted processor event, whoever accepted it (the callback
+    endpoint, the events pull, reconciliation): its envelope, ``MessageGroupId`` = its payment,
+    ``MessageDeduplicationId`` = its id and fingerprint. One builder, so the same event reaching
+    us by two paths is one message to SQS and to the dedup record."""
+    return OutgoingMessage(
+        body=processor_event_message(event, received_at=received_at),
+        group_id=str(event.payment_id),
+        deduplication_id=event_deduplication_id(event),
+        attributes=attributes or {},
+    )
 
 
 def processor_event_from_message(body: dict) -> ProcessorEvent:

@@ -1,8 +1,9 @@
 """Reads of the queue layer's records for the API, the admin and the dashboards."""
 
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from callbacks.models import (
+    UNFINISHED_STATUSES,
     HoldKind,
     PaymentHold,
     ProcessingError,
@@ -22,6 +23,7 @@ WORKER_PUBLIC_ERRORS = {
 _WORKER_ERROR_CODES = {
     "ProcessorUnavailable": "processor_unavailable",
     "ProcessorCircuitOpen": "processor_unavailable",
+    "ProcessorDegraded": "processor_unavailable",
     "OperationalError": "database_unavailable",
     "InterfaceError": "database_unavailable",
 }
@@ -98,3 +100,14 @@ def queue_message_by_id(message_id: str) -> QueueMessage | None:
 def message_processing_errors(message_id: str) -> QuerySet[ProcessingError]:
     """Every failed attempt recorded for one message, oldest first."""
     return ProcessingError.objects.filter(message_id=message_id).order_by("created_at", "id")
+
+
+def queue_messages_unfinished(
+    *, message_ids: list[str], never_finished_class: str
+) -> QuerySet[QueueMessage]:
+    """The worker's records of these messages that are not finished, each annotated with
+    ``never_finished``: how many of its error rows say a start of it never finished (their
+    class is ``never_finished_class``)."""
+    return QueueMessage.objects.filter(
+        message_id__in=message_ids, status__in=UNFINISHED_STATUSES
+    ).annotate(never_finished=Count("errors", filter=Q(errors__error_class=never_finished_class)))

@@ -39,6 +39,15 @@ def payments_reconcile() -> int:
         return reconciliation.payments_reconcile()
 
 
+@shared_task(name="callbacks.tasks.processor_events_pull", ignore_result=True)
+def processor_events_pull() -> int:
+    """Pull the processor's events after the stored cursor onto the queue (one pass, one at a
+    time: the pass holds its own lock). Returns how many events it pulled."""
+    from callbacks import events_pull
+
+    return events_pull.processor_events_pull().pulled
+
+
 @shared_task(name="callbacks.tasks.queue_messages_purge", ignore_result=True)
 def queue_messages_purge() -> int:
     """Delete records of cleanly finished messages past QUEUE_MESSAGE_RETENTION (idempotent)."""

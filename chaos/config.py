@@ -99,7 +99,12 @@ SANDBOX_FAULTS = {
     # tok_unauth.
     "SANDBOX_P_SETTLED_RETURN": "0.03",
     "SANDBOX_RETURN_AFTER_SECONDS": "2",
+    # Callbacks never delivered: only the processor's events API (the run's pull) lists them.
+    "SANDBOX_P_DROPPED_CALLBACK": "0.03",
 }
+
+# How often the run's ``processor_events_pull --every`` pulls the processor's events.
+PULL_EVERY_SECONDS = 5
 
 
 def environment(ports: dict[str, int], database_url: str) -> dict[str, str]:

@@ -41,6 +41,10 @@ class Faults:
                 if code is not None:
                     self.log(f"UNEXPECTED: {worker.name} exited by itself with status {code}")
                     worker.start()
+            pull = self.children.get("pull")
+            if pull is not None and (code := pull.check_exit()) is not None:
+                self.log(f"UNEXPECTED: pull exited by itself with status {code}")
+                pull.start()
             for name in ("web", "sandbox", "fauxqs"):
                 code = self.children[name].check_exit()
                 if code is not None:

@@ -2,10 +2,10 @@
 
 It is the same ``SandboxProcessor`` that ``manage.py run_sandbox_processor`` runs (faults from
 the ``SANDBOX_*`` environment, see ``sandbox/faults.py``). The difference: on SIGTERM it
-writes a JSON file with its final stats and every callback it delivered (payment id, event type,
-processor event id, amount), because ``GET /_sandbox/stats`` counts delivered callbacks but does
-not list them, and "every callback the processor sent is accounted for" is checked by event id
-and payload.
+writes a JSON file with its final stats, every callback it delivered (payment id, event type,
+processor event id, amount) and every one it dropped on purpose, because ``GET /_sandbox/stats``
+counts them but does not list them, and "every callback the processor sent is accounted for"
+(and "every one it dropped was recovered") is checked by event id and payload.
 
     python -m chaos.recorded_sandbox --port 8701 --callback-url URL --seed 7 --record FILE
 """
@@ -68,11 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         }
         for item in list(sandbox.callbacks.delivered)
     ]
-    record = {"stats": sandbox.stats(), "delivered": delivered}
+    record = {
+        "stats": sandbox.stats(),
+        "delivered": delivered,
+        "dropped": sandbox.drops.dropped(),
+    }
     tmp = args.record.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     tmp.replace(args.record)
-    print(f"stopped: {len(delivered)} callbacks delivered, record in {args.record}", flush=True)
+    print(
+        f"stopped: {len(delivered)} callbacks delivered, {len(record['dropped'])} dropped, "
+        f"record in {args.record}",
+        flush=True,
+    )
     return 0
 
 

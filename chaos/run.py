@@ -16,6 +16,7 @@ from chaos.config import (
     MERCHANTS,
     PROCESSOR_FLAP_SECONDS,
     PROCESSOR_OUTAGE_SECONDS,
+    PULL_EVERY_SECONDS,
     PYTHON,
     QUEUE_OUTAGE_SECONDS,
     VAR,
@@ -135,6 +136,13 @@ class ChaosRun(Faults, Settling):
         ).start()  # fmt: skip
         self.children["sandbox"] = sandbox
         wait_tcp(ports["sandbox"], 30, sandbox)
+        # The pull of the processor's events, which recovers the callbacks the sandbox drops.
+        pull = Child(
+            "pull",
+            [PYTHON, "manage.py", "processor_events_pull", "--every", str(PULL_EVERY_SECONDS)],
+            self.env,
+        ).start()
+        self.children["pull"] = pull
         command = worker_command(wait_time=1, visibility_timeout=VISIBILITY_TIMEOUT)
         for n in (1, 2):
             worker = Child(f"worker{n}", command, self.env).start()
@@ -142,7 +150,7 @@ class ChaosRun(Faults, Settling):
             self.workers.append(worker)
         self.log(
             f"web :{ports['web']}, sandbox :{ports['sandbox']}, 2 workers "
-            f"(visibility {VISIBILITY_TIMEOUT} s)"
+            f"(visibility {VISIBILITY_TIMEOUT} s), the events pull every {PULL_EVERY_SECONDS} s"
         )
 
     # --- the whole run
@@ -172,6 +180,7 @@ class ChaosRun(Faults, Settling):
             self.log(f"FAILED: ingest_dlq: {exc}")
         for worker in self.workers:
             worker.stop()
+        self.children["pull"].stop()
         self.children["sandbox"].stop(timeout=30)
         record = json.loads(self.record_path.read_text())
         return self.verdict(load, record, settled, backlog, dead_letters)
@@ -243,7 +252,12 @@ class ChaosRun(Faults, Settling):
         # What the checker reads, kept so it can be re-run on this database by hand.
         (VAR / "sandbox-stats.json").write_text(json.dumps(record["stats"]))
         (VAR / "callbacks-sent.json").write_text(json.dumps(sent))
-        report = check_invariants(sandbox_stats=record["stats"], callbacks_sent=sent)
+        (VAR / "callbacks-dropped.json").write_text(json.dumps(record.get("dropped", [])))
+        report = check_invariants(
+            sandbox_stats=record["stats"],
+            callbacks_sent=sent,
+            callbacks_dropped=record.get("dropped", []),
+        )
         api_problems = check_api(load)
         print(summary(self, load, record["stats"], settled, backlog, dead_letters))
         print(report.render())

@@ -151,5 +151,6 @@ def recheck_command(database_url: str, python: str, root: Path) -> str:
         f"DJANGO_SETTINGS_MODULE=config.settings.test DATABASE_URL={database_url} "
         f"{shown} -m chaos.invariants "
         f"--sandbox-stats {VAR.relative_to(root)}/sandbox-stats.json "
-        f"--callbacks-sent {VAR.relative_to(root)}/callbacks-sent.json"
+        f"--callbacks-sent {VAR.relative_to(root)}/callbacks-sent.json "
+        f"--callbacks-dropped {VAR.relative_to(root)}/callbacks-dropped.json"
     )

@@ -6,10 +6,17 @@ master removes the files of processes that no longer run when it starts, and eac
 worker is marked dead so its live gauges disappear. ``GET /metrics`` in any worker then serves
 the sum over all workers. Without the variable every worker would serve its own counters only,
 and consecutive scrapes would jump between workers' values.
+
+The access log (``accesslog``) is written by ``MaskedAccessLogger``: a bank number in a
+request's path or query is masked to its last 4 digits before the line is written.
 """
 
 import os
 from pathlib import Path
+
+from gunicorn.glogging import Logger
+
+from payments.logformat import BankNumbersInUrlsFilter
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
@@ -25,6 +32,20 @@ reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "1") != "0"
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 accesslog = "-"
+
+
+class MaskedAccessLogger(Logger):
+    """gunicorn's logger, its access lines' paths and queries with any bank number masked to
+    its last 4 digits (``payments.logformat.BankNumbersInUrlsFilter``): a URL is logged before
+    the application refuses it."""
+
+    def setup(self, cfg) -> None:
+        super().setup(cfg)
+        if not any(isinstance(f, BankNumbersInUrlsFilter) for f in self.access_log.filters):
+            self.access_log.addFilter(BankNumbersInUrlsFilter())
+
+
+logger_class = MaskedAccessLogger
 
 
 def _pid_alive(pid: int) -> bool:

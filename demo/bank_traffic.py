@@ -287,6 +287,7 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
             "every bank file was imported whole, none refused, no dead letter",
             not inbound.get("refused") and not DeadLetter.objects.filter(status="open").exists(),
         ),
+        *_books_checks(),
         ("no account number in any log", not leaked),
         ("no account number stored in the clear in any table", not stored),
     ]
@@ -302,6 +303,23 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
     if stored:
         print(f"    tables holding an account number in the clear: {', '.join(stored)}")
     return all(passed for _, passed in checks)
+
+
+def _books_checks() -> list[tuple[str, bool]]:
+    """The books of the run's banking days (``demo.books_check``); nothing when the demo has no
+    statement directory set."""
+    from demo.books_check import books_check
+    from payments import conf
+    from payments.books.conf import statement_transport_options
+    from payments.nacha.transports import parse_transport
+
+    statements = statement_transport_options()
+    nacha = parse_transport(conf.NACHA_TRANSPORT)
+    if statements is None or nacha is None:
+        return []
+    return books_check(
+        outbound=nacha["outbound"], inbound=nacha["inbound"], statements=statements["inbound"]
+    )
 
 
 def _numbers_in_logs(numbers: list[str], log_paths: list[Path]) -> list[str]:

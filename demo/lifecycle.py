@@ -125,4 +125,31 @@ def run_lifecycle(*, web_url: str, token: str, merchant: str, timeout: float = 1
             [(e["state"], e["return_code"]) for e in chain] == expected,
         ),
     ]
+    if chain:
+        checks.append(_dishonor_after_reinitiation_check(chain[0]["id"]))
     return rows, checks
+
+
+def _dishonor_after_reinitiation_check(original_id: str) -> tuple[str, bool]:
+    """The operator's dishonor of the reinitiated return is refused before any call: a dishonor
+    that stood would re-credit the original while the reinitiation charged again."""
+    from payments.exceptions import DishonorRefused
+    from payments.models import ProcessorAttempt
+    from payments.services.dishonors import return_dishonor_request
+
+    try:
+        return_dishonor_request(
+            payment_id=original_id,
+            reason_code="R61",
+            note="demo: after the reinitiation",
+            user=None,
+        )
+        refused = False
+    except DishonorRefused as exc:
+        refused = "reinitiated" in str(exc)
+        print(f"  dishonor after the reinitiation refused: {exc}", flush=True)
+    calls = ProcessorAttempt.objects.filter(payment_id=original_id, operation="dishonor").count()
+    return (
+        "a dishonor of the reinitiated return is refused, with no call: the customer pays once",
+        refused and calls == 0,
+    )

@@ -78,6 +78,10 @@ def bank_environment(var: Path) -> dict[str, str]:
                 "inbound": str(var / "bank" / "inbound"),
             }
         ),
+        # The sandbox bank's BAI2 statements (demo/books_check.py writes and closes them).
+        "BANK_STATEMENT_TRANSPORT": json.dumps(
+            {"kind": "directory", "inbound": str(var / "bank" / "statements")}
+        ),
     }
 
 

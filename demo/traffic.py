@@ -16,6 +16,7 @@ from django.db.models import Count, Q, Sum
 
 from callbacks import conf as callbacks_conf
 from demo.lifecycle import run_lifecycle
+from demo.recovery import drops_start, recovery_report
 
 # Source-token prefixes select the sandbox processor's deterministic behaviours
 # (sandbox/faults.py); the sandbox adds seeded random faults on top.
@@ -429,14 +430,18 @@ def _breaker_story() -> dict:
 def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> bool:
     _wait_ready(web_url, honcho, log_path)
     print(f"  driving {payments} payments through {web_url}/api/payments/", flush=True)
+    drops_start(sandbox_url)
     _create_payments(web_url, token, payments, on_quarter=lambda: _outage_start(sandbox_url))
     settled = _wait_until_settled(payments)
     poison = _poison(web_url, [])
     print(f"  sent {poison} poison events that only a human may resolve", flush=True)
     if not settled:
         print("  some payments were still moving after the time limit")
+    recovery = recovery_report(sandbox_url)
     lifecycle = run_lifecycle(web_url=web_url, token=token, merchant=MERCHANTS[0])
-    ok = _summary(sandbox_url, poison, lifecycle) and settled
+    rows, checks = lifecycle
+    ok = _summary(sandbox_url, poison, ([*rows, *recovery[0]], [*checks, *recovery[1]]))
+    ok = ok and settled
     # After the summary, whose ledger checks hold a merchant's net to its confirmed total: a
     # dishonored return adds its re-credit on top.
     from demo.dishonors import run_dishonors

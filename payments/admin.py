@@ -15,6 +15,7 @@ from django.utils.safestring import mark_safe
 from payments.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
+    EventKind,
     LedgerEntry,
     MerchantAccess,
     MerchantReturnDay,
@@ -29,6 +30,7 @@ from payments.models import (
     ProcessorAttempt,
     ReturnDishonor,
 )
+from payments.processor.contract import event_payload_shown
 from payments.return_codes import return_code_label
 from payments.selectors import payment_reinitiation_chain
 from payments.services.nocs import NocNoteRequired, NocNotOpen, noc_mark_applied
@@ -221,11 +223,18 @@ class PaymentEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["kind", "outcome", "event_type"]
     search_fields = ["=payment__id", "processor_event_id"]
     list_select_related = ["payment"]
+    # The payload is shown once, by payload_pretty: masked, where the field itself is not.
+    exclude = ["payload"]
     readonly_fields = ["payload_pretty"]
 
     @admin.display(description="payload")
     def payload_pretty(self, obj):
-        return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True))
+        payload = obj.payload
+        if obj.kind == EventKind.PROCESSOR_EVENT and isinstance(payload, dict):
+            # What a processor sent, bank numbers masked even in rows stored before the edge
+            # masked them.
+            payload = event_payload_shown(payload)
+        return format_html("<pre>{}</pre>", json.dumps(payload, indent=2, sort_keys=True))
 
 
 @admin.register(ProcessorAttempt)
@@ -363,7 +372,15 @@ class CircuitBreakerTransitionInline(ReadOnlyInline):
 class CircuitBreakerAdmin(ReadOnlyModelAdmin):
     """The breaker's state changes only through payments.processor.breaker: shown, never edited."""
 
-    list_display = ["name", "state", "opened_at", "open_until", "paused_until", "updated_at"]
+    list_display = [
+        "name",
+        "state",
+        "opened_at",
+        "open_until",
+        "paused_until",
+        "degraded_since",
+        "updated_at",
+    ]
     inlines = [CircuitBreakerTransitionInline]
 
 
@@ -476,5 +493,6 @@ class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 # The bank path's and the vault's admins live with their code.
+from payments.books import admin as books_admin  # noqa: E402, F401
 from payments.nacha import admin as nacha_admin  # noqa: E402, F401
 from payments.vault import admin as vault_admin  # noqa: E402, F401

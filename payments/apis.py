@@ -10,8 +10,10 @@ payment or balance answers 404, as if it did not exist; creating or listing paym
 answers 403 naming the merchant.
 """
 
+import base64
 import logging
 import uuid
+from urllib import parse
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.openapi import AutoSchema
@@ -20,10 +22,11 @@ from rest_framework.authentication import SessionAuthentication, TokenAuthentica
 from rest_framework.exceptions import NotFound
 from rest_framework.metadata import SimpleMetadata
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from payments import conf as payments_conf
@@ -39,6 +42,7 @@ from payments.api_errors import (
     request_id_of,
 )
 from payments.api_throttling import ModuleScopedThrottle
+from payments.books.selectors import books_day_figures, day_reported
 from payments.exceptions import NocPastDeadline, PaymentNotFound, ReinitiationRefused
 from payments.http_limits import read_body_limited
 from payments.models import Payment
@@ -53,7 +57,9 @@ from payments.selectors import (
 from payments.serializers import (
     MERCHANT_MESSAGE,
     MERCHANT_RE,
+    BooksQuerySerializer,
     MerchantBalanceOutputSerializer,
+    MerchantBooksOutputSerializer,
     PaymentCreateInputSerializer,
     PaymentEventOutputSerializer,
     PaymentListQuerySerializer,
@@ -128,27 +134,72 @@ def _forbidden(param: str) -> ApiError:
 class PaymentPagination(CursorPagination):
     """Newest first, one page after an opaque cursor: stable while payments are created, which
     an offset is not. ``created_at`` orders; ties (one transaction's rows) keep their order by
-    the cursor's offset."""
+    the cursor's offset.
+
+    A cursor is only ever one this API wrote: it is read back and written again, and anything
+    that does not come out the same is a 400 naming ``cursor``. DRF's own reading is lenient
+    (``b64decode`` drops characters outside the alphabet, so ``!!!***`` reads as nothing; a
+    query string of unknown keys reads as no keys; an offset past the cutoff is cut down), and a
+    lenient reading of a forged cursor is the first page, silently. The cursor carries a
+    creation time and an offset, nothing of a merchant: whoever holds it lists only the
+    payments they may read. An empty cursor is refused too (the API never writes one; the
+    first page is the request without ``cursor``)."""
 
     ordering = ("-created_at", "-id")
     page_size = 25
     page_size_query_param = "limit"
     max_page_size = 100
 
-    def decode_cursor(self, request):
+    def encode_cursor(self, cursor: Cursor) -> str:
+        return replace_query_param(self.base_url, self.cursor_query_param, _cursor_text(cursor))
+
+    def decode_cursor(self, request) -> Cursor | None:
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is None:
+            return None
         try:
             cursor = super().decode_cursor(request)
         except NotFound:
             # DRF answers 404 for a cursor it cannot read; it is a bad parameter, not a resource.
-            raise field_errors({"cursor": ["not a cursor this API gave"]}) from None
-        # DRF reads the position as any text and filters on it: a forged one (not a creation
-        # time) would fail in the query. Only a position this API could have written passes.
-        if cursor is not None and cursor.position is not None:
-            try:
-                Payment._meta.get_field("created_at").to_python(cursor.position)
-            except DjangoValidationError:
-                raise field_errors({"cursor": ["not a cursor this API gave"]}) from None
+            raise field_errors({"cursor": [NOT_OUR_CURSOR]}) from None
+        if _cursor_text(cursor) != encoded or not _position_ours(cursor.position):
+            raise field_errors({"cursor": [NOT_OUR_CURSOR]})
         return cursor
+
+
+NOT_OUR_CURSOR = "not a cursor this API gave"
+
+
+def _cursor_text(cursor: Cursor) -> str:
+    """The one way a cursor is written (DRF's encoding, held here so that reading can compare
+    with it): base64 of a query string of ``o`` (offset, when not 0), ``r`` (1, when
+    reversed) and ``p`` (the position)."""
+    tokens = {}
+    if cursor.offset != 0:
+        tokens["o"] = str(cursor.offset)
+    if cursor.reverse:
+        tokens["r"] = "1"
+    if cursor.position is not None:
+        tokens["p"] = cursor.position
+    return base64.b64encode(parse.urlencode(tokens).encode("ascii")).decode("ascii")
+
+
+def _position_ours(position: str | None) -> bool:
+    """A position is the text of a payment's ``created_at`` as DRF writes it (``str`` of an
+    aware UTC datetime): DRF filters on any text it is given, so a forged one would fail in
+    the query, or page from a moment the API never named."""
+    if position is None:
+        return True
+    try:
+        moment = Payment._meta.get_field("created_at").to_python(position)
+    except DjangoValidationError:
+        return False
+    return (
+        moment is not None
+        and moment.utcoffset() is not None
+        and not moment.utcoffset()
+        and str(moment) == position
+    )
 
 
 # --- Views ------------------------------------------------------------------------------------
@@ -156,6 +207,8 @@ class PaymentPagination(CursorPagination):
 
 class PaymentListCreateApi(ModuleApiView):
     def get(self, request):
+        """The payments of every merchant the caller may act for, newest first, in cursor pages;
+        filtered by ``merchant``, ``state``, ``created_gte`` and ``created_lt``."""
         params = request.query_params
         repeated = [name for name in params if len(params.getlist(name)) > 1]
         if repeated:
@@ -169,6 +222,10 @@ class PaymentListCreateApi(ModuleApiView):
         return paginator.get_paginated_response(PaymentOutputSerializer(page, many=True).data)
 
     def post(self, request):
+        """Create a debit: the payment (pending, with its own idempotency key) and its submit
+        command in one transaction; a worker submits it. With an ``Idempotency-Key`` header the
+        same body replays the first answer, another body answers 422, and a request still running
+        with the key answers 409."""
         data = request.data
         key = idempotency_key_header(request)
         result = idempotency.idempotency_key_run(
@@ -291,6 +348,9 @@ def _idempotent_response(result: idempotency.IdempotentResult) -> Response:
 
 class PaymentDetailApi(ModuleApiView):
     def get(self, request, payment_id):
+        """One payment with its events, processor attempts, errors (each by a stable code), its
+        hold and its reinitiation chain; 404 for an unknown payment and for another merchant's
+        alike."""
         # Any text in the path, so an id that is not a UUID answers this API's 404, not the
         # host's page.
         try:
@@ -369,18 +429,56 @@ def _payment_reinitiate_answer(user, payment: Payment, data) -> idempotency.Answ
     return idempotency.Answer(201, body)
 
 
+def _merchant_refused(request, merchant_id: str) -> Response | None:
+    """The answer for a merchant id the caller may not read (400 for a bad one, 404 for one it
+    may not act for, the same as one that does not exist), or None."""
+    if looks_like_bank_number(merchant_id):
+        response = _error_response(field_errors({"merchant_id": [BANK_NUMBER_MESSAGE]}))
+        # Django's request log would write the path, and with it the number.
+        response._has_been_logged = True
+        logger.warning("Bad Request: a bank number in a merchant URL (not logged)")
+        return response
+    if not MERCHANT_RE.fullmatch(merchant_id):
+        raise field_errors({"merchant_id": [MERCHANT_MESSAGE]})
+    if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
+        return _not_found("merchant_id")
+    return None
+
+
 class MerchantBalanceApi(ModuleApiView):
     def get(self, request, merchant_id):
-        if looks_like_bank_number(merchant_id):
-            response = _error_response(field_errors({"merchant_id": [BANK_NUMBER_MESSAGE]}))
-            # Django's request log would write the path, and with it the number.
-            response._has_been_logged = True
-            logger.warning("Bad Request: a bank number in a merchant balance URL (not logged)")
-            return response
-        if not MERCHANT_RE.fullmatch(merchant_id):
-            raise field_errors({"merchant_id": [MERCHANT_MESSAGE]})
-        if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
-            return _not_found("merchant_id")
+        """The merchant's balance per currency: credits, reversals, re-credits, net, and the
+        confirmed and returned counts."""
+        if (refused := _merchant_refused(request, merchant_id)) is not None:
+            return refused
         return Response(
             MerchantBalanceOutputSerializer(merchant_balance(merchant_id=merchant_id)).data
+        )
+
+
+class MerchantBooksApi(ModuleApiView):
+    """A merchant's banking day as the books closed it: expected, settled, returned and the
+    unexplained variances, per currency."""
+
+    def get(self, request, merchant_id):
+        if (refused := _merchant_refused(request, merchant_id)) is not None:
+            return refused
+        params = request.query_params
+        repeated = [name for name in params if len(params.getlist(name)) > 1]
+        if repeated:
+            raise field_errors({name: ["given more than once"] for name in repeated})
+        query = BooksQuerySerializer(data=params.dict())
+        if not query.is_valid():
+            raise field_errors(query.errors)
+        day = query.validated_data["date"]
+        figures = books_day_figures(day=day, merchant_id=merchant_id)
+        return Response(
+            MerchantBooksOutputSerializer(
+                {
+                    "merchant_id": merchant_id,
+                    "date": day,
+                    "reported_by_bank": day_reported(day),
+                    "currencies": [vars(f) for f in figures],
+                }
+            ).data
         )

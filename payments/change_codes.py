@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from payments.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number, mask_bank_numbers
+
 NOC_DEADLINE_BANKING_DAYS = 6
 
 _LAST4 = (re.compile(r"[0-9]{4}"), "exactly 4 digits (the last four; never the whole number)")
@@ -132,17 +134,17 @@ def change_code_get(code: str) -> ChangeCode | None:
 def corrected_data_problems(code: str, data: dict) -> dict[str, str]:
     """What is wrong with ``data`` as the corrected data of a NOC with ``code``: key -> problem
     (``""`` for the object as a whole). A known code takes only its own keys; an unknown one
-    any key of the table, each value of its stated form. Values are never quoted back."""
+    any key of the table, each value of its stated form. Values are never quoted back, nor a
+    key's digits beyond the last 4 of a run (``payments.bank_numbers``)."""
     row = change_code_get(code)
     allowed = row.fields if row is not None else tuple(CORRECTED_FIELDS)
-    from payments.services.create import BANK_NUMBER_MESSAGE, looks_like_bank_number
-
     problems: dict[str, str] = {}
     if len(data) > CORRECTED_DATA_MAX_KEYS:
         return {"": f"at most {CORRECTED_DATA_MAX_KEYS} keys, got {len(data)}"}
     for key, value in data.items():
         if key not in allowed:
-            label = key[:40] if re.fullmatch(r"[a-z0-9_]{1,40}", key) else "(a key)"
+            # A key is named back only as a field name, and a bank number in it never whole.
+            label = mask_bank_numbers(key) if re.fullmatch(r"[a-z0-9_]{1,40}", key) else "(a key)"
             if row is not None and not allowed:
                 problems[label] = f"a refused NOC ({code}) carries no corrected data"
             else:

@@ -108,3 +108,14 @@ def payments_vault_key_provider_check(app_configs=None, **kwargs) -> list[Error]
             id="payments.E006",
         )
     ]
+
+
+@register()
+def payments_books_settings_check(app_configs=None, **kwargs) -> list[Error]:
+    """``PAYMENTS_BOOKS`` (the bank statements' transport, the close hour...), by key."""
+    from payments.books.conf import books_settings_problems
+
+    return [
+        Error(problem, hint="payments/books/conf.py", obj="PAYMENTS_BOOKS", id="payments.E008")
+        for problem in books_settings_problems()
+    ]

@@ -4,8 +4,9 @@
 state machine, what an event does, and declares it as one ``EventWrite``
 (``payments.services.writes``); this module only writes that declaration. The rows are built
 as unsaved model instances by the service, so every value (defaults, ``auto_now``, JSON and
-decimal adaptation) comes from the models' own fields, and one statement of data-modifying
-CTEs writes them:
+decimal adaptation) comes from the models' own fields, except a column with a database default
+(``db_default``: the audit times, on the database's clock), which the insert leaves to the
+database; and one statement of data-modifying CTEs writes them:
 
     WITH claim AS (INSERT INTO dedup record ... ON CONFLICT DO NOTHING RETURNING 1),
          moved AS (UPDATE payment SET state ... WHERE id = ... AND EXISTS (SELECT FROM claim)),
@@ -51,10 +52,15 @@ def _column(field: models.Field) -> str:
 def _insert_template(
     model: type[models.Model], vendor: str, typed: bool
 ) -> tuple[list[models.Field], str, str]:
-    """The fields of an insert into ``model`` (an auto primary key is left to the database),
-    their quoted column list and their placeholders: typed (``CAST(%s AS type)``, as a select
-    list over a CTE needs) or plain. Built once per model: it is on every event's path."""
-    fields = [f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField)]
+    """The fields of an insert into ``model`` (an auto primary key and the columns with a
+    database default are left to the database), their quoted column list and their
+    placeholders: typed (``CAST(%s AS type)``, as a select list over a CTE needs) or plain.
+    Built once per model: it is on every event's path."""
+    fields = [
+        f
+        for f in model._meta.concrete_fields
+        if not isinstance(f, models.AutoField) and not f.has_db_default()
+    ]
     columns = ", ".join(_column(f) for f in fields)
     if typed:
         values = ", ".join(f"CAST(%s AS {f.cast_db_type(connection)})" for f in fields)
@@ -124,7 +130,8 @@ def _row_params(row: models.Model, fields, db, *, add: bool = True) -> list:
 
 def _insert_parts(row: models.Model, *, typed: bool = True) -> tuple[str, str, list]:
     """The column list, placeholders and parameters of an insert of the unsaved ``row``; its
-    values come from its fields (defaults, ``auto_now_add``, adaptation)."""
+    values come from its fields (defaults, ``auto_now_add``, adaptation), except the columns
+    the database fills itself (``_insert_template``)."""
     fields, columns, values = _insert_template(type(row), connection.vendor, typed)
     return columns, values, _row_params(row, fields, connection)
 
@@ -220,13 +227,24 @@ def _counted_cte() -> tuple[str, _Params]:
     return f"counted AS ({merchant_day_add_sql(source)})", params
 
 
+@cache
+def _log_returned() -> tuple[models.Field, ...]:
+    """What the event-log insert returns: its id and the values the database chose (its
+    ``created_at``, on the database's clock), as the ORM's own insert returns them."""
+    return (
+        PaymentEvent._meta.pk,
+        *(f for f in PaymentEvent._meta.concrete_fields if f.has_db_default()),
+    )
+
+
 def _log_insert(vendor: str, ctes: list[str]) -> tuple[str, _Params]:
     """The statement itself: the event-log row after ``ctes``, written only if claimed; it
-    returns the row's id."""
+    returns the row's id and database defaults (``_log_returned``)."""
     fields, columns, values = _insert_template(PaymentEvent, vendor, True)
+    returned = ", ".join(_column(f) for f in _log_returned())
     sql = (
         f"WITH {', '.join(ctes)} INSERT INTO {_table(PaymentEvent)} ({columns}) "  # noqa: S608
-        f"SELECT {values} FROM claim RETURNING {_column(PaymentEvent._meta.pk)}"
+        f"SELECT {values} FROM claim RETURNING {returned}"
     )
 
     def params(write: "EventWrite", db) -> list:
@@ -274,6 +292,9 @@ def event_write(write: "EventWrite") -> bool:
     if row is None:
         return False
     log = write.log
-    log.pk = row[0]
+    for field, value in zip(_log_returned(), row, strict=True):
+        for convert in field.get_db_converters(db):
+            value = convert(value, field, db)
+        setattr(log, field.attname, value)
     log._state.adding, log._state.db = False, db.alias
     return True

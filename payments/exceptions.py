@@ -80,6 +80,18 @@ class ProcessorCircuitOpen(ProcessorUnavailable):
         self.breaker_open = breaker_open
 
 
+class ProcessorDegraded(ProcessorCircuitOpen):
+    """The submission failed while the processor fails other payments too (degraded, its
+    breaker closed): the failure is the processor's, so the message spends no attempt on it.
+    Unlike an open breaker's outage, the processor takes calls: the caller waits the backoff a
+    retry after the payment's ``attempt_number``-th call would (``retry_after`` a floor), then
+    tries again."""
+
+    def __init__(self, message: str, *, retry_after: float, attempt_number: int) -> None:
+        super().__init__(message, retry_after=retry_after, called=True, breaker_open=False)
+        self.attempt_number = attempt_number
+
+
 class ProcessorRejected(PaymentError):
     """4xx other than 408/429: the request itself is wrong; retrying cannot help."""
 

@@ -11,6 +11,12 @@ exception's text holds.
 In LOGGING: ``"formatters": {"plain": {"()": "payments.logformat.SingleLineFormatter",
 "format": "..."}}``; it takes the arguments of ``logging.Formatter``.
 
+``BankNumbersInUrlsFilter`` masks bank numbers in the paths and queries an access log line
+quotes (``payments.bank_numbers``): a client that puts an account number in a URL
+(``/api/merchants/758259572987/balance/``) is answered 400, but the server has logged the URL
+already. In LOGGING it filters the ``django.server`` (runserver) and ``django.request``
+(``Bad Request: /path``) loggers; ``config/gunicorn.py`` puts it on ``gunicorn.access``.
+
 ``JsonLineFormatter`` is the format for a fleet's log pipeline: one JSON object per line, with
 every field a call passes in ``extra=`` (payment_id, message_id, outcome, ...) and the ones bound
 by ``payments.logcontext`` (request_id, trace_id) as keys of their own. JSON's escaping is what
@@ -22,8 +28,11 @@ line; a traceback is the string of one key.
 import copy
 import logging
 import re
+from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
+
+from payments.bank_numbers import mask_bank_numbers_in_urls
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # Inside a traceback a line break is the traceback's own; everything else is escaped.
@@ -75,3 +84,37 @@ class JsonLineFormatter(JsonFormatter):
         kwargs.setdefault("rename_fields", {"levelname": "level", "name": "logger"})
         kwargs.setdefault("timestamp", "time")
         super().__init__(*args, **kwargs)
+
+
+class BankNumbersInUrlsFilter(logging.Filter):
+    """On a logger: every record's paths, queries and URLs with their bank numbers masked to
+    the last 4 digits (``/api/merchants/****2987/balance/``); the rest of the line (status,
+    size, duration) as it was. A record's ``request`` (``django.request`` passes the request
+    object, which a JSON line writes as its repr, path included) is shown masked the same way;
+    its attributes are the request's own, for the handlers that read them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_bank_numbers_in_urls(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        request = getattr(record, "request", None)
+        if request is not None and not isinstance(request, _MaskedRepr):
+            record.request = _MaskedRepr(request)
+        return True
+
+
+class _MaskedRepr:
+    """``wrapped`` with its text forms masked by ``mask_bank_numbers_in_urls``."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self._wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+    def __repr__(self) -> str:
+        return mask_bank_numbers_in_urls(repr(self._wrapped))
+
+    def __str__(self) -> str:
+        return mask_bank_numbers_in_urls(str(self._wrapped))

@@ -179,11 +179,11 @@ class PaymentEvent(models.Model):
     caused_by = models.CharField(
         max_length=255, blank=True, help_text="What caused it: api:<user>, sqs:<message id>, ..."
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
 
     class Meta:
-        # Insertion order (a database sequence), not created_at: that comes from the clock of
-        # whichever process wrote the row, and two processes' clocks may disagree.
+        # Insertion order (a database sequence): created_at is the database's clock (its
+        # statement time), never a worker's, but one statement's rows share it.
         ordering = ["id"]
 
     def __str__(self) -> str:
@@ -213,13 +213,15 @@ class ProcessorAttempt(models.Model):
     response_body = models.TextField(blank=True)
     latency_ms = models.FloatField()
     retry_after_seconds = models.FloatField(null=True, blank=True)
+    # On the database's clock too: the record's time less the call's own (monotonic) latency
+    # (``payments.services.calls.attempt_record``), never the calling host's wall clock.
     started_at = models.DateTimeField(db_index=True)
-    # When the attempt was recorded, on the database's clock (started_at is the calling
-    # process's): the breaker's failure-rate window is measured on this one.
+    # When the attempt was recorded, on the database's clock: the breaker's failure-rate window
+    # is measured on this one.
     recorded_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        # Insertion order: started_at is the calling process's clock.
+        # Insertion order: two attempts' times may tie, their ids do not.
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(
@@ -251,7 +253,7 @@ class LedgerEntry(models.Model):
     kind = models.CharField(max_length=24, choices=LedgerEntryKind.choices)
     amount = models.DecimalField(max_digits=14, decimal_places=2)
     currency = models.CharField(max_length=3)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -311,7 +313,7 @@ class PaymentReturn(models.Model):
         db_index=True,
         help_text="returned after the payment had failed (a 4xx rejection or a failed event)",
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -381,7 +383,7 @@ class ReturnDishonor(models.Model):
     unknown_code = models.BooleanField(
         default=False, db_index=True, help_text="a reason code outside R61-R69 / R71-R77"
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -434,7 +436,7 @@ class ProcessedEvent(models.Model):
     event_type = models.CharField(max_length=32)
     payload_hash = models.CharField(max_length=64)
     outcome = models.CharField(max_length=16, choices=EventOutcome.choices)
-    processed_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    processed_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
 
     def __str__(self) -> str:
         return self.processor_event_id
@@ -503,7 +505,7 @@ class NotificationOfChange(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True
     )
     applied_note = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
 
     class Meta:
         ordering = ["deadline", "id"]
@@ -535,7 +537,7 @@ class NocAction(models.Model):
     note = models.TextField()
     status_before = models.CharField(max_length=16, choices=NocStatus.choices)
     status_after = models.CharField(max_length=16, choices=NocStatus.choices)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
 
     class Meta:
         ordering = ["id"]
@@ -642,6 +644,22 @@ class CircuitBreaker(models.Model):
     paused_until = models.DateTimeField(
         null=True, blank=True, help_text="Calls paused by a 429 Retry-After, for every worker."
     )
+    degraded_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Since when calls fail for many payments while others go through (the database's "
+            "clock): a failure then spends no payment's retry budget. Empty when not degraded."
+        ),
+    )
+    degraded_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "The last failure judged a degradation; once none for "
+            "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, the degradation is over."
+        ),
+    )
     last_error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -656,6 +674,8 @@ class BreakerTransitionKind(models.TextChoices):
     CLOSED = "closed", "Closed"
     RESOLVED = "resolved", "Incident over: closed for the cool-down"
     PAUSED = "paused", "Paused by 429 Retry-After"
+    DEGRADED = "degraded", "Degraded: calls fail for many payments while others go through"
+    RECOVERED = "recovered", "No longer degraded"
 
 
 class CircuitBreakerTransition(models.Model):
@@ -679,6 +699,14 @@ class CircuitBreakerTransition(models.Model):
 
 
 # The bank path's models live with its code; importing them here registers them with the app.
+from payments.books.models import (  # noqa: E402, F401
+    BankStatement,
+    BooksVariance,
+    StatementDay,
+    StatementLine,
+    StatementMatch,
+    VarianceExplanation,
+)
 from payments.nacha.models import (  # noqa: E402, F401
     NachaEntry,
     NachaFile,

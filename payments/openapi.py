@@ -316,6 +316,31 @@ def describe() -> None:
         )
     )(apis.MerchantBalanceApi)
     extend_schema_view(
+        get=extend_schema(
+            operation_id="merchant_books",
+            parameters=[
+                *_HEADERS,
+                OpenApiParameter(
+                    "date",
+                    OpenApiTypes.DATE,
+                    OpenApiParameter.QUERY,
+                    required=True,
+                    description="The banking day, YYYY-MM-DD.",
+                ),
+            ],
+            responses={
+                200: OpenApiResponse(
+                    serializers.MerchantBooksOutputSerializer,
+                    description="Per currency: expected, settled, returned, and the count of "
+                    "unexplained variances.",
+                ),
+                400: _error("The merchant id or the date is not of the accepted form."),
+                404: _error("A merchant you may not act for."),
+                **_COMMON,
+            },
+        )
+    )(apis.MerchantBooksApi)
+    extend_schema_view(
         post=extend_schema(
             operation_id="vault_account_create",
             request=VaultAccountInputSerializer,

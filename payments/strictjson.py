@@ -6,6 +6,10 @@ Python's ``json`` accepts things the rest of the pipeline cannot keep: ``NaN`` a
 value wins is a parser's choice), and nesting deep enough to exhaust the recursion limit
 somewhere downstream. ``loads`` refuses all of them up front, naming where the problem is, so
 an edge can answer 400 instead of accepting a body that fails later, unseen.
+
+A refusal never quotes a value, and names keys with any bank number in them masked
+(``payments.bank_numbers``): one parser serves every endpoint, the vault's too, where a number
+sent bare (``"account_number": 77668056869313516``) is a bank account's.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from payments.bank_numbers import mask_bank_numbers
 from payments.http_limits import bounded_errors
 
 MAX_DEPTH = 32
@@ -36,37 +41,63 @@ class StrictJSONError(ValueError):
         super().__init__(f"invalid JSON body: {summary}")
 
 
-class _Refused(ValueError):
-    pass
+class _Refused:
+    """A number the parser does not take, left where it stood so that the walk over the tree
+    names its place (the parser's hooks are not told where they are)."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
 
 
-def _refuse_constant(name: str) -> Any:
-    raise _Refused(f"{name} is not a number JSON allows")
+class _DuplicateKeys(dict):
+    """An object that named a key more than once; the walk names each such key."""
+
+    duplicates: list[str]
 
 
-def _finite_float(text: str) -> float:
+def _refuse_constant(name: str) -> _Refused:
+    return _Refused(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float | _Refused:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(f"number {text[:32]} is out of range")
+        return _Refused("a number out of the range of a double")
     return value
 
 
-def _safe_int(text: str) -> int:
+def _safe_int(text: str) -> int | _Refused:
     # Check the length before converting: int() of a huge digit string is slow, or refused.
-    if len(text.lstrip("-")) > 16 or abs(int(text)) > MAX_SAFE_INTEGER:
-        raise _Refused(f"integer {text[:32]}{'...' if len(text) > 32 else ''} is out of range")
+    # The digits are never quoted back: a refused number may be a bank account's.
+    digits = len(text.lstrip("-"))
+    if digits > 16 or abs(int(text)) > MAX_SAFE_INTEGER:
+        return _Refused(
+            f"an integer of {digits} digits is out of range: integers are exact up to 2**53 - 1;"
+            " send a longer number as a string"
+        )
     return int(text)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _Refused(f"duplicate key {key[:64]!r}")
-            seen.add(key)
-    return obj
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    duplicates: list[str] = []
+    for key, _ in pairs:
+        if key in seen and key not in duplicates:
+            duplicates.append(key)
+        seen.add(key)
+    flagged = _DuplicateKeys(obj)
+    flagged.duplicates = duplicates
+    return flagged
+
+
+def _key_shown(key: str) -> str:
+    """A key as a refusal names it: any bank number in it masked, then cut to 64 characters."""
+    return mask_bank_numbers(key)[:64]
 
 
 def _string_problem(value: str) -> str | None:
@@ -85,8 +116,8 @@ def _check_tree(data: Any, *, max_depth: int) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
 
     def report(path: tuple, problem: str) -> None:
-        field = str(path[0]) if path and isinstance(data, dict) else NON_FIELD
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        field = _key_shown(path[0]) if path and isinstance(data, dict) else NON_FIELD
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{_key_shown(p)}" for p in path)
         message = f"{'at ' + where.lstrip('.') + ': ' if len(path) > 1 else ''}{problem}"
         errors.setdefault(field, []).append(message)
 
@@ -97,10 +128,15 @@ def _check_tree(data: Any, *, max_depth: int) -> dict[str, list[str]]:
             problem = _string_problem(value)
             if problem:
                 report(path, problem)
+        elif isinstance(value, _Refused):
+            report(path, value.problem)
         elif isinstance(value, dict | list):
             if depth >= max_depth:
                 report(path, f"nested deeper than {max_depth} levels")
                 continue
+            for key in getattr(value, "duplicates", ()):
+                shown = key if _string_problem(key) is None else "<key>"
+                report((*path, shown), "given more than once (a duplicate key)")
             if isinstance(value, dict):
                 for key, item in value.items():
                     problem = _string_problem(key)
@@ -137,8 +173,6 @@ def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
             parse_int=_safe_int,
             object_pairs_hook=_unique_keys,
         )
-    except _Refused as exc:
-        raise StrictJSONError({NON_FIELD: [f"Body is not acceptable JSON: {exc}."]}) from None
     except RecursionError:
         raise StrictJSONError(
             {NON_FIELD: [f"Body is not acceptable JSON: nested deeper than {max_depth} levels."]}

@@ -1,7 +1,12 @@
+"""The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
+``payments/``, ``payments/<id>/``, ``payments/<id>/reinitiate/``, ``merchants/<id>/balance/`` and
+the vault's ``vault/accounts/``."""
+
 from django.urls import path
 
 from payments.apis import (
     MerchantBalanceApi,
+    MerchantBooksApi,
     PaymentDetailApi,
     PaymentListCreateApi,
     PaymentReinitiateApi,
@@ -23,6 +28,7 @@ urlpatterns = [
         MerchantBalanceApi.as_view(),
         name="merchant-balance",
     ),
+    path("merchants/<str:merchant_id>/books/", MerchantBooksApi.as_view(), name="merchant-books"),
     # The one request that takes bank numbers: the vault seals them and answers a token.
     path("vault/accounts/", VaultAccountCreateApi.as_view(), name="vault-account-create"),
 ]

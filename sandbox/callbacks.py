@@ -5,6 +5,10 @@ debit answer is never delayed. A delivery that gets a non-2xx answer or a connec
 retried with exponential backoff, up to ``max_attempts``; the next event of the same debit is
 only scheduled once the previous one was delivered or given up, so one debit's events go out in
 order (``submitted`` before ``settled``).
+
+A ``DropPlan`` drops a share of the callbacks on purpose, as a processor that gave up or lost
+them: a dropped event is never posted (nor its duplicate), the debit's next event follows as
+after a delivery given up, and the plan keeps the list of what it dropped.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import heapq
 import itertools
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +28,68 @@ import requests
 from payments import signing
 
 logger = logging.getLogger(__name__)
+
+
+class DropPlan:
+    """Which callbacks are never delivered: ``share`` of them (of ``event_types`` only, when
+    given), decided once per processor event id so a duplicate delivery is dropped too. Its
+    own generator, seeded from the sandbox's seed: the fault plan's draws stay as they were."""
+
+    def __init__(self, share: float = 0.0, seed: int | None = None) -> None:
+        self._seed = seed
+        self._lock = threading.Lock()
+        self._random = random.Random(None if seed is None else f"drops:{seed}")
+        self._decided: dict[str, bool] = {}
+        self._dropped: list[dict] = []
+        self.share = 0.0
+        self.event_types: frozenset[str] = frozenset()
+        self.set(share, None)
+
+    def set(self, share: float, event_types: list[str] | None) -> None:
+        if not 0 <= share <= 1:
+            raise ValueError(f"share must be a probability within 0..1, got {share}")
+        with self._lock:
+            self.share = float(share)
+            self.event_types = frozenset(event_types or ())
+
+    def reset(self) -> None:
+        with self._lock:
+            self._random = random.Random(None if self._seed is None else f"drops:{self._seed}")
+            self._decided.clear()
+            self._dropped.clear()
+
+    def drops(self, body: dict) -> bool:
+        """Whether the callback ``body`` is dropped; recorded when it is, the first time."""
+        event_id = str(body.get("processor_event_id"))
+        with self._lock:
+            decided = self._decided.get(event_id)
+            if decided is None:
+                wanted = not self.event_types or body.get("event_type") in self.event_types
+                decided = wanted and self.share > 0 and self._random.random() < self.share
+                self._decided[event_id] = decided
+                if decided:
+                    self._dropped.append(
+                        {
+                            "payment_id": body.get("payment_id"),
+                            "event_type": body.get("event_type"),
+                            "processor_event_id": body.get("processor_event_id"),
+                            "timestamp": body.get("timestamp"),
+                            "dropped_at": time.time(),
+                        }
+                    )
+            return decided
+
+    def dropped(self) -> list[dict]:
+        with self._lock:
+            return [dict(item) for item in self._dropped]
+
+    def state(self) -> dict:
+        with self._lock:
+            return {
+                "share": self.share,
+                "event_types": sorted(self.event_types),
+                "dropped": [dict(item) for item in self._dropped],
+            }
 
 
 @dataclass
@@ -44,8 +111,14 @@ class CallbackSender:
         max_attempts: int = 5,
         backoff_seconds: float = 0.2,
         timeout_seconds: float = 5.0,
+        drops: DropPlan | None = None,
+        on_due: Callable[[dict], None] | None = None,
     ) -> None:
         self.url = url
+        self.drops = drops or DropPlan()
+        # Told of each delivery when it first comes due (a duplicate delivery too): the moment
+        # the processor's event happens, which its events API lists from then on.
+        self.on_due = on_due
         self.secret = secret
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
@@ -55,7 +128,13 @@ class CallbackSender:
         self._cond = threading.Condition()
         self._stopping = False
         self._in_flight = 0
-        self.stats = {"sent": 0, "attempts": 0, "failed_attempts": 0, "given_up": 0}
+        self.stats = {
+            "sent": 0,
+            "attempts": 0,
+            "failed_attempts": 0,
+            "given_up": 0,
+            "dropped": 0,
+        }
         self.delivered: list[dict] = []  # every successful delivery: body and headers
         self._session = requests.Session()
         self._threads = [
@@ -114,6 +193,14 @@ class CallbackSender:
     def _attempt(self, delivery: Delivery) -> None:
         if delivery.attempt == 0 and delivery.on_send is not None:
             delivery.on_send()
+        if delivery.attempt == 0 and self.on_due is not None:
+            self.on_due(delivery.body)
+        if delivery.attempt == 0 and self.drops.drops(delivery.body):
+            # Never posted, as if the processor lost it: only the events API still lists it.
+            with self._cond:
+                self.stats["dropped"] += 1
+            self._finish(delivery)
+            return
         delivery.attempt += 1
         if not self.url:
             # No callback URL configured: nothing to deliver to, but the chain goes on so the

@@ -3,7 +3,9 @@
 Random faults (each a probability in 0..1, drawn from ``random.Random(seed)`` so a run can be
 replayed): 5xx answers, 4xx answers, timeouts (the sandbox sleeps past the client's timeout,
 then still records the charge, as a real processor does), duplicate callbacks, delayed
-callbacks, returns instead of settlements, returns some seconds after settlement. Latency:
+callbacks, returns instead of settlements, returns some seconds after settlement, callbacks
+dropped (never delivered; drawn from a generator of their own, so a seed replays the other
+faults as before). Latency:
 lognormal around a median, so it has the heavy tail real processors have.
 
 Source-token rules make tests deterministic. The count N is per source token, over the sandbox's
@@ -64,6 +66,9 @@ class FaultConfig:
     p_settled_return: float = 0.0
     return_after_seconds: float = 2.0  # between the settled and the returned callback
     retry_after_seconds: int = 2  # Retry-After sent with 429
+    # Callbacks never delivered, on purpose (sandbox.callbacks.DropPlan): only the events API
+    # (GET /v1/events) tells of them.
+    p_dropped_callback: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -74,6 +79,7 @@ class FaultConfig:
             "p_delayed_callback",
             "p_return",
             "p_settled_return",
+            "p_dropped_callback",
         ):
             _check_probability(name, getattr(self, name))
         if self.p_5xx + self.p_4xx + self.p_timeout > 1:
@@ -221,6 +227,10 @@ class FaultPlan:
             if self._chance(self.config.p_delayed_callback)
             else 0.0
         )
+
+    def chance(self, probability: float) -> bool:
+        """True with ``probability``, from the plan's seeded random (a run can be replayed)."""
+        return self._chance(probability)
 
     def _chance(self, probability: float) -> bool:
         if probability <= 0:

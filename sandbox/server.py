@@ -16,12 +16,25 @@
 - ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
   by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
   event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
+- ``GET /v1/events?after=<cursor>&limit=<n>`` (bearer auth): every event that happened (its
+  callback came due), in that order, whether or not the callback was delivered:
+  ``{"data": [<callback body>...], "next_cursor": ..., "has_more": ...}``; cursors are
+  opaque, ``limit`` is 1-500 (default 100), an unknown cursor answers 400. Served during an
+  outage as the other API calls are (503, timeout, reset).
+- ``POST /_sandbox/drops`` with ``{"share": 0..1, "event_types": [...]}`` makes the sandbox drop
+  that share of its callbacks (of those event types; all when omitted) on purpose: a dropped
+  callback is never delivered, its debit's next event follows as if it had been given up; the
+  events API still lists it. ``GET /_sandbox/drops`` tells the share and lists every callback
+  dropped (payment id, event type, processor event id). ``SANDBOX_P_DROPPED_CALLBACK`` (or
+  ``--p-dropped-callback``) sets the share at start.
 - ``POST /_sandbox/outage`` with ``{"mode": "503" | "timeout" | "reset", "seconds": N}`` starts
   a processor outage (``seconds`` omitted: until ended); ``{"mode": "off"}`` ends it;
   ``GET /_sandbox/outage`` tells whether one is on. During an outage every API call answers
   503, or hangs for ``timeout_seconds`` then answers 503 (the client has timed out by then),
   or has its connection closed without an answer (the client sees a connection error). Nothing
-  is charged during an outage; callbacks of earlier debits keep being sent.
+  is charged during an outage; callbacks of earlier debits keep being sent. A flap fails only
+  debits: every other one (``"flap"``), or each with even odds from the seed
+  (``"flap_random"``).
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
 ``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
@@ -50,8 +63,9 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
-from sandbox.callbacks import CallbackSender, Delivery
+from sandbox.callbacks import CallbackSender, Delivery, DropPlan
 from sandbox.faults import DebitFault, FaultConfig, FaultKind, FaultPlan
 from sandbox.latch import DebitLatch
 
@@ -62,6 +76,8 @@ _AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
 _DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
 _DISHONOR_PATH = re.compile(r"^/v1/ach/debits/([^/]+)/dishonors$")
+EVENTS_LIMIT_DEFAULT = 100
+EVENTS_LIMIT_MAX = 500
 DISHONOR_CODES = ("R61", "R62", "R67", "R68", "R69")
 
 
@@ -71,9 +87,18 @@ class OutageMode(enum.StrEnum):
     TIMEOUT = "timeout"  # every API call hangs past the client's timeout, then answers 503
     RESET = "reset"  # every API call has its connection closed without an answer
     FLAP = "flap"  # every other debit answers 503 (the rest, and every other call, work)
+    # Each debit answers 503 with even odds, drawn from the fault plan's seeded random: a flap
+    # with no period a retry's timing could fall into step with.
+    FLAP_RANDOM = "flap_random"
 
 
-OUTAGE_MODES = (OutageMode.UNAVAILABLE, OutageMode.TIMEOUT, OutageMode.RESET, OutageMode.FLAP)
+OUTAGE_MODES = (
+    OutageMode.UNAVAILABLE,
+    OutageMode.TIMEOUT,
+    OutageMode.RESET,
+    OutageMode.FLAP,
+    OutageMode.FLAP_RANDOM,
+)
 
 
 class OutageReset(Exception):
@@ -186,6 +211,13 @@ class SandboxProcessor:
         self._requests: Counter[str] = Counter()
         self._replays = 0
         self._events = 0
+        # Every event made, in order (the events API's record), and this record's epoch: a
+        # cursor of another sandbox, or from before a reset, is refused instead of misread.
+        self._event_log: list[dict] = []
+        self._event_logged: set[str] = set()
+        self._event_epoch = uuid.uuid4().hex[:8]
+        self.events_requests: list[dict] = []  # every GET /v1/events: its after and limit
+        self.drops = DropPlan(self.plan.config.p_dropped_callback, seed)
         self._outage_mode = OutageMode.NONE
         self._outage_until: float | None = None  # time.monotonic(); None: until ended
         self._outage_calls = 0
@@ -199,7 +231,11 @@ class SandboxProcessor:
     def start(self) -> SandboxProcessor:
         self._server = _Server((self.host, self.requested_port), _Handler)
         self.callbacks = CallbackSender(
-            url=self.callback_url, secret=self.signing_secret, **self._callback_options
+            url=self.callback_url,
+            secret=self.signing_secret,
+            drops=self.drops,
+            on_due=self._event_happened,
+            **self._callback_options,
         )
         self._server.sandbox = self
         self._thread = threading.Thread(
@@ -246,6 +282,8 @@ class SandboxProcessor:
                 "dishonors": len(self._dishonors),
                 "replays": self._replays,
                 "events": self._events,
+                "events_requests": len(self.events_requests),
+                "callbacks_dropped": len(self.drops.dropped()),
                 "outage_calls_failed": self._outage_calls,
                 "requests": dict(self._requests),
                 "responses": dict(self._responses),
@@ -276,9 +314,14 @@ class SandboxProcessor:
             self._requests.clear()
             self._replays = 0
             self._events = 0
+            self._event_log.clear()
+            self._event_logged.clear()
+            self._event_epoch = uuid.uuid4().hex[:8]
+            self.events_requests.clear()
             self._outage_mode, self._outage_until, self._outage_calls = OutageMode.NONE, None, 0
             self._flap_debits = 0
         self.plan.reset()
+        self.drops.reset()
 
     # --- outages
     def outage_start(self, mode: str, seconds: float | None = None) -> None:
@@ -318,19 +361,22 @@ class SandboxProcessor:
     def outage_answer(self, *, debit: bool = False) -> Answer | None:
         """The answer an outage gives an API call, or None when there is no outage. Raises
         ``OutageReset`` when the connection must be dropped instead. ``debit``: the call is a
-        debit (a flapping processor fails every other one of those only)."""
+        debit (a flapping processor fails only those)."""
         mode = self.outage()["mode"]
         if not mode:
             return None
-        if mode == OutageMode.FLAP:
+        if mode in (OutageMode.FLAP, OutageMode.FLAP_RANDOM):
+            if not debit:
+                return None
+            fails = mode == OutageMode.FLAP_RANDOM and self.plan.chance(0.5)
             with self._lock:
-                if not debit:
-                    return None
                 self._flap_debits += 1
-                if self._flap_debits % 2:
+                if mode == OutageMode.FLAP:
+                    fails = not self._flap_debits % 2
+                if not fails:
                     return None
                 self._outage_calls += 1
-            return Answer(503, {"error": "processor unavailable (sandbox outage: flap)"})
+            return Answer(503, {"error": f"processor unavailable (sandbox outage: {mode})"})
         with self._lock:
             self._outage_calls += 1
         if mode == OutageMode.RESET:
@@ -506,9 +552,63 @@ class SandboxProcessor:
     def _callbacks_schedule(self, debit: Debit) -> None:
         _DebitCallbacks(self, debit).start()
 
-    def _event_counted(self) -> None:
+    def _event_made(self, body: dict) -> None:
         with self._lock:
             self._events += 1
+
+    def _event_happened(self, body: dict) -> None:
+        """An event's callback came due (delivered, dropped or undeliverable alike): from now
+        on the events API lists it, in the order they came due, once (a duplicate delivery of
+        the same event is the same event)."""
+        with self._lock:
+            event_id = str(body.get("processor_event_id"))
+            if event_id not in self._event_logged:
+                self._event_logged.add(event_id)
+                self._event_log.append(dict(body))
+
+    # --- the events API
+    def _cursor(self, position: int) -> str:
+        return f"c1.{self._event_epoch}.{position}"
+
+    def _cursor_position(self, cursor: str) -> int:
+        prefix = f"c1.{self._event_epoch}."
+        position = cursor[len(prefix) :]
+        if not cursor.startswith(prefix) or not position.isdigit():
+            raise RequestError(400, f"unknown cursor {cursor[:64]!r}")
+        if int(position) > len(self._event_log):
+            raise RequestError(400, f"unknown cursor {cursor[:64]!r}")
+        return int(position)
+
+    def events_list(self, after: str | None, limit: str | None) -> Answer:
+        """``GET /v1/events``: the events after ``after`` (from the first when absent), at
+        most ``limit``."""
+        try:
+            count = EVENTS_LIMIT_DEFAULT if limit is None else int(limit)
+        except ValueError:
+            count = 0
+        if not 1 <= count <= EVENTS_LIMIT_MAX:
+            return Answer(400, {"error": f"limit must be 1-{EVENTS_LIMIT_MAX}, got {limit!r}"})
+        with self._lock:
+            self.events_requests.append({"after": after, "limit": count})
+            try:
+                start = 0 if after is None else self._cursor_position(after)
+            except RequestError as exc:
+                return Answer(exc.status, {"error": exc.error})
+            page = [dict(body) for body in self._event_log[start : start + count]]
+            end = start + len(page)
+            return Answer(
+                200,
+                {
+                    "data": page,
+                    "next_cursor": self._cursor(end),
+                    "has_more": end < len(self._event_log),
+                },
+            )
+
+    def events_made(self) -> list[dict]:
+        """Every event the events API lists so far, in order (tests)."""
+        with self._lock:
+            return [dict(body) for body in self._event_log]
 
     def _debit_status_set(self, debit: Debit, status: str) -> None:
         with self._lock:
@@ -574,9 +674,9 @@ class _DebitCallbacks:
         return None
 
     def _noc_event(self) -> None:
-        body = self._event("notification_of_change")
         code = self.later_noc or "C01"
-        body.update(
+        body = self._event(
+            "notification_of_change",
             change_code=code,
             corrected_data=noc_corrected_data(code),
             message="Notification of change",
@@ -597,7 +697,7 @@ class _DebitCallbacks:
             self.plan.config.return_after_seconds + self.plan.callback_delay(),
         )
 
-    def _event(self, event_type: str, reason_code: str = "") -> dict:
+    def _event(self, event_type: str, reason_code: str = "", **extra: Any) -> dict:
         body = {
             "payment_id": self.debit.payment_id,
             "event_type": event_type,
@@ -608,7 +708,8 @@ class _DebitCallbacks:
         if event_type == "returned":
             code = reason_code or "R01"
             body.update({"reason_code": code, "message": RETURN_MESSAGES[code]})
-        self.sandbox._event_counted()
+        body.update(extra)
+        self.sandbox._event_made(body)
         return body
 
     def _then_duplicate(self, body: dict, after: Callable[[], None] | None) -> Callable[[], None]:
@@ -692,7 +793,7 @@ class _DishonorCallbacks:
             "reason_code": code,
             "message": DISHONOR_MESSAGES[event_type],
         }
-        self.sandbox._event_counted()
+        self.sandbox._event_made(body)
 
         def then() -> None:
             if self.duplicate:
@@ -812,6 +913,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_sandbox/outage":
             self._send(Answer(200, sandbox.outage()))
             return
+        if self.path == "/_sandbox/drops":
+            self._send(Answer(200, sandbox.drops.state()))
+            return
+        path, _, query = self.path.partition("?")
+        if path == "/v1/events":
+            self._events_get(sandbox, query)
+            return
         match = _DEBIT_PATH.match(self.path)
         if match is None:
             self._send(Answer(404, {"error": f"no such endpoint: GET {self.path}"}))
@@ -839,6 +947,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_sandbox/outage":
             self._send(_outage_control(sandbox, raw))
             return
+        if self.path == "/_sandbox/drops":
+            self._send(_drops_control(sandbox, raw))
+            return
         dishonor = _DISHONOR_PATH.match(self.path)
         if dishonor is not None:
             self._dishonor_post(sandbox, dishonor.group(1), raw)
@@ -861,6 +972,19 @@ class _Handler(BaseHTTPRequestHandler):
                     body["errors"] = exc.errors
                 answer = Answer(exc.status, body)
         sandbox.count("debit_create", answer.status)
+        self._send(answer)
+
+    def _events_get(self, sandbox: SandboxProcessor, query: str) -> None:
+        if self._outage(sandbox, "events_list"):
+            return
+        if not sandbox.authorized(self.headers.get("Authorization")):
+            answer = Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"})
+        else:
+            params = parse_qs(query, keep_blank_values=True)
+            answer = sandbox.events_list(
+                (params.get("after") or [None])[0], (params.get("limit") or [None])[0]
+            )
+        sandbox.count("events_list", answer.status)
         self._send(answer)
 
     def _dishonor_post(self, sandbox: SandboxProcessor, debit_key: str, raw: bytes) -> None:
@@ -948,3 +1072,27 @@ def _outage_control(sandbox: SandboxProcessor, raw: bytes) -> Answer:
     except ValueError as exc:
         return Answer(400, {"error": str(exc)})
     return Answer(200, sandbox.outage())
+
+
+def _drops_control(sandbox: SandboxProcessor, raw: bytes) -> Answer:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return Answer(400, {"error": 'the body must be JSON: {"share": ..., "event_types": ...}'})
+    if not isinstance(body, dict):
+        return Answer(400, {"error": "the body must be a JSON object"})
+    unknown = sorted(set(body) - {"share", "event_types"})
+    if unknown:
+        return Answer(400, {"error": f"unknown field(s): {', '.join(unknown)}"})
+    share, event_types = body.get("share"), body.get("event_types")
+    if isinstance(share, bool) or not isinstance(share, int | float):
+        return Answer(400, {"error": "share must be a number within 0..1"})
+    if event_types is not None and not (
+        isinstance(event_types, list) and all(isinstance(t, str) for t in event_types)
+    ):
+        return Answer(400, {"error": "event_types must be a list of event types"})
+    try:
+        sandbox.drops.set(share, event_types)
+    except ValueError as exc:
+        return Answer(400, {"error": str(exc)})
+    return Answer(200, sandbox.drops.state())

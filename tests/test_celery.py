@@ -88,6 +88,7 @@ def test_beat_schedule_covers_the_operations_work():
         "triage.tasks.beat_heartbeat",
         "triage.tasks.bulk_jobs_resume_stale",
         "callbacks.tasks.payments_reconcile",
+        "callbacks.tasks.processor_events_pull",
         "callbacks.tasks.outbox_relay_publish",
         "payments.tasks.processed_events_purge",
         "payments.tasks.idempotency_keys_purge",

@@ -1,12 +1,13 @@
 """The demo waits for promised returns and its summary checks the reversals."""
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
 from demo.traffic import _summary, _unfinished
-from payments.models import LedgerEntry, Payment, PaymentState
+from payments.models import LedgerEntry, Payment, PaymentState, ReturnDishonor
 from payments.services import payment_apply_event
 from tests.factories import LedgerEntryFactory, PaymentFactory, processor_event
 
@@ -140,6 +141,20 @@ def test_the_demo_checks_one_dishonor_re_credited_and_one_contest_reversed():
     assert "contested: the return stands, net 0.00" in checks[1][0]
 
 
+def test_the_demo_checks_a_dishonor_of_the_reinitiated_return_is_refused_with_no_call():
+    from demo.lifecycle import _dishonor_after_reinitiation_check
+    from payments.services import payment_reinitiate
+
+    payment = _settled("tok_nsfonce_demo_0001")
+    payment_apply_event(event=processor_event(payment, "returned", reason_code="R01"))
+    payment_reinitiate(payment_id=payment.id)
+
+    check, passed = _dishonor_after_reinitiation_check(str(payment.id))
+
+    assert passed and "the customer pays once" in check
+    assert not ReturnDishonor.objects.filter(payment=payment).exists()
+
+
 # --- DEMO_BACKEND=nacha: the bank backend's demo (demo/bank_traffic.py, demo/bank_day.py) ----
 
 
@@ -173,6 +188,8 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     variables = bank_environment(tmp_path)
     for name, value in variables.items():
         environment.setenv(name, value)
+    # The statements' transport is the books' own setting (PAYMENTS_BOOKS), read by base.py.
+    statements = json.loads(variables.pop("BANK_STATEMENT_TRANSPORT"))
     values = app_settings_from_environ(environ.Env(), payments_settings, list(variables))
 
     assert set(values) == set(variables)
@@ -181,6 +198,7 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     }
     assert values["PROCESSOR_BACKEND"] == "payments.nacha.backend.NachaBankBackend"
     assert values["NACHA_TRANSPORT"]["outbound"] == str(tmp_path / "bank" / "outbound")
+    assert statements == {"kind": "directory", "inbound": str(tmp_path / "bank" / "statements")}
 
 
 def test_an_unknown_demo_backend_is_refused_naming_the_choices(monkeypatch):
@@ -288,3 +306,29 @@ def test_the_bank_demo_days_settle_first_then_the_bank_answers_and_the_summary_c
     assert "tables holding an account number in the clear: payments_payment" in out
     assert run.accounts[3].body["account_number"] not in out
     assert leaked_number not in out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_checks_every_dropped_callback_was_recovered_by_the_pull(sqs_queues, sandbox):
+    from callbacks.events_pull import processor_events_pull
+    from demo.recovery import drops_start, recovery_report
+    from payments.services import payment_submit
+    from tests.callbacks.worker_support import run_worker
+    from tests.waiting import wait_for
+
+    drops_start(sandbox.base_url, share=1.0)
+    payment = PaymentFactory()
+    payment_submit(payment_id=payment.id)
+    wait_for(lambda: len(sandbox.drops.dropped()) == 2, 10, "both callbacks dropped")
+
+    rows, [(label, passed)] = recovery_report(sandbox.base_url, timeout=0)
+    assert (label, passed) == (
+        "every callback the processor dropped was recovered by the events pull (0 of 2)",
+        False,
+    )
+
+    processor_events_pull()
+    run_worker()
+    rows, [(label, passed)] = recovery_report(sandbox.base_url, timeout=0)
+    assert passed, label
+    assert dict(rows)["  recovered by the events pull"] == 2

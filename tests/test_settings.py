@@ -182,13 +182,12 @@ def test_start_up_check_names_a_broken_access_policy(module_settings, path):
     assert error.id == "payments.E002" and path in error.msg
 
 
-def test_the_readme_lists_every_setting_as_the_django_setting_a_host_writes():
+def test_the_settings_reference_lists_every_setting_as_the_django_setting_a_host_writes():
     import re
 
     from payments.app_settings import AppSettings
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
-    listed = set(re.findall(r'`(PAYMENTS|CALLBACKS|TRIAGE)\["(\w+)"\]`', section))
+    reference = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    listed = set(re.findall(r'^\| `(PAYMENTS|CALLBACKS|TRIAGE)\["(\w+)"\]`', reference, re.M))
 
     assert listed == {(app.setting, name) for app in AppSettings.every for name in app.names}

@@ -14,7 +14,10 @@ def beat_schedule(
     """The schedule; dead letters are ingested every ``dlq_ingest_interval`` seconds
     (default: the DLQ_INGEST_INTERVAL_SECONDS setting, 60). ``bank_direct`` adds the bank
     path's rounds (``PROCESSOR_BACKEND`` = the NACHA backend): sending files every 5 minutes
-    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files."""
+    (a window is cut within 10 minutes of its cutoff) and collecting the bank's files, its
+    statements, and checking the books' alerts. The pull of the processor's events runs every
+    minute (a no-op for a backend without an events API), so a callback the processor never
+    delivered is applied within a minute or two."""
     if dlq_ingest_interval is None:
         from triage import conf
 
@@ -25,6 +28,7 @@ def beat_schedule(
         "triage.tasks.alerts_evaluate": 60.0,
         "triage.tasks.beat_heartbeat": 60.0,
         "callbacks.tasks.payments_reconcile": 300.0,
+        "callbacks.tasks.processor_events_pull": 60.0,
         "triage.tasks.bulk_jobs_resume_stale": 60.0,
         "callbacks.tasks.outbox_relay_publish": 60.0,
         "payments.tasks.processed_events_purge": 3600.0,
@@ -40,12 +44,15 @@ def beat_schedule(
     if bank_direct:
         every["payments.tasks.nacha_send"] = 300.0
         every["callbacks.tasks.nacha_collect"] = 300.0
+        every["payments.tasks.bank_statements_collect"] = 300.0
+        every["payments.tasks.books_alerts_check"] = 300.0
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
         "triage.tasks.queue_metrics_sample": "queue-metrics-sample",
         "triage.tasks.alerts_evaluate": "alerts-evaluate",
         "triage.tasks.beat_heartbeat": "beat-heartbeat",
         "callbacks.tasks.payments_reconcile": "payments-reconcile",
+        "callbacks.tasks.processor_events_pull": "processor-events-pull",
         "triage.tasks.bulk_jobs_resume_stale": "bulk-jobs-resume-stale",
         "callbacks.tasks.outbox_relay_publish": "outbox-relay-publish",
         "payments.tasks.processed_events_purge": "processed-events-purge",
@@ -59,6 +66,8 @@ def beat_schedule(
         "triage.tasks.bulk_job_items_purge": "bulk-job-items-purge",
         "payments.tasks.nacha_send": "nacha-send",
         "callbacks.tasks.nacha_collect": "nacha-collect",
+        "payments.tasks.bank_statements_collect": "bank-statements-collect",
+        "payments.tasks.books_alerts_check": "books-alerts-check",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

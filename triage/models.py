@@ -3,6 +3,7 @@ beat's heartbeat."""
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 
 
 class DeadLetterStatus(models.TextChoices):
@@ -45,8 +46,8 @@ class DeadLetter(models.Model):
         default=DeadLetterStatus.OPEN,
         db_index=True,
     )
-    ingested_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    status_changed_at = models.DateTimeField(auto_now_add=True)
+    ingested_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
+    status_changed_at = models.DateTimeField(db_default=Now(), editable=False)
     redrive_message_id = models.CharField(max_length=128, blank=True)
 
     class Meta:
@@ -93,7 +94,7 @@ class TriageAction(models.Model):
     status_before = models.CharField(max_length=16, choices=DeadLetterStatus.choices)
     status_after = models.CharField(max_length=16, choices=DeadLetterStatus.choices)
     details = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
     bulk_job = models.ForeignKey(
         "BulkTriageJob",
         on_delete=models.PROTECT,

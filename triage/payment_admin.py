@@ -11,6 +11,7 @@ from django.urls import path, reverse
 
 from payments.admin import PaymentAdmin
 from payments.models import Payment, PaymentState, ReturnDishonor
+from payments.services.remedies import return_reinitiation
 from triage.services import ACT_PERMISSION
 from triage.views import dishonors as dishonor_views
 
@@ -42,7 +43,9 @@ class PaymentTriageAdmin(PaymentAdmin):
             and request.user.has_perm(ACT_PERMISSION)
         ):
             dishonor = ReturnDishonor.objects.filter(payment=payment).first()
-            if dishonor is None or dishonor.request_status in ("requested", "failed"):
+            # A reinitiated return has its remedy (payments.services.remedies): no dishonor.
+            open_ = dishonor is None or dishonor.request_status in ("requested", "failed")
+            if open_ and return_reinitiation(payment) is None:
                 extra_context["dishonor_url"] = reverse(
                     "admin:payments_payment_dishonor", args=[payment.pk]
                 )

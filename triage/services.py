@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from callbacks import sqs
 from callbacks.models import PaymentHold
@@ -143,12 +143,13 @@ def _close(
     with transaction.atomic():
         locked = _lock_open(dead_letter_id, verb)
         locked.status = status
-        locked.status_changed_at = timezone.now()
+        locked.status_changed_at = Now()  # the database's clock, as every audit time
         fields = ["status", "status_changed_at"]
         if redrive_message_id:
             locked.redrive_message_id = redrive_message_id
             fields.append("redrive_message_id")
         locked.save(update_fields=fields)
+        locked.refresh_from_db(fields=["status_changed_at"])
         action = TriageAction.objects.create(
             dead_letter=locked,
             action=kind,

@@ -3,7 +3,7 @@
 - ``starts``: the start of an attempt, one statement for one message or a batch, the ORM's
   locking path for holds, redrives and gaps.
 - ``outcomes``: what becomes of a started attempt: done, an error row and a retry, a deferral
-  for an outage, a dead letter.
+  for an outage, a dead letter, or a start that never finished (the worker died).
 - ``holds``: payment holds, and their release in the messages' order.
 - ``republish``: sends back to the main queue, and the marks the queue layer adds to a body.
 
@@ -28,7 +28,9 @@ from callbacks.services.outcomes import (
     processing_error_record,
     queue_message_complete,
     queue_message_defer,
+    queue_message_never_finished,
     queue_messages_complete,
+    queue_messages_interrupted,
 )
 from callbacks.services.republish import (
     DEAD_LETTER_KEY,
@@ -68,8 +70,10 @@ __all__ = [
     "queue_message_complete",
     "queue_message_defer",
     "queue_message_mark_redrive_policy_dead_letter",
+    "queue_message_never_finished",
     "queue_message_start",
     "queue_messages_complete",
+    "queue_messages_interrupted",
     "queue_messages_purge",
     "queue_messages_start_batch",
     "released_original_id",

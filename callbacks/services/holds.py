@@ -12,8 +12,8 @@ import logging
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import CharField, Exists, OuterRef
-from django.db.models.functions import Cast
+from django.db.models import CharField, Exists, OuterRef, Q
+from django.db.models.functions import Cast, Now
 from django.utils import timezone
 
 from callbacks.models import HoldKind, ParkedMessage, PaymentHold, QueueMessage
@@ -46,8 +46,10 @@ def payment_hold(
     caused_by: QueueMessage | None = None,
     kind: str = HoldKind.TRIAGE,
     supersede: bool = False,
+    release_in: float | None = None,
 ) -> PaymentHold:
     """Put a payment on hold, or return its active hold (pointed at the newest cause).
+    ``release_in``: a new outage hold is released no sooner than this many seconds from now.
 
     An outage hold that a person is now needed for (a message of it was dead-lettered)
     becomes a triage hold; a triage hold stays one whatever else comes. ``supersede``: the
@@ -71,11 +73,17 @@ def payment_hold(
         if hold is not None:
             if not supersede and not hold.parked.exclude(republished_message_id="").exists():
                 return _hold_add_cause(hold, reason=reason, caused_by=caused_by, kind=kind)
-            return _hold_supersede(hold, reason=reason, caused_by=caused_by, kind=kind)
+            return _hold_supersede(
+                hold, reason=reason, caused_by=caused_by, kind=kind, release_in=release_in
+            )
         try:
             with transaction.atomic():
                 return hold_create(
-                    payment_id=payment_id, reason=reason, caused_by=caused_by, kind=kind
+                    payment_id=payment_id,
+                    reason=reason,
+                    caused_by=caused_by,
+                    kind=kind,
+                    release_in=release_in,
                 )
         except IntegrityError:
             # A concurrent transaction created the active hold first: that one stands.
@@ -103,7 +111,12 @@ def _hold_add_cause(
 
 
 def _hold_supersede(
-    hold: PaymentHold, *, reason: str, caused_by: QueueMessage | None, kind: str
+    hold: PaymentHold,
+    *,
+    reason: str,
+    caused_by: QueueMessage | None,
+    kind: str,
+    release_in: float | None = None,
 ) -> PaymentHold:
     """Close the active (locked) hold whose release is under way, and move its unsent parked
     messages to a new hold for the new cause."""
@@ -111,7 +124,11 @@ def _hold_supersede(
     hold.released_by = "run_sqs_worker"
     hold.save(update_fields=["released_at", "released_by"])
     new_hold = hold_create(
-        payment_id=hold.payment_id, reason=reason, caused_by=caused_by, kind=kind
+        payment_id=hold.payment_id,
+        reason=reason,
+        caused_by=caused_by,
+        kind=kind,
+        release_in=release_in,
     )
     moved = ParkedMessage.objects.filter(hold=hold, republished_message_id="").update(hold=new_hold)
     hold.note = (
@@ -123,12 +140,24 @@ def _hold_supersede(
 
 
 def hold_create(
-    *, payment_id: str, reason: str, caused_by: QueueMessage | None, kind: str
+    *,
+    payment_id: str,
+    reason: str,
+    caused_by: QueueMessage | None,
+    kind: str,
+    release_in: float | None = None,
 ) -> PaymentHold:
-    """Create the payment's active hold (the caller knows it has none) and log it."""
+    """Create the payment's active hold (the caller knows it has none) and log it;
+    ``release_in``: seconds before the workers may release it (the database's clock)."""
     hold = PaymentHold.objects.create(
-        payment_id=payment_id, reason=reason, caused_by=caused_by, kind=kind
+        payment_id=payment_id,
+        reason=reason,
+        caused_by=caused_by,
+        kind=kind,
+        release_after=None if release_in is None else Now() + timedelta(seconds=release_in),
     )
+    if release_in is not None:
+        hold.refresh_from_db(fields=["release_after"])
     # An outage hold is routine (the workers release it); a triage hold needs a person.
     logger.log(
         logging.INFO if kind == HoldKind.OUTAGE else logging.ERROR,
@@ -224,7 +253,10 @@ def outage_holds_release(*, limit: int, trial: bool = False, per_second: int | N
 
     ``trial``: these are the breaker's trial calls, so payments that never failed at the
     processor go first: the oldest holds are those whose failing call opened the breaker, and
-    a payment that fails on its own (a bad account) would fail the trial every time."""
+    a payment that fails on its own (a bad account) would fail the trial every time.
+
+    Outside a trial, a hold with ``release_after`` (a submission that failed while the
+    processor was degraded) waits until then, on the database's clock; a trial takes any."""
     sent = 0
     with single_flight("callbacks.outage_holds_release") as acquired:
         if not acquired:
@@ -234,6 +266,8 @@ def outage_holds_release(*, limit: int, trial: bool = False, per_second: int | N
             if limit <= 0:
                 return 0
         waiting = PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True)
+        if not trial:
+            waiting = waiting.filter(Q(release_after__isnull=True) | Q(release_after__lte=Now()))
         if trial:
             failed_before = ProcessorAttempt.objects.annotate(
                 payment_text=Cast("payment_id", CharField())

@@ -124,6 +124,56 @@ def _processing_error_create(
     )
 
 
+def queue_message_never_finished(
+    *, queue_message: QueueMessage, error_class: str, message: str, delay_seconds: float | None
+) -> ProcessingError | None:
+    """Record that the message's last start never finished (the worker died while it ran, or
+    held it past its visibility timeout): an error row numbered with that attempt, and the
+    record marked retrying, so that only a start made after this one can count again.
+
+    Once per start: only while the record still shows that start in progress (the same
+    ``attempts``); a second worker that saw it too records nothing and gets None. Writes the
+    body the record may lack (a start in bulk stores none), for the operator and a redrive.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        changed = QueueMessage.objects.filter(
+            pk=queue_message.pk,
+            status=QueueMessageStatus.IN_PROGRESS,
+            attempts=queue_message.attempts,
+        ).update(
+            status=QueueMessageStatus.RETRYING,
+            last_error_class=error_class[:255],
+            updated_at=now,
+            body=queue_message.body,
+            raw_body=queue_message.raw_body,
+        )
+        if not changed:
+            return None
+        error = _processing_error_create(
+            queue_message=queue_message,
+            error_class=error_class,
+            message=message,
+            traceback="",
+            retryable=True,
+            delay_seconds=delay_seconds,
+        )
+    queue_message.status = QueueMessageStatus.RETRYING
+    queue_message.last_error_class = error_class[:255]
+    return error
+
+
+def queue_messages_interrupted(*, message_ids: list[str]) -> int:
+    """Mark these messages' starts that are still in progress as interrupted (retrying): the
+    worker that holds them lost the database mid-work and hands them back, so their next
+    receive must not take them for starts the worker died in. Returns how many changed."""
+    if not message_ids:
+        return 0
+    return QueueMessage.objects.filter(
+        message_id__in=message_ids, status=QueueMessageStatus.IN_PROGRESS
+    ).update(status=QueueMessageStatus.RETRYING, updated_at=timezone.now())
+
+
 def queue_message_defer(
     *,
     queue_message: QueueMessage,
@@ -163,7 +213,11 @@ def queue_message_defer(
 
 
 def message_defer(
-    *, message: ReceivedMessage, queue_message: QueueMessage | None, reason: str
+    *,
+    message: ReceivedMessage,
+    queue_message: QueueMessage | None,
+    reason: str,
+    release_in: float | None = None,
 ) -> StartDecision:
     """Take a submission the processor cannot take now (its breaker is open, or calls are
     paused) off the queue: park it, in its group's order, behind an outage hold of its
@@ -174,6 +228,8 @@ def message_defer(
     Parked, it costs one receive however long the outage lasts, and the payment's later
     messages are parked behind it, so nothing overtakes it. A payment already on hold (for a
     person) keeps that hold: the submission waits behind it like any other message.
+    ``release_in``: a new hold is released no sooner than this many seconds from now (a
+    degraded processor: the backoff the submission would have waited as a retry).
     """
     now = timezone.now()
     with transaction.atomic():
@@ -197,6 +253,7 @@ def message_defer(
             supersede=active is not None
             and bool(released_original_id(message.deduplication_id))
             and hold_passes(message, active),
+            release_in=release_in,
         )
         return message_park(message, queue_message, hold, now)
 

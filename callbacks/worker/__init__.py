@@ -19,19 +19,22 @@ a group) goes one message at a time in sequence order. The guarantees and where 
   processor events by id on top;
 - nothing lost: every failure is written in its own transaction; a message is dead-lettered
   (a copy in the DLQ, its payment on hold) before it is deleted; a message that crashes the
-  process is caught by the queue's RedrivePolicy, and ``queue_message_start`` notices the gap
-  it leaves and holds the payment.
+  process is recorded when it comes back, run on its own, and dead-lettered once it has done
+  so a few times, its group's later messages in hand parked behind its hold, before the
+  queue's RedrivePolicy counts them out; the RedrivePolicy stays the safety net, and
+  ``queue_message_start`` notices the gap it leaves and holds the payment.
 
 One job per module: ``loop`` (the ``Worker``: signals, receive, delete, release, hide, the
 handlers' ticks, the database outage mode), ``batch`` (the batch transaction and its
-savepoints), ``message`` (one message on its own: gates, start, its transaction), ``outcomes``
+savepoints), ``message`` (one message on its own: gates, start, its transaction), ``crashes``
+(messages that came back unfinished: the worker died while they ran), ``outcomes``
 (the one retry / dead-letter / defer decision, and the log line of every message), ``outage``
 (a database outage told from a failure). What a kind of message depends on (the processor's
 circuit breaker, for submissions) is declared on its handler (``callbacks.handlers``); the
 worker names no message kind.
 """
 
-from callbacks.handlers import InvalidBody, UnknownMessageKind, UnstorableBody
+from callbacks.handlers import AttemptNeverFinished, InvalidBody, UnknownMessageKind, UnstorableBody
 from callbacks.worker.loop import MAX_LINGER_SECONDS, Worker, WorkerStats
 from callbacks.worker.outage import DatabaseDown, database_answers
 from callbacks.worker.outcomes import Outcome, Result
@@ -39,6 +42,7 @@ from callbacks.worker.outcomes import Outcome, Result
 # The error classes are recorded as callbacks.worker.<name> (see callbacks.handlers).
 __all__ = [
     "MAX_LINGER_SECONDS",
+    "AttemptNeverFinished",
     "DatabaseDown",
     "InvalidBody",
     "Outcome",

@@ -12,6 +12,10 @@ failed goes no further. Messages not started (a group stopped at a failure, a st
 message limit) are made visible again at once; they were never started, so no attempt is
 counted: the bulk start counts only group heads, which always run.
 
+A group holding a message whose start never finished before (the worker died while it ran)
+runs after the rest of the batch is applied and deleted, on its own; one that never finished
+too often is dead-lettered, not started again (``callbacks.worker.crashes``).
+
 The partial-batch path: a server that returns several messages of one group per receive (AWS,
 LocalStack; fauxqs returns at most one) gives the head to the batch transaction and the later
 ones to the per-message path, behind it, unless the head failed.
@@ -33,7 +37,7 @@ from callbacks import tracing
 from callbacks.metrics import WORKER_BATCH_MESSAGES
 from callbacks.models import QueueMessage
 from callbacks.services import ReceivedMessage, queue_messages_complete, queue_messages_start_batch
-from callbacks.worker import outcomes
+from callbacks.worker import crashes, outcomes
 from callbacks.worker.outage import DatabaseDown, is_outage
 from callbacks.worker.outcomes import Result
 
@@ -59,27 +63,25 @@ def group_in_order(messages: Iterable[ReceivedMessage]) -> list[list[ReceivedMes
 def process_batch(worker: Worker, messages: list[ReceivedMessage]) -> None:
     """Handle one received batch (see the module docstring); finished messages are deleted in
     batches after their commits, the ones not started released at once. A database outage
-    holds back whatever of the batch is left."""
+    holds back whatever of the batch is left. A group with a message whose start never
+    finished before runs last, on its own (``callbacks.worker.crashes``), after what finished
+    before it is deleted."""
     pending = {m.message_id: m for m in messages}
     finished: list[ReceivedMessage] = []
     with worker.in_hand(messages):
         WORKER_BATCH_MESSAGES.observe(len(messages))
         try:
-            groups = group_in_order(messages)
-            results = apply_started(worker, start_heads(worker, groups))
-            for group in groups:
-                for message in group:
-                    result = results.get(message.message_id)
-                    if result is None:
-                        if worker.stopping or worker.limit_reached():
-                            break
-                        result = worker.process_message(message)
-                    del pending[message.message_id]
-                    worker.let_go([message])
-                    if result.delete:
-                        finished.append(message)
-                    if result.stop_group:
-                        break
+            suspects = crashes.suspects_find(messages)
+            clear, suspected = crashes.suspect_groups(group_in_order(messages), suspects)
+            results = apply_started(worker, start_heads(worker, clear))
+            for group in clear:
+                _process_group(worker, group, results, {}, pending, finished)
+            for group in suspected:
+                # A crash from here on must not bring back what is done already.
+                if finished:
+                    worker.delete(finished)
+                    finished.clear()
+                _process_group(worker, group, {}, suspects, pending, finished)
         except DatabaseDown as exc:
             # Nothing more of this batch can be started or recorded: hold back what is left.
             worker.database_down(exc.cause)
@@ -88,6 +90,34 @@ def process_batch(worker: Worker, messages: list[ReceivedMessage]) -> None:
         finally:
             worker.release(pending.values())
             worker.delete(finished)
+
+
+def _process_group(
+    worker: Worker,
+    group: list[ReceivedMessage],
+    results: dict[str, Result],
+    suspects: dict[str, crashes.Suspect],
+    pending: dict[str, ReceivedMessage],
+    finished: list[ReceivedMessage],
+) -> None:
+    """One group's messages in order, each applied already (``results``) or handled now, until
+    one stops the group, a stop is requested or the message limit is reached."""
+    for message in group:
+        result = results.get(message.message_id)
+        if result is None:
+            if worker.stopping or worker.limit_reached():
+                return
+            suspect = suspects.get(message.message_id)
+            if suspect is not None and suspect.given_up:
+                result = crashes.dead_letter(worker, message, suspect)
+            else:
+                result = worker.process_message(message)
+        del pending[message.message_id]
+        worker.let_go([message])
+        if result.delete:
+            finished.append(message)
+        if result.stop_group:
+            return
 
 
 def start_heads(

@@ -30,7 +30,7 @@ from callbacks.handlers import DEFAULT_HANDLERS, Handler, Tick
 from callbacks.metrics import WORKER_MESSAGES
 from callbacks.outbox import outbox_relay_publish
 from callbacks.retry import MAX_VISIBILITY_SECONDS, backoff_delay
-from callbacks.services import ReceivedMessage
+from callbacks.services import ReceivedMessage, queue_messages_interrupted
 from callbacks.sqs import VisibilityHeartbeat
 from callbacks.worker.batch import process_batch
 from callbacks.worker.message import process_message
@@ -351,6 +351,12 @@ class Worker:
         held = list(self._held_back.values())
         self._db_down_since = None
         self._held_back.clear()
+        # Their work was cut off by the outage, not by a message that kills the worker: their
+        # next receive must not count those starts as never finished (callbacks.worker.crashes).
+        self._guarded(
+            "marking interrupted starts",
+            lambda: queue_messages_interrupted(message_ids=[m.message_id for m in held]),
+        )
         self.release(held)
         logger.warning(
             "database back after %.0f s; %s held-back message(s) released", lasted, len(held)

@@ -117,6 +117,13 @@ def fail(
     handler = worker.handlers.get(message.kind)
     deferral = handler.defers(exc) if handler is not None and handler.defers else None
     if deferral is not None:
+        if deferral.backoff_attempt is not None:
+            # A degraded dependency: the backoff a retry would wait, without its attempt.
+            deferral = deferral.backed_off(
+                backoff_delay(
+                    deferral.backoff_attempt, base=worker.backoff_base, cap=worker.backoff_cap
+                )
+            )
         _give_back(message, queue_message, failure, deferral)
         return defer(worker, message, queue_message, started, deferral)
     retryable, retry_after = classify(exc)
@@ -142,6 +149,34 @@ def fail(
         # dead-lettered on its next failure, since its attempts are past the limit.
         delay = backoff_delay(attempt, base=worker.backoff_base, cap=worker.backoff_cap)
     worker.hide(message, delay or 0)
+    return finish(
+        worker,
+        message,
+        queue_message,
+        Result.of(Outcome.RETRIED),
+        started,
+        error=failure.text,
+        delay=delay,
+    )
+
+
+def give_up(
+    worker: Worker,
+    message: ReceivedMessage,
+    queue_message: QueueMessage,
+    exc: Exception,
+    started: float,
+) -> Result:
+    """Dead-letter a message that is not started again (its error rows are written already):
+    its payment goes on hold, and the group's later messages in hand go on to be parked
+    behind that hold now, rather than released to be received again. When the dead letter
+    cannot be sent, the message is hidden for a pause and its group waits, as in ``fail``."""
+    failure = Failure.of(exc)
+    if _dead_letter(message, queue_message, failure):
+        dead = dataclasses.replace(Result.of(Outcome.DEAD_LETTERED), stop_group=False)
+        return finish(worker, message, queue_message, dead, started, error=failure.text)
+    delay = backoff_delay(queue_message.attempts, base=worker.backoff_base, cap=worker.backoff_cap)
+    worker.hide(message, delay)
     return finish(
         worker,
         message,
@@ -226,7 +261,10 @@ def defer(
     worker.stats.deferred += 1
     try:
         decision = message_defer(
-            message=message, queue_message=queue_message, reason=deferral.reason
+            message=message,
+            queue_message=queue_message,
+            reason=deferral.reason,
+            release_in=deferral.release_in,
         )
     except DatabaseError as exc:
         if is_outage(exc):
@@ -327,8 +365,9 @@ def finish(
     if error:
         extra["error"] = error[:500]
     logger.log(
-        # Retried and dead-lettered messages stop their group: worth a warning.
-        logging.WARNING if result.stop_group else logging.INFO,
+        # Retried and dead-lettered messages stop their group (or have it parked): worth a
+        # warning.
+        logging.WARNING if result.stop_group or outcome == Outcome.DEAD_LETTERED else logging.INFO,
         "message payment=%s message=%s kind=%s outcome=%s attempt=%s duration_ms=%s%s",
         message.payment_id,
         message.message_id,

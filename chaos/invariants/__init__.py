@@ -29,6 +29,9 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
 - ``callbacks_accounted``: every callback the processor delivered left a trace: applied, stale,
   dropped as duplicate, parked behind a hold, or in triage (dead letter or processing error), or
   (before the system has settled) started by a worker and not finished;
+- ``dropped_callbacks_recovered``: every callback the processor dropped on purpose (never
+  delivered; ``callbacks_dropped``) left such a trace all the same, through the pull of its
+  events;
 - ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
   rows for its message or the error its dead-letter envelope carries);
 - ``dead_letters_have_error_rows``: every message SQS's RedrivePolicy moved to the DLQ (no
@@ -49,7 +52,7 @@ worth a look, but the processor may simply not have sent a final callback yet, s
 counted as violations.
 """
 
-from chaos.invariants.callbacks import check_callbacks
+from chaos.invariants.callbacks import check_callbacks, check_dropped_callbacks
 from chaos.invariants.dead_letters import check_dead_letters, check_outage_dead_letters
 from chaos.invariants.dishonors import check_dishonors
 from chaos.invariants.event_log import check_events_applied_once, check_transitions
@@ -61,10 +64,13 @@ from chaos.invariants.report import CHECKS, Report, Violation
 __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
 
 
-def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Report:
+def check_invariants(
+    *, sandbox_stats: dict, callbacks_sent: list | None, callbacks_dropped: list | None = None
+) -> Report:
     """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
     (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
-    are accounted for by count only, from ``sandbox_stats``."""
+    are accounted for by count only, from ``sandbox_stats``. ``callbacks_dropped`` lists those
+    it never delivered (the sandbox's drops); without it that check is not made."""
     report = Report()
     if callbacks_sent is None:
         callbacks_sent = sandbox_stats.get("callbacks_delivered")
@@ -75,6 +81,7 @@ def check_invariants(*, sandbox_stats: dict, callbacks_sent: list | None) -> Rep
     check_returns_reversed(report)
     check_dishonors(report)
     check_callbacks(report, sandbox_stats, callbacks_sent)
+    check_dropped_callbacks(report, callbacks_dropped)
     check_dead_letters(report)
     check_outage_dead_letters(report)
     check_nocs(report)

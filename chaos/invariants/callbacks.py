@@ -1,5 +1,7 @@
 """Every callback the processor delivered is accounted for: it left a trace in the event log, a
-parked message, a dead letter or an error row, with the payload it was delivered with."""
+parked message, a dead letter or an error row, with the payload it was delivered with. Every
+callback it dropped (never delivered) was recovered by the pull of its events: it left such a
+trace too."""
 
 from collections import Counter, defaultdict
 from decimal import Decimal, InvalidOperation
@@ -156,4 +158,42 @@ def _check_callbacks_by_count(report: Report, stats: dict, traces: dict) -> None
         "events traced": len(traces),
         "expected at least": floor,
         "deliveries": int(stats.get("callbacks_sent", 0)),
+    }
+
+
+def check_dropped_callbacks(report: Report, callbacks_dropped: list | None) -> None:
+    """Each callback the processor dropped reached us anyway, through the events pull: its
+    event id left a trace (applied, stale, duplicate, parked, in triage) with the payload the
+    processor made."""
+    check = "dropped_callbacks_recovered"
+    if callbacks_dropped is None:
+        report.checked[check] = {"dropped": "not recorded"}
+        return
+    traces = _callback_traces()
+    dropped = {_sent_callback(item) for item in callbacks_dropped}
+    dropped.discard(("", None))
+    missing = []
+    where: Counter = Counter()
+    for eid, signature in sorted(dropped, key=lambda s: (s[0], s[1] or ())):
+        found = [
+            w
+            for w, recorded in traces.get(eid, ())
+            if signature is None or recorded is None or recorded == signature
+        ]
+        if found:
+            where[min(found, key=TRACE_RANK.index)] += 1
+        else:
+            missing.append(eid)
+    if missing:
+        report.add(
+            check,
+            f"{len(missing)} callback(s) the processor never delivered were not recovered by "
+            "the events pull (no trace of them, or only with another payload)",
+            missing,
+        )
+    report.checked[check] = {
+        "dropped": len(dropped),
+        "recovered": len(dropped) - len(missing),
+        **{k: where[k] for k in TRACE_RANK if where[k]},
+        "missing": len(missing),
     }

@@ -12,6 +12,7 @@ CHECKS = (
     "returns_reversed",
     "dishonors_booked",
     "callbacks_accounted",
+    "dropped_callbacks_recovered",
     "dead_letters_have_history",
     "dead_letters_have_error_rows",
     "no_outage_dead_letters",

@@ -206,6 +206,8 @@ CALLBACKS = app_settings_from_environ(
         "CALLBACK_TOLERANCE_SECONDS",
         "CALLBACK_SEND_COALESCE_SECONDS",
         "RECONCILE_BATCH_SIZE",
+        "PROCESSOR_EVENTS_PULL_PAGE_SIZE",
+        "PROCESSOR_EVENTS_PULL_MAX_PAGES",
         "CELERY_SQS_QUEUE_NAME",
     ],
     QUEUE_MESSAGE_RETENTION="QUEUE_MESSAGE_RETENTION_DAYS",
@@ -215,6 +217,18 @@ CALLBACKS = app_settings_from_environ(
     RECONCILE_PENDING_AFTER="RECONCILE_PENDING_AFTER_MINUTES",
     RECONCILE_RECHECK_AFTER="RECONCILE_RECHECK_AFTER_MINUTES",
 )
+# The books (payments/books/conf.py keeps each default): where the bank's BAI2 statements wait
+# (JSON of NACHA_TRANSPORT's shapes), the hour a banking day must be closed by, and how many
+# banking days a variance may stay unexplained before it alerts.
+PAYMENTS_BOOKS = {
+    name: value
+    for name, value in {
+        "STATEMENT_TRANSPORT": env.json("BANK_STATEMENT_TRANSPORT", default=None),
+        "CLOSE_BY_HOUR_EASTERN": env.int("BOOKS_CLOSE_BY_HOUR_EASTERN", default=None),
+        "VARIANCE_ALERT_BANKING_DAYS": env.int("BOOKS_VARIANCE_ALERT_BANKING_DAYS", default=None),
+    }.items()
+    if value is not None
+}
 TRIAGE = app_settings_from_environ(
     env,
     triage_conf.triage_settings,
@@ -309,13 +323,28 @@ LOGGING = {
     },
     # The fields bound to the work in hand (a worker's message: its request id, its trace) go
     # onto every record, whichever logger wrote it (payments/logcontext.py).
-    "filters": {"log_context": {"()": "payments.logcontext.LogContextFilter"}},
+    "filters": {
+        "log_context": {"()": "payments.logcontext.LogContextFilter"},
+        "bank_numbers_in_urls": {"()": "payments.logformat.BankNumbersInUrlsFilter"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
             "filters": ["log_context"],
         }
+    },
+    # Lines that quote a request's path and query (runserver's access line, the 4xx and 5xx
+    # warnings) with any bank number in them masked to its last 4 digits; gunicorn's access
+    # log is filtered by config/gunicorn.py.
+    "loggers": {
+        "django.server": {
+            "handlers": ["console"],
+            "level": "INFO",
+            "propagate": False,
+            "filters": ["bank_numbers_in_urls"],
+        },
+        "django.request": {"filters": ["bank_numbers_in_urls"]},
     },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
 }

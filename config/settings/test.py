@@ -27,6 +27,8 @@ WHITENOISE_USE_FINDERS = True
 # A worker subprocess a test starts may be told to stop at a named point (callbacks.conf).
 if "WORKER_PAUSE_AT" in os.environ:
     CALLBACKS["WORKER_PAUSE_AT"] = os.environ["WORKER_PAUSE_AT"]  # noqa: F405
+if "PROCESSOR_EVENTS_PULL_PAUSE_AT" in os.environ:
+    CALLBACKS["PROCESSOR_EVENTS_PULL_PAUSE_AT"] = os.environ["PROCESSOR_EVENTS_PULL_PAUSE_AT"]  # noqa: F405
 
 # Each scrape reads the shared-state gauges afresh, so a test sees the rows it wrote rather than
 # another test's snapshot; the snapshot interval itself is tested with the production value set

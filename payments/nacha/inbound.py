@@ -264,6 +264,34 @@ def _refused_alert(stored: NachaInboundFile) -> None:
     )
 
 
+def stray_entry_key(name: str) -> str:
+    """One alert per name of the drop that is no regular file (a bank file's refusal keys by
+    its bytes; this entry has none we read)."""
+    return f"nacha.inbound_refused:{name}:not-a-regular-file"
+
+
+def nacha_inbound_stray_refuse(*, name: str, kind: str, set_aside_to: str | None) -> None:
+    """Say that the drop's entry ``name`` is a ``kind`` (a link, a pipe, ...) and was not read.
+
+    The collector calls this once it has moved the entry aside, so the next round does not
+    meet it: one alert per entry. An entry that could not be moved is met, and raised, again."""
+    where = (
+        f"it was moved to {set_aside_to} for a human"
+        if set_aside_to
+        else "it could not be moved aside and will be refused again next round"
+    )
+    alert_raise(
+        severity=AlertSeverity.HIGH,
+        key=stray_entry_key(name),
+        summary=(
+            f"{name} in the bank's drop is a {kind}, not a regular file: it was not read and "
+            f"nothing of it was imported; {where}. Ask the bank what it meant to send."
+        ),
+        details={"file": name, "kind": kind, "set_aside_to": set_aside_to or ""},
+    )
+    logger.error("nacha drop entry refused: %s is a %s", name, kind, extra={"file": name})
+
+
 def _import(name: str, content: bytes, sha: str, sealed: dict) -> NachaInboundFile:
     parsed = parse_nacha(content)
     moment = _file_moment(parsed)

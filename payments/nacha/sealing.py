@@ -39,6 +39,11 @@ def inbound_aad(*, sha256: str) -> bytes:
     return f"nacha-inbound-file:{sha256}".encode("ascii")
 
 
+def statement_aad(*, sha256: str) -> bytes:
+    """A bank statement's (``payments.books``): it names our bank account."""
+    return f"bank-statement:{sha256}".encode("ascii")
+
+
 def content_seal(content: bytes, *, aad: bytes) -> dict[str, Any]:
     """The model fields of ``content`` sealed under a fresh data key: ``VaultUnavailable`` when
     the key holder cannot be asked (nothing is stored then)."""

@@ -5,6 +5,14 @@ unknown or changed key refuses the connection, never trusts it on first use. We 
 with a private key file. Delivery follows ``transports``' rules: a temporary name, then an
 SFTP rename, which OpenSSH's server refuses when the name exists (it links, it does not
 replace), so a file already delivered is compared, never overwritten.
+
+The server's links are refused as a directory's are: its listing carries each entry's own
+(lstat) mode, so a link, pipe, socket or device is a ``Stray``, never collected. SFTP has no
+``O_NOFOLLOW``: ``read`` checks the name with ``lstat`` before opening it (nothing but a regular
+file is opened), the opened handle with ``fstat``, and the name with ``lstat`` again after the
+read. Each must show a regular file (``NotARegularFile`` otherwise), and all three the same one
+(size, mtime, owner, mode; ``FileChanged`` otherwise): the bytes of a link's target swapped in
+between the checks are dropped, never stored.
 """
 
 from __future__ import annotations
@@ -19,12 +27,17 @@ from typing import Any
 import paramiko
 
 from payments.nacha.transports import (
+    REFUSED_DIRECTORY,
     DeliveryConflict,
+    FileChanged,
+    NotARegularFile,
+    Stray,
     Transport,
     TransportError,
     check_name,
     is_collectable,
     same_bytes,
+    stray_kind,
     temporary_name,
 )
 
@@ -169,12 +182,35 @@ class SftpTransport(Transport):
             if stat.S_ISREG(e.st_mode or 0) and is_collectable(e.filename)
         }
 
+    def strays(self) -> list[Stray]:
+        def go(sftp: paramiko.SFTPClient) -> list[Stray]:
+            try:
+                entries = sftp.listdir_attr(self.inbound)
+            except OSError as exc:
+                raise TransportError(f"cannot list {self.inbound}: {exc}") from exc
+            return sorted(
+                Stray(e.filename, kind)
+                for e in entries
+                if is_collectable(e.filename) and (kind := stray_kind(e.st_mode or 0)) is not None
+            )
+
+        return self._call(go)
+
     def read(self, name: str) -> bytes:
+        """See the module docstring: lstat, open, fstat, read, lstat; one regular file or
+        ``NotARegularFile``."""
         check_name(name)
+        path = posixpath.join(self.inbound, name)
 
         def go(sftp: paramiko.SFTPClient) -> bytes:
-            with sftp.open(posixpath.join(self.inbound, name), "rb") as handle:
-                return handle.read()
+            checked = _regular(name, sftp.lstat(path))
+            with sftp.open(path, "rb") as handle:
+                opened = _regular(name, handle.stat())
+                content = handle.read()
+            after = _regular(name, sftp.lstat(path))
+            if not checked == opened == after:
+                raise FileChanged(f"{name} changed while it was read: left for the next round")
+            return content
 
         return self._call(go)
 
@@ -191,10 +227,41 @@ class SftpTransport(Transport):
 
         self._call(go)
 
+    def set_aside(self, name: str) -> str:
+        check_name(name)
+
+        def go(sftp: paramiko.SFTPClient) -> str:
+            refused = posixpath.join(self.inbound, REFUSED_DIRECTORY)
+            try:
+                sftp.mkdir(refused)
+            except OSError:
+                pass  # already there
+            # A link named refused would carry the entry out of the drop: a real directory only.
+            if not stat.S_ISDIR(sftp.lstat(refused).st_mode or 0):
+                raise TransportError(f"cannot set {name} aside: {refused} is not a directory")
+            moved = posixpath.join(refused, name)
+            try:
+                # The server renames the entry itself: a link is moved, its target untouched.
+                sftp.posix_rename(posixpath.join(self.inbound, name), moved)
+            except OSError as exc:
+                raise TransportError(f"cannot set {name} aside over SFTP: {exc}") from exc
+            return moved
+
+        return self._call(go)
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
         self._client = self._sftp = None
+
+
+def _regular(name: str, attributes: paramiko.SFTPAttributes) -> tuple:
+    """What identifies one regular file over SFTP (version 3 has no inode); NotARegularFile
+    for anything else."""
+    mode = attributes.st_mode or 0
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(name, stray_kind(mode) or "directory")
+    return (attributes.st_size, attributes.st_mtime, attributes.st_uid, attributes.st_gid, mode)
 
 
 def _b64(text: str) -> bytes:

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from payments.bank_numbers import mask_account
 from payments.nacha import layouts as L
 from payments.nacha.parser import Entry
-
-
-def mask_account(value: str) -> str:
-    """``****1234``: never more than the last 4 characters of an account number."""
-    value = value.strip()
-    return "****" + value[-4:] if value else ""
 
 
 def return_kind(code: str) -> str:

@@ -7,7 +7,7 @@ the reference backend is the HTTP client of ``payments/processor/client.py``.
 
 Everything after the call is the module's and stays as it is whatever the backend: the attempt
 row, the circuit breaker and the worker's retry decision read only what a backend returns or
-raises, so a backend speaks in the types below (README, "Your processor", maps them).
+raises, so a backend speaks in the types below (docs/how-to/processor-backend.md maps them).
 """
 
 from __future__ import annotations
@@ -122,6 +122,27 @@ class DishonorAccepted:
     call: CallRecord
 
 
+@dataclass(frozen=True)
+class EventsPage:
+    """One page of the processor's events after a cursor, oldest first.
+
+    ``data`` holds each event as the processor sent it, not yet checked: the caller validates
+    each one as the callback endpoint validates a body (``callback_parse``), so one malformed
+    event is set aside with its error instead of failing the page. ``next_cursor`` is the
+    processor's opaque cursor after the last event of the page (None: it gave none, the caller
+    keeps its own); ``has_more`` is what the processor says, never trusted to end a loop.
+    """
+
+    data: tuple[Any, ...]
+    next_cursor: str | None
+    has_more: bool
+    call: CallRecord
+
+
+class EventsListUnsupported(Exception):
+    """The backend's processor has no events API to pull from (the NACHA bank backend)."""
+
+
 class ProcessorCallRejected(ProcessorRejected):
     """The processor refused the request itself: do not retry it (the payment fails)."""
 
@@ -208,6 +229,20 @@ class ProcessorBackend(abc.ABC):
         raise ProcessorCallRejected(
             message, call=timer.record(error_kind=CallErrorKind.HTTP, error=message)
         )
+
+    def events_list(self, *, after: str | None, limit: int) -> EventsPage:
+        """The processor's events after the opaque cursor ``after`` (None: from its first),
+        at most ``limit`` of them, in the order it made them: the pull that recovers callbacks
+        the processor never delivered (``callbacks.events_pull``). Raises
+        ``ProcessorCallUnavailable`` for a failure worth a later try and
+        ``ProcessorCallRejected`` for a refusal (an unknown cursor). Optional: a backend whose
+        processor has no such API keeps this refusal, and the pull says so and does nothing."""
+        raise EventsListUnsupported(f"{type(self).__name__} cannot list its processor's events")
+
+    @property
+    def supports_events(self) -> bool:
+        """Whether ``events_list`` is written for this backend (a pull has something to ask)."""
+        return type(self).events_list is not ProcessorBackend.events_list
 
     @abc.abstractmethod
     def callback_verify(self, request: CallbackRequest) -> None:

@@ -34,6 +34,7 @@ from datetime import datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
 from django.utils import timezone
@@ -49,6 +50,7 @@ from payments.processor.backend import (
     DebitAccepted,
     DebitStatus,
     DishonorAccepted,
+    EventsPage,
     ProcessorAuthFailed,
     ProcessorBackend,
     ProcessorCallRejected,
@@ -56,7 +58,13 @@ from payments.processor.backend import (
     get_backend,
     reset_backend,
 )
-from payments.processor.contract import processor_event_parse
+from payments.processor.contract import (
+    InvalidEventsPage,
+    events_page_parse,
+    processor_event_parse,
+)
+from payments.strictjson import StrictJSONError
+from payments.strictjson import loads as strict_loads
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +228,31 @@ class ProcessorClient(ProcessorBackend):
             created=response.status_code == 202,
             call=call,
         )
+
+    def events_list(self, *, after: str | None, limit: int) -> EventsPage:
+        """GET /v1/events?after=<cursor>&limit=<n>: ``{"data": [...], "next_cursor": ...,
+        "has_more": ...}``. The page is read as strict JSON (what the callback endpoint's parser
+        refuses is refused here too) and held to its contract; a page that breaks it is
+        retryable (``ProcessorCallUnavailable``): the cursor stays where it was."""
+        query = {"limit": str(limit)} if after is None else {"after": after, "limit": str(limit)}
+        path = f"/v1/events?{urlencode(query)}"
+        response, call = self._send("GET", path, headers=self._headers())
+        if response.status_code == 404:
+            message = f"GET {call.url}: HTTP 404: the processor has no events API here"
+            raise ProcessorCallRejected(
+                message, call=replace(call, error_kind=CallErrorKind.HTTP, error=message)
+            )
+        try:
+            data, next_cursor, has_more = events_page_parse(
+                strict_loads(response.content), limit=limit
+            )
+        except (StrictJSONError, InvalidEventsPage) as exc:
+            message = f"HTTP {response.status_code} with an unusable events page: {exc}"
+            raise ProcessorCallUnavailable(
+                f"GET {call.url}: {message}",
+                call=replace(call, error_kind=CallErrorKind.HTTP, error=message[:1000]),
+            ) from exc
+        return EventsPage(data=data, next_cursor=next_cursor, has_more=has_more, call=call)
 
     # --- callbacks
     def callback_verify(self, request: CallbackRequest) -> None:

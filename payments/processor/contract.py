@@ -1,4 +1,4 @@
-"""The processor event contract (README, "Security: the callback edge") as one DRF serializer.
+"""The processor event contract (docs/security/callback-edge.md) as one DRF serializer.
 
 The reference backend parses what the processor posted with ``processor_event_parse``; the
 worker parses the event nested in the queue envelope with the same serializer
@@ -21,6 +21,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
+from payments.bank_numbers import holds_bank_number, mask_bank_numbers
 from payments.change_codes import (
     CHANGE_CODE_RE,
     CORRECTED_DATA_MAX_KEYS,
@@ -48,6 +49,11 @@ DIRECTION_RE = re.compile("|".join(DIRECTIONS))
 PROCESSOR_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 REASON_CODE_MAX = 64
 MESSAGE_MAX = 1000
+
+
+def _quoted(value: str) -> str:
+    """A refused value as its refusal quotes it: a bank number in it masked, then cut short."""
+    return mask_bank_numbers(value)[:64]
 
 
 class _StrictString:
@@ -80,7 +86,7 @@ class UUIDStringField(_StrictString, serializers.UUIDField):
             return super().to_internal_value(data)
         except serializers.ValidationError:
             if isinstance(data, str):
-                self.fail("invalid", value=data[:64])
+                self.fail("invalid", value=_quoted(data))
             raise
 
 
@@ -98,7 +104,7 @@ class PatternField(_StrictString, serializers.CharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         if not self.pattern.fullmatch(value):
-            self.fail("invalid", value=value[:64], length=len(value))
+            self.fail("invalid", value=_quoted(value), length=len(value))
         return value
 
 
@@ -110,7 +116,7 @@ class EventTypeField(_StrictString, serializers.ChoiceField):
 
     def to_internal_value(self, data):
         if isinstance(data, str) and data not in self.choice_strings_to_values:
-            self.fail("invalid_choice", input=data[:64])
+            self.fail("invalid_choice", input=_quoted(data))
         return super().to_internal_value(data)
 
 
@@ -130,7 +136,7 @@ class AmountField(PatternField):
     def to_internal_value(self, data) -> Decimal:
         amount = Decimal(super().to_internal_value(data))
         if amount <= 0:
-            self.fail("not_positive", value=data)
+            self.fail("not_positive", value=_quoted(data))
         return amount
 
     def to_representation(self, value) -> str:
@@ -161,11 +167,11 @@ class TimestampField(PatternField):
         try:
             value = datetime.fromisoformat(text)
         except ValueError:
-            self.fail("invalid", value=text[:64], length=len(text))
+            self.fail("invalid", value=_quoted(text), length=len(text))
         try:
             value.astimezone(UTC)
         except OverflowError:
-            self.fail("out_of_range", value=text[:64])
+            self.fail("out_of_range", value=_quoted(text))
         return value
 
     def to_representation(self, value) -> str:
@@ -349,12 +355,136 @@ def contract_errors(errors) -> dict[str, list[str]]:
     return {str(field): [str(e) for e in messages] for field, messages in errors.items()}
 
 
+# The contract's free-text fields: kept masked in the event and in ``raw`` alike.
+FREE_TEXT_FIELDS = ("message", "reason_code")
+MEMBER_NAME_MESSAGE = (
+    "a member's name holds a run of digits that may be a bank account number; a name is "
+    "never a number, and bank numbers are never accepted or stored"
+)
+
+
+def kept_members(fields: dict, validated: dict) -> dict:
+    """What of a valid callback is kept with its event (``ProcessorEvent.raw``): it travels in
+    the queue envelope, is stored as the event log's payload, and is shown in the admin.
+
+    The contract's fields are kept as sent: each has passed its grammar, and the ids among them
+    are the processor's keys, kept whole. The free text of ``message`` and ``reason_code`` is
+    the exception, kept masked (``payments.bank_numbers``: ``Account ****3516 closed``).
+
+    The members beyond the contract are kept too, masked the same way. No code reads them; they
+    are worth keeping as what the processor said about the event (its own references, a batch
+    or trace number) for the person who reconciles it with the processor. Dropping them would
+    lose that unseen; keeping them whole would store whatever a processor puts there, a
+    corrected account number included. So every string in them, at any depth, has its bank
+    numbers masked to their last 4 digits, and a number of 5 or more digits is kept as such a
+    masked string. A member name that would be masked is refused instead (``InvalidCallback``,
+    400, its place named masked): a name is not data, and two names masked alike would merge.
+    """
+    problems: dict[str, list[str]] = {}
+    kept = {}
+    for name, value in fields.items():
+        if name in _CONTRACT_FIELDS:
+            kept[name] = validated[name] if name in FREE_TEXT_FIELDS else value
+        elif holds_bank_number(name):
+            problems.setdefault(_place(name), []).append(MEMBER_NAME_MESSAGE)
+        else:
+            kept[name] = _masked_member(value, name, problems)
+    if problems:
+        raise InvalidCallback(problems)
+    return kept
+
+
+def _place(path: str) -> str:
+    return mask_bank_numbers(path)[:128]
+
+
+def event_payload_shown(payload: dict) -> dict:
+    """A processor event's stored payload as a person is shown it (the admin): masked as
+    ``kept_members`` masks, a member's name masked rather than refused. A payload stored before
+    the edge masked, or from a backend that built its own ``raw``, shows no bank number either;
+    the row itself is left as it was written."""
+    shown = {}
+    for name, value in payload.items():
+        if name in FREE_TEXT_FIELDS and isinstance(value, str):
+            shown[name] = mask_bank_numbers(value)
+        elif name in _CONTRACT_FIELDS:
+            shown[name] = value
+        else:
+            shown[mask_bank_numbers(name)] = _masked_member(value, name, None)
+    return shown
+
+
+def _masked_member(value: Any, path: str, problems: dict[str, list[str]] | None) -> Any:
+    """``value`` (a member beyond the contract) with its bank numbers masked; a name that holds
+    one is noted in ``problems`` under its place, or without ``problems`` shown masked."""
+    if isinstance(value, str):
+        return mask_bank_numbers(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        text = str(value)
+        return mask_bank_numbers(text) if holds_bank_number(text) else value
+    if isinstance(value, list):
+        return [_masked_member(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        kept = {}
+        for key, item in value.items():
+            if not holds_bank_number(key):
+                kept[key] = _masked_member(item, f"{path}.{key}", problems)
+            elif problems is None:
+                kept[mask_bank_numbers(key)] = _masked_member(item, f"{path}.{key}", problems)
+            else:
+                problems.setdefault(_place(f"{path}.{key}"), []).append(MEMBER_NAME_MESSAGE)
+        return kept
+    return value
+
+
+_CONTRACT_FIELDS = frozenset(ProcessorEventSerializer._declared_fields)
+
+
 def processor_event_parse(fields: Any, *, raw: dict | None = None) -> ProcessorEvent:
     """The event the contract's ``fields`` describe; raise ``InvalidCallback`` naming every bad
-    field. ``raw`` is kept with the event and travels beside its fields in the queue envelope
-    (default: ``fields`` themselves, unknown ones included); it must not use a contract field's
-    name for anything else."""
+    field. The free text of ``message`` and ``reason_code`` is kept with its bank numbers masked.
+    ``raw`` (default: ``fields``) is kept with the event and travels beside its fields in the
+    queue envelope, as ``kept_members`` keeps it: the members beyond the contract included,
+    bank numbers masked; it must not use a contract field's name for anything else.
+
+    This is the edge's parse: the worker reads the queue envelope back with the serializer
+    alone (``callbacks.schema``), and keeps what the edge or the module's own producers (the
+    bank files' import, reconciliation) wrote, such as a bank trace number in a message."""
     serializer = ProcessorEventSerializer(data=fields)
     if not serializer.is_valid():
         raise InvalidCallback(contract_errors(serializer.errors))
-    return ProcessorEvent(**serializer.validated_data, raw=dict(fields) if raw is None else raw)
+    validated = dict(serializer.validated_data)
+    for name in FREE_TEXT_FIELDS:
+        validated[name] = mask_bank_numbers(validated[name])
+    raw = kept_members(fields if raw is None else raw, validated)
+    return ProcessorEvent(**validated, raw=raw)
+
+
+# A processor cursor is opaque to us, but it is stored and sent back in a query string.
+CURSOR_RE = re.compile(r"[A-Za-z0-9._:=~+/-]{1,512}")
+
+
+class InvalidEventsPage(ValueError):
+    """A page of the events API that breaks its contract as a whole (not one bad event)."""
+
+
+def events_page_parse(body: Any, *, limit: int) -> tuple[tuple[Any, ...], str | None, bool]:
+    """``(data, next_cursor, has_more)`` of a ``GET /v1/events`` answer,
+    ``{"data": [...], "next_cursor": ..., "has_more": ...}``; raise ``InvalidEventsPage`` for a
+    body that is no such page, or that holds more than the ``limit`` events asked for (a
+    processor ignoring the limit is not trusted with the rest of the contract either). The
+    events themselves are not checked here: each is checked on its own, as a callback body."""
+    if not isinstance(body, dict):
+        raise InvalidEventsPage(f"the page must be a JSON object, got {type(body).__name__}")
+    data, next_cursor, has_more = body.get("data"), body.get("next_cursor"), body.get("has_more")
+    if not isinstance(data, list):
+        raise InvalidEventsPage(f"data must be a list, got {type(data).__name__}")
+    if len(data) > limit:
+        raise InvalidEventsPage(f"{len(data)} events on a page asked for at most {limit}")
+    if next_cursor is not None and not (
+        isinstance(next_cursor, str) and CURSOR_RE.fullmatch(next_cursor)
+    ):
+        raise InvalidEventsPage("next_cursor must be null or 1-512 characters of A-Za-z0-9._:=~+/-")
+    if not isinstance(has_more, bool):
+        raise InvalidEventsPage(f"has_more must be true or false, got {has_more!r}"[:200])
+    return tuple(data), next_cursor, has_more

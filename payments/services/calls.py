@@ -2,9 +2,12 @@
 attempt row, its log line and the alert for refused credentials."""
 
 import logging
+from datetime import timedelta
+
+from django.db.models.functions import Now
 
 from payments.alerts import AlertSeverity, alert_raise
-from payments.exceptions import ProcessorCircuitOpen
+from payments.exceptions import ProcessorCircuitOpen, ProcessorDegraded
 from payments.models import AttemptOutcome, BreakerState, Payment, ProcessorAttempt
 from payments.processor.backend import DebitQueued
 from payments.processor.breaker import (
@@ -14,8 +17,10 @@ from payments.processor.breaker import (
     call_outcome,
     max_pause_seconds,
     processor_breaker_admit,
+    processor_breaker_degraded,
     processor_breaker_record,
     processor_breaker_wait,
+    processor_degraded_reason,
 )
 from payments.processor.client import ProcessorCallRejected, ProcessorCallUnavailable
 
@@ -49,7 +54,9 @@ def breaker_record(
     """Tell the breaker what the call said about the processor. A failure that finds the
     breaker open (this call opened it, or a trial call failed) or a 429 pause is raised as
     ``ProcessorCircuitOpen``: the processor is down or busy as a whole, so the message does not
-    pay an attempt for it."""
+    pay an attempt for it. A submission's failure while the breaker stays closed but the
+    processor fails other payments too is raised as ``ProcessorDegraded``, for the same
+    reason."""
     failed = isinstance(result, ProcessorCallUnavailable)
     state = processor_breaker_record(
         admission=admission,
@@ -63,14 +70,15 @@ def breaker_record(
         retry_after=attempt.retry_after_seconds,
         http_status=attempt.http_status,
     )
-    if not failed:
+    if not failed or attempt.http_status == 409:
+        return
+    paused = attempt.http_status == 429
+    if not paused and state == BreakerState.CLOSED:
+        _raise_if_degraded(payment, attempt, result)
         return
     after = processor_breaker_wait(
         operation=attempt.operation
     )  # includes a 429's pause (capped by the breaker)
-    paused = attempt.http_status == 429
-    if not paused and (state == BreakerState.CLOSED or attempt.http_status == 409):
-        return
     wait = after.wait_seconds
     if paused and attempt.retry_after_seconds is not None:
         wait = max(wait, min(attempt.retry_after_seconds, max_pause_seconds()))
@@ -80,6 +88,23 @@ def breaker_record(
         retry_after=wait,
         called=True,
         breaker_open=state != BreakerState.CLOSED,
+    ) from result
+
+
+def _raise_if_degraded(payment: Payment, attempt: ProcessorAttempt, result) -> None:
+    """A submission that failed alone is the payment's to retry; one that failed while the
+    processor fails other payments too is not (``breaker.degraded``)."""
+    if attempt.operation != SUBMIT_OPERATION:
+        return
+    reason = processor_degraded_reason(payment_id=payment.id)
+    if not reason:
+        return
+    processor_breaker_degraded(reason=f"{reason}: {attempt.error}")
+    raise ProcessorDegraded(
+        f"payment {payment.id} attempt {attempt.attempt_number}: {result}; processor degraded: "
+        f"{reason}",
+        retry_after=attempt.retry_after_seconds or 0.0,
+        attempt_number=attempt.attempt_number,
     ) from result
 
 
@@ -113,7 +138,10 @@ def attempt_record(
         outcome = AttemptOutcome.ACCEPTED
     call = result.call
     number = ProcessorAttempt.objects.filter(payment=payment, operation=operation).count() + 1
-    return ProcessorAttempt.objects.create(
+    # On the database's clock, as every audit time: the call began its own (monotonic) latency
+    # before this record. The calling host's clock, which may be minutes off, is not read.
+    latency = timedelta(milliseconds=call.latency_ms)
+    attempt = ProcessorAttempt.objects.create(
         payment=payment,
         attempt_number=number,
         operation=operation,
@@ -125,8 +153,12 @@ def attempt_record(
         response_body=call.response_body,
         latency_ms=call.latency_ms,
         retry_after_seconds=call.retry_after,
-        started_at=call.started_at,
+        started_at=Now() - latency,
     )
+    # recorded_at came back from the insert: the same statement time the database subtracted
+    # the latency from, so this is the stored value without reading it again.
+    attempt.started_at = attempt.recorded_at - latency
+    return attempt
 
 
 def log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from payments import propagation
+from payments.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
@@ -22,29 +23,6 @@ SUPPORTED_CURRENCIES = ("USD",)
 SUBMIT_PAYMENT = "submit_payment"
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
-# ABA routing numbers have 9 digits and account numbers 4 to 17: a long digit run means someone
-# pasted a bank number instead of the processor's token, or into a free-text field. The rule:
-# 8 or more consecutive digits anywhere; or groups of digits joined by single spaces or dashes
-# ("0210 0002 1", "021-000-021") holding 8 or more digits together, when the groups stand on
-# their own (not glued to letters, as the digit groups of a UUID are). Any script's decimal
-# digits count. It also refuses a date written 2026-11-30 (8 digits): write 2026/11/30.
-_DIGIT_RUN_RE = re.compile(r"\d{8,}")
-_DIGIT_GROUPS_RE = re.compile(r"(?<!\w)(?<!\w-)\d+(?:[ -]\d+)+(?!\w)(?!-\w)")
-BANK_NUMBER_MESSAGE = (
-    "looks like a raw bank account or routing number (8 or more digits, together or in groups "
-    "joined by spaces or dashes); raw bank numbers are never accepted or stored"
-)
-
-
-def looks_like_bank_number(value: str) -> bool:
-    if not value:
-        return False
-    if _DIGIT_RUN_RE.search(value):
-        return True
-    return any(
-        len(match) - match.count(" ") - match.count("-") >= 8
-        for match in _DIGIT_GROUPS_RE.findall(value)
-    )
 
 
 def validate_source_token(value: str) -> None:

@@ -65,6 +65,7 @@ from payments.return_codes import (
     return_code_label,
 )
 from payments.services.calls import alert_auth_failed, attempt_record, log_attempt
+from payments.services.remedies import return_reinitiation
 from payments.services.writes import DayCounts, merchant_return_day_add, payment_lock
 from payments.signals import payment_dishonor_booked
 
@@ -145,6 +146,7 @@ def return_dishonor_resend(*, payment_id, now: datetime | None = None) -> Dishon
                 f"payment {payment.id} has no dishonor request waiting to be sent "
                 f"({dishonor.get_request_status_display() if dishonor else 'none was made'})"
             )
+        _refuse_if_reinitiated(payment)
         deadline = dishonor_deadline(dishonor.ach_return.returned_at)
         if now > deadline:
             raise DishonorRefused(_window_message(payment, dishonor.ach_return, deadline))
@@ -160,6 +162,7 @@ def _request_refusal(
             f"payment {payment.id} is {payment.state}, not returned after settlement: only a "
             "return that reversed a settled debit can be dishonored"
         )
+    _refuse_if_reinitiated(payment)
     if code not in DISHONOR_CODES:
         raise DishonorRefused(
             f"{code or '(no code)'} is not a dishonor reason code; use one of "
@@ -181,6 +184,18 @@ def _request_refusal(
         raise DishonorRefused(
             f"the return of payment {payment.id} already has a dishonor "
             f"({existing.outcome}); send a failed request again instead"
+        )
+
+
+def _refuse_if_reinitiated(payment: Payment) -> None:
+    """A reinitiated return charges the customer again; a dishonor that stood would re-credit
+    the merchant for the original as well (``payments.services.remedies``)."""
+    again = return_reinitiation(payment)
+    if again is not None:
+        raise DishonorRefused(
+            f"the return of payment {payment.id} was reinitiated as payment {again.id} "
+            f"({again.state}): a dishonor that stood would re-credit the original as well and "
+            "charge the customer twice; the reinitiation is the remedy taken"
         )
 
 
@@ -354,8 +369,11 @@ def _alerts(
     payment: Payment, dishonor: ReturnDishonor, event: ProcessorEvent, written: list[str]
 ) -> None:
     """A medium alert after commit for what a human should look at: an answer we never asked
-    for, a code outside the tables, and every contest (the money went back to the customer)."""
+    for, a code outside the tables, and every contest (the money went back to the customer); a
+    high one for a dishonor that stood after the return was reinitiated (the customer pays
+    twice unless someone acts)."""
     alerts = []
+    high_alerts = []
     if dishonor.unrequested:
         alerts.append(
             (
@@ -383,16 +401,31 @@ def _alerts(
                 + ("; the re-credit is reversed" if written else ""),
             )
         )
+    again = return_reinitiation(payment) if event.event_type == RETURN_DISHONORED else None
+    stood = LedgerEntryKind.RECREDIT in written and LedgerEntryKind.RECREDIT_REVERSAL not in written
+    if again is not None and stood:
+        high_alerts.append(
+            (
+                f"payment.dishonor_after_reinitiation:{payment.id}",
+                f"the dishonor of the return of payment {payment.id} of {payment.merchant_id} "
+                f"stood after the return was reinitiated as payment {again.id} ({again.state}): "
+                "the merchant is re-credited for the original and the reinitiation charges the "
+                "customer again; refund or stop the reinitiation",
+            )
+        )
     details = {
         "event_type": event.event_type,
         "processor_event_id": event.processor_event_id,
         "reason_code": event.reason_code,
         "ledger_written": written,
     }
-    for key, summary in alerts:
+    for severity, key, summary in [
+        *((AlertSeverity.HIGH, key, summary) for key, summary in high_alerts),
+        *((AlertSeverity.MEDIUM, key, summary) for key, summary in alerts),
+    ]:
         transaction.on_commit(
-            lambda key=key, summary=summary: alert_raise(
-                severity=AlertSeverity.MEDIUM,
+            lambda severity=severity, key=key, summary=summary: alert_raise(
+                severity=severity,
                 key=key,
                 summary=summary,
                 details=details,

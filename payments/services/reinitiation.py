@@ -6,8 +6,10 @@ rules, each refused with its name (``ReinitiationRefused.rule``):
 
 - ``not_returned``: only a returned entry is reinitiated;
 - ``return_dishonored``: a return whose dishonor stood gave the money back, and
-  ``dishonor_pending``: one whose dishonor awaits its answer may yet (a contested dishonor, or
-  a request the processor never took, leaves the return reinitiable);
+  ``dishonor_pending``: one whose dishonor awaits its answer may yet, a request whose call
+  failed with no answer included while the dishonor window is open (a contested dishonor, or a
+  request the processor refused, leaves the return reinitiable; see
+  ``payments.services.remedies``);
 - ``not_latest_entry``: the chain goes on from its latest entry, so an entry already
   reinitiated is not reinitiated again;
 - ``new_authorization_required``: never after R05, R07, R08, R10, R29 or R51 (unauthorized or
@@ -34,6 +36,7 @@ from django.utils import timezone
 from payments.exceptions import NocPastDeadline, ReinitiationRefused
 from payments.models import DishonorRequestStatus, Payment, PaymentReturn, ReturnDishonor
 from payments.services.create import payment_create
+from payments.services.remedies import DISHONOR_PENDING, RETURN_DISHONORED, dishonor_may_stand
 from payments.services.writes import payment_lock
 
 REINITIATION_LIMIT = 2
@@ -43,8 +46,8 @@ NEW_AUTHORIZATION_CODES = ("R05", "R07", "R08", "R10", "R29", "R51")
 
 RULES = (
     "not_returned",
-    "return_dishonored",
-    "dishonor_pending",
+    RETURN_DISHONORED,
+    DISHONOR_PENDING,
     "not_latest_entry",
     "new_authorization_required",
     "return_code_not_reinitiable",
@@ -108,7 +111,7 @@ def _check(
             "not_returned",
             f"payment {entry.id} has no return: only a returned entry is reinitiated",
         )
-    _check_not_dishonored(entry, returned)
+    _check_not_dishonored(entry, returned, now)
     latest = chain[-1] if chain else original
     if latest.id != entry.id:
         raise ReinitiationRefused(
@@ -144,25 +147,29 @@ def _check(
         )
 
 
-def _check_not_dishonored(entry: Payment, returned: PaymentReturn) -> None:
+def _check_not_dishonored(entry: Payment, returned: PaymentReturn, now: datetime) -> None:
     """A return whose dishonor stood gave the merchant the money back (the re-credit): sending
-    the debit again would collect it twice. One asked for or sent and not yet answered may
-    still do so; only a contested dishonor (the return stands) or a request the processor never
-    took leaves the return as it was."""
+    the debit again would collect it twice. One that may still stand blocks it too
+    (``payments.services.remedies``)."""
     dishonor = ReturnDishonor.objects.filter(ach_return=returned).first()
-    if dishonor is None or dishonor.contested_at is not None:
-        return
-    if dishonor.dishonored_at is not None:
+    rule = dishonor_may_stand(dishonor, now=now)
+    if rule == RETURN_DISHONORED:
         raise ReinitiationRefused(
-            "return_dishonored",
+            rule,
             f"payment {entry.id}'s return was dishonored and the dishonor stood: the debit's "
             "money is back with the merchant, so it is not sent again",
         )
-    if dishonor.request_status in (DishonorRequestStatus.REQUESTED, DishonorRequestStatus.SENT):
+    if rule == DISHONOR_PENDING:
+        state = (
+            "failed with no answer from the processor (it may have taken it): send it again "
+            "to learn the answer"
+            if dishonor.request_status == DishonorRequestStatus.FAILED
+            else f"{dishonor.request_status} and not yet answered"
+        )
         raise ReinitiationRefused(
-            "dishonor_pending",
-            f"payment {entry.id}'s return has a dishonor {dishonor.request_status} and not yet "
-            "answered: if it stands the money comes back, so wait for the answer",
+            rule,
+            f"payment {entry.id}'s return has a dishonor {state}; if it stands the money comes "
+            "back, so it is not reinitiated until the dishonor is answered",
         )
 
 

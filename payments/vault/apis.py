@@ -71,6 +71,9 @@ class VaultAccountOutputSerializer(serializers.Serializer):
 
 class VaultAccountCreateApi(ModuleApiView):
     def post(self, request):
+        """Store a bank account in the vault: its routing number's check digit and its account
+        number's form are checked, both are sealed, and the answer is a ``vtok_`` token with the
+        last 4 digits. With an ``Idempotency-Key`` header a retry answers the first token."""
         data = request.data
         result = idempotency.idempotency_key_run(
             user=request.user,

@@ -15,10 +15,10 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
+from payments.bank_numbers import looks_like_bank_number
 from payments.nacha.accounts import AccountUnavailable, BankAccount
 from payments.nacha.routing import routing_number_problem
 from payments.nacha.writer import clean_text
-from payments.services.create import looks_like_bank_number
 from payments.vault.crypto import (
     Sealed,
     VaultError,
@@ -142,22 +142,28 @@ def vault_account_reveal(token: str) -> BankAccount:
 
 def vault_keys_rotate(*, batch_size: int = 500, max_batches: int | None = None) -> int:
     """Re-key every vault record not under the active key, ``batch_size`` rows at a time: the
-    accounts (re-encrypted), then the NACHA files, ours and the bank's (their data keys
-    re-wrapped: the ciphertext stays as it is). Returns how many records were re-keyed, all
-    kinds together; ``max_batches`` bounds the batches of the whole run. A row that does not
-    open stops the rotation with ``VaultKeyError``, and a key holder that cannot be asked with
-    ``VaultUnavailable``, naming the row; the batches before it stay committed.
+    accounts (re-encrypted), then the NACHA files, ours and the bank's, and the bank's
+    statements (their data keys re-wrapped: the ciphertext stays as it is). Returns how many
+    records were re-keyed, all kinds together; ``max_batches`` bounds the batches of the whole
+    run. A row that does not open stops the rotation with ``VaultKeyError``, and a key holder
+    that cannot be asked with ``VaultUnavailable``, naming the row; the batches before it stay
+    committed.
 
     The key holder may be a network away (KMS: one or two calls a row), so a batch is read and
     re-keyed outside any transaction, and then written in one short transaction, each row
     only if it is still as it was read: a row another rotation re-keyed meanwhile keeps that
     rotation's work, and no lock is held while the holder is asked."""
+    from payments.books.models import BankStatement
     from payments.nacha.models import NachaFile, NachaInboundFile
 
     active = key_provider().active_version()
     budget = [max_batches]
     done = _rotate_accounts(active, batch_size, budget)
-    for model, kind in ((NachaFile, "NACHA file"), (NachaInboundFile, "inbound NACHA file")):
+    for model, kind in (
+        (NachaFile, "NACHA file"),
+        (NachaInboundFile, "inbound NACHA file"),
+        (BankStatement, "bank statement"),
+    ):
         done += _rotate_files(model, kind, active, batch_size, budget)
     return done
 

@@ -2,6 +2,7 @@
 without any of their fields reaching the queue layer's markers."""
 
 import json
+import re
 import uuid
 
 import pytest
@@ -128,3 +129,26 @@ def test_a_callback_carrying_every_marker_name_changes_nothing_about_holds_or_de
     assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).count() == 1
     assert dead_letters_ingest() == 0
     assert not DeadLetter.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("payment_id", "77668056869313516"),
+        ("event_type", "settled 77668056869313516"),
+        ("currency", "7766805686931"),
+        ("direction", "\u0667" * 13),
+        ("change_code", "C-77668056"),
+        ("amount", "7766-8056-8693-1351"),
+        ("timestamp", "77668056869313516"),
+    ],
+)
+def test_a_refused_contract_field_never_quotes_a_bank_number_back(sqs_queues, field, value):
+    response = post_json(event_body(**{field: value}))
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == field, error
+    text = json.dumps(error, ensure_ascii=False).replace(error["request_id"], "")
+    assert not re.search(r"\d{5,}", text), text
+    assert "7766-8056" not in text
+    assert queued_messages(sqs_queues) == []

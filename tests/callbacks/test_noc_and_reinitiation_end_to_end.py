@@ -5,6 +5,9 @@ Real parts only: the sandbox over HTTP sends signed callbacks to the callback en
 live server, which publishes them to the local SQS server; the worker applies them.
 """
 
+import json
+import re
+
 import pytest
 
 from callbacks.models import QueueMessage
@@ -138,6 +141,37 @@ def test_a_hostile_noc_callback_is_refused_at_the_edge_naming_the_field(sqs_queu
     assert queued_messages(sqs_queues) == []
 
 
+@pytest.mark.parametrize(
+    ("key", "param"),
+    [
+        ("7766805686931", "corrected_data[****6931]"),
+        ("77668056869313516", "corrected_data[****3516]"),
+        ("acct_77668056869313516", "corrected_data[acct_****3516]"),
+        ("1234", "corrected_data[1234]"),
+        ("\u0667" * 13, "corrected_data[(a key)]"),
+        ("\uff17" * 17, "corrected_data[(a key)]"),
+    ],
+    ids=["13-digits", "17-digits", "in-a-name", "4-digits", "arabic-indic", "full-width"],
+)
+def test_a_corrected_data_key_of_digits_is_refused_without_echoing_them(sqs_queues, key, param):
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    body = event_body(
+        payment_id=str(payment.id),
+        amount=f"{payment.amount:.2f}",
+        event_type="notification_of_change",
+        change_code="C01",
+        corrected_data={key: "x"},
+    )
+    response = post_json(body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and list(error["errors"]) == [param]
+    assert "not a corrected field of C01" in error["message"]
+    text = json.dumps(error, ensure_ascii=False).replace(error["request_id"], "")
+    assert not re.search(r"\d{5,}", text), text
+    assert queued_messages(sqs_queues) == []
+
+
 def test_a_noc_callback_through_the_queue_is_applied_exactly_once_even_when_sent_twice(
     sqs_queues,
 ):
@@ -164,3 +198,83 @@ def test_a_noc_callback_through_the_queue_is_applied_exactly_once_even_when_sent
     )
     # SQS drops the resend inside its window, or the dedup record marks it a duplicate.
     assert outcomes in (["recorded"], ["recorded", "duplicate"])
+
+
+ACCOUNT_17 = "77668056869313516"
+ACCOUNT_13 = "7766805686931"
+ARABIC_17 = "".join(chr(0x0660 + int(d)) for d in ACCOUNT_17)
+
+
+def test_a_noc_callback_keeps_its_extra_members_and_message_with_bank_numbers_masked(
+    sqs_queues, admin_client, caplog
+):
+    from tests.callbacks.worker_support import run_worker
+
+    caplog.set_level("DEBUG")
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    body = event_body(
+        payment_id=str(payment.id),
+        amount=f"{payment.amount:.2f}",
+        event_type="notification_of_change",
+        change_code="C01",
+        corrected_data={"account_number_last4": "3516", "source_token": "tok_corrected_0001"},
+        message=f"C01: account now {ACCOUNT_17} (was 7766 8056 8693 1351 6, {ARABIC_17})",
+        corrected_dfi_account_number=ACCOUNT_17,
+        processor_reference={
+            "accounts": [ACCOUNT_13, int(ACCOUNT_13), f"acct-{ACCOUNT_13}"],
+            "batch": "B-2026-11-02",
+            "posted_at": "2026-11-02T12:00:00.123456+00:00",
+            "fee": "12500.00",
+            "bank_reference": "1234",
+            "payment": str(payment.id),
+        },
+    )
+    assert post_json(body).status_code == 202
+    run_worker()
+
+    assert NotificationOfChange.objects.filter(payment=payment).count() == 1
+    event = PaymentEvent.objects.get(payment=payment, event_type="notification_of_change")
+    payload = event.payload
+    assert payload["corrected_dfi_account_number"] == "****3516"
+    assert (
+        payload["message"]
+        == "C01: account now ****3516 (was ****3516, ****\u0663\u0665\u0661\u0666)"
+    )
+    assert payload["processor_reference"] == {
+        "accounts": ["****6931", "****6931", "acct-****6931"],
+        "batch": "B-2026-11-02",
+        "posted_at": "2026-11-02T12:00:00.123456+00:00",
+        "fee": "12500.00",
+        "bank_reference": "1234",
+        "payment": str(payment.id),
+    }
+    page = admin_client.get(f"/admin/payments/paymentevent/{event.pk}/change/")
+    assert page.status_code == 200 and "****3516" in page.content.decode()
+    logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    for shown in (json.dumps(payload), page.content.decode(), logged):
+        assert ACCOUNT_13 not in shown and ARABIC_17[:5] not in shown
+        assert "7766 8056" not in shown
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({ACCOUNT_17: "x"}, "****3516"),
+        ({"ref": {f"acct_{ACCOUNT_13}": 1}}, "ref.acct_****6931"),
+        ({"ref": [{ARABIC_17: 1}]}, "ref[0].****\u0663\u0665\u0661\u0666"),
+    ],
+    ids=["top-level", "nested", "arabic-in-a-list"],
+)
+def test_a_callback_member_named_by_a_bank_number_is_refused_naming_its_place(
+    sqs_queues, extra, param
+):
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    body = event_body(payment_id=str(payment.id), amount=f"{payment.amount:.2f}", **extra)
+    response = post_json(body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param, error
+    assert "a member's name holds a run of digits" in error["message"]
+    text = json.dumps(error, ensure_ascii=False).replace(error["request_id"], "")
+    assert not re.search(r"\d{5,}", text), text
+    assert queued_messages(sqs_queues) == []

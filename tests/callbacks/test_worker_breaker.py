@@ -34,7 +34,12 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
-from payments.processor.breaker import PROCESSOR, processor_breaker_get, processor_breaker_wait
+from payments.processor.breaker import (
+    DEGRADED_ALERT_KEY,
+    PROCESSOR,
+    processor_breaker_get,
+    processor_breaker_wait,
+)
 from tests.callbacks.worker_support import (
     applied_events,
     drain,
@@ -43,7 +48,8 @@ from tests.callbacks.worker_support import (
     send_body,
     send_event,
 )
-from tests.factories import PaymentFactory, open_breaker
+from tests.factories import PaymentFactory, ProcessorAttemptFactory, open_breaker
+from triage.models import Alert
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -480,3 +486,74 @@ def test_a_copy_deferred_before_its_release_marked_it_sent_is_not_lost(sqs_queue
     assert payment.state == PaymentState.SUBMITTED
     assert outage_holds() == []
     assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+
+
+def other_payments_called(*, failing_then_through: int, through: int) -> None:
+    """What the processor did lately to other payments: some failed once and went through on a
+    retry, others went through at once (attempt rows, recorded now by the database)."""
+    for _ in range(failing_then_through):
+        payment = PaymentFactory()
+        ProcessorAttemptFactory(payment=payment, attempt_number=1)
+        ProcessorAttemptFactory(
+            payment=payment, attempt_number=2, outcome=AttemptOutcome.ACCEPTED, http_status=201
+        )
+    for _ in range(through):
+        ProcessorAttemptFactory(outcome=AttemptOutcome.ACCEPTED, http_status=201)
+
+
+def test_a_failure_while_the_processor_fails_others_too_waits_its_backoff_unspent(
+    sqs_queues, sandbox, module_settings
+):
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 1.5
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 1.5
+    module_settings.WORKER_MAX_ATTEMPTS = 1  # one failure of its own would dead-letter it
+    other_payments_called(failing_then_through=4, through=3)
+    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_1_degraded")
+    message_id = submit_message(sqs_queues, payment)
+    before = deferred_count("degraded")
+
+    run_worker()  # fails, is parked for its backoff, then released and submitted: it stays
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    assert deferred_count("degraded") == before + 1
+    # The failure is in the history, but the attempt was given back: no dead letter.
+    original = QueueMessage.objects.get(message_id=message_id)
+    assert (original.status, original.attempts) == (QueueMessageStatus.PARKED, 0)
+    [error] = ProcessingError.objects.filter(message_id=message_id)
+    assert error.error_class == "payments.exceptions.ProcessorDegraded"
+    assert "processor degraded: calls failed for 4 of the 7 other payments" in error.message
+    # It waited behind an outage hold released only after its backoff (the database's clock).
+    [hold] = PaymentHold.objects.filter(payment_id=str(payment.id))
+    assert hold.kind == HoldKind.OUTAGE and hold.released_at is not None
+    assert hold.created_at < hold.release_after <= hold.created_at + timedelta(seconds=1.6)
+    assert hold.released_at >= hold.release_after - timedelta(seconds=0.5)
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+    # The breaker stays closed; the degradation is recorded and alerted.
+    breaker = processor_breaker_get()
+    assert breaker.state == BreakerState.CLOSED and breaker.degraded_since is not None
+    assert CircuitBreakerTransition.objects.filter(kind="degraded").count() == 1
+    assert Alert.objects.get(key=DEGRADED_ALERT_KEY).severity == "high"
+
+
+def test_a_payment_failing_alone_while_others_go_through_spends_its_budget(
+    sqs_queues, sandbox, short_budget, module_settings
+):
+    module_settings.PROCESSOR_BREAKER_FAILURES = 5
+    other_payments_called(failing_then_through=0, through=8)
+    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_9_alone")
+    message_id = submit_message(sqs_queues, payment)
+
+    run_worker()
+
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == (QueueMessageStatus.DEAD_LETTERED, 3)
+    assert set(
+        ProcessingError.objects.filter(message_id=message_id).values_list("error_class", flat=True)
+    ) == {"payments.exceptions.ProcessorUnavailable"}
+    assert PaymentHold.objects.get(payment_id=str(payment.id)).kind == HoldKind.TRIAGE
+    assert len(drain(sqs_queues.client, sqs_queues.dlq_url)) == 1
+    breaker = processor_breaker_get()
+    assert breaker.state == BreakerState.CLOSED and breaker.degraded_since is None
+    assert not Alert.objects.filter(key=DEGRADED_ALERT_KEY).exists()

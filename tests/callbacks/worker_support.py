@@ -122,13 +122,21 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """``manage.py run_sqs_worker`` as a real child process; output goes to a log file."""
+    """``manage.py run_sqs_worker`` as a real child process; output goes to a log file.
+    ``program``: another command line that runs the worker (its options follow it)."""
 
-    def __init__(self, *args: str, log_dir: Path, name: str = "worker", **env: str) -> None:
+    def __init__(
+        self,
+        *args: str,
+        log_dir: Path,
+        name: str = "worker",
+        program: tuple[str, ...] = (str(ROOT / "manage.py"), "run_sqs_worker"),
+        **env: str,
+    ) -> None:
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "run_sqs_worker", *args],
+            [sys.executable, *program, *args],
             cwd=ROOT,
             env=worker_env(**env),
             stdout=self._log,
@@ -190,7 +198,7 @@ def run_worker_receives(count: int, **options) -> None:
 
 def applied_moves(payment) -> list[tuple[str, str]]:
     """The (from, to) states of a payment's applied submission and processor events, in the
-    order the event log was written (by id: created_at is the writing process's clock)."""
+    order the event log was written (by id: rows of one statement share a created_at)."""
     return list(
         PaymentEvent.objects.filter(
             payment=payment, outcome="applied", kind__in=("submission", "processor_event")

@@ -224,6 +224,36 @@ def test_a_delivered_callback_with_no_trace_fails(history):
     assert report.checked["callbacks_accounted"]["missing"] == 1
 
 
+def test_a_dropped_callback_the_pull_recovered_passes(history):
+    payment = history["payments"]["confirmed"]
+    settled = PaymentEvent.objects.get(payment=payment, event_type="settled", outcome="applied")
+    dropped = [{**settled.payload, "processor_event_id": settled.processor_event_id}]
+
+    report = check_invariants(
+        sandbox_stats=history["stats"], callbacks_sent=history["sent"], callbacks_dropped=dropped
+    )
+
+    assert report.ok, report.render()
+    assert report.checked["dropped_callbacks_recovered"] == {
+        "dropped": 1,
+        "recovered": 1,
+        "applied": 1,
+        "missing": 0,
+    }
+
+
+def test_a_dropped_callback_never_recovered_fails(history):
+    dropped = [{"processor_event_id": "evt_never_pulled"}]
+
+    report = check_invariants(
+        sandbox_stats=history["stats"], callbacks_sent=history["sent"], callbacks_dropped=dropped
+    )
+
+    [violation] = report.violations_of("dropped_callbacks_recovered")
+    assert violation.ids == ("evt_never_pulled",)
+    assert "not recovered by the events pull" in violation.detail
+
+
 def test_a_reused_event_id_with_another_amount_and_no_trace_of_its_own_fails(history):
     payment = history["payments"]["confirmed"]
     settled = PaymentEvent.objects.get(payment=payment, event_type="settled", outcome="applied")

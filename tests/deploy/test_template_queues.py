@@ -54,8 +54,8 @@ def test_celery_queue_matches_the_broker_queue_definition(visibility_timeout):
 
 
 def test_default_parameters_are_the_product_defaults():
-    # The settings' documented defaults (README, Settings): a stack deployed without parameters
-    # serves processes started without queue settings.
+    # The settings' documented defaults (docs/reference/settings.md): a stack deployed without
+    # parameters serves processes started without queue settings.
     values = parameter_values(load_template())
     assert values["MainQueueName"] == "payments.fifo"
     assert values["DeadLetterQueueName"] == "payments-dlq.fifo"

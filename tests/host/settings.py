@@ -1,7 +1,7 @@
 """Someone else's monolith adopting the module: its own project package, user model, Celery
 app, DRF defaults and URL layout. Nothing here comes from this repository's ``config``.
 
-What the module needs from a host is what the README's "Add it to your monolith" lists: the
+What the module needs from a host is what docs/how-to/install.md lists: the
 apps, the URLs, the required settings (processor, signing secrets, queues), Celery wiring.
 """
 

@@ -1,5 +1,6 @@
 import pytest
 
+from payments.models import EventKind, PaymentEvent
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, UserFactory, processor_event
 
@@ -119,3 +120,32 @@ def test_circuit_breaker_is_shown_with_its_history_and_cannot_be_edited(admin_cl
     assert "5 consecutive failures" in content
     breaker.refresh_from_db()
     assert breaker.state == "open"
+
+
+def test_an_event_stored_with_bank_numbers_in_its_payload_shows_them_masked(admin_client):
+    # As the edge stored a callback before it masked: the processor's extra members and
+    # message whole. The row is kept as written; the page shows the last 4 digits only.
+    payment = PaymentFactory(state="confirmed")
+    event = PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome="recorded",
+        event_type="notification_of_change",
+        processor_event_id="evt_noc_1",
+        payload={
+            "payment_id": str(payment.id),
+            "processor_event_id": "evt_noc_1",
+            "amount": "12500.00",
+            "timestamp": "2026-11-02T12:00:00+00:00",
+            "message": "C01: account now 77668056869313516",
+            "corrected_dfi_account_number": "77668056869313516",
+            "extra": {"7766805686931": ["7766 8056 8693 1", 7766805686931]},
+        },
+    )
+    page = admin_client.get(f"/admin/payments/paymentevent/{event.pk}/change/")
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert "C01: account now ****3516" in text and "&quot;****6931&quot;" in text
+    assert "12500.00" in text and str(payment.id) in text and "evt_noc_1" in text
+    for number in ("77668056869313516", "7766805686931", "7766 8056"):
+        assert number not in text

@@ -147,6 +147,108 @@ def test_a_forged_cursor_position_is_a_400_naming_the_cursor(api_client, user, q
     assert bad_param(api_client.get("/api/payments/", {"cursor": forged_cursor(query)})) == "cursor"
 
 
+def _real_cursor(api_client) -> str:
+    """The cursor of a next link this API gave."""
+    from urllib.parse import parse_qs, urlsplit
+
+    next_link = api_client.get("/api/payments/", {"limit": 1}).json()["next"]
+    return parse_qs(urlsplit(next_link).query)["cursor"][0]
+
+
+HOSTILE_CURSORS = {
+    # Characters outside base64's alphabet: DRF's decoder drops them and reads nothing.
+    "not-base64": "!!!***",
+    "base64-of-junk": base64.b64encode(b"hello world").decode(),
+    "base64-of-binary": base64.b64encode(bytes(range(256))).decode(),
+    "base64-of-nothing-known": forged_cursor("x=1&y=2"),
+    "unknown-key-beside-a-real-one": forged_cursor("o=1&z=1"),
+    "offset-zero-written-out": forged_cursor("o=0"),
+    "offset-negative": forged_cursor("o=-1"),
+    "offset-past-the-cutoff": forged_cursor("o=5000"),
+    "offset-not-digits": forged_cursor("o=1e3"),
+    "reverse-not-one": forged_cursor("r=2"),
+    "reverse-zero-written-out": forged_cursor("r=0"),
+    "key-given-twice": forged_cursor("o=1&o=2"),
+    "position-a-date-only": forged_cursor("p=2026-03-01"),
+    "position-another-offset": forged_cursor("p=2026-03-01+12%3A00%3A00%2B02%3A00"),
+    "position-iso-t-and-z": forged_cursor("p=2026-03-01T12%3A00%3A00Z"),
+    "position-naive": forged_cursor("p=2026-03-01+12%3A00%3A00"),
+    "position-empty": forged_cursor("p="),
+    "unpadded": base64.b64encode(b"o=12").decode().rstrip("="),
+    "urlsafe-alphabet": base64.urlsafe_b64encode(b"p=\xff\xfe?>").decode(),
+    "with-a-newline": forged_cursor("o=1")[:2] + "\n" + forged_cursor("o=1")[2:],
+    "nul": "\x00",
+    "nul-inside-base64": forged_cursor("o=1") + "\x00",
+    "lone-surrogate-bytes": "%ED%A0%80",
+    "non-ascii": "ÿÿÿÿ",
+    "huge": "A" * 100_000,
+    "huge-but-valid-base64": forged_cursor("p=" + "1" * 600),
+    "empty": "",
+}
+
+
+@pytest.mark.parametrize("cursor", HOSTILE_CURSORS.values(), ids=HOSTILE_CURSORS.keys())
+def test_every_forged_cursor_is_a_400_naming_the_cursor(api_client, user, cursor):
+    grant(user, "acme")
+    for at in range(3):
+        payment_at("acme", T0 + timedelta(minutes=at))
+
+    if cursor == "%ED%A0%80":  # raw bytes in the query string, not a Python string
+        response = api_client.get("/api/payments/", QUERY_STRING="cursor=%ED%A0%80")
+    else:
+        response = api_client.get("/api/payments/", {"cursor": cursor})
+
+    assert bad_param(response) == "cursor"
+    assert response.json()["error"]["errors"].keys() == {"cursor"}
+
+
+def test_a_cursor_given_with_its_characters_tampered_is_refused(api_client, user):
+    grant(user, "acme")
+    for at in range(3):
+        payment_at("acme", T0 + timedelta(minutes=at))
+    real = _real_cursor(api_client)
+    assert ids(api_client.get("/api/payments/", {"cursor": real, "limit": 1}))  # it works
+    for tampered in (real + "!", "*" + real, real.replace("=", ""), real + "=="):
+        assert bad_param(api_client.get("/api/payments/", {"cursor": tampered})) == "cursor"
+
+
+def test_the_next_and_previous_links_read_back_both_ways(api_client, user):
+    grant(user, "acme")
+    made = [payment_at("acme", T0 + timedelta(minutes=i)) for i in range(5)]
+    newest_first = [str(p.id) for p in sorted(made, key=lambda p: (p.created_at, p.id))][::-1]
+
+    pages = [api_client.get("/api/payments/", {"limit": 2})]
+    while pages[-1].json()["next"]:
+        pages.append(api_client.get(pages[-1].json()["next"]))
+    back = [pages[-1]]
+    while back[-1].json()["previous"]:
+        back.append(api_client.get(back[-1].json()["previous"]))
+
+    assert [i for page in pages for i in ids(page)] == newest_first
+    assert [i for page in reversed(back) for i in ids(page)] == newest_first
+
+
+def test_a_cursor_from_another_merchants_list_reads_only_the_callers_payments(api_client, user):
+    # The cursor carries a moment and an offset, nothing of a merchant: taken from another
+    # merchant's list, it is a moment in the caller's own list, never a way into the other's.
+    from rest_framework.test import APIClient
+
+    from tests.factories import UserFactory
+
+    other = UserFactory()
+    grant(other, "globex")
+    grant(user, "acme")
+    for at in range(3):
+        payment_at("globex", T0 + timedelta(minutes=at))
+    mine = payment_at("acme", T0 - timedelta(minutes=1))
+    payment_at("acme", T0 + timedelta(hours=1))  # newer than the cursor's moment
+    theirs = APIClient()
+    theirs.force_authenticate(other)
+    cursor = _real_cursor(theirs)
+
+    assert ids(api_client.get("/api/payments/", {"cursor": cursor})) == [str(mine.id)]
+
+
 def test_a_filter_given_twice_is_refused(api_client, user):
     grant(user, "acme")
     assert bad_param(api_client.get("/api/payments/?state=pending&state=failed")) == "state"

@@ -24,6 +24,7 @@ from payments.models import (
 )
 from payments.processor.breaker import (
     ALERT_KEY,
+    DEGRADED_ALERT_KEY,
     PROCESSOR,
     STATUS_READ,
     CallOutcome,
@@ -31,11 +32,14 @@ from payments.processor.breaker import (
     pause_seconds,
     processor_breaker_admit,
     processor_breaker_close_when_trials_done,
+    processor_breaker_degraded,
+    processor_breaker_degraded_end,
     processor_breaker_get,
     processor_breaker_incident_end,
     processor_breaker_record,
     processor_breaker_trial_start,
     processor_breaker_wait,
+    processor_degraded_reason,
 )
 from tests.factories import PaymentFactory, ProcessorAttemptFactory
 from triage.models import Alert, AlertStatus
@@ -460,3 +464,109 @@ def test_failures_stamped_by_a_worker_clock_far_behind_still_count_toward_the_ra
     ProcessorAttempt.objects.update(started_at=timezone.now() - timedelta(minutes=10))
 
     assert fail() == BreakerState.OPEN
+
+
+# --- degraded: is a failed submission the payment's own, or the processor's? ---------------
+
+
+def flapping(payments: int, **kwargs) -> None:
+    """Other payments of a flapping processor: each failed once, then went through on a retry."""
+    for _ in range(payments):
+        attempts(PaymentFactory(), [True, False], **kwargs)
+
+
+def degraded_for(payment) -> str:
+    processor_breaker_get()
+    return processor_degraded_reason(payment_id=payment.id)
+
+
+def test_failures_spread_over_payments_that_then_go_through_are_a_degradation():
+    for _ in range(4):
+        attempts(PaymentFactory(), [False])  # first calls that went through
+    flapping(5)
+    own = PaymentFactory()
+    attempts(own, [True])
+
+    reason = degraded_for(own)
+
+    assert reason == (
+        "calls failed for 5 of the 9 other payments called lately, 5 of which went through "
+        "on a retry"
+    )
+
+
+def test_payments_failing_on_their_own_never_look_like_a_degraded_processor():
+    for _ in range(4):
+        attempts(PaymentFactory(), [False])  # quiet traffic, going through
+    bad_accounts = [PaymentFactory() for _ in range(4)]
+    for bad in bad_accounts:
+        attempts(bad, [True, True, True])
+
+    # Three of the seven others failed, but none ever went through: their own fault each, so
+    # they cannot keep one another from a person.
+    assert degraded_for(bad_accounts[0]) == ""
+    assert processor_breaker_get().degraded_since is None
+
+
+def test_a_payments_own_calls_never_make_its_case():
+    for _ in range(6):
+        attempts(PaymentFactory(), [False])
+    own = PaymentFactory()
+    attempts(own, [True, True, True, True, True])
+
+    assert degraded_for(own) == ""
+
+
+def test_too_few_payments_called_say_nothing_of_the_processor():
+    flapping(4)
+
+    assert degraded_for(PaymentFactory()) == ""
+    flapping(1)
+    assert degraded_for(PaymentFactory()) != ""
+
+
+def test_degradation_ignores_old_calls_calls_before_the_last_close_429s_and_409s():
+    flapping(5, age_seconds=31)  # older than the 30 s window
+    assert degraded_for(PaymentFactory()) == ""
+
+    flapping(5)
+    CircuitBreaker.objects.filter(name=PROCESSOR).update(
+        window_after_attempt=ProcessorAttempt.objects.order_by("-pk").first().pk
+    )
+    assert degraded_for(PaymentFactory()) == ""
+
+    flapping(5)
+    ProcessorAttempt.objects.filter(outcome=AttemptOutcome.RETRYABLE).update(http_status=429)
+    assert degraded_for(PaymentFactory()) == ""
+
+
+def test_a_degradation_is_one_transition_and_one_high_alert_resolved_after_the_cooldown():
+    PaymentFactory.create_batch(2, state=PaymentState.PENDING)
+    processor_breaker_get()
+
+    assert processor_breaker_degraded(reason="calls failed for 5 of the 9 other payments")
+    assert not processor_breaker_degraded(reason="again")
+
+    breaker = processor_breaker_get()
+    assert breaker.state == BreakerState.CLOSED and breaker.degraded_since is not None
+    [degraded] = CircuitBreakerTransition.objects.filter(kind=BreakerTransitionKind.DEGRADED)
+    assert "5 of the 9" in degraded.reason
+    [alert] = Alert.objects.filter(key=DEGRADED_ALERT_KEY)
+    assert alert.severity == "high" and alert.status == AlertStatus.FIRING
+    assert alert.summary.startswith(
+        f"processor degraded since {breaker.degraded_since:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    assert "2 payment(s) waiting" in alert.summary
+    gate = processor_breaker_wait()
+    assert gate.allowed and gate.degraded  # degraded is not down: calls flow
+    assert not processor_breaker_degraded_end()  # a failure was judged one just now
+
+    breaker_times_move(degraded_seen_at=-61)  # no failure judged one for the 60 s cool-down
+    assert processor_breaker_degraded_end()
+
+    assert processor_breaker_get().degraded_since is None
+    assert not processor_breaker_wait().degraded
+    [alert] = Alert.objects.filter(key=DEGRADED_ALERT_KEY)
+    assert alert.status == AlertStatus.RESOLVED
+    kinds = list(CircuitBreakerTransition.objects.values_list("kind", flat=True))
+    assert kinds == [BreakerTransitionKind.DEGRADED, BreakerTransitionKind.RECOVERED]

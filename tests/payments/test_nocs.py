@@ -387,3 +387,11 @@ def test_the_due_count_holds_open_nocs_due_in_the_next_two_banking_days():
         deadline=datetime(2026, 11, 24, 23, 0, tzinfo=UTC)
     )
     assert nocs_due_count(now=now) == {"due_soon": 1, "overdue": 1, "open": 3}
+
+
+def test_a_backend_s_own_raw_is_kept_with_its_bank_numbers_masked_too():
+    # A backend that maps another processor's body onto the contract may keep that body.
+    event = processor_event_parse(
+        _fields(), raw={"transfer": {"account": "77668056869313516", "fee_cents": 125}}
+    )
+    assert event.raw == {"transfer": {"account": "****3516", "fee_cents": 125}}

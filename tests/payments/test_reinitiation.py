@@ -337,16 +337,21 @@ def test_a_contested_dishonor_leaves_the_return_standing_and_reinitiable():
 
 
 @pytest.mark.parametrize(
-    ("status", "refused_rule"),
-    [("requested", "dishonor_pending"), ("sent", "dishonor_pending"), ("failed", None)],
+    ("status", "last_outcome", "refused_rule"),
+    [
+        ("requested", None, "dishonor_pending"),
+        ("sent", "accepted", "dishonor_pending"),
+        ("failed", "retryable", "dishonor_pending"),  # no answer: the processor may have it
+        ("failed", "rejected", None),  # refused: the processor never took it
+    ],
 )
 def test_a_dishonor_awaiting_its_answer_blocks_a_reinitiation_one_never_taken_does_not(
-    status, refused_rule
+    status, last_outcome, refused_rule
 ):
-    from payments.models import ReturnDishonor
+    from payments.models import ProcessorAttempt, ReturnDishonor
 
     original = _returned("R01")
-    ReturnDishonor.objects.create(
+    dishonor = ReturnDishonor.objects.create(
         payment=original,
         ach_return=original.ach_return,
         merchant_id=original.merchant_id,
@@ -355,6 +360,16 @@ def test_a_dishonor_awaiting_its_answer_blocks_a_reinitiation_one_never_taken_do
         request_status=status,
         requested_at=timezone.now(),
     )
+    if last_outcome is not None:
+        ProcessorAttempt.objects.create(
+            payment=original,
+            attempt_number=1,
+            operation="dishonor",
+            idempotency_key=dishonor.idempotency_key,
+            outcome=last_outcome,
+            latency_ms=1.0,
+            started_at=timezone.now(),
+        )
 
     if refused_rule is None:
         assert payment_reinitiate(payment_id=original.id).reinitiation_of_id == original.id

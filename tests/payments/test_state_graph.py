@@ -1,6 +1,7 @@
 """The payment's state graph is declared once, by the ``@transition``s on ``Payment``: every
-table the services, the event parser and the README read is derived from django-fsm's own
-transition metadata, and the README's diagram draws the same graph."""
+table the services, the event parser and the docs read is derived from django-fsm's own
+transition metadata, and the docs' diagram (docs/explanation/state-machine.md) draws the same
+graph."""
 
 import re
 from pathlib import Path
@@ -15,13 +16,9 @@ from payments.events import (
 from payments.models import PAYMENT_GRAPH, STATE_RANK, Payment, PaymentState
 from payments.services import EVENT_TRANSITIONS, TRANSITIONS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-# Box-drawing wires: the sides of a cell each one joins; an arrowhead ends a wire at its target.
-_PORTS = {"─": "lr", "│": "ud", "└": "ur", "┘": "ul", "┌": "dr", "┐": "dl", ">": "l", "<": "r"}
-_POINTS = {">": "r", "<": "l"}
-_STEP = {"l": (0, -1), "r": (0, 1), "u": (-1, 0), "d": (1, 0)}
-_OPPOSITE = {"l": "r", "r": "l", "u": "d", "d": "u"}
+STATE_MACHINE_PAGE = (
+    Path(__file__).resolve().parents[2] / "docs" / "explanation" / "state-machine.md"
+)
 
 
 def _model_edges() -> set[tuple[str, str]]:
@@ -30,84 +27,36 @@ def _model_edges() -> set[tuple[str, str]]:
     return {(str(t.source), str(t.target)) for t in field.get_all_transitions(Payment)}
 
 
-def _readme_diagram() -> list[str]:
-    """The code block after the README's sentence introducing the state machine."""
-    text = README.read_text()
-    start = text.index("Payments move through a django-fsm state machine")
-    block = re.search(r"```\n(.*?)```", text[start:], re.DOTALL)
-    return block.group(1).splitlines()
+def _diagram() -> str:
+    """The page's Mermaid state diagram."""
+    block = re.search(r"```mermaid\n(.*?)```", STATE_MACHINE_PAGE.read_text(), re.DOTALL)
+    assert block is not None, f"{STATE_MACHINE_PAGE} has no mermaid diagram"
+    return block.group(1)
 
 
-def _diagram_edges(lines: list[str]) -> set[tuple[str, str]]:
-    """Follow every wire of an ASCII diagram from the state it leaves to the state its
-    arrowhead points at (a wire may stand one space apart from a state's name)."""
-    width = max(map(len, lines))
-    grid = [line.ljust(width) for line in lines]
-    labels = {}  # cell -> state name
-    pattern = r"\b(" + "|".join(PaymentState.values) + r")\b"
-    for row, line in enumerate(grid):
-        for match in re.finditer(pattern, line):
-            labels.update({(row, col): match.group(1) for col in range(*match.span())})
-
-    def at(cell):
-        row, col = cell
-        return grid[row][col] if 0 <= row < len(grid) and 0 <= col < width else " "
-
-    def beside(cell, side):
-        """The next cell on ``side``, skipping one space left or right."""
-        step = _STEP[side]
-        near = (cell[0] + step[0], cell[1] + step[1])
-        if at(near) == " " and side in "lr":
-            near = (near[0] + step[0], near[1] + step[1])
-        return near
-
-    def follow(cell, entered, source, edges):
-        char = at(cell)
-        if char in _POINTS:
-            target = labels.get(beside(cell, _POINTS[char]))
-            if target is not None:
-                edges.add((source, target))
-            return
-        for side in _PORTS[char].replace(entered, ""):
-            step = _STEP[side]
-            near = (cell[0] + step[0], cell[1] + step[1])
-            if _OPPOSITE[side] in _PORTS.get(at(near), ""):
-                follow(near, _OPPOSITE[side], source, edges)
-
-    edges: set[tuple[str, str]] = set()
-    for cell, source in labels.items():
-        for side in _STEP:
-            start = beside(cell, side)
-            if start not in labels and _OPPOSITE[side] in _PORTS.get(at(start), ""):
-                follow(start, _OPPOSITE[side], source, edges)
-    return edges
+def _diagram_edges(diagram: str) -> set[tuple[str, str]]:
+    """Every ``a --> b`` of a Mermaid state diagram, leaving out its start and end (``[*]``)."""
+    return {
+        (source, target)
+        for source, target in re.findall(r"^\s*(\S+)\s*-->\s*(\S+)", diagram, re.M)
+        if "[*]" not in (source, target)
+    }
 
 
-def test_the_readme_diagram_draws_the_models_state_graph():
-    lines = _readme_diagram()
-    drawn = _diagram_edges(lines)
+def test_the_docs_diagram_draws_the_models_state_graph():
+    diagram = _diagram()
 
-    assert drawn == _model_edges()
-    named = set(re.findall(r"[a-z]+", "\n".join(lines))) & set(PaymentState.values)
+    assert _diagram_edges(diagram) == _model_edges()
+    named = set(re.findall(r"[a-z]+", diagram)) & set(PaymentState.values)
     assert named == set(PaymentState.values)  # every state is in the picture
 
 
-def test_the_diagram_reader_follows_arrows_both_ways_and_around_corners():
+def test_the_diagram_reader_takes_each_arrow_and_leaves_out_start_and_end():
     drawn = _diagram_edges(
-        [
-            "pending ──> submitted",
-            "   │",
-            "   └──> failed <── confirmed",
-            "                      │",
-            "          returned <──┘",
-        ]
+        "stateDiagram-v2\n    [*] --> pending\n    pending --> submitted\n"
+        "    submitted-->failed\n    failed --> [*]\n"
     )
-    assert drawn == {
-        ("pending", "submitted"),
-        ("pending", "failed"),
-        ("confirmed", "failed"),
-        ("confirmed", "returned"),
-    }
+    assert drawn == {("pending", "submitted"), ("submitted", "failed")}
 
 
 def test_every_table_is_read_from_the_models_transitions():

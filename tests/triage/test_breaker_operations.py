@@ -10,8 +10,10 @@ from django.utils import timezone
 from payments.models import BreakerState, CircuitBreaker, PaymentState
 from payments.processor.breaker import (
     ALERT_KEY,
+    DEGRADED_ALERT_KEY,
     CallOutcome,
     processor_breaker_admit,
+    processor_breaker_degraded,
     processor_breaker_get,
     processor_breaker_record,
 )
@@ -144,3 +146,27 @@ def test_dashboard_shows_a_429_pause_while_closed(client):
 
     assert "Processor: circuit breaker closed" in page
     assert "paused by the processor's 429 for 1 min" in page
+
+
+def test_evaluation_keeps_the_degraded_alert_firing_and_resolves_it_after_the_cooldown(
+    module_settings,
+):
+    module_settings.PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS = 60
+    PaymentFactory.create_batch(2, state=PaymentState.PENDING)
+    processor_breaker_get()
+    processor_breaker_degraded(reason="calls failed for 5 of the 9 other payments")
+
+    assert DEGRADED_ALERT_KEY in alerts_evaluate().fired
+    [alert] = Alert.objects.filter(key=DEGRADED_ALERT_KEY)
+    assert alert.severity == "high" and alert.status == AlertStatus.FIRING
+    assert "2 payment(s) waiting" in alert.summary
+
+    # The last failure judged a degradation was 61 s ago: over, here or in a worker's loop.
+    CircuitBreaker.objects.filter(name="processor").update(
+        degraded_seen_at=Now() - timedelta(seconds=61)
+    )
+    alerts_evaluate()
+
+    assert Alert.objects.get(key=DEGRADED_ALERT_KEY).status == AlertStatus.RESOLVED
+    assert processor_breaker_get().degraded_since is None
+    assert processor_breaker_get().state == BreakerState.CLOSED

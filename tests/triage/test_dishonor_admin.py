@@ -118,6 +118,23 @@ def test_a_payment_that_was_not_returned_is_refused_with_the_rule(client):
     assert "not returned after settlement" in response.content.decode()
 
 
+def test_a_reinitiated_return_offers_no_dishonor_and_a_post_is_refused_naming_it(client):
+    from payments.services import payment_reinitiate
+
+    payment = _returned()
+    again = payment_reinitiate(payment_id=payment.id)
+    _staff(client, operator())
+
+    change = client.get(f"/admin/payments/payment/{payment.pk}/change/").content.decode()
+    response = client.post(_url(payment), {"reason_code": "R61", "note": "misrouted"})
+
+    assert "Dishonor the return" not in change
+    assert response.status_code == 400
+    assert f"reinitiated as payment {again.id}" in response.content.decode()
+    assert not ReturnDishonor.objects.exists()
+    assert not ProcessorAttempt.objects.filter(operation=DISHONOR_OPERATION).exists()
+
+
 def test_an_unknown_payment_is_a_404(client):
     _staff(client, operator())
 

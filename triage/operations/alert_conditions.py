@@ -29,6 +29,9 @@ QUEUE_UNREACHABLE = "queue.unreachable"
 # Raised by the processor's circuit breaker when it opens, cleared when it closes; the
 # evaluation keeps it firing (reminders) while the breaker is open.
 PROCESSOR_UNAVAILABLE = "processor.unavailable"
+# Raised by the breaker when a failure is judged a degradation (calls fail for many payments
+# while others go through), cleared once none was for the cool-down; kept firing meanwhile.
+PROCESSOR_DEGRADED = "processor.degraded"
 BEAT_HEARTBEAT_STALE = "beat.heartbeat_stale"
 CONDITION_KEYS = (
     DLQ_DEPTH,
@@ -36,6 +39,7 @@ CONDITION_KEYS = (
     BACKLOG,
     QUEUE_UNREACHABLE,
     PROCESSOR_UNAVAILABLE,
+    PROCESSOR_DEGRADED,
     BEAT_HEARTBEAT_STALE,
 )
 # Alerts raised per dead letter at ingestion: "dead_letter:<DeadLetter pk>".
@@ -186,6 +190,31 @@ def _processor_breaker(evaluation: _Evaluation) -> None:
     )
 
 
+def _processor_degraded(evaluation: _Evaluation) -> None:
+    """While the processor is degraded the alert keeps firing (reminders, a fresh count of
+    waiting payments); once no failure was judged a degradation for the cool-down it ends here
+    or in a worker's loop, and a leftover alert is resolved."""
+    from payments.models import CircuitBreaker
+    from payments.processor.breaker import (
+        PROCESSOR,
+        alert_degraded_summary,
+        payments_waiting_count,
+        processor_breaker_degraded_end,
+    )
+
+    breaker = CircuitBreaker.objects.filter(name=PROCESSOR).first()
+    if breaker is None or breaker.degraded_since is None or processor_breaker_degraded_end():
+        evaluation.resolve(PROCESSOR_DEGRADED, "processor no longer degraded")
+        return
+    waiting = payments_waiting_count()
+    evaluation.fire(
+        PROCESSOR_DEGRADED,
+        AlertSeverity.HIGH,
+        alert_degraded_summary(since=breaker.degraded_since, waiting=waiting),
+        {"degraded_since": breaker.degraded_since.isoformat(), "payments_waiting": waiting},
+    )
+
+
 def _beat_heartbeat(evaluation: _Evaluation) -> None:
     """Beat's heartbeat older than BEAT_HEARTBEAT_STALE_SECONDS (its age in database time).
 
@@ -264,6 +293,7 @@ CONDITIONS: tuple[Callable[[_Evaluation], None], ...] = (
     _dead_letters_open,
     _backlog,
     _processor_breaker,
+    _processor_degraded,
     _beat_heartbeat,
     _dead_letters_decided,
     _return_rates,

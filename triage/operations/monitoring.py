@@ -352,6 +352,8 @@ def metrics_registry() -> CollectorRegistry:
     with _lock:
         registry = _registries.get(multiproc_dir)
         if registry is None:
+            from callbacks.events_pull import ProcessorEventsPullCollector
+            from payments.books.monitoring import BooksCollector
             from triage.operations.dependencies import DependencyCollector
             from triage.operations.heartbeat import HeartbeatCollector
             from triage.operations.return_rates import ReturnRateCollector
@@ -361,6 +363,8 @@ def metrics_registry() -> CollectorRegistry:
             registry.register(SnapshotCollector(ReturnRateCollector()))
             registry.register(SnapshotCollector(HeartbeatCollector()))
             registry.register(SnapshotCollector(DependencyCollector()))
+            registry.register(SnapshotCollector(ProcessorEventsPullCollector()))
+            registry.register(SnapshotCollector(BooksCollector()))
             _registries[multiproc_dir] = registry
         return registry
 

@@ -45,7 +45,7 @@ class Command(RoundsCommand):
             raise CommandError(f"collection stopped, vault unavailable: {exc}") from exc
         finally:
             transport.close()
-        if options["every"] and not (result.imported or result.refused):
+        if options["every"] and not (result.imported or result.refused or result.set_aside):
             return  # a repeating process stays quiet when nothing came
         self.stdout.write(
             f"imported {len(result.imported)}, refused {len(result.refused)}, seen before "
@@ -54,3 +54,5 @@ class Command(RoundsCommand):
         )
         for name in result.refused:
             self.stderr.write(f"refused: {name} (kept; see the admin's inbound NACHA files)")
+        for name in result.set_aside:
+            self.stderr.write(f"set aside unread: {name} (not a regular file; see the alert)")

@@ -1,5 +1,6 @@
 """Re-key the vault's records under the active key-encrypting key, in batches: the accounts
-(re-encrypted) and the sealed NACHA files, ours and the bank's (their data keys re-wrapped).
+(re-encrypted), the sealed NACHA files, ours and the bank's, and the bank's statements (their
+data keys re-wrapped).
 
 Rotation: add the new key to ``PAYMENTS["VAULT_KEYS"]`` (with the KMS holder, a new version in
 ``VAULT_KMS_KEYS`` naming another KMS key), make it ``VAULT_ACTIVE_KEY`` (new accounts are sealed
@@ -10,6 +11,7 @@ and run again, and a running store or reveal is never blocked for long.
 
 from django.core.management.base import BaseCommand, CommandError
 
+from payments.books.models import BankStatement
 from payments.nacha.models import NachaFile, NachaInboundFile
 from payments.vault.crypto import VaultError, key_provider
 from payments.vault.models import VaultAccount
@@ -25,8 +27,8 @@ def batch_size(value: str) -> int:
 
 class Command(BaseCommand):
     help = (
-        "Re-key vaulted accounts and sealed NACHA files not under the active key, in batches "
-        "(1-10000 rows)."
+        "Re-key vaulted accounts, sealed NACHA files and bank statements not under the active "
+        "key, in batches (1-10000 rows)."
     )
 
     def add_arguments(self, parser):
@@ -42,6 +44,7 @@ class Command(BaseCommand):
             "accounts": VaultAccount.objects.exclude(key_version=active).count(),
             "NACHA files": NachaFile.objects.exclude(key_version=active).count(),
             "inbound NACHA files": NachaInboundFile.objects.exclude(key_version=active).count(),
+            "bank statements": BankStatement.objects.exclude(key_version=active).count(),
         }
         remaining = ", ".join(f"{n} {kind}" for kind, n in left.items())
         self.stdout.write(f"re-keyed {done} records under key {active}; left: {remaining}")

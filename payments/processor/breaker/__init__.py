@@ -25,6 +25,11 @@ must not make every message do that. The breaker tells them apart:
   ``processor.unavailable``, raised once, stays firing. Only a close that lasts the cool-down
   resolves the incident and the alert.
 
+- degraded: a closed breaker's failed submission whose failure is spread over other payments
+  too (``degraded``: per payment, retries included, some of them through on a retry) is the
+  processor's, not the payment's: it spends no retry, and the high alert
+  ``processor.degraded`` is raised even if the breaker never opens.
+
 Independently of the state, a 429 pauses every caller for its ``Retry-After`` (1 s without
 one; at most the maximum pause) through ``paused_until``; it is not a failure.
 
@@ -36,9 +41,10 @@ pause past its cap nor ignore another worker's. Every change of state is a condi
 transaction; alerts are raised and cleared after commit.
 
 Its parts: ``state`` (the row, the database's clock, the numbers from the settings),
-``admission`` (may a call go now; the trial's slots), ``record`` (what a call's outcome does)
-and ``transitions`` (open, reopen, close, the incident's end, the 429 pause, the alert). Every
-name is importable from here, and callers import it from here.
+``admission`` (may a call go now; the trial's slots), ``record`` (what a call's outcome does),
+``transitions`` (open, reopen, close, the incident's end, the 429 pause, the alert) and
+``degraded`` (is a failure the processor's, the degradation and its alert). Every name is
+importable from here, and callers import it from here.
 """
 
 from payments.processor.breaker.admission import (
@@ -46,10 +52,17 @@ from payments.processor.breaker.admission import (
     processor_breaker_trial_start,
     processor_breaker_wait,
 )
+from payments.processor.breaker.degraded import (
+    alert_degraded_summary,
+    processor_breaker_degraded,
+    processor_breaker_degraded_end,
+    processor_degraded_reason,
+)
 from payments.processor.breaker.record import call_outcome, processor_breaker_record
 from payments.processor.breaker.state import (
     ALERT_KEY,
     DEFAULT_429_PAUSE_SECONDS,
+    DEGRADED_ALERT_KEY,
     NOT_COUNTED_STATUSES,
     PROBE_RECHECK_SECONDS,
     PROCESSOR,
@@ -75,6 +88,7 @@ from payments.processor.breaker.transitions import (
 __all__ = [
     "ALERT_KEY",
     "DEFAULT_429_PAUSE_SECONDS",
+    "DEGRADED_ALERT_KEY",
     "NOT_COUNTED_STATUSES",
     "PROBE_RECHECK_SECONDS",
     "PROCESSOR",
@@ -83,6 +97,7 @@ __all__ = [
     "TRIAL_LEASE_MARGIN_SECONDS",
     "Admission",
     "CallOutcome",
+    "alert_degraded_summary",
     "alert_unavailable_summary",
     "call_outcome",
     "max_pause_seconds",
@@ -90,12 +105,15 @@ __all__ = [
     "payments_waiting_count",
     "processor_breaker_admit",
     "processor_breaker_close_when_trials_done",
+    "processor_breaker_degraded",
+    "processor_breaker_degraded_end",
     "processor_breaker_get",
     "processor_breaker_incident_end",
     "processor_breaker_pause",
     "processor_breaker_record",
     "processor_breaker_trial_start",
     "processor_breaker_wait",
+    "processor_degraded_reason",
     "trial_calls",
     "trial_lease_seconds",
 ]

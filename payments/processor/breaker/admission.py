@@ -45,6 +45,7 @@ def _gate(breaker: CircuitBreaker | None, now: datetime | None, operation: str) 
     paused = _seconds_until(breaker.paused_until, now)
     since = f"{breaker.opened_at:%Y-%m-%d %H:%M:%S} UTC" if breaker.opened_at else "?"
     incident = breaker.opened_at is not None
+    degraded = breaker.degraded_since is not None
     if breaker.state == BreakerState.CLOSED:
         reason = f"submissions paused by the processor's 429 Retry-After for {paused:.1f} s"
         return Admission(
@@ -53,6 +54,7 @@ def _gate(breaker: CircuitBreaker | None, now: datetime | None, operation: str) 
             state=breaker.state,
             reason=reason if paused else "",
             incident=incident,
+            degraded=degraded,
         )
     if breaker.state == BreakerState.OPEN:
         remaining = _seconds_until(breaker.open_until, now)
@@ -71,9 +73,15 @@ def _gate(breaker: CircuitBreaker | None, now: datetime | None, operation: str) 
             state=breaker.state,
             reason=reason,
             incident=incident,
+            degraded=degraded,
         )
     return Admission(
-        allowed=wait <= 0, wait_seconds=wait, state=breaker.state, reason=reason, incident=incident
+        allowed=wait <= 0,
+        wait_seconds=wait,
+        state=breaker.state,
+        reason=reason,
+        incident=incident,
+        degraded=degraded,
     )
 
 

@@ -15,6 +15,7 @@ from payments.models import BreakerState, CircuitBreaker
 
 PROCESSOR = "processor"
 ALERT_KEY = "processor.unavailable"
+DEGRADED_ALERT_KEY = "processor.degraded"
 # ProcessorAttempt.operation of a submission (a debit) and of a status read.
 SUBMISSION = "submit"
 STATUS_READ = "status"
@@ -27,6 +28,14 @@ DEFAULT_429_PAUSE_SECONDS = 1.0
 # A trial submission is released from the database, queued and received before it calls: its
 # lease covers that as well as the call.
 TRIAL_LEASE_MARGIN_SECONDS = 10.0
+# Degraded (see ``degraded``): among the other payments of the last DEGRADED_WINDOW_CALLS
+# submission calls (none older than PROCESSOR_BREAKER_WINDOW_SECONDS, none from before the last
+# close), at least DEGRADED_MIN_PAYMENTS were called, at least DEGRADED_FAILURE_SHARE of them
+# had a call fail, and at least DEGRADED_MIN_RECOVERED went through on a retry.
+DEGRADED_WINDOW_CALLS = 20
+DEGRADED_MIN_PAYMENTS = 5
+DEGRADED_FAILURE_SHARE = 0.15
+DEGRADED_MIN_RECOVERED = 2
 
 
 class CallOutcome(enum.StrEnum):
@@ -47,6 +56,7 @@ class Admission:
     state: str = BreakerState.CLOSED
     reason: str = ""
     incident: bool = False  # an incident is open (maybe closed, within its cool-down)
+    degraded: bool = False  # calls were failing for many payments lately (see ``degraded``)
 
 
 def processor_breaker_get() -> CircuitBreaker:

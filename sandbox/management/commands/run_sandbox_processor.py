@@ -54,6 +54,11 @@ FAULT_OPTIONS = {
     ),
     "--callback-delay-seconds": ("callback_delay_seconds", non_negative, "delay of a late one"),
     "--p-return": ("p_return", probability, "probability of 'returned' instead of 'settled'"),
+    "--p-dropped-callback": (
+        "p_dropped_callback",
+        probability,
+        "probability that a callback is never delivered (GET /v1/events still lists it)",
+    ),
     "--settle-after-seconds": (
         "settle_after_seconds",
         non_negative,

@@ -353,8 +353,8 @@ def test_the_rotation_command_reports_files_left_under_another_key(nacha_setting
     call_command("vault_rotate_keys", "--batch-size", "5")
 
     assert (
-        "re-keyed 2 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files"
-        in capsys.readouterr().out
+        "re-keyed 2 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files, "
+        "0 bank statements" in capsys.readouterr().out
     )
     assert NachaFile.objects.get().key_version == "k2"
 

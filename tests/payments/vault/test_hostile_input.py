@@ -2,6 +2,7 @@
 bodies: each is a 4xx naming the problem, nothing is stored, and no number is echoed."""
 
 import json
+import re
 
 import pytest
 
@@ -85,3 +86,61 @@ def test_another_merchants_account_is_refused_403(api_client):
         api_client.post(URL, {**ACCOUNT, "merchant_id": "m-other"}, format="json"), status=403
     )
     assert error["param"] == "merchant_id"
+
+
+_BARE_17 = "77668056869313516"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "problem"),
+    [
+        (
+            json.dumps({**ACCOUNT, "account_number": "X"}).replace('"X"', _BARE_17),
+            "account_number",
+            "an integer of 17 digits is out of range",
+        ),
+        (
+            json.dumps({**ACCOUNT, "account_number": "X"}).replace('"X"', "-" + _BARE_17 + "000"),
+            "account_number",
+            "an integer of 20 digits is out of range",
+        ),
+        (
+            json.dumps(ACCOUNT)[:-1] + f', "{_BARE_17}": "a", "{_BARE_17}": "b"}}',
+            "****3516",
+            "given more than once",
+        ),
+        (
+            json.dumps({**ACCOUNT, "memo": {"7766805686931": "x"}}).replace('"x"', '"\\u0000"'),
+            "memo",
+            "at memo.****6931: contains a NUL character",
+        ),
+        (
+            json.dumps({**ACCOUNT, "memo": {"\u0667" * 13: "x"}}, ensure_ascii=False).replace(
+                '"x"', '"\\u0000"'
+            ),
+            "memo",
+            "at memo.****\u0667\u0667\u0667\u0667: contains a NUL character",
+        ),
+    ],
+    ids=["bare-17-digits", "bare-20-digits", "duplicate-17-digit-key", "13-digit-key", "arabic"],
+)
+def test_a_number_the_parser_refuses_is_named_by_place_and_never_echoed(
+    api_client, body, param, problem
+):
+    response = _raw(api_client, body)
+    error = _refused(response)
+    assert error["param"] == param, error
+    assert problem in error["message"], error
+    text = response.content.decode()
+    assert _BARE_17 not in text and "7766805686931" not in text and "\u0667" * 5 not in text
+    assert not re.search(
+        r"\d{5,}", json.dumps(error, ensure_ascii=False).replace(error["request_id"], "")
+    )
+
+
+@pytest.mark.parametrize("key", ["\\ud800", "a\\u0000"], ids=["surrogate", "nul"])
+def test_a_duplicate_key_that_cannot_be_shown_is_named_by_its_place(api_client, key):
+    body = json.dumps(ACCOUNT)[:-1] + f', "memo": {{"{key}": 1, "{key}": 2}}}}'
+    error = _refused(_raw(api_client, body))
+    assert error["param"] == "memo", error
+    assert "at memo.<key>: given more than once" in error["message"], error

@@ -104,8 +104,8 @@ def test_rotation_moves_every_account_from_one_kms_key_to_another(kms_vault, kms
     call_command("vault_rotate_keys", "--batch-size", "2")
 
     assert (
-        "re-keyed 3 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files"
-        in capsys.readouterr().out
+        "re-keyed 3 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files, "
+        "0 bank statements" in capsys.readouterr().out
     )
     for account in VaultAccount.objects.all():
         assert account.key_version == "k2" and account.rotated_at is not None

@@ -148,8 +148,8 @@ def test_the_rotation_command_reports_and_fails_on_a_row_it_cannot_open(vault_ke
     vault_keys.VAULT_ACTIVE_KEY = "k2"
     call_command("vault_rotate_keys", "--batch-size", "1")
     assert (
-        "re-keyed 1 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files"
-        in capsys.readouterr().out
+        "re-keyed 1 records under key k2; left: 0 accounts, 0 NACHA files, 0 inbound NACHA files, "
+        "0 bank statements" in capsys.readouterr().out
     )
 
     broken = vault_account_store(**ACCOUNT)

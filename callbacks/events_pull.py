@@ -1,0 +1,374 @@
+"""The pull of the processor's events: a callback the processor never delivered is applied within
+minutes anyway.
+
+A processor gives up on a callback after its retries (or loses it); its events API still lists
+the event. ``processor_events_pull`` reads that list page by page after a cursor stored in
+PostgreSQL (``ProcessorEventsCursor``) and puts every event on the main FIFO queue exactly as the
+callback endpoint does: each checked by the backend's ``callback_parse`` (the endpoint's check of
+a body), built by ``callbacks.schema.processor_event_outgoing`` (the endpoint's envelope, message
+group and deduplication id), so the worker cannot tell a pulled event from a delivered one. An
+event delivered by callback is then a duplicate (SQS drops it inside its 5 minutes, the
+processed-event record after them); one never delivered is applied, in its payment's order.
+
+Crash safety: the cursor moves only after a page's events are all on the queue, and only from
+the value the pass read (a compare-and-set), so a pass killed mid-page sends that page again on
+the next run: at least once onto the queue, exactly once in the ledger. One pass runs at a time
+(``payments.locks.single_flight``, a PostgreSQL advisory lock): two pullers never pull a page
+twice, the second skips its run.
+
+A page that breaks the API's contract, a 5xx, a timeout or a queue that refuses fails the pass
+with the cursor where it was (the next pass tries again; ``payments_processor_events_pull_success_
+timestamp_seconds`` grows old and alerts). A single event that breaks the event contract is never
+dropped silently: it goes to the dead-letter queue with its errors, where triage ingests it for a
+human and raises a high alert, as for any dead letter. A cursor the processor does not advance
+while it says it has more raises a medium alert and ends the pass without counting it a success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import F
+from django.db.models.functions import Now
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from callbacks import conf as callbacks_conf
+from callbacks import sqs
+from callbacks.metrics import PROCESSOR_EVENTS_PULL_PASSES, PROCESSOR_EVENTS_PULLED
+from callbacks.models import ProcessorEventsCursor
+from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT, processor_event_outgoing
+from callbacks.services.republish import DEAD_LETTER_KEY
+from payments import conf as payments_conf
+from payments.alerts import alert_raise
+from payments.events import ProcessorEvent
+from payments.exceptions import InvalidCallback, ProcessorRejected, ProcessorUnavailable
+from payments.locks import single_flight
+from payments.models import ProcessedEvent
+from payments.processor.backend import CallbackRequest, ProcessorBackend, get_backend
+from payments.processor.contract import CURSOR_RE
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = "callbacks.processor_events_pull"
+# The message group and id prefix of a malformed event whose payment id cannot be read.
+MALFORMED_PREFIX = "events-pull"
+MALFORMED_ERROR_CLASS = "InvalidPulledEvent"
+
+
+class PullOutcome:
+    DONE = "done"
+    FAILED = "failed"
+    STALLED = "stalled"
+    SKIPPED = "skipped"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass
+class PullResult:
+    outcome: str
+    pages: int = 0
+    pulled: int = 0
+    new: int = 0
+    known: int = 0
+    malformed: int = 0
+    cursor: str = ""
+    error: str = ""
+
+    def summary(self) -> str:
+        text = (
+            f"{self.outcome}: {self.pages} page(s), {self.pulled} event(s) pulled: {self.new} "
+            f"new, {self.known} already applied, {self.malformed} malformed (dead-lettered)"
+        )
+        return f"{text}; {self.error}" if self.error else text
+
+
+@dataclass(frozen=True)
+class _CheckedPage:
+    events: list[ProcessorEvent]
+    malformed: list[tuple[object, dict[str, list[str]]]]
+
+
+def processor_events_pull(
+    *, page_size: int | None = None, max_pages: int | None = None
+) -> PullResult:
+    """One pass: the processor's events after the stored cursor onto the queue, page by page,
+    until it has no more (or ``max_pages``). Calls the processor and SQS: run it outside any
+    transaction."""
+    backend = get_backend()
+    if not backend.supports_events:
+        logger.info(
+            "processor events pull: %s has no events API; nothing to pull",
+            type(backend).__name__,
+        )
+        PROCESSOR_EVENTS_PULL_PASSES.labels(outcome=PullOutcome.UNSUPPORTED).inc()
+        return PullResult(PullOutcome.UNSUPPORTED, error="the processor backend has no events API")
+    with single_flight(LOCK_NAME) as acquired:
+        if not acquired:
+            PROCESSOR_EVENTS_PULL_PASSES.labels(outcome=PullOutcome.SKIPPED).inc()
+            return PullResult(PullOutcome.SKIPPED, error="another pass is running")
+        result = _pull(
+            backend,
+            page_size=page_size or callbacks_conf.PROCESSOR_EVENTS_PULL_PAGE_SIZE,
+            max_pages=max_pages or callbacks_conf.PROCESSOR_EVENTS_PULL_MAX_PAGES,
+        )
+    PROCESSOR_EVENTS_PULL_PASSES.labels(outcome=result.outcome).inc()
+    log = logger.info if result.outcome == PullOutcome.DONE else logger.warning
+    log("processor events pull %s", result.summary(), extra={"outcome": result.outcome})
+    return result
+
+
+def processor_events_cursor_set(*, cursor: str) -> str:
+    """Store ``cursor`` as where the next pass starts ("" = the processor's first event), and
+    return the one it replaces: where a host adopting the pull starts (not years back), or an
+    operator's way past a page the processor cannot serve. Taken under the pass's own lock, so
+    no pass running meanwhile moves it back; raises ``RuntimeError`` when one holds it."""
+    if cursor and not CURSOR_RE.fullmatch(cursor):
+        raise ValueError("a cursor is 1-512 characters of A-Za-z0-9._:=~+/-")
+    with single_flight(LOCK_NAME) as acquired:
+        if not acquired:
+            raise RuntimeError("a pass of the processor events pull is running; try again")
+        row, _ = ProcessorEventsCursor.objects.get_or_create(source=payments_conf.PROCESSOR_BACKEND)
+        ProcessorEventsCursor.objects.filter(pk=row.pk).update(cursor=cursor)
+    logger.warning(
+        "processor events pull: cursor set to %r by hand (was %r)",
+        cursor,
+        row.cursor,
+        extra={"outcome": "cursor_set"},
+    )
+    return row.cursor
+
+
+def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullResult:
+    row, _ = ProcessorEventsCursor.objects.get_or_create(source=payments_conf.PROCESSOR_BACKEND)
+    cursor = row.cursor
+    result = PullResult(PullOutcome.DONE, cursor=cursor)
+    for _ in range(max_pages):
+        try:
+            page = backend.events_list(after=cursor or None, limit=page_size)
+        except (ProcessorUnavailable, ProcessorRejected) as exc:
+            result.outcome, result.error = PullOutcome.FAILED, str(exc)
+            if isinstance(exc, ProcessorRejected):
+                alert_raise(
+                    severity="medium",
+                    key="processor_events_pull.refused",
+                    summary=f"the processor refused the events pull after {cursor!r}: {exc}",
+                )
+            return result
+        checked = _check(backend, page.data)
+        try:
+            new, known = _queue_now(checked)
+        except sqs.QueueUnavailable as exc:
+            result.outcome, result.error = PullOutcome.FAILED, f"queue unavailable: {exc}"
+            return result
+        result.pages += 1
+        result.pulled += len(page.data)
+        result.new, result.known = result.new + new, result.known + known
+        result.malformed += len(checked.malformed)
+        _pause_at("page_queued")
+        next_cursor = page.next_cursor
+        if next_cursor is None or next_cursor == cursor:
+            # The processor gave no position past this page: the cursor stays, and the page's
+            # events (queued again next time) are duplicates there.
+            _counts_add(row, cursor=cursor, checked=checked, new=new, known=known)
+            if page.has_more:
+                result.outcome = PullOutcome.STALLED
+                result.error = f"the processor's cursor does not advance past {cursor!r}"
+                alert_raise(
+                    severity="medium",
+                    key="processor_events_pull.stalled",
+                    summary=f"processor events pull: {result.error} although it has more",
+                )
+                return result
+            break
+        if not _cursor_advance(row, old=cursor, new=next_cursor, checked=checked, new_count=new):
+            result.outcome = PullOutcome.FAILED
+            result.error = "the stored cursor moved under this pass (another puller)"
+            return result
+        cursor = result.cursor = next_cursor
+        if not page.has_more:
+            break
+    ProcessorEventsCursor.objects.filter(pk=row.pk).update(pulled_at=Now())
+    return result
+
+
+def _check(backend: ProcessorBackend, data: tuple) -> _CheckedPage:
+    """Each event checked as the callback endpoint checks a body (``callback_parse``)."""
+    events, malformed = [], []
+    for item in data:
+        request = CallbackRequest(
+            body=json.dumps(item, separators=(",", ":")).encode(),
+            headers={},
+            secrets=(),
+            tolerance_seconds=callbacks_conf.CALLBACK_TOLERANCE_SECONDS,
+        )
+        try:
+            events.append(backend.callback_parse(item, request))
+        except InvalidCallback as exc:
+            malformed.append((item, exc.errors))
+    return _CheckedPage(events=events, malformed=malformed)
+
+
+def _queue_now(checked: _CheckedPage) -> tuple[int, int]:
+    """The page's events onto the main queue in order, its malformed ones onto the DLQ; how
+    many were (new, already applied)."""
+    ids = [event.processor_event_id for event in checked.events]
+    applied = set(
+        ProcessedEvent.objects.filter(processor_event_id__in=ids).values_list(
+            "processor_event_id", flat=True
+        )
+    )
+    _page_publish(checked.events)
+    for item, errors in checked.malformed:
+        _malformed_dead_letter(item, errors)
+    new = sum(1 for i in ids if i not in applied)
+    PROCESSOR_EVENTS_PULLED.labels(outcome="new").inc(new)
+    PROCESSOR_EVENTS_PULLED.labels(outcome="known").inc(len(ids) - new)
+    PROCESSOR_EVENTS_PULLED.labels(outcome="malformed").inc(len(checked.malformed))
+    return new, len(ids) - new
+
+
+def _page_publish(events: list[ProcessorEvent]) -> None:
+    """Send now, in the page's order, ten to a call; raise ``QueueUnavailable`` unless SQS
+    took every one (what it took is harmless to send again: same deduplication ids)."""
+    now = timezone.now()
+    messages = [processor_event_outgoing(event, received_at=now) for event in events]
+    for start in range(0, len(messages), sqs.BATCH_LIMIT):
+        sqs.send_messages_now(messages[start : start + sqs.BATCH_LIMIT])
+
+
+def _malformed_dead_letter(item: object, errors: dict[str, list[str]]) -> None:
+    """A pulled event that breaks the contract, to the DLQ in the worker's dead-letter
+    envelope: triage stores it for a human with its errors (and alerts). Its id is its
+    content's hash, so pulling it again is dropped by SQS and by ingestion."""
+    canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:48]
+    payment_id = item.get("payment_id") if isinstance(item, dict) else None
+    try:
+        group_id = str(uuid.UUID(payment_id)) if isinstance(payment_id, str) else ""
+    except ValueError:
+        group_id = ""
+    message_id = f"{MALFORMED_PREFIX}.{digest}"
+    error = "; ".join(f"{field}: {' '.join(problems)}" for field, problems in errors.items())
+    now = timezone.now().isoformat()
+    body = {
+        "kind": PROCESSOR_EVENT,
+        EVENT_KEY: item,
+        "received_at": now,
+        DEAD_LETTER_KEY: {
+            "original_message_id": message_id,
+            "attempts": 0,
+            "error_class": MALFORMED_ERROR_CLASS,
+            "error": f"the processor's events API listed an event that breaks the contract: "
+            f"{error}"[:4000],
+            "first_started_at": now,
+            "dead_lettered_at": now,
+        },
+    }
+    sqs.send_message_now(
+        body=body,
+        group_id=group_id or MALFORMED_PREFIX,
+        deduplication_id=message_id,
+        url=sqs.dead_letter_queue_url(),
+    )
+    logger.error(
+        "pulled processor event breaks the contract: dead-lettered: %s",
+        error,
+        extra={"payment_id": group_id or None, "message_id": message_id},
+    )
+
+
+def _newest(checked: _CheckedPage) -> datetime | None:
+    return max((event.timestamp for event in checked.events), default=None)
+
+
+def _counts_add(
+    row: ProcessorEventsCursor, *, cursor: str, checked: _CheckedPage, new: int, known: int
+) -> None:
+    ProcessorEventsCursor.objects.filter(pk=row.pk, cursor=cursor).update(
+        **_counted(checked, new=new, known=known)
+    )
+
+
+def _counted(checked: _CheckedPage, *, new: int, known: int) -> dict:
+    fields = {
+        "events_pulled": F("events_pulled") + len(checked.events) + len(checked.malformed),
+        "events_new": F("events_new") + new,
+        "events_known": F("events_known") + known,
+        "events_malformed": F("events_malformed") + len(checked.malformed),
+    }
+    newest = _newest(checked)
+    if newest is not None:
+        fields["newest_event_at"] = newest
+    return fields
+
+
+def _cursor_advance(
+    row: ProcessorEventsCursor, *, old: str, new: str, checked: _CheckedPage, new_count: int
+) -> bool:
+    """Move the stored cursor from ``old`` to ``new`` (one statement, autocommit); False when
+    it no longer holds ``old``."""
+    known = len(checked.events) - new_count
+    return bool(
+        ProcessorEventsCursor.objects.filter(pk=row.pk, cursor=old).update(
+            cursor=new, **_counted(checked, new=new_count, known=known)
+        )
+    )
+
+
+def _pause_at(point: str) -> None:
+    """Tests only: stop here for good when ``PROCESSOR_EVENTS_PULL_PAUSE_AT`` names this point,
+    so a test can SIGKILL the puller at a known place. A no-op unless a test sets it."""
+    if callbacks_conf.PROCESSOR_EVENTS_PULL_PAUSE_AT == point:
+        logger.warning("processor events pull paused at %s", point)
+        while True:
+            time.sleep(3600)
+
+
+class ProcessorEventsPullCollector(Collector):
+    """The pull's lag, read from its cursor row: ``..._success_timestamp_seconds`` (the end of
+    the last successful pass, database time; 0 when none ever succeeded) and
+    ``..._newest_event_timestamp_seconds`` (the newest event pulled). Left out when the
+    backend has no events API (nothing to fall behind) or the database cannot be read."""
+
+    def describe(self):
+        yield GaugeMetricFamily("payments_processor_events_pull_success_timestamp_seconds", "")
+        yield GaugeMetricFamily("payments_processor_events_pull_newest_event_timestamp_seconds", "")
+
+    def collect(self):
+        from django.db import DatabaseError
+
+        try:
+            if not get_backend().supports_events:
+                return
+            row = (
+                ProcessorEventsCursor.objects.filter(source=payments_conf.PROCESSOR_BACKEND)
+                .values("pulled_at", "newest_event_at")
+                .first()
+            ) or {}
+        except DatabaseError as exc:
+            logger.warning("cannot read the processor events pull's cursor: %s", exc)
+            return
+        yield GaugeMetricFamily(
+            "payments_processor_events_pull_success_timestamp_seconds",
+            "Unix time (database clock) the processor events pull last finished a pass; "
+            "0 when none ever did.",
+            value=_timestamp(row.get("pulled_at")),
+        )
+        yield GaugeMetricFamily(
+            "payments_processor_events_pull_newest_event_timestamp_seconds",
+            "Unix time of the newest processor event the pull has read (its timestamp); 0 "
+            "when none.",
+            value=_timestamp(row.get("newest_event_at")),
+        )
+
+
+def _timestamp(value: datetime | None) -> float:
+    return value.timestamp() if value is not None else 0.0

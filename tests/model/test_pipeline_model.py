@@ -40,7 +40,7 @@ def run_model(*, examples: int, steps: int) -> None:
 
 
 def test_the_pipeline_keeps_every_invariant_in_a_simulated_world(model_world):
-    run_model(examples=100, steps=25)
+    run_model(examples=200, steps=25)
 
 
 @pytest.mark.scale

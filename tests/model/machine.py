@@ -91,14 +91,13 @@ APPS_EMPTIED = ("payments", "callbacks", "triage")
 
 
 class World:
-    """What one test shares with every example of its machine: the clock, the queue, the
-    processor and the operator; set by the test (``tests.model.conftest``)."""
+    """What one test shares with every example of its machine: the clock, the queue and the
+    operator; set by the ``model_world`` fixture (``tests.model.conftest``). Each example
+    makes its own processor."""
 
     clock = None
     sqs = None
-    processor = None
     operator = None
-    api = None
 
 
 def empty_tables() -> None:
@@ -109,10 +108,9 @@ def empty_tables() -> None:
         for model in apps.get_app_config(label).get_models()
         if model._meta.managed and not model._meta.proxy
     ]
+    statements = ["SET CONSTRAINTS ALL DEFERRED", *(f'DELETE FROM "{t}"' for t in tables)]
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
-        for table in tables:
-            cursor.execute(f'DELETE FROM "{table}"')
+        cursor.execute("; ".join(statements))  # one round trip
 
 
 class PipelineModel(RuleBasedStateMachine):

@@ -32,6 +32,12 @@ def model_world(transactional_db, module_settings, monkeypatch):
     # still pauses every caller, for a millisecond, and its submissions are parked and released.
     module_settings.PROCESSOR_BREAKER_FAILURES = 1000
     module_settings.PROCESSOR_BREAKER_WINDOW_CALLS = 10_000
+    # For the same reason retries wait no backoff: a submission parked while the processor is
+    # degraded for everyone is released after its backoff on the database's clock. A message
+    # the worker did not delete (its crash before the delete) still comes back only when the
+    # simulated clock passes its visibility timeout.
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
     sqs.reset()
     reset_backend()
     with connection.cursor() as cursor:

@@ -1,0 +1,21 @@
+"""A model test of the pipeline: the real code in a simulated world, driven by a seed.
+
+As a simulation test does (FoundationDB's, TigerBeetle's VOPR), ``machine.PipelineModel`` runs
+the product's own services, worker, handlers, dedup records, event log, ledger and triage on
+the real PostgreSQL, against an in-process queue (``queue.SimSqs``: FIFO groups, visibility
+timeouts, redelivery, several messages of a group per receive, the 5-minute deduplication
+window, a crash between commit and delete), processor (``processor.SimProcessor``: charges,
+timeouts after charging, 5xx, 4xx, 429, flapping, callbacks late, twice and out of order) and
+clock (``clock.SimClock``, behind ``timezone.now``), and checks every invariant after every step.
+Hypothesis chooses the steps and shrinks a failure to a short sequence.
+
+Replaying a run: every run prints ``model seed N``; a failure adds the seed to its error, prints
+the shrunk steps as Python (``state = PipelineModel()``, ``state.create(...)``, ...) and a
+``@reproduce_failure(...)`` blob. Replay the seed with
+
+    MODEL_SEED=N .venv/bin/python -m pytest tests/model -k simulated_world
+
+(``MODEL_EXAMPLES`` and ``MODEL_STEPS`` must match the run's, when it set them), or put the
+blob's decorator on ``PipelineModel`` to replay exactly the shrunk failure. The normal tier
+runs a few hundred sequences; the scale tier (``-m scale``) thousands, longer ones.
+"""

@@ -253,10 +253,14 @@ class ChaosRun(Faults, Settling):
         (VAR / "sandbox-stats.json").write_text(json.dumps(record["stats"]))
         (VAR / "callbacks-sent.json").write_text(json.dumps(sent))
         (VAR / "callbacks-dropped.json").write_text(json.dumps(record.get("dropped", [])))
+        # The processor's own events: what it delivered and what it dropped, not the injected.
+        made = record["delivered"] + record.get("dropped", [])
+        (VAR / "processor-events.json").write_text(json.dumps(made))
         report = check_invariants(
             sandbox_stats=record["stats"],
             callbacks_sent=sent,
             callbacks_dropped=record.get("dropped", []),
+            processor_events=made,
         )
         api_problems = check_api(load)
         print(summary(self, load, record["stats"], settled, backlog, dead_letters))

@@ -32,6 +32,9 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
 - ``dropped_callbacks_recovered``: every callback the processor dropped on purpose (never
   delivered; ``callbacks_dropped``) left such a trace all the same, through the pull of its
   events;
+- ``final_states_match_processor``: every payment the processor made events for (delivered or
+  dropped, never the run's injected ones) is in the state those events say, unless a person or
+  the pipeline still has it (a dead letter, a hold, an error row, a message in hand);
 - ``dead_letters_have_history``: every dead letter carries its error history (ProcessingError
   rows for its message or the error its dead-letter envelope carries);
 - ``dead_letters_have_error_rows``: every message SQS's RedrivePolicy moved to the DLQ (no
@@ -56,6 +59,7 @@ from chaos.invariants.callbacks import check_callbacks, check_dropped_callbacks
 from chaos.invariants.dead_letters import check_dead_letters, check_outage_dead_letters
 from chaos.invariants.dishonors import check_dishonors
 from chaos.invariants.event_log import check_events_applied_once, check_transitions
+from chaos.invariants.final_states import check_final_states
 from chaos.invariants.lifecycle import check_nocs, check_reinitiations
 from chaos.invariants.money import check_charges, check_ledger, check_returns_reversed
 from chaos.invariants.notes import notes_unfinished
@@ -65,12 +69,18 @@ __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
 
 
 def check_invariants(
-    *, sandbox_stats: dict, callbacks_sent: list | None, callbacks_dropped: list | None = None
+    *,
+    sandbox_stats: dict,
+    callbacks_sent: list | None,
+    callbacks_dropped: list | None = None,
+    processor_events: list | None = None,
 ) -> Report:
     """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
     (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
     are accounted for by count only, from ``sandbox_stats``. ``callbacks_dropped`` lists those
-    it never delivered (the sandbox's drops); without it that check is not made."""
+    it never delivered (the sandbox's drops); without it that check is not made.
+    ``processor_events`` lists every event the processor made, delivered or dropped (not the
+    run's injected ones); without it the final states are not compared."""
     report = Report()
     if callbacks_sent is None:
         callbacks_sent = sandbox_stats.get("callbacks_delivered")
@@ -82,6 +92,7 @@ def check_invariants(
     check_dishonors(report)
     check_callbacks(report, sandbox_stats, callbacks_sent)
     check_dropped_callbacks(report, callbacks_dropped)
+    check_final_states(report, processor_events)
     check_dead_letters(report)
     check_outage_dead_letters(report)
     check_nocs(report)

@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON file listing the callbacks the processor dropped on purpose (the sandbox's "
         "GET /_sandbox/drops 'dropped'); each must have been recovered by the events pull",
     )
+    parser.add_argument(
+        "--processor-events",
+        help="JSON file listing every event the processor made, delivered or dropped (not the "
+        "run's injected ones); each payment's final state must agree with them",
+    )
     parser.add_argument("--json", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
 
@@ -54,9 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         stats = _load_json(args.sandbox_stats)
         sent = _load_json(args.callbacks_sent) if args.callbacks_sent else None
         dropped = _load_json(args.callbacks_dropped) if args.callbacks_dropped else None
+        made = _load_json(args.processor_events) if args.processor_events else None
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the processor's record: {exc}")
-    report = check_invariants(sandbox_stats=stats, callbacks_sent=sent, callbacks_dropped=dropped)
+    report = check_invariants(
+        sandbox_stats=stats,
+        callbacks_sent=sent,
+        callbacks_dropped=dropped,
+        processor_events=made,
+    )
     print(report.render())
     if args.json:
         Path(args.json).write_text(json.dumps(report.as_dict(), indent=2, default=str))

@@ -13,6 +13,7 @@ CHECKS = (
     "dishonors_booked",
     "callbacks_accounted",
     "dropped_callbacks_recovered",
+    "final_states_match_processor",
     "dead_letters_have_history",
     "dead_letters_have_error_rows",
     "no_outage_dead_letters",

@@ -423,3 +423,61 @@ def test_the_command_exits_zero_on_a_clean_history(history, tmp_path, capsys):
 
     assert main(["--sandbox-stats", str(stats), "--callbacks-sent", str(sent)]) == 0
     assert "invariants PASSED" in capsys.readouterr().out
+
+
+# --- final states against the processor's own events ---------------------------------------------
+
+
+def test_every_final_state_agrees_with_the_processors_events_on_a_clean_run(history):
+    held = history["payments"]["held"]  # pending behind its dead letter: a person's to decide
+    settled = {"payment_id": str(held.id), "event_type": "settled", "amount": "5.00"}
+
+    report = check_invariants(
+        sandbox_stats=history["stats"],
+        callbacks_sent=history["sent"],
+        processor_events=[*history["sent"], settled],
+    )
+
+    assert report.ok, report.render()
+    checked = report.checked["final_states_match_processor"]
+    assert (checked["compared"], checked["with a person or in hand"]) == (4, 1)
+
+
+def test_a_payment_left_behind_a_settlement_the_processor_made_fails(history):
+    payment = history["payments"]["second_merchant"]
+    Payment.objects.filter(pk=payment.pk).update(state="submitted")
+
+    report = check_invariants(
+        sandbox_stats=history["stats"],
+        callbacks_sent=history["sent"],
+        processor_events=history["sent"],
+    )
+
+    [violation] = report.violations_of("final_states_match_processor")
+    assert violation.ids == (f"{payment.id} (submitted, the processor says confirmed)",)
+
+
+def test_a_settlement_only_the_processor_knows_of_fails_until_it_is_applied(history):
+    payment = history["payments"]["second_merchant"]
+    late_return = {
+        "payment_id": str(payment.id),
+        "event_type": "returned",
+        "processor_event_id": "evt_return_never_applied",
+        "timestamp": "2026-11-03T12:00:00Z",
+        "amount": "3.10",
+    }
+
+    report = check_invariants(
+        sandbox_stats=history["stats"],
+        callbacks_sent=history["sent"],
+        processor_events=[*history["sent"], late_return],
+    )
+
+    [violation] = report.violations_of("final_states_match_processor")
+    assert "the processor says returned" in violation.ids[0]
+
+
+def test_without_the_processors_events_the_final_states_are_not_compared(history):
+    report = check_invariants(sandbox_stats=history["stats"], callbacks_sent=history["sent"])
+
+    assert report.checked["final_states_match_processor"] == {"processor events": "not recorded"}

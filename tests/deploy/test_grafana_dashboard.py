@@ -30,6 +30,13 @@ DASHBOARD_METRICS = {
     "payments_ops_scrape_error",
     "payments_dependency_up",
     "payments_celery_tasks_total",
+    "payments_processor_events_pull_success_timestamp_seconds",
+    "payments_books_oldest_unmatched_entry_age_seconds",
+    "payments_books_oldest_unmatched_line_age_seconds",
+    "payments_processor_events_pulled_total",
+    "payments_dedup_hits_total",
+    "payments_books_open_variances",
+    "payments_books_days_not_closed",
 }
 
 

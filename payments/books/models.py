@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import models
 
 from payments.nacha import sealing
-from payments.nacha.models import SealedContent
+from payments.nacha.models import ReceivedFile
 
 
 class StatementStatus(models.TextChoices):
@@ -22,20 +22,14 @@ class StatementStatus(models.TextChoices):
     REFUSED = "refused", "Refused whole: malformed, nothing imported"
 
 
-class BankStatement(SealedContent):
-    name = models.CharField(max_length=255)
-    sha256 = models.CharField(max_length=64, unique=True, help_text="Of the clear bytes")
+class BankStatement(ReceivedFile):
+    """A BAI2 statement the bank sent, kept whole (sealed), imported or refused."""
+
     status = models.CharField(max_length=16, choices=StatementStatus.choices)
-    refused_record = models.PositiveIntegerField(null=True, blank=True)
-    refused_reason = models.TextField(blank=True)
     line_count = models.PositiveIntegerField(default=0)
-    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
-    class Meta:
-        ordering = ["-received_at"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.status})"
+    class Meta(ReceivedFile.Meta):
+        pass
 
     def content_aad(self) -> bytes:
         return sealing.statement_aad(sha256=self.sha256)

@@ -117,23 +117,34 @@ class InboundStatus(models.TextChoices):
     REFUSED = "refused", "Refused whole: malformed, nothing imported"
 
 
-class NachaInboundFile(SealedContent):
-    """A file the bank sent us, kept whole (sealed), imported or refused. The bytes hold
-    account numbers: never shown; ``nacha_inspect`` masks them."""
+class ReceivedFile(SealedContent):
+    """A whole file taken from one of the bank's drops, stored sealed, imported or refused
+    (with the record and the reason): the bank's return and NOC files here, its statements in
+    ``payments.books``. Each names its ``status`` choices."""
 
     name = models.CharField(max_length=255)
     sha256 = models.CharField(max_length=64, unique=True, help_text="Of the clear bytes")
-    status = models.CharField(max_length=16, choices=InboundStatus.choices)
     refused_record = models.PositiveIntegerField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
-    entry_count = models.PositiveIntegerField(default=0)
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
+        abstract = True
         ordering = ["-received_at"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+
+class NachaInboundFile(ReceivedFile):
+    """A file the bank sent us, kept whole (sealed), imported or refused. The bytes hold
+    account numbers: never shown; ``nacha_inspect`` masks them."""
+
+    status = models.CharField(max_length=16, choices=InboundStatus.choices)
+    entry_count = models.PositiveIntegerField(default=0)
+
+    class Meta(ReceivedFile.Meta):
+        pass
 
     def content_aad(self) -> bytes:
         return sealing.inbound_aad(sha256=self.sha256)

@@ -5,48 +5,28 @@ from django.core.management.base import CommandError
 
 from payments.books.conf import statement_transport_options
 from payments.books.services import bank_statements_collect
-from payments.nacha.rounds import RoundsCommand
-from payments.nacha.transports import TransportError, transport_open
-from payments.vault.crypto import VaultUnavailable
+from payments.nacha.rounds import DropCollectCommand
 
 
-def non_negative(value: str) -> float:
-    number = float(value)
-    if number < 0:
-        raise ValueError(value)
-    return number
-
-
-class Command(RoundsCommand):
+class Command(DropCollectCommand):
     help = (
         "Read the whole statements in the bank's drop (PAYMENTS_BOOKS['STATEMENT_TRANSPORT']), "
         "store each sealed (a malformed one refused whole and kept), and match their lines."
     )
+    what = "statement collection"
 
-    def add_arguments(self, parser):
-        super().add_arguments(parser)
-        parser.add_argument(
-            "--min-age-seconds",
-            type=non_negative,
-            default=60.0,
-            help="skip files changed more recently (the bank may still be writing); default 60",
-        )
+    def transport_open(self):
+        from payments.nacha.transports import transport_open
 
-    def round(self, options) -> None:
-        transport_options = statement_transport_options()
-        if transport_options is None:
+        options = statement_transport_options()
+        if options is None:
             raise CommandError("PAYMENTS_BOOKS['STATEMENT_TRANSPORT'] is not set")
-        transport = transport_open(transport_options)
-        try:
-            result = bank_statements_collect(
-                transport=transport, min_age_seconds=options["min_age_seconds"]
-            )
-        except TransportError as exc:
-            raise CommandError(f"statement collection stopped: {exc}") from exc
-        except VaultUnavailable as exc:
-            raise CommandError(f"statement collection stopped, vault unavailable: {exc}") from exc
-        finally:
-            transport.close()
+        return transport_open(options)
+
+    def collect(self, *, transport, min_age_seconds: float):
+        return bank_statements_collect(transport=transport, min_age_seconds=min_age_seconds)
+
+    def report(self, result, options) -> None:
         if options["every"] and not (result.imported or result.refused):
             return
         self.stdout.write(

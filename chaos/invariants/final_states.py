@@ -2,8 +2,10 @@
 
 The processor's list is what it made, delivered or dropped (the sandbox records both), never the
 events the run injected on purpose (conflicting payloads, amounts of other payments). A payment
-in front of a person (a dead letter, a hold, an error row) or with a message still in hand is
-left out: its state is a person's or the pipeline's to settle yet.
+a person has had in front of them (a dead letter, open or closed: they may have discarded an
+event), one behind a hold, or one with a message still in hand is left out: its state is a
+person's or the pipeline's to settle. A payment whose retries left error rows and then went
+through is compared like any other.
 """
 
 from collections import defaultdict
@@ -46,9 +48,9 @@ def processor_final_states(events: list[Any]) -> dict[str, str]:
 
 
 def check_final_states(report: Report, processor_events: list | None) -> None:
-    """``final_states_match_processor``: each payment the processor made events for, and nobody
-    is deciding about, is in the state those events say."""
-    from callbacks.models import UNFINISHED_STATUSES, PaymentHold, ProcessingError, QueueMessage
+    """``final_states_match_processor``: each payment the processor made events for, and no
+    person or message in hand has, is in the state those events say."""
+    from callbacks.models import UNFINISHED_STATUSES, PaymentHold, QueueMessage
     from payments.models import Payment
     from triage.models import DeadLetter
 
@@ -63,7 +65,6 @@ def check_final_states(report: Report, processor_events: list | None) -> None:
             "payment_id", flat=True
         )
     }
-    attended |= {str(p) for p in ProcessingError.objects.values_list("payment_id", flat=True)}
     attended |= {
         str(g)
         for g in QueueMessage.objects.filter(status__in=UNFINISHED_STATUSES).values_list(

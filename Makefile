@@ -123,17 +123,26 @@ bench: deps
 chaos: deps
 	$(PY) -m chaos
 
+# Mermaid (npm, docsassets/ with its lock file), served with the site so its diagrams render
+# where the site is read offline; the theme would otherwise fetch it from a CDN in the browser.
+MERMAID_JS := docs/assets/javascripts/mermaid.min.js
+docsassets/node_modules/.package-lock.json: docsassets/package-lock.json
+	cd docsassets && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+$(MERMAID_JS): docsassets/node_modules/.package-lock.json
+	mkdir -p $(dir $@)
+	cp docsassets/node_modules/mermaid/dist/mermaid.min.js $@
+
 # The documentation site (docs/, mkdocs.yml) into site/: the references regenerated from the code
 # (scripts/docs_reference.py; Django's settings, no database), then MkDocs with --strict, so a
 # broken link, a missing anchor or a page left out of the navigation fails it. Offline: the
 # theme's fonts are off and no plugin fetches anything.
-docs: $(VENV)/.requirements-installed
+docs: $(VENV)/.requirements-installed $(MERMAID_JS)
 	$(PY) scripts/docs_reference.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 # What make test runs: the same build, but a reference that differs from the code fails it
 # instead of being written again.
-docs-check: $(VENV)/.requirements-installed
+docs-check: $(VENV)/.requirements-installed $(MERMAID_JS)
 	$(PY) scripts/docs_reference.py --check
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
@@ -146,4 +155,4 @@ docs-screenshots: $(VENV)/.requirements-installed
 	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/triage/test_browser_screenshots.py
 
 clean:
-	rm -rf site $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache
+	rm -rf site docsassets/node_modules $(MERMAID_JS) $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache

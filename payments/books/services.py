@@ -47,7 +47,8 @@ from payments.books.models import (
 from payments.books.selectors import day_reported
 from payments.models import Payment, PaymentReturn
 from payments.nacha.models import NachaEntry, NachaFile
-from payments.nacha.sealing import content_seal, statement_aad
+from payments.nacha.received import received_file_store
+from payments.nacha.sealing import statement_aad
 
 logger = logging.getLogger(__name__)
 
@@ -80,46 +81,42 @@ def bank_statement_store(*, name: str, content: bytes) -> StatementResult:
     """Keep the statement whole (sealed first, outside any transaction: ``VaultUnavailable``
     stores nothing) and its lines, or keep it refused naming the record, with a high alert
     once per file's bytes. The same bytes again are the same row."""
-    sha = hashlib.sha256(content).hexdigest()
-    existing = BankStatement.objects.filter(sha256=sha).first()
-    if existing is not None:
-        return StatementResult(existing, created=False)
-    sealed = content_seal(content, aad=statement_aad(sha256=sha))
-    try:
-        with transaction.atomic():
-            return StatementResult(_import(name, content, sha, sealed), created=True)
-    except StatementFormatError as exc:
-        refused = BankStatement.objects.create(
-            name=name[:255],
-            sha256=sha,
-            status=StatementStatus.REFUSED,
-            refused_record=exc.record_number,
-            refused_reason=exc.reason,
-            **sealed,
-        )
-        logger.error(
-            "bank statement refused: %s", exc, extra={"file": name, "record": exc.record_number}
-        )
-        alert_raise(
-            severity=AlertSeverity.HIGH,
-            key=refused_statement_key(refused),
-            summary=(
-                f"bank statement {refused.name} refused whole at record {exc.record_number}: "
-                f"{exc.reason}. Nothing of it was imported; it is kept (statement "
-                f"{refused.pk}) for a human, and its days stay unreconciled until the bank "
-                "resends it."
-            ),
-            details={
-                "file": refused.name,
-                "statement_id": refused.pk,
-                "sha256": sha,
-                "record": exc.record_number,
-                "reason": exc.reason,
-            },
-        )
-        return StatementResult(refused, created=True)
-    except IntegrityError:
-        return StatementResult(BankStatement.objects.get(sha256=sha), created=False)
+    stored, created = received_file_store(
+        model=BankStatement,
+        name=name,
+        content=content,
+        aad=lambda sha: statement_aad(sha256=sha),
+        read=_import,
+        format_error=StatementFormatError,
+        refused_status=StatementStatus.REFUSED,
+        refused=_refused,
+    )
+    return StatementResult(stored, created=created)
+
+
+def _refused(stored: BankStatement) -> None:
+    logger.error(
+        "bank statement refused: %s",
+        f"record {stored.refused_record}: {stored.refused_reason}",
+        extra={"file": stored.name, "record": stored.refused_record},
+    )
+    alert_raise(
+        severity=AlertSeverity.HIGH,
+        key=refused_statement_key(stored),
+        summary=(
+            f"bank statement {stored.name} refused whole at record {stored.refused_record}: "
+            f"{stored.refused_reason}. Nothing of it was imported; it is kept (statement "
+            f"{stored.pk}) for a human, and its days stay unreconciled until the bank "
+            "resends it."
+        ),
+        details={
+            "file": stored.name,
+            "statement_id": stored.pk,
+            "sha256": stored.sha256,
+            "record": stored.refused_record,
+            "reason": stored.refused_reason,
+        },
+    )
 
 
 def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:

@@ -22,15 +22,14 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import IntegrityError, transaction
-
 from payments.alerts import AlertSeverity, alert_raise
 from payments.change_codes import corrected_data_problems
 from payments.nacha import layouts as L
 from payments.nacha.accounts import AccountUnavailable
 from payments.nacha.models import InboundStatus, NachaEntry, NachaInboundEvent, NachaInboundFile
 from payments.nacha.parser import Entry, NachaFile, NachaFormatError, parse_nacha
-from payments.nacha.sealing import content_seal, inbound_aad
+from payments.nacha.received import received_file_store
+from payments.nacha.sealing import inbound_aad
 from payments.nacha.windows import EASTERN
 
 logger = logging.getLogger(__name__)
@@ -210,31 +209,26 @@ def nacha_inbound_store(*, name: str, content: bytes) -> InboundResult:
     The bytes are sealed by the vault first, outside any transaction (the key holder may be a
     network away): a holder that cannot be asked raises ``VaultUnavailable`` before anything is
     stored, and the caller leaves the file in the bank's drop for the next round."""
-    sha = hashlib.sha256(content).hexdigest()
-    existing = NachaInboundFile.objects.filter(sha256=sha).first()
-    if existing is not None:
-        return InboundResult(existing, created=False)
-    sealed = content_seal(content, aad=inbound_aad(sha256=sha))
-    try:
-        with transaction.atomic():
-            return InboundResult(_import(name, content, sha, sealed), created=True)
-    except NachaFormatError as exc:
-        refused = NachaInboundFile.objects.create(
-            name=name[:255],
-            sha256=sha,
-            status=InboundStatus.REFUSED,
-            refused_record=exc.record_number,
-            refused_reason=exc.reason,
-            **sealed,
-        )
-        logger.error(
-            "nacha file refused: %s", exc, extra={"file": name, "record": exc.record_number}
-        )
-        _refused_alert(refused)
-        return InboundResult(refused, created=True)
-    except IntegrityError:
-        # The same bytes stored by a concurrent reader: theirs is the one.
-        return InboundResult(NachaInboundFile.objects.get(sha256=sha), created=False)
+    stored, created = received_file_store(
+        model=NachaInboundFile,
+        name=name,
+        content=content,
+        aad=lambda sha: inbound_aad(sha256=sha),
+        read=_import,
+        format_error=NachaFormatError,
+        refused_status=InboundStatus.REFUSED,
+        refused=_refused,
+    )
+    return InboundResult(stored, created=created)
+
+
+def _refused(stored: NachaInboundFile) -> None:
+    logger.error(
+        "nacha file refused: %s",
+        f"record {stored.refused_record}: {stored.refused_reason}",
+        extra={"file": stored.name, "record": stored.refused_record},
+    )
+    _refused_alert(stored)
 
 
 def refused_file_key(stored: NachaInboundFile) -> str:

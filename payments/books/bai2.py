@@ -179,6 +179,22 @@ def _amount(value: str, number: int, what: str, *, blank: bool = False) -> int |
     return int(value)
 
 
+def _trailer_check(record, parts: list[str], name: str, *fields: tuple[str, bool, int, str]):
+    """A trailer's totals, each read (an amount or a count) and then held to what the records
+    before it add up to: ``fields`` are (label, is an amount, the sum, how the sum is named)."""
+    if len(parts) < len(fields):
+        raise StatementFormatError(record.number, f"{name} cut short")
+    read = [
+        (_amount if is_amount else _count)(part, record.number, f"{record.code} {label}")
+        for part, (label, is_amount, _, _) in zip(parts, fields, strict=False)
+    ]
+    for value, (label, _, expected, named) in zip(read, fields, strict=True):
+        if value != expected:
+            raise StatementFormatError(
+                record.number, f"{record.code} {label} {value} is not {named}{expected}"
+            )
+
+
 def _count(value: str, number: int, what: str) -> int:
     value = value.strip()
     if not value.isdigit():
@@ -356,20 +372,13 @@ def parse_bai2(content: bytes) -> Statement:
         elif record.code == "49":
             if account is None or group is None:
                 raise StatementFormatError(record.number, "account trailer (49) outside an account")
-            if len(parts) < 2:
-                raise StatementFormatError(record.number, "account trailer (49) cut short")
-            total = _amount(parts[0], record.number, "49 account control total")
-            count = _count(parts[1], record.number, "49 number of records")
-            if total != account_total:
-                raise StatementFormatError(
-                    record.number,
-                    f"49 account control total {total} is not the account's sum {account_total}",
-                )
-            if count != account_records:
-                raise StatementFormatError(
-                    record.number,
-                    f"49 number of records {count} is not the account's {account_records}",
-                )
+            _trailer_check(
+                record,
+                parts,
+                "account trailer (49)",
+                ("account control total", True, account_total, "the account's sum "),
+                ("number of records", False, account_records, "the account's "),
+            )
             group.accounts.append(account)
             group_total += account_total
             group_accounts += 1
@@ -379,23 +388,14 @@ def parse_bai2(content: bytes) -> Statement:
                 raise StatementFormatError(
                     record.number, "group trailer (98) outside a group or before a 49"
                 )
-            if len(parts) < 3:
-                raise StatementFormatError(record.number, "group trailer (98) cut short")
-            total = _amount(parts[0], record.number, "98 group control total")
-            accounts = _count(parts[1], record.number, "98 number of accounts")
-            count = _count(parts[2], record.number, "98 number of records")
-            if total != group_total:
-                raise StatementFormatError(
-                    record.number, f"98 group control total {total} is not the sum {group_total}"
-                )
-            if accounts != group_accounts:
-                raise StatementFormatError(
-                    record.number, f"98 number of accounts {accounts} is not {group_accounts}"
-                )
-            if count != group_records:
-                raise StatementFormatError(
-                    record.number, f"98 number of records {count} is not {group_records}"
-                )
+            _trailer_check(
+                record,
+                parts,
+                "group trailer (98)",
+                ("group control total", True, group_total, "the sum "),
+                ("number of accounts", False, group_accounts, ""),
+                ("number of records", False, group_records, ""),
+            )
             statement.groups.append(group)
             file_total += group_total
             file_groups += 1
@@ -403,23 +403,14 @@ def parse_bai2(content: bytes) -> Statement:
         elif record.code == "99":
             if group is not None:
                 raise StatementFormatError(record.number, "file trailer (99) inside a group")
-            if len(parts) < 3:
-                raise StatementFormatError(record.number, "file trailer (99) cut short")
-            total = _amount(parts[0], record.number, "99 file control total")
-            groups = _count(parts[1], record.number, "99 number of groups")
-            count = _count(parts[2], record.number, "99 number of records")
-            if total != file_total:
-                raise StatementFormatError(
-                    record.number, f"99 file control total {total} is not the sum {file_total}"
-                )
-            if groups != file_groups:
-                raise StatementFormatError(
-                    record.number, f"99 number of groups {groups} is not {file_groups}"
-                )
-            if count != physical_count:
-                raise StatementFormatError(
-                    record.number, f"99 number of records {count} is not {physical_count}"
-                )
+            _trailer_check(
+                record,
+                parts,
+                "file trailer (99)",
+                ("file control total", True, file_total, "the sum "),
+                ("number of groups", False, file_groups, ""),
+                ("number of records", False, physical_count, ""),
+            )
             ended = True
         else:  # a second 01
             raise StatementFormatError(record.number, "a second file header (01)")

@@ -67,6 +67,12 @@ class AmountField(serializers.DecimalField):
         return super().to_internal_value(data)
 
 
+NOT_ASCII_MESSAGE = (
+    "must be written in ASCII: the digits 0-9 (and, where the field takes them, '.', '-', ':', "
+    "'+', 'T', 'Z'); digits of other scripts are not read"
+)
+
+
 class StrictInputSerializer(serializers.Serializer):
     """Refuses unknown fields by name, and any text that looks like a bank number.
 
@@ -75,7 +81,9 @@ class StrictInputSerializer(serializers.Serializer):
     the idempotency record, or logged.
     """
 
-    # Fields holding a number, which the bank-number rule does not apply to.
+    # Fields holding a number (an amount, a date, a count), which the bank-number rule does not
+    # apply to; their text must be ASCII: Python and DRF read other scripts' digits ("٢٠٢٦") as
+    # numbers, so a value no client of ours writes would be taken silently.
     numeric_fields: tuple[str, ...] = ()
 
     def to_internal_value(self, data):
@@ -101,11 +109,16 @@ class StrictInputSerializer(serializers.Serializer):
             and isinstance(value, str)
             and looks_like_bank_number(value)
         }
+        not_ascii = {
+            name
+            for name, value in data.items()
+            if name in self.numeric_fields and isinstance(value, str) and not value.isascii()
+        }
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
             for name, messages in exc.detail.items():
-                if name in bank_fields:
+                if name in bank_fields or name in not_ascii:
                     continue
                 # A field of parts (metadata) names each part: metadata[<key>].
                 parts = messages if isinstance(messages, Mapping) else {"": messages}
@@ -113,6 +126,8 @@ class StrictInputSerializer(serializers.Serializer):
                     errors.setdefault(f"{name}{part}", []).extend(str(m) for m in part_messages)
         for name in bank_fields:
             errors[name] = [BANK_NUMBER_MESSAGE]
+        for name in not_ascii:
+            errors[name] = [NOT_ASCII_MESSAGE]
         if errors:
             raise serializers.ValidationError(errors)
         return value

@@ -276,3 +276,21 @@ def test_the_list_query_uses_the_merchant_index(api_client, user):
         cursor.execute(f"EXPLAIN {listing}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "payment_merchant_created" in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ("created_gte=%D9%A2%D9%A0%D9%A2%D9%A6-12-01T00:00:00Z", "created_gte"),  # Arabic-Indic
+        ("limit=%EF%BC%92%EF%BC%95", "limit"),  # full-width 25
+        ("created_lt=2026-12-01T00:00:00%EF%BC%BA", "created_lt"),  # a full-width Z
+    ],
+)
+def test_a_number_written_in_another_script_is_a_400_naming_it(api_client, user, query, param):
+    grant(user, "acme")
+
+    response = api_client.get(f"/api/payments/?merchant=acme&{query}")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and "ASCII" in error["message"]

@@ -66,7 +66,20 @@ def test_another_merchants_books_answer_404_exactly_like_its_balance(api_client,
 
 @pytest.mark.parametrize(
     "query",
-    ["", "?date=2026-13-01", "?date=12/01/2026", "?date=20261201", f"?date={DAY}&date={DAY}"],
+    [
+        "",
+        "?date=2026-13-01",
+        "?date=12/01/2026",
+        "?date=20261201",
+        f"?date={DAY}&date={DAY}",
+        "?date=2026-12-01%00",
+        "?date=%ED%A0%80",  # a lone surrogate, as UTF-8 bytes
+        "?date=NaN",
+        "?date=" + "9" * 10_000,
+        "?date=77668056869313516",
+        "?date=%D9%A2%D9%A0%D9%A2%D9%A6-12-01",  # Arabic-Indic digits
+        "?date=0000-01-01",
+    ],
 )
 def test_a_missing_or_bad_date_is_a_400_naming_date(api_client, user, query):
     grant(user, "acme")
@@ -75,6 +88,7 @@ def test_a_missing_or_bad_date_is_a_400_naming_date(api_client, user, query):
 
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "date"
+    assert "77668056869313516" not in response.content.decode()
 
 
 def test_an_unknown_query_parameter_is_refused_by_name(api_client, user):

@@ -184,3 +184,37 @@ def test_a_dishonor_that_stands_after_a_reinitiation_is_booked_and_raised_high(
     alert = Alert.objects.get(key=f"payment.dishonor_after_reinitiation:{payment.id}")
     assert alert.severity == "high"
     assert str(again.id) in alert.summary and "charges the customer again" in alert.summary
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dishonor_answer_racing_a_reinitiation_is_either_refused_before_or_alerted_after():
+    """The processor's ``return_dishonored`` (one we never asked for) lands while an operator
+    reinitiates: both take the returned entry's row lock. Either the answer comes first and the
+    reinitiation is refused, or the reinitiation comes first and the booked answer raises the
+    high alert; never a reinitiation beside a standing dishonor nobody is told of."""
+    from django.db import transaction
+
+    orders = {"answer first": 0, "reinitiation first": 0}
+    for _ in range(10):
+        payment = _returned(code="R01")
+        answer = processor_event(payment, "return_dishonored", reason_code="R61")
+
+        def apply_answer(event=answer):
+            with transaction.atomic():  # the worker's transaction; the alert follows commit
+                return payment_apply_event(event=event)
+
+        _, made = race(apply_answer, lambda p=payment: payment_reinitiate(payment_id=p.id))
+        kinds = list(LedgerEntry.objects.filter(payment=payment).values_list("kind", flat=True))
+        assert kinds.count(LedgerEntryKind.RECREDIT) == 1
+        alerted = Alert.objects.filter(
+            key=f"payment.dishonor_after_reinitiation:{payment.id}"
+        ).exists()
+        if isinstance(made, Exception):
+            assert isinstance(made, ReinitiationRefused) and made.rule == "return_dishonored"
+            assert not alerted
+            orders["answer first"] += 1
+        else:
+            assert made.reinitiation_of_id == payment.id
+            assert alerted
+            orders["reinitiation first"] += 1
+    assert sum(orders.values()) == 10

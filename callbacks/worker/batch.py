@@ -71,7 +71,7 @@ def process_batch(worker: Worker, messages: list[ReceivedMessage]) -> None:
     with worker.in_hand(messages):
         WORKER_BATCH_MESSAGES.observe(len(messages))
         try:
-            suspects = crashes.suspects_find(messages)
+            suspects = crashes.suspects_find(messages, limit=worker.max_failed_starts)
             clear, suspected = crashes.suspect_groups(group_in_order(messages), suspects)
             results = apply_started(worker, start_heads(worker, clear))
             for group in clear:

@@ -15,7 +15,8 @@ A message with such rows is a suspect. Its group waits until the rest of the bat
 and deleted, then runs on its own, the suspect with the fewest unfinished starts first
 (``suspect_groups``): a crash then takes down only what is still in hand, and leaves its row on
 the message that caused it, not on the innocent ones started with it. A suspect started
-``MAX_UNFINISHED_STARTS`` times without finishing is not started again: it is dead-lettered
+``WORKER_MAX_FAILED_STARTS`` times without finishing (the limit of starts that did no work,
+which a body the database refuses counts against too) is not started again: it is dead-lettered
 (``dead_letter``: a DLQ copy, its payment on hold for a person, as any dead letter), and its
 group's later messages in hand are parked behind that hold in the same batch, off the queue
 before SQS counts them out; the hold's release (after the dead letter is redriven, resolved or
@@ -46,11 +47,6 @@ if TYPE_CHECKING:
 # The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
 
-# Starts that never finished before a message is dead-lettered instead of started again. Well
-# below the RedrivePolicy's maxReceiveCount (10, above the worker's 6 attempts): a batch-mate
-# received with the message at each of those starts is received once more, and parked then.
-MAX_UNFINISHED_STARTS = 3
-
 NEVER_FINISHED = Failure.of(AttemptNeverFinished()).error_class
 
 
@@ -60,14 +56,14 @@ class Suspect:
 
     queue_message: QueueMessage
     unfinished: int
-
-    @property
-    def given_up(self) -> bool:
-        return self.unfinished >= MAX_UNFINISHED_STARTS
+    given_up: bool  # started its limit of times without finishing: not started again
 
 
-def suspects_find(messages: list[ReceivedMessage]) -> dict[str, Suspect]:
+def suspects_find(messages: list[ReceivedMessage], *, limit: int) -> dict[str, Suspect]:
     """The batch's suspects by message id; each start found never finished is recorded first.
+    One started ``limit`` times without finishing is given up (the worker's
+    ``WORKER_MAX_FAILED_STARTS``: well below the RedrivePolicy's ``maxReceiveCount``, since a
+    batch-mate received with it at each of those starts is received once more, and parked then).
 
     Only a message received before can have been started; a batch of first receives costs no
     query. A database that cannot answer is an outage (``DatabaseDown``); any other error
@@ -76,7 +72,7 @@ def suspects_find(messages: list[ReceivedMessage]) -> dict[str, Suspect]:
     if not again:
         return {}
     try:
-        return _suspects(again)
+        return _suspects(again, limit)
     except DatabaseError as exc:
         if is_outage(exc):
             raise DatabaseDown(exc) from exc
@@ -84,7 +80,7 @@ def suspects_find(messages: list[ReceivedMessage]) -> dict[str, Suspect]:
         return {}
 
 
-def _suspects(again: dict[str, ReceivedMessage]) -> dict[str, Suspect]:
+def _suspects(again: dict[str, ReceivedMessage], limit: int) -> dict[str, Suspect]:
     suspects = {}
     records = queue_messages_unfinished(
         message_ids=list(again), never_finished_class=NEVER_FINISHED
@@ -97,18 +93,19 @@ def _suspects(again: dict[str, ReceivedMessage]) -> dict[str, Suspect]:
         record.raw_body = "" if message.body is not None else message.raw_body
         unfinished = record.never_finished
         if record.status == QueueMessageStatus.IN_PROGRESS and _record_never_finished(
-            message, record, unfinished + 1
+            message, record, unfinished + 1, given_up=unfinished + 1 >= limit
         ):
             unfinished += 1
         if unfinished:
-            suspects[record.message_id] = Suspect(record, unfinished)
+            suspects[record.message_id] = Suspect(record, unfinished, unfinished >= limit)
     return suspects
 
 
-def _record_never_finished(message: ReceivedMessage, record: QueueMessage, count: int) -> bool:
-    """Write the row of a start that never finished, the ``count``-th; False when another
-    worker wrote it first."""
-    given_up = count >= MAX_UNFINISHED_STARTS
+def _record_never_finished(
+    message: ReceivedMessage, record: QueueMessage, count: int, *, given_up: bool
+) -> bool:
+    """Write the row of a start that never finished, the ``count``-th (``given_up``: the last
+    one allowed); False when another worker wrote it first."""
     text = (
         f"attempt {record.attempts}, started {record.last_started_at:%Y-%m-%d %H:%M:%S} UTC, "
         "never finished: the worker died while it ran (killed, out of memory, a crash) or "

@@ -7,9 +7,10 @@ import signal
 
 import pytest
 
+from callbacks import conf as callbacks_conf
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from callbacks.schema import event_deduplication_id, processor_event_message
-from callbacks.worker.crashes import MAX_UNFINISHED_STARTS, NEVER_FINISHED
+from callbacks.worker.crashes import NEVER_FINISHED
 from payments.models import LedgerEntry, PaymentState
 from tests.callbacks.crashing_worker import CRASHING_EVENT
 from tests.callbacks.worker_support import (
@@ -76,7 +77,7 @@ def test_a_message_killing_its_workers_is_dead_lettered_and_its_batch_mates_neve
     it, and three events of two other payments beside it. Its work SIGKILLs the worker: the
     first time with every group head started with it in one batch. The worker records each
     start that never finished, runs the other groups first (applied once, in order), and after
-    MAX_UNFINISHED_STARTS dead-letters the crashing message itself with its error rows, parking
+    WORKER_MAX_FAILED_STARTS dead-letters the crashing message itself with its error rows, parking
     its payment's later events behind the hold: none of them reaches the RedrivePolicy, set
     here a few receives above those starts. A person's redrive, once the fault is fixed, applies the
     message, then the parked events, in order."""
@@ -86,7 +87,7 @@ def test_a_message_killing_its_workers_is_dead_lettered_and_its_batch_mates_neve
     ]["QueueArn"]
     # A batch-mate is received with the crashing message at each of its starts, once more when
     # it is parked, and once by this test: one receive to spare.
-    max_receive_count = MAX_UNFINISHED_STARTS + 3
+    max_receive_count = callbacks_conf.WORKER_MAX_FAILED_STARTS + 3
     client.set_queue_attributes(
         QueueUrl=sqs_queues.url,
         Attributes={
@@ -126,17 +127,17 @@ def test_a_message_killing_its_workers_is_dead_lettered_and_its_batch_mates_neve
     ingestion.dead_letters_ingest()
     assert list(DeadLetter.objects.values_list("original_message_id", flat=True)) == [crasher_id]
     dead_letter = DeadLetter.objects.get()
-    # It killed MAX_UNFINISHED_STARTS workers, then was not started again.
-    assert exits.count(-signal.SIGKILL) == MAX_UNFINISHED_STARTS, exits
+    # It killed WORKER_MAX_FAILED_STARTS workers, then was not started again.
+    assert exits.count(-signal.SIGKILL) == callbacks_conf.WORKER_MAX_FAILED_STARTS, exits
     crasher = QueueMessage.objects.get(message_id=crasher_id)
     assert (crasher.status, crasher.outcome, crasher.attempts) == (
         "dead_lettered",
         "dead_lettered",
-        MAX_UNFINISHED_STARTS,
+        callbacks_conf.WORKER_MAX_FAILED_STARTS,
     )
     errors = list(ProcessingError.objects.filter(message_id=crasher_id).order_by("id"))
     assert [(e.error_class, e.attempt_number) for e in errors] == [
-        (NEVER_FINISHED, n) for n in range(1, MAX_UNFINISHED_STARTS + 1)
+        (NEVER_FINISHED, n) for n in range(1, callbacks_conf.WORKER_MAX_FAILED_STARTS + 1)
     ]
     assert errors[-1].delay_seconds is None  # the row of the start it was given up after
     assert (dead_letter.original_message_id, dead_letter.source, dead_letter.kind) == (

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from callbacks import conf as callbacks_conf
 from callbacks.handlers import DEFAULT_HANDLERS
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from callbacks.schema import PROCESSOR_EVENT
@@ -20,7 +21,7 @@ from callbacks.services import (
     queue_messages_interrupted,
 )
 from callbacks.worker import Worker
-from callbacks.worker.crashes import MAX_UNFINISHED_STARTS, NEVER_FINISHED, suspects_find
+from callbacks.worker.crashes import NEVER_FINISHED, suspects_find
 from payments.models import PaymentState
 from tests.callbacks.worker_support import (
     applied_events,
@@ -117,7 +118,7 @@ def test_a_message_killing_the_worker_is_dead_lettered_without_running_and_its_g
     sqs_queues,
 ):
     """Started with the batch's other group head the first time, then on its own: the other
-    head is applied once; the crashing message is dead-lettered after MAX_UNFINISHED_STARTS
+    head is applied once; the crashing message is dead-lettered after WORKER_MAX_FAILED_STARTS
     starts, and its payment's next event is parked behind the hold, not applied ahead."""
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     other = PaymentFactory(state=PaymentState.SUBMITTED)
@@ -128,15 +129,18 @@ def test_a_message_killing_the_worker_is_dead_lettered_without_running_and_its_g
     handlers = handlers_killed_by({crasher_id}, ran)
 
     deaths = 0
-    for _ in range(MAX_UNFINISHED_STARTS + 3):
+    for _ in range(callbacks_conf.WORKER_MAX_FAILED_STARTS + 3):
         deaths += one_batch(handlers)
         if queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0):
             break
 
-    assert deaths == MAX_UNFINISHED_STARTS
-    assert ran.count(crasher_id) == MAX_UNFINISHED_STARTS
+    assert deaths == callbacks_conf.WORKER_MAX_FAILED_STARTS
+    assert ran.count(crasher_id) == callbacks_conf.WORKER_MAX_FAILED_STARTS
     crasher = QueueMessage.objects.get(message_id=crasher_id)
-    assert (crasher.status, crasher.attempts) == ("dead_lettered", MAX_UNFINISHED_STARTS)
+    assert (crasher.status, crasher.attempts) == (
+        "dead_lettered",
+        callbacks_conf.WORKER_MAX_FAILED_STARTS,
+    )
     errors = ProcessingError.objects.filter(message_id=crasher_id).order_by("id")
     assert [(e.error_class, e.attempt_number, e.delay_seconds) for e in errors] == [
         (NEVER_FINISHED, 1, 0.0),
@@ -171,7 +175,7 @@ def test_a_start_cut_off_by_a_database_outage_is_not_taken_for_one_that_never_fi
 
     again = ReceivedMessage.from_sqs(receive_head(sqs_queues.client, sqs_queues.url))
     assert again.receive_count == 2
-    assert suspects_find([again]) == {}
+    assert suspects_find([again], limit=3) == {}
     assert not ProcessingError.objects.exists()
 
 

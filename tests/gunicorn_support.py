@@ -38,31 +38,40 @@ def gunicorn_test_env(module_settings, port: int, **extra: str) -> dict[str, str
 
 
 @contextlib.contextmanager
-def gunicorn_running(env: dict, log_path: Path, *, timeout: float = 60) -> Iterator[str]:
-    """Start gunicorn with ``env`` (which names its bind address in ``GUNICORN_BIND``), wait
-    until ``/healthz`` answers, yield its base URL, and stop it. Its output goes to
-    ``log_path``, shown if it dies before it answers."""
+def web_server_running(
+    argv: list[str], env: dict, log_path: Path, *, name: str, ok_only: bool, timeout: float = 60
+) -> Iterator[str]:
+    """Start the web server ``argv`` with ``env`` (which names its bind address in
+    ``GUNICORN_BIND``), wait until ``/healthz`` answers (with 200 when ``ok_only``), yield its
+    base URL, and stop it. Its output goes to ``log_path``, shown if it dies before it
+    answers."""
     with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         base = f"http://{env['GUNICORN_BIND']}"
         try:
             deadline = time.monotonic() + timeout
             while True:
                 try:
-                    if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
+                    answer = requests.get(f"{base}/healthz", timeout=5)
+                    if not ok_only or answer.status_code == 200:
                         break
                 except requests.RequestException:
                     pass  # not listening or still loading the application
                 assert server.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "gunicorn did not start"
+                assert time.monotonic() < deadline, f"{name} did not start"
                 time.sleep(0.1)
             yield base
         finally:
             server.terminate()
             server.wait(20)
+
+
+@contextlib.contextmanager
+def gunicorn_running(env: dict, log_path: Path, *, timeout: float = 60) -> Iterator[str]:
+    """gunicorn with the module's config (``web_server_running``), ready once ``/healthz``
+    answers 200."""
+    argv = [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", "config/gunicorn.py", "config.wsgi"]
+    with web_server_running(
+        argv, env, log_path, name="gunicorn", ok_only=True, timeout=timeout
+    ) as base:
+        yield base

@@ -4,7 +4,6 @@ gunicorn's access log, not runserver's (``django.server``), not the 4xx warning 
 
 import contextlib
 import json
-import subprocess
 import sys
 import time
 import uuid
@@ -16,7 +15,12 @@ import pytest
 import requests
 from django.db import connection
 
-from tests.gunicorn_support import ROOT, free_port, gunicorn_running, gunicorn_test_env
+from tests.gunicorn_support import (
+    free_port,
+    gunicorn_running,
+    gunicorn_test_env,
+    web_server_running,
+)
 
 pytestmark = pytest.mark.subprocess
 
@@ -73,31 +77,11 @@ def _assert_masked(log: str, *, lines_of: str) -> None:
 def _runserver(env: dict, log_path: Path, *, timeout: float = 60) -> Iterator[str]:
     """``manage.py runserver`` (no reloader) on ``GUNICORN_BIND``'s address, as a developer
     starts it; its output goes to ``log_path``."""
-    address = env["GUNICORN_BIND"]
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", "--noreload", address],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://{address}"
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    requests.get(f"{base}/healthz", timeout=5)
-                    break
-                except requests.RequestException:
-                    pass
-                assert server.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "runserver did not start"
-                time.sleep(0.1)
-            yield base
-        finally:
-            server.terminate()
-            server.wait(20)
+    argv = [sys.executable, "manage.py", "runserver", "--noreload", env["GUNICORN_BIND"]]
+    with web_server_running(
+        argv, env, log_path, name="runserver", ok_only=False, timeout=timeout
+    ) as base:
+        yield base
 
 
 def test_gunicorn_access_log_masks_bank_numbers_in_paths_and_queries(module_settings, tmp_path):

@@ -12,6 +12,7 @@ goes through kombu's own client and is declared, not recorded here.
 
 import io
 import uuid
+import weakref
 from collections import defaultdict
 from contextlib import contextmanager
 from datetime import timedelta
@@ -50,14 +51,16 @@ class SqsCallRecorder:
         self.settings = module_settings
         self.role: ProcessRole | None = None
         self.calls: dict[ProcessRole, set[tuple[str, str]]] = defaultdict(set)
-        self._clients: set[int] = set()
+        self._clients: weakref.WeakSet = weakref.WeakSet()
         original = sqs.sqs_client
 
         def recording_client():
+            # A WeakSet, not ids: a client dropped by ``sqs.reset()`` can free its id for the
+            # next one, which would then go unrecorded.
             client = original()
-            if id(client) not in self._clients:
+            if client not in self._clients:
                 client.meta.events.register("provide-client-params.sqs", self._record)
-                self._clients.add(id(client))
+                self._clients.add(client)
             return client
 
         monkeypatch.setattr(sqs, "sqs_client", recording_client)

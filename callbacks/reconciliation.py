@@ -43,7 +43,7 @@ from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.schema import processor_event_outgoing
 from payments.alerts import alert_raise
-from payments.events import EVENT_TARGET_STATE, ProcessorEvent
+from payments.events import ProcessorEvent, transition_event_types
 from payments.exceptions import ProcessorCircuitOpen, ProcessorRejected, ProcessorUnavailable
 from payments.models import AttemptOutcome, Payment, PaymentState, ProcessorAttempt
 from payments.processor.breaker import processor_breaker_wait
@@ -200,7 +200,7 @@ def payment_reconcile(*, payment: Payment, now: datetime) -> ReconcileOutcome:
         _debit_not_found(payment)
         return ReconcileOutcome(pid, ReconcileAction.NOT_FOUND)
     status = result.processor_status
-    if status not in EVENT_TARGET_STATE:
+    if status not in transition_event_types():
         alert_raise(
             severity="medium",
             key="reconcile.unknown_status",

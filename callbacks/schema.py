@@ -41,7 +41,7 @@ def parse_processor_event(data) -> ProcessorEvent:
     serializer = ProcessorEventSerializer(data=data)
     if not serializer.is_valid():
         raise InvalidMessage(_plain_errors(serializer.errors))
-    return ProcessorEvent(**serializer.validated_data, raw=dict(data))
+    return ProcessorEvent.of(**serializer.validated_data, raw=dict(data))
 
 
 def processor_event_message(event: ProcessorEvent, *, received_at: datetime | None = None) -> dict:

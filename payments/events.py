@@ -1,4 +1,7 @@
-"""The processor event as the payments app sees it, whatever transport carried it."""
+"""The processor event as the payments app sees it, whatever transport carried it.
+
+What each event type is and does is declared in the catalogue (``payments.catalogue``).
+"""
 
 import hashlib
 import json
@@ -7,30 +10,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from payments.catalogue import EventTypeKind, event_type_names
 from payments.models import PAYMENT_GRAPH
 
-# The event types of the callback contract and where each drives a payment from the start of the
-# graph (a return after settlement goes further: ``event_target_state``), read from the
-# transitions on ``Payment``.
-EVENT_TARGET_STATE = PAYMENT_GRAPH.event_targets
-# Events about a returned payment's return that move money but no state: the dishonor of the
-# return stood, or the receiving bank contested it (``payments.services.dishonors``). They are
-# facts on the payment, not transitions: either may come first, and neither changes what the
-# state graph says the payment is (its return happened).
-DISHONOR_EVENT_TYPES = ("return_dishonored", "dishonor_contested")
 
-# A notification of change (``payments.change_codes``): recorded beside the payment and its
-# token (``payments.services.nocs``); no transition takes it, so it moves no state and no money.
-NOTIFICATION_OF_CHANGE = "notification_of_change"
-# Event types no transition takes: the payment's state stays as it is.
-RECORDED_EVENT_TYPES = (NOTIFICATION_OF_CHANGE,)
-# Every event type of the contract: the transitions', then the facts that move no state.
-EVENT_TYPES = (*PAYMENT_GRAPH.event_types, *DISHONOR_EVENT_TYPES, *RECORDED_EVENT_TYPES)
+def event_types() -> tuple[str, ...]:
+    """Every event type of the contract, from the catalogue."""
+    return event_type_names()
 
 
 def event_target_state(event_type: str, current: str) -> str:
-    """The state ``event_type`` drives a payment in state ``current`` to."""
+    """The state the transition type ``event_type`` drives a payment in state ``current`` to."""
     return PAYMENT_GRAPH.event_target(event_type, current)
+
+
+def transition_event_types() -> tuple[str, ...]:
+    return event_type_names(EventTypeKind.TRANSITION)
 
 
 # Every payment of this module is an ACH debit (the processor's endpoint is /v1/ach/debits).
@@ -69,18 +64,47 @@ class ProcessorEvent:
     currency: str = ""  # ISO 4217; "" = not stated
     direction: str = ""  # "debit" or "credit"; "" = not stated
     processor_id: str = ""  # the processor's id of the debit; "" = not stated
-    change_code: str = ""  # a notification of change's C-code; "" = not a NOC
-    corrected_data: dict = field(default_factory=dict, hash=False)  # a NOC's corrected fields
+    # The fields its type carries beyond these (``payments.catalogue``), as validated.
+    details: dict = field(default_factory=dict, hash=False)
     raw: dict = field(default_factory=dict, compare=False)
 
-    def target_state(self, current: str) -> str:
-        return event_target_state(self.event_type, current)
+    COMMON_FIELDS = (
+        "payment_id",
+        "event_type",
+        "processor_event_id",
+        "amount",
+        "timestamp",
+        "reason_code",
+        "message",
+        "currency",
+        "direction",
+        "processor_id",
+    )
+
+    @classmethod
+    def of(cls, *, raw: dict | None = None, **fields) -> "ProcessorEvent":
+        """The event from its validated fields: the common ones by name, every other stated
+        one into ``details`` (an empty value is not stated)."""
+        common = {name: fields.pop(name) for name in cls.COMMON_FIELDS if name in fields}
+        details = {name: value for name, value in fields.items() if value}
+        return cls(**common, details=details, raw=raw if raw is not None else {})
+
+    @property
+    def change_code(self) -> str:
+        """A notification of change's C-code; "" for any other event."""
+        return self.details.get("change_code", "")
+
+    @property
+    def corrected_data(self) -> dict:
+        """A notification of change's corrected fields."""
+        return self.details.get("corrected_data", {})
 
     @property
     def fingerprint(self) -> str:
         """Hash of the fields that define the event; a repeat with another hash is a conflict.
 
-        A NOC's ``change_code`` and ``corrected_data`` count like the optional fields.
+        The type's own fields (a NOC's ``change_code`` and ``corrected_data``) count like the
+        optional fields.
         The free-text ``message`` is left out: processors reword it between deliveries. The
         optional restated fields count only when stated, so an event without them keeps the hash
         it had before they existed (dedup records written then still recognise its repeats).
@@ -115,7 +139,6 @@ class ProcessorEvent:
             "currency": self.currency,
             "direction": self.direction,
             "processor_id": self.processor_id,
-            "change_code": self.change_code,
-            "corrected_data": self.corrected_data,
+            **self.details,
         }
         return {name: value for name, value in stated.items() if value}

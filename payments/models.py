@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models.functions import Now
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from payments.catalogue import FAILED, RETURNED, SETTLED, SUBMITTED
 from payments.state_graph import StateGraph
 
 
@@ -109,7 +110,7 @@ class Payment(FSMModelMixin, models.Model):
         field=state,
         source=PaymentState.PENDING,
         target=PaymentState.SUBMITTED,
-        custom={"events": ("submitted",)},
+        custom={"events": (SUBMITTED.name,)},
     )
     def submit(self) -> None:
         pass
@@ -123,7 +124,7 @@ class Payment(FSMModelMixin, models.Model):
         field=state,
         source=PaymentState.SUBMITTED,
         target=PaymentState.CONFIRMED,
-        custom={"events": ("settled",)},
+        custom={"events": (SETTLED.name,)},
     )
     def confirm(self) -> None:
         pass
@@ -132,7 +133,7 @@ class Payment(FSMModelMixin, models.Model):
         field=state,
         source=PaymentState.SUBMITTED,
         target=PaymentState.FAILED,
-        custom={"events": ("failed", "returned")},
+        custom={"events": (FAILED.name, RETURNED.name)},
     )
     def fail(self) -> None:
         """A ``failed`` event, or a return that arrives before settlement."""
@@ -141,7 +142,7 @@ class Payment(FSMModelMixin, models.Model):
         field=state,
         source=PaymentState.CONFIRMED,
         target=PaymentState.RETURNED,
-        custom={"events": ("returned",)},
+        custom={"events": (RETURNED.name,)},
     )
     def return_after_settlement(self) -> None:
         """A settled debit came back (a NACHA return): final, the credit is reversed."""

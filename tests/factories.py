@@ -215,7 +215,7 @@ def processor_event(payment: Payment, event_type: str, **overrides) -> Processor
         "timestamp": datetime(2026, 11, 2, 12, 0, tzinfo=UTC),
     }
     fields.update(overrides)
-    return ProcessorEvent(**fields)
+    return ProcessorEvent.of(**fields)
 
 
 # --- callbacks: the worker's records ---------------------------------------------------------

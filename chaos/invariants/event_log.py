@@ -162,17 +162,17 @@ class _Replay:
 
 
 def _dishonor_event_types() -> tuple[str, ...]:
-    from payments.events import DISHONOR_EVENT_TYPES
+    from payments.catalogue import EventTypeKind, event_type_names
 
-    return DISHONOR_EVENT_TYPES
+    return event_type_names(EventTypeKind.FACT)
 
 
 def _behind(event_type: str, current: str) -> bool:
     """The event's target state is the payment's state or one it has already passed."""
-    from payments.events import EVENT_TARGET_STATE, event_target_state
+    from payments.events import event_target_state, transition_event_types
     from payments.models import STATE_RANK
 
-    if event_type not in EVENT_TARGET_STATE:
+    if event_type not in transition_event_types():
         return False
     target = event_target_state(event_type, current)
     return target is not None and (target == current or STATE_RANK[target] < STATE_RANK[current])

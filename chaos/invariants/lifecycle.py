@@ -9,12 +9,12 @@ from chaos.invariants.report import Report
 def check_nocs(report: Report) -> None:
     """``nocs_recorded_once``: one NOC per recorded ``notification_of_change`` event, for its
     payment, and none without that event; a NOC moved no state."""
-    from payments.events import NOTIFICATION_OF_CHANGE
+    from payments.catalogue import NOTIFICATION_OF_CHANGE
     from payments.models import EventKind, EventOutcome, NotificationOfChange, PaymentEvent
 
     check = "nocs_recorded_once"
     rows = PaymentEvent.objects.filter(
-        kind=EventKind.PROCESSOR_EVENT, event_type=NOTIFICATION_OF_CHANGE
+        kind=EventKind.PROCESSOR_EVENT, event_type=NOTIFICATION_OF_CHANGE.name
     ).values_list("processor_event_id", "payment_id", "outcome", "from_state", "to_state")
     recorded: dict[str, set] = defaultdict(set)
     moved = []

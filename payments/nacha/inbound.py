@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from payments import catalogue
 from payments.alerts import AlertSeverity, alert_raise
 from payments.change_codes import corrected_data_problems
 from payments.nacha import layouts as L
@@ -34,10 +35,11 @@ from payments.nacha.windows import EASTERN
 
 logger = logging.getLogger(__name__)
 
-RETURNED = "returned"
-RETURN_DISHONORED = "return_dishonored"
-DISHONOR_CONTESTED = "dishonor_contested"
-NOTIFICATION_OF_CHANGE = "notification_of_change"
+# The catalogue's types a bank's return file reports (payments.catalogue).
+RETURNED = catalogue.RETURNED.name
+RETURN_DISHONORED = catalogue.RETURN_DISHONORED.name
+DISHONOR_CONTESTED = catalogue.DISHONOR_CONTESTED.name
+NOTIFICATION_OF_CHANGE = catalogue.NOTIFICATION_OF_CHANGE.name
 
 # What each change code corrects (NACHA's table), in the order the corrected data holds it:
 # (field, start, end) within the 29 columns.

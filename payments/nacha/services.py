@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_clear, alert_raise
+from payments.catalogue import SETTLED
 from payments.models import Payment, PaymentState
 from payments.nacha import settings as nacha_settings
 from payments.nacha.accounts import AccountResolver, AccountUnavailable, BankAccount
@@ -399,7 +400,7 @@ def nacha_entries_settle(*, now: datetime, limit: int = 1000) -> int:
             settled = datetime.combine(entry.file.effective_entry_date, SETTLED_AT, tzinfo=EASTERN)
             event = {
                 "payment_id": str(entry.payment_id),
-                "event_type": "settled",
+                "event_type": SETTLED.name,
                 "processor_event_id": f"ach.{entry.trace_number}.settled",
                 "amount": f"{entry.payment.amount:.2f}",
                 "timestamp": settled.isoformat(),

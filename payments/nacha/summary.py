@@ -9,17 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from payments.bank_numbers import mask_account
+from payments.catalogue import NOTIFICATION_OF_CHANGE
 from payments.nacha import layouts as L
 from payments.nacha.parser import Entry
 
 
 def return_kind(code: str) -> str:
     if code.startswith("C"):
-        return (
-            "refused_notification_of_change"
-            if code in L.REFUSED_CHANGE_CODES
-            else ("notification_of_change")
-        )
+        noc = NOTIFICATION_OF_CHANGE.name
+        return f"refused_{noc}" if code in L.REFUSED_CHANGE_CODES else noc
     if code in L.DISHONORED_RETURN_CODES:
         return "dishonored_return"
     if code in L.CONTESTED_RETURN_CODES:

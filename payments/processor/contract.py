@@ -22,13 +22,14 @@ from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
 from payments.bank_numbers import holds_bank_number, mask_bank_numbers
+from payments.catalogue import event_fields, event_type_get, event_type_names, event_types
 from payments.change_codes import (
     CHANGE_CODE_RE,
     CORRECTED_DATA_MAX_KEYS,
     change_code_get,
     corrected_data_problems,
 )
-from payments.events import DIRECTIONS, EVENT_TYPES, NOTIFICATION_OF_CHANGE, ProcessorEvent
+from payments.events import DIRECTIONS, ProcessorEvent
 from payments.exceptions import InvalidCallback
 
 PROCESSOR_EVENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -108,16 +109,37 @@ class PatternField(_StrictString, serializers.CharField):
         return value
 
 
-class EventTypeField(_StrictString, serializers.ChoiceField):
+class EventTypeField(serializers.ChoiceField):
+    """One of the catalogue's event types (``payments.catalogue``), read when asked, so a type
+    registered after start-up is taken and published like the module's own."""
+
     default_error_messages = {
         "not_a_string": "Must be a string, got {type}.",
-        "invalid_choice": f"Must be one of {', '.join(EVENT_TYPES)}; got {{input!r}}.",
+        "invalid_choice": "Must be one of {choices}; got {input!r}.",
     }
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(choices=(), **kwargs)
+
+    def _get_choices(self) -> dict[str, str]:
+        return {name: name for name in event_type_names()}
+
+    def _set_choices(self, choices) -> None:
+        """The catalogue holds the choices; nothing to keep."""
+
+    choices = property(_get_choices, _set_choices)
+
+    @property
+    def grouped_choices(self) -> dict[str, str]:
+        return self._get_choices()
+
     def to_internal_value(self, data):
-        if isinstance(data, str) and data not in self.choice_strings_to_values:
-            self.fail("invalid_choice", input=_quoted(data))
-        return super().to_internal_value(data)
+        if not isinstance(data, str):
+            self.fail("not_a_string", type=type(data).__name__)
+        names = event_type_names()
+        if data not in names:
+            self.fail("invalid_choice", choices=", ".join(names), input=_quoted(data))
+        return data
 
 
 class AmountField(PatternField):
@@ -207,7 +229,7 @@ class ProcessorEventSerializer(serializers.Serializer):
     keeps them (they travel nested in the queue envelope, never beside our markers)."""
 
     payment_id = UUIDStringField(help_text="The payment this event is about (a UUID).")
-    event_type = EventTypeField(choices=EVENT_TYPES)
+    event_type = EventTypeField()
     processor_event_id = PatternField(
         pattern=PROCESSOR_EVENT_ID_RE,
         invalid=(
@@ -260,30 +282,22 @@ class ProcessorEventSerializer(serializers.Serializer):
         default="",
         help_text="The processor's id of the debit; compared with the one it gave us.",
     )
-    # A notification of change only (payments.change_codes): required there, refused elsewhere.
-    change_code = PatternField(
-        pattern=CHANGE_CODE_RE,
-        invalid="Must be a change code such as C01 (1-8 of A-Z and 0-9); got {value!r}.",
-        max_length=8,
-        required=False,
-        allow_null=True,
-        default="",
-        help_text="notification_of_change: C01-C14, or C61-C69 for a refused NOC.",
-    )
-    corrected_data = CorrectedDataField(
-        required=False,
-        allow_null=True,
-        default=dict,
-        # Described by payments.openapi.CorrectedDataFieldSchema, code by code.
-    )
 
     @property
     def fields(self) -> BindingDict:
         # DRF deep-copies and binds every declared field for each serializer instance: two
         # thirds of the cost of validating a callback, on the endpoint's hot path. These fields
         # keep no per-request state (no context, no partial updates, nothing nested), so one
-        # bound set serves every instance.
-        return _shared_fields()
+        # bound set serves every instance (one per state of the catalogue).
+        return _shared_fields(event_types())
+
+    def get_fields(self) -> dict:
+        """The common fields, then every event type's own (``payments.catalogue``): each
+        optional here, its type's rules checked in ``validate``."""
+        fields = super().get_fields()
+        for _entry, event_field in event_fields():
+            fields[event_field.name] = event_field.contract_field_make()
+        return fields
 
     def validate_reason_code(self, value: str | None) -> str:
         return value or ""
@@ -301,46 +315,68 @@ class ProcessorEventSerializer(serializers.Serializer):
     def validate_processor_id(self, value: str | None) -> str:
         return value or ""
 
-    def validate_change_code(self, value: str | None) -> str:
-        return value or ""
-
-    def validate_corrected_data(self, value: dict | None) -> dict:
-        return value or {}
-
     def validate(self, attrs: dict) -> dict:
-        """A NOC states its change code and the corrected fields that code names; no other
-        event carries either. A code outside the table is taken (recorded and flagged as
-        unknown, never dropped), its corrected data held to the table's keys and forms."""
-        code, data = attrs.get("change_code", ""), attrs.get("corrected_data", {})
-        if attrs.get("event_type") != NOTIFICATION_OF_CHANGE:
-            errors = {
-                name: [f"Only a {NOTIFICATION_OF_CHANGE} event carries {name}."]
-                for name, value in (("change_code", code), ("corrected_data", data))
-                if value
-            }
-            if errors:
-                raise serializers.ValidationError(errors)
-            return attrs
-        if not code:
-            raise serializers.ValidationError(
-                {"change_code": [f"Required for a {NOTIFICATION_OF_CHANGE} event."]}
-            )
-        errors = {
-            f"corrected_data[{key}]" if key else "corrected_data": [problem]
-            for key, problem in corrected_data_problems(code, data).items()
-        }
-        row = change_code_get(code)
-        if not errors and row is not None and not row.refused and not data:
-            errors["corrected_data"] = [
-                f"{code} must state at least one corrected field: {', '.join(row.fields)}."
-            ]
+        """An event type's own fields (``payments.catalogue``): a field is carried only by the
+        types that declare it, a required one must be stated, and the type's own check runs on
+        them once each is valid. null is "not stated", as for the optional common fields."""
+        event_type = attrs.get("event_type")
+        errors: dict[str, list[str]] = {}
+        for entry, event_field in event_fields():
+            name = event_field.name
+            if not attrs.get(name):
+                attrs.pop(name, None)
+            elif entry.name != event_type:
+                errors[name] = [f"Only a {entry.name} event carries {name}."]
         if errors:
             raise serializers.ValidationError(errors)
+        entry = event_type_get(event_type)
+        for event_field in entry.fields:
+            if event_field.required and event_field.name not in attrs:
+                errors[event_field.name] = [f"Required for a {entry.name} event."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        problems = entry.contract_check_run(attrs)
+        if problems:
+            raise serializers.ValidationError({k: [v] for k, v in problems.items()})
         return attrs
 
 
+def change_code_field() -> serializers.Field:
+    """A notification of change's ``change_code`` (``payments.change_codes``)."""
+    return PatternField(
+        pattern=CHANGE_CODE_RE,
+        invalid="Must be a change code such as C01 (1-8 of A-Z and 0-9); got {value!r}.",
+        max_length=8,
+        required=False,
+        allow_null=True,
+        help_text="notification_of_change: C01-C14, or C61-C69 for a refused NOC.",
+    )
+
+
+def corrected_data_field() -> serializers.Field:
+    """A notification of change's ``corrected_data``; described by
+    ``payments.openapi.CorrectedDataFieldSchema``, code by code."""
+    return CorrectedDataField(required=False, allow_null=True)
+
+
+def noc_contract_check(attrs: dict) -> dict[str, str]:
+    """A NOC's corrected data, held to its change code's keys and forms. A code outside the
+    table is taken (recorded and flagged as unknown, never dropped)."""
+    code, data = attrs["change_code"], attrs.get("corrected_data", {})
+    problems = {
+        f"corrected_data[{key}]" if key else "corrected_data": problem
+        for key, problem in corrected_data_problems(code, data).items()
+    }
+    row = change_code_get(code)
+    if not problems and row is not None and not row.refused and not data:
+        problems["corrected_data"] = (
+            f"{code} must state at least one corrected field: {', '.join(row.fields)}."
+        )
+    return problems
+
+
 @cache
-def _shared_fields() -> BindingDict:
+def _shared_fields(catalogue: tuple) -> BindingDict:
     prototype = ProcessorEventSerializer()
     fields = BindingDict(prototype)
     for name, field in prototype.get_fields().items():
@@ -382,8 +418,9 @@ def kept_members(fields: dict, validated: dict) -> dict:
     """
     problems: dict[str, list[str]] = {}
     kept = {}
+    contract = _contract_fields()
     for name, value in fields.items():
-        if name in _CONTRACT_FIELDS:
+        if name in contract:
             kept[name] = validated[name] if name in FREE_TEXT_FIELDS else value
         elif holds_bank_number(name):
             problems.setdefault(_place(name), []).append(MEMBER_NAME_MESSAGE)
@@ -404,10 +441,11 @@ def event_payload_shown(payload: dict) -> dict:
     the edge masked, or from a backend that built its own ``raw``, shows no bank number either;
     the row itself is left as it was written."""
     shown = {}
+    contract = _contract_fields()
     for name, value in payload.items():
         if name in FREE_TEXT_FIELDS and isinstance(value, str):
             shown[name] = mask_bank_numbers(value)
-        elif name in _CONTRACT_FIELDS:
+        elif name in contract:
             shown[name] = value
         else:
             shown[mask_bank_numbers(name)] = _masked_member(value, name, None)
@@ -437,7 +475,9 @@ def _masked_member(value: Any, path: str, problems: dict[str, list[str]] | None)
     return value
 
 
-_CONTRACT_FIELDS = frozenset(ProcessorEventSerializer._declared_fields)
+def _contract_fields() -> frozenset[str]:
+    """The contract's field names: the common ones and every event type's own."""
+    return frozenset(_shared_fields(event_types()))
 
 
 def processor_event_parse(fields: Any, *, raw: dict | None = None) -> ProcessorEvent:
@@ -457,7 +497,7 @@ def processor_event_parse(fields: Any, *, raw: dict | None = None) -> ProcessorE
     for name in FREE_TEXT_FIELDS:
         validated[name] = mask_bank_numbers(validated[name])
     raw = kept_members(fields if raw is None else raw, validated)
-    return ProcessorEvent(**validated, raw=raw)
+    return ProcessorEvent.of(**validated, raw=raw)
 
 
 # A processor cursor is opaque to us, but it is stored and sent back in a query string.

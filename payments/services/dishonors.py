@@ -35,6 +35,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
+from payments.catalogue import DISHONOR_CONTESTED, RETURN_DISHONORED
 from payments.events import ProcessorEvent
 from payments.exceptions import DishonorRefused, InvalidTransition
 from payments.models import (
@@ -65,6 +66,7 @@ from payments.return_codes import (
     return_code_label,
 )
 from payments.services.calls import alert_auth_failed, attempt_record, log_attempt
+from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.remedies import return_reinitiation
 from payments.services.writes import DayCounts, merchant_return_day_add, payment_lock
 from payments.signals import payment_dishonor_booked
@@ -73,8 +75,6 @@ logger = logging.getLogger(__name__)
 
 # ProcessorAttempt.operation of a dishonor request.
 DISHONOR_OPERATION = "dishonor"
-RETURN_DISHONORED = "return_dishonored"
-DISHONOR_CONTESTED = "dishonor_contested"
 
 
 @dataclass(frozen=True)
@@ -245,6 +245,23 @@ def dishonor_request_send(*, dishonor: ReturnDishonor) -> DishonorResult:
 # --- the processor's answers -----------------------------------------------------------------
 
 
+class DishonorAnswerHandler(EventHandler):
+    """The processor's answer about a return (dishonored, contested): a fact, not a transition.
+    Recorded the first time with the ledger entries it calls for, stale when the fact is
+    recorded already under another id."""
+
+    def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
+        refusal = dishonor_event_refusal(event, payment)
+        if refusal is not None:
+            return Decision.refused(refusal)
+        stale = dishonor_event_stale(event, payment)
+        return Decision(ApplyOutcome.STALE if stale else ApplyOutcome.RECORDED)
+
+    def record(self, *, event, payment, decision, log) -> None:
+        if decision.outcome == ApplyOutcome.RECORDED:
+            dishonor_event_record(payment=payment, event=event, log=log)
+
+
 def dishonor_event_refusal(event: ProcessorEvent, payment: Payment) -> InvalidTransition | None:
     """A dishonor answer needs a return after settlement to be about; before one is recorded it
     is refused (retried, since the return may still be on its way, then dead-lettered)."""
@@ -262,7 +279,7 @@ def dishonor_event_stale(event: ProcessorEvent, payment: Payment) -> bool:
     dishonor = ReturnDishonor.objects.filter(payment=payment).first()
     if dishonor is None:
         return False
-    if event.event_type == RETURN_DISHONORED:
+    if event.event_type == RETURN_DISHONORED.name:
         return bool(dishonor.dishonored_event_id)
     return bool(dishonor.contested_event_id)
 
@@ -283,7 +300,7 @@ def dishonor_event_record(
         defaults={"ach_return": ach_return, "merchant_id": payment.merchant_id},
     )
     code = event.reason_code.strip().upper()[:16]
-    if event.event_type == RETURN_DISHONORED:
+    if event.event_type == RETURN_DISHONORED.name:
         dishonor.dishonored_event_id = event.processor_event_id
         dishonor.dishonored_at = event.timestamp
         dishonor.reason_code = dishonor.reason_code or code
@@ -391,7 +408,7 @@ def _alerts(
                 "recorded and booked, check it with the processor",
             )
         )
-    if event.event_type == DISHONOR_CONTESTED:
+    if event.event_type == DISHONOR_CONTESTED.name:
         alerts.append(
             (
                 f"payment.dishonor_contested:{payment.id}",
@@ -401,7 +418,7 @@ def _alerts(
                 + ("; the re-credit is reversed" if written else ""),
             )
         )
-    again = return_reinitiation(payment) if event.event_type == RETURN_DISHONORED else None
+    again = return_reinitiation(payment) if event.event_type == RETURN_DISHONORED.name else None
     stood = LedgerEntryKind.RECREDIT in written and LedgerEntryKind.RECREDIT_REVERSAL not in written
     if again is not None and stood:
         high_alerts.append(

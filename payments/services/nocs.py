@@ -21,8 +21,9 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import add_banking_days
 from payments.change_codes import NOC_DEADLINE_BANKING_DAYS, change_code_get
 from payments.events import ProcessorEvent
-from payments.exceptions import NocPastDeadline, PaymentError
+from payments.exceptions import EventConflict, NocPastDeadline, PaymentError
 from payments.models import NocAction, NocStatus, NotificationOfChange, Payment
+from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 
 
 class NocNotOpen(PaymentError):
@@ -31,6 +32,29 @@ class NocNotOpen(PaymentError):
 
 class NocNoteRequired(PaymentError):
     """Closing a NOC needs a note saying what was done at the processor."""
+
+
+class NocHandler(EventHandler):
+    """A notification of change: recorded once beside the payment, in its current state. A
+    repeat is judged by its NOC, which outlives the dedup record: a resend months later is
+    still one NOC."""
+
+    def earlier(self, event: ProcessorEvent, payment: Payment) -> bool:
+        recorded = noc_recorded_before(event)
+        if recorded is None:
+            return False
+        if recorded.payment_id != payment.id or not noc_same(recorded, event):
+            raise EventConflict(
+                f"processor_event_id {event.processor_event_id} was recorded before as another "
+                f"notification of change (NOC {recorded.id} for payment {recorded.payment_id})"
+            )
+        return True
+
+    def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
+        return Decision(ApplyOutcome.RECORDED)
+
+    def record(self, *, event, payment, decision, log) -> None:
+        noc_record(payment=payment, event=event)
 
 
 def noc_record(*, payment: Payment, event: ProcessorEvent) -> NotificationOfChange:

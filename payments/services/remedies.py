@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from payments import catalogue
 from payments.models import (
     AttemptOutcome,
     DishonorRequestStatus,
@@ -38,7 +39,7 @@ from payments.models import (
 from payments.return_codes import dishonor_deadline
 
 # The reinitiation rules a dishonor can break (``ReinitiationRefused.rule``).
-RETURN_DISHONORED = "return_dishonored"
+RETURN_DISHONORED = catalogue.RETURN_DISHONORED.name
 DISHONOR_PENDING = "dishonor_pending"
 
 

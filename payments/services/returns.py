@@ -1,15 +1,41 @@
 """ACH returns: the return record with its NACHA reason code, its counts in the merchant's
 return rates, and the flags a human should see."""
 
+from dataclasses import replace
 from datetime import UTC, date
 
 from django.db import transaction
 
 from payments.alerts import AlertSeverity, alert_raise
+from payments.catalogue import RETURNED
 from payments.events import ProcessorEvent
 from payments.models import Payment, PaymentReturn, PaymentState
 from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
+from payments.services.event_handlers import ApplyOutcome, Decision
+from payments.services.transitions import TransitionHandler
 from payments.services.writes import DayCounts, merchant_return_day_add
+
+
+class ReturnHandler(TransitionHandler):
+    """A return: the transition (failed before settlement, returned after it) and its record.
+    A return for a payment that failed without one is recorded, not stale
+    (``return_after_failure``)."""
+
+    def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
+        settled_at = payment.state_changed_at if payment.state == PaymentState.CONFIRMED else None
+        decision = super().decide(event, payment)
+        if decision.outcome == ApplyOutcome.STALE and return_after_failure(event, payment):
+            return Decision(ApplyOutcome.RECORDED, context={"after_failure": True})
+        return replace(decision, context={"settled_at": settled_at})
+
+    def record(self, *, event, payment, decision, log) -> None:
+        if decision.outcome in (ApplyOutcome.APPLIED, ApplyOutcome.RECORDED):
+            return_record(
+                payment=payment,
+                event=event,
+                settled_at=decision.context.get("settled_at"),
+                after_failure=decision.context.get("after_failure", False),
+            )
 
 
 def return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:
@@ -19,7 +45,7 @@ def return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:
     failed payment that has its return (it failed *by* a return, or one was recorded after the
     failure) takes a second one with a new id as stale, as a returned payment does."""
     return (
-        event.event_type == "returned"
+        event.event_type == RETURNED.name
         and payment.state == PaymentState.FAILED
         and not PaymentReturn.objects.filter(payment=payment).exists()
     )

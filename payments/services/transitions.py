@@ -9,6 +9,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import InvalidTransition
 from payments.metrics import TRANSITIONS as TRANSITIONS_TOTAL
 from payments.models import (
@@ -20,6 +21,7 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
 )
+from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.writes import DayCounts, Move, move_save
 from payments.signals import payment_transition_committed, payment_transitioned
 
@@ -29,6 +31,26 @@ logger = logging.getLogger(__name__)
 TRANSITIONS = PAYMENT_GRAPH.names
 # Processor events may only use these; ``reject`` belongs to a 4xx answer to our submission.
 EVENT_TRANSITIONS = PAYMENT_GRAPH.event_transitions
+
+
+class TransitionHandler(EventHandler):
+    """A transition type: the state graph says where it drives the payment from its state.
+    A target that equals or lies behind the current state is stale; one no event transition
+    reaches is refused."""
+
+    def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
+        current = payment.state
+        target = event_target_state(event.event_type, current)
+        if PAYMENT_GRAPH.is_stale(target, current):
+            return Decision(ApplyOutcome.STALE)
+        if (current, target) not in EVENT_TRANSITIONS:
+            return Decision.refused(
+                InvalidTransition(
+                    f"{event.event_type} event {event.processor_event_id} cannot move payment "
+                    f"{payment.id} from {current} to {target}"
+                )
+            )
+        return Decision(ApplyOutcome.APPLIED, move=transition_move(payment, target))
 
 
 def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:

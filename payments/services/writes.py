@@ -117,6 +117,11 @@ def event_write(write: EventWrite) -> bool:
     return True
 
 
+def event_log_write(log: PaymentEvent) -> None:
+    """Write an event-log row that claims nothing: a repeat of an event applied before."""
+    log.save()
+
+
 def _one_statement() -> bool:
     """PostgreSQL writes an event's rows in one statement; other databases statement by
     statement, in the same order and under the same claim."""

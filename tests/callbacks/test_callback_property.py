@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from callbacks.models import ParkedMessage, ProcessingError, QueueMessage, QueueMessageStatus
 from callbacks.serializers import PROCESSOR_EVENT_ID_RE, ProcessorEventSerializer
-from payments.events import EVENT_TYPES
+from payments.catalogue import event_type_names
 from payments.models import LedgerEntry, PaymentEvent, PaymentState
 from tests.callbacks.accounting import unaccounted
 from tests.callbacks.test_endpoint import post
@@ -54,7 +54,7 @@ def hostile_bodies(draw, payments) -> bytes:
     payment = draw(st.sampled_from(payments))
     body = {
         "payment_id": str(payment.id),
-        "event_type": draw(st.sampled_from(EVENT_TYPES)),
+        "event_type": draw(st.sampled_from(event_type_names())),
         "processor_event_id": draw(st.from_regex(PROCESSOR_EVENT_ID_RE, fullmatch=True)),
         "amount": f"{payment.amount:.2f}",
         "timestamp": draw(timestamps),

@@ -6,13 +6,8 @@ graph."""
 import re
 from pathlib import Path
 
-from payments.events import (
-    DISHONOR_EVENT_TYPES,
-    EVENT_TARGET_STATE,
-    EVENT_TYPES,
-    RECORDED_EVENT_TYPES,
-    event_target_state,
-)
+from payments.catalogue import EventTypeKind, event_type_names
+from payments.events import event_target_state
 from payments.models import PAYMENT_GRAPH, STATE_RANK, Payment, PaymentState
 from payments.services import EVENT_TRANSITIONS, TRANSITIONS
 
@@ -65,17 +60,20 @@ def test_every_table_is_read_from_the_models_transitions():
     # A 4xx answer to our submission rejects; no processor event may.
     assert EVENT_TRANSITIONS == _model_edges() - {(PaymentState.PENDING, PaymentState.FAILED)}
     assert STATE_RANK == {"pending": 0, "submitted": 1, "confirmed": 2, "failed": 2, "returned": 3}
-    # The transitions' event types, then the facts that move no state: a return's dishonor
-    # answers (money on a returned payment) and a notification of change (recorded only).
+    # The catalogue's transition types are exactly those the transitions take; then the facts
+    # that move no state (a return's dishonor answers: money on a returned payment) and a
+    # notification of change (recorded only).
     assert PAYMENT_GRAPH.event_types == ("submitted", "settled", "failed", "returned")
-    assert EVENT_TYPES == (
+    assert event_type_names(EventTypeKind.TRANSITION) == PAYMENT_GRAPH.event_types
+    assert event_type_names() == (
         *PAYMENT_GRAPH.event_types,
-        *DISHONOR_EVENT_TYPES,
-        *RECORDED_EVENT_TYPES,
+        "return_dishonored",
+        "dishonor_contested",
+        "notification_of_change",
     )
-    assert not set(DISHONOR_EVENT_TYPES) & set(EVENT_TARGET_STATE)
-    assert "notification_of_change" in RECORDED_EVENT_TYPES
-    assert EVENT_TARGET_STATE == {
+    assert event_type_names(EventTypeKind.FACT) == ("return_dishonored", "dishonor_contested")
+    assert event_type_names(EventTypeKind.RECORD) == ("notification_of_change",)
+    assert PAYMENT_GRAPH.event_targets == {
         "submitted": "submitted",
         "settled": "confirmed",
         "failed": "failed",
@@ -95,7 +93,7 @@ def test_a_return_fails_a_payment_before_settlement_and_returns_it_after():
     }
     for event_type in ("submitted", "settled", "failed"):
         assert {event_target_state(event_type, s) for s in PAYMENT_GRAPH.states} == {
-            EVENT_TARGET_STATE[event_type]
+            PAYMENT_GRAPH.event_targets[event_type]
         }
 
 

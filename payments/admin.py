@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from payments.catalogue import event_type_label, event_types
 from payments.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
@@ -63,18 +64,37 @@ class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
         return [f.name for f in self.model._meta.fields]
 
 
+class EventTypeFilter(admin.SimpleListFilter):
+    """The catalogue's event types, by label (``payments.catalogue``)."""
+
+    title = "event type"
+    parameter_name = "event_type"
+
+    def lookups(self, request, model_admin):
+        return [(entry.name, entry.label) for entry in event_types()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(event_type=self.value()) if self.value() else queryset
+
+
 class PaymentEventInline(ReadOnlyInline):
     model = PaymentEvent
     fields = [
         "created_at",
         "kind",
-        "event_type",
+        "event",
         "outcome",
         "from_state",
         "to_state",
         "processor_event_id",
         "caused_by",
     ]
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), "event"]
+
+    @admin.display(description="event type")
+    def event(self, obj):
+        return event_type_label(obj.event_type) if obj.event_type else ""
 
 
 class ProcessorAttemptInline(ReadOnlyInline):
@@ -215,17 +235,21 @@ class PaymentEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "payment",
         "kind",
-        "event_type",
+        "event",
         "outcome",
         "from_state",
         "to_state",
     ]
-    list_filter = ["kind", "outcome", "event_type"]
+    list_filter = ["kind", "outcome", EventTypeFilter]
     search_fields = ["=payment__id", "processor_event_id"]
     list_select_related = ["payment"]
     # The payload is shown once, by payload_pretty: masked, where the field itself is not.
     exclude = ["payload"]
     readonly_fields = ["payload_pretty"]
+
+    @admin.display(description="event type", ordering="event_type")
+    def event(self, obj):
+        return event_type_label(obj.event_type) if obj.event_type else ""
 
     @admin.display(description="payload")
     def payload_pretty(self, obj):
@@ -263,8 +287,13 @@ class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(ProcessedEvent)
 class ProcessedEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["processor_event_id", "payment", "event_type", "outcome", "processed_at"]
-    list_filter = ["event_type", "outcome"]
+    list_display = ["processor_event_id", "payment", "event", "outcome", "processed_at"]
+    list_filter = [EventTypeFilter, "outcome"]
+
+    @admin.display(description="event type", ordering="event_type")
+    def event(self, obj):
+        return event_type_label(obj.event_type)
+
     search_fields = ["=processor_event_id", "=payment__id"]
     list_select_related = ["payment"]
 

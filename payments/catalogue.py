@@ -114,6 +114,13 @@ def event_types() -> tuple[EventType, ...]:
     return tuple(_CATALOGUE.values())
 
 
+def event_type_label(name: str) -> str:
+    """The type's label for people, with its name; a name the catalogue lacks (a row written
+    under a type since retired) as it is."""
+    entry = _CATALOGUE.get(name)
+    return f"{entry.label} ({name})" if entry is not None else name
+
+
 def event_type_names(kind: EventTypeKind | None = None) -> tuple[str, ...]:
     return tuple(e.name for e in _CATALOGUE.values() if kind is None or e.kind == kind)
 

@@ -37,7 +37,8 @@ def test_an_unregistered_type_is_refused_at_the_edge_naming_the_catalogue(sqs_qu
     payment = PaymentFactory(state=PaymentState.CONFIRMED)
     response = post_json(_advice(payment))
     assert response.status_code == 400
-    assert "Must be one of submitted, settled" in response.json()["error"]["errors"]["event_type"][0]
+    errors = response.json()["error"]["errors"]
+    assert "Must be one of submitted, settled" in errors["event_type"][0]
     assert queued_messages(sqs_queues) == []
 
 

@@ -13,12 +13,12 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from payments.events import EVENT_TYPES
+from payments.catalogue import event_type_names
 
 
 class CallbackBodySerializer(serializers.Serializer):
     payment_id = serializers.UUIDField()
-    event_type = serializers.ChoiceField(choices=EVENT_TYPES)
+    event_type = serializers.ChoiceField(choices=event_type_names())
     processor_event_id = serializers.RegexField(r"^[A-Za-z0-9._:-]{1,128}$")
     amount = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=Decimal("0.01"))
     timestamp = serializers.DateTimeField()

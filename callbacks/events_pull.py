@@ -44,13 +44,13 @@ from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.metrics import PROCESSOR_EVENTS_PULL_PASSES, PROCESSOR_EVENTS_PULLED
 from callbacks.models import ProcessorEventsCursor
-from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT, processor_event_outgoing
-from callbacks.services.republish import DEAD_LETTER_KEY
+from callbacks.schema import processor_event_outgoing
 from payments import conf as payments_conf
 from payments.alerts import alert_raise
 from payments.events import ProcessorEvent
 from payments.exceptions import InvalidCallback, ProcessorRejected, ProcessorUnavailable
 from payments.locks import single_flight
+from payments.messages import dead_letter_marked, processor_event_body
 from payments.models import ProcessedEvent
 from payments.processor.backend import CallbackRequest, ProcessorBackend, get_backend
 from payments.processor.contract import CURSOR_RE
@@ -257,21 +257,18 @@ def _malformed_dead_letter(item: object, errors: dict[str, list[str]]) -> None:
         group_id = ""
     message_id = f"{MALFORMED_PREFIX}.{digest}"
     error = "; ".join(f"{field}: {' '.join(problems)}" for field, problems in errors.items())
-    now = timezone.now().isoformat()
-    body = {
-        "kind": PROCESSOR_EVENT,
-        EVENT_KEY: item,
-        "received_at": now,
-        DEAD_LETTER_KEY: {
-            "original_message_id": message_id,
-            "attempts": 0,
-            "error_class": MALFORMED_ERROR_CLASS,
-            "error": f"the processor's events API listed an event that breaks the contract: "
-            f"{error}"[:4000],
-            "first_started_at": now,
-            "dead_lettered_at": now,
-        },
-    }
+    now = timezone.now()
+    body = dead_letter_marked(
+        processor_event_body(item, received_at=now),
+        original_message_id=message_id,
+        attempts=0,
+        error_class=MALFORMED_ERROR_CLASS,
+        error=f"the processor's events API listed an event that breaks the contract: {error}"[
+            :4000
+        ],
+        first_started_at=now,
+        dead_lettered_at=now,
+    )
     sqs.send_message_now(
         body=body,
         group_id=group_id or MALFORMED_PREFIX,

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
-from callbacks.services.republish import DEAD_LETTER_KEY
+from payments.messages import dead_letter_marked, processor_event_body
 from payments.models import NachaInboundEvent
 from payments.nacha.inbound import nacha_inbound_store, nacha_inbound_stray_refuse
 from payments.nacha.models import InboundStatus
@@ -48,11 +47,7 @@ class CollectResult:
 
 
 def _envelope(row: NachaInboundEvent) -> dict:
-    return {
-        "kind": PROCESSOR_EVENT,
-        EVENT_KEY: dict(row.event),
-        "received_at": row.created_at.isoformat(),
-    }
+    return processor_event_body(row.event, received_at=row.created_at)
 
 
 def nacha_events_publish_now(*, limit: int = 1000) -> tuple[int, int]:
@@ -68,17 +63,18 @@ def nacha_events_publish_now(*, limit: int = 1000) -> tuple[int, int]:
             )
             published += 1
         else:
-            body[DEAD_LETTER_KEY] = {
-                "original_message_id": f"nacha-inbound-{row.pk}",
-                "attempts": 0,
-                "error_class": UNKNOWN_TRACE,
-                "error": (
+            body = dead_letter_marked(
+                body,
+                original_message_id=f"nacha-inbound-{row.pk}",
+                attempts=0,
+                error_class=UNKNOWN_TRACE,
+                error=(
                     f"{row.code} in bank file {row.file_id} (record {row.record_number}) names "
                     f"trace number {row.original_trace_number}, which matches no entry of ours"
                 ),
-                "first_started_at": now.isoformat(),
-                "dead_lettered_at": now.isoformat(),
-            }
+                first_started_at=now,
+                dead_lettered_at=now,
+            )
             message_id = sqs.send_message_now(
                 body=body,
                 group_id=f"nacha.{row.original_trace_number}",

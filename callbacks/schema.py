@@ -14,10 +14,9 @@ from datetime import UTC, datetime
 from callbacks.serializers import ProcessorEventSerializer
 from callbacks.sqs import OutgoingMessage
 from payments.events import ProcessorEvent
+from payments.messages import EVENT_KEY, MessageKind, nested_event, processor_event_body
 
-PROCESSOR_EVENT = "processor_event"
-# The envelope key holding the processor's event, as validated (unknown fields included).
-EVENT_KEY = "event"
+PROCESSOR_EVENT = MessageKind.PROCESSOR_EVENT
 
 
 class InvalidMessage(Exception):
@@ -49,11 +48,7 @@ def processor_event_message(event: ProcessorEvent, *, received_at: datetime | No
     ``event`` (its contract fields normalised, the fields beyond the contract kept beside them,
     inside the nested object only)."""
     when = received_at or datetime.now(UTC)
-    return {
-        "kind": PROCESSOR_EVENT,
-        EVENT_KEY: {**event.raw, **event.as_payload()},
-        "received_at": when.isoformat(),
-    }
+    return processor_event_body({**event.raw, **event.as_payload()}, received_at=when)
 
 
 def processor_event_outgoing(
@@ -74,8 +69,8 @@ def processor_event_outgoing(
 def processor_event_from_message(body: dict) -> ProcessorEvent:
     """The event nested in a queue envelope, parsed by the endpoint's serializer. A flat body
     (the processor's fields at the top level) is refused: its top level cannot be trusted."""
-    nested = body.get(EVENT_KEY)
-    if not isinstance(nested, dict):
+    nested = nested_event(body)
+    if nested is None:
         raise InvalidMessage(
             {EVENT_KEY: ["The envelope has no nested event object; it was not written by us."]}
         )

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Generic, Protocol, TypeVar
 
 from callbacks.models import sequence_key
+from payments.messages import message_kind
 
 BATCH_LIMIT = 10  # entries per SQS batch call
 
@@ -108,8 +109,7 @@ class ReceivedMessage:
 
     @property
     def kind(self) -> str:
-        kind = (self.body or {}).get("kind")
-        return kind if isinstance(kind, str) else ""
+        return message_kind(self.body)
 
     @property
     def payment_id(self) -> str:

@@ -89,6 +89,7 @@ class PaymentEventInline(ReadOnlyInline):
         "processor_event_id",
         "caused_by",
     ]
+
     def get_readonly_fields(self, request, obj=None):
         return [*super().get_readonly_fields(request, obj), "event"]
 

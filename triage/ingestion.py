@@ -24,16 +24,15 @@ from django.utils.dateparse import parse_datetime
 
 from callbacks import sqs
 from callbacks.models import ProcessingError, QueueMessage
-from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
 from callbacks.selectors import message_processing_errors, queue_message_by_id
 from callbacks.services import (
-    DEAD_LETTER_KEY,
     payment_hold,
     queue_message_mark_redrive_policy_dead_letter,
     storable_text,
 )
 from callbacks.sqs import ReceivedMessage
 from payments.alerts import alert_raise
+from payments.messages import dead_letter_mark, event_fields, message_kind
 from triage.models import DeadLetter, DeadLetterSource
 
 logger = logging.getLogger(__name__)
@@ -124,8 +123,8 @@ class _Parsed:
 
 def _parse(message: ReceivedMessage) -> _Parsed:
     body = message.body if message.body is not None else {"raw_body": message.raw_body}
-    envelope = body.get(DEAD_LETTER_KEY)
-    if isinstance(envelope, dict) and envelope.get("original_message_id"):
+    envelope = dead_letter_mark(body)
+    if envelope is not None:
         return _Parsed(
             body=body,
             source=DeadLetterSource.WORKER,
@@ -251,10 +250,9 @@ def _dead_letter_identity(
 ) -> DeadLetter:
     """What the message is: its ids, kind, payment and body (no history yet)."""
     body = parsed.body
-    kind = body.get("kind") if isinstance(body.get("kind"), str) else ""
+    kind = message_kind(body)
     # A processor event's fields are nested in the envelope; a submit_payment is all ours.
-    nested = body.get(EVENT_KEY) if kind == PROCESSOR_EVENT else None
-    fields = nested if isinstance(nested, dict) else body
+    fields = event_fields(body)
     event_id = fields.get("processor_event_id")
     return DeadLetter(
         original_message_id=parsed.original_message_id,

@@ -22,8 +22,8 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
-from callbacks.schema import EVENT_KEY, PROCESSOR_EVENT
 from callbacks.selectors import payment_dead_lettered_message_ids
+from payments.messages import MessageKind, event_fields, message_kind
 from payments.models import (
     BreakerState,
     CircuitBreaker,
@@ -86,12 +86,9 @@ def parked_event(body, kind: str = "") -> ParkedEvent:
     """The event a parked message carries. A processor event sits under ``event`` in the queue
     envelope; reading the envelope's top level (as before the envelope nested it) finds
     nothing, and the operator could not tell what waits behind the hold."""
-    body = body if isinstance(body, dict) else {}
-    kind = _text(body.get("kind")) or kind
-    if kind == PROCESSOR_EVENT:
-        nested = body.get(EVENT_KEY)
-        # A message parked before the envelope nested the event has its fields at the top.
-        fields = nested if isinstance(nested, dict) else body
+    kind = message_kind(body) or kind
+    if kind == MessageKind.PROCESSOR_EVENT:
+        fields = event_fields(body)
         event_type = _text(fields.get("event_type"))
         event_id = _text(fields.get("processor_event_id"))
         amount = _text(fields.get("amount"))
@@ -100,7 +97,7 @@ def parked_event(body, kind: str = "") -> ParkedEvent:
             part for part in (event_type or "unknown event", amount, currency) if part
         )
         return ParkedEvent(kind, event_type, event_id, amount, currency, description)
-    if kind == "submit_payment":
+    if kind == MessageKind.SUBMIT_PAYMENT:
         return ParkedEvent(kind, "", "", "", "", "submission of the payment to the processor")
     return ParkedEvent(kind, "", "", "", "", kind or "message of unknown kind")
 

@@ -22,7 +22,8 @@ from django.db.models.functions import Now
 from callbacks import sqs
 from callbacks.models import PaymentHold
 from callbacks.selectors import payment_active_hold
-from callbacks.services import DEAD_LETTER_KEY, hold_release, message_republish
+from callbacks.services import hold_release, message_republish
+from payments.messages import DEAD_LETTER_KEY
 from triage.exceptions import (
     DeadLetterNotOpen,
     HoldReleaseFailed,

@@ -23,7 +23,7 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from callbacks.services.holds import hold_passes, payment_hold
-from callbacks.services.republish import DEAD_LETTER_KEY, released_original_id
+from callbacks.services.republish import released_original_id
 from callbacks.services.starts import (
     StartAction,
     StartDecision,
@@ -31,6 +31,7 @@ from callbacks.services.starts import (
     queue_message_new,
 )
 from callbacks.sqs import ReceivedMessage
+from payments.messages import dead_letter_marked
 
 
 def queue_message_complete(*, queue_message: QueueMessage, outcome: str) -> None:
@@ -261,18 +262,16 @@ def message_defer(
 def dead_letter_body(
     *, queue_message: QueueMessage, error_class: str, error: str, now: datetime
 ) -> dict:
-    body = dict(queue_message.body) if queue_message.body is not None else {}
-    if queue_message.body is None:
-        body["raw_body"] = queue_message.raw_body
-    body[DEAD_LETTER_KEY] = {
-        "original_message_id": queue_message.message_id,
-        "attempts": queue_message.attempts,
-        "error_class": error_class,
-        "error": error[:2000],
-        "first_started_at": queue_message.first_started_at.isoformat(),
-        "dead_lettered_at": now.isoformat(),
-    }
-    return body
+    return dead_letter_marked(
+        queue_message.body,
+        raw_body=queue_message.raw_body,
+        original_message_id=queue_message.message_id,
+        attempts=queue_message.attempts,
+        error_class=error_class,
+        error=error[:2000],
+        first_started_at=queue_message.first_started_at,
+        dead_lettered_at=now,
+    )
 
 
 def message_dead_letter(*, queue_message: QueueMessage, error_class: str, error: str) -> str:

@@ -13,11 +13,11 @@ from django.utils import timezone
 from callbacks import sqs
 from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
 from callbacks.sqs import ReceivedMessage
-from payments import propagation
+from payments import messages, propagation
+from payments.messages import DEAD_LETTER_KEY, REDRIVE_KEY
 
-# Keys the queue layer adds to a message body; stripped before a body is republished.
-DEAD_LETTER_KEY = "dead_letter"
-REDRIVE_KEY = "redrive"
+__all__ = ["DEAD_LETTER_KEY", "REDRIVE_KEY"]  # and the functions below: the names callbacks uses
+
 RELEASE_MARK = ":release:"
 
 
@@ -29,14 +29,7 @@ def released_original_id(deduplication_id: str) -> str:
 
 def redrive_original(message: ReceivedMessage) -> str:
     """The message id a redrive replaces ("" when ``message`` is no redrive)."""
-    redrive = (message.body or {}).get(REDRIVE_KEY)
-    if isinstance(redrive, dict) and isinstance(redrive.get("original_message_id"), str):
-        return redrive["original_message_id"]
-    return ""
-
-
-def _republishable(body: dict) -> dict:
-    return {k: v for k, v in body.items() if k not in (DEAD_LETTER_KEY, REDRIVE_KEY)}
+    return messages.redrive_original(message.body)
 
 
 def parked_message_republish(*, row: ParkedMessage, hold: PaymentHold) -> bool:
@@ -45,7 +38,7 @@ def parked_message_republish(*, row: ParkedMessage, hold: PaymentHold) -> bool:
     if not PaymentHold.objects.filter(pk=hold.pk, released_at__isnull=True).exists():
         return False
     new_id = sqs.send_message_now(
-        body=_republishable(row.body),
+        body=messages.republishable(row.body),
         group_id=row.payment_id,
         deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
         attributes=propagation.message_attributes(row.carried),
@@ -83,15 +76,12 @@ def message_republish(
         original_message_id = original_message_id or queue_message.message_id
     if not isinstance(body, dict) or not group_id:
         raise ValueError("give queue_message_id, or body (a JSON object) and group_id")
-    dead_letter = body.get(DEAD_LETTER_KEY)
+    dead_letter = body.get(messages.DEAD_LETTER_KEY)
     if not original_message_id and isinstance(dead_letter, dict):
         original_message_id = dead_letter.get("original_message_id") or ""
-    new_body = _republishable(body)
-    if original_message_id:
-        new_body[REDRIVE_KEY] = {
-            "original_message_id": original_message_id,
-            "republished_at": timezone.now().isoformat(),
-        }
+    new_body = messages.redrive_marked(
+        body, original_message_id=original_message_id, republished_at=timezone.now()
+    )
     return sqs.send_message_now(
         body=new_body, group_id=str(group_id), deduplication_id=deduplication_id[:128]
     )

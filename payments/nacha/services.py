@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.catalogue import SETTLED
+from payments.messages import MessageKind, processor_event_body, submit_payment_body
 from payments.models import Payment, PaymentState
 from payments.nacha import settings as nacha_settings
 from payments.nacha.accounts import AccountResolver, AccountUnavailable, BankAccount
@@ -35,7 +36,7 @@ from payments.nacha.writer import (
     entry_check,
     nacha_file_write,
 )
-from payments.services.create import SUBMIT_PAYMENT, outbox_enqueue
+from payments.services.create import outbox_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -330,9 +331,9 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
             # submission (the bank backend answers "accepted" for a delivered entry).
             for payment_id in cut.entries.values_list("payment_id", flat=True):
                 outbox_enqueue(
-                    kind=SUBMIT_PAYMENT,
+                    kind=MessageKind.SUBMIT_PAYMENT,
                     group_id=str(payment_id),
-                    body={"kind": SUBMIT_PAYMENT, "payment_id": str(payment_id)},
+                    body=submit_payment_body(payment_id),
                 )
     cut.refresh_from_db()
     logger.info("nacha file delivered", extra={"file": cut.name, "to": cut.delivered_to})
@@ -408,9 +409,9 @@ def nacha_entries_settle(*, now: datetime, limit: int = 1000) -> int:
                 "message": f"ACH entry {entry.trace_number}: effective date passed, no return",
             }
             outbox_enqueue(
-                kind="processor_event",
+                kind=MessageKind.PROCESSOR_EVENT,
                 group_id=str(entry.payment_id),
-                body={"kind": "processor_event", "event": event, "received_at": now.isoformat()},
+                body=processor_event_body(event, received_at=now),
             )
             entry.settled_event_at = now
             entry.save(update_fields=["settled_event_at"])

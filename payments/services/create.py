@@ -10,6 +10,7 @@ from django.db import transaction
 
 from payments import propagation
 from payments.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
+from payments.messages import MessageKind, submit_payment_body
 from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
@@ -20,7 +21,7 @@ from payments.vault.selectors import (
 )
 
 SUPPORTED_CURRENCIES = ("USD",)
-SUBMIT_PAYMENT = "submit_payment"
+SUBMIT_PAYMENT = MessageKind.SUBMIT_PAYMENT
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{8,128}$")
 
@@ -110,7 +111,7 @@ def payment_create(
         outbox_enqueue(
             kind=SUBMIT_PAYMENT,
             group_id=str(payment.id),
-            body={"kind": SUBMIT_PAYMENT, "payment_id": str(payment.id)},
+            body=submit_payment_body(payment.id),
             carried=carried,
         )
     return payment

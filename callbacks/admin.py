@@ -16,7 +16,7 @@ from callbacks.models import (
     ProcessorEventsCursor,
     QueueMessage,
 )
-from payments.admin import ReadOnlyInline, ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyInline, ReadOnlyModelAdmin
 
 
 def _pre(text: str):

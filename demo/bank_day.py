@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import DatabaseError
 
     from payments import conf
-    from payments.nacha.transports import parse_transport
+    from payments.nacha.transport_options import parse_transport
 
     transport = parse_transport(conf.NACHA_TRANSPORT)
     if transport is None or transport["kind"] != "directory":

@@ -311,7 +311,7 @@ def _books_checks() -> list[tuple[str, bool]]:
     from demo.books_check import books_check
     from payments import conf
     from payments.books.conf import statement_transport_options
-    from payments.nacha.transports import parse_transport
+    from payments.nacha.transport_options import parse_transport
 
     statements = statement_transport_options()
     nacha = parse_transport(conf.NACHA_TRANSPORT)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
 from payments.catalogue import event_type_label, event_types
 from payments.models import (
     CircuitBreaker,
@@ -35,33 +36,6 @@ from payments.processor.contract import event_payload_shown
 from payments.return_codes import return_code_label
 from payments.selectors import payment_reinitiation_chain
 from payments.services.nocs import NocNoteRequired, NocNotOpen, noc_mark_applied
-
-
-class ReadOnlyAdminMixin:
-    """Audit data: no add, no change, no delete; every field read-only."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyModelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-
-class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = True
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
 
 
 class EventTypeFilter(admin.SimpleListFilter):

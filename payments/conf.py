@@ -11,7 +11,7 @@ from typing import Any
 
 from payments.app_settings import AppSettings
 from payments.nacha.originator import parse_originator
-from payments.nacha.transports import TRANSPORT_ACCEPTED, parse_transport
+from payments.nacha.transport_options import TRANSPORT_ACCEPTED, parse_transport
 from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import (
     Duration,

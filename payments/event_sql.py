@@ -27,17 +27,12 @@ parameters is the order of the CTEs by construction.
 import uuid
 from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING
 
 from django.db import connection, connections, models
 from django.db.transaction import TransactionManagementError
 
+from payments.event_rows import RETURN_DAY_COUNTERS, EventWrite
 from payments.models import LedgerEntry, MerchantReturnDay, Payment, PaymentEvent, ProcessedEvent
-
-if TYPE_CHECKING:
-    from payments.services.writes import EventWrite
-
-RETURN_DAY_COUNTERS = ("debits", "returns", "unauthorized_returns", "administrative_returns")
 
 
 def _table(model: type[models.Model]) -> str:

@@ -83,3 +83,139 @@ def test_the_check_catches_each_way_of_reaching_up(source):
 )
 def test_the_check_leaves_other_names_alone(source):
     assert upward_references(source, ("triage",)) == []
+
+
+# --- no import cycle -------------------------------------------------------------------------
+
+PRODUCT_APPS = ("payments", "callbacks", "triage")
+# Cycles still to be cut, each named whole: the check fails when one grows or is gone.
+KNOWN_CYCLES: set[frozenset[str]] = {
+    # The worker's loop, batch and per-message runners call back into one another.
+    frozenset(
+        {
+            "callbacks.worker",
+            "callbacks.worker.batch",
+            "callbacks.worker.crashes",
+            "callbacks.worker.loop",
+            "callbacks.worker.message",
+        }
+    ),
+}
+
+
+def product_sources() -> dict[str, str]:
+    """Every product module (migrations left out) by dotted name, with its source."""
+    sources = {}
+    for app in PRODUCT_APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            sources[".".join(parts)] = path.read_text()
+    return sources
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules it imports (at the top or inside a function), each import
+    resolved to the deepest module of ``sources`` it names. What only a type checker reads
+    (``if TYPE_CHECKING:``) is left out: it never runs."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in sources}
+    for module, source in sources.items():
+        tree = ast.parse(source)
+        skipped = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)
+        }
+        is_package = module in {m.rpartition(".")[0] for m in sources if m != module}
+        package = module if is_package else module.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            for name in names:
+                target = resolve(name)
+                if target is not None and target != module:
+                    graph[module].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(frozenset(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_the_product_apps_have_no_import_cycle():
+    cycles = set(import_cycles(import_graph(product_sources())))
+    assert cycles - KNOWN_CYCLES == set(), "new import cycle(s)"
+    assert KNOWN_CYCLES - cycles == set(), "a known cycle is gone: take it off KNOWN_CYCLES"
+
+
+def test_the_cycle_check_finds_an_injected_cycle():
+    sources = product_sources()
+    sources["payments.catalogue"] += "\nfrom payments.services import events\n"
+    cycles = import_cycles(import_graph(sources))
+    assert any({"payments.catalogue", "payments.services.events"} <= cycle for cycle in cycles)
+
+
+def test_the_cycle_check_reads_relative_lazy_and_type_checking_imports():
+    graph = import_graph(
+        {
+            "a": "",
+            "a.b": "def f():\n    from . import c\n",
+            "a.c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import b\n",
+            "a.d": "from .b import f\n",
+        }
+    )
+    assert graph["a.b"] == {"a", "a.c"}  # the package, then its module
+    assert graph["a.c"] == set()
+    assert graph["a.d"] == {"a.b"}

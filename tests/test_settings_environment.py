@@ -227,7 +227,7 @@ def test_a_required_variable_left_unset_stops_start_up_naming_it():
 
 def test_the_bank_paths_dict_settings_are_read_from_json(environment):
     from payments.nacha.originator import parse_originator
-    from payments.nacha.transports import parse_transport
+    from payments.nacha.transport_options import parse_transport
     from tests.payments.nacha.conftest import ORIGINATOR_SETTING
 
     transport = {"kind": "directory", "outbound": "/tmp/o", "inbound": "/tmp/i"}

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from payments.admin import ReadOnlyAdminMixin
+from payments.admin_base import ReadOnlyAdminMixin
 from triage import (
     payment_admin,  # noqa: F401 - the payment page's operator actions
     services,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.db import connection, transaction
 from django.db.models import F, Max, QuerySet
 from django.db.models.functions import Coalesce
@@ -156,13 +157,16 @@ def bulk_job_create(
     return job
 
 
+# The Celery task that runs a job (``triage.tasks.bulk_job_run``), sent by name: the tasks
+# module sits above this one.
+BULK_JOB_RUN_TASK = "triage.tasks.bulk_job_run"
+
+
 def _job_start(job_id: int) -> bool:
     """Enqueue the job's task. The job is committed whatever the broker says: a task that could
     not be enqueued is started by the stale-job sweep (``bulk_jobs_resume_stale``) later."""
-    from triage.tasks import bulk_job_run
-
     try:
-        bulk_job_run.delay(job_id)
+        current_app.send_task(BULK_JOB_RUN_TASK, args=(job_id,))
     except Exception:  # noqa: BLE001 - any broker failure; the sweep retries, nothing is lost
         logger.exception(
             "bulk job %s could not be enqueued; the stale-job sweep will start it",

@@ -12,12 +12,10 @@ from typing import Any
 
 from payments.app_settings import AppSettings
 from payments.setting_specs import Duration, Keys, Number, Parsed, Seconds, Spec, Url, defaults
+from triage.settlement_windows import settlement_window_parse
 
 
 def _settlement_window_parse(value: Any) -> Any:
-    # The parser alerting uses (imported here, late: it reads this module's settings itself).
-    from triage.settlement_windows import settlement_window_parse
-
     return settlement_window_parse(value)
 
 

@@ -13,8 +13,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
-from triage import conf as triage_conf
-
 DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _WINDOW_RE = re.compile(
     r"^(?P<days>[A-Za-z,\-]+)\s+(?P<start>\d{2}:\d{2})-(?P<end>\d{2}:\d{2})\s+(?P<tz>\S+)$"
@@ -107,7 +105,3 @@ def _parse_days(text: str, spec: str) -> frozenset[int]:
         else:
             days.add(_parse_day(text, part))
     return frozenset(days)
-
-
-def settlement_window() -> SettlementWindow | None:
-    return settlement_window_parse(triage_conf.SETTLEMENT_WINDOW)

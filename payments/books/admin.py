@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from payments.admin import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
 from payments.books.models import (
     BankStatement,
     BooksVariance,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 
-from payments.nacha.transports import parse_transport
+from payments.nacha.transport_options import parse_transport
 
 DEFAULTS: dict[str, Any] = {
     # Where the bank's BAI2 statements wait (payments.nacha.transports' shapes: a directory or

@@ -6,7 +6,7 @@ a file with the accounts masked.
 
 from django.contrib import admin
 
-from payments.admin import ReadOnlyInline, ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyInline, ReadOnlyModelAdmin
 from payments.nacha.models import NachaEntry, NachaFile, NachaInboundEvent, NachaInboundFile
 
 

@@ -12,58 +12,16 @@ declaration, so neither can write a field the other forgets.
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from datetime import date
-from typing import ClassVar
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from payments import event_sql
+from payments.event_rows import DayCounts, EventWrite, Move
 from payments.exceptions import PaymentNotFound
-from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessedEvent
 
-
-@dataclass(frozen=True, kw_only=True)
-class DayCounts:
-    """What a write adds to a merchant's return-rate counters of ``day``."""
-
-    merchant_id: str
-    day: date
-    debits: int = 0
-    returns: int = 0
-    unauthorized_returns: int = 0
-    administrative_returns: int = 0
-
-    def params(self) -> list:
-        """The upsert's values: merchant, day, then the counters in the statement's order."""
-        counters = (getattr(self, name) for name in event_sql.RETURN_DAY_COUNTERS)
-        return [self.merchant_id, self.day, *counters]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Move:
-    """A transition made in memory on ``payment``, and the rows it writes besides the payment
-    (unsaved): a ledger row, counts on the merchant's day."""
-
-    # What a move writes on the payment, for every backend and for a rollback's refresh.
-    FIELDS: ClassVar[tuple[str, ...]] = ("state", "state_changed_at", "updated_at")
-
-    payment: Payment
-    from_state: str
-    to_state: str
-    ledger: LedgerEntry | None = None
-    counts: DayCounts | None = None
-
-
-@dataclass(frozen=True)
-class EventWrite:
-    """Everything one processor event writes: nothing of it unless ``claim`` is new."""
-
-    claim: ProcessedEvent
-    log: PaymentEvent
-    move: Move | None = None
-
+__all__ = ["DayCounts", "EventWrite", "Move"]  # declared in payments.event_rows; and below
+from payments.models import Payment, PaymentEvent
 
 _events_isolated: ContextVar[bool] = ContextVar("payment_events_isolated", default=True)
 

@@ -6,7 +6,7 @@ here: an account is stored through the vault's entry point, which checks it.
 
 from django.contrib import admin
 
-from payments.admin import ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyModelAdmin
 from payments.vault.models import VaultAccount
 
 

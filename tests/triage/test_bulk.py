@@ -599,7 +599,9 @@ def test_a_job_whose_task_cannot_be_enqueued_is_kept_for_the_sweep(
     def broker_down(*args, **kwargs):
         raise OperationalError("broker unreachable")
 
-    monkeypatch.setattr(tasks.bulk_job_run, "delay", broker_down)
+    from config.celery import app
+
+    monkeypatch.setattr(app, "send_task", broker_down)
     rows = dead_letters_bulk_create(2)
     client.force_login(operator())
     with django_capture_on_commit_callbacks(execute=True):
@@ -611,3 +613,7 @@ def test_a_job_whose_task_cannot_be_enqueued_is_kept_for_the_sweep(
     assert response.status_code == 302 and response["Location"] == job_url(job)
     assert job.status == BulkJobStatus.PENDING and job.total == 2
     assert "could not be enqueued; the stale-job sweep will start it" in caplog.text
+
+
+def test_a_job_is_started_by_the_name_of_its_task():
+    assert bulk.BULK_JOB_RUN_TASK == tasks.bulk_job_run.name

@@ -5,7 +5,7 @@ import json
 from django.contrib import admin
 from django.utils.html import format_html
 
-from payments.admin import ReadOnlyAdminMixin, ReadOnlyInline
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline
 from triage.models import Alert, AlertNotification
 
 

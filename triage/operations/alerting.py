@@ -46,7 +46,7 @@ from triage.models import (
     AlertSeverity,
     AlertStatus,
 )
-from triage.settlement_windows import settlement_window
+from triage.settlement_windows import settlement_window_parse
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def alert_fire(
     if not key:
         raise ValueError("an alert needs a key")
     now = now or timezone.now()
-    window = settlement_window()
+    window = settlement_window_parse(triage_conf.SETTLEMENT_WINDOW)
     suppress = severity == AlertSeverity.LOW and window is not None and window.contains(now)
     details, payment_id = _payment_reference(dict(details or {}), payment_id)
     with transaction.atomic():

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from payments import conf
-from payments.nacha.transports import parse_transport
+from payments.nacha.transport_options import parse_transport
 from sandbox.bank import bank_answer_files
 
 

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from payments import conf
 from payments.books.conf import statement_transport_options
-from payments.nacha.transports import parse_transport
+from payments.nacha.transport_options import parse_transport
 from sandbox.statements import INJECTIONS, bank_statement_write
 
 

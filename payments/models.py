@@ -25,6 +25,19 @@ class PaymentState(models.TextChoices):
     RETURNED = "returned", "Returned after settlement"
 
 
+class PaymentDirection(models.TextChoices):
+    """Which way the money moves, seen from the merchant's customer's account."""
+
+    DEBIT = "debit", "Debit (collects)"
+    CREDIT = "credit", "Credit (sends)"
+
+
+class PaymentPurpose(models.TextChoices):
+    COLLECTION = "collection", "Collection"
+    REFUND = "refund", "Refund of a collected debit"
+    PAYOUT = "payout", "Payout to the merchant's own account"
+
+
 # Confirmed counts as final: most settled debits never come back, and nothing waits for them.
 FINAL_STATES = (PaymentState.CONFIRMED, PaymentState.FAILED, PaymentState.RETURNED)
 
@@ -40,6 +53,27 @@ class Payment(FSMModelMixin, models.Model):
         max_length=128, help_text="The processor's token for the bank account; never a raw number."
     )
     description = models.CharField(max_length=255, blank=True)
+    # Money out (payments.services.refunds, payouts) is a payment too, a credit: the same
+    # states, idempotency key, queue, worker and event log as a debit. ``source_token`` is then
+    # the account the credit goes to (a refund's: the one its debit came from).
+    direction = models.CharField(
+        max_length=8,
+        choices=PaymentDirection.choices,
+        default=PaymentDirection.DEBIT,
+        db_default=PaymentDirection.DEBIT,
+        editable=False,
+    )
+    purpose = models.CharField(
+        max_length=12,
+        choices=PaymentPurpose.choices,
+        default=PaymentPurpose.COLLECTION,
+        db_default=PaymentPurpose.COLLECTION,
+        editable=False,
+    )
+    # A refund's debit.
+    refund_of = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
+    )
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     state = FSMField(
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
@@ -90,6 +124,16 @@ class Payment(FSMModelMixin, models.Model):
                     )
                 ),
                 name="payment_reinitiation_number_range",
+            ),
+            # A collection is a debit, money out a credit; a refund names its debit, nothing
+            # else does.
+            models.CheckConstraint(
+                condition=(
+                    models.Q(purpose="collection", direction="debit", refund_of__isnull=True)
+                    | models.Q(purpose="refund", direction="credit", refund_of__isnull=False)
+                    | models.Q(purpose="payout", direction="credit", refund_of__isnull=True)
+                ),
+                name="payment_purpose_direction",
             ),
         ]
         indexes = [

@@ -43,7 +43,12 @@ from payments.api_errors import (
 )
 from payments.api_throttling import ModuleScopedThrottle
 from payments.books.selectors import books_day_figures, day_reported
-from payments.exceptions import NocPastDeadline, PaymentNotFound, ReinitiationRefused
+from payments.exceptions import (
+    MoneyOutRefused,
+    NocPastDeadline,
+    PaymentNotFound,
+    ReinitiationRefused,
+)
 from payments.http_limits import read_body_limited
 from payments.models import Payment
 from payments.selectors import (
@@ -52,6 +57,7 @@ from payments.selectors import (
     payment_detail_extensions,
     payment_errors_public,
     payment_get,
+    payment_refunds,
     payment_reinitiation_chain,
 )
 from payments.serializers import (
@@ -66,6 +72,8 @@ from payments.serializers import (
     PaymentOutputSerializer,
     PaymentReinitiateInputSerializer,
     ProcessorAttemptOutputSerializer,
+    RefundCreateInputSerializer,
+    RefundOutputSerializer,
     ReinitiationOutputSerializer,
 )
 from payments.services import (
@@ -76,6 +84,7 @@ from payments.services import (
     payment_create,
     payment_reinitiate,
 )
+from payments.services.refunds import REFUND_EXCEEDS_REFUNDABLE, refund_create, refundable_amount
 from payments.strictjson import StrictJSONParser
 
 logger = logging.getLogger(__name__)
@@ -368,6 +377,9 @@ class PaymentDetailApi(ModuleApiView):
         data["errors"] = payment_errors_public(payment)
         chain = payment_reinitiation_chain(payment)
         data["reinitiation"] = ReinitiationOutputSerializer(chain).data if chain else None
+        data["refunds"] = RefundOutputSerializer(payment_refunds(payment), many=True).data
+        data["refundable_amount"] = f"{refundable_amount(payment):.2f}"
+        data["refund_of"] = str(payment.refund_of_id) if payment.refund_of_id else None
         for extension in payment_detail_extensions:
             for name, value in extension(payment).items():
                 if name == "errors":
@@ -375,6 +387,64 @@ class PaymentDetailApi(ModuleApiView):
                 else:
                     data[name] = value
         return Response(data)
+
+
+class PaymentRefundsApi(ModuleApiView):
+    """``POST /api/payments/<id>/refunds/``: refund (part of) a confirmed debit, an ACH credit
+    to the account it came from (``payments.services.refunds``); a refusal is 409 naming its
+    rule. The Idempotency-Key works as on create, its request being this payment and body."""
+
+    def post(self, request, payment_id):
+        try:
+            payment = Payment.objects.only("id", "merchant_id").get(pk=uuid.UUID(payment_id))
+        except (ValueError, Payment.DoesNotExist):
+            return _not_found("payment_id")
+        if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
+            return _not_found("payment_id")
+        data = request.data
+        key = idempotency_key_header(request)
+        result = idempotency.idempotency_key_run(
+            user=request.user,
+            key=key,
+            request_data={"refund": str(payment.id), "body": data},
+            work=lambda: _refund_create_answer(request, payment, data),
+        )
+        return _idempotent_response(result)
+
+
+def _refund_create_answer(request, payment: Payment, data) -> idempotency.Answer:
+    serializer = RefundCreateInputSerializer(data=data)
+    if not serializer.is_valid():
+        return _refusal(field_errors(serializer.errors))
+    values = serializer.validated_data
+    try:
+        refund = refund_create(
+            payment_id=payment.id,
+            amount=values["amount"],
+            reason=values.get("reason", ""),
+            metadata=values.get("metadata"),
+            caused_by=f"api:{request.user.get_username()}",
+            carried=propagation.outgoing_values(
+                request_id=request_id_of(request), headers=request.headers
+            ),
+        )
+    except MoneyOutRefused as exc:
+        # Nothing was written: the key is released, so the request may be made again once the
+        # rule allows it (the debit settled, say).
+        return _refusal(
+            ApiError(
+                status.HTTP_409_CONFLICT,
+                exc.rule,
+                str(exc),
+                param="payment_id" if exc.rule != REFUND_EXCEEDS_REFUNDABLE else "amount",
+                errors={
+                    "payment_id" if exc.rule != REFUND_EXCEEDS_REFUNDABLE else "amount": [str(exc)]
+                },
+            )
+        )
+    except PaymentNotFound:
+        return _refusal(ApiError(404, "resource_missing", "no such payment", param="payment_id"))
+    return idempotency.Answer(201, dict(RefundOutputSerializer(refund).data))
 
 
 class PaymentReinitiateApi(ModuleApiView):

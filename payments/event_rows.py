@@ -3,6 +3,7 @@ event-log row and, when the state changes, the ``Move`` (the payment's fields, i
 its counts on the merchant's day). ``payments.services.writes`` decides and hands the
 declaration to ``payments.event_sql``, which writes it."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from typing import ClassVar
@@ -33,7 +34,9 @@ class DayCounts:
 @dataclass(frozen=True, kw_only=True)
 class Move:
     """A transition made in memory on ``payment``, and the rows it writes besides the payment
-    (unsaved): a ledger row, counts on the merchant's day."""
+    (unsaved): a ledger row, counts on the merchant's day; and ``followups``, statements run
+    after those rows in the same transaction, only when they were written (money out's entry
+    posted or archived)."""
 
     # What a move writes on the payment, for every backend and for a rollback's refresh.
     FIELDS: ClassVar[tuple[str, ...]] = ("state", "state_changed_at", "updated_at")
@@ -43,6 +46,7 @@ class Move:
     to_state: str
     ledger: LedgerEntry | None = None
     counts: DayCounts | None = None
+    followups: tuple[Callable[[], None], ...] = ()
 
 
 @dataclass(frozen=True)

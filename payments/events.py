@@ -28,8 +28,7 @@ def transition_event_types() -> tuple[str, ...]:
     return event_type_names(EventTypeKind.TRANSITION)
 
 
-# Every payment of this module is an ACH debit (the processor's endpoint is /v1/ach/debits).
-PAYMENT_DIRECTION = "debit"
+# A payment is a debit (it collects) or, money out, a credit (``PaymentDirection``).
 DIRECTIONS = ("debit", "credit")
 
 # The fields of the payment an event may restate, each compared with the payment's before the

@@ -139,3 +139,12 @@ class DishonorRefused(PaymentError):
     settlement, outside the 5-banking-day window, a code outside R61-R69, an R68 for a timely
     return, no note, a request already made): nothing is written and nothing is sent; the
     message says which rule."""
+
+
+class MoneyOutRefused(PaymentError):
+    """A refund or payout the rules do not allow; ``rule`` names which one (the API's 409
+    ``code``). Nothing is written."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(message)

@@ -285,6 +285,40 @@ class LedgerEntryKind(models.TextChoices):
     # receiving bank contests the dishonor (payments.services.dishonors).
     RECREDIT = "recredit", "Re-credit (the return was dishonored)"
     RECREDIT_REVERSAL = "recredit_reversal", "Re-credit reversed (the dishonor was contested)"
+    # Money out (``payments.services.refunds``), on the credit's own payment row: held when
+    # the refund or payout is made, posted when it settles, archived when it fails or is
+    # canceled; its return puts the money back.
+    REFUND = "refund", "Refund (money out)"
+    REFUND_RETURN = "refund_return", "Refund returned (money back)"
+    PAYOUT = "payout", "Payout (money out)"
+    PAYOUT_RETURN = "payout_return", "Payout returned (money back)"
+    # A debit returned after a refund of it was sent: the customer has the money twice, and
+    # the merchant is owed the refund back, recovered outside ACH (``DoubleLoss``). Pending
+    # until a person records it recovered (posted) or written off (archived).
+    RECOVERY_OWED = "recovery_owed", "Recovery owed (refund sent, then the debit returned)"
+
+
+# The sign each kind's amount carries, so the sum of a merchant's entries is its net balance.
+LEDGER_KIND_SIGNS = {
+    LedgerEntryKind.CREDIT: 1,
+    LedgerEntryKind.REVERSAL: -1,
+    LedgerEntryKind.RECREDIT: 1,
+    LedgerEntryKind.RECREDIT_REVERSAL: -1,
+    LedgerEntryKind.REFUND: -1,
+    LedgerEntryKind.REFUND_RETURN: 1,
+    LedgerEntryKind.PAYOUT: -1,
+    LedgerEntryKind.PAYOUT_RETURN: 1,
+    LedgerEntryKind.RECOVERY_OWED: 1,
+}
+
+
+class LedgerEntryStatus(models.TextChoices):
+    """Modern Treasury's model: an entry is pending until the money has moved, then posted;
+    a pending entry whose money never moves is archived (kept, counted nowhere)."""
+
+    PENDING = "pending", "Pending"
+    POSTED = "posted", "Posted"
+    ARCHIVED = "archived", "Archived (the money never moved)"
 
 
 class LedgerEntry(models.Model):
@@ -297,6 +331,15 @@ class LedgerEntry(models.Model):
     merchant_id = models.CharField(max_length=64, db_index=True)
     kind = models.CharField(max_length=24, choices=LedgerEntryKind.choices)
     amount = models.DecimalField(max_digits=14, decimal_places=2)
+    # Every entry of a debit is posted when written (the money has moved); money out is held
+    # pending first.
+    status = models.CharField(
+        max_length=12,
+        choices=LedgerEntryStatus.choices,
+        default=LedgerEntryStatus.POSTED,
+        db_default=LedgerEntryStatus.POSTED,
+    )
+    posted_at = models.DateTimeField(null=True, blank=True)
     currency = models.CharField(max_length=3)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
 
@@ -324,6 +367,20 @@ class LedgerEntry(models.Model):
                     | ~models.Q(kind="recredit_reversal")
                 ),
                 name="ledger_recredit_reversal_negative",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(kind__in=["refund", "payout"], amount__lt=0)
+                    | models.Q(
+                        kind__in=["refund_return", "payout_return", "recovery_owed"],
+                        amount__gt=0,
+                    )
+                    | ~models.Q(
+                        kind__in=["refund", "payout", "refund_return", "payout_return"]
+                        + ["recovery_owed"]
+                    )
+                ),
+                name="ledger_money_out_signs",
             ),
         ]
 
@@ -383,6 +440,45 @@ class DishonorRequestStatus(models.TextChoices):
     REQUESTED = "requested", "Requested (not yet accepted by the processor)"
     SENT = "sent", "Sent (the processor accepted the request)"
     FAILED = "failed", "Failed (the processor did not take it; send it again)"
+
+
+class DoubleLossStatus(models.TextChoices):
+    OPEN = "open", "Open (to recover)"
+    RECOVERED = "recovered", "Recovered outside ACH"
+    WRITTEN_OFF = "written_off", "Written off"
+    UNDONE = "undone", "Undone (the refund failed or came back)"
+
+
+class DoubleLoss(models.Model):
+    """A debit returned after a refund of it was sent: both stand, so the customer has the
+    money twice (Stripe only warns). Recorded once per refund when the return is applied, with
+    the recovery the merchant is owed booked in the ledger (``recovery_owed``, pending) and a
+    high alert; a person recovers it outside ACH and closes it here."""
+
+    payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="double_losses")
+    refund = models.OneToOneField(
+        Payment, on_delete=models.PROTECT, related_name="double_loss", editable=False
+    )
+    merchant_id = models.CharField(max_length=64, db_index=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    return_event_id = models.CharField(max_length=128)
+    refund_state = models.CharField(max_length=16)  # the refund's state when the return came
+    status = models.CharField(
+        max_length=12, choices=DoubleLossStatus.choices, default=DoubleLossStatus.OPEN
+    )
+    detected_at = models.DateTimeField(db_default=Now(), editable=False)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-detected_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"double loss {self.amount} {self.currency} on {self.payment_id} ({self.status})"
 
 
 class ReturnDishonor(models.Model):

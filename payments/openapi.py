@@ -20,7 +20,7 @@ from rest_framework import serializers as drf_serializers
 from payments import apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
-from payments.services import reinitiation
+from payments.services import refunds, reinitiation
 from payments.vault.apis import (
     VaultAccountCreateApi,
     VaultAccountInputSerializer,
@@ -300,6 +300,33 @@ def describe() -> None:
             },
         )
     )(apis.PaymentReinitiateApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="payment_refund_create",
+            request=serializers.RefundCreateInputSerializer,
+            parameters=[
+                OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
+                _IDEMPOTENCY_KEY,
+                *_HEADERS,
+            ],
+            responses={
+                201: OpenApiResponse(
+                    serializers.RefundOutputSerializer,
+                    description="The refund: an ACH credit to the account the debit came from, "
+                    "pending, with its own idempotency key.",
+                ),
+                400: _error("What was refused, by field."),
+                404: _error("No such payment, or one of a merchant you may not act for."),
+                409: _error(
+                    "The refund rules refuse it; code names the rule: "
+                    + ", ".join(refunds.RULES)
+                    + ". Or a request with this Idempotency-Key is still being processed."
+                ),
+                422: _error("This Idempotency-Key was used with another body."),
+                **_COMMON,
+            },
+        )
+    )(apis.PaymentRefundsApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",

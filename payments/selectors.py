@@ -105,6 +105,11 @@ def payment_get(*, payment_id) -> Payment:
     )
 
 
+def payment_refunds(payment: Payment) -> list[Payment]:
+    """A debit's refunds, oldest first."""
+    return list(payment.refunds.order_by("created_at", "id"))
+
+
 def payment_reinitiation_chain(payment: Payment) -> dict | None:
     """The reinitiation chain ``payment`` belongs to: its original entry, then the
     reinitiations in order, each with its state and return code; None for a payment that is

@@ -233,6 +233,22 @@ class PaymentReinitiateInputSerializer(StrictInputSerializer):
         return value
 
 
+class RefundCreateInputSerializer(StrictInputSerializer):
+    """The body of ``POST /api/payments/<id>/refunds/``: the amount to refund (a part or all of
+    what is still refundable), why, and the client's own metadata."""
+
+    numeric_fields = ("amount",)
+
+    amount = AmountField()
+    reason = StrictCharField(max_length=255, required=False, allow_blank=True)
+    metadata = MetadataField(required=False)
+
+    def validate_reason(self, value: str) -> str:
+        if looks_like_bank_number(value):
+            raise serializers.ValidationError(BANK_NUMBER_MESSAGE)
+        return value
+
+
 # --- Output -----------------------------------------------------------------------------------
 
 
@@ -251,6 +267,29 @@ class PaymentOutputSerializer(serializers.ModelSerializer):
             "metadata",
             "created_at",
             "updated_at",
+            "direction",
+            "purpose",
+        ]
+
+
+class RefundOutputSerializer(serializers.ModelSerializer):
+    """A refund: an ACH credit of (part of) a collected debit, with its own idempotency key."""
+
+    payment_id = serializers.UUIDField(source="refund_of_id", read_only=True)
+    reason = serializers.CharField(source="description", read_only=True)
+
+    class Meta:
+        model = Payment
+        fields = [
+            "id",
+            "payment_id",
+            "amount",
+            "currency",
+            "state",
+            "idempotency_key",
+            "reason",
+            "metadata",
+            "created_at",
         ]
 
 
@@ -348,6 +387,11 @@ class PaymentDetailOutputSerializer(PaymentOutputSerializer):
     hold = serializers.DictField(allow_null=True, required=False)
     # The reinitiation chain the payment belongs to (original, first, second), when it has one.
     reinitiation = ReinitiationOutputSerializer(allow_null=True)
+    # A debit's refunds, oldest first, and what may still be refunded of it (0.00 for money
+    # out); a refund names its debit.
+    refunds = RefundOutputSerializer(many=True)
+    refundable_amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    refund_of = serializers.UUIDField(allow_null=True, source="refund_of_id")
 
     class Meta(PaymentOutputSerializer.Meta):
         fields = [
@@ -357,6 +401,9 @@ class PaymentDetailOutputSerializer(PaymentOutputSerializer):
             "errors",
             "hold",
             "reinitiation",
+            "refunds",
+            "refundable_amount",
+            "refund_of",
         ]
 
 

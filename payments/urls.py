@@ -1,5 +1,6 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
-``payments/``, ``payments/<id>/``, ``payments/<id>/reinitiate/``, ``merchants/<id>/balance/`` and
+``payments/``, ``payments/<id>/``, ``payments/<id>/reinitiate/``, ``payments/<id>/refunds/``,
+``merchants/<id>/balance/`` and
 the vault's ``vault/accounts/``."""
 
 from django.urls import path
@@ -9,6 +10,7 @@ from payments.apis import (
     MerchantBooksApi,
     PaymentDetailApi,
     PaymentListCreateApi,
+    PaymentRefundsApi,
     PaymentReinitiateApi,
 )
 from payments.vault.apis import VaultAccountCreateApi
@@ -23,6 +25,7 @@ urlpatterns = [
         PaymentReinitiateApi.as_view(),
         name="payment-reinitiate",
     ),
+    path("payments/<str:payment_id>/refunds/", PaymentRefundsApi.as_view(), name="payment-refunds"),
     path(
         "merchants/<str:merchant_id>/balance/",
         MerchantBalanceApi.as_view(),

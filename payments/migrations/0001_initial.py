@@ -10,7 +10,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -19,128 +18,307 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='OutboxMessage',
+            name="OutboxMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=32)),
-                ('group_id', models.CharField(max_length=128)),
-                ('body', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('published_at', models.DateTimeField(blank=True, null=True)),
-                ('publish_attempts', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("kind", models.CharField(max_length=32)),
+                ("group_id", models.CharField(max_length=128)),
+                ("body", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("published_at", models.DateTimeField(blank=True, null=True)),
+                ("publish_attempts", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ['id'],
-                'indexes': [models.Index(condition=models.Q(('published_at__isnull', True)), fields=['id'], name='outbox_unpublished')],
+                "ordering": ["id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("published_at__isnull", True)),
+                        fields=["id"],
+                        name="outbox_unpublished",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Payment',
+            name="Payment",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('merchant_id', models.CharField(db_index=True, max_length=64)),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=14, validators=[django.core.validators.MinValueValidator(Decimal('0.01'))])),
-                ('currency', models.CharField(default='USD', max_length=3)),
-                ('source_token', models.CharField(help_text="The processor's token for the bank account; never a raw number.", max_length=128)),
-                ('description', models.CharField(blank=True, max_length=255)),
-                ('idempotency_key', models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
-                ('state', django_fsm.FSMField(choices=[('pending', 'Pending'), ('submitted', 'Submitted'), ('confirmed', 'Confirmed'), ('failed', 'Failed')], db_index=True, default='pending', max_length=50, protected=True)),
-                ('processor_id', models.CharField(blank=True, max_length=128)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('state_changed_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("merchant_id", models.CharField(db_index=True, max_length=64)),
+                (
+                    "amount",
+                    models.DecimalField(
+                        decimal_places=2,
+                        max_digits=14,
+                        validators=[django.core.validators.MinValueValidator(Decimal("0.01"))],
+                    ),
+                ),
+                ("currency", models.CharField(default="USD", max_length=3)),
+                (
+                    "source_token",
+                    models.CharField(
+                        help_text="The processor's token for the bank account; never a raw number.",
+                        max_length=128,
+                    ),
+                ),
+                ("description", models.CharField(blank=True, max_length=255)),
+                (
+                    "idempotency_key",
+                    models.UUIDField(default=uuid.uuid4, editable=False, unique=True),
+                ),
+                (
+                    "state",
+                    django_fsm.FSMField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("submitted", "Submitted"),
+                            ("confirmed", "Confirmed"),
+                            ("failed", "Failed"),
+                        ],
+                        db_index=True,
+                        default="pending",
+                        max_length=50,
+                        protected=True,
+                    ),
+                ),
+                ("processor_id", models.CharField(blank=True, max_length=128)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("state_changed_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['-created_at'],
-                'indexes': [models.Index(fields=['state', 'state_changed_at'], name='payments_pa_state_96daa3_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('amount__gt', 0)), name='payment_amount_positive')],
+                "ordering": ["-created_at"],
+                "indexes": [
+                    models.Index(
+                        fields=["state", "state_changed_at"], name="payments_pa_state_96daa3_idx"
+                    )
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("amount__gt", 0)), name="payment_amount_positive"
+                    )
+                ],
             },
             bases=(django_fsm.FSMModelMixin, models.Model),
         ),
         migrations.CreateModel(
-            name='PaymentEvent',
+            name="PaymentEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('created', 'Created'), ('submission', 'Submission outcome'), ('processor_event', 'Processor event')], max_length=32)),
-                ('outcome', models.CharField(choices=[('applied', 'Applied (state changed)'), ('recorded', 'Recorded (no state change expected)'), ('stale', 'Stale (acknowledged, nothing changed)'), ('duplicate', 'Duplicate (already processed)')], max_length=16)),
-                ('event_type', models.CharField(blank=True, max_length=32)),
-                ('processor_event_id', models.CharField(blank=True, db_index=True, max_length=128)),
-                ('from_state', models.CharField(blank=True, max_length=16)),
-                ('to_state', models.CharField(blank=True, max_length=16)),
-                ('payload', models.JSONField(blank=True, default=dict)),
-                ('caused_by', models.CharField(blank=True, help_text='What caused it: api:<user>, sqs:<message id>, ...', max_length=255)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('payment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='events', to='payments.payment')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("created", "Created"),
+                            ("submission", "Submission outcome"),
+                            ("processor_event", "Processor event"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("applied", "Applied (state changed)"),
+                            ("recorded", "Recorded (no state change expected)"),
+                            ("stale", "Stale (acknowledged, nothing changed)"),
+                            ("duplicate", "Duplicate (already processed)"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("event_type", models.CharField(blank=True, max_length=32)),
+                ("processor_event_id", models.CharField(blank=True, db_index=True, max_length=128)),
+                ("from_state", models.CharField(blank=True, max_length=16)),
+                ("to_state", models.CharField(blank=True, max_length=16)),
+                ("payload", models.JSONField(blank=True, default=dict)),
+                (
+                    "caused_by",
+                    models.CharField(
+                        blank=True,
+                        help_text="What caused it: api:<user>, sqs:<message id>, ...",
+                        max_length=255,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "payment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="payments.payment",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ProcessedEvent',
+            name="ProcessedEvent",
             fields=[
-                ('processor_event_id', models.CharField(max_length=128, primary_key=True, serialize=False)),
-                ('event_type', models.CharField(max_length=32)),
-                ('payload_hash', models.CharField(max_length=64)),
-                ('outcome', models.CharField(choices=[('applied', 'Applied (state changed)'), ('recorded', 'Recorded (no state change expected)'), ('stale', 'Stale (acknowledged, nothing changed)'), ('duplicate', 'Duplicate (already processed)')], max_length=16)),
-                ('processed_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('payment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='processed_events', to='payments.payment')),
+                (
+                    "processor_event_id",
+                    models.CharField(max_length=128, primary_key=True, serialize=False),
+                ),
+                ("event_type", models.CharField(max_length=32)),
+                ("payload_hash", models.CharField(max_length=64)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("applied", "Applied (state changed)"),
+                            ("recorded", "Recorded (no state change expected)"),
+                            ("stale", "Stale (acknowledged, nothing changed)"),
+                            ("duplicate", "Duplicate (already processed)"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("processed_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "payment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="processed_events",
+                        to="payments.payment",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ApiIdempotencyKey',
+            name="ApiIdempotencyKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('request_hash', models.CharField(max_length=64)),
-                ('response_status', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('response_body', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("request_hash", models.CharField(max_length=64)),
+                ("response_status", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("response_body", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('user', 'key'), name='api_idempotency_key_unique')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "key"), name="api_idempotency_key_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='LedgerEntry',
+            name="LedgerEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('merchant_id', models.CharField(db_index=True, max_length=64)),
-                ('kind', models.CharField(choices=[('credit', 'Credit')], max_length=16)),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=14)),
-                ('currency', models.CharField(max_length=3)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('payment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='ledger_entries', to='payments.payment')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("merchant_id", models.CharField(db_index=True, max_length=64)),
+                ("kind", models.CharField(choices=[("credit", "Credit")], max_length=16)),
+                ("amount", models.DecimalField(decimal_places=2, max_digits=14)),
+                ("currency", models.CharField(max_length=3)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "payment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="ledger_entries",
+                        to="payments.payment",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'ledger entries',
-                'ordering': ['created_at', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('payment', 'kind'), name='ledger_one_entry_per_kind')],
+                "verbose_name_plural": "ledger entries",
+                "ordering": ["created_at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("payment", "kind"), name="ledger_one_entry_per_kind"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ProcessorAttempt',
+            name="ProcessorAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('attempt_number', models.PositiveIntegerField()),
-                ('operation', models.CharField(default='submit', max_length=32)),
-                ('idempotency_key', models.UUIDField()),
-                ('outcome', models.CharField(choices=[('accepted', 'Accepted (2xx)'), ('rejected', 'Rejected (4xx, permanent)'), ('retryable', 'Retryable (5xx, 408, 429, timeout, connection)')], max_length=16)),
-                ('http_status', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('error_kind', models.CharField(blank=True, help_text='timeout, connection, http, ... (empty when accepted)', max_length=32)),
-                ('error', models.TextField(blank=True)),
-                ('response_body', models.TextField(blank=True)),
-                ('latency_ms', models.FloatField()),
-                ('retry_after_seconds', models.FloatField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(db_index=True)),
-                ('payment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='attempts', to='payments.payment')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("attempt_number", models.PositiveIntegerField()),
+                ("operation", models.CharField(default="submit", max_length=32)),
+                ("idempotency_key", models.UUIDField()),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("accepted", "Accepted (2xx)"),
+                            ("rejected", "Rejected (4xx, permanent)"),
+                            ("retryable", "Retryable (5xx, 408, 429, timeout, connection)"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("http_status", models.PositiveSmallIntegerField(blank=True, null=True)),
+                (
+                    "error_kind",
+                    models.CharField(
+                        blank=True,
+                        help_text="timeout, connection, http, ... (empty when accepted)",
+                        max_length=32,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("response_body", models.TextField(blank=True)),
+                ("latency_ms", models.FloatField()),
+                ("retry_after_seconds", models.FloatField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(db_index=True)),
+                (
+                    "payment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="attempts",
+                        to="payments.payment",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['started_at', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('payment', 'operation', 'attempt_number'), name='attempt_number_unique')],
+                "ordering": ["started_at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("payment", "operation", "attempt_number"),
+                        name="attempt_number_unique",
+                    )
+                ],
             },
         ),
     ]

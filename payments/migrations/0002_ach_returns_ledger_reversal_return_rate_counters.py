@@ -6,77 +6,131 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0001_initial'),
+        ("payments", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MerchantReturnDay',
+            name="MerchantReturnDay",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('merchant_id', models.CharField(max_length=64)),
-                ('day', models.DateField()),
-                ('debits', models.PositiveIntegerField(default=0)),
-                ('returns', models.PositiveIntegerField(default=0)),
-                ('unauthorized_returns', models.PositiveIntegerField(default=0)),
-                ('administrative_returns', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("merchant_id", models.CharField(max_length=64)),
+                ("day", models.DateField()),
+                ("debits", models.PositiveIntegerField(default=0)),
+                ("returns", models.PositiveIntegerField(default=0)),
+                ("unauthorized_returns", models.PositiveIntegerField(default=0)),
+                ("administrative_returns", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['-day', 'merchant_id'],
+                "ordering": ["-day", "merchant_id"],
             },
         ),
         migrations.CreateModel(
-            name='PaymentReturn',
+            name="PaymentReturn",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('merchant_id', models.CharField(db_index=True, max_length=64)),
-                ('processor_event_id', models.CharField(max_length=128)),
-                ('reason_code', models.CharField(blank=True, max_length=16)),
-                ('reason_title', models.CharField(blank=True, max_length=255)),
-                ('category', models.CharField(blank=True, help_text='empty for an unknown code', max_length=16)),
-                ('after_settlement', models.BooleanField()),
-                ('settled_at', models.DateTimeField(blank=True, null=True)),
-                ('returned_at', models.DateTimeField(help_text="the processor's timestamp of the return")),
-                ('deadline', models.DateTimeField(blank=True, null=True)),
-                ('unknown_code', models.BooleanField(db_index=True, default=False)),
-                ('late', models.BooleanField(db_index=True, default=False, help_text='late return')),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("merchant_id", models.CharField(db_index=True, max_length=64)),
+                ("processor_event_id", models.CharField(max_length=128)),
+                ("reason_code", models.CharField(blank=True, max_length=16)),
+                ("reason_title", models.CharField(blank=True, max_length=255)),
+                (
+                    "category",
+                    models.CharField(
+                        blank=True, help_text="empty for an unknown code", max_length=16
+                    ),
+                ),
+                ("after_settlement", models.BooleanField()),
+                ("settled_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "returned_at",
+                    models.DateTimeField(help_text="the processor's timestamp of the return"),
+                ),
+                ("deadline", models.DateTimeField(blank=True, null=True)),
+                ("unknown_code", models.BooleanField(db_index=True, default=False)),
+                (
+                    "late",
+                    models.BooleanField(db_index=True, default=False, help_text="late return"),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AlterField(
-            model_name='ledgerentry',
-            name='kind',
-            field=models.CharField(choices=[('credit', 'Credit'), ('reversal', 'Reversal (debit)')], max_length=16),
+            model_name="ledgerentry",
+            name="kind",
+            field=models.CharField(
+                choices=[("credit", "Credit"), ("reversal", "Reversal (debit)")], max_length=16
+            ),
         ),
         migrations.AlterField(
-            model_name='payment',
-            name='state',
-            field=django_fsm.FSMField(choices=[('pending', 'Pending'), ('submitted', 'Submitted'), ('confirmed', 'Confirmed'), ('failed', 'Failed'), ('returned', 'Returned after settlement')], db_index=True, default='pending', max_length=50, protected=True),
+            model_name="payment",
+            name="state",
+            field=django_fsm.FSMField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("submitted", "Submitted"),
+                    ("confirmed", "Confirmed"),
+                    ("failed", "Failed"),
+                    ("returned", "Returned after settlement"),
+                ],
+                db_index=True,
+                default="pending",
+                max_length=50,
+                protected=True,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='ledgerentry',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('amount__gt', 0), ('kind', 'credit')), models.Q(('kind', 'credit'), _negated=True), _connector='OR'), name='ledger_credit_positive'),
+            model_name="ledgerentry",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("amount__gt", 0), ("kind", "credit")),
+                    models.Q(("kind", "credit"), _negated=True),
+                    _connector="OR",
+                ),
+                name="ledger_credit_positive",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='ledgerentry',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('amount__lt', 0), ('kind', 'reversal')), models.Q(('kind', 'reversal'), _negated=True), _connector='OR'), name='ledger_reversal_negative'),
+            model_name="ledgerentry",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("amount__lt", 0), ("kind", "reversal")),
+                    models.Q(("kind", "reversal"), _negated=True),
+                    _connector="OR",
+                ),
+                name="ledger_reversal_negative",
+            ),
         ),
         migrations.AddIndex(
-            model_name='merchantreturnday',
-            index=models.Index(fields=['day', 'merchant_id'], name='payments_me_day_bc5b61_idx'),
+            model_name="merchantreturnday",
+            index=models.Index(fields=["day", "merchant_id"], name="payments_me_day_bc5b61_idx"),
         ),
         migrations.AddConstraint(
-            model_name='merchantreturnday',
-            constraint=models.UniqueConstraint(fields=('merchant_id', 'day'), name='merchant_return_day'),
+            model_name="merchantreturnday",
+            constraint=models.UniqueConstraint(
+                fields=("merchant_id", "day"), name="merchant_return_day"
+            ),
         ),
         migrations.AddField(
-            model_name='paymentreturn',
-            name='payment',
-            field=models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='ach_return', to='payments.payment'),
+            model_name="paymentreturn",
+            name="payment",
+            field=models.OneToOneField(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="ach_return",
+                to="payments.payment",
+            ),
         ),
     ]

@@ -6,25 +6,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0003_backfill_merchant_return_days'),
+        ("payments", "0003_backfill_merchant_return_days"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MerchantAccess',
+            name="MerchantAccess",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('merchant_id', models.CharField(db_index=True, max_length=64)),
-                ('note', models.CharField(blank=True, max_length=255)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='merchant_grants', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("merchant_id", models.CharField(db_index=True, max_length=64)),
+                ("note", models.CharField(blank=True, max_length=255)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="merchant_grants",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'merchant access grant',
-                'constraints': [models.UniqueConstraint(fields=('user', 'merchant_id'), name='merchant_access_unique')],
+                "verbose_name": "merchant access grant",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "merchant_id"), name="merchant_access_unique"
+                    )
+                ],
             },
         ),
     ]

@@ -5,39 +5,105 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0004_merchant_access'),
+        ("payments", "0004_merchant_access"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CircuitBreaker',
+            name="CircuitBreaker",
             fields=[
-                ('name', models.CharField(max_length=32, primary_key=True, serialize=False)),
-                ('state', models.CharField(choices=[('closed', 'Closed (calls flow)'), ('open', 'Open (no calls until the pause ends)'), ('half_open', 'Half-open (one probe call decides)')], default='closed', max_length=16)),
-                ('consecutive_failures', models.PositiveIntegerField(default=0)),
-                ('opened_at', models.DateTimeField(blank=True, help_text='Start of the current incident; empty while closed.', null=True)),
-                ('open_until', models.DateTimeField(blank=True, help_text='When the half-open probe may be taken.', null=True)),
-                ('reopen_count', models.PositiveIntegerField(default=0, help_text='Failed probes in this incident: each one doubles the pause.')),
-                ('probe_until', models.DateTimeField(blank=True, help_text="The probe's lease: another may be taken after it.", null=True)),
-                ('paused_until', models.DateTimeField(blank=True, help_text='Calls paused by a 429 Retry-After, for every worker.', null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=32, primary_key=True, serialize=False)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("closed", "Closed (calls flow)"),
+                            ("open", "Open (no calls until the pause ends)"),
+                            ("half_open", "Half-open (one probe call decides)"),
+                        ],
+                        default="closed",
+                        max_length=16,
+                    ),
+                ),
+                ("consecutive_failures", models.PositiveIntegerField(default=0)),
+                (
+                    "opened_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Start of the current incident; empty while closed.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "open_until",
+                    models.DateTimeField(
+                        blank=True, help_text="When the half-open probe may be taken.", null=True
+                    ),
+                ),
+                (
+                    "reopen_count",
+                    models.PositiveIntegerField(
+                        default=0,
+                        help_text="Failed probes in this incident: each one doubles the pause.",
+                    ),
+                ),
+                (
+                    "probe_until",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The probe's lease: another may be taken after it.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "paused_until",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Calls paused by a 429 Retry-After, for every worker.",
+                        null=True,
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='CircuitBreakerTransition',
+            name="CircuitBreakerTransition",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('opened', 'Opened'), ('probing', 'Half-open probe taken'), ('reopened', 'Probe failed: reopened'), ('closed', 'Closed'), ('paused', 'Paused by 429 Retry-After')], max_length=16)),
-                ('reason', models.TextField(blank=True)),
-                ('pause_seconds', models.FloatField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('breaker', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='transitions', to='payments.circuitbreaker')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("opened", "Opened"),
+                            ("probing", "Half-open probe taken"),
+                            ("reopened", "Probe failed: reopened"),
+                            ("closed", "Closed"),
+                            ("paused", "Paused by 429 Retry-After"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True)),
+                ("pause_seconds", models.FloatField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "breaker",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="transitions",
+                        to="payments.circuitbreaker",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
     ]

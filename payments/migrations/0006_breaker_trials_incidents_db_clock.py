@@ -5,67 +5,99 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0005_circuit_breaker'),
+        ("payments", "0005_circuit_breaker"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='circuitbreakertransition',
-            options={'ordering': ['id']},
+            name="circuitbreakertransition",
+            options={"ordering": ["id"]},
         ),
         migrations.AlterModelOptions(
-            name='paymentevent',
-            options={'ordering': ['id']},
+            name="paymentevent",
+            options={"ordering": ["id"]},
         ),
         migrations.AlterModelOptions(
-            name='processorattempt',
-            options={'ordering': ['id']},
+            name="processorattempt",
+            options={"ordering": ["id"]},
         ),
         migrations.AddField(
-            model_name='circuitbreaker',
-            name='closed_at',
-            field=models.DateTimeField(blank=True, help_text="When the breaker last closed (the database's clock).", null=True),
+            model_name="circuitbreaker",
+            name="closed_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When the breaker last closed (the database's clock).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='circuitbreaker',
-            name='trial_admitted',
-            field=models.PositiveIntegerField(default=0, help_text='Half-open: real submissions admitted as trials in this lease.'),
+            model_name="circuitbreaker",
+            name="trial_admitted",
+            field=models.PositiveIntegerField(
+                default=0, help_text="Half-open: real submissions admitted as trials in this lease."
+            ),
         ),
         migrations.AddField(
-            model_name='circuitbreaker',
-            name='trial_succeeded',
-            field=models.PositiveIntegerField(default=0, help_text='Half-open: trial submissions the processor accepted.'),
+            model_name="circuitbreaker",
+            name="trial_succeeded",
+            field=models.PositiveIntegerField(
+                default=0, help_text="Half-open: trial submissions the processor accepted."
+            ),
         ),
         migrations.AddField(
-            model_name='circuitbreaker',
-            name='window_after_attempt',
-            field=models.BigIntegerField(default=0, help_text='Only submissions after this attempt id count toward the failure rate (the last attempt before the last close).'),
+            model_name="circuitbreaker",
+            name="window_after_attempt",
+            field=models.BigIntegerField(
+                default=0,
+                help_text="Only submissions after this attempt id count toward the failure rate (the last attempt before the last close).",
+            ),
         ),
         migrations.AlterField(
-            model_name='circuitbreaker',
-            name='opened_at',
-            field=models.DateTimeField(blank=True, help_text="Start of the current incident (the database's clock); it outlasts a close by PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, so a reopening soon after is the same incident. Empty when there is none.", null=True),
+            model_name="circuitbreaker",
+            name="opened_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="Start of the current incident (the database's clock); it outlasts a close by PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, so a reopening soon after is the same incident. Empty when there is none.",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='circuitbreaker',
-            name='probe_until',
-            field=models.DateTimeField(blank=True, help_text="The half-open trial's lease: after it, a new trial may be started.", null=True),
+            model_name="circuitbreaker",
+            name="probe_until",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="The half-open trial's lease: after it, a new trial may be started.",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='circuitbreaker',
-            name='reopen_count',
-            field=models.PositiveIntegerField(default=0, help_text='Reopenings in this incident: each one doubles the pause.'),
+            model_name="circuitbreaker",
+            name="reopen_count",
+            field=models.PositiveIntegerField(
+                default=0, help_text="Reopenings in this incident: each one doubles the pause."
+            ),
         ),
         migrations.AlterField(
-            model_name='circuitbreakertransition',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), db_index=True),
+            model_name="circuitbreakertransition",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), db_index=True
+            ),
         ),
         migrations.AlterField(
-            model_name='circuitbreakertransition',
-            name='kind',
-            field=models.CharField(choices=[('opened', 'Opened'), ('probing', 'Half-open: trial submissions admitted'), ('reopened', 'Reopened in the same incident'), ('closed', 'Closed'), ('resolved', 'Incident over: closed for the cool-down'), ('paused', 'Paused by 429 Retry-After')], max_length=16),
+            model_name="circuitbreakertransition",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("opened", "Opened"),
+                    ("probing", "Half-open: trial submissions admitted"),
+                    ("reopened", "Reopened in the same incident"),
+                    ("closed", "Closed"),
+                    ("resolved", "Incident over: closed for the cool-down"),
+                    ("paused", "Paused by 429 Retry-After"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

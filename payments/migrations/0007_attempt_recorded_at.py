@@ -5,15 +5,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0006_breaker_trials_incidents_db_clock'),
+        ("payments", "0006_breaker_trials_incidents_db_clock"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='processorattempt',
-            name='recorded_at',
+            model_name="processorattempt",
+            name="recorded_at",
             field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
         ),
     ]

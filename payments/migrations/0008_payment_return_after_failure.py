@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0007_attempt_recorded_at'),
+        ("payments", "0007_attempt_recorded_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='paymentreturn',
-            name='after_failure',
-            field=models.BooleanField(db_index=True, default=False, help_text='returned after the payment had failed (a 4xx rejection or a failed event)'),
+            model_name="paymentreturn",
+            name="after_failure",
+            field=models.BooleanField(
+                db_index=True,
+                default=False,
+                help_text="returned after the payment had failed (a 4xx rejection or a failed event)",
+            ),
         ),
     ]

@@ -4,19 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0008_payment_return_after_failure'),
+        ("payments", "0008_payment_return_after_failure"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='payment',
-            name='metadata',
+            model_name="payment",
+            name="metadata",
             field=models.JSONField(blank=True, db_default={}, default=dict),
         ),
         migrations.AddIndex(
-            model_name='payment',
-            index=models.Index(fields=['merchant_id', '-created_at', '-id'], name='payment_merchant_created'),
+            model_name="payment",
+            index=models.Index(
+                fields=["merchant_id", "-created_at", "-id"], name="payment_merchant_created"
+            ),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0009_payment_metadata_list_index'),
+        ("payments", "0009_payment_metadata_list_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='outboxmessage',
-            name='carried',
+            model_name="outboxmessage",
+            name="carried",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]

@@ -6,101 +6,199 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0010_carried_trace'),
+        ("payments", "0010_carried_trace"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NocAction',
+            name="NocAction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('action', models.CharField(default='apply', max_length=16)),
-                ('note', models.TextField()),
-                ('status_before', models.CharField(choices=[('open', 'Open (to apply at the processor)'), ('applied', 'Applied (the token was updated)'), ('refused', 'Refused NOC (nothing to apply)')], max_length=16)),
-                ('status_after', models.CharField(choices=[('open', 'Open (to apply at the processor)'), ('applied', 'Applied (the token was updated)'), ('refused', 'Refused NOC (nothing to apply)')], max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("action", models.CharField(default="apply", max_length=16)),
+                ("note", models.TextField()),
+                (
+                    "status_before",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open (to apply at the processor)"),
+                            ("applied", "Applied (the token was updated)"),
+                            ("refused", "Refused NOC (nothing to apply)"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status_after",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open (to apply at the processor)"),
+                            ("applied", "Applied (the token was updated)"),
+                            ("refused", "Refused NOC (nothing to apply)"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='NotificationOfChange',
+            name="NotificationOfChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('merchant_id', models.CharField(max_length=64)),
-                ('source_token', models.CharField(max_length=128)),
-                ('processor_event_id', models.CharField(max_length=128, unique=True)),
-                ('change_code', models.CharField(max_length=8)),
-                ('change_title', models.CharField(blank=True, max_length=255)),
-                ('corrected_data', models.JSONField(blank=True, default=dict)),
-                ('unknown_code', models.BooleanField(db_index=True, default=False)),
-                ('status', models.CharField(choices=[('open', 'Open (to apply at the processor)'), ('applied', 'Applied (the token was updated)'), ('refused', 'Refused NOC (nothing to apply)')], max_length=16)),
-                ('received_at', models.DateTimeField(help_text="the processor's timestamp of the NOC")),
-                ('deadline', models.DateTimeField(blank=True, help_text='apply by: 6 banking days after it was received', null=True)),
-                ('applied_at', models.DateTimeField(blank=True, null=True)),
-                ('applied_note', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("merchant_id", models.CharField(max_length=64)),
+                ("source_token", models.CharField(max_length=128)),
+                ("processor_event_id", models.CharField(max_length=128, unique=True)),
+                ("change_code", models.CharField(max_length=8)),
+                ("change_title", models.CharField(blank=True, max_length=255)),
+                ("corrected_data", models.JSONField(blank=True, default=dict)),
+                ("unknown_code", models.BooleanField(db_index=True, default=False)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open (to apply at the processor)"),
+                            ("applied", "Applied (the token was updated)"),
+                            ("refused", "Refused NOC (nothing to apply)"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "received_at",
+                    models.DateTimeField(help_text="the processor's timestamp of the NOC"),
+                ),
+                (
+                    "deadline",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="apply by: 6 banking days after it was received",
+                        null=True,
+                    ),
+                ),
+                ("applied_at", models.DateTimeField(blank=True, null=True)),
+                ("applied_note", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'verbose_name': 'notification of change',
-                'verbose_name_plural': 'notifications of change',
-                'ordering': ['deadline', 'id'],
-                'permissions': [('apply_noc', 'Can mark a notification of change applied')],
+                "verbose_name": "notification of change",
+                "verbose_name_plural": "notifications of change",
+                "ordering": ["deadline", "id"],
+                "permissions": [("apply_noc", "Can mark a notification of change applied")],
             },
         ),
         migrations.AddField(
-            model_name='payment',
-            name='authorization_reference',
-            field=models.CharField(blank=True, help_text="The client's reference of the new authorization a reinitiation after an unauthorized return was made under.", max_length=64),
+            model_name="payment",
+            name="authorization_reference",
+            field=models.CharField(
+                blank=True,
+                help_text="The client's reference of the new authorization a reinitiation after an unauthorized return was made under.",
+                max_length=64,
+            ),
         ),
         migrations.AddField(
-            model_name='payment',
-            name='reinitiation_number',
+            model_name="payment",
+            name="reinitiation_number",
             field=models.PositiveSmallIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='payment',
-            name='reinitiation_of',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='reinitiations', to='payments.payment'),
+            model_name="payment",
+            name="reinitiation_of",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="reinitiations",
+                to="payments.payment",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='payment',
-            constraint=models.UniqueConstraint(fields=('reinitiation_of', 'reinitiation_number'), name='payment_reinitiation_number_unique'),
+            model_name="payment",
+            constraint=models.UniqueConstraint(
+                fields=("reinitiation_of", "reinitiation_number"),
+                name="payment_reinitiation_number_unique",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='payment',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('reinitiation_number__isnull', True), ('reinitiation_of__isnull', True)), models.Q(('reinitiation_number__gte', 1), ('reinitiation_number__lte', 2), ('reinitiation_of__isnull', False)), _connector='OR'), name='payment_reinitiation_number_range'),
+            model_name="payment",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("reinitiation_number__isnull", True), ("reinitiation_of__isnull", True)
+                    ),
+                    models.Q(
+                        ("reinitiation_number__gte", 1),
+                        ("reinitiation_number__lte", 2),
+                        ("reinitiation_of__isnull", False),
+                    ),
+                    _connector="OR",
+                ),
+                name="payment_reinitiation_number_range",
+            ),
         ),
         migrations.AddField(
-            model_name='nocaction',
-            name='user',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, to=settings.AUTH_USER_MODEL),
+            model_name="nocaction",
+            name="user",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, to=settings.AUTH_USER_MODEL
+            ),
         ),
         migrations.AddField(
-            model_name='notificationofchange',
-            name='applied_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to=settings.AUTH_USER_MODEL),
+            model_name="notificationofchange",
+            name="applied_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='notificationofchange',
-            name='payment',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='nocs', to='payments.payment'),
+            model_name="notificationofchange",
+            name="payment",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="nocs",
+                to="payments.payment",
+            ),
         ),
         migrations.AddField(
-            model_name='nocaction',
-            name='noc',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='actions', to='payments.notificationofchange'),
+            model_name="nocaction",
+            name="noc",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="actions",
+                to="payments.notificationofchange",
+            ),
         ),
         migrations.AddIndex(
-            model_name='notificationofchange',
-            index=models.Index(condition=models.Q(('status', 'open')), fields=['source_token', 'deadline'], name='noc_open_by_token'),
+            model_name="notificationofchange",
+            index=models.Index(
+                condition=models.Q(("status", "open")),
+                fields=["source_token", "deadline"],
+                name="noc_open_by_token",
+            ),
         ),
         migrations.AddIndex(
-            model_name='notificationofchange',
-            index=models.Index(condition=models.Q(('status', 'open')), fields=['deadline'], name='noc_open_deadline'),
+            model_name="notificationofchange",
+            index=models.Index(
+                condition=models.Q(("status", "open")),
+                fields=["deadline"],
+                name="noc_open_deadline",
+            ),
         ),
     ]

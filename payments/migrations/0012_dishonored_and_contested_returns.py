@@ -7,64 +7,150 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0011_notifications_of_change_and_reinitiation'),
+        ("payments", "0011_notifications_of_change_and_reinitiation"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReturnDishonor',
+            name="ReturnDishonor",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('merchant_id', models.CharField(db_index=True, max_length=64)),
-                ('idempotency_key', models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
-                ('reason_code', models.CharField(blank=True, help_text='R61-R69', max_length=16)),
-                ('note', models.TextField(blank=True)),
-                ('requested_at', models.DateTimeField(blank=True, null=True)),
-                ('request_status', models.CharField(blank=True, choices=[('', 'Not asked by us (the processor reported it)'), ('requested', 'Requested (not yet accepted by the processor)'), ('sent', 'Sent (the processor accepted the request)'), ('failed', 'Failed (the processor did not take it; send it again)')], db_index=True, max_length=16)),
-                ('last_error', models.TextField(blank=True)),
-                ('dishonored_event_id', models.CharField(blank=True, max_length=128)),
-                ('dishonored_at', models.DateTimeField(blank=True, help_text="the processor's timestamp of return_dishonored", null=True)),
-                ('contested_event_id', models.CharField(blank=True, max_length=128)),
-                ('contested_at', models.DateTimeField(blank=True, help_text="the processor's timestamp of dishonor_contested", null=True)),
-                ('contest_reason_code', models.CharField(blank=True, help_text='R71-R77', max_length=16)),
-                ('unrequested', models.BooleanField(db_index=True, default=False, help_text='reported by the processor without our request')),
-                ('unknown_code', models.BooleanField(db_index=True, default=False, help_text='a reason code outside R61-R69 / R71-R77')),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("merchant_id", models.CharField(db_index=True, max_length=64)),
+                (
+                    "idempotency_key",
+                    models.UUIDField(default=uuid.uuid4, editable=False, unique=True),
+                ),
+                ("reason_code", models.CharField(blank=True, help_text="R61-R69", max_length=16)),
+                ("note", models.TextField(blank=True)),
+                ("requested_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "request_status",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("", "Not asked by us (the processor reported it)"),
+                            ("requested", "Requested (not yet accepted by the processor)"),
+                            ("sent", "Sent (the processor accepted the request)"),
+                            ("failed", "Failed (the processor did not take it; send it again)"),
+                        ],
+                        db_index=True,
+                        max_length=16,
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True)),
+                ("dishonored_event_id", models.CharField(blank=True, max_length=128)),
+                (
+                    "dishonored_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="the processor's timestamp of return_dishonored",
+                        null=True,
+                    ),
+                ),
+                ("contested_event_id", models.CharField(blank=True, max_length=128)),
+                (
+                    "contested_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="the processor's timestamp of dishonor_contested",
+                        null=True,
+                    ),
+                ),
+                (
+                    "contest_reason_code",
+                    models.CharField(blank=True, help_text="R71-R77", max_length=16),
+                ),
+                (
+                    "unrequested",
+                    models.BooleanField(
+                        db_index=True,
+                        default=False,
+                        help_text="reported by the processor without our request",
+                    ),
+                ),
+                (
+                    "unknown_code",
+                    models.BooleanField(
+                        db_index=True,
+                        default=False,
+                        help_text="a reason code outside R61-R69 / R71-R77",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AlterField(
-            model_name='ledgerentry',
-            name='kind',
-            field=models.CharField(choices=[('credit', 'Credit'), ('reversal', 'Reversal (debit)'), ('recredit', 'Re-credit (the return was dishonored)'), ('recredit_reversal', 'Re-credit reversed (the dishonor was contested)')], max_length=24),
+            model_name="ledgerentry",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("credit", "Credit"),
+                    ("reversal", "Reversal (debit)"),
+                    ("recredit", "Re-credit (the return was dishonored)"),
+                    ("recredit_reversal", "Re-credit reversed (the dishonor was contested)"),
+                ],
+                max_length=24,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='ledgerentry',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('amount__gt', 0), ('kind', 'recredit')), models.Q(('kind', 'recredit'), _negated=True), _connector='OR'), name='ledger_recredit_positive'),
+            model_name="ledgerentry",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("amount__gt", 0), ("kind", "recredit")),
+                    models.Q(("kind", "recredit"), _negated=True),
+                    _connector="OR",
+                ),
+                name="ledger_recredit_positive",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='ledgerentry',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('amount__lt', 0), ('kind', 'recredit_reversal')), models.Q(('kind', 'recredit_reversal'), _negated=True), _connector='OR'), name='ledger_recredit_reversal_negative'),
+            model_name="ledgerentry",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("amount__lt", 0), ("kind", "recredit_reversal")),
+                    models.Q(("kind", "recredit_reversal"), _negated=True),
+                    _connector="OR",
+                ),
+                name="ledger_recredit_reversal_negative",
+            ),
         ),
         migrations.AddField(
-            model_name='returndishonor',
-            name='ach_return',
-            field=models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='dishonor', to='payments.paymentreturn'),
+            model_name="returndishonor",
+            name="ach_return",
+            field=models.OneToOneField(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="dishonor",
+                to="payments.paymentreturn",
+            ),
         ),
         migrations.AddField(
-            model_name='returndishonor',
-            name='payment',
-            field=models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='dishonor', to='payments.payment'),
+            model_name="returndishonor",
+            name="payment",
+            field=models.OneToOneField(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="dishonor",
+                to="payments.payment",
+            ),
         ),
         migrations.AddField(
-            model_name='returndishonor',
-            name='requested_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to=settings.AUTH_USER_MODEL),
+            model_name="returndishonor",
+            name="requested_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
     ]

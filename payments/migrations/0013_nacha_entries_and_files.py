@@ -6,55 +6,100 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0012_dishonored_and_contested_returns'),
+        ("payments", "0012_dishonored_and_contested_returns"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NachaTraceCounter',
+            name="NachaTraceCounter",
             fields=[
-                ('odfi_identification', models.CharField(max_length=8, primary_key=True, serialize=False)),
-                ('last_sequence', models.PositiveBigIntegerField(default=0)),
+                (
+                    "odfi_identification",
+                    models.CharField(max_length=8, primary_key=True, serialize=False),
+                ),
+                ("last_sequence", models.PositiveBigIntegerField(default=0)),
             ],
         ),
         migrations.CreateModel(
-            name='NachaFile',
+            name="NachaFile",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('window_name', models.CharField(max_length=64)),
-                ('bank_cutoff_at', models.DateTimeField()),
-                ('effective_entry_date', models.DateField()),
-                ('creation_date', models.DateField(help_text='Eastern time, as the file header carries it')),
-                ('file_id_modifier', models.CharField(max_length=1)),
-                ('name', models.CharField(max_length=128, unique=True)),
-                ('content', models.TextField(help_text="The file's bytes (ASCII), as cut; never shown")),
-                ('sha256', models.CharField(max_length=64)),
-                ('entry_count', models.PositiveIntegerField()),
-                ('total_debit_cents', models.PositiveBigIntegerField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('delivered_at', models.DateTimeField(blank=True, null=True)),
-                ('delivered_to', models.CharField(blank=True, max_length=255)),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("window_name", models.CharField(max_length=64)),
+                ("bank_cutoff_at", models.DateTimeField()),
+                ("effective_entry_date", models.DateField()),
+                (
+                    "creation_date",
+                    models.DateField(help_text="Eastern time, as the file header carries it"),
+                ),
+                ("file_id_modifier", models.CharField(max_length=1)),
+                ("name", models.CharField(max_length=128, unique=True)),
+                (
+                    "content",
+                    models.TextField(help_text="The file's bytes (ASCII), as cut; never shown"),
+                ),
+                ("sha256", models.CharField(max_length=64)),
+                ("entry_count", models.PositiveIntegerField()),
+                ("total_debit_cents", models.PositiveBigIntegerField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("delivered_at", models.DateTimeField(blank=True, null=True)),
+                ("delivered_to", models.CharField(blank=True, max_length=255)),
             ],
             options={
-                'ordering': ['-created_at'],
-                'constraints': [models.UniqueConstraint(fields=('creation_date', 'file_id_modifier'), name='nacha_file_modifier_per_day')],
+                "ordering": ["-created_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("creation_date", "file_id_modifier"),
+                        name="nacha_file_modifier_per_day",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='NachaEntry',
+            name="NachaEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trace_number', models.CharField(max_length=15, unique=True)),
-                ('sec_code', models.CharField(blank=True, max_length=3)),
-                ('refused_reason', models.CharField(blank=True, max_length=255)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('payment', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='nacha_entry', to='payments.payment')),
-                ('file', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='entries', to='payments.nachafile')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trace_number", models.CharField(max_length=15, unique=True)),
+                ("sec_code", models.CharField(blank=True, max_length=3)),
+                ("refused_reason", models.CharField(blank=True, max_length=255)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "payment",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="nacha_entry",
+                        to="payments.payment",
+                    ),
+                ),
+                (
+                    "file",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="entries",
+                        to="payments.nachafile",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('file__isnull', True), ('refused_reason', '')), fields=['created_at'], name='nacha_entry_not_in_a_file')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("file__isnull", True), ("refused_reason", "")),
+                        fields=["created_at"],
+                        name="nacha_entry_not_in_a_file",
+                    )
+                ],
             },
         ),
     ]

@@ -4,30 +4,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0013_nacha_entries_and_files'),
+        ("payments", "0013_nacha_entries_and_files"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='VaultAccount',
+            name="VaultAccount",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token', models.CharField(max_length=64, unique=True)),
-                ('merchant_id', models.CharField(db_index=True, max_length=64)),
-                ('account_type', models.CharField(choices=[('checking', 'Checking'), ('savings', 'Savings')], max_length=8)),
-                ('sec_code', models.CharField(choices=[('PPD', 'PPD: consumer, written authorization'), ('CCD', 'CCD: business account'), ('WEB', 'WEB: consumer, authorized online')], max_length=3)),
-                ('account_last4', models.CharField(max_length=4)),
-                ('key_version', models.CharField(db_index=True, max_length=32)),
-                ('wrapped_key', models.BinaryField()),
-                ('nonce', models.BinaryField()),
-                ('ciphertext', models.BinaryField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('rotated_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("token", models.CharField(max_length=64, unique=True)),
+                ("merchant_id", models.CharField(db_index=True, max_length=64)),
+                (
+                    "account_type",
+                    models.CharField(
+                        choices=[("checking", "Checking"), ("savings", "Savings")], max_length=8
+                    ),
+                ),
+                (
+                    "sec_code",
+                    models.CharField(
+                        choices=[
+                            ("PPD", "PPD: consumer, written authorization"),
+                            ("CCD", "CCD: business account"),
+                            ("WEB", "WEB: consumer, authorized online"),
+                        ],
+                        max_length=3,
+                    ),
+                ),
+                ("account_last4", models.CharField(max_length=4)),
+                ("key_version", models.CharField(db_index=True, max_length=32)),
+                ("wrapped_key", models.BinaryField()),
+                ("nonce", models.BinaryField()),
+                ("ciphertext", models.BinaryField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("rotated_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
     ]

@@ -5,47 +5,89 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0014_vault_accounts'),
+        ("payments", "0014_vault_accounts"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NachaInboundFile',
+            name="NachaInboundFile",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=255)),
-                ('sha256', models.CharField(max_length=64, unique=True)),
-                ('content', models.BinaryField()),
-                ('status', models.CharField(choices=[('imported', 'Imported: every entry became an event'), ('refused', 'Refused whole: malformed, nothing imported')], max_length=16)),
-                ('refused_record', models.PositiveIntegerField(blank=True, null=True)),
-                ('refused_reason', models.TextField(blank=True)),
-                ('entry_count', models.PositiveIntegerField(default=0)),
-                ('received_at', models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=255)),
+                ("sha256", models.CharField(max_length=64, unique=True)),
+                ("content", models.BinaryField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("imported", "Imported: every entry became an event"),
+                            ("refused", "Refused whole: malformed, nothing imported"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("refused_record", models.PositiveIntegerField(blank=True, null=True)),
+                ("refused_reason", models.TextField(blank=True)),
+                ("entry_count", models.PositiveIntegerField(default=0)),
+                ("received_at", models.DateTimeField(auto_now_add=True, db_index=True)),
             ],
             options={
-                'ordering': ['-received_at'],
+                "ordering": ["-received_at"],
             },
         ),
         migrations.CreateModel(
-            name='NachaInboundEvent',
+            name="NachaInboundEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('record_number', models.PositiveIntegerField()),
-                ('original_trace_number', models.CharField(db_index=True, max_length=15)),
-                ('code', models.CharField(max_length=3)),
-                ('event_type', models.CharField(max_length=32)),
-                ('deduplication_id', models.CharField(max_length=128, unique=True)),
-                ('event', models.JSONField(help_text='The processor event; never an account number')),
-                ('published_at', models.DateTimeField(blank=True, null=True)),
-                ('message_id', models.CharField(blank=True, max_length=128)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('payment', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='payments.payment')),
-                ('file', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='events', to='payments.nachainboundfile')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("record_number", models.PositiveIntegerField()),
+                ("original_trace_number", models.CharField(db_index=True, max_length=15)),
+                ("code", models.CharField(max_length=3)),
+                ("event_type", models.CharField(max_length=32)),
+                ("deduplication_id", models.CharField(max_length=128, unique=True)),
+                (
+                    "event",
+                    models.JSONField(help_text="The processor event; never an account number"),
+                ),
+                ("published_at", models.DateTimeField(blank=True, null=True)),
+                ("message_id", models.CharField(blank=True, max_length=128)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "payment",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        to="payments.payment",
+                    ),
+                ),
+                (
+                    "file",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="payments.nachainboundfile",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('published_at__isnull', True)), fields=['id'], name='nacha_inbound_unpublished')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("published_at__isnull", True)),
+                        fields=["id"],
+                        name="nacha_inbound_unpublished",
+                    )
+                ],
             },
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0015_nacha_inbound_files_and_events'),
+        ("payments", "0015_nacha_inbound_files_and_events"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='nachaentry',
-            name='settled_event_at',
+            model_name="nachaentry",
+            name="settled_event_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

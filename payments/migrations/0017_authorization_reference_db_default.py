@@ -4,15 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0016_nacha_entry_settled_event'),
+        ("payments", "0016_nacha_entry_settled_event"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='payment',
-            name='authorization_reference',
-            field=models.CharField(blank=True, db_default='', default='', help_text="The client's reference of the new authorization a reinitiation after an unauthorized return was made under.", max_length=64),
+            model_name="payment",
+            name="authorization_reference",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="The client's reference of the new authorization a reinitiation after an unauthorized return was made under.",
+                max_length=64,
+            ),
         ),
     ]

@@ -4,15 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0017_authorization_reference_db_default'),
+        ("payments", "0017_authorization_reference_db_default"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='processorattempt',
-            name='outcome',
-            field=models.CharField(choices=[('accepted', 'Accepted (2xx)'), ('rejected', 'Rejected (4xx, permanent)'), ('retryable', 'Retryable (5xx, 408, 429, timeout, connection)'), ('queued', 'Queued (the backend submits it itself, e.g. with its bank file)')], max_length=16),
+            model_name="processorattempt",
+            name="outcome",
+            field=models.CharField(
+                choices=[
+                    ("accepted", "Accepted (2xx)"),
+                    ("rejected", "Rejected (4xx, permanent)"),
+                    ("retryable", "Retryable (5xx, 408, 429, timeout, connection)"),
+                    ("queued", "Queued (the backend submits it itself, e.g. with its bank file)"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0018_attempt_outcome_queued'),
+        ("payments", "0018_attempt_outcome_queued"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='nachafile',
-            name='delivery_conflict_at',
+            model_name="nachafile",
+            name="delivery_conflict_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

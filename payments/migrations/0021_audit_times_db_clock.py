@@ -5,45 +5,58 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0020_nacha_file_content_sealed'),
+        ("payments", "0020_nacha_file_content_sealed"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='ledgerentry',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False),
+            model_name="ledgerentry",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), editable=False
+            ),
         ),
         migrations.AlterField(
-            model_name='nocaction',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False),
+            model_name="nocaction",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False
+            ),
         ),
         migrations.AlterField(
-            model_name='notificationofchange',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False),
+            model_name="notificationofchange",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), editable=False
+            ),
         ),
         migrations.AlterField(
-            model_name='paymentevent',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False),
+            model_name="paymentevent",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False
+            ),
         ),
         migrations.AlterField(
-            model_name='paymentreturn',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False),
+            model_name="paymentreturn",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False
+            ),
         ),
         migrations.AlterField(
-            model_name='processedevent',
-            name='processed_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False),
+            model_name="processedevent",
+            name="processed_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False
+            ),
         ),
         migrations.AlterField(
-            model_name='returndishonor',
-            name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False),
+            model_name="returndishonor",
+            name="created_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(), db_index=True, editable=False
+            ),
         ),
     ]

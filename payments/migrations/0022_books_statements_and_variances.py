@@ -7,137 +7,319 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0021_audit_times_db_clock'),
+        ("payments", "0021_audit_times_db_clock"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BankStatement',
+            name="BankStatement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key_version', models.CharField(db_index=True, max_length=32)),
-                ('wrapped_key', models.BinaryField()),
-                ('nonce', models.BinaryField()),
-                ('ciphertext', models.BinaryField()),
-                ('name', models.CharField(max_length=255)),
-                ('sha256', models.CharField(help_text='Of the clear bytes', max_length=64, unique=True)),
-                ('status', models.CharField(choices=[('imported', 'Imported: every line read'), ('refused', 'Refused whole: malformed, nothing imported')], max_length=16)),
-                ('refused_record', models.PositiveIntegerField(blank=True, null=True)),
-                ('refused_reason', models.TextField(blank=True)),
-                ('line_count', models.PositiveIntegerField(default=0)),
-                ('received_at', models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key_version", models.CharField(db_index=True, max_length=32)),
+                ("wrapped_key", models.BinaryField()),
+                ("nonce", models.BinaryField()),
+                ("ciphertext", models.BinaryField()),
+                ("name", models.CharField(max_length=255)),
+                (
+                    "sha256",
+                    models.CharField(help_text="Of the clear bytes", max_length=64, unique=True),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("imported", "Imported: every line read"),
+                            ("refused", "Refused whole: malformed, nothing imported"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("refused_record", models.PositiveIntegerField(blank=True, null=True)),
+                ("refused_reason", models.TextField(blank=True)),
+                ("line_count", models.PositiveIntegerField(default=0)),
+                ("received_at", models.DateTimeField(auto_now_add=True, db_index=True)),
             ],
             options={
-                'ordering': ['-received_at'],
+                "ordering": ["-received_at"],
             },
         ),
         migrations.CreateModel(
-            name='StatementLine',
+            name="StatementLine",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('record_number', models.PositiveIntegerField()),
-                ('account_last4', models.CharField(max_length=4)),
-                ('currency', models.CharField(max_length=3)),
-                ('as_of_date', models.DateField(db_index=True)),
-                ('type_code', models.CharField(max_length=3)),
-                ('direction', models.CharField(max_length=8)),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=18)),
-                ('bank_reference', models.TextField(blank=True)),
-                ('customer_reference', models.TextField(blank=True)),
-                ('text', models.TextField(blank=True)),
-                ('fingerprint', models.CharField(max_length=64, unique=True)),
-                ('match_status', models.CharField(choices=[('matched', 'Matched'), ('partial', 'Partially matched'), ('unexplained', 'Unexplained')], default='unexplained', max_length=16)),
-                ('matched_amount', models.DecimalField(decimal_places=2, default=0, max_digits=18)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('statement', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='lines', to='payments.bankstatement')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("record_number", models.PositiveIntegerField()),
+                ("account_last4", models.CharField(max_length=4)),
+                ("currency", models.CharField(max_length=3)),
+                ("as_of_date", models.DateField(db_index=True)),
+                ("type_code", models.CharField(max_length=3)),
+                ("direction", models.CharField(max_length=8)),
+                ("amount", models.DecimalField(decimal_places=2, max_digits=18)),
+                ("bank_reference", models.TextField(blank=True)),
+                ("customer_reference", models.TextField(blank=True)),
+                ("text", models.TextField(blank=True)),
+                ("fingerprint", models.CharField(max_length=64, unique=True)),
+                (
+                    "match_status",
+                    models.CharField(
+                        choices=[
+                            ("matched", "Matched"),
+                            ("partial", "Partially matched"),
+                            ("unexplained", "Unexplained"),
+                        ],
+                        default="unexplained",
+                        max_length=16,
+                    ),
+                ),
+                ("matched_amount", models.DecimalField(decimal_places=2, default=0, max_digits=18)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "statement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lines",
+                        to="payments.bankstatement",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['as_of_date', 'record_number'],
+                "ordering": ["as_of_date", "record_number"],
             },
         ),
         migrations.CreateModel(
-            name='BooksVariance',
+            name="BooksVariance",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200, unique=True)),
-                ('day', models.DateField(db_index=True)),
-                ('kind', models.CharField(choices=[('missing_settlement', 'Batch sent, no settlement at the bank'), ('short_amount', 'Bank settled another amount than the batch'), ('extra_line', 'Bank line matching nothing of ours'), ('missing_return', 'Return booked, not debited at the bank')], max_length=24)),
-                ('status', models.CharField(choices=[('open', 'Open: unexplained'), ('explained', 'Explained by a person'), ('cleared', 'Cleared by a later bank line')], default='open', max_length=16)),
-                ('currency', models.CharField(max_length=3)),
-                ('merchant_ids', models.JSONField(blank=True, default=list)),
-                ('expected_amount', models.DecimalField(decimal_places=2, default=0, max_digits=18)),
-                ('bank_amount', models.DecimalField(decimal_places=2, default=0, max_digits=18)),
-                ('sec_code', models.CharField(blank=True, max_length=3)),
-                ('summary', models.TextField()),
-                ('found_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('cleared_at', models.DateTimeField(blank=True, null=True)),
-                ('nacha_file', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='payments.nachafile')),
-                ('payments', models.ManyToManyField(blank=True, related_name='+', to='payments.payment')),
-                ('cleared_by_line', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='payments.statementline')),
-                ('line', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='variances', to='payments.statementline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200, unique=True)),
+                ("day", models.DateField(db_index=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("missing_settlement", "Batch sent, no settlement at the bank"),
+                            ("short_amount", "Bank settled another amount than the batch"),
+                            ("extra_line", "Bank line matching nothing of ours"),
+                            ("missing_return", "Return booked, not debited at the bank"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open: unexplained"),
+                            ("explained", "Explained by a person"),
+                            ("cleared", "Cleared by a later bank line"),
+                        ],
+                        default="open",
+                        max_length=16,
+                    ),
+                ),
+                ("currency", models.CharField(max_length=3)),
+                ("merchant_ids", models.JSONField(blank=True, default=list)),
+                (
+                    "expected_amount",
+                    models.DecimalField(decimal_places=2, default=0, max_digits=18),
+                ),
+                ("bank_amount", models.DecimalField(decimal_places=2, default=0, max_digits=18)),
+                ("sec_code", models.CharField(blank=True, max_length=3)),
+                ("summary", models.TextField()),
+                ("found_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("cleared_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "nacha_file",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        to="payments.nachafile",
+                    ),
+                ),
+                (
+                    "payments",
+                    models.ManyToManyField(blank=True, related_name="+", to="payments.payment"),
+                ),
+                (
+                    "cleared_by_line",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="payments.statementline",
+                    ),
+                ),
+                (
+                    "line",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="variances",
+                        to="payments.statementline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['day', 'found_at'],
-                'permissions': [('explain_variance', 'Can explain a books variance')],
+                "ordering": ["day", "found_at"],
+                "permissions": [("explain_variance", "Can explain a books variance")],
             },
         ),
         migrations.CreateModel(
-            name='StatementMatch',
+            name="StatementMatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('batch', 'ACH batch settlement'), ('return', 'Return')], max_length=16)),
-                ('sec_code', models.CharField(blank=True, max_length=3)),
-                ('expected_amount', models.DecimalField(decimal_places=2, max_digits=18)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('line', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='matches', to='payments.statementline')),
-                ('nacha_file', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='payments.nachafile')),
-                ('payment', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='payments.payment')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("batch", "ACH batch settlement"), ("return", "Return")],
+                        max_length=16,
+                    ),
+                ),
+                ("sec_code", models.CharField(blank=True, max_length=3)),
+                ("expected_amount", models.DecimalField(decimal_places=2, max_digits=18)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "line",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="matches",
+                        to="payments.statementline",
+                    ),
+                ),
+                (
+                    "nacha_file",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        to="payments.nachafile",
+                    ),
+                ),
+                (
+                    "payment",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        to="payments.payment",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='VarianceExplanation',
+            name="VarianceExplanation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('note', models.TextField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('explained_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('variance', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='explanations', to='payments.booksvariance')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("note", models.TextField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "explained_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "variance",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="explanations",
+                        to="payments.booksvariance",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at'],
+                "ordering": ["created_at"],
             },
         ),
         migrations.CreateModel(
-            name='StatementDay',
+            name="StatementDay",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('account_last4', models.CharField(max_length=4)),
-                ('currency', models.CharField(max_length=3)),
-                ('as_of_date', models.DateField(db_index=True)),
-                ('final', models.BooleanField(default=True)),
-                ('statement', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='days', to='payments.bankstatement')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("account_last4", models.CharField(max_length=4)),
+                ("currency", models.CharField(max_length=3)),
+                ("as_of_date", models.DateField(db_index=True)),
+                ("final", models.BooleanField(default=True)),
+                (
+                    "statement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="days",
+                        to="payments.bankstatement",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('statement', 'account_last4', 'currency', 'as_of_date'), name='books_statement_day_once')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("statement", "account_last4", "currency", "as_of_date"),
+                        name="books_statement_day_once",
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='statementline',
-            index=models.Index(condition=models.Q(('match_status', 'matched'), _negated=True), fields=['created_at'], name='books_line_not_matched'),
+            model_name="statementline",
+            index=models.Index(
+                condition=models.Q(("match_status", "matched"), _negated=True),
+                fields=["created_at"],
+                name="books_line_not_matched",
+            ),
         ),
         migrations.AddIndex(
-            model_name='booksvariance',
-            index=models.Index(condition=models.Q(('status', 'open')), fields=['day'], name='books_open'),
+            model_name="booksvariance",
+            index=models.Index(
+                condition=models.Q(("status", "open")), fields=["day"], name="books_open"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='statementmatch',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind', 'batch')), fields=('nacha_file', 'sec_code'), name='books_batch_matched_once'),
+            model_name="statementmatch",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("kind", "batch")),
+                fields=("nacha_file", "sec_code"),
+                name="books_batch_matched_once",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='statementmatch',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind', 'return')), fields=('payment',), name='books_return_once'),
+            model_name="statementmatch",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("kind", "return")),
+                fields=("payment",),
+                name="books_return_once",
+            ),
         ),
     ]

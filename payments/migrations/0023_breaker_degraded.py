@@ -4,25 +4,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('payments', '0022_books_statements_and_variances'),
+        ("payments", "0022_books_statements_and_variances"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='circuitbreaker',
-            name='degraded_seen_at',
-            field=models.DateTimeField(blank=True, help_text='The last failure judged a degradation; once none for PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, the degradation is over.', null=True),
+            model_name="circuitbreaker",
+            name="degraded_seen_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="The last failure judged a degradation; once none for PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS, the degradation is over.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='circuitbreaker',
-            name='degraded_since',
-            field=models.DateTimeField(blank=True, help_text="Since when calls fail for many payments while others go through (the database's clock): a failure then spends no payment's retry budget. Empty when not degraded.", null=True),
+            model_name="circuitbreaker",
+            name="degraded_since",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="Since when calls fail for many payments while others go through (the database's clock): a failure then spends no payment's retry budget. Empty when not degraded.",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='circuitbreakertransition',
-            name='kind',
-            field=models.CharField(choices=[('opened', 'Opened'), ('probing', 'Half-open: trial submissions admitted'), ('reopened', 'Reopened in the same incident'), ('closed', 'Closed'), ('resolved', 'Incident over: closed for the cool-down'), ('paused', 'Paused by 429 Retry-After'), ('degraded', 'Degraded: calls fail for many payments while others go through'), ('recovered', 'No longer degraded')], max_length=16),
+            model_name="circuitbreakertransition",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("opened", "Opened"),
+                    ("probing", "Half-open: trial submissions admitted"),
+                    ("reopened", "Reopened in the same incident"),
+                    ("closed", "Closed"),
+                    ("resolved", "Incident over: closed for the cool-down"),
+                    ("paused", "Paused by 429 Retry-After"),
+                    ("degraded", "Degraded: calls fail for many payments while others go through"),
+                    ("recovered", "No longer degraded"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

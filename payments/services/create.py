@@ -100,21 +100,29 @@ def payment_create(
             payload.update(
                 reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
             )
-        PaymentEvent.objects.create(
-            payment=payment,
-            kind=EventKind.CREATED,
-            outcome=EventOutcome.APPLIED,
-            to_state=payment.state,
-            payload=payload,
-            caused_by=caused_by,
-        )
-        outbox_enqueue(
-            kind=SUBMIT_PAYMENT,
-            group_id=str(payment.id),
-            body=submit_payment_body(payment.id),
-            carried=carried,
-        )
+        payment_created_record(payment, payload=payload, caused_by=caused_by, carried=carried)
     return payment
+
+
+def payment_created_record(
+    payment: Payment, *, payload: dict, caused_by: str, carried: Mapping[str, str] | None
+) -> None:
+    """A new payment's audit row and submit command, in the caller's transaction: a debit, a
+    refund or a payout alike."""
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.CREATED,
+        outcome=EventOutcome.APPLIED,
+        to_state=payment.state,
+        payload=payload,
+        caused_by=caused_by,
+    )
+    outbox_enqueue(
+        kind=SUBMIT_PAYMENT,
+        group_id=str(payment.id),
+        body=submit_payment_body(payment.id),
+        carried=carried,
+    )
 
 
 def outbox_enqueue(

@@ -9,7 +9,7 @@ its own rows only if that write claimed the event.
 from dataclasses import dataclass
 
 from payments.catalogue import event_type_get
-from payments.events import PAYMENT_DIRECTION, ProcessorEvent
+from payments.events import ProcessorEvent
 from payments.exceptions import (
     AmountMismatch,
     CurrencyMismatch,
@@ -100,9 +100,9 @@ def _event_mismatch(event: ProcessorEvent, payment: Payment) -> EventMismatch | 
             f"{what} reports currency {event.currency} but payment {payment.id} is in "
             f"{payment.currency}"
         )
-    if event.direction and event.direction != PAYMENT_DIRECTION:
+    if event.direction and event.direction != payment.direction:
         return DirectionMismatch(
-            f"{what} reports a {event.direction} but payment {payment.id} is a {PAYMENT_DIRECTION}"
+            f"{what} reports a {event.direction} but payment {payment.id} is a {payment.direction}"
         )
     if event.processor_id and payment.processor_id and event.processor_id != payment.processor_id:
         return ProcessorIdMismatch(

@@ -9,9 +9,10 @@ from django.db import transaction
 from payments.alerts import AlertSeverity, alert_raise
 from payments.catalogue import RETURNED
 from payments.events import ProcessorEvent
-from payments.models import Payment, PaymentReturn, PaymentState
+from payments.models import Payment, PaymentDirection, PaymentReturn, PaymentState
 from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
 from payments.services.event_handlers import ApplyOutcome, Decision
+from payments.services.refunds import refunds_on_debit_return
 from payments.services.transitions import TransitionHandler
 from payments.services.writes import DayCounts, merchant_return_day_add
 
@@ -36,6 +37,10 @@ class ReturnHandler(TransitionHandler):
                 settled_at=decision.context.get("settled_at"),
                 after_failure=decision.context.get("after_failure", False),
             )
+        returned = decision.move is not None and decision.move.to_state == PaymentState.RETURNED
+        if returned and payment.direction == PaymentDirection.DEBIT:
+            # Its refunds: one not sent yet is canceled, one sent is a double loss.
+            refunds_on_debit_return(debit=payment, event=event)
 
 
 def return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:
@@ -81,7 +86,10 @@ def return_record(
     )
     # Counted on its record's day, which a dishonor's correction reads back.
     day = record.created_at.astimezone(UTC).date()
-    _return_count(payment, code, after_settlement=after_settlement, day=day)
+    if payment.direction == PaymentDirection.DEBIT:
+        # The merchant's return rates are its debits' (NACHA's thresholds); a credit's return
+        # is money back, not a customer disputing a charge.
+        _return_count(payment, code, after_settlement=after_settlement, day=day)
     details = {
         "reason_code": record.reason_code,
         "processor_event_id": event.processor_event_id,

@@ -18,9 +18,11 @@ from payments.models import (
     LedgerEntry,
     LedgerEntryKind,
     Payment,
+    PaymentDirection,
     PaymentEvent,
     PaymentState,
 )
+from payments.services.credits import credit_move_effects
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.writes import DayCounts, Move, move_save
 from payments.signals import payment_transition_committed, payment_transitioned
@@ -78,6 +80,9 @@ def transition_move(payment: Payment, target: str) -> Move:
     getattr(payment, name)()
     payment.state_changed_at = timezone.now()
     move = {"payment": payment, "from_state": current, "to_state": target}
+    if payment.direction == PaymentDirection.CREDIT:
+        ledger, followups = credit_move_effects(payment, target)
+        return Move(**move, ledger=ledger, followups=followups)
     entry = {"payment": payment, "merchant_id": payment.merchant_id, "currency": payment.currency}
     if target == PaymentState.CONFIRMED:
         return Move(

@@ -66,7 +66,10 @@ def event_write(write: EventWrite) -> bool:
     True when written; False (nothing written) when the id was processed before. Call inside
     the payment's transaction, holding its row lock."""
     if _one_statement():
-        return event_sql.event_write(write)
+        written = event_sql.event_write(write)
+        if written and write.move is not None:
+            _move_followups(write.move)
+        return written
     if not event_sql.processed_event_claim(write.claim):
         return False
     if write.move is not None:
@@ -94,6 +97,12 @@ def move_save(move: Move) -> None:
         move.ledger.save()
     if move.counts is not None:
         merchant_return_day_add(move.counts)
+    _move_followups(move)
+
+
+def _move_followups(move: Move) -> None:
+    for followup in move.followups:
+        followup()
 
 
 def merchant_return_day_add(counts: DayCounts) -> None:

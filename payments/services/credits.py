@@ -1,0 +1,81 @@
+"""What a transition of money out (a refund or a payout, ``direction=credit``) does to the
+ledger.
+
+Its money left the merchant's balance when it was made (a pending entry: ``refunds``,
+``payouts``). Its settlement posts that entry; its failure or cancel archives it, the money
+never moved; its return (the receiving bank sent the credit back) puts the money back with an
+entry of its own, once (the ledger's one entry per payment and kind). A refund that fails or
+comes back also undoes the double loss its debit's return recorded: the customer never had the
+money twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.utils import timezone
+
+from payments.models import (
+    DoubleLoss,
+    DoubleLossStatus,
+    LedgerEntry,
+    LedgerEntryKind,
+    LedgerEntryStatus,
+    Payment,
+    PaymentPurpose,
+    PaymentState,
+)
+
+# Per purpose: the entry made with the credit, and the one its return writes.
+ENTRY_KINDS = {
+    PaymentPurpose.REFUND: (LedgerEntryKind.REFUND, LedgerEntryKind.REFUND_RETURN),
+    PaymentPurpose.PAYOUT: (LedgerEntryKind.PAYOUT, LedgerEntryKind.PAYOUT_RETURN),
+}
+
+
+def credit_move_effects(
+    payment: Payment, target: str
+) -> tuple[LedgerEntry | None, tuple[Callable[[], None], ...]]:
+    """The ledger row a credit's move to ``target`` writes, and its follow-ups."""
+    held, returned = ENTRY_KINDS[payment.purpose]
+    if target == PaymentState.CONFIRMED:
+        return None, (lambda: _entry_status_set(payment, held, LedgerEntryStatus.POSTED),)
+    if target in (PaymentState.FAILED, PaymentState.CANCELED):
+        return None, (
+            lambda: _entry_status_set(payment, held, LedgerEntryStatus.ARCHIVED),
+            lambda: _double_loss_undo(payment, because=target),
+        )
+    if target == PaymentState.RETURNED:
+        entry = LedgerEntry(
+            payment=payment,
+            merchant_id=payment.merchant_id,
+            kind=returned,
+            amount=payment.amount,
+            currency=payment.currency,
+            posted_at=timezone.now(),
+        )
+        return entry, (lambda: _double_loss_undo(payment, because=target),)
+    return None, ()
+
+
+def _entry_status_set(payment: Payment, kind: str, status: str) -> None:
+    fields = {"status": status}
+    if status == LedgerEntryStatus.POSTED:
+        fields["posted_at"] = timezone.now()
+    LedgerEntry.objects.filter(payment=payment, kind=kind, status=LedgerEntryStatus.PENDING).update(
+        **fields
+    )
+
+
+def _double_loss_undo(payment: Payment, *, because: str) -> None:
+    """A refund that failed or came back never reached the customer: its double loss, if its
+    debit's return recorded one, is undone and the recovery owed archived."""
+    if payment.purpose != PaymentPurpose.REFUND:
+        return
+    undone = DoubleLoss.objects.filter(refund=payment, status=DoubleLossStatus.OPEN).update(
+        status=DoubleLossStatus.UNDONE,
+        resolved_at=timezone.now(),
+        note=f"the refund {because}: the customer never had the money twice",
+    )
+    if undone:
+        _entry_status_set(payment, LedgerEntryKind.RECOVERY_OWED, LedgerEntryStatus.ARCHIVED)

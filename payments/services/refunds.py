@@ -1,0 +1,257 @@
+"""Refunds of collected debits, exactly once, and the double loss a return after one makes.
+
+A refund is a payment of its own (``purpose=refund``, ``direction=credit``), an ACH credit to
+the account its debit came from: its own idempotency key, minted with it and sent unchanged on
+every call, its own states (``pending -> submitted -> confirmed | failed``, ``confirmed ->
+returned``), the same outbox, queue, worker and event log as a debit. Its money leaves the
+merchant's balance when it is made: a ``refund`` ledger entry, pending, posted when the credit
+settles, archived when it fails or is canceled; a returned refund puts it back.
+
+Every refund of a debit is decided under the debit's row lock, so concurrent requests never
+refund more than was collected. A return of the debit takes the same lock: a refund not yet
+sent is canceled, exactly once, and never sent; one already sent stands beside the return, the
+customer has the money twice, and that is recorded as a ``DoubleLoss`` with the recovery the
+merchant is owed in its ledger and a high alert, for a person to recover outside ACH.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from payments.alerts import AlertSeverity, alert_raise
+from payments.events import ProcessorEvent
+from payments.exceptions import CancelRefused, MoneyOutRefused
+from payments.models import (
+    DoubleLoss,
+    LedgerEntry,
+    LedgerEntryKind,
+    LedgerEntryStatus,
+    Payment,
+    PaymentDirection,
+    PaymentPurpose,
+    PaymentState,
+    ReturnDishonor,
+)
+from payments.processor.backend import get_backend
+from payments.services.cancel import payment_cancel
+from payments.services.create import payment_created_record
+from payments.services.remedies import dishonor_may_stand
+from payments.services.writes import payment_lock
+
+logger = logging.getLogger(__name__)
+
+# The refusals (``MoneyOutRefused.rule``), each the API's 409 ``code``.
+PAYMENT_NOT_CONFIRMED = "payment_not_confirmed"
+REFUND_EXCEEDS_REFUNDABLE = "refund_exceeds_refundable"
+PAYMENT_RETURNED = "payment_returned"
+DISHONOR_PENDING = "dishonor_pending"
+PAYMENT_NOT_REFUNDABLE = "payment_not_refundable"
+CREDITS_UNSUPPORTED = "credits_unsupported"
+RULES = (
+    PAYMENT_NOT_CONFIRMED,
+    REFUND_EXCEEDS_REFUNDABLE,
+    PAYMENT_RETURNED,
+    DISHONOR_PENDING,
+    PAYMENT_NOT_REFUNDABLE,
+    CREDITS_UNSUPPORTED,
+)
+
+# A refund in these states holds part of its debit: the others (failed, canceled, returned)
+# moved no money to the customer, and free it again.
+HOLDING_STATES = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)
+REASON_MAX = 255
+
+
+def refundable_amount(payment: Payment) -> Decimal:
+    """What may still be refunded of ``payment``: its amount less its refunds that hold."""
+    if payment.purpose != PaymentPurpose.COLLECTION:
+        return Decimal("0.00")
+    held = payment.refunds.filter(state__in=HOLDING_STATES).aggregate(total=Sum("amount"))
+    return payment.amount - (held["total"] or Decimal("0"))
+
+
+def refund_create(
+    *,
+    payment_id,
+    amount: Decimal,
+    reason: str = "",
+    metadata: dict | None = None,
+    caused_by: str = "",
+    carried: Mapping[str, str] | None = None,
+    now=None,
+) -> Payment:
+    """Refund ``amount`` of the debit ``payment_id``: the refund (pending, its own idempotency
+    key), its pending ledger entry, its audit row and its submit command in one transaction,
+    decided under the debit's row lock.
+
+    Refused with ``MoneyOutRefused`` naming the rule, nothing written: a debit not confirmed
+    (one not yet sent is canceled instead), returned, with a dishonor of its return pending, an
+    amount over what is refundable, a payment that is itself money out, or a backend that
+    cannot send credits.
+    """
+    if not get_backend().supports_credits:
+        raise MoneyOutRefused(
+            CREDITS_UNSUPPORTED,
+            f"the processor backend {type(get_backend()).__name__} cannot send credits, so "
+            "nothing can be refunded through it",
+        )
+    with transaction.atomic():
+        debit = payment_lock(payment_id)
+        _refusal(debit, amount, now=now or timezone.now())
+        refund = Payment.objects.create(
+            merchant_id=debit.merchant_id,
+            amount=amount,
+            currency=debit.currency,
+            source_token=debit.source_token,
+            description=reason[:REASON_MAX],
+            metadata=metadata or {},
+            direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.REFUND,
+            refund_of=debit,
+        )
+        LedgerEntry.objects.create(
+            payment=refund,
+            merchant_id=refund.merchant_id,
+            kind=LedgerEntryKind.REFUND,
+            amount=-amount,
+            currency=refund.currency,
+            status=LedgerEntryStatus.PENDING,
+        )
+        payload = {
+            "amount": f"{amount:.2f}",
+            "currency": refund.currency,
+            "merchant_id": refund.merchant_id,
+            "refund_of": str(debit.id),
+        }
+        payment_created_record(refund, payload=payload, caused_by=caused_by, carried=carried)
+    logger.info(
+        "refund %s of %s %s created for payment %s",
+        refund.id,
+        amount,
+        refund.currency,
+        debit.id,
+        extra={"payment_id": str(debit.id), "refund_id": str(refund.id)},
+    )
+    return refund
+
+
+def _refusal(debit: Payment, amount: Decimal, *, now) -> None:
+    if debit.purpose != PaymentPurpose.COLLECTION:
+        raise MoneyOutRefused(
+            PAYMENT_NOT_REFUNDABLE,
+            f"payment {debit.id} is a {debit.purpose}, money sent out: only a collected debit "
+            "can be refunded",
+        )
+    if debit.state == PaymentState.RETURNED:
+        dishonor = ReturnDishonor.objects.filter(payment=debit).first()
+        if dishonor_may_stand(dishonor, now=now) is not None:
+            raise MoneyOutRefused(
+                DISHONOR_PENDING,
+                f"payment {debit.id} was returned and a dishonor of its return is pending or "
+                "stood: refund it, if at all, once the dishonor is settled",
+            )
+        raise MoneyOutRefused(
+            PAYMENT_RETURNED,
+            f"payment {debit.id} was returned: the customer has the money back already",
+        )
+    if debit.state != PaymentState.CONFIRMED:
+        advice = (
+            "cancel it instead"
+            if debit.state == PaymentState.PENDING
+            else "wait until it settles, or for its failure"
+        )
+        raise MoneyOutRefused(
+            PAYMENT_NOT_CONFIRMED,
+            f"payment {debit.id} is {debit.state}: only a confirmed debit can be refunded; "
+            f"{advice}",
+        )
+    available = refundable_amount(debit)
+    if amount > available:
+        raise MoneyOutRefused(
+            REFUND_EXCEEDS_REFUNDABLE,
+            f"a refund of {amount:.2f} {debit.currency} exceeds the {available:.2f} "
+            f"{debit.currency} still refundable of payment {debit.id}",
+        )
+
+
+# --- a return of the refunded debit --------------------------------------------------------------
+
+
+def refunds_on_debit_return(*, debit: Payment, event: ProcessorEvent) -> list[DoubleLoss]:
+    """Called in the transaction that applied a return of ``debit`` after settlement, under its
+    row lock. Each refund that holds money is then one of two things:
+
+    - not sent yet (pending, its submission not started): canceled, exactly once, by the one
+      cancel path (``payments.services.cancel``: its row lock and the submission's mark decide
+      who wins, and a backend holding it unsent withdraws it); its pending entry is archived;
+    - sent (its submission started, or further): it stands beside the return. A
+      ``DoubleLoss`` is recorded with a ``recovery_owed`` entry and a high alert after commit.
+    """
+    losses = []
+    for refund in debit.refunds.filter(state__in=HOLDING_STATES).order_by("created_at", "id"):
+        try:
+            payment_cancel(
+                payment_id=refund.id,
+                caused_by=f"refunds: debit returned ({event.processor_event_id})",
+            )
+        except CancelRefused:
+            refund.refresh_from_db()
+            losses.append(_double_loss_record(debit, refund, event))
+    return losses
+
+
+def _double_loss_record(debit: Payment, refund: Payment, event: ProcessorEvent) -> DoubleLoss:
+    loss, created = DoubleLoss.objects.get_or_create(
+        refund=refund,
+        defaults={
+            "payment": debit,
+            "merchant_id": debit.merchant_id,
+            "amount": refund.amount,
+            "currency": refund.currency,
+            "return_event_id": event.processor_event_id,
+            "refund_state": refund.state,
+        },
+    )
+    if not created:
+        return loss
+    LedgerEntry.objects.create(
+        payment=refund,
+        merchant_id=refund.merchant_id,
+        kind=LedgerEntryKind.RECOVERY_OWED,
+        amount=refund.amount,
+        currency=refund.currency,
+        status=LedgerEntryStatus.PENDING,
+    )
+    code = event.reason_code or "no code"
+    summary = (
+        f"payment {debit.id} of {debit.merchant_id} was returned ({code}) "
+        f"after refund {refund.id} of {refund.amount} {refund.currency} was sent: the customer "
+        "has the money twice; recover it outside ACH"
+    )
+    details = {
+        "double_loss_id": loss.pk,
+        "refund_id": str(refund.id),
+        "amount": f"{refund.amount:.2f}",
+        "currency": refund.currency,
+        "return_event_id": event.processor_event_id,
+        "reason_code": event.reason_code,
+        "refund_state": refund.state,
+    }
+    transaction.on_commit(
+        lambda: alert_raise(
+            severity=AlertSeverity.HIGH,
+            key=f"payment.double_loss:{refund.id}",
+            summary=summary,
+            details=details,
+            payment_id=debit.id,
+        ),
+        robust=True,
+    )
+    logger.error(summary, extra={"payment_id": str(debit.id), "refund_id": str(refund.id)})
+    return loss

@@ -139,3 +139,13 @@ class DishonorRefused(PaymentError):
     settlement, outside the 5-banking-day window, a code outside R61-R69, an R68 for a timely
     return, no note, a request already made): nothing is written and nothing is sent; the
     message says which rule."""
+
+
+class CancelRefused(PaymentError):
+    """A cancel the payment no longer allows; ``rule`` names why (``payments.services.cancel``):
+    ``already_submitted`` (the debit has reached, or may have reached, the processor or a bank
+    file) or ``payment_not_cancelable`` (it failed: nothing is left to cancel)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(message)

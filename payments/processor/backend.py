@@ -219,6 +219,13 @@ class ProcessorBackend(abc.ABC):
         backend does (its debit leaves with the submission's call, which the payment's
         ``submission_started_at`` guards)."""
 
+    @property
+    def withdraws_debits(self) -> bool:
+        """Whether ``debit_withdraw`` is written for this backend: only then may a debit it
+        answered ``DebitQueued`` for still be canceled (the backend guards it itself); a queued
+        debit of a backend without it is treated as sent."""
+        return type(self).debit_withdraw is not ProcessorBackend.debit_withdraw
+
     def return_dishonor(
         self,
         *,

@@ -199,10 +199,11 @@ def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorde
     payment = payment_lock(payment_id)
     attempt = attempt_record(payment, SUBMIT_OPERATION, result)
     if attempt.outcome == AttemptOutcome.QUEUED:
-        # The backend holds the debit unsent (a bank entry waiting for its file) and guards
-        # it itself against a cancel (``debit_withdraw``): the payment may be canceled again.
-        payment.submission_started_at = None
-        payment.save(update_fields=["submission_started_at", "updated_at"])
+        if get_client().withdraws_debits:
+            # The backend holds the debit unsent (a bank entry waiting for its file) and guards
+            # it itself against a cancel (``debit_withdraw``): the payment may be canceled again.
+            payment.submission_started_at = None
+            payment.save(update_fields=["submission_started_at", "updated_at"])
         return _SubmissionRecorded(payment, attempt, SubmitOutcome.QUEUED)
     rule = _SUBMIT_RULES.get(attempt.outcome)
     if rule is None:

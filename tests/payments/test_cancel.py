@@ -271,3 +271,23 @@ def test_a_cancel_while_the_call_is_in_flight_is_refused_and_the_call_completes(
     assert isinstance(during[0], CancelRefused) and during[0].rule == "already_submitted"
     assert result.outcome == SubmitOutcome.SUBMITTED
     assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+
+
+def test_a_debit_queued_by_a_backend_that_cannot_withdraw_it_counts_as_sent(monkeypatch):
+    """A backend that answers DebitQueued but writes no debit_withdraw would send the debit
+    later whatever the cancel said: the payment stays marked and the cancel is refused."""
+    from payments.processor.backend import CallTimer, DebitQueued, get_backend
+    from payments.services import submission
+
+    queued = DebitQueued(reason="later", call=CallTimer("SUBMIT", "x").record(http_status=202))
+    monkeypatch.setattr(submission, "_debit_create", lambda payment: queued)
+    payment = PaymentFactory()
+
+    assert payment_submit(payment_id=payment.id).outcome == SubmitOutcome.QUEUED
+
+    assert not get_backend().withdraws_debits
+    payment.refresh_from_db()
+    assert payment.submission_started_at is not None
+    with pytest.raises(CancelRefused) as refused:
+        payment_cancel(payment_id=payment.id)
+    assert refused.value.rule == "already_submitted"

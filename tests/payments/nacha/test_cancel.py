@@ -15,6 +15,7 @@ from payments.nacha.models import NachaEntry, NachaFile
 from payments.nacha.parser import parse_nacha
 from payments.nacha.services import CANCELED_REASON, nacha_entry_add, nacha_file_cut
 from payments.nacha.windows import EASTERN
+from payments.processor.backend import get_backend
 from payments.services import payment_cancel, payment_create, payment_submit
 from payments.services.submission import SubmitOutcome
 from payments.vault.services import vault_account_reveal, vault_account_store
@@ -135,6 +136,7 @@ def test_a_cancel_after_the_worker_queued_the_entry_keeps_it_out_of_every_file(b
 
     assert payment_submit(payment_id=payment.pk).outcome == SubmitOutcome.QUEUED
     payment.refresh_from_db()
+    assert get_backend().withdraws_debits
     assert payment.submission_started_at is None
     assert payment_cancel(payment_id=payment.pk).canceled
     cut = nacha_file_cut(now=timezone.now(), resolve_account=vault_account_reveal)

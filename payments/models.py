@@ -52,8 +52,9 @@ class Payment(FSMModelMixin, models.Model):
     processor_id = models.CharField(max_length=128, blank=True)
     # Set under the row lock before a submission's call to the processor: from then on the debit
     # may have reached it, so the payment can no longer be canceled (one winner, the call or
-    # the cancel). Cleared only when the backend answers that it holds the debit unsent (the
-    # bank backend's entry waiting for its file, which guards itself: payments.services.cancel).
+    # the cancel). Cleared only when no call was made after all (the breaker refused it), or
+    # when the backend answers that it holds the debit unsent and can withdraw it (the bank
+    # backend's entry waiting for its file, which guards itself: payments.services.cancel).
     submission_started_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The client's own keys and strings, as Stripe's metadata (bounded by the API's input). The
     # database's own default too: code or a bulk load that predates the column still inserts.

@@ -25,7 +25,7 @@ from payments.services import payment_apply_event, payment_cancel, payment_submi
 from payments.services.submission import SubmitOutcome
 from payments.signals import payment_transition_committed, payment_transitioned
 from tests.factories import PaymentFactory, processor_event
-from tests.waiting import race_in_order
+from tests.waiting import race, race_in_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -291,3 +291,27 @@ def test_a_debit_queued_by_a_backend_that_cannot_withdraw_it_counts_as_sent(monk
     with pytest.raises(CancelRefused) as refused:
         payment_cancel(payment_id=payment.id)
     assert refused.value.rule == "already_submitted"
+
+
+def test_cancels_and_submissions_released_together_always_have_one_winner(sandbox):
+    """Unforced: a barrier releases both, the scheduler picks. Whatever it picks, a payment is
+    either canceled and never charged, or submitted, charged once and its cancel refused."""
+    outcomes = []
+    for n in range(10):
+        payment = PaymentFactory(source_token=f"tok_plain_{n:04d}race")
+        submitted, canceled = race(
+            lambda p=payment: payment_submit(payment_id=p.id),
+            lambda p=payment: payment_cancel(payment_id=p.id),
+        )
+        payment.refresh_from_db()
+        charged = sandbox.stats()["charges_by_payment"].get(str(payment.id), 0)
+        if payment.state == PaymentState.CANCELED:
+            assert canceled.canceled and submitted.outcome == SubmitOutcome.SKIPPED
+            assert charged == 0
+        else:
+            assert payment.state == PaymentState.SUBMITTED, payment.state
+            assert submitted.outcome == SubmitOutcome.SUBMITTED
+            assert isinstance(canceled, CancelRefused) and canceled.rule == "already_submitted"
+            assert charged == 1
+        outcomes.append(payment.state)
+    assert len(outcomes) == 10

@@ -15,6 +15,7 @@ import requests
 from django.db.models import Count, Q, Sum
 
 from callbacks import conf as callbacks_conf
+from demo.cancels import run_cancels
 from demo.lifecycle import run_lifecycle
 from demo.recovery import drops_start, recovery_report
 
@@ -439,8 +440,12 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
         print("  some payments were still moving after the time limit")
     recovery = recovery_report(sandbox_url)
     lifecycle = run_lifecycle(web_url=web_url, token=token, merchant=MERCHANTS[0])
-    rows, checks = lifecycle
-    ok = _summary(sandbox_url, poison, ([*rows, *recovery[0]], [*checks, *recovery[1]]))
+    cancels = run_cancels(
+        web_url=web_url, token=token, merchant=MERCHANTS[1], sandbox_url=sandbox_url
+    )
+    rows = [*lifecycle[0], *cancels[0], *recovery[0]]
+    checks = [*lifecycle[1], *cancels[1], *recovery[1]]
+    ok = _summary(sandbox_url, poison, (rows, checks))
     ok = ok and settled
     # After the summary, whose ledger checks hold a merchant's net to its confirmed total: a
     # dishonored return adds its re-credit on top.

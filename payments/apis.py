@@ -44,6 +44,7 @@ from payments.api_errors import (
 from payments.api_throttling import ModuleScopedThrottle
 from payments.books.selectors import books_day_figures, day_reported
 from payments.exceptions import (
+    CancelRefused,
     MoneyOutRefused,
     NocPastDeadline,
     PaymentNotFound,
@@ -66,6 +67,7 @@ from payments.serializers import (
     BooksQuerySerializer,
     MerchantBalanceOutputSerializer,
     MerchantBooksOutputSerializer,
+    PaymentCancelInputSerializer,
     PaymentCreateInputSerializer,
     PaymentEventOutputSerializer,
     PaymentListQuerySerializer,
@@ -81,6 +83,7 @@ from payments.services import (
     looks_like_bank_number,
     noc_warning,
     nocs_open_for_token,
+    payment_cancel,
     payment_create,
     payment_reinitiate,
 )
@@ -93,6 +96,7 @@ __all__ = [
     "DATABASE_RETRY_AFTER_SECONDS",
     "DATABASE_UNAVAILABLE_MESSAGE",
     "MerchantBalanceApi",
+    "PaymentCancelApi",
     "PaymentDetailApi",
     "PaymentListCreateApi",
     "PaymentReinitiateApi",
@@ -360,33 +364,79 @@ class PaymentDetailApi(ModuleApiView):
         """One payment with its events, processor attempts, errors (each by a stable code), its
         hold and its reinitiation chain; 404 for an unknown payment and for another merchant's
         alike."""
-        # Any text in the path, so an id that is not a UUID answers this API's 404, not the
-        # host's page.
+        payment = _payment_of_user(request.user, payment_id)
+        if payment is None:
+            return _not_found("payment_id")
+        return Response(_payment_detail(payment))
+
+
+def _payment_of_user(user, payment_id: str) -> Payment | None:
+    """The payment ``payment_id`` names if ``user`` may act for its merchant, else None: an id
+    that is not a UUID, an unknown one and another merchant's are all answered alike (404), so
+    no existence leaks. Any text in the path, so a malformed id gets this API's 404, not the
+    host's page."""
+    try:
+        payment = payment_get(payment_id=uuid.UUID(payment_id))
+    except (ValueError, Payment.DoesNotExist):
+        return None
+    if not merchant_access_allowed(user=user, merchant_id=payment.merchant_id):
+        return None
+    return payment
+
+
+def _payment_detail(payment: Payment) -> dict:
+    """``GET /api/payments/<id>/``'s representation of the payment, also the cancel's answer."""
+    data = dict(PaymentOutputSerializer(payment).data)
+    data["events"] = PaymentEventOutputSerializer(payment.events.all(), many=True).data
+    data["attempts"] = ProcessorAttemptOutputSerializer(
+        payment_attempts_public(payment), many=True
+    ).data
+    data["errors"] = payment_errors_public(payment)
+    chain = payment_reinitiation_chain(payment)
+    data["reinitiation"] = ReinitiationOutputSerializer(chain).data if chain else None
+    data["refunds"] = RefundOutputSerializer(payment_refunds(payment), many=True).data
+    data["refundable_amount"] = f"{refundable_amount(payment):.2f}"
+    data["refund_of"] = str(payment.refund_of_id) if payment.refund_of_id else None
+    for extension in payment_detail_extensions:
+        for name, value in extension(payment).items():
+            if name == "errors":
+                data["errors"].extend(value)
+            else:
+                data[name] = value
+    return data
+
+
+class PaymentCancelApi(ModuleApiView):
+    """``POST /api/payments/<id>/cancel/``: a payment not yet at the processor or in a bank
+    file canceled (``payments.services.cancel``), answered 200 with the payment as ``GET``
+    shows it. A payment already canceled gets the same answer again (a cancel is idempotent by
+    itself, so no Idempotency-Key is read). A refusal is 409 naming the rule; another
+    merchant's payment is 404, as on ``GET``."""
+
+    def post(self, request, payment_id):
+        payment = _payment_of_user(request.user, payment_id)
+        if payment is None:
+            return _not_found("payment_id")
+        serializer = PaymentCancelInputSerializer(data=request.data)
+        if not serializer.is_valid():
+            raise field_errors(serializer.errors)
         try:
-            payment = payment_get(payment_id=uuid.UUID(payment_id))
-        except (ValueError, Payment.DoesNotExist):
+            result = payment_cancel(
+                payment_id=payment.id, caused_by=f"api:{request.user.get_username()}"
+            )
+        except CancelRefused as exc:
+            return _error_response(
+                ApiError(
+                    status.HTTP_409_CONFLICT,
+                    exc.rule,
+                    str(exc),
+                    param="payment_id",
+                    errors={"payment_id": [str(exc)]},
+                )
+            )
+        except PaymentNotFound:
             return _not_found("payment_id")
-        # Another merchant's payment is answered exactly like a missing one: no existence leak.
-        if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
-            return _not_found("payment_id")
-        data = dict(PaymentOutputSerializer(payment).data)
-        data["events"] = PaymentEventOutputSerializer(payment.events.all(), many=True).data
-        data["attempts"] = ProcessorAttemptOutputSerializer(
-            payment_attempts_public(payment), many=True
-        ).data
-        data["errors"] = payment_errors_public(payment)
-        chain = payment_reinitiation_chain(payment)
-        data["reinitiation"] = ReinitiationOutputSerializer(chain).data if chain else None
-        data["refunds"] = RefundOutputSerializer(payment_refunds(payment), many=True).data
-        data["refundable_amount"] = f"{refundable_amount(payment):.2f}"
-        data["refund_of"] = str(payment.refund_of_id) if payment.refund_of_id else None
-        for extension in payment_detail_extensions:
-            for name, value in extension(payment).items():
-                if name == "errors":
-                    data["errors"].extend(value)
-                else:
-                    data[name] = value
-        return Response(data)
+        return Response(_payment_detail(payment_get(payment_id=result.payment.id)))
 
 
 class PaymentRefundsApi(ModuleApiView):

@@ -141,6 +141,16 @@ class DishonorRefused(PaymentError):
     message says which rule."""
 
 
+class CancelRefused(PaymentError):
+    """A cancel the payment no longer allows; ``rule`` names why (``payments.services.cancel``):
+    ``already_submitted`` (the debit has reached, or may have reached, the processor or a bank
+    file) or ``payment_not_cancelable`` (it failed: nothing is left to cancel)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(message)
+
+
 class MoneyOutRefused(PaymentError):
     """A refund or payout the rules do not allow; ``rule`` names which one (the API's 409
     ``code``). Nothing is written."""

@@ -23,6 +23,7 @@ class PaymentState(models.TextChoices):
     CONFIRMED = "confirmed", "Confirmed"
     FAILED = "failed", "Failed"
     RETURNED = "returned", "Returned after settlement"
+    CANCELED = "canceled", "Canceled before origination"
 
 
 class PaymentDirection(models.TextChoices):
@@ -39,7 +40,12 @@ class PaymentPurpose(models.TextChoices):
 
 
 # Confirmed counts as final: most settled debits never come back, and nothing waits for them.
-FINAL_STATES = (PaymentState.CONFIRMED, PaymentState.FAILED, PaymentState.RETURNED)
+FINAL_STATES = (
+    PaymentState.CONFIRMED,
+    PaymentState.FAILED,
+    PaymentState.RETURNED,
+    PaymentState.CANCELED,
+)
 
 
 class Payment(FSMModelMixin, models.Model):
@@ -79,6 +85,12 @@ class Payment(FSMModelMixin, models.Model):
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
     )
     processor_id = models.CharField(max_length=128, blank=True)
+    # Set under the row lock before a submission's call to the processor: from then on the debit
+    # may have reached it, so the payment can no longer be canceled (one winner, the call or
+    # the cancel). Cleared only when no call was made after all (the breaker refused it), or
+    # when the backend answers that it holds the debit unsent and can withdraw it (the bank
+    # backend's entry waiting for its file, which guards itself: payments.services.cancel).
+    submission_started_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The client's own keys and strings, as Stripe's metadata (bounded by the API's input). The
     # database's own default too: code or a bulk load that predates the column still inserts.
     metadata = models.JSONField(default=dict, db_default={}, blank=True)
@@ -191,6 +203,11 @@ class Payment(FSMModelMixin, models.Model):
     def return_after_settlement(self) -> None:
         """A settled debit came back (a NACHA return): final, the credit is reversed."""
 
+    @transition(field=state, source=PaymentState.PENDING, target=PaymentState.CANCELED)
+    def cancel(self) -> None:
+        """The merchant canceled the debit before it reached the processor or a bank file
+        (``payments.services.cancel``): final, no money moved. No processor event takes it."""
+
 
 PAYMENT_GRAPH = StateGraph.of(Payment, "state")
 # How far along a state is; an event whose target ranks below the current state is stale.
@@ -201,6 +218,7 @@ class EventKind(models.TextChoices):
     CREATED = "created", "Created"
     SUBMISSION = "submission", "Submission outcome"
     PROCESSOR_EVENT = "processor_event", "Processor event"
+    CANCELLATION = "cancellation", "Canceled before origination"
 
 
 class EventOutcome(models.TextChoices):

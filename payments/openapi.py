@@ -20,7 +20,7 @@ from rest_framework import serializers as drf_serializers
 from payments import apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
-from payments.services import refunds, reinitiation
+from payments.services import cancel, refunds, reinitiation
 from payments.vault.apis import (
     VaultAccountCreateApi,
     VaultAccountInputSerializer,
@@ -273,6 +273,32 @@ def describe() -> None:
             },
         )
     )(apis.PaymentDetailApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="payment_cancel",
+            request=serializers.PaymentCancelInputSerializer,
+            parameters=[
+                OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
+                *_HEADERS,
+            ],
+            responses={
+                200: OpenApiResponse(
+                    serializers.PaymentDetailOutputSerializer,
+                    description="The payment, canceled, as GET shows it; the same answer again "
+                    "for a payment canceled before.",
+                ),
+                400: _error("The body is not empty: what was refused, by field."),
+                404: _error("No such payment, or one of a merchant you may not act for."),
+                409: _error(
+                    "The payment can no longer be canceled; code names the rule: "
+                    + ", ".join(cancel.RULES)
+                    + " (its debit reached, or may have reached, the processor or a bank file; "
+                    "or it failed)."
+                ),
+                **_COMMON,
+            },
+        )
+    )(apis.PaymentCancelApi)
     extend_schema_view(
         post=extend_schema(
             operation_id="payment_reinitiate",

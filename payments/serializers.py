@@ -220,6 +220,11 @@ AUTHORIZATION_REFERENCE_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
 AUTHORIZATION_REFERENCE_MESSAGE = "1-64 characters of A-Z, a-z, 0-9, _ . : or -"
 
 
+class PaymentCancelInputSerializer(StrictInputSerializer):
+    """The body of ``POST /api/payments/<id>/cancel/``: none, or an empty object. Any field is
+    refused by name, so a client that meant something by it hears so."""
+
+
 class PaymentReinitiateInputSerializer(StrictInputSerializer):
     """The body of ``POST /api/payments/<id>/reinitiate/``: empty, or the reference of the new
     authorization a reinitiation after an unauthorized return (R05, R07, R08, R10, R29, R51)

@@ -1,13 +1,13 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
-``payments/``, ``payments/<id>/``, ``payments/<id>/reinitiate/``, ``payments/<id>/refunds/``,
-``merchants/<id>/balance/`` and
-the vault's ``vault/accounts/``."""
+``payments/``, ``payments/<id>/``, ``payments/<id>/cancel/``, ``payments/<id>/reinitiate/``,
+``payments/<id>/refunds/``, ``merchants/<id>/balance/`` and the vault's ``vault/accounts/``."""
 
 from django.urls import path
 
 from payments.apis import (
     MerchantBalanceApi,
     MerchantBooksApi,
+    PaymentCancelApi,
     PaymentDetailApi,
     PaymentListCreateApi,
     PaymentRefundsApi,
@@ -20,6 +20,7 @@ urlpatterns = [
     path("payments/", PaymentListCreateApi.as_view(), name="payment-create"),
     # Any text: the view answers an id that is not a UUID with the API's own 404.
     path("payments/<str:payment_id>/", PaymentDetailApi.as_view(), name="payment-detail"),
+    path("payments/<str:payment_id>/cancel/", PaymentCancelApi.as_view(), name="payment-cancel"),
     path(
         "payments/<str:payment_id>/reinitiate/",
         PaymentReinitiateApi.as_view(),

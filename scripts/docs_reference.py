@@ -497,12 +497,16 @@ def _status(node: ast.AST | None) -> int | None:
 def error_codes() -> dict[str, tuple[set[int], set[str], set[str]]]:
     """``code -> ({status, ...}, {type, ...}, {module, ...})`` for every code the envelope can
     carry: those the module's code writes (``ApiError(status, "code", ...)``,
-    ``field_errors(...)``, an exception's ``default_code``), the reinitiation rules, and DRF's
-    own exceptions as the module's handler names them."""
+    ``field_errors(...)``, an exception's ``default_code``), the cancel's and the reinitiation's
+    rules, and DRF's own exceptions as the module's handler names them."""
     from rest_framework import exceptions
 
     from payments.api_errors import _CODES, ErrorType, _type_for
-    from payments.services.reinitiation import RULES
+    from payments.services import cancel, reinitiation
+
+    # The refusals that name their rule (``ApiError(409, exc.rule, ...)``): a cancel's and a
+    # reinitiation's.
+    rules = (*cancel.RULES, *reinitiation.RULES)
 
     codes: dict[str, tuple[set[int], set[str], set[str]]] = {}
 
@@ -530,7 +534,7 @@ def error_codes() -> dict[str, tuple[set[int], set[str], set[str]]]:
                         if isinstance(code, str):
                             add(code, _status(node.args[0]), where, keywords.get("error_type"))
                         elif ast.unparse(node.args[1]) == "exc.rule":
-                            for rule in RULES:
+                            for rule in rules:
                                 add(rule, _status(node.args[0]), where)
                     elif func == "field_errors":
                         code = keywords.get("code") or (
@@ -595,7 +599,9 @@ def error_codes_reference() -> str:
         "it, with the HTTP status it comes with and where it is raised "
         "(`rest_framework.exceptions`: DRF's own refusals, renamed where Stripe's clients know "
         "another name). A reinitiation's refusals name the rule; what each rule means is in "
-        "[Reinitiation](../explanation/reinitiation.md).",
+        "[Reinitiation](../explanation/reinitiation.md). So do a cancel's (`already_submitted`, "
+        "`payment_not_cancelable`): see [Canceling before origination]"
+        "(../explanation/state-machine.md#canceling-before-origination).",
         "",
         "| code | status | type | raised in |",
         "| --- | --- | --- | --- |",

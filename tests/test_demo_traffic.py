@@ -155,6 +155,24 @@ def test_the_demo_checks_a_dishonor_of_the_reinitiated_return_is_refused_with_no
     assert not ReturnDishonor.objects.filter(payment=payment).exists()
 
 
+def test_the_demo_checks_its_cancels_and_fails_a_canceled_payment_the_processor_charged():
+    from demo.cancels import cancels_checks
+    from payments.services import payment_cancel
+
+    canceled, submitted = PaymentFactory(), PaymentFactory(state=PaymentState.SUBMITTED)
+    payment_cancel(payment_id=canceled.id)
+    answers = {str(canceled.id): (200, "canceled"), str(submitted.id): (409, "already_submitted")}
+    stats = {"charges_by_payment": {str(submitted.id): 1}}
+
+    clean = cancels_checks(answers, (200, "canceled"), stats)
+    stats["charges_by_payment"][str(canceled.id)] = 1
+    charged = dict(cancels_checks(answers, (200, "canceled"), stats))
+
+    assert all(passed for _, passed in clean), clean
+    failed = [label for label, passed in charged.items() if not passed]
+    assert len(failed) == 1 and "no canceled payment reached the processor" in failed[0]
+
+
 # --- DEMO_BACKEND=nacha: the bank backend's demo (demo/bank_traffic.py, demo/bank_day.py) ----
 
 

@@ -98,3 +98,50 @@ def race(*calls: Callable[[], object]) -> list:
     for t in threads:
         t.join(30)
     return results
+
+
+def race_in_order(lock: Callable[[], object], *calls: Callable[[], object]) -> list:
+    """Run the calls in threads, each forced to queue on a row lock, in order; each one's
+    result, or the exception it raised.
+
+    The test takes the lock itself (``lock``, called inside a transaction of its own); each
+    thread is started only once the previous one is seen (in pg_locks) waiting on a lock inside
+    its transaction. Releasing the lock then lets the first thread in, and every later one waits
+    on the one before it: the overlap is certain, not left to the scheduler, and the winner is
+    known.
+    """
+    import threading
+
+    from django.db import close_old_connections, connection, transaction
+
+    results: list = [None] * len(calls)
+    pids: list[int | None] = [None] * len(calls)
+    pid_known = [threading.Event() for _ in calls]
+
+    def run(i, call):
+        try:
+            pids[i] = backend_pid()
+            pid_known[i].set()
+            results[i] = call()
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            results[i] = exc
+        finally:
+            pid_known[i].set()
+            connection.close()
+            close_old_connections()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    with transaction.atomic():
+        lock()
+        for i, thread in enumerate(threads):
+            thread.start()
+            assert pid_known[i].wait(10)
+            wait_for(
+                lambda i=i: waits_on_a_lock(pids[i]),
+                10,
+                f"thread {i} to wait on the row lock",
+                every=0.01,
+            )
+    for t in threads:
+        t.join(30)
+    return results

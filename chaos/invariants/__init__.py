@@ -7,7 +7,7 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
 
 - ``charged_at_most_once``: the processor charged each idempotency key (and each payment) at
   most once, every charged key belongs to one of our payments, no payment it charged is
-  recorded as rejected, and every confirmed payment was charged;
+  recorded as rejected or canceled, and every confirmed payment was charged;
 - ``event_applied_at_most_once``: each processor_event_id has at most one ``applied`` row in the
   event log, and the dedup record (ProcessedEvent) agrees with the log;
 - ``transitions_valid``: replaying each payment's event log in order, every applied row starts

@@ -66,6 +66,16 @@ def _check_charged_as_recorded(report: Report, charges: dict, keys: dict) -> Non
             f"{len(charged_rejected)} payment(s) charged by the processor but recorded as rejected",
             charged_rejected,
         )
+    charged_canceled = sorted(
+        pid for pid, state in keys.values() if state == PaymentState.CANCELED and pid in charged
+    )
+    if charged_canceled:
+        report.add(
+            check,
+            f"{len(charged_canceled)} payment(s) charged by the processor but canceled before "
+            "origination (the cancel and the submission both won)",
+            charged_canceled,
+        )
     uncharged = sorted(
         pid
         for pid, state in keys.values()

@@ -25,7 +25,7 @@ from django.utils import timezone
 from payments.models import Payment
 from payments.nacha import settings as nacha_settings
 from payments.nacha.models import NachaEntry
-from payments.nacha.services import nacha_entry_add
+from payments.nacha.services import nacha_entry_add, nacha_entry_withdraw
 from payments.nacha.windows import window_next
 from payments.processor.backend import (
     CallbackRequest,
@@ -81,6 +81,9 @@ class NachaBankBackend(ProcessorBackend):
             f"(cutoff {window.bank_cutoff.isoformat()})"
         )
         return DebitQueued(reason=reason, call=timer.record(http_status=202, response_body=reason))
+
+    def debit_withdraw(self, *, payment_id: uuid.UUID | str) -> None:
+        nacha_entry_withdraw(payment_id=payment_id)
 
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
         timer = CallTimer("GET", f"{URL}entries/{idempotency_key}")

@@ -36,6 +36,7 @@ from payments.nacha.writer import (
     entry_check,
     nacha_file_write,
 )
+from payments.processor.backend import DebitSent
 from payments.services.create import outbox_enqueue
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,30 @@ def nacha_entry_add(*, payment_id: uuid.UUID | str) -> NachaEntry:
     except IntegrityError:
         # Another submission of the same payment won the race: its entry is the one.
         return NachaEntry.objects.get(payment_id=payment_id)
+
+
+CANCELED_REASON = "the payment was canceled before origination"
+
+
+def nacha_entry_withdraw(*, payment_id: uuid.UUID | str) -> None:
+    """Keep a payment being canceled out of every file to come; ``DebitSent`` when a file
+    already holds its entry. Call inside the cancel's transaction, under the payment's lock.
+
+    The entry's row lock is the one a cut stores under (``_cut_store``), so a cancel and a cut
+    have one winner: the cut that stored first is seen here (the row read under the lock is the
+    latest), and a cut that waits for this lock finds the entry refused. The refusal is written,
+    not only the lock taken: PostgreSQL re-checks a locked row's conditions after the wait only
+    when the row changed, and the cut reads the payment's state without a lock of its own. A
+    payment with no entry yet gets none that a cut takes: a later submission finds it canceled
+    before it asks for one, and a cut refuses a payment that is not pending."""
+    entry = NachaEntry.objects.select_for_update().filter(payment_id=payment_id).first()
+    if entry is None:
+        return
+    if entry.file_id is not None:
+        raise DebitSent(f"entry {entry.trace_number} is in file {entry.file_id}")
+    if not entry.refused_reason:
+        entry.refused_reason = CANCELED_REASON
+        entry.save(update_fields=["refused_reason"])
 
 
 @dataclass

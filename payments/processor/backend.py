@@ -139,6 +139,11 @@ class EventsPage:
     call: CallRecord
 
 
+class DebitSent(Exception):
+    """The backend has sent the debit on (a bank file holds its entry): it can no longer be
+    withdrawn, and the payment is no longer the merchant's to cancel."""
+
+
 class EventsListUnsupported(Exception):
     """The backend's processor has no events API to pull from (the NACHA bank backend)."""
 
@@ -204,6 +209,22 @@ class ProcessorBackend(abc.ABC):
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
         """What the processor knows of the debit submitted under ``idempotency_key``;
         ``found=False`` when it has none. Raises as ``debit_create`` does."""
+
+    def debit_withdraw(self, *, payment_id: uuid.UUID | str) -> None:  # noqa: B027
+        """Withdraw the debit of a pending payment that the backend holds but has not sent,
+        for the merchant's cancel (``payments.services.cancel``). Called inside the cancel's
+        transaction, under the payment's row lock, with no network call: it takes whatever lock
+        the backend's own sending takes, so the two have one winner. Raises ``DebitSent`` when
+        the debit has left. Optional: a backend that holds nothing keeps this, as the reference
+        backend does (its debit leaves with the submission's call, which the payment's
+        ``submission_started_at`` guards)."""
+
+    @property
+    def withdraws_debits(self) -> bool:
+        """Whether ``debit_withdraw`` is written for this backend: only then may a debit it
+        answered ``DebitQueued`` for still be canceled (the backend guards it itself); a queued
+        debit of a backend without it is treated as sent."""
+        return type(self).debit_withdraw is not ProcessorBackend.debit_withdraw
 
     def return_dishonor(
         self,

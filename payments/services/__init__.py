@@ -3,6 +3,7 @@
 - ``create``: input checks, the payment, its audit row and its submit command (the outbox);
 - ``events``: applying a processor event exactly once; ``returns``: the ACH return it may carry;
   ``nocs``: the notification of change it may carry, and the debits an overdue one blocks;
+- ``cancel``: a pending payment canceled before origination, once, against the submission;
 - ``reinitiation``: a returned debit sent again as a new payment, within NACHA's limits;
 - ``dishonors``: the operator's dishonor of a return, and the money the processor's answers move;
 - ``transitions``: a state change in memory, its rows and its announcements;
@@ -14,6 +15,7 @@ The names below are the package's interface; import them from ``payments.service
 
 from payments.retention import processed_events_purge
 from payments.services.calls import STATUS_OPERATION, SUBMIT_OPERATION
+from payments.services.cancel import CancelResult, payment_cancel
 from payments.services.create import (
     _TOKEN_RE,
     BANK_NUMBER_MESSAGE,
@@ -63,6 +65,7 @@ __all__ = [
     "_TOKEN_RE",  # the OpenAPI schema states the token's pattern
     "ApplyOutcome",
     "ApplyResult",
+    "CancelResult",
     "DishonorResult",
     "EventWrite",
     "Move",
@@ -80,6 +83,7 @@ __all__ = [
     "nocs_open_for_token",
     "outbox_enqueue",
     "payment_apply_event",
+    "payment_cancel",
     "payment_create",
     "payment_lock",
     "payment_reinitiate",

@@ -4,11 +4,13 @@ made outside any transaction."""
 import enum
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
-from payments.exceptions import ProcessorUnavailable
+from payments.exceptions import ProcessorCircuitOpen, ProcessorUnavailable
 from payments.models import (
     AttemptOutcome,
     EventKind,
@@ -105,7 +107,9 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     """Submit a pending payment to the processor with its idempotency key.
 
     No transaction or row lock is held across the HTTP call: a first short transaction locks the
-    row and checks the payment is pending; the call runs outside any transaction; a second short
+    row, checks the payment is pending and marks it as being submitted (``submission_started_at``:
+    a cancel is refused from then on, and a cancel that locked the row first leaves it
+    ``canceled``, which is skipped); the call runs outside any transaction; a second short
     transaction locks the row again, records the attempt and applies the outcome. Whatever the
     outcome, the attempt row is committed before anything is raised.
 
@@ -119,6 +123,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     with transaction.atomic():
         payment = payment_lock(payment_id)
         if payment.state != PaymentState.PENDING:
+            # A canceled payment among them: its cancel won the row lock, nothing is sent.
             logger.info(
                 "payment %s is %s, not pending: not submitted",
                 payment.id,
@@ -126,8 +131,14 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 extra={"payment_id": str(payment.id)},
             )
             return SubmitResult(SubmitOutcome.SKIPPED, payment)
+        mark = _submission_mark(payment)
 
-    admission = breaker_admit(payment, SUBMIT_OPERATION)
+    try:
+        admission = breaker_admit(payment, SUBMIT_OPERATION)
+    except ProcessorCircuitOpen:
+        if mark is not None:  # no call was made: the payment may still be canceled
+            _submission_unmark(payment_id, mark)
+        raise
     result = _debit_create(payment)
     with transaction.atomic():
         recorded = _submission_record(payment_id, result, caused_by)
@@ -145,6 +156,25 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
             retry_after=attempt.retry_after_seconds,
         ) from result
     return SubmitResult(recorded.outcome, payment)
+
+
+def _submission_mark(payment: Payment) -> datetime | None:
+    """Mark a pending payment locked by the caller as being submitted, before its call: a cancel
+    is refused from then on (``payments.services.cancel``). Returns the mark when this call set
+    it where there was none, else None (a payment whose earlier call failed retryably stays
+    marked: that call may have reached the processor)."""
+    first = payment.submission_started_at is None
+    payment.submission_started_at = timezone.now()
+    payment.save(update_fields=["submission_started_at", "updated_at"])
+    return payment.submission_started_at if first else None
+
+
+def _submission_unmark(payment_id, mark: datetime) -> None:
+    """No call was made after all (the breaker refused it): clear the mark this submission set,
+    unless another submission has marked the payment since (its call may be under way)."""
+    Payment.objects.filter(
+        pk=payment_id, state=PaymentState.PENDING, submission_started_at=mark
+    ).update(submission_started_at=None)
 
 
 def _debit_create(
@@ -169,6 +199,11 @@ def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorde
     payment = payment_lock(payment_id)
     attempt = attempt_record(payment, SUBMIT_OPERATION, result)
     if attempt.outcome == AttemptOutcome.QUEUED:
+        if get_client().withdraws_debits:
+            # The backend holds the debit unsent (a bank entry waiting for its file) and guards
+            # it itself against a cancel (``debit_withdraw``): the payment may be canceled again.
+            payment.submission_started_at = None
+            payment.save(update_fields=["submission_started_at", "updated_at"])
         return _SubmissionRecorded(payment, attempt, SubmitOutcome.QUEUED)
     rule = _SUBMIT_RULES.get(attempt.outcome)
     if rule is None:

@@ -6,7 +6,7 @@ import pytest
 
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from payments.models import AttemptOutcome, PaymentState, ProcessorAttempt
-from payments.services import payment_create
+from payments.services import payment_cancel, payment_create
 from tests.callbacks.worker_support import drain, run_worker, send_body
 from tests.factories import PaymentFactory
 
@@ -114,3 +114,24 @@ def test_created_payment_is_relayed_from_the_outbox_and_submitted(sqs_queues, sa
     assert payment.state == PaymentState.SUBMITTED
     assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
     assert QueueMessage.objects.get(kind="submit_payment").outcome == "submitted"
+
+
+def test_a_canceled_payments_submit_message_is_done_and_nothing_reaches_the_processor(
+    sqs_queues, sandbox
+):
+    """A cancel that won the row lock before the worker: the relayed submit_payment message is
+    done (not an error, never retried or dead-lettered) and the processor hears nothing."""
+    payment = payment_create(
+        merchant_id="m-1", amount=Decimal("12.00"), source_token="tok_plain_cancel"
+    )
+    assert payment_cancel(payment_id=payment.id).canceled
+
+    run_worker(relay=True)
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CANCELED
+    record = QueueMessage.objects.get(payment_id=payment.id)
+    assert (record.status, record.outcome, record.attempts) == ("done", "skipped", 1)
+    assert not ProcessingError.objects.filter(payment_id=payment.id).exists()
+    assert sandbox.stats()["requests"] == {}
+    assert drain(sqs_queues.client, sqs_queues.url) == []

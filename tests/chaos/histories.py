@@ -15,7 +15,7 @@ from callbacks.models import (
 )
 from chaos.invariants import check_invariants
 from payments.models import Payment
-from payments.services import payment_apply_event, payment_create
+from payments.services import payment_apply_event, payment_cancel, payment_create
 from tests.factories import processor_event
 from triage.models import DeadLetter, DeadLetterSource
 
@@ -90,6 +90,10 @@ def clean_history() -> dict:
     returned_after = deliver(history, settled_returned, "returned", reason_code="R10")
     redeliver(history, settled_returned, "returned", returned_after, reason_code="R10")
 
+    # Canceled before origination: never charged, nothing in the ledger.
+    canceled = new_payment("m-1", "2.50")
+    payment_cancel(payment_id=canceled.pk)
+
     held = _held_behind_a_dead_letter(history)
     payments = [confirmed, returned, second_merchant, settled_returned, held]
     history["stats"] = {
@@ -104,6 +108,7 @@ def clean_history() -> dict:
         "second_merchant": second_merchant,
         "settled_returned": settled_returned,
         "held": held,
+        "canceled": canceled,
     }
     return history
 

@@ -51,6 +51,31 @@ def test_a_payment_charged_under_two_keys_fails(history):
     assert violation.ids == (str(payment.id),)
 
 
+def test_a_canceled_payment_the_processor_charged_fails(history):
+    payment = history["payments"]["canceled"]
+    history["stats"]["charges"][str(payment.idempotency_key)] = 1
+
+    violation = _one(check(history), "charged_at_most_once", "canceled before origination")
+    assert violation.ids == (str(payment.id),)
+
+
+def test_a_credit_for_a_canceled_payment_fails(history):
+    payment = history["payments"]["canceled"]
+    LedgerEntry.objects.create(
+        payment=payment,
+        merchant_id=payment.merchant_id,
+        kind="credit",
+        amount=payment.amount,
+        currency=payment.currency,
+    )
+
+    report = check(history)
+
+    assert {v.check for v in report.violations} == {"ledger_matches_confirmed"}, report.render()
+    ids = {i for v in report.violations for i in v.ids}
+    assert f"{payment.id} (canceled)" in ids
+
+
 # --- event_applied_at_most_once: the dedup record against the event log -----------------------
 
 

@@ -149,3 +149,21 @@ def test_an_event_stored_with_bank_numbers_in_its_payload_shows_them_masked(admi
     assert "12500.00" in text and str(payment.id) in text and "evt_noc_1" in text
     for number in ("77668056869313516", "7766805686931", "7766 8056"):
         assert number not in text
+
+
+def test_a_canceled_payment_is_filtered_and_shown_with_its_cancellation(admin_client):
+    from payments.services import payment_cancel
+
+    canceled = PaymentFactory()
+    PaymentFactory()
+    payment_cancel(payment_id=canceled.pk, caused_by="api:alice")
+
+    listed = admin_client.get("/admin/payments/payment/", {"state": "canceled"})
+    page = admin_client.get(f"/admin/payments/payment/{canceled.pk}/change/")
+
+    assert listed.status_code == 200 and listed.context["cl"].result_count == 1
+    assert "Canceled before origination" in listed.content.decode()  # the filter's choice
+    content = page.content.decode()
+    assert page.status_code == 200
+    assert "api:alice" in content and "cancellation" in content.lower()
+    assert "Submission started at" in content

@@ -1,9 +1,8 @@
-import threading
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import close_old_connections, connection, transaction
+from django.db import transaction
 from django_fsm import TransitionNotAllowed
 
 from payments.exceptions import AmountMismatch, EventConflict, InvalidTransition, PaymentNotFound
@@ -20,7 +19,7 @@ from payments.models import (
 from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_create, processed_events_purge
 from tests.factories import PaymentFactory, processor_event
-from tests.waiting import backend_pid, wait_for, waits_on_a_lock
+from tests.waiting import race_in_order
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
 
@@ -279,7 +278,7 @@ def test_confirmation_credits_the_merchant_ledger_once():
 
 
 def test_ledger_unique_constraint_refuses_a_second_credit():
-    from django.db import IntegrityError, transaction
+    from django.db import IntegrityError
 
     payment = PaymentFactory(state="confirmed")
     LedgerEntry.objects.create(
@@ -306,44 +305,8 @@ def test_purge_removes_only_dedup_records_past_retention():
 
 
 def _race_in_order(payment: Payment, *calls):
-    """Run the calls in threads, each forced to queue on the payment's row lock, in order.
-
-    The test holds the row lock itself; each thread is started only once the previous one is
-    seen (in pg_locks) waiting on a lock inside its transaction. Releasing the lock
-    then lets the first thread in, and every later one waits on the one before it: the
-    overlap is certain, not left to the scheduler, and the winner is known.
-    """
-    results: list = [None] * len(calls)
-    pids: list[int | None] = [None] * len(calls)
-    pid_known = [threading.Event() for _ in calls]
-
-    def run(i, call):
-        try:
-            pids[i] = backend_pid()
-            pid_known[i].set()
-            results[i] = call()
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            results[i] = exc
-        finally:
-            pid_known[i].set()
-            connection.close()
-            close_old_connections()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    with transaction.atomic():
-        Payment.objects.select_for_update().get(pk=payment.pk)
-        for i, thread in enumerate(threads):
-            thread.start()
-            assert pid_known[i].wait(10)
-            wait_for(
-                lambda i=i: waits_on_a_lock(pids[i]),
-                10,
-                f"thread {i} to wait on the row lock",
-                every=0.01,
-            )
-    for t in threads:
-        t.join(30)
-    return results
+    """The calls forced to queue on the payment's row lock, in order (``race_in_order``)."""
+    return race_in_order(lambda: Payment.objects.select_for_update().get(pk=payment.pk), *calls)
 
 
 @pytest.mark.django_db(transaction=True)

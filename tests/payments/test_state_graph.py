@@ -57,9 +57,20 @@ def test_the_diagram_reader_takes_each_arrow_and_leaves_out_start_and_end():
 def test_every_table_is_read_from_the_models_transitions():
     assert set(TRANSITIONS) == _model_edges()
     assert TRANSITIONS[(PaymentState.PENDING, PaymentState.FAILED)] == "reject"
-    # A 4xx answer to our submission rejects; no processor event may.
-    assert EVENT_TRANSITIONS == _model_edges() - {(PaymentState.PENDING, PaymentState.FAILED)}
-    assert STATE_RANK == {"pending": 0, "submitted": 1, "confirmed": 2, "failed": 2, "returned": 3}
+    assert TRANSITIONS[(PaymentState.PENDING, PaymentState.CANCELED)] == "cancel"
+    # A 4xx answer to our submission rejects, the merchant cancels; no processor event may.
+    assert EVENT_TRANSITIONS == _model_edges() - {
+        (PaymentState.PENDING, PaymentState.FAILED),
+        (PaymentState.PENDING, PaymentState.CANCELED),
+    }
+    assert STATE_RANK == {
+        "pending": 0,
+        "submitted": 1,
+        "canceled": 1,
+        "confirmed": 2,
+        "failed": 2,
+        "returned": 3,
+    }
     # The catalogue's transition types are exactly those the transitions take; then the facts
     # that move no state (a return's dishonor answers: money on a returned payment) and a
     # notification of change (recorded only).
@@ -90,6 +101,7 @@ def test_a_return_fails_a_payment_before_settlement_and_returns_it_after():
         "confirmed": "returned",
         "failed": "failed",  # stale, or recorded when the failure had no return yet
         "returned": "returned",  # stale
+        "canceled": "failed",  # refused: a canceled payment moved no money to return
     }
     for event_type in ("submitted", "settled", "failed"):
         assert {event_target_state(event_type, s) for s in PAYMENT_GRAPH.states} == {

@@ -204,3 +204,30 @@ def test_a_rolled_back_transition_is_not_counted():
     assert confirmed() == before
     payment_apply_event(event=processor_event(payment, "settled"))
     assert confirmed() == before + 1
+
+
+@pytest.mark.django_db
+def test_a_cancel_is_counted_and_canceled_payments_have_their_state_label(
+    client, module_settings, sqs_queues, django_capture_on_commit_callbacks
+):
+    from payments.services import payment_cancel
+
+    module_settings.METRICS_SNAPSHOT_SECONDS = 0
+    before = scrape(client)
+    payments = [PaymentFactory() for _ in range(3)]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for payment in payments[:2]:
+            payment_cancel(payment_id=payment.id)
+
+    after = scrape(client)
+    moved = value(after, "payments_transitions_total", from_state="pending", to_state="canceled")
+    assert (
+        moved
+        - value(before, "payments_transitions_total", from_state="pending", to_state="canceled")
+        == 2
+    )
+    assert value(after, "payments_by_state", state="canceled") == 2
+    assert value(after, "payments_by_state", state="pending") == 1
+    # Labelled from the first scrape on, before any payment was canceled.
+    assert ("payments_by_state", (("state", "canceled"),)) in before

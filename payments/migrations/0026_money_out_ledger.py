@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("payments", "0024_money_out_direction"),
+        ("payments", "0025_money_out_direction"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -34,6 +34,7 @@ class Migration(migrations.Migration):
                             ("open", "Open (to recover)"),
                             ("recovered", "Recovered outside ACH"),
                             ("written_off", "Written off"),
+                            ("undone", "Undone (the refund failed or came back)"),
                         ],
                         default="open",
                         max_length=12,

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("payments", "0023_breaker_degraded"),
+        ("payments", "0024_payment_canceled_before_origination"),
     ]
 
     operations = [

@@ -1,0 +1,202 @@
+"""Refunds of collected debits: the rules, exactly once under concurrency, the ledger, and the
+double loss a return of the refunded debit makes (caught, never silent)."""
+
+from decimal import Decimal
+
+import pytest
+
+from payments.exceptions import MoneyOutRefused
+from payments.models import (
+    DoubleLoss,
+    DoubleLossStatus,
+    LedgerEntry,
+    LedgerEntryKind,
+    LedgerEntryStatus,
+    OutboxMessage,
+    Payment,
+    PaymentPurpose,
+    PaymentState,
+)
+from payments.services import payment_apply_event
+from payments.services.refunds import refund_create, refundable_amount
+from tests.factories import PaymentFactory, processor_event
+from tests.waiting import race
+from triage.models import Alert
+
+pytestmark = pytest.mark.django_db
+
+
+def _confirmed(amount="100.00", **fields) -> Payment:
+    return PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal(amount), **fields)
+
+
+def _entry(payment: Payment, kind: str) -> LedgerEntry:
+    return LedgerEntry.objects.get(payment=payment, kind=kind)
+
+
+def test_a_refund_is_a_credit_to_the_debits_account_held_pending_in_the_ledger():
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("30.00"), reason="damaged")
+
+    assert refund.purpose == PaymentPurpose.REFUND and refund.direction == "credit"
+    assert refund.refund_of_id == debit.id and refund.state == PaymentState.PENDING
+    assert refund.source_token == debit.source_token and refund.merchant_id == debit.merchant_id
+    assert refund.idempotency_key != debit.idempotency_key
+    entry = _entry(refund, LedgerEntryKind.REFUND)
+    assert (entry.amount, entry.status) == (Decimal("-30.00"), LedgerEntryStatus.PENDING)
+    assert OutboxMessage.objects.filter(group_id=str(refund.id)).count() == 1
+    assert refundable_amount(debit) == Decimal("70.00")
+
+
+def test_partial_refunds_add_up_to_the_debit_and_not_a_cent_more():
+    debit = _confirmed()
+    for amount in ("40.00", "35.00", "25.00"):
+        refund_create(payment_id=debit.id, amount=Decimal(amount))
+    assert refundable_amount(debit) == 0
+
+    with pytest.raises(MoneyOutRefused) as refused:
+        refund_create(payment_id=debit.id, amount=Decimal("0.01"))
+    assert refused.value.rule == "refund_exceeds_refundable"
+    assert debit.refunds.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("state", "rule"),
+    [
+        (PaymentState.PENDING, "payment_not_confirmed"),
+        (PaymentState.SUBMITTED, "payment_not_confirmed"),
+        (PaymentState.FAILED, "payment_not_confirmed"),
+        (PaymentState.CANCELED, "payment_not_confirmed"),
+        (PaymentState.RETURNED, "payment_returned"),
+    ],
+)
+def test_only_a_confirmed_debit_is_refunded(state, rule):
+    debit = PaymentFactory(state=state)
+    with pytest.raises(MoneyOutRefused) as refused:
+        refund_create(payment_id=debit.id, amount=Decimal("1.00"))
+    assert refused.value.rule == rule
+    assert not Payment.objects.filter(refund_of=debit).exists()
+    assert not LedgerEntry.objects.filter(kind=LedgerEntryKind.REFUND).exists()
+
+
+def test_a_refund_is_not_refunded():
+    refund = refund_create(payment_id=_confirmed().id, amount=Decimal("10.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.CONFIRMED)
+    with pytest.raises(MoneyOutRefused) as refused:
+        refund_create(payment_id=refund.id, amount=Decimal("1.00"))
+    assert refused.value.rule == "payment_not_refundable"
+
+
+def test_a_failed_refund_frees_its_amount_and_archives_its_entry():
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("100.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    refund.refresh_from_db()
+
+    payment_apply_event(event=processor_event(refund, "failed", direction="credit"))
+
+    assert _entry(refund, LedgerEntryKind.REFUND).status == LedgerEntryStatus.ARCHIVED
+    assert refundable_amount(debit) == Decimal("100.00")
+
+
+def test_a_settled_refund_posts_its_entry_and_a_returned_one_puts_the_money_back_once():
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("60.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    refund.refresh_from_db()
+
+    payment_apply_event(event=processor_event(refund, "settled", direction="credit"))
+    entry = _entry(refund, LedgerEntryKind.REFUND)
+    assert entry.status == LedgerEntryStatus.POSTED and entry.posted_at is not None
+
+    returned = processor_event(refund, "returned", reason_code="R03")
+    payment_apply_event(event=returned)
+    payment_apply_event(event=returned)  # a repeat: a duplicate
+    back = LedgerEntry.objects.filter(payment=refund, kind=LedgerEntryKind.REFUND_RETURN)
+    assert [e.amount for e in back] == [Decimal("60.00")]
+    refund.refresh_from_db()
+    assert refund.state == PaymentState.RETURNED
+    # A returned refund moved no money to the customer: its amount is refundable again.
+    assert refundable_amount(debit) == Decimal("100.00")
+
+
+def test_an_event_that_calls_a_refund_a_debit_is_a_mismatch_for_a_person():
+    from payments.exceptions import DirectionMismatch
+
+    refund = refund_create(payment_id=_confirmed().id, amount=Decimal("5.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    refund.refresh_from_db()
+    with pytest.raises(DirectionMismatch, match="reports a debit but payment .* is a credit"):
+        payment_apply_event(event=processor_event(refund, "settled", direction="debit"))
+
+
+def test_a_return_of_the_debit_cancels_a_refund_not_sent_yet(django_capture_on_commit_callbacks):
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("20.00"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+
+    refund.refresh_from_db()
+    assert refund.state == PaymentState.CANCELED
+    assert _entry(refund, LedgerEntryKind.REFUND).status == LedgerEntryStatus.ARCHIVED
+    assert not DoubleLoss.objects.exists()
+    assert not Alert.objects.filter(key__startswith="payment.double_loss").exists()
+
+
+@pytest.mark.parametrize("refund_state", [PaymentState.SUBMITTED, PaymentState.CONFIRMED])
+def test_a_return_after_a_refund_was_sent_is_a_double_loss_booked_and_alerted(
+    django_capture_on_commit_callbacks, refund_state
+):
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("45.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=refund_state)
+    returned = processor_event(debit, "returned", reason_code="R10")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        payment_apply_event(event=returned)
+        payment_apply_event(event=returned)  # a repeat: one double loss still
+
+    loss = DoubleLoss.objects.get()
+    assert (loss.payment_id, loss.refund_id, loss.amount) == (debit.id, refund.id, Decimal("45.00"))
+    assert loss.status == DoubleLossStatus.OPEN and loss.refund_state == refund_state
+    owed = _entry(refund, LedgerEntryKind.RECOVERY_OWED)
+    assert (owed.amount, owed.status) == (Decimal("45.00"), LedgerEntryStatus.PENDING)
+    alert = Alert.objects.get(key=f"payment.double_loss:{refund.id}")
+    assert alert.severity == "high" and "has the money twice" in alert.summary
+
+
+def test_a_refund_in_flight_when_the_debit_returns_is_a_double_loss_undone_if_it_fails():
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("45.00"))
+    # The submission has begun: the credit may be at the processor, so it is not canceled.
+    Payment.objects.filter(pk=refund.pk).update(submission_started_at="2026-11-02T12:00:00Z")
+
+    payment_apply_event(event=processor_event(debit, "returned", reason_code="R07"))
+    refund.refresh_from_db()
+    assert refund.state == PaymentState.PENDING
+    assert DoubleLoss.objects.get().status == DoubleLossStatus.OPEN
+
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    refund.refresh_from_db()
+    payment_apply_event(event=processor_event(refund, "failed", direction="credit"))
+
+    assert DoubleLoss.objects.get().status == DoubleLossStatus.UNDONE
+    assert _entry(refund, LedgerEntryKind.RECOVERY_OWED).status == LedgerEntryStatus.ARCHIVED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_refunds_never_refund_more_than_was_collected():
+    debit = _confirmed(amount="100.00")
+    amounts = [Decimal("7.00")] * 20  # 140.00 asked for, 100.00 collected
+
+    results = race(*(lambda a=a: refund_create(payment_id=debit.id, amount=a) for a in amounts))
+
+    made = [r for r in results if isinstance(r, Payment)]
+    refused = [r for r in results if isinstance(r, MoneyOutRefused)]
+    assert len(made) + len(refused) == 20, results
+    assert len(made) == 14  # 14 x 7.00 = 98.00; the 15th would be 105.00
+    assert {r.rule for r in refused} == {"refund_exceeds_refundable"}
+    total = sum(r.amount for r in Payment.objects.filter(refund_of=debit))
+    assert total == Decimal("98.00") <= debit.amount
+    assert LedgerEntry.objects.filter(kind=LedgerEntryKind.REFUND).count() == 14

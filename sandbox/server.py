@@ -7,14 +7,23 @@
   key is still being processed; ``422`` for a known key with a different request; ``400`` for a
   malformed request, naming the problem; ``401`` without the right key.
 - ``GET /v1/ach/debits/<idempotency_key>``: the debit's current status, ``404`` if unknown.
+- ``POST /v1/ach/credits`` (money out, JSON ``{payment_id, amount, currency,
+  destination_token}``, ``payment_id`` the refund's or payout's id) and
+  ``GET /v1/ach/credits/<idempotency_key>``: as the debits, with their own keys (a credit
+  and a debit never share one), the same faults by token, and the same callbacks stating
+  ``direction: "credit"``: ``submitted``, then ``settled``; a destination token with a credit
+  return code in it (``R02``, ``R03``, ``R04`` or ``R23``, e.g. ``tok_payout_R03``) is
+  ``returned`` with that code ``return_after_seconds`` after its settlement (the receiving bank
+  found no such account). A credit is never returned by chance (``p_return``) nor given a NOC.
 - ``POST /v1/ach/debits/<idempotency_key>/dishonors`` (``Idempotency-Key``: the request's own
   UUID, JSON ``{reason_code, return_event_id, ...}``): ``202`` ``{dishonor_id, status}`` and,
   later, the answer as a callback (``return_dishonored``, and ``dishonor_contested`` for the
   tokens ``faults.py`` names); ``200`` with the original result for a known key, ``422`` for a
   known key with another request, ``404`` for an unknown debit, ``409`` for a debit that is not
   returned, ``400`` for a code outside R61-R69 or a malformed request.
-- ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, answers
-  by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
+- ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, and the
+  same of credits (``credits_sent``, ``credits_sent_by_payment``, ``total_credits_sent``: each
+  credit must be sent at most once per key), answers by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
   event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
 - ``GET /v1/events?after=<cursor>&limit=<n>`` (bearer auth): every event that happened (its
   callback came due), in that order, whether or not the callback was delivered:
@@ -33,7 +42,7 @@
   503, or hangs for ``timeout_seconds`` then answers 503 (the client has timed out by then),
   or has its connection closed without an answer (the client sees a connection error). Nothing
   is charged during an outage; callbacks of earlier debits keep being sent. A flap fails only
-  debits: every other one (``"flap"``), or each with even odds from the seed
+  debits and credits: every other one (``"flap"``), or each with even odds from the seed
   (``"flap_random"``).
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
@@ -75,6 +84,9 @@ MAX_BODY_BYTES = 64 * 1024
 _AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
 _DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
+_CREDIT_PATH = re.compile(r"^/v1/ach/credits/([^/]+)$")
+# A credit to a token naming one of these codes is returned with it after settlement.
+_CREDIT_RETURN_RULE = re.compile(r"(R02|R03|R04|R23)")
 _DISHONOR_PATH = re.compile(r"^/v1/ach/debits/([^/]+)/dishonors$")
 EVENTS_LIMIT_DEFAULT = 100
 EVENTS_LIMIT_MAX = 500
@@ -116,6 +128,8 @@ class Debit:
     status: str
     created_at: str
     request_fingerprint: str
+    # "credit": money out, and ``source_token`` is the account the credit goes to.
+    direction: str = "debit"
 
     def answer(self) -> dict:
         return {
@@ -203,6 +217,9 @@ class SandboxProcessor:
         }
         self._lock = threading.Lock()
         self._debits: dict[str, Debit] = {}
+        self._credits: dict[str, Debit] = {}  # money out, by its own idempotency keys
+        self._credits_sent: Counter[str] = Counter()
+        self._credits_sent_by_payment: Counter[str] = Counter()
         self._dishonors: dict[str, Dishonor] = {}
         self._in_flight: set[str] = set()
         self._charges: Counter[str] = Counter()
@@ -279,6 +296,10 @@ class SandboxProcessor:
                 "charges": dict(self._charges),
                 "charges_by_payment": dict(self._charges_by_payment),
                 "debits": len(self._debits),
+                "total_credits_sent": sum(self._credits_sent.values()),
+                "credits_sent": dict(self._credits_sent),
+                "credits_sent_by_payment": dict(self._credits_sent_by_payment),
+                "credits": len(self._credits),
                 "dishonors": len(self._dishonors),
                 "replays": self._replays,
                 "events": self._events,
@@ -306,6 +327,9 @@ class SandboxProcessor:
     def reset(self) -> None:
         with self._lock:
             self._debits.clear()
+            self._credits.clear()
+            self._credits_sent.clear()
+            self._credits_sent_by_payment.clear()
             self._dishonors.clear()
             self._in_flight.clear()
             self._charges.clear()
@@ -402,6 +426,10 @@ class SandboxProcessor:
         with self._lock:
             return self._debits.get(idempotency_key)
 
+    def credit(self, idempotency_key: str) -> Debit | None:
+        with self._lock:
+            return self._credits.get(idempotency_key)
+
     # --- API
     def authorized(self, header: str | None) -> bool:
         scheme, _, token = (header or "").partition(" ")
@@ -409,8 +437,23 @@ class SandboxProcessor:
 
     def debit_create(self, idempotency_key: str | None, raw: bytes) -> Answer:
         """``POST /v1/ach/debits``: charge once per Idempotency-Key, with the plan's faults."""
-        request = _parse_debit_request(idempotency_key, raw)
+        return self._transfer_create("debit", _parse_debit_request(idempotency_key, raw))
+
+    def credit_create(self, idempotency_key: str | None, raw: bytes) -> Answer:
+        """``POST /v1/ach/credits``: send once per Idempotency-Key, with the plan's faults
+        (by the destination token, as a debit's by its source token)."""
+        request = _parse_debit_request(idempotency_key, raw, token_field="destination_token")
+        request["source_token"] = request.pop("destination_token")
+        return self._transfer_create("credit", request)
+
+    def _transfers(self, direction: str) -> dict[str, Debit]:
+        return self._credits if direction == "credit" else self._debits
+
+    def _transfer_create(self, direction: str, request: dict) -> Answer:
+        """Move money once per Idempotency-Key of ``direction``, with the plan's faults."""
+        transfers = self._transfers(direction)
         key = request["idempotency_key"]
+        in_flight = (direction, key)
         fault = self.plan.debit_fault(request["source_token"])
         if fault.latency_seconds:
             time.sleep(fault.latency_seconds)
@@ -419,8 +462,8 @@ class SandboxProcessor:
             return refused
         fingerprint = _fingerprint(request)
         with self._lock:
-            existing = self._debits.get(key)
-            if existing is None and key in self._in_flight:
+            existing = transfers.get(key)
+            if existing is None and in_flight in self._in_flight:
                 return Answer(
                     409,
                     {
@@ -430,7 +473,7 @@ class SandboxProcessor:
                     (("Retry-After", "1"),),
                 )
             if existing is None and fault.kind != FaultKind.REJECTED:
-                self._in_flight.add(key)
+                self._in_flight.add(in_flight)
         if existing is not None:
             return self._debit_replay(existing, fingerprint, fault)
         if fault.kind == FaultKind.REJECTED:
@@ -438,7 +481,7 @@ class SandboxProcessor:
                 400,
                 {"error": "account closed (R02)", "code": "account_closed", "return_code": "R02"},
             )
-        debit = self._debit_charge(request, fingerprint, fault)
+        debit = self._debit_charge(request, fingerprint, fault, direction)
         if self.latch is not None:
             self.latch.hold(key)
         self._callbacks_schedule(debit)
@@ -473,8 +516,10 @@ class SandboxProcessor:
             self._replays += 1
         return Answer(200, existing.answer())
 
-    def _debit_charge(self, request: dict, fingerprint: str, fault: DebitFault) -> Debit:
-        """Charge a key this call holds in flight, and let it go whatever happens."""
+    def _debit_charge(
+        self, request: dict, fingerprint: str, fault: DebitFault, direction: str = "debit"
+    ) -> Debit:
+        """Charge (or credit) a key this call holds in flight, and let it go whatever happens."""
         key = request["idempotency_key"]
         try:
             if fault.kind == FaultKind.TIMEOUT:
@@ -490,21 +535,34 @@ class SandboxProcessor:
                 status="submitted",
                 created_at=datetime.now(UTC).isoformat(),
                 request_fingerprint=fingerprint,
+                direction=direction,
             )
             with self._lock:
-                self._debits[key] = debit
-                self._charges[key] += 1
-                self._charges_by_payment[debit.payment_id] += 1
+                self._transfers(direction)[key] = debit
+                sent, by_payment = (
+                    (self._credits_sent, self._credits_sent_by_payment)
+                    if direction == "credit"
+                    else (self._charges, self._charges_by_payment)
+                )
+                sent[key] += 1
+                by_payment[debit.payment_id] += 1
         finally:
             with self._lock:
-                self._in_flight.discard(key)
+                self._in_flight.discard((direction, key))
         return debit
 
     def debit_get(self, idempotency_key: str) -> Answer:
-        debit = self.debit(idempotency_key)
-        if debit is None:
-            return Answer(404, {"error": f"no debit with Idempotency-Key {idempotency_key}"})
-        return Answer(200, debit.answer())
+        return self._transfer_get("debit", idempotency_key)
+
+    def credit_get(self, idempotency_key: str) -> Answer:
+        return self._transfer_get("credit", idempotency_key)
+
+    def _transfer_get(self, direction: str, idempotency_key: str) -> Answer:
+        with self._lock:
+            found = self._transfers(direction).get(idempotency_key)
+        if found is None:
+            return Answer(404, {"error": f"no {direction} with Idempotency-Key {idempotency_key}"})
+        return Answer(200, found.answer())
 
     def dishonor_create(self, debit_key: str, idempotency_key: str | None, raw: bytes) -> Answer:
         """``POST /v1/ach/debits/<key>/dishonors``: one dishonor per Idempotency-Key, for a
@@ -550,7 +608,10 @@ class SandboxProcessor:
 
     # --- callbacks
     def _callbacks_schedule(self, debit: Debit) -> None:
-        _DebitCallbacks(self, debit).start()
+        if debit.direction == "credit":
+            _CreditCallbacks(self, debit).start()
+        else:
+            _DebitCallbacks(self, debit).start()
 
     def _event_made(self, body: dict) -> None:
         with self._lock:
@@ -724,7 +785,36 @@ class _DebitCallbacks:
         return run
 
 
-RETURN_MESSAGES = {"R01": "Insufficient funds", "R10": "Customer advises not authorized"}
+class _CreditCallbacks(_DebitCallbacks):
+    """The callbacks of one accepted credit: ``submitted``, then ``settled``, and for a
+    destination token naming a credit return code (``tok_refund_R03``) a ``returned`` with it
+    ``return_after_seconds`` later. Each states ``direction: "credit"``. Duplicates and delays
+    are drawn as a debit's; returns and NOCs come from the token only."""
+
+    def __init__(self, sandbox: SandboxProcessor, credit: Debit) -> None:
+        assert sandbox.callbacks is not None
+        self.sandbox = sandbox
+        self.sender = sandbox.callbacks
+        self.plan = sandbox.plan
+        self.debit = credit
+        self.final = "settled"
+        rule = _CREDIT_RETURN_RULE.search(credit.source_token)
+        self.later_return = rule.group(1) if rule else None
+        self.later_noc = None
+        self.duplicate = self.plan.duplicates(credit.source_token)
+
+    def _event(self, event_type: str, reason_code: str = "", **extra: Any) -> dict:
+        return super()._event(event_type, reason_code, direction="credit", **extra)
+
+
+RETURN_MESSAGES = {
+    "R01": "Insufficient funds",
+    "R10": "Customer advises not authorized",
+    "R02": "Account closed",
+    "R03": "No account/unable to locate account",
+    "R04": "Invalid account number structure",
+    "R23": "Credit entry refused by receiver",
+}
 # A value of each corrected field of the contract (payments.change_codes), as a NOC states it.
 NOC_SAMPLE_VALUES = {
     "account_number_last4": "6789",
@@ -852,10 +942,13 @@ def _fingerprint(request: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _parse_debit_request(idempotency_key: str | None, raw: bytes) -> dict:
+def _parse_debit_request(
+    idempotency_key: str | None, raw: bytes, *, token_field: str = "source_token"
+) -> dict:
+    """A debit's request, or a credit's with ``token_field="destination_token"``."""
     key, body = _keyed_json_request(idempotency_key, raw)
     errors: dict[str, list[str]] = {}
-    for name in ("payment_id", "amount", "currency", "source_token"):
+    for name in ("payment_id", "amount", "currency", token_field):
         if name not in body:
             errors[name] = ["this field is required"]
         elif not isinstance(body[name], str):
@@ -875,12 +968,13 @@ def _parse_debit_request(idempotency_key: str | None, raw: bytes) -> dict:
             except InvalidOperation:
                 errors["amount"] = ["not a number"]
     if "currency" not in errors and body["currency"] != "USD":
-        errors["currency"] = [f"unsupported currency {body['currency']!r}; ACH debits are USD"]
-    if "source_token" not in errors and not _TOKEN_RE.match(body["source_token"]):
-        errors["source_token"] = ["must be 1-128 characters of A-Z, a-z, 0-9, _ or -"]
+        errors["currency"] = [f"unsupported currency {body['currency']!r}; ACH moves USD"]
+    if token_field not in errors and not _TOKEN_RE.match(body[token_field]):
+        errors[token_field] = ["must be 1-128 characters of A-Z, a-z, 0-9, _ or -"]
     if errors:
         fields = ", ".join(sorted(errors))
-        raise RequestError(400, f"invalid debit request: {fields}", errors)
+        what = "credit" if token_field == "destination_token" else "debit"
+        raise RequestError(400, f"invalid {what} request: {fields}", errors)
     return {**body, "idempotency_key": key}
 
 
@@ -920,17 +1014,20 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/v1/events":
             self._events_get(sandbox, query)
             return
-        match = _DEBIT_PATH.match(self.path)
+        direction, match = "debit", _DEBIT_PATH.match(self.path)
+        if match is None:
+            direction, match = "credit", _CREDIT_PATH.match(self.path)
         if match is None:
             self._send(Answer(404, {"error": f"no such endpoint: GET {self.path}"}))
             return
-        if self._outage(sandbox, "debit_get"):
+        operation = f"{direction}_get"
+        if self._outage(sandbox, operation):
             return
         if not sandbox.authorized(self.headers.get("Authorization")):
             self._send(Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"}))
             return
-        answer = sandbox.debit_get(match.group(1))
-        sandbox.count("debit_get", answer.status)
+        answer = sandbox._transfer_get(direction, match.group(1))
+        sandbox.count(operation, answer.status)
         self._send(answer)
 
     def do_POST(self) -> None:  # noqa: N802
@@ -954,10 +1051,13 @@ class _Handler(BaseHTTPRequestHandler):
         if dishonor is not None:
             self._dishonor_post(sandbox, dishonor.group(1), raw)
             return
-        if self.path != "/v1/ach/debits":
+        creates = {"/v1/ach/debits": sandbox.debit_create, "/v1/ach/credits": sandbox.credit_create}
+        create = creates.get(self.path)
+        if create is None:
             self._send(Answer(404, {"error": f"no such endpoint: POST {self.path}"}))
             return
-        if self._outage(sandbox, "debit_create"):
+        operation = "credit_create" if self.path == "/v1/ach/credits" else "debit_create"
+        if self._outage(sandbox, operation):
             return
         if not sandbox.authorized(self.headers.get("Authorization")):
             answer = Answer(401, {"error": "missing or wrong Authorization: Bearer <api key>"})
@@ -965,13 +1065,13 @@ class _Handler(BaseHTTPRequestHandler):
             answer = Answer(415, {"error": "Content-Type must be application/json"})
         else:
             try:
-                answer = sandbox.debit_create(self.headers.get("Idempotency-Key"), raw)
+                answer = create(self.headers.get("Idempotency-Key"), raw)
             except RequestError as exc:
                 body = {"error": exc.error}
                 if exc.errors:
                     body["errors"] = exc.errors
                 answer = Answer(exc.status, body)
-        sandbox.count("debit_create", answer.status)
+        sandbox.count(operation, answer.status)
         self._send(answer)
 
     def _events_get(self, sandbox: SandboxProcessor, query: str) -> None:
@@ -1010,7 +1110,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _outage(self, sandbox: SandboxProcessor, operation: str) -> bool:
         """Answer as the outage says; False when there is none."""
         try:
-            answer = sandbox.outage_answer(debit=operation == "debit_create")
+            answer = sandbox.outage_answer(debit=operation in ("debit_create", "credit_create"))
         except OutageReset:
             sandbox.count(operation, 0)
             self.close_connection = True

@@ -1,8 +1,9 @@
 """The processor backend interface: what the module asks of a processor, whoever it is.
 
 A backend submits a debit under our idempotency key, looks a debit up by that key (the status
-check reconciliation relies on), tells an authentic callback from a forged one over the raw
-request, and turns a callback into a ``ProcessorEvent``. ``PROCESSOR_BACKEND`` names the class;
+check reconciliation relies on), optionally does the same for a credit (money out: a refund or
+a payout, ``credit_create`` and ``credit_get``), tells an authentic callback from a forged one
+over the raw request, and turns a callback into a ``ProcessorEvent``. ``PROCESSOR_BACKEND`` names the class;
 the reference backend is the HTTP client of ``payments/processor/client.py``.
 
 Everything after the call is the module's and stays as it is whatever the backend: the attempt
@@ -144,6 +145,13 @@ class DebitSent(Exception):
     withdrawn, and the payment is no longer the merchant's to cancel."""
 
 
+# A credit (a refund or a payout) is answered as a debit is: the processor's id and status, a
+# credit the backend sends later itself, or what the processor knows of it by key.
+CreditAccepted = DebitAccepted
+CreditQueued = DebitQueued
+CreditStatus = DebitStatus
+
+
 class EventsListUnsupported(Exception):
     """The backend's processor has no events API to pull from (the NACHA bank backend)."""
 
@@ -154,6 +162,11 @@ class ProcessorCallRejected(ProcessorRejected):
     def __init__(self, message: str, *, call: CallRecord) -> None:
         super().__init__(message, status=call.http_status)
         self.call = call
+
+
+class CreditsUnsupported(ProcessorCallRejected):
+    """The backend's processor sends no credits: a refund or payout through it fails at once,
+    recorded as a rejected attempt (never retried: no later try can succeed)."""
 
 
 class ProcessorCallUnavailable(ProcessorUnavailable):
@@ -225,6 +238,41 @@ class ProcessorBackend(abc.ABC):
         answered ``DebitQueued`` for still be canceled (the backend guards it itself); a queued
         debit of a backend without it is treated as sent."""
         return type(self).debit_withdraw is not ProcessorBackend.debit_withdraw
+
+    def credit_create(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        amount: Decimal,
+        currency: str,
+        destination_token: str,
+    ) -> CreditAccepted | CreditQueued:
+        """Send a credit (money out: ``payment_id`` is the refund's or payout's id) to the
+        account ``destination_token`` names. As ``debit_create``: every attempt sends the same
+        ``idempotency_key``, the processor credits it once and answers a known key with its
+        original result; a backend that sends later on its own answers ``CreditQueued``.
+        Optional: a backend whose processor sends no credits keeps this refusal,
+        ``CreditsUnsupported`` (a ``ProcessorCallRejected``), so the credit fails at once with
+        the backend's name instead of waiting for retries that cannot succeed."""
+        raise self._credits_unsupported("SUBMIT")
+
+    def credit_get(self, *, idempotency_key: uuid.UUID | str) -> CreditStatus:
+        """What the processor knows of the credit sent under ``idempotency_key``;
+        ``found=False`` when it has none. Optional, with ``credit_create``: the same refusal."""
+        raise self._credits_unsupported("GET")
+
+    @property
+    def supports_credits(self) -> bool:
+        """Whether ``credit_create`` is written for this backend (money out can go through it)."""
+        return type(self).credit_create is not ProcessorBackend.credit_create
+
+    def _credits_unsupported(self, method: str) -> CreditsUnsupported:
+        message = f"{type(self).__name__} cannot send credits (refunds, payouts) to its processor"
+        timer = CallTimer(method=method, url="")
+        return CreditsUnsupported(
+            message, call=timer.record(error_kind=CallErrorKind.HTTP, error=message)
+        )
 
     def return_dishonor(
         self,

@@ -1,7 +1,8 @@
-"""The reference processor backend: the HTTP client for the processor's ACH debit API.
+"""The reference processor backend: the HTTP client for the processor's ACH API.
 
 It implements ``ProcessorBackend`` (``backend.py``) for the API of the design card, which the
-sandbox processor serves in development and tests: ``/v1/ach/debits``, bearer auth, and
+sandbox processor serves in development and tests: ``/v1/ach/debits``, ``/v1/ach/credits``
+(money out, called and classified as debits are), bearer auth, and
 callbacks signed by ``payments.signing`` in the module's event contract.
 
 Every call returns or raises something that carries a ``CallRecord`` (when it started, how long
@@ -47,6 +48,8 @@ from payments.processor.backend import (
     CallErrorKind,
     CallRecord,
     CallTimer,
+    CreditAccepted,
+    CreditStatus,
     DebitAccepted,
     DebitStatus,
     DishonorAccepted,
@@ -158,17 +161,43 @@ class ProcessorClient(ProcessorBackend):
         source_token: str,
     ) -> DebitAccepted:
         """POST /v1/ach/debits. The same key on every attempt: the processor charges once."""
-        payload = {
-            "payment_id": str(payment_id),
-            "amount": f"{Decimal(amount):.2f}",
-            "currency": currency,
-            "source_token": source_token,
-        }
-        response, call = self._send(
-            "POST",
+        return self._transfer_create(
             "/v1/ach/debits",
-            headers=self._headers(idempotency_key),
-            json_body=payload,
+            idempotency_key,
+            _transfer_payload(payment_id, amount, currency, source_token=source_token),
+        )
+
+    def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
+        """GET /v1/ach/debits/<key>: what the processor knows of the debit; 404 = nothing."""
+        return self._transfer_get(f"/v1/ach/debits/{idempotency_key}")
+
+    def credit_create(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        amount: Decimal,
+        currency: str,
+        destination_token: str,
+    ) -> CreditAccepted:
+        """POST /v1/ach/credits (``payment_id``: the refund's or payout's id). The same key on
+        every attempt: the processor credits once."""
+        return self._transfer_create(
+            "/v1/ach/credits",
+            idempotency_key,
+            _transfer_payload(payment_id, amount, currency, destination_token=destination_token),
+        )
+
+    def credit_get(self, *, idempotency_key: uuid.UUID | str) -> CreditStatus:
+        """GET /v1/ach/credits/<key>: what the processor knows of the credit; 404 = nothing."""
+        return self._transfer_get(f"/v1/ach/credits/{idempotency_key}")
+
+    def _transfer_create(
+        self, path: str, idempotency_key: uuid.UUID | str, payload: dict[str, str]
+    ) -> DebitAccepted:
+        """A debit or a credit: ``201`` (new) or ``200`` (known key) ``{processor_id, status}``."""
+        response, call = self._send(
+            "POST", path, headers=self._headers(idempotency_key), json_body=payload
         )
         body, call = self._accepted_body(response, call)
         return DebitAccepted(
@@ -178,11 +207,9 @@ class ProcessorClient(ProcessorBackend):
             call=call,
         )
 
-    def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
-        """GET /v1/ach/debits/<key>: what the processor knows of the debit; 404 = nothing."""
-        response, call = self._send(
-            "GET", f"/v1/ach/debits/{idempotency_key}", headers=self._headers()
-        )
+    def _transfer_get(self, path: str) -> DebitStatus:
+        """A debit or a credit by key: its status, or ``found=False`` for a 404."""
+        response, call = self._send("GET", path, headers=self._headers())
         if response.status_code == 404:
             return DebitStatus(found=False, processor_id="", status="", call=call)
         body, call = self._accepted_body(response, call)
@@ -367,6 +394,18 @@ class ProcessorClient(ProcessorBackend):
                 call=bad,
             ) from exc
         return body, call
+
+
+def _transfer_payload(
+    payment_id: uuid.UUID | str, amount: Decimal, currency: str, **token: str
+) -> dict[str, str]:
+    """A debit's or a credit's body; ``token`` is its ``source_token`` or ``destination_token``."""
+    return {
+        "payment_id": str(payment_id),
+        "amount": f"{Decimal(amount):.2f}",
+        "currency": currency,
+        **token,
+    }
 
 
 def _error_summary(text: str) -> str:

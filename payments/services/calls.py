@@ -1,5 +1,6 @@
-"""What every call to the processor shares: the circuit breaker's admission and verdict, the
-attempt row, its log line and the alert for refused credentials."""
+"""What every call to the processor shares: the call itself, a debit's or a credit's by the
+payment's direction, the circuit breaker's admission and verdict, the attempt row, its log line
+and the alert for refused credentials."""
 
 import logging
 from datetime import timedelta
@@ -8,8 +9,14 @@ from django.db.models.functions import Now
 
 from payments.alerts import AlertSeverity, alert_raise
 from payments.exceptions import ProcessorCircuitOpen, ProcessorDegraded
-from payments.models import AttemptOutcome, BreakerState, Payment, ProcessorAttempt
-from payments.processor.backend import DebitQueued
+from payments.models import (
+    AttemptOutcome,
+    BreakerState,
+    Payment,
+    PaymentDirection,
+    ProcessorAttempt,
+)
+from payments.processor.backend import DebitAccepted, DebitQueued, DebitStatus
 from payments.processor.breaker import (
     STATUS_READ,
     SUBMISSION,
@@ -22,13 +29,47 @@ from payments.processor.breaker import (
     processor_breaker_wait,
     processor_degraded_reason,
 )
-from payments.processor.client import ProcessorCallRejected, ProcessorCallUnavailable
+from payments.processor.client import (
+    ProcessorCallRejected,
+    ProcessorCallUnavailable,
+    get_client,
+)
 
 logger = logging.getLogger(__name__)
 
 # ProcessorAttempt.operation: the breaker judges the processor by its submissions.
 SUBMIT_OPERATION = SUBMISSION
 STATUS_OPERATION = STATUS_READ
+
+
+def transfer_create(payment: Payment) -> DebitAccepted | DebitQueued:
+    """Submit the payment under its idempotency key: a debit from ``source_token``, or for
+    money out (a refund or payout) a credit to it, ``source_token`` being then the account the
+    credit goes to. Raises as the backend does (a backend without credits refuses one)."""
+    backend = get_client()
+    if payment.direction == PaymentDirection.CREDIT:
+        return backend.credit_create(
+            idempotency_key=payment.idempotency_key,
+            payment_id=payment.id,
+            amount=payment.amount,
+            currency=payment.currency,
+            destination_token=payment.source_token,
+        )
+    return backend.debit_create(
+        idempotency_key=payment.idempotency_key,
+        payment_id=payment.id,
+        amount=payment.amount,
+        currency=payment.currency,
+        source_token=payment.source_token,
+    )
+
+
+def transfer_get(payment: Payment) -> DebitStatus:
+    """What the processor knows of the payment's debit or credit, by idempotency key."""
+    backend = get_client()
+    if payment.direction == PaymentDirection.CREDIT:
+        return backend.credit_get(idempotency_key=payment.idempotency_key)
+    return backend.debit_get(idempotency_key=payment.idempotency_key)
 
 
 def breaker_admit(payment: Payment, operation: str) -> Admission:

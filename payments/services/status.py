@@ -1,4 +1,4 @@
-"""Asking the processor what it knows of a payment's debit, for reconciliation to judge."""
+"""Asking the processor what it knows of a payment's debit (or credit), for reconciliation."""
 
 from dataclasses import dataclass
 
@@ -12,7 +12,6 @@ from payments.processor.client import (
     ProcessorAuthFailed,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
-    get_client,
 )
 from payments.services.calls import (
     STATUS_OPERATION,
@@ -21,6 +20,7 @@ from payments.services.calls import (
     breaker_admit,
     breaker_record,
     log_attempt,
+    transfer_get,
 )
 from payments.services.writes import payment_lock
 
@@ -48,7 +48,7 @@ def payment_status_check(*, payment_id) -> StatusCheckResult:
     admission = breaker_admit(payment, STATUS_OPERATION)
     result: DebitStatus | ProcessorCallRejected | ProcessorCallUnavailable
     try:
-        result = get_client().debit_get(idempotency_key=payment.idempotency_key)
+        result = transfer_get(payment)
     except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
         result = exc
     with transaction.atomic():

@@ -26,7 +26,6 @@ from payments.processor.client import (
     ProcessorAuthFailed,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
-    get_client,
 )
 from payments.services.calls import (
     SUBMIT_OPERATION,
@@ -35,6 +34,7 @@ from payments.services.calls import (
     breaker_admit,
     breaker_record,
     log_attempt,
+    transfer_create,
 )
 from payments.services.transitions import payment_transition, transition_announce
 from payments.services.writes import payment_lock
@@ -183,13 +183,7 @@ def _debit_create(
     """The HTTP call of a submission, outside any transaction; a failure is returned, not
     raised, so the attempt is recorded before anything else happens."""
     try:
-        return get_client().debit_create(
-            idempotency_key=payment.idempotency_key,
-            payment_id=payment.id,
-            amount=payment.amount,
-            currency=payment.currency,
-            source_token=payment.source_token,
-        )
+        return transfer_create(payment)
     except (ProcessorCallRejected, ProcessorCallUnavailable) as exc:
         return exc
 

@@ -246,3 +246,86 @@ def test_client_reads_timeouts_and_base_url_from_settings(module_settings):
 
     assert client.timeout == (1.25, 4.5)
     assert client.base_url == "http://processor.example"
+
+
+def credit(client, key=None):
+    return client.credit_create(
+        idempotency_key=key or uuid.uuid4(),
+        payment_id=uuid.UUID("0b7f7a44-1f3e-4a7b-9d55-3c6f00000002"),
+        amount=Decimal("3"),
+        currency="USD",
+        destination_token="tok_client_R03",
+    )
+
+
+def test_credit_posts_to_the_credits_endpoint_with_key_auth_and_destination_token(scripted):
+    server, client = scripted(ACCEPTED, (200, {"processor_id": "pr_1", "status": "submitted"}, {}))
+    key = uuid.uuid4()
+
+    first = credit(client, key)
+    second = credit(client, key)
+
+    assert (first.created, second.created) == (True, False)
+    assert first.processor_id == second.processor_id == "pr_1"
+    one, two = server.requests
+    assert (one["method"], one["path"]) == ("POST", "/v1/ach/credits")
+    assert one["headers"]["Idempotency-Key"] == two["headers"]["Idempotency-Key"] == str(key)
+    assert one["headers"]["Authorization"] == "Bearer test-processor-key"
+    assert json.loads(one["body"]) == {
+        "payment_id": "0b7f7a44-1f3e-4a7b-9d55-3c6f00000002",
+        "amount": "3.00",
+        "currency": "USD",
+        "destination_token": "tok_client_R03",
+    }
+    assert first.call.http_status == 201
+    assert first.call.url.endswith("/v1/ach/credits")
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (503, ProcessorCallUnavailable),
+        (409, ProcessorCallUnavailable),
+        (429, ProcessorCallUnavailable),
+        (401, ProcessorAuthFailed),
+        (400, ProcessorCallRejected),
+        (422, ProcessorCallRejected),
+    ],
+)
+def test_a_credits_answers_are_classified_as_a_debits(scripted, status, error):
+    _, client = scripted((status, {"error": "nope"}, {"Retry-After": "3"}))
+
+    with pytest.raises(error) as excinfo:
+        credit(client)
+
+    assert excinfo.value.call.http_status == status
+    assert excinfo.value.call.error == f"HTTP {status}: nope"
+    assert excinfo.value.retryable == (error is not ProcessorCallRejected)
+
+
+def test_a_credits_unusable_2xx_body_is_retryable(scripted):
+    _, client = scripted((201, {"processor_id": "pr_1"}, {}))
+
+    with pytest.raises(ProcessorCallUnavailable, match="unusable body"):
+        credit(client)
+
+
+def test_credit_get_found_and_not_found(scripted):
+    server, client = scripted(
+        (200, {"processor_id": "pr_7", "status": "returned"}, {}), (404, {"error": "unknown"}, {})
+    )
+    key = uuid.uuid4()
+
+    found = client.credit_get(idempotency_key=key)
+    missing = client.credit_get(idempotency_key=uuid.uuid4())
+
+    assert (found.found, found.status, found.processor_id) == (True, "returned", "pr_7")
+    assert not missing.found
+    assert server.requests[0]["path"] == f"/v1/ach/credits/{key}"
+    assert "Idempotency-Key" not in server.requests[0]["headers"]
+
+
+def test_the_reference_client_supports_credits_and_events():
+    client = ProcessorClient(base_url="http://processor.example")
+
+    assert client.supports_credits and client.supports_events

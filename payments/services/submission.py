@@ -26,6 +26,7 @@ from payments.processor.client import (
     ProcessorAuthFailed,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
+    get_client,
 )
 from payments.services.calls import (
     SUBMIT_OPERATION,

@@ -14,9 +14,12 @@ from django.utils.safestring import mark_safe
 
 from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
 from payments.catalogue import event_type_label, event_types
+from payments.exceptions import MoneyOutRefused
 from payments.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
+    DoubleLoss,
+    DoubleLossStatus,
     EventKind,
     LedgerEntry,
     MerchantAccess,
@@ -36,6 +39,7 @@ from payments.processor.contract import event_payload_shown
 from payments.return_codes import return_code_label
 from payments.selectors import payment_reinitiation_chain
 from payments.services.nocs import NocNoteRequired, NocNotOpen, noc_mark_applied
+from payments.services.refunds import double_loss_resolve
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -88,7 +92,7 @@ class ProcessorAttemptInline(ReadOnlyInline):
 
 class LedgerEntryInline(ReadOnlyInline):
     model = LedgerEntry
-    fields = ["created_at", "kind", "amount", "currency", "merchant_id"]
+    fields = ["created_at", "kind", "amount", "currency", "status", "posted_at", "merchant_id"]
 
 
 class PaymentReturnInline(ReadOnlyInline):
@@ -160,10 +164,32 @@ class ReturnDishonorInline(ReadOnlyInline):
         return ", ".join(flags) or "—"
 
 
+class RefundInline(ReadOnlyInline):
+    """A debit's refunds, each a payment of its own (linked)."""
+
+    model = Payment
+    fk_name = "refund_of"
+    verbose_name = "refund"
+    verbose_name_plural = "refunds"
+    fields = ["id", "amount", "currency", "state", "description", "created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+class DoubleLossInline(ReadOnlyInline):
+    model = DoubleLoss
+    fk_name = "payment"
+    fields = ["status", "refund", "amount", "currency", "refund_state", "detected_at", "note"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
 @admin.register(Payment)
 class PaymentAdmin(admin.ModelAdmin):
-    list_display = ["id", "merchant_id", "amount", "currency", "state", "created_at"]
-    list_filter = ["state", "currency", "created_at"]
+    list_display = ["id", "merchant_id", "purpose", "amount", "currency", "state", "created_at"]
+    list_filter = ["state", "purpose", "currency", "created_at"]
     search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
     date_hierarchy = "created_at"
     inlines = [
@@ -173,6 +199,8 @@ class PaymentAdmin(admin.ModelAdmin):
         PaymentReturnInline,
         NotificationOfChangeInline,
         ReturnDishonorInline,
+        RefundInline,
+        DoubleLossInline,
     ]
     list_per_page = 50
     show_full_result_count = False
@@ -483,6 +511,96 @@ class NotificationOfChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "app_label": self.opts.app_label,
                 "title": f"Mark NOC {noc.pk} applied",
                 "noc": noc,
+                "form": form,
+                "error": error,
+                "cancel_url": change_url,
+            },
+        )
+
+
+class DoubleLossResolveForm(forms.Form):
+    status = forms.ChoiceField(
+        choices=[
+            (DoubleLossStatus.RECOVERED, "Recovered: the customer paid the refund back"),
+            (DoubleLossStatus.WRITTEN_OFF, "Written off: it will not be recovered"),
+        ],
+        widget=forms.RadioSelect,
+    )
+    note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
+        strip=True,
+        help_text="How it was recovered (reference), or why it was not.",
+    )
+
+
+@admin.register(DoubleLoss)
+class DoubleLossAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Debits returned after a refund of them was sent: the customer has the money twice. An
+    operator recovers it outside ACH, then closes it here with a note."""
+
+    list_display = [
+        "detected_at",
+        "status",
+        "payment",
+        "refund",
+        "merchant_id",
+        "amount",
+        "currency",
+        "refund_state",
+    ]
+    list_filter = ["status", "currency"]
+    search_fields = ["=payment__id", "=refund__id", "merchant_id", "=return_event_id"]
+    list_select_related = ["payment", "refund"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["resolve_link", *(f.name for f in self.model._meta.fields)]
+
+    @admin.display(description="close")
+    def resolve_link(self, obj):
+        if obj is None or obj.status != DoubleLossStatus.OPEN:
+            return "—"
+        url = reverse("admin:payments_doubleloss_resolve", args=[obj.pk])
+        return format_html('<a class="button" href="{}">Close…</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:loss_id>/resolve/",
+                self.admin_site.admin_view(self.resolve_view),
+                name="payments_doubleloss_resolve",
+            ),
+            *super().get_urls(),
+        ]
+
+    def resolve_view(self, request, loss_id: int):
+        if not request.user.has_perm("payments.resolve_double_loss"):
+            raise PermissionDenied("Closing a double loss needs payments.resolve_double_loss.")
+        loss = get_object_or_404(DoubleLoss, pk=loss_id)
+        change_url = reverse("admin:payments_doubleloss_change", args=[loss.pk])
+        form = DoubleLossResolveForm(request.POST or None)
+        error = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                double_loss_resolve(
+                    loss_id=loss.pk,
+                    status=form.cleaned_data["status"],
+                    user=request.user,
+                    note=form.cleaned_data["note"],
+                )
+            except MoneyOutRefused as exc:
+                error = str(exc)
+            else:
+                self.message_user(request, f"Double loss {loss.pk} closed.", messages.SUCCESS)
+                return redirect(change_url)
+        return TemplateResponse(
+            request,
+            "admin/payments/doubleloss/confirm_resolve.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "app_label": self.opts.app_label,
+                "title": f"Close double loss {loss.pk}",
+                "loss": loss,
                 "form": form,
                 "error": error,
                 "cancel_url": change_url,

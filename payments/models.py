@@ -494,6 +494,7 @@ class DoubleLoss(models.Model):
 
     class Meta:
         ordering = ["-detected_at", "-id"]
+        permissions = [("resolve_double_loss", "Can close a double loss (recovered, written off)")]
 
     def __str__(self) -> str:
         return f"double loss {self.amount} {self.currency} on {self.payment_id} ({self.status})"

@@ -29,6 +29,7 @@ from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
 from payments.models import (
     DoubleLoss,
+    DoubleLossStatus,
     LedgerEntry,
     LedgerEntryKind,
     LedgerEntryStatus,
@@ -254,4 +255,54 @@ def _double_loss_record(debit: Payment, refund: Payment, event: ProcessorEvent) 
         robust=True,
     )
     logger.error(summary, extra={"payment_id": str(debit.id), "refund_id": str(refund.id)})
+    return loss
+
+
+# --- a person closes a double loss -------------------------------------------------------------
+
+
+class DoubleLossNotOpen(MoneyOutRefused):
+    def __init__(self, loss: DoubleLoss) -> None:
+        super().__init__("double_loss_not_open", f"double loss {loss.pk} is {loss.status}")
+
+
+def double_loss_resolve(*, loss_id: int, status: str, user, note: str) -> DoubleLoss:
+    """Close an open double loss: ``recovered`` (the customer paid the refund back outside
+    ACH: the recovery owed is posted) or ``written_off`` (it will not be: archived). A note is
+    required; the permission is the caller's to check (the admin's)."""
+    note = (note or "").strip()
+    if status not in (DoubleLossStatus.RECOVERED, DoubleLossStatus.WRITTEN_OFF):
+        raise ValueError(f"a double loss is closed as recovered or written_off, not {status!r}")
+    if not note:
+        raise MoneyOutRefused("note_required", "say how it was recovered, or why it was not")
+    with transaction.atomic():
+        loss = DoubleLoss.objects.select_for_update().get(pk=loss_id)
+        if loss.status != DoubleLossStatus.OPEN:
+            raise DoubleLossNotOpen(loss)
+        loss.status = status
+        loss.resolved_at = timezone.now()
+        loss.resolved_by = user
+        loss.note = note
+        loss.save(update_fields=["status", "resolved_at", "resolved_by", "note"])
+        entry_status = (
+            LedgerEntryStatus.POSTED
+            if status == DoubleLossStatus.RECOVERED
+            else LedgerEntryStatus.ARCHIVED
+        )
+        LedgerEntry.objects.filter(
+            payment_id=loss.refund_id,
+            kind=LedgerEntryKind.RECOVERY_OWED,
+            status=LedgerEntryStatus.PENDING,
+        ).update(
+            status=entry_status,
+            posted_at=loss.resolved_at if entry_status == LedgerEntryStatus.POSTED else None,
+        )
+    logger.warning(
+        "double loss %s closed as %s by %s: %s",
+        loss.pk,
+        status,
+        user,
+        note,
+        extra={"payment_id": str(loss.payment_id), "refund_id": str(loss.refund_id)},
+    )
     return loss

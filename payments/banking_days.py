@@ -94,3 +94,21 @@ def banking_days_between(start: date, end: date) -> int:
     if last < first:
         return -banking_days_between(last, first)
     return sum(is_banking_day(first + timedelta(days=i)) for i in range(1, (last - first).days + 1))
+
+
+def available_cutoff(now: datetime, days: int) -> datetime:
+    """The latest moment ``m`` with ``add_banking_days(m, days) <= now``: what happened by then
+    has had its ``days`` banking days. ``days`` = 0: ``now`` itself (at once)."""
+    if days <= 0:
+        return now
+    today = ach_date(now)
+    day = today
+    # add_banking_days only grows with its moment's date, so walk back to the last date whose
+    # end of the waiting time has passed; a few weeks at most for any sane number of days.
+    while add_banking_days(_noon(day), days) > now:
+        day -= timedelta(days=1)
+    return end_of_banking_day(day)
+
+
+def _noon(day: date) -> datetime:
+    return datetime.combine(day, time(12), tzinfo=ACH_TIME_ZONE)

@@ -57,6 +57,9 @@ SPECS: dict[str, Spec] = {
     "OUTBOX_RETENTION": Duration(timedelta(days=7)),
     # Breaker transitions: an incident's history, read when it is reviewed.
     "BREAKER_TRANSITION_RETENTION": Duration(timedelta(days=90)),
+    # Money out (payments.services.refunds): a settled debit's credit becomes available to pay
+    # out this many banking days after it settled (the return reserve; 0: at once).
+    "AVAILABLE_AFTER_BANKING_DAYS": Number(2, 0, 60, whole=True, unit="of banking days"),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this

@@ -7,13 +7,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from payments.banking_days import add_banking_days
+from payments.banking_days import add_banking_days, available_cutoff
 from payments.models import (
     LedgerEntry,
     LedgerEntryKind,
+    LedgerEntryStatus,
     NocStatus,
     NotificationOfChange,
     Payment,
@@ -203,7 +204,60 @@ def merchant_balance(*, merchant_id: str) -> dict:
                 "returned_total": f"{returned.get('total') or zero:.2f}",
             }
         )
+    figures = merchant_money_figures(merchant_id=merchant_id)
+    for balance in balances:  # the same entries' currencies
+        balance.update(figures[balance["currency"]])
     return {"merchant_id": merchant_id, "balances": balances}
+
+
+def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> dict[str, dict]:
+    """Per currency, the balances a merchant can trust, each from its ledger entries:
+
+    - ``pending``: every entry whose money has not failed to move (pending and posted);
+    - ``posted``: the entries whose money has moved;
+    - ``available``: what may be paid out now: posted credits past the return reserve
+      (``AVAILABLE_AFTER_BANKING_DAYS`` after they were booked at settlement) and other posted
+      money in (re-credits, money out returned, recoveries), less every entry taking money
+      out, pending or posted (refunds, payouts, reversals, re-credit reversals). It may be
+      negative (a return after a payout): shown as it is;
+    - ``money_out``: refunds and payouts not failed, less those that came back.
+    """
+    from payments import conf as payments_conf
+
+    cutoff = available_cutoff(now or timezone.now(), payments_conf.AVAILABLE_AFTER_BANKING_DAYS)
+    live = ~Q(status=LedgerEntryStatus.ARCHIVED)
+    posted = Q(status=LedgerEntryStatus.POSTED)
+    out_kinds = (LedgerEntryKind.REFUND, LedgerEntryKind.PAYOUT)
+    back_kinds = (LedgerEntryKind.REFUND_RETURN, LedgerEntryKind.PAYOUT_RETURN)
+    rows = (
+        LedgerEntry.objects.filter(merchant_id=merchant_id)
+        .values("currency")
+        .annotate(
+            pending=Sum("amount", filter=live),
+            posted=Sum("amount", filter=posted),
+            reserved_in=Sum(
+                "amount", filter=posted & Q(kind=LedgerEntryKind.CREDIT, created_at__lte=cutoff)
+            ),
+            other_in=Sum(
+                "amount", filter=posted & Q(amount__gt=0) & ~Q(kind=LedgerEntryKind.CREDIT)
+            ),
+            out=Sum("amount", filter=live & Q(amount__lt=0)),
+            money_out=Sum("amount", filter=live & Q(kind__in=out_kinds)),
+            money_back=Sum("amount", filter=live & Q(kind__in=back_kinds)),
+        )
+        .order_by()
+    )
+    zero = Decimal("0")
+    figures = {}
+    for row in rows:
+        available = (row["reserved_in"] or zero) + (row["other_in"] or zero) + (row["out"] or zero)
+        figures[row["currency"]] = {
+            "pending": f"{row['pending'] or zero:.2f}",
+            "posted": f"{row['posted'] or zero:.2f}",
+            "available": f"{available:.2f}",
+            "money_out": f"{-(row['money_out'] or zero) - (row['money_back'] or zero):.2f}",
+        }
+    return figures
 
 
 # --- Visibility timeout sizing ----------------------------------------------------------------

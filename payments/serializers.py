@@ -429,6 +429,13 @@ class BalanceOutputSerializer(serializers.Serializer):
     balance = serializers.CharField()
     entries = serializers.IntegerField()
     confirmed_total = serializers.CharField()
+    # From every entry, money out included (``payments.selectors.merchant_money_figures``):
+    # pending (all that has not failed), posted (moved), available (may be paid out now; may
+    # be negative, shown as it is), and the refunds and payouts not failed less their returns.
+    pending = serializers.CharField()
+    posted = serializers.CharField()
+    available = serializers.CharField()
+    money_out = serializers.CharField()
 
 
 class MerchantBalanceOutputSerializer(serializers.Serializer):

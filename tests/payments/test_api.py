@@ -238,6 +238,11 @@ def test_balance_sums_the_merchants_ledger(api_client):
             "entries": 2,
             "confirmed_total": "12.50",
             "returned_total": "0.00",
+            "pending": "12.50",
+            "posted": "12.50",
+            # Settled just now: inside the return reserve (2 banking days by default).
+            "available": "0.00",
+            "money_out": "0.00",
         }
     ]
 

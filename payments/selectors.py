@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
 from payments.banking_days import add_banking_days, available_cutoff
@@ -215,11 +215,12 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
 
     - ``pending``: every entry whose money has not failed to move (pending and posted);
     - ``posted``: the entries whose money has moved;
-    - ``available``: what may be paid out now: posted credits past the return reserve
-      (``AVAILABLE_AFTER_BANKING_DAYS`` after they were booked at settlement) and other posted
-      money in (re-credits, money out returned, recoveries), less every entry taking money
-      out, pending or posted (refunds, payouts, reversals, re-credit reversals). It may be
-      negative (a return after a payout): shown as it is;
+    - ``available``: what may be paid out now: the posted entries of each debit whose credit
+      is past the return reserve (``AVAILABLE_AFTER_BANKING_DAYS`` after it was booked at
+      settlement: the credit, and its reversal, re-credit and re-credit reversal if any; a
+      debit inside the reserve adds nothing, nor does its return take anything), less money
+      out, pending or posted (refunds, payouts), plus money out that came back and recoveries
+      recovered. It may be negative (a return after a payout): shown as it is;
     - ``money_out``: refunds and payouts not failed, less those that came back.
     """
     from payments import conf as payments_conf
@@ -229,19 +230,24 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
     posted = Q(status=LedgerEntryStatus.POSTED)
     out_kinds = (LedgerEntryKind.REFUND, LedgerEntryKind.PAYOUT)
     back_kinds = (LedgerEntryKind.REFUND_RETURN, LedgerEntryKind.PAYOUT_RETURN)
+    money_out_side = Q(kind__in=(*out_kinds, *back_kinds, LedgerEntryKind.RECOVERY_OWED))
+    past_reserve = Exists(
+        LedgerEntry.objects.filter(
+            payment_id=OuterRef("payment_id"),
+            kind=LedgerEntryKind.CREDIT,
+            created_at__lte=cutoff,
+        )
+    )
     rows = (
         LedgerEntry.objects.filter(merchant_id=merchant_id)
+        .alias(past_reserve=past_reserve)
         .values("currency")
         .annotate(
             pending=Sum("amount", filter=live),
             posted=Sum("amount", filter=posted),
-            reserved_in=Sum(
-                "amount", filter=posted & Q(kind=LedgerEntryKind.CREDIT, created_at__lte=cutoff)
-            ),
-            other_in=Sum(
-                "amount", filter=posted & Q(amount__gt=0) & ~Q(kind=LedgerEntryKind.CREDIT)
-            ),
-            out=Sum("amount", filter=live & Q(amount__lt=0)),
+            collected=Sum("amount", filter=posted & ~money_out_side & Q(past_reserve=True)),
+            out=Sum("amount", filter=live & money_out_side & Q(amount__lt=0)),
+            back=Sum("amount", filter=posted & money_out_side & Q(amount__gt=0)),
             money_out=Sum("amount", filter=live & Q(kind__in=out_kinds)),
             money_back=Sum("amount", filter=live & Q(kind__in=back_kinds)),
         )
@@ -250,7 +256,7 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
     zero = Decimal("0")
     figures = {}
     for row in rows:
-        available = (row["reserved_in"] or zero) + (row["other_in"] or zero) + (row["out"] or zero)
+        available = (row["collected"] or zero) + (row["out"] or zero) + (row["back"] or zero)
         figures[row["currency"]] = {
             "pending": f"{row['pending'] or zero:.2f}",
             "posted": f"{row['posted'] or zero:.2f}",

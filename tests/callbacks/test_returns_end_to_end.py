@@ -105,5 +105,10 @@ def test_a_settled_debit_returned_by_the_processor_is_reversed_and_the_balance_n
             "entries": 3,
             "confirmed_total": "80.00",
             "returned_total": "25.50",
+            "pending": "80.00",
+            "posted": "80.00",
+            # Both settled just now: inside the return reserve, and so is the return.
+            "available": "0.00",
+            "money_out": "0.00",
         }
     ]

@@ -98,14 +98,20 @@ def _recomputed(now) -> dict:
     from payments import conf as payments_conf
 
     cutoff = available_cutoff(now, payments_conf.AVAILABLE_AFTER_BANKING_DAYS)
-    rows = list(LedgerEntry.objects.filter(merchant_id=MERCHANT))
+    rows = list(LedgerEntry.objects.filter(merchant_id=MERCHANT).select_related("payment"))
     live = [r for r in rows if r.status != LedgerEntryStatus.ARCHIVED]
     posted = [r for r in rows if r.status == LedgerEntryStatus.POSTED]
-    available = (
-        sum((r.amount for r in posted if r.kind == "credit" and r.created_at <= cutoff), ZERO)
-        + sum((r.amount for r in posted if r.kind != "credit" and r.amount > 0), ZERO)
-        + sum((r.amount for r in live if r.amount < 0), ZERO)
-    )
+    settled_past = {r.payment_id for r in rows if r.kind == "credit" and r.created_at <= cutoff}
+    available = ZERO
+    for r in rows:
+        if r.payment.purpose == PaymentPurpose.COLLECTION:
+            # A debit counts whole once its credit is past the reserve, not at all before.
+            if r.payment_id in settled_past and r.status == LedgerEntryStatus.POSTED:
+                available += r.amount
+        elif r.amount < 0 and r.status != LedgerEntryStatus.ARCHIVED:
+            available += r.amount  # money out, held or sent
+        elif r.amount > 0 and r.status == LedgerEntryStatus.POSTED:
+            available += r.amount  # money out back, a recovery recovered
     out = sum((r.amount for r in live if r.kind in ("refund", "payout")), ZERO)
     back = sum((r.amount for r in live if r.kind in ("refund_return", "payout_return")), ZERO)
     return {

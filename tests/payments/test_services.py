@@ -273,6 +273,10 @@ def test_confirmation_credits_the_merchant_ledger_once():
             "entries": 1,
             "confirmed_total": "40.10",
             "returned_total": "0.00",
+            "pending": "40.10",
+            "posted": "40.10",
+            "available": "0.00",  # inside the return reserve
+            "money_out": "0.00",
         }
     ]
 

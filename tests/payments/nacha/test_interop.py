@@ -33,7 +33,7 @@ from payments.nacha.bank_writer import BankAnswer, nacha_answer_file_write
 from payments.nacha.originator import parse_originator
 from payments.nacha.parser import NachaFormatError, parse_nacha
 from payments.nacha.windows import EASTERN
-from payments.nacha.writer import DebitEntry, nacha_file_write
+from payments.nacha.writer import FileEntry, nacha_file_write
 from tests.payments.nacha.conftest import FILES, ORIGINATOR_SETTING
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -388,7 +388,7 @@ def ours(tmp_path_factory) -> Path:
     data = nacha_file_write(
         originator=ORIGINATOR,
         entries=[
-            DebitEntry(
+            FileEntry(
                 trace_number=f"02100002{n:07d}",
                 sec_code=sec,
                 account_type=kind,

@@ -153,7 +153,8 @@ def _achkit_write(spec: dict, *, addenda: str = "") -> bytes:
         )
         batch = file.batch(b["sec"], b["description"], effective)
         for e in b["entries"]:
-            batch.debit(
+            add = batch.credit if e.get("direction") == "credit" else batch.debit
+            add(
                 e["name"],
                 e["routing"],
                 e["account"],
@@ -181,7 +182,8 @@ def _carta_write(spec: dict) -> bytes:
             b["sec"],
             [
                 {
-                    "type": "37" if e["account_type"] == "savings" else "27",
+                    "type": ("3" if e["account_type"] == "savings" else "2")
+                    + ("2" if e.get("direction") == "credit" else "7"),
                     "routing_number": e["routing"],
                     "account_number": e["account"],
                     "amount": f"{e['amount_cents'] / 100:.2f}",
@@ -191,8 +193,8 @@ def _carta_write(spec: dict) -> bytes:
                 }
                 for e in b["entries"]
             ],
-            credits=False,
-            debits=True,
+            credits=any(e.get("direction") == "credit" for e in b["entries"]),
+            debits=any(e.get("direction") != "credit" for e in b["entries"]),
             eff_ent_date=datetime.strptime(b["effective_date"], "%y%m%d"),
             entry_desc=b["description"],
         )

@@ -23,8 +23,9 @@
   returned, ``400`` for a code outside R61-R69 or a malformed request.
 - ``GET /_sandbox/stats``: charges per idempotency key and per payment, total charges, and the
   same of credits (``credits_sent``, ``credits_sent_by_payment``, ``total_credits_sent``: each
-  credit must be sent at most once per key), answers by status, callbacks sent; ``GET /_sandbox/callbacks``: every callback delivered (payment id,
-  event type, processor event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
+  credit must be sent at most once per key), answers by status, callbacks sent;
+  ``GET /_sandbox/callbacks``: every callback delivered (payment id, event type, processor
+  event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
 - ``GET /v1/events?after=<cursor>&limit=<n>`` (bearer auth): every event that happened (its
   callback came due), in that order, whether or not the callback was delivered:
   ``{"data": [<callback body>...], "next_cursor": ..., "has_more": ...}``; cursors are

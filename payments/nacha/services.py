@@ -33,8 +33,8 @@ from payments.nacha.sealing import content_seal, outbound_aad
 from payments.nacha.transports import DeliveryConflict, Transport
 from payments.nacha.windows import EASTERN, WindowInstance, window_next
 from payments.nacha.writer import (
-    FileEntry,
     EntryRefused,
+    FileEntry,
     Originator,
     entry_check,
     nacha_file_write,

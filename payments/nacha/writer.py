@@ -166,9 +166,7 @@ def nacha_file_write(
             "company_name": clean_text(o.company_name, 16),
             "company_identification": o.company_identification,
             "standard_entry_class_code": sec_code,
-            "company_entry_description": clean_text(
-                description or o.company_entry_description, 10
-            ),
+            "company_entry_description": clean_text(description or o.company_entry_description, 10),
             "effective_entry_date": effective_entry_date.strftime("%y%m%d"),
             "originator_status_code": "1",
             "originating_dfi_identification": o.odfi_identification,
@@ -180,9 +178,7 @@ def nacha_file_write(
                 format_record(
                     L.ENTRY_DETAIL,
                     {
-                        "transaction_code": TRANSACTION_CODES[entry.direction][
-                            entry.account_type
-                        ],
+                        "transaction_code": TRANSACTION_CODES[entry.direction][entry.account_type],
                         "receiving_dfi_identification": entry.routing_number[:8],
                         "check_digit": entry.routing_number[8],
                         "dfi_account_number": entry.account_number,

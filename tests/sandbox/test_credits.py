@@ -164,9 +164,7 @@ def test_a_credit_settles_with_callbacks_stating_its_direction(with_callbacks, r
     wait_for(lambda: with_callbacks.events_made() == bodies)
 
 
-def test_a_credit_to_a_token_naming_r03_is_returned_r03_after_settling(
-    with_callbacks, receiver
-):
+def test_a_credit_to_a_token_naming_r03_is_returned_r03_after_settling(with_callbacks, receiver):
     key, payment_id = uuid.uuid4(), uuid.uuid4()
 
     credit(with_callbacks.base_url, key=key, payment_id=payment_id, token="tok_payout_R03")

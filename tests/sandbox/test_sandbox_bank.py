@@ -112,7 +112,11 @@ def test_a_credit_to_an_account_it_cannot_find_is_returned_r03_as_a_credits_retu
             description="REFUND",
         )
         for n, (name, kind) in enumerate(
-            [("NOACCOUNT Max", "checking"), ("NOACCOUNT Eve", "savings"), ("Paid Back", "checking")],
+            [
+                ("NOACCOUNT Max", "checking"),
+                ("NOACCOUNT Eve", "savings"),
+                ("Paid Back", "checking"),
+            ],
             start=1,
         )
     ]

@@ -10,20 +10,20 @@ import pytest
 from django.utils import timezone
 
 from callbacks.nacha_inbound import nacha_files_collect
+from payments.messages import MessageKind, event_fields
 from payments.models import OutboxMessage, PaymentDirection, PaymentPurpose, PaymentState
 from payments.nacha.backend import NachaBankBackend
 from payments.nacha.models import NachaEntry, NachaInboundEvent
 from payments.nacha.parser import parse_nacha
 from payments.nacha.services import nacha_entries_settle, nacha_file_cut, nacha_file_deliver
 from payments.nacha.windows import EASTERN
-from payments.messages import MessageKind, event_fields
 from payments.services import payment_submit
 from payments.services.submission import SubmitOutcome
 from payments.vault.services import vault_account_reveal, vault_account_store
 from sandbox.bank import bank_answer_files
 from tests.callbacks.worker_support import run_worker
 from tests.factories import PaymentFactory
-from tests.payments.nacha.test_bank_backend import _payment, bank  # noqa: F401 - the fixture
+from tests.payments.nacha.test_bank_backend import _payment
 from tests.payments.vault.conftest import ACCOUNT
 
 pytestmark = pytest.mark.django_db(transaction=True)

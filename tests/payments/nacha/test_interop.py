@@ -411,21 +411,18 @@ def ours(tmp_path_factory) -> Path:
     return path
 
 
-def test_achkit_validates_and_reads_our_file(ours):
-    text = ours.read_text()
-    assert achkit.validate(text) == {"ok": True, "errors": []}
-    parsed = achkit.parse(text)
-    assert [
+def achkit_entries(parsed: dict) -> list[tuple[str, str, int, int]]:
+    """(trace, SEC code, transaction code, amount in cents) of each entry achkit read."""
+    return [
         (e["trace_number"], b["sec"], e["txn_code"], e["amount_cents"])
         for b in parsed["batches"]
         for e in b["entries"]
-    ] == OUR_ENTRIES
-    assert parsed["control"]["total_debit"] == sum(c for *_, c in OUR_ENTRIES)
+    ]
 
 
-def test_carta_ach_reads_our_file(ours):
-    parsed = CartaParser(ours.read_text()).as_dict()
-    assert [
+def carta_entries(parsed: dict) -> list[tuple[str, str, int, int]]:
+    """The same of what carta-ach read."""
+    return [
         (
             e["entry_detail"]["trace_num"],
             b["batch_header"]["std_ent_cls_code"],
@@ -434,17 +431,35 @@ def test_carta_ach_reads_our_file(ours):
         )
         for b in parsed["batches"]
         for e in b["entries"]
-    ] == OUR_ENTRIES
+    ]
+
+
+def node_nacha_entries(path: Path) -> list[tuple[str, str, int, int]]:
+    """The same of what node-nacha reads of the file at ``path``."""
+    parsed = json.loads(_node("parse", str(path)))
+    return [
+        (e["trace_number"], b["sec"], int(e["transaction_code"]), e["amount_cents"])
+        for b in parsed["batches"]
+        for e in b["entries"]
+    ]
+
+
+def test_achkit_validates_and_reads_our_file(ours):
+    text = ours.read_text()
+    assert achkit.validate(text) == {"ok": True, "errors": []}
+    parsed = achkit.parse(text)
+    assert achkit_entries(parsed) == OUR_ENTRIES
+    assert parsed["control"]["total_debit"] == sum(c for *_, c in OUR_ENTRIES)
+
+
+def test_carta_ach_reads_our_file(ours):
+    parsed = CartaParser(ours.read_text()).as_dict()
+    assert carta_entries(parsed) == OUR_ENTRIES
     assert int(parsed["file_control"]["block_count"]) == 2
 
 
 def test_node_nacha_reads_our_file(ours):
-    parsed = json.loads(_node("parse", str(ours)))
-    assert [
-        (e["trace_number"], b["sec"], int(e["transaction_code"]), e["amount_cents"])
-        for b in parsed["batches"]
-        for e in b["entries"]
-    ] == OUR_ENTRIES
+    assert node_nacha_entries(ours) == OUR_ENTRIES
 
 
 def _our_answers(tmp_path: Path) -> Path:

@@ -6,7 +6,6 @@ node-nacha read ours. Every one of them writes and reads credits, so none is lef
 from __future__ import annotations
 
 import copy
-import json
 from datetime import date, datetime
 from pathlib import Path
 
@@ -22,8 +21,10 @@ from tests.payments.nacha.test_interop import (
     SPEC,
     _achkit_write,
     _carta_write,
-    _node,
     _node_write,
+    achkit_entries,
+    carta_entries,
+    node_nacha_entries,
 )
 
 CREDIT_SPEC = copy.deepcopy(SPEC)
@@ -154,26 +155,13 @@ def test_achkit_validates_and_reads_our_credits(ours):
     text = ours.read_text()
     assert achkit.validate(text) == {"ok": True, "errors": []}
     parsed = achkit.parse(text)
-    assert [
-        (e["trace_number"], b["sec"], e["txn_code"], e["amount_cents"])
-        for b in parsed["batches"]
-        for e in b["entries"]
-    ] == EXPECTED
+    assert achkit_entries(parsed) == EXPECTED
     assert (parsed["control"]["total_debit"], parsed["control"]["total_credit"]) == (4200, 26000)
 
 
 def test_carta_ach_reads_our_credits(ours):
     parsed = CartaParser(ours.read_text()).as_dict()
-    assert [
-        (
-            e["entry_detail"]["trace_num"],
-            b["batch_header"]["std_ent_cls_code"],
-            int(e["entry_detail"]["transaction_code"]),
-            int(e["entry_detail"]["amount"]),
-        )
-        for b in parsed["batches"]
-        for e in b["entries"]
-    ] == EXPECTED
+    assert carta_entries(parsed) == EXPECTED
     assert [b["batch_header"]["serv_cls_code"] for b in parsed["batches"]] == [
         "225",
         "220",
@@ -182,9 +170,4 @@ def test_carta_ach_reads_our_credits(ours):
 
 
 def test_node_nacha_reads_our_credits(ours):
-    parsed = json.loads(_node("parse", str(ours)))
-    assert [
-        (e["trace_number"], b["sec"], int(e["transaction_code"]), e["amount_cents"])
-        for b in parsed["batches"]
-        for e in b["entries"]
-    ] == EXPECTED
+    assert node_nacha_entries(ours) == EXPECTED

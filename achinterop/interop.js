@@ -7,8 +7,9 @@
 //                                       batches and entries as JSON
 //
 // The spec is what the test states once for every implementation: a file header, then batches
-// of debits ({sec, description, effective_date YYMMDD, entries: [{name, routing, account,
-// account_type "checking"|"savings", amount_cents, id, addenda?}]}).
+// ({sec, description, effective_date YYMMDD, entries: [{name, routing, account,
+// account_type "checking"|"savings", amount_cents, id, addenda?, direction?}]}): an entry is a
+// debit unless its direction is "credit".
 "use strict";
 
 const fs = require("fs");
@@ -36,7 +37,8 @@ function writeNodeNacha(spec) {
       originatingDFIIdentification: spec.destination_routing.slice(0, 8),
     });
     for (const e of b.entries) {
-      batch = batch.debit({
+      const add = e.direction === "credit" ? batch.credit : batch.debit;
+      batch = add.call(batch, {
         name: e.name,
         account: { num: e.account, type: e.account_type === "savings" ? "S" : "C" },
         routing: e.routing,
@@ -62,8 +64,9 @@ function writeNach2(spec) {
       batchSequenceNumber: 1,
     });
     for (const b of spec.batches) {
+      const directions = new Set(b.entries.map((e) => e.direction || "debit"));
       const batch = new nach2.Batch({
-        serviceClassCode: "225",
+        serviceClassCode: directions.size > 1 ? "200" : directions.has("credit") ? "220" : "225",
         companyName: spec.company_name,
         standardEntryClassCode: b.sec,
         companyIdentification: spec.company_identification,
@@ -84,7 +87,7 @@ function writeNach2(spec) {
           idNumber: e.id,
           individualName: e.name,
           discretionaryData: "  ", // nach2 takes no empty field
-          transactionCode: e.account_type === "savings" ? "37" : "27",
+          transactionCode: (e.account_type === "savings" ? "3" : "2") + (e.direction === "credit" ? "2" : "7"),
         });
         if (e.addenda) {
           entry.addAddenda(new Nach2EntryAddenda({ paymentRelatedInformation: e.addenda }));

@@ -10,6 +10,9 @@ the sandbox processor's token rules (``sandbox.faults``):
 ``RETURN ...``      returned R01
 ``UNAUTH ...``      returned R10 (unauthorized)
 ``CLOSED ...``      returned R02 (account closed)
+``NOACCOUNT ...``   returned R03 (no account): the credit rule, for a refund or payout sent to
+                    an account the receiving bank cannot find (the return carries code 21 or
+                    31, a credit's; the processor's rule is a token naming ``R03``)
 ``NOC ...``         a NOC C01: the corrected account number is the account's digits reversed
 ``NOCSAVINGS ...``  a NOC C05: the account is a savings account (transaction code 37)
 anything else       no answer (the entry settles)
@@ -35,6 +38,7 @@ RULES = {
     "RETURN": "R01",
     "UNAUTH": "R10",
     "CLOSED": "R02",
+    "NOACCOUNT": "R03",
     "NOC": "C01",
     "NOCSAVINGS": "C05",
 }

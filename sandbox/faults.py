@@ -32,7 +32,15 @@ life (or since ``POST /_sandbox/reset``):
                             ``dishonor_contested`` (R73 against an R68, else R76); without it,
                             ``return_dishonored`` alone
 ``..._contestfirst...``     the same, with the contest sent before the dishonor
+``...R03...`` (a credit)    a credit (``/v1/ach/credits``) whose destination token names R02,
+                            R03, R04 or R23 anywhere (``tok_payout_R03``): ``settled``, then
+                            ``returned`` with that code after ``return_after_seconds``
 ==========================  ===================================================================
+
+A credit's destination token takes the call rules above too (``tok_fail5xx_<N>``,
+``tok_timeout_<N>``, ``tok_429_<N>``, ``tok_reject``, ``tok_dupcb``), counted per token with
+the debits'; the settlement rules (``tok_return``, ``tok_nsf``, ``tok_noc`` ...) and the random
+returns are a debit's only.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ outbox for each of its entries in the transaction that records the delivery, and
 submission is answered "accepted": the payment moves to ``submitted`` once its file is at the
 bank, not before, and exactly once.
 
+A credit (a refund or payout) goes the same way: ``credit_create`` queues the payment's entry,
+which the file cut writes as a credit (``payments.nacha.services``), and ``credit_get`` finds it
+as ``debit_get`` finds a debit.
+
 The bank sends no callbacks: its return and NOC files are collected (``manage.py
 nacha_collect``), so a callback to this backend is refused as unsigned.
 """
@@ -22,7 +26,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from payments.models import Payment
+from payments.models import Payment, PaymentDirection
 from payments.nacha import settings as nacha_settings
 from payments.nacha.models import NachaEntry
 from payments.nacha.services import nacha_entry_add, nacha_entry_withdraw
@@ -30,6 +34,9 @@ from payments.nacha.windows import window_next
 from payments.processor.backend import (
     CallbackRequest,
     CallTimer,
+    CreditAccepted,
+    CreditQueued,
+    CreditStatus,
     DebitAccepted,
     DebitQueued,
     DebitStatus,
@@ -40,8 +47,6 @@ from payments.signing import SignatureError
 
 # After the window's cutoff, the cut and the delivery take a few minutes.
 DELIVERY_SLACK_SECONDS = 15 * 60
-URL = "nacha:"
-
 URL = "nacha:"
 
 
@@ -55,6 +60,24 @@ class NachaBankBackend(ProcessorBackend):
         currency: str,
         source_token: str,
     ) -> DebitAccepted | DebitQueued:
+        return self._entry_queue(payment_id, currency)
+
+    def credit_create(
+        self,
+        *,
+        idempotency_key: uuid.UUID | str,
+        payment_id: uuid.UUID | str,
+        amount: Decimal,
+        currency: str,
+        destination_token: str,
+    ) -> CreditAccepted | CreditQueued:
+        # The payment row names the account (its source_token) and the direction the cut writes.
+        return self._entry_queue(payment_id, currency)
+
+    def _entry_queue(
+        self, payment_id: uuid.UUID | str, currency: str
+    ) -> DebitAccepted | DebitQueued:
+        """The payment's entry, queued for the next window; accepted once its file is sent."""
         timer = CallTimer("SUBMIT", f"{URL}entries/{payment_id}")
         if currency != "USD":
             raise ProcessorCallRejected(
@@ -86,12 +109,17 @@ class NachaBankBackend(ProcessorBackend):
         nacha_entry_withdraw(payment_id=payment_id)
 
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
+        return self._entry_status(idempotency_key, PaymentDirection.DEBIT)
+
+    def credit_get(self, *, idempotency_key: uuid.UUID | str) -> CreditStatus:
+        return self._entry_status(idempotency_key, PaymentDirection.CREDIT)
+
+    def _entry_status(self, idempotency_key: uuid.UUID | str, direction: str) -> DebitStatus:
+        """``submitted`` once the entry's file is delivered; not found before, or for a key
+        of the other direction."""
         timer = CallTimer("GET", f"{URL}entries/{idempotency_key}")
-        entry = (
-            NachaEntry.objects.select_related("file")
-            .filter(payment__in=Payment.objects.filter(idempotency_key=idempotency_key))
-            .first()
-        )
+        payments = Payment.objects.filter(idempotency_key=idempotency_key, direction=direction)
+        entry = NachaEntry.objects.select_related("file").filter(payment__in=payments).first()
         delivered = entry is not None and entry.file is not None and entry.file.delivered_at
         return DebitStatus(
             found=bool(delivered),

@@ -197,6 +197,10 @@ def _event_for(entry: Entry, moment: datetime) -> tuple[str, str, NachaEntry | N
         "reason_code": "" if is_noc else code,
         "message": f"ACH {'NOC' if is_noc else 'return'} {code}, bank trace {entry.trace_number}",
     }
+    if entry.transaction_code in L.CREDIT_CODES:
+        # The bank answers one of our credits (a refund or payout): stated, so a return of a
+        # credit matched to a debit of ours is a mismatch for a person, never applied as one.
+        event["direction"] = "credit"
     if is_noc:
         token = ours.payment.source_token if ours else ""
         event["change_code"] = code

@@ -1,5 +1,8 @@
 """Entries and files of the bank path: a trace number per payment, and files cut per window.
 
+A payment is a debit, or money out (a refund or payout, ``direction="credit"``): a credit entry
+to the account its ``source_token`` names, in a batch described ``REFUND`` or ``PAYOUT``.
+
 ``nacha_entry_add`` gives a payment its entry and trace number once (a retried submission
 finds the same row). ``nacha_file_cut`` takes every entry not yet in a file, reveals the
 accounts and writes and seals the file outside any transaction, then stores the file and each
@@ -22,7 +25,7 @@ from django.utils import timezone
 from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.catalogue import SETTLED
 from payments.messages import MessageKind, processor_event_body, submit_payment_body
-from payments.models import Payment, PaymentState
+from payments.models import Payment, PaymentDirection, PaymentPurpose, PaymentState
 from payments.nacha import settings as nacha_settings
 from payments.nacha.accounts import AccountResolver, AccountUnavailable, BankAccount
 from payments.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
@@ -30,8 +33,8 @@ from payments.nacha.sealing import content_seal, outbound_aad
 from payments.nacha.transports import DeliveryConflict, Transport
 from payments.nacha.windows import EASTERN, WindowInstance, window_next
 from payments.nacha.writer import (
-    DebitEntry,
     EntryRefused,
+    FileEntry,
     Originator,
     entry_check,
     nacha_file_write,
@@ -122,7 +125,7 @@ class _CutPlan:
     """What a cut means to store, worked out outside any transaction: the entries it takes
     with their debits, the entries it refuses with the reason, and the file's bytes sealed."""
 
-    usable: list[tuple[NachaEntry, DebitEntry]]
+    usable: list[tuple[NachaEntry, FileEntry]]
     refusals: list[tuple[NachaEntry, str]]
     files_that_day: int = 0
     created: datetime | None = None
@@ -196,6 +199,34 @@ def _resolved(
     return found
 
 
+# A credit's batch description, by what it is for: the receiver's statement shows it.
+CREDIT_DESCRIPTIONS = {PaymentPurpose.REFUND: "REFUND", PaymentPurpose.PAYOUT: "PAYOUT"}
+
+
+def _file_entry(entry: NachaEntry, account: BankAccount, cents: int) -> FileEntry:
+    """The entry's line of the file: a debit from the account, or a credit to it."""
+    payment = entry.payment
+    common = {
+        "trace_number": entry.trace_number,
+        "account_type": account.account_type,
+        "routing_number": account.routing_number,
+        "account_number": account.account_number,
+        "amount_cents": cents,
+        "identification": entry.payment_id.hex[:15],
+        "receiver_name": account.holder_name,
+    }
+    if payment.direction != PaymentDirection.CREDIT:
+        return FileEntry(sec_code=account.sec_code, **common)
+    # WEB credits are for person-to-person payments only: a consumer's refund or payout is PPD.
+    sec_code = "PPD" if account.sec_code == "WEB" else account.sec_code
+    return FileEntry(
+        sec_code=sec_code,
+        direction="credit",
+        description=CREDIT_DESCRIPTIONS.get(payment.purpose, "REFUND"),
+        **common,
+    )
+
+
 def _cut_plan(
     *,
     now: datetime,
@@ -217,23 +248,14 @@ def _cut_plan(
             continue
         try:
             if entry.payment.state != PaymentState.PENDING:
-                # Failed or settled some other way meanwhile: it must not be debited.
+                # Failed or settled some other way meanwhile: it must not be sent.
                 raise EntryRefused(f"the payment is {entry.payment.state}, not pending")
             account = _resolved(entry.payment.source_token, resolve_account, accounts)
             if account.merchant_id is not None and account.merchant_id != (
                 entry.payment.merchant_id
             ):
                 raise EntryRefused("the account token belongs to another merchant")
-            debit = DebitEntry(
-                trace_number=entry.trace_number,
-                sec_code=account.sec_code,
-                account_type=account.account_type,
-                routing_number=account.routing_number,
-                account_number=account.account_number,
-                amount_cents=cents,
-                identification=entry.payment_id.hex[:15],
-                receiver_name=account.holder_name,
-            )
+            debit = _file_entry(entry, account, cents)
             # Each entry checked on its own, so one bad account refuses only itself.
             entry_check(debit, originator.odfi_identification)
         except (AccountUnavailable, EntryRefused) as exc:
@@ -312,7 +334,8 @@ def _cut_store(
             name=f"{created:%Y%m%d}-{modifier}-{window.name}.ach",
             sha256=hashlib.sha256(plan.content).hexdigest(),
             entry_count=len(plan.usable),
-            total_debit_cents=sum(d.amount_cents for _, d in plan.usable),
+            # Debits only, as the column says; the file's credits are in its controls.
+            total_debit_cents=sum(d.amount_cents for _, d in plan.usable if d.direction == "debit"),
             **plan.sealed,
         )
         for entry, debit in plan.usable:
@@ -433,6 +456,8 @@ def nacha_entries_settle(*, now: datetime, limit: int = 1000) -> int:
                 "reason_code": "",
                 "message": f"ACH entry {entry.trace_number}: effective date passed, no return",
             }
+            if entry.payment.direction == PaymentDirection.CREDIT:
+                event["direction"] = PaymentDirection.CREDIT.value
             outbox_enqueue(
                 kind=MessageKind.PROCESSOR_EVENT,
                 group_id=str(entry.payment_id),

@@ -1,4 +1,10 @@
-"""Write a NACHA file of debits: file header, a batch per SEC code, entries, controls, blocking.
+"""Write a NACHA file of debits and credits: file header, a batch per SEC code and company entry
+description, entries, controls, blocking.
+
+Debits (collections) take transaction code 27 or 37 in batches of service class 225; credits
+(money out: refunds and payouts) 22 or 32, in batches of their own description (``REFUND``,
+``PAYOUT``) and service class 220; a batch holding both is 200. Each batch control and the file
+control total debits and credits apart.
 
 A pure function of its input (no database, no clock): the service that cuts a file decides
 what goes in it and stores the bytes, so a delivery retried later sends the same bytes. Every
@@ -21,6 +27,11 @@ from payments.nacha.routing import routing_number_problem
 
 SEC_CODES = ("PPD", "CCD", "WEB")
 DEBIT_TRANSACTION_CODES = {"checking": 27, "savings": 37}
+CREDIT_TRANSACTION_CODES = {"checking": 22, "savings": 32}
+TRANSACTION_CODES = {"debit": DEBIT_TRANSACTION_CODES, "credit": CREDIT_TRANSACTION_CODES}
+# A batch's service class by the directions of its entries.
+SERVICE_CLASSES = {frozenset({"debit"}): "225", frozenset({"credit"}): "220"}
+MIXED_SERVICE_CLASS = "200"
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,9 @@ class Originator:
 
 
 @dataclass(frozen=True)
-class DebitEntry:
+class FileEntry:
+    """One entry of a file: a debit, or a credit (``direction="credit"``)."""
+
     trace_number: str  # 15 digits: the ODFI's 8 and a sequence of 7
     sec_code: str
     account_type: str  # checking | savings
@@ -48,6 +61,9 @@ class DebitEntry:
     identification: str  # our reference, 15 characters at most
     receiver_name: str
     recurring: bool = False  # WEB: the payment type code, R (recurring) or S (single)
+    direction: str = "debit"  # or "credit"
+    # The company entry description of its batch (REFUND, PAYOUT); "": the originator's.
+    description: str = ""
 
 
 class EntryRefused(ValueError):
@@ -85,13 +101,15 @@ def format_record(layout: Layout, values: Mapping[str, str | int]) -> str:
     return "".join(parts)
 
 
-def entry_check(entry: DebitEntry, odfi_identification: str) -> None:
+def entry_check(entry: FileEntry, odfi_identification: str) -> None:
     """Raise ``EntryRefused`` unless ``entry`` can be written under this ODFI."""
     trace = entry.trace_number
     if len(trace) != 15 or not trace.isdigit() or trace[:8] != odfi_identification:
         raise EntryRefused(f"entry {trace!r}: a trace number is the ODFI's 8 digits and 7 more")
     if entry.sec_code not in SEC_CODES:
         raise EntryRefused(f"entry {trace}: SEC code must be one of {', '.join(SEC_CODES)}")
+    if entry.direction not in TRANSACTION_CODES:
+        raise EntryRefused(f"entry {trace}: direction must be debit or credit")
     if entry.account_type not in DEBIT_TRANSACTION_CODES:
         raise EntryRefused(f"entry {trace}: account type must be checking or savings")
     if problem := routing_number_problem(entry.routing_number):
@@ -106,7 +124,7 @@ def entry_check(entry: DebitEntry, odfi_identification: str) -> None:
 def nacha_file_write(
     *,
     originator: Originator,
-    entries: Iterable[DebitEntry],
+    entries: Iterable[FileEntry],
     effective_entry_date: date,
     created_at: datetime,
     file_id_modifier: str,
@@ -117,7 +135,7 @@ def nacha_file_write(
     entries = list(entries)
     for entry in entries:
         entry_check(entry, o.odfi_identification)
-    entries.sort(key=lambda e: (SEC_CODES.index(e.sec_code), e.trace_number))
+    entries.sort(key=lambda e: (SEC_CODES.index(e.sec_code), e.description, e.trace_number))
     if len({e.trace_number for e in entries}) != len(entries):
         raise EntryRefused("a trace number appears twice")
     records = [
@@ -135,17 +153,20 @@ def nacha_file_write(
             },
         )
     ]
-    file_totals = {"count": 0, "hash": 0, "debit": 0, "batches": 0}
-    for batch_number, (sec_code, group) in enumerate(
-        groupby(entries, key=lambda e: e.sec_code), start=1
+    file_totals = {"count": 0, "hash": 0, "debit": 0, "credit": 0, "batches": 0}
+    for batch_number, ((sec_code, description), group) in enumerate(
+        groupby(entries, key=lambda e: (e.sec_code, e.description)), start=1
     ):
         batch = list(group)
+        service_class = SERVICE_CLASSES.get(
+            frozenset(e.direction for e in batch), MIXED_SERVICE_CLASS
+        )
         header = {
-            "service_class_code": "225",
+            "service_class_code": service_class,
             "company_name": clean_text(o.company_name, 16),
             "company_identification": o.company_identification,
             "standard_entry_class_code": sec_code,
-            "company_entry_description": clean_text(o.company_entry_description, 10),
+            "company_entry_description": clean_text(description or o.company_entry_description, 10),
             "effective_entry_date": effective_entry_date.strftime("%y%m%d"),
             "originator_status_code": "1",
             "originating_dfi_identification": o.odfi_identification,
@@ -157,7 +178,7 @@ def nacha_file_write(
                 format_record(
                     L.ENTRY_DETAIL,
                     {
-                        "transaction_code": DEBIT_TRANSACTION_CODES[entry.account_type],
+                        "transaction_code": TRANSACTION_CODES[entry.direction][entry.account_type],
                         "receiving_dfi_identification": entry.routing_number[:8],
                         "check_digit": entry.routing_number[8],
                         "dfi_account_number": entry.account_number,
@@ -173,16 +194,17 @@ def nacha_file_write(
                 )
             )
         entry_hash = sum(int(e.routing_number[:8]) for e in batch) % 10**10
-        debit = sum(e.amount_cents for e in batch)
+        debit = sum(e.amount_cents for e in batch if e.direction == "debit")
+        credit = sum(e.amount_cents for e in batch if e.direction == "credit")
         records.append(
             format_record(
                 L.BATCH_CONTROL,
                 {
-                    "service_class_code": "225",
+                    "service_class_code": service_class,
                     "entry_addenda_count": len(batch),
                     "entry_hash": entry_hash,
                     "total_debit_amount": debit,
-                    "total_credit_amount": 0,
+                    "total_credit_amount": credit,
                     "company_identification": o.company_identification,
                     "originating_dfi_identification": o.odfi_identification,
                     "batch_number": batch_number,
@@ -192,6 +214,7 @@ def nacha_file_write(
         file_totals["count"] += len(batch)
         file_totals["hash"] += entry_hash
         file_totals["debit"] += debit
+        file_totals["credit"] += credit
         file_totals["batches"] += 1
     blocks = -(-(len(records) + 1) // L.BLOCKING_FACTOR)
     records.append(
@@ -203,7 +226,7 @@ def nacha_file_write(
                 "entry_addenda_count": file_totals["count"],
                 "entry_hash": file_totals["hash"] % 10**10,
                 "total_debit_amount": file_totals["debit"],
-                "total_credit_amount": 0,
+                "total_credit_amount": file_totals["credit"],
             },
         )
     )

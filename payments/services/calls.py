@@ -47,21 +47,15 @@ def transfer_create(payment: Payment) -> DebitAccepted | DebitQueued:
     money out (a refund or payout) a credit to it, ``source_token`` being then the account the
     credit goes to. Raises as the backend does (a backend without credits refuses one)."""
     backend = get_client()
+    fields = {
+        "idempotency_key": payment.idempotency_key,
+        "payment_id": payment.id,
+        "amount": payment.amount,
+        "currency": payment.currency,
+    }
     if payment.direction == PaymentDirection.CREDIT:
-        return backend.credit_create(
-            idempotency_key=payment.idempotency_key,
-            payment_id=payment.id,
-            amount=payment.amount,
-            currency=payment.currency,
-            destination_token=payment.source_token,
-        )
-    return backend.debit_create(
-        idempotency_key=payment.idempotency_key,
-        payment_id=payment.id,
-        amount=payment.amount,
-        currency=payment.currency,
-        source_token=payment.source_token,
-    )
+        return backend.credit_create(**fields, destination_token=payment.source_token)
+    return backend.debit_create(**fields, source_token=payment.source_token)
 
 
 def transfer_get(payment: Payment) -> DebitStatus:

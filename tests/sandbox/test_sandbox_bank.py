@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from payments.nacha.originator import parse_originator
 from payments.nacha.parser import parse_nacha
 from payments.nacha.windows import EASTERN
-from payments.nacha.writer import DebitEntry, nacha_file_write
+from payments.nacha.writer import FileEntry, nacha_file_write
 from sandbox.bank import bank_answer_files
 from tests.payments.nacha.conftest import ORIGINATOR_SETTING
 
@@ -18,7 +18,7 @@ NAMES = ["NSF Pat", "Unauth Lee", "Closed Kim", "NOC Sam", "NOCSAVINGS Ana", "Pa
 
 def _our_file() -> bytes:
     entries = [
-        DebitEntry(
+        FileEntry(
             trace_number=f"02100002{n:07d}",
             sec_code="PPD",
             account_type="checking",
@@ -95,3 +95,54 @@ def test_only_the_files_named_are_answered_at_the_banks_clock(tmp_path):
     header = parse_nacha((inbound / name).read_bytes()).header
     assert (header["file_creation_date"], header["file_creation_time"]) == ("261203", "0900")
     assert sorted(p.name for p in out.iterdir()) == ["20261201-A-next_day.ach", "answered"]
+
+
+def test_a_credit_to_an_account_it_cannot_find_is_returned_r03_as_a_credits_return(tmp_path):
+    credits = [
+        FileEntry(
+            trace_number=f"02100002{n:07d}",
+            sec_code="PPD",
+            account_type=kind,
+            routing_number="011000015",
+            account_number=f"7788{n:04d}",
+            amount_cents=500 + n,
+            identification=f"r{n}",
+            receiver_name=name,
+            direction="credit",
+            description="REFUND",
+        )
+        for n, (name, kind) in enumerate(
+            [
+                ("NOACCOUNT Max", "checking"),
+                ("NOACCOUNT Eve", "savings"),
+                ("Paid Back", "checking"),
+            ],
+            start=1,
+        )
+    ]
+    out, inbound = tmp_path / "out", tmp_path / "in"
+    out.mkdir()
+    (out / "20261201-A-next_day.ach").write_bytes(
+        nacha_file_write(
+            originator=parse_originator(ORIGINATOR_SETTING),
+            entries=credits,
+            effective_entry_date=datetime(2026, 12, 2).date(),
+            created_at=datetime(2026, 12, 1, 20, tzinfo=EASTERN),
+            file_id_modifier="A",
+        )
+    )
+
+    [name] = bank_answer_files(outbound=str(out), inbound=str(inbound))
+
+    parsed = parse_nacha((inbound / name).read_bytes())
+    assert [
+        (
+            a.return_addenda["original_entry_trace_number"],
+            a.return_addenda.text("return_reason_code"),
+            a.transaction_code,
+            a.amount_cents,
+        )
+        for a in parsed.entries()
+    ] == [("021000020000001", "R03", 21, 501), ("021000020000002", "R03", 31, 502)]
+    assert parsed.control.integer("total_credit_amount") == 1003
+    assert parsed.control.integer("total_debit_amount") == 0

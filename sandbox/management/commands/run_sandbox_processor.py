@@ -71,6 +71,7 @@ FAULT_OPTIONS = {
 class Command(BaseCommand):
     help = (
         "Run the sandbox ACH processor (POST /v1/ach/debits, GET /v1/ach/debits/<key>, "
+        "POST /v1/ach/credits, GET /v1/ach/credits/<key>, "
         "GET /_sandbox/stats, POST /_sandbox/reset) and send signed callbacks. Every fault "
         "option can also be set in the environment as SANDBOX_<NAME> (e.g. SANDBOX_P_5XX=0.1, "
         "SANDBOX_LATENCY_MEDIAN_MS=80, SANDBOX_SEED=7, SANDBOX_CALLBACK_URL=...); options win. "
@@ -79,7 +80,8 @@ class Command(BaseCommand):
         "(returned instead of settled), tok_nsf / tok_unauth (settled, then returned R01 / "
         "R10), tok_nsfonce (as tok_nsf for the token's first debit only), tok_noc and "
         "tok_noc_<Cnn> (settled, then a notification of change), tok_dupcb (every callback "
-        "twice)."
+        "twice); a credit's destination token naming R02, R03, R04 or R23 (tok_payout_R03): "
+        "settled, then returned with that code."
     )
 
     def add_arguments(self, parser):

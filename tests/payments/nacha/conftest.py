@@ -63,3 +63,21 @@ BANK = {
     "odfi_routing_number": "021000021",
     "odfi_name": "First ODFI Bank",
 }
+
+
+@pytest.fixture
+def bank(module_settings, sqs_queues, tmp_path):
+    """The bank as the processor backend, its drop two directories (the sandbox bank's)."""
+    from payments.nacha.transports import DirectoryTransport
+    from tests.payments.vault.conftest import KEY_1
+
+    module_settings.PROCESSOR_BACKEND = "payments.nacha.backend.NachaBankBackend"
+    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    module_settings.VAULT_KEYS = {"k1": KEY_1}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
+    module_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(tmp_path / "out"),
+        "inbound": str(tmp_path / "in"),
+    }
+    return DirectoryTransport(outbound=str(tmp_path / "out"), inbound=str(tmp_path / "in"))

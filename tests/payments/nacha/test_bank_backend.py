@@ -16,7 +16,6 @@ from payments.models import PaymentEvent, PaymentState, ProcessorAttempt
 from payments.nacha.backend import NachaBankBackend
 from payments.nacha.models import NachaEntry, NachaFile
 from payments.nacha.services import nacha_file_cut, nacha_file_deliver
-from payments.nacha.transports import DirectoryTransport
 from payments.nacha.windows import EASTERN
 from payments.processor.backend import backend_class_problem
 from payments.services import payment_create, payment_submit
@@ -26,24 +25,9 @@ from payments.vault.services import vault_account_reveal, vault_account_store
 from sandbox.bank import bank_answer_files
 from tests.callbacks.worker_support import drain, run_worker, send_body
 from tests.factories import PaymentFactory
-from tests.payments.nacha.conftest import ORIGINATOR_SETTING
-from tests.payments.vault.conftest import ACCOUNT, KEY_1
+from tests.payments.vault.conftest import ACCOUNT
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def bank(module_settings, sqs_queues, tmp_path):
-    module_settings.PROCESSOR_BACKEND = "payments.nacha.backend.NachaBankBackend"
-    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
-    module_settings.VAULT_KEYS = {"k1": KEY_1}
-    module_settings.VAULT_ACTIVE_KEY = "k1"
-    module_settings.NACHA_TRANSPORT = {
-        "kind": "directory",
-        "outbound": str(tmp_path / "out"),
-        "inbound": str(tmp_path / "in"),
-    }
-    return DirectoryTransport(outbound=str(tmp_path / "out"), inbound=str(tmp_path / "in"))
 
 
 def _payment(holder: str = "Jane Q Customer", amount: str = "42.00"):

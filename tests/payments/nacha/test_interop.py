@@ -33,7 +33,7 @@ from payments.nacha.bank_writer import BankAnswer, nacha_answer_file_write
 from payments.nacha.originator import parse_originator
 from payments.nacha.parser import NachaFormatError, parse_nacha
 from payments.nacha.windows import EASTERN
-from payments.nacha.writer import DebitEntry, nacha_file_write
+from payments.nacha.writer import FileEntry, nacha_file_write
 from tests.payments.nacha.conftest import FILES, ORIGINATOR_SETTING
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,7 +153,8 @@ def _achkit_write(spec: dict, *, addenda: str = "") -> bytes:
         )
         batch = file.batch(b["sec"], b["description"], effective)
         for e in b["entries"]:
-            batch.debit(
+            add = batch.credit if e.get("direction") == "credit" else batch.debit
+            add(
                 e["name"],
                 e["routing"],
                 e["account"],
@@ -181,7 +182,8 @@ def _carta_write(spec: dict) -> bytes:
             b["sec"],
             [
                 {
-                    "type": "37" if e["account_type"] == "savings" else "27",
+                    "type": ("3" if e["account_type"] == "savings" else "2")
+                    + ("2" if e.get("direction") == "credit" else "7"),
                     "routing_number": e["routing"],
                     "account_number": e["account"],
                     "amount": f"{e['amount_cents'] / 100:.2f}",
@@ -191,8 +193,8 @@ def _carta_write(spec: dict) -> bytes:
                 }
                 for e in b["entries"]
             ],
-            credits=False,
-            debits=True,
+            credits=any(e.get("direction") == "credit" for e in b["entries"]),
+            debits=any(e.get("direction") != "credit" for e in b["entries"]),
             eff_ent_date=datetime.strptime(b["effective_date"], "%y%m%d"),
             entry_desc=b["description"],
         )
@@ -388,7 +390,7 @@ def ours(tmp_path_factory) -> Path:
     data = nacha_file_write(
         originator=ORIGINATOR,
         entries=[
-            DebitEntry(
+            FileEntry(
                 trace_number=f"02100002{n:07d}",
                 sec_code=sec,
                 account_type=kind,
@@ -409,21 +411,18 @@ def ours(tmp_path_factory) -> Path:
     return path
 
 
-def test_achkit_validates_and_reads_our_file(ours):
-    text = ours.read_text()
-    assert achkit.validate(text) == {"ok": True, "errors": []}
-    parsed = achkit.parse(text)
-    assert [
+def achkit_entries(parsed: dict) -> list[tuple[str, str, int, int]]:
+    """(trace, SEC code, transaction code, amount in cents) of each entry achkit read."""
+    return [
         (e["trace_number"], b["sec"], e["txn_code"], e["amount_cents"])
         for b in parsed["batches"]
         for e in b["entries"]
-    ] == OUR_ENTRIES
-    assert parsed["control"]["total_debit"] == sum(c for *_, c in OUR_ENTRIES)
+    ]
 
 
-def test_carta_ach_reads_our_file(ours):
-    parsed = CartaParser(ours.read_text()).as_dict()
-    assert [
+def carta_entries(parsed: dict) -> list[tuple[str, str, int, int]]:
+    """The same of what carta-ach read."""
+    return [
         (
             e["entry_detail"]["trace_num"],
             b["batch_header"]["std_ent_cls_code"],
@@ -432,17 +431,35 @@ def test_carta_ach_reads_our_file(ours):
         )
         for b in parsed["batches"]
         for e in b["entries"]
-    ] == OUR_ENTRIES
+    ]
+
+
+def node_nacha_entries(path: Path) -> list[tuple[str, str, int, int]]:
+    """The same of what node-nacha reads of the file at ``path``."""
+    parsed = json.loads(_node("parse", str(path)))
+    return [
+        (e["trace_number"], b["sec"], int(e["transaction_code"]), e["amount_cents"])
+        for b in parsed["batches"]
+        for e in b["entries"]
+    ]
+
+
+def test_achkit_validates_and_reads_our_file(ours):
+    text = ours.read_text()
+    assert achkit.validate(text) == {"ok": True, "errors": []}
+    parsed = achkit.parse(text)
+    assert achkit_entries(parsed) == OUR_ENTRIES
+    assert parsed["control"]["total_debit"] == sum(c for *_, c in OUR_ENTRIES)
+
+
+def test_carta_ach_reads_our_file(ours):
+    parsed = CartaParser(ours.read_text()).as_dict()
+    assert carta_entries(parsed) == OUR_ENTRIES
     assert int(parsed["file_control"]["block_count"]) == 2
 
 
 def test_node_nacha_reads_our_file(ours):
-    parsed = json.loads(_node("parse", str(ours)))
-    assert [
-        (e["trace_number"], b["sec"], int(e["transaction_code"]), e["amount_cents"])
-        for b in parsed["batches"]
-        for e in b["entries"]
-    ] == OUR_ENTRIES
+    assert node_nacha_entries(ours) == OUR_ENTRIES
 
 
 def _our_answers(tmp_path: Path) -> Path:

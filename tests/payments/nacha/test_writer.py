@@ -13,8 +13,8 @@ from payments.nacha.parser import parse_nacha
 from payments.nacha.routing import check_digit
 from payments.nacha.windows import EASTERN
 from payments.nacha.writer import (
-    DebitEntry,
     EntryRefused,
+    FileEntry,
     clean_text,
     format_record,
     nacha_file_write,
@@ -26,7 +26,7 @@ CREATED = datetime(2026, 12, 1, 15, 30, tzinfo=EASTERN)
 EFFECTIVE = date(2026, 12, 2)
 
 
-def _entry(n: int, **fields) -> DebitEntry:
+def _entry(n: int, **fields) -> FileEntry:
     values = {
         "trace_number": f"02100002{n:07d}",
         "sec_code": "PPD",
@@ -37,7 +37,7 @@ def _entry(n: int, **fields) -> DebitEntry:
         "identification": f"pay-{n}",
         "receiver_name": f"Customer {n}",
     } | fields
-    return DebitEntry(**values)
+    return FileEntry(**values)
 
 
 def _write(entries, **kwargs) -> bytes:
@@ -85,13 +85,15 @@ def test_a_written_file_reads_back_with_every_field_it_was_given():
 
 entry_lists = st.lists(
     st.builds(
-        lambda n, sec, kind, routing8, cents, name: _entry(
+        lambda n, sec, kind, routing8, cents, name, direction, description: _entry(
             n,
             sec_code=sec,
             account_type=kind,
             routing_number=routing8 + str(check_digit(routing8)),
             amount_cents=cents,
             receiver_name=name,
+            direction=direction,
+            description=description,
         ),
         n=st.integers(0, 9_999_999),
         sec=st.sampled_from(["PPD", "CCD", "WEB"]),
@@ -99,6 +101,8 @@ entry_lists = st.lists(
         routing8=st.sampled_from(["01100001", "02100002", "12104288", "23138010", "32227458"]),
         cents=st.integers(1, 10**10 - 1),
         name=st.text(max_size=40),
+        direction=st.sampled_from(["debit", "credit"]),
+        description=st.sampled_from(["", "REFUND", "PAYOUT"]),
     ),
     min_size=1,
     max_size=40,
@@ -116,11 +120,72 @@ def test_any_written_file_keeps_the_invariants_when_read_back(entries):
     assert parsed.control.integer("block_count") == len(lines) // 10
     read = list(parsed.entries())
     assert sorted(e.trace_number for e in read) == sorted(e.trace_number for e in entries)
-    assert parsed.control.integer("total_debit_amount") == sum(e.amount_cents for e in entries)
-    assert parsed.control.integer("total_credit_amount") == 0
+    assert parsed.control.integer("total_debit_amount") == sum(
+        e.amount_cents for e in entries if e.direction == "debit"
+    )
+    assert parsed.control.integer("total_credit_amount") == sum(
+        e.amount_cents for e in entries if e.direction == "credit"
+    )
     expected_hash = sum(int(e.routing_number[:8]) for e in entries) % 10**10
     assert parsed.control.integer("entry_hash") == expected_hash
-    assert len(parsed.batches) == len({e.sec_code for e in entries})
+    assert len(parsed.batches) == len({(e.sec_code, e.description) for e in entries})
+    for batch in parsed.batches:
+        directions = {"debit" if e.is_debit else "credit" for e in batch.entries}
+        expected_class = {"debit": "225", "credit": "220"}.get(directions.pop(), "200")
+        assert batch.header["service_class_code"] == (expected_class if not directions else "200")
+
+
+def test_credits_are_written_in_batches_of_their_own_description_with_credit_codes_and_totals():
+    entries = [
+        _entry(1, amount_cents=5000),
+        _entry(2, direction="credit", description="REFUND", amount_cents=1500),
+        _entry(3, direction="credit", description="REFUND", account_type="savings"),
+        _entry(4, direction="credit", description="PAYOUT", amount_cents=250_00),
+        _entry(5, sec_code="CCD", direction="credit", description="PAYOUT", amount_cents=7),
+    ]
+
+    parsed = parse_nacha(_write(entries))
+
+    assert [
+        (
+            b.header.text("standard_entry_class_code"),
+            b.header.text("company_entry_description"),
+            b.header["service_class_code"],
+            b.control["service_class_code"],
+            b.control.integer("total_debit_amount"),
+            b.control.integer("total_credit_amount"),
+        )
+        for b in parsed.batches
+    ] == [
+        ("PPD", "PAYMENT", "225", "225", 5000, 0),
+        ("PPD", "PAYOUT", "220", "220", 0, 25000),
+        ("PPD", "REFUND", "220", "220", 0, 1500 + 1003),
+        ("CCD", "PAYOUT", "220", "220", 0, 7),
+    ]
+    assert {e.trace_number: e.transaction_code for e in parsed.entries()} == {
+        "021000020000001": 27,
+        "021000020000002": 22,
+        "021000020000003": 32,
+        "021000020000004": 22,
+        "021000020000005": 22,
+    }
+    assert parsed.control.integer("total_debit_amount") == 5000
+    assert parsed.control.integer("total_credit_amount") == 1500 + 1003 + 25000 + 7
+    assert parsed.control.integer("entry_hash") == 5 * 1100001
+    assert [e.is_debit for e in parsed.entries()] == [True, False, False, False, False]
+
+
+def test_a_batch_of_debits_and_credits_under_one_description_is_mixed_200():
+    entries = [_entry(1), _entry(2, direction="credit", amount_cents=300)]
+
+    [batch] = parse_nacha(_write(entries)).batches
+
+    assert (batch.header["service_class_code"], batch.control["service_class_code"]) == (
+        "200",
+        "200",
+    )
+    assert batch.control.integer("total_debit_amount") == 1001
+    assert batch.control.integer("total_credit_amount") == 300
 
 
 def test_nine_records_are_blocked_to_ten_ten_stay_ten_and_eleven_become_twenty():
@@ -142,8 +207,9 @@ def test_nine_records_are_blocked_to_ten_ten_stay_ten_and_eleven_become_twenty()
         ({"account_number": "1234-5678"}, "4-17"),
         ({"amount_cents": 0}, "0.01"),
         ({"amount_cents": 10**10}, "99,999,999.99"),
+        ({"direction": "reversal"}, "debit or credit"),
     ],
-    ids=["trace", "sec", "type", "routing", "short-account", "dash", "zero", "too-big"],
+    ids=["trace", "sec", "type", "routing", "short-account", "dash", "zero", "too-big", "dir"],
 )
 def test_an_entry_that_cannot_be_written_is_refused_naming_its_trace_not_its_numbers(
     fields, problem

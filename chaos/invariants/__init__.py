@@ -47,7 +47,15 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   payment its event named, and no NOC lacks its event or moved a state;
 - ``reinitiations_within_limits``: at most two reinitiations per original entry, numbered in
   order, each for the original's merchant, amount and token, each made after the entry before
-  it came back.
+  it came back;
+- ``credits_sent_at_most_once``: the processor sent each credit key (refund, payout) and each
+  credit at most once, only credits of ours, none canceled here;
+- ``refunds_within_collected``: per debit, the refunds holding money never exceed what it
+  collected, and only a settled debit has refunds sent;
+- ``double_losses_flagged``: a refund sent before its debit's return is a double loss, booked
+  (recovery owed) and alerted; one not sent was canceled;
+- ``balances_match_entries``: every merchant's pending, posted, available and money-out
+  balance as answered equals the one recomputed from its ledger rows.
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -62,6 +70,12 @@ from chaos.invariants.event_log import check_events_applied_once, check_transiti
 from chaos.invariants.final_states import check_final_states
 from chaos.invariants.lifecycle import check_nocs, check_reinitiations
 from chaos.invariants.money import check_charges, check_ledger, check_returns_reversed
+from chaos.invariants.money_out import (
+    check_balances,
+    check_credits_sent,
+    check_double_losses,
+    check_refunds_within_collected,
+)
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
 
@@ -97,5 +111,9 @@ def check_invariants(
     check_outage_dead_letters(report)
     check_nocs(report)
     check_reinitiations(report)
+    check_credits_sent(report, sandbox_stats)
+    check_refunds_within_collected(report)
+    check_double_losses(report)
+    check_balances(report)
     notes_unfinished(report)
     return report

@@ -7,6 +7,8 @@ from decimal import Decimal
 from chaos.invariants.report import Report
 
 ZERO = Decimal("0")
+# A debit's entries (its payment row's); money out writes others, on its own rows.
+COLLECTION_KINDS = ("credit", "reversal", "recredit", "recredit_reversal")
 
 
 def check_charges(report: Report, stats: dict) -> None:
@@ -35,7 +37,10 @@ def check_charges(report: Report, stats: dict) -> None:
         )
     keys = {
         str(key): (str(pid), state)
-        for pid, key, state in Payment.objects.values_list("id", "idempotency_key", "state")
+        # Charges are debits: money out is credited, and counted apart (money_out checks).
+        for pid, key, state in Payment.objects.filter(purpose="collection").values_list(
+            "id", "idempotency_key", "state"
+        )
     }
     unknown = sorted(key for key in charges if key not in keys)
     if unknown:
@@ -92,7 +97,12 @@ def _check_charged_as_recorded(report: Report, charges: dict, keys: dict) -> Non
 def _payments() -> dict:
     from payments.models import Payment
 
-    return {p["id"]: p for p in Payment.objects.values("id", "state", "amount", "merchant_id")}
+    return {
+        p["id"]: p
+        for p in Payment.objects.filter(purpose="collection").values(
+            "id", "state", "amount", "merchant_id"
+        )
+    }
 
 
 def _totals_by_merchant(queryset) -> dict:
@@ -146,7 +156,9 @@ def check_ledger(report: Report) -> None:
 
     ledger = _totals_by_merchant(LedgerEntry.objects.filter(kind=LedgerEntryKind.CREDIT))
     # Every payment that settled, whether it was returned afterwards or not.
-    expected = _totals_by_merchant(Payment.objects.filter(state__in=settled_states))
+    expected = _totals_by_merchant(
+        Payment.objects.filter(purpose="collection", state__in=settled_states)
+    )
     off = sorted(
         f"{m} (credits {ledger.get(m, ZERO)}, confirmed {expected.get(m, ZERO)})"
         for m in set(ledger) | set(expected)
@@ -247,8 +259,11 @@ def check_returns_reversed(report: Report) -> None:
             LedgerEntry.objects.filter(kind=LedgerEntryKind.REVERSAL)
         ).items()
     }
-    returned_total = _totals_by_merchant(Payment.objects.filter(state=PaymentState.RETURNED))
-    net = _totals_by_merchant(LedgerEntry.objects.all())
+    returned_total = _totals_by_merchant(
+        Payment.objects.filter(purpose="collection", state=PaymentState.RETURNED)
+    )
+    # The debits' own entries: money out's are checked apart (money_out).
+    net = _totals_by_merchant(LedgerEntry.objects.filter(kind__in=COLLECTION_KINDS))
     _check_merchant_nets(report, net, reversed_total, returned_total)
     report.checked[check] = {
         "returned": len(returned),

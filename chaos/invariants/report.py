@@ -19,6 +19,10 @@ CHECKS = (
     "no_outage_dead_letters",
     "nocs_recorded_once",
     "reinitiations_within_limits",
+    "credits_sent_at_most_once",
+    "refunds_within_collected",
+    "double_losses_flagged",
+    "balances_match_entries",
 )
 
 # How many offending ids a violation lists before it summarises the rest.

@@ -4,6 +4,7 @@ product's own services, and the helpers the tests corrupt it with."""
 import uuid
 from decimal import Decimal
 
+from django.test import TestCase
 from django.utils import timezone
 
 from callbacks.models import (
@@ -16,6 +17,7 @@ from callbacks.models import (
 from chaos.invariants import check_invariants
 from payments.models import Payment
 from payments.services import payment_apply_event, payment_cancel, payment_create
+from payments.services.refunds import refund_create
 from tests.factories import processor_event
 from triage.models import DeadLetter, DeadLetterSource
 
@@ -95,12 +97,15 @@ def clean_history() -> dict:
     payment_cancel(payment_id=canceled.pk)
 
     held = _held_behind_a_dead_letter(history)
-    payments = [confirmed, returned, second_merchant, settled_returned, held]
+    refunded, double_loss, credits = _money_out(history)
+    payments = [confirmed, returned, second_merchant, settled_returned, held, refunded, double_loss]
     history["stats"] = {
         "charges": {str(p.idempotency_key): 1 for p in payments},
         "charges_by_payment": {str(p.id): 1 for p in payments},
         "debits": len(payments),
         "callbacks_sent": len(history["sent"]),
+        "credits_sent": {str(c.idempotency_key): 1 for c in credits},
+        "credits_sent_by_payment": {str(c.id): 1 for c in credits},
     }
     history["payments"] = {
         "confirmed": confirmed,
@@ -109,8 +114,40 @@ def clean_history() -> dict:
         "settled_returned": settled_returned,
         "held": held,
         "canceled": canceled,
+        "refunded": refunded,
+        "refund": credits[0],
+        "double_loss": double_loss,
+        "sent_refund": credits[1],
     }
     return history
+
+
+def _sent(refund: Payment) -> None:
+    """What the worker's submission marks before its call: the credit may be at the processor."""
+    Payment.objects.filter(pk=refund.pk).update(submission_started_at=timezone.now())
+
+
+def _money_out(history: dict) -> tuple[Payment, Payment, list[Payment]]:
+    """A partial refund sent and settled; a debit refunded twice, one refund sent and one not,
+    then returned R10: the one sent is a double loss (booked and alerted), the other canceled."""
+    refunded = new_payment("m-4", "20.00")
+    deliver(history, refunded, "submitted")
+    deliver(history, refunded, "settled")
+    refund = refund_create(payment_id=refunded.id, amount=Decimal("8.00"))
+    _sent(refund)
+    deliver(history, refund, "submitted", direction="credit")
+    deliver(history, refund, "settled", direction="credit")
+
+    double_loss = new_payment("m-4", "12.00")
+    deliver(history, double_loss, "submitted")
+    deliver(history, double_loss, "settled")
+    sent = refund_create(payment_id=double_loss.id, amount=Decimal("6.00"))
+    _sent(sent)
+    deliver(history, sent, "submitted", direction="credit")
+    refund_create(payment_id=double_loss.id, amount=Decimal("6.00"))  # never sent: canceled
+    with TestCase.captureOnCommitCallbacks(execute=True):  # the double loss's alert
+        deliver(history, double_loss, "returned", reason_code="R10")
+    return refunded, double_loss, [refund, sent]
 
 
 def _held_behind_a_dead_letter(history: dict) -> Payment:

@@ -33,9 +33,13 @@ def test_a_clean_history_passes_every_check(history):
     assert report.checked["callbacks_accounted"]["stale"] == 1
     assert report.checked["callbacks_accounted"]["parked"] == 1
     assert report.checked["callbacks_accounted"]["dead letter"] == 1
-    assert report.checked["ledger_matches_confirmed"]["credits"] == 3
-    assert report.checked["returns_reversed"]["reversals"] == 1
-    assert report.checked["returns_reversed"]["ledger net"] == "13.10"  # 10.00 + 3.10
+    # The money-out debits too: one refunded and kept, one refunded and returned.
+    assert report.checked["ledger_matches_confirmed"]["credits"] == 5
+    assert report.checked["returns_reversed"]["reversals"] == 2
+    assert report.checked["returns_reversed"]["ledger net"] == "33.10"  # 10.00 + 3.10 + 20.00
+    assert report.checked["credits_sent_at_most_once"] == {"credit keys sent": 2}
+    assert report.checked["refunds_within_collected"] == {"debits refunded": 2}
+    assert report.checked["double_losses_flagged"] == {"double losses": 1}
     assert "invariants PASSED" in report.render()
 
 
@@ -318,7 +322,7 @@ def test_callbacks_are_accounted_by_count_when_no_list_is_given(history):
     clean = check_invariants(sandbox_stats=history["stats"], callbacks_sent=None)
     assert clean.ok, clean.render()
 
-    history["stats"]["debits"] = 10  # 20 events promised, far fewer traced
+    history["stats"]["debits"] = 20  # 40 events promised, far fewer traced
 
     report = check_invariants(sandbox_stats=history["stats"], callbacks_sent=None)
 
@@ -440,7 +444,8 @@ def test_every_final_state_agrees_with_the_processors_events_on_a_clean_run(hist
 
     assert report.ok, report.render()
     checked = report.checked["final_states_match_processor"]
-    assert (checked["compared"], checked["with a person or in hand"]) == (4, 1)
+    # The four debits of the first merchants, the two refunded ones and their two refunds sent.
+    assert (checked["compared"], checked["with a person or in hand"]) == (8, 1)
 
 
 def test_a_payment_left_behind_a_settlement_the_processor_made_fails(history):

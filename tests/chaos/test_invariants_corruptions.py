@@ -1,10 +1,13 @@
 """One corruption per branch of the invariant checker not tripped elsewhere: each must fail the
 check that names it, with that branch's finding, and no other check."""
 
+from decimal import Decimal
+
 import pytest
 from django.db import connection
 
 from payments.models import (
+    DoubleLoss,
     EventKind,
     EventOutcome,
     LedgerEntry,
@@ -240,3 +243,60 @@ def test_a_payment_credited_twice_fails(history):
 
 def test_the_clean_history_has_no_violation_to_begin_with(history):
     assert check(history).ok  # so each failure above is the corruption's, not the fixture's
+
+
+# --- money out --------------------------------------------------------------------------------
+
+
+def test_a_credit_key_sent_twice_fails(history):
+    refund = history["payments"]["refund"]
+    history["stats"]["credits_sent"][str(refund.idempotency_key)] = 2
+
+    violation = _one(check(history), "credits_sent_at_most_once", "sent more than once")
+    assert violation.ids == (str(refund.idempotency_key),)
+
+
+def test_a_canceled_refund_the_processor_sent_fails(history):
+    canceled = Payment.objects.get(refund_of=history["payments"]["double_loss"], state="canceled")
+    history["stats"]["credits_sent"][str(canceled.idempotency_key)] = 1
+
+    violation = _one(check(history), "credits_sent_at_most_once", "canceled here")
+    assert violation.ids == (str(canceled.id),)
+
+
+def test_refunds_over_what_the_debit_collected_fail(history):
+    refund = history["payments"]["refund"]
+    Payment.objects.filter(pk=refund.pk).update(amount=Decimal("20.01"))  # of 20.00 collected
+
+    _one(check(history), "refunds_within_collected", "refunded more than they collected")
+
+
+def test_a_refund_sent_before_the_return_without_its_double_loss_fails(history):
+    DoubleLoss.objects.all().delete()
+
+    violation = _one(check(history), "double_losses_flagged", "silently")
+    assert str(history["payments"]["sent_refund"].id) in violation.ids[0]
+
+
+def test_a_double_loss_never_alerted_fails(history):
+    from triage.models import Alert
+
+    Alert.objects.filter(key__startswith="payment.double_loss:").update(key="another.alert")
+
+    _one(check(history), "double_losses_flagged", "never alerted")
+
+
+def test_a_balance_answered_apart_from_its_entries_fails(history, monkeypatch):
+    from payments import selectors
+
+    right = selectors.merchant_money_figures
+
+    def off_by_a_cent(**kwargs):
+        figures = right(**kwargs)
+        for figure in figures.values():
+            figure["available"] = f"{Decimal(figure['available']) + Decimal('0.01'):.2f}"
+        return figures
+
+    monkeypatch.setattr(selectors, "merchant_money_figures", off_by_a_cent)
+
+    _only(check(history), "balances_match_entries")

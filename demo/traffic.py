@@ -455,4 +455,16 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
     print("\n  Dishonors")
     for label, passed in checks:
         print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
+    ok = ok and all(passed for _, passed in checks)
+    # Money out, after the summary too: its refunds are payments of their own.
+    from demo.refunds import run_refunds
+
+    rows, checks = run_refunds(
+        web_url=web_url, token=token, merchant=MERCHANTS[2], sandbox_url=sandbox_url
+    )
+    print("\n  Money out")
+    for label, value in rows:
+        print(f"  {label}: {value}")
+    for label, passed in checks:
+        print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
     return ok and all(passed for _, passed in checks)

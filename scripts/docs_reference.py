@@ -497,16 +497,16 @@ def _status(node: ast.AST | None) -> int | None:
 def error_codes() -> dict[str, tuple[set[int], set[str], set[str]]]:
     """``code -> ({status, ...}, {type, ...}, {module, ...})`` for every code the envelope can
     carry: those the module's code writes (``ApiError(status, "code", ...)``,
-    ``field_errors(...)``, an exception's ``default_code``), the cancel's and the reinitiation's
-    rules, and DRF's own exceptions as the module's handler names them."""
+    ``field_errors(...)``, an exception's ``default_code``), the cancel's, the refund's and the
+    reinitiation's rules, and DRF's own exceptions as the module's handler names them."""
     from rest_framework import exceptions
 
     from payments.api_errors import _CODES, ErrorType, _type_for
-    from payments.services import cancel, reinitiation
+    from payments.services import cancel, refunds, reinitiation
 
-    # The refusals that name their rule (``ApiError(409, exc.rule, ...)``): a cancel's and a
-    # reinitiation's.
-    rules = (*cancel.RULES, *reinitiation.RULES)
+    # The refusals that name their rule (``ApiError(409, exc.rule, ...)``): a cancel's, a
+    # refund's and a reinitiation's.
+    rules = (*cancel.RULES, *refunds.RULES, *reinitiation.RULES)
 
     codes: dict[str, tuple[set[int], set[str], set[str]]] = {}
 
@@ -601,7 +601,8 @@ def error_codes_reference() -> str:
         "another name). A reinitiation's refusals name the rule; what each rule means is in "
         "[Reinitiation](../explanation/reinitiation.md). So do a cancel's (`already_submitted`, "
         "`payment_not_cancelable`): see [Canceling before origination]"
-        "(../explanation/state-machine.md#canceling-before-origination).",
+        "(../explanation/state-machine.md#canceling-before-origination), and a refund's: see "
+        "[Money out](../explanation/money-out.md).",
         "",
         "| code | status | type | raised in |",
         "| --- | --- | --- | --- |",

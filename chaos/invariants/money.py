@@ -11,6 +11,28 @@ ZERO = Decimal("0")
 COLLECTION_KINDS = ("credit", "reversal", "recredit", "recredit_reversal")
 
 
+def report_sent_twice(
+    report: Report, check: str, by_key: dict, by_payment: dict, *, verb: str
+) -> None:
+    """The keys, and the payments under different keys, the processor moved money for more than
+    once (``verb``: charged, sent)."""
+    twice = sorted(key for key, count in by_key.items() if int(count) > 1)
+    if twice:
+        report.add(
+            check,
+            f"{len(twice)} idempotency key(s) {verb} more than once "
+            f"(counts {sorted({int(by_key[k]) for k in twice})})",
+            twice,
+        )
+    payments_twice = sorted(pid for pid, count in by_payment.items() if int(count) > 1)
+    if payments_twice:
+        report.add(
+            check,
+            f"{len(payments_twice)} payment(s) {verb} more than once (under different keys)",
+            payments_twice,
+        )
+
+
 def check_charges(report: Report, stats: dict) -> None:
     from payments.models import Payment
 
@@ -19,22 +41,7 @@ def check_charges(report: Report, stats: dict) -> None:
     if not isinstance(charges, dict):
         report.add(check, "the processor's stats have no 'charges' map (idempotency key -> count)")
         return
-    twice = sorted(key for key, count in charges.items() if int(count) > 1)
-    if twice:
-        report.add(
-            check,
-            f"{len(twice)} idempotency key(s) charged more than once "
-            f"(counts {sorted({int(charges[k]) for k in twice})})",
-            twice,
-        )
-    by_payment = stats.get("charges_by_payment") or {}
-    payments_twice = sorted(pid for pid, count in by_payment.items() if int(count) > 1)
-    if payments_twice:
-        report.add(
-            check,
-            f"{len(payments_twice)} payment(s) charged more than once (under different keys)",
-            payments_twice,
-        )
+    report_sent_twice(report, check, charges, stats.get("charges_by_payment") or {}, verb="charged")
     keys = {
         str(key): (str(pid), state)
         # Charges are debits: money out is credited, and counted apart (money_out checks).

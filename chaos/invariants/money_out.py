@@ -5,6 +5,7 @@ silent, and every balance the module answers is the one its ledger entries make.
 from collections import defaultdict
 from decimal import Decimal
 
+from chaos.invariants.money import report_sent_twice
 from chaos.invariants.report import Report
 
 ZERO = Decimal("0")
@@ -22,18 +23,7 @@ def check_credits_sent(report: Report, stats: dict) -> None:
     if not isinstance(sent, dict):
         report.add(check, "the processor's stats have no 'credits_sent' map (key -> count)")
         return
-    twice = sorted(key for key, count in sent.items() if int(count) > 1)
-    if twice:
-        report.add(check, f"{len(twice)} credit key(s) sent more than once", twice)
-    by_payment = stats.get("credits_sent_by_payment") or {}
-    payments_twice = sorted(pid for pid, count in by_payment.items() if int(count) > 1)
-    if payments_twice:
-        report.add(
-            check,
-            f"{len(payments_twice)} refund(s) or payout(s) sent more than once (under different "
-            "keys)",
-            payments_twice,
-        )
+    report_sent_twice(report, check, sent, stats.get("credits_sent_by_payment") or {}, verb="sent")
     credits = {
         str(key): (str(pid), state)
         for pid, key, state in Payment.objects.filter(direction="credit").values_list(

@@ -1,0 +1,116 @@
+"""A thousand settled debits refunded while their customers' banks return half of them, through
+two real worker processes sending the credits to the sandbox processor over HTTP: every refund
+the worker sent before its debit's return is a double loss (booked, alerted), every one it had
+not sent is canceled and never sent, no credit is sent twice, and the balances equal the ledger.
+"""
+
+import random
+import threading
+from decimal import Decimal
+
+import pytest
+import requests
+from django.db import close_old_connections, connection
+from django.test import TestCase
+
+from chaos.invariants.money_out import (
+    check_balances,
+    check_credits_sent,
+    check_double_losses,
+    check_refunds_within_collected,
+)
+from chaos.invariants.report import Report
+from payments.models import DoubleLoss, Payment, PaymentState
+from payments.services import payment_apply_event
+from payments.services.refunds import refund_create
+from tests.callbacks.worker_support import WorkerProcess
+from tests.factories import PaymentFactory, processor_event
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.scale, pytest.mark.django_db(transaction=True)]
+
+DEBITS = 1000
+
+
+def _in_thread(work) -> threading.Thread:
+    def run():
+        try:
+            work()
+        finally:
+            connection.close()
+            close_old_connections()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_refunds_racing_returns_leave_every_movement_accounted_for(sqs_queues, sandbox, tmp_path):
+    debits = Payment.objects.bulk_create(
+        [
+            PaymentFactory.build(
+                state=PaymentState.CONFIRMED, merchant_id=f"m-race-{i % 7}", amount=Decimal("50")
+            )
+            for i in range(DEBITS)
+        ]
+    )
+    returned = random.Random(7).sample(debits, DEBITS // 2)
+    workers = [
+        WorkerProcess("--wait-time", "1", log_dir=tmp_path, name=f"worker{i}") for i in range(2)
+    ]
+    try:
+
+        def refund_all():
+            for debit in debits:
+                refund_create(payment_id=debit.id, amount=Decimal("20.00"))
+                if debit.amount > 40:
+                    refund_create(payment_id=debit.id, amount=Decimal("20.00"))
+
+        def return_half():
+            with TestCase.captureOnCommitCallbacks(execute=True):
+                for debit in returned:
+                    payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+
+        threads = [_in_thread(refund_all), _in_thread(return_half)]
+        for thread in threads:
+            thread.join(600)
+
+        def settled_down() -> bool:
+            return (
+                not Payment.objects.filter(
+                    purpose="refund", state="pending", submission_started_at__isnull=True
+                ).exists()
+                and not Payment.objects.filter(
+                    purpose="refund", state="pending", submission_started_at__isnull=False
+                ).exists()
+            )
+
+        wait_for(settled_down, timeout=600, what="every refund sent or canceled", watch=workers)
+    finally:
+        for worker in workers:
+            worker.signal()
+        for worker in workers:
+            worker.wait(60)
+
+    stats = requests.get(f"{sandbox.base_url}/_sandbox/stats", timeout=10).json()
+    report = Report()
+    check_credits_sent(report, stats)
+    check_refunds_within_collected(report)
+    check_double_losses(report)
+    check_balances(report)
+    assert report.ok, report.render()
+
+    refunds_of_returned = Payment.objects.filter(refund_of__in=returned)
+    canceled = refunds_of_returned.filter(state=PaymentState.CANCELED)
+    losses = DoubleLoss.objects.filter(payment__in=returned)
+    # Each refund of a returned debit: canceled before it was sent, or a double loss.
+    assert canceled.count() + losses.count() == refunds_of_returned.count()
+    sent_by_payment = stats["credits_sent_by_payment"]
+    assert not {str(pid) for pid in canceled.values_list("id", flat=True)} & set(sent_by_payment)
+    # Both outcomes happen: the race is real.
+    assert canceled.exists() and losses.exists(), (canceled.count(), losses.count())
+    assert (
+        Payment.objects.filter(purpose="refund").count()
+        == 2 * DEBITS
+        - (DEBITS - Payment.objects.filter(refunds__isnull=False).distinct().count()) * 2
+    )

@@ -73,6 +73,8 @@ from payments.serializers import (
     PaymentListQuerySerializer,
     PaymentOutputSerializer,
     PaymentReinitiateInputSerializer,
+    PayoutCreateInputSerializer,
+    PayoutOutputSerializer,
     ProcessorAttemptOutputSerializer,
     RefundCreateInputSerializer,
     RefundOutputSerializer,
@@ -87,6 +89,7 @@ from payments.services import (
     payment_create,
     payment_reinitiate,
 )
+from payments.services.payouts import payout_create
 from payments.services.refunds import REFUND_EXCEEDS_REFUNDABLE, refund_create, refundable_amount
 from payments.strictjson import StrictJSONParser
 
@@ -495,6 +498,53 @@ def _refund_create_answer(request, payment: Payment, data) -> idempotency.Answer
     except PaymentNotFound:
         return _refusal(ApiError(404, "resource_missing", "no such payment", param="payment_id"))
     return idempotency.Answer(201, dict(RefundOutputSerializer(refund).data))
+
+
+class PayoutCreateApi(ModuleApiView):
+    """``POST /api/payouts/``: a merchant's available balance paid out to its own account
+    (``payments.services.payouts``), with the create path's Idempotency-Key; ``409
+    insufficient_available_balance`` when the balance, checked and held in one transaction,
+    does not cover it."""
+
+    def post(self, request):
+        key = idempotency_key_header(request)
+        result = idempotency.idempotency_key_run(
+            user=request.user,
+            key=key,
+            request_data={"payout": request.data},
+            work=lambda: _payout_create_answer(request, request.data),
+        )
+        return _idempotent_response(result)
+
+
+def _payout_create_answer(request, data) -> idempotency.Answer:
+    serializer = PayoutCreateInputSerializer(data=data)
+    if not serializer.is_valid():
+        return _refusal(field_errors(serializer.errors))
+    values = serializer.validated_data
+    if not merchant_access_allowed(user=request.user, merchant_id=values["merchant_id"]):
+        return _refusal(_forbidden("merchant_id"))
+    try:
+        payout = payout_create(
+            **values,
+            caused_by=f"api:{request.user.get_username()}",
+            carried=propagation.outgoing_values(
+                request_id=request_id_of(request), headers=request.headers
+            ),
+        )
+    except DjangoValidationError as exc:
+        return _refusal(field_errors(exc.message_dict))
+    except MoneyOutRefused as exc:
+        return _refusal(
+            ApiError(
+                status.HTTP_409_CONFLICT,
+                exc.rule,
+                str(exc),
+                param="amount",
+                errors={"amount": [str(exc)]},
+            )
+        )
+    return idempotency.Answer(201, dict(PayoutOutputSerializer(payout).data))
 
 
 class PaymentReinitiateApi(ModuleApiView):

@@ -43,3 +43,17 @@ def single_flight(name: str) -> Iterator[bool]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def transaction_lock(name: str) -> None:
+    """Wait for, and hold until the caller's transaction ends, a cluster-wide lock named
+    ``name`` (``pg_advisory_xact_lock``): what is decided under it (a merchant's payout against
+    its available balance) is decided by one transaction at a time. SQLite needs none: its
+    IMMEDIATE transactions already serialise every writer. Call inside ``transaction.atomic()``.
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(name)])

@@ -20,7 +20,7 @@ from rest_framework import serializers as drf_serializers
 from payments import apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
-from payments.services import cancel, refunds, reinitiation
+from payments.services import cancel, payouts, refunds, reinitiation
 from payments.vault.apis import (
     VaultAccountCreateApi,
     VaultAccountInputSerializer,
@@ -353,6 +353,29 @@ def describe() -> None:
             },
         )
     )(apis.PaymentRefundsApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="payout_create",
+            request=serializers.PayoutCreateInputSerializer,
+            parameters=[_IDEMPOTENCY_KEY, *_HEADERS],
+            responses={
+                201: OpenApiResponse(
+                    serializers.PayoutOutputSerializer,
+                    description="The payout: an ACH credit of the merchant's available balance "
+                    "to its own account, pending, with its own idempotency key.",
+                ),
+                400: _error("What was refused, by field."),
+                403: _error("You may not act for merchant_id."),
+                409: _error(
+                    "The payout rules refuse it; code names the rule: "
+                    + ", ".join(payouts.RULES)
+                    + ". Or a request with this Idempotency-Key is still being processed."
+                ),
+                422: _error("This Idempotency-Key was used with another body."),
+                **_COMMON,
+            },
+        )
+    )(apis.PayoutCreateApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",

@@ -254,6 +254,36 @@ class RefundCreateInputSerializer(StrictInputSerializer):
         return value
 
 
+class PayoutCreateInputSerializer(StrictInputSerializer):
+    """The body of ``POST /api/payouts/``: whose money, how much, and the account it goes to (a
+    processor token, or a vault token held for the merchant on the bank backend)."""
+
+    numeric_fields = ("amount",)
+
+    merchant_id = StrictCharField(max_length=64)
+    amount = AmountField()
+    currency = serializers.ChoiceField(choices=["USD"], default="USD")
+    destination_token = StrictCharField(max_length=128)
+    description = StrictCharField(max_length=255, required=False, allow_blank=True)
+
+    def validate_merchant_id(self, value: str) -> str:
+        if not MERCHANT_RE.fullmatch(value):
+            raise serializers.ValidationError(MERCHANT_MESSAGE)
+        return value
+
+    def validate_destination_token(self, value: str) -> str:
+        try:
+            validate_source_token(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+        return value
+
+    def validate_description(self, value: str) -> str:
+        if looks_like_bank_number(value):
+            raise serializers.ValidationError(BANK_NUMBER_MESSAGE)
+        return value
+
+
 # --- Output -----------------------------------------------------------------------------------
 
 
@@ -294,6 +324,23 @@ class RefundOutputSerializer(serializers.ModelSerializer):
             "idempotency_key",
             "reason",
             "metadata",
+            "created_at",
+        ]
+
+
+class PayoutOutputSerializer(serializers.ModelSerializer):
+    """A payout: an ACH credit of a merchant's available balance to its own account."""
+
+    class Meta:
+        model = Payment
+        fields = [
+            "id",
+            "merchant_id",
+            "amount",
+            "currency",
+            "state",
+            "idempotency_key",
+            "description",
             "created_at",
         ]
 

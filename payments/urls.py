@@ -1,6 +1,7 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
 ``payments/``, ``payments/<id>/``, ``payments/<id>/cancel/``, ``payments/<id>/reinitiate/``,
-``payments/<id>/refunds/``, ``merchants/<id>/balance/`` and the vault's ``vault/accounts/``."""
+``payments/<id>/refunds/``, ``payouts/``, ``merchants/<id>/balance/`` and the vault's
+``vault/accounts/``."""
 
 from django.urls import path
 
@@ -12,6 +13,7 @@ from payments.apis import (
     PaymentListCreateApi,
     PaymentRefundsApi,
     PaymentReinitiateApi,
+    PayoutCreateApi,
 )
 from payments.vault.apis import VaultAccountCreateApi
 
@@ -27,6 +29,7 @@ urlpatterns = [
         name="payment-reinitiate",
     ),
     path("payments/<str:payment_id>/refunds/", PaymentRefundsApi.as_view(), name="payment-refunds"),
+    path("payouts/", PayoutCreateApi.as_view(), name="payout-create"),
     path(
         "merchants/<str:merchant_id>/balance/",
         MerchantBalanceApi.as_view(),

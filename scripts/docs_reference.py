@@ -502,11 +502,11 @@ def error_codes() -> dict[str, tuple[set[int], set[str], set[str]]]:
     from rest_framework import exceptions
 
     from payments.api_errors import _CODES, ErrorType, _type_for
-    from payments.services import cancel, refunds, reinitiation
+    from payments.services import cancel, payouts, refunds, reinitiation
 
     # The refusals that name their rule (``ApiError(409, exc.rule, ...)``): a cancel's, a
     # refund's and a reinitiation's.
-    rules = (*cancel.RULES, *refunds.RULES, *reinitiation.RULES)
+    rules = (*cancel.RULES, *refunds.RULES, *payouts.RULES, *reinitiation.RULES)
 
     codes: dict[str, tuple[set[int], set[str], set[str]]] = {}
 

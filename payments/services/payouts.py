@@ -1,0 +1,129 @@
+"""Payouts: a merchant's own money sent to its own bank account, from its available balance,
+exactly once.
+
+A payout is a payment of its own (``purpose=payout``, ``direction=credit``): its own
+idempotency key, the same states, outbox, queue, worker and event log as every payment. Its
+``source_token`` is the account the credit goes to: a processor token on the reference backend,
+a vault token held for the merchant on the bank backend.
+
+The balance check and the hold on the money happen in one transaction, under a lock per
+merchant: the available balance (``payments.selectors.merchant_money_figures``) is read, the
+payout refused if it would go below zero, and its pending ``payout`` entry written before the
+lock is let go. So no two concurrent payouts overdraw. A payout that fails or is canceled
+archives its entry; one that comes back puts the money back, once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from payments.exceptions import MoneyOutRefused
+from payments.locks import transaction_lock
+from payments.models import (
+    LedgerEntry,
+    LedgerEntryKind,
+    LedgerEntryStatus,
+    Payment,
+    PaymentDirection,
+    PaymentPurpose,
+)
+from payments.processor.backend import get_backend
+from payments.selectors import merchant_money_figures
+from payments.services.create import (
+    SUPPORTED_CURRENCIES,
+    payment_created_record,
+    validate_source_token,
+)
+from payments.services.refunds import CREDITS_UNSUPPORTED
+from payments.vault.selectors import (
+    UNKNOWN_TOKEN_MESSAGE,
+    vault_token_held_for,
+    vault_token_is_vaults,
+)
+
+logger = logging.getLogger(__name__)
+
+INSUFFICIENT_AVAILABLE_BALANCE = "insufficient_available_balance"
+RULES = (INSUFFICIENT_AVAILABLE_BALANCE, CREDITS_UNSUPPORTED)
+
+
+def payout_create(
+    *,
+    merchant_id: str,
+    amount: Decimal,
+    destination_token: str,
+    currency: str = "USD",
+    description: str = "",
+    caused_by: str = "",
+    carried: Mapping[str, str] | None = None,
+) -> Payment:
+    """Pay ``amount`` out of the merchant's available balance to ``destination_token``.
+
+    Raises ``ValidationError`` naming the field for a currency, amount or token the module does
+    not take (a vault token not held for this merchant is "unknown"), and ``MoneyOutRefused``
+    (``insufficient_available_balance``: nothing written) when the available balance, read under
+    the merchant's lock, is less than ``amount`` or already negative.
+    """
+    if currency not in SUPPORTED_CURRENCIES:
+        raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
+    if amount <= 0:
+        raise ValidationError({"amount": "must be greater than zero"})
+    try:
+        validate_source_token(destination_token)
+    except ValidationError as exc:
+        raise ValidationError({"destination_token": exc.messages}) from None
+    if vault_token_is_vaults(destination_token) and not vault_token_held_for(
+        token=destination_token, merchant_id=merchant_id
+    ):
+        raise ValidationError({"destination_token": UNKNOWN_TOKEN_MESSAGE})
+    backend = get_backend()
+    if not backend.supports_credits:
+        raise MoneyOutRefused(
+            CREDITS_UNSUPPORTED,
+            f"the processor backend {type(backend).__name__} cannot send credits, so nothing "
+            "can be paid out through it",
+        )
+    with transaction.atomic():
+        transaction_lock(f"payments.payout:{merchant_id}")
+        figures = merchant_money_figures(merchant_id=merchant_id).get(currency)
+        available = Decimal(figures["available"]) if figures else Decimal("0.00")
+        if amount > available:
+            raise MoneyOutRefused(
+                INSUFFICIENT_AVAILABLE_BALANCE,
+                f"a payout of {amount:.2f} {currency} exceeds the {available:.2f} {currency} "
+                f"available to merchant {merchant_id}",
+            )
+        payout = Payment.objects.create(
+            merchant_id=merchant_id,
+            amount=amount,
+            currency=currency,
+            source_token=destination_token,
+            description=description,
+            direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.PAYOUT,
+        )
+        LedgerEntry.objects.create(
+            payment=payout,
+            merchant_id=merchant_id,
+            kind=LedgerEntryKind.PAYOUT,
+            amount=-amount,
+            currency=currency,
+            status=LedgerEntryStatus.PENDING,
+        )
+        payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
+        payment_created_record(payout, payload=payload, caused_by=caused_by, carried=carried)
+    logger.info(
+        "payout %s of %s %s created for merchant %s (%s available before)",
+        payout.id,
+        amount,
+        currency,
+        merchant_id,
+        available,
+        extra={"payment_id": str(payout.id)},
+    )
+    return payout

@@ -54,6 +54,8 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   collected, and only a settled debit has refunds sent;
 - ``double_losses_flagged``: a refund sent before its debit's return is a double loss, booked
   (recovery owed) and alerted; one not sent was canceled;
+- ``payouts_never_overdraw``: each payout was covered by the available balance as the
+  merchant's ledger stood when it was made (replayed from the entries before it);
 - ``balances_match_entries``: every merchant's pending, posted, available and money-out
   balance as answered equals the one recomputed from its ledger rows.
 
@@ -74,6 +76,7 @@ from chaos.invariants.money_out import (
     check_balances,
     check_credits_sent,
     check_double_losses,
+    check_payouts,
     check_refunds_within_collected,
 )
 from chaos.invariants.notes import notes_unfinished
@@ -114,6 +117,7 @@ def check_invariants(
     check_credits_sent(report, sandbox_stats)
     check_refunds_within_collected(report)
     check_double_losses(report)
+    check_payouts(report)
     check_balances(report)
     notes_unfinished(report)
     return report

@@ -192,3 +192,71 @@ def check_balances(report: Report) -> None:
     if off:
         report.add(check, f"{len(off)} merchant balance(s) differ from their entries", off)
     report.checked[check] = {"merchants": len(merchants)}
+
+
+def check_payouts(report: Report) -> None:
+    """``payouts_never_overdraw``: each payout was covered, when it was made, by the merchant's
+    available balance as its ledger stood then: replayed from the entries written before it
+    (a debit counted once its credit was past the reserve at that moment; money out held
+    unless its payment had failed or been canceled before; money back and recoveries once
+    posted before)."""
+    from payments import conf as payments_conf
+    from payments.banking_days import available_cutoff
+    from payments.models import LedgerEntry
+
+    check = "payouts_never_overdraw"
+    days = payments_conf.AVAILABLE_AFTER_BANKING_DAYS
+    entries = list(
+        LedgerEntry.objects.select_related("payment")
+        .order_by("id")
+        .values(
+            "id",
+            "merchant_id",
+            "currency",
+            "kind",
+            "amount",
+            "created_at",
+            "posted_at",
+            "payment_id",
+            "payment__purpose",
+            "payment__state",
+            "payment__state_changed_at",
+        )
+    )
+    by_merchant: dict = defaultdict(list)
+    for entry in entries:
+        by_merchant[(entry["merchant_id"], entry["currency"])].append(entry)
+    overdrawn, payouts = [], 0
+    for rows in by_merchant.values():
+        for i, payout in enumerate(rows):
+            if payout["kind"] != "payout":
+                continue
+            payouts += 1
+            at = payout["created_at"]
+            available = _available_then(rows[:i], at, available_cutoff(at, days))
+            if -payout["amount"] > available:
+                overdrawn.append(
+                    f"{payout['payment_id']} ({-payout['amount']} with {available} available)"
+                )
+    if overdrawn:
+        report.add(
+            check, f"{len(overdrawn)} payout(s) made beyond the available balance", overdrawn
+        )
+    report.checked[check] = {"payouts": payouts}
+
+
+def _available_then(before: list[dict], at, cutoff) -> Decimal:
+    past = {r["payment_id"] for r in before if r["kind"] == "credit" and r["created_at"] <= cutoff}
+    available = ZERO
+    for r in before:
+        if r["payment__purpose"] == "collection":
+            available += r["amount"] if r["payment_id"] in past else ZERO
+        elif r["amount"] < 0:
+            gone_before = (
+                r["payment__state"] in ("failed", "canceled")
+                and r["payment__state_changed_at"] <= at
+            )
+            available += ZERO if gone_before else r["amount"]
+        elif r["posted_at"] is not None and r["posted_at"] <= at:
+            available += r["amount"]
+    return available

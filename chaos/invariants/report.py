@@ -22,6 +22,7 @@ CHECKS = (
     "credits_sent_at_most_once",
     "refunds_within_collected",
     "double_losses_flagged",
+    "payouts_never_overdraw",
     "balances_match_entries",
 )
 

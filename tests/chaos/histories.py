@@ -2,6 +2,7 @@
 product's own services, and the helpers the tests corrupt it with."""
 
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 from django.test import TestCase
@@ -15,8 +16,9 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from chaos.invariants import check_invariants
-from payments.models import Payment
+from payments.models import LedgerEntry, Payment
 from payments.services import payment_apply_event, payment_cancel, payment_create
+from payments.services.payouts import payout_create
 from payments.services.refunds import refund_create
 from tests.factories import processor_event
 from triage.models import DeadLetter, DeadLetterSource
@@ -98,7 +100,11 @@ def clean_history() -> dict:
 
     held = _held_behind_a_dead_letter(history)
     refunded, double_loss, credits = _money_out(history)
-    payments = [confirmed, returned, second_merchant, settled_returned, held, refunded, double_loss]
+    paid_out, payout = _paid_out(history)
+    payments = [
+        *(confirmed, returned, second_merchant, settled_returned, held),
+        *(refunded, double_loss, paid_out),
+    ]
     history["stats"] = {
         "charges": {str(p.idempotency_key): 1 for p in payments},
         "charges_by_payment": {str(p.id): 1 for p in payments},
@@ -118,8 +124,21 @@ def clean_history() -> dict:
         "refund": credits[0],
         "double_loss": double_loss,
         "sent_refund": credits[1],
+        "payout": payout,
     }
     return history
+
+
+def _paid_out(history: dict) -> tuple[Payment, Payment]:
+    """m-5's debit settled long ago (past the return reserve), 3.00 of its 3.10 paid out."""
+    debit = new_payment("m-5", "3.10")
+    deliver(history, debit, "submitted")
+    deliver(history, debit, "settled")
+    LedgerEntry.objects.filter(payment=debit).update(created_at=timezone.now() - timedelta(days=30))
+    payout = payout_create(
+        merchant_id="m-5", amount=Decimal("3.00"), destination_token="tok_po_m5x"
+    )
+    return debit, payout
 
 
 def _sent(refund: Payment) -> None:

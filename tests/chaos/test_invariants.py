@@ -33,13 +33,15 @@ def test_a_clean_history_passes_every_check(history):
     assert report.checked["callbacks_accounted"]["stale"] == 1
     assert report.checked["callbacks_accounted"]["parked"] == 1
     assert report.checked["callbacks_accounted"]["dead letter"] == 1
-    # The money-out debits too: one refunded and kept, one refunded and returned.
-    assert report.checked["ledger_matches_confirmed"]["credits"] == 5
+    # The money-out debits too: one refunded and kept, one refunded and returned, one paid out.
+    assert report.checked["ledger_matches_confirmed"]["credits"] == 6
     assert report.checked["returns_reversed"]["reversals"] == 2
-    assert report.checked["returns_reversed"]["ledger net"] == "33.10"  # 10.00 + 3.10 + 20.00
+    # 10.00 + 3.10 + 20.00 + 3.10
+    assert report.checked["returns_reversed"]["ledger net"] == "36.20"
     assert report.checked["credits_sent_at_most_once"] == {"credit keys sent": 2}
     assert report.checked["refunds_within_collected"] == {"debits refunded": 2}
     assert report.checked["double_losses_flagged"] == {"double losses": 1}
+    assert report.checked["payouts_never_overdraw"] == {"payouts": 1}
     assert "invariants PASSED" in report.render()
 
 
@@ -444,8 +446,9 @@ def test_every_final_state_agrees_with_the_processors_events_on_a_clean_run(hist
 
     assert report.ok, report.render()
     checked = report.checked["final_states_match_processor"]
-    # The four debits of the first merchants, the two refunded ones and their two refunds sent.
-    assert (checked["compared"], checked["with a person or in hand"]) == (8, 1)
+    # The four debits of the first merchants, the two refunded ones and their two refunds sent,
+    # the one paid out.
+    assert (checked["compared"], checked["with a person or in hand"]) == (9, 1)
 
 
 def test_a_payment_left_behind_a_settlement_the_processor_made_fails(history):

@@ -300,3 +300,11 @@ def test_a_balance_answered_apart_from_its_entries_fails(history, monkeypatch):
     monkeypatch.setattr(selectors, "merchant_money_figures", off_by_a_cent)
 
     _only(check(history), "balances_match_entries")
+
+
+def test_a_payout_beyond_the_available_balance_fails(history):
+    payout = history["payments"]["payout"]
+    LedgerEntry.objects.filter(payment=payout).update(amount=Decimal("-3.11"))  # of 3.10
+
+    violation = _one(check(history), "payouts_never_overdraw", "beyond the available balance")
+    assert violation.ids[0].startswith(str(payout.id))

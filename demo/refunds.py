@@ -22,6 +22,7 @@ import requests
 
 RACERS = 8
 DOUBLE_LOSS_TRIES = 3
+PAYOUT_RACERS = 10
 FINAL = ("confirmed", "failed", "canceled", "returned")
 
 
@@ -121,12 +122,68 @@ def _double_losses(session, web_url: str, merchant: str) -> list[str]:
     return created
 
 
-def run_refunds(*, web_url: str, token: str, merchant: str, sandbox_url: str, timeout: float = 90):
-    """Refund, race and catch a double loss; the summary's rows and checks."""
+def _available(session, web_url: str, merchant: str) -> str:
+    response = session.get(f"{web_url}/api/merchants/{merchant}/balance/", timeout=30)
+    balances = response.json()["balances"]
+    return balances[0]["available"] if balances else "0.00"
+
+
+def _payout(session, web_url: str, merchant: str, amount: str) -> tuple[int, dict]:
+    response = session.post(
+        f"{web_url}/api/payouts/",
+        json={
+            "merchant_id": merchant,
+            "amount": amount,
+            "destination_token": f"tok_demo_payout_{merchant}",
+        },
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+        timeout=30,
+    )
+    return response.status_code, response.json()
+
+
+def _payouts(token: str, web_url: str, merchant: str):
+    """A payout of 40% of the available balance, then ``PAYOUT_RACERS`` at once of 15% each:
+    the merchant's lock lets exactly four through (the 60% left)."""
+    from decimal import ROUND_DOWN, Decimal
+
+    session = _session(token)
+    available = Decimal(_available(session, web_url, merchant))
+    first = _payout(
+        session, web_url, merchant, f"{(available * 2 / 5).quantize(Decimal('0.01'), ROUND_DOWN)}"
+    )
+    share = f"{(available * 3 / 20).quantize(Decimal('0.01'), ROUND_DOWN)}"
+    barrier = threading.Barrier(PAYOUT_RACERS)
+    answers: list = [None] * PAYOUT_RACERS
+
+    def racer(i: int) -> None:
+        barrier.wait()
+        answers[i] = _payout(_session(token), web_url, merchant, share)
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(PAYOUT_RACERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return available, first, answers
+
+
+def run_refunds(
+    *,
+    web_url: str,
+    token: str,
+    merchant: str,
+    payout_merchant: str,
+    sandbox_url: str,
+    timeout: float = 90,
+):
+    """Refund, race and catch a double loss; pay out and race payouts; the summary's rows and
+    checks."""
     from chaos.invariants.money_out import (
         check_balances,
         check_credits_sent,
         check_double_losses,
+        check_payouts,
         check_refunds_within_collected,
     )
     from chaos.invariants.report import Report
@@ -136,6 +193,7 @@ def run_refunds(*, web_url: str, token: str, merchant: str, sandbox_url: str, ti
     answers, _ = _refunds(session, web_url, merchant)
     raced, raced_debit = _race(token, web_url, merchant)
     returned = _double_losses(session, web_url, merchant)
+    available, first_payout, raced_payouts = _payouts(token, web_url, payout_merchant)
     _wait(
         lambda: all(Payment.objects.get(pk=pid).state == "returned" for pid in returned),
         timeout,
@@ -153,6 +211,7 @@ def run_refunds(*, web_url: str, token: str, merchant: str, sandbox_url: str, ti
     check_credits_sent(report, stats)
     check_refunds_within_collected(report)
     check_double_losses(report)
+    check_payouts(report)
     check_balances(report)
     won = sum(1 for status, _ in raced if status == 201)
     lost = [body.get("error", {}).get("code") for status, body in raced if status != 201]
@@ -174,6 +233,12 @@ def run_refunds(*, web_url: str, token: str, merchant: str, sandbox_url: str, ti
             "refunded, then returned R10",
             f"{losses} double loss(es) caught, {canceled} refund(s) canceled before sending",
         ),
+        (
+            "payouts (API)",
+            f"{first_payout[0]} for 40% of {available} available, then "
+            f"{sum(1 for s, _ in raced_payouts if s == 201)} of {PAYOUT_RACERS} concurrent "
+            "payouts of 15% made",
+        ),
         ("credits sent (sandbox)", f"{stats.get('total_credits_sent', 0)}"),
     ]
     checks = [
@@ -188,8 +253,20 @@ def run_refunds(*, web_url: str, token: str, merchant: str, sandbox_url: str, ti
             losses + canceled == len(returned) and losses >= 1,
         ),
     ]
+    payout_won = sum(1 for status, _ in raced_payouts if status == 201)
+    payout_lost = {b.get("error", {}).get("code") for st, b in raced_payouts if st != 201}
+    checks.append(
+        (
+            f"a payout of 40% of the available balance made, then exactly 4 of {PAYOUT_RACERS} "
+            "concurrent ones of 15%; the rest answered 409 insufficient_available_balance",
+            first_payout[0] == 201
+            and payout_won == 4
+            and payout_lost == {"insufficient_available_balance"},
+        )
+    )
     for name in (
         "credits_sent_at_most_once",
+        "payouts_never_overdraw",
         "refunds_within_collected",
         "double_losses_flagged",
         "balances_match_entries",

@@ -126,6 +126,8 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
             # ... and its incident (its one alert) over 15 s after the last close, not 300 s.
             "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": "15",
             "DLQ_INGEST_INTERVAL_SECONDS": "5",
+            # Money settled a minute ago is available to pay out (a host keeps its reserve).
+            "AVAILABLE_AFTER_BANKING_DAYS": "0",
             "PYTHONUNBUFFERED": "1",
         }
     )

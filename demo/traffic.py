@@ -460,7 +460,11 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
     from demo.refunds import run_refunds
 
     rows, checks = run_refunds(
-        web_url=web_url, token=token, merchant=MERCHANTS[2], sandbox_url=sandbox_url
+        web_url=web_url,
+        token=token,
+        merchant=MERCHANTS[2],
+        payout_merchant=MERCHANTS[3],
+        sandbox_url=sandbox_url,
     )
     print("\n  Money out")
     for label, value in rows:

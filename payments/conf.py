@@ -60,6 +60,9 @@ SPECS: dict[str, Spec] = {
     # Money out (payments.services.refunds): a settled debit's credit becomes available to pay
     # out this many banking days after it settled (the return reserve; 0: at once).
     "AVAILABLE_AFTER_BANKING_DAYS": Number(2, 0, 60, whole=True, unit="of banking days"),
+    # A refund waits this many banking days after its debit settled before it is sent (its
+    # return window; 0: at once, and a return after it is caught as a double loss instead).
+    "REFUND_HOLD_BANKING_DAYS": Number(0, 0, 60, whole=True, unit="of banking days"),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this

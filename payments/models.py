@@ -80,6 +80,9 @@ class Payment(FSMModelMixin, models.Model):
     refund_of = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
     )
+    # A refund held until its debit is past its return window (REFUND_HOLD_BANKING_DAYS): its
+    # submit command is enqueued only then (``payments.services.refunds.refunds_release``).
+    hold_until = models.DateTimeField(null=True, blank=True, editable=False)
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     state = FSMField(
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True

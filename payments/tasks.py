@@ -122,3 +122,15 @@ def bank_statements_collect() -> int:
         finally:
             transport.close()
     return len(result.imported)
+
+
+@shared_task(name="payments.tasks.refunds_release", ignore_result=True)
+def refunds_release() -> int:
+    """Send the refunds held until their debit's return window passed
+    (``REFUND_HOLD_BANKING_DAYS``)."""
+    from payments.services.refunds import refunds_release as release
+
+    with single_flight("payments.refunds_release") as acquired:
+        if not acquired:
+            return 0
+        return release()

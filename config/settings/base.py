@@ -168,6 +168,7 @@ PAYMENTS = app_settings_from_environ(
         "RETENTION_PURGE_BATCH_SIZE",
         # Money out: a settled debit's credit is available to pay out this many banking days on.
         "AVAILABLE_AFTER_BANKING_DAYS",
+        "REFUND_HOLD_BANKING_DAYS",
         # The vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and the active one, or
         # the KMS key holder and its keys ("v1:<key ARN>,v2:<key ARN>").
         "VAULT_KEYS",

@@ -105,10 +105,15 @@ def payment_create(
 
 
 def payment_created_record(
-    payment: Payment, *, payload: dict, caused_by: str, carried: Mapping[str, str] | None
+    payment: Payment,
+    *,
+    payload: dict,
+    caused_by: str,
+    carried: Mapping[str, str] | None = None,
+    submit: bool = True,
 ) -> None:
-    """A new payment's audit row and submit command, in the caller's transaction: a debit, a
-    refund or a payout alike."""
+    """A new payment's audit row and (unless it is held, ``submit=False``) its submit command,
+    in the caller's transaction: a debit, a refund or a payout alike."""
     PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.CREATED,
@@ -117,12 +122,13 @@ def payment_created_record(
         payload=payload,
         caused_by=caused_by,
     )
-    outbox_enqueue(
-        kind=SUBMIT_PAYMENT,
-        group_id=str(payment.id),
-        body=submit_payment_body(payment.id),
-        carried=carried,
-    )
+    if submit:
+        outbox_enqueue(
+            kind=SUBMIT_PAYMENT,
+            group_id=str(payment.id),
+            body=submit_payment_body(payment.id),
+            carried=carried,
+        )
 
 
 def outbox_enqueue(

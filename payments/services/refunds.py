@@ -25,8 +25,10 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
+from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
+from payments.messages import MessageKind, submit_payment_body
 from payments.models import (
     DoubleLoss,
     DoubleLossStatus,
@@ -41,7 +43,7 @@ from payments.models import (
 )
 from payments.processor.backend import get_backend
 from payments.services.cancel import payment_cancel
-from payments.services.create import payment_created_record
+from payments.services.create import outbox_enqueue, payment_created_record
 from payments.services.remedies import dishonor_may_stand
 from payments.services.writes import payment_lock
 
@@ -130,7 +132,15 @@ def refund_create(
             "merchant_id": refund.merchant_id,
             "refund_of": str(debit.id),
         }
-        payment_created_record(refund, payload=payload, caused_by=caused_by, carried=carried)
+        hold_until = _hold_until(debit)
+        if hold_until is not None and hold_until > (now or timezone.now()):
+            # Held: its audit row now, its submit command once its debit's window has passed.
+            refund.hold_until = hold_until
+            refund.save(update_fields=["hold_until"])
+            payload["hold_until"] = hold_until.isoformat()
+            payment_created_record(refund, payload=payload, caused_by=caused_by, submit=False)
+        else:
+            payment_created_record(refund, payload=payload, caused_by=caused_by, carried=carried)
     logger.info(
         "refund %s of %s %s created for payment %s",
         refund.id,
@@ -140,6 +150,42 @@ def refund_create(
         extra={"payment_id": str(debit.id), "refund_id": str(refund.id)},
     )
     return refund
+
+
+def _hold_until(debit: Payment):
+    """When a refund of ``debit`` may be sent: ``REFUND_HOLD_BANKING_DAYS`` banking days after
+    it settled; None without a hold."""
+    from payments import conf as payments_conf
+
+    days = payments_conf.REFUND_HOLD_BANKING_DAYS
+    return add_banking_days(debit.state_changed_at, days) if days else None
+
+
+def refunds_release(*, now=None, limit: int = 500) -> int:
+    """Enqueue the submit commands of held refunds whose debit's window has passed, each once
+    (its row locked, ``hold_until`` cleared in the same transaction); a refund canceled meanwhile
+    (its debit returned) is left alone. The refunds released."""
+    now = now or timezone.now()
+    released = 0
+    with transaction.atomic():
+        held = Payment.objects.select_for_update(skip_locked=True).filter(
+            purpose=PaymentPurpose.REFUND,
+            state=PaymentState.PENDING,
+            hold_until__isnull=False,
+            hold_until__lte=now,
+        )[:limit]
+        for refund in held:
+            refund.hold_until = None
+            refund.save(update_fields=["hold_until", "updated_at"])
+            outbox_enqueue(
+                kind=MessageKind.SUBMIT_PAYMENT,
+                group_id=str(refund.id),
+                body=submit_payment_body(refund.id),
+            )
+            released += 1
+    if released:
+        logger.info("released %s held refund(s) for sending", released)
+    return released
 
 
 def _refusal(debit: Payment, amount: Decimal, *, now) -> None:

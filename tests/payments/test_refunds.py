@@ -200,3 +200,34 @@ def test_twenty_concurrent_refunds_never_refund_more_than_was_collected():
     total = sum(r.amount for r in Payment.objects.filter(refund_of=debit))
     assert total == Decimal("98.00") <= debit.amount
     assert LedgerEntry.objects.filter(kind=LedgerEntryKind.REFUND).count() == 14
+
+
+def test_a_held_refund_waits_for_its_debits_window_and_a_return_cancels_it_unsent(
+    module_settings,
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.services.refunds import refunds_release
+
+    module_settings.REFUND_HOLD_BANKING_DAYS = 5
+    debit = _confirmed()
+    Payment.objects.filter(pk=debit.pk).update(state_changed_at=timezone.now())
+    held = refund_create(payment_id=debit.id, amount=Decimal("10.00"))
+    other = _confirmed()
+    kept = refund_create(payment_id=other.id, amount=Decimal("10.00"))
+
+    held.refresh_from_db()
+    assert held.hold_until is not None and held.hold_until > timezone.now()
+    assert not OutboxMessage.objects.filter(group_id=str(held.id)).exists()
+    assert refunds_release() == 0  # not yet
+
+    payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+    later = timezone.now() + timedelta(days=30)
+    assert refunds_release(now=later) == 1  # the other one; the canceled one stays unsent
+    assert refunds_release(now=later) == 0  # each once
+    held.refresh_from_db()
+    assert held.state == PaymentState.CANCELED and not DoubleLoss.objects.exists()
+    assert not OutboxMessage.objects.filter(group_id=str(held.id)).exists()
+    assert OutboxMessage.objects.filter(group_id=str(kept.id)).count() == 1

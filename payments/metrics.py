@@ -12,6 +12,16 @@ TRANSITIONS = Counter(
     "Payment state transitions applied, by from and to state.",
     ["from_state", "to_state"],
 )
+MONEY_OUT = Counter(
+    "payments_money_out_total",
+    "Refunds and payouts (credits) made and moved, by purpose and the state they reached "
+    "(pending: made).",
+    ["purpose", "to_state"],
+)
+DOUBLE_LOSSES = Counter(
+    "payments_double_losses_total",
+    "Debits returned after a refund of them was sent: the customer has the money twice.",
+)
 PROCESSOR_REQUEST_SECONDS = Histogram(
     "payments_processor_request_seconds",
     "Latency of calls to the processor, by operation and outcome.",

@@ -31,6 +31,7 @@ from payments.models import (
     Payment,
     PaymentDirection,
     PaymentPurpose,
+    PaymentState,
 )
 from payments.processor.backend import get_backend
 from payments.selectors import merchant_money_figures
@@ -40,6 +41,7 @@ from payments.services.create import (
     validate_source_token,
 )
 from payments.services.refunds import CREDITS_UNSUPPORTED
+from payments.services.transitions import money_out_count
 from payments.vault.selectors import (
     UNKNOWN_TOKEN_MESSAGE,
     vault_token_held_for,
@@ -115,6 +117,7 @@ def payout_create(
             currency=currency,
             status=LedgerEntryStatus.PENDING,
         )
+        money_out_count(PaymentPurpose.PAYOUT, PaymentState.PENDING)
         payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
         payment_created_record(payout, payload=payload, caused_by=caused_by, carried=carried)
     logger.info(

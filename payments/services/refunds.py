@@ -29,6 +29,7 @@ from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
 from payments.messages import MessageKind, submit_payment_body
+from payments.metrics import DOUBLE_LOSSES
 from payments.models import (
     DoubleLoss,
     DoubleLossStatus,
@@ -45,6 +46,7 @@ from payments.processor.backend import get_backend
 from payments.services.cancel import payment_cancel
 from payments.services.create import outbox_enqueue, payment_created_record
 from payments.services.remedies import dishonor_may_stand
+from payments.services.transitions import money_out_count
 from payments.services.writes import payment_lock
 
 logger = logging.getLogger(__name__)
@@ -132,6 +134,7 @@ def refund_create(
             "merchant_id": refund.merchant_id,
             "refund_of": str(debit.id),
         }
+        money_out_count(PaymentPurpose.REFUND, PaymentState.PENDING)
         hold_until = _hold_until(debit)
         if hold_until is not None and hold_until > (now or timezone.now()):
             # Held: its audit row now, its submit command once its debit's window has passed.
@@ -267,6 +270,7 @@ def _double_loss_record(debit: Payment, refund: Payment, event: ProcessorEvent) 
     )
     if not created:
         return loss
+    transaction.on_commit(DOUBLE_LOSSES.inc, robust=True)
     LedgerEntry.objects.create(
         payment=refund,
         merchant_id=refund.merchant_id,

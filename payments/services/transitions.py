@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from payments.events import ProcessorEvent, event_target_state
 from payments.exceptions import InvalidTransition
+from payments.metrics import MONEY_OUT
 from payments.metrics import TRANSITIONS as TRANSITIONS_TOTAL
 from payments.models import (
     PAYMENT_GRAPH,
@@ -106,6 +107,13 @@ def transition_count(move: Move) -> None:
     transaction.on_commit(
         lambda: TRANSITIONS_TOTAL.labels(move.from_state, move.to_state).inc(), robust=True
     )
+    if move.payment.direction == PaymentDirection.CREDIT:
+        money_out_count(move.payment.purpose, move.to_state)
+
+
+def money_out_count(purpose: str, to_state: str) -> None:
+    """Count a refund or payout made (``pending``) or moved, once its transaction commits."""
+    transaction.on_commit(lambda: MONEY_OUT.labels(purpose, to_state).inc(), robust=True)
 
 
 def transition_announce(row: PaymentEvent) -> None:

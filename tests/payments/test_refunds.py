@@ -231,3 +231,21 @@ def test_a_held_refund_waits_for_its_debits_window_and_a_return_cancels_it_unsen
     assert held.state == PaymentState.CANCELED and not DoubleLoss.objects.exists()
     assert not OutboxMessage.objects.filter(group_id=str(held.id)).exists()
     assert OutboxMessage.objects.filter(group_id=str(kept.id)).count() == 1
+
+
+def test_money_out_and_double_losses_are_counted_once_committed(
+    django_capture_on_commit_callbacks,
+):
+    from payments.metrics import DOUBLE_LOSSES, MONEY_OUT
+
+    made = MONEY_OUT.labels("refund", "pending")._value.get()
+    losses = DOUBLE_LOSSES._value.get()
+    debit = _confirmed()
+    with django_capture_on_commit_callbacks(execute=True):
+        refund = refund_create(payment_id=debit.id, amount=Decimal("5.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    with django_capture_on_commit_callbacks(execute=True):
+        payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+
+    assert MONEY_OUT.labels("refund", "pending")._value.get() == made + 1
+    assert DOUBLE_LOSSES._value.get() == losses + 1

@@ -37,6 +37,8 @@ DASHBOARD_METRICS = {
     "payments_dedup_hits_total",
     "payments_books_open_variances",
     "payments_books_days_not_closed",
+    "payments_money_out_total",
+    "payments_double_losses_total",
 }
 
 

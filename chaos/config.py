@@ -137,6 +137,8 @@ def _settings(ports: dict[str, int], database_url: str, *, path: str) -> dict[st
         # timeouts sleep 5 s, past it.
         "PROCESSOR_TIMEOUT_SECONDS": "4",
         "CALLBACK_SIGNING_SECRETS": "chaos-signing-secret",
+        # Money settled seconds ago may be paid out: the run's payouts have something to race.
+        "AVAILABLE_AFTER_BANKING_DAYS": "0",
         # A bounded run: retries come back within seconds, not the production 30 s cap.
         "WORKER_BACKOFF_BASE_SECONDS": "0.5",
         "WORKER_BACKOFF_CAP_SECONDS": "4",

@@ -298,3 +298,128 @@ class Faults:
                 f"fault: dishonor answers for returned payment {payment_id}: "
                 + ", ".join(b["event_type"] for b in sequence)
             )
+
+    def money_out(self, at: float, until: float) -> None:
+        """Money out under the same faults: refunds of settled debits (half of each, and five at
+        once of 40% of two debits), payouts (five at once of 30% of a merchant's available
+        balance), then the returns of debits whose refund was sent, as the processor sends
+        them: each must be a double loss, booked and alerted, never silent. The checker holds
+        the run to ``refunds_within_collected``, ``payouts_never_overdraw``,
+        ``credits_sent_at_most_once``, ``double_losses_flagged`` and
+        ``balances_match_entries``."""
+        if self.stopping.wait(max(0.0, at - time.monotonic())):
+            return
+        from django.db import DatabaseError, connection
+        from django.utils import timezone
+
+        from payments.models import Payment as PaymentModel
+
+        debits: list = []
+        while not self.stopping.is_set():
+            connection.close()  # it may have been terminated
+            try:
+                debits = list(
+                    PaymentModel.objects.filter(purpose="collection", state="confirmed")
+                    .order_by("id")
+                    .values_list("id", "amount", "merchant_id")[:10]
+                )
+            except DatabaseError:
+                debits = []
+            if len(debits) >= 10 or time.monotonic() >= until:
+                break
+            self.stopping.wait(2)
+        if len(debits) < 4:
+            self.log("fault: too few settled debits yet: no money out")
+            return
+        base = f"http://127.0.0.1:{self.ports['web']}/api"
+
+        def post(path: str, body: dict) -> int:
+            for _ in range(10):  # through the run's web kills and database outages
+                try:
+                    response = requests.post(
+                        f"{base}/{path}",
+                        json=body,
+                        headers={
+                            "Authorization": f"Token {self.token}",
+                            "Idempotency-Key": str(uuid.uuid4()),
+                        },
+                        timeout=15,
+                    )
+                except requests.RequestException:
+                    time.sleep(1)
+                    continue
+                if response.status_code < 500:
+                    return response.status_code
+                time.sleep(1)
+            return 0
+
+        def at_once(calls) -> list[int]:
+            results: list = [0] * len(calls)
+            threads = [
+                threading.Thread(target=lambda i=i, c=c: results.__setitem__(i, c()))
+                for i, c in enumerate(calls)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            return results
+
+        half = [
+            post(f"payments/{pid}/refunds/", {"amount": f"{amount / 2:.2f}"})
+            for pid, amount, _ in debits[:6]
+        ]
+        raced = []
+        for pid, amount, _ in debits[6:8]:
+            share = f"{amount * 2 / 5:.2f}"
+            raced += at_once(
+                [lambda p=pid, s=share: post(f"payments/{p}/refunds/", {"amount": s})] * 5
+            )
+        merchant = debits[8][2] if len(debits) > 8 else debits[0][2]
+        payouts = at_once(
+            [
+                lambda: post(
+                    "payouts/",
+                    {
+                        "merchant_id": merchant,
+                        "amount": "30.00",
+                        "destination_token": f"tok_chaos_payout_{merchant}",
+                    },
+                )
+            ]
+            * 5
+        )
+        self.log(
+            f"fault: money out: refunds of half {half}, two races of five 40% refunds {raced}, "
+            f"five payouts at once for {merchant} {payouts}"
+        )
+        # The returns of refunded debits once their refund is on its way: double losses.
+        deadline = min(until, time.monotonic() + 30)
+        returned = 0
+        while returned < 3 and time.monotonic() < deadline and not self.stopping.is_set():
+            connection.close()
+            try:
+                sent = list(
+                    PaymentModel.objects.filter(
+                        purpose="refund", state__in=("submitted", "confirmed")
+                    )
+                    .exclude(refund_of__state="returned")
+                    .values_list("refund_of_id", "refund_of__amount")
+                    .distinct()[:3]
+                )
+            except DatabaseError:
+                sent = []
+            for debit_id, amount in sent[: 3 - returned]:
+                body = {
+                    "payment_id": str(debit_id),
+                    "event_type": "returned",
+                    "processor_event_id": f"evt_chaos_{uuid.uuid4().hex}",
+                    "amount": f"{amount:.2f}",
+                    "timestamp": timezone.now().isoformat(),
+                    "reason_code": "R10",
+                }
+                if self.post_callback(body):
+                    self.injected_made.append(body)
+                    returned += 1
+                    self.log(f"fault: processor returned refunded debit {debit_id} (R10)")
+            self.stopping.wait(2)

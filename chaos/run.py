@@ -63,6 +63,10 @@ class ChaosRun(Faults, Settling):
         self.web_kills = 0
         self.harness_errors: list[str] = []
         self.injected: list[dict] = []  # callbacks this run sent as a faulty processor would
+        # Of those, the events the processor really made (a debit's return after its refund):
+        # its own list of events holds them, for the final states.
+        self.injected_made: list[dict] = []
+        self.token = ""
 
     def log(self, message: str) -> None:
         line = f"[{time.monotonic() - self.t0:7.1f}s] {message}"
@@ -164,7 +168,7 @@ class ChaosRun(Faults, Settling):
             f"{config.seed}, database {config.database}"
         )
         self.database_create()
-        token = self.django_setup()
+        token = self.token = self.django_setup()
         self.start_stack()
         load = self.drive(token)
         settled, backlog = self.wait_quiet()
@@ -235,6 +239,7 @@ class ChaosRun(Faults, Settling):
             self.thread(self.kill_web_workers, [start + seconds * f for f in (0.3, 0.55)]),
             self.thread(self.inject_processor_bugs, start + seconds * 0.6),
             self.thread(self.inject_dishonor_answers, start + seconds * 0.75, end),
+            self.thread(self.money_out, start + seconds * 0.4, end),
             self.thread(self.terminate_backends, [start + seconds * f for f in (0.2, 0.5, 0.8)]),
         ]
 
@@ -254,7 +259,7 @@ class ChaosRun(Faults, Settling):
         (VAR / "callbacks-sent.json").write_text(json.dumps(sent))
         (VAR / "callbacks-dropped.json").write_text(json.dumps(record.get("dropped", [])))
         # The processor's own events: what it delivered and what it dropped, not the injected.
-        made = record["delivered"] + record.get("dropped", [])
+        made = record["delivered"] + record.get("dropped", []) + self.injected_made
         (VAR / "processor-events.json").write_text(json.dumps(made))
         report = check_invariants(
             sandbox_stats=record["stats"],

@@ -151,7 +151,7 @@ SETTLED = event_type_register(
         kind=EventTypeKind.TRANSITION,
         label="Settled",
         ledger="Credits the merchant the debit's amount.",
-        handler=_TRANSITIONS,
+        handler="payments.services.returns.SettledHandler",
     )
 )
 FAILED = event_type_register(

@@ -17,6 +17,23 @@ from payments.services.transitions import TransitionHandler
 from payments.services.writes import DayCounts, merchant_return_day_add
 
 
+class SettledHandler(TransitionHandler):
+    """A settlement; one that arrives after the payment failed by a return the processor made
+    later (the settlement's callback was lost and pulled back after the return's, or the two
+    overtook each other) is stale, not refused: the return already settled the money (no
+    credit, so no reversal), the same net as the credit and its reversal."""
+
+    def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
+        decision = super().decide(event, payment)
+        if decision.refusal is not None and payment.state == PaymentState.FAILED:
+            earlier = PaymentReturn.objects.filter(
+                payment=payment, after_settlement=False, returned_at__gte=event.timestamp
+            )
+            if earlier.exists():
+                return Decision(ApplyOutcome.STALE)
+        return decision
+
+
 class ReturnHandler(TransitionHandler):
     """A return: the transition (failed before settlement, returned after it) and its record.
     A return for a payment that failed without one is recorded, not stale

@@ -372,3 +372,25 @@ def test_a_stale_event_losing_the_race_is_logged_stale_behind_the_winner():
     assert (second.from_state, second.to_state) == ("submitted", "submitted")
     payment.refresh_from_db()
     assert payment.state == "submitted"
+
+
+def test_a_settlement_pulled_back_after_the_return_it_preceded_is_stale_not_refused():
+    """The processor settled, then returned; the settlement's callback was lost, the return
+    failed the payment, and the pull brings the settlement back: the money is right already."""
+    from datetime import timedelta
+
+    payment = PaymentFactory(state="submitted", amount=Decimal("12.00"))
+    settled = processor_event(payment, "settled")
+    returned = processor_event(
+        payment, "returned", reason_code="R01", timestamp=settled.timestamp + timedelta(days=1)
+    )
+    payment_apply_event(event=returned)
+
+    result = payment_apply_event(event=settled)
+
+    assert result.outcome == "stale" and result.payment.state == "failed"
+    assert not LedgerEntry.objects.filter(payment=payment).exists()
+    # A settlement the processor made after that return is still refused: that is a conflict.
+    later = processor_event(payment, "settled", timestamp=settled.timestamp + timedelta(days=2))
+    with pytest.raises(InvalidTransition):
+        payment_apply_event(event=later)

@@ -154,8 +154,11 @@ class PaymentHold(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=255, blank=True)
     note = models.TextField(blank=True)
+    # A default in the database too: code that predates the column (a rolling deploy) still
+    # inserts holds.
     release_round = models.PositiveIntegerField(
         default=0,
+        db_default=0,
         help_text=(
             "How many times an outage hold's release started over: a submission it sent back met "
             "the processor unavailable again and waits here once more. The copies a release "

@@ -154,6 +154,18 @@ class PaymentHold(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=255, blank=True)
     note = models.TextField(blank=True)
+    # A default in the database too: code that predates the column (a rolling deploy) still
+    # inserts holds.
+    release_round = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text=(
+            "How many times an outage hold's release started over: a submission it sent back met "
+            "the processor unavailable again and waits here once more. The copies a release "
+            "sends carry the round, so each round's copies are new to SQS and a copy of an "
+            "earlier round no longer passes the hold."
+        ),
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -61,11 +61,16 @@ logger = logging.getLogger(__name__)
 
 # Long polls last up to 20 s, so the read timeout must exceed that; connecting must fail fast so
 # the callback endpoint can answer 503 quickly when the queue endpoint is down.
+# Every parameter the client is called with is built by this module from our own values, so
+# botocore's check of them against the service model is skipped: it was 0.03-0.06 ms of the
+# 0.8 ms of CPU a call costs (docs/benchmarks.md). The test suite runs that check instead, on
+# every call a test makes through this gateway (tests/conftest.py, ``SqsParameterCheck``).
 _CONFIG = Config(
     connect_timeout=2,
     read_timeout=25,
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=20,
+    parameter_validation=False,
 )
 _MISSING_QUEUE_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 

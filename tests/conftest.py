@@ -199,10 +199,13 @@ def api_client(user):
 
 
 @pytest.fixture
-def sqs_queues(local_sqs, module_settings, request):
+def sqs_queues(local_sqs, module_settings, request, monkeypatch):
     """Fresh main FIFO queue and DLQ for one test, created on the local SQS server.
 
-    Yields a small namespace with ``client``, ``url`` and ``dlq_url``; settings point at them.
+    Yields a small namespace with ``client``, ``url``, ``dlq_url`` and ``parameters``; settings
+    point at them. Every call the test makes through ``callbacks.sqs`` in this process has its
+    parameters checked against SQS's model (the gateway skips that check in production), and
+    the test fails at teardown if one was invalid.
     """
     import types
     import uuid
@@ -211,7 +214,9 @@ def sqs_queues(local_sqs, module_settings, request):
 
     from callbacks import sqs
     from callbacks.queues import queues_ensure
+    from tests.sqs_parameters import SqsParameterCheck
 
+    parameters = SqsParameterCheck(monkeypatch)
     suffix = uuid.uuid4().hex[:12]
     module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
     module_settings.SQS_QUEUE_NAME = f"payments-{suffix}.fifo"
@@ -223,8 +228,11 @@ def sqs_queues(local_sqs, module_settings, request):
     queues_ensure(visibility_timeout=30)
     url = client.get_queue_url(QueueName=module_settings.SQS_QUEUE_NAME)["QueueUrl"]
     dlq_url = client.get_queue_url(QueueName=module_settings.SQS_DLQ_NAME)["QueueUrl"]
-    yield types.SimpleNamespace(client=client, url=url, dlq_url=dlq_url)
+    yield types.SimpleNamespace(client=client, url=url, dlq_url=dlq_url, parameters=parameters)
     sqs.reset()
+    assert not parameters.invalid, "SQS calls with parameters invalid for the service model:\n" + (
+        "\n".join(parameters.invalid)
+    )
 
 
 @pytest.fixture

@@ -12,15 +12,15 @@ import logging
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import CharField, Exists, OuterRef, Q
+from django.db.models import CharField, Exists, F, OuterRef, Q
 from django.db.models.functions import Cast, Now
 from django.utils import timezone
 
 from callbacks.models import HoldKind, ParkedMessage, PaymentHold, QueueMessage
 from callbacks.services.republish import (
-    RELEASE_MARK,
     parked_message_republish,
     redrive_original,
+    released_by_round,
     released_original_id,
 )
 from callbacks.sqs import ReceivedMessage
@@ -35,7 +35,9 @@ def hold_passes(message: ReceivedMessage, hold: PaymentHold) -> bool:
     release republishes, and a redrive of a dead letter (a person chose to apply it now; it is
     the head of the line, since a dead letter is what stopped the payment)."""
     if released_original_id(message.deduplication_id):
-        return message.deduplication_id.rpartition(RELEASE_MARK)[2] == str(hold.pk)
+        # Only a copy of the release's current round: an earlier round's copy is parked again
+        # (its round started over because a copy before it was parked again).
+        return released_by_round(message.deduplication_id) == (hold.pk, hold.release_round)
     return bool(redrive_original(message))
 
 
@@ -73,6 +75,8 @@ def payment_hold(
         if hold is not None:
             if not supersede and not hold.parked.exclude(republished_message_id="").exists():
                 return _hold_add_cause(hold, reason=reason, caused_by=caused_by, kind=kind)
+            if kind == HoldKind.OUTAGE and hold.kind == HoldKind.OUTAGE:
+                return _hold_start_over(hold, release_in=release_in)
             return _hold_supersede(
                 hold, reason=reason, caused_by=caused_by, kind=kind, release_in=release_in
             )
@@ -107,6 +111,67 @@ def _hold_add_cause(
             changed.append("reason")
     if changed:
         hold.save(update_fields=changed)
+    return hold
+
+
+def _hold_start_over(hold: PaymentHold, *, release_in: float | None) -> PaymentHold:
+    """The processor is unavailable again while the (locked) outage hold's release is under
+    way: the same hold waits again, its release one round further. The copies the round sent
+    no longer pass it: each is parked again on its own row (``message_park``), in its place,
+    and the next round sends them with new deduplication ids. An outage of N payments thus
+    keeps N holds and N parked rows however often the processor comes and goes; superseding
+    (a new hold and new rows each time) made that N times the reopenings."""
+    hold.release_round += 1
+    changed = ["release_round"]
+    if release_in is not None:
+        hold.release_after = Now() + timedelta(seconds=release_in)
+        changed.append("release_after")
+    hold.save(update_fields=changed)
+    if release_in is not None:
+        hold.refresh_from_db(fields=["release_after"])
+    return hold
+
+
+def outage_hold_reopen(
+    *, message: ReceivedMessage, reason: str, release_in: float | None = None
+) -> PaymentHold | None:
+    """The outage hold whose release sent ``message``, open again for it to wait in once more,
+    if that hold was lifted meanwhile and its payment has no active hold; else None. Call in
+    the deferral's transaction (it takes the hold's lock)."""
+    released = released_by_round(message.deduplication_id)
+    if released is None:
+        return None
+    hold = (
+        PaymentHold.objects.select_for_update()
+        .filter(
+            pk=released[0],
+            payment_id=message.payment_id,
+            kind=HoldKind.OUTAGE,
+            released_at__isnull=False,
+        )
+        .first()
+    )
+    if hold is None:
+        return None
+    try:
+        with transaction.atomic():
+            PaymentHold.objects.filter(pk=hold.pk).update(
+                released_at=None,
+                released_by="",
+                release_round=F("release_round") + 1,
+                release_after=None if release_in is None else Now() + timedelta(seconds=release_in),
+                note=f"Reopened: {reason}"[:2000],
+            )
+    except IntegrityError:
+        return None  # another hold of the payment became active first: the copy waits there
+    hold.refresh_from_db()
+    logger.info(
+        "outage hold %s on payment %s reopened: %s",
+        hold.pk,
+        hold.payment_id,
+        reason,
+        extra={"payment_id": hold.payment_id, "hold_id": hold.pk, "hold_kind": hold.kind},
+    )
     return hold
 
 
@@ -199,15 +264,21 @@ def hold_release(
     elif hold.payment_id != payment_id:
         raise ValueError(f"hold {hold.pk} belongs to payment {hold.payment_id}, not {payment_id}")
     sent = 0
+    # One round of the release: a copy of it parked again starts a new round, which a later
+    # release sends (this one stops), so a processor still unavailable is not sent the same
+    # submission over and over by one call.
+    release_round = PaymentHold.objects.values_list("release_round", flat=True).get(pk=hold.pk)
     while True:
         while (row := hold.parked.filter(republished_message_id="").first()) is not None:
-            if not parked_message_republish(row=row, hold=hold):
-                return sent  # the hold was superseded or released meanwhile
+            if not parked_message_republish(row=row, hold=hold, release_round=release_round):
+                return sent  # the hold was superseded, released or started over meanwhile
             sent += 1
         with transaction.atomic():
             locked = PaymentHold.objects.select_for_update().get(pk=hold.pk)
             if locked.released_at is not None:
                 return sent  # another call released it
+            if locked.release_round != release_round:
+                return sent  # a copy was parked again: the hold waits for the next release
             if hold.parked.filter(republished_message_id="").exists():
                 continue  # parked while we were sending: send those too
             locked.released_at = timezone.now()

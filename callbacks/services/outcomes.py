@@ -22,7 +22,7 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
-from callbacks.services.holds import hold_passes, payment_hold
+from callbacks.services.holds import hold_passes, outage_hold_reopen, payment_hold
 from callbacks.services.republish import released_original_id
 from callbacks.services.starts import (
     StartAction,
@@ -245,17 +245,27 @@ def message_defer(
         active = PaymentHold.objects.filter(
             payment_id=message.payment_id, released_at__isnull=True
         ).first()
-        hold = payment_hold(
-            payment_id=message.payment_id,
-            reason=f"Submission waits for the processor: {reason}",
-            kind=HoldKind.OUTAGE,
-            # A copy its own hold's release just sent: that release may be about to mark the
-            # copy's row sent and lift the hold, which would lose it; a new hold takes it.
-            supersede=active is not None
-            and bool(released_original_id(message.deduplication_id))
-            and hold_passes(message, active),
-            release_in=release_in,
+        reason = f"Submission waits for the processor: {reason}"
+        # A copy whose outage hold was lifted meanwhile waits in that hold again, not in a
+        # new one: however often the processor comes and goes, one hold per payment.
+        hold = (
+            outage_hold_reopen(message=message, reason=reason, release_in=release_in)
+            if active is None
+            else None
         )
+        if hold is None:
+            hold = payment_hold(
+                payment_id=message.payment_id,
+                reason=reason,
+                kind=HoldKind.OUTAGE,
+                # A copy its own hold's release just sent: that release may be about to mark
+                # the copy's row sent and lift the hold, which would lose it; the release
+                # starts over (an outage hold) or a new hold takes it (a person's).
+                supersede=active is not None
+                and bool(released_original_id(message.deduplication_id))
+                and hold_passes(message, active),
+                release_in=release_in,
+            )
         return message_park(message, queue_message, hold, now)
 
 

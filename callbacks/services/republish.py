@@ -8,6 +8,7 @@ the start lets a redrive and a release's own copies through a hold (``holds.hold
 Every send here acts on SQS at once and is never called inside a transaction.
 """
 
+from django.db import transaction
 from django.utils import timezone
 
 from callbacks import sqs
@@ -27,25 +28,60 @@ def released_original_id(deduplication_id: str) -> str:
     return original if mark else ""
 
 
+def release_token(hold_id: int, release_round: int) -> str:
+    """What a copy sent by round ``release_round`` of hold ``hold_id``'s release carries after
+    ``RELEASE_MARK``: the hold's id, then ``.<round>`` from the second round on (the first
+    round's copies keep the form they always had)."""
+    return f"{hold_id}.{release_round}" if release_round else str(hold_id)
+
+
+def released_by_round(deduplication_id: str) -> tuple[int, int] | None:
+    """The (hold id, release round) whose release sent this copy; None for any other message."""
+    _, mark, token = deduplication_id.rpartition(RELEASE_MARK)
+    if not mark:
+        return None
+    hold_id, _, release_round = token.partition(".")
+    try:
+        return int(hold_id), int(release_round or 0)
+    except ValueError:
+        return None
+
+
 def redrive_original(message: ReceivedMessage) -> str:
     """The message id a redrive replaces ("" when ``message`` is no redrive)."""
     return messages.redrive_original(message.body)
 
 
-def parked_message_republish(*, row: ParkedMessage, hold: PaymentHold) -> bool:
-    """Send one parked message back to the main queue as part of ``hold``'s release and mark
-    it; False (nothing sent) when the hold is no longer active or the row is no longer its."""
-    if not PaymentHold.objects.filter(pk=hold.pk, released_at__isnull=True).exists():
+def parked_message_republish(
+    *, row: ParkedMessage, hold: PaymentHold, release_round: int | None = None
+) -> bool:
+    """Send one parked message back to the main queue as part of round ``release_round`` of
+    ``hold``'s release (by default the round ``hold`` was read in) and mark it; False (nothing
+    sent, or nothing marked) when the hold is no longer active, the row no longer its, or the
+    release started over meanwhile (a copy it sent was parked again: the row waits for the
+    next round, and this one's mark must not say it was sent)."""
+    release_round = hold.release_round if release_round is None else release_round
+    current = PaymentHold.objects.filter(
+        pk=hold.pk, released_at__isnull=True, release_round=release_round
+    )
+    if not current.exists():
         return False
     new_id = sqs.send_message_now(
         body=messages.republishable(row.body),
         group_id=row.payment_id,
-        deduplication_id=f"{row.message_id}{RELEASE_MARK}{hold.pk}"[:128],
+        deduplication_id=(
+            f"{row.message_id}{RELEASE_MARK}{release_token(hold.pk, release_round)}"[:128]
+        ),
         attributes=propagation.message_attributes(row.carried),
     )
-    marked = ParkedMessage.objects.filter(pk=row.pk, hold=hold, republished_message_id="").update(
-        republished_message_id=new_id, released_at=timezone.now()
-    )
+    with transaction.atomic():
+        # Under the hold's lock, which a copy parked again takes too: either its round is
+        # still this one and the row is marked sent, or the round moved on and it is not.
+        if not current.select_for_update().exists():
+            return False
+        marked = ParkedMessage.objects.filter(
+            pk=row.pk, hold=hold, republished_message_id=""
+        ).update(republished_message_id=new_id, released_at=timezone.now())
     return bool(marked)
 
 

@@ -37,7 +37,11 @@ from callbacks.models import (
     QueueMessageStatus,
 )
 from callbacks.services.holds import hold_create, hold_passes
-from callbacks.services.republish import redrive_original, released_original_id
+from callbacks.services.republish import (
+    redrive_original,
+    released_by_round,
+    released_original_id,
+)
 from callbacks.sqs import ReceivedMessage
 from payments import propagation
 
@@ -366,12 +370,21 @@ def message_park(
         order_key = ""
     original_id = released_original_id(message.deduplication_id)
     if original_id:
-        # A copy sent by the release of an earlier hold, parked again because a new hold
-        # superseded that one: it keeps its original place among the parked messages.
+        # A copy sent by the release of a hold, parked again: because a new hold superseded
+        # that one, it keeps its original place among the parked messages; because the same
+        # hold's release started over, its own row waits again, unsent, where it was.
         original = ParkedMessage.objects.filter(message_id=original_id).first()
         if original is not None:
             if original.hold_id == hold.pk and not original.republished_message_id:
                 # The original is parked here and unsent: one row is enough.
+                return StartDecision(StartAction.PARKED, queue_message, hold)
+            released = released_by_round(message.deduplication_id)
+            if original.hold_id == hold.pk and released and released[1] < hold.release_round:
+                # Sent by an earlier round of this hold's release: the next round sends it
+                # again, with a deduplication id of its own.
+                ParkedMessage.objects.filter(pk=original.pk).update(
+                    republished_message_id="", released_at=None
+                )
                 return StartDecision(StartAction.PARKED, queue_message, hold)
             order_key = original.sequence_number
     ParkedMessage.objects.create(

@@ -236,3 +236,66 @@ def test_a_refusal_carries_sqss_error_code_and_a_missing_queue_is_none(sqs_queue
 
     assert refused.value.code
     assert isinstance(refused.value, sqs.QueueUnavailable)
+
+
+# --- parameters, checked here rather than by botocore on every call ----------------------------
+
+
+@pytest.mark.django_db
+def test_every_call_the_gateway_builds_is_valid_for_the_sqs_model(sqs_queues):
+    sqs.send_message_now(
+        body={"kind": "probe"},
+        group_id=str(uuid.uuid4()),
+        deduplication_id=uuid.uuid4().hex,
+        attributes={"traceparent": {"DataType": "String", "StringValue": "00-ab-cd-01"}},
+    )
+    sqs.send_messages_now(
+        [
+            sqs.OutgoingMessage(
+                body={"kind": "probe", "n": n},
+                group_id=str(uuid.uuid4()),
+                deduplication_id=uuid.uuid4().hex,
+                attributes={"traceparent": {"DataType": "String", "StringValue": "x"}} if n else {},
+            )
+            for n in range(3)
+        ]
+    )
+    sqs.send_message_coalesced_now(
+        body={"kind": "probe"},
+        group_id=str(uuid.uuid4()),
+        deduplication_id=uuid.uuid4().hex,
+        window=0,
+    )
+    received = receive_all(sqs_queues.url)
+    sqs.change_visibility(url=sqs_queues.url, receipt_handle=received[0].receipt_handle, seconds=5)
+    sqs.change_visibility_batch(url=sqs_queues.url, messages=received, seconds=5)
+    sqs.delete_message(url=sqs_queues.url, receipt_handle=received[0].receipt_handle)
+    sqs.delete_messages(url=sqs_queues.url, messages=received[1:])
+    sqs.queue_attributes(sqs_queues.url, ["QueueArn"])
+    sqs.queue_find(f"missing-{uuid.uuid4().hex}.fifo")
+    sqs.dead_letter_queue_url()
+
+    # queues_ensure (the fixture's set-up) and each call above, all through the one check:
+    assert len(received) == 5
+    assert sqs_queues.parameters.checked >= 14
+    assert sqs_queues.parameters.invalid == []
+
+
+@pytest.mark.django_db
+def test_an_invalid_call_reaches_sqs_unchecked_and_the_tests_check_catches_it(sqs_queues):
+    # Sent unchecked: the server takes it or refuses it (QueueRefused). With botocore's check on,
+    # it would never leave the process (ParamValidationError, a QueueUnavailable that is not a
+    # refusal).
+    try:
+        sqs.receive_messages(
+            url=sqs_queues.url,
+            max_messages=1,
+            wait_seconds=0,
+            visibility_timeout="thirty",  # type: ignore[arg-type]
+        )
+    except sqs.QueueRefused:
+        pass
+
+    assert len(sqs_queues.parameters.invalid) == 1
+    assert "VisibilityTimeout" in sqs_queues.parameters.invalid[0]
+    sqs_queues.parameters.invalid.clear()  # seen: the fixture's teardown would fail the test

@@ -42,6 +42,7 @@ from payments.processor.breaker import (
 )
 from tests.callbacks.worker_support import (
     applied_events,
+    applied_moves,
     drain,
     queue_counts,
     run_worker,
@@ -453,10 +454,10 @@ def test_a_deferral_that_cannot_be_parked_hides_the_submission_only_for_the_paus
 
 def test_a_copy_deferred_before_its_release_marked_it_sent_is_not_lost(sqs_queues, sandbox):
     """The release sends a parked submission, then marks its row sent. A worker may receive
-    the copy in between and find the processor unavailable again: the copy must wait behind a
-    new hold, not count as the row the release is about to mark sent."""
+    the copy in between and find the processor unavailable again: the copy must wait in its
+    hold once more, and the half-done release may neither mark its row sent nor lift it."""
     from callbacks import sqs
-    from callbacks.services import RELEASE_MARK, hold_release
+    from callbacks.services import RELEASE_MARK, hold_release, parked_message_republish
 
     payment = PaymentFactory(state=PaymentState.PENDING)
     submit_message(sqs_queues, payment)
@@ -473,11 +474,13 @@ def test_a_copy_deferred_before_its_release_marked_it_sent_is_not_lost(sqs_queue
 
     run_worker()  # the copy arrives while the breaker is still open: deferred again
 
-    assert hold_release(payment_id=payment.id, released_by="test", note="", hold=hold) == 0
-    hold.refresh_from_db()
-    assert hold.released_at is not None and "Superseded" in hold.note
+    # The same hold waits again, its release a round further, on the same unsent row.
     [waiting] = outage_holds()
-    assert waiting.parked.filter(republished_message_id="").count() == 1
+    assert waiting.pk == hold.pk and waiting.release_round == 1
+    assert list(waiting.parked.values_list("pk", "republished_message_id")) == [(row.pk, "")]
+    # The release that was half done (round 0) can neither mark the row sent nor lift the hold.
+    assert not parked_message_republish(row=row, hold=hold, release_round=0)
+    assert PaymentHold.objects.get(pk=hold.pk).released_at is None
     close_the_breaker()
 
     run_worker()
@@ -486,6 +489,75 @@ def test_a_copy_deferred_before_its_release_marked_it_sent_is_not_lost(sqs_queue
     assert payment.state == PaymentState.SUBMITTED
     assert outage_holds() == []
     assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    assert hold_release(payment_id=payment.id, released_by="test", note="") == 0
+
+
+def test_a_flapping_breaker_keeps_one_hold_and_one_row_per_message_of_an_outage(
+    sqs_queues, sandbox, module_settings
+):
+    """An outage whose releases land again and again while the processor is unavailable (the
+    breaker reopened, or still probing with its trial slots taken): each payment keeps one
+    hold and each parked message one row, however many rounds; each round sends each held
+    message once; in the end every payment is submitted once, in order with its later event."""
+    from callbacks import sqs
+    from callbacks.services import outage_holds_release
+
+    module_settings.OUTAGE_RELEASE_PER_SECOND = 1000
+    payments = PaymentFactory.create_batch(6, state=PaymentState.PENDING)
+    for payment in payments:
+        submit_message(sqs_queues, payment)
+    # One payment also has a later message parked behind its submission.
+    send_event(sqs_queues.client, sqs_queues.url, payments[0], "settled")
+    open_breaker()
+    run_worker()
+    assert len(outage_holds()) == 6 and ParkedMessage.objects.count() == 7
+    sent = []
+    original_send = sqs.send_message_now
+
+    def counting_send(**kwargs):
+        sent.append(kwargs["deduplication_id"])
+        return original_send(**kwargs)
+
+    rounds = 5
+    for flap in range(rounds):
+        # Half the rounds, a trial: half-open with its slots already taken by others; the
+        # other half, the trial failed and the breaker reopened before the copies land.
+        if flap % 2:
+            CircuitBreaker.objects.filter(name=PROCESSOR).update(
+                state=BreakerState.HALF_OPEN,
+                probe_until=Now() + timedelta(seconds=30),
+                trial_admitted=10,
+            )
+        else:
+            open_breaker()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sqs, "send_message_now", counting_send)
+            outage_holds_release(limit=100, trial=True)
+        run_worker()  # every copy meets the processor unavailable: parked again
+
+        assert len(outage_holds()) == 6
+        assert PaymentHold.objects.count() == 6
+        assert ParkedMessage.objects.count() == 7
+        assert ParkedMessage.objects.filter(republished_message_id="").count() == 7
+
+    # Each round sent each held message once, each under a deduplication id of its own.
+    assert len(sent) == rounds * 7 and len(set(sent)) == len(sent)
+    close_the_breaker()
+
+    run_worker()
+
+    states = dict(Payment.objects.values_list("pk", "state"))
+    assert states == {
+        p.pk: PaymentState.CONFIRMED if p == payments[0] else PaymentState.SUBMITTED
+        for p in payments
+    }
+    assert applied_moves(payments[0]) == [
+        (PaymentState.PENDING, PaymentState.SUBMITTED),
+        (PaymentState.SUBMITTED, PaymentState.CONFIRMED),
+    ]
+    assert sandbox.stats()["charges_by_payment"] == {str(p.id): 1 for p in payments}
+    assert outage_holds() == []
+    assert PaymentHold.objects.count() == 6 and ParkedMessage.objects.count() == 7
 
 
 def other_payments_called(*, failing_then_through: int, through: int) -> None:

@@ -310,6 +310,7 @@ class Faults:
         if self.stopping.wait(max(0.0, at - time.monotonic())):
             return
         from django.db import DatabaseError, connection
+        from django.db.models import Q
         from django.utils import timezone
 
         from payments.models import Payment as PaymentModel
@@ -325,7 +326,7 @@ class Faults:
                 )
             except DatabaseError:
                 debits = []
-            if len(debits) >= 10 or time.monotonic() >= until:
+            if len(debits) >= 10 or time.monotonic() >= until - 20:
                 break
             self.stopping.wait(2)
         if len(debits) < 4:
@@ -394,14 +395,17 @@ class Faults:
             f"five payouts at once for {merchant} {payouts}"
         )
         # The returns of refunded debits once their refund is on its way: double losses.
-        deadline = min(until, time.monotonic() + 30)
+        # Within the fault window: what is injected must be applied before the run settles.
+        deadline = until
         returned = 0
         while returned < 3 and time.monotonic() < deadline and not self.stopping.is_set():
             connection.close()
             try:
                 sent = list(
-                    PaymentModel.objects.filter(
-                        purpose="refund", state__in=("submitted", "confirmed")
+                    PaymentModel.objects.filter(purpose="refund")
+                    .filter(
+                        Q(state__in=("submitted", "confirmed"))
+                        | Q(state="pending", submission_started_at__isnull=False)
                     )
                     .exclude(refund_of__state="returned")
                     .values_list("refund_of_id", "refund_of__amount")

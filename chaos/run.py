@@ -239,7 +239,7 @@ class ChaosRun(Faults, Settling):
             self.thread(self.kill_web_workers, [start + seconds * f for f in (0.3, 0.55)]),
             self.thread(self.inject_processor_bugs, start + seconds * 0.6),
             self.thread(self.inject_dishonor_answers, start + seconds * 0.75, end),
-            self.thread(self.money_out, start + seconds * 0.4, end),
+            self.thread(self.money_out, start + seconds * 0.25, end),
             self.thread(self.terminate_backends, [start + seconds * f for f in (0.2, 0.5, 0.8)]),
         ]
 

@@ -18,6 +18,12 @@ MONEY_OUT = Counter(
     "(pending: made).",
     ["purpose", "to_state"],
 )
+CREDIT_RETURNS = Counter(
+    "payments_credit_returns_total",
+    "Refunds and payouts the receiving bank sent back, by purpose: counted apart from the debits' "
+    "returns (a merchant's return rates are its debits').",
+    ["purpose"],
+)
 DOUBLE_LOSSES = Counter(
     "payments_double_losses_total",
     "Debits returned after a refund of them was sent: the customer has the money twice.",

@@ -9,6 +9,7 @@ from django.db import transaction
 from payments.alerts import AlertSeverity, alert_raise
 from payments.catalogue import RETURNED
 from payments.events import ProcessorEvent
+from payments.metrics import CREDIT_RETURNS
 from payments.models import Payment, PaymentDirection, PaymentReturn, PaymentState
 from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
 from payments.services.event_handlers import ApplyOutcome, Decision
@@ -105,8 +106,11 @@ def return_record(
     day = record.created_at.astimezone(UTC).date()
     if payment.direction == PaymentDirection.DEBIT:
         # The merchant's return rates are its debits' (NACHA's thresholds); a credit's return
-        # is money back, not a customer disputing a charge.
+        # is money back, not a customer disputing a charge, and is counted apart.
         _return_count(payment, code, after_settlement=after_settlement, day=day)
+    else:
+        purpose = payment.purpose
+        transaction.on_commit(lambda: CREDIT_RETURNS.labels(purpose).inc(), robust=True)
     details = {
         "reason_code": record.reason_code,
         "processor_event_id": event.processor_event_id,

@@ -99,7 +99,9 @@ def test_a_failed_refund_frees_its_amount_and_archives_its_entry():
     assert refundable_amount(debit) == Decimal("100.00")
 
 
-def test_a_settled_refund_posts_its_entry_and_a_returned_one_puts_the_money_back_once():
+def test_a_settled_refund_posts_its_entry_and_a_returned_one_puts_the_money_back_once(
+    django_capture_on_commit_callbacks,
+):
     debit = _confirmed()
     refund = refund_create(payment_id=debit.id, amount=Decimal("60.00"))
     Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
@@ -109,9 +111,17 @@ def test_a_settled_refund_posts_its_entry_and_a_returned_one_puts_the_money_back
     entry = _entry(refund, LedgerEntryKind.REFUND)
     assert entry.status == LedgerEntryStatus.POSTED and entry.posted_at is not None
 
+    from payments.metrics import CREDIT_RETURNS
+    from payments.models import MerchantReturnDay
+
+    counted = CREDIT_RETURNS.labels("refund")._value.get()
     returned = processor_event(refund, "returned", reason_code="R03")
-    payment_apply_event(event=returned)
-    payment_apply_event(event=returned)  # a repeat: a duplicate
+    with django_capture_on_commit_callbacks(execute=True):
+        payment_apply_event(event=returned)
+        payment_apply_event(event=returned)  # a repeat: a duplicate
+    # Counted apart: the merchant's return rates are its debits'.
+    assert CREDIT_RETURNS.labels("refund")._value.get() == counted + 1
+    assert not MerchantReturnDay.objects.filter(returns__gt=0).exists()
     back = LedgerEntry.objects.filter(payment=refund, kind=LedgerEntryKind.REFUND_RETURN)
     assert [e.amount for e in back] == [Decimal("60.00")]
     refund.refresh_from_db()

@@ -253,6 +253,11 @@ class PaymentListCreateApi(ModuleApiView):
         return _idempotent_response(result)
 
 
+def _carried(request) -> dict[str, str]:
+    """What a payment made by ``request`` carries to the worker: its request id and trace."""
+    return propagation.outgoing_values(request_id=request_id_of(request), headers=request.headers)
+
+
 def idempotency_key_header(request) -> str | None:
     """The request's ``Idempotency-Key`` (None without one); 400 for one of the wrong size."""
     key = request.headers.get("Idempotency-Key")
@@ -304,9 +309,7 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
         payment = payment_create(
             **serializer.validated_data,
             caused_by=f"api:{user.get_username()}",
-            carried=propagation.outgoing_values(
-                request_id=request_id_of(request), headers=request.headers
-            ),
+            carried=_carried(request),
         )
     except DjangoValidationError as exc:
         # The service's own validation: nothing was written (its transaction rolls back).
@@ -477,9 +480,7 @@ def _refund_create_answer(request, payment: Payment, data) -> idempotency.Answer
             reason=values.get("reason", ""),
             metadata=values.get("metadata"),
             caused_by=f"api:{request.user.get_username()}",
-            carried=propagation.outgoing_values(
-                request_id=request_id_of(request), headers=request.headers
-            ),
+            carried=_carried(request),
         )
     except MoneyOutRefused as exc:
         # Nothing was written: the key is released, so the request may be made again once the
@@ -528,9 +529,7 @@ def _payout_create_answer(request, data) -> idempotency.Answer:
         payout = payout_create(
             **values,
             caused_by=f"api:{request.user.get_username()}",
-            carried=propagation.outgoing_values(
-                request_id=request_id_of(request), headers=request.headers
-            ),
+            carried=_carried(request),
         )
     except DjangoValidationError as exc:
         return _refusal(field_errors(exc.message_dict))

@@ -375,4 +375,14 @@ def run_bank_traffic(*, web_url, token, payments, honcho, log_path) -> bool:
     if not final:
         print("  some payments were still moving after the time limit")
     logs = [log_path, log_path.with_name("demo-traffic.log")]
-    return bank_summary(run, logs) and final
+    ok = bank_summary(run, logs) and final
+    # Money out, after the summary, whose checks hold each debit to its file and its answer.
+    from demo.bank_money_out import run_bank_money_out
+
+    rows, checks = run_bank_money_out(web_url=web_url, token=token, run=run)
+    print("\n  Money out")
+    for label, value in rows:
+        print(f"  {label}: {value}")
+    for label, passed in checks:
+        print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
+    return ok and all(passed for _, passed in checks)

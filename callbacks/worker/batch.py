@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connection, transaction
 
+import callbacks.worker.crashes as crashes
+import callbacks.worker.outcomes as outcomes
 from callbacks import conf as callbacks_conf
 from callbacks import tracing
 from callbacks.metrics import WORKER_BATCH_MESSAGES
 from callbacks.models import QueueMessage
 from callbacks.services import ReceivedMessage, queue_messages_complete, queue_messages_start_batch
-from callbacks.worker import crashes, outcomes
 from callbacks.worker.outage import DatabaseDown, is_outage
 from callbacks.worker.outcomes import Result
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
+import callbacks.worker.outcomes as outcomes
 from callbacks import tracing
 from callbacks.handlers import AttemptNeverFinished
 from callbacks.models import QueueMessage, QueueMessageStatus
 from callbacks.selectors import queue_messages_unfinished
 from callbacks.services import ReceivedMessage, queue_message_never_finished
-from callbacks.worker import outcomes
 from callbacks.worker.outage import DatabaseDown, is_outage
 from callbacks.worker.outcomes import Failure, Result
 

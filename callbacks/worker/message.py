@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, transaction
 
+import callbacks.worker.outcomes as outcomes
 from callbacks import tracing
 from callbacks.handlers import InvalidBody, UnknownMessageKind
 from callbacks.models import QueueMessage
@@ -22,7 +23,6 @@ from callbacks.services import (
     queue_message_complete,
     queue_message_start,
 )
-from callbacks.worker import outcomes
 from callbacks.worker.outage import DatabaseDown, is_outage, refused_content
 from callbacks.worker.outcomes import Outcome, Result
 

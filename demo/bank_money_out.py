@@ -128,7 +128,7 @@ def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
         ),
         ("every refund and payout reached a final state through the bank's files", settled),
         (
-            "each credit is one entry in exactly one file (codes 22/32)",
+            "each credit is one entry in exactly one file",
             entries.count() == credits.count() == in_files.count(),
         ),
     ]

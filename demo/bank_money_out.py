@@ -6,8 +6,9 @@ credit entries in the bank's files, exactly once, and settled by the bank's day 
 - A payout of 30% of a merchant's available balance to one of its own vault tokens, then six
   at once of 20% each: the merchant's lock lets exactly three through (the 70% left).
 
-The proof: each credit is one entry in exactly one file (transaction code 22 or 32), refunds
-never exceed what was collected, no payout overdrew, and every balance equals its entries.
+The proof: each credit is one entry in exactly one file (the writer gives it code 22 or 32),
+refunds never exceed what was collected, no payout overdrew, and every balance equals its
+entries.
 """
 
 import threading

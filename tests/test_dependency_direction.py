@@ -88,6 +88,8 @@ def test_the_check_leaves_other_names_alone(source):
 # --- no import cycle -------------------------------------------------------------------------
 
 PRODUCT_APPS = ("payments", "callbacks", "triage")
+
+
 def product_sources() -> dict[str, str]:
     """Every product module (migrations left out) by dotted name, with its source."""
     sources = {}

@@ -44,6 +44,7 @@ TEST_SUPPORT = (
     "localsqs.py",
     "localstack.py",
     "pg_cluster.py",
+    "sqs_parameters.py",
     "sqs_server.py",
     "waiting.py",
     "callbacks/__init__.py",

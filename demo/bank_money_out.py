@@ -3,6 +3,8 @@ credit entries in the bank's files, exactly once, and settled by the bank's day 
 
 - Refunds of four settled debits (two full, two half), each a credit to the account its debit
   came from: a vault token, revealed only for the file.
+- Debits made and canceled at once, racing the worker that queues them for the next file: a
+  canceled one is never cut into a file.
 - A payout of 30% of a merchant's available balance to one of its own vault tokens, then six
   at once of 20% each: the merchant's lock lets exactly three through (the 70% left).
 
@@ -19,6 +21,7 @@ from decimal import ROUND_DOWN, Decimal
 import requests
 
 PAYOUT_RACERS = 6
+CANCELS = 6
 FINAL = ("confirmed", "failed", "canceled", "returned")
 
 
@@ -51,6 +54,38 @@ def _wait(predicate, timeout: float) -> bool:
     return predicate()
 
 
+def _cancels(web_url: str, token: str, run) -> dict[str, tuple[int, str]]:
+    """Debits made and canceled at once, racing the worker that queues each for the next file:
+    payment id -> (the cancel's status, the state or refusal it answered)."""
+    answers = {}
+    for n, account in enumerate(run.accounts[:CANCELS]):
+        status, body = _post(
+            web_url,
+            token,
+            "payments/",
+            {
+                "merchant_id": account.body["merchant_id"],
+                "amount": f"{30 + n}.00",
+                "source_token": account.token,
+                "description": "demo cancel before the file",
+            },
+        )
+        if status != 201:
+            answers[f"create-{n}"] = (status, body.get("error", {}).get("code", ""))
+            continue
+        cancel = requests.post(
+            f"{web_url}/api/payments/{body['id']}/cancel/",
+            headers={"Authorization": f"Token {token}"},
+            timeout=30,
+        )
+        answer = cancel.json()
+        answers[body["id"]] = (
+            cancel.status_code,
+            answer.get("state") or answer.get("error", {}).get("code", ""),
+        )
+    return answers
+
+
 def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
     """Refund and pay out through the bank's files; the summary's rows and checks."""
     from chaos.invariants.money_out import (
@@ -62,6 +97,7 @@ def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
     from payments.models import Payment
     from payments.nacha.models import NachaEntry
 
+    canceled_answers = _cancels(web_url, token, run)
     debits = list(
         Payment.objects.filter(purpose="collection", state="confirmed").order_by("created_at")[:4]
     )
@@ -99,6 +135,15 @@ def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
         t.join(60)
     credits = Payment.objects.filter(direction="credit")
     settled = _wait(lambda: not credits.exclude(state__in=FINAL).exists(), timeout)
+    canceled = [pid for pid, (status, _) in canceled_answers.items() if status == 200]
+    refused = [pid for pid, (status, _) in canceled_answers.items() if status != 200]
+    # The debits whose cancel lost go out in a file and settle like the others.
+    _wait(
+        lambda: (
+            not Payment.objects.filter(pk__in=refused, state__in=("pending", "submitted")).exists()
+        ),
+        timeout,
+    )
     entries = NachaEntry.objects.filter(payment__direction="credit")
     in_files = entries.filter(file__isnull=False)
     report = Report()
@@ -116,11 +161,25 @@ def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
             f"{states['failed']}",
         ),
         (
+            "canceled before the file (API)",
+            f"{len(canceled)} of {len(canceled_answers)}; {len(refused)} queued for a file first",
+        ),
+        (
             f"{PAYOUT_RACERS} concurrent payouts of 20%",
             f"{won} made after one of 30% of {available}",
         ),
     ]
+    in_a_file = NachaEntry.objects.filter(payment_id__in=canceled, file__isnull=False)
     checks = [
+        (
+            f"each cancel answered 200 canceled or 409 already_submitted ({len(canceled)} "
+            f"canceled, {len(refused)} already in hand)",
+            all(
+                a in {(200, "canceled"), (409, "already_submitted")}
+                for a in canceled_answers.values()
+            ),
+        ),
+        ("no canceled debit was cut into a bank file", not in_a_file.exists()),
         ("every refund answered 201", all(status == 201 for status, _ in refunds)),
         (
             f"a payout of 30% made, then exactly 3 of {PAYOUT_RACERS} concurrent ones of 20%; "

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from payments.banking_days import add_banking_days, available_cutoff
@@ -216,8 +217,9 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
     - ``pending``: every entry whose money has not failed to move (pending and posted);
     - ``posted``: the entries whose money has moved;
     - ``available``: what may be paid out now: the posted entries of each debit whose credit
-      is past the return reserve (``AVAILABLE_AFTER_BANKING_DAYS`` after it was booked at
-      settlement: the credit, and its reversal, re-credit and re-credit reversal if any; a
+      is past the return reserve (``AVAILABLE_AFTER_BANKING_DAYS`` after the settled event's
+      timestamp, its ``posted_at``; a credit booked before that was kept, after its booking: the
+      credit, and its reversal, re-credit and re-credit reversal if any; a
       debit inside the reserve adds nothing, nor does its return take anything), less money
       out, pending or posted (refunds, payouts), plus money out that came back and recoveries
       recovered. It may be negative (a return after a payout): shown as it is;
@@ -232,10 +234,10 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
     back_kinds = (LedgerEntryKind.REFUND_RETURN, LedgerEntryKind.PAYOUT_RETURN)
     money_out_side = Q(kind__in=(*out_kinds, *back_kinds, LedgerEntryKind.RECOVERY_OWED))
     past_reserve = Exists(
-        LedgerEntry.objects.filter(
+        LedgerEntry.objects.annotate(settled_at=Coalesce("posted_at", "created_at")).filter(
             payment_id=OuterRef("payment_id"),
             kind=LedgerEntryKind.CREDIT,
-            created_at__lte=cutoff,
+            settled_at__lte=cutoff,
         )
     )
     rows = (

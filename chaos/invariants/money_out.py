@@ -146,10 +146,21 @@ def ledger_figures(merchant_id: str, now) -> dict[str, dict]:
     cutoff = available_cutoff(now, payments_conf.AVAILABLE_AFTER_BANKING_DAYS)
     rows = list(
         LedgerEntry.objects.filter(merchant_id=merchant_id).values(
-            "payment_id", "payment__purpose", "kind", "amount", "status", "created_at", "currency"
+            "payment_id",
+            "payment__purpose",
+            "kind",
+            "amount",
+            "status",
+            "created_at",
+            "posted_at",
+            "currency",
         )
     )
-    past = {r["payment_id"] for r in rows if r["kind"] == "credit" and r["created_at"] <= cutoff}
+    # A payment's credit, wherever it was booked (a debit counts whole once it is past).
+    credits = LedgerEntry.objects.filter(
+        kind="credit", payment_id__in={r["payment_id"] for r in rows}
+    ).values_list("payment_id", "posted_at", "created_at")
+    past = {pid for pid, posted, created in credits if (posted or created) <= cutoff}
     figures: dict = defaultdict(lambda: defaultdict(lambda: ZERO))
     for r in rows:
         f = figures[r["currency"]]
@@ -246,7 +257,11 @@ def check_payouts(report: Report) -> None:
 
 
 def _available_then(before: list[dict], at, cutoff) -> Decimal:
-    past = {r["payment_id"] for r in before if r["kind"] == "credit" and r["created_at"] <= cutoff}
+    past = {
+        r["payment_id"]
+        for r in before
+        if r["kind"] == "credit" and (r["posted_at"] or r["created_at"]) <= cutoff
+    }
     available = ZERO
     for r in before:
         if r["payment__purpose"] == "collection":

@@ -53,7 +53,12 @@ class TransitionHandler(EventHandler):
                     f"{payment.id} from {current} to {target}"
                 )
             )
-        return Decision(ApplyOutcome.APPLIED, move=transition_move(payment, target))
+        move = transition_move(payment, target)
+        if move.ledger is not None:
+            # Posted when the processor says the money moved: the return reserve counts from
+            # the event, however late its callback came (``merchant_money_figures``).
+            move.ledger.posted_at = event.timestamp
+        return Decision(ApplyOutcome.APPLIED, move=move)
 
 
 def payment_transition(*, payment: Payment, target: str) -> tuple[str, str]:

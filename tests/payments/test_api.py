@@ -240,8 +240,8 @@ def test_balance_sums_the_merchants_ledger(api_client):
             "returned_total": "0.00",
             "pending": "12.50",
             "posted": "12.50",
-            # Settled just now: inside the return reserve (2 banking days by default).
-            "available": "0.00",
+            # Settled on 2 November by their events' timestamps: past the return reserve.
+            "available": "12.50",
             "money_out": "0.00",
         }
     ]

@@ -101,7 +101,9 @@ def _recomputed(now) -> dict:
     rows = list(LedgerEntry.objects.filter(merchant_id=MERCHANT).select_related("payment"))
     live = [r for r in rows if r.status != LedgerEntryStatus.ARCHIVED]
     posted = [r for r in rows if r.status == LedgerEntryStatus.POSTED]
-    settled_past = {r.payment_id for r in rows if r.kind == "credit" and r.created_at <= cutoff}
+    settled_past = {
+        r.payment_id for r in rows if r.kind == "credit" and (r.posted_at or r.created_at) <= cutoff
+    }
     available = ZERO
     for r in rows:
         if r.payment.purpose == PaymentPurpose.COLLECTION:

@@ -70,8 +70,11 @@ def test_a_payout_over_the_available_balance_is_refused_and_writes_nothing():
 
 
 def test_money_inside_the_return_reserve_is_not_available(module_settings):
+    from django.utils import timezone
+
     module_settings.AVAILABLE_AFTER_BANKING_DAYS = 2
-    _collected("acme", "50.00")
+    debit = PaymentFactory(merchant_id="acme", state=PaymentState.SUBMITTED, amount=Decimal("50"))
+    payment_apply_event(event=processor_event(debit, "settled", timestamp=timezone.now()))
     with pytest.raises(MoneyOutRefused):
         payout_create(merchant_id="acme", amount=Decimal("1.00"), destination_token=TOKEN)
 
@@ -207,3 +210,20 @@ def test_hostile_bodies_answer_400_naming_the_field(api_client, user, body, fiel
     assert field in response.json()["error"]["errors"]
     assert "77668056869313516" not in response.content.decode()
     assert not Payment.objects.filter(purpose=PaymentPurpose.PAYOUT).exists()
+
+
+def test_the_reserve_counts_from_the_settled_events_timestamp_not_its_late_callback(
+    module_settings,
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 2
+    debit = PaymentFactory(merchant_id="acme", state=PaymentState.SUBMITTED, amount=Decimal("50"))
+    # Settled ten days ago by the processor's word; its callback is applied only now.
+    settled_then = timezone.now() - timedelta(days=10)
+    payment_apply_event(event=processor_event(debit, "settled", timestamp=settled_then))
+
+    assert LedgerEntry.objects.get(payment=debit).posted_at == settled_then
+    assert _available("acme") == Decimal("50.00")

@@ -275,7 +275,8 @@ def test_confirmation_credits_the_merchant_ledger_once():
             "returned_total": "0.00",
             "pending": "40.10",
             "posted": "40.10",
-            "available": "0.00",  # inside the return reserve
+            # Settled on 2 November by the event's timestamp: past the return reserve.
+            "available": "40.10",
             "money_out": "0.00",
         }
     ]

@@ -378,11 +378,7 @@ def run_bank_traffic(*, web_url, token, payments, honcho, log_path) -> bool:
     ok = bank_summary(run, logs) and final
     # Money out, after the summary, whose checks hold each debit to its file and its answer.
     from demo.bank_money_out import run_bank_money_out
+    from demo.traffic import section_print
 
     rows, checks = run_bank_money_out(web_url=web_url, token=token, run=run)
-    print("\n  Money out")
-    for label, value in rows:
-        print(f"  {label}: {value}")
-    for label, passed in checks:
-        print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
-    return ok and all(passed for _, passed in checks)
+    return section_print("Money out", rows, checks) and ok

@@ -250,6 +250,16 @@ def _wait_until_settled(total: int, timeout: float = 300) -> bool:
     return False
 
 
+def section_print(title: str, rows: list, checks: list) -> bool:
+    """A section of the summary printed after it: its rows, then its checks; whether all pass."""
+    print(f"\n  {title}")
+    for label, value in rows:
+        print(f"  {label}: {value}")
+    for label, passed in checks:
+        print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
+    return all(passed for _, passed in checks)
+
+
 def _summary(sandbox_url: str, expected_dead_letters: int, lifecycle=((), ())) -> bool:
     from callbacks.models import PaymentHold, QueueMessage
     from payments.models import LedgerEntry, Payment, PaymentEvent, PaymentReturn, ProcessorAttempt
@@ -466,9 +476,4 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
         payout_merchant=MERCHANTS[3],
         sandbox_url=sandbox_url,
     )
-    print("\n  Money out")
-    for label, value in rows:
-        print(f"  {label}: {value}")
-    for label, passed in checks:
-        print(f"  [{'PASS' if passed else 'FAIL'}] {label}")
-    return ok and all(passed for _, passed in checks)
+    return section_print("Money out", rows, checks) and ok

@@ -193,6 +193,21 @@ def _metadata_value_problem(value) -> str | None:
     return None
 
 
+def merchant_id_checked(value: str) -> str:
+    if not MERCHANT_RE.fullmatch(value):
+        raise serializers.ValidationError(MERCHANT_MESSAGE)
+    return value
+
+
+def account_token_checked(value: str) -> str:
+    """A token for a bank account (a debit's source, a payout's destination), never a number."""
+    try:
+        validate_source_token(value)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.messages) from None
+    return value
+
+
 class PaymentCreateInputSerializer(StrictInputSerializer):
     numeric_fields = ("amount",)
 
@@ -204,16 +219,10 @@ class PaymentCreateInputSerializer(StrictInputSerializer):
     metadata = MetadataField(required=False)
 
     def validate_merchant_id(self, value: str) -> str:
-        if not MERCHANT_RE.fullmatch(value):
-            raise serializers.ValidationError(MERCHANT_MESSAGE)
-        return value
+        return merchant_id_checked(value)
 
     def validate_source_token(self, value: str) -> str:
-        try:
-            validate_source_token(value)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.messages) from None
-        return value
+        return account_token_checked(value)
 
 
 AUTHORIZATION_REFERENCE_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
@@ -267,16 +276,10 @@ class PayoutCreateInputSerializer(StrictInputSerializer):
     description = StrictCharField(max_length=255, required=False, allow_blank=True)
 
     def validate_merchant_id(self, value: str) -> str:
-        if not MERCHANT_RE.fullmatch(value):
-            raise serializers.ValidationError(MERCHANT_MESSAGE)
-        return value
+        return merchant_id_checked(value)
 
     def validate_destination_token(self, value: str) -> str:
-        try:
-            validate_source_token(value)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.messages) from None
-        return value
+        return account_token_checked(value)
 
     def validate_description(self, value: str) -> str:
         if looks_like_bank_number(value):

@@ -107,9 +107,11 @@ def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
         refunds.append(
             _post(web_url, token, f"payments/{debit.id}/refunds/", {"amount": f"{amount}"})
         )
-    merchant = debits[-1].merchant_id if debits else ""
+    # The merchant with the most to pay out (one whose returns outran its debits has a negative
+    # balance, rightly refused).
+    merchants = sorted({a.body["merchant_id"] for a in run.accounts})
+    available, merchant = max((_available(web_url, token, m), m) for m in merchants)
     destination = next(a.token for a in run.accounts if a.body["merchant_id"] == merchant)
-    available = _available(web_url, token, merchant)
 
     def payout(share: Decimal) -> tuple[int, dict]:
         amount = (available * share).quantize(Decimal("0.01"), ROUND_DOWN)

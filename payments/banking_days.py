@@ -98,9 +98,10 @@ def banking_days_between(start: date, end: date) -> int:
 
 def available_cutoff(now: datetime, days: int) -> datetime:
     """The latest moment ``m`` with ``add_banking_days(m, days) <= now``: what happened by then
-    has had its ``days`` banking days. ``days`` = 0: ``now`` itself (at once)."""
+    has had its ``days`` banking days. ``days`` = 0: no wait at all, whatever a moment says
+    (the last moment the calendar holds)."""
     if days <= 0:
-        return now
+        return _LAST_MOMENT
     today = ach_date(now)
     day = today
     # add_banking_days only grows with its moment's date, so walk back to the last date whose

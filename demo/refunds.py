@@ -17,6 +17,7 @@ double loss flagged, every balance equal to its ledger entries.
 import threading
 import time
 import uuid
+from decimal import Decimal
 
 import requests
 
@@ -173,7 +174,7 @@ def run_refunds(
     web_url: str,
     token: str,
     merchant: str,
-    payout_merchant: str,
+    payout_merchants: list[str],
     sandbox_url: str,
     timeout: float = 90,
 ):
@@ -193,6 +194,11 @@ def run_refunds(
     answers, _ = _refunds(session, web_url, merchant)
     raced, raced_debit = _race(token, web_url, merchant)
     returned = _double_losses(session, web_url, merchant)
+    # The merchant with the most to pay out: one whose returns outran its debits is negative.
+    session = _session(token)
+    _, payout_merchant = max(
+        (Decimal(_available(session, web_url, m)), m) for m in payout_merchants
+    )
     available, first_payout, raced_payouts = _payouts(token, web_url, payout_merchant)
     _wait(
         lambda: all(Payment.objects.get(pk=pid).state == "returned" for pid in returned),

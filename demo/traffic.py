@@ -473,7 +473,7 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
         web_url=web_url,
         token=token,
         merchant=MERCHANTS[2],
-        payout_merchant=MERCHANTS[3],
+        payout_merchants=MERCHANTS[3:],
         sandbox_url=sandbox_url,
     )
     return section_print("Money out", rows, checks) and ok

@@ -146,7 +146,7 @@ def _payout(session, web_url: str, merchant: str, amount: str) -> tuple[int, dic
 def _payouts(token: str, web_url: str, merchant: str):
     """A payout of 40% of the available balance, then ``PAYOUT_RACERS`` at once of 15% each:
     the merchant's lock lets exactly four through (the 60% left)."""
-    from decimal import ROUND_DOWN, Decimal
+    from decimal import ROUND_DOWN
 
     session = _session(token)
     available = Decimal(_available(session, web_url, merchant))

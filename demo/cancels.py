@@ -13,6 +13,8 @@ import uuid
 
 import requests
 
+from demo import token_suffix
+
 CANCELS = 8
 
 
@@ -22,7 +24,7 @@ def _create(session: requests.Session, web_url: str, merchant: str, n: int) -> d
         json={
             "merchant_id": merchant,
             "amount": f"{20 + n}.00",
-            "source_token": f"tok_demo_cancel_{uuid.uuid4().hex[:8]}",
+            "source_token": f"tok_demo_cancel_{token_suffix()}",
             "description": "demo cancel before origination",
         },
         headers={"Idempotency-Key": str(uuid.uuid4())},

@@ -13,6 +13,8 @@ import uuid
 
 import requests
 
+from demo import token_suffix
+
 
 def _wait(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
@@ -45,7 +47,7 @@ def _noc_scenario(session, web_url: str, merchant: str, timeout: float):
     another way (rejected, or returned before it settled)."""
     from payments.models import NotificationOfChange, Payment
 
-    payment = _create(session, web_url, merchant, f"tok_noc_demo_{uuid.uuid4().hex[:8]}")
+    payment = _create(session, web_url, merchant, f"tok_noc_demo_{token_suffix()}")
     nocs = NotificationOfChange.objects.filter(payment_id=payment["id"])
     state = Payment.objects.filter(pk=payment["id"]).values_list("state", flat=True)
     _wait(lambda: nocs.exists() or state.first() in ("failed", "returned"), timeout)
@@ -57,7 +59,7 @@ def _reinitiation_scenario(session, web_url: str, merchant: str, timeout: float)
     the fault mix took either entry another way."""
     from payments.models import Payment
 
-    returned = _create(session, web_url, merchant, f"tok_nsfonce_demo_{uuid.uuid4().hex[:8]}")
+    returned = _create(session, web_url, merchant, f"tok_nsfonce_demo_{token_suffix()}")
 
     def state(payment_id):
         return Payment.objects.filter(pk=payment_id).values_list("state", flat=True).first()

@@ -21,6 +21,8 @@ from decimal import Decimal
 
 import requests
 
+from demo import token_suffix
+
 RACERS = 8
 DOUBLE_LOSS_TRIES = 3
 PAYOUT_RACERS = 10
@@ -108,7 +110,7 @@ def _double_losses(session, web_url: str, merchant: str) -> list[str]:
             json={
                 "merchant_id": merchant,
                 "amount": f"{40 + n}.00",
-                "source_token": f"tok_unauth_demo_refund_{uuid.uuid4().hex[:8]}",
+                "source_token": f"tok_unauth_demo_refund_{token_suffix()}",
                 "description": "demo: refunded, then returned unauthorized",
             },
             headers={"Idempotency-Key": str(uuid.uuid4())},

@@ -45,6 +45,12 @@ def single_flight(name: str) -> Iterator[bool]:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
+def money_out_lock(merchant_id: str) -> None:
+    """One merchant's money out (refunds, payouts) decided one transaction at a time: a payout
+    reads the available balance no refund is changing meanwhile."""
+    transaction_lock(f"payments.money_out:{merchant_id}")
+
+
 def transaction_lock(name: str) -> None:
     """Wait for, and hold until the caller's transaction ends, a cluster-wide lock named
     ``name`` (``pg_advisory_xact_lock``): what is decided under it (a merchant's payout against

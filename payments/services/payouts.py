@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from payments.exceptions import MoneyOutRefused
-from payments.locks import transaction_lock
+from payments.locks import money_out_lock
 from payments.models import (
     LedgerEntry,
     LedgerEntryKind,
@@ -91,7 +91,7 @@ def payout_create(
             "can be paid out through it",
         )
     with transaction.atomic():
-        transaction_lock(f"payments.payout:{merchant_id}")
+        money_out_lock(merchant_id)
         figures = merchant_money_figures(merchant_id=merchant_id).get(currency)
         available = Decimal(figures["available"]) if figures else Decimal("0.00")
         if amount > available:

@@ -28,6 +28,7 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
+from payments.locks import money_out_lock
 from payments.messages import MessageKind, submit_payment_body
 from payments.metrics import DOUBLE_LOSSES
 from payments.models import (
@@ -108,6 +109,9 @@ def refund_create(
         )
     with transaction.atomic():
         debit = payment_lock(payment_id)
+        # After the debit's lock (a return takes that one alone), before the merchant's money
+        # moves: a concurrent payout reads the available balance with this refund or without.
+        money_out_lock(debit.merchant_id)
         _refusal(debit, amount, now=now or timezone.now())
         refund = Payment.objects.create(
             merchant_id=debit.merchant_id,

@@ -227,3 +227,30 @@ def test_the_reserve_counts_from_the_settled_events_timestamp_not_its_late_callb
 
     assert LedgerEntry.objects.get(payment=debit).posted_at == settled_then
     assert _available("acme") == Decimal("50.00")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refunds_and_payouts_racing_for_one_merchants_money_never_overdraw():
+    from chaos.invariants.money_out import check_payouts
+    from chaos.invariants.report import Report
+    from payments.services.refunds import refund_create
+
+    debits = [_collected("acme", "50.00") for _ in range(4)]  # 200.00 available
+    refunds = [lambda d=d: refund_create(payment_id=d.id, amount=Decimal("30.00")) for d in debits]
+    payouts = [
+        lambda: payout_create(merchant_id="acme", amount=Decimal("25.00"), destination_token=TOKEN)
+        for _ in range(8)
+    ]
+
+    results = race(*refunds, *payouts)
+
+    assert all(isinstance(r, Payment) for r in results[:4]), results  # refunds do not wait on it
+    made = [r for r in results[4:] if isinstance(r, Payment)]
+    refused = [r for r in results[4:] if isinstance(r, MoneyOutRefused)]
+    assert len(made) + len(refused) == 8 and 3 <= len(made) <= 8, results
+    # Refunds come out of collected money whatever the balance; payouts only out of what was
+    # available when each read it, which the replay below holds each one to.
+    assert _available("acme") == Decimal("200.00") - 4 * Decimal("30.00") - 25 * len(made)
+    report = Report()
+    check_payouts(report)
+    assert report.ok, report.render()

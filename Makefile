@@ -75,7 +75,7 @@ FAST = not subprocess and not browser and not scale
 # fauxqs one. And the vault's KMS key holder, against LocalStack's KMS (test_kms, all of it
 # `localstack_only`: fauxqs serves no KMS).
 LOCALSTACK_TESTS ?= \
-	tests/payments/vault/test_kms.py \
+	tests/bank/vault/test_kms.py \
 	tests/callbacks/test_worker_partial_batch.py \
 	tests/callbacks/test_worker_crash_loop.py \
 	tests/callbacks/test_setup_queues.py \

@@ -1,7 +1,7 @@
 """The one place that talks to SQS: a reused boto3 client, cached queue URLs, typed errors.
 
 No other module of the product imports boto3 for SQS (a lint rule refuses it; the vault's KMS
-gateway, ``payments.vault.kms``, is the one other importer). Every function here acts
+gateway, ``bank.vault.kms``, is the one other importer). Every function here acts
 immediately on the network, and each refuses to run inside a database transaction that can
 still roll back (``SqsCallInTransaction``): a message sent there outlives a rollback, and a
 network wait there holds the transaction's locks. Publish through the outbox or
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-# The gateway itself: with payments.vault.kms, the only modules of the apps the lint lets import
+# The gateway itself: with bank.vault.kms, the only modules of the apps the lint lets import
 # boto3.
 import boto3  # noqa: TID251
 from botocore.config import Config  # noqa: TID251

@@ -124,7 +124,7 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     # The bank path's collection (nacha_collect, run by cron or beat beside the Celery jobs):
     # each return or NOC to the main queue, one for an unknown trace number to the DLQ.
     SqsCallSite(
-        "callbacks.nacha_inbound:nacha_events_publish_now",
+        "bank.collect:nacha_events_publish_now",
         {MAIN: _SEND, DLQ: _SEND},
         _roles(CELERY),
     ),

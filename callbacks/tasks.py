@@ -72,22 +72,3 @@ def holds_purge() -> int:
         deleted = retention.holds_purge()
     logger.info("purged %s released holds and parked messages past retention", deleted)
     return deleted
-
-
-@shared_task(name="callbacks.tasks.nacha_collect", ignore_result=True)
-def nacha_collect() -> int:
-    """Collect the bank's return and NOC files and queue their events; one run at a time.
-    Returns how many events were queued (the main queue and the DLQ)."""
-    from callbacks.nacha_inbound import nacha_files_collect
-    from payments.locks import single_flight
-    from payments.nacha.transports import transport_open
-
-    with single_flight("callbacks.nacha_collect") as acquired:
-        if not acquired:
-            return 0
-        transport = transport_open()
-        try:
-            result = nacha_files_collect(transport=transport)
-        finally:
-            transport.close()
-    return result.published + result.dead_lettered

@@ -33,9 +33,9 @@ ANSWER_HOUR = 9
 
 def settle_round() -> int:
     """Promise the settlement of every delivered entry, as if its effective date had passed."""
-    from payments.nacha.models import NachaFile
-    from payments.nacha.services import SETTLED_AT, nacha_entries_settle
-    from payments.nacha.windows import EASTERN
+    from bank.nacha.models import NachaFile
+    from bank.nacha.services import SETTLED_AT, nacha_entries_settle
+    from bank.nacha.windows import EASTERN
 
     latest = (
         NachaFile.objects.filter(delivered_at__isnull=False, entries__settled_event_at__isnull=True)
@@ -52,9 +52,9 @@ def settle_round() -> int:
 def files_to_answer() -> dict[str, datetime]:
     """The delivered files each of whose payments the workers have taken past ``submitted``
     (settled, or failed), with the moment the bank answers them."""
+    from bank.nacha.models import NachaFile
+    from bank.nacha.windows import EASTERN
     from payments.models import PaymentState
-    from payments.nacha.models import NachaFile
-    from payments.nacha.windows import EASTERN
 
     moving = (PaymentState.PENDING, PaymentState.SUBMITTED)
     ready = {}
@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.db import DatabaseError
 
-    from payments import conf
-    from payments.nacha.transport_options import parse_transport
+    from bank import conf
+    from bank.nacha.transport_options import parse_transport
 
     transport = parse_transport(conf.NACHA_TRANSPORT)
     if transport is None or transport["kind"] != "directory":
-        sys.exit("the demo's bank needs PAYMENTS['NACHA_TRANSPORT'] of kind directory")
+        sys.exit("the demo's bank needs BANK['NACHA_TRANSPORT'] of kind directory")
     while True:
         try:
             settled = settle_round()

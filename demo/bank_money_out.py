@@ -88,6 +88,7 @@ def _cancels(web_url: str, token: str, run) -> dict[str, tuple[int, str]]:
 
 def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
     """Refund and pay out through the bank's files; the summary's rows and checks."""
+    from bank.nacha.models import NachaEntry
     from chaos.invariants.money_out import (
         check_balances,
         check_payouts,
@@ -95,7 +96,6 @@ def run_bank_money_out(*, web_url: str, token: str, run, timeout: float = 300):
     )
     from chaos.invariants.report import Report
     from payments.models import Payment
-    from payments.nacha.models import NachaEntry
 
     canceled_answers = _cancels(web_url, token, run)
     debits = list(

@@ -47,7 +47,7 @@ RULES = [
     Rule(0.12, "NOC", "confirmed", change_code="C01"),
     Rule(0.09, "NOCSAVINGS", "confirmed", change_code="C05"),
 ]
-# Receiving banks' routing prefixes; each number gets its check digit (payments.nacha.routing).
+# Receiving banks' routing prefixes; each number gets its check digit (bank.nacha.routing).
 ROUTING_PREFIXES = ["02100002", "02600959", "12100035", "07100001", "06100015"]
 
 
@@ -89,7 +89,7 @@ def _rule_for(rng: random.Random, i: int) -> Rule:
 
 def demo_accounts(count: int, seed: int = 30) -> list[Account]:
     """``count`` accounts for the vault, deterministic for the seed."""
-    from payments.nacha.routing import check_digit
+    from bank.nacha.routing import check_digit
 
     rng = random.Random(seed)
     accounts = []
@@ -185,8 +185,8 @@ def _counted(pairs) -> str:
 
 def bank_summary(run: Run, log_paths: list[Path]) -> bool:
     """Print the bank run's summary and checks; True when every check passes."""
+    from bank.nacha.models import NachaEntry, NachaFile, NachaInboundFile
     from payments.models import LedgerEntry, NotificationOfChange, Payment, PaymentReturn
-    from payments.nacha.models import NachaEntry, NachaFile, NachaInboundFile
     from triage.models import DeadLetter
 
     expected = run.expected()
@@ -308,10 +308,10 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
 def _books_checks() -> list[tuple[str, bool]]:
     """The books of the run's banking days (``demo.books_check``); nothing when the demo has no
     statement directory set."""
+    from bank import conf
+    from bank.books.conf import statement_transport_options
+    from bank.nacha.transport_options import parse_transport
     from demo.books_check import books_check
-    from payments import conf
-    from payments.books.conf import statement_transport_options
-    from payments.nacha.transport_options import parse_transport
 
     statements = statement_transport_options()
     nacha = parse_transport(conf.NACHA_TRANSPORT)

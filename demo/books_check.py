@@ -18,8 +18,8 @@ KIND_OF = {"missing": "missing_settlement", "short": "short_amount", "extra": "e
 def _days(inbound: Path) -> list[date]:
     from datetime import datetime
 
-    from payments.nacha.models import NachaFile
-    from payments.nacha.parser import parse_nacha
+    from bank.nacha.models import NachaFile
+    from bank.nacha.parser import parse_nacha
     from sandbox.statements import settlement_day
 
     days = set(
@@ -50,7 +50,7 @@ def books_check(*, outbound: str, inbound: str, statements: str) -> list[tuple[s
     """Write, import and close each day; the checks as (label, passed)."""
     from django.core.management import call_command
 
-    from payments.books.models import BooksVariance
+    from bank.books.models import BooksVariance
     from sandbox.statements import bank_statement_write
 
     days = _days(Path(inbound))

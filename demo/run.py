@@ -67,7 +67,7 @@ def bank_environment(var: Path) -> dict[str, str]:
     fresh one each run), the originator, the directory transport under ``var/bank/``, and a
     submission looking again for its file every 2 s (files are cut every 2 s, not per window)."""
     return {
-        "PROCESSOR_BACKEND": "payments.nacha.backend.NachaBankBackend",
+        "PROCESSOR_BACKEND": "bank.nacha.backend.NachaBankBackend",
         "VAULT_KEYS": f"demo1:{base64.b64encode(secrets.token_bytes(32)).decode()}",
         "VAULT_ACTIVE_KEY": "demo1",
         "NACHA_ORIGINATOR": json.dumps(DEMO_ORIGINATOR),

@@ -612,9 +612,3 @@ class DoubleLossAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "noc", "action", "user", "status_before", "status_after"]
     list_select_related = ["noc", "user"]
-
-
-# The bank path's and the vault's admins live with their code.
-from payments.books import admin as books_admin  # noqa: E402, F401
-from payments.nacha import admin as nacha_admin  # noqa: E402, F401
-from payments.vault import admin as vault_admin  # noqa: E402, F401

@@ -42,7 +42,6 @@ from payments.api_errors import (
     request_id_of,
 )
 from payments.api_throttling import ModuleScopedThrottle
-from payments.books.selectors import books_day_figures, day_reported
 from payments.exceptions import (
     CancelRefused,
     MoneyOutRefused,
@@ -64,9 +63,7 @@ from payments.selectors import (
 from payments.serializers import (
     MERCHANT_MESSAGE,
     MERCHANT_RE,
-    BooksQuerySerializer,
     MerchantBalanceOutputSerializer,
-    MerchantBooksOutputSerializer,
     PaymentCancelInputSerializer,
     PaymentCreateInputSerializer,
     PaymentEventOutputSerializer,
@@ -598,7 +595,7 @@ def _payment_reinitiate_answer(user, payment: Payment, data) -> idempotency.Answ
     return idempotency.Answer(201, body)
 
 
-def _merchant_refused(request, merchant_id: str) -> Response | None:
+def merchant_refused(request, merchant_id: str) -> Response | None:
     """The answer for a merchant id the caller may not read (400 for a bad one, 404 for one it
     may not act for, the same as one that does not exist), or None."""
     if looks_like_bank_number(merchant_id):
@@ -618,36 +615,8 @@ class MerchantBalanceApi(ModuleApiView):
     def get(self, request, merchant_id):
         """The merchant's balance per currency: credits, reversals, re-credits, net, and the
         confirmed and returned counts."""
-        if (refused := _merchant_refused(request, merchant_id)) is not None:
+        if (refused := merchant_refused(request, merchant_id)) is not None:
             return refused
         return Response(
             MerchantBalanceOutputSerializer(merchant_balance(merchant_id=merchant_id)).data
-        )
-
-
-class MerchantBooksApi(ModuleApiView):
-    """A merchant's banking day as the books closed it: expected, settled, returned and the
-    unexplained variances, per currency."""
-
-    def get(self, request, merchant_id):
-        if (refused := _merchant_refused(request, merchant_id)) is not None:
-            return refused
-        params = request.query_params
-        repeated = [name for name in params if len(params.getlist(name)) > 1]
-        if repeated:
-            raise field_errors({name: ["given more than once"] for name in repeated})
-        query = BooksQuerySerializer(data=params.dict())
-        if not query.is_valid():
-            raise field_errors(query.errors)
-        day = query.validated_data["date"]
-        figures = books_day_figures(day=day, merchant_id=merchant_id)
-        return Response(
-            MerchantBooksOutputSerializer(
-                {
-                    "merchant_id": merchant_id,
-                    "date": day,
-                    "reported_by_bank": day_reported(day),
-                    "currencies": [vars(f) for f in figures],
-                }
-            ).data
         )

@@ -33,7 +33,9 @@ class AppSettings:
     ``specs`` declares every setting with a default; ``required`` those without one (each with
     a spec that checks its value once set, or ``None``); ``relations`` pairs ``(low, high)`` whose
     low value may not exceed the high one; ``readers`` turn an accepted value into the one the
-    code uses (the signing secrets, a string or a list, into a list).
+    code uses (the signing secrets, a string or a list, into a list). ``formerly`` names the
+    dict the settings were read from in the last release (the bank app's, ``PAYMENTS``): a key
+    set there and not in ``setting`` is still read, and ``moved`` warns about it.
     """
 
     every: ClassVar[list[AppSettings]] = []
@@ -47,8 +49,10 @@ class AppSettings:
         required: Mapping[str, Spec | None] | None = None,
         relations: tuple[tuple[str, str], ...] = (),
         readers: Mapping[str, Callable[[Any], Any]] | None = None,
+        formerly: str | None = None,
     ) -> None:
         self.app = app
+        self.formerly = formerly
         self.setting = setting
         self.specs = specs
         self.required = dict(required or {})
@@ -69,7 +73,34 @@ class AppSettings:
     def host_values(self) -> Mapping[str, Any]:
         """The host's dict; not a dict at all is the start-up check's to refuse."""
         values = getattr(settings, self.setting, None)
-        return values if isinstance(values, Mapping) else {}
+        own = values if isinstance(values, Mapping) else {}
+        moved = self._moved(own)
+        return {**moved, **own} if moved else own
+
+    def _moved(self, own: Mapping[str, Any]) -> dict[str, Any]:
+        """This app's settings the host still sets in the dict they left (``formerly``)."""
+        old = getattr(settings, self.formerly, None) if self.formerly else None
+        if not isinstance(old, Mapping):
+            return {}
+        return {
+            name: value for name, value in old.items() if name in self.names and name not in own
+        }
+
+    def moved(self, *, warning_id: str) -> list[Warning]:
+        """One warning per setting read from the dict it left (``formerly``): it works this
+        release and is refused in the next, so the host moves it now."""
+        own = getattr(settings, self.setting, None)
+        moved = self._moved(own if isinstance(own, Mapping) else {})
+        return [
+            Warning(
+                f'{self.formerly}["{name}"] has moved to {self.label(name)}: it is read from '
+                f"{self.formerly} in this release only.",
+                hint=f"Move it into {self.setting}: {self.label(name)} = ...",
+                obj=name,
+                id=warning_id,
+            )
+            for name in sorted(moved)
+        ]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -111,7 +142,7 @@ class AppSettings:
             self._values.clear()
 
     def _setting_changed(self, *, setting: str, **kwargs: Any) -> None:
-        if setting == self.setting:
+        if setting in (self.setting, self.formerly):
             self.reload()
 
     def _unset(self, name: str, host: Mapping[str, Any]) -> bool:
@@ -141,7 +172,19 @@ class AppSettings:
                     id=error_id,
                 )
             ]
-        errors = [self._unknown(str(key), unknown_id) for key in raw if key not in self.names]
+        # A key another app took over from this dict is that app's to read and warn about.
+        left = {
+            name
+            for other in AppSettings.every
+            if other.formerly == self.setting
+            for name in other.names
+        }
+        errors = [
+            self._unknown(str(key), unknown_id)
+            for key in raw
+            if key not in self.names and key not in left
+        ]
+        raw = {**self._moved(raw), **raw}
         checked = dict(self.specs)
         values = {name: raw.get(name, spec.default) for name, spec in checked.items()}
         for name, spec in self.required.items():

@@ -10,9 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 from payments.app_settings import AppSettings
-from payments.nacha.originator import parse_originator
-from payments.nacha.transport_options import TRANSPORT_ACCEPTED, parse_transport
-from payments.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from payments.setting_specs import (
     Duration,
     Number,
@@ -22,10 +19,8 @@ from payments.setting_specs import (
     Text,
     Url,
     defaults,
-    json_text,
 )
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
-from payments.vault.keys import KMS_KEYS_ACCEPTED, parse_kms_keys, parse_vault_keys
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -94,69 +89,6 @@ SPECS: dict[str, Spec] = {
     "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": Seconds(300.0, 86_400),
     "PROCESSOR_BREAKER_TRIAL_CALLS": Number(3, 1, 1000, whole=True, unit="of calls"),
     "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": Seconds(300.0, 86_400),
-    # Bank-direct origination (payments.nacha): who the files come from and go to (None: the
-    # bank path is not set up, and cutting a file says so), the Fed's windows (Eastern time)
-    # and how long before a window's deadline the bank wants the file.
-    "NACHA_ORIGINATOR": Parsed(
-        None,
-        parse=parse_originator,
-        accepted="None, or a dict of the originator's identity (README, bank-direct section)",
-        types=(dict, type(None)),
-        text_type=json_text,
-    ),
-    "NACHA_WINDOWS": Parsed(
-        FED_WINDOWS,
-        parse=parse_windows,
-        accepted=WINDOWS_ACCEPTED,
-        types=(list, tuple),
-        text_type=json_text,
-    ),
-    "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
-    # Where files go and come back from (payments.nacha.transports): None until set up.
-    "NACHA_TRANSPORT": Parsed(
-        None,
-        parse=parse_transport,
-        accepted=TRANSPORT_ACCEPTED,
-        types=(dict, type(None)),
-        text_type=json_text,
-    ),
-    # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
-    # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and
-    # the class holding them (payments.vault.crypto.KeyProvider; the provider's own settings are
-    # checked apart, payments.E007).
-    "VAULT_KEYS": Parsed(
-        {},
-        parse=parse_vault_keys,
-        accepted="a dict of version: base64 of 32 bytes, or 'v1:<base64>,v2:<base64>'",
-        types=(dict, str),
-        secret=True,
-    ),
-    "VAULT_ACTIVE_KEY": Text(
-        "",
-        pattern=r"[A-Za-z0-9_.-]*",
-        accepted="a version of VAULT_KEYS (or of VAULT_KMS_KEYS), or blank (no vault)",
-    ),
-    "VAULT_KEY_PROVIDER": Text(
-        "payments.vault.crypto.SettingsKeyProvider",
-        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
-        accepted="a dotted path such as 'package.module.Class'",
-    ),
-    # The KMS key holder (VAULT_KEY_PROVIDER "payments.vault.kms.KmsKeyProvider"): the KMS key
-    # of each version (from the environment "v1:<key ARN>,v2:<key ARN>"), the region (None:
-    # boto3's own, AWS_REGION or AWS_DEFAULT_REGION), an endpoint (None: AWS itself; a URL: a
-    # KMS-compatible server, LocalStack in tests) and how long one call may wait to connect and
-    # to be answered: a store or a file cut waits on it, so an unreachable KMS must fail fast.
-    "VAULT_KMS_KEYS": Parsed(
-        {}, parse=parse_kms_keys, accepted=KMS_KEYS_ACCEPTED, types=(dict, str)
-    ),
-    "VAULT_KMS_REGION": Text(
-        None,
-        pattern=r"|[a-z]{2}(-[a-z]+)+-\d+",
-        accepted="an AWS region such as 'us-east-1', or None/blank for boto3's own",
-        optional=True,
-    ),
-    "VAULT_KMS_ENDPOINT_URL": Url(None),
-    "VAULT_KMS_TIMEOUT_SECONDS": Seconds(5.0, 60),
 }
 # Pairs (low, high) whose low value may not exceed the high one.
 RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)

@@ -859,22 +859,3 @@ class CircuitBreakerTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.breaker_id} {self.kind} at {self.created_at:%Y-%m-%d %H:%M:%S}"
-
-
-# The bank path's models live with its code; importing them here registers them with the app.
-from payments.books.models import (  # noqa: E402, F401
-    BankStatement,
-    BooksVariance,
-    StatementDay,
-    StatementLine,
-    StatementMatch,
-    VarianceExplanation,
-)
-from payments.nacha.models import (  # noqa: E402, F401
-    NachaEntry,
-    NachaFile,
-    NachaInboundEvent,
-    NachaInboundFile,
-    NachaTraceCounter,
-)
-from payments.vault.models import VaultAccount  # noqa: E402, F401

@@ -21,11 +21,6 @@ from payments import apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentState
 from payments.services import cancel, payouts, refunds, reinitiation
-from payments.vault.apis import (
-    VaultAccountCreateApi,
-    VaultAccountInputSerializer,
-    VaultAccountOutputSerializer,
-)
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
 AMOUNT_PATTERN = r"^(?:0\.(?:0[1-9]|[1-9][0-9])|[1-9][0-9]{0,11}\.[0-9]{2})$"
@@ -148,7 +143,7 @@ class ErrorTypeFieldSchema(OpenApiSerializerFieldExtension):
         }
 
 
-def _error(description: str) -> OpenApiResponse:
+def error_answer(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorOutputSerializer, description=description)
 
 
@@ -178,16 +173,20 @@ _RETRY_AFTER = OpenApiParameter(
     response=[409, 429, 503],
     description="Seconds to wait before retrying.",
 )
-_HEADERS = [_REQUEST_ID, _RETRY_AFTER]
+REQUEST_HEADERS = [_REQUEST_ID, _RETRY_AFTER]
 # Every operation may answer these (payments.apis, payments.api_errors).
-_COMMON = {
-    401: _error("No credentials, or credentials this API does not accept."),
-    405: _error("The method is not one this path answers."),
-    406: _error("The Accept header names no JSON."),
-    411: _error("A chunked body on a server that cannot say where it ends, param body."),
-    413: _error("The body is larger than the limit (PAYMENTS_API_MAX_BODY_BYTES), param body."),
-    429: _error("Past PAYMENTS_API_THROTTLE_RATES (off by default); retry after Retry-After."),
-    503: _error("The database cannot be reached; retry after Retry-After seconds."),
+COMMON_ANSWERS = {
+    401: error_answer("No credentials, or credentials this API does not accept."),
+    405: error_answer("The method is not one this path answers."),
+    406: error_answer("The Accept header names no JSON."),
+    411: error_answer("A chunked body on a server that cannot say where it ends, param body."),
+    413: error_answer(
+        "The body is larger than the limit (PAYMENTS_API_MAX_BODY_BYTES), param body."
+    ),
+    429: error_answer(
+        "Past PAYMENTS_API_THROTTLE_RATES (off by default); retry after Retry-After."
+    ),
+    503: error_answer("The database cannot be reached; retry after Retry-After seconds."),
 }
 _LIST_PARAMETERS = [
     OpenApiParameter(
@@ -224,35 +223,35 @@ def describe() -> None:
     extend_schema_view(
         get=extend_schema(
             operation_id="payment_list",
-            parameters=[*_LIST_PARAMETERS, *_HEADERS],
+            parameters=[*_LIST_PARAMETERS, *REQUEST_HEADERS],
             responses={
                 200: OpenApiResponse(
                     _PAYMENT_LIST, description="Newest first, one page after the cursor."
                 ),
-                400: _error("A refused filter, named in param."),
-                403: _error("You may not act for the merchant filtered on."),
-                **_COMMON,
+                400: error_answer("A refused filter, named in param."),
+                403: error_answer("You may not act for the merchant filtered on."),
+                **COMMON_ANSWERS,
             },
         ),
         post=extend_schema(
             operation_id="payment_create",
             request=serializers.PaymentCreateInputSerializer,
-            parameters=[_IDEMPOTENCY_KEY, *_HEADERS],
+            parameters=[_IDEMPOTENCY_KEY, *REQUEST_HEADERS],
             responses={
                 201: OpenApiResponse(
                     serializers.PaymentCreatedOutputSerializer,
                     description="The payment; warnings when the token has an open notification "
                     "of change within its deadline.",
                 ),
-                400: _error("What was refused, by field."),
-                403: _error("You may not act for merchant_id."),
-                409: _error(
+                400: error_answer("What was refused, by field."),
+                403: error_answer("You may not act for merchant_id."),
+                409: error_answer(
                     "A request with this Idempotency-Key is still being processed; or the "
                     "source_token has a notification of change open past its deadline (code "
                     "notification_of_change_past_deadline, naming the NOC and its change code)."
                 ),
-                422: _error("This Idempotency-Key was used with another body."),
-                **_COMMON,
+                422: error_answer("This Idempotency-Key was used with another body."),
+                **COMMON_ANSWERS,
             },
         ),
     )(apis.PaymentListCreateApi)
@@ -261,15 +260,15 @@ def describe() -> None:
             operation_id="payment_retrieve",
             parameters=[
                 OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
-                *_HEADERS,
+                *REQUEST_HEADERS,
             ],
             responses={
                 200: OpenApiResponse(
                     serializers.PaymentDetailOutputSerializer,
                     description="The payment with its events, attempts and errors.",
                 ),
-                404: _error("No such payment, or one of a merchant you may not act for."),
-                **_COMMON,
+                404: error_answer("No such payment, or one of a merchant you may not act for."),
+                **COMMON_ANSWERS,
             },
         )
     )(apis.PaymentDetailApi)
@@ -279,7 +278,7 @@ def describe() -> None:
             request=serializers.PaymentCancelInputSerializer,
             parameters=[
                 OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
-                *_HEADERS,
+                *REQUEST_HEADERS,
             ],
             responses={
                 200: OpenApiResponse(
@@ -287,15 +286,15 @@ def describe() -> None:
                     description="The payment, canceled, as GET shows it; the same answer again "
                     "for a payment canceled before.",
                 ),
-                400: _error("The body is not empty: what was refused, by field."),
-                404: _error("No such payment, or one of a merchant you may not act for."),
-                409: _error(
+                400: error_answer("The body is not empty: what was refused, by field."),
+                404: error_answer("No such payment, or one of a merchant you may not act for."),
+                409: error_answer(
                     "The payment can no longer be canceled; code names the rule: "
                     + ", ".join(cancel.RULES)
                     + " (its debit reached, or may have reached, the processor or a bank file; "
                     "or it failed)."
                 ),
-                **_COMMON,
+                **COMMON_ANSWERS,
             },
         )
     )(apis.PaymentCancelApi)
@@ -306,7 +305,7 @@ def describe() -> None:
             parameters=[
                 OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
                 _IDEMPOTENCY_KEY,
-                *_HEADERS,
+                *REQUEST_HEADERS,
             ],
             responses={
                 201: OpenApiResponse(
@@ -314,15 +313,15 @@ def describe() -> None:
                     description="The new payment (same merchant, amount and token), linked to "
                     "the original entry, with the chain.",
                 ),
-                400: _error("What was refused, by field."),
-                404: _error("No such payment, or one of a merchant you may not act for."),
-                409: _error(
+                400: error_answer("What was refused, by field."),
+                404: error_answer("No such payment, or one of a merchant you may not act for."),
+                409: error_answer(
                     "NACHA's rules refuse it; code names the rule: "
                     + ", ".join(reinitiation.RULES)
                     + ". Or a request with this Idempotency-Key is still being processed."
                 ),
-                422: _error("This Idempotency-Key was used with another body."),
-                **_COMMON,
+                422: error_answer("This Idempotency-Key was used with another body."),
+                **COMMON_ANSWERS,
             },
         )
     )(apis.PaymentReinitiateApi)
@@ -333,7 +332,7 @@ def describe() -> None:
             parameters=[
                 OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
                 _IDEMPOTENCY_KEY,
-                *_HEADERS,
+                *REQUEST_HEADERS,
             ],
             responses={
                 201: OpenApiResponse(
@@ -341,15 +340,15 @@ def describe() -> None:
                     description="The refund: an ACH credit to the account the debit came from, "
                     "pending, with its own idempotency key.",
                 ),
-                400: _error("What was refused, by field."),
-                404: _error("No such payment, or one of a merchant you may not act for."),
-                409: _error(
+                400: error_answer("What was refused, by field."),
+                404: error_answer("No such payment, or one of a merchant you may not act for."),
+                409: error_answer(
                     "The refund rules refuse it; code names the rule: "
                     + ", ".join(refunds.RULES)
                     + ". Or a request with this Idempotency-Key is still being processed."
                 ),
-                422: _error("This Idempotency-Key was used with another body."),
-                **_COMMON,
+                422: error_answer("This Idempotency-Key was used with another body."),
+                **COMMON_ANSWERS,
             },
         )
     )(apis.PaymentRefundsApi)
@@ -357,75 +356,37 @@ def describe() -> None:
         post=extend_schema(
             operation_id="payout_create",
             request=serializers.PayoutCreateInputSerializer,
-            parameters=[_IDEMPOTENCY_KEY, *_HEADERS],
+            parameters=[_IDEMPOTENCY_KEY, *REQUEST_HEADERS],
             responses={
                 201: OpenApiResponse(
                     serializers.PayoutOutputSerializer,
                     description="The payout: an ACH credit of the merchant's available balance "
                     "to its own account, pending, with its own idempotency key.",
                 ),
-                400: _error("What was refused, by field."),
-                403: _error("You may not act for merchant_id."),
-                409: _error(
+                400: error_answer("What was refused, by field."),
+                403: error_answer("You may not act for merchant_id."),
+                409: error_answer(
                     "The payout rules refuse it; code names the rule: "
                     + ", ".join(payouts.RULES)
                     + ". Or a request with this Idempotency-Key is still being processed."
                 ),
-                422: _error("This Idempotency-Key was used with another body."),
-                **_COMMON,
+                422: error_answer("This Idempotency-Key was used with another body."),
+                **COMMON_ANSWERS,
             },
         )
     )(apis.PayoutCreateApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",
-            parameters=_HEADERS,
+            parameters=REQUEST_HEADERS,
             responses={
                 200: OpenApiResponse(
                     serializers.MerchantBalanceOutputSerializer,
                     description="Per currency: credits, reversals, net.",
                 ),
-                400: _error("The merchant id is not of the accepted form."),
-                404: _error("A merchant you may not act for."),
-                **_COMMON,
+                400: error_answer("The merchant id is not of the accepted form."),
+                404: error_answer("A merchant you may not act for."),
+                **COMMON_ANSWERS,
             },
         )
     )(apis.MerchantBalanceApi)
-    extend_schema_view(
-        get=extend_schema(
-            operation_id="merchant_books",
-            parameters=[
-                *_HEADERS,
-                OpenApiParameter(
-                    "date",
-                    OpenApiTypes.DATE,
-                    OpenApiParameter.QUERY,
-                    required=True,
-                    description="The banking day, YYYY-MM-DD.",
-                ),
-            ],
-            responses={
-                200: OpenApiResponse(
-                    serializers.MerchantBooksOutputSerializer,
-                    description="Per currency: expected, settled, returned, and the count of "
-                    "unexplained variances.",
-                ),
-                400: _error("The merchant id or the date is not of the accepted form."),
-                404: _error("A merchant you may not act for."),
-                **_COMMON,
-            },
-        )
-    )(apis.MerchantBooksApi)
-    extend_schema_view(
-        post=extend_schema(
-            operation_id="vault_account_create",
-            request=VaultAccountInputSerializer,
-            parameters=_HEADERS,
-            responses={
-                201: VaultAccountOutputSerializer,
-                400: _error("What was refused, by field; a refused value is never echoed."),
-                403: _error("You may not act for merchant_id."),
-                **_COMMON,
-            },
-        )
-    )(VaultAccountCreateApi)

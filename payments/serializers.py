@@ -493,32 +493,6 @@ class MerchantBalanceOutputSerializer(serializers.Serializer):
     balances = BalanceOutputSerializer(many=True)
 
 
-class BooksQuerySerializer(StrictInputSerializer):
-    """The query of ``GET /api/merchants/<id>/books/``: one banking day, ``YYYY-MM-DD``."""
-
-    numeric_fields = ("date",)
-
-    date = serializers.DateField(input_formats=["%Y-%m-%d"])
-
-
-class BooksDayCurrencyOutputSerializer(serializers.Serializer):
-    currency = serializers.CharField()
-    expected = serializers.DecimalField(max_digits=18, decimal_places=2)
-    settled = serializers.DecimalField(max_digits=18, decimal_places=2)
-    returned = serializers.DecimalField(max_digits=18, decimal_places=2)
-    variances = serializers.IntegerField(help_text="unexplained variances")
-
-
-class MerchantBooksOutputSerializer(serializers.Serializer):
-    merchant_id = serializers.CharField()
-    date = serializers.DateField()
-    reported_by_bank = serializers.BooleanField(
-        help_text="whether the bank's statement of the day has come: until it has, nothing "
-        "can be missing at the bank yet"
-    )
-    currencies = BooksDayCurrencyOutputSerializer(many=True)
-
-
 class PaymentListQuerySerializer(StrictInputSerializer):
     """The query of ``GET /api/payments/``: each filter once, each refused by name."""
 

@@ -62,68 +62,6 @@ def breaker_transitions_purge() -> int:
     return deleted
 
 
-@shared_task(name="payments.tasks.nacha_send", ignore_result=True)
-def nacha_send() -> int:
-    """The bank path's outbound round (``nacha_send_due``): cut when a window is closing,
-    deliver, settle; one run at a time. Returns how many files were delivered."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from payments.nacha.services import nacha_send_due
-    from payments.nacha.transports import transport_open
-    from payments.vault.services import vault_account_reveal
-
-    with single_flight("payments.nacha_send") as acquired:
-        if not acquired:
-            return 0
-        transport = transport_open()
-        try:
-            result = nacha_send_due(
-                now=timezone.now(),
-                transport=transport,
-                resolve_account=vault_account_reveal,
-                lead=timedelta(minutes=10),
-            )
-        finally:
-            transport.close()
-    return len(result.delivered)
-
-
-@shared_task(name="payments.tasks.books_alerts_check", ignore_result=True)
-def books_alerts_check() -> int:
-    """The books' alerts (``payments.books.monitoring``): a banking day not closed by its hour,
-    a variance unexplained too long. Returns how many conditions hold."""
-    from payments.books.monitoring import books_alerts_check as check
-
-    snapshot = check()
-    return len(snapshot.days_not_closed) + len(snapshot.aged_variances)
-
-
-@shared_task(name="payments.tasks.bank_statements_collect", ignore_result=True)
-def bank_statements_collect() -> int:
-    """One import-and-match pass of the bank's statements (``bank_statements_collect``), one
-    run at a time; nothing when ``PAYMENTS_BOOKS['STATEMENT_TRANSPORT']`` is not set. Returns
-    how many statements were imported."""
-    from payments.books.conf import statement_transport_options
-    from payments.books.services import bank_statements_collect as collect
-    from payments.nacha.transports import transport_open
-
-    options = statement_transport_options()
-    if options is None:
-        logger.info("no statement transport set: bank statements are not collected")
-        return 0
-    with single_flight("payments.bank_statements_collect") as acquired:
-        if not acquired:
-            return 0
-        transport = transport_open(options)
-        try:
-            result = collect(transport=transport)
-        finally:
-            transport.close()
-    return len(result.imported)
-
-
 @shared_task(name="payments.tasks.refunds_release", ignore_result=True)
 def refunds_release() -> int:
     """Send the refunds held until their debit's return window passed

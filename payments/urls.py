@@ -1,13 +1,12 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
 ``payments/``, ``payments/<id>/``, ``payments/<id>/cancel/``, ``payments/<id>/reinitiate/``,
-``payments/<id>/refunds/``, ``payouts/``, ``merchants/<id>/balance/`` and the vault's
-``vault/accounts/``."""
+``payments/<id>/refunds/``, ``payouts/`` and ``merchants/<id>/balance/`` (the bank app's
+``bank.urls`` adds the books and the vault beside them)."""
 
 from django.urls import path
 
 from payments.apis import (
     MerchantBalanceApi,
-    MerchantBooksApi,
     PaymentCancelApi,
     PaymentDetailApi,
     PaymentListCreateApi,
@@ -15,7 +14,6 @@ from payments.apis import (
     PaymentReinitiateApi,
     PayoutCreateApi,
 )
-from payments.vault.apis import VaultAccountCreateApi
 
 urlpatterns = [
     # One route for list (GET) and create (POST); the name predates the list.
@@ -35,7 +33,4 @@ urlpatterns = [
         MerchantBalanceApi.as_view(),
         name="merchant-balance",
     ),
-    path("merchants/<str:merchant_id>/books/", MerchantBooksApi.as_view(), name="merchant-books"),
-    # The one request that takes bank numbers: the vault seals them and answers a token.
-    path("vault/accounts/", VaultAccountCreateApi.as_view(), name="vault-account-create"),
 ]

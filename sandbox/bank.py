@@ -28,10 +28,10 @@ from collections.abc import Container
 from datetime import datetime
 from pathlib import Path
 
-from payments.nacha.bank_writer import BankAnswer, nacha_answer_file_write
-from payments.nacha.parser import Entry, parse_nacha
-from payments.nacha.transports import is_collectable
-from payments.nacha.windows import EASTERN
+from bank.nacha.parser import Entry, parse_nacha
+from bank.nacha.transports import is_collectable
+from bank.nacha.windows import EASTERN
+from sandbox.bank_writer import BankAnswer, nacha_answer_file_write
 
 RULES = {
     "NSF": "R01",

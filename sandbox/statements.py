@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+from bank.books.bai2_writer import Line, bai2_statement_write
+from bank.nacha.parser import parse_nacha
+from bank.nacha.transports import is_collectable
+from bank.nacha.windows import EASTERN
 from payments.banking_days import is_banking_day
-from payments.books.bai2_writer import Line, bai2_statement_write
-from payments.nacha.parser import parse_nacha
-from payments.nacha.transports import is_collectable
-from payments.nacha.windows import EASTERN
 
 ACCOUNT_NUMBER = "000123456789"
 INJECTIONS = ("missing", "short", "extra")

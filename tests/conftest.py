@@ -168,7 +168,8 @@ class ModuleSettings:
 @pytest.fixture
 def module_settings(settings) -> ModuleSettings:
     """Set, read or delete one of the module's settings by its name (``ModuleSettings``)."""
-    import callbacks.conf  # noqa: F401 - each app's settings object, known once imported
+    import bank.conf  # noqa: F401 - each app's settings object, known once imported
+    import callbacks.conf  # noqa: F401
     import payments.conf  # noqa: F401
     import triage.conf  # noqa: F401
 

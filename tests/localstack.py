@@ -2,7 +2,7 @@
 
 The second SQS server of the test suite: unlike fauxqs it returns several messages of one group
 in one receive, in order, as AWS may, so the worker's partial-batch path runs against a server.
-Its KMS is the vault's key holder in the KMS tests (tests/payments/vault/test_kms.py).
+Its KMS is the vault's key holder in the KMS tests (tests/bank/vault/test_kms.py).
 It lives in a virtual environment of its own (``make localstack``, Python 3.13), since its
 requirements would clash with the project's. Same interface as ``tests.localsqs.LocalSqs``.
 """

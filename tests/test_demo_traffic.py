@@ -177,10 +177,10 @@ def test_the_demo_checks_its_cancels_and_fails_a_canceled_payment_the_processor_
 
 
 def test_the_demo_accounts_show_every_rule_of_the_sandbox_bank_and_pass_the_vault(module_settings):
+    from bank.vault.services import vault_account_store
     from demo.bank_traffic import RULES, demo_accounts
-    from payments.vault.services import vault_account_store
     from sandbox.bank import RULES as BANK_RULES
-    from tests.payments.vault.conftest import KEY_1
+    from tests.bank.vault.conftest import KEY_1
 
     module_settings.VAULT_KEYS = {"k1": KEY_1}
     module_settings.VAULT_ACTIVE_KEY = "k1"
@@ -198,6 +198,7 @@ def test_the_demo_accounts_show_every_rule_of_the_sandbox_bank_and_pass_the_vaul
 def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment, tmp_path):
     import environ
 
+    from bank.conf import bank_settings
     from config.settings.environment import app_settings_from_environ
     from demo.run import bank_environment
     from payments.conf import payments_settings
@@ -208,13 +209,23 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
         environment.setenv(name, value)
     # The statements' transport is the books' own setting (PAYMENTS_BOOKS), read by base.py.
     statements = json.loads(variables.pop("BANK_STATEMENT_TRANSPORT"))
-    values = app_settings_from_environ(environ.Env(), payments_settings, list(variables))
+    owner = {
+        name: payments_settings if name in payments_settings.names else bank_settings
+        for name in variables
+    }
+    values = {
+        name: value
+        for app in (payments_settings, bank_settings)
+        for name, value in app_settings_from_environ(
+            environ.Env(), app, [n for n in variables if owner[n] is app]
+        ).items()
+    }
 
     assert set(values) == set(variables)
-    assert {n: value_problem(payments_settings.specs[n], v) for n, v in values.items()} == {
+    assert {n: value_problem(owner[n].specs[n], v) for n, v in values.items()} == {
         name: None for name in variables
     }
-    assert values["PROCESSOR_BACKEND"] == "payments.nacha.backend.NachaBankBackend"
+    assert values["PROCESSOR_BACKEND"] == "bank.nacha.backend.NachaBankBackend"
     assert values["NACHA_TRANSPORT"]["outbound"] == str(tmp_path / "bank" / "outbound")
     assert statements == {"kind": "directory", "inbound": str(tmp_path / "bank" / "statements")}
 
@@ -238,11 +249,11 @@ def environment(monkeypatch):
 
 @pytest.fixture
 def demo_bank(module_settings, sqs_queues, tmp_path):
-    from payments.nacha.transports import DirectoryTransport
-    from tests.payments.nacha.conftest import ORIGINATOR_SETTING
-    from tests.payments.vault.conftest import KEY_1
+    from bank.nacha.transports import DirectoryTransport
+    from tests.bank.nacha.conftest import ORIGINATOR_SETTING
+    from tests.bank.vault.conftest import KEY_1
 
-    module_settings.PROCESSOR_BACKEND = "payments.nacha.backend.NachaBankBackend"
+    module_settings.PROCESSOR_BACKEND = "bank.nacha.backend.NachaBankBackend"
     module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
     module_settings.VAULT_KEYS = {"k1": KEY_1}
     module_settings.VAULT_ACTIVE_KEY = "k1"
@@ -260,12 +271,12 @@ def test_the_bank_demo_days_settle_first_then_the_bank_answers_and_the_summary_c
 ):
     from django.utils import timezone
 
-    from callbacks.nacha_inbound import nacha_files_collect
+    from bank.collect import nacha_files_collect
+    from bank.nacha.services import nacha_send_due
+    from bank.vault.services import vault_account_reveal, vault_account_store
     from demo.bank_day import answer_round, files_to_answer, settle_round
     from demo.bank_traffic import RULES, Run, bank_summary, bank_unfinished, demo_accounts
-    from payments.nacha.services import nacha_send_due
     from payments.services import payment_create, payment_submit
-    from payments.vault.services import vault_account_reveal, vault_account_store
     from tests.callbacks.worker_support import run_worker
 
     run = Run(accounts=demo_accounts(len(RULES)))

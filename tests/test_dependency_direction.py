@@ -1,7 +1,10 @@
-"""Dependencies point one way, triage -> callbacks -> payments: each app changes only its own
-tables through its own services, and an app lower down never reaches up, not even lazily inside
-a function, nor by name through ``apps.get_model`` or ``import_string``. None of them reaches the
-project's development app, the sandbox processor, which a host does not install."""
+"""Dependencies point one way, triage -> bank -> callbacks -> payments: each app changes only its
+own tables through its own services, and an app lower down never reaches up, not even lazily
+inside a function, nor by name through ``apps.get_model`` or ``import_string``. None of them
+reaches the project's development app, the sandbox processor, which a host does not install.
+
+The bank-direct path (``bank``) is a plug-in above the queue: the payments core reaches it only
+through the processor backend setting (``PROCESSOR_BACKEND``) and the backend's hooks."""
 
 import ast
 from pathlib import Path
@@ -12,10 +15,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # What each app may not depend on.
 FORBIDDEN = {
-    "payments": ("callbacks", "triage", "sandbox"),
-    "callbacks": ("triage", "sandbox"),
+    "payments": ("callbacks", "bank", "triage", "sandbox"),
+    "callbacks": ("bank", "triage", "sandbox"),
+    "bank": ("triage", "sandbox"),
     "triage": ("sandbox",),
 }
+# History that may not change: payments.0020 (0.1.0) sealed the NACHA files stored in the clear
+# with the vault, which has since moved up into the bank app; the migration still needs it.
+HISTORY = {"payments/migrations/0020_nacha_file_content_sealed.py": ("bank",)}
 # Calls that reach another app by a dotted name or an app label held in a string.
 BY_NAME = {"get_model", "import_string", "import_module"}
 
@@ -52,7 +59,16 @@ def test_an_app_references_nothing_above_it(app):
     violations = {
         str(path.relative_to(ROOT)): refs
         for path in files
-        if (refs := upward_references(path.read_text(), FORBIDDEN[app]))
+        if (
+            refs := upward_references(
+                path.read_text(),
+                tuple(
+                    name
+                    for name in FORBIDDEN[app]
+                    if name not in HISTORY.get(str(path.relative_to(ROOT)), ())
+                ),
+            )
+        )
     }
 
     assert violations == {}, f"{app} must not depend on {', '.join(FORBIDDEN[app])}"
@@ -87,7 +103,7 @@ def test_the_check_leaves_other_names_alone(source):
 
 # --- no import cycle -------------------------------------------------------------------------
 
-PRODUCT_APPS = ("payments", "callbacks", "triage")
+PRODUCT_APPS = ("payments", "callbacks", "bank", "triage")
 
 
 def product_sources() -> dict[str, str]:

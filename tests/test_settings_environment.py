@@ -13,6 +13,7 @@ from pathlib import Path
 import environ
 import pytest
 
+from bank.conf import bank_settings
 from callbacks.checks import callbacks_setting_values_check
 from callbacks.conf import callbacks_settings
 from config.settings.environment import app_settings_from_environ
@@ -226,34 +227,28 @@ def test_a_required_variable_left_unset_stops_start_up_naming_it():
 
 
 def test_the_bank_paths_dict_settings_are_read_from_json(environment):
-    from payments.nacha.originator import parse_originator
-    from payments.nacha.transport_options import parse_transport
-    from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+    from bank.nacha.originator import parse_originator
+    from bank.nacha.transport_options import parse_transport
+    from tests.bank.nacha.conftest import ORIGINATOR_SETTING
 
     transport = {"kind": "directory", "outbound": "/tmp/o", "inbound": "/tmp/i"}
     windows = [{"name": "next_day", "deadline": "02:15", "same_day": False}]
     environment.setenv("NACHA_ORIGINATOR", json.dumps(ORIGINATOR_SETTING))
     environment.setenv("NACHA_TRANSPORT", json.dumps(transport))
     environment.setenv("NACHA_WINDOWS", json.dumps(windows))
-    environment.setenv("PROCESSOR_BACKEND", "payments.nacha.backend.NachaBankBackend")
+    environment.setenv("PROCESSOR_BACKEND", "bank.nacha.backend.NachaBankBackend")
 
     values = app_settings_from_environ(
-        environ.Env(),
-        payments_settings,
-        [
-            "NACHA_ORIGINATOR",
-            "NACHA_TRANSPORT",
-            "NACHA_WINDOWS",
-            "PROCESSOR_BACKEND",
-        ],
+        environ.Env(), bank_settings, ["NACHA_ORIGINATOR", "NACHA_TRANSPORT", "NACHA_WINDOWS"]
     )
+    backend = app_settings_from_environ(environ.Env(), payments_settings, ["PROCESSOR_BACKEND"])
 
     assert values == {
         "NACHA_ORIGINATOR": ORIGINATOR_SETTING,
         "NACHA_TRANSPORT": transport,
         "NACHA_WINDOWS": windows,
-        "PROCESSOR_BACKEND": "payments.nacha.backend.NachaBankBackend",
     }
+    assert backend == {"PROCESSOR_BACKEND": "bank.nacha.backend.NachaBankBackend"}
     assert parse_originator(values["NACHA_ORIGINATOR"]) is not None
     assert parse_transport(values["NACHA_TRANSPORT"]) == transport
 
@@ -261,7 +256,7 @@ def test_the_bank_paths_dict_settings_are_read_from_json(environment):
 def test_a_bank_setting_that_is_not_json_is_named_as_such(environment):
     environment.setenv("NACHA_TRANSPORT", "kind=directory")
 
-    values = app_settings_from_environ(environ.Env(), payments_settings, ["NACHA_TRANSPORT"])
+    values = app_settings_from_environ(environ.Env(), bank_settings, ["NACHA_TRANSPORT"])
 
     assert values == {"NACHA_TRANSPORT": Unreadable("NACHA_TRANSPORT", "kind=directory", "JSON")}
 
@@ -275,9 +270,9 @@ def test_a_bank_setting_that_is_not_json_is_named_as_such(environment):
     ids=["unknown-kind", "not-a-dict"],
 )
 def test_a_bank_setting_read_from_json_is_checked_like_any_value(settings, text, problem):
-    from payments.checks import payments_setting_values_check
+    from bank.checks import bank_setting_values_check
 
-    settings.PAYMENTS = {**settings.PAYMENTS, "NACHA_TRANSPORT": json.loads(text)}
+    settings.BANK = {**settings.BANK, "NACHA_TRANSPORT": json.loads(text)}
 
-    [error] = [e for e in payments_setting_values_check() if e.obj == "NACHA_TRANSPORT"]
+    [error] = [e for e in bank_setting_values_check() if e.obj == "NACHA_TRANSPORT"]
     assert problem in error.msg

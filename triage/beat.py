@@ -43,10 +43,10 @@ def beat_schedule(
         "triage.tasks.bulk_job_items_purge": 86400.0,
     }
     if bank_direct:
-        every["payments.tasks.nacha_send"] = 300.0
-        every["callbacks.tasks.nacha_collect"] = 300.0
-        every["payments.tasks.bank_statements_collect"] = 300.0
-        every["payments.tasks.books_alerts_check"] = 300.0
+        every["bank.tasks.nacha_send"] = 300.0
+        every["bank.tasks.nacha_collect"] = 300.0
+        every["bank.tasks.bank_statements_collect"] = 300.0
+        every["bank.tasks.books_alerts_check"] = 300.0
     names = {
         "triage.tasks.dead_letters_ingest": "dead-letters-ingest",
         "triage.tasks.queue_metrics_sample": "queue-metrics-sample",
@@ -66,10 +66,10 @@ def beat_schedule(
         "triage.tasks.error_history_purge": "error-history-purge",
         "triage.tasks.alerts_purge": "alerts-purge",
         "triage.tasks.bulk_job_items_purge": "bulk-job-items-purge",
-        "payments.tasks.nacha_send": "nacha-send",
-        "callbacks.tasks.nacha_collect": "nacha-collect",
-        "payments.tasks.bank_statements_collect": "bank-statements-collect",
-        "payments.tasks.books_alerts_check": "books-alerts-check",
+        "bank.tasks.nacha_send": "nacha-send",
+        "bank.tasks.nacha_collect": "nacha-collect",
+        "bank.tasks.bank_statements_collect": "bank-statements-collect",
+        "bank.tasks.books_alerts_check": "books-alerts-check",
     }
     return {
         names[task]: {"task": task, "schedule": seconds, "options": {"expires": seconds}}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import environ
 
+from bank import conf as bank_conf
 from callbacks import conf as callbacks_conf
 from config.settings.environment import app_settings_from_environ
 from payments import conf as payments_conf
@@ -35,9 +36,10 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "payments",
     "callbacks",
+    "bank",
     "triage",
     # The project's development app (the sandbox processor of the demo, bench and tests); a
-    # host installs the three apps above and never this one.
+    # host installs the four apps above and never this one.
     "sandbox",
 ]
 
@@ -144,9 +146,10 @@ EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.Ema
 SERVER_EMAIL = env("SERVER_EMAIL", default="payments@localhost")
 
 # --- The payments module: one dict per app. Each app declares every setting's default, type
-# and range (payments/conf.py, callbacks/conf.py, triage/conf.py) and `manage.py check` refuses
-# an unknown key or a bad value; this project passes an environment variable through only when
-# it is set, read with its setting's type (config/settings/environment.py). The required ones
+# and range (payments/conf.py, callbacks/conf.py, bank/conf.py, triage/conf.py) and
+# `manage.py check` refuses an unknown key or a bad value; this project passes an environment
+# variable through only when it is set, read with its setting's type
+# (config/settings/environment.py). The required ones
 # (the processor's URL and key, the callback signing secrets) stop start-up naming the variable.
 PAYMENTS = app_settings_from_environ(
     env,
@@ -169,8 +172,21 @@ PAYMENTS = app_settings_from_environ(
         # Money out: a settled debit's credit is available to pay out this many banking days on.
         "AVAILABLE_AFTER_BANKING_DAYS",
         "REFUND_HOLD_BANKING_DAYS",
-        # The vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and the active one, or
-        # the KMS key holder and its keys ("v1:<key ARN>,v2:<key ARN>").
+        # The processor backend (the bank path's: bank.nacha.backend.NachaBackend).
+        "PROCESSOR_BACKEND",
+    ],
+    PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
+    API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",
+    OUTBOX_RETENTION="OUTBOX_RETENTION_DAYS",
+    BREAKER_TRANSITION_RETENTION="BREAKER_TRANSITION_RETENTION_DAYS",
+)
+# The bank path (bank/conf.py): the vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and
+# the active one, or the KMS key holder and its keys ("v1:<key ARN>,v2:<key ARN>"); the NACHA
+# originator, windows, buffer and transport (JSON for the dicts and the windows).
+BANK = app_settings_from_environ(
+    env,
+    bank_conf.bank_settings,
+    [
         "VAULT_KEYS",
         "VAULT_ACTIVE_KEY",
         "VAULT_KEY_PROVIDER",
@@ -178,17 +194,11 @@ PAYMENTS = app_settings_from_environ(
         "VAULT_KMS_REGION",
         "VAULT_KMS_ENDPOINT_URL",
         "VAULT_KMS_TIMEOUT_SECONDS",
-        # The processor backend, and the bank path's (JSON for the dicts and the windows).
-        "PROCESSOR_BACKEND",
         "NACHA_ORIGINATOR",
         "NACHA_WINDOWS",
         "NACHA_BANK_BUFFER_MINUTES",
         "NACHA_TRANSPORT",
     ],
-    PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
-    API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",
-    OUTBOX_RETENTION="OUTBOX_RETENTION_DAYS",
-    BREAKER_TRANSITION_RETENTION="BREAKER_TRANSITION_RETENTION_DAYS",
 )
 CALLBACKS = app_settings_from_environ(
     env,
@@ -220,7 +230,7 @@ CALLBACKS = app_settings_from_environ(
     RECONCILE_PENDING_AFTER="RECONCILE_PENDING_AFTER_MINUTES",
     RECONCILE_RECHECK_AFTER="RECONCILE_RECHECK_AFTER_MINUTES",
 )
-# The books (payments/books/conf.py keeps each default): where the bank's BAI2 statements wait
+# The books (bank/books/conf.py keeps each default): where the bank's BAI2 statements wait
 # (JSON of NACHA_TRANSPORT's shapes), the hour a banking day must be closed by, and how many
 # banking days a variance may stay unexplained before it alerts.
 PAYMENTS_BOOKS = {

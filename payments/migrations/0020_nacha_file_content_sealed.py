@@ -22,7 +22,7 @@ def _files(apps):
 
 
 def _aad(kind, row):
-    from payments.nacha.sealing import inbound_aad, outbound_aad
+    from bank.nacha.sealing import inbound_aad, outbound_aad
 
     if kind == "outbound":
         return outbound_aad(file_id=row.pk, sha256=row.sha256)
@@ -34,14 +34,14 @@ def _clear(kind, row):
 
 
 def seal_contents(apps, schema_editor):
-    from payments import conf
-    from payments.nacha.sealing import content_seal
+    from bank import conf
+    from bank.nacha.sealing import content_seal
 
     files = _files(apps)
     if any(model.objects.exists() for model, _ in files) and not conf.VAULT_ACTIVE_KEY:
         raise ImproperlyConfigured(
             "NACHA files are stored in the clear and must be sealed by the vault: set "
-            "PAYMENTS['VAULT_ACTIVE_KEY'] (and its key) before migrating"
+            "BANK['VAULT_ACTIVE_KEY'] (and its key) before migrating"
         )
     for model, kind in files:
         for row in model.objects.order_by("pk").iterator(chunk_size=BATCH):
@@ -50,7 +50,7 @@ def seal_contents(apps, schema_editor):
 
 
 def open_contents(apps, schema_editor):
-    from payments.vault.crypto import Sealed, unseal
+    from bank.vault.crypto import Sealed, unseal
 
     for model, kind in _files(apps):
         for row in model.objects.order_by("pk").iterator(chunk_size=BATCH):

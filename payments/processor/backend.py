@@ -239,6 +239,14 @@ class ProcessorBackend(abc.ABC):
         debit of a backend without it is treated as sent."""
         return type(self).debit_withdraw is not ProcessorBackend.debit_withdraw
 
+    def source_token_refused(self, *, token: str, merchant_id: str) -> str | None:
+        """Why this backend will not take ``token`` as ``merchant_id``'s account, checked when a
+        debit or a payout is created (so a bad one is a 400 naming the field, not a failed file
+        cut later), or None. Called outside any transaction, with no network call. The default
+        takes any token: a processor's token is the processor's to judge. The bank backend
+        takes only a vault token the vault holds for the merchant."""
+        return None
+
     def credit_create(
         self,
         *,

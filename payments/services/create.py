@@ -12,13 +12,9 @@ from payments import propagation
 from payments.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
+from payments.processor.backend import get_backend
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
-from payments.vault.selectors import (
-    UNKNOWN_TOKEN_MESSAGE,
-    vault_token_held_for,
-    vault_token_is_vaults,
-)
 
 SUPPORTED_CURRENCIES = ("USD",)
 SUBMIT_PAYMENT = MessageKind.SUBMIT_PAYMENT
@@ -59,8 +55,9 @@ def payment_create(
     the queue is down right now. ``carried`` (the creating request's id and trace,
     ``payments.propagation``) goes with the submit command to the worker. Raises
     ``NocPastDeadline`` when the token has an open notification of change past its deadline,
-    and ``ValidationError`` naming ``source_token`` for a vault token not stored for
-    ``merchant_id`` (missing or another merchant's: the same "unknown token").
+    and ``ValidationError`` naming ``source_token`` for a token the processor backend refuses
+    for ``merchant_id`` (``source_token_refused``: the bank's, a vault token it does not hold
+    for the merchant, missing or another merchant's alike).
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -75,12 +72,10 @@ def payment_create(
     }
     if bank_numbers:
         raise ValidationError(bank_numbers)
-    # A vault token is the module's own: one of another merchant (or none) is refused here,
-    # not left for the file cut to fail. A processor's token is the processor's to judge.
-    if vault_token_is_vaults(source_token) and not vault_token_held_for(
-        token=source_token, merchant_id=merchant_id
-    ):
-        raise ValidationError({"source_token": UNKNOWN_TOKEN_MESSAGE})
+    # The backend's own rule for its tokens (the bank's: a vault token held for the merchant).
+    refused = get_backend().source_token_refused(token=source_token, merchant_id=merchant_id)
+    if refused is not None:
+        raise ValidationError({"source_token": refused})
     # An open notification of change past its deadline blocks the token's next entry.
     noc_debit_check(source_token=source_token)
     with transaction.atomic():

@@ -42,11 +42,6 @@ from payments.services.create import (
 )
 from payments.services.refunds import CREDITS_UNSUPPORTED
 from payments.services.transitions import money_out_count
-from payments.vault.selectors import (
-    UNKNOWN_TOKEN_MESSAGE,
-    vault_token_held_for,
-    vault_token_is_vaults,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +74,10 @@ def payout_create(
         validate_source_token(destination_token)
     except ValidationError as exc:
         raise ValidationError({"destination_token": exc.messages}) from None
-    if vault_token_is_vaults(destination_token) and not vault_token_held_for(
-        token=destination_token, merchant_id=merchant_id
-    ):
-        raise ValidationError({"destination_token": UNKNOWN_TOKEN_MESSAGE})
     backend = get_backend()
+    refused = backend.source_token_refused(token=destination_token, merchant_id=merchant_id)
+    if refused is not None:
+        raise ValidationError({"destination_token": refused})
     if not backend.supports_credits:
         raise MoneyOutRefused(
             CREDITS_UNSUPPORTED,

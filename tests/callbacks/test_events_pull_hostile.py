@@ -277,7 +277,7 @@ class NoEventsBackend(ProcessorBackend):
 def test_a_backend_without_an_events_api_makes_the_pull_say_so_and_do_nothing(
     sqs_queues, module_settings, client
 ):
-    from payments.nacha.backend import NachaBankBackend
+    from bank.nacha.backend import NachaBankBackend
 
     assert NachaBankBackend.events_list is ProcessorBackend.events_list
     module_settings.PROCESSOR_BACKEND = f"{__name__}.NoEventsBackend"

@@ -24,9 +24,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from bank.collect import nacha_events_publish_now
+from bank.nacha.models import NachaInboundEvent, NachaInboundFile
 from callbacks import sqs
 from callbacks import tasks as callbacks_tasks
-from callbacks.nacha_inbound import nacha_events_publish_now
 from callbacks.sqs_access import (
     OPERATION_ACTIONS,
     SQS_CALL_SITES,
@@ -34,7 +35,7 @@ from callbacks.sqs_access import (
     QueueRole,
     role_permissions,
 )
-from payments.models import NachaInboundEvent, NachaInboundFile, OutboxMessage
+from payments.models import OutboxMessage
 from tests.callbacks.test_endpoint import event_body, post_json
 from tests.factories import PaymentFactory
 from tests.triage.deadletters import event_publish, operator

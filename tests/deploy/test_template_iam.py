@@ -3,8 +3,8 @@
 
 import pytest
 
+from bank.vault.kms import CONTEXT_KEY
 from callbacks.sqs_access import ProcessRole, QueueRole, role_permissions
-from payments.vault.kms import CONTEXT_KEY
 from tests.deploy.template import (
     POLICY_RESOURCES,
     QUEUE_RESOURCES,

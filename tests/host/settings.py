@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     # The payments module.
     "payments",
     "callbacks",
+    "bank",
     "triage",
 ]
 

@@ -24,7 +24,7 @@ import payments
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST_INFO = f"django_ach_payments-{payments.__version__}.dist-info"
-APPS = ("payments", "callbacks", "triage")
+APPS = ("payments", "callbacks", "bank", "triage")
 # Everything else at the top of the repository is the project around the module.
 PROJECT = ("config", "bench", "chaos", "devstack", "demo", "deploy", "sandbox", "tests", "localsqs")
 # The host's own test dependencies beside the wheel (factories, its settings, a database driver).

@@ -10,6 +10,7 @@ urlpatterns = [
     # The host's own API is versioned in its path (URLPathVersioning); the module's is not.
     path("shop/<str:version>/whoami/", WhoAmI.as_view()),
     path("ach/api/", include("payments.urls")),
+    path("ach/api/", include("bank.urls")),
     path("ach/callbacks/", include("callbacks.urls")),
     path("ach/", include("triage.urls")),
 ]

@@ -6,12 +6,12 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from payments.nacha.originator import parse_originator
-from payments.nacha.parser import parse_nacha
-from payments.nacha.windows import EASTERN
-from payments.nacha.writer import FileEntry, nacha_file_write
+from bank.nacha.originator import parse_originator
+from bank.nacha.parser import parse_nacha
+from bank.nacha.windows import EASTERN
+from bank.nacha.writer import FileEntry, nacha_file_write
 from sandbox.bank import bank_answer_files
-from tests.payments.nacha.conftest import ORIGINATOR_SETTING
+from tests.bank.nacha.conftest import ORIGINATOR_SETTING
 
 NAMES = ["NSF Pat", "Unauth Lee", "Closed Kim", "NOC Sam", "NOCSAVINGS Ana", "Paying Joe"]
 

@@ -352,8 +352,8 @@ def metrics_registry() -> CollectorRegistry:
     with _lock:
         registry = _registries.get(multiproc_dir)
         if registry is None:
+            from bank.books.monitoring import BooksCollector
             from callbacks.events_pull import ProcessorEventsPullCollector
-            from payments.books.monitoring import BooksCollector
             from triage.operations.dependencies import DependencyCollector
             from triage.operations.heartbeat import HeartbeatCollector
             from triage.operations.return_rates import ReturnRateCollector

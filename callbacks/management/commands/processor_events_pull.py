@@ -5,7 +5,7 @@ from django.core.management.base import CommandError
 from django.db import close_old_connections
 
 from callbacks.events_pull import PullOutcome, processor_events_cursor_set, processor_events_pull
-from payments.nacha.rounds import RoundsCommand
+from payments.management.rounds import RoundsCommand
 
 
 def _at_least_one(value: str) -> int:

@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from payments import conf
-from payments.nacha.transport_options import parse_transport
+from bank import conf
+from bank.nacha.transport_options import parse_transport
 from sandbox.bank import bank_answer_files
 
 
@@ -13,8 +13,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         transport = parse_transport(conf.NACHA_TRANSPORT)
         if transport is None or transport["kind"] != "directory":
-            raise CommandError(
-                "the sandbox bank needs PAYMENTS['NACHA_TRANSPORT'] of kind directory"
-            )
+            raise CommandError("the sandbox bank needs BANK['NACHA_TRANSPORT'] of kind directory")
         written = bank_answer_files(outbound=transport["outbound"], inbound=transport["inbound"])
         self.stdout.write(f"wrote {len(written)} answer files: {', '.join(written) or '-'}")

@@ -5,9 +5,9 @@ from datetime import date
 
 from django.core.management.base import BaseCommand, CommandError
 
-from payments import conf
-from payments.books.conf import statement_transport_options
-from payments.nacha.transport_options import parse_transport
+from bank import conf
+from bank.books.conf import statement_transport_options
+from bank.nacha.transport_options import parse_transport
 from sandbox.statements import INJECTIONS, bank_statement_write
 
 
@@ -34,9 +34,7 @@ class Command(BaseCommand):
         nacha = parse_transport(conf.NACHA_TRANSPORT)
         statements = statement_transport_options()
         if nacha is None or nacha["kind"] != "directory":
-            raise CommandError(
-                "the sandbox bank needs PAYMENTS['NACHA_TRANSPORT'] of kind directory"
-            )
+            raise CommandError("the sandbox bank needs BANK['NACHA_TRANSPORT'] of kind directory")
         if statements is None or statements["kind"] != "directory":
             raise CommandError(
                 "the sandbox bank needs PAYMENTS_BOOKS['STATEMENT_TRANSPORT'] of kind directory"

@@ -1,0 +1,64 @@
+"""``GET /api/merchants/<id>/books/``: a merchant's banking day as the books closed it, in the
+payments API's envelope and access rules (``payments.apis``)."""
+
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from bank.books.selectors import books_day_figures, day_reported
+from payments.api_errors import field_errors
+from payments.apis import ModuleApiView, merchant_refused
+from payments.serializers import StrictInputSerializer
+
+
+class BooksQuerySerializer(StrictInputSerializer):
+    """The query of ``GET /api/merchants/<id>/books/``: one banking day, ``YYYY-MM-DD``."""
+
+    numeric_fields = ("date",)
+
+    date = serializers.DateField(input_formats=["%Y-%m-%d"])
+
+
+class BooksDayCurrencyOutputSerializer(serializers.Serializer):
+    currency = serializers.CharField()
+    expected = serializers.DecimalField(max_digits=18, decimal_places=2)
+    settled = serializers.DecimalField(max_digits=18, decimal_places=2)
+    returned = serializers.DecimalField(max_digits=18, decimal_places=2)
+    variances = serializers.IntegerField(help_text="unexplained variances")
+
+
+class MerchantBooksOutputSerializer(serializers.Serializer):
+    merchant_id = serializers.CharField()
+    date = serializers.DateField()
+    reported_by_bank = serializers.BooleanField(
+        help_text="whether the bank's statement of the day has come: until it has, nothing "
+        "can be missing at the bank yet"
+    )
+    currencies = BooksDayCurrencyOutputSerializer(many=True)
+
+
+class MerchantBooksApi(ModuleApiView):
+    """A merchant's banking day as the books closed it: expected, settled, returned and the
+    unexplained variances, per currency."""
+
+    def get(self, request, merchant_id):
+        if (refused := merchant_refused(request, merchant_id)) is not None:
+            return refused
+        params = request.query_params
+        repeated = [name for name in params if len(params.getlist(name)) > 1]
+        if repeated:
+            raise field_errors({name: ["given more than once"] for name in repeated})
+        query = BooksQuerySerializer(data=params.dict())
+        if not query.is_valid():
+            raise field_errors(query.errors)
+        day = query.validated_data["date"]
+        figures = books_day_figures(day=day, merchant_id=merchant_id)
+        return Response(
+            MerchantBooksOutputSerializer(
+                {
+                    "merchant_id": merchant_id,
+                    "date": day,
+                    "reported_by_bank": day_reported(day),
+                    "currencies": [vars(f) for f in figures],
+                }
+            ).data
+        )

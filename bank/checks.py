@@ -1,0 +1,74 @@
+"""Start-up checks (``manage.py check``, ``migrate``, ``runserver``): a host project learns of a
+broken setting of the bank app by its name, before the first file is cut."""
+
+from django.core.checks import Error, Warning, register
+from django.utils.module_loading import import_string
+
+from bank import conf
+
+
+@register()
+def bank_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
+    """The host's ``BANK`` dict: a key the app does not know (bank.E002), then every setting,
+    the host's value or the default, against its declared type and range (``bank.conf.SPECS``,
+    bank.E001); a key still set in ``PAYMENTS`` is checked the same way."""
+    return conf.bank_settings.refused(error_id="bank.E001", unknown_id="bank.E002")
+
+
+@register()
+def bank_moved_settings_check(app_configs=None, **kwargs) -> list[Warning]:
+    """A bank setting still set in ``PAYMENTS``, where 0.1.0 read it: read this release only."""
+    return conf.bank_settings.moved(warning_id="bank.W001")
+
+
+@register()
+def bank_stray_settings_check(app_configs=None, **kwargs) -> list[Warning]:
+    """A bank setting written as a top-level name, which the app does not read."""
+    return conf.bank_settings.stray(warning_id="bank.W002")
+
+
+@register()
+def vault_key_provider_check(app_configs=None, **kwargs) -> list[Error]:
+    """``BANK["VAULT_KEY_PROVIDER"]`` must name a key provider (bank.E003), and the
+    settings that provider reads must fit together (bank.E004): an active version that no
+    key has, or a KMS holder with no KMS key, would otherwise fail the first store, not start-up.
+    Nothing is called out: a KMS that is down is the store's error, not start-up's."""
+    from bank.vault.crypto import KeyProvider
+
+    path = conf.VAULT_KEY_PROVIDER
+    hint = "a dotted path to a subclass of bank.vault.crypto.KeyProvider"
+    try:
+        provider = import_string(path)
+    except ImportError as exc:
+        problem = f"cannot be imported: {exc}"
+    else:
+        if isinstance(provider, type) and issubclass(provider, KeyProvider):
+            return [
+                Error(
+                    problem,
+                    hint="the vault's settings: README, settings table",
+                    obj="VAULT_KEY_PROVIDER",
+                    id="bank.E004",
+                )
+                for problem in provider.settings_problems()
+            ]
+        problem = "is not a subclass of bank.vault.crypto.KeyProvider"
+    return [
+        Error(
+            f'BANK["VAULT_KEY_PROVIDER"] = {path!r} {problem}',
+            hint=hint,
+            obj="VAULT_KEY_PROVIDER",
+            id="bank.E003",
+        )
+    ]
+
+
+@register()
+def books_settings_check(app_configs=None, **kwargs) -> list[Error]:
+    """``PAYMENTS_BOOKS`` (the bank statements' transport, the close hour...), by key."""
+    from bank.books.conf import books_settings_problems
+
+    return [
+        Error(problem, hint="bank/books/conf.py", obj="PAYMENTS_BOOKS", id="bank.E005")
+        for problem in books_settings_problems()
+    ]

@@ -1,0 +1,99 @@
+"""The bank app's settings, each with its default kept here.
+
+A host sets them in one dict, ``BANK = {"NACHA_ORIGINATOR": {...}, "VAULT_KEYS": ...}``, and
+the code reads ``conf.NAME`` at call time (``payments.app_settings``). In 0.1.0 they were keys of
+``PAYMENTS``: a key still set there (and not in ``BANK``) is read through the next release,
+with a start-up warning naming its new place (``bank.W001``), and refused after it.
+"""
+
+from typing import Any
+
+from bank.nacha.originator import parse_originator
+from bank.nacha.transport_options import TRANSPORT_ACCEPTED, parse_transport
+from bank.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
+from bank.vault.keys import KMS_KEYS_ACCEPTED, parse_kms_keys, parse_vault_keys
+from payments.app_settings import AppSettings
+from payments.setting_specs import (
+    Number,
+    Parsed,
+    Seconds,
+    Spec,
+    Text,
+    Url,
+    defaults,
+    json_text,
+)
+
+SPECS: dict[str, Spec] = {
+    # Bank-direct origination (bank.nacha): who the files come from and go to (None: the
+    # bank path is not set up, and cutting a file says so), the Fed's windows (Eastern time)
+    # and how long before a window's deadline the bank wants the file.
+    "NACHA_ORIGINATOR": Parsed(
+        None,
+        parse=parse_originator,
+        accepted="None, or a dict of the originator's identity (README, bank-direct section)",
+        types=(dict, type(None)),
+        text_type=json_text,
+    ),
+    "NACHA_WINDOWS": Parsed(
+        FED_WINDOWS,
+        parse=parse_windows,
+        accepted=WINDOWS_ACCEPTED,
+        types=(list, tuple),
+        text_type=json_text,
+    ),
+    "NACHA_BANK_BUFFER_MINUTES": Number(30, 0, 12 * 60, whole=True, unit="of minutes"),
+    # Where files go and come back from (bank.nacha.transports): None until set up.
+    "NACHA_TRANSPORT": Parsed(
+        None,
+        parse=parse_transport,
+        accepted=TRANSPORT_ACCEPTED,
+        types=(dict, type(None)),
+        text_type=json_text,
+    ),
+    # The vault's key-encrypting keys, by version (base64 of 32 bytes each; from the
+    # environment "v1:<base64>,v2:<base64>"), the version new records are sealed under, and
+    # the class holding them (bank.vault.crypto.KeyProvider; the provider's own settings are
+    # checked apart, bank.E002).
+    "VAULT_KEYS": Parsed(
+        {},
+        parse=parse_vault_keys,
+        accepted="a dict of version: base64 of 32 bytes, or 'v1:<base64>,v2:<base64>'",
+        types=(dict, str),
+        secret=True,
+    ),
+    "VAULT_ACTIVE_KEY": Text(
+        "",
+        pattern=r"[A-Za-z0-9_.-]*",
+        accepted="a version of VAULT_KEYS (or of VAULT_KMS_KEYS), or blank (no vault)",
+    ),
+    "VAULT_KEY_PROVIDER": Text(
+        "bank.vault.crypto.SettingsKeyProvider",
+        pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="a dotted path such as 'package.module.Class'",
+    ),
+    # The KMS key holder (VAULT_KEY_PROVIDER "bank.vault.kms.KmsKeyProvider"): the KMS key
+    # of each version (from the environment "v1:<key ARN>,v2:<key ARN>"), the region (None:
+    # boto3's own, AWS_REGION or AWS_DEFAULT_REGION), an endpoint (None: AWS itself; a URL: a
+    # KMS-compatible server, LocalStack in tests) and how long one call may wait to connect and
+    # to be answered: a store or a file cut waits on it, so an unreachable KMS must fail fast.
+    "VAULT_KMS_KEYS": Parsed(
+        {}, parse=parse_kms_keys, accepted=KMS_KEYS_ACCEPTED, types=(dict, str)
+    ),
+    "VAULT_KMS_REGION": Text(
+        None,
+        pattern=r"|[a-z]{2}(-[a-z]+)+-\d+",
+        accepted="an AWS region such as 'us-east-1', or None/blank for boto3's own",
+        optional=True,
+    ),
+    "VAULT_KMS_ENDPOINT_URL": Url(None),
+    "VAULT_KMS_TIMEOUT_SECONDS": Seconds(5.0, 60),
+}
+
+DEFAULTS: dict[str, Any] = defaults(SPECS)
+
+bank_settings = AppSettings(app="bank", setting="BANK", specs=SPECS, formerly="PAYMENTS")
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(bank_settings, name)

@@ -1,0 +1,58 @@
+"""A whole file taken from one of the bank's drops, kept once: the bank's return and NOC files
+(``bank.nacha.inbound``) and its statements (``bank.books``) are stored the same way."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import IntegrityError, transaction
+
+from bank.nacha.models import ReceivedFile
+from bank.nacha.sealing import content_seal
+
+F = TypeVar("F", bound=ReceivedFile)
+
+
+def received_file_store(
+    *,
+    model: type[F],
+    name: str,
+    content: bytes,
+    aad: Callable[[str], bytes],
+    read: Callable[[str, bytes, str, dict], F],
+    format_error: type[Exception],
+    refused_status: str,
+    refused: Callable[[F], None],
+) -> tuple[F, bool]:
+    """``(row, created)`` of the file ``content``: the row of the same bytes stored before
+    (``created`` False), or a new one. The bytes are sealed first, outside any transaction (the
+    key holder may be a network away): one that cannot be asked raises ``VaultUnavailable``
+    before anything is stored, and the file stays in the drop for the next round. ``read(name,
+    content, sha256, sealed)`` stores it and what it holds in one transaction; when it raises
+    ``format_error`` (with ``record_number`` and ``reason``) nothing of it is imported and the
+    file is kept refused, naming the record, then ``refused(row)`` tells a person (once per
+    file's bytes: reading them again finds the row). The same bytes stored by a concurrent
+    reader are that reader's row."""
+    sha = hashlib.sha256(content).hexdigest()
+    existing = model.objects.filter(sha256=sha).first()
+    if existing is not None:
+        return existing, False
+    sealed = content_seal(content, aad=aad(sha))
+    try:
+        with transaction.atomic():
+            return read(name, content, sha, sealed), True
+    except format_error as exc:
+        row = model.objects.create(
+            name=name[:255],
+            sha256=sha,
+            status=refused_status,
+            refused_record=exc.record_number,
+            refused_reason=exc.reason,
+            **sealed,
+        )
+        refused(row)
+        return row, True
+    except IntegrityError:
+        return model.objects.get(sha256=sha), False

@@ -1,0 +1,18 @@
+"""Reading the vault without opening it: whose a token is. Imports only the vault's model, so
+``payments.services`` can ask at create time (the vault's services import those services)."""
+
+from bank.vault.models import VaultAccount
+
+TOKEN_PREFIX = "vtok_"
+UNKNOWN_TOKEN_MESSAGE = "unknown token"
+
+
+def vault_token_is_vaults(token: str) -> bool:
+    """A token the vault minted (its prefix): the module's own to judge, not a processor's."""
+    return token.startswith(TOKEN_PREFIX)
+
+
+def vault_token_held_for(*, token: str, merchant_id: str) -> bool:
+    """Whether the vault holds ``token`` for ``merchant_id``. A missing token and another
+    merchant's answer the same, so a caller cannot learn that a token exists elsewhere."""
+    return VaultAccount.objects.filter(token=token, merchant_id=merchant_id).exists()

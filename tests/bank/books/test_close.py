@@ -1,0 +1,182 @@
+"""``books_close --date``: one JSON line per merchant and currency, exit 0 green and 1 with
+unexplained variances; a person explains each variance in the admin (a note, an audit row, no
+amount changed) and the day is then green."""
+
+import io
+import json
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from django.urls import reverse
+
+from bank.books.models import BooksVariance, VarianceExplanation, VarianceStatus
+from bank.books.services import bank_statements_collect
+from sandbox.statements import bank_statement_write
+from tests.bank.books.conftest import bank_payment, send_and_answer
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def close(day) -> tuple[int, list[dict]]:
+    out = io.StringIO()
+    try:
+        call_command("books_close", "--date", day.isoformat(), stdout=out)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _day(books, *inject):
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    bank_payment(holder="Paying Two", amount="25.00", merchant="m-2", sec_code="CCD")
+    bank_payment(holder="NSF Three", amount="60.00", merchant="m-2", sec_code="CCD")
+    sent = send_and_answer(books)
+    day = sent.effective_entry_date
+    bank_statement_write(
+        outbound=books.outbound,
+        inbound=books.inbound,
+        statements=books.statements,
+        day=day,
+        inject=inject,
+    )
+    bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+    return day
+
+
+def _explainer():
+    user = UserFactory(is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="bank",
+            codename__in=["explain_variance", "view_booksvariance"],
+        )
+    )
+    return type(user).objects.get(pk=user.pk)
+
+
+def test_a_green_day_prints_each_merchant_and_exits_0(books):
+    day = _day(books)
+
+    code, lines = close(day)
+
+    assert code == 0
+    by_merchant = {line["merchant_id"]: line for line in lines}
+    assert set(by_merchant) == {"m-1", "m-2"}
+    assert by_merchant["m-1"] == {
+        "date": day.isoformat(),
+        "merchant_id": "m-1",
+        "currency": "USD",
+        "expected": "100.00",
+        "settled": "100.00",
+        "returned": "0.00",
+        "variances": 0,
+        "reported_by_bank": True,
+    }
+    assert by_merchant["m-2"]["expected"] == "85.00" and by_merchant["m-2"]["returned"] == "60.00"
+
+
+def test_a_day_with_variances_exits_1_counting_them_per_merchant_and_for_the_bank(books):
+    day = _day(books, "missing", "extra")
+
+    code, lines = close(day)
+
+    assert code == 1
+    by_merchant = {line["merchant_id"]: line for line in lines}
+    # The first batch (PPD, m-1's) is missing; the extra wire is the bank account's own.
+    assert by_merchant["m-1"]["variances"] == 1 and by_merchant["m-1"]["settled"] == "0.00"
+    assert by_merchant["m-2"]["variances"] == 0
+    assert by_merchant[None]["variances"] == 1
+    assert close(day)[0] == 1  # checked again: the same variances, none added
+    assert BooksVariance.objects.count() == 2
+
+
+def test_a_day_the_bank_has_not_reported_is_checked_as_far_as_it_goes(books):
+    bank_payment(holder="Paying One", amount="100.00")
+    sent = send_and_answer(books)
+
+    code, [line] = close(sent.effective_entry_date)
+
+    # Nothing is missing yet: the bank has not spoken for the day.
+    assert code == 0 and line["reported_by_bank"] is False
+    assert (line["expected"], line["settled"], line["variances"]) == ("100.00", "0.00", 0)
+
+
+def test_a_bad_date_is_refused_by_the_command():
+    with pytest.raises(Exception, match="date"):
+        call_command("books_close", "--date", "2026-13-01")
+
+
+def test_a_person_explains_each_variance_with_a_note_and_the_day_is_then_green(books, client):
+    day = _day(books, "short", "extra")
+    assert close(day)[0] == 1
+    person = _explainer()
+    client.force_login(person)
+
+    for variance in BooksVariance.objects.filter(status=VarianceStatus.OPEN):
+        page = client.get(reverse("admin:bank_booksvariance_change", args=[variance.pk]))
+        assert variance.summary in page.content.decode()  # the evidence is shown
+        for payment in variance.payments.all():  # each payment, its trace number
+            assert str(payment.pk) in page.content.decode()
+            assert payment.nacha_entry.trace_number in page.content.decode()
+        url = reverse("admin:bank_booksvariance_explain", args=[variance.pk])
+        assert client.post(url, {"note": "   "}).status_code == 200  # a note is required
+        response = client.post(url, {"note": f"bank ticket 42 for {variance.kind}"})
+        assert response.status_code == 302
+
+    code, lines = close(day)
+    assert code == 0 and all(line["variances"] == 0 for line in lines)
+    audit = VarianceExplanation.objects.select_related("variance")
+    assert audit.count() == 2
+    assert {a.explained_by_id for a in audit} == {person.pk}
+    assert all(a.note.startswith("bank ticket 42") for a in audit)
+    # Nothing was plugged: the amounts stand as the bank and the books said.
+    short = BooksVariance.objects.get(kind="short_amount")
+    assert short.expected_amount - short.bank_amount == 1
+    assert short.status == VarianceStatus.EXPLAINED
+
+
+def test_explaining_needs_the_right_and_audit_rows_are_read_only(books, client):
+    day = _day(books, "extra")
+    [variance] = BooksVariance.objects.all()
+    viewer = UserFactory(is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_booksvariance"))
+    client.force_login(viewer)
+
+    url = reverse("admin:bank_booksvariance_explain", args=[variance.pk])
+    assert client.post(url, {"note": "x"}).status_code == 403
+    assert close(day)[0] == 1
+    client.force_login(UserFactory(is_staff=True, is_superuser=True))
+    client.post(url, {"note": "fee the bank charged"})
+    [row] = VarianceExplanation.objects.all()
+    change = reverse("admin:bank_varianceexplanation_change", args=[row.pk])
+    client.post(change, {"note": "rewritten"})
+    row.refresh_from_db()
+    assert row.note == "fee the bank charged"
+    assert client.post(url, {"note": "again"}).status_code == 200  # not open any more
+    assert VarianceExplanation.objects.count() == 1
+
+
+def test_the_sandbox_bank_writes_a_days_statement_with_injections_by_command(books):
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    sent = send_and_answer(books)
+    out = io.StringIO()
+
+    call_command(
+        "sandbox_bank_statement",
+        "--date",
+        sent.effective_entry_date.isoformat(),
+        "--inject",
+        "short,extra",
+        stdout=out,
+    )
+    call_command("bank_statements_collect", "--min-age-seconds", "0", stdout=io.StringIO())
+
+    assert "2 lines; injected short" in out.getvalue()
+    assert close(sent.effective_entry_date)[0] == 1
+    assert sorted(BooksVariance.objects.values_list("kind", flat=True)) == [
+        "extra_line",
+        "short_amount",
+    ]

@@ -64,7 +64,7 @@ class KeyProvider(abc.ABC):
     @classmethod
     def settings_problems(cls) -> list[str]:
         """What is wrong with the settings this provider reads, each naming its setting and no
-        key; read by the start-up check (payments.E007), so it must not call out."""
+        key; read by the start-up check (bank.E004), so it must not call out."""
         return []
 
 

@@ -21,7 +21,7 @@ def ruff_on(filename: str, source: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("app", ["payments", "callbacks", "triage"])
+@pytest.mark.parametrize("app", ["payments", "callbacks", "bank", "triage"])
 @pytest.mark.parametrize(
     "source", ["from config.celery import app\n", "import config.settings.base\n"]
 )
@@ -32,7 +32,7 @@ def test_an_app_importing_config_fails_the_lint(app, source):
     assert "TID251" in result.stdout
 
 
-@pytest.mark.parametrize("app", ["payments", "callbacks", "triage"])
+@pytest.mark.parametrize("app", ["payments", "callbacks", "bank", "triage"])
 @pytest.mark.parametrize(
     "source", ["from sandbox import SandboxProcessor\n", "import sandbox.faults\n"]
 )

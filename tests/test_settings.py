@@ -188,6 +188,6 @@ def test_the_settings_reference_lists_every_setting_as_the_django_setting_a_host
     from payments.app_settings import AppSettings
 
     reference = (ROOT / "docs" / "reference" / "settings.md").read_text()
-    listed = set(re.findall(r'^\| `(PAYMENTS|CALLBACKS|TRIAGE)\["(\w+)"\]`', reference, re.M))
+    listed = set(re.findall(r'^\| `(PAYMENTS|CALLBACKS|BANK|TRIAGE)\["(\w+)"\]`', reference, re.M))
 
     assert listed == {(app.setting, name) for app in AppSettings.every for name in app.names}

@@ -87,7 +87,7 @@ CLOCK_STEPS = {
     "week": timedelta(days=7),
 }
 # The tables a run writes; emptied between examples (users and their tokens stay).
-APPS_EMPTIED = ("payments", "callbacks", "triage")
+APPS_EMPTIED = ("payments", "callbacks", "bank", "triage")
 
 
 class World:

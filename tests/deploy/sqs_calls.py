@@ -16,7 +16,7 @@ import botocore.session
 from botocore import xform_name
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("callbacks", "payments", "triage", "config")
+PRODUCT_PACKAGES = ("callbacks", "payments", "bank", "triage", "config")
 GATEWAY = ROOT / "callbacks" / "sqs.py"
 DYNAMIC = "<dynamic>"
 

@@ -93,7 +93,7 @@ def environment_variables() -> dict[tuple[str, str], str]:
 
 
 def _default(spec) -> str:
-    from payments.setting_specs import shown
+    from payments.kernel.setting_specs import shown
 
     if spec is None:
         return "required"
@@ -106,7 +106,7 @@ def settings_reference() -> str:
     import callbacks.conf  # noqa: F401 - each conf registers its app's settings
     import payments.conf  # noqa: F401
     import triage.conf  # noqa: F401
-    from payments.app_settings import AppSettings
+    from payments.kernel.app_settings import AppSettings
 
     meanings = yaml.safe_load(MEANINGS.read_text())
     variables = environment_variables()

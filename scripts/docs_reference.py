@@ -629,8 +629,10 @@ def code_map_reference() -> str:
         "",
         GENERATED.strip(),
         "",
-        "Where things are: every module of the three apps, with the first paragraph of its "
-        "docstring. Dependencies point one way, `triage -> callbacks -> payments` "
+        "Where things are: every module of the four apps, with the first paragraph of its "
+        "docstring. Dependencies point one way, `triage -> bank -> callbacks -> payments`, and "
+        "within each app from its interface (API views, admin, tasks, commands) to its core, "
+        "and from the core to the shared kernel, `payments.kernel` "
         "(`tests/test_dependency_direction.py`). How a payment and a processor event travel "
         "through them: [Development](../development.md).",
     ]

@@ -22,6 +22,12 @@ def bank_moved_settings_check(app_configs=None, **kwargs) -> list[Warning]:
 
 
 @register()
+def bank_renamed_paths_check(app_configs=None, **kwargs) -> list[Warning]:
+    """A key holder named by its 0.1.0 path, read as its new one this release only."""
+    return conf.bank_settings.renamed_paths(warning_id="bank.W003")
+
+
+@register()
 def bank_stray_settings_check(app_configs=None, **kwargs) -> list[Warning]:
     """A bank setting written as a top-level name, which the app does not read."""
     return conf.bank_settings.stray(warning_id="bank.W002")

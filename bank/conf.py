@@ -1,8 +1,8 @@
 """The bank app's settings, each with its default kept here.
 
 A host sets them in one dict, ``BANK = {"NACHA_ORIGINATOR": {...}, "VAULT_KEYS": ...}``, and
-the code reads ``conf.NAME`` at call time (``payments.app_settings``). In 0.1.0 they were keys of
-``PAYMENTS``: a key still set there (and not in ``BANK``) is read through the next release,
+the code reads ``conf.NAME`` at call time (``payments.kernel.app_settings``). In 0.1.0 they were
+keys of ``PAYMENTS``: a key still set there (and not in ``BANK``) is read through the next release,
 with a start-up warning naming its new place (``bank.W001``), and refused after it.
 """
 
@@ -12,8 +12,8 @@ from bank.nacha.originator import parse_originator
 from bank.nacha.transport_options import TRANSPORT_ACCEPTED, parse_transport
 from bank.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
 from bank.vault.keys import KMS_KEYS_ACCEPTED, parse_kms_keys, parse_vault_keys
-from payments.app_settings import AppSettings
-from payments.setting_specs import (
+from payments.kernel.app_settings import AppSettings
+from payments.kernel.setting_specs import (
     Number,
     Parsed,
     Seconds,
@@ -92,7 +92,17 @@ SPECS: dict[str, Spec] = {
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
 
-bank_settings = AppSettings(app="bank", setting="BANK", specs=SPECS, formerly="PAYMENTS")
+# The key holders' dotted paths of 0.1.0, read as the new ones for this release (bank.W003).
+RENAMED = {
+    "VAULT_KEY_PROVIDER": {
+        "payments.vault.crypto.SettingsKeyProvider": "bank.vault.crypto.SettingsKeyProvider",
+        "payments.vault.kms.KmsKeyProvider": "bank.vault.kms.KmsKeyProvider",
+    }
+}
+
+bank_settings = AppSettings(
+    app="bank", setting="BANK", specs=SPECS, formerly="PAYMENTS", renamed=RENAMED
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """The queue layer's settings, each with its default kept here.
 
 A host sets them in one dict, ``CALLBACKS = {"CALLBACK_SIGNING_SECRETS": [...], ...}``
-(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+(``payments.kernel.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
 setting is seen): the host's value when it sets one, else the default below. A host sets only
 ``REQUIRED``.
 """
@@ -9,8 +9,8 @@ setting is seen): the host's value when it sets one, else the default below. A h
 from datetime import timedelta
 from typing import Any
 
-from payments.app_settings import AppSettings
-from payments.setting_specs import Duration, Flag, Number, Seconds, Spec, Text, Url, defaults
+from payments.kernel.app_settings import AppSettings
+from payments.kernel.setting_specs import Duration, Flag, Number, Seconds, Spec, Text, Url, defaults
 from payments.signing import secrets_parse
 
 REQUIRED = ("CALLBACK_SIGNING_SECRETS",)

@@ -13,7 +13,7 @@ processed-event record after them); one never delivered is applied, in its payme
 Crash safety: the cursor moves only after a page's events are all on the queue, and only from
 the value the pass read (a compare-and-set), so a pass killed mid-page sends that page again on
 the next run: at least once onto the queue, exactly once in the ledger. One pass runs at a time
-(``payments.locks.single_flight``, a PostgreSQL advisory lock): two pullers never pull a page
+(``payments.kernel.locks.single_flight``, a PostgreSQL advisory lock): two pullers never pull a page
 twice, the second skips its run.
 
 A page that breaks the API's contract, a 5xx, a timeout or a queue that refuses fails the pass
@@ -49,7 +49,7 @@ from payments import conf as payments_conf
 from payments.alerts import alert_raise
 from payments.events import ProcessorEvent
 from payments.exceptions import InvalidCallback, ProcessorRejected, ProcessorUnavailable
-from payments.locks import single_flight
+from payments.kernel.locks import single_flight
 from payments.messages import dead_letter_marked, processor_event_body
 from payments.models import ProcessedEvent
 from payments.processor.backend import CallbackRequest, ProcessorBackend, get_backend

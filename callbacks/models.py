@@ -209,7 +209,8 @@ class ParkedMessage(models.Model):
     sequence_number = models.CharField(max_length=SEQUENCE_NUMBER_WIDTH, blank=True)
     kind = models.CharField(max_length=64, blank=True)
     body = models.JSONField()
-    # The request id and trace the message carried (payments.propagation), sent again with it.
+    # The request id and trace the message carried (payments.kernel.propagation), sent again with
+    # it.
     carried = models.JSONField(default=dict, blank=True)
     arrived_at = models.DateTimeField(null=True, blank=True, help_text="SQS SentTimestamp.")
     parked_at = models.DateTimeField(db_default=Now(), editable=False)

@@ -46,7 +46,7 @@ from django.utils import timezone
 
 from callbacks import sqs
 from callbacks.metrics import OUTBOX_PUBLISHED
-from payments import propagation
+from payments.kernel import propagation
 from payments.models import OutboxMessage
 
 logger = logging.getLogger(__name__)

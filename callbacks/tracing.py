@@ -1,10 +1,10 @@
 """One trace from the callback to the ledger: the context the worker applies a message in.
 
 What a message carries (its request id and W3C ``traceparent``, as SQS message attributes) is
-``payments.propagation``'s, the one hand-written propagation: every sender uses it (the callback
-endpoint, the outbox relay, a parked message's release). The worker reads the values on receive
-and binds ``request_id``, ``trace_id``, ``message_id`` and ``payment_id`` to every log record
-written while the message is in hand (``payments.logcontext``).
+``payments.kernel.propagation``'s, the one hand-written propagation: every sender uses it (the
+callback endpoint, the outbox relay, a parked message's release). The worker reads the values on
+receive and binds ``request_id``, ``trace_id``, ``message_id`` and ``payment_id`` to every log
+record written while the message is in hand (``payments.kernel.logcontext``).
 
 OpenTelemetry is optional (the ``otel`` extra). Installed, the worker's span for a message is
 started as a child of the context ``propagate.extract`` reads back, so endpoint, SQS and worker
@@ -15,8 +15,8 @@ Without it, the worker's log records still name the trace id the message carried
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
-from payments import logcontext
-from payments.propagation import (
+from payments.kernel import logcontext
+from payments.kernel.propagation import (
     REQUEST_ID,
     TRACEPARENT,
     carried,

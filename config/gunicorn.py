@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gunicorn.glogging import Logger
 
-from payments.logformat import BankNumbersInUrlsFilter
+from payments.kernel.logformat import BankNumbersInUrlsFilter
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
@@ -36,8 +36,8 @@ accesslog = "-"
 
 class MaskedAccessLogger(Logger):
     """gunicorn's logger, its access lines' paths and queries with any bank number masked to
-    its last 4 digits (``payments.logformat.BankNumbersInUrlsFilter``): a URL is logged before
-    the application refuses it."""
+    its last 4 digits (``payments.kernel.logformat.BankNumbersInUrlsFilter``): a URL is logged
+    before the application refuses it."""
 
     def setup(self, cfg) -> None:
         super().setup(cfg)

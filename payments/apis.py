@@ -30,7 +30,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from payments import conf as payments_conf
-from payments import idempotency, propagation
+from payments import idempotency
 from payments.access import merchant_access_allowed, merchants_listed
 from payments.api_errors import (
     DATABASE_RETRY_AFTER_SECONDS,
@@ -50,6 +50,7 @@ from payments.exceptions import (
     ReinitiationRefused,
 )
 from payments.http_limits import read_body_limited
+from payments.kernel import propagation
 from payments.models import Payment
 from payments.selectors import (
     merchant_balance,

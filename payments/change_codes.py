@@ -18,7 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from payments.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number, mask_bank_numbers
+from payments.kernel.bank_numbers import (
+    BANK_NUMBER_MESSAGE,
+    looks_like_bank_number,
+    mask_bank_numbers,
+)
 
 NOC_DEADLINE_BANKING_DAYS = 6
 
@@ -135,7 +139,7 @@ def corrected_data_problems(code: str, data: dict) -> dict[str, str]:
     """What is wrong with ``data`` as the corrected data of a NOC with ``code``: key -> problem
     (``""`` for the object as a whole). A known code takes only its own keys; an unknown one
     any key of the table, each value of its stated form. Values are never quoted back, nor a
-    key's digits beyond the last 4 of a run (``payments.bank_numbers``)."""
+    key's digits beyond the last 4 of a run (``payments.kernel.bank_numbers``)."""
     row = change_code_get(code)
     allowed = row.fields if row is not None else tuple(CORRECTED_FIELDS)
     problems: dict[str, str] = {}

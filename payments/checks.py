@@ -1,6 +1,7 @@
 """Start-up checks (``manage.py check``, ``migrate``, ``runserver``): a host project learns of a
 missing or broken setting of the payments app by its name, before the first request."""
 
+from django.conf import settings
 from django.core.checks import Error, Warning, register
 from django.utils.module_loading import import_string
 
@@ -47,6 +48,28 @@ def payments_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
     (``payments.conf.SPECS``, payments.E003); the required ones too, when they are set at all
     (a missing one is payments.E001)."""
     return conf.payments_settings.refused(error_id="payments.E003", unknown_id="payments.E004")
+
+
+@register()
+def payments_renamed_paths_check(app_configs=None, **kwargs) -> list[Warning]:
+    """A dotted path of 0.1.0 (``PROCESSOR_BACKEND``), read as its new one this release only
+    (payments.W002); and the log formatters and filters of 0.1.0's ``LOGGING`` (payments.W003),
+    whose modules moved into ``payments.kernel`` and are kept where they were for this release."""
+    warnings = conf.payments_settings.renamed_paths(warning_id="payments.W002")
+    logging = getattr(settings, "LOGGING", None)
+    text = repr(logging) if isinstance(logging, dict) else ""
+    warnings += [
+        Warning(
+            f"LOGGING names {old}: it moved to payments.kernel.{old.rpartition('.')[2]} and the "
+            "old module is kept in this release only.",
+            hint=f"Name payments.kernel.{old.rpartition('.')[2]}.<class> in LOGGING.",
+            obj="LOGGING",
+            id="payments.W003",
+        )
+        for old in ("payments.logformat", "payments.logcontext")
+        if f"{old}." in text
+    ]
+    return warnings
 
 
 @register()

@@ -1,7 +1,7 @@
 """The payments app's settings, each with its default kept here.
 
 A host sets them in one dict, ``PAYMENTS = {"PROCESSOR_BASE_URL": ..., ...}``
-(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+(``payments.kernel.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
 setting is seen): the host's value when it sets one, else the default below. A host sets only
 ``REQUIRED``.
 """
@@ -9,8 +9,8 @@ setting is seen): the host's value when it sets one, else the default below. A h
 from datetime import timedelta
 from typing import Any
 
-from payments.app_settings import AppSettings
-from payments.setting_specs import (
+from payments.kernel.app_settings import AppSettings
+from payments.kernel.setting_specs import (
     Duration,
     Number,
     Parsed,
@@ -72,7 +72,7 @@ SPECS: dict[str, Spec] = {
     # the default is the HTTP API of the design card, which the sandbox serves. (That it imports
     # and is a backend is checked apart, payments.E004.)
     "PROCESSOR_BACKEND": Text(
-        "payments.processor.client.ProcessorClient",
+        "payments.processor.backends.http.ProcessorClient",
         pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
         accepted="a dotted path such as 'package.module.Class'",
     ),
@@ -102,12 +102,24 @@ REQUIRED_SPECS: dict[str, Spec] = {
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
 
+# Dotted paths of 0.1.0 that moved in 0.2.0: read as the new ones for this release, with a
+# start-up warning (payments.W002). The bank backend moved with the bank app.
+RENAMED = {
+    "PROCESSOR_BACKEND": {
+        "payments.processor.client.ProcessorClient": (
+            "payments.processor.backends.http.ProcessorClient"
+        ),
+        "payments.nacha.backend.NachaBankBackend": "bank.nacha.backend.NachaBankBackend",
+    }
+}
+
 payments_settings = AppSettings(
     app="payments",
     setting="PAYMENTS",
     specs=SPECS,
     required=REQUIRED_SPECS,
     relations=RELATIONS,
+    renamed=RENAMED,
 )
 
 

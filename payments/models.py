@@ -612,7 +612,7 @@ class OutboxMessage(models.Model):
     group_id = models.CharField(max_length=128)
     body = models.JSONField()
     # The request id and trace of the request that caused it, sent as the message's attributes
-    # (payments.propagation): the worker's records of the message name them.
+    # (payments.kernel.propagation): the worker's records of the message name them.
     carried = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     published_at = models.DateTimeField(null=True, blank=True)

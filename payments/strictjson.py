@@ -8,8 +8,8 @@ somewhere downstream. ``loads`` refuses all of them up front, naming where the p
 an edge can answer 400 instead of accepting a body that fails later, unseen.
 
 A refusal never quotes a value, and names keys with any bank number in them masked
-(``payments.bank_numbers``): one parser serves every endpoint, the vault's too, where a number
-sent bare (``"account_number": 77668056869313516``) is a bank account's.
+(``payments.kernel.bank_numbers``): one parser serves every endpoint, the vault's too, where a
+number sent bare (``"account_number": 77668056869313516``) is a bank account's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from payments.bank_numbers import mask_bank_numbers
 from payments.http_limits import bounded_errors
+from payments.kernel.bank_numbers import mask_bank_numbers
 
 MAX_DEPTH = 32
 # Integers a JSON consumer in any language reads exactly (IEEE 754 doubles).

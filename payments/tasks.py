@@ -5,7 +5,7 @@ import logging
 
 from celery import shared_task
 
-from payments.locks import single_flight
+from payments.kernel.locks import single_flight
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The sandbox processor: a real HTTP server implementing the processor API our client calls
-(``payments/processor/client.py``).
+(``payments/processor/backends/http.py``).
 
 - ``POST /v1/ach/debits`` (``Authorization: Bearer <key>``, ``Idempotency-Key: <uuid>``, JSON
   ``{payment_id, amount, currency, source_token}``): ``201`` and a new debit, or ``200`` with the

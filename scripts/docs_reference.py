@@ -93,7 +93,7 @@ def environment_variables() -> dict[tuple[str, str], str]:
 
 
 def _default(spec) -> str:
-    from payments.setting_specs import shown
+    from payments.kernel.setting_specs import shown
 
     if spec is None:
         return "required"
@@ -106,7 +106,7 @@ def settings_reference() -> str:
     import callbacks.conf  # noqa: F401 - each conf registers its app's settings
     import payments.conf  # noqa: F401
     import triage.conf  # noqa: F401
-    from payments.app_settings import AppSettings
+    from payments.kernel.app_settings import AppSettings
 
     meanings = yaml.safe_load(MEANINGS.read_text())
     variables = environment_variables()
@@ -629,8 +629,10 @@ def code_map_reference() -> str:
         "",
         GENERATED.strip(),
         "",
-        "Where things are: every module of the three apps, with the first paragraph of its "
-        "docstring. Dependencies point one way, `triage -> callbacks -> payments` "
+        "Where things are: every module of the four apps, with the first paragraph of its "
+        "docstring. Dependencies point one way, `triage -> bank -> callbacks -> payments`, and "
+        "within each app from its interface (API views, admin, tasks, commands) to its core, "
+        "and from the core to the shared kernel, `payments.kernel` "
         "(`tests/test_dependency_direction.py`). How a payment and a processor event travel "
         "through them: [Development](../development.md).",
     ]

@@ -137,14 +137,14 @@ class ModuleSettings:
     through pytest-django's ``settings`` fixture (so it is undone after the test, and the
     apps' settings objects reload on ``setting_changed``); reading one gives what the app reads
     (``callbacks.conf.WORKER_MAX_ATTEMPTS``); ``del`` removes the key, as a host that leaves it
-    out. Each name belongs to one app (``payments.app_settings.AppSettings.every``)."""
+    out. Each name belongs to one app (``payments.kernel.app_settings.AppSettings.every``)."""
 
     def __init__(self, settings) -> None:
         object.__setattr__(self, "_settings", settings)
 
     @staticmethod
     def _app(name: str):
-        from payments.app_settings import AppSettings
+        from payments.kernel.app_settings import AppSettings
 
         for app in AppSettings.every:
             if name in app.names:
@@ -243,7 +243,7 @@ def sandbox(module_settings):
     Injected timeouts sleep 0.6 s against a client read timeout of 0.3 s, so timeout tests stay
     fast; callbacks (none sent: no callback URL) settle quickly.
     """
-    from payments.processor.client import reset_client
+    from payments.processor.backends.http import reset_client
     from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(

@@ -20,7 +20,7 @@ from django.utils import timezone
 from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from payments.locks import _lock_key, single_flight
+from payments.kernel.locks import _lock_key, single_flight
 from payments.models import ProcessedEvent
 from payments.tasks import processed_events_purge
 from tests.factories import PaymentFactory, ProcessedEventFactory

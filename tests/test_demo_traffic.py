@@ -202,7 +202,7 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     from config.settings.environment import app_settings_from_environ
     from demo.run import bank_environment
     from payments.conf import payments_settings
-    from payments.setting_specs import value_problem
+    from payments.kernel.setting_specs import value_problem
 
     variables = bank_environment(tmp_path)
     for name, value in variables.items():

@@ -220,3 +220,64 @@ def test_the_cycle_check_reads_relative_lazy_and_type_checking_imports():
     assert graph["a.b"] == {"a", "a.c"}  # the package, then its module
     assert graph["a.c"] == set()
     assert graph["a.d"] == {"a.b"}
+
+
+# --- layers ----------------------------------------------------------------------------------
+
+# What Django, a host or an operator reaches an app through: its API views, admin pages, routes,
+# schema, tasks, commands and start-up checks. The rest of an app is its core (models, services,
+# selectors, the worker...), which these build on and which never imports them back.
+INTERFACE = {"apis", "admin", "admin_base", "views", "urls", "openapi", "tasks", "management"}
+INTERFACE |= {"checks", "apps", "dashboard"}
+
+
+def layer(module: str) -> int:
+    """0 the shared kernel (``payments.kernel``), 2 an interface module (a part named in
+    ``INTERFACE``, or ending in ``_admin``), 1 the core."""
+    parts = module.split(".")
+    if parts[:2] == ["payments", "kernel"]:
+        return 0
+    if any(part in INTERFACE or part.endswith("_admin") for part in parts[1:]):
+        return 2
+    return 1
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module of a higher layer, in any app."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer(target) > layer(module)
+    )
+
+
+def test_no_module_imports_a_module_of_a_layer_above_it():
+    assert upward_imports(import_graph(product_sources())) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        ("payments.kernel.locks", "from payments import models\n"),
+        ("payments.services.events", "from payments import admin\n"),
+        ("callbacks.worker.loop", "def f():\n    from callbacks.apis import CallbackApi\n"),
+        ("bank.nacha.services", "from payments.management.rounds import RoundsCommand\n"),
+    ],
+)
+def test_the_layer_check_finds_an_injected_upward_import(module, line):
+    sources = product_sources()
+    sources[module] += "\n" + line
+    assert upward_imports(import_graph(sources))
+
+
+def test_the_kernel_imports_nothing_of_the_apps_outside_it():
+    graph = import_graph(product_sources())
+    outside = {
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if layer(module) == 0
+        for target in targets
+        if layer(target) != 0
+    }
+    assert outside == set()

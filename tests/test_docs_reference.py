@@ -51,7 +51,7 @@ def test_every_setting_has_its_meaning_and_every_meaning_a_setting(tmp_path, mon
 
 
 def test_a_setting_added_to_an_app_shows_in_the_reference(monkeypatch):
-    from payments.setting_specs import Flag
+    from payments.kernel.setting_specs import Flag
     from triage import conf
 
     monkeypatch.setitem(conf.SPECS, "DOCS_PROBE", Flag(False))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from payments import logcontext
-from payments.logcontext import LogContextFilter
-from payments.logformat import JsonLineFormatter
+from payments.kernel import logcontext
+from payments.kernel.logcontext import LogContextFilter
+from payments.kernel.logformat import JsonLineFormatter
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from payments.logformat import SingleLineFormatter
+from payments.kernel.logformat import SingleLineFormatter
 from tests.callbacks.worker_support import run_worker, send_body
 from tests.factories import DeadLetterFactory, PaymentFactory
 from tests.triage.deadletters import operator

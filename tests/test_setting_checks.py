@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from callbacks.checks import callbacks_setting_values_check, callbacks_stray_settings_check
-from payments.app_settings import AppSettings
 from payments.checks import payments_setting_values_check, payments_stray_settings_check
+from payments.kernel.app_settings import AppSettings
 from triage.checks import triage_setting_values_check, triage_stray_settings_check
 
 ROOT = Path(__file__).resolve().parent.parent

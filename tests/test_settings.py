@@ -185,7 +185,7 @@ def test_start_up_check_names_a_broken_access_policy(module_settings, path):
 def test_the_settings_reference_lists_every_setting_as_the_django_setting_a_host_writes():
     import re
 
-    from payments.app_settings import AppSettings
+    from payments.kernel.app_settings import AppSettings
 
     reference = (ROOT / "docs" / "reference" / "settings.md").read_text()
     listed = set(re.findall(r'^\| `(PAYMENTS|CALLBACKS|BANK|TRIAGE)\["(\w+)"\]`', reference, re.M))

@@ -18,7 +18,7 @@ from callbacks.checks import callbacks_setting_values_check
 from callbacks.conf import callbacks_settings
 from config.settings.environment import app_settings_from_environ
 from payments.conf import payments_settings
-from payments.setting_specs import Unreadable
+from payments.kernel.setting_specs import Unreadable
 from triage.conf import triage_settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """The triage app's settings, each with its default kept here.
 
 A host sets them in one dict, ``TRIAGE = {"ALERT_WEBHOOK_URL": ..., ...}``
-(``payments.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
+(``payments.kernel.app_settings``); the code reads them as ``conf.NAME`` (at call time, so a changed
 setting is seen): the host's value when it sets one, else the default below. Triage has no
 required setting.
 """
@@ -10,8 +10,17 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from payments.app_settings import AppSettings
-from payments.setting_specs import Duration, Keys, Number, Parsed, Seconds, Spec, Url, defaults
+from payments.kernel.app_settings import AppSettings
+from payments.kernel.setting_specs import (
+    Duration,
+    Keys,
+    Number,
+    Parsed,
+    Seconds,
+    Spec,
+    Url,
+    defaults,
+)
 from triage.settlement_windows import settlement_window_parse
 
 

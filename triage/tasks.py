@@ -6,7 +6,7 @@ import os
 from celery import shared_task
 from celery.signals import worker_process_shutdown
 
-from payments.locks import single_flight
+from payments.kernel.locks import single_flight
 
 logger = logging.getLogger(__name__)
 

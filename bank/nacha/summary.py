@@ -10,8 +10,8 @@ from typing import Any
 
 from bank.nacha import layouts as L
 from bank.nacha.parser import Entry
-from payments.bank_numbers import mask_account
 from payments.catalogue import NOTIFICATION_OF_CHANGE
+from payments.kernel.bank_numbers import mask_account
 
 
 def return_kind(code: str) -> str:

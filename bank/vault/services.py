@@ -30,7 +30,7 @@ from bank.vault.crypto import (
 )
 from bank.vault.models import AccountType, SecCode, VaultAccount
 from bank.vault.selectors import TOKEN_PREFIX
-from payments.bank_numbers import looks_like_bank_number
+from payments.kernel.bank_numbers import looks_like_bank_number
 
 logger = logging.getLogger(__name__)
 

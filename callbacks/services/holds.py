@@ -24,7 +24,7 @@ from callbacks.services.republish import (
     released_original_id,
 )
 from callbacks.sqs import ReceivedMessage
-from payments.locks import single_flight
+from payments.kernel.locks import single_flight
 from payments.models import AttemptOutcome, ProcessorAttempt
 
 logger = logging.getLogger(__name__)

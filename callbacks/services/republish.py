@@ -14,7 +14,8 @@ from django.utils import timezone
 from callbacks import sqs
 from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
 from callbacks.sqs import ReceivedMessage
-from payments import messages, propagation
+from payments import messages
+from payments.kernel import propagation
 from payments.messages import DEAD_LETTER_KEY, REDRIVE_KEY
 
 __all__ = ["DEAD_LETTER_KEY", "REDRIVE_KEY"]  # and the functions below: the names callbacks uses

@@ -43,7 +43,7 @@ from callbacks.services.republish import (
     released_original_id,
 )
 from callbacks.sqs import ReceivedMessage
-from payments import propagation
+from payments.kernel import propagation
 
 logger = logging.getLogger(__name__)
 

@@ -327,18 +327,18 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         # One record, one line: values from outside (an operator's note, a queue message's
-        # kind) cannot forge a record (payments/logformat.py).
+        # kind) cannot forge a record (payments/kernel/logformat.py).
         "plain": {
-            "()": "payments.logformat.SingleLineFormatter",
+            "()": "payments.kernel.logformat.SingleLineFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
-        "json": {"()": "payments.logformat.JsonLineFormatter"},
+        "json": {"()": "payments.kernel.logformat.JsonLineFormatter"},
     },
     # The fields bound to the work in hand (a worker's message: its request id, its trace) go
-    # onto every record, whichever logger wrote it (payments/logcontext.py).
+    # onto every record, whichever logger wrote it (payments/kernel/logcontext.py).
     "filters": {
-        "log_context": {"()": "payments.logcontext.LogContextFilter"},
-        "bank_numbers_in_urls": {"()": "payments.logformat.BankNumbersInUrlsFilter"},
+        "log_context": {"()": "payments.kernel.logcontext.LogContextFilter"},
+        "bank_numbers_in_urls": {"()": "payments.kernel.logformat.BankNumbersInUrlsFilter"},
     },
     "handlers": {
         "console": {

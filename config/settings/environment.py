@@ -14,8 +14,8 @@ from decimal import Decimal
 
 import environ
 
-from payments.app_settings import AppSettings
-from payments.setting_specs import Duration, Spec, Unreadable, json_text
+from payments.kernel.app_settings import AppSettings
+from payments.kernel.setting_specs import Duration, Spec, Unreadable, json_text
 
 # A duration's variable gives a whole count of the unit its name ends with.
 _UNITS = {"DAYS": "days", "HOURS": "hours", "MINUTES": "minutes", "SECONDS": "seconds"}

@@ -4,7 +4,8 @@ A backend submits a debit under our idempotency key, looks a debit up by that ke
 check reconciliation relies on), optionally does the same for a credit (money out: a refund or
 a payout, ``credit_create`` and ``credit_get``), tells an authentic callback from a forged one
 over the raw request, and turns a callback into a ``ProcessorEvent``. ``PROCESSOR_BACKEND``
-names the class; the reference backend is the HTTP client of ``payments/processor/client.py``.
+names the class; the reference backend is the HTTP client of
+``payments/processor/backends/http.py``.
 
 Everything after the call is the module's and stays as it is whatever the backend: the attempt
 row, the circuit breaker and the worker's retry decision read only what a backend returns or

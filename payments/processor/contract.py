@@ -21,7 +21,6 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
-from payments.bank_numbers import holds_bank_number, mask_bank_numbers
 from payments.catalogue import event_fields, event_type_get, event_type_names, event_types
 from payments.change_codes import (
     CHANGE_CODE_RE,
@@ -31,6 +30,7 @@ from payments.change_codes import (
 )
 from payments.events import DIRECTIONS, ProcessorEvent
 from payments.exceptions import InvalidCallback
+from payments.kernel.bank_numbers import holds_bank_number, mask_bank_numbers
 
 PROCESSOR_EVENT_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Two decimal places exactly, no sign, no exponent, no leading zeros; at most 12 integer digits
@@ -405,7 +405,7 @@ def kept_members(fields: dict, validated: dict) -> dict:
 
     The contract's fields are kept as sent: each has passed its grammar, and the ids among them
     are the processor's keys, kept whole. The free text of ``message`` and ``reason_code`` is
-    the exception, kept masked (``payments.bank_numbers``: ``Account ****3516 closed``).
+    the exception, kept masked (``payments.kernel.bank_numbers``: ``Account ****3516 closed``).
 
     The members beyond the contract are kept too, masked the same way. No code reads them; they
     are worth keeping as what the processor said about the event (its own references, a batch

@@ -17,6 +17,11 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.processor.backend import DebitAccepted, DebitQueued, DebitStatus
+from payments.processor.backends.http import (
+    ProcessorCallRejected,
+    ProcessorCallUnavailable,
+    get_client,
+)
 from payments.processor.breaker import (
     STATUS_READ,
     SUBMISSION,
@@ -28,11 +33,6 @@ from payments.processor.breaker import (
     processor_breaker_record,
     processor_breaker_wait,
     processor_degraded_reason,
-)
-from payments.processor.client import (
-    ProcessorCallRejected,
-    ProcessorCallUnavailable,
-    get_client,
 )
 
 logger = logging.getLogger(__name__)

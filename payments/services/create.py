@@ -8,8 +8,8 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from payments import propagation
-from payments.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
+from payments.kernel import propagation
+from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
 from payments.processor.backend import get_backend
@@ -53,7 +53,7 @@ def payment_create(
 
     The commit is the promise: the outbox row guarantees the submission is published even if
     the queue is down right now. ``carried`` (the creating request's id and trace,
-    ``payments.propagation``) goes with the submit command to the worker. Raises
+    ``payments.kernel.propagation``) goes with the submit command to the worker. Raises
     ``NocPastDeadline`` when the token has an open notification of change past its deadline,
     and ``ValidationError`` naming ``source_token`` for a token the processor backend refuses
     for ``merchant_id`` (``source_token_refused``: the bank's, a vault token it does not hold
@@ -130,7 +130,7 @@ def outbox_enqueue(
     *, kind: str, group_id: str, body: dict, carried: Mapping[str, str] | None = None
 ) -> OutboxMessage:
     """Add a message to the outbox inside the caller's transaction; announce it after commit.
-    ``carried`` is the request id and trace it is sent with (``payments.propagation``)."""
+    ``carried`` is the request id and trace it is sent with (``payments.kernel.propagation``)."""
     message = OutboxMessage.objects.create(
         kind=kind, group_id=group_id, body=body, carried=propagation.bounded(carried or {})
     )

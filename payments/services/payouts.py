@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from payments.exceptions import MoneyOutRefused
-from payments.locks import money_out_lock
+from payments.kernel.locks import money_out_lock
 from payments.models import (
     LedgerEntry,
     LedgerEntryKind,

@@ -28,7 +28,7 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
-from payments.locks import money_out_lock
+from payments.kernel.locks import money_out_lock
 from payments.messages import MessageKind, submit_payment_body
 from payments.metrics import DOUBLE_LOSSES
 from payments.models import (

@@ -7,7 +7,7 @@ from django.db import transaction
 
 from payments.exceptions import PaymentNotFound
 from payments.models import Payment
-from payments.processor.client import (
+from payments.processor.backends.http import (
     DebitStatus,
     ProcessorAuthFailed,
     ProcessorCallRejected,

@@ -21,7 +21,7 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.processor.backend import DebitQueued
-from payments.processor.client import (
+from payments.processor.backends.http import (
     DebitAccepted,
     ProcessorAuthFailed,
     ProcessorCallRejected,

@@ -53,3 +53,59 @@ def test_a_key_neither_app_knows_is_still_refused_by_payments(settings):
 
     [error] = [e for e in payments_setting_values_check() if e.obj == "NACHA_BUFER_MINUTES"]
     assert error.id == "payments.E004"
+
+
+@pytest.mark.parametrize(
+    ("setting", "old", "new", "warning_id"),
+    [
+        (
+            "PROCESSOR_BACKEND",
+            "payments.nacha.backend.NachaBankBackend",
+            "bank.nacha.backend.NachaBankBackend",
+            "payments.W002",
+        ),
+        (
+            "PROCESSOR_BACKEND",
+            "payments.processor.client.ProcessorClient",
+            "payments.processor.backends.http.ProcessorClient",
+            "payments.W002",
+        ),
+        (
+            "VAULT_KEY_PROVIDER",
+            "payments.vault.kms.KmsKeyProvider",
+            "bank.vault.kms.KmsKeyProvider",
+            "bank.W003",
+        ),
+    ],
+)
+def test_a_path_of_0_1_0_is_read_as_its_new_one_and_warned_about(
+    module_settings, setting, old, new, warning_id
+):
+    from bank.checks import bank_renamed_paths_check
+    from payments.checks import payments_renamed_paths_check
+
+    setattr(module_settings, setting, old)
+
+    assert getattr(module_settings, setting) == new
+    warnings = payments_renamed_paths_check() + bank_renamed_paths_check()
+    [warning] = [w for w in warnings if w.obj == setting]
+    assert warning.id == warning_id and repr(old) in warning.msg and repr(new) in warning.msg
+
+
+def test_a_logging_config_of_0_1_0_still_loads_and_is_warned_about(settings):
+    import logging.config
+
+    from payments.checks import payments_renamed_paths_check
+
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"context": {"()": "payments.logcontext.LogContextFilter"}},
+        "formatters": {"json": {"()": "payments.logformat.JsonLineFormatter"}},
+        "handlers": {"null": {"class": "logging.NullHandler", "filters": ["context"]}},
+    }
+    logging.config.dictConfig(config)  # the old names still import
+    settings.LOGGING = config
+
+    found = {w.msg.split(":")[0] for w in payments_renamed_paths_check() if w.id == "payments.W003"}
+    assert found == {"LOGGING names payments.logformat", "LOGGING names payments.logcontext"}

@@ -194,9 +194,9 @@ def test_permissions_granted_under_0_1_0_still_hold_and_name_the_bank_app(releas
     assert Group.objects.get(name="books").permissions.get().content_type.app_label == "bank"
     # Every moved model's content type changed app; none was made twice.
     assert not ContentType.objects.filter(app_label="payments", model__in=MOVED).exists()
-    assert set(
-        ContentType.objects.filter(app_label="bank").values_list("model", flat=True)
-    ) == MOVED
+    assert (
+        set(ContentType.objects.filter(app_label="bank").values_list("model", flat=True)) == MOVED
+    )
     assert Permission.objects.filter(codename="explain_variance").count() == 1
 
 

@@ -36,8 +36,8 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
+from payments.processor.backends.http import reset_client
 from payments.processor.breaker import trial_lease_seconds
-from payments.processor.client import reset_client
 from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import (
     WorkerProcess,

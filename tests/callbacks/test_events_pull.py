@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def sandbox_with_callbacks(module_settings, live_server):
     """The sandbox posting signed callbacks to the live server's endpoint; a settled debit
     of a ``tok_nsf`` token comes back 3 s after its settlement."""
-    from payments.processor.client import reset_client
+    from payments.processor.backends.http import reset_client
     from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(

@@ -77,7 +77,7 @@ class ScriptedEvents:
 
 @pytest.fixture
 def scripted(module_settings):
-    from payments.processor.client import reset_client
+    from payments.processor.backends.http import reset_client
 
     servers = []
 

@@ -35,8 +35,8 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
+from payments.processor.backends.http import reset_client
 from payments.processor.breaker import ALERT_KEY, processor_breaker_get
-from payments.processor.client import reset_client
 from sandbox import FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, payments_created
 from tests.waiting import wait_for

@@ -154,7 +154,7 @@ def test_payment_the_processor_does_not_know_raises_an_alert_and_publishes_nothi
 
 
 def test_processor_unavailable_leaves_the_payment_for_the_next_run(module_settings, sqs_queues):
-    from payments.processor.client import reset_client
+    from payments.processor.backends.http import reset_client
 
     module_settings.PROCESSOR_BASE_URL = "http://127.0.0.1:9"
     reset_client()

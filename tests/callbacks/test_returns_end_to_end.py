@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def sandbox_with_callbacks(module_settings, live_server):
-    from payments.processor.client import reset_client
+    from payments.processor.backends.http import reset_client
     from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(

@@ -16,9 +16,9 @@ from callbacks import tracing
 from callbacks.models import PaymentHold
 from callbacks.outbox import outbox_relay_publish
 from callbacks.services import hold_release
-from payments import propagation
-from payments.logcontext import LogContextFilter
-from payments.logformat import JsonLineFormatter
+from payments.kernel import propagation
+from payments.kernel.logcontext import LogContextFilter
+from payments.kernel.logformat import JsonLineFormatter
 from payments.models import OutboxMessage, Payment, PaymentState
 from tests.callbacks.test_endpoint import event_body, post_json
 from tests.callbacks.worker_support import run_worker, run_worker_until, send_body

@@ -1,10 +1,10 @@
-"""The masking rule of ``payments.bank_numbers``, case by case: what is masked to its last 4
+"""The masking rule of ``payments.kernel.bank_numbers``, case by case: what is masked to its last 4
 digits, and what is kept whole because a reader needs it and a bank number does not take its
 shape."""
 
 import pytest
 
-from payments.bank_numbers import mask_bank_numbers, mask_bank_numbers_in_urls
+from payments.kernel.bank_numbers import mask_bank_numbers, mask_bank_numbers_in_urls
 
 ARABIC = "".join(chr(0x0660 + int(d)) for d in "77668056869313516")
 FULL_WIDTH = "".join(chr(0xFF10 + int(d)) for d in "7766805686931")

@@ -17,7 +17,7 @@ from payments.models import (
     ProcessorAttempt,
     ReturnDishonor,
 )
-from payments.processor.client import get_client, reset_client
+from payments.processor.backends.http import get_client, reset_client
 from payments.return_codes import dishonor_deadline
 from payments.services import payment_apply_event
 from payments.services.dishonors import (
@@ -195,7 +195,7 @@ def test_a_processor_that_cannot_be_reached_leaves_a_connection_error_on_record(
 
 
 def test_a_backend_without_dishonors_is_recorded_as_a_rejected_attempt(module_settings):
-    module_settings.PROCESSOR_BACKEND = "tests.payments.other_processor.OtherProcessorBackend"
+    module_settings.PROCESSOR_BACKEND = "payments.processor.backends.example.OtherProcessorBackend"
     payment = _returned()
 
     result = return_dishonor_request(

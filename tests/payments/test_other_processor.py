@@ -17,7 +17,13 @@ from payments.checks import payments_processor_backend_check
 from payments.exceptions import ProcessorUnavailable
 from payments.models import AttemptOutcome, PaymentState, ProcessorAttempt
 from payments.processor.backend import get_backend, reset_backend
-from payments.processor.client import ProcessorClient
+from payments.processor.backends.example import (
+    SIGNATURE,
+    TIMESTAMP,
+    OtherProcessorBackend,
+    other_signature,
+)
+from payments.processor.backends.http import ProcessorClient
 from payments.services import (
     SubmitOutcome,
     payment_create,
@@ -30,15 +36,9 @@ from tests.callbacks.worker_support import (
     send_body,
 )
 from tests.factories import PaymentFactory
-from tests.payments.other_processor import (
-    SIGNATURE,
-    TIMESTAMP,
-    OtherProcessorBackend,
-    OtherProcessorServer,
-    other_signature,
-)
+from tests.payments.other_processor import OtherProcessorServer
 
-BACKEND = "tests.payments.other_processor.OtherProcessorBackend"
+BACKEND = "payments.processor.backends.example.OtherProcessorBackend"
 SECRET = "test-signing-secret"
 URL = "/callbacks/processor/"
 

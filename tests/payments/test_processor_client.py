@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from payments.exceptions import ProcessorRejected, ProcessorUnavailable
-from payments.processor.client import (
+from payments.processor.backends.http import (
     RESPONSE_BODY_LIMIT,
     ProcessorAuthFailed,
     ProcessorCallRejected,

@@ -18,7 +18,7 @@ from payments.models import (
     ProcessorAttempt,
     ReturnDishonor,
 )
-from payments.processor.client import reset_client
+from payments.processor.backends.http import reset_client
 from payments.return_codes import dishonor_deadline
 from payments.services import payment_apply_event, payment_reinitiate
 from payments.services.dishonors import return_dishonor_request, return_dishonor_resend
@@ -65,7 +65,7 @@ def test_a_reinitiated_return_is_not_dishonored_and_the_processor_is_not_called(
 def test_a_request_the_processor_refused_leaves_the_return_reinitiable_then_cannot_be_resent(
     module_settings,
 ):
-    module_settings.PROCESSOR_BACKEND = "tests.payments.other_processor.OtherProcessorBackend"
+    module_settings.PROCESSOR_BACKEND = "payments.processor.backends.example.OtherProcessorBackend"
     payment = _returned(code="R01")
     assert not _ask(payment).sent  # this backend refuses dishonors: a 4xx-like rejection
     [attempt] = ProcessorAttempt.objects.filter(payment=payment, operation="dishonor")

@@ -26,7 +26,7 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
-from payments.processor.client import reset_client
+from payments.processor.backends.http import reset_client
 from payments.services import payment_apply_event, payment_status_check, payment_submit
 from payments.signals import alert_raised
 from tests.factories import PaymentFactory, processor_event

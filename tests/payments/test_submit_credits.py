@@ -15,10 +15,11 @@ from payments.models import (
     ProcessorAttempt,
 )
 from payments.processor.backend import CreditsUnsupported, reset_backend
-from payments.processor.client import get_client
+from payments.processor.backends.example import OtherProcessorBackend
+from payments.processor.backends.http import get_client
 from payments.services import payment_status_check, payment_submit
 from tests.factories import PaymentFactory
-from tests.payments.other_processor import OtherProcessorBackend, OtherProcessorServer
+from tests.payments.other_processor import OtherProcessorServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,7 +113,7 @@ def test_the_status_check_of_a_credit_never_sent_is_not_found(sandbox):
 @pytest.fixture
 def without_credits(settings, module_settings):
     server = OtherProcessorServer(token="other-token").start()
-    module_settings.PROCESSOR_BACKEND = "tests.payments.other_processor.OtherProcessorBackend"
+    module_settings.PROCESSOR_BACKEND = "payments.processor.backends.example.OtherProcessorBackend"
     settings.OTHER_PROCESSOR_URL = server.base_url
     settings.OTHER_PROCESSOR_TOKEN = "other-token"
     yield server

@@ -7,7 +7,7 @@ import uuid
 import pytest
 import requests
 
-from payments.processor.client import ProcessorCallRejected, ProcessorClient
+from payments.processor.backends.http import ProcessorCallRejected, ProcessorClient
 from sandbox import FaultConfig, SandboxProcessor
 from tests.sandbox.test_sandbox import AUTH, CallbackReceiver, debit
 from tests.waiting import wait_for

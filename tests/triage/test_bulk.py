@@ -13,7 +13,7 @@ from django.db import connection, connections
 from django.urls import reverse
 
 from callbacks.models import ParkedMessage, PaymentHold
-from payments.locks import _lock_key
+from payments.kernel.locks import _lock_key
 from payments.models import PaymentEvent
 from tests.factories import DeadLetterFactory, PaymentFactory
 from tests.triage.bulk_support import dead_letters_bulk_create, job_for

@@ -5,7 +5,7 @@ from django.core.management.base import CommandError
 
 from bank.books.conf import statement_transport_options
 from bank.books.services import bank_statements_collect
-from bank.nacha.rounds import DropCollectCommand
+from bank.management.rounds import DropCollectCommand
 
 
 class Command(DropCollectCommand):

@@ -2,7 +2,7 @@
 a round every ``--every SECONDS`` until stopped (a process rather than a scheduler's task)."""
 
 from bank.collect import nacha_files_collect
-from bank.nacha.rounds import DropCollectCommand
+from bank.management.rounds import DropCollectCommand
 
 
 class Command(DropCollectCommand):

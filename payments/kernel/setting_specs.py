@@ -1,9 +1,9 @@
 """Declared types and accepted ranges of the module's settings, and the check that applies them.
 
 Each app's ``conf.py`` declares every setting once, as a spec holding its default and what it
-accepts; its settings object (``payments.app_settings``) reads the host's value through it, and
-its ``checks.py`` refuses at start-up (``manage.py check``, ``migrate``, ``runserver``) a value the
-spec does not accept. A nonsense value (a negative tolerance, a zero timeout, a window that does
+accepts; its settings object (``payments.kernel.app_settings``) reads the host's value through it,
+and its ``checks.py`` refuses at start-up (``manage.py check``, ``migrate``, ``runserver``) a value
+the spec does not accept. A nonsense value (a negative tolerance, a zero timeout, a window that does
 not parse) then stops the process naming the setting, the value and the accepted range, instead
 of breaking every request, submission or alert once it is read at run time.
 

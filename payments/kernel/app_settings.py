@@ -24,7 +24,7 @@ from django.core.checks import Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from payments.setting_specs import Keys, Spec, Unreadable, setting_refused, shown
+from payments.kernel.setting_specs import Keys, Spec, Unreadable, setting_refused, shown
 
 
 class AppSettings:
@@ -35,7 +35,9 @@ class AppSettings:
     low value may not exceed the high one; ``readers`` turn an accepted value into the one the
     code uses (the signing secrets, a string or a list, into a list). ``formerly`` names the
     dict the settings were read from in the last release (the bank app's, ``PAYMENTS``): a key
-    set there and not in ``setting`` is still read, and ``moved`` warns about it.
+    set there and not in ``setting`` is still read, and ``moved`` warns about it. ``renamed``
+    maps, per setting, a dotted path of the last release to the one that replaced it: the old one
+    is read as the new, and ``renamed_paths`` warns about it.
     """
 
     every: ClassVar[list[AppSettings]] = []
@@ -50,9 +52,11 @@ class AppSettings:
         relations: tuple[tuple[str, str], ...] = (),
         readers: Mapping[str, Callable[[Any], Any]] | None = None,
         formerly: str | None = None,
+        renamed: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.app = app
         self.formerly = formerly
+        self.renamed = {name: dict(paths) for name, paths in (renamed or {}).items()}
         self.setting = setting
         self.specs = specs
         self.required = dict(required or {})
@@ -85,6 +89,22 @@ class AppSettings:
         return {
             name: value for name, value in old.items() if name in self.names and name not in own
         }
+
+    def renamed_paths(self, *, warning_id: str) -> list[Warning]:
+        """One warning per setting naming a dotted path of the last release that moved: it is
+        read as its new path in this release only."""
+        host = self.host_values()
+        return [
+            Warning(
+                f"{self.label(name)} = {host[name]!r} names the path of the last release; it is "
+                f"read as {paths[host[name]]!r} in this release only.",
+                hint=f"Set {self.label(name)} = {paths[host[name]]!r}.",
+                obj=name,
+                id=warning_id,
+            )
+            for name, paths in sorted(self.renamed.items())
+            if isinstance(host.get(name), str) and host[name] in paths
+        ]
 
     def moved(self, *, warning_id: str) -> list[Warning]:
         """One warning per setting read from the dict it left (``formerly``): it works this
@@ -133,6 +153,8 @@ class AppSettings:
             )
         if isinstance(spec, Keys) and spec.partial and isinstance(value, Mapping):
             value = {**spec.default, **value}
+        if isinstance(value, str) and value in self.renamed.get(name, {}):
+            value = self.renamed[name][value]
         reader = self.readers.get(name)
         return reader(value) if reader else value
 

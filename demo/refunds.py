@@ -98,9 +98,10 @@ def _race(token: str, web_url: str, merchant: str) -> tuple[list[tuple[int, dict
     return answers, str(debit.id)
 
 
-def _double_losses(session, web_url: str, merchant: str) -> list[str]:
-    """Debits that settle and come back R10, each refunded in full as soon as it settles; the
-    debits' ids."""
+def _double_losses(session, web_url: str, merchant: str) -> tuple[list[str], list[str]]:
+    """Debits that settle and come back R10, each refunded in full as soon as it settles: the
+    debits' ids, and those refunded (on a loaded machine the return can come before the
+    demo's refund, which then has nothing to refund and is not asked for)."""
     from payments.models import Payment
 
     created = []
@@ -117,14 +118,17 @@ def _double_losses(session, web_url: str, merchant: str) -> list[str]:
             timeout=30,
         )
         created.append(response.json()["id"])
+    refunded = []
     for payment_id in created:
         _wait(lambda pid=payment_id: Payment.objects.get(pk=pid).state != "pending", 60)
         _wait(lambda pid=payment_id: Payment.objects.get(pk=pid).state != "submitted", 60)
         if Payment.objects.get(pk=payment_id).state == "confirmed":
-            _refund(
+            status, _ = _refund(
                 session, web_url, payment_id, f"{Payment.objects.get(pk=payment_id).amount:.2f}"
             )
-    return created
+            if status == 201:
+                refunded.append(payment_id)
+    return created, refunded
 
 
 def _available(session, web_url: str, merchant: str) -> str:
@@ -197,7 +201,7 @@ def run_refunds(
     session = _session(token)
     answers, _ = _refunds(session, web_url, merchant)
     raced, raced_debit = _race(token, web_url, merchant)
-    returned = _double_losses(session, web_url, merchant)
+    returned, refunded = _double_losses(session, web_url, merchant)
     # The merchant with the most to pay out: one whose returns outran its debits is negative.
     session = _session(token)
     _, payout_merchant = max(
@@ -225,8 +229,8 @@ def run_refunds(
     check_balances(report)
     won = sum(1 for status, _ in raced if status == 201)
     lost = [body.get("error", {}).get("code") for status, body in raced if status != 201]
-    losses = DoubleLoss.objects.filter(payment_id__in=returned).count()
-    canceled = Payment.objects.filter(refund_of_id__in=returned, state="canceled").count()
+    losses = DoubleLoss.objects.filter(payment_id__in=refunded).count()
+    canceled = Payment.objects.filter(refund_of_id__in=refunded, state="canceled").count()
     states = dict(
         (state, Payment.objects.filter(purpose="refund", merchant_id=merchant, state=state).count())
         for state in FINAL
@@ -241,7 +245,8 @@ def run_refunds(
         (f"{RACERS} concurrent refunds of 40% of one debit", f"{won} made, {len(lost)} refused"),
         (
             "refunded, then returned R10",
-            f"{losses} double loss(es) caught, {canceled} refund(s) canceled before sending",
+            f"{losses} double loss(es) caught, {canceled} refund(s) canceled before sending, "
+            f"{len(returned) - len(refunded)} returned before the demo refunded it",
         ),
         (
             "payouts (API)",
@@ -260,7 +265,7 @@ def run_refunds(
         ),
         (
             "each debit refunded before its return: a double loss or the refund canceled",
-            losses + canceled == len(returned) and losses >= 1,
+            losses + canceled == len(refunded) and losses >= 1,
         ),
     ]
     payout_won = sum(1 for status, _ in raced_payouts if status == 201)

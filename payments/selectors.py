@@ -260,12 +260,19 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
     for row in rows:
         available = (row["collected"] or zero) + (row["out"] or zero) + (row["back"] or zero)
         figures[row["currency"]] = {
-            "pending": f"{row['pending'] or zero:.2f}",
-            "posted": f"{row['posted'] or zero:.2f}",
-            "available": f"{available:.2f}",
-            "money_out": f"{-(row['money_out'] or zero) - (row['money_back'] or zero):.2f}",
+            "pending": _cents(row["pending"] or zero),
+            "posted": _cents(row["posted"] or zero),
+            "available": _cents(available),
+            "money_out": _cents(-(row["money_out"] or zero) - (row["money_back"] or zero)),
         }
     return figures
+
+
+def _cents(amount: Decimal) -> str:
+    """An amount as the API writes it, ``"12.30"``. SQLite sums decimals as floats, so a total
+    that is zero can come back as ``-1.4E-14``: rounded to the cent, and a negative zero written
+    as ``"0.00"``, it reads the same on both databases."""
+    return f"{amount.quantize(Decimal('0.01')) + 0:.2f}"
 
 
 # --- Visibility timeout sizing ----------------------------------------------------------------

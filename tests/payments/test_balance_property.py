@@ -193,3 +193,20 @@ def test_the_available_cutoff_is_exactly_where_the_reserve_ends(now, before, day
         assert moment <= cutoff and now + timedelta(days=3650) <= cutoff  # no wait at all
     else:
         assert (moment <= cutoff) == (add_banking_days(moment, days) <= now)
+
+
+@pytest.mark.parametrize(
+    ("total", "written"),
+    [
+        # SQLite sums decimals as floats: entries that cancel out can total a hair below zero.
+        (Decimal("-1.42108547152020E-14"), "0.00"),
+        (Decimal("-0.00"), "0.00"),
+        (Decimal("2057.55"), "2057.55"),
+        (Decimal("-13717"), "-13717.00"),
+        (Decimal("0.1") + Decimal("0.2"), "0.30"),
+    ],
+)
+def test_a_figure_is_written_to_the_cent_and_zero_is_never_negative(total, written):
+    from payments.selectors import _cents
+
+    assert _cents(total) == written

@@ -95,27 +95,26 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         {MAIN: _ops("get_queue_url")},
         _roles(WORKER),
     ),
+    # The messages a worker holds (callbacks.worker.hand): taken, deleted, released, hidden.
+    SqsCallSite("callbacks.worker.hand:Hand.take", {MAIN: _ops("receive_message")}, _roles(WORKER)),
     SqsCallSite(
-        "callbacks.worker.loop:Worker.receive", {MAIN: _ops("receive_message")}, _roles(WORKER)
-    ),
-    SqsCallSite(
-        "callbacks.worker.loop:Worker.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
+        "callbacks.worker.hand:Hand.delete", {MAIN: _ops("delete_message_batch")}, _roles(WORKER)
     ),
     # Also what the worker's visibility heartbeat calls (callbacks.sqs.VisibilityHeartbeat, part
     # of the gateway, so not a call site of its own).
     SqsCallSite(
-        "callbacks.worker.loop:Worker.release",
+        "callbacks.worker.hand:Hand.release",
         {MAIN: _ops("change_message_visibility_batch")},
         _roles(WORKER),
     ),
     SqsCallSite(
-        "callbacks.worker.loop:Worker.hide",
+        "callbacks.worker.hand:Hand.hide",
         {MAIN: _ops("change_message_visibility")},
         _roles(WORKER),
     ),
     # ... and what it held when the database went away, hidden until it answers again.
     SqsCallSite(
-        "callbacks.worker.loop:Worker.hold_back",
+        "callbacks.worker.hand:Hand.hold_back",
         {MAIN: _ops("change_message_visibility_batch")},
         _roles(WORKER),
     ),

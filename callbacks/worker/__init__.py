@@ -24,18 +24,22 @@ a group) goes one message at a time in sequence order. The guarantees and where 
   queue's RedrivePolicy counts them out; the RedrivePolicy stays the safety net, and
   ``queue_message_start`` notices the gap it leaves and holds the payment.
 
-One job per module: ``loop`` (the ``Worker``: signals, receive, delete, release, hide, the
-handlers' ticks, the database outage mode), ``batch`` (the batch transaction and its
-savepoints), ``message`` (one message on its own: gates, start, its transaction), ``crashes``
-(messages that came back unfinished: the worker died while they ran), ``outcomes``
-(the one retry / dead-letter / defer decision, and the log line of every message), ``outage``
-(a database outage told from a failure). What a kind of message depends on (the processor's
-circuit breaker, for submissions) is declared on its handler (``callbacks.handlers``); the
-worker names no message kind.
+One job per module, and calls that go one way, down: ``loop`` (the ``Worker``: signals, the
+relay and the handlers' ticks, the receive, the database outage mode) is the top; it builds the
+two things it hands down, ``hand`` (the messages in hand: taking them, the heartbeat, deleting,
+releasing, hiding, holding back) and ``rules`` (the handlers, attempts and backoff). Below it
+the runners: ``batch`` (the batch transaction and its savepoints), ``message`` (one message on
+its own: gates, start, its transaction), ``crashes`` (messages that came back unfinished: the
+worker died while they ran), ``outcomes`` (the one retry / dead-letter / defer decision, and the
+log line of every message); at the bottom ``outage`` (a database outage told from a failure).
+No module of the package imports ``loop`` (tests/test_dependency_direction.py holds it). What a
+kind of message depends on (the processor's circuit breaker, for submissions) is declared on its
+handler (``callbacks.handlers``); the worker names no message kind.
 """
 
 from callbacks.handlers import AttemptNeverFinished, InvalidBody, UnknownMessageKind, UnstorableBody
-from callbacks.worker.loop import MAX_LINGER_SECONDS, Worker, WorkerStats
+from callbacks.worker.hand import Hand, WorkerStats
+from callbacks.worker.loop import MAX_LINGER_SECONDS, Worker
 from callbacks.worker.outage import DatabaseDown, database_answers
 from callbacks.worker.outcomes import Outcome, Result
 
@@ -44,6 +48,7 @@ __all__ = [
     "MAX_LINGER_SECONDS",
     "AttemptNeverFinished",
     "DatabaseDown",
+    "Hand",
     "InvalidBody",
     "Outcome",
     "Result",

@@ -28,7 +28,6 @@ import time
 from collections.abc import Iterable
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connection, transaction
 
@@ -39,11 +38,11 @@ from callbacks import tracing
 from callbacks.metrics import WORKER_BATCH_MESSAGES
 from callbacks.models import QueueMessage
 from callbacks.services import ReceivedMessage, queue_messages_complete, queue_messages_start_batch
+from callbacks.worker.hand import Hand
+from callbacks.worker.message import process_message
 from callbacks.worker.outage import DatabaseDown, is_outage
 from callbacks.worker.outcomes import Result
-
-if TYPE_CHECKING:
-    from callbacks.worker.loop import Worker
+from callbacks.worker.rules import Rules
 
 # The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
@@ -61,40 +60,41 @@ def group_in_order(messages: Iterable[ReceivedMessage]) -> list[list[ReceivedMes
     return [sorted(g, key=lambda m: m.sequence_number) for g in groups.values()]
 
 
-def process_batch(worker: Worker, messages: list[ReceivedMessage]) -> None:
+def process_batch(hand: Hand, rules: Rules, messages: list[ReceivedMessage]) -> None:
     """Handle one received batch (see the module docstring); finished messages are deleted in
     batches after their commits, the ones not started released at once. A database outage
-    holds back whatever of the batch is left. A group with a message whose start never
-    finished before runs last, on its own (``callbacks.worker.crashes``), after what finished
-    before it is deleted."""
+    holds back whatever of the batch is left, then goes on up (``DatabaseDown``) for the loop
+    to wait it out. A group with a message whose start never finished before runs last, on
+    its own (``callbacks.worker.crashes``), after what finished before it is deleted."""
     pending = {m.message_id: m for m in messages}
     finished: list[ReceivedMessage] = []
-    with worker.in_hand(messages):
+    with hand.holding(messages):
         WORKER_BATCH_MESSAGES.observe(len(messages))
         try:
-            suspects = crashes.suspects_find(messages, limit=worker.max_failed_starts)
+            suspects = crashes.suspects_find(messages, limit=rules.max_failed_starts)
             clear, suspected = crashes.suspect_groups(group_in_order(messages), suspects)
-            results = apply_started(worker, start_heads(worker, clear))
+            results = apply_started(hand, rules, start_heads(hand, rules, clear))
             for group in clear:
-                _process_group(worker, group, results, {}, pending, finished)
+                _process_group(hand, rules, group, results, {}, pending, finished)
             for group in suspected:
                 # A crash from here on must not bring back what is done already.
                 if finished:
-                    worker.delete(finished)
+                    hand.delete(finished)
                     finished.clear()
-                _process_group(worker, group, {}, suspects, pending, finished)
-        except DatabaseDown as exc:
+                _process_group(hand, rules, group, {}, suspects, pending, finished)
+        except DatabaseDown:
             # Nothing more of this batch can be started or recorded: hold back what is left.
-            worker.database_down(exc.cause)
-            worker.hold_back(list(pending.values()))
+            hand.hold_back(list(pending.values()))
             pending.clear()
+            raise
         finally:
-            worker.release(pending.values())
-            worker.delete(finished)
+            hand.release(pending.values())
+            hand.delete(finished)
 
 
 def _process_group(
-    worker: Worker,
+    hand: Hand,
+    rules: Rules,
     group: list[ReceivedMessage],
     results: dict[str, Result],
     suspects: dict[str, crashes.Suspect],
@@ -106,15 +106,15 @@ def _process_group(
     for message in group:
         result = results.get(message.message_id)
         if result is None:
-            if worker.stopping or worker.limit_reached():
+            if not hand.may_start():
                 return
             suspect = suspects.get(message.message_id)
             if suspect is not None and suspect.given_up:
-                result = crashes.dead_letter(worker, message, suspect)
+                result = crashes.dead_letter(hand, rules, message, suspect)
             else:
-                result = worker.process_message(message)
+                result = process_message(hand, rules, message)
         del pending[message.message_id]
-        worker.let_go([message])
+        hand.let_go([message])
         if result.delete:
             finished.append(message)
         if result.stop_group:
@@ -122,24 +122,25 @@ def _process_group(
 
 
 def start_heads(
-    worker: Worker, groups: list[list[ReceivedMessage]]
+    hand: Hand, rules: Rules, groups: list[list[ReceivedMessage]]
 ) -> list[tuple[ReceivedMessage, QueueMessage]]:
     """Start the group heads the batch path can take, in one statement (see
     ``queue_messages_start_batch``); the rest keep the per-message path. A database that cannot
     take the start leaves them all to the per-message path, which records why. The bulk
     statement is PostgreSQL's; on another database (SQLite, the quick start) every message
     takes the per-message path."""
-    if worker.stopping or worker.limit_reached() or connection.vendor != "postgresql":
+    if not hand.may_start() or connection.vendor != "postgresql":
         return []
     heads = [
         group[0]
         for group in groups
         if group[0].body is not None
-        and (handler := worker.handlers.get(group[0].kind)) is not None
+        and (handler := rules.handlers.get(group[0].kind)) is not None
         and handler.atomic
     ]
-    if worker.max_messages is not None:
-        heads = heads[: max(worker.max_messages - worker.stats.processed, 0)]
+    left = hand.starts_left()
+    if left is not None:
+        heads = heads[:left]
     if not heads:
         return []
     try:
@@ -147,12 +148,12 @@ def start_heads(
     except (DatabaseError, UnicodeError) as exc:
         logger.warning("could not start the batch in bulk (%s); one at a time instead", exc)
         return []
-    worker.stats.processed += len(started)
+    hand.started(len(started))
     return [(m, started[m.message_id]) for m in heads if m.message_id in started]
 
 
 def apply_started(
-    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
+    hand: Hand, rules: Rules, started: list[tuple[ReceivedMessage, QueueMessage]]
 ) -> dict[str, Result]:
     """Apply started atomic messages in ONE transaction (``_apply_in_one_transaction``); then,
     after the commit, record each failure (error row, retry or dead letter: SQS is never called
@@ -160,18 +161,19 @@ def apply_started(
     if not started:
         return {}
     began = time.monotonic()
-    outcomes_by_id, failures = _apply_in_one_transaction(worker, started)
+    outcomes_by_id, failures = _apply_in_one_transaction(rules, started)
     results = {}
     for message, queue_message in started:
         with tracing.message_in_hand(message, span=False):
             if message.message_id in failures:
                 results[message.message_id] = outcomes.fail(
-                    worker, message, queue_message, failures[message.message_id], began
+                    hand, rules, message, queue_message, failures[message.message_id], began
                 )
             else:
                 outcomes.observe_applied(message)
                 results[message.message_id] = outcomes.finish(
-                    worker,
+                    hand,
+                    rules,
                     message,
                     queue_message,
                     Result.handled(outcomes_by_id[message.message_id]),
@@ -181,24 +183,24 @@ def apply_started(
 
 
 def _apply_in_one_transaction(
-    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
+    rules: Rules, started: list[tuple[ReceivedMessage, QueueMessage]]
 ) -> tuple[dict[str, str], dict[str, Exception]]:
     """Apply the started messages in one transaction: together, with no savepoint each, when
     their handlers allow it (``Handler.together``). When that fails, the whole of it is rolled
     back; the message whose work raised fails with its error, as it would in its own savepoint
     (recorded, retried or dead-lettered: it is not run again now), and the others are applied
     again one savepoint each. Returns (outcomes, failures) by id."""
-    contexts = {worker.handlers[message.kind].together for message, _ in started}
+    contexts = {rules.handlers[message.kind].together for message, _ in started}
     if None not in contexts:
-        together = _apply_together(worker, started, contexts)
+        together = _apply_together(rules, started, contexts)
         if together.done is not None:
             return together.done, {}
         if together.failed is not None:
             failed_id, error = together.failed
             rest = [(m, qm) for m, qm in started if m.message_id != failed_id]
-            done, failures = _apply_each_in_savepoint(worker, rest) if rest else ({}, {})
+            done, failures = _apply_each_in_savepoint(rules, rest) if rest else ({}, {})
             return done, {**failures, failed_id: error}
-    return _apply_each_in_savepoint(worker, started)
+    return _apply_each_in_savepoint(rules, started)
 
 
 @dataclass
@@ -211,7 +213,7 @@ class _Together:
 
 
 def _apply_together(
-    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]], contexts: set
+    rules: Rules, started: list[tuple[ReceivedMessage, QueueMessage]], contexts: set
 ) -> _Together:
     """Every message's work and their done marks in one transaction, inside the handlers'
     ``together`` contexts, with no savepoint of their own: two statements fewer per message.
@@ -228,7 +230,7 @@ def _apply_together(
             for message, _ in started:
                 with tracing.message_in_hand(message):
                     try:
-                        done[message.message_id] = worker.handlers[message.kind].func(message)
+                        done[message.message_id] = rules.handlers[message.kind].func(message)
                     except Exception as exc:
                         blamed = (message.message_id, exc)
                         raise
@@ -251,7 +253,7 @@ def _apply_together(
 
 
 def _apply_each_in_savepoint(
-    worker: Worker, started: list[tuple[ReceivedMessage, QueueMessage]]
+    rules: Rules, started: list[tuple[ReceivedMessage, QueueMessage]]
 ) -> tuple[dict[str, str], dict[str, Exception]]:
     """Each message's work in a savepoint of its own (the handler's own when it declares one,
     see ``Handler.own_savepoint``), with their done marks (one statement), in one transaction.
@@ -263,7 +265,7 @@ def _apply_each_in_savepoint(
     try:
         with transaction.atomic():
             for message, _ in started:
-                handler = worker.handlers[message.kind]
+                handler = rules.handlers[message.kind]
                 try:
                     with (
                         tracing.message_in_hand(message),

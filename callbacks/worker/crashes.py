@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
@@ -38,11 +37,10 @@ from callbacks.handlers import AttemptNeverFinished
 from callbacks.models import QueueMessage, QueueMessageStatus
 from callbacks.selectors import queue_messages_unfinished
 from callbacks.services import ReceivedMessage, queue_message_never_finished
+from callbacks.worker.hand import Hand
 from callbacks.worker.outage import DatabaseDown, is_outage
 from callbacks.worker.outcomes import Failure, Result
-
-if TYPE_CHECKING:
-    from callbacks.worker.loop import Worker
+from callbacks.worker.rules import Rules
 
 # The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
@@ -145,13 +143,13 @@ def suspect_groups(
     return clear, sorted(suspected, key=most_unfinished)
 
 
-def dead_letter(worker: Worker, message: ReceivedMessage, suspect: Suspect) -> Result:
+def dead_letter(hand: Hand, rules: Rules, message: ReceivedMessage, suspect: Suspect) -> Result:
     """Dead-letter a suspect without starting it again (``outcomes.give_up``)."""
     with tracing.message_in_hand(message):
         began = time.monotonic()
-        worker.stats.processed += 1
+        hand.started()
         problem = AttemptNeverFinished(
             f"started {suspect.unfinished} time(s) and never finished: the worker died each "
             "time it ran (killed, out of memory, a crash); not started again"
         )
-        return outcomes.give_up(worker, message, suspect.queue_message, problem, began)
+        return outcomes.give_up(hand, rules, message, suspect.queue_message, problem, began)

@@ -1,12 +1,13 @@
-"""The worker's loop: signals, receive, delete, release and hide, and the database outage mode.
+"""The worker's loop: signals, the outbox relay and the handlers' ticks, the receive, and the
+database outage mode.
 
-One loop: relay the outbox, run the handlers' ticks, long-poll a batch, hand it to
-``callbacks.worker.batch``, linger so the next batch fills. Every SQS call the worker makes on
-a received message is a method here. The heartbeat keeps a batch hidden while the worker holds
-it (``in_hand``, the one place it is tracked); each method that sets a message's visibility
-first takes it off the heartbeat (``let_go``, the one place it is untracked), so no beat
-overwrites a backoff or a release. While the database does not answer, the loop receives
-nothing: what it held is hidden (``hold_back``) and given back as soon as the database answers.
+One loop: relay the outbox, run the handlers' ticks, take a batch, hand it to
+``callbacks.worker.batch``, linger so the next batch fills. The loop is the top of the worker:
+it builds the messages in hand (``callbacks.worker.hand``: the receive, the heartbeat, every
+SQS call on a received message) and the rules the runners go by (``callbacks.worker.rules``),
+and hands both down; no runner calls back up into it. While the database does not answer, the
+loop receives nothing: what the batch held is hidden (``Hand.hold_back``) and given back as
+soon as the database answers.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
@@ -27,15 +27,15 @@ from django.utils import timezone
 from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.handlers import DEFAULT_HANDLERS, Handler, Tick
-from callbacks.metrics import WORKER_MESSAGES
 from callbacks.outbox import outbox_relay_publish
-from callbacks.retry import MAX_VISIBILITY_SECONDS, backoff_delay
+from callbacks.retry import MAX_VISIBILITY_SECONDS
 from callbacks.services import ReceivedMessage, queue_messages_interrupted
-from callbacks.sqs import VisibilityHeartbeat
 from callbacks.worker.batch import process_batch
+from callbacks.worker.hand import Hand, WorkerStats
 from callbacks.worker.message import process_message
-from callbacks.worker.outage import database_answers, is_outage
+from callbacks.worker.outage import DatabaseDown, database_answers, is_outage
 from callbacks.worker.outcomes import Result
+from callbacks.worker.rules import Rules
 
 # Every module of the worker (and the gates and ticks it runs) logs under the one name operators
 # know it by, which the log format prints.
@@ -50,20 +50,6 @@ MAX_LINGER_SECONDS = 1.0
 # longer: if it dies meanwhile they must come back soon, and a visible message costs nothing
 # while every worker waits for the database, since none receives.
 DATABASE_OUTAGE_MIN_HIDE_SECONDS = 5
-
-
-@dataclass
-class WorkerStats:
-    received: int = 0
-    processed: int = 0
-    deferred: int = 0  # messages parked while a dependency could not take them
-    held_back: int = 0  # messages hidden through a database outage, no work done
-    deleted: int = 0
-    released: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-
-    def count(self, outcome: str) -> None:
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
 def _check_options(
@@ -108,36 +94,38 @@ class Worker:
         self.wait_time = wait_time
         self.visibility_timeout = visibility_timeout
         self.until_empty = until_empty
-        self.max_messages = max_messages
         self.linger = linger
-        self.handlers = dict(DEFAULT_HANDLERS if handlers is None else handlers)
+        self.rules = Rules.from_settings(DEFAULT_HANDLERS if handlers is None else handlers)
         # Each tick once, however many handlers declare it.
         self._tick_due: dict[Tick, float] = {
-            t: 0.0 for h in self.handlers.values() for t in h.ticks
+            t: 0.0 for h in self.rules.handlers.values() for t in h.ticks
         }
         # Ticks whose turns are awaited now (Tick.awaited, asked after each turn).
         self._awaited: dict[Tick, bool] = {}
         self.relay = _outbox_relay() if relay else None
-        self.backoff_base = float(callbacks_conf.WORKER_BACKOFF_BASE_SECONDS)
-        self.backoff_cap = float(callbacks_conf.WORKER_BACKOFF_CAP_SECONDS)
-        self.max_attempts = int(callbacks_conf.WORKER_MAX_ATTEMPTS)
-        self.max_failed_starts = int(callbacks_conf.WORKER_MAX_FAILED_STARTS)
-        self.stats = WorkerStats()
         self._stopping = threading.Event()
+        self.hand = Hand(
+            visibility_timeout=visibility_timeout,
+            stopping=self._stopping,
+            max_messages=max_messages,
+            hold_back_seconds=int(
+                max(DATABASE_OUTAGE_MIN_HIDE_SECONDS, min(self.rules.backoff_cap, 300))
+            ),
+            # until_empty must not stop while a message it hid for a backoff is still due, nor
+            # in the next full wait time: visibility timeouts are approximate (some servers
+            # return an expired message up to a second late).
+            due_grace=max(float(wait_time), 1.0),
+        )
         self._signals = 0
         self._receive_failures = 0
-        # until_empty must not stop while a message it hid for a backoff is still due, nor in
-        # the next full wait time: visibility timeouts are approximate (some servers return an
-        # expired message up to a second late).
-        self._retry_due = 0.0
-        self._due_grace = max(float(wait_time), 1.0)
-        # A database outage: since when (monotonic), and the messages held back meanwhile.
+        # A database outage: since when (monotonic), and how often it was asked since.
         self._db_down_since: float | None = None
         self._db_down_checks = 0
-        self._held_back: dict[str, ReceivedMessage] = {}
-        self._queue_url = ""
         self._relay_due = 0.0
-        self.heartbeat: VisibilityHeartbeat | None = None
+
+    @property
+    def stats(self) -> WorkerStats:
+        return self.hand.stats
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -149,7 +137,7 @@ class Worker:
         return self._stopping.is_set()
 
     def limit_reached(self) -> bool:
-        return self.max_messages is not None and self.stats.processed >= self.max_messages
+        return self.hand.limit_reached()
 
     def _on_signal(self, signum, frame) -> None:
         self._signals += 1
@@ -170,18 +158,8 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
-            self._queue_url = self._main_queue_url()
-            self.heartbeat = VisibilityHeartbeat(
-                queue_url=self._queue_url, visibility_timeout=self.visibility_timeout
-            )
-            # Off only to show what it prevents: a slow call outliving the visibility timeout
-            # and a second worker taking the message (the tests' negative control).
-            if callbacks_conf.WORKER_VISIBILITY_HEARTBEAT:
-                self.heartbeat.start()
-            try:
+            with self.hand.open(self._main_queue_url()):
                 yield self
-            finally:
-                self.heartbeat.stop()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -199,7 +177,7 @@ class Worker:
                 failures += 1
                 if (self.until_empty and failures >= 3) or self.stopping:
                     raise
-                pause = backoff_delay(failures, base=self.backoff_base, cap=self.backoff_cap)
+                pause = self.rules.backoff(failures)
                 logger.warning("queue unavailable at start (%s); next try in %.1f s", exc, pause)
                 self._stopping.wait(pause)
 
@@ -224,9 +202,9 @@ class Worker:
                         self._stopping.wait(self.linger)
                 elif self.until_empty and not relayed and self._drained():
                     break
-            if self._held_back:
-                self.release(self._held_back.values())  # stopping in an outage: give them back
-                self._held_back.clear()
+            held = self.hand.held_back_take()
+            if held:
+                self.hand.release(held)  # stopping in an outage: give them back
         return self.stats
 
     def _receive_or_pause(self) -> list[ReceivedMessage] | None:
@@ -238,9 +216,7 @@ class Worker:
             self._receive_failures += 1
             if self.until_empty and self._receive_failures >= 3:
                 raise
-            pause = backoff_delay(
-                self._receive_failures, base=self.backoff_base, cap=self.backoff_cap
-            )
+            pause = self.rules.backoff(self._receive_failures)
             logger.warning("receive failed (%s); next try in %.1f s", exc, pause)
             self._stopping.wait(pause)
             return None
@@ -258,17 +234,12 @@ class Worker:
         if any(tick.pending and tick.pending() for tick in self._tick_due):
             self._stopping.wait(0.2)  # a paced release is not done: its next turn comes
             return False
-        remaining = self._retry_due - time.monotonic()
+        remaining = self.hand.due_back - time.monotonic()
         if remaining <= 0:
             return True
         # A retry this worker scheduled is not due yet: wait for it, gently.
         self._stopping.wait(min(remaining, 0.2) if self.wait_time == 0 else 0)
         return False
-
-    def expect_back(self, seconds: float) -> None:
-        """``--until-empty`` keeps running until a message this worker put aside is due again
-        in ``seconds``."""
-        self._retry_due = max(self._retry_due, time.monotonic() + seconds + self._due_grace)
 
     # --- between receives ------------------------------------------------------------------
 
@@ -343,123 +314,46 @@ class Worker:
         if self._db_down_since is None:
             return False
         self._db_down_checks += 1
-        pause = backoff_delay(self._db_down_checks, base=self.backoff_base, cap=self.backoff_cap)
+        pause = self.rules.backoff(self._db_down_checks)
         self._stopping.wait(max(pause, 0.1))  # a zero backoff (tests) must not spin
         if self.stopping or not database_answers():
             return True
         lasted = time.monotonic() - self._db_down_since
-        held = list(self._held_back.values())
+        held = self.hand.held_back_take()
         self._db_down_since = None
-        self._held_back.clear()
         # Their work was cut off by the outage, not by a message that kills the worker: their
         # next receive must not count those starts as never finished (callbacks.worker.crashes).
         self._guarded(
             "marking interrupted starts",
             lambda: queue_messages_interrupted(message_ids=[m.message_id for m in held]),
         )
-        self.release(held)
+        self.hand.release(held)
         logger.warning(
             "database back after %.0f s; %s held-back message(s) released", lasted, len(held)
         )
         return False
 
-    def hold_back(self, messages: list[ReceivedMessage]) -> None:
-        """Hide messages received before the database went away, without any work or record:
-        this worker releases them when it answers again (``_database_still_down``)."""
-        if not messages:
-            return
-        self.let_go(messages)
-        seconds = int(max(DATABASE_OUTAGE_MIN_HIDE_SECONDS, min(self.backoff_cap, 300)))
-        outcome = sqs.change_visibility_batch(
-            url=self._queue_url, messages=messages, seconds=seconds
-        )
-        for m in outcome.done:
-            self._held_back[m.message_id] = m
-        for m, why in outcome.unreachable + outcome.refused:
-            logger.warning("could not hold back message %s: %s", m.message_id, why)
-        self.stats.held_back += len(messages)
-        WORKER_MESSAGES.labels(kind="any", outcome="held_back").inc(len(messages))
-
-    # --- the queue -------------------------------------------------------------------------
+    # --- the queue and the work ------------------------------------------------------------
 
     def receive(self) -> list[ReceivedMessage]:
+        """Take a batch: at most ``batch_size``, and no more than the message limit leaves."""
         count = self.batch_size
-        if self.max_messages is not None:
-            count = max(1, min(count, self.max_messages - self.stats.processed))
-        messages = sqs.receive_messages(
-            url=self._queue_url,
-            max_messages=count,
-            wait_seconds=self._wait_seconds(),
-            visibility_timeout=self.visibility_timeout,
-        )
-        self.stats.received += len(messages)
-        return messages
-
-    @contextmanager
-    def in_hand(self, messages: list[ReceivedMessage]) -> Iterator[None]:
-        """The heartbeat keeps a batch hidden while the worker holds it. The worker lets go of
-        each message once (``let_go``): finished (its delete follows the batch), hidden for a
-        backoff, held back or released; whatever is left is let go on the way out."""
-        self.heartbeat.track(messages)
-        try:
-            yield
-        finally:
-            self.let_go(messages)
-
-    def let_go(self, messages: Iterable[ReceivedMessage]) -> None:
-        """Stop the heartbeat for these messages: once this returns, no beat can overwrite the
-        visibility the worker sets next."""
-        self.heartbeat.untrack([m.message_id for m in messages])
-
-    def release(self, messages: Iterable[ReceivedMessage]) -> None:
-        """Make messages visible again now (ChangeMessageVisibility 0), untouched."""
-        messages = list(messages)
-        self.let_go(messages)
-        outcome = sqs.change_visibility_batch(url=self._queue_url, messages=messages, seconds=0)
-        # Those not released become visible anyway when their visibility timeout runs out.
-        for m, why in outcome.unreachable + outcome.refused:
-            logger.warning("could not release message %s: %s", m.message_id, why)
-        self.stats.released += len(outcome.done)
-
-    def delete(self, messages: Iterable[ReceivedMessage]) -> None:
-        """Delete finished messages in batches. A delete that fails is harmless: the message
-        comes back, its QueueMessage row says it is finished, and it is deleted then."""
-        outcome = sqs.delete_messages(url=self._queue_url, messages=list(messages))
-        for m, why in outcome.unreachable + outcome.refused:
-            logger.warning("could not delete finished message %s: %s", m.message_id, why)
-        self.stats.deleted += len(outcome.done)
-
-    def hide(self, message: ReceivedMessage, seconds: float, *, wait_for: bool = True) -> None:
-        """Hide a message for ``seconds``. ``wait_for``: ``--until-empty`` keeps running until
-        it is due again (a backoff, a pause of known length); False for a deferral through an
-        outage whose end nobody knows."""
-        self.let_go([message])
-        visibility = int(math.ceil(seconds))  # SQS takes whole seconds
-        try:
-            sqs.change_visibility(
-                url=self._queue_url, receipt_handle=message.receipt_handle, seconds=visibility
-            )
-        except sqs.QueueUnavailable as exc:
-            logger.warning(
-                "could not hide message %s for its backoff (%s); it returns after the "
-                "visibility timeout instead",
-                message.message_id,
-                exc,
-            )
-        if wait_for:
-            self.expect_back(visibility)
-
-    # --- the work --------------------------------------------------------------------------
+        left = self.hand.starts_left()
+        if left is not None:
+            count = max(1, min(count, left))
+        return self.hand.take(count=count, wait_seconds=self._wait_seconds())
 
     def process_batch(self, messages: list[ReceivedMessage]) -> None:
-        """Handle one received batch (``callbacks.worker.batch``)."""
-        if self.heartbeat is None:
-            raise RuntimeError("process_batch runs inside Worker.running() or Worker.run()")
-        process_batch(self, messages)
+        """Handle one received batch (``callbacks.worker.batch``); a database outage it meets
+        starts the outage mode (what it held is held back already)."""
+        try:
+            process_batch(self.hand, self.rules, messages)
+        except DatabaseDown as exc:
+            self.database_down(exc.cause)
 
     def process_message(self, message: ReceivedMessage) -> Result:
         """Handle one message on its own (``callbacks.worker.message``)."""
-        return process_message(self, message)
+        return process_message(self.hand, self.rules, message)
 
 
 def _outbox_relay() -> Callable[[], int]:

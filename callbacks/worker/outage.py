@@ -1,7 +1,7 @@
 """Telling a database outage from a failure of the message's work.
 
 An outage is not the message's fault: a message that meets one is neither retried nor
-dead-lettered but held back, untouched, until the database answers (``Worker.hold_back``). Every
+dead-lettered but held back, untouched, until the database answers (``Hand.hold_back``). Every
 part of the worker that touches the database asks ``is_outage`` before it records a failure.
 """
 

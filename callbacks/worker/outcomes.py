@@ -17,7 +17,6 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -26,7 +25,7 @@ from callbacks import sqs
 from callbacks.handlers import Deferral, UnstorableBody
 from callbacks.metrics import ENQUEUE_TO_APPLIED_SECONDS, MESSAGES_DEFERRED, WORKER_MESSAGES
 from callbacks.models import QueueMessage
-from callbacks.retry import backoff_delay, classify
+from callbacks.retry import classify
 from callbacks.services import (
     ReceivedMessage,
     StartAction,
@@ -37,10 +36,9 @@ from callbacks.services import (
     queue_message_start,
     storable_text,
 )
+from callbacks.worker.hand import Hand
 from callbacks.worker.outage import DatabaseDown, is_outage
-
-if TYPE_CHECKING:
-    from callbacks.worker.loop import Worker
+from callbacks.worker.rules import Rules
 
 # The worker's one logger name (see callbacks.worker.loop).
 logger = logging.getLogger("callbacks.worker")
@@ -104,7 +102,8 @@ class Failure:
 
 
 def fail(
-    worker: Worker,
+    hand: Hand,
+    rules: Rules,
     message: ReceivedMessage,
     queue_message: QueueMessage,
     exc: Exception,
@@ -114,31 +113,26 @@ def fail(
     failure is a dependency's; otherwise record the failed attempt, then dead-letter it (not
     retryable, or out of attempts) or hide it for its backoff."""
     failure = Failure.of(exc)
-    handler = worker.handlers.get(message.kind)
+    handler = rules.handlers.get(message.kind)
     deferral = handler.defers(exc) if handler is not None and handler.defers else None
     if deferral is not None:
         if deferral.backoff_attempt is not None:
             # A degraded dependency: the backoff a retry would wait, without its attempt.
-            deferral = deferral.backed_off(
-                backoff_delay(
-                    deferral.backoff_attempt, base=worker.backoff_base, cap=worker.backoff_cap
-                )
-            )
+            deferral = deferral.backed_off(rules.backoff(deferral.backoff_attempt))
         _give_back(message, queue_message, failure, deferral)
-        return defer(worker, message, queue_message, started, deferral)
+        return defer(hand, rules, message, queue_message, started, deferral)
     retryable, retry_after = classify(exc)
     attempt = queue_message.attempts
-    give_up = not retryable or attempt >= worker.max_attempts
+    give_up = not retryable or attempt >= rules.max_attempts
     delay = None
     if not give_up:
-        delay = backoff_delay(
-            attempt, base=worker.backoff_base, cap=worker.backoff_cap, retry_after=retry_after
-        )
+        delay = rules.backoff(attempt, retry_after=retry_after)
     _record_failure(message, queue_message, failure, retryable=retryable, delay=delay)
     if give_up:
         if _dead_letter(message, queue_message, failure):
             return finish(
-                worker,
+                hand,
+                rules,
                 message,
                 queue_message,
                 Result.of(Outcome.DEAD_LETTERED),
@@ -147,10 +141,11 @@ def fail(
             )
         # Not moved: keep it in the main queue and try again after a pause; it will be
         # dead-lettered on its next failure, since its attempts are past the limit.
-        delay = backoff_delay(attempt, base=worker.backoff_base, cap=worker.backoff_cap)
-    worker.hide(message, delay or 0)
+        delay = rules.backoff(attempt)
+    hand.hide(message, delay or 0)
     return finish(
-        worker,
+        hand,
+        rules,
         message,
         queue_message,
         Result.of(Outcome.RETRIED),
@@ -161,7 +156,8 @@ def fail(
 
 
 def give_up(
-    worker: Worker,
+    hand: Hand,
+    rules: Rules,
     message: ReceivedMessage,
     queue_message: QueueMessage,
     exc: Exception,
@@ -174,11 +170,12 @@ def give_up(
     failure = Failure.of(exc)
     if _dead_letter(message, queue_message, failure):
         dead = dataclasses.replace(Result.of(Outcome.DEAD_LETTERED), stop_group=False)
-        return finish(worker, message, queue_message, dead, started, error=failure.text)
-    delay = backoff_delay(queue_message.attempts, base=worker.backoff_base, cap=worker.backoff_cap)
-    worker.hide(message, delay)
+        return finish(hand, rules, message, queue_message, dead, started, error=failure.text)
+    delay = rules.backoff(queue_message.attempts)
+    hand.hide(message, delay)
     return finish(
-        worker,
+        hand,
+        rules,
         message,
         queue_message,
         Result.of(Outcome.RETRIED),
@@ -248,7 +245,8 @@ def _give_back(
 
 
 def defer(
-    worker: Worker,
+    hand: Hand,
+    rules: Rules,
     message: ReceivedMessage,
     queue_message: QueueMessage | None,
     started: float,
@@ -258,7 +256,7 @@ def defer(
     of its payment (``message_defer``): no attempt spent, and no more receives however long the
     outage lasts. A tick releases it when calls may flow."""
     MESSAGES_DEFERRED.labels(reason=deferral.label).inc()
-    worker.stats.deferred += 1
+    hand.stats.deferred += 1
     try:
         decision = message_defer(
             message=message,
@@ -272,9 +270,10 @@ def defer(
         # Not parked: hide it for the pause instead (that costs it a receive).
         logger.warning("could not park deferred message %s: %s", message.message_id, exc)
         delay = max(deferral.wait, 1.0)
-        worker.hide(message, delay, wait_for=deferral.due_in is not None)
+        hand.hide(message, delay, wait_for=deferral.due_in is not None)
         return finish(
-            worker,
+            hand,
+            rules,
             message,
             queue_message,
             Result.of(Outcome.RETRIED),
@@ -284,24 +283,29 @@ def defer(
         )
     if deferral.due_in is not None:
         # A pause with a known end: --until-empty stays to release and run it.
-        worker.expect_back(deferral.due_in)
+        hand.expect_back(deferral.due_in)
     outcome = Outcome.DUPLICATE if decision.action == StartAction.FINISHED else Outcome.DEFERRED
     return finish(
-        worker, message, decision.queue_message, Result.of(outcome), started, error=deferral.reason
+        hand,
+        rules,
+        message,
+        decision.queue_message,
+        Result.of(outcome),
+        started,
+        error=deferral.reason,
     )
 
 
-def retry_unstarted(worker: Worker, message: ReceivedMessage, started: float) -> Result:
+def retry_unstarted(hand: Hand, rules: Rules, message: ReceivedMessage, started: float) -> Result:
     """A message whose start could not be recorded: no work ran, no attempt was counted; it
     comes back after a short pause and its group waits behind it."""
-    worker.hide(
-        message,
-        backoff_delay(message.receive_count, base=worker.backoff_base, cap=worker.backoff_cap),
-    )
-    return finish(worker, message, None, Result.of(Outcome.RETRIED), started)
+    hand.hide(message, rules.backoff(message.receive_count))
+    return finish(hand, rules, message, None, Result.of(Outcome.RETRIED), started)
 
 
-def quarantine(worker: Worker, message: ReceivedMessage, exc: Exception, started: float) -> Result:
+def quarantine(
+    hand: Hand, rules: Rules, message: ReceivedMessage, exc: Exception, started: float
+) -> Result:
     """Record a message whose body the database refuses with that body as escaped text, then
     dead-letter it like any other message that cannot be processed: an error row, a DLQ copy
     holding the text, the payment on hold."""
@@ -310,18 +314,20 @@ def quarantine(worker: Worker, message: ReceivedMessage, exc: Exception, started
         decision = queue_message_start(message=as_text)
     except DatabaseError as again:
         logger.error("could not record message %s even as text: %s", message.message_id, again)
-        return retry_unstarted(worker, message, started)
+        return retry_unstarted(hand, rules, message, started)
     if decision.action == StartAction.FINISHED:
         return finish(
-            worker, message, decision.queue_message, Result.of(Outcome.DUPLICATE), started
+            hand, rules, message, decision.queue_message, Result.of(Outcome.DUPLICATE), started
         )
     if decision.action == StartAction.PARKED:
-        return finish(worker, message, decision.queue_message, Result.of(Outcome.PARKED), started)
+        return finish(
+            hand, rules, message, decision.queue_message, Result.of(Outcome.PARKED), started
+        )
     problem = UnstorableBody(
         f"the database refused the message body ({type(exc).__name__}: {exc}"[:1000]
         + f"); it failed to start {message.receive_count} time(s) and is kept as text"
     )
-    return fail(worker, message, decision.queue_message, problem, started)
+    return fail(hand, rules, message, decision.queue_message, problem, started)
 
 
 def observe_applied(message: ReceivedMessage) -> None:
@@ -333,7 +339,8 @@ def observe_applied(message: ReceivedMessage) -> None:
 
 
 def finish(
-    worker: Worker,
+    hand: Hand,
+    rules: Rules,
     message: ReceivedMessage,
     queue_message: QueueMessage | None,
     result: Result,
@@ -349,9 +356,9 @@ def finish(
     kind = message.kind or "unknown"
     # A metric label takes only the kinds this worker knows: a queued body's own ``kind``
     # (sent around the endpoint) must not mint label values without end.
-    label = kind if kind in worker.handlers else "unknown"
+    label = kind if kind in rules.handlers else "unknown"
     WORKER_MESSAGES.labels(kind=label, outcome=outcome).inc()
-    worker.stats.count(outcome)
+    hand.stats.count(outcome)
     extra = {
         "payment_id": message.payment_id,
         "message_id": message.message_id,

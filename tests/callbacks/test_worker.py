@@ -26,7 +26,7 @@ from callbacks.models import (
 from callbacks.schema import processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_purge
 from callbacks.worker import Worker
-from callbacks.worker import outcomes as worker_outcomes
+from callbacks.worker import rules as worker_rules
 from payments.models import LedgerEntry, PaymentEvent, PaymentState, ProcessedEvent
 from tests.callbacks.worker_support import (
     applied_events,
@@ -214,9 +214,9 @@ def test_failures_are_hidden_for_the_backoff_between_attempts(
     # The jitter drawn from a seeded generator: the draws are known, and far enough from 0
     # that a retry arriving early could not pass the gap check below by luck.
     monkeypatch.setattr(
-        worker_outcomes,
+        worker_rules,
         "backoff_delay",
-        functools.partial(worker_outcomes.backoff_delay, uniform=random.Random(0).uniform),
+        functools.partial(worker_rules.backoff_delay, uniform=random.Random(0).uniform),
     )
     same_seed = random.Random(0)
     expected = [same_seed.uniform(0, 1) for _ in range(2)]
@@ -393,7 +393,7 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
         # test_worker_batch.py).
         with django_assert_num_queries(8, connection=connection):
             result = worker.process_message(message)
-        worker.delete([message])
+        worker.hand.delete([message])
     assert result.outcome == "applied"
     payment.refresh_from_db()
     assert payment.state == PaymentState.CONFIRMED

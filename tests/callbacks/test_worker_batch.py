@@ -469,12 +469,12 @@ def test_until_empty_keeps_polling_a_full_wait_time_after_the_last_message_it_hi
     with worker.running():
         [message] = receive_batch(worker, sqs_queues, 1)
         before = time.monotonic()
-        worker.hide(message, 2)
+        worker.hand.hide(message, 2)
 
     # Due in 2 s; the run waits one more wait time (at least a second) past that.
-    assert worker._retry_due - before >= 2 + 1
+    assert worker.hand.due_back - before >= 2 + 1
     run = Worker(wait_time=0, relay=False, until_empty=True)
-    run._retry_due = worker._retry_due
+    run.hand.due_back = worker.hand.due_back
     started = time.monotonic()
     run.run()
     assert time.monotonic() - started >= 2.5

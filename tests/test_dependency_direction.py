@@ -281,3 +281,120 @@ def test_the_kernel_imports_nothing_of_the_apps_outside_it():
         if layer(target) != 0
     }
     assert outside == set()
+
+
+# --- the worker's calls go one way -----------------------------------------------------------
+
+WORKER_PACKAGE = "callbacks.worker"
+WORKER_LOOP = "callbacks.worker.loop"
+
+
+def loop_imports(source: str, submodules: set[str]) -> list[str]:
+    """Every import in ``source`` of the worker's loop, or of the worker package by a name that
+    is not one of its ``submodules`` (the package's ``__init__`` imports the loop to export
+    ``Worker``): at the top, inside a function, or only for a type checker, which is how a
+    runner typed with ``Worker`` would still be written against the loop."""
+
+    def names_the_loop(module: str, names: list[str]) -> bool:
+        if module == WORKER_LOOP or module.startswith(f"{WORKER_LOOP}."):
+            return True
+        return module == WORKER_PACKAGE and any(
+            name == "loop" or f"{WORKER_PACKAGE}.{name}" not in submodules for name in names
+        )
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [
+                f"line {node.lineno}: import {alias.name}"
+                for alias in node.names
+                if alias.name in (WORKER_PACKAGE, WORKER_LOOP)
+            ]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if names_the_loop(node.module, [alias.name for alias in node.names]):
+                found.append(f"line {node.lineno}: from {node.module} import ...")
+    return found
+
+
+def import_path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None:
+    """The shortest chain of imports from ``start`` to ``goal``, or None."""
+    previous: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for imported in sorted(graph[module]):
+                if imported in previous:
+                    continue
+                previous[imported] = module
+                if imported == goal:
+                    chain = [goal]
+                    while (step := previous[chain[-1]]) is not None:
+                        chain.append(step)
+                    return chain[::-1]
+                following.append(imported)
+        frontier = following
+    return None
+
+
+def worker_modules_reaching_the_loop(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Each module of the worker package but the loop and the package itself that imports the
+    loop (``loop_imports``) or reaches it through the imports of other product modules."""
+    submodules = {name for name in sources if name.startswith(f"{WORKER_PACKAGE}.")}
+    graph = import_graph(sources)
+    violations = {}
+    for module in sorted(submodules - {WORKER_LOOP}):
+        found = loop_imports(sources[module], submodules)
+        path = import_path(graph, module, WORKER_LOOP)
+        if path is not None:
+            found.append(" -> ".join(path))
+        if found:
+            violations[module] = found
+    return violations
+
+
+def test_no_module_of_the_worker_imports_its_loop():
+    """The loop is the worker's top: it builds the messages in hand and the rules and hands
+    them down to the runners, which never call back up into it."""
+    sources = product_sources()
+    assert {WORKER_LOOP, "callbacks.worker.batch", "callbacks.worker.hand"} <= set(sources)
+
+    assert worker_modules_reaching_the_loop(sources) == {}
+
+
+@pytest.mark.parametrize(
+    "module, injected",
+    [
+        ("callbacks.worker.batch", "from callbacks.worker.loop import Worker\n"),
+        ("callbacks.worker.outcomes", "from callbacks.worker import Worker\n"),
+        ("callbacks.worker.hand", "def f():\n    import callbacks.worker.loop\n"),
+        (
+            "callbacks.worker.message",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from callbacks.worker.loop import Worker\n",
+        ),
+        # Not in the package, but imported by it: the runner reaches the loop through it.
+        ("callbacks.handlers", "def f():\n    from callbacks.worker.loop import Worker\n"),
+    ],
+)
+def test_the_loop_check_finds_an_injected_import_of_the_loop(module, injected):
+    sources = product_sources()
+    sources[module] += "\n" + injected
+
+    violations = worker_modules_reaching_the_loop(sources)
+
+    assert violations
+    if module.startswith(f"{WORKER_PACKAGE}."):
+        assert module in violations
+    else:
+        assert any(module in chain for chains in violations.values() for chain in chains)
+
+
+def test_the_loop_check_leaves_sibling_imports_alone():
+    submodules = {"callbacks.worker.hand", "callbacks.worker.outage"}
+    source = (
+        "import callbacks.worker.hand as hand\n"
+        "from callbacks.worker import outage\n"
+        "from callbacks.worker.outage import DatabaseDown\n"
+    )
+    assert loop_imports(source, submodules) == []

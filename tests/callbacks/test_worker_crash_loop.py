@@ -1,6 +1,9 @@
-"""A message that kills every worker that takes it, on a server that hands out several messages
-of one group per receive (LocalStack, as AWS may): real worker processes, SIGKILLed by the
-message's own work, and the messages received with it each time."""
+"""A message that kills every worker that takes it: real worker processes, SIGKILLed by the
+message's own work, and the messages received with it each time. On a server that hands out
+several messages of one group per receive (LocalStack, as AWS may), and on one that hands out
+one per group (fauxqs), where the RedrivePolicy is set to exactly the receives the worker needs:
+every start is recorded before its work, the first receive's too, or the message would need one
+receive more than that to reach the dead-letter path on its own error rows."""
 
 import json
 import signal
@@ -25,11 +28,7 @@ from tests.triage.deadletters import operator
 from triage import ingestion, services
 from triage.models import DeadLetter, DeadLetterSource
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.subprocess,
-    pytest.mark.localstack_only,
-]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 # Each round is a worker process: it dies on the crashing message, or empties the queue.
 MAX_ROUNDS = 12
@@ -70,6 +69,21 @@ def rounds_until_the_queue_is_empty(sqs_queues, tmp_path, prefix: str) -> list[i
     raise AssertionError(f"the queue never emptied; worker exits {exits}")
 
 
+def redrive_policy_set(client, sqs_queues, max_receive_count: int) -> None:
+    dlq_arn = client.get_queue_attributes(QueueUrl=sqs_queues.dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    client.set_queue_attributes(
+        QueueUrl=sqs_queues.url,
+        Attributes={
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
+            )
+        },
+    )
+
+
+@pytest.mark.localstack_only
 def test_a_message_killing_its_workers_is_dead_lettered_and_its_batch_mates_never_reach_the_dlq(
     sqs_queues, tmp_path
 ):
@@ -82,20 +96,9 @@ def test_a_message_killing_its_workers_is_dead_lettered_and_its_batch_mates_neve
     here a few receives above those starts. A person's redrive, once the fault is fixed, applies the
     message, then the parked events, in order."""
     client = sqs_queues.client
-    dlq_arn = client.get_queue_attributes(QueueUrl=sqs_queues.dlq_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
     # A batch-mate is received with the crashing message at each of its starts, once more when
     # it is parked, and once by this test: one receive to spare.
-    max_receive_count = callbacks_conf.WORKER_MAX_FAILED_STARTS + 3
-    client.set_queue_attributes(
-        QueueUrl=sqs_queues.url,
-        Attributes={
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
-            )
-        },
-    )
+    redrive_policy_set(client, sqs_queues, callbacks_conf.WORKER_MAX_FAILED_STARTS + 3)
     poisoned = PaymentFactory(state=PaymentState.PENDING)
     other = PaymentFactory(state=PaymentState.SUBMITTED)
     third = PaymentFactory(state=PaymentState.SUBMITTED)
@@ -184,3 +187,65 @@ def test_a_message_killing_its_workers_is_dead_lettered_and_its_batch_mates_neve
     assert not PaymentHold.objects.filter(released_at=None).exists()
     assert ingestion.dead_letters_ingest() == 0
     assert drain(client, sqs_queues.dlq_url) == []
+
+
+@pytest.mark.fauxqs_only
+def test_a_message_killing_every_worker_is_dead_lettered_by_it_within_the_redrive_policy(
+    sqs_queues, tmp_path
+):
+    """fauxqs hands out one message of a group per receive: the crashing message comes alone of
+    its payment, beside two other payments' events, which are started and killed with it the
+    first time. It kills WORKER_MAX_FAILED_STARTS workers (its first receive's start counted
+    like the others), and at its next receive the worker dead-letters it itself, with a row
+    for each start that never finished. The RedrivePolicy lets it be received exactly that
+    many times (WORKER_MAX_FAILED_STARTS + 1) and moves nothing: a start left unrecorded on
+    the first receive would take one receive more and hand the message to SQS instead."""
+    client = sqs_queues.client
+    max_failed_starts = callbacks_conf.WORKER_MAX_FAILED_STARTS
+    redrive_policy_set(client, sqs_queues, max_failed_starts + 1)
+    poisoned = PaymentFactory(state=PaymentState.PENDING)
+    other = PaymentFactory(state=PaymentState.SUBMITTED)
+    third = PaymentFactory(state=PaymentState.SUBMITTED)
+    crasher_id = send_crashing_event(client, sqs_queues.url, poisoned, "submitted")
+    mate_ids = [
+        send_event(client, sqs_queues.url, other, "settled")[0],
+        send_event(client, sqs_queues.url, third, "settled")[0],
+    ]
+    later_id, _ = send_event(client, sqs_queues.url, poisoned, "settled")
+    (tmp_path / "crash").touch()
+
+    exits = rounds_until_the_queue_is_empty(sqs_queues, tmp_path, "crashing")
+
+    assert exits.count(-signal.SIGKILL) == max_failed_starts, exits
+    # Dead-lettered by the worker, once, and nothing by the RedrivePolicy.
+    ingestion.dead_letters_ingest()
+    dead_letter = DeadLetter.objects.get()
+    assert (dead_letter.original_message_id, dead_letter.source) == (
+        crasher_id,
+        DeadLetterSource.WORKER,
+    )
+    assert dead_letter.last_error_class == NEVER_FINISHED
+    assert not QueueMessage.objects.filter(outcome="redrive_policy").exists()
+    crasher = QueueMessage.objects.get(message_id=crasher_id)
+    assert (crasher.status, crasher.attempts) == ("dead_lettered", max_failed_starts)
+    errors = ProcessingError.objects.filter(message_id=crasher_id).order_by("id")
+    assert [(e.error_class, e.attempt_number) for e in errors] == [
+        (NEVER_FINISHED, n) for n in range(1, max_failed_starts + 1)
+    ]
+    # The events started with it the first time: applied once each, their lost start recorded.
+    for payment in (other, third):
+        payment.refresh_from_db()
+        assert payment.state == PaymentState.CONFIRMED
+        assert applied_events(payment) == ["settled"]
+    for mate_id in mate_ids:
+        mate = QueueMessage.objects.get(message_id=mate_id)
+        assert mate.status == "done"
+        assert mate.attempts <= max_failed_starts
+    # Its payment's next event waits behind the hold it caused, received once and parked.
+    hold = PaymentHold.objects.get(payment_id=str(poisoned.id), released_at=None)
+    assert hold.caused_by == crasher
+    assert [p.message_id for p in hold.parked.all()] == [later_id]
+    poisoned.refresh_from_db()
+    assert poisoned.state == PaymentState.PENDING
+    assert queue_counts(client, sqs_queues.url) == (0, 0)
+    assert LedgerEntry.objects.filter(payment=poisoned).count() == 0

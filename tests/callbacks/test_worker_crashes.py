@@ -2,7 +2,8 @@
 
 The death is stood in for in this process by an exception no part of the worker catches: the
 work's transaction rolls back and its start stays recorded in progress, as after a SIGKILL.
-(tests/callbacks/test_worker_crash_loop.py kills real worker processes on LocalStack.)"""
+(tests/callbacks/test_worker_crash_loop.py kills real worker processes, on fauxqs and on
+LocalStack.)"""
 
 import dataclasses
 import json

@@ -70,8 +70,14 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
         # 1 + 2 + 10 * 2 + 1 = 24, against 44 with a savepoint per event, 84 when the event's
         # rows were five ORM statements, and 130 (in 20 transactions) when each message had its
         # own start and transaction. Deletes and releases are SQS calls.
-        with django_assert_num_queries(24, connection=connection):
+        with django_assert_num_queries(24, connection=connection) as captured:
             worker.process_batch(messages)
+    statements = [query["sql"] for query in captured.captured_queries]
+    table = QueueMessage._meta.db_table
+    # The start is committed before the work begins (a SIGKILL during the work leaves every
+    # attempt counted); the done marks are in the work's transaction, the last before COMMIT.
+    assert statements[0].startswith(f'INSERT INTO "{table}"') and statements[1] == "BEGIN"
+    assert statements[-2].startswith(f'UPDATE "{table}" SET status') and statements[-1] == "COMMIT"
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)
     }

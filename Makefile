@@ -91,6 +91,7 @@ test: deps
 	scripts/ensure-chromium
 	scripts/ensure-promtool
 	scripts/ensure-sshd
+	scripts/ensure-faketime
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null

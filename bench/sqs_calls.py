@@ -4,8 +4,8 @@ Starts the local SQS server, then times, in CPU seconds of this process alone (t
 are its own), the three calls the pipeline makes most: a ``SendMessageBatch`` of ten, a
 ``ReceiveMessage`` of ten with every attribute, and a ``DeleteMessageBatch`` of ten, each
 through the gateway's own functions (``callbacks.sqs``). Each variant of the client runs in
-rounds that alternate with the others', and the median round is reported. The variants are the
-steps of issue 41, each on top of the one before:
+rounds that alternate with the others' (each round starting at another variant), and the median
+round is reported. The variants are the steps of issue 41, each on top of the one before:
 
 - ``validated``: the gateway's client with botocore's parameter check on (as it was);
 - ``gateway``: the client as the gateway builds it (the check off);
@@ -149,8 +149,11 @@ def main(rounds: int = 5) -> None:
             use_client(variant)
             for _ in range(30):
                 one_cycle(url)
-        for _ in range(rounds):
-            for name, variant in VARIANTS.items():
+        names = list(VARIANTS)
+        for round_ in range(rounds):
+            # Each round starts at another variant: none always runs right after the same one.
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                variant = VARIANTS[name]
                 use_client(variant)
                 for _ in range(10):  # the new client's connection and caches
                     one_cycle(url)

@@ -13,7 +13,8 @@ gunicorn (``submitted``, then ``settled``):
   /api/payments/<id>/refunds/`` by the same clients, each an ACH credit submitted by the
   workers (``POST /v1/ach/credits``), its callbacks the same way, until every one is confirmed.
 
-Each run reports the API's answers per second and P50/P99, the items confirmed per second from
+Both come after a warm-up of 50 debits and their refunds, unmeasured. Each run reports the
+API's answers per second and P50/P99, the items confirmed per second from
 the first request to the last confirmation, and each part's CPU per item (web, workers, the SQS
 server, PostgreSQL; the generator's, with the sandbox in it, apart). The refunds are compared
 with the debits of the same run: ``refund_vs_debit_rate`` and ``refund_vs_debit_cpu``. Both runs
@@ -44,6 +45,7 @@ AMOUNT = Decimal("25.00")
 # The parts the ratio compares: every part of the product's stack, not the generator (the
 # clients, and the sandbox processor's threads beside them).
 PARTS = ("web", "workers", "sqs", "postgres")
+WARM_UP = 50
 
 
 def _api_token() -> str:
@@ -179,6 +181,29 @@ def _verify(sandbox, debits: list[str], refunds: list[str]) -> None:
         problems.append(f"money: {len(wrong)} refunds not credited exactly once")
 
 
+def _debit_bodies(count: int, prefix: str) -> list[tuple[str, dict]]:
+    return [
+        (
+            "/api/payments/",
+            {
+                "merchant_id": MERCHANTS[n % len(MERCHANTS)],
+                "amount": f"{AMOUNT:.2f}",
+                "currency": "USD",
+                "source_token": f"tok_{prefix}_{n:06d}xyz",
+            },
+        )
+        for n in range(count)
+    ]
+
+
+def _refund_bodies(debits: list[str]) -> list[tuple[str, dict]]:
+    """A full refund of each debit."""
+    return [
+        (f"/api/payments/{debit}/refunds/", {"amount": f"{AMOUNT:.2f}", "reason": "bench"})
+        for debit in debits
+    ]
+
+
 def money_phase(stack: Stack) -> dict:
     from sandbox import FaultConfig, SandboxProcessor
 
@@ -212,24 +237,12 @@ def money_phase(stack: Stack) -> dict:
             raise BenchError(f"a worker exited at start; see {RESULTS}/money-worker-*.log")
         meter = CpuMeter(stack, server, workers)
         clients = Clients(server.url, token, clients_count)
-        debit_bodies = [
-            (
-                "/api/payments/",
-                {
-                    "merchant_id": MERCHANTS[n % len(MERCHANTS)],
-                    "amount": f"{AMOUNT:.2f}",
-                    "currency": "USD",
-                    "source_token": f"tok_money_{n:06d}xyz",
-                },
-            )
-            for n in range(count)
-        ]
-        out["debits"], debits = _run(stack, meter, clients, "debits", debit_bodies)
-        refund_bodies = [
-            (f"/api/payments/{debit}/refunds/", {"amount": f"{AMOUNT:.2f}", "reason": "bench"})
-            for debit in debits
-        ]
-        out["refunds"], refunds = _run(stack, meter, clients, "refunds", refund_bodies)
+        # Every thread's connections, caches and first requests of both paths, unmeasured:
+        # the debits run first, and would otherwise pay them alone.
+        warm = _run(stack, meter, clients, "warm-up debits", _debit_bodies(WARM_UP, "warm"))[1]
+        _run(stack, meter, clients, "warm-up refunds", _refund_bodies(warm))
+        out["debits"], debits = _run(stack, meter, clients, "debits", _debit_bodies(count, "run"))
+        out["refunds"], refunds = _run(stack, meter, clients, "refunds", _refund_bodies(debits))
     finally:
         for w in workers:
             if w.poll() is None:

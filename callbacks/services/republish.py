@@ -71,10 +71,11 @@ def release_copies_room(
 
     A copy waits on the queue until a worker takes it. Sent faster than the workers take them,
     copies pile up there, and a 429's pause or a reopening of the breaker then parks every one
-    of them again, each to be sent once more: the demo's 30 s outage sent 2,934 copies for 494
-    payments so. Sent no faster than they are taken, a pause or a reopening catches about a
-    window's worth. A copy taken is one a worker started and did not park again; a copy parked
-    again has its row unsent (``message_park``), so it counts as neither."""
+    of them again, each to be sent once more (which is how the demo's 30 s outage sent 2,934
+    copies for 494 payments). Sent no faster than they are taken, a pause or a reopening
+    catches about a window's worth. A copy taken is one a worker started and did not park
+    again; a copy parked again has its row unsent (``message_park``), so it counts as
+    neither."""
     now = timezone.now()
     copy = QueueMessage.objects.filter(message_id=OuterRef("republished_message_id"))
     taken = copy.filter(first_started_at__gte=now - window).exclude(

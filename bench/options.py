@@ -8,11 +8,21 @@ from devstack.env import EnvError, env_choices, env_int, env_ints
 
 # history and storage run only when named (BENCH_PHASES=history,storage): the history preload
 # takes minutes and gigabytes.
-PHASES = ("ingest", "worker", "e2e", "peer", "recovery", "profile", "history", "storage")
+PHASES = (
+    "ingest",
+    "worker",
+    "money",
+    "e2e",
+    "peer",
+    "recovery",
+    "profile",
+    "history",
+    "storage",
+)
 
 
 def _phases() -> list[str]:
-    phases = env_choices("BENCH_PHASES", "ingest,worker,e2e,peer,recovery", PHASES)
+    phases = env_choices("BENCH_PHASES", "ingest,worker,money,e2e,peer,recovery", PHASES)
     if os.environ.get("BENCH_PROFILE") == "1" and "profile" not in phases:
         phases.append("profile")
     return phases
@@ -41,6 +51,9 @@ def _config() -> dict:
             "step_seconds": env_int("BENCH_STEP_SECONDS", 15),
             # The Celery peer's steps start lower: it may not sustain the product's first step.
             "peer_step_rates": env_ints("BENCH_PEER_STEPS", "50,100,150,200,300,400,600"),
+            # Money out beside money in: debits through the API, then a refund of each.
+            "money_payments": env_int("BENCH_MONEY_PAYMENTS", 1_000),
+            "money_clients": env_int("BENCH_MONEY_CLIENTS", 8),
             "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
             # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.
             "recovery_cap": env_int("BENCH_RECOVERY_CAP", 0) or None,

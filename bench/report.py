@@ -15,6 +15,9 @@ GOALS = {
     "cpu_vs_minimal_parts": 0.5,
     "pipeline_vs_celery_sustained": 3.0,
     "pipeline_vs_celery_cpu": 1 / 3,
+    # Money out at the cost of money in: refunds against the debits of the same run.
+    "refund_vs_debit_rate": 0.9,
+    "refund_vs_debit_cpu": 1.1,
 }
 
 
@@ -40,6 +43,7 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
     return [
         *_ingest_rows(report),
         *_worker_rows(report),
+        *_money_rows(report),
         *_e2e_rows(report),
         *_peer_rows(report),
         *_recovery_rows(report),
@@ -141,6 +145,37 @@ def _worker_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
             )
         )
     return rows
+
+
+def _money_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    money = report.get("money")
+    if not money or "refunds" not in money:
+        return []
+    d, r = money["debits"], money["refunds"]
+    return [
+        (
+            "refunds confirmed/s (API to settled)",
+            fmt(r["confirmed_per_second"]),
+            f"{fmt(d['confirmed_per_second'])} debits",
+            fmt(money.get("refund_vs_debit_rate"), 2),
+            f">= {GOALS['refund_vs_debit_rate']}",
+        ),
+        (
+            "refund CPU ms per item (all parts but the generator)",
+            fmt(r["cpu_ms_per_item"], 2),
+            f"{fmt(d['cpu_ms_per_item'], 2)} debits",
+            fmt(money.get("refund_vs_debit_cpu"), 2),
+            f"<= {GOALS['refund_vs_debit_cpu']}",
+        ),
+        (
+            "refund API answers/s, P50 / P99 ms",
+            f"{fmt(r['api_per_second'])}, {fmt(r['api_p50_ms'], 1)} / {fmt(r['api_p99_ms'], 1)}",
+            f"{fmt(d['api_per_second'])}, {fmt(d['api_p50_ms'], 1)} / "
+            f"{fmt(d['api_p99_ms'], 1)} debits",
+            fmt(money.get("refund_vs_debit_api_rate"), 2),
+            "",
+        ),
+    ]
 
 
 def _e2e_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
@@ -316,6 +351,7 @@ def markdown(report: dict) -> str:
     lines += _md_table(HEADERS, [tuple(c or " " for c in r) for r in summary_rows(report)])
     lines += _md_ingest(report)
     lines += _md_worker(report)
+    lines += _md_money(report)
     lines += _md_e2e(report)
     lines += _md_e2e(report, "peer")
     if report.get("problems"):
@@ -405,6 +441,46 @@ def _md_worker(report: dict) -> list[str]:
             ),
             rows,
         )
+    return lines
+
+
+def _md_money(report: dict) -> list[str]:
+    money = report.get("money")
+    if not money or "refunds" not in money:
+        return []
+    lines = [
+        "",
+        f"Money out against money in: {money['items']} debits, then a refund of each, by "
+        f"{money['clients']} API clients; gunicorn `{money['gunicorn']}`, 2 workers "
+        f"(`{money['worker_command']}`).",
+        "",
+    ]
+    rows = [
+        (
+            what,
+            fmt(run["made"]),
+            fmt(run["api_per_second"]),
+            f"{fmt(run['api_p50_ms'], 1)} / {fmt(run['api_p99_ms'], 1)}",
+            fmt(run["seconds"], 1),
+            fmt(run["confirmed_per_second"]),
+            fmt(run["cpu_ms_per_item"], 2),
+            _cpu_parts(run.get("cpu_ms_per_event")),
+        )
+        for what, run in (("debits", money["debits"]), ("refunds", money["refunds"]))
+    ]
+    lines += _md_table(
+        (
+            "run",
+            "made",
+            "API answers/s",
+            "API P50 / P99 ms",
+            "s to the last confirmed",
+            "confirmed/s",
+            "CPU ms/item",
+            "CPU ms/item web / workers / SQS / PostgreSQL / generator",
+        ),
+        rows,
+    )
     return lines
 
 

@@ -10,8 +10,8 @@ Sizes come from the environment so a quick try is possible:
     BENCH_PAYMENTS=2000 BENCH_INGEST_SECONDS=5 BENCH_E2E_SECONDS=10 BENCH_STEP_SECONDS=8 \
         BENCH_PHASES=ingest,worker,e2e make bench
 
-Each phase is a module of its own (``ingest``, ``workers``, ``pipeline``, ``profiles``, ``storage``,
-``history``); see docs/benchmarks.md for what each figure means.
+Each phase is a module of its own (``ingest``, ``workers``, ``money``, ``pipeline``, ``profiles``,
+``storage``, ``history``); see docs/benchmarks.md for what each figure means.
 """
 
 import json
@@ -30,6 +30,7 @@ from bench.celery_peer import peer_phase  # noqa: E402
 from bench.history import history_phase  # noqa: E402
 from bench.ingest import ingest_phase  # noqa: E402
 from bench.machine import ensure_wrk, machine, versions  # noqa: E402
+from bench.money import money_phase  # noqa: E402
 from bench.options import CONFIG, REFERENCE, SECRETS, log, problems  # noqa: E402
 from bench.pipeline import e2e_phase  # noqa: E402
 from bench.profiles import profile_phase  # noqa: E402
@@ -97,6 +98,8 @@ def _run_phases(stack: Stack, generator: str, report: dict) -> None:
         report["ingest"] = ingest_phase(stack, generator)
     if "worker" in phases:
         report["worker"] = worker_phase(stack)
+    if "money" in phases:
+        report["money"] = money_phase(stack)
     if "e2e" in phases:
         report["e2e"] = e2e_phase(stack)
     if "peer" in phases:

@@ -4,14 +4,22 @@ Starts the local SQS server, then times, in CPU seconds of this process alone (t
 are its own), the three calls the pipeline makes most: a ``SendMessageBatch`` of ten, a
 ``ReceiveMessage`` of ten with every attribute, and a ``DeleteMessageBatch`` of ten, each
 through the gateway's own functions (``callbacks.sqs``). Each variant of the client runs in
-rounds that alternate with the others', and the median round is reported:
+rounds that alternate with the others' (each round starting at another variant), and the median
+round is reported. The variants are the steps of issue 41, each on top of the one before:
 
 - ``validated``: the gateway's client with botocore's parameter check on (as it was);
-- ``gateway``: the client as the gateway builds it.
+- ``gateway``: the client as the gateway builds it (the check off);
+- ``no-hooks``: and botocore's per-call handlers that do nothing for SQS unregistered (the
+  idempotency token and checksum-mode members SQS has none of, the recursion-detection header
+  outside Lambda, the API-version header of other services, the retry-information headers);
+  signing, the retry handlers, the SQS error-code translation and the User-Agent stay;
+- ``no-ua-rebuild``: and the second build of the User-Agent per request unregistered (it is
+  built once per call before; the rebuild only adds what the request used);
+- ``crt``: the gateway's client signing with ``awscrt`` (AWS's C runtime), when it is
+  importable (``PYTHONPATH`` to a directory it is installed in): botocore then signs with it by
+  default, and the other variants here sign with botocore's own signer again.
 
-With ``awscrt`` importable, botocore signs with it instead; run once with and once without
-(``BOTO_DISABLE_CRT=true``) to compare. docs/benchmarks.md has the figures and what each
-change was worth.
+docs/benchmarks.md has the figures and what each step was worth.
 """
 
 import os
@@ -19,6 +27,7 @@ import statistics
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 os.environ.setdefault("DATABASE_URL", "sqlite:///:memory:")
@@ -27,6 +36,9 @@ import django  # noqa: E402
 
 django.setup()
 
+import botocore  # noqa: E402
+import botocore.auth  # noqa: E402
+import botocore.handlers  # noqa: E402
 from botocore.compat import HAS_CRT  # noqa: E402
 
 from callbacks import conf as callbacks_conf  # noqa: E402
@@ -42,6 +54,41 @@ BODY = {
         "amount": "10.00",
         "timestamp": "2026-01-01T00:00:00+00:00",
     },
+}
+
+# botocore's handlers that run on every SQS call and do nothing for it (botocore.handlers'
+# BUILTIN_HANDLERS, registered on every client's events under these names).
+UNNEEDED_HANDLERS = [
+    ("before-parameter-build", botocore.handlers.generate_idempotent_uuid),
+    ("before-parameter-build", botocore.handlers._handle_request_validation_mode_member),
+    ("before-call", botocore.handlers.add_recursion_detection_header),
+    ("before-call", botocore.handlers.inject_api_version_header_if_needed),
+    ("request-created", botocore.handlers.add_retry_headers),
+]
+
+
+@dataclass(frozen=True)
+class Variant:
+    validated: bool = False
+    hooks: bool = True
+    ua_rebuild: bool = True
+    crt: bool = False
+
+
+VARIANTS = {
+    "validated": Variant(validated=True),
+    "gateway": Variant(),
+    "no-hooks": Variant(hooks=False),
+    "no-ua-rebuild": Variant(hooks=False, ua_rebuild=False),
+    **({"crt": Variant(crt=True)} if HAS_CRT else {}),
+}
+
+base_config = sqs._CONFIG
+# The signers botocore chose at import (the CRT's when awscrt is importable) and its own.
+SIGNERS = dict(botocore.auth.AUTH_TYPE_MAPS)
+PYTHON_SIGNERS = {
+    "v4": botocore.auth.SigV4Auth,
+    "v4-query": botocore.auth.SigV4QueryAuth,
 }
 
 
@@ -65,12 +112,22 @@ def one_cycle(url: str) -> tuple[float, float, float]:
     return t1 - t0, t2 - t1, t3 - t2
 
 
-base_config = sqs._CONFIG
-
-
-def use_client(validated: bool) -> None:
+def use_client(variant: Variant) -> None:
+    """Make the gateway build its client as ``variant`` says (a new client, warm after the
+    first calls: its connection pool and botocore's caches are per client)."""
     sqs.reset()
-    sqs._CONFIG = base_config.merge(sqs.Config(parameter_validation=validated))
+    sqs._CONFIG = base_config.merge(sqs.Config(parameter_validation=variant.validated))
+    botocore.auth.AUTH_TYPE_MAPS.update(SIGNERS if variant.crt else PYTHON_SIGNERS)
+    events = sqs.sqs_client().meta.events
+    if not variant.hooks:
+        for event, handler in UNNEEDED_HANDLERS:
+            events.unregister(event, handler)
+    if not variant.ua_rebuild:
+        client = sqs.sqs_client()
+        events.unregister(
+            f"request-created.{client.meta.service_model.service_id.hyphenize()}",
+            client._user_agent_creator.rebuild_and_replace_user_agent_handler,
+        )
 
 
 def main(rounds: int = 5) -> None:
@@ -87,24 +144,33 @@ def main(rounds: int = 5) -> None:
                 "FifoThroughputLimit": "perMessageGroupId",
             },
         )
-        variants = {"validated": True, "gateway": False}
-        figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
-        for validated in variants.values():  # warm-up: connections, caches, imports
-            use_client(validated)
+        figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in VARIANTS}
+        for variant in VARIANTS.values():  # warm-up: connections, caches, imports
+            use_client(variant)
             for _ in range(30):
                 one_cycle(url)
-        for _ in range(rounds):
-            for name, validated in variants.items():
-                use_client(validated)
+        names = list(VARIANTS)
+        for round_ in range(rounds):
+            # Each round starts at another variant: none always runs right after the same one.
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                variant = VARIANTS[name]
+                use_client(variant)
+                for _ in range(10):  # the new client's connection and caches
+                    one_cycle(url)
                 cycles = [one_cycle(url) for _ in range(CALLS)]
                 figures[name].append(tuple(sum(c[i] for c in cycles) / CALLS for i in range(3)))
-        print(f"CPU ms per call, median of {rounds} rounds of {CALLS}; awscrt signing: {HAS_CRT}")
-        print(f"{'client':<12} {'send 10':>9} {'receive 10':>11} {'delete 10':>10}")
+        crt = f"awscrt {__import__('awscrt').__version__}" if HAS_CRT else "awscrt not importable"
+        print(
+            f"CPU ms per call, median of {rounds} rounds of {CALLS}; botocore "
+            f"{botocore.__version__}, {crt}"
+        )
+        print(f"{'client':<14} {'send 10':>9} {'receive 10':>11} {'delete 10':>10}")
         for name, rows in figures.items():
             medians = [statistics.median(r[i] for r in rows) * 1000 for i in range(3)]
-            print(f"{name:<12} {medians[0]:>9.3f} {medians[1]:>11.3f} {medians[2]:>10.3f}")
+            print(f"{name:<14} {medians[0]:>9.3f} {medians[1]:>11.3f} {medians[2]:>10.3f}")
     finally:
         sqs._CONFIG = base_config
+        botocore.auth.AUTH_TYPE_MAPS.update(SIGNERS)
         sqs.reset()
         server.stop()
 

@@ -177,9 +177,12 @@ def _in_batches(
 
 
 def sqs_client():
-    """A process-wide boto3 SQS client for the current settings (rebuilt if they change)."""
+    """A process-wide boto3 SQS client for the current settings (rebuilt if they change), its
+    endpoint resolved once: every call reuses it and its connection pool. Keyed by the process
+    too: a forked child (a prefork pool, a server that preloads) builds its own rather than
+    share its parent's sockets."""
     global _client, _client_key
-    key = (callbacks_conf.SQS_ENDPOINT_URL, callbacks_conf.AWS_REGION)
+    key = (os.getpid(), callbacks_conf.SQS_ENDPOINT_URL, callbacks_conf.AWS_REGION)
     with _lock:
         if _client is None or _client_key != key:
             _client = boto3.client(

@@ -20,6 +20,7 @@ from callbacks.models import HoldKind, ParkedMessage, PaymentHold, QueueMessage
 from callbacks.services.republish import (
     parked_message_republish,
     redrive_original,
+    release_copies_room,
     released_by_round,
     released_original_id,
 )
@@ -327,15 +328,21 @@ def outage_holds_release(*, limit: int, trial: bool = False, per_second: int | N
     a payment that fails on its own (a bad account) would fail the trial every time.
 
     Outside a trial, a hold with ``release_after`` (a submission that failed while the
-    processor was degraded) waits until then, on the database's clock; a trial takes any."""
+    processor was degraded) waits until then, on the database's clock; a trial takes any. And
+    outside a trial no more are released than the workers take (``release_copies_room``): a
+    trial is the breaker's few calls, and must go whatever is on the queue."""
     sent = 0
     with single_flight("callbacks.outage_holds_release") as acquired:
         if not acquired:
             return 0
         if per_second is not None:
             limit = min(limit, per_second - outage_holds_released_recently())
-            if limit <= 0:
-                return 0
+        if not trial:
+            # No faster than the workers take the copies (a hold sends about one): copies
+            # waiting on the queue are parked again, and sent again, by any pause or reopening.
+            limit = min(limit, release_copies_room())
+        if limit <= 0:
+            return 0
         waiting = PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True)
         if not trial:
             waiting = waiting.filter(Q(release_after__isnull=True) | Q(release_after__lte=Now()))

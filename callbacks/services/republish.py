@@ -8,11 +8,14 @@ the start lets a redrive and a release's own copies through a hold (``holds.hold
 Every send here acts on SQS at once and is never called inside a transaction.
 """
 
+from datetime import timedelta
+
 from django.db import transaction
+from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.models import ParkedMessage, PaymentHold, QueueMessage
+from callbacks.models import HoldKind, ParkedMessage, PaymentHold, QueueMessage, QueueMessageStatus
 from callbacks.sqs import ReceivedMessage
 from payments import messages
 from payments.kernel import propagation
@@ -21,6 +24,15 @@ from payments.messages import DEAD_LETTER_KEY, REDRIVE_KEY
 __all__ = ["DEAD_LETTER_KEY", "REDRIVE_KEY"]  # and the functions below: the names callbacks uses
 
 RELEASE_MARK = ":release:"
+
+# The room the outage holds' release always has, in copies: a receive's batch for each of two
+# workers, so a release that has seen none taken yet still starts, and the pace can grow.
+RELEASE_ROOM_FLOOR = 20
+# What the workers took from the releases lately: within this window.
+RELEASE_TAKEN_WINDOW = timedelta(seconds=1)
+# A copy no worker took within this long is no longer waited for (a worker died receiving it,
+# the queue was purged): it does not hold the release's room for ever.
+RELEASE_COPY_HORIZON = timedelta(seconds=30)
 
 
 def released_original_id(deduplication_id: str) -> str:
@@ -46,6 +58,41 @@ def released_by_round(deduplication_id: str) -> tuple[int, int] | None:
         return int(hold_id), int(release_round or 0)
     except ValueError:
         return None
+
+
+def release_copies_room(
+    *,
+    floor: int = RELEASE_ROOM_FLOOR,
+    window: timedelta = RELEASE_TAKEN_WINDOW,
+    horizon: timedelta = RELEASE_COPY_HORIZON,
+) -> int:
+    """How many more copies the release of outage holds may send now: as many as the workers
+    took from the releases within the last ``window`` (and ``floor`` more, so the pace can
+    grow), less the copies sent that no worker has taken yet (sent within ``horizon``).
+
+    A copy waits on the queue until a worker takes it. Sent faster than the workers take them,
+    copies pile up there, and a 429's pause or a reopening of the breaker then parks every one
+    of them again, each to be sent once more (which is how the demo's 30 s outage sent 2,934
+    copies for 494 payments). Sent no faster than they are taken, a pause or a reopening
+    catches about a window's worth. A copy taken is one a worker started and did not park
+    again; a copy parked again has its row unsent (``message_park``), so it counts as
+    neither."""
+    now = timezone.now()
+    copy = QueueMessage.objects.filter(message_id=OuterRef("republished_message_id"))
+    taken = copy.filter(first_started_at__gte=now - window).exclude(
+        status=QueueMessageStatus.PARKED
+    )
+    counts = (
+        ParkedMessage.objects.filter(
+            hold__kind=HoldKind.OUTAGE, hold__released_at__gte=now - horizon
+        )
+        .exclude(republished_message_id="")
+        .aggregate(
+            in_flight=Count("pk", filter=~Exists(copy)),
+            taken=Count("pk", filter=Exists(taken)),
+        )
+    )
+    return floor + counts["taken"] - counts["in_flight"]
 
 
 def redrive_original(message: ReceivedMessage) -> str:

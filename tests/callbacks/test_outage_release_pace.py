@@ -142,3 +142,49 @@ def test_while_submissions_wait_out_an_outage_the_worker_long_polls_no_longer_th
     worker._tick(force=True)  # releases the hold (it has nothing parked)
     assert not PaymentHold.objects.filter(released_at__isnull=True).exists()
     assert worker._wait_seconds() == 20
+
+
+def test_the_release_sends_no_more_than_the_workers_take_from_the_queue(
+    sqs_queues, sandbox, module_settings
+):
+    """Copies on the queue that no worker took yet hold the next release back: a pause or a
+    reopening would park every one of them again, to be sent once more."""
+    from callbacks.services.republish import RELEASE_ROOM_FLOOR
+
+    module_settings.OUTAGE_RELEASE_PER_SECOND = 1000
+    held = RELEASE_ROOM_FLOOR + 10
+    _held_payments(sqs_queues, held)
+    waiting = PaymentHold.objects.filter(kind=HoldKind.OUTAGE, released_at__isnull=True)
+
+    # Nothing taken yet: the release has its floor's room.
+    assert outage_holds_release(limit=1000, per_second=1000) == RELEASE_ROOM_FLOOR
+    # Those copies are still on the queue: no room.
+    assert outage_holds_release(limit=1000, per_second=1000) == 0
+    assert waiting.count() == 10
+
+    run_worker(max_messages=RELEASE_ROOM_FLOOR)  # the workers take them
+
+    assert Payment.objects.filter(state=PaymentState.SUBMITTED).count() == RELEASE_ROOM_FLOOR
+    assert outage_holds_release(limit=1000, per_second=1000) == 10
+    run_worker()
+    assert {p.state for p in Payment.objects.all()} == {PaymentState.SUBMITTED}
+    assert sandbox.stats()["requests"]["debit_create"] == held
+
+
+def test_copies_no_worker_took_within_the_horizon_no_longer_hold_the_release_back(
+    sqs_queues, module_settings
+):
+    from callbacks.services.republish import (
+        RELEASE_COPY_HORIZON,
+        RELEASE_ROOM_FLOOR,
+        release_copies_room,
+    )
+
+    _held_payments(sqs_queues, 3)
+    outage_holds_release(limit=10, per_second=1000)
+    assert release_copies_room() == RELEASE_ROOM_FLOOR - 3  # three copies on the queue, none taken
+
+    later = timezone.now() + RELEASE_COPY_HORIZON + timedelta(seconds=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timezone, "now", lambda: later)
+        assert release_copies_room() == RELEASE_ROOM_FLOOR

@@ -299,3 +299,24 @@ def test_an_invalid_call_reaches_sqs_unchecked_and_the_tests_check_catches_it(sq
     assert len(sqs_queues.parameters.invalid) == 1
     assert "VisibilityTimeout" in sqs_queues.parameters.invalid[0]
     sqs_queues.parameters.invalid.clear()  # seen: the fixture's teardown would fail the test
+
+
+def test_one_client_serves_every_call_of_a_process_and_a_forked_child_builds_its_own(
+    sqs_queues,
+):
+    import os
+
+    client = sqs.sqs_client()
+    sqs.queue_attributes(sqs_queues.url)
+    assert sqs.sqs_client() is client  # built once, its endpoint resolved once
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and leave without running the parent's clean-up
+        os.write(write, b"shared" if sqs.sqs_client() is client else b"own")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 16)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"own"
+    assert sqs.sqs_client() is client

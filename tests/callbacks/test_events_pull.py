@@ -285,7 +285,14 @@ def test_a_callback_share_dropped_by_the_sandbox_is_all_recovered(
     assert dropped  # 12 draws at one half
 
     processor_events_pull()
-    work_until(lambda: Payment.objects.filter(state=PaymentState.CONFIRMED).count() == len(created))
+    # Every payment confirmed is not enough: a pulled `submitted` whose `settled` came first by
+    # callback is applied (as stale) after the payment is confirmed, so wait for the events.
+    work_until(
+        lambda: (
+            Payment.objects.filter(state=PaymentState.CONFIRMED).count() == len(created)
+            and set(ProcessedEvent.objects.values_list("processor_event_id", flat=True)) >= dropped
+        )
+    )
 
     assert set(ProcessedEvent.objects.values_list("processor_event_id", flat=True)) >= dropped
     for payment in created:

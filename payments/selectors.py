@@ -193,16 +193,16 @@ def merchant_balance(*, merchant_id: str) -> dict:
         balances.append(
             {
                 "currency": currency,
-                "credits": f"{credits:.2f}",
-                "reversals": f"{reversals:.2f}",
-                "recredits": f"{recredits:.2f}",
-                "net": f"{net:.2f}",
+                "credits": cents_text(credits),
+                "reversals": cents_text(reversals),
+                "recredits": cents_text(recredits),
+                "net": cents_text(net),
                 "confirmed_count": confirmed.get("n", 0),
                 "returned_count": returned.get("n", 0),
-                "balance": f"{net:.2f}",
+                "balance": cents_text(net),
                 "entries": sum(row.get("entries", 0) for row in kinds.values()),
-                "confirmed_total": f"{confirmed.get('total') or zero:.2f}",
-                "returned_total": f"{returned.get('total') or zero:.2f}",
+                "confirmed_total": cents_text(confirmed.get("total") or zero),
+                "returned_total": cents_text(returned.get("total") or zero),
             }
         )
     figures = merchant_money_figures(merchant_id=merchant_id)
@@ -260,15 +260,15 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
     for row in rows:
         available = (row["collected"] or zero) + (row["out"] or zero) + (row["back"] or zero)
         figures[row["currency"]] = {
-            "pending": _cents(row["pending"] or zero),
-            "posted": _cents(row["posted"] or zero),
-            "available": _cents(available),
-            "money_out": _cents(-(row["money_out"] or zero) - (row["money_back"] or zero)),
+            "pending": cents_text(row["pending"] or zero),
+            "posted": cents_text(row["posted"] or zero),
+            "available": cents_text(available),
+            "money_out": cents_text(-(row["money_out"] or zero) - (row["money_back"] or zero)),
         }
     return figures
 
 
-def _cents(amount: Decimal) -> str:
+def cents_text(amount: Decimal) -> str:
     """An amount as the API writes it, ``"12.30"``. SQLite sums decimals as floats, so a total
     that is zero can come back as ``-1.4E-14``: rounded to the cent, and a negative zero written
     as ``"0.00"``, it reads the same on both databases."""

@@ -16,6 +16,7 @@ from bank.books.models import (
     VarianceStatus,
 )
 from bank.nacha.models import NachaEntry
+from payments.selectors import cents_text
 
 
 def day_reported(day: date) -> bool:
@@ -39,9 +40,9 @@ class DayFigures:
             "date": day.isoformat(),
             "merchant_id": self.merchant_id,
             "currency": self.currency,
-            "expected": f"{self.expected:.2f}",
-            "settled": f"{self.settled:.2f}",
-            "returned": f"{self.returned:.2f}",
+            "expected": cents_text(self.expected),
+            "settled": cents_text(self.settled),
+            "returned": cents_text(self.returned),
             "variances": self.variances,
             "reported_by_bank": reported,
         }

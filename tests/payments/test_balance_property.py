@@ -207,6 +207,6 @@ def test_the_available_cutoff_is_exactly_where_the_reserve_ends(now, before, day
     ],
 )
 def test_a_figure_is_written_to_the_cent_and_zero_is_never_negative(total, written):
-    from payments.selectors import _cents
+    from payments.selectors import cents_text
 
-    assert _cents(total) == written
+    assert cents_text(total) == written

@@ -16,7 +16,7 @@ import pytest
 from callbacks import sqs
 from callbacks.handlers import processor_breaker_tick
 from callbacks.models import HoldKind, ParkedMessage, PaymentHold, QueueMessage
-from callbacks.services.republish import RELEASE_MARK, RELEASE_ROOM_FLOOR
+from callbacks.services.republish import RELEASE_MARK, RELEASE_ROOM_FLOOR, RELEASE_TAKEN_WINDOW
 from payments.models import BreakerState, CircuitBreaker, Payment, PaymentState
 from payments.processor.breaker import PROCESSOR
 from tests.callbacks.worker_support import run_worker, send_body
@@ -66,8 +66,8 @@ def test_a_flapping_outage_of_hundreds_of_payments_costs_rows_and_sends_per_paym
             run_worker(max_messages=TAKEN_BEFORE_EACH_REOPENING, until_empty=False)
             open_breaker()  # failing again: what is still on the queue is parked again
             run_worker()
-            # The workers' take is counted over a second; the next close comes after it.
-            time.sleep(1.05)
+            # The workers' take is counted over a window; the next close comes after it.
+            time.sleep(RELEASE_TAKEN_WINDOW.total_seconds() + 0.05)
         close_the_breaker()
         run_worker()  # until every hold is released and every submission made
     lasted = time.monotonic() - began

@@ -171,6 +171,27 @@ def test_the_release_sends_no_more_than_the_workers_take_from_the_queue(
     assert sandbox.stats()["requests"]["debit_create"] == held
 
 
+def test_releases_further_apart_than_a_second_still_grow_with_what_the_workers_took(
+    sqs_queues, sandbox, module_settings
+):
+    """A worker ticks after its batch, so two releases come more than a second apart under a
+    drain (1.4 s measured). The copies the workers took since the last release still count:
+    counted over one second, none did, and every release was held to its floor."""
+    from callbacks.services.republish import RELEASE_ROOM_FLOOR
+
+    module_settings.OUTAGE_RELEASE_PER_SECOND = 1000
+    _held_payments(sqs_queues, 3 * RELEASE_ROOM_FLOOR)
+
+    assert outage_holds_release(limit=1000, per_second=1000) == RELEASE_ROOM_FLOOR
+    run_worker(max_messages=RELEASE_ROOM_FLOOR)  # the workers take them
+    time.sleep(1.5)  # the gap between two ticks of a busy worker
+
+    assert outage_holds_release(limit=1000, per_second=1000) == 2 * RELEASE_ROOM_FLOOR
+    run_worker()
+    assert {p.state for p in Payment.objects.all()} == {PaymentState.SUBMITTED}
+    assert sandbox.stats()["requests"]["debit_create"] == 3 * RELEASE_ROOM_FLOOR
+
+
 def test_copies_no_worker_took_within_the_horizon_no_longer_hold_the_release_back(
     sqs_queues, module_settings
 ):

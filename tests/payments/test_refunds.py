@@ -212,6 +212,35 @@ def test_twenty_concurrent_refunds_never_refund_more_than_was_collected():
     assert LedgerEntry.objects.filter(kind=LedgerEntryKind.REFUND).count() == 14
 
 
+@pytest.mark.django_db(transaction=True)
+def test_refunds_of_one_merchant_do_not_wait_on_each_other():
+    import threading
+
+    from django.db import connection, transaction
+
+    first, second = _confirmed(merchant_id="acme"), _confirmed(merchant_id="acme")
+    made: list = []
+
+    def refund_second() -> None:
+        try:
+            made.append(refund_create(payment_id=second.id, amount=Decimal("10.00")))
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=refund_second)
+    with transaction.atomic():
+        # The first refund holds its debit's row and its share of the merchant's lock until
+        # this transaction ends; the second one, of another debit, is made meanwhile.
+        refund_create(payment_id=first.id, amount=Decimal("10.00"))
+        other.start()
+        other.join(10)
+        finished_while_held = not other.is_alive()
+    other.join(30)
+
+    assert finished_while_held
+    assert [r.refund_of_id for r in made] == [second.id]
+
+
 def test_a_held_refund_waits_for_its_debits_window_and_a_return_cancels_it_unsent(
     module_settings,
 ):

@@ -1,11 +1,11 @@
 """What one processor event writes, declared before anything is written: the dedup claim, the
-event-log row and, when the state changes, the ``Move`` (the payment's fields, its ledger row,
-its counts on the merchant's day). ``payments.services.writes`` decides and hands the
-declaration to ``payments.event_sql``, which writes it."""
+event-log row and, when the state changes, the ``Move`` (the payment's fields, its ledger row or
+its pending entry's new status, its counts on the merchant's day). ``payments.services.writes``
+decides and hands the declaration to ``payments.event_sql``, which writes it."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import ClassVar
 
 from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessedEvent
@@ -32,11 +32,21 @@ class DayCounts:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EntryStatus:
+    """The payment's pending ledger entry of ``kind`` moved to ``status``: money out's entry
+    posted (at ``posted_at``) when its credit settles, archived when it fails or is canceled."""
+
+    kind: str
+    status: str
+    posted_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Move:
     """A transition made in memory on ``payment``, and the rows it writes besides the payment
-    (unsaved): a ledger row, counts on the merchant's day; and ``followups``, statements run
-    after those rows in the same transaction, only when they were written (money out's entry
-    posted or archived)."""
+    (unsaved): a ledger row, its pending entry's new status (money out's), counts on the
+    merchant's day; and ``followups``, statements run after those rows in the same transaction,
+    only when they were written (a refund's double loss undone)."""
 
     # What a move writes on the payment, for every backend and for a rollback's refresh.
     FIELDS: ClassVar[tuple[str, ...]] = ("state", "state_changed_at", "updated_at")
@@ -45,6 +55,7 @@ class Move:
     from_state: str
     to_state: str
     ledger: LedgerEntry | None = None
+    entry_status: EntryStatus | None = None
     counts: DayCounts | None = None
     followups: tuple[Callable[[], None], ...] = ()
 

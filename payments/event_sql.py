@@ -11,6 +11,7 @@ database; and one statement of data-modifying CTEs writes them:
     WITH claim AS (INSERT INTO dedup record ... ON CONFLICT DO NOTHING RETURNING 1),
          moved AS (UPDATE payment SET state ... WHERE id = ... AND EXISTS (SELECT FROM claim)),
          ledger AS (INSERT INTO ledger ... SELECT ... FROM claim),
+         entry AS (UPDATE ledger SET status ... WHERE ... AND EXISTS (SELECT FROM claim)),
          counted AS (INSERT INTO merchant day ... SELECT ... FROM claim ON CONFLICT DO UPDATE)
     INSERT INTO event log ... SELECT ... FROM claim RETURNING id
 
@@ -32,7 +33,14 @@ from django.db import connection, connections, models
 from django.db.transaction import TransactionManagementError
 
 from payments.event_rows import RETURN_DAY_COUNTERS, EventWrite
-from payments.models import LedgerEntry, MerchantReturnDay, Payment, PaymentEvent, ProcessedEvent
+from payments.models import (
+    LedgerEntry,
+    LedgerEntryStatus,
+    MerchantReturnDay,
+    Payment,
+    PaymentEvent,
+    ProcessedEvent,
+)
 
 
 def _table(model: type[models.Model]) -> str:
@@ -211,6 +219,33 @@ def _ledger_cte(vendor: str) -> tuple[str, _Params]:
     return sql, params
 
 
+def _entry_cte() -> tuple[str, _Params]:
+    """The move's pending entry to its new status (money out's, posted or archived), if
+    claimed; ``posted_at`` is set only when the move gives one."""
+    status = LedgerEntry._meta.get_field("status")
+    posted_at = LedgerEntry._meta.get_field("posted_at")
+    payment, kind = LedgerEntry._meta.get_field("payment"), LedgerEntry._meta.get_field("kind")
+    text = status.cast_db_type(connection)
+    sql = (
+        f"entry AS (UPDATE {_table(LedgerEntry)} SET {_column(status)} = CAST(%s AS {text}), "  # noqa: S608
+        f"{_column(posted_at)} = COALESCE(CAST(%s AS {posted_at.cast_db_type(connection)}), "
+        f"{_column(posted_at)}) WHERE {_column(payment)} = %s AND {_column(kind)} = %s "
+        f"AND {_column(status)} = %s AND EXISTS (SELECT FROM claim))"
+    )
+
+    def params(write: "EventWrite", db) -> list:
+        entry = write.move.entry_status
+        return [
+            entry.status,
+            posted_at.get_db_prep_value(entry.posted_at, db),
+            Payment._meta.pk.get_db_prep_value(write.move.payment.pk, db),
+            entry.kind,
+            LedgerEntryStatus.PENDING,
+        ]
+
+    return sql, params
+
+
 def _counted_cte() -> tuple[str, _Params]:
     """Add the move's counts to the merchant's day (the return-rate counters), if claimed."""
     counters = ", ".join(["CAST(%s AS integer)"] * len(RETURN_DAY_COUNTERS))
@@ -250,7 +285,12 @@ def _log_insert(vendor: str, ctes: list[str]) -> tuple[str, _Params]:
 
 @cache
 def _event_statement(
-    vendor: str, *, moved: tuple[str, ...] | None, ledger: bool, counted: bool
+    vendor: str,
+    *,
+    moved: tuple[str, ...] | None,
+    ledger: bool,
+    counted: bool,
+    entry: bool = False,
 ) -> tuple[str, tuple[_Params, ...]]:
     """The one statement of ``event_write`` for one shape of write, and the functions giving
     its parameters in the statement's order, built together once: the statement text is the
@@ -260,6 +300,8 @@ def _event_statement(
         parts.append(_moved_cte(moved))
     if ledger:
         parts.append(_ledger_cte(vendor))
+    if entry:
+        parts.append(_entry_cte())
     if counted:
         parts.append(_counted_cte())
     sql, log_params = _log_insert(vendor, [cte for cte, _ in parts])
@@ -268,10 +310,10 @@ def _event_statement(
 
 def event_write(write: "EventWrite") -> bool:
     """Write the dedup record ``write.claim`` and, only if it was new, the payment's move (its
-    declared fields, its ledger row, its counts on the merchant's day) and the event-log row
-    ``write.log`` (whose primary key is set), in one statement. True when written, False when
-    the dedup record existed already and nothing was written. Call inside the payment's
-    transaction."""
+    declared fields, its ledger row or its pending entry's status, its counts on the merchant's
+    day) and the event-log row ``write.log`` (whose primary key is set), in one statement. True
+    when written, False when the dedup record existed already and nothing was written. Call
+    inside the payment's transaction."""
     db = _connection()
     move = write.move
     sql, parts = _event_statement(
@@ -279,6 +321,7 @@ def event_write(write: "EventWrite") -> bool:
         moved=move.FIELDS if move is not None else None,
         ledger=move is not None and move.ledger is not None,
         counted=move is not None and move.counts is not None,
+        entry=move is not None and move.entry_status is not None,
     )
     params = [value for part in parts for value in part(write, db)]
     with db.cursor() as cursor:

@@ -46,20 +46,36 @@ def single_flight(name: str) -> Iterator[bool]:
 
 
 def money_out_lock(merchant_id: str) -> None:
-    """One merchant's money out (refunds, payouts) decided one transaction at a time: a payout
-    reads the available balance no refund is changing meanwhile."""
-    transaction_lock(f"payments.money_out:{merchant_id}")
+    """One merchant's payouts decided one transaction at a time, and each against a balance no
+    refund is changing meanwhile: the merchant's money-out lock, exclusive."""
+    transaction_lock(_money_out_name(merchant_id))
 
 
-def transaction_lock(name: str) -> None:
+def money_out_share(merchant_id: str) -> None:
+    """A refund's hold on the merchant's money-out lock, shared: refunds of one merchant go
+    side by side (none reads the balance, each only adds its own pending entry), while a payout,
+    which takes the lock exclusive (``money_out_lock``), waits for every refund in flight to
+    commit and holds off new ones until it commits, so it reads a balance no refund is changing
+    and its ledger entry comes after every entry it counted."""
+    transaction_lock(_money_out_name(merchant_id), shared=True)
+
+
+def _money_out_name(merchant_id: str) -> str:
+    return f"payments.money_out:{merchant_id}"
+
+
+def transaction_lock(name: str, *, shared: bool = False) -> None:
     """Wait for, and hold until the caller's transaction ends, a cluster-wide lock named
     ``name`` (``pg_advisory_xact_lock``): what is decided under it (a merchant's payout against
-    its available balance) is decided by one transaction at a time. SQLite needs none: its
-    IMMEDIATE transactions already serialise every writer. Call inside ``transaction.atomic()``.
+    its available balance) is decided by one transaction at a time. ``shared``
+    (``pg_advisory_xact_lock_shared``) lets holders in shared mode in together and keeps out only
+    the exclusive ones. SQLite needs none: its IMMEDIATE transactions already serialise every
+    writer. Call inside ``transaction.atomic()``.
     """
     from django.db import connection
 
     if connection.vendor != "postgresql":
         return
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(name)])
+        cursor.execute(f"SELECT {function}(%s)", [_lock_key(name)])

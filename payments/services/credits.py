@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
+from payments.event_rows import EntryStatus
 from payments.models import (
     DoubleLoss,
     DoubleLossStatus,
@@ -35,15 +36,19 @@ ENTRY_KINDS = {
 
 def credit_move_effects(
     payment: Payment, target: str
-) -> tuple[LedgerEntry | None, tuple[Callable[[], None], ...]]:
-    """The ledger row a credit's move to ``target`` writes, and its follow-ups."""
+) -> tuple[LedgerEntry | None, EntryStatus | None, tuple[Callable[[], None], ...]]:
+    """The ledger row a credit's move to ``target`` writes, the new status of its pending
+    entry, and its follow-ups. The status is declared on the move, not run after it: the event
+    write then sets it in its one statement, where a follow-up would be one more."""
     held, returned = ENTRY_KINDS[payment.purpose]
     if target == PaymentState.CONFIRMED:
-        return None, (lambda: _entry_status_set(payment, held, LedgerEntryStatus.POSTED),)
+        posted = EntryStatus(kind=held, status=LedgerEntryStatus.POSTED, posted_at=timezone.now())
+        return None, posted, ()
     if target in (PaymentState.FAILED, PaymentState.CANCELED):
-        return None, (
-            lambda: _entry_status_set(payment, held, LedgerEntryStatus.ARCHIVED),
-            lambda: _double_loss_undo(payment, because=target),
+        return (
+            None,
+            EntryStatus(kind=held, status=LedgerEntryStatus.ARCHIVED),
+            (lambda: _double_loss_undo(payment, because=target),),
         )
     if target == PaymentState.RETURNED:
         entry = LedgerEntry(
@@ -54,8 +59,8 @@ def credit_move_effects(
             currency=payment.currency,
             posted_at=timezone.now(),
         )
-        return entry, (lambda: _double_loss_undo(payment, because=target),)
-    return None, ()
+        return entry, None, (lambda: _double_loss_undo(payment, because=target),)
+    return None, None, ()
 
 
 def _entry_status_set(payment: Payment, kind: str, status: str) -> None:

@@ -28,7 +28,7 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
-from payments.kernel.locks import money_out_lock
+from payments.kernel.locks import money_out_share
 from payments.messages import MessageKind, submit_payment_body
 from payments.metrics import DOUBLE_LOSSES
 from payments.models import (
@@ -111,7 +111,9 @@ def refund_create(
         debit = payment_lock(payment_id)
         # After the debit's lock (a return takes that one alone), before the merchant's money
         # moves: a concurrent payout reads the available balance with this refund or without.
-        money_out_lock(debit.merchant_id)
+        # Shared: the merchant's other refunds do not wait on it (none reads the balance, and
+        # what is refundable of each debit is decided under that debit's lock), only payouts.
+        money_out_share(debit.merchant_id)
         _refusal(debit, amount, now=now or timezone.now())
         refund = Payment.objects.create(
             merchant_id=debit.merchant_id,

@@ -87,8 +87,8 @@ def transition_move(payment: Payment, target: str) -> Move:
     payment.state_changed_at = timezone.now()
     move = {"payment": payment, "from_state": current, "to_state": target}
     if payment.direction == PaymentDirection.CREDIT:
-        ledger, followups = credit_move_effects(payment, target)
-        return Move(**move, ledger=ledger, followups=followups)
+        ledger, entry_status, followups = credit_move_effects(payment, target)
+        return Move(**move, ledger=ledger, entry_status=entry_status, followups=followups)
     entry = {"payment": payment, "merchant_id": payment.merchant_id, "currency": payment.currency}
     if target == PaymentState.CONFIRMED:
         return Move(

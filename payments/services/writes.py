@@ -2,11 +2,11 @@
 
 A service decides under the payment's row lock (``payment_lock``) what an event does, then
 declares it as one ``EventWrite``: the dedup record that claims the event, the event-log row and,
-when the state changes, the ``Move`` (the payment's fields it declares, its ledger row, its
-counts on the merchant's day). ``event_write`` writes that declaration through one of two
-backends: on PostgreSQL one statement (``payments.event_sql``), elsewhere (the quick start's
-SQLite) the ORM row by row after the same claim. Both write the same rows from the same
-declaration, so neither can write a field the other forgets.
+when the state changes, the ``Move`` (the payment's fields it declares, its ledger row or its
+pending entry's new status, its counts on the merchant's day). ``event_write`` writes that
+declaration through one of two backends: on PostgreSQL one statement (``payments.event_sql``),
+elsewhere (the quick start's SQLite) the ORM row by row after the same claim. Both write the
+same rows from the same declaration, so neither can write a field the other forgets.
 """
 
 from collections.abc import Iterator
@@ -17,11 +17,12 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from payments import event_sql
-from payments.event_rows import DayCounts, EventWrite, Move
+from payments.event_rows import DayCounts, EntryStatus, EventWrite, Move
 from payments.exceptions import PaymentNotFound
 
-__all__ = ["DayCounts", "EventWrite", "Move"]  # declared in payments.event_rows; and below
-from payments.models import Payment, PaymentEvent
+# Declared in payments.event_rows; and below.
+__all__ = ["DayCounts", "EntryStatus", "EventWrite", "Move"]
+from payments.models import LedgerEntry, LedgerEntryStatus, Payment, PaymentEvent
 
 _events_isolated: ContextVar[bool] = ContextVar("payment_events_isolated", default=True)
 
@@ -95,9 +96,21 @@ def move_save(move: Move) -> None:
     move.payment.save(update_fields=Move.FIELDS)
     if move.ledger is not None:
         move.ledger.save()
+    if move.entry_status is not None:
+        entry_status_save(move.payment, move.entry_status)
     if move.counts is not None:
         merchant_return_day_add(move.counts)
     _move_followups(move)
+
+
+def entry_status_save(payment: Payment, entry: EntryStatus) -> None:
+    """Move the payment's pending entry of ``entry.kind`` to ``entry.status``, row by row."""
+    fields = {"status": entry.status}
+    if entry.posted_at is not None:
+        fields["posted_at"] = entry.posted_at
+    LedgerEntry.objects.filter(
+        payment=payment, kind=entry.kind, status=LedgerEntryStatus.PENDING
+    ).update(**fields)
 
 
 def _move_followups(move: Move) -> None:

@@ -87,6 +87,52 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
 
 
+def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debits(
+    sqs_queues, django_assert_num_queries
+):
+    from decimal import Decimal
+
+    from payments.models import PaymentDirection, PaymentPurpose
+
+    refunds = []
+    for _ in range(10):
+        debit = PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal("25.00"))
+        # A refund sent, its money held by its pending entry (as refund_create writes it).
+        refund = PaymentFactory(
+            state=PaymentState.SUBMITTED,
+            amount=Decimal("25.00"),
+            merchant_id=debit.merchant_id,
+            source_token=debit.source_token,
+            direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.REFUND,
+            refund_of=debit,
+        )
+        LedgerEntry.objects.create(
+            payment=refund,
+            merchant_id=refund.merchant_id,
+            kind="refund",
+            amount=-refund.amount,
+            currency=refund.currency,
+            status="pending",
+        )
+        send_event(sqs_queues.client, sqs_queues.url, refund, "settled", direction="credit")
+        refunds.append(refund)
+    worker = Worker(wait_time=0, relay=False)
+    with worker.running():
+        messages = receive_batch(worker, sqs_queues, 10)
+        # As a debit's settlement (the test above): a refund's posts its pending entry in the
+        # event's one statement, not in one more after it.
+        with django_assert_num_queries(24, connection=connection):
+            worker.process_batch(messages)
+    assert set(Payment.objects.filter(pk__in=[r.pk for r in refunds]).values_list("state")) == {
+        (PaymentState.CONFIRMED,)
+    }
+    entries = LedgerEntry.objects.filter(payment__in=refunds)
+    assert {(e.kind, e.status, e.posted_at is not None) for e in entries} == {
+        ("refund", "posted", True)
+    }
+
+
 def failing_on(payment_id: str) -> dict[str, Handler]:
     def handler(message):
         outcome = handle_processor_event(message)  # its rows are written, then rolled back

@@ -84,6 +84,51 @@ def test_both_backends_write_the_same_rows_from_the_same_declaration(monkeypatch
     assert [row["debits"] for row in one_statement["counters"]] == [1]
 
 
+def _rows_of_a_refund(monkeypatch, *, one_statement: bool, final: str) -> dict:
+    """A refund made, then submitted and ``final`` (settled or failed) by the processor."""
+    from decimal import Decimal
+
+    from payments.services.refunds import refund_create
+
+    monkeypatch.setattr("payments.services.writes._one_statement", lambda: one_statement)
+    debit = PaymentFactory(state="confirmed", merchant_id=f"merchant-rf-{one_statement}")
+    refund = refund_create(payment_id=debit.id, amount=Decimal("10.00"))
+    for event_type in ("submitted", final):
+        event = processor_event(refund, event_type, direction="credit")
+        payment_apply_event(event=event)
+    refund.refresh_from_db()
+    ignore = {"id", "payment", "merchant_id", "processor_event_id", "payload"}
+    ignore |= {"created_at", "posted_at"}
+
+    def rows(model, **where):
+        return [
+            {k: v for k, v in model_to_dict(row).items() if k not in ignore}
+            for row in model.objects.filter(**where)
+        ]
+
+    entries = LedgerEntry.objects.filter(payment=refund)
+    return {
+        "state": refund.state,
+        "ledger": rows(LedgerEntry, payment=refund),
+        "posted": [entry.posted_at is not None for entry in entries],
+        "log": rows(PaymentEvent, payment=refund, kind="processor_event"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("final", "state", "status"),
+    [("settled", "confirmed", "posted"), ("failed", "failed", "archived")],
+)
+def test_both_backends_move_a_refunds_entry_alike(monkeypatch, final, state, status):
+    one_statement = _rows_of_a_refund(monkeypatch, one_statement=True, final=final)
+    row_by_row = _rows_of_a_refund(monkeypatch, one_statement=False, final=final)
+
+    assert one_statement == row_by_row
+    assert one_statement["state"] == state
+    assert [(row["kind"], row["status"]) for row in one_statement["ledger"]] == [("refund", status)]
+    assert one_statement["posted"] == [status == "posted"]
+
+
 def _rows_of_dishonor_answers(monkeypatch, *, one_statement: bool) -> dict:
     """A return, then a contest that overtakes its dishonor, and a redelivery of each."""
     from payments.models import ReturnDishonor

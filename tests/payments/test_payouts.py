@@ -20,7 +20,7 @@ from payments.selectors import merchant_money_figures
 from payments.services import payment_apply_event
 from payments.services.payouts import payout_create
 from tests.factories import PaymentFactory, grant, processor_event
-from tests.waiting import race
+from tests.waiting import race, race_in_order
 
 pytestmark = pytest.mark.django_db
 
@@ -254,3 +254,20 @@ def test_refunds_and_payouts_racing_for_one_merchants_money_never_overdraw():
     report = Report()
     check_payouts(report)
     assert report.ok, report.render()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_payout_waits_for_a_refund_in_flight_and_reads_the_balance_after_it():
+    from payments.services.refunds import refund_create
+
+    refunded, _ = _collected("acme", "50.00"), _collected("acme", "50.00")  # 100.00 available
+
+    [result] = race_in_order(
+        lambda: refund_create(payment_id=refunded.id, amount=Decimal("50.00")),
+        lambda: payout_create(merchant_id="acme", amount=Decimal("60.00"), destination_token=TOKEN),
+    )
+
+    # It waited on the refund's share of the merchant's lock: it read 50.00, not 100.00.
+    assert isinstance(result, MoneyOutRefused), result
+    assert result.rule == "insufficient_available_balance"
+    assert _available("acme") == Decimal("50.00")

@@ -212,6 +212,53 @@ def test_twenty_concurrent_refunds_never_refund_more_than_was_collected():
     assert LedgerEntry.objects.filter(kind=LedgerEntryKind.REFUND).count() == 14
 
 
+def test_a_refund_takes_a_fixed_number_of_statements_however_many_came_before(
+    django_assert_num_queries,
+):
+    debit = _confirmed(amount="100.00", merchant_id="acme")
+    for _ in range(3):
+        refund_create(payment_id=debit.id, amount=Decimal("10.00"))
+    _confirmed(merchant_id="acme")
+
+    # Its savepoint and release (the caller's transaction is the test's); the debit's row lock,
+    # the merchant's money-out lock (shared), the one sum of what the debit's refunds hold;
+    # then the refund, its ledger entry, its audit row and its submit command.
+    with django_assert_num_queries(9):
+        refund = refund_create(payment_id=debit.id, amount=Decimal("10.00"))
+
+    assert refundable_amount(debit) == Decimal("60.00")
+    assert OutboxMessage.objects.filter(group_id=str(refund.id)).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refunds_of_one_merchant_do_not_wait_on_each_other():
+    import threading
+
+    from django.db import connection, transaction
+
+    first, second = _confirmed(merchant_id="acme"), _confirmed(merchant_id="acme")
+    made: list = []
+
+    def refund_second() -> None:
+        try:
+            made.append(refund_create(payment_id=second.id, amount=Decimal("10.00")))
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=refund_second)
+    with transaction.atomic():
+        # The first refund holds its debit's row and its share of the merchant's lock until
+        # this transaction ends; the second one, of another debit, is made meanwhile.
+        refund_create(payment_id=first.id, amount=Decimal("10.00"))
+        other.start()
+        other.join(10)
+        finished_while_held = not other.is_alive()
+    other.join(30)
+
+    assert finished_while_held
+    assert [r.refund_of_id for r in made] == [second.id]
+
+
 def test_a_held_refund_waits_for_its_debits_window_and_a_return_cancels_it_unsent(
     module_settings,
 ):

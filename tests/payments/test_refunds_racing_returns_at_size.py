@@ -10,8 +10,9 @@ from decimal import Decimal
 
 import pytest
 import requests
-from django.db import close_old_connections, connection
+from django.db import OperationalError, close_old_connections, connection
 from django.test import TestCase
+from psycopg.errors import DeadlockDetected
 
 from chaos.invariants.money_out import (
     check_balances,
@@ -46,6 +47,22 @@ def _in_thread(work) -> threading.Thread:
     return thread
 
 
+def _return_applied(debit) -> None:
+    """Apply the debit's return as the worker does: a transaction PostgreSQL ends as a deadlock's
+    victim is tried again. The return locks the debit, then each of its refunds; a worker's
+    batch applied in one transaction may hold two of those refunds, taken in its own order, and
+    one of the two transactions is then rolled back. The worker counts that as a failed attempt
+    and applies the message again; the event's dedup record makes the second try the only
+    one."""
+    for attempt in range(5):
+        try:
+            payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+            return
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, DeadlockDetected) or attempt == 4:
+                raise
+
+
 def test_refunds_racing_returns_leave_every_movement_accounted_for(sqs_queues, sandbox, tmp_path):
     debits = Payment.objects.bulk_create(
         [
@@ -73,7 +90,7 @@ def test_refunds_racing_returns_leave_every_movement_accounted_for(sqs_queues, s
         def return_half():
             with TestCase.captureOnCommitCallbacks(execute=True):
                 for debit in returned:
-                    payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+                    _return_applied(debit)
 
         threads = [_in_thread(refund_all), _in_thread(return_half)]
         for thread in threads:

@@ -26,6 +26,7 @@ from payments.models import (
     PaymentPurpose,
     PaymentState,
 )
+from payments.services.writes import entry_status_save
 
 # Per purpose: the entry made with the credit, and the one its return writes.
 ENTRY_KINDS = {
@@ -63,15 +64,6 @@ def credit_move_effects(
     return None, None, ()
 
 
-def _entry_status_set(payment: Payment, kind: str, status: str) -> None:
-    fields = {"status": status}
-    if status == LedgerEntryStatus.POSTED:
-        fields["posted_at"] = timezone.now()
-    LedgerEntry.objects.filter(payment=payment, kind=kind, status=LedgerEntryStatus.PENDING).update(
-        **fields
-    )
-
-
 def _double_loss_undo(payment: Payment, *, because: str) -> None:
     """A refund that failed or came back never reached the customer: its double loss, if its
     debit's return recorded one, is undone and the recovery owed archived."""
@@ -83,4 +75,7 @@ def _double_loss_undo(payment: Payment, *, because: str) -> None:
         note=f"the refund {because}: the customer never had the money twice",
     )
     if undone:
-        _entry_status_set(payment, LedgerEntryKind.RECOVERY_OWED, LedgerEntryStatus.ARCHIVED)
+        entry_status_save(
+            payment,
+            EntryStatus(kind=LedgerEntryKind.RECOVERY_OWED, status=LedgerEntryStatus.ARCHIVED),
+        )

@@ -107,3 +107,34 @@ CALLBACKS = {
 # The host merges the module's beat schedule into its own: see tests/host/celery.py.
 
 CELERY_BROKER_URL = "memory://"
+
+# The host's logging with every formatter and filter the module documents for LOGGING
+# (docs/operations/monitoring.md): configured when Django starts, so the wheel's test (a fresh
+# virtualenv with the declared dependencies only) fails when one of them cannot be imported.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {
+        "bank_numbers_in_urls": {"()": "payments.kernel.logformat.BankNumbersInUrlsFilter"},
+    },
+    "formatters": {
+        "plain": {
+            "()": "payments.kernel.logformat.SingleLineFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {"()": "payments.kernel.logformat.JsonLineFormatter"},
+    },
+    "handlers": {
+        "json": {"class": "logging.StreamHandler", "formatter": "json", "level": "WARNING"},
+        "plain": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["bank_numbers_in_urls"],
+            "level": "WARNING",
+        },
+    },
+    "loggers": {
+        "django.request": {"handlers": ["plain"], "level": "WARNING", "propagate": False},
+    },
+    "root": {"handlers": ["json"], "level": "WARNING"},
+}

@@ -234,3 +234,33 @@ def test_operations_endpoints_answer_under_the_hosts_prefix(sqs_queues):
     assert Client().get("/ach/readyz").status_code == 200
     metrics = Client().get("/ach/metrics")
     assert metrics.status_code == 200 and b"payments_" in metrics.content
+
+
+def test_the_hosts_logging_writes_through_the_modules_formatters_and_filter():
+    """What the host's LOGGING names (tests/host/settings.py) is what the module documents: a
+    JSON line per record on the root logger, and a Bad Request line with the account number in
+    its path masked on django.request."""
+    import io
+    import logging
+
+    from payments.kernel.logformat import JsonLineFormatter, SingleLineFormatter
+
+    def handler(logger: str, formatter: type) -> logging.StreamHandler:
+        (found,) = [h for h in logging.getLogger(logger).handlers if type(h.formatter) is formatter]
+        return found
+
+    json_handler = handler("", JsonLineFormatter)
+    plain_handler = handler("django.request", SingleLineFormatter)
+    streams = json_handler.setStream(io.StringIO()), plain_handler.setStream(io.StringIO())
+    try:
+        logging.getLogger("shop.orders").warning("order %s held", "o-1", extra={"payment_id": "p"})
+        logging.getLogger("django.request").warning("Bad Request: %s", "/ach/api/758259572987/")
+        written = json_handler.stream.getvalue(), plain_handler.stream.getvalue()
+    finally:
+        json_handler.setStream(streams[0])
+        plain_handler.setStream(streams[1])
+
+    record = json.loads(written[0])
+    assert (record["message"], record["payment_id"]) == ("order o-1 held", "p")
+    assert "Bad Request: /ach/api/****2987/" in written[1]
+    assert "758259572987" not in written[1]

@@ -70,7 +70,7 @@ SPECS: dict[str, Spec] = {
     ),
     # Dotted path of the processor backend class (payments.processor.backend.ProcessorBackend):
     # the default is the HTTP API of the design card, which the sandbox serves. (That it imports
-    # and is a backend is checked apart, payments.E004.)
+    # and is a backend is checked apart, payments.E005.)
     "PROCESSOR_BACKEND": Text(
         "payments.processor.backends.http.ProcessorClient",
         pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",

@@ -115,8 +115,8 @@ def settings_reference() -> str:
         "",
         GENERATED.strip(),
         "",
-        "The module's settings are three Django settings, one dict per app: `PAYMENTS`, "
-        "`CALLBACKS` and `TRIAGE`. A host sets only the keys it needs; every other key takes "
+        "The module's settings are four Django settings, one dict per app: `PAYMENTS`, "
+        "`CALLBACKS`, `TRIAGE` and the bank app's `BANK`. A host sets only the keys it needs; every other key takes "
         "the default below. `manage.py check` refuses a key the app does not know and a value "
         "outside what the setting accepts ([Configure the module](../how-to/configure.md)).",
         "",

@@ -116,8 +116,8 @@ def settings_reference() -> str:
         GENERATED.strip(),
         "",
         "The module's settings are four Django settings, one dict per app: `PAYMENTS`, "
-        "`CALLBACKS`, `TRIAGE` and the bank app's `BANK`. A host sets only the keys it needs; every other key takes "
-        "the default below. `manage.py check` refuses a key the app does not know and a value "
+        "`CALLBACKS`, `TRIAGE` and the bank app's `BANK`. A host sets only the keys it needs; "
+        "every other key takes the default below. `manage.py check` refuses a key the app does not know and a value "
         "outside what the setting accepts ([Configure the module](../how-to/configure.md)).",
         "",
         "The environment variable is the one this repository's project "

@@ -117,8 +117,9 @@ def settings_reference() -> str:
         "",
         "The module's settings are four Django settings, one dict per app: `PAYMENTS`, "
         "`CALLBACKS`, `TRIAGE` and the bank app's `BANK`. A host sets only the keys it needs; "
-        "every other key takes the default below. `manage.py check` refuses a key the app does not know and a value "
-        "outside what the setting accepts ([Configure the module](../how-to/configure.md)).",
+        "every other key takes the default below. `manage.py check` refuses a key the app does "
+        "not know and a value outside what the setting accepts "
+        "([Configure the module](../how-to/configure.md)).",
         "",
         "The environment variable is the one this repository's project "
         "(`config/settings/base.py`) reads the setting from; a host maps its own environment. "

@@ -60,6 +60,7 @@ from payments.selectors import (
     payment_get,
     payment_refunds,
     payment_reinitiation_chain,
+    payouts_last4,
 )
 from payments.serializers import (
     MERCHANT_MESSAGE,
@@ -128,7 +129,7 @@ def _error_response(error: ApiError) -> Response:
     return Response(error.body(), status=error.status_code)
 
 
-def _not_found(param: str) -> Response:
+def not_found(param: str) -> Response:
     message = f"no such {param.removesuffix('_id')}"
     return _error_response(
         ApiError(404, "resource_missing", message, param=param, errors={param: [message]})
@@ -222,15 +223,9 @@ def _position_ours(position: str | None) -> bool:
 class PaymentListCreateApi(ModuleApiView):
     def get(self, request):
         """The payments of every merchant the caller may act for, newest first, in cursor pages;
-        filtered by ``merchant``, ``state``, ``created_gte`` and ``created_lt``."""
-        params = request.query_params
-        repeated = [name for name in params if len(params.getlist(name)) > 1]
-        if repeated:
-            raise field_errors({name: ["given more than once"] for name in repeated})
-        query = PaymentListQuerySerializer(data=params.dict())
-        if not query.is_valid():
-            raise field_errors(query.errors)
-        payments = _payments_listed(request.user, query.validated_data)
+        filtered by ``merchant``, ``state``, ``direction``, ``purpose``, ``created_gte`` and
+        ``created_lt``."""
+        payments = payments_listed(request.user, listed_query(request), Payment.objects.all())
         paginator = PaymentPagination()
         page = paginator.paginate_queryset(payments, request, view=self)
         return paginator.get_paginated_response(PaymentOutputSerializer(page, many=True).data)
@@ -264,9 +259,22 @@ def idempotency_key_header(request) -> str | None:
     return key
 
 
-def _payments_listed(user, query: dict):
-    """The user's payments under the query's filters; merchants it may not act for are never
-    read."""
+def listed_query(request) -> dict:
+    """A list's query (``PaymentListQuerySerializer``), each filter once; 400 naming what is
+    refused."""
+    params = request.query_params
+    repeated = [name for name in params if len(params.getlist(name)) > 1]
+    if repeated:
+        raise field_errors({name: ["given more than once"] for name in repeated})
+    query = PaymentListQuerySerializer(data=params.dict())
+    if not query.is_valid():
+        raise field_errors(query.errors)
+    return query.validated_data
+
+
+def payments_listed(user, query: dict, payments, purpose: str | None = None):
+    """``payments`` (of ``purpose``, when given) of the merchants the user may act for, under
+    the query's filters; merchants it may not act for are never read."""
     merchant = query.get("merchant")
     if merchant is not None:
         if not merchant_access_allowed(user=user, merchant_id=merchant):
@@ -278,9 +286,12 @@ def _payments_listed(user, query: dict):
             raise field_errors(
                 {"merchant": ["required: the merchant access policy cannot list your merchants"]}
             )
-    payments = Payment.objects.filter(merchant_id__in=merchants)
-    if "state" in query:
-        payments = payments.filter(state=query["state"])
+    payments = payments.filter(merchant_id__in=merchants)
+    if purpose is not None:
+        payments = payments.filter(purpose=purpose)
+    for name in ("state", "direction", "purpose"):
+        if name in query:
+            payments = payments.filter(**{name: query[name]})
     if "created_gte" in query:
         payments = payments.filter(created_at__gte=query["created_gte"])
     if "created_lt" in query:
@@ -368,13 +379,13 @@ class PaymentDetailApi(ModuleApiView):
         """One payment with its events, processor attempts, errors (each by a stable code), its
         hold and its reinitiation chain; 404 for an unknown payment and for another merchant's
         alike."""
-        payment = _payment_of_user(request.user, payment_id)
+        payment = payment_of_user(request.user, payment_id)
         if payment is None:
-            return _not_found("payment_id")
+            return not_found("payment_id")
         return Response(_payment_detail(payment))
 
 
-def _payment_of_user(user, payment_id: str) -> Payment | None:
+def payment_of_user(user, payment_id: str) -> Payment | None:
     """The payment ``payment_id`` names if ``user`` may act for its merchant, else None: an id
     that is not a UUID, an unknown one and another merchant's are all answered alike (404), so
     no existence leaks. Any text in the path, so a malformed id gets this API's 404, not the
@@ -418,9 +429,9 @@ class PaymentCancelApi(ModuleApiView):
     merchant's payment is 404, as on ``GET``."""
 
     def post(self, request, payment_id):
-        payment = _payment_of_user(request.user, payment_id)
+        payment = payment_of_user(request.user, payment_id)
         if payment is None:
-            return _not_found("payment_id")
+            return not_found("payment_id")
         serializer = PaymentCancelInputSerializer(data=request.data)
         if not serializer.is_valid():
             raise field_errors(serializer.errors)
@@ -439,7 +450,7 @@ class PaymentCancelApi(ModuleApiView):
                 )
             )
         except PaymentNotFound:
-            return _not_found("payment_id")
+            return not_found("payment_id")
         return Response(_payment_detail(payment_get(payment_id=result.payment.id)))
 
 
@@ -452,9 +463,9 @@ class PaymentRefundsApi(ModuleApiView):
         try:
             payment = Payment.objects.only("id", "merchant_id").get(pk=uuid.UUID(payment_id))
         except (ValueError, Payment.DoesNotExist):
-            return _not_found("payment_id")
+            return not_found("payment_id")
         if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
-            return _not_found("payment_id")
+            return not_found("payment_id")
         data = request.data
         key = idempotency_key_header(request)
         result = idempotency.idempotency_key_run(
@@ -541,7 +552,12 @@ def _payout_create_answer(request, data) -> idempotency.Answer:
                 errors={"amount": [str(exc)]},
             )
         )
-    return idempotency.Answer(201, dict(PayoutOutputSerializer(payout).data))
+    return idempotency.Answer(201, payout_body(payout))
+
+
+def payout_body(payout: Payment) -> dict:
+    """One payout as every answer shows it."""
+    return dict(PayoutOutputSerializer(payout, context={"last4": payouts_last4([payout])}).data)
 
 
 class PaymentReinitiateApi(ModuleApiView):
@@ -553,9 +569,9 @@ class PaymentReinitiateApi(ModuleApiView):
         try:
             payment = Payment.objects.only("id", "merchant_id").get(pk=uuid.UUID(payment_id))
         except (ValueError, Payment.DoesNotExist):
-            return _not_found("payment_id")
+            return not_found("payment_id")
         if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
-            return _not_found("payment_id")
+            return not_found("payment_id")
         data = request.data
         key = idempotency_key_header(request)
         result = idempotency.idempotency_key_run(
@@ -608,7 +624,7 @@ def merchant_refused(request, merchant_id: str) -> Response | None:
     if not MERCHANT_RE.fullmatch(merchant_id):
         raise field_errors({"merchant_id": [MERCHANT_MESSAGE]})
     if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
-        return _not_found("merchant_id")
+        return not_found("merchant_id")
     return None
 
 

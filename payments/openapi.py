@@ -17,9 +17,9 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers as drf_serializers
 
-from payments import apis, serializers, services
+from payments import apis, money_out_apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
-from payments.models import PaymentState
+from payments.models import PaymentDirection, PaymentPurpose, PaymentState
 from payments.services import cancel, payouts, refunds, reinitiation
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
@@ -196,6 +196,8 @@ _LIST_PARAMETERS = [
         "every merchant you may act for.",
     ),
     OpenApiParameter("state", {"type": "string", "enum": list(PaymentState.values)}),
+    OpenApiParameter("direction", {"type": "string", "enum": list(PaymentDirection.values)}),
+    OpenApiParameter("purpose", {"type": "string", "enum": list(PaymentPurpose.values)}),
     OpenApiParameter(
         "created_gte", OpenApiTypes.DATETIME, description="Created at or after (ISO-8601)."
     ),
@@ -209,14 +211,39 @@ _LIST_PARAMETERS = [
         "cursor", OpenApiTypes.STR, description="From the previous page's next or previous URL."
     ),
 ]
-_PAYMENT_LIST = inline_serializer(
-    "PaymentList",
-    {
-        "next": drf_serializers.URLField(allow_null=True),
-        "previous": drf_serializers.URLField(allow_null=True),
-        "results": serializers.PaymentOutputSerializer(many=True),
-    },
-)
+
+
+def _list_of(name: str, serializer) -> drf_serializers.Serializer:
+    """A page of a list: the cursor links and the results."""
+    return inline_serializer(
+        name,
+        {
+            "next": drf_serializers.URLField(allow_null=True),
+            "previous": drf_serializers.URLField(allow_null=True),
+            "results": serializer(many=True),
+        },
+    )
+
+
+_PAYMENT_LIST = _list_of("PaymentList", serializers.PaymentOutputSerializer)
+
+
+def _retrieve(operation_id: str, param: str, serializer, description: str):
+    """A GET of one object by its id in the path, 404 alike for unknown and not yours."""
+    return extend_schema(
+        operation_id=operation_id,
+        parameters=[
+            OpenApiParameter(param, OpenApiTypes.UUID, OpenApiParameter.PATH),
+            *REQUEST_HEADERS,
+        ],
+        responses={
+            200: OpenApiResponse(serializer, description=description),
+            404: error_answer(
+                f"No such {param.removesuffix('_id')}, or one of a merchant you may not act for."
+            ),
+            **COMMON_ANSWERS,
+        },
+    )
 
 
 def describe() -> None:
@@ -326,6 +353,24 @@ def describe() -> None:
         )
     )(apis.PaymentReinitiateApi)
     extend_schema_view(
+        get=extend_schema(
+            operation_id="payment_refund_list",
+            parameters=[
+                OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
+                *_LIST_PARAMETERS,
+                *REQUEST_HEADERS,
+            ],
+            responses={
+                200: OpenApiResponse(
+                    _list_of("RefundList", serializers.RefundOutputSerializer),
+                    description="The debit's refunds, newest first, one page after the cursor.",
+                ),
+                400: error_answer("A refused filter, named in param."),
+                403: error_answer("You may not act for the merchant filtered on."),
+                404: error_answer("No such debit, or one of a merchant you may not act for."),
+                **COMMON_ANSWERS,
+            },
+        ),
         post=extend_schema(
             operation_id="payment_refund_create",
             request=serializers.RefundCreateInputSerializer,
@@ -350,9 +395,30 @@ def describe() -> None:
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,
             },
-        )
-    )(apis.PaymentRefundsApi)
+        ),
+    )(money_out_apis.RefundListCreateApi)
     extend_schema_view(
+        get=_retrieve(
+            "refund_retrieve",
+            "refund_id",
+            serializers.RefundOutputSerializer,
+            "The refund, in the shape its create answered with and its debit lists.",
+        )
+    )(money_out_apis.RefundDetailApi)
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="payout_list",
+            parameters=[*_LIST_PARAMETERS, *REQUEST_HEADERS],
+            responses={
+                200: OpenApiResponse(
+                    _list_of("PayoutList", serializers.PayoutOutputSerializer),
+                    description="Payouts, newest first, one page after the cursor.",
+                ),
+                400: error_answer("A refused filter, named in param."),
+                403: error_answer("You may not act for the merchant filtered on."),
+                **COMMON_ANSWERS,
+            },
+        ),
         post=extend_schema(
             operation_id="payout_create",
             request=serializers.PayoutCreateInputSerializer,
@@ -373,8 +439,16 @@ def describe() -> None:
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,
             },
+        ),
+    )(money_out_apis.PayoutListCreateApi)
+    extend_schema_view(
+        get=_retrieve(
+            "payout_retrieve",
+            "payout_id",
+            serializers.PayoutOutputSerializer,
+            "The payout, its destination as token and last four digits.",
         )
-    )(apis.PayoutCreateApi)
+    )(money_out_apis.PayoutDetailApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="merchant_balance",

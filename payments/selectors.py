@@ -1,6 +1,7 @@
 """Reads of payments for the API, the admin and operations."""
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from payments.models import (
     PaymentState,
     ProcessorAttempt,
 )
+from payments.processor.backend import get_backend
 
 # Other apps add sections to the payment detail (the queue layer adds its processing errors)
 # without payments importing them: each callable takes a payment and returns a dict to merge.
@@ -362,3 +364,16 @@ def nocs_due_count(*, now: datetime | None = None, banking_days: int = 2) -> dic
         "overdue": open_nocs.filter(deadline__lt=now).count(),
         "open": open_nocs.count(),
     }
+
+
+def payouts_last4(payouts: Sequence[Payment]) -> dict[str, str]:
+    """The destinations' last four digits the backend knows, one read per merchant on the
+    page: what a payout's ``destination`` shows beside its token."""
+    tokens_by_merchant: dict[str, list[str]] = defaultdict(list)
+    for payout in payouts:
+        tokens_by_merchant[payout.merchant_id].append(payout.source_token)
+    backend = get_backend()
+    last4: dict[str, str] = {}
+    for merchant_id, tokens in tokens_by_merchant.items():
+        last4.update(backend.accounts_last4(tokens=tokens, merchant_id=merchant_id))
+    return last4

@@ -8,9 +8,10 @@ from datetime import UTC
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from payments.models import Payment, PaymentState
+from payments.models import Payment, PaymentDirection, PaymentPurpose, PaymentState
 from payments.services import BANK_NUMBER_MESSAGE, looks_like_bank_number, validate_source_token
 
 MERCHANT_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
@@ -274,6 +275,7 @@ class PayoutCreateInputSerializer(StrictInputSerializer):
     currency = serializers.ChoiceField(choices=["USD"], default="USD")
     destination_token = StrictCharField(max_length=128)
     description = StrictCharField(max_length=255, required=False, allow_blank=True)
+    metadata = MetadataField(required=False)
 
     def validate_merchant_id(self, value: str) -> str:
         return merchant_id_checked(value)
@@ -290,11 +292,29 @@ class PayoutCreateInputSerializer(StrictInputSerializer):
 # --- Output -----------------------------------------------------------------------------------
 
 
+def _object_field(name: str) -> serializers.Field:
+    """The ``object`` every answer carries: what kind of thing it is, one word, fixed by its
+    serializer (Stripe's convention), so a client reading a list or an event knows the shape."""
+
+    @extend_schema_field({"type": "string", "pattern": f"^{name}$", "example": name})
+    class ObjectField(serializers.Field):
+        def __init__(self):
+            super().__init__(source="*", read_only=True)
+
+        def to_representation(self, value):
+            return name
+
+    return ObjectField()
+
+
 class PaymentOutputSerializer(serializers.ModelSerializer):
+    object = _object_field("payment")
+
     class Meta:
         model = Payment
         fields = [
             "id",
+            "object",
             "state",
             "idempotency_key",
             "merchant_id",
@@ -311,8 +331,10 @@ class PaymentOutputSerializer(serializers.ModelSerializer):
 
 
 class RefundOutputSerializer(serializers.ModelSerializer):
-    """A refund: an ACH credit of (part of) a collected debit, with its own idempotency key."""
+    """A refund: an ACH credit of (part of) a collected debit, with its own idempotency key.
+    One shape wherever it appears: nested in its debit, created, read or listed."""
 
+    object = _object_field("refund")
     payment_id = serializers.UUIDField(source="refund_of_id", read_only=True)
     reason = serializers.CharField(source="description", read_only=True)
 
@@ -320,7 +342,9 @@ class RefundOutputSerializer(serializers.ModelSerializer):
         model = Payment
         fields = [
             "id",
+            "object",
             "payment_id",
+            "merchant_id",
             "amount",
             "currency",
             "state",
@@ -328,24 +352,47 @@ class RefundOutputSerializer(serializers.ModelSerializer):
             "reason",
             "metadata",
             "created_at",
+            "updated_at",
         ]
 
 
+class DestinationOutputSerializer(serializers.Serializer):
+    """Where a payout goes: its token and, where the backend knows them, the account's last
+    four digits; never more of the account."""
+
+    token = serializers.CharField()
+    last4 = serializers.CharField(allow_null=True)
+
+
 class PayoutOutputSerializer(serializers.ModelSerializer):
-    """A payout: an ACH credit of a merchant's available balance to its own account."""
+    """A payout: an ACH credit of a merchant's available balance to its own account. The
+    account's last four digits come from ``context["last4"]`` (token to digits), which the view
+    reads from the backend for a whole page at once."""
+
+    object = _object_field("payout")
+    destination = serializers.SerializerMethodField()
 
     class Meta:
         model = Payment
         fields = [
             "id",
+            "object",
             "merchant_id",
             "amount",
             "currency",
             "state",
             "idempotency_key",
             "description",
+            "destination",
+            "metadata",
             "created_at",
+            "updated_at",
         ]
+
+    @extend_schema_field(DestinationOutputSerializer)
+    def get_destination(self, payout: Payment) -> dict:
+        last4 = self.context.get("last4", {}).get(payout.source_token)
+        return {"token": payout.source_token, "last4": last4}
 
 
 class NocWarningOutputSerializer(serializers.Serializer):
@@ -501,6 +548,8 @@ class PaymentListQuerySerializer(StrictInputSerializer):
 
     merchant = StrictCharField(max_length=64, required=False)
     state = serializers.ChoiceField(choices=PaymentState.values, required=False)
+    direction = serializers.ChoiceField(choices=PaymentDirection.values, required=False)
+    purpose = serializers.ChoiceField(choices=PaymentPurpose.values, required=False)
     # ISO-8601; without an offset, UTC (never the host's TIME_ZONE, which a client cannot see).
     created_gte = serializers.DateTimeField(required=False, default_timezone=UTC)
     created_lt = serializers.DateTimeField(required=False, default_timezone=UTC)

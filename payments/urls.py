@@ -1,6 +1,7 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
 ``payments/``, ``payments/<id>/``, ``payments/<id>/cancel/``, ``payments/<id>/reinitiate/``,
-``payments/<id>/refunds/``, ``payouts/`` and ``merchants/<id>/balance/`` (the bank app's
+``payments/<id>/refunds/``, ``refunds/<id>/``, ``payouts/``, ``payouts/<id>/`` and
+``merchants/<id>/balance/`` (the bank app's
 ``bank.urls`` adds the books and the vault beside them)."""
 
 from django.urls import path
@@ -10,9 +11,13 @@ from payments.apis import (
     PaymentCancelApi,
     PaymentDetailApi,
     PaymentListCreateApi,
-    PaymentRefundsApi,
     PaymentReinitiateApi,
-    PayoutCreateApi,
+)
+from payments.money_out_apis import (
+    PayoutDetailApi,
+    PayoutListCreateApi,
+    RefundDetailApi,
+    RefundListCreateApi,
 )
 
 urlpatterns = [
@@ -26,8 +31,15 @@ urlpatterns = [
         PaymentReinitiateApi.as_view(),
         name="payment-reinitiate",
     ),
-    path("payments/<str:payment_id>/refunds/", PaymentRefundsApi.as_view(), name="payment-refunds"),
-    path("payouts/", PayoutCreateApi.as_view(), name="payout-create"),
+    path(
+        "payments/<str:payment_id>/refunds/",
+        RefundListCreateApi.as_view(),
+        name="payment-refunds",
+    ),
+    path("refunds/<str:refund_id>/", RefundDetailApi.as_view(), name="refund-detail"),
+    # One route for list (GET) and create (POST), as payments/.
+    path("payouts/", PayoutListCreateApi.as_view(), name="payout-create"),
+    path("payouts/<str:payout_id>/", PayoutDetailApi.as_view(), name="payout-detail"),
     path(
         "merchants/<str:merchant_id>/balance/",
         MerchantBalanceApi.as_view(),

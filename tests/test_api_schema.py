@@ -92,7 +92,16 @@ def test_every_answer_is_described_with_its_request_id(schema):
 def test_the_list_is_described_with_its_filters_and_cursor_pages(schema):
     operation = schema["paths"]["/api/payments/"]["get"]
     parameters = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
-    assert set(parameters) == {"merchant", "state", "created_gte", "created_lt", "limit", "cursor"}
+    assert set(parameters) == {
+        "merchant",
+        "state",
+        "direction",
+        "purpose",
+        "created_gte",
+        "created_lt",
+        "limit",
+        "cursor",
+    }
     assert (parameters["limit"]["schema"]["minimum"], parameters["limit"]["schema"]["maximum"]) == (
         1,
         100,

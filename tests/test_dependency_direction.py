@@ -233,11 +233,11 @@ INTERFACE |= {"checks", "apps", "dashboard"}
 
 def layer(module: str) -> int:
     """0 the shared kernel (``payments.kernel``), 2 an interface module (a part named in
-    ``INTERFACE``, or ending in ``_admin``), 1 the core."""
+    ``INTERFACE``, or ending in ``_admin`` or ``_apis``), 1 the core."""
     parts = module.split(".")
     if parts[:2] == ["payments", "kernel"]:
         return 0
-    if any(part in INTERFACE or part.endswith("_admin") for part in parts[1:]):
+    if any(part in INTERFACE or part.endswith(("_admin", "_apis")) for part in parts[1:]):
         return 2
     return 1
 

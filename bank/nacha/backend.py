@@ -32,6 +32,7 @@ from bank.nacha.services import nacha_entry_add, nacha_entry_withdraw
 from bank.nacha.windows import window_next
 from bank.vault.selectors import (
     UNKNOWN_TOKEN_MESSAGE,
+    vault_accounts_last4,
     vault_token_held_for,
     vault_token_is_vaults,
 )
@@ -64,6 +65,9 @@ class NachaBankBackend(ProcessorBackend):
         ):
             return UNKNOWN_TOKEN_MESSAGE
         return None
+
+    def accounts_last4(self, *, tokens: list[str], merchant_id: str) -> dict[str, str]:
+        return vault_accounts_last4(tokens=tokens, merchant_id=merchant_id)
 
     def debit_create(
         self,

@@ -16,3 +16,10 @@ def vault_token_held_for(*, token: str, merchant_id: str) -> bool:
     """Whether the vault holds ``token`` for ``merchant_id``. A missing token and another
     merchant's answer the same, so a caller cannot learn that a token exists elsewhere."""
     return VaultAccount.objects.filter(token=token, merchant_id=merchant_id).exists()
+
+
+def vault_accounts_last4(*, tokens: list[str], merchant_id: str) -> dict[str, str]:
+    """Token to the account's last four digits, for those of ``tokens`` the vault holds for
+    ``merchant_id`` (another merchant's token is left out, as a missing one is)."""
+    accounts = VaultAccount.objects.filter(token__in=tokens, merchant_id=merchant_id)
+    return dict(accounts.values_list("token", "account_last4"))

@@ -248,6 +248,13 @@ class ProcessorBackend(abc.ABC):
         takes only a vault token the vault holds for the merchant."""
         return None
 
+    def accounts_last4(self, *, tokens: list[str], merchant_id: str) -> dict[str, str]:
+        """The last four digits of the accounts ``tokens`` name, for those this backend knows
+        (a token it does not know is left out): what a payout's ``destination`` shows. One
+        query for a page of payouts; no network call. The default knows none: a processor's
+        token carries no digits the module may read."""
+        return {}
+
     def credit_create(
         self,
         *,

@@ -56,6 +56,7 @@ def payout_create(
     destination_token: str,
     currency: str = "USD",
     description: str = "",
+    metadata: Mapping[str, str] | None = None,
     caused_by: str = "",
     carried: Mapping[str, str] | None = None,
 ) -> Payment:
@@ -100,6 +101,7 @@ def payout_create(
             currency=currency,
             source_token=destination_token,
             description=description,
+            metadata=dict(metadata or {}),
             direction=PaymentDirection.CREDIT,
             purpose=PaymentPurpose.PAYOUT,
         )

@@ -39,7 +39,10 @@ def test_a_refund_answers_201_and_shows_on_its_payment(api_client, debit):
     body = response.json()
     assert set(body) == {
         "id",
+        "object",
         "payment_id",
+        "merchant_id",
+        "updated_at",
         "amount",
         "currency",
         "state",

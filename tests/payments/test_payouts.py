@@ -144,14 +144,21 @@ def test_the_api_answers_201_with_the_payout_and_replays_its_key(api_client, use
     assert first.status_code == 201, first.json()
     assert set(first.json()) == {
         "id",
+        "object",
         "merchant_id",
         "amount",
         "currency",
         "state",
         "idempotency_key",
         "description",
+        "destination",
+        "metadata",
         "created_at",
+        "updated_at",
     }
+    assert first.json()["object"] == "payout"
+    # A processor token carries no digits the module may read.
+    assert first.json()["destination"] == {"token": body["destination_token"], "last4": None}
     assert again.json() == first.json()
     assert Payment.objects.filter(purpose=PaymentPurpose.PAYOUT).count() == 1
 

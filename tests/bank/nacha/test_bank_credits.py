@@ -3,6 +3,7 @@ the next file as a debit is, cut into credit batches of their own (22/32, servic
 described REFUND or PAYOUT) beside the debits, submitted once when the file is at the bank,
 settled as credits, and a credit the receiving bank cannot place comes back R03."""
 
+import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -161,3 +162,25 @@ def test_the_sandbox_bank_returns_a_credit_it_cannot_place_r03_stated_as_a_credi
     assert (row.payment_id, row.code, row.event_type) == (payout.pk, "R03", "returned")
     assert row.event["direction"] == "credit"
     assert row.event["amount"] == "250.00"
+
+
+def test_a_payouts_destination_shows_its_vault_token_and_last_four_digits_only(
+    bank, api_client, user
+):
+    from tests.factories import grant
+
+    grant(user, "m-1")
+    payout = _payout(_account())
+    other = vault_account_store(**(ACCOUNT | {"merchant_id": "m-2"})).token
+    # A token the vault holds for another merchant shows no digits.
+    foreign = _payout(other)
+
+    read = api_client.get(f"/api/payouts/{payout.id}/").json()
+    listed = api_client.get("/api/payouts/").json()["results"]
+
+    assert read["destination"] == {"token": payout.source_token, "last4": "9012"}
+    assert {p["id"]: p["destination"]["last4"] for p in listed} == {
+        str(payout.id): "9012",
+        str(foreign.id): None,
+    }
+    assert ACCOUNT["account_number"] not in json.dumps([read, listed])

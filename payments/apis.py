@@ -165,6 +165,19 @@ class PaymentPagination(CursorPagination):
     page_size_query_param = "limit"
     max_page_size = 100
 
+    def get_paginated_response(self, data) -> Response:
+        """The page in the list shape every list answers with: ``object`` ``list``, the cursor
+        links, and ``has_more`` (whether a page follows this one, the way it was read)."""
+        return Response(
+            {
+                "object": "list",
+                "next": self.get_next_link(),
+                "previous": self.get_previous_link(),
+                "has_more": self.has_next,
+                "results": data,
+            }
+        )
+
     def encode_cursor(self, cursor: Cursor) -> str:
         return replace_query_param(self.base_url, self.cursor_query_param, _cursor_text(cursor))
 

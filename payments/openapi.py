@@ -218,8 +218,10 @@ def _list_of(name: str, serializer) -> drf_serializers.Serializer:
     return inline_serializer(
         name,
         {
+            "object": serializers.object_field("list"),
             "next": drf_serializers.URLField(allow_null=True),
             "previous": drf_serializers.URLField(allow_null=True),
+            "has_more": drf_serializers.BooleanField(),
             "results": serializer(many=True),
         },
     )

@@ -292,7 +292,7 @@ class PayoutCreateInputSerializer(StrictInputSerializer):
 # --- Output -----------------------------------------------------------------------------------
 
 
-def _object_field(name: str) -> serializers.Field:
+def object_field(name: str) -> serializers.Field:
     """The ``object`` every answer carries: what kind of thing it is, one word, fixed by its
     serializer (Stripe's convention), so a client reading a list or an event knows the shape."""
 
@@ -308,7 +308,7 @@ def _object_field(name: str) -> serializers.Field:
 
 
 class PaymentOutputSerializer(serializers.ModelSerializer):
-    object = _object_field("payment")
+    object = object_field("payment")
 
     class Meta:
         model = Payment
@@ -334,7 +334,7 @@ class RefundOutputSerializer(serializers.ModelSerializer):
     """A refund: an ACH credit of (part of) a collected debit, with its own idempotency key.
     One shape wherever it appears: nested in its debit, created, read or listed."""
 
-    object = _object_field("refund")
+    object = object_field("refund")
     payment_id = serializers.UUIDField(source="refund_of_id", read_only=True)
     reason = serializers.CharField(source="description", read_only=True)
 
@@ -369,7 +369,7 @@ class PayoutOutputSerializer(serializers.ModelSerializer):
     account's last four digits come from ``context["last4"]`` (token to digits), which the view
     reads from the backend for a whole page at once."""
 
-    object = _object_field("payout")
+    object = object_field("payout")
     destination = serializers.SerializerMethodField()
 
     class Meta:

@@ -109,7 +109,7 @@ def test_the_list_is_described_with_its_filters_and_cursor_pages(schema):
     assert parameters["created_gte"]["schema"]["format"] == "date-time"
     assert {"200", "400", "403", "429"} <= set(operation["responses"])
     page = schema["components"]["schemas"]["PaymentList"]
-    assert set(page["properties"]) == {"next", "previous", "results"}
+    assert set(page["properties"]) == {"object", "next", "previous", "has_more", "results"}
 
 
 def test_metadata_is_described_with_its_bounds(schema):

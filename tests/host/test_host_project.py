@@ -125,7 +125,8 @@ def test_module_endpoints_answer_as_documented_whatever_the_hosts_drf_policies(t
     listed = token_client.get("/ach/api/payments/", {"limit": 2})
     assert listed.status_code == 200
     page = listed.json()
-    assert set(page) == {"next", "previous", "results"}  # not the host's shop_page
+    # not the host's shop_page
+    assert set(page) == {"object", "next", "previous", "has_more", "results"}
     assert [p["id"] for p in page["results"]] == ids[::-1][:2]
     rest = token_client.get(page["next"])
     assert [p["id"] for p in rest.json()["results"]] == ids[:1]

@@ -100,6 +100,8 @@ def test_cursor_pages_walk_every_payment_once_while_new_ones_arrive(api_client, 
         assert len(page) <= 3
         seen.extend(page)
         payment_at("acme", T0 + timedelta(days=9))  # newer than every page: not in this walk
+        assert response.json()["object"] == "list"
+        assert response.json()["has_more"] is (response.json()["next"] is not None)
         if response.json()["next"] is None:
             break
         response = api_client.get(response.json()["next"])

@@ -520,7 +520,8 @@ def _refund_create_answer(request, payment: Payment, data) -> idempotency.Answer
         )
     except PaymentNotFound:
         return _refusal(ApiError(404, "resource_missing", "no such payment", param="payment_id"))
-    return idempotency.Answer(201, dict(RefundOutputSerializer(refund).data))
+    body = RefundOutputSerializer(refund, context={"created": True}).data
+    return idempotency.Answer(201, dict(body))
 
 
 class PayoutCreateApi(ModuleApiView):

@@ -45,7 +45,10 @@ class RefundListCreateApi(PaymentRefundsApi):
         if payment is None or payment.purpose != PaymentPurpose.COLLECTION:
             return not_found("payment_id")
         refunds = payments_listed(
-            request.user, query, Payment.objects.filter(refund_of=payment), PaymentPurpose.REFUND
+            request.user,
+            query,
+            Payment.objects.filter(refund_of=payment).select_related("double_loss"),
+            PaymentPurpose.REFUND,
         )
         return _page(self, request, refunds, RefundOutputSerializer)
 

@@ -111,7 +111,7 @@ def payment_get(*, payment_id) -> Payment:
 
 def payment_refunds(payment: Payment) -> list[Payment]:
     """A debit's refunds, oldest first."""
-    return list(payment.refunds.order_by("created_at", "id"))
+    return list(payment.refunds.select_related("double_loss").order_by("created_at", "id"))
 
 
 def payment_reinitiation_chain(payment: Payment) -> dict | None:

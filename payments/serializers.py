@@ -11,7 +11,14 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from payments.models import Payment, PaymentDirection, PaymentPurpose, PaymentState
+from payments.models import (
+    DoubleLoss,
+    DoubleLossStatus,
+    Payment,
+    PaymentDirection,
+    PaymentPurpose,
+    PaymentState,
+)
 from payments.services import BANK_NUMBER_MESSAGE, looks_like_bank_number, validate_source_token
 
 MERCHANT_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
@@ -330,6 +337,16 @@ class PaymentOutputSerializer(serializers.ModelSerializer):
         ]
 
 
+class DoubleLossOutputSerializer(serializers.Serializer):
+    """A double loss as the merchant sees it: the refund's amount it has twice lost, whether it
+    is still to recover, and when it was found."""
+
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    currency = serializers.CharField()
+    status = serializers.ChoiceField(choices=DoubleLossStatus.choices)
+    detected_at = serializers.DateTimeField()
+
+
 class RefundOutputSerializer(serializers.ModelSerializer):
     """A refund: an ACH credit of (part of) a collected debit, with its own idempotency key.
     One shape wherever it appears: nested in its debit, created, read or listed."""
@@ -337,6 +354,7 @@ class RefundOutputSerializer(serializers.ModelSerializer):
     object = object_field("refund")
     payment_id = serializers.UUIDField(source="refund_of_id", read_only=True)
     reason = serializers.CharField(source="description", read_only=True)
+    double_loss = serializers.SerializerMethodField()
 
     class Meta:
         model = Payment
@@ -351,9 +369,23 @@ class RefundOutputSerializer(serializers.ModelSerializer):
             "idempotency_key",
             "reason",
             "metadata",
+            "double_loss",
             "created_at",
             "updated_at",
         ]
+
+    @extend_schema_field(DoubleLossOutputSerializer(allow_null=True))
+    def get_double_loss(self, refund: Payment) -> dict | None:
+        """The double loss this refund made when its debit came back after it, else None (read
+        with the refund where the query selected it). A refund its own request just created
+        has none yet (``context["created"]``): only a later return makes one."""
+        if self.context.get("created"):
+            return None
+        try:
+            loss = refund.double_loss
+        except DoubleLoss.DoesNotExist:
+            return None
+        return DoubleLossOutputSerializer(loss).data
 
 
 class DestinationOutputSerializer(serializers.Serializer):

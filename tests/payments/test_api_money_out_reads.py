@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from payments.models import Payment, PaymentDirection, PaymentPurpose, PaymentState
+from payments.models import DoubleLoss, Payment, PaymentDirection, PaymentPurpose, PaymentState
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, grant, processor_event
 
@@ -296,3 +296,39 @@ def test_a_payouts_bad_metadata_is_refused_and_nothing_is_created(
 
     assert _refused(response)["param"] == param
     assert not Payment.objects.filter(purpose=PaymentPurpose.PAYOUT).exists()
+
+
+def test_a_refund_hit_by_a_double_loss_shows_it_wherever_it_is_read(api_client, user):
+    grant(user, "acme")
+    debit = _collected()
+    created = _refund(api_client, debit, "45.00")
+    assert created["double_loss"] is None
+    Payment.objects.filter(pk=created["id"]).update(state=PaymentState.SUBMITTED)
+    debit.refresh_from_db()
+
+    payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+
+    read = api_client.get(f"/api/refunds/{created['id']}/").json()
+    listed = _results(api_client.get(f"/api/payments/{debit.id}/refunds/"))
+    nested = api_client.get(f"/api/payments/{debit.id}/").json()["refunds"]
+    loss = DoubleLoss.objects.get()
+    expected = {
+        "amount": "45.00",
+        "currency": "USD",
+        "status": "open",
+        "detected_at": loss.detected_at.isoformat().replace("+00:00", "Z"),
+    }
+    assert read["double_loss"] == listed[0]["double_loss"] == nested[0]["double_loss"] == expected
+
+
+def test_a_refunds_create_answer_reads_no_double_loss(api_client, user):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    grant(user, "acme")
+    debit = _collected()
+
+    with CaptureQueriesContext(connection) as queries:
+        _refund(api_client, debit, "5.00")
+
+    assert not [q for q in queries.captured_queries if "payments_doubleloss" in q["sql"]]

@@ -49,6 +49,7 @@ def test_a_refund_answers_201_and_shows_on_its_payment(api_client, debit):
         "idempotency_key",
         "reason",
         "metadata",
+        "double_loss",
         "created_at",
     }
     assert (body["payment_id"], body["amount"], body["state"]) == (

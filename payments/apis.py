@@ -32,6 +32,7 @@ from rest_framework.views import APIView
 from payments import conf as payments_conf
 from payments import idempotency
 from payments.access import merchant_access_allowed, merchants_listed
+from payments.api_access_classes import authentication_classes, permission_classes
 from payments.api_errors import (
     DATABASE_RETRY_AFTER_SECONDS,
     DATABASE_UNAVAILABLE_MESSAGE,
@@ -106,6 +107,8 @@ __all__ = [
 
 
 class ModuleApiView(ModuleErrorsMixin, APIView):
+    # PAYMENTS["API_AUTHENTICATION_CLASSES"] and ["API_PERMISSION_CLASSES"], read per request
+    # (get_authenticators, get_permissions); these are their defaults.
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     parser_classes = [StrictJSONParser]
@@ -116,6 +119,14 @@ class ModuleApiView(ModuleErrorsMixin, APIView):
     throttle_classes = [ModuleScopedThrottle]
     metadata_class = SimpleMetadata
     schema = AutoSchema()
+
+    def get_authenticators(self):
+        classes = authentication_classes(payments_conf.API_AUTHENTICATION_CLASSES)
+        return [auth() for auth in classes]
+
+    def get_permissions(self):
+        classes = permission_classes(payments_conf.API_PERMISSION_CLASSES)
+        return [permission() for permission in classes]
 
     def initial(self, request, *args, **kwargs):
         # Size first, before authentication: read at most one byte past the limit whatever

@@ -9,6 +9,12 @@ setting is seen): the host's value when it sets one, else the default below. A h
 from datetime import timedelta
 from typing import Any
 
+from payments.api_access_classes import (
+    AUTHENTICATION_ACCEPTED,
+    PERMISSION_ACCEPTED,
+    authentication_classes,
+    permission_classes,
+)
 from payments.kernel.app_settings import AppSettings
 from payments.kernel.setting_specs import (
     Duration,
@@ -36,6 +42,14 @@ SPECS: dict[str, Spec] = {
     "PROCESSED_EVENT_RETENTION": Duration(timedelta(days=30), minimum=timedelta(days=1)),
     # The Idempotency-Key contract keeps keys at least 24 hours.
     "API_IDEMPOTENCY_RETENTION": Duration(timedelta(hours=24), minimum=timedelta(hours=24)),
+    # How long a claimed Idempotency-Key whose request has not answered is held before another
+    # request with the key may take it over. A request that is still running holds the key's
+    # row locked and is never taken over, whatever its age (payments.idempotency): the lease
+    # only says how long a client waits after a request died mid-way (a killed worker process).
+    # Set it above the host's request timeout, so a request is dead before its key is free.
+    "API_IDEMPOTENCY_LEASE": Duration(
+        timedelta(seconds=60), minimum=timedelta(seconds=1), maximum=timedelta(hours=1)
+    ),
     # The largest request body the payments API reads: a create is a few hundred bytes; a
     # larger body is answered 413 after reading at most one byte past it. Above 10 MiB a body is
     # a denial of service, not a payment.
@@ -46,6 +60,24 @@ SPECS: dict[str, Spec] = {
     # default, limits nothing; {"read": "600/min", "write": "60/min"} answers 429 past them.
     "PAYMENTS_API_THROTTLE_RATES": Parsed(
         None, parse=parse_throttle_rates, accepted=RATE_ACCEPTED, types=(dict, type(None))
+    ),
+    # Who may call the payments API (and the bank app's books and vault), as DRF classes by
+    # dotted path: a host on OAuth or JWT names its own authentication class; the permission
+    # classes run before the merchant access policy, which still decides per merchant.
+    "API_AUTHENTICATION_CLASSES": Parsed(
+        [
+            "rest_framework.authentication.TokenAuthentication",
+            "rest_framework.authentication.SessionAuthentication",
+        ],
+        parse=authentication_classes,
+        accepted=AUTHENTICATION_ACCEPTED,
+        types=(list, tuple),
+    ),
+    "API_PERMISSION_CLASSES": Parsed(
+        ["rest_framework.permissions.IsAuthenticated"],
+        parse=permission_classes,
+        accepted=PERMISSION_ACCEPTED,
+        types=(list, tuple),
     ),
     # Published outbox rows: the queue message and the event log carry what they said; a week
     # is for looking into a publish that went wrong.

@@ -5,8 +5,11 @@ first request still runs: 409. Only a request that began to execute stores its a
 Stripe does): a refusal before that (validation, permission) releases the key, so the client's
 corrected or later-authorised retry with the same key executes instead of replaying the refusal.
 The key row is committed on its own first, so a concurrent request sees it; the work and the
-stored answer then commit together, so a crash leaves either both or neither. A key left in
-flight by a crashed request is taken over after a lease.
+stored answer then commit together, so a crash leaves either both or neither. The work's
+transaction holds the key row's lock from its first statement to its commit: a request with the
+key that finds the row locked answers 409 however long the first one runs, so a live request is
+never taken over and its work never done twice. A key left in flight by a crashed request (its
+row unlocked, its answer never stored) is taken over after ``PAYMENTS["API_IDEMPOTENCY_LEASE"]``.
 """
 
 import enum
@@ -14,14 +17,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from payments import conf
 from payments.models import ApiIdempotencyKey
-
-IN_FLIGHT_LEASE = timedelta(seconds=60)
 
 
 class IdempotentOutcome(enum.StrEnum):
@@ -84,6 +85,9 @@ def idempotency_key_run(
         record = claim
     try:
         with transaction.atomic():
+            if record is not None and not _claim_locked(record):
+                # Taken over between our claim and this lock: the other request runs the work.
+                return IdempotentResult(IdempotentOutcome.IN_FLIGHT, None)
             answer = work()
             if record is not None and answer.store:
                 idempotency_key_complete(record=record, status=answer.status, body=answer.body)
@@ -96,6 +100,15 @@ def idempotency_key_run(
     return IdempotentResult(IdempotentOutcome.ANSWERED, answer)
 
 
+def _claim_locked(record: ApiIdempotencyKey) -> bool:
+    """Lock our claim's row until the work's transaction ends; False if it is no longer ours
+    (another request took it over, or it was answered)."""
+    mine = ApiIdempotencyKey.objects.select_for_update().filter(
+        pk=record.pk, created_at=record.created_at, completed_at__isnull=True
+    )
+    return bool(list(mine.values_list("pk", flat=True)))
+
+
 def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay:
     """Claim ``key`` for this request, or say what to answer instead."""
     try:
@@ -103,13 +116,29 @@ def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotency
             return ApiIdempotencyKey.objects.create(user=user, key=key, request_hash=fingerprint)
     except IntegrityError:
         pass
+    try:
+        return _claim_taken(user=user, key=key, fingerprint=fingerprint)
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        # The first request's work holds the row: it is running, whatever its age.
+        return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+
+
+# PostgreSQL's SQLSTATE for a NOWAIT lock that another transaction holds.
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _claim_taken(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay:
+    """The key is someone's already: replay, refuse, or take over a claim left by a request
+    that died (unlocked and older than the lease)."""
     with transaction.atomic():
-        record = ApiIdempotencyKey.objects.select_for_update().get(user=user, key=key)
+        record = ApiIdempotencyKey.objects.select_for_update(nowait=True).get(user=user, key=key)
         if record.request_hash != fingerprint:
             return Replay(422, None, IdempotentOutcome.MISMATCH)
         if record.completed_at is not None:
             return Replay(record.response_status, record.response_body, IdempotentOutcome.REPLAYED)
-        if timezone.now() - record.created_at < IN_FLIGHT_LEASE:
+        if timezone.now() - record.created_at < conf.API_IDEMPOTENCY_LEASE:
             return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
         # The first request died before finishing: nothing it did was committed. Take it over.
         record.created_at = timezone.now()
@@ -127,4 +156,6 @@ def idempotency_key_complete(*, record: ApiIdempotencyKey, status: int, body: di
 
 def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:
     """Forget a claim whose request failed unexpectedly, so the client may retry with the key."""
-    ApiIdempotencyKey.objects.filter(pk=record.pk, completed_at__isnull=True).delete()
+    ApiIdempotencyKey.objects.filter(
+        pk=record.pk, created_at=record.created_at, completed_at__isnull=True
+    ).delete()

@@ -1,4 +1,5 @@
 import threading
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -123,7 +124,7 @@ def test_key_abandoned_by_a_crashed_request_is_taken_over_after_the_lease(api_cl
         user=user, key="k5", request_hash=idempotency.request_fingerprint(BODY)
     )
     ApiIdempotencyKey.objects.filter(pk=record.pk).update(
-        created_at=timezone.now() - idempotency.IN_FLIGHT_LEASE - timedelta(seconds=1)
+        created_at=timezone.now() - timedelta(seconds=61)
     )
     response = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k5")
 
@@ -252,3 +253,74 @@ def test_balance_of_merchant_without_entries_is_empty(api_client):
         "merchant_id": "nobody",
         "balances": [],
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_still_running_past_the_lease_is_never_taken_over(module_settings):
+    """The first request's work outlives the lease (a slow database, a long lock wait): a second
+    request with the key finds the key row locked by that work and answers 409, so the work
+    runs once; once the first has answered, the key replays its answer."""
+    module_settings.API_IDEMPOTENCY_LEASE = timedelta(seconds=1)
+    user = UserFactory()
+    started, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def slow_work():
+        runs.append("first")
+        started.set()
+        assert release.wait(30)
+        return idempotency.Answer(201, {"run": len(runs)})
+
+    def second_work():
+        runs.append("second")
+        return idempotency.Answer(201, {"run": len(runs)})
+
+    def first():
+        try:
+            return idempotency.idempotency_key_run(
+                user=user, key="slow", request_data=BODY, work=slow_work
+            )
+        finally:
+            connection.close()
+
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(first()))
+    thread.start()
+    assert started.wait(30)
+    # Past the lease, as a request running longer than it would be (the row is locked by the
+    # first request's work, so its age cannot be written, only waited out).
+    time.sleep(1.5)
+
+    while_running = idempotency.idempotency_key_run(
+        user=user, key="slow", request_data=BODY, work=second_work
+    )
+    release.set()
+    thread.join(30)
+    after = idempotency.idempotency_key_run(
+        user=user, key="slow", request_data=BODY, work=second_work
+    )
+
+    assert while_running.outcome == idempotency.IdempotentOutcome.IN_FLIGHT
+    assert results[0].outcome == idempotency.IdempotentOutcome.ANSWERED
+    assert (after.outcome, after.answer.body) == (
+        idempotency.IdempotentOutcome.REPLAYED,
+        {"run": 1},
+    )
+    assert runs == ["first"]
+
+
+def test_the_lease_is_a_setting_a_crashed_claim_waits_out(api_client, user, module_settings):
+    module_settings.API_IDEMPOTENCY_LEASE = timedelta(minutes=10)
+    record = ApiIdempotencyKeyFactory(
+        user=user, key="k-lease", request_hash=idempotency.request_fingerprint(BODY)
+    )
+    ApiIdempotencyKey.objects.filter(pk=record.pk).update(
+        created_at=timezone.now() - timedelta(minutes=5)
+    )
+
+    within = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k-lease")
+    module_settings.API_IDEMPOTENCY_LEASE = timedelta(minutes=4)
+    after = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k-lease")
+
+    assert (within.status_code, after.status_code) == (409, 201)
+    assert Payment.objects.count() == 1

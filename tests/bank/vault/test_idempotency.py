@@ -126,7 +126,7 @@ def test_a_key_a_crashed_store_left_is_taken_over_after_the_lease(api_client, us
         ),
     )
     ApiIdempotencyKey.objects.filter(pk=record.pk).update(
-        created_at=timezone.now() - idempotency.IN_FLIGHT_LEASE - timedelta(seconds=1)
+        created_at=timezone.now() - timedelta(seconds=61)
     )
     assert _post(api_client, ACCOUNT, "v6").status_code == 201
     assert VaultAccount.objects.count() == 1

@@ -285,20 +285,11 @@ def describe() -> None:
         ),
     )(apis.PaymentListCreateApi)
     extend_schema_view(
-        get=extend_schema(
-            operation_id="payment_retrieve",
-            parameters=[
-                OpenApiParameter("payment_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
-                *REQUEST_HEADERS,
-            ],
-            responses={
-                200: OpenApiResponse(
-                    serializers.PaymentDetailOutputSerializer,
-                    description="The payment with its events, attempts and errors.",
-                ),
-                404: error_answer("No such payment, or one of a merchant you may not act for."),
-                **COMMON_ANSWERS,
-            },
+        get=_retrieve(
+            "payment_retrieve",
+            "payment_id",
+            serializers.PaymentDetailOutputSerializer,
+            "The payment with its events, attempts and errors.",
         )
     )(apis.PaymentDetailApi)
     extend_schema_view(

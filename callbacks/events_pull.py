@@ -181,7 +181,7 @@ def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullR
                     summary=f"the processor refused the events pull after {cursor!r}: {exc}",
                 )
             return result
-        checked = _check(backend, page.data)
+        checked = _check(backend, page.data, unreadable=page.unreadable)
         try:
             new, known, unqueued = _queue_now(checked)
         except sqs.QueueUnavailable as exc:
@@ -219,10 +219,16 @@ def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullR
     return result
 
 
-def _check(backend: ProcessorBackend, data: tuple) -> _CheckedPage:
-    """Each event checked as the callback endpoint checks a body (``callback_parse``)."""
+def _check(
+    backend: ProcessorBackend, data: tuple, *, unreadable: dict[int, dict[str, list[str]]]
+) -> _CheckedPage:
+    """Each event checked as the callback endpoint checks a body (``callback_parse``); one
+    whose JSON the page's reader could not take (``unreadable``) is malformed with its errors."""
     events, malformed = [], []
-    for item in data:
+    for index, item in enumerate(data):
+        if index in unreadable:
+            malformed.append((item, unreadable[index]))
+            continue
         request = CallbackRequest(
             body=json.dumps(item, separators=(",", ":")).encode(),
             headers={},

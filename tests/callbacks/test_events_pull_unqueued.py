@@ -2,6 +2,8 @@
 SQS cannot take is dead-lettered on its own with an alert and the cursor moves past it, batches
 stay within SQS's byte limits, and every dead letter is stored with its bank numbers masked."""
 
+import uuid
+
 import pytest
 
 from callbacks import sqs
@@ -108,6 +110,10 @@ def test_a_page_of_large_events_is_sent_in_batches_within_the_byte_limit(
         {f"acct_{ACCOUNT}": "x", "amount": "-1.00"},  # a member's name
         {"corrected_data": {"account": ACCOUNT}, "amount": "NaN"},
         {"extra": [ACCOUNT, {"nested": GROUPED}], "event_type": "bogus"},
+        {"message": f"acct {ACCOUNT}\x00", "amount": "1e400"},  # a NUL PostgreSQL cannot hold
+        {"message": f"acct {ACCOUNT} \ud800"},  # a lone surrogate
+        {f"k\x00{ACCOUNT}": "\udfff", "amount": 10**400},
+        {"payment_id": str(uuid.uuid4()), "amount": ACCOUNT},  # a payment not ours
     ],
 )
 def test_a_malformed_event_is_dead_lettered_with_its_bank_numbers_masked(
@@ -124,7 +130,8 @@ def test_a_malformed_event_is_dead_lettered_with_its_bank_numbers_masked(
     assert (result.outcome, result.malformed) == ("done", 1)
     assert dead_letters_ingest() == 1
     dead = DeadLetter.objects.get()
-    assert dead.last_error_class == "InvalidPulledEvent" and dead.payment_id == payment.id
+    assert dead.last_error_class == "InvalidPulledEvent"
+    assert str(dead.payment_id) == bad["payment_id"]
     assert bank_number_scan([ACCOUNT, GROUPED, FULL_WIDTH]) == []
 
 
@@ -146,3 +153,43 @@ def test_a_malformed_event_too_large_for_the_queue_is_dead_lettered_cut_down(
     assert dead.body["event"]["processor_event_id"] == bad["processor_event_id"]
     assert "left out" in dead.last_error_message
     assert bank_number_scan([ACCOUNT], admin_pages=False) == []
+
+
+@pytest.mark.parametrize(
+    "bad_member",
+    [
+        '"message": "acct \\u0000"',  # a NUL PostgreSQL cannot hold
+        '"message": "\\ud800"',  # an unpaired surrogate
+        '"amount": 1' + "0" * 400,  # a number out of range
+        '"amount": NaN',
+        '"amount": "1.00", "amount": "2.00"',  # a duplicate key
+        '"deep": ' + "[" * 40 + "]" * 40,  # nested too deep
+    ],
+)
+def test_one_event_whose_json_cannot_be_taken_is_refused_alone_and_the_page_applied(
+    sqs_queues,
+    scripted,  # noqa: F811
+    bad_member,
+):
+    import json
+
+    stuck, after = (PaymentFactory(state=PaymentState.SUBMITTED) for _ in range(2))
+    bad = json.dumps(event(stuck, "settled"))[:-1] + ", " + bad_member + "}"
+    good = json.dumps(event(after, "settled"))
+    body = f'{{"data": [{bad}, {good}], "next_cursor": "c1", "has_more": false}}'.encode()
+    scripted(lambda a, limit: (200, body, 0.0))
+
+    result = processor_events_pull()
+
+    assert (result.outcome, result.new, result.malformed) == ("done", 1, 1)
+    assert stored_cursor() == "c1"
+    run_worker()
+    after.refresh_from_db()
+    assert after.state == PaymentState.CONFIRMED
+    assert dead_letters_ingest() == 1
+    dead = DeadLetter.objects.get()
+    assert dead.payment_id == stuck.id and dead.last_error_class == "InvalidPulledEvent"
+    assert any(
+        word in dead.last_error_message
+        for word in ("NUL", "surrogate", "out of range", "not a number", "more than once", "deeper")
+    ), dead.last_error_message

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from bank.nacha.inbound import nacha_inbound_store, nacha_inbound_stray_refuse
 from bank.nacha.models import InboundStatus, NachaInboundEvent
+from bank.nacha.received import received_name_shown
 from bank.nacha.transports import FileChanged, NotARegularFile, Transport, TransportError
 from callbacks import sqs
 from payments.messages import dead_letter_marked, processor_event_body
@@ -93,7 +94,8 @@ def _stray_refuse(transport: Transport, name: str, kind: str, result: CollectRes
     try:
         location = transport.set_aside(name)
     except TransportError as exc:
-        logger.error("could not set %s aside: %s", name, exc, extra={"file": name})
+        shown = received_name_shown(name)
+        logger.error("could not set %s aside: %s", shown, exc, extra={"file": shown})
         location = None
     nacha_inbound_stray_refuse(name=name, kind=kind, set_aside_to=location)
     result.set_aside.append(name)
@@ -110,7 +112,9 @@ def nacha_files_collect(*, transport: Transport, min_age_seconds: float = 60.0) 
             _stray_refuse(transport, name, exc.kind, result)
             continue
         except FileChanged as exc:
-            logger.warning("%s", exc, extra={"file": name})
+            logger.warning(
+                "%s", received_name_shown(str(exc)), extra={"file": received_name_shown(name)}
+            )
             continue
         stored = nacha_inbound_store(name=name, content=content)
         if not stored.created:

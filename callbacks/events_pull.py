@@ -20,12 +20,18 @@ A page that breaks the API's contract, a 5xx, a timeout or a queue that refuses 
 with the cursor where it was (the next pass tries again; ``payments_processor_events_pull_success_
 timestamp_seconds`` grows old and alerts). A single event that breaks the event contract is never
 dropped silently: it goes to the dead-letter queue with its errors, where triage ingests it for a
-human and raises a high alert, as for any dead letter. A cursor the processor does not advance
-while it says it has more raises a medium alert and ends the pass without counting it a success.
+human and raises a high alert, as for any dead letter; its bank numbers are masked first
+(``listed_event_shown``). A single valid event the queue cannot take (a message larger than
+SQS allows, or one SQS refuses for its own fault) would fail every pass: it goes to the
+dead-letter queue on its own, the alert ``processor_events_pull.unqueued`` says so, and the
+cursor moves past it. Pages are sent in batches within SQS's count and byte limits. A cursor
+the processor does not advance while it says it has more raises a medium alert and ends the
+pass without counting it a success.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -44,16 +50,22 @@ from callbacks import conf as callbacks_conf
 from callbacks import sqs
 from callbacks.metrics import PROCESSOR_EVENTS_PULL_PASSES, PROCESSOR_EVENTS_PULLED
 from callbacks.models import ProcessorEventsCursor
-from callbacks.schema import processor_event_outgoing
+from callbacks.schema import (
+    event_deduplication_id,
+    processor_event_message,
+    processor_event_outgoing,
+)
+from callbacks.sqs_messages import OutgoingMessage
 from payments import conf as payments_conf
 from payments.alerts import alert_raise
 from payments.events import ProcessorEvent
 from payments.exceptions import InvalidCallback, ProcessorRejected, ProcessorUnavailable
+from payments.kernel.bank_numbers import mask_bank_numbers
 from payments.kernel.locks import single_flight
 from payments.messages import dead_letter_marked, processor_event_body
 from payments.models import ProcessedEvent
 from payments.processor.backend import CallbackRequest, ProcessorBackend, get_backend
-from payments.processor.contract import CURSOR_RE
+from payments.processor.contract import CURSOR_RE, listed_event_shown
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +73,10 @@ LOCK_NAME = "callbacks.processor_events_pull"
 # The message group and id prefix of a malformed event whose payment id cannot be read.
 MALFORMED_PREFIX = "events-pull"
 MALFORMED_ERROR_CLASS = "InvalidPulledEvent"
+UNQUEUED_ERROR_CLASS = "UnqueuedPulledEvent"
+UNQUEUED_ALERT_KEY = "processor_events_pull.unqueued"
+# A member of a listed event kept in its dead letter when the whole would not fit the queue.
+_KEPT_MEMBER_CHARS = 1024
 
 
 class PullOutcome:
@@ -79,6 +95,7 @@ class PullResult:
     new: int = 0
     known: int = 0
     malformed: int = 0
+    unqueued: int = 0
     cursor: str = ""
     error: str = ""
 
@@ -87,6 +104,8 @@ class PullResult:
             f"{self.outcome}: {self.pages} page(s), {self.pulled} event(s) pulled: {self.new} "
             f"new, {self.known} already applied, {self.malformed} malformed (dead-lettered)"
         )
+        if self.unqueued:
+            text += f", {self.unqueued} the queue cannot take (dead-lettered)"
         return f"{text}; {self.error}" if self.error else text
 
 
@@ -162,9 +181,9 @@ def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullR
                     summary=f"the processor refused the events pull after {cursor!r}: {exc}",
                 )
             return result
-        checked = _check(backend, page.data)
+        checked = _check(backend, page.data, unreadable=page.unreadable)
         try:
-            new, known = _queue_now(checked)
+            new, known, unqueued = _queue_now(checked)
         except sqs.QueueUnavailable as exc:
             result.outcome, result.error = PullOutcome.FAILED, f"queue unavailable: {exc}"
             return result
@@ -172,6 +191,7 @@ def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullR
         result.pulled += len(page.data)
         result.new, result.known = result.new + new, result.known + known
         result.malformed += len(checked.malformed)
+        result.unqueued += unqueued
         _pause_at("page_queued")
         next_cursor = page.next_cursor
         if next_cursor is None or next_cursor == cursor:
@@ -199,10 +219,16 @@ def _pull(backend: ProcessorBackend, *, page_size: int, max_pages: int) -> PullR
     return result
 
 
-def _check(backend: ProcessorBackend, data: tuple) -> _CheckedPage:
-    """Each event checked as the callback endpoint checks a body (``callback_parse``)."""
+def _check(
+    backend: ProcessorBackend, data: tuple, *, unreadable: dict[int, dict[str, list[str]]]
+) -> _CheckedPage:
+    """Each event checked as the callback endpoint checks a body (``callback_parse``); one
+    whose JSON the page's reader could not take (``unreadable``) is malformed with its errors."""
     events, malformed = [], []
-    for item in data:
+    for index, item in enumerate(data):
+        if index in unreadable:
+            malformed.append((item, unreadable[index]))
+            continue
         request = CallbackRequest(
             body=json.dumps(item, separators=(",", ":")).encode(),
             headers={},
@@ -216,38 +242,129 @@ def _check(backend: ProcessorBackend, data: tuple) -> _CheckedPage:
     return _CheckedPage(events=events, malformed=malformed)
 
 
-def _queue_now(checked: _CheckedPage) -> tuple[int, int]:
-    """The page's events onto the main queue in order, its malformed ones onto the DLQ; how
-    many were (new, already applied)."""
+def _queue_now(checked: _CheckedPage) -> tuple[int, int, int]:
+    """The page's events onto the main queue in order, its malformed ones and those the queue
+    cannot take onto the DLQ, each on its own; how many were (new, already applied, not
+    queued)."""
     ids = [event.processor_event_id for event in checked.events]
     applied = set(
         ProcessedEvent.objects.filter(processor_event_id__in=ids).values_list(
             "processor_event_id", flat=True
         )
     )
-    _page_publish(checked.events)
+    unqueued = _page_publish(checked.events)
+    for event, why in unqueued:
+        _unqueued_dead_letter(event, why)
     for item, errors in checked.malformed:
         _malformed_dead_letter(item, errors)
-    new = sum(1 for i in ids if i not in applied)
+    left_out = {event.processor_event_id for event, _ in unqueued}
+    queued = [i for i in ids if i not in left_out]
+    new = sum(1 for i in queued if i not in applied)
     PROCESSOR_EVENTS_PULLED.labels(outcome="new").inc(new)
-    PROCESSOR_EVENTS_PULLED.labels(outcome="known").inc(len(ids) - new)
+    PROCESSOR_EVENTS_PULLED.labels(outcome="known").inc(len(queued) - new)
     PROCESSOR_EVENTS_PULLED.labels(outcome="malformed").inc(len(checked.malformed))
-    return new, len(ids) - new
+    PROCESSOR_EVENTS_PULLED.labels(outcome="unqueued").inc(len(unqueued))
+    return new, len(queued) - new, len(unqueued)
 
 
-def _page_publish(events: list[ProcessorEvent]) -> None:
-    """Send now, in the page's order, ten to a call; raise ``QueueUnavailable`` unless SQS
-    took every one (what it took is harmless to send again: same deduplication ids)."""
+def _page_publish(events: list[ProcessorEvent]) -> list[tuple[ProcessorEvent, str]]:
+    """Send now, in the page's order, in batches within SQS's limits (ten messages, and
+    ``sqs.BATCH_MAX_BYTES`` together); raise ``QueueUnavailable`` unless SQS took every one it
+    can take (what it took is harmless to send again: same deduplication ids). Return the
+    events SQS cannot take as they are, with why: a message larger than ``BATCH_MAX_BYTES``
+    (not sent), or one SQS refused for its own fault. Sent again they would be refused on every
+    pass, and the cursor would never move past them."""
     now = timezone.now()
-    messages = [processor_event_outgoing(event, received_at=now) for event in events]
-    for start in range(0, len(messages), sqs.BATCH_LIMIT):
-        sqs.send_messages_now(messages[start : start + sqs.BATCH_LIMIT])
+    unqueued: list[tuple[ProcessorEvent, str]] = []
+    batches: list[list[tuple[ProcessorEvent, OutgoingMessage]]] = [[]]
+    size = 0
+    for event in events:
+        message = processor_event_outgoing(event, received_at=now)
+        if message.size > sqs.BATCH_MAX_BYTES:
+            unqueued.append(
+                (
+                    event,
+                    f"its queue message is {message.size} bytes, over the "
+                    f"{sqs.BATCH_MAX_BYTES} a message may have",
+                )
+            )
+            continue
+        if len(batches[-1]) == sqs.BATCH_LIMIT or size + message.size > sqs.BATCH_MAX_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append((event, message))
+        size += message.size
+    for batch in batches:
+        outcome = sqs.send_messages_each_now([message for _, message in batch])
+        if outcome.unreachable:
+            raise sqs.QueueUnavailable(outcome.unreachable[0][1])
+        own_fault = {id(message) for message in outcome.sender_fault}
+        passing = [why for message, why in outcome.refused if id(message) not in own_fault]
+        if passing:
+            raise sqs.QueueUnavailable(f"SQS refused {len(passing)} message(s): {passing[0]}")
+        event_of = {id(message): event for event, message in batch}
+        unqueued += [
+            (event_of[id(message)], f"SQS refused its queue message: {why}")
+            for message, why in outcome.refused
+        ]
+    return unqueued
+
+
+def _unqueued_dead_letter(event: ProcessorEvent, why: str) -> None:
+    """A valid event the main queue cannot take, to the DLQ on its own (a person redrives or
+    resolves it there) and an alert: the cursor moves past it, the events after it are
+    applied. Its members beyond the contract are left out of the dead letter when it would not
+    fit either; its contract fields are whole, so a redrive applies it."""
+    now = timezone.now()
+    body = processor_event_message(event, received_at=now)
+    note = ""
+    if len(json.dumps(body, separators=(",", ":")).encode()) > sqs.BATCH_MAX_BYTES // 2:
+        body = processor_event_message(dataclasses.replace(event, raw={}), received_at=now)
+        note = "; its members beyond the contract are left out of this dead letter"
+    # Its own id, from its deduplication id: pulled again, SQS and ingestion drop it.
+    digest = hashlib.sha256(event_deduplication_id(event).encode()).hexdigest()[:48]
+    message_id = f"{MALFORMED_PREFIX}.unqueued.{digest}"
+    summary = (
+        f"the processor's events API listed event {event.processor_event_id} of payment "
+        f"{event.payment_id}, which the queue cannot take: {why}"
+    )
+    sqs.send_message_now(
+        body=dead_letter_marked(
+            body,
+            original_message_id=message_id,
+            attempts=0,
+            error_class=UNQUEUED_ERROR_CLASS,
+            error=f"{summary}{note}"[:4000],
+            first_started_at=now,
+            dead_lettered_at=now,
+        ),
+        group_id=str(event.payment_id),
+        deduplication_id=message_id,
+        url=sqs.dead_letter_queue_url(),
+    )
+    alert_raise(
+        severity="medium",
+        key=UNQUEUED_ALERT_KEY,
+        summary=f"processor events pull: {summary}. It is dead-lettered; the pull goes on.",
+        details={
+            "processor_event_id": event.processor_event_id,
+            "payment_id": str(event.payment_id),
+            "reason": why,
+        },
+        payment_id=event.payment_id,
+    )
+    logger.error(
+        "pulled processor event the queue cannot take: dead-lettered: %s",
+        why,
+        extra={"payment_id": str(event.payment_id), "message_id": message_id},
+    )
 
 
 def _malformed_dead_letter(item: object, errors: dict[str, list[str]]) -> None:
     """A pulled event that breaks the contract, to the DLQ in the worker's dead-letter
-    envelope: triage stores it for a human with its errors (and alerts). Its id is its
-    content's hash, so pulling it again is dropped by SQS and by ingestion."""
+    envelope, its bank numbers masked (``listed_event_shown``): triage stores it for a human
+    with its errors (and alerts). Its id is its content's hash, so pulling it again is dropped
+    by SQS and by ingestion."""
     canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), default=str)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:48]
     payment_id = item.get("payment_id") if isinstance(item, dict) else None
@@ -256,10 +373,18 @@ def _malformed_dead_letter(item: object, errors: dict[str, list[str]]) -> None:
     except ValueError:
         group_id = ""
     message_id = f"{MALFORMED_PREFIX}.{digest}"
-    error = "; ".join(f"{field}: {' '.join(problems)}" for field, problems in errors.items())
+    error = mask_bank_numbers(
+        "; ".join(f"{field}: {' '.join(problems)}" for field, problems in errors.items())
+    )
+    shown = listed_event_shown(item, errors)
+    if len(json.dumps(shown, separators=(",", ":"), default=str).encode()) > (
+        sqs.BATCH_MAX_BYTES // 2
+    ):
+        shown = _cut_down(shown)
+        error += "; members too large for the queue are left out of this dead letter"
     now = timezone.now()
     body = dead_letter_marked(
-        processor_event_body(item, received_at=now),
+        processor_event_body(shown, received_at=now),
         original_message_id=message_id,
         attempts=0,
         error_class=MALFORMED_ERROR_CLASS,
@@ -280,6 +405,20 @@ def _malformed_dead_letter(item: object, errors: dict[str, list[str]]) -> None:
         error,
         extra={"payment_id": group_id or None, "message_id": message_id},
     )
+
+
+def _cut_down(shown: object) -> object:
+    """A listed event too large for a queue message, cut to what a person needs to find it:
+    its members whose text is short, each longer one replaced by its length."""
+    if not isinstance(shown, dict):
+        return f"({len(json.dumps(shown, default=str))} characters left out)"
+    kept = {}
+    for name, value in list(shown.items())[:64]:
+        text = json.dumps(value, default=str)
+        kept[str(name)[:_KEPT_MEMBER_CHARS]] = (
+            value if len(text) <= _KEPT_MEMBER_CHARS else f"({len(text)} characters left out)"
+        )
+    return kept
 
 
 def _newest(checked: _CheckedPage) -> datetime | None:

@@ -66,7 +66,8 @@ PROCESSOR_EVENTS_PULLED = Counter(
     "payments_processor_events_pulled_total",
     "Processor events read by the events pull and queued, by outcome: new (not applied yet "
     "when pulled: a callback the processor never delivered, or one still on its way), known "
-    "(already applied: delivered by callback), malformed (dead-lettered with its errors).",
+    "(already applied: delivered by callback), malformed (dead-lettered with its errors), "
+    "unqueued (valid, but a message the queue cannot take: dead-lettered, with an alert).",
     ["outcome"],
 )
 PROCESSOR_EVENTS_PULL_PASSES = Counter(

@@ -163,10 +163,13 @@ def _in_batches(
             int(f["Id"]): f"{f.get('Code', '')} {f.get('Message', '')}".strip()
             for f in response.get("Failed") or []
         }
+        own_fault = {int(f["Id"]) for f in response.get("Failed") or [] if f.get("SenderFault")}
         successful = {int(s["Id"]): s for s in response.get("Successful") or []}
         for i, item in enumerate(chunk):
             if i in failed:
                 outcome.refused.append((item, failed[i]))
+                if i in own_fault:
+                    outcome.sender_fault.append(item)
             else:
                 outcome.done.append(item)
                 outcome.results.append(successful.get(i, {}))

@@ -132,5 +132,8 @@ class BatchOutcome(Generic[T]):
 
     done: list[T] = field(default_factory=list)
     refused: list[tuple[T, str]] = field(default_factory=list)  # SQS's ``Failed``, with why
+    # Of ``refused``, those SQS marks ``SenderFault``: the message itself is at fault (too long,
+    # characters SQS refuses), so sending it again as it is is refused again.
+    sender_fault: list[T] = field(default_factory=list)
     unreachable: list[tuple[T, str]] = field(default_factory=list)  # its chunk's call failed
     results: list[dict] = field(default_factory=list)  # SQS's ``Successful`` entry per done one

@@ -5,6 +5,7 @@ id in ``extra``, plus the ``payments.signals.alert_raised`` signal for sinks to 
 """
 
 import enum
+import hashlib
 import logging
 
 from payments.signals import alert_cleared, alert_raised
@@ -19,6 +20,20 @@ class AlertSeverity(enum.StrEnum):
 
 
 SEVERITIES = tuple(AlertSeverity)
+# The width of an alert's key where alerts are stored (triage's ``Alert.key``).
+ALERT_KEY_MAX = 255
+_KEY_DIGEST = 16
+
+
+def alert_key_bounded(key: str) -> str:
+    """``key`` when it fits ``ALERT_KEY_MAX`` characters, else its start and a hash of the whole
+    (``...~<16 hex>``): a key built from foreign input (a bank's file name) always fits its
+    column, and two long names that share a start stay two alerts. ``alert_raise`` bounds every
+    key this way and keeps the whole one in the alert's details (``key``)."""
+    if len(key) <= ALERT_KEY_MAX:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:_KEY_DIGEST]
+    return f"{key[: ALERT_KEY_MAX - _KEY_DIGEST - 1]}~{digest}"
 
 
 def alert_raise(
@@ -35,6 +50,9 @@ def alert_raise(
     severity = AlertSeverity(severity).value  # receivers and logs get the plain word
     if not key:
         raise ValueError("an alert needs a key (what kind of problem it is) to be grouped by")
+    if len(key) > ALERT_KEY_MAX:
+        details = {**(details or {}), "key": key}
+        key = alert_key_bounded(key)
     payment_ref = str(payment_id) if payment_id is not None else None
     level = logging.WARNING if severity == AlertSeverity.LOW else logging.ERROR
     logger.log(

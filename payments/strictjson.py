@@ -152,6 +152,58 @@ def _check_tree(data: Any, *, max_depth: int) -> dict[str, list[str]]:
 
 def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Parse ``raw`` (UTF-8) strictly; raise ``StrictJSONError`` naming what is refused."""
+    data = _parsed(raw, max_depth=max_depth)
+    errors = _check_tree(data, max_depth=max_depth)
+    if errors:
+        raise StrictJSONError(errors)
+    return data
+
+
+def loads_with_items(
+    raw: bytes | str, *, key: str, max_depth: int = MAX_DEPTH
+) -> tuple[Any, dict[int, dict[str, list[str]]]]:
+    """Parse ``raw`` as ``loads`` does, except that what ``loads`` refuses inside an item of the
+    list under ``key`` (a NUL, an unpaired surrogate, a number out of range, a duplicate key,
+    nesting too deep) is that item's own problem, not the body's: the item is returned with each
+    such value replaced by a note saying what was refused, and its errors by its position. One
+    bad event of a page is then refused alone and the page read. Anything else ``loads``
+    refuses still raises ``StrictJSONError``."""
+    data = _parsed(raw, max_depth=max_depth)
+    item_errors: dict[int, dict[str, list[str]]] = {}
+    items = data.get(key) if isinstance(data, dict) else None
+    if isinstance(items, list):
+        for index, item in enumerate(items):
+            errors = _check_tree(item, max_depth=max_depth - 2)
+            if errors:
+                item_errors[index] = errors
+                items[index] = _scrubbed(item, depth=max_depth - 2)
+    errors = _check_tree(data, max_depth=max_depth)
+    if errors:
+        raise StrictJSONError(errors)
+    return data, item_errors
+
+
+def _scrubbed(value: Any, *, depth: int) -> Any:
+    """``value`` with what ``_check_tree`` reports replaced by notes, so it can be stored."""
+    if isinstance(value, _Refused):
+        return f"(refused: {value.problem})"
+    if isinstance(value, str):
+        problem = _string_problem(value)
+        return f"(refused: {problem})" if problem else value
+    if isinstance(value, dict | list):
+        if depth <= 0:
+            return "(refused: nested too deep)"
+        if isinstance(value, list):
+            return [_scrubbed(item, depth=depth - 1) for item in value]
+        kept = {}
+        for number, (name, item) in enumerate(value.items()):
+            name = name if _string_problem(name) is None else f"(refused key {number})"
+            kept[name] = _scrubbed(item, depth=depth - 1)
+        return kept
+    return value
+
+
+def _parsed(raw: bytes | str, *, max_depth: int) -> Any:
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")
@@ -179,9 +231,6 @@ def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         ) from None
     except ValueError as exc:
         raise StrictJSONError({NON_FIELD: [f"Body is not valid JSON: {exc}"]}) from None
-    errors = _check_tree(data, max_depth=max_depth)
-    if errors:
-        raise StrictJSONError(errors)
     return data
 
 

@@ -4,6 +4,7 @@ payments API's envelope and access rules (``payments.apis``)."""
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from bank.books.days import books_day_parse
 from bank.books.selectors import books_day_figures, day_reported
 from payments.api_errors import field_errors
 from payments.apis import ModuleApiView, merchant_refused
@@ -11,11 +12,20 @@ from payments.serializers import StrictInputSerializer
 
 
 class BooksQuerySerializer(StrictInputSerializer):
-    """The query of ``GET /api/merchants/<id>/books/``: one banking day, ``YYYY-MM-DD``."""
+    """The query of ``GET /api/merchants/<id>/books/``: one banking day, ``YYYY-MM-DD`` in
+    digits 0-9, from 2000-01-01 to the bank's tomorrow (``bank.books.days``)."""
 
     numeric_fields = ("date",)
 
-    date = serializers.DateField(input_formats=["%Y-%m-%d"])
+    date = serializers.CharField(
+        max_length=10, trim_whitespace=False, help_text="YYYY-MM-DD, 2000-01-01 to tomorrow"
+    )
+
+    def validate_date(self, value: str):
+        try:
+            return books_day_parse(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class BooksDayCurrencyOutputSerializer(serializers.Serializer):

@@ -26,6 +26,21 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 
 MAX_STATEMENT_BYTES = 64 * 1024 * 1024
+# Where the format has digits it has ASCII digits: ``str.isdigit`` (and ``int``) also take
+# full-width, Arabic-Indic and other scripts' digits, which would be read as money.
+AMOUNT = re.compile(r"[+-]?[0-9]{1,18}")
+COUNT = re.compile(r"[0-9]{1,9}")
+TYPE_CODE = re.compile(r"[0-9]{3}")
+YYMMDD = re.compile(r"[0-9]{6}")
+HHMM = re.compile(r"[0-9]{4}")
+CURRENCY = re.compile(r"[A-Z]{3}")
+# An account number as banks write it in an 03 record: letters, digits and dashes. Only its
+# last 4 characters are kept.
+ACCOUNT_NUMBER = re.compile(r"[0-9A-Za-z-]{1,35}")
+# Widths of what is kept of a detail (16): a bank or customer reference, and the text with its
+# continuations. A bank line that needs more is not one this module can read.
+REFERENCE_WIDTH = 76
+TEXT_WIDTH = 4000
 # Any control character but the tab (a line end has been split off already).
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # far above a bank account's daily detail
 
@@ -173,9 +188,8 @@ def _amount(value: str, number: int, what: str, *, blank: bool = False) -> int |
     value = value.strip()
     if value == "" and blank:
         return None
-    digits = value[1:] if value[:1] in "+-" else value
-    if not digits.isdigit() or len(digits) > 18:
-        raise StatementFormatError(number, f"{what} is not an amount in cents")
+    if not AMOUNT.fullmatch(value):
+        raise StatementFormatError(number, f"{what} is not an amount in cents (1-18 digits 0-9)")
     return int(value)
 
 
@@ -197,33 +211,43 @@ def _trailer_check(record, parts: list[str], name: str, *fields: tuple[str, bool
 
 def _count(value: str, number: int, what: str) -> int:
     value = value.strip()
-    if not value.isdigit():
-        raise StatementFormatError(number, f"{what} is not a number")
+    if not COUNT.fullmatch(value):
+        raise StatementFormatError(number, f"{what} is not a number (1-9 digits 0-9)")
     return int(value)
 
 
 def _type_code(value: str, number: int, what: str) -> str:
     value = value.strip()
-    if len(value) != 3 or not value.isdigit():
+    if not TYPE_CODE.fullmatch(value):
         raise StatementFormatError(number, f"{what} is not a 3-digit type code")
     return value
 
 
 def _date(value: str, number: int, what: str) -> date:
+    value = value.strip()
     try:
-        return datetime.strptime(value.strip(), "%y%m%d").date()
+        if not YYMMDD.fullmatch(value):
+            raise ValueError(value)
+        return datetime.strptime(value, "%y%m%d").date()
     except ValueError:
         raise StatementFormatError(number, f"{what} is not a date YYMMDD") from None
 
 
 def _skip_funds_type(parts: list[str], at: int, number: int) -> tuple[str, int]:
     """The funds type at ``parts[at]`` and the index after its own fields."""
-    funds = parts[at].strip().upper() if at < len(parts) else ""
+    funds = parts[at].strip() if at < len(parts) else ""
+    # ASCII first: "\u017f".upper() is "S".
+    if not funds.isascii():
+        raise StatementFormatError(number, "funds type is not one of Z 0 1 2 S V D")
+    funds = funds.upper()
     at += 1
     if funds in ("", "Z", "0", "1", "2"):
         return funds, at
     if funds == "S":
-        return funds, at + 3  # immediate, one-day and two-or-more-day amounts
+        # immediate, one-day and two-or-more-day amounts
+        for value in parts[at : at + 3]:
+            _amount(value, number, "funds availability (S) amount", blank=True)
+        return funds, at + 3
     if funds == "V":
         return funds, at + 2  # value date and time
     if funds == "D":
@@ -238,7 +262,12 @@ def _account(record: _Logical) -> tuple[Account, int]:
     parts = _fields(record.text)
     if len(parts) < 2 or not parts[0].strip():
         raise StatementFormatError(record.number, "account identifier (03) without its number")
-    account = Account(record.number, parts[0].strip(), parts[1].strip())
+    number = parts[0].strip()
+    if not ACCOUNT_NUMBER.fullmatch(number):
+        raise StatementFormatError(
+            record.number, "03 account number is not 1-35 characters of A-Z, a-z, 0-9 and -"
+        )
+    account = Account(record.number, number, _currency(parts[1], record.number, "03 currency code"))
     total = 0
     at = 2
     while at < len(parts):
@@ -257,6 +286,20 @@ def _account(record: _Logical) -> tuple[Account, int]:
         account.summaries.append((code, amount))
         total += amount or 0
     return account, total
+
+
+def _currency(value: str, number: int, what: str) -> str:
+    """A currency code (three letters A-Z) or blank (the group's, or USD)."""
+    value = value.strip()
+    if value and not CURRENCY.fullmatch(value):
+        raise StatementFormatError(number, f"{what} is not 3 letters A-Z")
+    return value
+
+
+def _width(value: str, width: int, number: int, what: str) -> str:
+    if len(value) > width:
+        raise StatementFormatError(number, f"{what} is longer than {width} characters")
+    return value
 
 
 def _transaction(record: _Logical) -> Transaction:
@@ -282,9 +325,16 @@ def _transaction(record: _Logical) -> Transaction:
         type_code=code,
         amount_cents=amount,
         funds_type=funds,
-        bank_reference=parts[at].strip().removesuffix("/"),
-        customer_reference=parts[at + 1].strip().removesuffix("/"),
-        text=text,
+        bank_reference=_width(
+            parts[at].strip().removesuffix("/"), REFERENCE_WIDTH, record.number, "16 bank reference"
+        ),
+        customer_reference=_width(
+            parts[at + 1].strip().removesuffix("/"),
+            REFERENCE_WIDTH,
+            record.number,
+            "16 customer reference",
+        ),
+        text=_width(text, TEXT_WIDTH, record.number, "16 text"),
     )
 
 
@@ -302,6 +352,8 @@ def parse_bai2(content: bytes) -> Statement:
         raise StatementFormatError(records[0].number, "file header (01) version is not 2")
     created_day = _date(header[2], records[0].number, "01 file creation date")
     hhmm = header[3].strip() or "0000"
+    if not HHMM.fullmatch(hhmm):
+        raise StatementFormatError(records[0].number, "01 file creation time is not HHMM")
     if hhmm == "2400":
         hhmm = "2359"
     try:
@@ -349,7 +401,7 @@ def parse_bai2(content: bytes) -> Statement:
                 parts[1].strip(),
                 parts[2].strip(),
                 _date(parts[3], record.number, "02 as-of date"),
-                parts[5].strip() or "USD",
+                _currency(parts[5], record.number, "02 currency code") or "USD",
                 modifier,
             )
             group_records, group_total, group_accounts = n, 0, 0

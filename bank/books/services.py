@@ -19,6 +19,7 @@ import hashlib
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
@@ -27,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from bank.books.bai2 import CREDIT, DEBIT, StatementFormatError, parse_bai2
+from bank.books.bai2 import CREDIT, DEBIT, Statement, StatementFormatError, parse_bai2
 from bank.books.conf import books_setting
 from bank.books.models import (
     BankStatement,
@@ -46,8 +47,9 @@ from bank.books.selectors import day_reported
 from bank.nacha.models import NachaEntry, NachaFile
 from bank.nacha.received import received_file_store
 from bank.nacha.sealing import statement_aad
-from payments.alerts import AlertSeverity, alert_raise
+from payments.alerts import AlertSeverity, alert_key_bounded, alert_raise
 from payments.banking_days import ach_date, end_of_banking_day, is_banking_day
+from payments.kernel.bank_numbers import mask_bank_numbers
 from payments.models import Payment, PaymentReturn
 
 logger = logging.getLogger(__name__)
@@ -74,7 +76,9 @@ def _fingerprint(*parts: object) -> str:
 
 
 def refused_statement_key(stored: BankStatement) -> str:
-    return f"books.statement_refused:{stored.name}:{stored.sha256[:12]}"
+    """The file's name (the bank's: bounded, the whole name is in the alert's details) and the
+    start of its hash."""
+    return alert_key_bounded(f"books.statement_refused:{stored.name}:{stored.sha256[:12]}")
 
 
 def bank_statement_store(*, name: str, content: bytes) -> StatementResult:
@@ -126,6 +130,7 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
     )
     rows: list[StatementLine] = []
     seen: dict[str, int] = defaultdict(int)
+    shown = _line_masking(parsed)
     for group in parsed.groups:
         for account in group.accounts:
             last4 = account.number[-4:]
@@ -159,9 +164,9 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
                         type_code=tx.type_code,
                         direction=tx.direction,
                         amount=Decimal(tx.amount_cents) / 100,
-                        bank_reference=tx.bank_reference,
-                        customer_reference=tx.customer_reference,
-                        text=tx.text,
+                        bank_reference=shown(tx.bank_reference),
+                        customer_reference=shown(tx.customer_reference),
+                        text=shown(tx.text),
                         # The nth identical line of a day is the nth in a resent statement.
                         fingerprint=_fingerprint(identity, seen[identity]),
                     )
@@ -181,6 +186,42 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
     stored.line_count = count
     stored.save(update_fields=["line_count"])
     return stored
+
+
+def _line_masking(parsed: Statement) -> Callable[[str], str]:
+    """How a line's references and text are stored: the bank's free text, so with its bank
+    numbers masked (``mask_bank_numbers``), but with what matching reads in it kept whole when
+    it is ours: the trace number of an entry we sent (a return names it) and the name of a file
+    we delivered (a settlement names it; ``20261130-A.ach`` holds 8 digits)."""
+    texts = [
+        value
+        for _, _, tx in parsed.transactions()
+        for value in (tx.bank_reference, tx.customer_reference, tx.text)
+    ]
+    if not texts:
+        return mask_bank_numbers
+    days = [group.as_of_date for group in parsed.groups]
+    traces = {trace for text in texts for trace in TRACE.findall(text)}
+    ours = set(
+        NachaEntry.objects.filter(trace_number__in=traces).values_list("trace_number", flat=True)
+    )
+    names = NachaFile.objects.filter(
+        delivered_at__isnull=False,
+        effective_entry_date__range=(min(days) - MATCH_LOOKBACK, max(days) + MATCH_LOOKBACK),
+    ).values_list("name", flat=True)
+    ours.update(name for name in names if any(name in text for text in texts))
+    if not ours:
+        return mask_bank_numbers
+    kept = re.compile("|".join(re.escape(o) for o in sorted(ours, key=len, reverse=True)))
+
+    def shown(text: str) -> str:
+        parts, at = [], 0
+        for found in kept.finditer(text):
+            parts += [mask_bank_numbers(text[at : found.start()]), found.group()]
+            at = found.end()
+        return "".join([*parts, mask_bank_numbers(text[at:])])
+
+    return shown
 
 
 # --- matching ---------------------------------------------------------------------------

@@ -3,14 +3,7 @@ the whole files of one of the bank's drops."""
 
 from django.core.management.base import CommandError
 
-from payments.management.rounds import RoundsCommand
-
-
-def non_negative(value: str) -> float:
-    number = float(value)
-    if number < 0:
-        raise ValueError(value)
-    return number
+from payments.management.rounds import RoundsCommand, seconds
 
 
 class DropCollectCommand(RoundsCommand):
@@ -26,9 +19,10 @@ class DropCollectCommand(RoundsCommand):
         super().add_arguments(parser)
         parser.add_argument(
             "--min-age-seconds",
-            type=non_negative,
+            type=seconds,
             default=60.0,
-            help="skip files changed more recently (the bank may still be writing); default 60",
+            help="skip files changed more recently (the bank may still be writing), 0-86400; "
+            "default 60",
         )
 
     def transport_open(self):

@@ -26,11 +26,11 @@ from bank.nacha import layouts as L
 from bank.nacha.accounts import AccountUnavailable
 from bank.nacha.models import InboundStatus, NachaEntry, NachaInboundEvent, NachaInboundFile
 from bank.nacha.parser import Entry, NachaFile, NachaFormatError, parse_nacha
-from bank.nacha.received import received_file_store
+from bank.nacha.received import received_file_store, received_name_shown
 from bank.nacha.sealing import inbound_aad
 from bank.nacha.windows import EASTERN
 from payments import catalogue
-from payments.alerts import AlertSeverity, alert_raise
+from payments.alerts import AlertSeverity, alert_key_bounded, alert_raise
 from payments.change_codes import corrected_data_problems
 
 logger = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ def _refused(stored: NachaInboundFile) -> None:
 def refused_file_key(stored: NachaInboundFile) -> str:
     """The file's name and the start of its hash: a bank that resends a corrected file under
     the same name is another alert, the same bytes read again none."""
-    return f"nacha.inbound_refused:{stored.name}:{stored.sha256[:12]}"
+    return alert_key_bounded(f"nacha.inbound_refused:{stored.name}:{stored.sha256[:12]}")
 
 
 def _refused_alert(stored: NachaInboundFile) -> None:
@@ -267,7 +267,7 @@ def _refused_alert(stored: NachaInboundFile) -> None:
 def stray_entry_key(name: str) -> str:
     """One alert per name of the drop that is no regular file (a bank file's refusal keys by
     its bytes; this entry has none we read)."""
-    return f"nacha.inbound_refused:{name}:not-a-regular-file"
+    return alert_key_bounded(f"nacha.inbound_refused:{name}:not-a-regular-file")
 
 
 def nacha_inbound_stray_refuse(*, name: str, kind: str, set_aside_to: str | None) -> None:
@@ -275,6 +275,9 @@ def nacha_inbound_stray_refuse(*, name: str, kind: str, set_aside_to: str | None
 
     The collector calls this once it has moved the entry aside, so the next round does not
     meet it: one alert per entry. An entry that could not be moved is met, and raised, again."""
+    # Names the bank chose: shown with their bank numbers masked, as the stored files' are.
+    name = received_name_shown(name)
+    set_aside_to = received_name_shown(set_aside_to) if set_aside_to else set_aside_to
     where = (
         f"it was moved to {set_aside_to} for a human"
         if set_aside_to

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -11,8 +12,20 @@ from django.db import IntegrityError, transaction
 
 from bank.nacha.models import ReceivedFile
 from bank.nacha.sealing import content_seal
+from payments.kernel.bank_numbers import mask_bank_numbers
 
 F = TypeVar("F", bound=ReceivedFile)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def received_name_shown(name: str) -> str:
+    """A name the bank chose (a file in its drop), as it is stored and shown: its bank numbers
+    masked as every foreign text's are (``mask_bank_numbers``), and what PostgreSQL cannot hold
+    or a log line should not carry written out instead (a byte that was not UTF-8 arrives as a
+    lone surrogate: ``\\udcff``; a NUL or another control character: ``\\x00``)."""
+    name = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    name = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", name)
+    return mask_bank_numbers(name)
 
 
 def received_file_store(
@@ -34,7 +47,8 @@ def received_file_store(
     ``format_error`` (with ``record_number`` and ``reason``) nothing of it is imported and the
     file is kept refused, naming the record, then ``refused(row)`` tells a person (once per
     file's bytes: reading them again finds the row). The same bytes stored by a concurrent
-    reader are that reader's row."""
+    reader are that reader's row. ``read`` and ``refused`` are given the name masked."""
+    name = received_name_shown(name)[:255]
     sha = hashlib.sha256(content).hexdigest()
     existing = model.objects.filter(sha256=sha).first()
     if existing is not None:

@@ -139,6 +139,11 @@ class EventsPage:
     next_cursor: str | None
     has_more: bool
     call: CallRecord
+    # By position in ``data``: the errors of an event whose JSON itself could not be taken (a
+    # NUL, an unpaired surrogate, a number out of range); ``data`` holds it with those values
+    # replaced by notes. The caller refuses it alone, as it does an event that breaks the
+    # contract.
+    unreadable: dict[int, dict[str, list[str]]] = field(default_factory=dict)
 
 
 class DebitSent(Exception):

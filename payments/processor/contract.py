@@ -452,6 +452,23 @@ def event_payload_shown(payload: dict) -> dict:
     return shown
 
 
+def listed_event_shown(item: Any, errors: dict) -> Any:
+    """An event a processor listed that breaks the contract, as it is kept for a person (a dead
+    letter): masked as ``event_payload_shown`` masks, and a contract field named in ``errors``
+    or whose value is not a string masked as a member beyond the contract is, since nothing
+    held it to its grammar (an account number in ``amount``, an object in ``corrected_data``).
+    What is not an object is masked whole."""
+    if not isinstance(item, dict):
+        return _masked_member(item, "", None)
+    shown = event_payload_shown(item)
+    faulty = {re.split(r"[.\[]", str(name), maxsplit=1)[0] for name in errors}
+    for name in _contract_fields() & set(item):
+        # Kept whole only when it held to its grammar: a string the check found no fault in.
+        if name in faulty or not isinstance(item[name], str):
+            shown[name] = _masked_member(item[name], name, None)
+    return shown
+
+
 def _masked_member(value: Any, path: str, problems: dict[str, list[str]] | None) -> Any:
     """``value`` (a member beyond the contract) with its bank numbers masked; a name that holds
     one is noted in ``problems`` under its place, or without ``problems`` shown masked."""

@@ -86,3 +86,39 @@ def test_a_failing_receiver_is_logged_and_does_not_stop_the_others(caplog, recei
 
     assert len(received) == 1
     assert any("sink down" in r.getMessage() for r in caplog.records)
+
+
+def test_a_key_within_its_column_is_kept_as_it_is():
+    from payments.alerts import ALERT_KEY_MAX, alert_key_bounded
+
+    key = "k" * ALERT_KEY_MAX
+
+    assert alert_key_bounded(key) == key
+
+
+def test_a_long_key_is_bounded_with_a_hash_and_two_long_keys_stay_two():
+    from payments.alerts import ALERT_KEY_MAX, alert_key_bounded
+
+    first, second = "k" * 300 + "a", "k" * 300 + "b"
+
+    bounded = alert_key_bounded(first)
+
+    assert len(bounded) == ALERT_KEY_MAX and bounded.startswith("k" * 200)
+    assert bounded != alert_key_bounded(second)
+    assert alert_key_bounded(first) == bounded  # the same alert every time
+
+
+def test_an_alert_raised_with_a_long_key_is_stored_under_the_bounded_key_with_the_whole_one(
+    received, django_capture_on_commit_callbacks
+):
+    from payments.alerts import ALERT_KEY_MAX
+    from triage.models import Alert
+
+    key = "books.statement_refused:" + "\u00e9" * 400
+
+    with django_capture_on_commit_callbacks(execute=True):
+        alert_raise(severity="high", key=key, summary="refused", details={"file": "x"})
+
+    stored = Alert.objects.get()
+    assert len(stored.key) == ALERT_KEY_MAX and received[0]["key"] == stored.key
+    assert stored.details["file"] == "x" and stored.details["key"] == key

@@ -6,6 +6,7 @@ from django.core.management.base import CommandError
 from bank.books.conf import statement_transport_options
 from bank.books.services import bank_statements_collect
 from bank.management.rounds import DropCollectCommand
+from bank.nacha.received import received_name_shown
 
 
 class Command(DropCollectCommand):
@@ -34,4 +35,5 @@ class Command(DropCollectCommand):
             f"{len(result.seen_before)}; {result.matched} lines matched"
         )
         for name in result.refused:
-            self.stderr.write(f"refused: {name} (kept; see the admin's bank statements)")
+            shown = received_name_shown(name)
+            self.stderr.write(f"refused: {shown} (kept; see the admin's bank statements)")

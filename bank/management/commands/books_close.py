@@ -5,25 +5,36 @@ not reported yet is checked as far as it goes (``reported_by_bank`` false). The 
 own variances (a bank line matching nothing of ours) are the line whose ``merchant_id`` is
 null."""
 
+import argparse
 import json
 import sys
 from datetime import date
 
 from django.core.management.base import BaseCommand
 
+from bank.books.days import books_day_parse
 from bank.books.selectors import books_day_figures, day_reported
 from bank.books.services import books_day_check
 
 
-def iso_date(value: str) -> date:
-    return date.fromisoformat(value)
+def books_day(value: str) -> date:
+    try:
+        return books_day_parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value[:32]!r}: {exc}") from None
 
 
 class Command(BaseCommand):
     help = "Match and check one banking day; print its figures as JSON lines; exit 1 on variances."
 
     def add_arguments(self, parser):
-        parser.add_argument("--date", type=iso_date, required=True, metavar="YYYY-MM-DD")
+        parser.add_argument(
+            "--date",
+            type=books_day,
+            required=True,
+            metavar="YYYY-MM-DD",
+            help="the banking day, 2000-01-01 to tomorrow, digits 0-9",
+        )
 
     def handle(self, *args, **options):
         day = options["date"]

@@ -3,6 +3,7 @@ a round every ``--every SECONDS`` until stopped (a process rather than a schedul
 
 from bank.collect import nacha_files_collect
 from bank.management.rounds import DropCollectCommand
+from bank.nacha.received import received_name_shown
 
 
 class Command(DropCollectCommand):
@@ -23,6 +24,8 @@ class Command(DropCollectCommand):
             f"{result.dead_lettered} dead-lettered (unknown trace number)"
         )
         for name in result.refused:
-            self.stderr.write(f"refused: {name} (kept; see the admin's inbound NACHA files)")
+            shown = received_name_shown(name)
+            self.stderr.write(f"refused: {shown} (kept; see the admin's inbound NACHA files)")
         for name in result.set_aside:
-            self.stderr.write(f"set aside unread: {name} (not a regular file; see the alert)")
+            shown = received_name_shown(name)
+            self.stderr.write(f"set aside unread: {shown} (not a regular file; see the alert)")

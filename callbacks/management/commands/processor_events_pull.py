@@ -4,15 +4,15 @@
 from django.core.management.base import CommandError
 from django.db import close_old_connections
 
+from callbacks.conf import SPECS
 from callbacks.events_pull import PullOutcome, processor_events_cursor_set, processor_events_pull
-from payments.management.rounds import RoundsCommand
+from payments.management.rounds import RoundsCommand, whole_number
 
 
-def _at_least_one(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError(value)
-    return number
+def _in_range_of(setting: str):
+    """An option with the range of the setting it stands in for."""
+    spec = SPECS[setting]
+    return whole_number(int(spec.minimum), int(spec.maximum))
 
 
 class Command(RoundsCommand):
@@ -27,15 +27,15 @@ class Command(RoundsCommand):
         super().add_arguments(parser)
         parser.add_argument(
             "--page-size",
-            type=_at_least_one,
+            type=_in_range_of("PROCESSOR_EVENTS_PULL_PAGE_SIZE"),
             default=None,
-            help="events asked for per page (default PROCESSOR_EVENTS_PULL_PAGE_SIZE)",
+            help="events asked for per page, 1-500 (default PROCESSOR_EVENTS_PULL_PAGE_SIZE)",
         )
         parser.add_argument(
             "--max-pages",
-            type=_at_least_one,
+            type=_in_range_of("PROCESSOR_EVENTS_PULL_MAX_PAGES"),
             default=None,
-            help="pages per pass at most (default PROCESSOR_EVENTS_PULL_MAX_PAGES)",
+            help="pages per pass at most, 1-10000 (default PROCESSOR_EVENTS_PULL_MAX_PAGES)",
         )
         parser.add_argument(
             "--set-cursor",

@@ -67,7 +67,7 @@ from payments.processor.contract import (
     processor_event_parse,
 )
 from payments.strictjson import StrictJSONError
-from payments.strictjson import loads as strict_loads
+from payments.strictjson import loads_with_items as strict_loads_with_items
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +260,8 @@ class ProcessorClient(ProcessorBackend):
         """GET /v1/events?after=<cursor>&limit=<n>: ``{"data": [...], "next_cursor": ...,
         "has_more": ...}``. The page is read as strict JSON (what the callback endpoint's parser
         refuses is refused here too) and held to its contract; a page that breaks it is
-        retryable (``ProcessorCallUnavailable``): the cursor stays where it was."""
+        retryable (``ProcessorCallUnavailable``): the cursor stays where it was. What strict
+        JSON refuses inside one event is that event's alone (``EventsPage.unreadable``)."""
         query = {"limit": str(limit)} if after is None else {"after": after, "limit": str(limit)}
         path = f"/v1/events?{urlencode(query)}"
         response, call = self._send("GET", path, headers=self._headers())
@@ -270,16 +271,21 @@ class ProcessorClient(ProcessorBackend):
                 message, call=replace(call, error_kind=CallErrorKind.HTTP, error=message)
             )
         try:
-            data, next_cursor, has_more = events_page_parse(
-                strict_loads(response.content), limit=limit
-            )
+            body, unreadable = strict_loads_with_items(response.content, key="data")
+            data, next_cursor, has_more = events_page_parse(body, limit=limit)
         except (StrictJSONError, InvalidEventsPage) as exc:
             message = f"HTTP {response.status_code} with an unusable events page: {exc}"
             raise ProcessorCallUnavailable(
                 f"GET {call.url}: {message}",
                 call=replace(call, error_kind=CallErrorKind.HTTP, error=message[:1000]),
             ) from exc
-        return EventsPage(data=data, next_cursor=next_cursor, has_more=has_more, call=call)
+        return EventsPage(
+            data=data,
+            next_cursor=next_cursor,
+            has_more=has_more,
+            call=call,
+            unreadable=unreadable,
+        )
 
     # --- callbacks
     def callback_verify(self, request: CallbackRequest) -> None:

@@ -11,8 +11,16 @@ from django.db import transaction
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.messages import MessageKind, submit_payment_body
-from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
+from payments.models import (
+    EventKind,
+    EventOutcome,
+    OutboxMessage,
+    Payment,
+    PaymentDirection,
+    PaymentEvent,
+)
 from payments.processor.backend import get_backend
+from payments.services.limits import exposure_check
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
 
@@ -57,7 +65,9 @@ def payment_create(
     ``NocPastDeadline`` when the token has an open notification of change past its deadline,
     and ``ValidationError`` naming ``source_token`` for a token the processor backend refuses
     for ``merchant_id`` (``source_token_refused``: the bank's, a vault token it does not hold
-    for the merchant, missing or another merchant's alike).
+    for the merchant, missing or another merchant's alike), and ``ExposureLimitExceeded`` when
+    the debit would take the merchant past one of its exposure limits
+    (``payments.services.limits``, checked under the merchant's exposure lock).
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -79,6 +89,12 @@ def payment_create(
     # An open notification of change past its deadline blocks the token's next entry.
     noc_debit_check(source_token=source_token)
     with transaction.atomic():
+        exposure_check(
+            merchant_id=merchant_id,
+            direction=PaymentDirection.DEBIT,
+            currency=currency,
+            amount=amount,
+        )
         payment = Payment.objects.create(
             merchant_id=merchant_id,
             amount=amount,

@@ -40,6 +40,7 @@ from payments.services.create import (
     payment_created_record,
     validate_source_token,
 )
+from payments.services.limits import exposure_check
 from payments.services.refunds import CREDITS_UNSUPPORTED
 from payments.services.transitions import money_out_count
 
@@ -65,7 +66,9 @@ def payout_create(
     Raises ``ValidationError`` naming the field for a currency, amount or token the module does
     not take (a vault token not held for this merchant is "unknown"), and ``MoneyOutRefused``
     (``insufficient_available_balance``: nothing written) when the available balance, read under
-    the merchant's lock, is less than ``amount`` or already negative.
+    the merchant's lock, is less than ``amount`` or already negative, and
+    ``ExposureLimitExceeded`` when it would take the merchant past a credit limit (refunds and
+    payouts count together).
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -95,6 +98,12 @@ def payout_create(
                 f"a payout of {amount:.2f} {currency} exceeds the {available:.2f} {currency} "
                 f"available to merchant {merchant_id}",
             )
+        exposure_check(
+            merchant_id=merchant_id,
+            direction=PaymentDirection.CREDIT,
+            currency=currency,
+            amount=amount,
+        )
         payout = Payment.objects.create(
             merchant_id=merchant_id,
             amount=amount,

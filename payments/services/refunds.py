@@ -46,6 +46,7 @@ from payments.models import (
 from payments.processor.backend import get_backend
 from payments.services.cancel import payment_cancel
 from payments.services.create import outbox_enqueue, payment_created_record
+from payments.services.limits import exposure_check
 from payments.services.remedies import dishonor_may_stand
 from payments.services.transitions import money_out_count
 from payments.services.writes import payment_lock
@@ -99,7 +100,8 @@ def refund_create(
     Refused with ``MoneyOutRefused`` naming the rule, nothing written: a debit not confirmed
     (one not yet sent is canceled instead), returned, with a dishonor of its return pending, an
     amount over what is refundable, a payment that is itself money out, or a backend that
-    cannot send credits.
+    cannot send credits; ``ExposureLimitExceeded`` when it would take the merchant past a
+    credit limit.
     """
     if not get_backend().supports_credits:
         raise MoneyOutRefused(
@@ -115,6 +117,14 @@ def refund_create(
         # what is refundable of each debit is decided under that debit's lock), only payouts.
         money_out_share(debit.merchant_id)
         _refusal(debit, amount, now=now or timezone.now())
+        # Refunds and payouts count against one credit limit; its lock is the create's last.
+        exposure_check(
+            merchant_id=debit.merchant_id,
+            direction=PaymentDirection.CREDIT,
+            currency=debit.currency,
+            amount=amount,
+            now=now,
+        )
         refund = Payment.objects.create(
             merchant_id=debit.merchant_id,
             amount=amount,

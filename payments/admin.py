@@ -612,3 +612,7 @@ class DoubleLossAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "noc", "action", "user", "status_before", "status_after"]
     list_select_related = ["noc", "user"]
+
+
+# Merchants' exposure limits and their audit rows.
+from payments import limits_admin  # noqa: E402, F401

@@ -53,7 +53,7 @@ from payments.exceptions import (
 )
 from payments.http_limits import read_body_limited
 from payments.kernel import propagation
-from payments.models import Payment
+from payments.models import Payment, ReviewStatus
 from payments.selectors import (
     merchant_balance,
     payment_attempts_public,
@@ -354,6 +354,9 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
         return _refusal(exposure_conflict(exc))
     body = dict(PaymentOutputSerializer(payment).data)
     warnings = [noc_warning(noc) for noc in nocs_open_for_token(payment.source_token)]
+    if payment.review_status == ReviewStatus.HELD:
+        # PAYMENTS["OVER_LIMIT"] = "hold": created, and sent only once a person approves it.
+        warnings.append({"code": "held_for_review", "message": payment.review_reason})
     if warnings:
         body["warnings"] = warnings
     return idempotency.Answer(201, body)

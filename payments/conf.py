@@ -103,6 +103,10 @@ SPECS: dict[str, Spec] = {
         types=(dict, type(None)),
         text_type=json_text,
     ),
+    # What a create past an exposure limit does: "refuse" answers 409 exposure_limit_exceeded;
+    # "hold" creates it held for a person's review (payments.services.review), never submitted
+    # before its approval.
+    "OVER_LIMIT": Text("refuse", pattern=r"refuse|hold", accepted="'refuse' or 'hold'"),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this

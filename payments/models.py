@@ -33,6 +33,16 @@ class PaymentDirection(models.TextChoices):
     CREDIT = "credit", "Credit (sends)"
 
 
+class ReviewStatus(models.TextChoices):
+    """A payment held for a person's review (``payments.services.review``): never submitted
+    while ``held``; approved, it is sent once; rejected, it is canceled."""
+
+    NONE = "", "Not held"
+    HELD = "held", "Held for review"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected (canceled)"
+
+
 class PaymentPurpose(models.TextChoices):
     COLLECTION = "collection", "Collection"
     REFUND = "refund", "Refund of a collected debit"
@@ -83,6 +93,19 @@ class Payment(FSMModelMixin, models.Model):
     # A refund held until its debit is past its return window (REFUND_HOLD_BANKING_DAYS): its
     # submit command is enqueued only then (``payments.services.refunds.refunds_release``).
     hold_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # Held for a person's review (PAYMENTS["OVER_LIMIT"] = "hold": created past an exposure
+    # limit): no submit command until it is approved; ``review_reason`` says why it was held.
+    review_status = models.CharField(
+        max_length=10,
+        choices=ReviewStatus.choices,
+        blank=True,
+        default=ReviewStatus.NONE,
+        db_default=ReviewStatus.NONE,
+        editable=False,
+    )
+    review_reason = models.CharField(
+        max_length=255, blank=True, default="", db_default="", editable=False
+    )
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     state = FSMField(
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
@@ -119,6 +142,7 @@ class Payment(FSMModelMixin, models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("review_payment", "Can approve or reject a payment held for review")]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(amount__gt=0), name="payment_amount_positive"
@@ -222,6 +246,7 @@ class EventKind(models.TextChoices):
     SUBMISSION = "submission", "Submission outcome"
     PROCESSOR_EVENT = "processor_event", "Processor event"
     CANCELLATION = "cancellation", "Canceled before origination"
+    REVIEW = "review", "Held for review, approved or rejected"
 
 
 class EventOutcome(models.TextChoices):

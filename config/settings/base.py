@@ -174,6 +174,7 @@ PAYMENTS = app_settings_from_environ(
         "REFUND_HOLD_BANKING_DAYS",
         # The default exposure limits of every merchant (JSON, payments/exposure_limits.py).
         "EXPOSURE_LIMITS",
+        "OVER_LIMIT",
         # The processor backend (the bank path's: bank.nacha.backend.NachaBackend).
         "PROCESSOR_BACKEND",
     ],

@@ -20,7 +20,7 @@ from payments.models import (
     PaymentEvent,
 )
 from payments.processor.backend import get_backend
-from payments.services.limits import exposure_check
+from payments.services.limits import exposure_decide, review_hold
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
 
@@ -67,7 +67,8 @@ def payment_create(
     for ``merchant_id`` (``source_token_refused``: the bank's, a vault token it does not hold
     for the merchant, missing or another merchant's alike), and ``ExposureLimitExceeded`` when
     the debit would take the merchant past one of its exposure limits
-    (``payments.services.limits``, checked under the merchant's exposure lock).
+    (``payments.services.limits``, checked under the merchant's exposure lock), or, with
+    ``PAYMENTS["OVER_LIMIT"] = "hold"``, writes it held for review without its submit command.
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -89,7 +90,7 @@ def payment_create(
     # An open notification of change past its deadline blocks the token's next entry.
     noc_debit_check(source_token=source_token)
     with transaction.atomic():
-        exposure_check(
+        over_limit = exposure_decide(
             merchant_id=merchant_id,
             direction=PaymentDirection.DEBIT,
             currency=currency,
@@ -111,7 +112,15 @@ def payment_create(
             payload.update(
                 reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
             )
-        payment_created_record(payment, payload=payload, caused_by=caused_by, carried=carried)
+        if over_limit is not None:
+            payload.update(review_hold(payment, over_limit))
+        payment_created_record(
+            payment,
+            payload=payload,
+            caused_by=caused_by,
+            carried=carried,
+            submit=over_limit is None,
+        )
     return payment
 
 

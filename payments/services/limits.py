@@ -41,7 +41,13 @@ from payments.exposure_limits import (
     parse_exposure_limits,
 )
 from payments.kernel.locks import exposure_lock
-from payments.models import ExposureLimit, ExposureLimitChange, Payment, PaymentState
+from payments.models import (
+    ExposureLimit,
+    ExposureLimitChange,
+    Payment,
+    PaymentState,
+    ReviewStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +55,8 @@ EXPOSURE_LIMIT_EXCEEDED = ExposureLimitExceeded.rule
 CHANGE_PERMISSION = "payments.change_exposure_limits"
 # Entries that never moved money, and never will.
 NOT_COUNTED = (PaymentState.FAILED, PaymentState.CANCELED)
+HOLD = "hold"
+REVIEW_REASON_MAX = 255
 DEFAULT = "default"
 MERCHANT = "merchant"
 
@@ -202,6 +210,29 @@ def exposure_check(
         )
 
 
+def exposure_decide(
+    *,
+    merchant_id: str,
+    direction: str,
+    currency: str,
+    amount: Decimal,
+    now: datetime | None = None,
+) -> ExposureLimitExceeded | None:
+    """``exposure_check`` as ``PAYMENTS["OVER_LIMIT"]`` says: None within the limits; past one,
+    raise (``refuse``) or return the refusal (``hold``), and the caller creates the entry held
+    for review (``payments.services.review.review_hold``). A held entry counts against the
+    limits like any other until it is rejected."""
+    try:
+        exposure_check(
+            merchant_id=merchant_id, direction=direction, currency=currency, amount=amount, now=now
+        )
+    except ExposureLimitExceeded as exc:
+        if payments_conf.OVER_LIMIT != HOLD:
+            raise
+        return exc
+    return None
+
+
 def merchant_exposure(
     *, merchant_id: str, currencies: tuple[str, ...], now: datetime | None = None
 ) -> list[Exposure]:
@@ -286,3 +317,18 @@ def exposure_limit_set(
         limits.as_dict(),
     )
     return row
+
+
+def review_hold(payment: Payment, refusal: ExposureLimitExceeded) -> dict:
+    """Mark the new ``payment`` (in its create's transaction, before its audit row) held for
+    review past the limit ``refusal`` names; the audit row's payload fields that say so."""
+    payment.review_status = ReviewStatus.HELD
+    payment.review_reason = f"{refusal.limit}: {refusal}"[:REVIEW_REASON_MAX]
+    payment.save(update_fields=["review_status", "review_reason"])
+    logger.warning(
+        "payment %s held for review: %s",
+        payment.id,
+        payment.review_reason,
+        extra={"payment_id": str(payment.id)},
+    )
+    return {"review_status": ReviewStatus.HELD, "review_reason": payment.review_reason}

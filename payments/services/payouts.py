@@ -40,7 +40,7 @@ from payments.services.create import (
     payment_created_record,
     validate_source_token,
 )
-from payments.services.limits import exposure_check
+from payments.services.limits import exposure_decide, review_hold
 from payments.services.refunds import CREDITS_UNSUPPORTED
 from payments.services.transitions import money_out_count
 
@@ -98,7 +98,7 @@ def payout_create(
                 f"a payout of {amount:.2f} {currency} exceeds the {available:.2f} {currency} "
                 f"available to merchant {merchant_id}",
             )
-        exposure_check(
+        over_limit = exposure_decide(
             merchant_id=merchant_id,
             direction=PaymentDirection.CREDIT,
             currency=currency,
@@ -124,7 +124,15 @@ def payout_create(
         )
         money_out_count(PaymentPurpose.PAYOUT, PaymentState.PENDING)
         payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
-        payment_created_record(payout, payload=payload, caused_by=caused_by, carried=carried)
+        if over_limit is not None:
+            payload.update(review_hold(payout, over_limit))
+        payment_created_record(
+            payout,
+            payload=payload,
+            caused_by=caused_by,
+            carried=carried,
+            submit=over_limit is None,
+        )
     logger.info(
         "payout %s of %s %s created for merchant %s (%s available before)",
         payout.id,

@@ -1,17 +1,29 @@
 """Merchants' exposure limits in the admin: changed only by a user with
 ``payments.change_exposure_limits``, each change with a note and an audit row
-(``payments.services.limits.exposure_limit_set``); the audit rows are read-only. Registered by
-``payments.admin``."""
+(``payments.services.limits.exposure_limit_set``); the audit rows are read-only. And the
+decision on a payment held for review (``PaymentReviewMixin``, on the payment's admin page).
+Registered by ``payments.admin``."""
 
 from django import forms
-from django.contrib import admin
-from django.core.exceptions import ValidationError
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
 
 from payments.admin_base import ReadOnlyModelAdmin
+from payments.exceptions import CancelRefused
 from payments.exposure_limits import KINDS, Limits, currency_code
-from payments.models import ExposureLimit, ExposureLimitChange
+from payments.models import ExposureLimit, ExposureLimitChange, Payment, ReviewStatus
 from payments.serializers import MERCHANT_MESSAGE, MERCHANT_RE
 from payments.services.limits import CHANGE_PERMISSION, exposure_limit_set
+from payments.services.review import (
+    REVIEW_PERMISSION,
+    ReviewRefused,
+    payment_review_approve,
+    payment_review_reject,
+)
 
 
 class ExposureLimitForm(forms.ModelForm):
@@ -122,3 +134,89 @@ class ExposureLimitChangeAdmin(ReadOnlyModelAdmin):
     def has_view_permission(self, request, obj=None):
         # Who may change the limits may read their history.
         return super().has_view_permission(request, obj) or request.user.has_perm(CHANGE_PERMISSION)
+
+
+class PaymentReviewForm(forms.Form):
+    decision = forms.ChoiceField(
+        choices=[
+            ("approve", "Approve: send it, once"),
+            ("reject", "Reject: cancel it, nothing is sent"),
+        ],
+        widget=forms.RadioSelect,
+    )
+    note = forms.CharField(
+        label="Note (required)",
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        strip=True,
+        max_length=2000,
+        help_text="Why: what was checked, with whom, the ticket.",
+    )
+
+
+class PaymentReviewMixin:
+    """A held payment's decision on its admin page: a confirmation page with the reason and a
+    note, for a user with ``payments.review_payment`` only; the service decides under the
+    payment's row lock."""
+
+    def has_review_permission(self, request) -> bool:
+        return request.user.has_perm(REVIEW_PERMISSION)
+
+    def has_view_permission(self, request, obj=None):
+        # A reviewer reads the payment it decides on, its history and its merchant's others.
+        return super().has_view_permission(request, obj) or self.has_review_permission(request)
+
+    @admin.display(description="review")
+    def review_link(self, obj):
+        if obj is None or obj.review_status != ReviewStatus.HELD:
+            return obj.get_review_status_display() if obj is not None else "—"
+        url = reverse("admin:payments_payment_review", args=[obj.pk])
+        return format_html('<a class="button" href="{}">Approve or reject…</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "<uuid:payment_id>/review/",
+                self.admin_site.admin_view(self.review_view),
+                name="payments_payment_review",
+            ),
+            *super().get_urls(),
+        ]
+
+    def review_view(self, request, payment_id):
+        if not self.has_review_permission(request):
+            raise PermissionDenied(f"Deciding a held payment needs {REVIEW_PERMISSION}.")
+        payment = get_object_or_404(Payment, pk=payment_id)
+        change_url = reverse("admin:payments_payment_change", args=[payment.pk])
+        form = PaymentReviewForm(request.POST or None)
+        error = None
+        if request.method == "POST" and form.is_valid():
+            decide = (
+                payment_review_approve
+                if form.cleaned_data["decision"] == "approve"
+                else payment_review_reject
+            )
+            try:
+                decide(payment_id=payment.pk, user=request.user, note=form.cleaned_data["note"])
+            except (ReviewRefused, CancelRefused) as exc:
+                error = str(exc)
+            else:
+                self.message_user(
+                    request,
+                    f"Payment {payment.pk}: {form.cleaned_data['decision']}d.",
+                    messages.SUCCESS,
+                )
+                return redirect(change_url)
+        return TemplateResponse(
+            request,
+            "admin/payments/payment/confirm_review.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "app_label": self.opts.app_label,
+                "title": f"Review payment {payment.pk}",
+                "payment": payment,
+                "form": form,
+                "error": error,
+                "cancel_url": change_url,
+            },
+        )

@@ -22,12 +22,23 @@ from payments.exposure_limits import Limits, parse_exposure_limits
 from payments.models import (
     ExposureLimit,
     ExposureLimitChange,
+    LedgerEntry,
+    LedgerEntryStatus,
+    OutboxMessage,
     Payment,
     PaymentDirection,
     PaymentPurpose,
     PaymentState,
+    ProcessorAttempt,
 )
-from payments.services import payment_apply_event, payment_create, payment_reinitiate
+from payments.services import (
+    SubmitOutcome,
+    payment_apply_event,
+    payment_cancel,
+    payment_create,
+    payment_reinitiate,
+    payment_submit,
+)
 from payments.services.limits import (
     counted_since,
     effective_banking_day,
@@ -37,6 +48,7 @@ from payments.services.limits import (
 )
 from payments.services.payouts import payout_create
 from payments.services.refunds import refund_create
+from payments.services.review import ReviewRefused, payment_review_approve, payment_review_reject
 from tests.factories import PaymentFactory, UserFactory, grant, processor_event
 from tests.waiting import race
 
@@ -632,3 +644,231 @@ def test_merchant_exposure_lists_every_direction_of_every_currency_it_pays_in():
         ("debit", USD, True),
     ]
     assert all(e.remaining_today is None and not math.isnan(e.used_today) for e in exposure)
+
+
+# --- PAYMENTS["OVER_LIMIT"] = "hold": created, and held for a person's review ------------------
+
+
+@pytest.fixture
+def hold_mode(module_settings):
+    module_settings.OVER_LIMIT = "hold"
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+
+
+def _reviewer(**fields):
+    user = UserFactory(is_staff=True, **fields)
+    user.user_permissions.add(Permission.objects.get(codename="review_payment"))
+    return type(user).objects.get(pk=user.pk)
+
+
+def _submit_commands(payment: Payment) -> int:
+    return OutboxMessage.objects.filter(group_id=str(payment.id), kind="submit_payment").count()
+
+
+def test_manage_py_check_refuses_an_over_limit_mode_it_does_not_know(module_settings):
+    module_settings.OVER_LIMIT = "ignore"
+
+    with pytest.raises(SystemCheckError) as refused:
+        call_command("check")
+
+    assert "OVER_LIMIT" in str(refused.value)
+    assert "'refuse' or 'hold'" in str(refused.value)
+
+
+def test_in_hold_mode_a_debit_past_a_limit_is_created_held_without_its_submit_command(hold_mode):
+    _set("acme", daily=Decimal("100.00"))
+    within = _debit("acme", "90.00")
+    held = _debit("acme", "20.00")
+
+    assert (within.review_status, _submit_commands(within)) == ("", 1)
+    assert (held.state, held.review_status, _submit_commands(held)) == ("pending", "held", 0)
+    assert held.review_reason.startswith("debit_daily_limit: 20.00 USD would take merchant acme")
+    created = held.events.get(kind="created")
+    assert created.payload["review_status"] == "held"
+    # A held payment counts until it is rejected: the next one is held too.
+    assert _debit("acme", "1.00").review_status == "held"
+
+
+def test_a_stray_submit_command_for_a_held_payment_is_skipped_without_a_call(hold_mode):
+    _set("acme", single=Decimal("10.00"))
+    held = _debit("acme", "20.00")
+
+    result = payment_submit(payment_id=held.id)
+
+    assert result.outcome == SubmitOutcome.SKIPPED
+    assert not ProcessorAttempt.objects.filter(payment=held).exists()
+    held.refresh_from_db()
+    assert (held.state, held.submission_started_at) == ("pending", None)
+
+
+def test_approval_needs_the_permission_and_a_note_and_sends_the_payment_once(hold_mode):
+    _set("acme", single=Decimal("10.00"))
+    held = _debit("acme", "20.00")
+    reviewer = _reviewer(username="reviewer")
+
+    with pytest.raises(PermissionDenied):
+        payment_review_approve(payment_id=held.id, user=UserFactory(is_staff=True), note="ok")
+    with pytest.raises(ValidationError):
+        payment_review_approve(payment_id=held.id, user=reviewer, note=" ")
+    assert _submit_commands(held) == 0
+    approved = payment_review_approve(payment_id=held.id, user=reviewer, note="known customer")
+    with pytest.raises(ReviewRefused) as twice:
+        payment_review_approve(payment_id=held.id, user=reviewer, note="again")
+    with pytest.raises(ReviewRefused):
+        payment_review_reject(payment_id=held.id, user=reviewer, note="too late")
+
+    assert approved.review_status == "approved"
+    assert _submit_commands(held) == 1
+    assert twice.value.rule == "payment_not_held"
+    decision = held.events.get(kind="review")
+    assert (decision.event_type, decision.payload["note"], decision.caused_by) == (
+        "approved",
+        "known customer",
+        "review:reviewer",
+    )
+
+
+def test_a_rejected_payout_is_canceled_its_money_freed_and_never_sent(hold_mode):
+    debit = PaymentFactory(merchant_id="acme", state=PaymentState.SUBMITTED, amount=Decimal("500"))
+    payment_apply_event(event=processor_event(debit, "settled"))
+    _set("acme", "credit", daily=Decimal("50.00"))
+
+    payout = payout_create(merchant_id="acme", amount=Decimal("75.00"), destination_token=TOKEN)
+    refund = refund_create(payment_id=debit.id, amount=Decimal("60.00"))
+    rejected = payment_review_reject(payment_id=payout.id, user=_reviewer(), note="new account")
+
+    assert (payout.review_status, refund.review_status) == ("held", "held")
+    assert (_submit_commands(payout), _submit_commands(refund)) == (0, 0)
+    assert (rejected.state, rejected.review_status) == ("canceled", "rejected")
+    assert LedgerEntry.objects.get(payment=payout).status == LedgerEntryStatus.ARCHIVED
+    assert _submit_commands(payout) == 0
+
+
+def test_the_merchants_cancel_first_leaves_nothing_to_approve(hold_mode):
+    _set("acme", single=Decimal("10.00"))
+    held = _debit("acme", "20.00")
+
+    payment_cancel(payment_id=held.id)
+    with pytest.raises(ReviewRefused) as refused:
+        payment_review_approve(payment_id=held.id, user=_reviewer(), note="ok")
+
+    assert refused.value.rule == "payment_not_pending"
+    assert _submit_commands(held) == 0
+
+
+def test_the_create_answer_says_the_payment_is_held(api_client, user, hold_mode):
+    grant(user, "acme")
+    _set("acme", single=Decimal("10.00"))
+
+    answer = api_client.post(
+        "/api/payments/",
+        {"merchant_id": "acme", "amount": "10.01", "source_token": TOKEN},
+        format="json",
+    )
+
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["state"] == "pending"
+    [warning] = answer.json()["warnings"]
+    assert warning["code"] == "held_for_review"
+    assert "0.01 USD over its debit single limit" in warning["message"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approve_reject_and_the_merchants_cancel_racing_decide_once_and_send_only_approved(
+    module_settings,
+):
+    """One review decision wins; the merchant's cancel first leaves none to take. An approved
+    payment stays cancelable until its submission starts, as any pending one: then its submit
+    command finds it canceled and sends nothing."""
+    module_settings.OVER_LIMIT = "hold"
+    _set("acme", single=Decimal("10.00"))
+    reviewer = _reviewer()
+    for _ in range(6):
+        held = _debit("acme", "20.00")
+
+        approve, reject, cancel = race(
+            lambda p=held: payment_review_approve(payment_id=p.id, user=reviewer, note="ok"),
+            lambda p=held: payment_review_reject(payment_id=p.id, user=reviewer, note="no"),
+            lambda p=held: payment_cancel(payment_id=p.id),
+        )
+
+        decided = [r for r in (approve, reject) if isinstance(r, Payment)]
+        assert len(decided) <= 1, (approve, reject)
+        held.refresh_from_db()
+        if isinstance(approve, Payment):
+            assert held.review_status == "approved" and _submit_commands(held) == 1
+        elif isinstance(reject, Payment):
+            assert (held.state, held.review_status, _submit_commands(held)) == (
+                "canceled",
+                "rejected",
+                0,
+            )
+        else:
+            assert (held.state, held.review_status, _submit_commands(held)) == (
+                "canceled",
+                "held",
+                0,
+            )
+            assert {approve.rule, reject.rule} == {"payment_not_pending"}
+        sent = payment_submit(payment_id=held.id) if held.state == "canceled" else None
+        assert sent is None or sent.outcome == SubmitOutcome.SKIPPED
+        assert not ProcessorAttempt.objects.filter(payment=held).exists()
+
+
+def _review_url(payment) -> str:
+    return f"/admin/payments/payment/{payment.pk}/review/"
+
+
+def test_the_review_page_needs_the_permission(client, hold_mode):
+    _set("acme", single=Decimal("10.00"))
+    held = _debit("acme", "20.00")
+    client.force_login(UserFactory(is_staff=True))
+
+    page = client.get(_review_url(held))
+    posted = client.post(_review_url(held), {"decision": "approve", "note": "ok"})
+
+    assert (page.status_code, posted.status_code) == (403, 403)
+    assert _submit_commands(held) == 0
+
+
+def test_a_reviewer_approves_in_the_admin_with_a_note_and_a_second_decision_is_refused(
+    client, hold_mode
+):
+    _set("acme", single=Decimal("10.00"))
+    held = _debit("acme", "20.00")
+    client.force_login(_reviewer())
+
+    page = client.get(_review_url(held))
+    no_note = client.post(_review_url(held), {"decision": "approve", "note": ""})
+    forged = client.post(_review_url(held), {"decision": "send-twice", "note": "x"})
+    approved = client.post(_review_url(held), {"decision": "approve", "note": "checked"})
+    again = client.post(_review_url(held), {"decision": "reject", "note": "changed my mind"})
+    change = client.get(f"/admin/payments/payment/{held.pk}/change/")
+
+    assert page.status_code == 200 and b"debit_single_limit" in page.content
+    assert no_note.status_code == 200 and b"This field is required" in no_note.content
+    assert forged.status_code == 200 and b"Select a valid choice" in forged.content
+    assert approved.status_code == 302
+    assert again.status_code == 200 and b"not held for review" in again.content
+    assert change.status_code == 200 and b"Approved" in change.content
+    held.refresh_from_db()
+    assert (held.state, held.review_status, _submit_commands(held)) == ("pending", "approved", 1)
+
+
+def test_the_review_page_refuses_a_forged_post_and_an_unknown_payment(hold_mode):
+    from django.test import Client
+
+    _set("acme", single=Decimal("10.00"))
+    held = _debit("acme", "20.00")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(_reviewer())
+
+    forged = strict.post(_review_url(held), {"decision": "approve", "note": "ok"})
+    unknown = strict.get("/admin/payments/payment/00000000-0000-0000-0000-000000000000/review/")
+    not_uuid = strict.get("/admin/payments/payment/not-a-uuid/review/")
+
+    assert forged.status_code == 403  # no CSRF token
+    assert unknown.status_code == 404
+    assert not_uuid.status_code in (302, 404)  # the admin's own answer to an unknown object
+    held.refresh_from_db()
+    assert (held.review_status, _submit_commands(held)) == ("held", 0)

@@ -15,6 +15,9 @@ from django.utils.safestring import mark_safe
 from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
 from payments.catalogue import event_type_label, event_types
 from payments.exceptions import MoneyOutRefused
+
+# Merchants' exposure limits, their audit rows (registered there), and a held payment's review.
+from payments.limits_admin import PaymentReviewMixin
 from payments.models import (
     CircuitBreaker,
     CircuitBreakerTransition,
@@ -187,9 +190,18 @@ class DoubleLossInline(ReadOnlyInline):
 
 
 @admin.register(Payment)
-class PaymentAdmin(admin.ModelAdmin):
-    list_display = ["id", "merchant_id", "purpose", "amount", "currency", "state", "created_at"]
-    list_filter = ["state", "purpose", "currency", "created_at"]
+class PaymentAdmin(PaymentReviewMixin, admin.ModelAdmin):
+    list_display = [
+        "id",
+        "merchant_id",
+        "purpose",
+        "amount",
+        "currency",
+        "state",
+        "review_status",
+        "created_at",
+    ]
+    list_filter = ["state", "review_status", "purpose", "currency", "created_at"]
     search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
     date_hierarchy = "created_at"
     inlines = [
@@ -207,7 +219,7 @@ class PaymentAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The state moves only through services; nothing about a payment is edited by hand.
-        return [*(f.name for f in self.model._meta.fields), "reinitiation_chain"]
+        return [*(f.name for f in self.model._meta.fields), "reinitiation_chain", "review_link"]
 
     @admin.display(description="reinitiation chain")
     def reinitiation_chain(self, obj):

@@ -45,6 +45,7 @@ from payments.api_errors import (
 from payments.api_throttling import ModuleScopedThrottle
 from payments.exceptions import (
     CancelRefused,
+    ExposureLimitExceeded,
     MoneyOutRefused,
     NocPastDeadline,
     PaymentNotFound,
@@ -52,7 +53,7 @@ from payments.exceptions import (
 )
 from payments.http_limits import read_body_limited
 from payments.kernel import propagation
-from payments.models import Payment
+from payments.models import Payment, ReviewStatus
 from payments.selectors import (
     merchant_balance,
     payment_attempts_public,
@@ -349,8 +350,13 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
         return _refusal(field_errors(exc.message_dict))
     except NocPastDeadline as exc:
         return _refusal(_noc_conflict(exc))
+    except ExposureLimitExceeded as exc:
+        return _refusal(exposure_conflict(exc))
     body = dict(PaymentOutputSerializer(payment).data)
     warnings = [noc_warning(noc) for noc in nocs_open_for_token(payment.source_token)]
+    if payment.review_status == ReviewStatus.HELD:
+        # PAYMENTS["OVER_LIMIT"] = "hold": created, and sent only once a person approves it.
+        warnings.append({"code": "held_for_review", "message": payment.review_reason})
     if warnings:
         body["warnings"] = warnings
     return idempotency.Answer(201, body)
@@ -364,6 +370,18 @@ def _noc_conflict(exc: NocPastDeadline) -> ApiError:
         f"source_token: {exc}",
         param="source_token",
         errors={"source_token": [str(exc)]},
+    )
+
+
+def exposure_conflict(exc: ExposureLimitExceeded) -> ApiError:
+    """409 naming the limit in ``param`` (``debit_daily_limit``), the message by how much.
+    Nothing was written, so the key is released: the same request may go once there is room."""
+    return ApiError(
+        status.HTTP_409_CONFLICT,
+        "exposure_limit_exceeded",
+        str(exc),
+        param=exc.limit,
+        errors={exc.limit: [str(exc)]},
     )
 
 
@@ -515,6 +533,8 @@ def _refund_create_answer(request, payment: Payment, data) -> idempotency.Answer
             caused_by=f"api:{request.user.get_username()}",
             carried=_carried(request),
         )
+    except ExposureLimitExceeded as exc:
+        return _refusal(exposure_conflict(exc))
     except MoneyOutRefused as exc:
         # Nothing was written: the key is released, so the request may be made again once the
         # rule allows it (the debit settled, say).
@@ -567,6 +587,8 @@ def _payout_create_answer(request, data) -> idempotency.Answer:
         )
     except DjangoValidationError as exc:
         return _refusal(field_errors(exc.message_dict))
+    except ExposureLimitExceeded as exc:
+        return _refusal(exposure_conflict(exc))
     except MoneyOutRefused as exc:
         return _refusal(
             ApiError(
@@ -626,8 +648,8 @@ def _payment_reinitiate_answer(user, payment: Payment, data) -> idempotency.Answ
                 status.HTTP_409_CONFLICT,
                 exc.rule,
                 str(exc),
-                param="payment_id",
-                errors={"payment_id": [str(exc)]},
+                param=exc.param or "payment_id",
+                errors={exc.param or "payment_id": [str(exc)]},
             )
         )
     except PaymentNotFound:

@@ -15,6 +15,8 @@ from payments.api_access_classes import (
     authentication_classes,
     permission_classes,
 )
+from payments.exposure_limits import ACCEPTED as LIMITS_ACCEPTED
+from payments.exposure_limits import parse_exposure_limits
 from payments.kernel.app_settings import AppSettings
 from payments.kernel.setting_specs import (
     Duration,
@@ -25,6 +27,7 @@ from payments.kernel.setting_specs import (
     Text,
     Url,
     defaults,
+    json_text,
 )
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
 
@@ -90,6 +93,20 @@ SPECS: dict[str, Spec] = {
     # A refund waits this many banking days after its debit settled before it is sent (its
     # return window; 0: at once, and a return after it is caught as a double loss instead).
     "REFUND_HOLD_BANKING_DAYS": Number(0, 0, 60, whole=True, unit="of banking days"),
+    # Exposure limits (payments.exposure_limits, enforced by payments.services.limits): the
+    # default caps of every merchant without its own (ExposureLimit, edited in the admin), by
+    # currency and direction; None, the default, caps nothing.
+    "EXPOSURE_LIMITS": Parsed(
+        None,
+        parse=parse_exposure_limits,
+        accepted=LIMITS_ACCEPTED,
+        types=(dict, type(None)),
+        text_type=json_text,
+    ),
+    # What a create past an exposure limit does: "refuse" answers 409 exposure_limit_exceeded;
+    # "hold" creates it held for a person's review (payments.services.review), never submitted
+    # before its approval.
+    "OVER_LIMIT": Text("refuse", pattern=r"refuse|hold", accepted="'refuse' or 'hold'"),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this

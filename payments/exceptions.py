@@ -127,10 +127,12 @@ class NocPastDeadline(PaymentError):
 
 
 class ReinitiationRefused(PaymentError):
-    """A reinitiation NACHA's rules do not allow; ``rule`` names which one."""
+    """A reinitiation NACHA's rules do not allow; ``rule`` names which one, ``param`` what the
+    refusal names (a limit's name; None: the payment)."""
 
-    def __init__(self, rule: str, message: str) -> None:
+    def __init__(self, rule: str, message: str, *, param: str | None = None) -> None:
         self.rule = rule
+        self.param = param
         super().__init__(message)
 
 
@@ -158,3 +160,23 @@ class MoneyOutRefused(PaymentError):
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
         super().__init__(message)
+
+
+class ExposureLimitExceeded(PaymentError):
+    """A create that would take a merchant past one of its exposure limits
+    (``payments.services.limits``): nothing is written. ``limit`` names it
+    (``debit_daily_limit``); ``over`` is by how much."""
+
+    rule = "exposure_limit_exceeded"
+
+    def __init__(self, *, limit: str, cap, used, amount, currency: str, merchant_id: str) -> None:
+        self.limit = limit
+        self.cap = cap
+        self.used = used
+        self.amount = amount
+        self.over = used + amount - cap
+        super().__init__(
+            f"{amount:.2f} {currency} would take merchant {merchant_id} {self.over:.2f} "
+            f"{currency} over its {limit.replace('_', ' ')} of {cap:.2f} {currency} "
+            f"({used:.2f} {currency} counted already)"
+        )

@@ -33,6 +33,16 @@ class PaymentDirection(models.TextChoices):
     CREDIT = "credit", "Credit (sends)"
 
 
+class ReviewStatus(models.TextChoices):
+    """A payment held for a person's review (``payments.services.review``): never submitted
+    while ``held``; approved, it is sent once; rejected, it is canceled."""
+
+    NONE = "", "Not held"
+    HELD = "held", "Held for review"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected (canceled)"
+
+
 class PaymentPurpose(models.TextChoices):
     COLLECTION = "collection", "Collection"
     REFUND = "refund", "Refund of a collected debit"
@@ -83,6 +93,19 @@ class Payment(FSMModelMixin, models.Model):
     # A refund held until its debit is past its return window (REFUND_HOLD_BANKING_DAYS): its
     # submit command is enqueued only then (``payments.services.refunds.refunds_release``).
     hold_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # Held for a person's review (PAYMENTS["OVER_LIMIT"] = "hold": created past an exposure
+    # limit): no submit command until it is approved; ``review_reason`` says why it was held.
+    review_status = models.CharField(
+        max_length=10,
+        choices=ReviewStatus.choices,
+        blank=True,
+        default=ReviewStatus.NONE,
+        db_default=ReviewStatus.NONE,
+        editable=False,
+    )
+    review_reason = models.CharField(
+        max_length=255, blank=True, default="", db_default="", editable=False
+    )
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     state = FSMField(
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
@@ -119,6 +142,7 @@ class Payment(FSMModelMixin, models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("review_payment", "Can approve or reject a payment held for review")]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(amount__gt=0), name="payment_amount_positive"
@@ -222,6 +246,7 @@ class EventKind(models.TextChoices):
     SUBMISSION = "submission", "Submission outcome"
     PROCESSOR_EVENT = "processor_event", "Processor event"
     CANCELLATION = "cancellation", "Canceled before origination"
+    REVIEW = "review", "Held for review, approved or rejected"
 
 
 class EventOutcome(models.TextChoices):
@@ -859,3 +884,73 @@ class CircuitBreakerTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.breaker_id} {self.kind} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ExposureLimit(models.Model):
+    """One merchant's own exposure limits in one direction and currency
+    (``payments.exposure_limits``): they replace the default of ``PAYMENTS["EXPOSURE_LIMITS"]``
+    for it; an empty cap caps nothing. Written only by ``payments.services.limits
+    .exposure_limit_set``, each change with its ``ExposureLimitChange``."""
+
+    merchant_id = models.CharField(max_length=64)
+    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
+    currency = models.CharField(max_length=3, default="USD")
+    single_limit = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    daily_limit = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    window_limit = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    window_banking_days = models.PositiveSmallIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["merchant_id", "direction", "currency"]
+        permissions = [("change_exposure_limits", "Can change merchants' exposure limits")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["merchant_id", "direction", "currency"], name="exposure_limit_unique"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    (models.Q(single_limit__isnull=True) | models.Q(single_limit__gt=0))
+                    & (models.Q(daily_limit__isnull=True) | models.Q(daily_limit__gt=0))
+                    & (
+                        models.Q(window_limit__isnull=True, window_banking_days__isnull=True)
+                        | models.Q(
+                            window_limit__gt=0,
+                            window_banking_days__gte=1,
+                            window_banking_days__lte=60,
+                        )
+                    )
+                ),
+                name="exposure_limit_values",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.direction} {self.currency}"
+
+
+class ExposureLimitChange(models.Model):
+    """The audit row of one change of a merchant's exposure limits: who, when, what they were,
+    what they became, and why. Never edited."""
+
+    merchant_id = models.CharField(max_length=64, db_index=True)
+    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
+    currency = models.CharField(max_length=3)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    changed_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
+    old = models.JSONField()
+    new = models.JSONField()
+    note = models.TextField()
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(note=""), name="exposure_limit_change_note_required"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.direction} {self.currency} at {self.changed_at}"

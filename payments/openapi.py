@@ -17,7 +17,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers as drf_serializers
 
-from payments import apis, money_out_apis, serializers, services
+from payments import apis, limits_apis, money_out_apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentDirection, PaymentPurpose, PaymentState
 from payments.services import cancel, payouts, refunds, reinitiation
@@ -277,7 +277,9 @@ def describe() -> None:
                 409: error_answer(
                     "A request with this Idempotency-Key is still being processed; or the "
                     "source_token has a notification of change open past its deadline (code "
-                    "notification_of_change_past_deadline, naming the NOC and its change code)."
+                    "notification_of_change_past_deadline, naming the NOC and its change code); "
+                    "or the debit would pass one of the merchant's exposure limits (code "
+                    "exposure_limit_exceeded, param naming the limit, the message by how much)."
                 ),
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,
@@ -383,7 +385,8 @@ def describe() -> None:
                 409: error_answer(
                     "The refund rules refuse it; code names the rule: "
                     + ", ".join(refunds.RULES)
-                    + ". Or a request with this Idempotency-Key is still being processed."
+                    + "; or exposure_limit_exceeded (param naming the credit limit). Or a "
+                    "request with this Idempotency-Key is still being processed."
                 ),
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,
@@ -427,7 +430,8 @@ def describe() -> None:
                 409: error_answer(
                     "The payout rules refuse it; code names the rule: "
                     + ", ".join(payouts.RULES)
-                    + ". Or a request with this Idempotency-Key is still being processed."
+                    + "; or exposure_limit_exceeded (param naming the credit limit). Or a "
+                    "request with this Idempotency-Key is still being processed."
                 ),
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,
@@ -457,3 +461,19 @@ def describe() -> None:
             },
         )
     )(apis.MerchantBalanceApi)
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="merchant_limits",
+            parameters=REQUEST_HEADERS,
+            responses={
+                200: OpenApiResponse(
+                    limits_apis.MerchantLimitsOutputSerializer,
+                    description="Per direction and currency: the exposure limits, what counts "
+                    "today and what is left.",
+                ),
+                400: error_answer("The merchant id is not of the accepted form."),
+                404: error_answer("A merchant you may not act for."),
+                **COMMON_ANSWERS,
+            },
+        )
+    )(limits_apis.MerchantLimitsApi)

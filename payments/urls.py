@@ -1,7 +1,7 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
 ``payments/``, ``payments/<id>/``, ``payments/<id>/cancel/``, ``payments/<id>/reinitiate/``,
-``payments/<id>/refunds/``, ``refunds/<id>/``, ``payouts/``, ``payouts/<id>/`` and
-``merchants/<id>/balance/`` (the bank app's
+``payments/<id>/refunds/``, ``refunds/<id>/``, ``payouts/``, ``payouts/<id>/``,
+``merchants/<id>/balance/`` and ``merchants/<id>/limits/`` (the bank app's
 ``bank.urls`` adds the books and the vault beside them)."""
 
 from django.urls import path
@@ -13,6 +13,7 @@ from payments.apis import (
     PaymentListCreateApi,
     PaymentReinitiateApi,
 )
+from payments.limits_apis import MerchantLimitsApi
 from payments.money_out_apis import (
     PayoutDetailApi,
     PayoutListCreateApi,
@@ -44,5 +45,10 @@ urlpatterns = [
         "merchants/<str:merchant_id>/balance/",
         MerchantBalanceApi.as_view(),
         name="merchant-balance",
+    ),
+    path(
+        "merchants/<str:merchant_id>/limits/",
+        MerchantLimitsApi.as_view(),
+        name="merchant-limits",
     ),
 ]

@@ -263,6 +263,7 @@ def test_no_module_imports_a_module_of_a_layer_above_it():
         ("payments.services.events", "from payments import admin\n"),
         ("callbacks.worker.loop", "def f():\n    from callbacks.apis import CallbackApi\n"),
         ("bank.nacha.services", "from payments.management.rounds import RoundsCommand\n"),
+        ("payments.services.limits", "from payments.limits_apis import MerchantLimitsApi\n"),
     ],
 )
 def test_the_layer_check_finds_an_injected_upward_import(module, line):

@@ -172,6 +172,9 @@ PAYMENTS = app_settings_from_environ(
         # Money out: a settled debit's credit is available to pay out this many banking days on.
         "AVAILABLE_AFTER_BANKING_DAYS",
         "REFUND_HOLD_BANKING_DAYS",
+        # The default exposure limits of every merchant (JSON, payments/exposure_limits.py).
+        "EXPOSURE_LIMITS",
+        "OVER_LIMIT",
         # The processor backend (the bank path's: bank.nacha.backend.NachaBackend).
         "PROCESSOR_BACKEND",
     ],

@@ -60,6 +60,14 @@ def money_out_share(merchant_id: str) -> None:
     transaction_lock(_money_out_name(merchant_id), shared=True)
 
 
+def exposure_lock(merchant_id: str, direction: str, currency: str) -> None:
+    """One merchant's creates in one direction and currency checked against its exposure limits
+    one transaction at a time (``payments.services.limits``), exclusive. Taken last, after
+    every other lock of the create (a refund's debit row and money-out share, a payout's
+    money-out lock, a reinitiation's chain), so no two creates wait on each other in a cycle."""
+    transaction_lock(f"payments.exposure:{merchant_id}:{direction}:{currency}")
+
+
 def _money_out_name(merchant_id: str) -> str:
     return f"payments.money_out:{merchant_id}"
 

@@ -11,8 +11,16 @@ from django.db import transaction
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.messages import MessageKind, submit_payment_body
-from payments.models import EventKind, EventOutcome, OutboxMessage, Payment, PaymentEvent
+from payments.models import (
+    EventKind,
+    EventOutcome,
+    OutboxMessage,
+    Payment,
+    PaymentDirection,
+    PaymentEvent,
+)
 from payments.processor.backend import get_backend
+from payments.services.limits import exposure_decide, review_hold
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
 
@@ -57,7 +65,10 @@ def payment_create(
     ``NocPastDeadline`` when the token has an open notification of change past its deadline,
     and ``ValidationError`` naming ``source_token`` for a token the processor backend refuses
     for ``merchant_id`` (``source_token_refused``: the bank's, a vault token it does not hold
-    for the merchant, missing or another merchant's alike).
+    for the merchant, missing or another merchant's alike), and ``ExposureLimitExceeded`` when
+    the debit would take the merchant past one of its exposure limits
+    (``payments.services.limits``, checked under the merchant's exposure lock), or, with
+    ``PAYMENTS["OVER_LIMIT"] = "hold"``, writes it held for review without its submit command.
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -79,6 +90,12 @@ def payment_create(
     # An open notification of change past its deadline blocks the token's next entry.
     noc_debit_check(source_token=source_token)
     with transaction.atomic():
+        over_limit = exposure_decide(
+            merchant_id=merchant_id,
+            direction=PaymentDirection.DEBIT,
+            currency=currency,
+            amount=amount,
+        )
         payment = Payment.objects.create(
             merchant_id=merchant_id,
             amount=amount,
@@ -95,7 +112,15 @@ def payment_create(
             payload.update(
                 reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
             )
-        payment_created_record(payment, payload=payload, caused_by=caused_by, carried=carried)
+        if over_limit is not None:
+            payload.update(review_hold(payment, over_limit))
+        payment_created_record(
+            payment,
+            payload=payload,
+            caused_by=caused_by,
+            carried=carried,
+            submit=over_limit is None,
+        )
     return payment
 
 

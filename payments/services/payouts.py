@@ -40,6 +40,7 @@ from payments.services.create import (
     payment_created_record,
     validate_source_token,
 )
+from payments.services.limits import exposure_decide, review_hold
 from payments.services.refunds import CREDITS_UNSUPPORTED
 from payments.services.transitions import money_out_count
 
@@ -65,7 +66,9 @@ def payout_create(
     Raises ``ValidationError`` naming the field for a currency, amount or token the module does
     not take (a vault token not held for this merchant is "unknown"), and ``MoneyOutRefused``
     (``insufficient_available_balance``: nothing written) when the available balance, read under
-    the merchant's lock, is less than ``amount`` or already negative.
+    the merchant's lock, is less than ``amount`` or already negative, and
+    ``ExposureLimitExceeded`` when it would take the merchant past a credit limit (refunds and
+    payouts count together).
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -95,6 +98,12 @@ def payout_create(
                 f"a payout of {amount:.2f} {currency} exceeds the {available:.2f} {currency} "
                 f"available to merchant {merchant_id}",
             )
+        over_limit = exposure_decide(
+            merchant_id=merchant_id,
+            direction=PaymentDirection.CREDIT,
+            currency=currency,
+            amount=amount,
+        )
         payout = Payment.objects.create(
             merchant_id=merchant_id,
             amount=amount,
@@ -115,7 +124,15 @@ def payout_create(
         )
         money_out_count(PaymentPurpose.PAYOUT, PaymentState.PENDING)
         payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
-        payment_created_record(payout, payload=payload, caused_by=caused_by, carried=carried)
+        if over_limit is not None:
+            payload.update(review_hold(payout, over_limit))
+        payment_created_record(
+            payout,
+            payload=payload,
+            caused_by=caused_by,
+            carried=carried,
+            submit=over_limit is None,
+        )
     logger.info(
         "payout %s of %s %s created for merchant %s (%s available before)",
         payout.id,

@@ -42,10 +42,12 @@ from payments.models import (
     PaymentPurpose,
     PaymentState,
     ReturnDishonor,
+    ReviewStatus,
 )
 from payments.processor.backend import get_backend
 from payments.services.cancel import payment_cancel
 from payments.services.create import outbox_enqueue, payment_created_record
+from payments.services.limits import exposure_decide, review_hold
 from payments.services.remedies import dishonor_may_stand
 from payments.services.transitions import money_out_count
 from payments.services.writes import payment_lock
@@ -99,7 +101,8 @@ def refund_create(
     Refused with ``MoneyOutRefused`` naming the rule, nothing written: a debit not confirmed
     (one not yet sent is canceled instead), returned, with a dishonor of its return pending, an
     amount over what is refundable, a payment that is itself money out, or a backend that
-    cannot send credits.
+    cannot send credits; ``ExposureLimitExceeded`` when it would take the merchant past a
+    credit limit.
     """
     if not get_backend().supports_credits:
         raise MoneyOutRefused(
@@ -115,6 +118,14 @@ def refund_create(
         # what is refundable of each debit is decided under that debit's lock), only payouts.
         money_out_share(debit.merchant_id)
         _refusal(debit, amount, now=now or timezone.now())
+        # Refunds and payouts count against one credit limit; its lock is the create's last.
+        over_limit = exposure_decide(
+            merchant_id=debit.merchant_id,
+            direction=PaymentDirection.CREDIT,
+            currency=debit.currency,
+            amount=amount,
+            now=now,
+        )
         refund = Payment.objects.create(
             merchant_id=debit.merchant_id,
             amount=amount,
@@ -141,6 +152,9 @@ def refund_create(
             "refund_of": str(debit.id),
         }
         money_out_count(PaymentPurpose.REFUND, PaymentState.PENDING)
+        if over_limit is not None:
+            # Held for a person's review: its submit command once approved.
+            payload.update(review_hold(refund, over_limit))
         hold_until = _hold_until(debit)
         if hold_until is not None and hold_until > (now or timezone.now()):
             # Held: its audit row now, its submit command once its debit's window has passed.
@@ -149,7 +163,13 @@ def refund_create(
             payload["hold_until"] = hold_until.isoformat()
             payment_created_record(refund, payload=payload, caused_by=caused_by, submit=False)
         else:
-            payment_created_record(refund, payload=payload, caused_by=caused_by, carried=carried)
+            payment_created_record(
+                refund,
+                payload=payload,
+                caused_by=caused_by,
+                carried=carried,
+                submit=over_limit is None,
+            )
     logger.info(
         "refund %s of %s %s created for payment %s",
         refund.id,
@@ -173,16 +193,21 @@ def _hold_until(debit: Payment):
 def refunds_release(*, now=None, limit: int = 500) -> int:
     """Enqueue the submit commands of held refunds whose debit's window has passed, each once
     (its row locked, ``hold_until`` cleared in the same transaction); a refund canceled meanwhile
-    (its debit returned) is left alone. The refunds released."""
+    (its debit returned) is left alone, and so is one held for review until it is approved
+    (``payments.services.review``). The refunds released."""
     now = now or timezone.now()
     released = 0
     with transaction.atomic():
-        held = Payment.objects.select_for_update(skip_locked=True).filter(
-            purpose=PaymentPurpose.REFUND,
-            state=PaymentState.PENDING,
-            hold_until__isnull=False,
-            hold_until__lte=now,
-        )[:limit]
+        held = (
+            Payment.objects.select_for_update(skip_locked=True)
+            .filter(
+                purpose=PaymentPurpose.REFUND,
+                state=PaymentState.PENDING,
+                hold_until__isnull=False,
+                hold_until__lte=now,
+            )
+            .exclude(review_status=ReviewStatus.HELD)[:limit]
+        )
         for refund in held:
             refund.hold_until = None
             refund.save(update_fields=["hold_until", "updated_at"])

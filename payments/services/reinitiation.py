@@ -19,7 +19,9 @@ rules, each refused with its name (``ReinitiationRefused.rule``):
 - ``reinitiation_limit``: at most twice per original entry;
 - ``reinitiation_window``: within 180 days of the original entry's settlement;
 - ``noc_past_deadline``: not while the token has a notification of change open past its
-  deadline.
+  deadline;
+- ``exposure_limit_exceeded``: not past one of the merchant's debit exposure limits
+  (``payments.services.limits``; the refusal's ``param`` names the limit).
 
 The original entry's row is locked first, so two concurrent reinitiations of a chain are
 decided one after the other, and the unique (original, number) constraint holds the limit
@@ -33,9 +35,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from payments.exceptions import NocPastDeadline, ReinitiationRefused
+from payments.exceptions import ExposureLimitExceeded, NocPastDeadline, ReinitiationRefused
 from payments.models import DishonorRequestStatus, Payment, PaymentReturn, ReturnDishonor
 from payments.services.create import payment_create
+from payments.services.limits import EXPOSURE_LIMIT_EXCEEDED
 from payments.services.remedies import DISHONOR_PENDING, RETURN_DISHONORED, dishonor_may_stand
 from payments.services.writes import payment_lock
 
@@ -54,6 +57,7 @@ RULES = (
     "reinitiation_limit",
     "reinitiation_window",
     "noc_past_deadline",
+    EXPOSURE_LIMIT_EXCEEDED,
 )
 
 
@@ -96,6 +100,8 @@ def payment_reinitiate(
             )
         except NocPastDeadline as exc:
             raise ReinitiationRefused("noc_past_deadline", str(exc)) from None
+        except ExposureLimitExceeded as exc:
+            raise ReinitiationRefused(exc.rule, str(exc), param=exc.limit) from None
 
 
 def _check(

@@ -19,6 +19,7 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
     ProcessorAttempt,
+    ReviewStatus,
 )
 from payments.processor.backend import DebitQueued
 from payments.processor.backends.http import (
@@ -129,6 +130,14 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 "payment %s is %s, not pending: not submitted",
                 payment.id,
                 payment.state,
+                extra={"payment_id": str(payment.id)},
+            )
+            return SubmitResult(SubmitOutcome.SKIPPED, payment)
+        if payment.review_status == ReviewStatus.HELD:
+            # Held for a person's review: its approval enqueues the command that sends it.
+            logger.warning(
+                "payment %s is held for review: not submitted",
+                payment.id,
                 extra={"payment_id": str(payment.id)},
             )
             return SubmitResult(SubmitOutcome.SKIPPED, payment)

@@ -250,7 +250,7 @@ class PaymentListCreateApi(ModuleApiView):
         """The payments of every merchant the caller may act for, newest first, in cursor pages;
         filtered by ``merchant``, ``state``, ``direction``, ``purpose``, ``created_gte`` and
         ``created_lt``."""
-        payments = payments_listed(request.user, listed_query(request), Payment.objects.all())
+        payments = payments_listed(request.user, query_checked(request), Payment.objects.all())
         paginator = PaymentPagination()
         page = paginator.paginate_queryset(payments, request, view=self)
         return paginator.get_paginated_response(PaymentOutputSerializer(page, many=True).data)
@@ -284,14 +284,14 @@ def idempotency_key_header(request) -> str | None:
     return key
 
 
-def listed_query(request) -> dict:
-    """A list's query (``PaymentListQuerySerializer``), each filter once; 400 naming what is
-    refused."""
+def query_checked(request, serializer_class=PaymentListQuerySerializer) -> dict:
+    """A GET's query as ``serializer_class`` reads it (a list's, by default), each parameter
+    once; 400 naming what is refused."""
     params = request.query_params
     repeated = [name for name in params if len(params.getlist(name)) > 1]
     if repeated:
         raise field_errors({name: ["given more than once"] for name in repeated})
-    query = PaymentListQuerySerializer(data=params.dict())
+    query = serializer_class(data=params.dict())
     if not query.is_valid():
         raise field_errors(query.errors)
     return query.validated_data

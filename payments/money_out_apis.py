@@ -13,11 +13,11 @@ from payments.apis import (
     PaymentPagination,
     PaymentRefundsApi,
     PayoutCreateApi,
-    listed_query,
     not_found,
     payment_of_user,
     payments_listed,
     payout_body,
+    query_checked,
 )
 from payments.models import Payment, PaymentPurpose
 from payments.selectors import payouts_last4
@@ -40,7 +40,7 @@ class RefundListCreateApi(PaymentRefundsApi):
     ``created_lt``."""
 
     def get(self, request, payment_id):
-        query = listed_query(request)
+        query = query_checked(request)
         payment = payment_of_user(request.user, payment_id)
         if payment is None or payment.purpose != PaymentPurpose.COLLECTION:
             return not_found("payment_id")
@@ -69,7 +69,7 @@ class PayoutListCreateApi(PayoutCreateApi):
     list's filters."""
 
     def get(self, request):
-        query = listed_query(request)
+        query = query_checked(request)
         payouts = payments_listed(request.user, query, Payment.objects.all(), PaymentPurpose.PAYOUT)
         return _page(
             self,

@@ -6,8 +6,7 @@ from rest_framework.response import Response
 
 from bank.books.days import books_day_parse
 from bank.books.selectors import books_day_figures, day_reported
-from payments.api_errors import field_errors
-from payments.apis import ModuleApiView, merchant_refused
+from payments.apis import ModuleApiView, merchant_refused, query_checked
 from payments.serializers import StrictInputSerializer
 
 
@@ -53,14 +52,7 @@ class MerchantBooksApi(ModuleApiView):
     def get(self, request, merchant_id):
         if (refused := merchant_refused(request, merchant_id)) is not None:
             return refused
-        params = request.query_params
-        repeated = [name for name in params if len(params.getlist(name)) > 1]
-        if repeated:
-            raise field_errors({name: ["given more than once"] for name in repeated})
-        query = BooksQuerySerializer(data=params.dict())
-        if not query.is_valid():
-            raise field_errors(query.errors)
-        day = query.validated_data["date"]
+        day = query_checked(request, BooksQuerySerializer)["date"]
         figures = books_day_figures(day=day, merchant_id=merchant_id)
         return Response(
             MerchantBooksOutputSerializer(

@@ -1,11 +1,11 @@
 """One settings object per app, read from one dict of the host's Django settings.
 
 DRF's ``api_settings`` and django-oauth-toolkit's ``oauth2_settings`` are the model: a host sets
-``PAYMENTS = {"PROCESSOR_TIMEOUT_SECONDS": 5}``, ``CALLBACKS = {...}``, ``TRIAGE = {...}``, and
-each app reads ``conf.NAME``: the host's value, else the default its spec declares. The module's
-settings then sit in three names of the host's settings, beside Django's and Celery's own,
-instead of fifty-odd top-level names, and a key the app does not know is refused at start-up
-instead of being silently ignored.
+``PAYMENTS = {"PROCESSOR_TIMEOUT_SECONDS": 5}``, ``CALLBACKS = {...}``, ``BANK = {...}``,
+``TRIAGE = {...}``, and each app reads ``conf.NAME``: the host's value, else the default its spec
+declares. The module's settings then sit in four names of the host's settings, beside Django's
+and Celery's own, instead of fifty-odd top-level names, and a key the app does not know is
+refused at start-up instead of being silently ignored.
 
 Values are read once and kept; Django's ``setting_changed`` signal (sent by
 ``override_settings`` and pytest-django's ``settings`` fixture) drops them, so a test that

@@ -13,7 +13,7 @@ LOCALSTACK_VENV := .venv-localstack
 LOCALSTACK := $(LOCALSTACK_VENV)/.requirements-installed
 
 .PHONY: deps localstack test test-fast test-slow lint demo bench chaos docs docs-check docs-serve \
-	docs-screenshots clean
+	docs-reference docs-screenshots clean
 
 deps: $(DEPS)
 
@@ -124,31 +124,50 @@ bench: deps
 chaos: deps
 	$(PY) -m chaos
 
-# Mermaid (npm, docsassets/ with its lock file), served with the site so its diagrams render
-# where the site is read offline; the theme would otherwise fetch it from a CDN in the browser.
+# The documentation site builds in a virtual environment of its own with requirements-docs.txt
+# alone (MkDocs, Material, pymdown-extensions: about 175 MB, against requirements.txt's 850), and
+# takes two files from packages it does not install: Mermaid's runtime from its npm tarball (the
+# integrity docsassets/package-lock.json pins; scripts/docs_mermaid.py), and the Redoc bundle
+# from drf-spectacular-sidecar, installed without its Django. Both are served with the site, so it
+# reads offline: the theme would otherwise fetch them from a CDN in the browser.
+DOCS_VENV := .venv-docs
+DOCS_PY := $(DOCS_VENV)/bin/python
 MERMAID_JS := docs/assets/javascripts/mermaid.min.js
-docsassets/node_modules/.package-lock.json: docsassets/package-lock.json
-	cd docsassets && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
-$(MERMAID_JS): docsassets/node_modules/.package-lock.json
-	mkdir -p $(dir $@)
-	cp docsassets/node_modules/mermaid/dist/mermaid.min.js $@
+REDOC_JS := docs/reference/openapi/redoc.standalone.js
+SIDECAR := $(shell sed -n 's/^drf-spectacular-sidecar==//p' requirements.txt)
+$(DOCS_VENV)/.requirements-installed: requirements-docs.txt requirements.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11"; exit 1; }
+	test -x $(DOCS_PY) || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_PY) -m pip install --quiet -r requirements-docs.txt
+	$(DOCS_PY) -m pip install --quiet --no-deps drf-spectacular-sidecar==$(SIDECAR)
+	touch $@
+$(MERMAID_JS): docsassets/package-lock.json
+	$(PYTHON) scripts/docs_mermaid.py $@
+$(REDOC_JS): $(DOCS_VENV)/.requirements-installed
+	$(DOCS_PY) -c "import importlib.util, pathlib, shutil, sys; \
+	root = pathlib.Path(importlib.util.find_spec('drf_spectacular_sidecar').origin).parent; \
+	shutil.copyfile(root / 'static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js', sys.argv[1])" $@
+DOCS_FILES := $(DOCS_VENV)/.requirements-installed $(MERMAID_JS) $(REDOC_JS)
 
-# The documentation site (docs/, mkdocs.yml) into site/: the references regenerated from the code
-# (scripts/docs_reference.py; Django's settings, no database), then MkDocs with --strict, so a
-# broken link, a missing anchor or a page left out of the navigation fails it. Offline: the
-# theme's fonts are off and no plugin fetches anything.
-docs: $(VENV)/.requirements-installed $(MERMAID_JS)
+# The documentation site (docs/, mkdocs.yml) into site/, with MkDocs --strict, so a broken link,
+# a missing anchor or a page left out of the navigation fails it. Offline: the theme's fonts are
+# off and no plugin fetches anything. The references under docs/reference/ are committed (make
+# docs-reference writes them again from the code; make test fails when they differ from it).
+docs: $(DOCS_FILES)
+	$(DOCS_PY) -m mkdocs build --strict --quiet
+
+# The references regenerated from the code (scripts/docs_reference.py: Django's settings, no
+# database), in the project's environment: they read the apps' declarations.
+docs-reference: $(VENV)/.requirements-installed
 	$(PY) scripts/docs_reference.py
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
-# What make test runs: the same build, but a reference that differs from the code fails it
-# instead of being written again.
-docs-check: $(VENV)/.requirements-installed $(MERMAID_JS)
+# What make test runs: a reference that differs from the code fails, then the same build.
+docs-check: $(VENV)/.requirements-installed $(DOCS_FILES)
 	$(PY) scripts/docs_reference.py --check
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	$(DOCS_PY) -m mkdocs build --strict --quiet
 
 docs-serve: docs
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+	$(DOCS_PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
 
 # The admin screenshots of docs/img/, taken again in Debian's chromium (commit them).
 docs-screenshots: $(VENV)/.requirements-installed
@@ -156,4 +175,4 @@ docs-screenshots: $(VENV)/.requirements-installed
 	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/triage/test_browser_screenshots.py
 
 clean:
-	rm -rf site docsassets/node_modules $(MERMAID_JS) $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache
+	rm -rf site $(MERMAID_JS) $(REDOC_JS) $(DOCS_VENV) $(VENV) $(LOCALSTACK_VENV) localsqs/node_modules achinterop/node_modules var .pytest_cache .ruff_cache

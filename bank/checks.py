@@ -11,13 +11,18 @@ from bank import conf
 def bank_setting_values_check(app_configs=None, **kwargs) -> list[Error]:
     """The host's ``BANK`` dict: a key the app does not know (bank.E002), then every setting,
     the host's value or the default, against its declared type and range (``bank.conf.SPECS``,
-    bank.E001); a key still set in ``PAYMENTS`` is checked the same way."""
-    return conf.bank_settings.refused(error_id="bank.E001", unknown_id="bank.E002")
+    bank.E001); a key still set in ``PAYMENTS``, or in 0.1.0's ``PAYMENTS_BOOKS``, is checked
+    the same way, and a key of ``PAYMENTS_BOOKS`` the app does not know is refused (bank.E002)."""
+    return [
+        *conf.bank_settings.refused(error_id="bank.E001", unknown_id="bank.E002"),
+        *conf.bank_settings.folded_refused(error_id="bank.E002"),
+    ]
 
 
 @register()
 def bank_moved_settings_check(app_configs=None, **kwargs) -> list[Warning]:
-    """A bank setting still set in ``PAYMENTS``, where 0.1.0 read it: read this release only."""
+    """A bank setting still set in ``PAYMENTS`` or ``PAYMENTS_BOOKS``, where 0.1.0 read it:
+    read this release only."""
     return conf.bank_settings.moved(warning_id="bank.W001")
 
 
@@ -66,15 +71,4 @@ def vault_key_provider_check(app_configs=None, **kwargs) -> list[Error]:
             obj="VAULT_KEY_PROVIDER",
             id="bank.E003",
         )
-    ]
-
-
-@register()
-def books_settings_check(app_configs=None, **kwargs) -> list[Error]:
-    """``PAYMENTS_BOOKS`` (the bank statements' transport, the close hour...), by key."""
-    from bank.books.conf import books_settings_problems
-
-    return [
-        Error(problem, hint="bank/books/conf.py", obj="PAYMENTS_BOOKS", id="bank.E005")
-        for problem in books_settings_problems()
     ]

@@ -3,11 +3,19 @@
 A host sets them in one dict, ``BANK = {"NACHA_ORIGINATOR": {...}, "VAULT_KEYS": ...}``, and
 the code reads ``conf.NAME`` at call time (``payments.kernel.app_settings``). In 0.1.0 they were
 keys of ``PAYMENTS``: a key still set there (and not in ``BANK``) is read through the next release,
-with a start-up warning naming its new place (``bank.W001``), and refused after it.
+with a start-up warning naming its new place (``bank.W001``), and refused after it. The books'
+settings (``BOOKS_...``) were a dict of their own in 0.1.0, ``PAYMENTS_BOOKS``, without the
+prefix: read the same way, with the same warning.
 """
 
 from typing import Any
 
+from bank.books.options import (
+    STATEMENT_TRANSPORT_ACCEPTED,
+    TYPE_CODES_ACCEPTED,
+    parse_statement_transport,
+    parse_type_codes,
+)
 from bank.nacha.originator import parse_originator
 from bank.nacha.transport_options import TRANSPORT_ACCEPTED, parse_transport
 from bank.nacha.windows import FED_WINDOWS, WINDOWS_ACCEPTED, parse_windows
@@ -31,7 +39,7 @@ SPECS: dict[str, Spec] = {
     "NACHA_ORIGINATOR": Parsed(
         None,
         parse=parse_originator,
-        accepted="None, or a dict of the originator's identity (README, bank-direct section)",
+        accepted="None, or a dict of the originator's identity (docs/how-to/bank-direct.md)",
         types=(dict, type(None)),
         text_type=json_text,
     ),
@@ -88,6 +96,34 @@ SPECS: dict[str, Spec] = {
     ),
     "VAULT_KMS_ENDPOINT_URL": Url(None),
     "VAULT_KMS_TIMEOUT_SECONDS": Seconds(5.0, 60),
+    # The books against the bank's statements (bank.books): where the bank's BAI2 statements
+    # wait (None: not collected), the BAI2 detail type codes the bank uses for an originated
+    # ACH batch's settlement (credits) and for a return debited back (banks differ: set yours),
+    # the hour (Eastern) of the next banking day a banking day must be closed green by, and how
+    # many banking days a variance may stay unexplained before it alerts (high).
+    "BOOKS_STATEMENT_TRANSPORT": Parsed(
+        None,
+        parse=parse_statement_transport,
+        accepted=STATEMENT_TRANSPORT_ACCEPTED,
+        types=(dict, type(None)),
+        text_type=json_text,
+    ),
+    "BOOKS_SETTLEMENT_TYPE_CODES": Parsed(
+        ("165", "166", "169", "142", "145"),
+        parse=parse_type_codes,
+        accepted=TYPE_CODES_ACCEPTED,
+        types=(list, tuple),
+        text_type=json_text,
+    ),
+    "BOOKS_RETURN_TYPE_CODES": Parsed(
+        ("455", "466", "495", "555"),
+        parse=parse_type_codes,
+        accepted=TYPE_CODES_ACCEPTED,
+        types=(list, tuple),
+        text_type=json_text,
+    ),
+    "BOOKS_CLOSE_BY_HOUR_EASTERN": Number(12, 0, 23, whole=True, unit="(an hour, Eastern)"),
+    "BOOKS_VARIANCE_ALERT_BANKING_DAYS": Number(2, 0, 60, whole=True, unit="of banking days"),
 }
 
 DEFAULTS: dict[str, Any] = defaults(SPECS)
@@ -101,7 +137,12 @@ RENAMED = {
 }
 
 bank_settings = AppSettings(
-    app="bank", setting="BANK", specs=SPECS, formerly="PAYMENTS", renamed=RENAMED
+    app="bank",
+    setting="BANK",
+    specs=SPECS,
+    formerly="PAYMENTS",
+    renamed=RENAMED,
+    folded={"PAYMENTS_BOOKS": "BOOKS_"},
 )
 
 

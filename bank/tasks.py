@@ -71,7 +71,7 @@ def books_alerts_check() -> int:
 @shared_task(name="bank.tasks.bank_statements_collect", ignore_result=True)
 def bank_statements_collect() -> int:
     """One import-and-match pass of the bank's statements (``bank_statements_collect``), one
-    run at a time; nothing when ``PAYMENTS_BOOKS['STATEMENT_TRANSPORT']`` is not set. Returns
+    run at a time; nothing when ``BANK['BOOKS_STATEMENT_TRANSPORT']`` is not set. Returns
     how many statements were imported."""
     from bank.books.conf import statement_transport_options
     from bank.books.services import bank_statements_collect as collect

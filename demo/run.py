@@ -79,7 +79,7 @@ def bank_environment(var: Path) -> dict[str, str]:
             }
         ),
         # The sandbox bank's BAI2 statements (demo/books_check.py writes and closes them).
-        "BANK_STATEMENT_TRANSPORT": json.dumps(
+        "BOOKS_STATEMENT_TRANSPORT": json.dumps(
             {"kind": "directory", "inbound": str(var / "bank" / "statements")}
         ),
     }

@@ -1,4 +1,4 @@
-"""Every audit and history time of the three apps is the database's (``db_default=Now()``),
+"""Every audit and history time of the four apps is the database's (``db_default=Now()``),
 whichever way the row is inserted (``create``, ``save``, ``bulk_create``) and whatever the
 inserting host's clock says. ``auto_now_add`` would read the host's clock: a worker two minutes
 fast would stamp a submission after the confirmation that followed it. The real-stack proof,

@@ -1,6 +1,5 @@
 """The demo waits for promised returns and its summary checks the reversals."""
 
-import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -207,8 +206,6 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     variables = bank_environment(tmp_path)
     for name, value in variables.items():
         environment.setenv(name, value)
-    # The statements' transport is the books' own setting (PAYMENTS_BOOKS), read by base.py.
-    statements = json.loads(variables.pop("BANK_STATEMENT_TRANSPORT"))
     owner = {
         name: payments_settings if name in payments_settings.names else bank_settings
         for name in variables
@@ -227,6 +224,7 @@ def test_the_demo_gives_the_bank_backend_settings_the_module_accepts(environment
     }
     assert values["PROCESSOR_BACKEND"] == "bank.nacha.backend.NachaBankBackend"
     assert values["NACHA_TRANSPORT"]["outbound"] == str(tmp_path / "bank" / "outbound")
+    statements = values["BOOKS_STATEMENT_TRANSPORT"]
     assert statements == {"kind": "directory", "inbound": str(tmp_path / "bank" / "statements")}
 
 

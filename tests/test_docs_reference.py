@@ -76,3 +76,38 @@ def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own()
     ):
         statuses, types, _ = codes[code]
         assert (statuses, types) == ({status}, {error_type}), code
+
+
+def test_the_settings_reference_counts_and_names_every_apps_dict_and_its_links_lead_to_pages():
+    import re
+
+    from payments.kernel.app_settings import AppSettings
+
+    text = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    intro = text.split("\n## ")[0]
+    words = {3: "three", 4: "four", 5: "five"}
+
+    assert f"are {words[len(AppSettings.every)]} Django settings" in intro
+    assert all(f"`{app.setting}`" in intro for app in AppSettings.every)
+    # A row points to a page of the site, never to a section of the README.
+    assert "README" not in text
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets and all((ROOT / "docs" / "reference" / t).resolve().exists() for t in targets)
+
+
+def test_no_module_code_reads_a_settings_dict_outside_the_four_apps_settings():
+    """Every setting goes through an app's declared specs: a host dict read by name elsewhere
+    (as the books' ``PAYMENTS_BOOKS`` was) stays out of the generated reference."""
+    import re
+
+    reads = re.compile(r"getattr\(\s*settings,\s*[\"']([A-Z_]+)[\"']")
+    found = {
+        (path.relative_to(ROOT).as_posix(), name)
+        for app in ("payments", "callbacks", "bank", "triage")
+        for path in (ROOT / app).rglob("*.py")
+        for name in reads.findall(path.read_text())
+    }
+
+    # Django's and Celery's own settings, which the apps read and never declare.
+    hosts_own = {"LOGGING", "CELERY_BROKER_TRANSPORT_OPTIONS"}
+    assert {name for _, name in found} <= hosts_own, found

@@ -27,7 +27,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from bank.books.conf import books_setting
+from bank import conf
 from bank.books.models import (
     BooksVariance,
     MatchKind,
@@ -64,7 +64,7 @@ class BooksSnapshot:
 def close_deadline(day: date) -> datetime:
     """When ``day`` should be closed green: the set hour (Eastern) of the next banking day."""
     next_day = ach_date(add_banking_days(end_of_banking_day(day), 1))
-    hour = int(books_setting("CLOSE_BY_HOUR_EASTERN"))
+    hour = int(conf.BOOKS_CLOSE_BY_HOUR_EASTERN)
     return datetime.combine(next_day, time(hour), tzinfo=ACH_TIME_ZONE)
 
 
@@ -122,7 +122,7 @@ def books_snapshot(*, now: datetime | None = None) -> BooksSnapshot:
         snapshot.oldest_unmatched_line_age = max((now - oldest_line).total_seconds(), 0.0)
     open_ = BooksVariance.objects.filter(status=VarianceStatus.OPEN)
     snapshot.open_variances = open_.count()
-    limit = int(books_setting("VARIANCE_ALERT_BANKING_DAYS"))
+    limit = int(conf.BOOKS_VARIANCE_ALERT_BANKING_DAYS)
     for variance in open_.order_by("day"):
         age = banking_days_between(variance.day, today)
         snapshot.oldest_open_variance_banking_days = max(
@@ -239,7 +239,7 @@ class BooksCollector(Collector):
         )
         yield GaugeMetricFamily(
             "payments_books_variance_alert_banking_days",
-            "PAYMENTS_BOOKS['VARIANCE_ALERT_BANKING_DAYS']: an open variance older than this "
+            "BANK['BOOKS_VARIANCE_ALERT_BANKING_DAYS']: an open variance older than this "
             "many banking days alerts.",
-            value=int(books_setting("VARIANCE_ALERT_BANKING_DAYS")),
+            value=int(conf.BOOKS_VARIANCE_ALERT_BANKING_DAYS),
         )

@@ -28,8 +28,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from bank import conf
 from bank.books.bai2 import CREDIT, DEBIT, Statement, StatementFormatError, parse_bai2
-from bank.books.conf import books_setting
 from bank.books.models import (
     BankStatement,
     BooksVariance,
@@ -453,8 +453,8 @@ def statement_lines_match() -> int:
 
 
 def _line_match(line_id, *, exact_only: bool) -> bool:
-    settlement_codes = set(books_setting("SETTLEMENT_TYPE_CODES"))
-    return_codes = set(books_setting("RETURN_TYPE_CODES"))
+    settlement_codes = set(conf.BOOKS_SETTLEMENT_TYPE_CODES)
+    return_codes = set(conf.BOOKS_RETURN_TYPE_CODES)
     try:
         with transaction.atomic():
             line = (

@@ -17,7 +17,7 @@ def originator() -> Originator:
     if found is None:
         raise ImproperlyConfigured(
             "BANK['NACHA_ORIGINATOR'] is not set: the bank path needs the originator's "
-            "identity (README, Bank-direct origination)"
+            "identity (docs/how-to/bank-direct.md)"
         )
     return found
 

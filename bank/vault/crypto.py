@@ -109,9 +109,12 @@ class SettingsKeyProvider(KeyProvider):
         return nonce + self._kek(version).encrypt(nonce, data_key, aad)
 
     def unwrap(self, version: str, wrapped: bytes, *, aad: bytes) -> bytes:
+        kek = self._kek(version)
         try:
-            return self._kek(version).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], aad)
-        except InvalidTag:
+            return kek.decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], aad)
+        # A wrapped key cut short has no nonce AES-GCM accepts (ValueError): it does not open,
+        # as an altered one does.
+        except (InvalidTag, ValueError):
             raise VaultKeyError(f"a data key does not open under key {version!r}") from None
 
 
@@ -171,7 +174,7 @@ def rewrap(sealed: Sealed, *, aad: bytes, provider: KeyProvider | None = None) -
     data_key = provider.unwrap(sealed.key_version, sealed.wrapped_key, aad=b"dek:" + aad)
     try:
         AESGCM(data_key).decrypt(sealed.nonce, sealed.ciphertext, aad)
-    except InvalidTag:
+    except (InvalidTag, ValueError):
         raise VaultKeyError("a vault record does not open: altered or moved") from None
     wrapped = provider.wrap(version, data_key, aad=b"dek:" + aad)
     return Sealed(version, wrapped, sealed.nonce, sealed.ciphertext)
@@ -182,5 +185,5 @@ def unseal(sealed: Sealed, *, aad: bytes, provider: KeyProvider | None = None) -
     data_key = provider.unwrap(sealed.key_version, sealed.wrapped_key, aad=b"dek:" + aad)
     try:
         return AESGCM(data_key).decrypt(sealed.nonce, sealed.ciphertext, aad)
-    except InvalidTag:
+    except (InvalidTag, ValueError):
         raise VaultKeyError("a vault record does not open: altered or moved") from None

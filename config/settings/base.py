@@ -202,6 +202,12 @@ BANK = app_settings_from_environ(
         "NACHA_WINDOWS",
         "NACHA_BANK_BUFFER_MINUTES",
         "NACHA_TRANSPORT",
+        # The books: where the bank's BAI2 statements wait (JSON of NACHA_TRANSPORT's shapes),
+        # the hour a banking day must be closed by, and how many banking days a variance may
+        # stay unexplained before it alerts.
+        "BOOKS_STATEMENT_TRANSPORT",
+        "BOOKS_CLOSE_BY_HOUR_EASTERN",
+        "BOOKS_VARIANCE_ALERT_BANKING_DAYS",
     ],
 )
 CALLBACKS = app_settings_from_environ(
@@ -234,18 +240,6 @@ CALLBACKS = app_settings_from_environ(
     RECONCILE_PENDING_AFTER="RECONCILE_PENDING_AFTER_MINUTES",
     RECONCILE_RECHECK_AFTER="RECONCILE_RECHECK_AFTER_MINUTES",
 )
-# The books (bank/books/conf.py keeps each default): where the bank's BAI2 statements wait
-# (JSON of NACHA_TRANSPORT's shapes), the hour a banking day must be closed by, and how many
-# banking days a variance may stay unexplained before it alerts.
-PAYMENTS_BOOKS = {
-    name: value
-    for name, value in {
-        "STATEMENT_TRANSPORT": env.json("BANK_STATEMENT_TRANSPORT", default=None),
-        "CLOSE_BY_HOUR_EASTERN": env.int("BOOKS_CLOSE_BY_HOUR_EASTERN", default=None),
-        "VARIANCE_ALERT_BANKING_DAYS": env.int("BOOKS_VARIANCE_ALERT_BANKING_DAYS", default=None),
-    }.items()
-    if value is not None
-}
 TRIAGE = app_settings_from_environ(
     env,
     triage_conf.triage_settings,

@@ -1,11 +1,12 @@
-"""This project's environment variables, mapped onto the module's three settings dicts.
+"""This project's environment variables, mapped onto the module's four settings dicts.
 
-The apps hold every default (``payments/conf.py``, ``callbacks/conf.py``, ``triage/conf.py``);
-this project only passes through a variable that is set, read with the type its setting
-declares (``Spec.text_type``), so an unset one takes the app's default and no default is
-written twice. A variable whose text that type cannot read is passed on as ``Unreadable``:
-``manage.py check`` then names the variable and its text instead of the settings module stopping
-with a traceback. A required setting's variable stays required: unset, start-up stops naming it.
+The apps hold every default (``payments/conf.py``, ``callbacks/conf.py``, ``bank/conf.py``,
+``triage/conf.py``); this project only passes through a variable that is set, read with the
+type its setting declares (``Spec.text_type``), so an unset one takes the app's default and no
+default is written twice. A variable whose text that type cannot read is passed on as
+``Unreadable``: ``manage.py check`` then names the variable and its text instead of the settings
+module stopping with a traceback. A required setting's variable stays required: unset, start-up
+stops naming it.
 """
 
 from collections.abc import Iterable, Mapping

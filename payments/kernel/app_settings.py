@@ -1,11 +1,11 @@
 """One settings object per app, read from one dict of the host's Django settings.
 
 DRF's ``api_settings`` and django-oauth-toolkit's ``oauth2_settings`` are the model: a host sets
-``PAYMENTS = {"PROCESSOR_TIMEOUT_SECONDS": 5}``, ``CALLBACKS = {...}``, ``TRIAGE = {...}``, and
-each app reads ``conf.NAME``: the host's value, else the default its spec declares. The module's
-settings then sit in three names of the host's settings, beside Django's and Celery's own,
-instead of fifty-odd top-level names, and a key the app does not know is refused at start-up
-instead of being silently ignored.
+``PAYMENTS = {"PROCESSOR_TIMEOUT_SECONDS": 5}``, ``CALLBACKS = {...}``, ``BANK = {...}``,
+``TRIAGE = {...}``, and each app reads ``conf.NAME``: the host's value, else the default its spec
+declares. The module's settings then sit in four names of the host's settings, beside Django's
+and Celery's own, instead of fifty-odd top-level names, and a key the app does not know is
+refused at start-up instead of being silently ignored.
 
 Values are read once and kept; Django's ``setting_changed`` signal (sent by
 ``override_settings`` and pytest-django's ``settings`` fixture) drops them, so a test that
@@ -37,7 +37,11 @@ class AppSettings:
     dict the settings were read from in the last release (the bank app's, ``PAYMENTS``): a key
     set there and not in ``setting`` is still read, and ``moved`` warns about it. ``renamed``
     maps, per setting, a dotted path of the last release to the one that replaced it: the old one
-    is read as the new, and ``renamed_paths`` warns about it.
+    is read as the new, and ``renamed_paths`` warns about it. ``folded`` maps a whole dict of the
+    last release to the prefix its keys took in ``setting`` (``{"PAYMENTS_BOOKS": "BOOKS_"}``:
+    ``PAYMENTS_BOOKS["CLOSE_BY_HOUR_EASTERN"]`` is now ``BANK["BOOKS_CLOSE_BY_HOUR_EASTERN"]``):
+    read as ``formerly`` is, with the same warning, and a key of it the app does not know is
+    refused by ``refused``.
     """
 
     every: ClassVar[list[AppSettings]] = []
@@ -53,9 +57,11 @@ class AppSettings:
         readers: Mapping[str, Callable[[Any], Any]] | None = None,
         formerly: str | None = None,
         renamed: Mapping[str, Mapping[str, str]] | None = None,
+        folded: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
         self.formerly = formerly
+        self.folded = dict(folded or {})
         self.renamed = {name: dict(paths) for name, paths in (renamed or {}).items()}
         self.setting = setting
         self.specs = specs
@@ -82,13 +88,23 @@ class AppSettings:
         return {**moved, **own} if moved else own
 
     def _moved(self, own: Mapping[str, Any]) -> dict[str, Any]:
-        """This app's settings the host still sets in the dict they left (``formerly``)."""
-        old = getattr(settings, self.formerly, None) if self.formerly else None
-        if not isinstance(old, Mapping):
-            return {}
-        return {
-            name: value for name, value in old.items() if name in self.names and name not in own
-        }
+        """This app's settings the host still sets in the dicts they left."""
+        return {name: value for name, (_, value) in self._left_behind(own).items()}
+
+    def _left_behind(self, own: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+        """Each setting still set where the last release read it (``formerly``, ``folded``),
+        and not in ``setting``: its name here, the label it has there, and its value."""
+        found: dict[str, tuple[str, Any]] = {}
+        places = [(self.formerly, "")] if self.formerly else []
+        for old_setting, prefix in [*places, *self.folded.items()]:
+            old = getattr(settings, old_setting, None)
+            if not isinstance(old, Mapping):
+                continue
+            for key, value in old.items():
+                name = f"{prefix}{key}"
+                if name in self.names and name not in own and name not in found:
+                    found[name] = (f'{old_setting}["{key}"]', value)
+        return found
 
     def renamed_paths(self, *, warning_id: str) -> list[Warning]:
         """One warning per setting naming a dotted path of the last release that moved: it is
@@ -110,17 +126,50 @@ class AppSettings:
         """One warning per setting read from the dict it left (``formerly``): it works this
         release and is refused in the next, so the host moves it now."""
         own = getattr(settings, self.setting, None)
-        moved = self._moved(own if isinstance(own, Mapping) else {})
+        moved = self._left_behind(own if isinstance(own, Mapping) else {})
         return [
             Warning(
-                f'{self.formerly}["{name}"] has moved to {self.label(name)}: it is read from '
-                f"{self.formerly} in this release only.",
+                f"{old_label} has moved to {self.label(name)}: it is read from "
+                f"{old_label.split('[')[0]} in this release only.",
                 hint=f"Move it into {self.setting}: {self.label(name)} = ...",
                 obj=name,
                 id=warning_id,
             )
-            for name in sorted(moved)
+            for name, (old_label, _) in sorted(moved.items())
         ]
+
+    def folded_refused(self, *, error_id: str) -> list[Error]:
+        """A dict of the last release (``folded``) that is not a dict, or holds a key the app
+        does not know under its prefix: refused as an unknown key of ``setting`` would be,
+        rather than ignored for the release it is still read."""
+        errors = []
+        for old_setting, prefix in self.folded.items():
+            old = getattr(settings, old_setting, None)
+            if old is None:
+                continue
+            if not isinstance(old, Mapping):
+                errors.append(
+                    Error(
+                        f"{old_setting} = {shown(old)} is refused: it is a dict of settings, "
+                        f"now keys of {self.setting} with the prefix {prefix}.",
+                        hint=f"Move its keys into {self.setting}, each as {prefix}<key>.",
+                        obj=old_setting,
+                        id=error_id,
+                    )
+                )
+                continue
+            errors += [
+                Error(
+                    f'{old_setting}["{key}"] is not a setting of the {self.app} app.',
+                    hint=f"Its settings moved into {self.setting} with the prefix {prefix}: "
+                    + ", ".join(self.label(n) for n in sorted(self.names) if n.startswith(prefix)),
+                    obj=str(key),
+                    id=error_id,
+                )
+                for key in old
+                if f"{prefix}{key}" not in self.names
+            ]
+        return errors
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -164,7 +213,7 @@ class AppSettings:
             self._values.clear()
 
     def _setting_changed(self, *, setting: str, **kwargs: Any) -> None:
-        if setting in (self.setting, self.formerly):
+        if setting in (self.setting, self.formerly, *self.folded):
             self.reload()
 
     def _unset(self, name: str, host: Mapping[str, Any]) -> bool:

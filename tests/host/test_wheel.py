@@ -81,7 +81,7 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def app_files() -> set[str]:
-    """Every file of the three apps in the work tree, as the wheel would name it."""
+    """Every file of the four apps in the work tree, as the wheel would name it."""
     return {
         path.relative_to(ROOT).as_posix()
         for app in APPS
@@ -90,7 +90,7 @@ def app_files() -> set[str]:
     }
 
 
-def test_the_wheel_holds_the_three_apps_whole_and_nothing_of_the_project(wheel):
+def test_the_wheel_holds_the_four_apps_whole_and_nothing_of_the_project(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
 
     assert {name.split("/")[0] for name in names} == {*APPS, DIST_INFO}

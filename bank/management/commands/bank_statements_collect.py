@@ -11,7 +11,7 @@ from bank.nacha.received import received_name_shown
 
 class Command(DropCollectCommand):
     help = (
-        "Read the whole statements in the bank's drop (PAYMENTS_BOOKS['STATEMENT_TRANSPORT']), "
+        "Read the whole statements in the bank's drop (BANK['BOOKS_STATEMENT_TRANSPORT']), "
         "store each sealed (a malformed one refused whole and kept), and match their lines."
     )
     what = "statement collection"
@@ -21,7 +21,7 @@ class Command(DropCollectCommand):
 
         options = statement_transport_options()
         if options is None:
-            raise CommandError("PAYMENTS_BOOKS['STATEMENT_TRANSPORT'] is not set")
+            raise CommandError("BANK['BOOKS_STATEMENT_TRANSPORT'] is not set")
         return transport_open(options)
 
     def collect(self, *, transport, min_age_seconds: float):

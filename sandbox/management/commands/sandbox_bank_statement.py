@@ -37,7 +37,7 @@ class Command(BaseCommand):
             raise CommandError("the sandbox bank needs BANK['NACHA_TRANSPORT'] of kind directory")
         if statements is None or statements["kind"] != "directory":
             raise CommandError(
-                "the sandbox bank needs PAYMENTS_BOOKS['STATEMENT_TRANSPORT'] of kind directory"
+                "the sandbox bank needs BANK['BOOKS_STATEMENT_TRANSPORT'] of kind directory"
             )
         written = bank_statement_write(
             outbound=nacha["outbound"],

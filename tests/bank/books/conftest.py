@@ -28,8 +28,9 @@ def books(module_settings, settings, sqs_queues, tmp_path):
         "outbound": str(tmp_path / "out"),
         "inbound": str(tmp_path / "in"),
     }
-    settings.PAYMENTS_BOOKS = {
-        "STATEMENT_TRANSPORT": {"kind": "directory", "inbound": str(tmp_path / "statements")}
+    module_settings.BOOKS_STATEMENT_TRANSPORT = {
+        "kind": "directory",
+        "inbound": str(tmp_path / "statements"),
     }
     return BankDirs(tmp_path)
 

@@ -25,10 +25,10 @@ def vault(module_settings):
 
 
 @pytest.fixture
-def drop(vault, settings, tmp_path):
+def drop(vault, module_settings, tmp_path):
     folder = tmp_path / "statements"
     folder.mkdir()
-    settings.PAYMENTS_BOOKS = {"STATEMENT_TRANSPORT": {"kind": "directory", "inbound": str(folder)}}
+    module_settings.BOOKS_STATEMENT_TRANSPORT = {"kind": "directory", "inbound": str(folder)}
     return folder
 
 
@@ -87,10 +87,10 @@ def test_a_malformed_statement_is_stored_refused_naming_the_record_and_alerted_o
     assert alert["details"]["record"] == 10 and "000123456789" not in alert["summary"]
 
 
-def test_collecting_without_a_statement_transport_names_the_setting(vault, settings):
-    settings.PAYMENTS_BOOKS = {}
+def test_collecting_without_a_statement_transport_names_the_setting(vault, module_settings):
+    module_settings.BOOKS_STATEMENT_TRANSPORT = None
 
-    with pytest.raises(CommandError, match="STATEMENT_TRANSPORT"):
+    with pytest.raises(CommandError, match="BOOKS_STATEMENT_TRANSPORT"):
         collect()
 
 
@@ -102,21 +102,21 @@ def sshd(tmp_path_factory):
 
 
 @pytest.mark.subprocess
-def test_a_statement_is_collected_over_sftp_from_the_real_sshd(sshd, vault, settings, tmp_path):
+def test_a_statement_is_collected_over_sftp_from_the_real_sshd(
+    sshd, vault, module_settings, tmp_path
+):
     inbound: Path = tmp_path / "from-bank"
     inbound.mkdir()
     (inbound / "prior-day.bai").write_bytes(prior_day())
-    settings.PAYMENTS_BOOKS = {
-        "STATEMENT_TRANSPORT": {
-            "kind": "sftp",
-            "host": "127.0.0.1",
-            "port": sshd.port,
-            "username": sshd.username,
-            "private_key_path": sshd.client_key_path,
-            "host_key": sshd.host_key,
-            "inbound": str(inbound),
-            "timeout_seconds": 10,
-        }
+    module_settings.BOOKS_STATEMENT_TRANSPORT = {
+        "kind": "sftp",
+        "host": "127.0.0.1",
+        "port": sshd.port,
+        "username": sshd.username,
+        "private_key_path": sshd.client_key_path,
+        "host_key": sshd.host_key,
+        "inbound": str(inbound),
+        "timeout_seconds": 10,
     }
 
     output = collect()
@@ -129,30 +129,80 @@ def test_a_statement_is_collected_over_sftp_from_the_real_sshd(sshd, vault, sett
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        ({"STATEMENT_TRANSPORT": {"kind": "ftp"}}, "STATEMENT_TRANSPORT"),
-        ({"STATEMENT_TRANSPORT": {"kind": "directory"}}, "STATEMENT_TRANSPORT"),
-        ({"CLOSE_BY_HOUR_EASTERN": 24}, "CLOSE_BY_HOUR_EASTERN"),
-        ({"VARIANCE_ALERT_BANKING_DAYS": -1}, "VARIANCE_ALERT_BANKING_DAYS"),
-        ({"SETTLEMENT_TYPE_CODES": "166"}, "SETTLEMENT_TYPE_CODES"),
-        ({"STATEMENT_TRASNPORT": None}, "STATEMENT_TRASNPORT"),
+        ({"BOOKS_STATEMENT_TRANSPORT": {"kind": "ftp"}}, "BOOKS_STATEMENT_TRANSPORT"),
+        ({"BOOKS_STATEMENT_TRANSPORT": {"kind": "directory"}}, "BOOKS_STATEMENT_TRANSPORT"),
+        ({"BOOKS_STATEMENT_TRANSPORT": "/var/bank"}, "BOOKS_STATEMENT_TRANSPORT"),
+        ({"BOOKS_CLOSE_BY_HOUR_EASTERN": 24}, "BOOKS_CLOSE_BY_HOUR_EASTERN"),
+        ({"BOOKS_CLOSE_BY_HOUR_EASTERN": True}, "BOOKS_CLOSE_BY_HOUR_EASTERN"),
+        ({"BOOKS_CLOSE_BY_HOUR_EASTERN": float("nan")}, "BOOKS_CLOSE_BY_HOUR_EASTERN"),
+        ({"BOOKS_VARIANCE_ALERT_BANKING_DAYS": -1}, "BOOKS_VARIANCE_ALERT_BANKING_DAYS"),
+        ({"BOOKS_VARIANCE_ALERT_BANKING_DAYS": 10**30}, "BOOKS_VARIANCE_ALERT_BANKING_DAYS"),
+        ({"BOOKS_SETTLEMENT_TYPE_CODES": "166"}, "BOOKS_SETTLEMENT_TYPE_CODES"),
+        ({"BOOKS_RETURN_TYPE_CODES": ["45\x00"]}, "BOOKS_RETURN_TYPE_CODES"),
+        ({"BOOKS_RETURN_TYPE_CODES": ["\u0664\u0665\u0665"]}, "BOOKS_RETURN_TYPE_CODES"),
+        ({"BOOKS_RETURN_TYPE_CODES": ["\ud800ab"]}, "BOOKS_RETURN_TYPE_CODES"),
+        ({"BOOKS_STATEMENT_TRASNPORT": None}, "BOOKS_STATEMENT_TRASNPORT"),
     ],
 )
-def test_manage_check_names_a_bad_books_setting(settings, value, named):
-    from bank.checks import books_settings_check
+def test_manage_check_names_a_bad_books_setting(module_settings, settings, value, named):
+    from bank.checks import bank_setting_values_check
 
-    settings.PAYMENTS_BOOKS = value
+    settings.BANK = {**settings.BANK, **value}
 
-    [error] = books_settings_check()
+    [error] = bank_setting_values_check()
 
-    assert error.id == "bank.E005" and named in error.msg
+    assert error.id in ("bank.E001", "bank.E002") and f'BANK["{named}"]' in error.msg
 
 
-def test_manage_check_accepts_the_defaults(settings):
-    from bank.checks import books_settings_check
+def test_manage_check_accepts_the_books_defaults(settings):
+    from bank.checks import bank_moved_settings_check, bank_setting_values_check
 
-    settings.PAYMENTS_BOOKS = {}
+    settings.BANK = {}
 
-    assert books_settings_check() == []
+    assert bank_setting_values_check() == [] and bank_moved_settings_check() == []
+
+
+def test_the_books_old_dict_is_read_this_release_with_a_warning_naming_each_keys_new_place(
+    settings,
+):
+    from bank import conf
+    from bank.checks import bank_moved_settings_check, bank_setting_values_check
+
+    settings.BANK = {"BOOKS_VARIANCE_ALERT_BANKING_DAYS": 5}
+    settings.PAYMENTS_BOOKS = {"CLOSE_BY_HOUR_EASTERN": 9, "VARIANCE_ALERT_BANKING_DAYS": 7}
+
+    warnings = bank_moved_settings_check()
+
+    # The old key is read; the new dict wins where both are set.
+    assert conf.BOOKS_CLOSE_BY_HOUR_EASTERN == 9
+    assert conf.BOOKS_VARIANCE_ALERT_BANKING_DAYS == 5
+    assert [(w.id, w.obj) for w in warnings] == [("bank.W001", "BOOKS_CLOSE_BY_HOUR_EASTERN")]
+    assert warnings[0].msg.startswith(
+        'PAYMENTS_BOOKS["CLOSE_BY_HOUR_EASTERN"] has moved to BANK["BOOKS_CLOSE_BY_HOUR_EASTERN"]'
+    )
+    assert bank_setting_values_check() == []
+
+
+@pytest.mark.parametrize(
+    ("old", "named"),
+    [
+        ({"CLOSE_BY_HOUR_EASTERN": 24}, 'BANK["BOOKS_CLOSE_BY_HOUR_EASTERN"]'),
+        ({"STATEMENT_TRASNPORT": None}, 'PAYMENTS_BOOKS["STATEMENT_TRASNPORT"]'),
+        ({"\x00": 1}, 'PAYMENTS_BOOKS["\x00"]'),
+        (["STATEMENT_TRANSPORT"], "PAYMENTS_BOOKS = "),
+    ],
+)
+def test_manage_check_refuses_a_bad_value_or_an_unknown_key_in_the_books_old_dict(
+    settings, old, named
+):
+    from bank.checks import bank_setting_values_check
+
+    settings.BANK = {}
+    settings.PAYMENTS_BOOKS = old
+
+    [error] = bank_setting_values_check()
+
+    assert error.id in ("bank.E001", "bank.E002") and named in error.msg
 
 
 def test_key_rotation_rewraps_a_stored_statement_which_opens_once_the_old_key_is_gone(

@@ -109,19 +109,21 @@ def test_a_day_the_bank_never_reported_alerts_after_its_close_hour(books, alerts
     assert alert["details"]["reported_by_bank"] is False
 
 
-def test_the_close_hour_is_a_setting_on_the_next_banking_day(settings):
+def test_the_close_hour_is_a_setting_on_the_next_banking_day(module_settings):
     from datetime import date
 
-    settings.PAYMENTS_BOOKS = {"CLOSE_BY_HOUR_EASTERN": 9}
+    module_settings.BOOKS_CLOSE_BY_HOUR_EASTERN = 9
 
     # A Friday closes on Monday; Thanksgiving's Wednesday on the Friday after.
     assert close_deadline(date(2026, 12, 4)).isoformat() == "2026-12-07T09:00:00-05:00"
     assert close_deadline(date(2026, 11, 25)).isoformat() == "2026-11-27T09:00:00-05:00"
 
 
-def test_a_variance_unexplained_for_more_than_the_set_banking_days_alerts(books, alerts, settings):
+def test_a_variance_unexplained_for_more_than_the_set_banking_days_alerts(
+    books, alerts, module_settings
+):
     raised, _ = alerts
-    settings.PAYMENTS_BOOKS = {**settings.PAYMENTS_BOOKS, "VARIANCE_ALERT_BANKING_DAYS": 2}
+    module_settings.BOOKS_VARIANCE_ALERT_BANKING_DAYS = 2
     day = _sent(books)
     _statement(books, day, "extra")
     [variance] = BooksVariance.objects.all()

@@ -141,9 +141,11 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
     # Beat's reconciliation of stuck payments.
     SqsCallSite("callbacks.reconciliation:payment_reconcile", {MAIN: _SEND_BATCH}, _roles(CELERY)),
     # Beat's pull of the processor's events (or processor_events_pull beside the Celery jobs):
-    # each page's events to the main queue, an event breaking the contract to the DLQ.
+    # each page's events to the main queue, an event breaking the contract, or one the main
+    # queue cannot take, to the DLQ.
     SqsCallSite("callbacks.events_pull:_page_publish", {MAIN: _SEND_BATCH}, _roles(CELERY)),
     SqsCallSite("callbacks.events_pull:_malformed_dead_letter", {DLQ: _SEND}, _roles(CELERY)),
+    SqsCallSite("callbacks.events_pull:_unqueued_dead_letter", {DLQ: _SEND}, _roles(CELERY)),
     # Beat's DLQ ingestion.
     SqsCallSite(
         "triage.ingestion:dead_letters_ingest",

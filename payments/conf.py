@@ -20,6 +20,7 @@ from payments.exposure_limits import parse_exposure_limits
 from payments.kernel.app_settings import AppSettings
 from payments.kernel.setting_specs import (
     Duration,
+    Flag,
     Number,
     Parsed,
     Seconds,
@@ -30,6 +31,40 @@ from payments.kernel.setting_specs import (
     json_text,
 )
 from payments.throttle_rates import RATE_ACCEPTED, parse_throttle_rates
+
+# Standard Webhooks' schedule after the first try: 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h.
+DEFAULT_WEBHOOK_RETRY_SCHEDULE = [
+    5,
+    300,
+    1800,
+    7200,
+    18000,
+    36000,
+    36000,
+    36000,
+    36000,
+    36000,
+    36000,
+    36000,
+]
+RETRY_SCHEDULE_ACCEPTED = "a list of 1-50 delays in seconds, each 0-604800"
+
+
+def parse_retry_schedule(value: Any) -> list[float]:
+    """The retry delays as floats; ValueError naming the problem."""
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 50:
+        raise ValueError(RETRY_SCHEDULE_ACCEPTED)
+    delays = []
+    for delay in value:
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not 0 <= delay <= 604800
+        ):
+            raise ValueError(f"{delay!r}: {RETRY_SCHEDULE_ACCEPTED}")
+        delays.append(float(delay))
+    return delays
+
 
 REQUIRED = ("PROCESSOR_BASE_URL", "PROCESSOR_API_KEY")
 
@@ -138,6 +173,29 @@ SPECS: dict[str, Spec] = {
     "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS": Seconds(300.0, 86_400),
     "PROCESSOR_BREAKER_TRIAL_CALLS": Number(3, 1, 1000, whole=True, unit="of calls"),
     "PROCESSOR_BREAKER_INCIDENT_COOLDOWN_SECONDS": Seconds(300.0, 86_400),
+    # Webhooks (payments.webhooks): events are listed by GET /api/events/ this many days.
+    "EVENT_RETENTION_DAYS": Number(30, 1, 3650, whole=True, unit="of days"),
+    # Read timeout of one delivery; a receiver that answers later is a failed attempt.
+    "WEBHOOK_TIMEOUT_SECONDS": Seconds(10.0, 60),
+    # Seconds to wait before each retry of a delivery, after the first try; with jitter of up
+    # to a fifth either way. The default spans about three days (Standard Webhooks' own).
+    "WEBHOOK_RETRY_SCHEDULE": Parsed(
+        DEFAULT_WEBHOOK_RETRY_SCHEDULE,
+        parse=parse_retry_schedule,
+        accepted=RETRY_SCHEDULE_ACCEPTED,
+        types=(list, tuple),
+        text_type=json_text,
+    ),
+    # An endpoint failing this many attempts in a row, over at least this many hours, is
+    # disabled (with an alert and a webhook_endpoint.disabled event) until it is enabled again.
+    "WEBHOOK_DISABLE_AFTER_FAILURES": Number(100, 1, 100_000, whole=True, unit="of attempts"),
+    "WEBHOOK_DISABLE_AFTER_HOURS": Number(24, 0, 24 * 30, unit="of hours"),
+    # After a rotation the old secret signs beside the new one this long.
+    "WEBHOOK_SECRET_GRACE": Duration(timedelta(hours=24)),
+    # For tests and local development only: endpoint URLs with http://, and hosts that resolve
+    # to loopback, private or link-local addresses. Production refuses both.
+    "WEBHOOK_ALLOW_HTTP": Flag(False),
+    "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": Flag(False),
 }
 # Pairs (low, high) whose low value may not exceed the high one.
 RELATIONS = (("PROCESSOR_BREAKER_PAUSE_SECONDS", "PROCESSOR_BREAKER_MAX_PAUSE_SECONDS"),)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import ClassVar
 
-from payments.models import LedgerEntry, Payment, PaymentEvent, ProcessedEvent
+from payments.models import Event, LedgerEntry, Payment, PaymentEvent, ProcessedEvent
 
 # The merchant's return-rate counters of a day, in the upsert's order.
 RETURN_DAY_COUNTERS = ("debits", "returns", "unauthorized_returns", "administrative_returns")
@@ -46,7 +46,8 @@ class Move:
     """A transition made in memory on ``payment``, and the rows it writes besides the payment
     (unsaved): a ledger row, its pending entry's new status (money out's), counts on the
     merchant's day; and ``followups``, statements run after those rows in the same transaction,
-    only when they were written (a refund's double loss undone)."""
+    only when they were written (a refund's double loss undone); ``event``, the merchant's
+    event of the transition (``payments.webhooks``)."""
 
     # What a move writes on the payment, for every backend and for a rollback's refresh.
     FIELDS: ClassVar[tuple[str, ...]] = ("state", "state_changed_at", "updated_at")
@@ -58,6 +59,7 @@ class Move:
     entry_status: EntryStatus | None = None
     counts: DayCounts | None = None
     followups: tuple[Callable[[], None], ...] = ()
+    event: Event | None = None
 
 
 @dataclass(frozen=True)

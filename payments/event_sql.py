@@ -12,7 +12,8 @@ database; and one statement of data-modifying CTEs writes them:
          moved AS (UPDATE payment SET state ... WHERE id = ... AND EXISTS (SELECT FROM claim)),
          ledger AS (INSERT INTO ledger ... SELECT ... FROM claim),
          entry AS (UPDATE ledger SET status ... WHERE ... AND EXISTS (SELECT FROM claim)),
-         counted AS (INSERT INTO merchant day ... SELECT ... FROM claim ON CONFLICT DO UPDATE)
+         counted AS (INSERT INTO merchant day ... SELECT ... FROM claim ON CONFLICT DO UPDATE),
+         merchant_event AS (INSERT INTO the merchant's event ... SELECT ... FROM claim)
     INSERT INTO event log ... SELECT ... FROM claim RETURNING id
 
 Every write after the claim reads the claim's result, so when the dedup record already exists
@@ -34,6 +35,7 @@ from django.db.transaction import TransactionManagementError
 
 from payments.event_rows import RETURN_DAY_COUNTERS, EventWrite
 from payments.models import (
+    Event,
     LedgerEntry,
     LedgerEntryStatus,
     MerchantReturnDay,
@@ -219,6 +221,20 @@ def _ledger_cte(vendor: str) -> tuple[str, _Params]:
     return sql, params
 
 
+def _event_cte(vendor: str) -> tuple[str, _Params]:
+    """The move's merchant event (``payments.webhooks``), written only if claimed."""
+    fields, columns, values = _insert_template(Event, vendor, True)
+    sql = (
+        f"merchant_event AS (INSERT INTO {_table(Event)} ({columns}) "  # noqa: S608
+        f"SELECT {values} FROM claim)"
+    )
+
+    def params(write: "EventWrite", db) -> list:
+        return _row_params(write.move.event, fields, db)
+
+    return sql, params
+
+
 def _entry_cte() -> tuple[str, _Params]:
     """The move's pending entry to its new status (money out's, posted or archived), if
     claimed; ``posted_at`` is set only when the move gives one."""
@@ -291,6 +307,7 @@ def _event_statement(
     ledger: bool,
     counted: bool,
     entry: bool = False,
+    event: bool = False,
 ) -> tuple[str, tuple[_Params, ...]]:
     """The one statement of ``event_write`` for one shape of write, and the functions giving
     its parameters in the statement's order, built together once: the statement text is the
@@ -304,6 +321,8 @@ def _event_statement(
         parts.append(_entry_cte())
     if counted:
         parts.append(_counted_cte())
+    if event:
+        parts.append(_event_cte(vendor))
     sql, log_params = _log_insert(vendor, [cte for cte, _ in parts])
     return sql, (*(params for _, params in parts), log_params)
 
@@ -322,6 +341,7 @@ def event_write(write: "EventWrite") -> bool:
         ledger=move is not None and move.ledger is not None,
         counted=move is not None and move.counts is not None,
         entry=move is not None and move.entry_status is not None,
+        event=move is not None and move.event is not None,
     )
     params = [value for part in parts for value in part(write, db)]
     with db.cursor() as cursor:

@@ -177,12 +177,21 @@ PAYMENTS = app_settings_from_environ(
         "OVER_LIMIT",
         # The processor backend (the bank path's: bank.nacha.backend.NachaBackend).
         "PROCESSOR_BACKEND",
+        # Events and webhooks (payments/webhooks/).
+        "EVENT_RETENTION_DAYS",
+        "WEBHOOK_TIMEOUT_SECONDS",
+        "WEBHOOK_RETRY_SCHEDULE",
+        "WEBHOOK_DISABLE_AFTER_FAILURES",
+        "WEBHOOK_DISABLE_AFTER_HOURS",
+        "WEBHOOK_ALLOW_HTTP",
+        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
     ],
     PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
     API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",
     API_IDEMPOTENCY_LEASE="API_IDEMPOTENCY_LEASE_SECONDS",
     OUTBOX_RETENTION="OUTBOX_RETENTION_DAYS",
     BREAKER_TRANSITION_RETENTION="BREAKER_TRANSITION_RETENTION_DAYS",
+    WEBHOOK_SECRET_GRACE="WEBHOOK_SECRET_GRACE_HOURS",
 )
 # The bank path (bank/conf.py): the vault's key-encrypting keys ("v1:<base64>,v2:<base64>") and
 # the active one, or the KMS key holder and its keys ("v1:<key ARN>,v2:<key ARN>"); the NACHA

@@ -27,6 +27,7 @@ from payments.services.credits import credit_move_effects
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.writes import DayCounts, Move, move_save
 from payments.signals import payment_transition_committed, payment_transitioned
+from payments.webhooks.events import payment_event_new
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,14 @@ def transition_move(payment: Payment, target: str) -> Move:
         )
     getattr(payment, name)()
     payment.state_changed_at = timezone.now()
-    move = {"payment": payment, "from_state": current, "to_state": target}
+    payment.updated_at = payment.state_changed_at  # as the event's copy of the payment shows
+    # The merchant's event rides with the move's rows: written exactly when they are.
+    move = {
+        "payment": payment,
+        "from_state": current,
+        "to_state": target,
+        "event": payment_event_new(payment=payment, state=target),
+    }
     if payment.direction == PaymentDirection.CREDIT:
         ledger, entry_status, followups = credit_move_effects(payment, target)
         return Move(**move, ledger=ledger, entry_status=entry_status, followups=followups)

@@ -100,6 +100,8 @@ def move_save(move: Move) -> None:
         entry_status_save(move.payment, move.entry_status)
     if move.counts is not None:
         merchant_return_day_add(move.counts)
+    if move.event is not None:
+        move.event.save(force_insert=True)
     _move_followups(move)
 
 

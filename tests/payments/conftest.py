@@ -13,3 +13,7 @@ def event_write_path(request, monkeypatch):
         monkeypatch.setattr(writes, "_one_statement", lambda: False)
         monkeypatch.setattr(event_sql, "_lock_template", lambda vendor: None)
     return request.param
+
+
+# The webhook tests' receiver and settings (tests/payments/webhook_support.py).
+from tests.payments.webhook_support import loopback_webhooks, receiver  # noqa: E402, F401

@@ -1,0 +1,81 @@
+"""Where a webhook may be sent: never to the module's own network (server-side request
+forgery). A URL is refused for its form when it is made, and its host is resolved and refused
+again before every request, so a DNS name later pointed at a private address is caught."""
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from payments import conf
+
+MAX_URL_LENGTH = 2048
+
+
+class AddressRefused(ValueError):
+    """The URL may not be called; the message says why (never with the endpoint's secret)."""
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an endpoint's URL, from its text alone; None if it can."""
+    if len(url) > MAX_URL_LENGTH:
+        return f"at most {MAX_URL_LENGTH} characters"
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF for ch in url):
+        return "control characters, spaces and surrogates are not allowed"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "not a valid URL"
+    schemes = ("https", "http") if conf.WEBHOOK_ALLOW_HTTP else ("https",)
+    if parts.scheme not in schemes:
+        return "must use https"
+    if not parts.hostname:
+        return "has no host"
+    if parts.username is not None or parts.password is not None:
+        return "may not carry credentials"
+    if port == 0:
+        return "has no valid port"
+    try:
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        return "has a host name that is not a valid internationalized domain name"
+    literal = _ip_literal(parts.hostname)
+    if literal is not None and not _public(literal):
+        return "points at a private, loopback or link-local address"
+    return None
+
+
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if conf.WEBHOOK_ALLOW_PRIVATE_ADDRESSES:
+        return True
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+def url_resolved_check(url: str) -> None:
+    """Resolve the URL's host and raise ``AddressRefused`` if any address it has is not public
+    (a name with one public and one private address could be steered to the private one)."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise AddressRefused(problem)
+    parts = urlsplit(url)
+    try:
+        infos = socket.getaddrinfo(
+            parts.hostname.encode("idna").decode("ascii"),
+            parts.port or (443 if parts.scheme == "https" else 80),
+            proto=socket.IPPROTO_TCP,
+        )
+    except (OSError, UnicodeError) as exc:
+        raise AddressRefused(f"host does not resolve: {type(exc).__name__}") from None
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not _public(address):
+            raise AddressRefused("host resolves to a private, loopback or link-local address")

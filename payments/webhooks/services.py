@@ -1,0 +1,169 @@
+"""A merchant's webhook endpoints: made, changed, rotated, enabled again, deleted; and
+deliveries replayed by an operator. Each write, and its audit row, in one transaction."""
+
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from payments import conf
+from payments.webhooks.addresses import url_problem
+from payments.webhooks.catalogue import EVENT_TYPES
+from payments.webhooks.models import (
+    DeliveryStatus,
+    Event,
+    WebhookAction,
+    WebhookActionKind,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+from payments.webhooks.signing import secret_new
+
+
+def endpoint_fields_checked(*, url: str | None = None, event_types: list | None = None) -> None:
+    """Raise ``ValidationError`` naming each field that cannot be stored."""
+    errors: dict[str, list[str]] = {}
+    if url is not None:
+        problem = url_problem(url)
+        if problem is not None:
+            errors["url"] = [problem]
+    if event_types is not None:
+        unknown = sorted({str(name)[:64] for name in event_types} - set(EVENT_TYPES))
+        if unknown:
+            errors["event_types"] = [f"unknown event types: {', '.join(unknown)}"]
+        elif len(set(event_types)) != len(event_types):
+            errors["event_types"] = ["an event type is named more than once"]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _action(kind: str, endpoint: WebhookEndpoint | None, actor, note: str = "", **kw) -> None:
+    WebhookAction.objects.create(
+        kind=kind,
+        endpoint=endpoint,
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_label=actor.get_username() if getattr(actor, "pk", None) else str(actor or "")[:150],
+        note=note,
+        **kw,
+    )
+
+
+def webhook_endpoint_create(
+    *, merchant_id: str, url: str, event_types: list[str], description: str = ""
+) -> WebhookEndpoint:
+    """A new enabled endpoint with a fresh ``whsec_`` secret (the caller shows it once)."""
+    endpoint_fields_checked(url=url, event_types=event_types)
+    return WebhookEndpoint.objects.create(
+        merchant_id=merchant_id,
+        url=url,
+        event_types=list(event_types),
+        description=description,
+        secret=secret_new(),
+    )
+
+
+def webhook_endpoint_update(
+    *, endpoint: WebhookEndpoint, url: str | None, event_types: list | None, description=None
+) -> WebhookEndpoint:
+    endpoint_fields_checked(url=url, event_types=event_types)
+    fields = ["updated_at"]
+    if url is not None:
+        endpoint.url = url
+        fields.append("url")
+    if event_types is not None:
+        endpoint.event_types = list(event_types)
+        fields.append("event_types")
+    if description is not None:
+        endpoint.description = description
+        fields.append("description")
+    endpoint.save(update_fields=fields)
+    return endpoint
+
+
+def webhook_endpoint_rotate_secret(
+    *, endpoint: WebhookEndpoint, actor, now: datetime | None = None
+) -> WebhookEndpoint:
+    """A new secret; the old one keeps signing beside it for ``WEBHOOK_SECRET_GRACE``."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = WebhookEndpoint.objects.select_for_update().get(id=endpoint.id)
+        locked.previous_secret = locked.secret
+        locked.previous_secret_expires_at = now + conf.WEBHOOK_SECRET_GRACE
+        locked.secret = secret_new()
+        locked.save(
+            update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
+        )
+        _action(WebhookActionKind.ROTATE_SECRET, locked, actor)
+    return locked
+
+
+def webhook_endpoint_enable(
+    *, endpoint: WebhookEndpoint, actor, note: str = "", now: datetime | None = None
+) -> int:
+    """Enable a disabled endpoint and replay from the moment it was disabled: its waiting
+    deliveries are due at once, and every event since that it wants gets a delivery. Returns
+    how many deliveries are due; 0 (and nothing written) for an enabled endpoint."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = WebhookEndpoint.objects.select_for_update().get(id=endpoint.id)
+        if locked.enabled:
+            return 0
+        since = locked.disabled_at or now
+        locked.enabled = True
+        locked.disabled_at = None
+        locked.disabled_reason = ""
+        locked.consecutive_failures = 0
+        locked.failing_since = None
+        locked.save(
+            update_fields=[
+                "enabled",
+                "disabled_at",
+                "disabled_reason",
+                "consecutive_failures",
+                "failing_since",
+                "updated_at",
+            ]
+        )
+        missed = Event.objects.filter(
+            merchant_id=locked.merchant_id, created_at__gte=since, position__isnull=False
+        )
+        if locked.event_types:
+            missed = missed.filter(type__in=locked.event_types)
+        WebhookDelivery.objects.bulk_create(
+            [WebhookDelivery(endpoint=locked, event=event) for event in missed.only("id")],
+            ignore_conflicts=True,
+        )
+        due = WebhookDelivery.objects.filter(endpoint=locked).filter(
+            Q(status=DeliveryStatus.PENDING)
+            | Q(status=DeliveryStatus.FAILED, created_at__gte=since)
+        )
+        count = due.update(status=DeliveryStatus.PENDING, next_attempt_at=now, attempts=0)
+        _action(WebhookActionKind.ENABLE, locked, actor, note, deliveries=count)
+    endpoint.refresh_from_db()
+    return count
+
+
+def webhook_deliveries_replay(*, deliveries, actor, note: str, now: datetime | None = None) -> int:
+    """Send the given deliveries again, each with its own ``webhook-id`` (its event's), with a
+    fresh retry schedule; one audit row per endpoint with the note. Returns how many."""
+    if not note.strip():
+        raise ValidationError({"note": ["a note is required"]})
+    now = now or timezone.now()
+    with transaction.atomic():
+        rows = list(
+            WebhookDelivery.objects.select_for_update()
+            .filter(id__in=[d.id for d in deliveries])
+            .only("id", "endpoint_id")
+        )
+        WebhookDelivery.objects.filter(id__in=[row.id for row in rows]).update(
+            status=DeliveryStatus.PENDING, next_attempt_at=now, attempts=0, delivered_at=None
+        )
+        by_endpoint: dict = {}
+        for row in rows:
+            by_endpoint[row.endpoint_id] = by_endpoint.get(row.endpoint_id, 0) + 1
+        endpoints = WebhookEndpoint.objects.in_bulk(list(by_endpoint))
+        for endpoint_id, count in by_endpoint.items():
+            _action(WebhookActionKind.REPLAY, endpoints[endpoint_id], actor, note, deliveries=count)
+    return len(rows)

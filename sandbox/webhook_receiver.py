@@ -1,0 +1,87 @@
+"""A webhook receiver on loopback, as a merchant would write one: it verifies every delivery's
+Standard Webhooks signature with the ``standardwebhooks`` library, drops a repeat by its
+``webhook-id``, and counts both. It can fail for a while (``fail_first``), hang, or answer with
+a redirect, for tests and demos of retries and disabling."""
+
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+
+class WebhookReceiver:
+    def __init__(self, secrets: list[str] | None = None) -> None:
+        self.secrets = list(secrets or [])
+        self.fail_first = 0
+        self.status = 200
+        self.hang_seconds = 0.0
+        self.redirect_to: str | None = None
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.verified: list[dict] = []  # first delivery of each webhook-id, parsed
+        self.ids = Counter()  # every verified request by webhook-id
+        self.refused = 0  # signature did not verify
+        self.headers: list[dict] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/hooks"
+
+    @property
+    def repeats(self) -> int:
+        return sum(count - 1 for count in self.ids.values())
+
+    def start(self) -> "WebhookReceiver":
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                answer = receiver.receive(dict(self.headers.items()), body)
+                if receiver.hang_seconds:
+                    time.sleep(receiver.hang_seconds)
+                self.send_response(answer)
+                if receiver.redirect_to:
+                    self.send_header("Location", receiver.redirect_to)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def receive(self, headers: dict, body: bytes) -> int:
+        with self.lock:
+            self.requests += 1
+            self.headers.append(headers)
+            if self.requests <= self.fail_first:
+                return 500
+            if self.redirect_to:
+                return 302
+            for secret in self.secrets:
+                try:
+                    Webhook(secret).verify(body, headers)
+                except WebhookVerificationError:
+                    continue
+                webhook_id = {k.lower(): v for k, v in headers.items()}["webhook-id"]
+                self.ids[webhook_id] += 1
+                if self.ids[webhook_id] == 1:
+                    self.verified.append(json.loads(body))
+                return self.status
+            self.refused += 1
+            return 401

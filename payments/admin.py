@@ -624,3 +624,7 @@ class DoubleLossAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "noc", "action", "user", "status_before", "status_after"]
     list_select_related = ["noc", "user"]
+
+
+# The events and webhooks admin registers itself on import.
+from payments.webhooks import admin as webhooks_admin  # noqa: E402, F401

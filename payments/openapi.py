@@ -21,6 +21,7 @@ from payments import apis, limits_apis, money_out_apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.models import PaymentDirection, PaymentPurpose, PaymentState
 from payments.services import cancel, payouts, refunds, reinitiation
+from payments.webhooks import openapi as webhooks_openapi
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
 AMOUNT_PATTERN = r"^(?:0\.(?:0[1-9]|[1-9][0-9])|[1-9][0-9]{0,11}\.[0-9]{2})$"
@@ -477,3 +478,9 @@ def describe() -> None:
             },
         )
     )(limits_apis.MerchantLimitsApi)
+    webhooks_openapi.describe(
+        error_answer=error_answer,
+        common_answers=COMMON_ANSWERS,
+        request_headers=REQUEST_HEADERS,
+        merchant_pattern=MERCHANT_PATTERN,
+    )

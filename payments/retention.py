@@ -148,3 +148,20 @@ def idempotency_keys_purge(*, batch_size: int | None = None) -> int:
         order_by="created_at",
         batch_size=batch_size,
     )
+
+
+def events_purge(*, now: datetime | None = None) -> int:
+    """Delete events older than EVENT_RETENTION_DAYS, with their deliveries and attempts."""
+    from payments.webhooks.models import Event, WebhookAttempt, WebhookDelivery
+
+    cutoff = (now or timezone.now()) - timedelta(days=payments_conf.EVENT_RETENTION_DAYS)
+
+    def children_delete(ids: list) -> None:
+        WebhookAttempt.objects.filter(delivery__event_id__in=ids).delete()
+        WebhookDelivery.objects.filter(event_id__in=ids).delete()
+
+    return batched_delete(
+        Event.objects.filter(created_at__lt=cutoff),
+        order_by="created_at",
+        before_each=children_delete,
+    )

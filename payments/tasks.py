@@ -72,3 +72,37 @@ def refunds_release() -> int:
         if not acquired:
             return 0
         return release()
+
+
+@shared_task(name="payments.tasks.events_purge", ignore_result=True)
+def events_purge() -> int:
+    """Delete events older than EVENT_RETENTION_DAYS, with their deliveries (idempotent)."""
+    from payments import retention
+
+    with single_flight("payments.events_purge") as acquired:
+        if not acquired:
+            return 0
+        deleted = retention.events_purge()
+    logger.info("purged %s events past retention", deleted)
+    return deleted
+
+
+@shared_task(name="payments.tasks.webhooks_dispatch", ignore_result=True)
+def webhooks_dispatch() -> int:
+    """Number and fan out committed events, then hand each due delivery to ``webhook_deliver``.
+    A delivery whose task is lost (or whose worker dies) is claimed again when its lease ends."""
+    from payments.webhooks.delivery import deliveries_claim, events_dispatch
+
+    events_dispatch()
+    claimed = deliveries_claim(limit=500)
+    for delivery_id in claimed:
+        webhook_deliver.delay(delivery_id)
+    return len(claimed)
+
+
+@shared_task(name="payments.tasks.webhook_deliver", ignore_result=True, acks_late=True)
+def webhook_deliver(delivery_id: int) -> None:
+    """Send one claimed delivery and record the attempt."""
+    from payments.webhooks.delivery import delivery_attempt
+
+    delivery_attempt(delivery_id=delivery_id)

@@ -20,6 +20,13 @@ from payments.money_out_apis import (
     RefundDetailApi,
     RefundListCreateApi,
 )
+from payments.webhooks.apis import (
+    EventListApi,
+    WebhookEndpointDetailApi,
+    WebhookEndpointEnableApi,
+    WebhookEndpointListCreateApi,
+    WebhookEndpointRotateSecretApi,
+)
 
 urlpatterns = [
     # One route for list (GET) and create (POST); the name predates the list.
@@ -50,5 +57,24 @@ urlpatterns = [
         "merchants/<str:merchant_id>/limits/",
         MerchantLimitsApi.as_view(),
         name="merchant-limits",
+    ),
+    path("events/", EventListApi.as_view(), name="event-list"),
+    path(
+        "webhook_endpoints/", WebhookEndpointListCreateApi.as_view(), name="webhook-endpoint-list"
+    ),
+    path(
+        "webhook_endpoints/<str:endpoint_id>/",
+        WebhookEndpointDetailApi.as_view(),
+        name="webhook-endpoint-detail",
+    ),
+    path(
+        "webhook_endpoints/<str:endpoint_id>/rotate_secret/",
+        WebhookEndpointRotateSecretApi.as_view(),
+        name="webhook-endpoint-rotate-secret",
+    ),
+    path(
+        "webhook_endpoints/<str:endpoint_id>/enable/",
+        WebhookEndpointEnableApi.as_view(),
+        name="webhook-endpoint-enable",
     ),
 ]

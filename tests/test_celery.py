@@ -91,6 +91,8 @@ def test_beat_schedule_covers_the_operations_work():
         "callbacks.tasks.processor_events_pull",
         "callbacks.tasks.outbox_relay_publish",
         "payments.tasks.refunds_release",
+        "payments.tasks.webhooks_dispatch",
+        "payments.tasks.events_purge",
         "payments.tasks.processed_events_purge",
         "payments.tasks.idempotency_keys_purge",
         "callbacks.tasks.queue_messages_purge",

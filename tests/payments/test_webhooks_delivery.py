@@ -314,3 +314,19 @@ def test_a_sender_killed_mid_delivery_loses_nothing(receiver, tmp_path):
     first_id = receiver.headers[0]["webhook-id"]
     assert receiver.ids[first_id] == 2 and receiver.repeats == 1
     assert len(receiver.verified) == 2
+
+
+def test_the_beat_task_dispatches_and_hands_each_delivery_to_its_own_task(receiver):
+    from payments import tasks
+
+    app = tasks.webhook_deliver.app
+    endpoint_for(receiver)
+    settle()
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    try:
+        handed = tasks.webhooks_dispatch()
+    finally:
+        app.conf.task_always_eager = eager
+    assert handed == 2 and len(receiver.verified) == 2
+    assert tasks.webhooks_dispatch() == 0  # nothing due twice

@@ -1,0 +1,157 @@
+"""The admin of events and webhooks: endpoints (made here or by the API; the secret is shown
+once, in the message after saving), deliveries with their attempts, replays with a note and an
+audit row. Events, attempts and actions are read-only history."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.template.response import TemplateResponse
+
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline
+from payments.webhooks.models import (
+    Event,
+    WebhookAction,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+from payments.webhooks.services import (
+    endpoint_fields_checked,
+    webhook_deliveries_replay,
+    webhook_endpoint_enable,
+)
+from payments.webhooks.signing import secret_new
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "type", "merchant_id", "object_id", "created_at", "position"]
+    list_filter = ["type"]
+    search_fields = ["=id", "=merchant_id", "=object_id"]
+    date_hierarchy = "created_at"
+
+
+class WebhookEndpointForm(forms.ModelForm):
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["merchant_id", "url", "description", "event_types"]
+
+    def clean(self):
+        data = super().clean()
+        try:
+            endpoint_fields_checked(url=data.get("url"), event_types=data.get("event_types"))
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                self.add_error(field, errors)
+        return data
+
+
+class WebhookActionInline(ReadOnlyInline):
+    model = WebhookAction
+    fields = ["created_at", "kind", "actor_label", "deliveries", "note"]
+    show_change_link = False
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """A merchant's endpoints. The secret never appears here after it is made: the message
+    after adding one shows it once."""
+
+    form = WebhookEndpointForm
+    list_display = ["url", "merchant_id", "enabled", "disabled_at", "consecutive_failures"]
+    list_filter = ["enabled"]
+    search_fields = ["=merchant_id", "url"]
+    readonly_fields = [
+        "enabled",
+        "disabled_at",
+        "disabled_reason",
+        "consecutive_failures",
+        "failing_since",
+        "created_at",
+    ]
+    inlines = [WebhookActionInline]
+    actions = ["enable_endpoints"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.secret = secret_new()
+        super().save_model(request, obj, form, change)
+        if not change:
+            self.message_user(
+                request,
+                f"Endpoint created. Its signing secret, shown this once: {obj.secret}",
+                messages.WARNING,
+            )
+
+    @admin.action(description="Enable the selected endpoints (and replay what they missed)")
+    def enable_endpoints(self, request, queryset):
+        replayed = sum(
+            webhook_endpoint_enable(endpoint=endpoint, actor=request.user, note="admin")
+            for endpoint in queryset
+        )
+        self.message_user(request, f"Enabled; {replayed} deliveries due now.", messages.SUCCESS)
+
+
+class WebhookAttemptInline(ReadOnlyInline):
+    model = WebhookAttempt
+    fields = ["number", "started_at", "status_code", "error", "latency_ms", "response_head"]
+    show_change_link = False
+
+
+class ReplayForm(forms.Form):
+    note = forms.CharField(
+        label="Note (required)",
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
+        strip=True,
+        help_text="Why they are sent again (ticket, reference).",
+    )
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Deliveries with their attempts. To replay every failed delivery since a time: filter
+    by status and date, select all, and replay (one confirmation page, a note, an audit row
+    per endpoint)."""
+
+    list_display = ["event", "endpoint", "status", "attempts", "last_status_code", "created_at"]
+    list_filter = ["status"]
+    list_select_related = ["event", "endpoint"]
+    search_fields = ["=event__id", "=endpoint__merchant_id"]
+    date_hierarchy = "created_at"
+    inlines = [WebhookAttemptInline]
+    actions = ["replay"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_replay_permission(self, request) -> bool:
+        return request.user.has_perm("payments.change_webhookendpoint")
+
+    @admin.action(description="Replay the selected deliveries…", permissions=["replay"])
+    def replay(self, request, queryset):
+        form = ReplayForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            count = webhook_deliveries_replay(
+                deliveries=list(queryset), actor=request.user, note=form.cleaned_data["note"]
+            )
+            self.message_user(request, f"{count} deliveries will be sent again.", messages.SUCCESS)
+            return None
+        return TemplateResponse(
+            request,
+            "admin/payments/webhookdelivery/confirm_replay.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Replay deliveries",
+                "deliveries": queryset,
+                "count": queryset.count(),
+                "form": form,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+
+@admin.register(WebhookAction)
+class WebhookActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "kind", "endpoint", "actor_label", "deliveries"]
+    list_filter = ["kind"]

@@ -1,0 +1,149 @@
+"""The schema of ``/api/events/`` and ``/api/webhook_endpoints/`` (drf-spectacular), in the
+payments API's conventions (``payments.openapi``). Called by ``payments.openapi.describe``."""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import serializers as drf_serializers
+
+from payments.webhooks import apis, serializers
+from payments.webhooks.catalogue import EVENT_TYPES
+
+
+def describe(*, error_answer, common_answers: dict, request_headers: list, merchant_pattern: str):
+    endpoint_id = OpenApiParameter("endpoint_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+    merchant = OpenApiParameter(
+        "merchant",
+        {"type": "string", "pattern": merchant_pattern},
+        description="Only this merchant's (403 if you may not act for it). Without it, every "
+        "merchant you may act for.",
+    )
+    not_yours = error_answer("No such endpoint, or one of a merchant you may not act for.")
+    with_secret = serializers.WebhookEndpointWithSecretOutputSerializer
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="event_list",
+            parameters=[
+                merchant,
+                OpenApiParameter("type", {"type": "string", "enum": list(EVENT_TYPES)}),
+                OpenApiParameter(
+                    "after",
+                    str,
+                    description="The next_cursor of the last page: events after that one.",
+                ),
+                OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+                *request_headers,
+            ],
+            responses={
+                200: OpenApiResponse(
+                    inline_serializer(
+                        "EventList",
+                        {
+                            "object": drf_serializers.CharField(),
+                            "data": serializers.EventOutputSerializer(many=True),
+                            "has_more": drf_serializers.BooleanField(),
+                            "next_cursor": drf_serializers.CharField(allow_null=True),
+                        },
+                    ),
+                    description="Oldest first, in the order events became visible.",
+                ),
+                400: error_answer("A refused parameter, named in param."),
+                403: error_answer("You may not act for the merchant filtered on."),
+                **common_answers,
+            },
+        )
+    )(apis.EventListApi)
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="webhook_endpoint_list",
+            parameters=[merchant, *request_headers],
+            responses={
+                200: OpenApiResponse(
+                    inline_serializer(
+                        "WebhookEndpointList",
+                        {
+                            "object": drf_serializers.CharField(),
+                            "data": serializers.WebhookEndpointOutputSerializer(many=True),
+                            "has_more": drf_serializers.BooleanField(),
+                        },
+                    ),
+                    description="Your merchants' endpoints, never their secrets.",
+                ),
+                400: error_answer("A refused parameter, named in param."),
+                403: error_answer("You may not act for the merchant filtered on."),
+                **common_answers,
+            },
+        ),
+        post=extend_schema(
+            operation_id="webhook_endpoint_create",
+            request=serializers.WebhookEndpointCreateInputSerializer,
+            parameters=request_headers,
+            responses={
+                201: OpenApiResponse(with_secret, description="The endpoint and its secret."),
+                400: error_answer("What was refused, by field (url, event_types, ...)."),
+                403: error_answer("You may not act for merchant_id."),
+                **common_answers,
+            },
+        ),
+    )(apis.WebhookEndpointListCreateApi)
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="webhook_endpoint_retrieve",
+            parameters=[endpoint_id, *request_headers],
+            responses={
+                200: serializers.WebhookEndpointOutputSerializer,
+                404: not_yours,
+                **common_answers,
+            },
+        ),
+        patch=extend_schema(
+            operation_id="webhook_endpoint_update",
+            request=serializers.WebhookEndpointUpdateInputSerializer,
+            parameters=[endpoint_id, *request_headers],
+            responses={
+                200: serializers.WebhookEndpointOutputSerializer,
+                400: error_answer("What was refused, by field."),
+                404: not_yours,
+                **common_answers,
+            },
+        ),
+        delete=extend_schema(
+            operation_id="webhook_endpoint_delete",
+            parameters=[endpoint_id, *request_headers],
+            responses={204: None, 404: not_yours, **common_answers},
+        ),
+    )(apis.WebhookEndpointDetailApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="webhook_endpoint_rotate_secret",
+            request=None,
+            parameters=[endpoint_id, *request_headers],
+            responses={
+                200: OpenApiResponse(with_secret, description="The new secret, shown once."),
+                400: error_answer("The body is not empty."),
+                404: not_yours,
+                **common_answers,
+            },
+        )
+    )(apis.WebhookEndpointRotateSecretApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="webhook_endpoint_enable",
+            request=None,
+            parameters=[endpoint_id, *request_headers],
+            responses={
+                200: OpenApiResponse(
+                    serializers.WebhookEndpointEnabledOutputSerializer,
+                    description="Enabled; replayed counts the deliveries due again.",
+                ),
+                400: error_answer("The body is not empty."),
+                404: not_yours,
+                **common_answers,
+            },
+        )
+    )(apis.WebhookEndpointEnableApi)

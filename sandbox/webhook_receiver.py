@@ -19,6 +19,8 @@ class WebhookReceiver:
         self.status = 200
         self.hang_seconds = 0.0
         self.redirect_to: str | None = None
+        # Answer with a body this long (announced, then streamed until the sender hangs up).
+        self.answer_bytes = 0
         self.lock = threading.Lock()
         self.requests = 0
         self.verified: list[dict] = []  # first delivery of each webhook-id, parsed
@@ -51,9 +53,18 @@ class WebhookReceiver:
                 self.send_response(answer)
                 if receiver.redirect_to:
                     self.send_header("Location", receiver.redirect_to)
-                self.send_header("Content-Length", "2")
+                length = receiver.answer_bytes or 2
+                self.send_header("Content-Length", str(length))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                if not receiver.answer_bytes:
+                    self.wfile.write(b"ok")
+                    return
+                chunk = b"x" * 65536
+                try:
+                    for _ in range(length // len(chunk)):
+                        self.wfile.write(chunk)
+                except OSError:
+                    pass  # the sender read what it wanted and hung up
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

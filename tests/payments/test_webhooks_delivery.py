@@ -330,3 +330,34 @@ def test_the_beat_task_dispatches_and_hands_each_delivery_to_its_own_task(receiv
         app.conf.task_always_eager = eager
     assert handed == 2 and len(receiver.verified) == 2
     assert tasks.webhooks_dispatch() == 0  # nothing due twice
+
+
+def test_a_2_gb_answer_is_read_only_to_its_first_bytes(receiver):
+    endpoint_for(receiver)
+    receiver.answer_bytes = 2 * 1024**3
+    settle()
+    started = time.monotonic()
+    deliveries_run()
+    assert time.monotonic() - started < 5
+    heads = list(WebhookAttempt.objects.values_list("status_code", "response_head"))
+    assert heads == [(200, "x" * 512)] * 2
+
+
+def test_no_secret_or_signature_reaches_the_logs_or_the_attempts(receiver, caplog, module_settings):
+    module_settings.WEBHOOK_RETRY_SCHEDULE = [0]
+    endpoint = endpoint_for(receiver)
+    old = endpoint.secret
+    endpoint = webhook_endpoint_rotate_secret(endpoint=endpoint, actor="test")
+    receiver.status = 500
+    with caplog.at_level("DEBUG"):
+        settle()
+        deliveries_run()
+        deliveries_run()
+    signatures = [h["webhook-signature"] for h in receiver.headers]
+    recorded = str(list(WebhookAttempt.objects.values())) + str(
+        list(WebhookAction.objects.values())
+    )
+    for text in [caplog.text, recorded]:
+        for secret in [old, endpoint.secret, old[6:], endpoint.secret[6:]]:
+            assert secret not in text
+        assert not any(part in text for sig in signatures for part in sig.split(" "))

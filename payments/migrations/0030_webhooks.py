@@ -97,7 +97,7 @@ class Migration(migrations.Migration):
                 ('note', models.TextField(blank=True)),
                 ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False)),
                 ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('endpoint', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='actions', to='payments.webhookendpoint')),
+                ('endpoint', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='actions', to='payments.webhookendpoint')),
             ],
             options={
                 'ordering': ['-id'],

@@ -142,8 +142,9 @@ class WebhookAction(models.Model):
     """Audit of what a person (or the failure rule) did to an endpoint or its deliveries."""
 
     kind = models.CharField(max_length=16, choices=WebhookActionKind.choices)
+    # Kept when its endpoint is deleted: the audit outlives what it audits.
     endpoint = models.ForeignKey(
-        WebhookEndpoint, on_delete=models.CASCADE, related_name="actions", null=True
+        WebhookEndpoint, on_delete=models.SET_NULL, related_name="actions", null=True
     )
     deliveries = models.PositiveIntegerField(default=0)
     actor = models.ForeignKey(

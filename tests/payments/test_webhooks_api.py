@@ -242,3 +242,18 @@ def test_events_past_retention_are_purged_with_their_deliveries(module_settings)
     )
     assert retention.events_purge() == 1
     assert list(Event.objects.values_list("type", flat=True)) == ["payment.confirmed"]
+
+
+def test_an_events_object_is_the_payment_as_the_api_shows_it(api_client, user):
+    grant(user, "m-hooks")
+    payment = settle()
+    events_dispatch()
+    shown = api_client.get(f"/api/payments/{payment.id}/").json()
+    [confirmed] = api_client.get("/api/events/?type=payment.confirmed").json()["data"]
+    carried = confirmed["data"]["object"]
+    assert set(carried) < set(shown)
+    # updated_at is the transition's time; the row's own is set as it is written, a moment on.
+    assert {k: v for k, v in carried.items() if k != "updated_at"} == {
+        k: shown[k] for k in carried if k != "updated_at"
+    }
+    assert carried["updated_at"] <= shown["updated_at"]

@@ -361,3 +361,16 @@ def test_no_secret_or_signature_reaches_the_logs_or_the_attempts(receiver, caplo
         for secret in [old, endpoint.secret, old[6:], endpoint.secret[6:]]:
             assert secret not in text
         assert not any(part in text for sig in signatures for part in sig.split(" "))
+
+
+def test_a_dns_name_resolving_to_loopback_is_refused_at_send_time(receiver, module_settings):
+    """The URL's text names no address; its resolution is checked before every request."""
+    port = receiver.url.split(":")[2].split("/")[0]
+    endpoint_for(receiver, url=f"http://localhost:{port}/hooks")
+    module_settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    settle()
+    deliveries_run()
+    assert receiver.requests == 0
+    assert set(WebhookAttempt.objects.values_list("error", flat=True)) == {
+        "refused: host resolves to a private, loopback or link-local address"
+    }

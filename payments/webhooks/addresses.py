@@ -6,6 +6,11 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
 from payments import conf
 
 MAX_URL_LENGTH = 2048
@@ -79,3 +84,49 @@ def url_resolved_check(url: str) -> None:
         address = ipaddress.ip_address(info[4][0].split("%")[0])
         if not _public(address):
             raise AddressRefused("host resolves to a private, loopback or link-local address")
+
+
+def _peer_checked(sock: socket.socket) -> socket.socket:
+    address = ipaddress.ip_address(sock.getpeername()[0].split("%")[0])
+    if not _public(address):
+        sock.close()
+        raise AddressRefused("connected to a private, loopback or link-local address")
+    return sock
+
+
+class _GuardedHTTPConnection(HTTPConnection):
+    def _new_conn(self) -> socket.socket:
+        return _peer_checked(super()._new_conn())
+
+
+class _GuardedHTTPSConnection(HTTPSConnection):
+    def _new_conn(self) -> socket.socket:
+        return _peer_checked(super()._new_conn())
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _GuardedHTTPPool,
+            "https": _GuardedHTTPSPool,
+        }
+
+
+def guarded_session() -> requests.Session:
+    """A session whose every connection is refused (``AddressRefused``) unless its peer is a
+    public address; no proxy from the environment, which would hide the peer."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = _GuardedAdapter(max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

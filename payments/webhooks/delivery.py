@@ -28,7 +28,7 @@ from django.utils import timezone
 from payments import conf
 from payments.alerts import AlertSeverity, alert_raise
 from payments.kernel.locks import _lock_key
-from payments.webhooks.addresses import AddressRefused, url_resolved_check
+from payments.webhooks.addresses import AddressRefused, guarded_session, url_resolved_check
 from payments.webhooks.catalogue import ENDPOINT_DISABLED
 from payments.webhooks.events import merchant_event_record
 from payments.webhooks.models import (
@@ -154,16 +154,21 @@ def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> A
     except AddressRefused as exc:
         return result(None, f"refused: {exc}")
     try:
-        with requests.post(
-            endpoint.url,
-            data=body,
-            headers=headers,
-            timeout=(min(timeout, 5.0), timeout),
-            allow_redirects=False,
-            stream=True,
-        ) as response:
+        with (
+            guarded_session() as session,
+            session.post(
+                endpoint.url,
+                data=body,
+                headers=headers,
+                timeout=(min(timeout, 5.0), timeout),
+                allow_redirects=False,
+                stream=True,
+            ) as response,
+        ):
             head = response.raw.read(RESPONSE_HEAD_BYTES, decode_content=False) or b""
             return result(response.status_code, "", head.decode("utf-8", "replace"))
+    except AddressRefused as exc:
+        return result(None, f"refused: {exc}")
     except requests.Timeout:
         return result(None, "timeout")
     except requests.RequestException as exc:

@@ -374,3 +374,18 @@ def test_a_dns_name_resolving_to_loopback_is_refused_at_send_time(receiver, modu
     assert set(WebhookAttempt.objects.values_list("error", flat=True)) == {
         "refused: host resolves to a private, loopback or link-local address"
     }
+
+
+def test_the_connection_itself_is_refused_when_its_peer_is_private(receiver, module_settings):
+    """What DNS rebinding would slip past a check made before the request: the socket's peer
+    is checked once connected, before a byte is sent."""
+    from payments.webhooks.addresses import AddressRefused, guarded_session
+
+    module_settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    with pytest.raises(AddressRefused, match="connected to a private"):
+        guarded_session().post(receiver.url, data=b"{}", timeout=2)
+    assert receiver.requests == 0
+
+    module_settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+    assert guarded_session().post(receiver.url, data=b"{}", timeout=2).status_code == 401
+    assert receiver.requests == 1

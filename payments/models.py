@@ -955,6 +955,7 @@ class ExposureLimitChange(models.Model):
     def __str__(self) -> str:
         return f"{self.merchant_id} {self.direction} {self.currency} at {self.changed_at}"
 
+
 # Events and webhooks live in their own package; imported here so the app registers them.
 from payments.webhooks.models import (  # noqa: E402, F401
     DeliveryStatus,

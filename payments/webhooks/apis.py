@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from payments.access import merchant_access_allowed, merchants_listed
 from payments.api_errors import field_errors
-from payments.apis import ModuleApiView, _forbidden, _not_found
+from payments.apis import ModuleApiView, _forbidden, not_found
 from payments.webhooks.models import Event, WebhookEndpoint
 from payments.webhooks.serializers import (
     EventListQuerySerializer,
@@ -132,13 +132,13 @@ class WebhookEndpointDetailApi(ModuleApiView):
     def get(self, request, endpoint_id):
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
-            return _not_found("endpoint_id")
+            return not_found("endpoint_id")
         return Response(WebhookEndpointOutputSerializer(endpoint).data)
 
     def patch(self, request, endpoint_id):
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
-            return _not_found("endpoint_id")
+            return not_found("endpoint_id")
         serializer = WebhookEndpointUpdateInputSerializer(data=request.data)
         if not serializer.is_valid():
             raise field_errors(serializer.errors)
@@ -157,7 +157,7 @@ class WebhookEndpointDetailApi(ModuleApiView):
     def delete(self, request, endpoint_id):
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
-            return _not_found("endpoint_id")
+            return not_found("endpoint_id")
         endpoint.delete()
         return Response(status=204)
 
@@ -168,7 +168,7 @@ class WebhookEndpointRotateSecretApi(ModuleApiView):
         ``WEBHOOK_SECRET_GRACE``."""
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
-            return _not_found("endpoint_id")
+            return not_found("endpoint_id")
         if request.data:
             raise field_errors({name[:64]: ["unknown field"] for name in request.data})
         endpoint = webhook_endpoint_rotate_secret(
@@ -182,7 +182,7 @@ class WebhookEndpointEnableApi(ModuleApiView):
         """Enable a disabled endpoint; what it missed since it was disabled is sent again."""
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
-            return _not_found("endpoint_id")
+            return not_found("endpoint_id")
         if request.data:
             raise field_errors({name[:64]: ["unknown field"] for name in request.data})
         replayed = webhook_endpoint_enable(

@@ -11,7 +11,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('payments', '0029_bank_models_to_bank_app'),
+        ('payments', '0031_review_hold'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -30,6 +30,8 @@ from payments.models import (
     NocAction,
     NocStatus,
     NotificationOfChange,
+    OriginatorProfile,
+    OriginatorProfileChange,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -38,10 +40,16 @@ from payments.models import (
     ProcessorAttempt,
     ReturnDishonor,
 )
+from payments.originator import SEC_CODES
 from payments.processor.contract import event_payload_shown
 from payments.return_codes import return_code_label
 from payments.selectors import payment_reinitiation_chain
 from payments.services.nocs import NocNoteRequired, NocNotOpen, noc_mark_applied
+from payments.services.originators import (
+    PROFILE_FIELDS,
+    originator_profile_problems,
+    originator_profile_save,
+)
 from payments.services.refunds import double_loss_resolve
 
 
@@ -195,13 +203,14 @@ class PaymentAdmin(PaymentReviewMixin, admin.ModelAdmin):
         "id",
         "merchant_id",
         "purpose",
+        "sec_code",
         "amount",
         "currency",
         "state",
         "review_status",
         "created_at",
     ]
-    list_filter = ["state", "review_status", "purpose", "currency", "created_at"]
+    list_filter = ["state", "review_status", "purpose", "sec_code", "currency", "created_at"]
     search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
     date_hierarchy = "created_at"
     inlines = [
@@ -624,6 +633,81 @@ class DoubleLossAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class NocActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "noc", "action", "user", "status_before", "status_after"]
     list_select_related = ["noc", "user"]
+
+
+class OriginatorProfileForm(forms.ModelForm):
+    """The profile's fields as the rules take them (``payments.originator``): a value that does
+    not fit is refused with the reason, never cut or upper-cased."""
+
+    allowed_sec_codes = forms.MultipleChoiceField(
+        choices=[(code, code) for code in SEC_CODES], widget=forms.CheckboxSelectMultiple
+    )
+
+    class Meta:
+        model = OriginatorProfile
+        fields = ["merchant_id", *PROFILE_FIELDS]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ("company_name", "company_identification", "default_entry_description"):
+            if name in self.fields:
+                self.fields[name].strip = False
+
+    def clean(self):
+        cleaned = super().clean()
+        values = {name: cleaned[name] for name in PROFILE_FIELDS if name in cleaned}
+        for name, problem in originator_profile_problems(values).items():
+            self.add_error(name, problem)
+        return cleaned
+
+
+class OriginatorProfileChangeInline(ReadOnlyInline):
+    model = OriginatorProfileChange
+    fields = ["created_at", "user", "changes"]
+    show_change_link = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("user")
+
+
+@admin.register(OriginatorProfile)
+class OriginatorProfileAdmin(admin.ModelAdmin):
+    """A merchant as an originator. Each save goes through ``originator_profile_save``, which
+    writes the change's audit row; a profile is never deleted (its history stays)."""
+
+    form = OriginatorProfileForm
+    list_display = ["merchant_id", "company_name", "company_identification", "sec_codes"]
+    search_fields = ["merchant_id", "company_name", "company_identification"]
+    inlines = [OriginatorProfileChangeInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["merchant_id", "created_at", "updated_at"] if obj is not None else []
+
+    @admin.display(description="SEC codes")
+    def sec_codes(self, obj):
+        return ", ".join(obj.allowed_sec_codes)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        values = {name: form.cleaned_data[name] for name in PROFILE_FIELDS}
+        saved = originator_profile_save(
+            merchant_id=obj.merchant_id, values=values, user=request.user
+        )
+        obj.pk = saved.pk
+        obj.created_at = saved.created_at
+
+    def save_related(self, request, form, formsets, change):
+        # The inline is the audit trail: read-only, nothing of it is saved from the form.
+        form.save_m2m()
+
+
+@admin.register(OriginatorProfileChange)
+class OriginatorProfileChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "merchant_id", "user", "changes"]
+    search_fields = ["merchant_id"]
+    list_select_related = ["user"]
 
 
 # The events and webhooks admin registers itself on import.

@@ -50,6 +50,7 @@ from payments.exceptions import (
     NocPastDeadline,
     PaymentNotFound,
     ReinitiationRefused,
+    SecCodeNotAllowed,
 )
 from payments.http_limits import read_body_limited
 from payments.kernel import propagation
@@ -352,6 +353,16 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
         return _refusal(_noc_conflict(exc))
     except ExposureLimitExceeded as exc:
         return _refusal(exposure_conflict(exc))
+    except SecCodeNotAllowed as exc:
+        return _refusal(
+            ApiError(
+                status.HTTP_409_CONFLICT,
+                "sec_code_not_allowed",
+                str(exc),
+                param="sec_code",
+                errors={"sec_code": [str(exc)]},
+            )
+        )
     body = dict(PaymentOutputSerializer(payment).data)
     warnings = [noc_warning(noc) for noc in nocs_open_for_token(payment.source_token)]
     if payment.review_status == ReviewStatus.HELD:

@@ -160,6 +160,11 @@ SPECS: dict[str, Spec] = {
         pattern=r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
         accepted="a dotted path such as 'package.module.Class'",
     ),
+    # The standard entry class of a payment whose create names none, where the backend knows
+    # none of its own (the bank backend takes the vault account's class): payments.originator.
+    "DEFAULT_SEC_CODE": Text(
+        "PPD", pattern="PPD|CCD|WEB", accepted="one of PPD, CCD or WEB (upper case)"
+    ),
     # The processor's circuit breaker (payments.processor.breaker): open after this many
     # failures in a row, or when this share of the last WINDOW_CALLS first submissions (none
     # older than WINDOW_SECONDS) failed; after the pause, TRIAL_CALLS real submissions are let

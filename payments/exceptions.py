@@ -110,6 +110,21 @@ class InvalidCallback(PaymentError):
         super().__init__(f"invalid processor callback: {summary}")
 
 
+class SecCodeNotAllowed(PaymentError):
+    """A payment of a standard entry class the merchant's originator profile does not allow
+    (``payments.originator``): nothing is written."""
+
+    code = "sec_code_not_allowed"
+
+    def __init__(self, *, merchant_id: str, sec_code: str, allowed: list[str]) -> None:
+        self.sec_code = sec_code
+        self.allowed = list(allowed)
+        super().__init__(
+            f"merchant {merchant_id} may not originate {sec_code} entries; its originator "
+            f"profile allows {', '.join(allowed) or 'none'}"
+        )
+
+
 class NocPastDeadline(PaymentError):
     """A new debit on a token whose notification of change is open past its deadline: the
     account detail it corrects must be applied at the processor first. Names the NOC and its

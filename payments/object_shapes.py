@@ -43,6 +43,8 @@ class PaymentOutputSerializer(serializers.ModelSerializer):
             "updated_at",
             "direction",
             "purpose",
+            "sec_code",
+            "entry_description",
         ]
 
 
@@ -81,6 +83,8 @@ class RefundOutputSerializer(serializers.ModelSerializer):
             "double_loss",
             "created_at",
             "updated_at",
+            "sec_code",
+            "entry_description",
         ]
 
     @extend_schema_field(DoubleLossOutputSerializer(allow_null=True))
@@ -128,6 +132,8 @@ class PayoutOutputSerializer(serializers.ModelSerializer):
             "metadata",
             "created_at",
             "updated_at",
+            "sec_code",
+            "entry_description",
         ]
 
     @extend_schema_field(DestinationOutputSerializer)

@@ -280,7 +280,9 @@ def describe() -> None:
                     "source_token has a notification of change open past its deadline (code "
                     "notification_of_change_past_deadline, naming the NOC and its change code); "
                     "or the debit would pass one of the merchant's exposure limits (code "
-                    "exposure_limit_exceeded, param naming the limit, the message by how much)."
+                    "exposure_limit_exceeded, param naming the limit, the message by how much); "
+                    "or the merchant's originator profile does not allow the SEC code (code "
+                    "sec_code_not_allowed, param sec_code)."
                 ),
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,

@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from payments import originator
 from payments.models import (
     PaymentDirection,
     PaymentPurpose,
@@ -231,12 +232,26 @@ class PaymentCreateInputSerializer(StrictInputSerializer):
     source_token = StrictCharField(max_length=128)
     description = StrictCharField(max_length=255, required=False, allow_blank=True)
     metadata = MetadataField(required=False)
+    # The entry's standard entry class and company entry description (payments.originator):
+    # refused, never corrected (no upper-casing, no cutting), when they do not fit.
+    sec_code = StrictCharField(required=False, trim_whitespace=False)
+    entry_description = StrictCharField(required=False, trim_whitespace=False)
 
     def validate_merchant_id(self, value: str) -> str:
         return merchant_id_checked(value)
 
     def validate_source_token(self, value: str) -> str:
         return account_token_checked(value)
+
+    def validate_sec_code(self, value: str) -> str:
+        if problem := originator.sec_code_problem(value):
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate_entry_description(self, value: str) -> str:
+        if problem := originator.text_problem(value, originator.ENTRY_DESCRIPTION_WIDTH):
+            raise serializers.ValidationError(problem)
+        return value
 
 
 AUTHORIZATION_REFERENCE_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}", re.ASCII)
@@ -289,6 +304,8 @@ class PayoutCreateInputSerializer(StrictInputSerializer):
     destination_token = StrictCharField(max_length=128)
     description = StrictCharField(max_length=255, required=False, allow_blank=True)
     metadata = MetadataField(required=False)
+    # Wages: the entry is described PAYROLL (NACHA's Standard Company Entry Description).
+    payroll = serializers.BooleanField(required=False, default=False)
 
     def validate_merchant_id(self, value: str) -> str:
         return merchant_id_checked(value)

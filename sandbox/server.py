@@ -2,7 +2,9 @@
 (``payments/processor/backends/http.py``).
 
 - ``POST /v1/ach/debits`` (``Authorization: Bearer <key>``, ``Idempotency-Key: <uuid>``, JSON
-  ``{payment_id, amount, currency, source_token}``): ``201`` and a new debit, or ``200`` with the
+  ``{payment_id, amount, currency, source_token}``, optionally ``sec_code`` (PPD, CCD, WEB) and
+  ``company_entry_description`` (1-10 characters, echoed in the answer)): ``201`` and a new
+  debit, or ``200`` with the
   ORIGINAL result for a known key (never a second charge); ``409`` while a request with the same
   key is still being processed; ``422`` for a known key with a different request; ``400`` for a
   malformed request, naming the problem; ``401`` without the right key.
@@ -84,6 +86,11 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024
 _AMOUNT_RE = re.compile(r"^\d{1,12}\.\d{2}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
+# The entry fields a debit or credit may state (the module's payments.originator): the sandbox is
+# not the module, so it keeps its own copy of their grammar.
+ENTRY_FIELDS = ("sec_code", "company_entry_description")
+SEC_CODES = ("PPD", "CCD", "WEB")
+_ENTRY_DESCRIPTION_RE = re.compile(r"[\x20-\x60\x7b-\x7e]{1,10}", re.ASCII)
 _DEBIT_PATH = re.compile(r"^/v1/ach/debits/([^/]+)$")
 _CREDIT_PATH = re.compile(r"^/v1/ach/credits/([^/]+)$")
 # A credit to a token naming one of these codes is returned with it after settlement.
@@ -131,9 +138,13 @@ class Debit:
     request_fingerprint: str
     # "credit": money out, and ``source_token`` is the account the credit goes to.
     direction: str = "debit"
+    # The entry's standard entry class and company entry description as submitted ("": the
+    # request named none, the processor's default).
+    sec_code: str = ""
+    company_entry_description: str = ""
 
     def answer(self) -> dict:
-        return {
+        answer = {
             "processor_id": self.processor_id,
             "status": self.status,
             "idempotency_key": self.idempotency_key,
@@ -142,6 +153,10 @@ class Debit:
             "currency": self.currency,
             "created_at": self.created_at,
         }
+        for name in ENTRY_FIELDS:
+            if getattr(self, name):
+                answer[name] = getattr(self, name)
+        return answer
 
 
 @dataclass
@@ -537,6 +552,8 @@ class SandboxProcessor:
                 created_at=datetime.now(UTC).isoformat(),
                 request_fingerprint=fingerprint,
                 direction=direction,
+                sec_code=request.get("sec_code", ""),
+                company_entry_description=request.get("company_entry_description", ""),
             )
             with self._lock:
                 self._transfers(direction)[key] = debit
@@ -936,10 +953,8 @@ def _parse_dishonor_request(idempotency_key: str | None, raw: bytes) -> dict:
 
 
 def _fingerprint(request: dict) -> str:
-    canonical = json.dumps(
-        {k: request[k] for k in ("payment_id", "amount", "currency", "source_token")},
-        sort_keys=True,
-    )
+    fields = ("payment_id", "amount", "currency", "source_token", *ENTRY_FIELDS)
+    canonical = json.dumps({k: request[k] for k in fields if k in request}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -972,6 +987,15 @@ def _parse_debit_request(
         errors["currency"] = [f"unsupported currency {body['currency']!r}; ACH moves USD"]
     if token_field not in errors and not _TOKEN_RE.match(body[token_field]):
         errors[token_field] = ["must be 1-128 characters of A-Z, a-z, 0-9, _ or -"]
+    if "sec_code" in body and body["sec_code"] not in SEC_CODES:
+        errors["sec_code"] = [f"must be one of {', '.join(SEC_CODES)}"]
+    description = body.get("company_entry_description")
+    if "company_entry_description" in body and not (
+        isinstance(description, str) and _ENTRY_DESCRIPTION_RE.fullmatch(description)
+    ):
+        errors["company_entry_description"] = [
+            "must be 1-10 characters of printable ASCII without lower-case letters"
+        ]
     if errors:
         fields = ", ".join(sorted(errors))
         what = "credit" if token_field == "destination_token" else "debit"

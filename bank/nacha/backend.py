@@ -35,6 +35,7 @@ from bank.vault.selectors import (
     vault_accounts_last4,
     vault_token_held_for,
     vault_token_is_vaults,
+    vault_token_sec_code,
 )
 from payments.models import Payment, PaymentDirection
 from payments.processor.backend import (
@@ -48,6 +49,7 @@ from payments.processor.backend import (
     DebitStatus,
     ProcessorBackend,
     ProcessorCallRejected,
+    TokenChecked,
 )
 from payments.signing import SignatureError
 
@@ -69,6 +71,16 @@ class NachaBankBackend(ProcessorBackend):
     def accounts_last4(self, *, tokens: list[str], merchant_id: str) -> dict[str, str]:
         return vault_accounts_last4(tokens=tokens, merchant_id=merchant_id)
 
+    def source_token_check(self, *, token: str, merchant_id: str) -> TokenChecked:
+        # One read of the vault's row: whether it is the merchant's, and the class its debits
+        # were authorized under (the payment's default SEC code).
+        if not vault_token_is_vaults(token):
+            return TokenChecked(None)
+        sec_code = vault_token_sec_code(token=token, merchant_id=merchant_id)
+        if sec_code is None:
+            return TokenChecked(UNKNOWN_TOKEN_MESSAGE)
+        return TokenChecked(None, sec_code)
+
     def debit_create(
         self,
         *,
@@ -77,7 +89,10 @@ class NachaBankBackend(ProcessorBackend):
         amount: Decimal,
         currency: str,
         source_token: str,
+        sec_code: str = "",
+        company_entry_description: str = "",
     ) -> DebitAccepted | DebitQueued:
+        # The payment row names the class and description the cut writes.
         return self._entry_queue(payment_id, currency)
 
     def credit_create(
@@ -88,6 +103,8 @@ class NachaBankBackend(ProcessorBackend):
         amount: Decimal,
         currency: str,
         destination_token: str,
+        sec_code: str = "",
+        company_entry_description: str = "",
     ) -> CreditAccepted | CreditQueued:
         # The payment row names the account (its source_token) and the direction the cut writes.
         return self._entry_queue(payment_id, currency)

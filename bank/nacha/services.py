@@ -35,10 +35,17 @@ from bank.nacha.writer import (
     entry_check,
     nacha_file_write,
 )
+from payments import originator as originator_rules
 from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.catalogue import SETTLED
 from payments.messages import MessageKind, processor_event_body, submit_payment_body
-from payments.models import Payment, PaymentDirection, PaymentPurpose, PaymentState
+from payments.models import (
+    OriginatorProfile,
+    Payment,
+    PaymentDirection,
+    PaymentPurpose,
+    PaymentState,
+)
 from payments.processor.backend import DebitSent
 from payments.services.create import outbox_enqueue
 
@@ -199,13 +206,25 @@ def _resolved(
     return found
 
 
-# A credit's batch description, by what it is for: the receiver's statement shows it.
-CREDIT_DESCRIPTIONS = {PaymentPurpose.REFUND: "REFUND", PaymentPurpose.PAYOUT: "PAYOUT"}
+# A credit's batch description, by what it is for, when its payment names none (a row written
+# before payments carried their description): the receiver's statement shows it.
+CREDIT_DESCRIPTIONS = {
+    PaymentPurpose.REFUND: originator_rules.REFUND,
+    PaymentPurpose.PAYOUT: originator_rules.PAYOUT,
+}
 
 
-def _file_entry(entry: NachaEntry, account: BankAccount, cents: int) -> FileEntry:
-    """The entry's line of the file: a debit from the account, or a credit to it."""
+def _file_entry(
+    entry: NachaEntry,
+    account: BankAccount,
+    cents: int,
+    profile: OriginatorProfile | None = None,
+) -> FileEntry:
+    """The entry's line of the file: a debit from the account, or a credit to it, in its
+    payment's class (the account's for a payment that names none), described as its payment
+    says, under its merchant's company (``profile``; None: the originator's)."""
     payment = entry.payment
+    sec_code = payment.sec_code or account.sec_code
     common = {
         "trace_number": entry.trace_number,
         "account_type": account.account_type,
@@ -215,14 +234,17 @@ def _file_entry(entry: NachaEntry, account: BankAccount, cents: int) -> FileEntr
         "identification": entry.payment_id.hex[:15],
         "receiver_name": account.holder_name,
     }
+    if profile is not None:
+        common["company_name"] = profile.company_name
+        common["company_identification"] = profile.company_identification
     if payment.direction != PaymentDirection.CREDIT:
-        return FileEntry(sec_code=account.sec_code, **common)
+        return FileEntry(sec_code=sec_code, description=payment.entry_description, **common)
     # WEB credits are for person-to-person payments only: a consumer's refund or payout is PPD.
-    sec_code = "PPD" if account.sec_code == "WEB" else account.sec_code
     return FileEntry(
-        sec_code=sec_code,
+        sec_code=originator_rules.credit_sec_code(sec_code),
         direction="credit",
-        description=CREDIT_DESCRIPTIONS.get(payment.purpose, "REFUND"),
+        description=payment.entry_description
+        or CREDIT_DESCRIPTIONS.get(payment.purpose, originator_rules.REFUND),
         **common,
     )
 
@@ -242,6 +264,14 @@ def _cut_plan(
         .order_by("trace_number")
     )
     plan = _CutPlan(usable=[], refusals=[])
+    waiting = list(waiting)
+    # The merchants' originator profiles, in one read: each batch names its merchant's company.
+    profiles = {
+        profile.merchant_id: profile
+        for profile in OriginatorProfile.objects.filter(
+            merchant_id__in={entry.payment.merchant_id for entry in waiting}
+        )
+    }
     for entry in waiting:
         cents = _amount_cents(entry.payment)
         if not window.accepts(cents):
@@ -255,7 +285,7 @@ def _cut_plan(
                 entry.payment.merchant_id
             ):
                 raise EntryRefused("the account token belongs to another merchant")
-            debit = _file_entry(entry, account, cents)
+            debit = _file_entry(entry, account, cents, profiles.get(entry.payment.merchant_id))
             # Each entry checked on its own, so one bad account refuses only itself.
             entry_check(debit, originator.odfi_identification)
         except (AccountUnavailable, EntryRefused) as exc:

@@ -1,5 +1,6 @@
-"""Write a NACHA file of debits and credits: file header, a batch per SEC code and company entry
-description, entries, controls, blocking.
+"""Write a NACHA file of debits and credits: file header, a batch per company (the merchant's
+name and identification, or the originator's), SEC code and company entry description, entries,
+controls, blocking.
 
 Debits (collections) take transaction code 27 or 37 in batches of service class 225; credits
 (money out: refunds and payouts) 22 or 32, in batches of their own description (``REFUND``,
@@ -62,8 +63,12 @@ class FileEntry:
     receiver_name: str
     recurring: bool = False  # WEB: the payment type code, R (recurring) or S (single)
     direction: str = "debit"  # or "credit"
-    # The company entry description of its batch (REFUND, PAYOUT); "": the originator's.
+    # The company entry description of its batch (RETRY PYMT, REFUND, PAYOUT, the merchant's
+    # own); "": the originator's.
     description: str = ""
+    # The company its batch names (the merchant's originator profile); "": the originator's.
+    company_name: str = ""
+    company_identification: str = ""
 
 
 class EntryRefused(ValueError):
@@ -121,6 +126,17 @@ def entry_check(entry: FileEntry, odfi_identification: str) -> None:
         raise EntryRefused(f"entry {trace}: the amount must be 0.01 to 99,999,999.99")
 
 
+def _batch_key(entry: FileEntry, o: Originator) -> tuple[str, str, str, str]:
+    """What an entry's batch is: its class, company (identification and name) and description,
+    the originator's where the entry names none."""
+    return (
+        entry.sec_code,
+        (entry.company_identification or o.company_identification).ljust(10),
+        entry.company_name or o.company_name,
+        entry.description or o.company_entry_description,
+    )
+
+
 def nacha_file_write(
     *,
     originator: Originator,
@@ -135,7 +151,7 @@ def nacha_file_write(
     entries = list(entries)
     for entry in entries:
         entry_check(entry, o.odfi_identification)
-    entries.sort(key=lambda e: (SEC_CODES.index(e.sec_code), e.description, e.trace_number))
+    entries.sort(key=lambda e: (SEC_CODES.index(e.sec_code), *_batch_key(e, o)[1:], e.trace_number))
     if len({e.trace_number for e in entries}) != len(entries):
         raise EntryRefused("a trace number appears twice")
     records = [
@@ -154,19 +170,20 @@ def nacha_file_write(
         )
     ]
     file_totals = {"count": 0, "hash": 0, "debit": 0, "credit": 0, "batches": 0}
-    for batch_number, ((sec_code, description), group) in enumerate(
-        groupby(entries, key=lambda e: (e.sec_code, e.description)), start=1
+    for batch_number, (key, group) in enumerate(
+        groupby(entries, key=lambda e: _batch_key(e, o)), start=1
     ):
+        sec_code, company_identification, company_name, description = key
         batch = list(group)
         service_class = SERVICE_CLASSES.get(
             frozenset(e.direction for e in batch), MIXED_SERVICE_CLASS
         )
         header = {
             "service_class_code": service_class,
-            "company_name": clean_text(o.company_name, 16),
-            "company_identification": o.company_identification,
+            "company_name": clean_text(company_name, 16),
+            "company_identification": company_identification,
             "standard_entry_class_code": sec_code,
-            "company_entry_description": clean_text(description or o.company_entry_description, 10),
+            "company_entry_description": clean_text(description, 10),
             "effective_entry_date": effective_entry_date.strftime("%y%m%d"),
             "originator_status_code": "1",
             "originating_dfi_identification": o.odfi_identification,
@@ -205,7 +222,7 @@ def nacha_file_write(
                     "entry_hash": entry_hash,
                     "total_debit_amount": debit,
                     "total_credit_amount": credit,
-                    "company_identification": o.company_identification,
+                    "company_identification": company_identification,
                     "originating_dfi_identification": o.odfi_identification,
                     "batch_number": batch_number,
                 },

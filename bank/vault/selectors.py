@@ -23,3 +23,13 @@ def vault_accounts_last4(*, tokens: list[str], merchant_id: str) -> dict[str, st
     ``merchant_id`` (another merchant's token is left out, as a missing one is)."""
     accounts = VaultAccount.objects.filter(token__in=tokens, merchant_id=merchant_id)
     return dict(accounts.values_list("token", "account_last4"))
+
+
+def vault_token_sec_code(*, token: str, merchant_id: str) -> str | None:
+    """The standard entry class of the account the vault holds as ``token`` for
+    ``merchant_id``; None for a missing token and another merchant's alike."""
+    return (
+        VaultAccount.objects.filter(token=token, merchant_id=merchant_id)
+        .values_list("sec_code", flat=True)
+        .first()
+    )

@@ -185,6 +185,8 @@ PAYMENTS = app_settings_from_environ(
         "WEBHOOK_DISABLE_AFTER_HOURS",
         "WEBHOOK_ALLOW_HTTP",
         "WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
+        # The SEC code of a debit whose create names none (payments/originator.py).
+        "DEFAULT_SEC_CODE",
     ],
     PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
     API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",

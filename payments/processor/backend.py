@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
+import inspect
 import threading
 import time
 import uuid
@@ -146,6 +148,16 @@ class EventsPage:
     unreadable: dict[int, dict[str, list[str]]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TokenChecked:
+    """What a backend says of an account token at create time: why it refuses it (None: it
+    takes it) and the account's standard entry class when it knows it (the bank backend's
+    vault account), else None."""
+
+    refused: str | None
+    sec_code: str | None = None
+
+
 class DebitSent(Exception):
     """The backend has sent the debit on (a bank file holds its entry): it can no longer be
     withdrawn, and the payment is no longer the merchant's to cancel."""
@@ -218,11 +230,17 @@ class ProcessorBackend(abc.ABC):
         amount: Decimal,
         currency: str,
         source_token: str,
+        sec_code: str = "",
+        company_entry_description: str = "",
     ) -> DebitAccepted | DebitQueued:
         """Submit a debit. Every attempt of a payment sends the same ``idempotency_key``: the
         processor must charge it once and answer a known key with its original result. A
         backend that submits later on its own (a bank file) answers ``DebitQueued``. Raises
-        ``ProcessorCallRejected`` or ``ProcessorCallUnavailable`` (``ProcessorAuthFailed``)."""
+        ``ProcessorCallRejected`` or ``ProcessorCallUnavailable`` (``ProcessorAuthFailed``).
+
+        ``sec_code`` and ``company_entry_description`` are the entry's standard entry class and
+        description (``payments.originator``; "" for the processor's default). A backend whose
+        ``debit_create`` does not name them (written before them) is called without them."""
 
     @abc.abstractmethod
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
@@ -260,6 +278,18 @@ class ProcessorBackend(abc.ABC):
         token carries no digits the module may read."""
         return {}
 
+    def source_token_check(self, *, token: str, merchant_id: str) -> TokenChecked:
+        """``source_token_refused`` and the account's standard entry class in one look (the
+        create path asks once): the default knows no class. The bank backend reads both from
+        the vault account's row."""
+        return TokenChecked(self.source_token_refused(token=token, merchant_id=merchant_id))
+
+    @property
+    def describes_entries(self) -> bool:
+        """Whether this backend's ``debit_create`` and ``credit_create`` take ``sec_code`` and
+        ``company_entry_description`` (a backend written before them is called without)."""
+        return _describes_entries(type(self))
+
     def credit_create(
         self,
         *,
@@ -268,6 +298,8 @@ class ProcessorBackend(abc.ABC):
         amount: Decimal,
         currency: str,
         destination_token: str,
+        sec_code: str = "",
+        company_entry_description: str = "",
     ) -> CreditAccepted | CreditQueued:
         """Send a credit (money out: ``payment_id`` is the refund's or payout's id) to the
         account ``destination_token`` names. As ``debit_create``: every attempt sends the same
@@ -352,6 +384,15 @@ class ProcessorBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional: a backend holding nothing has nothing to do
         """Release what the backend holds (connections); called when it is replaced."""
+
+
+@functools.cache
+def _describes_entries(cls: type[ProcessorBackend]) -> bool:
+    parameters = inspect.signature(cls.debit_create).parameters.values()
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD or p.name == "company_entry_description"
+        for p in parameters
+    )
 
 
 _backend: ProcessorBackend | None = None

@@ -53,6 +53,9 @@ def transfer_create(payment: Payment) -> DebitAccepted | DebitQueued:
         "amount": payment.amount,
         "currency": payment.currency,
     }
+    if backend.describes_entries:
+        fields["sec_code"] = payment.sec_code
+        fields["company_entry_description"] = payment.entry_description
     if payment.direction == PaymentDirection.CREDIT:
         return backend.credit_create(**fields, destination_token=payment.source_token)
     return backend.debit_create(**fields, source_token=payment.source_token)

@@ -8,12 +8,16 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from payments import conf as payments_conf
+from payments import originator
+from payments.exceptions import SecCodeNotAllowed
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import (
     EventKind,
     EventOutcome,
+    OriginatorProfile,
     OutboxMessage,
     Payment,
     PaymentDirection,
@@ -56,8 +60,17 @@ def payment_create(
     reinitiation_number: int | None = None,
     authorization_reference: str = "",
     carried: Mapping[str, str] | None = None,
+    sec_code: str = "",
+    entry_description: str = "",
 ) -> Payment:
     """Write the payment (pending, new idempotency key) and its submit command in one transaction.
+
+    Its standard entry class is ``sec_code``, else the account's class as the backend knows it
+    (the bank's vault account), else ``PAYMENTS["DEFAULT_SEC_CODE"]``; ``SecCodeNotAllowed``
+    when the merchant's originator profile does not allow it. Its description is
+    ``entry_description`` (the merchant's own, or ``PURCHASE`` for a WEB debit for goods), else
+    the profile's default, else "" (the originator's); a reinitiation always goes as
+    ``RETRY PYMT`` in its original entry's class (``payments.originator``).
 
     The commit is the promise: the outbox row guarantees the submission is published even if
     the queue is down right now. ``carried`` (the creating request's id and trace,
@@ -83,10 +96,22 @@ def payment_create(
     }
     if bank_numbers:
         raise ValidationError(bank_numbers)
-    # The backend's own rule for its tokens (the bank's: a vault token held for the merchant).
-    refused = get_backend().source_token_refused(token=source_token, merchant_id=merchant_id)
-    if refused is not None:
-        raise ValidationError({"source_token": refused})
+    # The backend's own rule for its tokens (the bank's: a vault token held for the merchant),
+    # and the account's class when it knows it, in one look.
+    checked = get_backend().source_token_check(token=source_token, merchant_id=merchant_id)
+    if checked.refused is not None:
+        raise ValidationError({"source_token": checked.refused})
+    if reinitiation_of is not None:
+        # NACHA's reinitiation rule: the same entry again, described RETRY PYMT whatever the
+        # original said.
+        sec_code = reinitiation_of.sec_code or sec_code
+        entry_description = originator.RETRY_PYMT
+    else:
+        sec_code, entry_description = _entry_class_and_description(
+            merchant_id=merchant_id,
+            sec_code=sec_code or checked.sec_code or payments_conf.DEFAULT_SEC_CODE,
+            entry_description=entry_description,
+        )
     # An open notification of change past its deadline blocks the token's next entry.
     noc_debit_check(source_token=source_token)
     with transaction.atomic():
@@ -106,8 +131,16 @@ def payment_create(
             reinitiation_of=reinitiation_of,
             reinitiation_number=reinitiation_number,
             authorization_reference=authorization_reference,
+            sec_code=sec_code,
+            entry_description=entry_description,
         )
-        payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
+        payload = {
+            "amount": f"{amount:.2f}",
+            "currency": currency,
+            "merchant_id": merchant_id,
+            "sec_code": sec_code,
+            "entry_description": entry_description,
+        }
         if reinitiation_of is not None:
             payload.update(
                 reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
@@ -122,6 +155,33 @@ def payment_create(
             submit=over_limit is None,
         )
     return payment
+
+
+def _entry_class_and_description(
+    *, merchant_id: str, sec_code: str, entry_description: str
+) -> tuple[str, str]:
+    """A new debit's class and description under the merchant's originator profile (one read
+    of it); ``ValidationError`` naming the field for a value the rules refuse."""
+    if problem := originator.sec_code_problem(sec_code):
+        raise ValidationError({"sec_code": problem})
+    if entry_description and (
+        problem := originator.entry_description_problem(
+            entry_description, entry="debit", sec_code=sec_code
+        )
+    ):
+        raise ValidationError({"entry_description": problem})
+    profile = (
+        OriginatorProfile.objects.filter(merchant_id=merchant_id)
+        .only("allowed_sec_codes", "default_entry_description")
+        .first()
+    )
+    if profile is None:
+        return sec_code, entry_description
+    if sec_code not in profile.allowed_sec_codes:
+        raise SecCodeNotAllowed(
+            merchant_id=merchant_id, sec_code=sec_code, allowed=profile.allowed_sec_codes
+        )
+    return sec_code, entry_description or profile.default_entry_description
 
 
 def payment_created_record(

@@ -22,6 +22,8 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from payments import conf as payments_conf
+from payments import originator
 from payments.exceptions import MoneyOutRefused
 from payments.kernel.locks import money_out_lock
 from payments.models import (
@@ -58,10 +60,13 @@ def payout_create(
     currency: str = "USD",
     description: str = "",
     metadata: Mapping[str, str] | None = None,
+    payroll: bool = False,
     caused_by: str = "",
     carried: Mapping[str, str] | None = None,
 ) -> Payment:
-    """Pay ``amount`` out of the merchant's available balance to ``destination_token``.
+    """Pay ``amount`` out of the merchant's available balance to ``destination_token``,
+    described ``PAYOUT``, or ``PAYROLL`` for wages (``payroll``), in the account's class (a WEB
+    one as PPD; ``PAYMENTS["DEFAULT_SEC_CODE"]`` when the backend knows none).
 
     Raises ``ValidationError`` naming the field for a currency, amount or token the module does
     not take (a vault token not held for this merchant is "unknown"), and ``MoneyOutRefused``
@@ -79,9 +84,10 @@ def payout_create(
     except ValidationError as exc:
         raise ValidationError({"destination_token": exc.messages}) from None
     backend = get_backend()
-    refused = backend.source_token_refused(token=destination_token, merchant_id=merchant_id)
-    if refused is not None:
-        raise ValidationError({"destination_token": refused})
+    checked = backend.source_token_check(token=destination_token, merchant_id=merchant_id)
+    if checked.refused is not None:
+        raise ValidationError({"destination_token": checked.refused})
+    sec_code = originator.credit_sec_code(checked.sec_code or payments_conf.DEFAULT_SEC_CODE)
     if not backend.supports_credits:
         raise MoneyOutRefused(
             CREDITS_UNSUPPORTED,
@@ -113,6 +119,8 @@ def payout_create(
             metadata=dict(metadata or {}),
             direction=PaymentDirection.CREDIT,
             purpose=PaymentPurpose.PAYOUT,
+            sec_code=sec_code,
+            entry_description=originator.PAYROLL if payroll else originator.PAYOUT,
         )
         LedgerEntry.objects.create(
             payment=payout,

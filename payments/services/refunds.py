@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from payments import originator
 from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
@@ -136,6 +137,9 @@ def refund_create(
             direction=PaymentDirection.CREDIT,
             purpose=PaymentPurpose.REFUND,
             refund_of=debit,
+            # Back to the account the debit came from, in its class (a WEB one as PPD).
+            sec_code=originator.credit_sec_code(debit.sec_code),
+            entry_description=originator.REFUND,
         )
         LedgerEntry.objects.create(
             payment=refund,

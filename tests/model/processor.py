@@ -188,7 +188,17 @@ class SimProcessor:
             return self._unavailable(timer, 429, CallErrorKind.HTTP, "HTTP 429")
         return None
 
-    def debit_create(self, *, idempotency_key, payment_id, amount, currency, source_token):
+    def debit_create(
+        self,
+        *,
+        idempotency_key,
+        payment_id,
+        amount,
+        currency,
+        source_token,
+        sec_code="",
+        company_entry_description="",
+    ):
         key = str(idempotency_key)
         timer = CallTimer(method="POST", url="sim://v1/ach/debits")
         mood = self._answer_mood()

@@ -155,6 +155,8 @@ def test_the_api_answers_201_with_the_payout_and_replays_its_key(api_client, use
         "metadata",
         "created_at",
         "updated_at",
+        "sec_code",
+        "entry_description",
     }
     assert first.json()["object"] == "payout"
     # A processor token carries no digits the module may read.

@@ -159,12 +159,20 @@ class ProcessorClient(ProcessorBackend):
         amount: Decimal,
         currency: str,
         source_token: str,
+        sec_code: str = "",
+        company_entry_description: str = "",
     ) -> DebitAccepted:
         """POST /v1/ach/debits. The same key on every attempt: the processor charges once."""
         return self._transfer_create(
             "/v1/ach/debits",
             idempotency_key,
-            _transfer_payload(payment_id, amount, currency, source_token=source_token),
+            _transfer_payload(
+                payment_id,
+                amount,
+                currency,
+                _entry_fields(sec_code, company_entry_description),
+                source_token=source_token,
+            ),
         )
 
     def debit_get(self, *, idempotency_key: uuid.UUID | str) -> DebitStatus:
@@ -179,13 +187,21 @@ class ProcessorClient(ProcessorBackend):
         amount: Decimal,
         currency: str,
         destination_token: str,
+        sec_code: str = "",
+        company_entry_description: str = "",
     ) -> CreditAccepted:
         """POST /v1/ach/credits (``payment_id``: the refund's or payout's id). The same key on
         every attempt: the processor credits once."""
         return self._transfer_create(
             "/v1/ach/credits",
             idempotency_key,
-            _transfer_payload(payment_id, amount, currency, destination_token=destination_token),
+            _transfer_payload(
+                payment_id,
+                amount,
+                currency,
+                _entry_fields(sec_code, company_entry_description),
+                destination_token=destination_token,
+            ),
         )
 
     def credit_get(self, *, idempotency_key: uuid.UUID | str) -> CreditStatus:
@@ -403,15 +419,28 @@ class ProcessorClient(ProcessorBackend):
 
 
 def _transfer_payload(
-    payment_id: uuid.UUID | str, amount: Decimal, currency: str, **token: str
+    payment_id: uuid.UUID | str,
+    amount: Decimal,
+    currency: str,
+    entry: dict[str, str] | None = None,
+    **token: str,
 ) -> dict[str, str]:
-    """A debit's or a credit's body; ``token`` is its ``source_token`` or ``destination_token``."""
+    """A debit's or a credit's body; ``token`` is its ``source_token`` or ``destination_token``,
+    ``entry`` its SEC code and company entry description when it has them."""
     return {
         "payment_id": str(payment_id),
         "amount": f"{Decimal(amount):.2f}",
         "currency": currency,
         **token,
+        **(entry or {}),
     }
+
+
+def _entry_fields(sec_code: str, company_entry_description: str) -> dict[str, str]:
+    """The entry's class and description as the API takes them; an empty one is left out (the
+    processor's default), so a payment written before them sends the body it always sent."""
+    fields = {"sec_code": sec_code, "company_entry_description": company_entry_description}
+    return {name: value for name, value in fields.items() if value}
 
 
 def _error_summary(text: str) -> str:

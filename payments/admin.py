@@ -698,10 +698,6 @@ class OriginatorProfileAdmin(admin.ModelAdmin):
         obj.pk = saved.pk
         obj.created_at = saved.created_at
 
-    def save_related(self, request, form, formsets, change):
-        # The inline is the audit trail: read-only, nothing of it is saved from the form.
-        form.save_m2m()
-
 
 @admin.register(OriginatorProfileChange)
 class OriginatorProfileChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):

@@ -280,3 +280,19 @@ def test_a_payout_waits_for_a_refund_in_flight_and_reads_the_balance_after_it():
     assert isinstance(result, MoneyOutRefused), result
     assert result.rule == "insufficient_available_balance"
     assert _available("acme") == Decimal("50.00")
+
+
+def test_a_payout_of_wages_is_described_payroll_and_any_other_payout(api_client, user):
+    grant(user, "acme")
+    _collected("acme", "100.00")
+    body = {"merchant_id": "acme", "amount": "5.00", "destination_token": TOKEN}
+
+    wages = _post(api_client, {**body, "payroll": True})
+    other = _post(api_client, body)
+    refused = _post(api_client, {**body, "payroll": "yes please"})
+
+    assert wages.status_code == 201, wages.json()
+    assert (wages.json()["entry_description"], wages.json()["sec_code"]) == ("PAYROLL", "PPD")
+    assert other.json()["entry_description"] == "PAYOUT"
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "payroll"
+    assert Payment.objects.filter(purpose="payout").count() == 2

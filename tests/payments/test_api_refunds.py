@@ -51,7 +51,10 @@ def test_a_refund_answers_201_and_shows_on_its_payment(api_client, debit):
         "metadata",
         "double_loss",
         "created_at",
+        "sec_code",
+        "entry_description",
     }
+    assert body["entry_description"] == "REFUND"
     assert (body["payment_id"], body["amount"], body["state"]) == (
         str(debit.id),
         "30.00",

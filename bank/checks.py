@@ -1,7 +1,7 @@
 """Start-up checks (``manage.py check``, ``migrate``, ``runserver``): a host project learns of a
 broken setting of the bank app by its name, before the first file is cut."""
 
-from django.core.checks import Error, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from bank import conf
@@ -70,5 +70,48 @@ def vault_key_provider_check(app_configs=None, **kwargs) -> list[Error]:
             hint=hint,
             obj="VAULT_KEY_PROVIDER",
             id="bank.E003",
+        )
+    ]
+
+
+# How many merchants the warning names; the rest are counted.
+UNPROFILED_SHOWN = 10
+
+
+@register(Tags.database)
+def merchants_without_originator_profile_check(
+    app_configs=None, databases=None, **kwargs
+) -> list[Warning]:
+    """On the bank backend, the merchants with vault accounts but no originator profile
+    (bank.W004): their entries go out under the global ``NACHA_ORIGINATOR``'s company name, not
+    their own, so the receiver's statement names the operator. A database check: run with
+    ``manage.py check --database default``."""
+    from django.db import connection
+
+    from bank.vault.models import VaultAccount
+    from payments import conf as payments_conf
+    from payments.models import OriginatorProfile
+
+    if not databases or payments_conf.PROCESSOR_BACKEND != "bank.nacha.backend.NachaBankBackend":
+        return []
+    tables = {VaultAccount._meta.db_table, OriginatorProfile._meta.db_table}
+    if not tables <= set(connection.introspection.table_names()):
+        return []  # not migrated yet (``migrate`` runs the database checks first)
+    merchants = sorted(
+        set(VaultAccount.objects.values_list("merchant_id", flat=True).distinct())
+        - set(OriginatorProfile.objects.values_list("merchant_id", flat=True))
+    )
+    if not merchants:
+        return []
+    shown = ", ".join(merchants[:UNPROFILED_SHOWN])
+    more = len(merchants) - UNPROFILED_SHOWN
+    return [
+        Warning(
+            f"{len(merchants)} merchant(s) with vault accounts have no originator profile: "
+            f"{shown}{f' and {more} more' if more > 0 else ''}. Their entries go out under "
+            'BANK["NACHA_ORIGINATOR"]\'s company name, not their own.',
+            hint="add an originator profile for each in the admin (Originator profiles)",
+            obj="OriginatorProfile",
+            id="bank.W004",
         )
     ]

@@ -146,3 +146,30 @@ def test_the_bank_backend_refuses_another_merchants_vault_token_as_before(bank_b
         payment_create(merchant_id="m-beta", amount=Decimal("1.00"), source_token=token)
     assert raised.value.message_dict == {"source_token": ["unknown token"]}
     assert not Payment.objects.exists()
+
+
+def test_check_names_the_bank_merchants_without_an_originator_profile(bank_backend):
+    from django.core import checks
+
+    _token("m-acme", "WEB", "100000004")
+    _token("m-beta", "PPD", "200000004")
+    _profile("m-beta", "BETA STORE", "2222222222", ["PPD"])
+
+    found = [w for w in checks.run_checks(databases=["default"]) if w.id == "bank.W004"]
+
+    assert len(found) == 1
+    assert "1 merchant(s)" in found[0].msg and "m-acme" in found[0].msg
+    assert "m-beta" not in found[0].msg
+    # Without the database (a plain ``manage.py check``) it reads nothing and says nothing.
+    assert not [w for w in checks.run_checks() if w.id == "bank.W004"]
+    _profile("m-acme", "ACME WIDGETS", "1111111111", ["WEB"])
+    assert not [w for w in checks.run_checks(databases=["default"]) if w.id == "bank.W004"]
+
+
+def test_check_says_nothing_off_the_bank_backend(bank_backend):
+    from bank.checks import merchants_without_originator_profile_check
+
+    _token("m-acme", "WEB", "100000005")
+    assert merchants_without_originator_profile_check(databases=["default"])
+    bank_backend.PROCESSOR_BACKEND = "payments.processor.backends.http.ProcessorClient"
+    assert merchants_without_originator_profile_check(databases=["default"]) == []

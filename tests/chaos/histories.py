@@ -38,6 +38,7 @@ def deliver(history: dict, payment: Payment, event_type: str, **overrides) -> st
             "event_type": event_type,
             "processor_event_id": event.processor_event_id,
             "amount": f"{payment.amount:.2f}",
+            "timestamp": event.timestamp.isoformat(),
         }
     )
     return event.processor_event_id

@@ -19,6 +19,7 @@ from payments.models import (
 from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_create, processed_events_purge
 from tests.factories import PaymentFactory, processor_event
+from tests.history import history_rewritten
 from tests.waiting import race_in_order
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
@@ -303,7 +304,10 @@ def test_purge_removes_only_dedup_records_past_retention():
     payment = PaymentFactory(state="submitted")
     payment_apply_event(event=processor_event(payment, "settled", processor_event_id="old"))
     payment_apply_event(event=processor_event(payment, "settled", processor_event_id="new"))
-    ProcessedEvent.objects.filter(pk="old").update(processed_at=timezone.now() - timedelta(days=31))
+    with history_rewritten():  # a record a month old
+        ProcessedEvent.objects.filter(pk="old").update(
+            processed_at=timezone.now() - timedelta(days=31)
+        )
 
     assert processed_events_purge() == 1
     assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == ["new"]

@@ -145,6 +145,11 @@ class Handler:
     whole of it back: that message fails with its error and the others run again, each in its
     own savepoint. None: always a savepoint each.
 
+    ``locks``: takes, first in a transaction that applies several of these messages (the
+    worker's batch), the row locks their work will take, in the one lock order
+    (``payments.services.payments_lock``), so that a batch and a service locking the same rows
+    one by one never wait on each other in a circle. None: the work takes its own locks only.
+
     ``gates``: asked in order before a message starts; the first that returns a ``Deferral``
     defers it unstarted (no attempt counted, no error row). ``defers``: turns a failure of the
     started work into a ``Deferral`` (the attempt is given back), or None for an ordinary
@@ -155,6 +160,7 @@ class Handler:
     atomic: bool = True
     own_savepoint: bool = False
     together: Callable[[], AbstractContextManager] | None = None
+    locks: Callable[[list[ReceivedMessage]], None] | None = None
     gates: tuple[Callable[[ReceivedMessage], Deferral | None], ...] = ()
     defers: Callable[[Exception], Deferral | None] | None = None
     ticks: tuple[Tick, ...] = ()
@@ -307,10 +313,22 @@ PROCESSOR_BREAKER_TICK = Tick(
     awaited=outage_holds_waiting,
 )
 
+
+def processor_events_lock(messages: list[ReceivedMessage]) -> None:
+    """The payments of a batch of processor events (each message's group is its payment) and
+    their refunds, locked in the one lock order before any of their events is applied."""
+    from payments.services import payments_lock
+
+    payments_lock(payment_ids=[message.group_id for message in messages])
+
+
 DEFAULT_HANDLERS: dict[str, Handler] = {
     # payment_apply_event writes only inside its own atomic block.
     PROCESSOR_EVENT: Handler(
-        handle_processor_event, own_savepoint=True, together=events_share_transaction
+        handle_processor_event,
+        own_savepoint=True,
+        together=events_share_transaction,
+        locks=processor_events_lock,
     ),
     SUBMIT_PAYMENT: Handler(
         handle_submit_payment,

@@ -38,8 +38,9 @@ its record, and runs ``chaos.invariants``. Output: a summary, the invariant repo
 Settings (environment): CHAOS_PAYMENTS (default 1000), CHAOS_SECONDS (length of the fault
 window; default 60 + payments / 4: payments are created over its first 70 %), CHAOS_QUIESCE_SECONDS
 (longest wait for the system to settle afterwards, default 300; it stops sooner when nothing
-finished for 60 s), CHAOS_SEED (default 1), CHAOS_DATABASE (default payments_chaosrun; dropped and
-created by the run).
+finished for 60 s), CHAOS_SEED (default a new random seed each run, printed in the summary and
+kept in report.json, so CHAOS_SEED=<it> replays the run's draw), CHAOS_DATABASE (default
+payments_chaosrun; dropped and created by the run).
 
 Exit status: 0 all invariants hold; 1 an invariant is violated or the API lost or doubled a
 payment; 3 the system did not settle within CHAOS_QUIESCE_SECONDS (the invariants are still

@@ -5,6 +5,7 @@ retry budget, and the sandbox processor's faults."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import sys
 import uuid
@@ -65,7 +66,9 @@ class Config:
                 payments=payments,
                 seconds=env_int("CHAOS_SECONDS", 60 + payments // 4),
                 quiesce_seconds=env_int("CHAOS_QUIESCE_SECONDS", 300),
-                seed=env_int("CHAOS_SEED", 1),
+                # A new seed each run unless one is given: every run tries another draw of
+                # the faults; the seed is printed and kept in the report to replay it.
+                seed=env_int("CHAOS_SEED", random.SystemRandom().randrange(1, 2**31)),
                 database=database,
             )
         except EnvError as exc:

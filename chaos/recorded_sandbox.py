@@ -20,6 +20,9 @@ import sys
 import threading
 from pathlib import Path
 
+# What the record keeps of each event the processor made.
+EVENT_FIELDS = ("payment_id", "event_type", "processor_event_id", "amount", "timestamp")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.recorded_sandbox")
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             "event_type": item["body"].get("event_type"),
             "processor_event_id": item["body"].get("processor_event_id"),
             "amount": item["body"].get("amount"),
+            "timestamp": item["body"].get("timestamp"),
         }
         for item in list(sandbox.callbacks.delivered)
     ]
@@ -72,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         "stats": sandbox.stats(),
         "delivered": delivered,
         "dropped": sandbox.drops.dropped(),
+        # Every event the processor made, delivered, dropped or given up alike: its own list
+        # (the events API's), which the final states are read from.
+        "events": [{key: body.get(key) for key in EVENT_FIELDS} for body in sandbox.events_made()],
     }
     tmp = args.record.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))

@@ -258,8 +258,9 @@ class ChaosRun(Faults, Settling):
         (VAR / "sandbox-stats.json").write_text(json.dumps(record["stats"]))
         (VAR / "callbacks-sent.json").write_text(json.dumps(sent))
         (VAR / "callbacks-dropped.json").write_text(json.dumps(record.get("dropped", [])))
-        # The processor's own events: what it delivered and what it dropped, not the injected.
-        made = record["delivered"] + record.get("dropped", []) + self.injected_made
+        # The processor's own list of the events it made (delivered, dropped, or given up
+        # after its retries), not the injected, with the ones the run made on its behalf.
+        made = record["events"] + self.injected_made
         (VAR / "processor-events.json").write_text(json.dumps(made))
         report = check_invariants(
             sandbox_stats=record["stats"],

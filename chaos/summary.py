@@ -91,7 +91,7 @@ def summary(run, load: LoadStats, stats: dict, settled: bool, backlog: dict, dea
     returns = n["returns"]
     lines = [
         "",
-        "chaos summary",
+        f"chaos summary (seed {run.config.seed}; CHAOS_SEED={run.config.seed} runs it again)",
         f"  payments: {len(load.created)} created of {run.config.payments}; states {n['states']}",
         f"  api answers: {dict(load.statuses)}; retries {load.retries}; "
         f"{load.double_sends} sent twice at once with one key",

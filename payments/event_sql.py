@@ -82,12 +82,13 @@ def _connection():
 
 @cache
 def _lock_template(vendor: str) -> tuple[str, tuple[str, ...], tuple] | None:
-    """The ORM's own ``select_for_update().get(pk=...)`` statement for a payment, compiled
+    """The ORM's own ``select_for_update(no_key=True).get(pk=...)`` statement for a payment
+    (``FOR NO KEY UPDATE``, see ``payments.services.writes.payment_lock``), compiled
     once, with the attribute names of its columns and the fields' own converters from the
     database's value (a JSON column's, ``Payment.metadata``), applied as the ORM applies them;
     None where the database backend converts a column itself (then the ORM must build the
     instance, with this thread's connection)."""
-    query = Payment.objects.select_for_update().filter(pk=uuid.UUID(int=0)).query
+    query = Payment.objects.select_for_update(no_key=True).filter(pk=uuid.UUID(int=0)).query
     compiler = query.get_compiler(connection=connection)
     sql, _ = compiler.as_sql()  # inside the caller's transaction, as FOR UPDATE must be
     columns = [column for column, _, _ in compiler.select]
@@ -103,7 +104,7 @@ def _lock_template(vendor: str) -> tuple[str, tuple[str, ...], tuple] | None:
 
 def payment_select_for_update(payment_id) -> Payment:
     """The payment, its row locked for this transaction: what ``Payment.objects.
-    select_for_update().get(pk=payment_id)`` returns (``Payment.DoesNotExist`` included),
+    select_for_update(no_key=True).get(pk=payment_id)`` returns (``Payment.DoesNotExist`` included),
     without compiling that query again for every event; it was a sixth of an event's cost in
     the worker. Call inside a transaction; ``payments.services.writes.payment_lock`` is the
     lock the services take."""
@@ -112,7 +113,7 @@ def payment_select_for_update(payment_id) -> Payment:
         raise TransactionManagementError("the payment's row lock needs a transaction")
     template = _lock_template(db.vendor)
     if template is None:
-        return Payment.objects.select_for_update().get(pk=payment_id)
+        return Payment.objects.select_for_update(no_key=True).get(pk=payment_id)
     sql, attnames, converters = template
     with db.cursor() as cursor:
         cursor.execute(sql, [Payment._meta.pk.get_db_prep_value(payment_id, db)])

@@ -238,6 +238,19 @@ class Payment(FSMModelMixin, models.Model):
     def return_after_settlement(self) -> None:
         """A settled debit came back (a NACHA return): final, the credit is reversed."""
 
+    @transition(
+        field=state,
+        source=PaymentState.FAILED,
+        target=PaymentState.RETURNED,
+        custom={"events": (SETTLED.name,)},
+    )
+    def settle_before_return(self) -> None:
+        """A debit that failed by a return learns late that it had settled before that return
+        (the settlement's callback was lost and pulled back after the return's, or the two
+        overtook each other): the processor's history is settled, then returned, and so is the
+        payment's, with its credit and the credit's reversal (``payments.services.returns``).
+        Only a settlement older than the return the payment failed by takes it."""
+
     @transition(field=state, source=PaymentState.PENDING, target=PaymentState.CANCELED)
     def cancel(self) -> None:
         """The merchant canceled the debit before it reached the processor or a bank file

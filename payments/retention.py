@@ -16,6 +16,7 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
+from payments.history import retention_delete
 from payments.models import (
     ApiIdempotencyKey,
     CircuitBreakerTransition,
@@ -47,7 +48,9 @@ def batched_delete(
     Each batch starts where the last one ended (``order_by >= last value``), so no batch walks
     again over what the previous ones deleted. ``before_each(ids)`` runs inside the batch's
     transaction before the rows go: it deletes the children that reference them (their foreign
-    keys are PROTECT, as history should be). The batch is picked and deleted in one transaction
+    keys are PROTECT, as history should be). The rows themselves go through
+    ``payments.history.retention_delete``, the one path by which the database lets a purge
+    delete guarded history (the dedup records). The batch is picked and deleted in one transaction
     with ``FOR UPDATE SKIP LOCKED``, so a row another transaction is changing right now is left
     for the next run instead of waited for.
     """
@@ -66,7 +69,8 @@ def batched_delete(
             ids = [row[0] for row in rows]
             if before_each is not None:
                 before_each(ids)
-            total += _delete_ids(model, pk.column, ids)
+            with retention_delete():  # the one path guarded history is deleted through
+                total += _delete_ids(model, pk.column, ids)
         if len(rows) < batch_size:
             return total
         last = rows[-1][1]

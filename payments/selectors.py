@@ -20,6 +20,7 @@ from payments.models import (
     NocStatus,
     NotificationOfChange,
     Payment,
+    PaymentDirection,
     PaymentReturn,
     PaymentState,
     ProcessorAttempt,
@@ -153,7 +154,8 @@ def payment_reinitiation_chain(payment: Payment) -> dict | None:
 def merchant_balance(*, merchant_id: str) -> dict:
     """The merchant's ledger per currency: credits, reversals (returns after settlement, as a
     positive total), re-credits of dishonored returns (less contested ones), the net balance,
-    and the confirmed and returned payments to compare.
+    and the confirmed and returned debits to compare (collected payments only: a refund or a
+    payout, money out, is counted in the money-out figures, never here).
 
     ``balance`` is the net balance and ``confirmed_total`` the payments that are confirmed now
     (not returned): for a sound ledger the two differ only by ``recredits``, the dishonored
@@ -169,8 +171,11 @@ def merchant_balance(*, merchant_id: str) -> dict:
         ledger.setdefault(row["currency"], {})[row["kind"]] = row
     payments: dict[str, dict] = {}
     for row in (
+        # Collected debits only: a refund or payout is money out, never a payment collected.
         Payment.objects.filter(
-            merchant_id=merchant_id, state__in=(PaymentState.CONFIRMED, PaymentState.RETURNED)
+            merchant_id=merchant_id,
+            direction=PaymentDirection.DEBIT,
+            state__in=(PaymentState.CONFIRMED, PaymentState.RETURNED),
         )
         .values("currency", "state")
         .annotate(total=Sum("amount"), n=Count("id"))

@@ -80,18 +80,24 @@ def _flush_by_delete():
     replaces every table's and index's files and waits for the server's fsync, about a second
     per test on this machine against a few hundredths. The foreign keys Django creates on
     PostgreSQL are deferrable, so the order of the deletes does not matter. A flush that must
-    reset sequences or cascade keeps Django's own statement."""
+    reset sequences or cascade keeps Django's own statement.
+
+    Either runs with ``session_replication_role = replica`` for its transaction (``SET LOCAL``;
+    the test database's user is a superuser): the flush empties the history tables too, which
+    the database's history guard refuses to any ordinary session (``payments.history``)."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
+    maintenance = "SET LOCAL session_replication_role = replica;"
 
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences or allow_cascade or not tables:
-            return truncate(
+            statements = truncate(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
+            return [maintenance, *statements] if statements else statements
         deletes = [f"DELETE FROM {self.quote_name(table)};" for table in tables]
-        return ["SET CONSTRAINTS ALL DEFERRED;", *deletes]
+        return [maintenance, "SET CONSTRAINTS ALL DEFERRED;", *deletes]
 
     DatabaseOperations.sql_flush = sql_flush
     yield

@@ -25,6 +25,7 @@ from payments.models import ProcessedEvent
 from payments.tasks import processed_events_purge
 from tests.factories import PaymentFactory, ProcessedEventFactory
 from tests.gunicorn_support import free_port
+from tests.history import history_rewritten
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,7 +199,8 @@ def test_setup_celery_queue_reports_an_unreachable_endpoint(module_settings):
 
 def _processed_event(payment, event_id: str, age: timedelta) -> ProcessedEvent:
     record = ProcessedEventFactory(processor_event_id=event_id, payment=payment)
-    ProcessedEvent.objects.filter(pk=event_id).update(processed_at=timezone.now() - age)
+    with history_rewritten():  # a record of that age
+        ProcessedEvent.objects.filter(pk=event_id).update(processed_at=timezone.now() - age)
     return record
 
 

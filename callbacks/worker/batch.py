@@ -46,6 +46,7 @@ import callbacks.worker.crashes as crashes
 import callbacks.worker.outcomes as outcomes
 from callbacks import conf as callbacks_conf
 from callbacks import tracing
+from callbacks.handlers import Handler
 from callbacks.metrics import WORKER_BATCH_MESSAGES
 from callbacks.models import QueueMessage
 from callbacks.services import ReceivedMessage, queue_messages_complete, queue_messages_start_batch
@@ -238,6 +239,7 @@ def _apply_together(
         with transaction.atomic(), ExitStack() as inside:
             for context in contexts:
                 inside.enter_context(context())
+            _lock_in_order(rules, started)
             for message, _ in started:
                 with tracing.message_in_hand(message):
                     try:
@@ -275,6 +277,7 @@ def _apply_each_in_savepoint(
     failures: dict[str, Exception] = {}
     try:
         with transaction.atomic():
+            _lock_in_order(rules, started)
             for message, _ in started:
                 handler = rules.handlers[message.kind]
                 try:
@@ -299,6 +302,20 @@ def _apply_each_in_savepoint(
             failures.setdefault(message.message_id, exc)
         done.clear()
     return done, failures
+
+
+def _lock_in_order(rules: Rules, started: list[tuple[ReceivedMessage, QueueMessage]]) -> None:
+    """Before any work of the batch: the row locks its handlers declare (``Handler.locks``),
+    each handler's for all of its messages at once, in the one lock order. A failure here is
+    the transaction's, no message's: the batch is applied again one savepoint each, or every
+    message of it is retried."""
+    by_handler: dict[int, tuple[Handler, list[ReceivedMessage]]] = {}
+    for message, _ in started:
+        handler = rules.handlers[message.kind]
+        if handler.locks is not None:
+            by_handler.setdefault(id(handler), (handler, []))[1].append(message)
+    for handler, messages in by_handler.values():
+        handler.locks(messages)
 
 
 def _pause_at(point: str) -> None:

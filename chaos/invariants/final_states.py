@@ -9,6 +9,7 @@ through is compared like any other.
 """
 
 from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 from chaos.invariants.report import Report
@@ -21,15 +22,19 @@ LIFECYCLE = ("submitted", "settled", "failed", "returned")
 
 def processor_final_states(events: list[Any]) -> dict[str, str]:
     """payment id -> the state the processor's own events put it in: ``submitted``,
-    ``confirmed``, ``failed``, or ``returned`` (``failed`` for a return before settlement)."""
-    by_payment: dict[str, list[tuple[str, int, str]]] = defaultdict(list)
+    ``confirmed``, ``failed``, or ``returned`` (``failed`` for a return before settlement).
+
+    The events are ordered by when the processor made them (their timestamps, read as times:
+    never as text, nor by where they sit in the list, since a dropped settlement is listed
+    after the return that followed it); every event must carry its timestamp."""
+    by_payment: dict[str, list[tuple[datetime, int, str]]] = defaultdict(list)
     for item in events:
         body = item.get("body", item) if isinstance(item, dict) else None
         if not isinstance(body, dict) or body.get("event_type") not in LIFECYCLE:
             continue
         event_type = body["event_type"]
         by_payment[str(body.get("payment_id"))].append(
-            (str(body.get("timestamp", "")), LIFECYCLE.index(event_type), event_type)
+            (_when(body), LIFECYCLE.index(event_type), event_type)
         )
     states = {}
     for payment_id, seen in by_payment.items():
@@ -45,6 +50,16 @@ def processor_final_states(events: list[Any]) -> dict[str, str]:
             "returned": "returned" if settled else "failed",
         }[last]
     return states
+
+
+def _when(body: dict) -> datetime:
+    stamp = body.get("timestamp")
+    if not isinstance(stamp, str):
+        raise ValueError(f"processor event {body.get('processor_event_id')} has no timestamp")
+    when = datetime.fromisoformat(stamp)
+    if when.tzinfo is None:
+        raise ValueError(f"processor event timestamp {stamp!r} has no offset")
+    return when
 
 
 def check_final_states(report: Report, processor_events: list | None) -> None:

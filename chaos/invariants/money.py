@@ -189,14 +189,25 @@ def check_ledger(report: Report) -> None:
 def _check_credits_confirmed(
     report: Report, entries: list[dict], payments: dict, settled_states: tuple
 ) -> None:
-    """Each credit is for a settled payment whose log confirms it, for its amount and merchant."""
+    """Each credit is for a settled payment whose log confirms it, for its amount and merchant:
+    an applied move to ``confirmed``, or the settlement that returned a payment which had failed
+    by a later return (``settle_before_return``)."""
+    from django.db.models import Q
+
     from payments.models import EventOutcome, PaymentEvent, PaymentState
 
     check = "ledger_matches_confirmed"
     confirmed_in_log = set(
-        PaymentEvent.objects.filter(
-            outcome=EventOutcome.APPLIED, to_state=PaymentState.CONFIRMED
-        ).values_list("payment_id", flat=True)
+        PaymentEvent.objects.filter(outcome=EventOutcome.APPLIED)
+        .filter(
+            Q(to_state=PaymentState.CONFIRMED)
+            | Q(
+                from_state=PaymentState.FAILED,
+                to_state=PaymentState.RETURNED,
+                event_type="settled",
+            )
+        )
+        .values_list("payment_id", flat=True)
     )
     unconfirmed, not_in_log = [], []
     for entry in entries:

@@ -51,6 +51,7 @@ from payments.services.writes import (
     event_write,
     events_share_transaction,
     payment_lock,
+    payments_lock,
 )
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "payment_status_check",
     "payment_submit",
     "payment_transition",
+    "payments_lock",
     "processed_events_purge",
     "return_dishonor_request",
     "return_dishonor_resend",

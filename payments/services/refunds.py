@@ -279,7 +279,8 @@ def refunds_on_debit_return(*, debit: Payment, event: ProcessorEvent) -> list[Do
       ``DoubleLoss`` is recorded with a ``recovery_owed`` entry and a high alert after commit.
     """
     losses = []
-    for refund in debit.refunds.filter(state__in=HOLDING_STATES).order_by("created_at", "id"):
+    # By id, after the debit's lock: the one lock order (``payments_lock``).
+    for refund in debit.refunds.filter(state__in=HOLDING_STATES).order_by("id"):
         try:
             payment_cancel(
                 payment_id=refund.id,

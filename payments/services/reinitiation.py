@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -40,7 +41,22 @@ from payments.models import DishonorRequestStatus, Payment, PaymentReturn, Retur
 from payments.services.create import payment_create
 from payments.services.limits import EXPOSURE_LIMIT_EXCEEDED
 from payments.services.remedies import DISHONOR_PENDING, RETURN_DISHONORED, dishonor_may_stand
-from payments.services.writes import payment_lock
+from payments.services.writes import payment_lock, payments_lock
+
+
+def _original_id(payment_id):
+    """The original of the chain ``payment_id`` reinitiates (None for an original, or an
+    unknown or malformed id, which ``payment_lock`` then refuses): read before any lock, since
+    a payment's ``reinitiation_of`` never changes."""
+    try:
+        return (
+            Payment.objects.filter(pk=payment_id)
+            .values_list("reinitiation_of_id", flat=True)
+            .first()
+        )
+    except ValidationError:
+        return None
+
 
 REINITIATION_LIMIT = 2
 REINITIATION_WINDOW = timedelta(days=180)
@@ -74,14 +90,13 @@ def payment_reinitiate(
     command), in the transaction that holds the original entry's row lock."""
     now = now or timezone.now()
     with transaction.atomic():
+        original_id = _original_id(payment_id)
+        if original_id is not None:
+            # The entry and the chain's original, both debits, by id: the one lock order every
+            # service and the worker's batches follow (``payments_lock``).
+            payments_lock(payment_ids=[payment_id, original_id])
         entry = payment_lock(payment_id)
-        if entry.reinitiation_of_id is not None:
-            # The chain's original is locked after the entry; every reinitiation of the chain
-            # takes the same two locks in this order (entry, then original), and the entries
-            # of a chain are only ever locked here with their original.
-            original = payment_lock(entry.reinitiation_of_id)
-        else:
-            original = entry
+        original = entry if original_id is None else payment_lock(original_id)
         chain = list(original.reinitiations.order_by("reinitiation_number"))
         _check(entry, original, chain, authorization_reference, now)
         number = len(chain) + 1

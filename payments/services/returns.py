@@ -9,8 +9,16 @@ from django.db import transaction
 from payments.alerts import AlertSeverity, alert_raise
 from payments.catalogue import RETURNED
 from payments.events import ProcessorEvent
+from payments.exceptions import InvalidTransition
 from payments.metrics import CREDIT_RETURNS
-from payments.models import Payment, PaymentDirection, PaymentReturn, PaymentState
+from payments.models import (
+    LedgerEntry,
+    LedgerEntryKind,
+    Payment,
+    PaymentDirection,
+    PaymentReturn,
+    PaymentState,
+)
 from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
 from payments.services.event_handlers import ApplyOutcome, Decision
 from payments.services.refunds import refunds_on_debit_return
@@ -19,20 +27,39 @@ from payments.services.writes import DayCounts, merchant_return_day_add
 
 
 class SettledHandler(TransitionHandler):
-    """A settlement; one that arrives after the payment failed by a return the processor made
-    later (the settlement's callback was lost and pulled back after the return's, or the two
-    overtook each other) is stale, not refused: the return already settled the money (no
-    credit, so no reversal), the same net as the credit and its reversal."""
+    """A settlement. One for a payment that failed by a return the processor made later (the
+    settlement's callback was lost and pulled back after the return's, or the two overtook each
+    other) follows the processor's history, whatever the delivery order: a debit settled, then
+    came back, so it ends ``returned`` (``settle_before_return``) with its credit, posted at the
+    settlement, and that credit's reversal, posted at the return, each once; its return record
+    becomes the return after settlement it was. Money out that failed by such a return keeps
+    its state and its archived entry (the money left and came back: nothing moved for good),
+    the settlement recorded. Any other settlement of a failed payment is refused."""
 
     def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
-        decision = super().decide(event, payment)
-        if decision.refusal is not None and payment.state == PaymentState.FAILED:
-            earlier = PaymentReturn.objects.filter(
-                payment=payment, after_settlement=False, returned_at__gte=event.timestamp
+        if payment.state != PaymentState.FAILED:
+            return super().decide(event, payment)
+        earlier = PaymentReturn.objects.filter(
+            payment=payment, after_settlement=False, returned_at__gte=event.timestamp
+        ).first()
+        if earlier is None:
+            return Decision.refused(
+                InvalidTransition(
+                    f"{event.event_type} event {event.processor_event_id} cannot move payment "
+                    f"{payment.id} from {payment.state} to {PaymentState.CONFIRMED}: it failed "
+                    "without a return the processor made after this settlement"
+                )
             )
-            if earlier.exists():
-                return Decision(ApplyOutcome.STALE)
-        return decision
+        if payment.direction == PaymentDirection.CREDIT:
+            return Decision(ApplyOutcome.RECORDED)
+        decision = super().decide(event, payment)
+        return replace(decision, context={"return_id": earlier.pk})
+
+    def record(self, *, event, payment, decision, log) -> None:
+        if decision.context.get("return_id") is not None:
+            return_settled_before(
+                payment=payment, return_id=decision.context["return_id"], settled_at=event.timestamp
+            )
 
 
 class ReturnHandler(TransitionHandler):
@@ -59,6 +86,30 @@ class ReturnHandler(TransitionHandler):
         if returned and payment.direction == PaymentDirection.DEBIT:
             # Its refunds: one not sent yet is canceled, one sent is a double loss.
             refunds_on_debit_return(debit=payment, event=event)
+
+
+def return_settled_before(*, payment: Payment, return_id: int, settled_at) -> None:
+    """The return a debit failed by turned out to follow its settlement (``SettledHandler``):
+    the credit's reversal, posted at the return, and the return record made the return after
+    settlement it was, with its deadline. The counters stay: the return counted the debit as
+    the entry the network answered, as the settlement would have."""
+    record = PaymentReturn.objects.get(pk=return_id)
+    code = return_code_get(record.reason_code)
+    deadline = code.deadline(settled_at) if code is not None else None
+    PaymentReturn.objects.filter(pk=return_id).update(
+        after_settlement=True,
+        settled_at=settled_at,
+        deadline=deadline,
+        late=deadline is not None and record.returned_at > deadline,
+    )
+    LedgerEntry.objects.create(
+        payment=payment,
+        merchant_id=payment.merchant_id,
+        kind=LedgerEntryKind.REVERSAL,
+        amount=-payment.amount,
+        currency=payment.currency,
+        posted_at=record.returned_at,
+    )
 
 
 def return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:

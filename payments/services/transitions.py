@@ -107,6 +107,13 @@ def transition_move(payment: Payment, target: str) -> Move:
                 merchant_id=payment.merchant_id, day=payment.state_changed_at.date(), debits=1
             ),
         )
+    if target == PaymentState.RETURNED and current == PaymentState.FAILED:
+        # Settled before the return it failed by (``settle_before_return``): the credit now,
+        # its reversal by the settlement's handler (``payments.services.returns``).
+        return Move(
+            **move,
+            ledger=LedgerEntry(kind=LedgerEntryKind.CREDIT, amount=payment.amount, **entry),
+        )
     if target == PaymentState.RETURNED:
         return Move(
             **move,

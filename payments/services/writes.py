@@ -9,12 +9,14 @@ elsewhere (the quick start's SQLite) the ORM row by row after the same claim. Bo
 same rows from the same declaration, so neither can write a field the other forgets.
 """
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Case, Q, Value, When
 
 from payments import event_sql
 from payments.event_rows import DayCounts, EntryStatus, EventWrite, Move
@@ -22,7 +24,14 @@ from payments.exceptions import PaymentNotFound
 
 # Declared in payments.event_rows; and below.
 __all__ = ["DayCounts", "EntryStatus", "EventWrite", "Move"]
-from payments.models import LedgerEntry, LedgerEntryStatus, Payment, PaymentEvent
+from payments.models import (
+    LedgerEntry,
+    LedgerEntryStatus,
+    Payment,
+    PaymentEvent,
+    PaymentPurpose,
+    PaymentState,
+)
 
 _events_isolated: ContextVar[bool] = ContextVar("payment_events_isolated", default=True)
 
@@ -53,13 +62,51 @@ def event_atomic() -> transaction.Atomic:
 
 def payment_lock(payment_id) -> Payment:
     """The payment, its row locked for the caller's transaction; ``PaymentNotFound`` for an
-    unknown or malformed id. Call inside ``transaction.atomic()``."""
+    unknown or malformed id. Call inside ``transaction.atomic()``.
+
+    ``SELECT ... FOR NO KEY UPDATE``: it excludes every other writer and locker of the row, but
+    not the key-share lock a foreign key takes, so inserting a row that refers to the payment
+    (an event, a ledger entry, a refund of it) never waits on it. A transaction that locks more
+    than one payment takes them in the one lock order (``payments_lock``)."""
     try:
         return event_sql.payment_select_for_update(payment_id)
     except Payment.DoesNotExist:
         raise PaymentNotFound(f"payment {payment_id} does not exist") from None
     except ValidationError:
         raise PaymentNotFound(f"payment id {payment_id!r} is not a valid UUID") from None
+
+
+def payments_lock(*, payment_ids: Iterable) -> None:
+    """Lock, for the caller's transaction, the payments ``payment_ids`` and the refunds of them
+    that still hold money, in the one lock order every service follows: the debits (every
+    payment that is not a refund) before the refunds, each set by id. A return of a debit locks
+    the debit and then its refunds by id (``refunds_on_debit_return``); a worker's batch, which
+    applies the events of several payments in one transaction, takes its locks here first, so
+    the two never wait on each other in a circle (a deadlock PostgreSQL would end by killing
+    one). Ids that are not UUIDs are left out: the work for them fails on its own. Call inside
+    ``transaction.atomic()``; one statement."""
+    ids = sorted({_uuid_or_none(payment_id) for payment_id in payment_ids} - {None})
+    if not ids:
+        return
+    holding = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)
+    rows = (
+        Payment.objects.filter(Q(pk__in=ids) | Q(refund_of__in=ids, state__in=holding))
+        .order_by(_is_refund(), "id")
+        .select_for_update(no_key=True)
+        .values_list("id", flat=True)
+    )
+    list(rows)
+
+
+def _is_refund() -> Case:
+    return Case(When(purpose=PaymentPurpose.REFUND, then=Value(1)), default=Value(0))
+
+
+def _uuid_or_none(value) -> uuid.UUID | None:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        return None
 
 
 def event_write(write: EventWrite) -> bool:

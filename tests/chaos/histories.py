@@ -21,6 +21,7 @@ from payments.services import payment_apply_event, payment_cancel, payment_creat
 from payments.services.payouts import payout_create
 from payments.services.refunds import refund_create
 from tests.factories import processor_event
+from tests.history import history_rewritten
 from triage.models import DeadLetter, DeadLetterSource
 
 
@@ -38,6 +39,7 @@ def deliver(history: dict, payment: Payment, event_type: str, **overrides) -> st
             "event_type": event_type,
             "processor_event_id": event.processor_event_id,
             "amount": f"{payment.amount:.2f}",
+            "timestamp": event.timestamp.isoformat(),
         }
     )
     return event.processor_event_id
@@ -134,7 +136,10 @@ def _paid_out(history: dict) -> tuple[Payment, Payment]:
     debit = new_payment("m-5", "3.10")
     deliver(history, debit, "submitted")
     deliver(history, debit, "settled")
-    LedgerEntry.objects.filter(payment=debit).update(created_at=timezone.now() - timedelta(days=30))
+    with history_rewritten():  # booked a month ago
+        LedgerEntry.objects.filter(payment=debit).update(
+            created_at=timezone.now() - timedelta(days=30)
+        )
     payout = payout_create(
         merchant_id="m-5", amount=Decimal("3.00"), destination_token="tok_po_m5x"
     )

@@ -107,3 +107,16 @@ def test_config_defaults_scale_the_fault_window_with_the_payments(monkeypatch):
     config = Config.from_env()
 
     assert (config.payments, config.seconds, config.database) == (150, 97, "payments_chaosrun")
+
+
+def test_each_run_draws_its_own_seed_unless_one_is_given(monkeypatch):
+    monkeypatch.delenv("CHAOS_SEED", raising=False)
+
+    seeds = {Config.from_env().seed for _ in range(5)}
+
+    assert len(seeds) > 1 and all(1 <= seed < 2**31 for seed in seeds)
+    monkeypatch.setenv("CHAOS_SEED", "7")
+    assert Config.from_env().seed == 7
+    monkeypatch.setenv("CHAOS_SEED", "-3")
+    with pytest.raises(SetupError, match="CHAOS_SEED must be at least 1"):
+        Config.from_env()

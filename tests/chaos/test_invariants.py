@@ -436,7 +436,12 @@ def test_the_command_exits_zero_on_a_clean_history(history, tmp_path, capsys):
 
 def test_every_final_state_agrees_with_the_processors_events_on_a_clean_run(history):
     held = history["payments"]["held"]  # pending behind its dead letter: a person's to decide
-    settled = {"payment_id": str(held.id), "event_type": "settled", "amount": "5.00"}
+    settled = {
+        "payment_id": str(held.id),
+        "event_type": "settled",
+        "amount": "5.00",
+        "timestamp": "2026-11-02T12:00:00+00:00",
+    }
 
     report = check_invariants(
         sandbox_stats=history["stats"],

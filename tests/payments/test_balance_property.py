@@ -24,7 +24,7 @@ from payments.models import (
     PaymentPurpose,
     PaymentState,
 )
-from payments.selectors import merchant_money_figures
+from payments.selectors import merchant_balance, merchant_money_figures
 from payments.services import payment_apply_event
 from payments.services.refunds import double_loss_resolve, refund_create
 from tests.factories import PaymentFactory, UserFactory, processor_event
@@ -142,6 +142,27 @@ def _pending_from_states() -> Decimal:
     return total
 
 
+_COUNTS = ("confirmed_count", "confirmed_total", "returned_count", "returned_total")
+
+
+def _counts_answered() -> dict:
+    (usd,) = merchant_balance(merchant_id=MERCHANT)["balances"]
+    return {name: usd[name] for name in _COUNTS}
+
+
+def _counts_from_states() -> dict:
+    """The collected debits confirmed and returned, from the payments themselves: a refund,
+    whatever its state, is money out and counts in neither."""
+    figures = {}
+    for state in (PaymentState.CONFIRMED, PaymentState.RETURNED):
+        debits = Payment.objects.filter(
+            merchant_id=MERCHANT, purpose=PaymentPurpose.COLLECTION, state=state
+        )
+        figures[f"{state}_count"] = debits.count()
+        figures[f"{state}_total"] = f"{sum((d.amount for d in debits), ZERO):.2f}"
+    return figures
+
+
 @pytest.mark.django_db
 @settings(
     max_examples=60,
@@ -170,6 +191,7 @@ def test_every_balance_figure_follows_from_the_entries(opening, history):
             assert answered == _recomputed(moment), history
         if answered is not None:
             assert Decimal(answered["pending"]) == _pending_from_states(), history
+            assert _counts_answered() == _counts_from_states(), history
         event(f"double losses: {min(DoubleLoss.objects.count(), 2)}")
         event(f"refunds: {min(Payment.objects.filter(purpose=PaymentPurpose.REFUND).count(), 3)}")
         for debit in Payment.objects.filter(purpose=PaymentPurpose.COLLECTION):

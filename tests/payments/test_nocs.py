@@ -5,10 +5,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from payments.change_codes import CHANGE_CODES, NOC_DEADLINE_BANKING_DAYS, change_code_get
 from payments.exceptions import AmountMismatch, EventConflict, InvalidCallback, NocPastDeadline
+from payments.history import retention_delete
 from payments.models import (
     EventOutcome,
     LedgerEntry,
@@ -232,7 +234,8 @@ def test_a_noc_resent_after_its_dedup_record_was_purged_is_still_a_duplicate_or_
     payment = PaymentFactory(state=PaymentState.CONFIRMED)
     event = _noc(payment, processor_event_id="evt_noc_purged")
     payment_apply_event(event=event)
-    ProcessedEvent.objects.filter(pk="evt_noc_purged").delete()  # as the retention purge does
+    with transaction.atomic(), retention_delete():  # as the retention purge does
+        ProcessedEvent.objects.filter(pk="evt_noc_purged").delete()
 
     assert payment_apply_event(event=event).outcome == "duplicate"
     with pytest.raises(EventConflict):

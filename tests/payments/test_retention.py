@@ -26,6 +26,7 @@ from tests.factories import (
     UserFactory,
     processor_event,
 )
+from tests.history import history_rewritten
 
 pytestmark = pytest.mark.django_db
 
@@ -90,9 +91,10 @@ def test_processed_event_purge_goes_in_batches_and_keeps_recent_records():
     names = [f"old-{i}" for i in range(5)]
     for name in [*names, "new"]:
         payment_apply_event(event=processor_event(payment, "settled", processor_event_id=name))
-    ProcessedEvent.objects.filter(pk__in=names).update(
-        processed_at=timezone.now() - timedelta(days=31)
-    )
+    with history_rewritten():  # records a month old
+        ProcessedEvent.objects.filter(pk__in=names).update(
+            processed_at=timezone.now() - timedelta(days=31)
+        )
 
     with CaptureQueriesContext(connection) as queries:
         assert processed_events_purge(batch_size=2) == 5

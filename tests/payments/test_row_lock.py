@@ -24,11 +24,12 @@ def test_the_precompiled_row_lock_returns_what_the_orm_returns():
     with transaction.atomic():
         with CaptureQueriesContext(connection) as statements:
             locked = payment_lock(payment.pk)
-        orm = Payment.objects.select_for_update().get(pk=payment.pk)
+        orm = Payment.objects.select_for_update(no_key=True).get(pk=payment.pk)
 
     assert event_sql._lock_template(connection.vendor) is not None  # PostgreSQL's fast path
     assert len(statements) == 1
-    assert statements[0]["sql"].endswith("FOR UPDATE")
+    # FOR NO KEY UPDATE: rows referring to the payment are still inserted under the lock.
+    assert statements[0]["sql"].endswith("FOR NO KEY UPDATE")
     for field in Payment._meta.concrete_fields:
         mine, theirs = getattr(locked, field.attname), getattr(orm, field.attname)
         assert (mine, type(mine)) == (theirs, type(theirs)), field.name

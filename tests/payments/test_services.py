@@ -19,6 +19,7 @@ from payments.models import (
 from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_create, processed_events_purge
 from tests.factories import PaymentFactory, processor_event
+from tests.history import history_rewritten
 from tests.waiting import race_in_order
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("event_write_path")]
@@ -303,7 +304,10 @@ def test_purge_removes_only_dedup_records_past_retention():
     payment = PaymentFactory(state="submitted")
     payment_apply_event(event=processor_event(payment, "settled", processor_event_id="old"))
     payment_apply_event(event=processor_event(payment, "settled", processor_event_id="new"))
-    ProcessedEvent.objects.filter(pk="old").update(processed_at=timezone.now() - timedelta(days=31))
+    with history_rewritten():  # a record a month old
+        ProcessedEvent.objects.filter(pk="old").update(
+            processed_at=timezone.now() - timedelta(days=31)
+        )
 
     assert processed_events_purge() == 1
     assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == ["new"]
@@ -375,10 +379,13 @@ def test_a_stale_event_losing_the_race_is_logged_stale_behind_the_winner():
     assert payment.state == "submitted"
 
 
-def test_a_settlement_pulled_back_after_the_return_it_preceded_is_stale_not_refused():
+def test_a_settlement_pulled_back_after_the_return_it_preceded_ends_returned():
     """The processor settled, then returned; the settlement's callback was lost, the return
-    failed the payment, and the pull brings the settlement back: the money is right already."""
+    failed the payment, and the pull brings the settlement back: the payment follows the
+    processor's history (settled, then returned), with the credit and its reversal once each."""
     from datetime import timedelta
+
+    from payments.models import PaymentReturn
 
     payment = PaymentFactory(state="submitted", amount=Decimal("12.00"))
     settled = processor_event(payment, "settled")
@@ -389,9 +396,48 @@ def test_a_settlement_pulled_back_after_the_return_it_preceded_is_stale_not_refu
 
     result = payment_apply_event(event=settled)
 
-    assert result.outcome == "stale" and result.payment.state == "failed"
-    assert not LedgerEntry.objects.filter(payment=payment).exists()
-    # A settlement the processor made after that return is still refused: that is a conflict.
-    later = processor_event(payment, "settled", timestamp=settled.timestamp + timedelta(days=2))
+    assert result.outcome == "applied"
+    assert (result.from_state, result.to_state) == ("failed", "returned")
+    entries = {e.kind: e for e in LedgerEntry.objects.filter(payment=payment)}
+    assert sorted(entries) == ["credit", "reversal"]
+    assert entries["credit"].amount == Decimal("12.00")
+    assert entries["credit"].posted_at == settled.timestamp
+    assert entries["reversal"].amount == Decimal("-12.00")
+    assert entries["reversal"].posted_at == returned.timestamp
+    record = PaymentReturn.objects.get(payment=payment)
+    assert record.after_settlement and record.settled_at == settled.timestamp
+    assert record.deadline is not None and not record.late
+    assert merchant_balance(merchant_id=payment.merchant_id)["balances"][0]["net"] == "0.00"
+    # Delivered again, it is a duplicate; another settlement id is stale: nothing twice.
+    assert payment_apply_event(event=settled).outcome == "duplicate"
+    again = processor_event(payment, "settled", timestamp=settled.timestamp)
+    assert payment_apply_event(event=again).outcome == "stale"
+    assert LedgerEntry.objects.filter(payment=payment).count() == 2
+
+
+def test_a_settlement_after_the_return_it_failed_by_is_refused():
+    """A settlement the processor made after the return is a conflict, not history."""
+    from datetime import timedelta
+
+    payment = PaymentFactory(state="submitted")
+    returned = processor_event(payment, "returned", reason_code="R01")
+    payment_apply_event(event=returned)
+    later = processor_event(payment, "settled", timestamp=returned.timestamp + timedelta(days=1))
+
     with pytest.raises(InvalidTransition):
         payment_apply_event(event=later)
+
+    payment.refresh_from_db()
+    assert payment.state == "failed"
+    assert not LedgerEntry.objects.filter(payment=payment).exists()
+
+
+def test_a_settlement_of_a_payment_failed_without_a_return_is_refused():
+    payment = PaymentFactory(state="submitted")
+    payment_apply_event(event=processor_event(payment, "failed"))
+
+    with pytest.raises(InvalidTransition):
+        payment_apply_event(event=processor_event(payment, "settled"))
+
+    payment.refresh_from_db()
+    assert payment.state == "failed"

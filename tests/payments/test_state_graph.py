@@ -103,10 +103,26 @@ def test_a_return_fails_a_payment_before_settlement_and_returns_it_after():
         "returned": "returned",  # stale
         "canceled": "failed",  # refused: a canceled payment moved no money to return
     }
-    for event_type in ("submitted", "settled", "failed"):
+    for event_type in ("submitted", "failed"):
         assert {event_target_state(event_type, s) for s in PAYMENT_GRAPH.states} == {
             PAYMENT_GRAPH.event_targets[event_type]
         }
+
+
+def test_a_settlement_confirms_a_payment_and_returns_one_that_failed_by_a_later_return():
+    targets = {state: event_target_state("settled", state) for state in PAYMENT_GRAPH.states}
+
+    assert targets == {
+        "pending": "confirmed",  # refused: no path pending -> confirmed
+        "submitted": "confirmed",
+        "confirmed": "confirmed",  # stale
+        # settle_before_return, taken only when the return it failed by came later
+        # (payments.services.returns.SettledHandler); refused otherwise.
+        "failed": "returned",
+        "returned": "returned",  # stale
+        "canceled": "confirmed",  # refused
+    }
+    assert TRANSITIONS[(PaymentState.FAILED, PaymentState.RETURNED)] == "settle_before_return"
 
 
 def test_an_event_is_stale_when_its_target_equals_or_lies_behind_the_state():

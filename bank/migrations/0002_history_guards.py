@@ -1,0 +1,25 @@
+"""The books' audit rows (a person's explanation of a variance) cannot be updated, deleted or
+truncated: the payments app's history guard (``payments.history``), on this app's table."""
+
+from django.db import migrations
+
+from payments.history import guards_install, guards_remove
+
+TABLES = {"payments_varianceexplanation": ()}
+
+
+def forwards(apps, schema_editor):
+    guards_install(schema_editor, TABLES)
+
+
+def backwards(apps, schema_editor):
+    guards_remove(schema_editor, TABLES)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("bank", "0001_initial"),
+        ("payments", "0034_history_guards"),
+    ]
+
+    operations = [migrations.RunPython(forwards, backwards, elidable=False)]

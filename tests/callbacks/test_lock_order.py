@@ -1,0 +1,223 @@
+"""One lock order everywhere: the debits before the refunds, each set by id. A return of a
+refunded debit (the debit, then its refunds by id) and a worker's batch applying the refunds'
+events (its locks taken first, in the same order) run at once on PostgreSQL without a deadlock;
+the payment's row lock is ``FOR NO KEY UPDATE``, so rows that refer to a locked payment are
+still written."""
+
+import dataclasses
+import logging
+import threading
+import time
+from decimal import Decimal
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from callbacks.handlers import DEFAULT_HANDLERS, handle_processor_event
+from callbacks.models import QueueMessage
+from callbacks.schema import PROCESSOR_EVENT
+from callbacks.worker import Worker
+from payments.models import (
+    DoubleLoss,
+    EventKind,
+    EventOutcome,
+    LedgerEntry,
+    Payment,
+    PaymentDirection,
+    PaymentEvent,
+    PaymentPurpose,
+    PaymentState,
+)
+from payments.services import payment_apply_event, payment_lock, payments_lock
+from tests.callbacks.worker_support import send_event
+from tests.factories import PaymentFactory, processor_event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _refund(debit: Payment, amount: str = "10.00") -> Payment:
+    """A refund made (pending), its money held by its pending entry, as refund_create leaves
+    it."""
+    refund = PaymentFactory(
+        state=PaymentState.PENDING,
+        amount=Decimal(amount),
+        merchant_id=debit.merchant_id,
+        source_token=debit.source_token,
+        direction=PaymentDirection.CREDIT,
+        purpose=PaymentPurpose.REFUND,
+        refund_of=debit,
+    )
+    LedgerEntry.objects.create(
+        payment=refund,
+        merchant_id=refund.merchant_id,
+        kind="refund",
+        amount=-refund.amount,
+        currency=refund.currency,
+        status="pending",
+    )
+    return refund
+
+
+def _backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def _waits_on_a_lock(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+def _until(condition, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_return_and_a_worker_batch_on_its_refunds_run_at_once_without_a_deadlock(
+    sqs_queues, caplog
+):
+    caplog.set_level(logging.INFO)
+    debit = PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal("50.00"))
+    low, high = sorted((_refund(debit), _refund(debit)), key=lambda r: r.id)
+    # The processor's "submitted" for each (its callback ahead of our submission's answer):
+    # the batch moves both refunds; the return, alone, would cancel them.
+    for refund in (high, low):
+        send_event(sqs_queues.client, sqs_queues.url, refund, "submitted", direction="credit")
+    first_done, go_on = threading.Event(), threading.Event()
+
+    def pausing(message):
+        outcome = handle_processor_event(message)
+        if not first_done.is_set():  # the first refund's event applied, in the open batch
+            first_done.set()
+            go_on.wait(30)
+        return outcome
+
+    handler = dataclasses.replace(DEFAULT_HANDLERS[PROCESSOR_EVENT], func=pausing)
+    worker = Worker(
+        wait_time=0, relay=False, handlers={**DEFAULT_HANDLERS, PROCESSOR_EVENT: handler}
+    )
+    errors: list[BaseException] = []
+    return_pid: list[int] = []
+
+    def in_thread(work):
+        def run():
+            try:
+                work()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        return threading.Thread(target=run)
+
+    def return_the_debit():
+        return_pid.append(_backend_pid())
+        payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+
+    with worker.running():
+        messages = []
+        while len(messages) < 2:
+            messages += worker.receive()
+        # As received in this order: the higher id's event first.
+        messages.sort(key=lambda m: m.group_id != str(high.id))
+        batch = in_thread(lambda: worker.process_batch(messages))
+        batch.start()
+        assert first_done.wait(30)
+        returner = in_thread(return_the_debit)
+        returner.start()
+        # The return goes as far as it can: it holds the debit and waits on a refund's lock.
+        assert _until(lambda: bool(return_pid) and _waits_on_a_lock(return_pid[0]))
+        go_on.set()
+        batch.join(60)
+        returner.join(60)
+
+    assert errors == []
+    assert "deadlock" not in caplog.text.lower()
+    # The batch was applied together, once: not rolled back and applied again.
+    assert "applied again" not in caplog.text
+    assert set(QueueMessage.objects.values_list("status", "outcome")) == {("done", "applied")}
+    states = dict(Payment.objects.values_list("id", "state"))
+    assert states[debit.id] == PaymentState.RETURNED
+    assert states[low.id] == states[high.id] == PaymentState.SUBMITTED
+    # Both refunds had been sent when the return came: the customer has the money twice.
+    assert set(DoubleLoss.objects.values_list("refund_id", flat=True)) == {low.id, high.id}
+
+
+def test_the_batch_lock_takes_the_payments_and_the_refunds_that_hold_money():
+    debit = PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal("50.00"))
+    holding = _refund(debit)
+    failed = _refund(debit)
+    Payment.objects.filter(pk=failed.pk).update(state=PaymentState.CANCELED)
+    other = PaymentFactory(state=PaymentState.SUBMITTED)
+    locked, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def hold():
+        try:
+            with transaction.atomic():
+                payments_lock(payment_ids=[str(debit.id), "not-a-uuid", "", debit.id])
+                locked.set()
+                release.wait(30)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        for payment, expected in ((debit, True), (holding, True), (failed, False), (other, False)):
+            with transaction.atomic():
+                try:
+                    list(Payment.objects.select_for_update(nowait=True).filter(pk=payment.pk))
+                    taken = False
+                except DatabaseError:
+                    taken = True
+            assert taken is expected, payment.purpose
+    finally:
+        release.set()
+        holder.join(30)
+    assert errors == []
+
+
+def test_a_payment_under_its_row_lock_still_takes_rows_that_refer_to_it():
+    """FOR NO KEY UPDATE: an insert referring to the payment (its foreign key takes a key-share
+    lock) does not wait for the lock's transaction."""
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                payment_lock(payment.id)
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+            PaymentEvent.objects.create(
+                payment=payment, kind=EventKind.PROCESSOR_EVENT, outcome=EventOutcome.RECORDED
+            )
+            # An exclusive lock of the same row waits, as it must.
+            with pytest.raises(DatabaseError):
+                with transaction.atomic():
+                    list(Payment.objects.select_for_update(nowait=True).filter(pk=payment.pk))
+    finally:
+        release.set()
+        holder.join(30)
+    assert PaymentEvent.objects.filter(payment=payment, outcome="recorded").count() == 1

@@ -110,19 +110,30 @@ def _claim_locked(record: ApiIdempotencyKey) -> bool:
 
 
 def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay:
-    """Claim ``key`` for this request, or say what to answer instead."""
-    try:
-        with transaction.atomic():
-            return ApiIdempotencyKey.objects.create(user=user, key=key, request_hash=fingerprint)
-    except IntegrityError:
-        pass
-    try:
-        return _claim_taken(user=user, key=key, fingerprint=fingerprint)
-    except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-            raise
-        # The first request's work holds the row: it is running, whatever its age.
-        return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+    """Claim ``key`` for this request, or say what to answer instead. A key released between
+    our insert failing and our read (its request was refused, so nothing is bound to it) is
+    free again: claimed anew, a few times, then answered as in flight."""
+    for _ in range(CLAIM_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                return ApiIdempotencyKey.objects.create(
+                    user=user, key=key, request_hash=fingerprint
+                )
+        except IntegrityError:
+            pass
+        try:
+            return _claim_taken(user=user, key=key, fingerprint=fingerprint)
+        except ApiIdempotencyKey.DoesNotExist:
+            continue
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            # The first request's work holds the row: it is running, whatever its age.
+            return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+    return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+
+
+CLAIM_ATTEMPTS = 3
 
 
 # PostgreSQL's SQLSTATE for a NOWAIT lock that another transaction holds.

@@ -32,6 +32,12 @@ PAYMENTS_TABLES = {
     "payments_processedevent": ("retention",),
     "payments_nocaction": (),
 }
+# The audit rows of the risk and originator controls (payments 0035): a limit's or a profile's
+# change, who made it and why.
+PAYMENTS_CONTROL_AUDIT_TABLES = {
+    "payments_exposurelimitchange": (),
+    "payments_originatorprofilechange": (),
+}
 
 FUNCTION_SQL = f"""
 CREATE OR REPLACE FUNCTION {GUARD_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $guard$

@@ -14,10 +14,13 @@ from django.utils import timezone
 from bank.books.models import BooksVariance, VarianceExplanation, VarianceKind
 from payments.history import RETENTION_SETTING, retention_delete
 from payments.models import (
+    ExposureLimitChange,
     LedgerEntry,
     LedgerEntryStatus,
     NocAction,
     NotificationOfChange,
+    OriginatorProfile,
+    OriginatorProfileChange,
     PaymentEvent,
     PaymentState,
     ProcessedEvent,
@@ -90,6 +93,33 @@ def _explanation():
     )
 
 
+def _limit_change():
+    return ExposureLimitChange.objects.create(
+        merchant_id="acme",
+        direction="debit",
+        currency="USD",
+        changed_by=UserFactory(),
+        old={},
+        new={"daily": "100.00"},
+        note="set after onboarding",
+    )
+
+
+def _profile_change():
+    profile = OriginatorProfile.objects.create(
+        merchant_id="acme",
+        company_name="ACME WIDGETS",
+        company_identification="A000000001",
+        allowed_sec_codes=["PPD"],
+    )
+    return OriginatorProfileChange.objects.create(
+        profile=profile,
+        merchant_id="acme",
+        user=UserFactory(),
+        changes={"company_name": [None, "ACME WIDGETS"]},
+    )
+
+
 # The row, and a field an update might change (through the ORM).
 GUARDED = {
     "posted ledger entry": (_posted_entry, {"amount": Decimal("999.00")}),
@@ -98,6 +128,8 @@ GUARDED = {
     "NOC audit row": (_noc_action, {"note": "rewritten"}),
     "triage audit row": (_triage_action, {"note": "rewritten"}),
     "books audit row": (_explanation, {"note": "rewritten"}),
+    "exposure limit audit row": (_limit_change, {"note": "rewritten"}),
+    "originator profile audit row": (_profile_change, {"changes": {"rewritten": [1, 2]}}),
 }
 
 

@@ -3,7 +3,9 @@ the dead-letter page, the error history of its payment's message, and the triage
 
 Each run writes them to test-artifacts/; with ``DOCS_SCREENSHOTS=1`` (``make docs-screenshots``)
 also to docs/img/, where they are committed, so the site builds without a browser
-(docs/tutorial/admin-tour.md shows them).
+(docs/tutorial/admin-tour.md shows them). Without it, each fresh picture is compared with the
+committed one and the test fails when they differ by more than a small margin (the dead
+letter's id and times are the run's own): the docs show today's admin, not an old one.
 """
 
 import os
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from PIL import Image, ImageChops
 
 from tests.triage.deadletters import operator
 from tests.triage.test_browser import (  # noqa: F401 - fixtures
@@ -22,6 +25,41 @@ from tests.triage.test_browser import (  # noqa: F401 - fixtures
 
 DOCS_IMAGES = Path(django_settings.BASE_DIR) / "docs" / "img"
 SCREENSHOTS = ("dead-letter.png", "error-history.png", "triage-dashboard.png")
+# A pixel differs when a channel moves by more than this (anti-aliasing does not count) ...
+CHANNEL_TOLERANCE = 24
+# ... and a picture differs when more than this share of its pixels do: a run's own ids and
+# times fit well inside it, a changed layout, colour or section does not.
+PIXELS_MARGIN = 0.02
+
+
+def picture_difference(fresh: Path, committed: Path) -> str | None:
+    """Why ``fresh`` is not ``committed`` within the margin, or None."""
+    with Image.open(fresh) as new, Image.open(committed) as old:
+        if new.size != old.size:
+            return f"{fresh.name}: {new.size} now, {old.size} committed"
+        delta = ImageChops.difference(new.convert("RGB"), old.convert("RGB"))
+        moved = delta.convert("L").point(lambda level: 255 if level > CHANNEL_TOLERANCE else 0)
+        share = moved.histogram()[255] / (new.size[0] * new.size[1])
+    if share > PIXELS_MARGIN:
+        return f"{fresh.name}: {share:.1%} of its pixels differ (margin {PIXELS_MARGIN:.0%})"
+    return None
+
+
+def test_a_picture_differs_from_itself_by_nothing_and_from_another_beyond_the_margin(tmp_path):
+    first, second = tmp_path / "a.png", tmp_path / "b.png"
+    Image.new("RGB", (100, 100), "white").save(first)
+    changed = Image.new("RGB", (100, 100), "white")
+    changed.paste((0, 0, 0), (0, 0, 100, 3))  # 3% of the pixels
+    changed.save(second)
+    nudged = Image.new("RGB", (100, 100), (250, 250, 250))  # within the channel tolerance
+    nudged.save(tmp_path / "c.png")
+    Image.new("RGB", (100, 90), "white").save(tmp_path / "d.png")
+
+    assert picture_difference(first, first) is None
+    assert picture_difference(tmp_path / "c.png", first) is None
+    assert "3.0% of its pixels differ" in picture_difference(second, first)
+    assert "(100, 90) now, (100, 100) committed" in picture_difference(tmp_path / "d.png", first)
+
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -63,3 +101,13 @@ def test_the_docs_screenshots_show_a_dead_letter_its_errors_and_the_dashboard(
         DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
         for name in SCREENSHOTS:
             shutil.copyfile(shots / name, DOCS_IMAGES / name)
+        return
+    differences = [
+        problem
+        for name in SCREENSHOTS
+        if (problem := picture_difference(shots / name, DOCS_IMAGES / name)) is not None
+    ]
+    assert not differences, (
+        "the committed screenshots are not today's admin; run make docs-screenshots: "
+        + "; ".join(differences)
+    )

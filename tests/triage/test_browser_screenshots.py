@@ -28,8 +28,9 @@ SCREENSHOTS = ("dead-letter.png", "error-history.png", "triage-dashboard.png")
 # A pixel differs when a channel moves by more than this (anti-aliasing does not count) ...
 CHANNEL_TOLERANCE = 24
 # ... and a picture differs when more than this share of its pixels do: a run's own ids and
-# times fit well inside it, a changed layout, colour or section does not.
-PIXELS_MARGIN = 0.02
+# times fit inside it (two runs of today's admin: 0.1%, 1.3% and 2.9% of the error history's
+# many timestamps), a changed layout, colour or section does not.
+PIXELS_MARGIN = 0.06
 
 
 def picture_difference(fresh: Path, committed: Path) -> str | None:
@@ -49,7 +50,7 @@ def test_a_picture_differs_from_itself_by_nothing_and_from_another_beyond_the_ma
     first, second = tmp_path / "a.png", tmp_path / "b.png"
     Image.new("RGB", (100, 100), "white").save(first)
     changed = Image.new("RGB", (100, 100), "white")
-    changed.paste((0, 0, 0), (0, 0, 100, 3))  # 3% of the pixels
+    changed.paste((0, 0, 0), (0, 0, 100, 7))  # 7% of the pixels
     changed.save(second)
     nudged = Image.new("RGB", (100, 100), (250, 250, 250))  # within the channel tolerance
     nudged.save(tmp_path / "c.png")
@@ -57,7 +58,7 @@ def test_a_picture_differs_from_itself_by_nothing_and_from_another_beyond_the_ma
 
     assert picture_difference(first, first) is None
     assert picture_difference(tmp_path / "c.png", first) is None
-    assert "3.0% of its pixels differ" in picture_difference(second, first)
+    assert "7.0% of its pixels differ" in picture_difference(second, first)
     assert "(100, 90) now, (100, 100) committed" in picture_difference(tmp_path / "d.png", first)
 
 

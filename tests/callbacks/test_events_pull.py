@@ -18,6 +18,7 @@ from callbacks.models import ProcessorEventsCursor
 from payments import conf as payments_conf
 from payments.models import LedgerEntry, Payment, PaymentEvent, PaymentState, ProcessedEvent
 from payments.services import payment_create, payment_submit
+from tests.callbacks.sandbox_support import sandbox_posting_callbacks
 from tests.callbacks.worker_support import ROOT, queue_counts, run_worker, worker_env
 from tests.factories import PaymentFactory
 from tests.waiting import wait_for
@@ -29,19 +30,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def sandbox_with_callbacks(module_settings, live_server):
     """The sandbox posting signed callbacks to the live server's endpoint; a settled debit
     of a ``tok_nsf`` token comes back 3 s after its settlement."""
-    from payments.processor.backends.http import reset_client
-    from sandbox import FaultConfig, SandboxProcessor
-
-    server = SandboxProcessor(
-        callback_url=f"{live_server.url}/callbacks/processor/",
-        faults=FaultConfig(settle_after_seconds=0.05, return_after_seconds=3.0),
-        callback_backoff_seconds=0.05,
-    ).start()
-    module_settings.PROCESSOR_BASE_URL = server.base_url
-    reset_client()
-    yield server
-    server.stop()
-    reset_client()
+    with sandbox_posting_callbacks(
+        module_settings, live_server, return_after_seconds=3.0
+    ) as server:
+        yield server
 
 
 def applied(payment) -> list[tuple[str, str]]:

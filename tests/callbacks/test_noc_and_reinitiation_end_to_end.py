@@ -19,6 +19,7 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
 )
+from tests.callbacks.sandbox_support import sandbox_posting_callbacks
 from tests.callbacks.test_endpoint import event_body, post_json, queued_messages
 from tests.callbacks.test_returns_end_to_end import _work_until
 from tests.factories import PaymentFactory, grant
@@ -29,19 +30,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def sandbox_with_callbacks(module_settings, live_server):
-    from payments.processor.backends.http import reset_client
-    from sandbox import FaultConfig, SandboxProcessor
-
-    server = SandboxProcessor(
-        callback_url=f"{live_server.url}/callbacks/processor/",
-        faults=FaultConfig(settle_after_seconds=0.05, return_after_seconds=0.3),
-        callback_backoff_seconds=0.05,
-    ).start()
-    module_settings.PROCESSOR_BASE_URL = server.base_url
-    reset_client()
-    yield server
-    server.stop()
-    reset_client()
+    with sandbox_posting_callbacks(
+        module_settings, live_server, return_after_seconds=0.3
+    ) as server:
+        yield server
 
 
 def test_a_noc_from_the_processor_is_recorded_once_and_the_next_debit_is_warned(

@@ -4,6 +4,7 @@ with the submission, and a reinitiation goes out as ``RETRY PYMT`` whatever its 
 import pytest
 
 from payments.models import Payment
+from tests.callbacks.sandbox_support import sandbox_posting_callbacks
 from tests.callbacks.test_returns_end_to_end import _work_until
 from tests.factories import grant
 
@@ -12,19 +13,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def sandbox_with_callbacks(module_settings, live_server):
-    from payments.processor.backends.http import reset_client
-    from sandbox import FaultConfig, SandboxProcessor
-
-    server = SandboxProcessor(
-        callback_url=f"{live_server.url}/callbacks/processor/",
-        faults=FaultConfig(settle_after_seconds=0.05, return_after_seconds=0.3),
-        callback_backoff_seconds=0.05,
-    ).start()
-    module_settings.PROCESSOR_BASE_URL = server.base_url
-    reset_client()
-    yield server
-    server.stop()
-    reset_client()
+    with sandbox_posting_callbacks(
+        module_settings, live_server, return_after_seconds=0.3
+    ) as server:
+        yield server
 
 
 def test_a_reinitiated_web_purchase_reaches_the_processor_as_retry_pymt_and_settles(

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from callbacks.models import QueueMessage
 from payments.models import LedgerEntry, Payment, PaymentReturn, PaymentState
 from payments.services import payment_create
+from tests.callbacks.sandbox_support import sandbox_posting_callbacks
 from tests.factories import grant
 from triage.models import DeadLetter
 
@@ -21,19 +22,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def sandbox_with_callbacks(module_settings, live_server):
-    from payments.processor.backends.http import reset_client
-    from sandbox import FaultConfig, SandboxProcessor
-
-    server = SandboxProcessor(
-        callback_url=f"{live_server.url}/callbacks/processor/",
-        faults=FaultConfig(settle_after_seconds=0.05, return_after_seconds=0.5),
-        callback_backoff_seconds=0.05,
-    ).start()
-    module_settings.PROCESSOR_BASE_URL = server.base_url
-    reset_client()
-    yield server
-    server.stop()
-    reset_client()
+    with sandbox_posting_callbacks(
+        module_settings, live_server, return_after_seconds=0.5
+    ) as server:
+        yield server
 
 
 def _work_until(predicate, timeout: float = 30.0) -> bool:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin, note_field
 from payments.catalogue import event_type_label, event_types
 from payments.exceptions import MoneyOutRefused
 
@@ -444,11 +444,8 @@ class NocActionInline(ReadOnlyInline):
 
 
 class NocApplyForm(forms.Form):
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
-        strip=True,
-        help_text="What was updated at the processor, and where (ticket, reference).",
+    note = note_field(
+        "What was updated at the processor, and where (ticket, reference).",
     )
 
 

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from payments.admin_base import ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyModelAdmin, note_field
 from payments.exceptions import CancelRefused
 from payments.exposure_limits import KINDS, Limits, currency_code
 from payments.models import ExposureLimit, ExposureLimitChange, Payment, ReviewStatus
@@ -27,12 +27,9 @@ from payments.services.review import (
 
 
 class ExposureLimitForm(forms.ModelForm):
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-        strip=True,
-        max_length=2000,
-        help_text="Why the limits change (the review, the ticket): kept with the audit row.",
+    note = note_field(
+        "Why the limits change (the review, the ticket): kept with the audit row.",
+        rows=3,
     )
 
     class Meta:
@@ -144,12 +141,8 @@ class PaymentReviewForm(forms.Form):
         ],
         widget=forms.RadioSelect,
     )
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
-        strip=True,
-        max_length=2000,
-        help_text="Why: what was checked, with whom, the ticket.",
+    note = note_field(
+        "Why: what was checked, with whom, the ticket.",
     )
 
 

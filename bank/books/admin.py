@@ -21,7 +21,7 @@ from bank.books.models import (
 )
 from bank.books.services import VarianceNotOpen, variance_explain
 from bank.nacha.models import NachaEntry
-from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, ReadOnlyModelAdmin, note_field
 from payments.models import LedgerEntry
 
 EXPLAIN_PERMISSION = "bank.explain_variance"
@@ -101,11 +101,8 @@ class VarianceExplanationInline(ReadOnlyInline):
 
 
 class VarianceExplainForm(forms.Form):
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
-        strip=True,
-        help_text="Why the bank and the books differ, and where it is followed up (ticket, "
+    note = note_field(
+        "Why the bank and the books differ, and where it is followed up (ticket, "
         "the bank's reference). The amounts are not changed.",
     )
 

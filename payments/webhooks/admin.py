@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.template.response import TemplateResponse
 
-from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline
+from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, note_field
 from payments.webhooks.models import (
     Event,
     WebhookAction,
@@ -99,11 +99,8 @@ class WebhookAttemptInline(ReadOnlyInline):
 
 
 class ReplayForm(forms.Form):
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
-        strip=True,
-        help_text="Why they are sent again (ticket, reference).",
+    note = note_field(
+        "Why they are sent again (ticket, reference).",
     )
 
 

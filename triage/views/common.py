@@ -9,6 +9,7 @@ from django import forms
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from payments.admin_base import note_field
 from triage import services
 from triage.exceptions import NoteRequired
 from triage.models import TriageActionKind
@@ -47,12 +48,9 @@ RELEASE_EXPLAIN = (
 
 
 class NoteForm(forms.Form):
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
-        strip=True,
-        error_messages={"required": str(NoteRequired())},
-        help_text="Why: the ticket, what you checked, what you decided. It goes in the audit log.",
+    note = note_field(
+        "Why: the ticket, what you checked, what you decided. It goes in the audit log.",
+        required_message=str(NoteRequired()),
     )
 
 

@@ -17,6 +17,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from payments.admin_base import note_field
 from payments.exceptions import DishonorRefused, PaymentNotFound
 from payments.models import DishonorRequestStatus, Payment, PaymentReturn, ReturnDishonor
 from payments.return_codes import DISHONOR_CODES, dishonor_deadline, return_code_label
@@ -40,13 +41,9 @@ class DishonorForm(forms.Form):
         choices=[("", "—")] + [(code, return_code_label(code)) for code in DISHONOR_CODES],
         help_text="R68 (untimely) only for a return flagged late.",
     )
-    note = forms.CharField(
-        label="Note (required)",
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "required": True}),
-        strip=True,
-        error_messages={"required": "A dishonor request needs a note: why the return is wrong."},
-        help_text="Why the return is wrong: the ticket, what you checked. It stays with the "
-        "request.",
+    note = note_field(
+        "Why the return is wrong: the ticket, what you checked. It stays with the request.",
+        required_message="A dishonor request needs a note: why the return is wrong.",
     )
 
 

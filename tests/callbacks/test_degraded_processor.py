@@ -249,15 +249,21 @@ def test_a_short_flap_at_low_traffic_spends_no_budget_and_resolves_its_alert(mak
     )
 
     assert run["figures"]["dead_lettered"] == 0, run["figures"]
-    wait_for(
-        lambda: Alert.objects.filter(key=DEGRADED_ALERT_KEY, status=AlertStatus.RESOLVED).exists(),
-        30,
-        "the degraded alert to resolve",
-    )
+
+    def incident_over() -> bool:
+        # A random flap can leave a gap longer than the cool-down: the alert resolves in it and
+        # fires again at the next failure. Over means resolved with nothing judged after it.
+        kinds = list(CircuitBreakerTransition.objects.values_list("kind", flat=True))
+        return (
+            Alert.objects.filter(key=DEGRADED_ALERT_KEY, status=AlertStatus.RESOLVED).exists()
+            and bool(kinds)
+            and kinds[-1] in (BreakerTransitionKind.RECOVERED, BreakerTransitionKind.RESOLVED)
+        )
+
+    wait_for(incident_over, 30, "the degraded alert to resolve once the flap is over")
     assert_no_dead_letter_charged_once(stack, run)
     kinds = list(CircuitBreakerTransition.objects.values_list("kind", flat=True))
     assert BreakerTransitionKind.DEGRADED in kinds
-    assert kinds[-1] in (BreakerTransitionKind.RECOVERED, BreakerTransitionKind.RESOLVED)
 
 
 def test_a_payment_failing_alone_while_others_succeed_is_dead_lettered_after_its_budget(

@@ -36,7 +36,10 @@ from payments.models import (
     MerchantReturnDay,
     OutboxMessage,
     Payment,
+    PaymentDirection,
     PaymentEvent,
+    PaymentPurpose,
+    PaymentState,
     ProcessedEvent,
     ProcessorAttempt,
 )
@@ -186,6 +189,31 @@ class CircuitBreakerTransitionFactory(DjangoModelFactory):
 
     breaker = factory.LazyFunction(processor_breaker_get)
     kind = "opened"
+
+
+def refund_held(
+    debit: Payment, amount: str | Decimal, state: str = PaymentState.PENDING
+) -> Payment:
+    """A refund of ``debit`` in ``state``, its money held by its pending ledger entry, as
+    ``refund_create`` leaves it."""
+    refund = PaymentFactory(
+        state=state,
+        amount=Decimal(amount),
+        merchant_id=debit.merchant_id,
+        source_token=debit.source_token,
+        direction=PaymentDirection.CREDIT,
+        purpose=PaymentPurpose.REFUND,
+        refund_of=debit,
+    )
+    LedgerEntry.objects.create(
+        payment=refund,
+        merchant_id=refund.merchant_id,
+        kind="refund",
+        amount=-refund.amount,
+        currency=refund.currency,
+        status="pending",
+    )
+    return refund
 
 
 def open_breaker(

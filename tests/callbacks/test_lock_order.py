@@ -21,41 +21,20 @@ from payments.models import (
     DoubleLoss,
     EventKind,
     EventOutcome,
-    LedgerEntry,
     Payment,
-    PaymentDirection,
     PaymentEvent,
-    PaymentPurpose,
     PaymentState,
 )
 from payments.services import payment_apply_event, payment_lock, payments_lock
 from tests.callbacks.worker_support import send_event
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import PaymentFactory, processor_event, refund_held
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _refund(debit: Payment, amount: str = "10.00") -> Payment:
-    """A refund made (pending), its money held by its pending entry, as refund_create leaves
-    it."""
-    refund = PaymentFactory(
-        state=PaymentState.PENDING,
-        amount=Decimal(amount),
-        merchant_id=debit.merchant_id,
-        source_token=debit.source_token,
-        direction=PaymentDirection.CREDIT,
-        purpose=PaymentPurpose.REFUND,
-        refund_of=debit,
-    )
-    LedgerEntry.objects.create(
-        payment=refund,
-        merchant_id=refund.merchant_id,
-        kind="refund",
-        amount=-refund.amount,
-        currency=refund.currency,
-        status="pending",
-    )
-    return refund
+    """A refund made (pending), its money held by its pending entry."""
+    return refund_held(debit, amount)
 
 
 def _backend_pid() -> int:

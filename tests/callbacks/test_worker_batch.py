@@ -32,6 +32,7 @@ from tests.factories import (
     PaymentHoldFactory,
     QueueMessageFactory,
     processor_event,
+    refund_held,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,29 +95,11 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
 ):
     from decimal import Decimal
 
-    from payments.models import PaymentDirection, PaymentPurpose
-
     refunds = []
     for _ in range(10):
         debit = PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal("25.00"))
         # A refund sent, its money held by its pending entry (as refund_create writes it).
-        refund = PaymentFactory(
-            state=PaymentState.SUBMITTED,
-            amount=Decimal("25.00"),
-            merchant_id=debit.merchant_id,
-            source_token=debit.source_token,
-            direction=PaymentDirection.CREDIT,
-            purpose=PaymentPurpose.REFUND,
-            refund_of=debit,
-        )
-        LedgerEntry.objects.create(
-            payment=refund,
-            merchant_id=refund.merchant_id,
-            kind="refund",
-            amount=-refund.amount,
-            currency=refund.currency,
-            status="pending",
-        )
+        refund = refund_held(debit, "25.00", PaymentState.SUBMITTED)
         send_event(sqs_queues.client, sqs_queues.url, refund, "settled", direction="credit")
         refunds.append(refund)
     worker = Worker(wait_time=0, relay=False)

@@ -96,7 +96,7 @@ class InvalidEvent(exceptions.APIException):
     """A body that breaks the contract: 400 naming the fields, the envelope's ``errors``."""
 
     status_code = status.HTTP_400_BAD_REQUEST
-    default_code = "bad_body"
+    default_code = "body_invalid"
 
     def __init__(self, errors: dict[str, list[str]]) -> None:
         # Bounded: a body of thousands of bad fields must not get an answer of its own size.

@@ -49,10 +49,11 @@ DATABASE_UNAVAILABLE_MESSAGE = "the database is unavailable; retry later"
 
 
 class ErrorType(enum.StrEnum):
-    INVALID_REQUEST = "invalid_request_error"  # fix the request (400, 404, 405, 411-415)
+    # What a client does with each is in docs/reference/error-codes.md (TYPE_ACTIONS).
+    INVALID_REQUEST = "invalid_request_error"  # fix the request (400, 404, 405, 409, 411-422)
     AUTHENTICATION = "authentication_error"  # 401: credentials or signature
     PERMISSION = "permission_error"  # 403: authenticated, not allowed
-    IDEMPOTENCY = "idempotency_error"  # 409, 422: the Idempotency-Key's contract
+    IDEMPOTENCY = "idempotency_error"  # 409: the key's request is running; retry with the key
     RATE_LIMIT = "rate_limit_error"  # 429: slow down, after Retry-After
     API = "api_error"  # 5xx: ours; retry after Retry-After
 

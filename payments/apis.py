@@ -43,6 +43,13 @@ from payments.api_errors import (
     request_id_of,
 )
 from payments.api_throttling import ModuleScopedThrottle
+from payments.api_versions import (
+    BALANCE_WORDS,
+    VERSION_HEADER,
+    error_for_version,
+    requested_version,
+    version_of,
+)
 from payments.exceptions import (
     CancelRefused,
     ExposureLimitExceeded,
@@ -57,6 +64,7 @@ from payments.kernel import propagation
 from payments.models import Payment, ReviewStatus
 from payments.selectors import (
     merchant_balance,
+    merchant_balances,
     payment_attempts_public,
     payment_detail_extensions,
     payment_errors_public,
@@ -68,6 +76,7 @@ from payments.selectors import (
 from payments.serializers import (
     MERCHANT_MESSAGE,
     MERCHANT_RE,
+    BalanceObjectOutputSerializer,
     MerchantBalanceOutputSerializer,
     PaymentCancelInputSerializer,
     PaymentCreateInputSerializer,
@@ -116,7 +125,8 @@ class ModuleApiView(ModuleErrorsMixin, APIView):
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = DefaultContentNegotiation
-    # The module's URLs carry no version: a host's URLPathVersioning would refuse them all.
+    # The module's URLs carry no version (a host's URLPathVersioning would refuse them all): it
+    # is a header, read by determine_version.
     versioning_class = None
     throttle_classes = [ModuleScopedThrottle]
     metadata_class = SimpleMetadata
@@ -136,6 +146,22 @@ class ModuleApiView(ModuleErrorsMixin, APIView):
         # Django's HTML 400 (RequestDataTooBig).
         read_body_limited(request._request, payments_conf.PAYMENTS_API_MAX_BODY_BYTES)
         super().initial(request, *args, **kwargs)
+
+    def determine_version(self, request, *args, **kwargs):
+        """``request.version``: the ``Payments-Version`` asked for, or the host's pin
+        (``payments.api_versions``); read before authentication, so every answer has one."""
+        return requested_version(request), None
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        """Every answer names the version it was served in; an error's code and type are the
+        ones that version knows (``payments.api_versions.error_for_version``)."""
+        version = version_of(request)
+        data = getattr(response, "data", None)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            error_for_version(data["error"], version, type(self).__name__)
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response[VERSION_HEADER] = version
+        return response
 
 
 def _error_response(error: ApiError) -> Response:
@@ -405,7 +431,6 @@ def _idempotent_response(result: idempotency.IdempotentResult) -> Response:
             f"Idempotency-Key: {message}",
             param="Idempotency-Key",
             errors={"Idempotency-Key": [message]},
-            error_type=ErrorType.IDEMPOTENCY,
         )
     if result.outcome == idempotency.IdempotentOutcome.IN_FLIGHT:
         message = "a request with this key is still being processed"
@@ -688,10 +713,14 @@ def merchant_refused(request, merchant_id: str) -> Response | None:
 
 class MerchantBalanceApi(ModuleApiView):
     def get(self, request, merchant_id):
-        """The merchant's balance per currency: credits, reversals, re-credits, net, and the
-        confirmed and returned counts."""
+        """The merchant's balance per currency: pending, posted, available, reserved and owed
+        (version 2026-11-01: credits, reversals, re-credits, net, and the confirmed and returned
+        counts)."""
         if (refused := merchant_refused(request, merchant_id)) is not None:
             return refused
+        if request.version >= BALANCE_WORDS:
+            balance = merchant_balances(merchant_id=merchant_id)
+            return Response(BalanceObjectOutputSerializer(balance).data)
         return Response(
             MerchantBalanceOutputSerializer(merchant_balance(merchant_id=merchant_id)).data
         )

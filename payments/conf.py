@@ -6,6 +6,7 @@ setting is seen): the host's value when it sets one, else the default below. A h
 ``REQUIRED``.
 """
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from payments.api_access_classes import (
     authentication_classes,
     permission_classes,
 )
+from payments.api_versions import FIRST, VERSIONS, VERSIONS_ACCEPTED
 from payments.exposure_limits import ACCEPTED as LIMITS_ACCEPTED
 from payments.exposure_limits import parse_exposure_limits
 from payments.kernel.app_settings import AppSettings
@@ -110,6 +112,12 @@ SPECS: dict[str, Spec] = {
         parse=authentication_classes,
         accepted=AUTHENTICATION_ACCEPTED,
         types=(list, tuple),
+    ),
+    # The API version a request that names none is served in (payments.api_versions). The
+    # default is the first, so a host upgrading keeps the shapes its clients parse; a new
+    # install pins the latest.
+    "API_VERSION": Text(
+        FIRST, pattern="|".join(map(re.escape, VERSIONS)), accepted=VERSIONS_ACCEPTED
     ),
     "API_PERMISSION_CLASSES": Parsed(
         ["rest_framework.permissions.IsAuthenticated"],

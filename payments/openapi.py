@@ -11,6 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_view,
     inline_serializer,
@@ -19,6 +20,7 @@ from rest_framework import serializers as drf_serializers
 
 from payments import apis, limits_apis, money_out_apis, serializers, services
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
+from payments.api_versions import VERSION_HEADER, VERSIONS
 from payments.models import PaymentDirection, PaymentPurpose, PaymentState
 from payments.services import cancel, payouts, refunds, reinitiation
 from payments.webhooks import openapi as webhooks_openapi
@@ -174,7 +176,24 @@ _RETRY_AFTER = OpenApiParameter(
     response=[409, 429, 503],
     description="Seconds to wait before retrying.",
 )
-REQUEST_HEADERS = [_REQUEST_ID, _RETRY_AFTER]
+_VERSION = OpenApiParameter(
+    VERSION_HEADER,
+    {"type": "string", "enum": list(VERSIONS)},
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "The version whose shapes the client reads; without it, the host's pin "
+        "(PAYMENTS API_VERSION). Any other value answers 400 api_version_invalid."
+    ),
+)
+_VERSION_SERVED = OpenApiParameter(
+    VERSION_HEADER,
+    {"type": "string", "enum": list(VERSIONS)},
+    OpenApiParameter.HEADER,
+    response=True,
+    description="The version this answer was served in.",
+)
+REQUEST_HEADERS = [_VERSION, _REQUEST_ID, _VERSION_SERVED, _RETRY_AFTER]
 # Every operation may answer these (payments.apis, payments.api_errors).
 COMMON_ANSWERS = {
     401: error_answer("No credentials, or credentials this API does not accept."),
@@ -455,8 +474,17 @@ def describe() -> None:
             parameters=REQUEST_HEADERS,
             responses={
                 200: OpenApiResponse(
-                    serializers.MerchantBalanceOutputSerializer,
-                    description="Per currency: credits, reversals, net.",
+                    PolymorphicProxySerializer(
+                        component_name="MerchantBalanceOfVersion",
+                        serializers=[
+                            serializers.BalanceObjectOutputSerializer,
+                            serializers.MerchantBalanceOutputSerializer,
+                        ],
+                        resource_type_field_name=None,
+                    ),
+                    description="From 2026-12-01, a balance object: per currency pending, "
+                    "posted, available, reserved and owed. In 2026-11-01, per currency: credits, "
+                    "reversals, net and counts.",
                 ),
                 400: error_answer("The merchant id is not of the accepted form."),
                 404: error_answer("A merchant you may not act for."),

@@ -219,7 +219,8 @@ def merchant_balance(*, merchant_id: str) -> dict:
 
 
 def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> dict[str, dict]:
-    """Per currency, the balances a merchant can trust, each from its ledger entries:
+    """Per currency, the balances a merchant can trust, each from its ledger entries (the first
+    version's words; ``merchant_balances`` has the latest's):
 
     - ``pending``: every entry whose money has not failed to move (pending and posted);
     - ``posted``: the entries whose money has moved;
@@ -232,11 +233,48 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
       recovered. It may be negative (a return after a payout): shown as it is;
     - ``money_out``: refunds and payouts not failed, less those that came back.
     """
+    zero = Decimal("0")
+    figures = {}
+    for currency, row in _ledger_sums(merchant_id, now).items():
+        figures[currency] = {
+            "pending": cents_text(row["live"] or zero),
+            "posted": cents_text(row["posted"] or zero),
+            "available": cents_text(_available(row)),
+            "money_out": cents_text(-(row["money_out"] or zero) - (row["money_back"] or zero)),
+        }
+    return figures
+
+
+def merchant_balances(*, merchant_id: str, now: datetime | None = None) -> dict:
+    """The merchant's balance per currency in the words of Stripe and Modern Treasury, each
+    figure from its ledger entries (what each means is ``BalanceOutputSerializer``'s help text,
+    the one definition): ``pending`` (money out in flight), ``posted`` (settled), ``available``
+    (as ``merchant_money_figures``), ``reserved`` (settled debits inside the return reserve)
+    and ``owed`` (double losses not recovered). For a sound ledger ``available + reserved ==
+    posted + pending``: what has settled or is leaving is either free or held."""
+    zero = Decimal("0")
+    balances = [
+        {
+            "currency": currency,
+            "pending": cents_text(row["in_flight"] or zero),
+            "posted": cents_text(row["posted"] or zero),
+            "available": cents_text(_available(row)),
+            "reserved": cents_text(row["reserved"] or zero),
+            "owed": cents_text(row["owed"] or zero),
+        }
+        for currency, row in sorted(_ledger_sums(merchant_id, now).items())
+    ]
+    return {"merchant_id": merchant_id, "balances": balances}
+
+
+def _ledger_sums(merchant_id: str, now: datetime | None) -> dict[str, dict]:
+    """Per currency, the sums every balance figure is made of, in one query."""
     from payments import conf as payments_conf
 
     cutoff = available_cutoff(now or timezone.now(), payments_conf.AVAILABLE_AFTER_BANKING_DAYS)
     live = ~Q(status=LedgerEntryStatus.ARCHIVED)
     posted = Q(status=LedgerEntryStatus.POSTED)
+    owed = Q(status=LedgerEntryStatus.PENDING, kind=LedgerEntryKind.RECOVERY_OWED)
     out_kinds = (LedgerEntryKind.REFUND, LedgerEntryKind.PAYOUT)
     back_kinds = (LedgerEntryKind.REFUND_RETURN, LedgerEntryKind.PAYOUT_RETURN)
     money_out_side = Q(kind__in=(*out_kinds, *back_kinds, LedgerEntryKind.RECOVERY_OWED))
@@ -252,9 +290,12 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
         .alias(past_reserve=past_reserve)
         .values("currency")
         .annotate(
-            pending=Sum("amount", filter=live),
+            live=Sum("amount", filter=live),
             posted=Sum("amount", filter=posted),
+            in_flight=Sum("amount", filter=Q(status=LedgerEntryStatus.PENDING) & ~owed),
+            owed=Sum("amount", filter=owed),
             collected=Sum("amount", filter=posted & ~money_out_side & Q(past_reserve=True)),
+            reserved=Sum("amount", filter=posted & ~money_out_side & Q(past_reserve=False)),
             out=Sum("amount", filter=live & money_out_side & Q(amount__lt=0)),
             back=Sum("amount", filter=posted & money_out_side & Q(amount__gt=0)),
             money_out=Sum("amount", filter=live & Q(kind__in=out_kinds)),
@@ -262,17 +303,12 @@ def merchant_money_figures(*, merchant_id: str, now: datetime | None = None) -> 
         )
         .order_by()
     )
+    return {row["currency"]: row for row in rows}
+
+
+def _available(row: dict) -> Decimal:
     zero = Decimal("0")
-    figures = {}
-    for row in rows:
-        available = (row["collected"] or zero) + (row["out"] or zero) + (row["back"] or zero)
-        figures[row["currency"]] = {
-            "pending": cents_text(row["pending"] or zero),
-            "posted": cents_text(row["posted"] or zero),
-            "available": cents_text(available),
-            "money_out": cents_text(-(row["money_out"] or zero) - (row["money_back"] or zero)),
-        }
-    return figures
+    return (row["collected"] or zero) + (row["out"] or zero) + (row["back"] or zero)
 
 
 def cents_text(amount: Decimal) -> str:

@@ -436,9 +436,48 @@ class PaymentDetailOutputSerializer(PaymentOutputSerializer):
         ]
 
 
+class CurrencyBalanceOutputSerializer(serializers.Serializer):
+    """One currency of a merchant's balance, in the words of Stripe and Modern Treasury
+    (``payments.selectors.merchant_balances``); each help text is the figure's one definition,
+    which the generated API reference shows."""
+
+    currency = serializers.CharField(help_text="ISO 4217 code of the figures below.")
+    pending = serializers.CharField(
+        help_text="Money in flight, not yet settled: refunds and payouts made and not yet "
+        "settled, failed or canceled, as a negative amount (money leaving). A debit enters the "
+        "balance when it settles."
+    )
+    posted = serializers.CharField(
+        help_text="Money settled: debits collected, less their returns, less refunds and payouts "
+        "settled, plus money out that came back and double losses recovered."
+    )
+    available = serializers.CharField(
+        help_text="What may be paid out now: posted money of debits past the return reserve "
+        "(PAYMENTS AVAILABLE_AFTER_BANKING_DAYS banking days after settling), less money out "
+        "pending or posted. It may be negative (a return after a payout); shown as it is."
+    )
+    reserved = serializers.CharField(
+        help_text="Posted money of debits still inside the return reserve: available once the "
+        "reserve ends, unless the debit is returned. available + reserved = posted + pending."
+    )
+    owed = serializers.CharField(
+        help_text="Double losses not recovered: refunds sent whose debits then came back, which "
+        "the merchant is owed and recovers outside ACH; counted in no other figure until "
+        "recovered (then in posted and available) or written off (then nowhere)."
+    )
+
+
+class BalanceObjectOutputSerializer(serializers.Serializer):
+    """``GET /api/merchants/<id>/balance/`` from version 2026-12-01."""
+
+    object = object_field("balance")
+    merchant_id = serializers.CharField()
+    balances = CurrencyBalanceOutputSerializer(many=True)
+
+
 class BalanceOutputSerializer(serializers.Serializer):
-    """One currency of a merchant's ledger: credits from confirmations, reversals from returns
-    after settlement, the net of the two, and the payments behind them."""
+    """Version 2026-11-01's balance of one currency: credits from confirmations, reversals from
+    returns after settlement, the net of the two, and the payments behind them."""
 
     currency = serializers.CharField()
     credits = serializers.CharField()
@@ -463,6 +502,8 @@ class BalanceOutputSerializer(serializers.Serializer):
 
 
 class MerchantBalanceOutputSerializer(serializers.Serializer):
+    """``GET /api/merchants/<id>/balance/`` in version 2026-11-01."""
+
     merchant_id = serializers.CharField()
     balances = BalanceOutputSerializer(many=True)
 

@@ -69,7 +69,7 @@ def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own()
     for code, status, error_type in (
         ("database_unavailable", 503, "api_error"),
         ("internal_error", 500, "api_error"),
-        ("idempotency_key_reused", 422, "idempotency_error"),
+        ("idempotency_key_reused", 422, "invalid_request_error"),
         ("idempotency_key_in_use", 409, "idempotency_error"),
         ("queue_unavailable", 503, "api_error"),
         ("merchant_forbidden", 403, "permission_error"),

@@ -18,8 +18,8 @@ rules, each refused with its name (``ReinitiationRefused.rule``):
   uncollected funds);
 - ``reinitiation_limit``: at most twice per original entry;
 - ``reinitiation_window``: within 180 days of the original entry's settlement;
-- ``noc_past_deadline``: not while the token has a notification of change open past its
-  deadline;
+- ``notification_of_change_past_deadline``: not while the token has a notification of change
+  open past its deadline;
 - ``exposure_limit_exceeded``: not past one of the merchant's debit exposure limits
   (``payments.services.limits``; the refusal's ``param`` names the limit).
 
@@ -72,7 +72,7 @@ RULES = (
     "return_code_not_reinitiable",
     "reinitiation_limit",
     "reinitiation_window",
-    "noc_past_deadline",
+    "notification_of_change_past_deadline",
     EXPOSURE_LIMIT_EXCEEDED,
 )
 
@@ -114,7 +114,7 @@ def payment_reinitiate(
                 authorization_reference=authorization_reference,
             )
         except NocPastDeadline as exc:
-            raise ReinitiationRefused("noc_past_deadline", str(exc)) from None
+            raise ReinitiationRefused("notification_of_change_past_deadline", str(exc)) from None
         except ExposureLimitExceeded as exc:
             raise ReinitiationRefused(exc.rule, str(exc), param=exc.limit) from None
 

@@ -210,7 +210,7 @@ def test_a_callback_body_that_breaks_the_contract_names_its_fields(client):
         content_type="application/json",
         headers={signing.HEADER: signing.sign(raw, [SECRET])},
     )
-    error = error_of(response, 400, ErrorType.INVALID_REQUEST, "bad_body")
+    error = error_of(response, 400, ErrorType.INVALID_REQUEST, "body_invalid")
     assert error["param"] in error["errors"]
 
 

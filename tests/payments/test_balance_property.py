@@ -1,7 +1,8 @@
 """Every balance figure follows from the ledger: random histories of debits, settlements,
 returns, refunds (sent, settled, failed, returned), double losses and their closing, each run
-through the services; then the API's figures are recomputed from the ledger rows, and the
-pending balance from the payments' own states (an independent account of where the money is).
+through the services; then the API's figures (both versions' words) are recomputed from the
+ledger rows, and the live balance from the payments' own states and what is owed from the
+double losses (independent accounts of where the money is).
 """
 
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,7 @@ from payments.models import (
     PaymentPurpose,
     PaymentState,
 )
-from payments.selectors import merchant_balance, merchant_money_figures
+from payments.selectors import merchant_balance, merchant_balances, merchant_money_figures
 from payments.services import payment_apply_event
 from payments.services.refunds import double_loss_resolve, refund_create
 from tests.factories import PaymentFactory, UserFactory, processor_event
@@ -124,6 +125,39 @@ def _recomputed(now) -> dict:
     }
 
 
+def _recomputed_in_words(now) -> dict:
+    """Version 2026-12-01's figures from the ledger rows, in Python, each by its definition
+    (``CurrencyBalanceOutputSerializer``'s help texts)."""
+    from payments import conf as payments_conf
+
+    cutoff = available_cutoff(now, payments_conf.AVAILABLE_AFTER_BANKING_DAYS)
+    rows = list(LedgerEntry.objects.filter(merchant_id=MERCHANT).select_related("payment"))
+    settled_past = {
+        r.payment_id for r in rows if r.kind == "credit" and (r.posted_at or r.created_at) <= cutoff
+    }
+    pending = [r for r in rows if r.status == LedgerEntryStatus.PENDING]
+    posted = [r for r in rows if r.status == LedgerEntryStatus.POSTED]
+    reserved = [
+        r
+        for r in posted
+        if r.payment.purpose == PaymentPurpose.COLLECTION and r.payment_id not in settled_past
+    ]
+    return {
+        "currency": "USD",
+        "pending": f"{sum((r.amount for r in pending if r.kind != 'recovery_owed'), ZERO):.2f}",
+        "posted": f"{sum((r.amount for r in posted), ZERO):.2f}",
+        "available": _recomputed(now)["available"],
+        "reserved": f"{sum((r.amount for r in reserved), ZERO):.2f}",
+        "owed": f"{sum((r.amount for r in pending if r.kind == 'recovery_owed'), ZERO):.2f}",
+    }
+
+
+def _owed_from_losses() -> Decimal:
+    """What the merchant is owed, told by the double losses alone."""
+    open_losses = DoubleLoss.objects.filter(merchant_id=MERCHANT, status=DoubleLossStatus.OPEN)
+    return sum((loss.amount for loss in open_losses), ZERO)
+
+
 def _pending_from_states() -> Decimal:
     """Where the money is, told by the payments and double losses alone."""
     total = ZERO
@@ -189,6 +223,17 @@ def test_every_balance_figure_follows_from_the_entries(opening, history):
                 assert not LedgerEntry.objects.filter(merchant_id=MERCHANT).exists()
                 continue
             assert answered == _recomputed(moment), history
+            (in_words,) = merchant_balances(merchant_id=MERCHANT, now=moment)["balances"]
+            assert in_words == _recomputed_in_words(moment), history
+            figure = {
+                name: Decimal(value) for name, value in in_words.items() if name != "currency"
+            }
+            # What has settled or is leaving is either free to pay out or held in the reserve;
+            # every live entry is settled, in flight or owed.
+            assert figure["available"] + figure["reserved"] == figure["posted"] + figure["pending"]
+            live = figure["posted"] + figure["pending"] + figure["owed"]
+            assert live == Decimal(answered["pending"]), history
+            assert figure["owed"] == _owed_from_losses(), history
         if answered is not None:
             assert Decimal(answered["pending"]) == _pending_from_states(), history
             assert _counts_answered() == _counts_from_states(), history

@@ -143,7 +143,7 @@ def test_not_while_the_token_has_a_noc_open_past_its_deadline():
     noc = NotificationOfChange.objects.get(payment=original)
     with pytest.raises(ReinitiationRefused) as refused:
         payment_reinitiate(payment_id=original.id)
-    assert refused.value.rule == "noc_past_deadline"
+    assert refused.value.rule == "notification_of_change_past_deadline"
     assert f"{noc.id} (C01)" in str(refused.value) and "6789" not in str(refused.value)
     assert not Payment.objects.filter(reinitiation_of=original).exists()
 

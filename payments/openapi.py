@@ -513,4 +513,5 @@ def describe() -> None:
         common_answers=COMMON_ANSWERS,
         request_headers=REQUEST_HEADERS,
         merchant_pattern=MERCHANT_PATTERN,
+        list_of=_list_of,
     )

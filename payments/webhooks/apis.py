@@ -5,9 +5,11 @@ import uuid
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
 from payments.access import merchant_access_allowed, merchants_listed
 from payments.api_errors import field_errors
+from payments.api_versions import BALANCE_WORDS
 from payments.apis import ModuleApiView, _forbidden, not_found
 from payments.webhooks.models import Event, WebhookEndpoint
 from payments.webhooks.serializers import (
@@ -73,14 +75,36 @@ class EventListApi(ModuleApiView):
         page = list(events.order_by("position")[: limit + 1])
         has_more = len(page) > limit
         page = page[:limit]
+        results = EventOutputSerializer(page, many=True).data
+        after = page[-1].id if page else query.get("after")
+        return _list_answer(request, results, has_more=has_more, after=after, feed=True)
+
+
+def _list_answer(request, results, *, has_more: bool, after=None, feed: bool = False) -> Response:
+    """A page in the version's list convention. From 2026-12-01 every list's: ``{object, next,
+    previous, has_more, results}``, ``next`` the link to the page after the last event (None
+    when no page follows, as on every list; a client polling for new events keeps the last id it
+    read and asks ``after`` it) and ``previous`` None (the events are read forward). Before, the
+    webhooks' own: ``{object, data, has_more}``, and a ``feed``'s ``next_cursor``."""
+    if request.version >= BALANCE_WORDS:
+        following = has_more and after is not None
         return Response(
             {
                 "object": "list",
-                "data": EventOutputSerializer(page, many=True).data,
+                "next": _link_after(request, after) if following else None,
+                "previous": None,
                 "has_more": has_more,
-                "next_cursor": page[-1].id if page else query.get("after"),
+                "results": results,
             }
         )
+    page = {"object": "list", "data": results, "has_more": has_more}
+    if feed:
+        page["next_cursor"] = after
+    return Response(page)
+
+
+def _link_after(request, after) -> str:
+    return replace_query_param(request.build_absolute_uri(), "after", str(after))
 
 
 def _endpoint_of_user(user, endpoint_id: str) -> WebhookEndpoint | None:
@@ -104,13 +128,8 @@ class WebhookEndpointListCreateApi(ModuleApiView):
         """The endpoints of the caller's merchants (never their secrets)."""
         merchants = _merchants(request.user, request.query_params.get("merchant"))
         endpoints = WebhookEndpoint.objects.filter(merchant_id__in=merchants)
-        return Response(
-            {
-                "object": "list",
-                "data": WebhookEndpointOutputSerializer(endpoints, many=True).data,
-                "has_more": False,
-            }
-        )
+        results = WebhookEndpointOutputSerializer(endpoints, many=True).data
+        return _list_answer(request, results, has_more=False)
 
     def post(self, request):
         """A new endpoint: https only, event types from the catalogue; the answer is the only

@@ -5,6 +5,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_view,
     inline_serializer,
@@ -15,7 +16,21 @@ from payments.webhooks import apis, serializers
 from payments.webhooks.catalogue import EVENT_TYPES
 
 
-def describe(*, error_answer, common_answers: dict, request_headers: list, merchant_pattern: str):
+def _of_version(name: str, latest, first) -> PolymorphicProxySerializer:
+    """An answer whose shape the version chooses: the latest's, or 2026-11-01's."""
+    return PolymorphicProxySerializer(
+        component_name=name, serializers=[latest, first], resource_type_field_name=None
+    )
+
+
+def describe(
+    *,
+    error_answer,
+    common_answers: dict,
+    request_headers: list,
+    merchant_pattern: str,
+    list_of,
+):
     endpoint_id = OpenApiParameter("endpoint_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
     merchant = OpenApiParameter(
         "merchant",
@@ -34,23 +49,29 @@ def describe(*, error_answer, common_answers: dict, request_headers: list, merch
                 OpenApiParameter(
                     "after",
                     str,
-                    description="The next_cursor of the last page: events after that one.",
+                    description="Events after this one: the last id of the page read (the "
+                    "next link carries it; in 2026-11-01, the page's next_cursor).",
                 ),
                 OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
                 *request_headers,
             ],
             responses={
                 200: OpenApiResponse(
-                    inline_serializer(
-                        "EventList",
-                        {
-                            "object": drf_serializers.CharField(),
-                            "data": serializers.EventOutputSerializer(many=True),
-                            "has_more": drf_serializers.BooleanField(),
-                            "next_cursor": drf_serializers.CharField(allow_null=True),
-                        },
+                    _of_version(
+                        "EventListOfVersion",
+                        list_of("EventList", serializers.EventOutputSerializer),
+                        inline_serializer(
+                            "EventListFirstVersion",
+                            {
+                                "object": drf_serializers.CharField(),
+                                "data": serializers.EventOutputSerializer(many=True),
+                                "has_more": drf_serializers.BooleanField(),
+                                "next_cursor": drf_serializers.CharField(allow_null=True),
+                            },
+                        ),
                     ),
-                    description="Oldest first, in the order events became visible.",
+                    description="Oldest first, in the order events became visible; from "
+                    "2026-12-01 in every list's convention, before as data and next_cursor.",
                 ),
                 400: error_answer("A refused parameter, named in param."),
                 403: error_answer("You may not act for the merchant filtered on."),
@@ -64,15 +85,20 @@ def describe(*, error_answer, common_answers: dict, request_headers: list, merch
             parameters=[merchant, *request_headers],
             responses={
                 200: OpenApiResponse(
-                    inline_serializer(
-                        "WebhookEndpointList",
-                        {
-                            "object": drf_serializers.CharField(),
-                            "data": serializers.WebhookEndpointOutputSerializer(many=True),
-                            "has_more": drf_serializers.BooleanField(),
-                        },
+                    _of_version(
+                        "WebhookEndpointListOfVersion",
+                        list_of("WebhookEndpointList", serializers.WebhookEndpointOutputSerializer),
+                        inline_serializer(
+                            "WebhookEndpointListFirstVersion",
+                            {
+                                "object": drf_serializers.CharField(),
+                                "data": serializers.WebhookEndpointOutputSerializer(many=True),
+                                "has_more": drf_serializers.BooleanField(),
+                            },
+                        ),
                     ),
-                    description="Your merchants' endpoints, never their secrets.",
+                    description="Your merchants' endpoints, never their secrets; from 2026-12-01 "
+                    "in every list's convention, before as data.",
                 ),
                 400: error_answer("A refused parameter, named in param."),
                 403: error_answer("You may not act for the merchant filtered on."),

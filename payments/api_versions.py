@@ -104,3 +104,13 @@ def error_for_version(error: dict, version: str, view_name: str) -> None:
     code = error["code"]
     error["type"] = _FIRST_TYPES.get(code, error["type"])
     error["code"] = _FIRST_CODES.get((view_name, code), code)
+
+
+def first_version_codes() -> dict[str, list[str]]:
+    """What 2026-11-01 answers instead, by code, for the error-code reference."""
+    earlier: dict[str, list[str]] = {}
+    for (view_name, code), first in _FIRST_CODES.items():
+        earlier.setdefault(code, []).append(f"`{first}` from `{view_name}`")
+    for code, first in _FIRST_TYPES.items():
+        earlier.setdefault(code, []).append(f"type `{first}`")
+    return earlier

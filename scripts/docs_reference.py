@@ -36,6 +36,7 @@ import shutil
 import sys
 import tokenize
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -495,89 +496,255 @@ def _status(node: ast.AST | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def error_codes() -> dict[str, tuple[set[int], set[str], set[str]]]:
-    """``code -> ({status, ...}, {type, ...}, {module, ...})`` for every code the envelope can
-    carry: those the module's code writes (``ApiError(status, "code", ...)``,
-    ``field_errors(...)``, an exception's ``default_code``), the cancel's, the refund's and the
-    reinitiation's rules, and DRF's own exceptions as the module's handler names them."""
-    from rest_framework import exceptions
+@dataclass
+class ErrorCode:
+    """One ``code`` of the envelope: its statuses and types, the modules that raise it, and the
+    endpoints that answer it (``"METHOD /path/"``; ``EVERY`` or ``EVERY_API`` for a code any
+    endpoint, or any of the API's, may answer)."""
 
-    from payments.api_errors import _CODES, ErrorType, _type_for
+    statuses: set[int] = field(default_factory=set)
+    types: set[str] = field(default_factory=set)
+    modules: set[str] = field(default_factory=set)
+    endpoints: set[str] = field(default_factory=set)
+
+
+EVERY = "every endpoint"
+EVERY_API = "every endpoint of the API (not the processor callback)"
+# The modules whose codes any endpoint may answer: the envelope's handler and the body limits.
+_EVERY_MODULES = ("payments.api_errors", "payments.http_limits")
+
+
+@dataclass
+class _Unit:
+    """A function, a method (``Class.method``) or a class body of a module: the codes raised
+    in it, and the names it refers to (to follow what it calls)."""
+
+    module: str
+    sites: list = field(default_factory=list)  # (code, status, error type node)
+    names: set[str] = field(default_factory=set)
+    attributes: set[tuple[str, str]] = field(default_factory=set)
+
+
+def _rules_of(handler: str | None, names: set[str]) -> tuple[str, ...]:
+    """The rules an ``ApiError(409, exc.rule, ...)`` answers, by the exception it handles (for
+    money out, by the service the function calls)."""
     from payments.services import cancel, payouts, refunds, reinitiation
 
-    # The refusals that name their rule (``ApiError(409, exc.rule, ...)``): a cancel's, a
-    # refund's and a reinitiation's.
-    rules = (*cancel.RULES, *refunds.RULES, *payouts.RULES, *reinitiation.RULES)
+    if handler == "MoneyOutRefused":
+        return (refunds.RULES if "refund_create" in names else ()) + (
+            payouts.RULES if "payout_create" in names else ()
+        )
+    return {"CancelRefused": cancel.RULES, "ReinitiationRefused": reinitiation.RULES}.get(
+        handler, ()
+    )
 
-    codes: dict[str, tuple[set[int], set[str], set[str]]] = {}
 
-    def add(code: str, status: int | None, where: str, error_type: ast.AST | None = None) -> None:
-        statuses, types, modules = codes.setdefault(code, (set(), set(), set()))
-        if status:
-            statuses.add(status)
-            # The type the code names (``error_type=ErrorType.IDEMPOTENCY``), else the status's.
-            named = getattr(error_type, "attr", None)
-            types.add(str(ErrorType[named] if named else _type_for(status)))
-        modules.add(where)
+def _unit_of(node: ast.AST, module: str) -> _Unit:
+    from payments.api_errors import _CODES
 
+    unit = _Unit(module)
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            unit.names.add(child.id)
+        elif isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name):
+            unit.attributes.add((child.value.id, child.attr))
+
+    def visit(child: ast.AST, handler: str | None) -> None:
+        if isinstance(child, ast.ExceptHandler) and child.type is not None:
+            handler = ast.unparse(child.type)
+        if isinstance(child, ast.Call):
+            func = getattr(child.func, "id", getattr(child.func, "attr", ""))
+            keywords = {k.arg: k.value for k in child.keywords}
+            if func == "ApiError" and len(child.args) >= 2:
+                code = _literal(child.args[1])
+                status = _status(child.args[0])
+                if isinstance(code, str):
+                    unit.sites.append((code, status, keywords.get("error_type")))
+                elif ast.unparse(child.args[1]) == "exc.rule":
+                    unit.sites += [(r, status, None) for r in _rules_of(handler, unit.names)]
+            elif func == "field_errors":
+                code = keywords.get("code") or (child.args[2] if len(child.args) > 2 else None)
+                status = keywords.get("status_code") or (
+                    child.args[1] if len(child.args) > 1 else None
+                )
+                code_value = _literal(code) if code is not None else "parameter_invalid"
+                if isinstance(code_value, str):
+                    unit.sites.append((code_value, _status(status) or 400, None))
+        for grandchild in ast.iter_child_nodes(child):
+            visit(grandchild, handler)
+
+    if isinstance(node, ast.ClassDef):
+        fields = {
+            target.id: item.value
+            for item in node.body
+            if isinstance(item, ast.Assign)
+            for target in item.targets
+            if isinstance(target, ast.Name)
+        }
+        code = _literal(fields["default_code"]) if "default_code" in fields else None
+        if isinstance(code, str):
+            unit.sites.append((_CODES.get(code, code), _status(fields.get("status_code")), None))
+    else:
+        visit(node, None)
+    return unit
+
+
+def _module_units() -> tuple[dict[tuple[str, str], _Unit], dict[str, dict[str, tuple]]]:
+    """Every unit of the module's apps by ``(module, name)``, and each module's imports
+    (``name -> (module, name)``, a module itself as ``(module, None)``)."""
+    units: dict[tuple[str, str], _Unit] = {}
+    imports: dict[str, dict[str, tuple]] = {}
     for app in MODULE_APPS:
         for path in sorted((ROOT / app).rglob("*.py")):
             if "migrations" in path.parts:
                 continue
-            where = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            if module.endswith(".__init__"):
+                module = module.removesuffix(".__init__")
             tree = ast.parse(path.read_text())
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Call):
-                    func = getattr(node.func, "id", getattr(node.func, "attr", ""))
-                    keywords = {k.arg: k.value for k in node.keywords}
-                    if func == "ApiError" and len(node.args) >= 2:
-                        code = _literal(node.args[1])
-                        if isinstance(code, str):
-                            add(code, _status(node.args[0]), where, keywords.get("error_type"))
-                        elif ast.unparse(node.args[1]) == "exc.rule":
-                            for rule in rules:
-                                add(rule, _status(node.args[0]), where)
-                    elif func == "field_errors":
-                        code = keywords.get("code") or (
-                            node.args[2] if len(node.args) > 2 else None
-                        )
-                        status = keywords.get("status_code") or (
-                            node.args[1] if len(node.args) > 1 else None
-                        )
-                        code_value = _literal(code) if code is not None else "parameter_invalid"
-                        if isinstance(code_value, str):
-                            add(code_value, _status(status) or 400, where)
+            names = imports.setdefault(module, {})
+            for node in tree.body:
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    for alias in node.names:
+                        local = alias.asname or alias.name
+                        # ``local.x`` if it is a module; ``local`` if it is a function or class.
+                        names[local] = (f"{node.module}.{alias.name}", None)
+                        names[f"{local}:"] = (node.module, alias.name)
+                elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    units[(module, node.name)] = _unit_of(node, module)
                 elif isinstance(node, ast.ClassDef):
-                    fields = {
-                        target.id: item.value
-                        for item in node.body
-                        if isinstance(item, ast.Assign)
-                        for target in item.targets
-                        if isinstance(target, ast.Name)
-                    }
-                    code = _literal(fields["default_code"]) if "default_code" in fields else None
-                    if isinstance(code, str):
-                        add(_CODES.get(code, code), _status(fields.get("status_code")), where)
+                    units[(module, node.name)] = _unit_of(node, module)
+                    for item in node.body:
+                        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                            units[(module, f"{node.name}.{item.name}")] = _unit_of(item, module)
+    return units, imports
+
+
+def _reached(start: list[tuple[str, str]], units: dict, imports: dict, mro=()) -> set[tuple]:
+    """The units ``start`` calls or names, transitively: a module's own functions and classes,
+    what it imports from the apps, ``module.function`` of an imported module, and ``self.x``
+    of the classes in ``mro`` (``(module, class name)``)."""
+    seen: set[tuple[str, str]] = set()
+    todo = [key for key in start if key in units]
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        unit = units[key]
+        module_imports = imports.get(unit.module, {})
+        candidates = []
+        for name in unit.names:
+            candidates.append((unit.module, name))
+            if f"{name}:" in module_imports:
+                candidates.append(module_imports[f"{name}:"])
+        for owner, attr in unit.attributes:
+            if owner == "self":
+                candidates += [(module, f"{cls}.{attr}") for module, cls in mro]
+            elif owner in module_imports:
+                candidates.append((module_imports[owner][0], attr))
+        todo += [c for c in candidates if c in units and c not in seen]
+    return seen
+
+
+def error_codes() -> dict[str, ErrorCode]:
+    """Every code the envelope can carry: those the module's code writes (``ApiError(status,
+    "code", ...)``, ``field_errors(...)``, an exception's ``default_code``), the cancel's, the
+    refund's, the payout's and the reinitiation's rules, and DRF's own exceptions as the
+    module's handler names them; each with the endpoints that answer it, found by following
+    each view's method through what it calls."""
+    from drf_spectacular.generators import EndpointEnumerator
+    from rest_framework import exceptions
+
+    from payments.api_errors import _CODES, ErrorType, _type_for
+
+    codes: dict[str, ErrorCode] = {}
+
+    def add(code: str, status: int | None, where: str, error_type=None) -> ErrorCode:
+        entry = codes.setdefault(code, ErrorCode())
+        if status:
+            entry.statuses.add(status)
+            # The type the code names (``error_type=ErrorType.IDEMPOTENCY``), else the status's.
+            named = getattr(error_type, "attr", None)
+            entry.types.add(str(ErrorType[named] if named else _type_for(status)))
+        entry.modules.add(where)
+        return entry
+
+    units, imports = _module_units()
+    for unit in units.values():
+        for code, status, error_type in unit.sites:
+            entry = add(code, status, unit.module, error_type)
+            if unit.module in _EVERY_MODULES:
+                entry.endpoints.add(EVERY)
     for exception in vars(exceptions).values():
         if isinstance(exception, type) and issubclass(exception, exceptions.APIException):
             if exception is exceptions.APIException:
                 continue
             code = "parameter_invalid" if exception is exceptions.ValidationError else None
             code = code or _CODES.get(exception.default_code, exception.default_code)
-            add(code, exception.status_code, "rest_framework.exceptions")
+            entry = add(code, exception.status_code, "rest_framework.exceptions")
+            # DRF raises these for any request; NotFound only where a view looks an object up.
+            if exception is not exceptions.NotFound:
+                entry.endpoints.add(EVERY)
+    base = [key for key in units if key[0] == "payments.apis" and key[1].startswith("Module")]
+    for key in _reached(base, units, imports):
+        for code, *_ in units[key].sites:
+            codes[code].endpoints.add(EVERY_API)
+    for path, _, method, view in EndpointEnumerator().get_api_endpoints():
+        cls = view.cls
+        mro = [(c.__module__, c.__name__) for c in cls.__mro__ if c.__module__ in imports]
+        handler = next(
+            (key for module, name in mro if (key := (module, f"{name}.{method.lower()}")) in units),
+            None,
+        )
+        for key in _reached([handler] if handler else [], units, imports, mro):
+            for code, *_ in units[key].sites:
+                codes[code].endpoints.add(f"{method} {path}")
     return codes
+
+
+# What a client does with each type: the one place the reference and the API's docs read it.
+TYPE_ACTIONS = {
+    "invalid_request_error": "Do not retry as it is: fix what `param` names (400, 404, 405, "
+    "406, 411-415, 422), or, for a 409 refusal by a rule (`code` names it), retry only once the "
+    "state the rule names has changed (the debit settled, a NOC applied, room under a limit); "
+    "a refused request stored nothing under its Idempotency-Key.",
+    "authentication_error": "Fix the credentials (401); retrying as it is fails the same way.",
+    "permission_error": "The credentials may not do this (403): ask for access; do not retry.",
+    "idempotency_error": "Retry the same request with the same Idempotency-Key after "
+    "`Retry-After` (409 `idempotency_key_in_use`: the key's first request is still running); "
+    "the retry gets that request's answer. (In 2026-11-01, also 422 `idempotency_key_reused`, "
+    "which is not to retry.)",
+    "rate_limit_error": "Slow down: retry after `Retry-After` seconds (429).",
+    "api_error": "Ours (5xx): retry after `Retry-After` with the same Idempotency-Key, which "
+    "makes the retry safe; quote `request_id` to support if it persists.",
+}
+
+
+def _endpoints_cell(endpoints: set[str]) -> str:
+    if EVERY in endpoints:
+        return EVERY
+    if EVERY_API in endpoints:
+        return EVERY_API
+    return "<br>".join(f"`{e}`" for e in sorted(endpoints, key=lambda e: (e.split()[1], e)))
 
 
 def error_codes_reference() -> str:
     from payments.api_errors import ErrorType
+    from payments.api_versions import first_version_codes
 
+    first = first_version_codes()
     rows = []
-    for code, (statuses, types, modules) in sorted(error_codes().items()):
+    for code, entry in sorted(error_codes().items()):
+        earlier = "; ".join(first.get(code, []))
         rows.append(
-            f"| `{code}` | {', '.join(map(str, sorted(statuses)))} | "
-            f"{', '.join(f'`{t}`' for t in sorted(types))} | "
-            f"{', '.join(f'`{m}`' for m in sorted(modules))} |"
+            f"| `{code}` | {', '.join(map(str, sorted(entry.statuses)))} | "
+            f"{', '.join(f'`{t}`' for t in sorted(entry.types))} | "
+            f"{_endpoints_cell(entry.endpoints)} | {_cell(earlier)} |"
         )
+    missing = set(TYPE_ACTIONS) ^ {t.value for t in ErrorType}
+    if missing:
+        raise SystemExit(f"TYPE_ACTIONS and ErrorType differ: {sorted(missing)}")
     lines = [
         "# Error codes",
         "",
@@ -594,19 +761,24 @@ def error_codes_reference() -> str:
         '           "request_id": "req_6f1c...", "errors": {"amount": ["must be a decimal ..."]}}}',
         "```",
         "",
-        "`type` says who must act: "
-        + ", ".join(f"`{t.value}`" for t in ErrorType)
-        + ". `code` is stable for a program. Below, every `code` the module's code can put in "
-        "it, with the HTTP status it comes with and where it is raised "
-        "(`rest_framework.exceptions`: DRF's own refusals, renamed where Stripe's clients know "
-        "another name). A reinitiation's refusals name the rule; what each rule means is in "
-        "[Reinitiation](../explanation/reinitiation.md). So do a cancel's (`already_submitted`, "
-        "`payment_not_cancelable`): see [Canceling before origination]"
-        "(../explanation/state-machine.md#canceling-before-origination), and a refund's: see "
-        "[Money out](../explanation/money-out.md).",
+        "`type` says who must act, and what a client does:",
         "",
-        "| code | status | type | raised in |",
-        "| --- | --- | --- | --- |",
+        "| type | what a client does |",
+        "| --- | --- |",
+        *(f"| `{t.value}` | {_cell(TYPE_ACTIONS[t.value])} |" for t in ErrorType),
+        "",
+        "`code` is stable for a program: one code per condition, wherever it is answered. Below, "
+        "every `code` the module's code can put in the envelope, once, with its HTTP status, its "
+        "type, the endpoints that answer it (found by following each view through what it "
+        "calls) and what version 2026-11-01 answered instead, where it differs. A cancel's, a "
+        "refund's, a payout's and a reinitiation's refusals name their rule; what each rule "
+        "means is in [Reinitiation](../explanation/reinitiation.md), [Canceling before "
+        "origination](../explanation/state-machine.md#canceling-before-origination) and [Money "
+        "out](../explanation/money-out.md). A new refusal is a new `ApiError` (or a rule of a "
+        "service's `RULES`) where the condition is met: this page finds it there.",
+        "",
+        "| code | status | type | endpoints | in 2026-11-01 |",
+        "| --- | --- | --- | --- | --- |",
         *rows,
     ]
     return "\n".join(lines) + "\n"

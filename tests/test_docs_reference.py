@@ -3,6 +3,7 @@ committed: each test here fails when a committed page differs from what the code
 naming the page. ``make docs`` writes them again."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ def _generator():
         "docs_reference", ROOT / "scripts" / "docs_reference.py"
     )
     module = importlib.util.module_from_spec(spec)
+    # Registered first, as an import would: its dataclasses look their module up by name.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -74,8 +77,49 @@ def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own()
         ("queue_unavailable", 503, "api_error"),
         ("merchant_forbidden", 403, "permission_error"),
     ):
-        statuses, types, _ = codes[code]
-        assert (statuses, types) == ({status}, {error_type}), code
+        assert (codes[code].statuses, codes[code].types) == ({status}, {error_type}), code
+
+
+def test_each_code_names_the_endpoints_that_answer_it():
+    codes = docs_reference.error_codes()
+    refunds = "POST /api/payments/{payment_id}/refunds/"
+    reinitiate = "POST /api/payments/{payment_id}/reinitiate/"
+
+    # A rule is the refusal of the service the view calls: a refund's never on the payout.
+    assert codes["refund_exceeds_refundable"].endpoints == {refunds}
+    assert codes["insufficient_available_balance"].endpoints == {"POST /api/payouts/"}
+    assert codes["credits_unsupported"].endpoints == {refunds, "POST /api/payouts/"}
+    assert codes["notification_of_change_past_deadline"].endpoints == {
+        "POST /api/payments/",
+        reinitiate,
+    }
+    assert codes["queue_unavailable"].endpoints == {"POST /callbacks/processor/"}
+    assert codes["api_version_invalid"].endpoints == {docs_reference.EVERY_API}
+    assert codes["not_authenticated"].endpoints == {docs_reference.EVERY}
+    assert "GET /api/payments/" not in codes["resource_missing"].endpoints
+    assert all(entry.endpoints for entry in codes.values()), "a code no endpoint answers"
+
+
+def test_the_reference_lists_each_code_once_and_what_a_client_does_with_each_type():
+    from payments.api_errors import ErrorType
+
+    text = (ROOT / "docs" / "reference" / "error-codes.md").read_text()
+    listed = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| `")]
+    types = {f"`{t.value}`" for t in ErrorType}
+
+    codes = [name for name in listed if name not in types]
+    assert len(codes) == len(set(codes)) == len(docs_reference.error_codes())
+    assert set(listed) & types == types
+    assert "`noc_past_deadline` from `PaymentReinitiateApi`" in text
+
+
+def test_a_type_without_what_a_client_does_stops_the_reference(monkeypatch):
+    actions = dict(docs_reference.TYPE_ACTIONS)
+    del actions["idempotency_error"]
+    monkeypatch.setattr(docs_reference, "TYPE_ACTIONS", actions)
+
+    with pytest.raises(SystemExit, match="idempotency_error"):
+        docs_reference.error_codes_reference()
 
 
 def test_the_settings_reference_counts_and_names_every_apps_dict_and_its_links_lead_to_pages():

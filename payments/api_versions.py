@@ -1,6 +1,7 @@
 """The API's dated versions (Stripe's model): a client names the shapes it expects in the
-``Payments-Version`` header, else gets the version the host pins (``PAYMENTS["API_VERSION"]``),
-and every answer says in the same header which version it was served in.
+``Payments-Version`` header, else gets the version the host pins (``PAYMENTS["API_VERSION"]``,
+which the views pass in: this module is read with the settings), and every answer says in the
+same header which version it was served in.
 
 A version is a date; a later one compares greater as text, so a shape that changed is one
 ``if request.version >= BALANCE_WORDS:`` where the shape is chosen. What each version changed is
@@ -44,19 +45,13 @@ _SHOWN_RE = re.compile(r"[0-9A-Za-z._:+-]{1,32}", re.ASCII)
 _DIGITS_RE = re.compile(r"[0-9]{5}")
 
 
-def pinned_version() -> str:
-    """The version served to a request that names none: the host's pin."""
-    from payments import conf
-
-    return conf.API_VERSION
-
-
-def requested_version(request) -> str:
+def requested_version(request, pinned: str) -> str:
     """The version ``request`` is served in: the one ``Payments-Version`` names, or the host's
-    pin; 400 ``api_version_invalid`` naming the value for any other text (empty included)."""
+    ``pinned`` one; 400 ``api_version_invalid`` naming the value for any other text (empty
+    included)."""
     value = request.headers.get(VERSION_HEADER)
     if value is None:
-        return pinned_version()
+        return pinned
     if value not in VERSIONS:
         raise version_invalid(value)
     return value
@@ -80,11 +75,11 @@ def version_invalid(value: str):
     )
 
 
-def version_of(request) -> str:
+def version_of(request, pinned: str) -> str:
     """The version a request is served in: the one it named, else the pin (also for a request
     refused before its version was read, whose error envelope is the same in every version)."""
     version = getattr(request, "version", None)
-    return version if version in VERSIONS else pinned_version()
+    return version if version in VERSIONS else pinned
 
 
 # The first version's codes where one condition had two, by the view that answered the other:

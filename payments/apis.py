@@ -150,12 +150,12 @@ class ModuleApiView(ModuleErrorsMixin, APIView):
     def determine_version(self, request, *args, **kwargs):
         """``request.version``: the ``Payments-Version`` asked for, or the host's pin
         (``payments.api_versions``); read before authentication, so every answer has one."""
-        return requested_version(request), None
+        return requested_version(request, payments_conf.API_VERSION), None
 
     def finalize_response(self, request, response, *args, **kwargs):
         """Every answer names the version it was served in; an error's code and type are the
         ones that version knows (``payments.api_versions.error_for_version``)."""
-        version = version_of(request)
+        version = version_of(request, payments_conf.API_VERSION)
         data = getattr(response, "data", None)
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             error_for_version(data["error"], version, type(self).__name__)

@@ -448,13 +448,15 @@ class CurrencyBalanceOutputSerializer(serializers.Serializer):
         "balance when it settles."
     )
     posted = serializers.CharField(
-        help_text="Money settled: debits collected, less their returns, less refunds and payouts "
-        "settled, plus money out that came back and double losses recovered."
+        help_text="Money settled: debits collected, less their returns (and plus the re-credits "
+        "of dishonored returns), less refunds and payouts settled, plus money out that came "
+        "back and double losses recovered."
     )
     available = serializers.CharField(
         help_text="What may be paid out now: posted money of debits past the return reserve "
         "(PAYMENTS AVAILABLE_AFTER_BANKING_DAYS banking days after settling), less money out "
-        "pending or posted. It may be negative (a return after a payout); shown as it is."
+        "pending or posted, plus money out that came back and double losses recovered. It may "
+        "be negative (a return after a payout); shown as it is."
     )
     reserved = serializers.CharField(
         help_text="Posted money of debits still inside the return reserve: available once the "

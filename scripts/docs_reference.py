@@ -197,7 +197,50 @@ def api_reference() -> str:
                 f"| {method.upper()} | `{path}` | `{operation['operationId']}` | {_cell(what)} | "
                 f"{_cell(success.rstrip(': '))} | {', '.join(sorted(responses))} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _versions_section() + _balance_section()) + "\n"
+
+
+def _versions_section() -> list[str]:
+    """What each version changed (``payments.api_versions.CHANGES``)."""
+    from payments.api_versions import CHANGES, FIRST, VERSION_HEADER
+
+    lines = [
+        "",
+        "## Versions",
+        "",
+        f"A request names the shapes it reads in the `{VERSION_HEADER}` header (a date); without "
+        'it, it is served in the host\'s pin, `PAYMENTS["API_VERSION"]` (default '
+        f"`{FIRST}`, so a host upgrading changes no answer; a new install pins the latest). "
+        f"Every answer names the version it was served in, in the same header; any other value "
+        "answers 400 `api_version_invalid` naming it. Each version changed:",
+        "",
+        "| version | what changed |",
+        "| --- | --- |",
+    ]
+    for version, changes in CHANGES.items():
+        lines += [f"| `{version}` | {_cell('<br>'.join(changes))} |"]
+    return lines
+
+
+def _balance_section() -> list[str]:
+    """Each balance figure's one definition: its serializer field's help text."""
+    from payments.api_versions import BALANCE_WORDS
+    from payments.serializers import CurrencyBalanceOutputSerializer
+
+    lines = [
+        "",
+        "## Balance figures",
+        "",
+        f"`GET /api/merchants/{{merchant_id}}/balance/` from `{BALANCE_WORDS}`: an object "
+        '`{"object": "balance", "merchant_id": ..., "balances": [...]}`, one entry per '
+        "currency, each figure a decimal string computed from the merchant's ledger entries.",
+        "",
+        "| figure | meaning |",
+        "| --- | --- |",
+    ]
+    for name, field_ in CurrencyBalanceOutputSerializer().fields.items():
+        lines.append(f"| `{name}` | {_cell(field_.help_text)} |")
+    return lines
 
 
 REDOC_PAGE = """<!DOCTYPE html>

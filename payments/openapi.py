@@ -260,6 +260,7 @@ def _retrieve(operation_id: str, param: str, serializer, description: str):
         ],
         responses={
             200: OpenApiResponse(serializer, description=description),
+            400: error_answer("Payments-Version is not a version of this API."),
             404: error_answer(
                 f"No such {param.removesuffix('_id')}, or one of a merchant you may not act for."
             ),

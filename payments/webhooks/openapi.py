@@ -39,6 +39,7 @@ def describe(
         "merchant you may act for.",
     )
     not_yours = error_answer("No such endpoint, or one of a merchant you may not act for.")
+    version_refused = error_answer("Payments-Version is not a version of this API.")
     with_secret = serializers.WebhookEndpointWithSecretOutputSerializer
     extend_schema_view(
         get=extend_schema(
@@ -123,6 +124,7 @@ def describe(
             parameters=[endpoint_id, *request_headers],
             responses={
                 200: serializers.WebhookEndpointOutputSerializer,
+                400: version_refused,
                 404: not_yours,
                 **common_answers,
             },
@@ -141,7 +143,7 @@ def describe(
         delete=extend_schema(
             operation_id="webhook_endpoint_delete",
             parameters=[endpoint_id, *request_headers],
-            responses={204: None, 404: not_yours, **common_answers},
+            responses={204: None, 400: version_refused, 404: not_yours, **common_answers},
         ),
     )(apis.WebhookEndpointDetailApi)
     extend_schema_view(

@@ -604,7 +604,13 @@ def _unit_of(node: ast.AST, module: str) -> _Unit:
                 if isinstance(code, str):
                     unit.sites.append((code, status, keywords.get("error_type")))
                 elif ast.unparse(child.args[1]) == "exc.rule":
-                    unit.sites += [(r, status, None) for r in _rules_of(handler, unit.names)]
+                    rules = _rules_of(handler, unit.names)
+                    if not rules:
+                        raise SystemExit(
+                            f"{module}: an ApiError answers the rule of {handler}, whose rules "
+                            "this reference does not know: name them in _rules_of"
+                        )
+                    unit.sites += [(rule, status, None) for rule in rules]
             elif func == "field_errors":
                 code = keywords.get("code") or (child.args[2] if len(child.args) > 2 else None)
                 status = keywords.get("status_code") or (

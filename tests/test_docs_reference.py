@@ -155,3 +155,20 @@ def test_no_module_code_reads_a_settings_dict_outside_the_four_apps_settings():
     # Django's and Celery's own settings, which the apps read and never declare.
     hosts_own = {"LOGGING", "CELERY_BROKER_TRANSPORT_OPTIONS"}
     assert {name for _, name in found} <= hosts_own, found
+
+
+def test_a_refusal_whose_rules_the_reference_does_not_know_stops_it():
+    """A new service refusal answered by its rule (``ApiError(409, exc.rule, ...)``) must name
+    its rules, or its codes would be missing from the reference."""
+    import ast
+
+    source = (
+        "def _answer():\n"
+        "    try:\n"
+        "        account_validate()\n"
+        "    except AccountRefused as exc:\n"
+        "        raise ApiError(409, exc.rule, str(exc))\n"
+    )
+
+    with pytest.raises(SystemExit, match="AccountRefused"):
+        docs_reference._unit_of(ast.parse(source), "payments.accounts")

@@ -16,6 +16,7 @@ import uuid
 from urllib import parse
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.cache import patch_vary_headers
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
@@ -161,6 +162,8 @@ class ModuleApiView(ModuleErrorsMixin, APIView):
             error_for_version(data["error"], version, type(self).__name__)
         response = super().finalize_response(request, response, *args, **kwargs)
         response[VERSION_HEADER] = version
+        # The same URL answers in each version's shape: a cache must keep them apart.
+        patch_vary_headers(response, [VERSION_HEADER])
         return response
 
 

@@ -38,6 +38,7 @@ def test_a_named_version_is_served_and_named_on_the_answer(api_client, user, ver
 
     assert response.status_code == 200
     assert response[VERSION_HEADER] == version
+    assert VERSION_HEADER in response["Vary"]
     assert ("object" in response.json()) == (version >= BALANCE_WORDS)
 
 

@@ -76,9 +76,10 @@ def version_invalid(value: str):
 
 
 def version_of(request, pinned: str) -> str:
-    """The version a request is served in: the one it named, else the pin (also for a request
-    refused before its version was read, whose error envelope is the same in every version)."""
-    version = getattr(request, "version", None)
+    """The version an answer names: the one the request named, if it is one, else the pin;
+    also for a request refused before its version was read (a body over the limit), whose
+    error envelope is the same in every version."""
+    version = getattr(request, "version", None) or request.headers.get(VERSION_HEADER)
     return version if version in VERSIONS else pinned
 
 

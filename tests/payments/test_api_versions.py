@@ -223,3 +223,15 @@ def test_a_noc_past_its_deadline_has_one_code_from_the_second_version(
 
     error_of(reinitiated, 409, ErrorType.INVALID_REQUEST, code)
     error_of(created, 409, ErrorType.INVALID_REQUEST, "notification_of_change_past_deadline")
+
+
+def test_a_body_refused_before_the_version_is_read_names_the_version_asked(api_client, user):
+    response = api_client.post(
+        "/api/payments/",
+        '{"metadata": "' + "x" * 70_000 + '"}',
+        content_type="application/json",
+        headers={VERSION_HEADER: BALANCE_WORDS},
+    )
+
+    error_of(response, 413, ErrorType.INVALID_REQUEST, "body_too_large")
+    assert response[VERSION_HEADER] == BALANCE_WORDS

@@ -132,6 +132,13 @@ def test_module_endpoints_answer_as_documented_whatever_the_hosts_drf_policies(t
     assert [p["id"] for p in rest.json()["results"]] == ids[:1]
     balance = token_client.get(f"/ach/api/merchants/{MERCHANT}/balance/")
     assert balance.status_code == 200
+    # The module's version is its header, whatever the host's versioning class reads.
+    assert balance["Payments-Version"] == "2026-11-01" and "object" not in balance.json()
+    in_words = token_client.get(
+        f"/ach/api/merchants/{MERCHANT}/balance/", headers={"Payments-Version": "2026-12-01"}
+    )
+    assert in_words["Payments-Version"] == "2026-12-01"
+    assert in_words.json()["object"] == "balance"
     assert token_client.options("/ach/api/payments/").json()["name"]
     # The module's own 404, in its envelope, not the host's 418.
     missing = token_client.get(f"/ach/api/payments/{uuid.uuid4()}/")

@@ -4,7 +4,7 @@ which the views pass in: this module is read with the settings), and every answe
 same header which version it was served in.
 
 A version is a date; a later one compares greater as text, so a shape that changed is one
-``if request.version >= BALANCE_WORDS:`` where the shape is chosen. What each version changed is
+``if request.version >= V2026_12_01:`` where the shape is chosen. What each version changed is
 listed in ``docs/reference/api.md`` (``CHANGES``, which the reference is generated from).
 """
 
@@ -18,12 +18,12 @@ VERSION_HEADER = "Payments-Version"
 FIRST = "2026-11-01"
 # Balances in the industry's words, one code per condition, refusals and retries told apart by
 # ``type``, and every list in one convention.
-BALANCE_WORDS = "2026-12-01"
+V2026_12_01 = "2026-12-01"
 
 # Every version the API serves, oldest first, with what it changed.
 CHANGES: dict[str, list[str]] = {
     FIRST: ["the shapes the API answered before it had versions"],
-    BALANCE_WORDS: [
+    V2026_12_01: [
         'the balance is `{object: "balance", merchant_id, balances: [{currency, pending, posted, '
         "available, reserved, owed}]}`: `pending` is money in flight (it was every live entry), "
         "and the other old figures are gone",
@@ -95,7 +95,7 @@ _FIRST_TYPES = {"idempotency_key_reused": "idempotency_error"}
 def error_for_version(error: dict, version: str, view_name: str) -> None:
     """``error`` (an envelope's ``error``) in ``version``'s words: the code and type as the
     module raises them are the latest's; an older version gets what it answered before."""
-    if version >= BALANCE_WORDS:
+    if version >= V2026_12_01:
         return
     code = error["code"]
     error["type"] = _FIRST_TYPES.get(code, error["type"])

@@ -45,7 +45,7 @@ from payments.api_errors import (
 )
 from payments.api_throttling import ModuleScopedThrottle
 from payments.api_versions import (
-    BALANCE_WORDS,
+    V2026_12_01,
     VERSION_HEADER,
     error_for_version,
     requested_version,
@@ -721,7 +721,7 @@ class MerchantBalanceApi(ModuleApiView):
         counts)."""
         if (refused := merchant_refused(request, merchant_id)) is not None:
             return refused
-        if request.version >= BALANCE_WORDS:
+        if request.version >= V2026_12_01:
             balance = merchant_balances(merchant_id=merchant_id)
             return Response(BalanceObjectOutputSerializer(balance).data)
         return Response(

@@ -224,14 +224,14 @@ def _versions_section() -> list[str]:
 
 def _balance_section() -> list[str]:
     """Each balance figure's one definition: its serializer field's help text."""
-    from payments.api_versions import BALANCE_WORDS
+    from payments.api_versions import V2026_12_01
     from payments.serializers import CurrencyBalanceOutputSerializer
 
     lines = [
         "",
         "## Balance figures",
         "",
-        f"`GET /api/merchants/{{merchant_id}}/balance/` from `{BALANCE_WORDS}`: an object "
+        f"`GET /api/merchants/{{merchant_id}}/balance/` from `{V2026_12_01}`: an object "
         '`{"object": "balance", "merchant_id": ..., "balances": [...]}`, one entry per '
         "currency, each figure a decimal string computed from the merchant's ledger entries.",
         "",

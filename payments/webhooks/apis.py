@@ -9,7 +9,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from payments.access import merchant_access_allowed, merchants_listed
 from payments.api_errors import field_errors
-from payments.api_versions import BALANCE_WORDS
+from payments.api_versions import V2026_12_01
 from payments.apis import ModuleApiView, _forbidden, not_found
 from payments.webhooks.models import Event, WebhookEndpoint
 from payments.webhooks.serializers import (
@@ -86,7 +86,7 @@ def _list_answer(request, results, *, has_more: bool, after=None, feed: bool = F
     when no page follows, as on every list; a client polling for new events keeps the last id it
     read and asks ``after`` it) and ``previous`` None (the events are read forward). Before, the
     webhooks' own: ``{object, data, has_more}``, and a ``feed``'s ``next_cursor``."""
-    if request.version >= BALANCE_WORDS:
+    if request.version >= V2026_12_01:
         following = has_more and after is not None
         return Response(
             {

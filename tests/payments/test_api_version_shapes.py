@@ -4,7 +4,7 @@ listed; a refused create's envelope)."""
 
 import pytest
 
-from payments.api_versions import BALANCE_WORDS, FIRST, VERSION_HEADER, VERSIONS
+from payments.api_versions import FIRST, V2026_12_01, VERSION_HEADER, VERSIONS
 from payments.webhooks.delivery import events_dispatch
 from tests.factories import grant
 from tests.payments.webhook_support import settle
@@ -123,7 +123,7 @@ def test_the_webhook_endpoints_list_is_the_versions_convention(client_of, versio
 
     listed = client_of("get", "/api/webhook_endpoints/").json()
 
-    if version >= BALANCE_WORDS:
+    if version >= V2026_12_01:
         assert listed == {
             "object": "list",
             "next": None,

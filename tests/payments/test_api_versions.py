@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from payments.api_errors import ErrorType
-from payments.api_versions import BALANCE_WORDS, FIRST, VERSION_HEADER, VERSIONS
+from payments.api_versions import FIRST, V2026_12_01, VERSION_HEADER, VERSIONS
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, grant, processor_event
 from tests.payments.test_api_envelope import error_of
@@ -39,25 +39,25 @@ def test_a_named_version_is_served_and_named_on_the_answer(api_client, user, ver
     assert response.status_code == 200
     assert response[VERSION_HEADER] == version
     assert VERSION_HEADER in response["Vary"]
-    assert ("object" in response.json()) == (version >= BALANCE_WORDS)
+    assert ("object" in response.json()) == (version >= V2026_12_01)
 
 
 def test_the_hosts_pin_is_served_to_a_request_that_names_none(api_client, user, module_settings):
     grant(user, "acme")
-    module_settings.API_VERSION = BALANCE_WORDS
+    module_settings.API_VERSION = V2026_12_01
 
     pinned = api_client.get(BALANCE)
     asked = api_client.get(BALANCE, headers={VERSION_HEADER: FIRST})
 
-    assert pinned[VERSION_HEADER] == BALANCE_WORDS and pinned.json()["object"] == "balance"
+    assert pinned[VERSION_HEADER] == V2026_12_01 and pinned.json()["object"] == "balance"
     assert asked[VERSION_HEADER] == FIRST and "object" not in asked.json()
 
 
 def test_an_error_answer_names_the_version_too(api_client):
-    response = api_client.get(BALANCE, headers={VERSION_HEADER: BALANCE_WORDS})
+    response = api_client.get(BALANCE, headers={VERSION_HEADER: V2026_12_01})
 
     error_of(response, 404, ErrorType.INVALID_REQUEST, "resource_missing")
-    assert response[VERSION_HEADER] == BALANCE_WORDS
+    assert response[VERSION_HEADER] == V2026_12_01
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_a_bad_version_is_refused_before_anything_is_written(api_client, user):
         "/api/payments/",
         body,
         format="json",
-        headers={VERSION_HEADER: BALANCE_WORDS, "Idempotency-Key": "v-1"},
+        headers={VERSION_HEADER: V2026_12_01, "Idempotency-Key": "v-1"},
     )
 
     error_of(response, 400, ErrorType.INVALID_REQUEST, "api_version_invalid")
@@ -113,10 +113,10 @@ def test_a_bad_version_is_refused_before_anything_is_written(api_client, user):
 
 
 def test_an_unauthenticated_request_gets_its_version_too():
-    response = APIClient().get(BALANCE, headers={VERSION_HEADER: BALANCE_WORDS})
+    response = APIClient().get(BALANCE, headers={VERSION_HEADER: V2026_12_01})
 
     error_of(response, 401, ErrorType.AUTHENTICATION, "not_authenticated")
-    assert response[VERSION_HEADER] == BALANCE_WORDS
+    assert response[VERSION_HEADER] == V2026_12_01
 
 
 @pytest.mark.parametrize("pin", ["2026-10-01", "latest", "", None, 20261101])
@@ -145,7 +145,7 @@ def test_the_balance_in_words_and_in_the_first_versions_figures(api_client, user
     payment_apply_event(event=processor_event(today, "settled", timestamp=timezone.now()))
     url = f"/api/merchants/{MERCHANT}/balance/"
 
-    words = api_client.get(url, headers={VERSION_HEADER: BALANCE_WORDS}).json()
+    words = api_client.get(url, headers={VERSION_HEADER: V2026_12_01}).json()
     first = api_client.get(url, headers={VERSION_HEADER: FIRST}).json()
 
     assert words == {
@@ -170,7 +170,7 @@ def test_the_balance_in_words_and_in_the_first_versions_figures(api_client, user
 
 @pytest.mark.parametrize(
     ("version", "error_type"),
-    [(FIRST, ErrorType.IDEMPOTENCY), (BALANCE_WORDS, ErrorType.INVALID_REQUEST)],
+    [(FIRST, ErrorType.IDEMPOTENCY), (V2026_12_01, ErrorType.INVALID_REQUEST)],
 )
 def test_a_key_reused_with_another_body_is_a_refusal_from_the_second_version(
     api_client, user, version, error_type
@@ -193,7 +193,7 @@ def test_a_key_reused_with_another_body_is_a_refusal_from_the_second_version(
 
 @pytest.mark.parametrize(
     ("version", "code"),
-    [(FIRST, "noc_past_deadline"), (BALANCE_WORDS, "notification_of_change_past_deadline")],
+    [(FIRST, "noc_past_deadline"), (V2026_12_01, "notification_of_change_past_deadline")],
 )
 def test_a_noc_past_its_deadline_has_one_code_from_the_second_version(
     api_client, user, version, code
@@ -230,8 +230,8 @@ def test_a_body_refused_before_the_version_is_read_names_the_version_asked(api_c
         "/api/payments/",
         '{"metadata": "' + "x" * 70_000 + '"}',
         content_type="application/json",
-        headers={VERSION_HEADER: BALANCE_WORDS},
+        headers={VERSION_HEADER: V2026_12_01},
     )
 
     error_of(response, 413, ErrorType.INVALID_REQUEST, "body_too_large")
-    assert response[VERSION_HEADER] == BALANCE_WORDS
+    assert response[VERSION_HEADER] == V2026_12_01

@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 from rest_framework.test import APIClient
 
 from callbacks import sqs
+from callbacks.events_pull import PullOutcome, processor_events_pull
 from callbacks.handlers import processor_breaker_tick
 from callbacks.models import (
     FINISHED_STATUSES,
@@ -180,6 +181,7 @@ class PipelineModel(RuleBasedStateMachine):
         reached["parked messages"] += ParkedMessage.objects.count()
         reached["processing errors"] += ProcessingError.objects.count()
         reached["duplicate deliveries"] += QueueMessage.objects.filter(outcome="duplicate").count()
+        reached["callbacks dropped"] += len(self.processor.dropped)
 
     # --- moves: clients and operators --------------------------------------------------------
 
@@ -377,6 +379,26 @@ class PipelineModel(RuleBasedStateMachine):
         self.processor.sent.append(body)
 
     @precondition(lambda self: self.processor.pending)
+    @rule(index=st.integers(0, 30))
+    def drop(self, index):
+        """The processor gives up on one of its waiting callbacks: never delivered, only its
+        events API still lists it."""
+        body = self.processor.pending.pop(index % len(self.processor.pending))
+        self.processor.dropped.append(body)
+
+    @rule()
+    def pull(self):
+        """A pass of the events pull: every event after the stored cursor onto the queue as a
+        callback would be, the dropped ones, those delivered already (late: duplicates) and
+        those whose callback is still to come (reordered: the callback is the duplicate)."""
+        self.dirty = True
+        may_fail = self.processor.mood != "ok"  # the processor's mood answers the list too
+        result = processor_events_pull()
+        assert result.outcome in (PullOutcome.DONE, PullOutcome.FAILED), result.summary()
+        assert result.outcome == PullOutcome.DONE or may_fail, result.error
+        assert not result.malformed and not result.unqueued, result.summary()
+
+    @precondition(lambda self: self.processor.pending)
     @rule(newest_first=st.booleans())
     def deliver_all(self, newest_first):
         """The processor posts every waiting callback, oldest or newest first."""
@@ -420,6 +442,7 @@ class PipelineModel(RuleBasedStateMachine):
         self.processor.set_mood("ok", 0)
         while self.processor.pending:
             self.deliver(0)
+        self.pull()  # what was dropped comes back this way
         for _ in range(200):
             if self._turn():
                 continue
@@ -701,6 +724,12 @@ class PipelineModel(RuleBasedStateMachine):
             assert event_id in applied or event_id in with_person, (
                 f"callback {event_id} (message {message_id}) was neither applied nor left for a "
                 "person"
+            )
+        for body in self.processor.dropped:
+            event_id = body["processor_event_id"]
+            assert event_id in applied or event_id in with_person, (
+                f"dropped callback {event_id} was not pulled back: neither applied nor left for "
+                "a person"
             )
         for event_id, message_id in self.altered:
             assert ALTERED_AMOUNT not in applied[event_id], (

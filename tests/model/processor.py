@@ -8,7 +8,11 @@ payment for one API Idempotency-Key) shows as a second charge. Its mood answers 
 is answered with its original result whatever the mood, unless the processor is down.
 
 Its callbacks wait in ``pending`` until the model delivers them, in any order, and stay in
-``sent`` to be delivered again (inside SQS's deduplication window or after it). Each debit
+``sent`` to be delivered again (inside SQS's deduplication window or after it); one may be
+dropped instead (``dropped``: given up, never delivered). Its events API lists every event it
+emitted (``history``), delivered or not, after a cursor (the position in the list), as the
+pull reads it: a dropped event comes back only that way, a delivered one again (late, or before
+its callback: reordered). Each debit
 moves through the processor's own life (submitted, then settled or failed or returned before
 settlement; a settled one returned; any charged one a NOC) only when the model says so, and
 a dishonor request is answered (dishonored, contested, or contested first) the same way.
@@ -32,6 +36,7 @@ from payments.processor.backend import (
     DebitAccepted,
     DebitStatus,
     DishonorAccepted,
+    EventsPage,
     ProcessorBackend,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
@@ -89,6 +94,8 @@ class SimProcessor:
         self.dishonors: dict[str, Dishonor] = {}
         self.pending: list[dict] = []
         self.sent: list[dict] = []
+        self.dropped: list[dict] = []
+        self.history: list[dict] = []  # every event emitted, as the events API lists them
 
     # --- what the model does to it ---------------------------------------------------------
 
@@ -111,7 +118,7 @@ class SimProcessor:
             debit.noc_sent = True
             body = self._event(debit, "notification_of_change")
             body.update(change_code="C05", corrected_data=noc_corrected_data("C05"))
-            self.pending.append(body)
+            self._publish(body)
 
     def tick(self) -> None:
         """Time passes at the processor: every debit takes the next step of the life its token
@@ -139,7 +146,12 @@ class SimProcessor:
         self._emit(debit, answer, reason_code=code)
 
     def _emit(self, debit: Debit, event_type: str, reason_code: str = "") -> None:
-        self.pending.append(self._event(debit, event_type, reason_code))
+        self._publish(self._event(debit, event_type, reason_code))
+
+    def _publish(self, body: dict) -> None:
+        """An event happened: its callback waits to be delivered, and the events API lists it."""
+        self.pending.append(body)
+        self.history.append(body)
 
     def _event(self, debit: Debit, event_type: str, reason_code: str = "") -> dict:
         body = {
@@ -247,6 +259,21 @@ class SimProcessor:
             call=timer.record(http_status=200),
         )
 
+    def events_list(self, *, after, limit):
+        """The events after the cursor ``after`` (a position in ``history``), oldest first."""
+        timer = CallTimer(method="GET", url="sim://v1/events")
+        mood = self._answer_mood()
+        if mood in ("timeout", "5xx", "429"):
+            raise self._down(timer, mood)
+        start = int(after or 0)
+        end = min(len(self.history), start + limit)
+        return EventsPage(
+            data=tuple(dict(body) for body in self.history[start:end]),
+            next_cursor=str(end),
+            has_more=end < len(self.history),
+            call=timer.record(http_status=200),
+        )
+
     def return_dishonor(
         self,
         *,
@@ -308,6 +335,9 @@ class ModelProcessorBackend(ProcessorBackend):
 
     def return_dishonor(self, **kwargs):
         return self._processor().return_dishonor(**kwargs)
+
+    def events_list(self, **kwargs):
+        return self._processor().events_list(**kwargs)
 
     def callback_verify(self, request: CallbackRequest) -> None:
         """The model hands its callbacks straight to the queue; nothing comes over HTTP."""

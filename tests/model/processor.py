@@ -14,7 +14,8 @@ emitted (``history``), delivered or not, after a cursor (the position in the lis
 pull reads it: a dropped event comes back only that way, a delivered one again (late, or before
 its callback: reordered). Each debit
 moves through the processor's own life (submitted, then settled or failed or returned before
-settlement; a settled one returned; any charged one a NOC) only when the model says so, and
+settlement; a settled one returned; any charged one a NOC), and so does a credit (a refund:
+``credit_create``; no NOC) only when the model says so, and
 a dishonor request is answered (dishonored, contested, or contested first) the same way.
 
 ``ModelProcessorBackend`` is the class ``PROCESSOR_BACKEND`` names during a run; it hands every
@@ -64,6 +65,7 @@ class Debit:
     amount: Decimal
     processor_id: str
     token: str = ""
+    direction: str = "debit"  # or "credit": money out (a refund), its life the same
     status: str = "submitted"  # submitted, settled, failed, returned
     returned: bool = False
     noc_sent: bool = False
@@ -114,7 +116,7 @@ class SimProcessor:
             debit.returned = True
             debit.status = "returned"
             self._emit(debit, "returned", reason_code=reason_code or "R01")
-        elif step == "noc" and not debit.noc_sent:
+        elif step == "noc" and not debit.noc_sent and debit.direction == "debit":
             debit.noc_sent = True
             body = self._event(debit, "notification_of_change")
             body.update(change_code="C05", corrected_data=noc_corrected_data("C05"))
@@ -165,6 +167,8 @@ class SimProcessor:
         }
         if reason_code:
             body["reason_code"] = reason_code
+        if debit.direction == "credit":
+            body["direction"] = "credit"
         return body
 
     # --- the calls the module makes --------------------------------------------------------
@@ -211,8 +215,26 @@ class SimProcessor:
         sec_code="",
         company_entry_description="",
     ):
+        return self._transfer_create("debit", idempotency_key, payment_id, amount, source_token)
+
+    def credit_create(
+        self,
+        *,
+        idempotency_key,
+        payment_id,
+        amount,
+        currency,
+        destination_token,
+        sec_code="",
+        company_entry_description="",
+    ):
+        return self._transfer_create(
+            "credit", idempotency_key, payment_id, amount, destination_token
+        )
+
+    def _transfer_create(self, direction, idempotency_key, payment_id, amount, token):
         key = str(idempotency_key)
-        timer = CallTimer(method="POST", url="sim://v1/ach/debits")
+        timer = CallTimer(method="POST", url=f"sim://v1/ach/{direction}s")
         mood = self._answer_mood()
         if mood in ("timeout", "5xx", "429"):
             raise self._down(timer, mood)
@@ -233,7 +255,8 @@ class SimProcessor:
             payment_id=str(payment_id),
             amount=Decimal(amount),
             processor_id=f"prc_{uuid.UUID(key).hex[:12]}",
-            token=source_token,
+            token=token,
+            direction=direction,
         )
         self.debits[key] = debit
         self.charges[str(payment_id)].append(key)
@@ -246,6 +269,9 @@ class SimProcessor:
             created=True,
             call=timer.record(http_status=201),
         )
+
+    def credit_get(self, *, idempotency_key):
+        return self.debit_get(idempotency_key=idempotency_key)
 
     def debit_get(self, *, idempotency_key):
         timer = CallTimer(method="GET", url="sim://v1/ach/debits")
@@ -332,6 +358,12 @@ class ModelProcessorBackend(ProcessorBackend):
 
     def debit_get(self, **kwargs):
         return self._processor().debit_get(**kwargs)
+
+    def credit_create(self, **kwargs):
+        return self._processor().credit_create(**kwargs)
+
+    def credit_get(self, **kwargs):
+        return self._processor().credit_get(**kwargs)
 
     def return_dishonor(self, **kwargs):
         return self._processor().return_dishonor(**kwargs)

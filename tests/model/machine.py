@@ -3,16 +3,17 @@ after every step.
 
 A step is one of the moves a world makes: a client creates a payment through the API (with its
 Idempotency-Key sometimes replayed), a merchant refunds part or all of a debit (money out, with
-the same life at the processor as a debit), the events pull runs (a callback the processor
-dropped comes back that way, one delivered comes again late, one still to come comes first), the worker takes one receive from the queue, the processor
-moves a debit on or answers a dishonor, a callback is delivered (in any order, again, inside or
-after SQS's deduplication window), the processor's mood changes, the clock moves, an operator
-asks for a dishonor, sends a failed one again, reinitiates a return or redrives a dead letter,
-the DLQ is ingested, or everything is drained. The code under test is the product's own: the
+the same life at the processor as a debit), the worker takes one receive from the queue, the
+processor moves a debit on or answers a dishonor, a callback is delivered (in any order, again,
+inside or after SQS's deduplication window) or dropped, the events pull runs (a dropped
+callback comes back that way, one delivered comes again late, one still to come comes first),
+the processor's mood changes, the clock moves, an operator asks for a dishonor, sends a failed
+one again, reinitiates a return or redrives a dead letter, the DLQ is ingested, or everything
+is drained. The code under test is the product's own: the
 API view, ``payment_create``, the outbox relay, the worker's ``process_batch`` (bulk starts, the
 batch transaction, the per-message path, retries, dead letters, holds), ``payment_submit``,
-``payment_apply_event``, the dishonor and reinitiation services, DLQ ingestion and the triage
-redrive, on the real database.
+``payment_apply_event``, the refund service, the events pull, the dishonor and reinitiation
+services, DLQ ingestion and the triage redrive, on the real database.
 """
 
 from __future__ import annotations

@@ -316,10 +316,13 @@ PROCESSOR_BREAKER_TICK = Tick(
 
 def processor_events_lock(messages: list[ReceivedMessage]) -> None:
     """The payments of a batch of processor events (each message's group is its payment) and
-    their refunds, locked in the one lock order before any of their events is applied."""
-    from payments.services import payments_lock
+    their refunds, then their merchants' return-rate counters of today, locked in the one lock
+    order before any of their events is applied."""
+    from payments.services import merchant_days_lock, payments_lock
 
-    payments_lock(payment_ids=[message.group_id for message in messages])
+    payment_ids = [message.group_id for message in messages]
+    payments_lock(payment_ids=payment_ids)
+    merchant_days_lock(payment_ids=payment_ids)
 
 
 DEFAULT_HANDLERS: dict[str, Handler] = {

@@ -172,6 +172,27 @@ def merchant_day_add_sql(source: str) -> str:
     )
 
 
+def merchant_days_lock_sql() -> str:
+    """The upsert that locks, in (merchant, day) order, the counters' rows of the merchants of
+    the payments ``%s`` (an array of ids) for the day ``%s`` and the database's UTC day (the
+    same but around midnight), creating at zero those not there yet. Taken before any counter
+    of a batch is added to: two batches adding to the same merchants' days in different orders
+    would otherwise each hold a row the other waits for (a deadlock PostgreSQL ends by killing
+    one)."""
+    table = _table(MerchantReturnDay)
+    zeros = ", ".join("0" for _ in RETURN_DAY_COUNTERS)
+    first = RETURN_DAY_COUNTERS[0]
+    return (
+        f"INSERT INTO {table} (merchant_id, day, {', '.join(RETURN_DAY_COUNTERS)}) "  # noqa: S608
+        f"SELECT merchant.id, day.value, {zeros} "
+        f"FROM (SELECT DISTINCT merchant_id FROM {_table(Payment)} WHERE id = ANY(%s)) "
+        "AS merchant(id) CROSS JOIN (SELECT DISTINCT unnest(ARRAY[CAST(%s AS date), "
+        "CAST(now() AT TIME ZONE 'UTC' AS date)])) AS day(value) "
+        "ORDER BY merchant.id, day.value "
+        f"ON CONFLICT (merchant_id, day) DO UPDATE SET {first} = {table}.{first}"
+    )
+
+
 # The parameters of one part of the statement, read from the declared write.
 _Params = Callable[["EventWrite", object], list]
 

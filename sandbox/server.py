@@ -46,7 +46,9 @@
   or has its connection closed without an answer (the client sees a connection error). Nothing
   is charged during an outage; callbacks of earlier debits keep being sent. A flap fails only
   debits and credits: every other one (``"flap"``), or each with even odds from the seed
-  (``"flap_random"``).
+  (``"flap_random"``). Two backends behind a round-robin balancer, one dead, fail every other
+  API call of any kind (``"round_robin"``), or every call on every other new connection, for
+  as long as the client keeps it (``"flap_connection"``).
 
 After accepting a debit it sends signed callbacks (``submitted``, then ``settled`` or
 ``returned``, and for some settled debits a ``returned`` some seconds later) to the callback
@@ -110,6 +112,12 @@ class OutageMode(enum.StrEnum):
     # Each debit answers 503 with even odds, drawn from the fault plan's seeded random: a flap
     # with no period a retry's timing could fall into step with.
     FLAP_RANDOM = "flap_random"
+    # Two backends behind a round-robin balancer, one of them down: every other API call,
+    # whatever it asks (debits, credits, status reads, event lists), answers 503.
+    ROUND_ROBIN = "round_robin"
+    # The same balancer pinning each connection to a backend: every other new connection goes to
+    # the dead one, and every call on it answers 503 for as long as the client keeps it.
+    FLAP_CONNECTION = "flap_connection"
 
 
 OUTAGE_MODES = (
@@ -118,6 +126,8 @@ OUTAGE_MODES = (
     OutageMode.RESET,
     OutageMode.FLAP,
     OutageMode.FLAP_RANDOM,
+    OutageMode.ROUND_ROBIN,
+    OutageMode.FLAP_CONNECTION,
 )
 
 
@@ -255,6 +265,8 @@ class SandboxProcessor:
         self._outage_until: float | None = None  # time.monotonic(); None: until ended
         self._outage_calls = 0
         self._flap_debits = 0
+        self._flap_calls = 0
+        self._flap_connections = 0
         self.latch: DebitLatch | None = None  # tests: hold debit requests open mid-call
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -360,6 +372,8 @@ class SandboxProcessor:
             self.events_requests.clear()
             self._outage_mode, self._outage_until, self._outage_calls = OutageMode.NONE, None, 0
             self._flap_debits = 0
+            self._flap_calls = 0
+            self._flap_connections = 0
         self.plan.reset()
         self.drops.reset()
 
@@ -398,13 +412,32 @@ class SandboxProcessor:
                 "calls_failed": self._outage_calls,
             }
 
-    def outage_answer(self, *, debit: bool = False) -> Answer | None:
+    def connection_pinned_down(self) -> bool:
+        """Whether a new connection goes to the dead backend of a ``flap_connection`` outage:
+        every other one does (the first, the third, ...)."""
+        with self._lock:
+            self._flap_connections += 1
+            return bool(self._flap_connections % 2)
+
+    def outage_answer(self, *, debit: bool = False, connection_down: bool = False) -> Answer | None:
         """The answer an outage gives an API call, or None when there is no outage. Raises
         ``OutageReset`` when the connection must be dropped instead. ``debit``: the call is a
-        debit (a flapping processor fails only those)."""
+        debit (a flapping processor fails only those); ``connection_down``: its connection is
+        pinned to the dead backend (``flap_connection``)."""
         mode = self.outage()["mode"]
         if not mode:
             return None
+        if mode in (OutageMode.ROUND_ROBIN, OutageMode.FLAP_CONNECTION):
+            with self._lock:
+                self._flap_calls += 1
+                if mode == OutageMode.ROUND_ROBIN:
+                    fails = not self._flap_calls % 2
+                else:
+                    fails = connection_down
+                if not fails:
+                    return None
+                self._outage_calls += 1
+            return Answer(503, {"error": f"processor unavailable (sandbox outage: {mode})"})
         if mode in (OutageMode.FLAP, OutageMode.FLAP_RANDOM):
             if not debit:
                 return None
@@ -1016,6 +1049,9 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm and the
     # client's delayed ACK add 40 ms to every answer on a kept-alive connection.
     disable_nagle_algorithm = True
+    # One handler serves one connection: in a ``flap_connection`` outage, whether the balancer
+    # pinned it to the dead backend (None: not decided yet).
+    pinned_down: bool | None = None
     timeout = 120  # an idle kept-alive connection is closed, and its thread ends
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -1134,8 +1170,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _outage(self, sandbox: SandboxProcessor, operation: str) -> bool:
         """Answer as the outage says; False when there is none."""
+        if self.pinned_down is None and sandbox.outage()["mode"] == OutageMode.FLAP_CONNECTION:
+            self.pinned_down = sandbox.connection_pinned_down()
         try:
-            answer = sandbox.outage_answer(debit=operation in ("debit_create", "credit_create"))
+            answer = sandbox.outage_answer(
+                debit=operation in ("debit_create", "credit_create"),
+                connection_down=bool(self.pinned_down),
+            )
         except OutageReset:
             sandbox.count(operation, 0)
             self.close_connection = True

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -58,6 +58,8 @@ logger = logging.getLogger(__name__)
 # days late is still matched; an older expectation is already a variance for a person.
 MATCH_LOOKBACK = timedelta(days=10)
 IMPORT_BATCH = 2000
+# How much of a reader's failure a refused statement keeps as its reason (record 0: none named).
+READER_FAILURE_CHARS = 2000
 TRACE = re.compile(r"\b\d{15}\b")
 
 
@@ -124,6 +126,22 @@ def _refused(stored: BankStatement) -> None:
 
 
 def _import(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
+    """Read and store the statement, or refuse it whole: a failure of the reader's own (an
+    exception no rule of the format names) refuses this file with its reason, as a broken
+    record does, instead of ending the round before the files after it. A database that
+    cannot be reached, and the same bytes stored by another reader at once, are not the
+    file's: they are raised."""
+    try:
+        return _import_read(name, content, sha, sealed)
+    except (StatementFormatError, IntegrityError, OperationalError, InterfaceError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - refused with its reason, never the round's end
+        logger.exception("bank statement %s: the reader failed", name)
+        reason = mask_bank_numbers(f"the statement could not be read ({type(exc).__name__}: {exc})")
+        raise StatementFormatError(0, reason[:READER_FAILURE_CHARS]) from exc
+
+
+def _import_read(name: str, content: bytes, sha: str, sealed: dict) -> BankStatement:
     parsed = parse_bai2(content)
     stored = BankStatement.objects.create(
         name=name[:255], sha256=sha, status=StatementStatus.IMPORTED, **sealed

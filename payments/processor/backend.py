@@ -366,6 +366,12 @@ class ProcessorBackend(abc.ABC):
         """Whether ``events_list`` is written for this backend (a pull has something to ask)."""
         return type(self).events_list is not ProcessorBackend.events_list
 
+    def connections_renew(self) -> None:  # noqa: B027
+        """Drop the connections kept open to the processor, so the next call opens a new one:
+        a balancer may have pinned a kept connection to a dead backend of the processor's
+        (``payments.services.submission`` calls again on a new connection). Optional: a backend
+        that keeps no connection keeps this."""
+
     @abc.abstractmethod
     def callback_verify(self, request: CallbackRequest) -> None:
         """Raise ``payments.signing.SignatureError`` (answered 401) unless the callback is

@@ -50,6 +50,7 @@ from payments.services.writes import (
     Move,
     event_write,
     events_share_transaction,
+    merchant_days_lock,
     payment_lock,
     payments_lock,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "payment_status_check",
     "payment_submit",
     "payment_transition",
+    "merchant_days_lock",
     "payments_lock",
     "processed_events_purge",
     "return_dishonor_request",

@@ -16,17 +16,21 @@ from payments.models import (
     PaymentDirection,
     ProcessorAttempt,
 )
-from payments.processor.backend import DebitAccepted, DebitQueued, DebitStatus
+from payments.processor.backend import CallErrorKind, DebitAccepted, DebitQueued, DebitStatus
 from payments.processor.backends.http import (
+    ProcessorAuthFailed,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
     get_client,
 )
 from payments.processor.breaker import (
+    NOT_COUNTED_STATUSES,
     STATUS_READ,
     SUBMISSION,
     Admission,
+    CallOutcome,
     call_outcome,
+    failure_interleaved,
     max_pause_seconds,
     processor_breaker_admit,
     processor_breaker_degraded,
@@ -127,6 +131,46 @@ def breaker_record(
         called=True,
         breaker_open=state != BreakerState.CLOSED,
     ) from result
+
+
+def call_again_worth(admission: Admission, attempt: ProcessorAttempt, result) -> bool:
+    """Whether a failed submission is made again at once on a new connection: it failed with
+    a 5xx or without an answer (not a timeout: its request may still be running), outside a
+    trial, and interleaved with other payments' successes (``breaker.degraded``)."""
+    if admission.trial or attempt.operation != SUBMIT_OPERATION:
+        return False
+    if not isinstance(result, ProcessorCallUnavailable) or isinstance(result, ProcessorAuthFailed):
+        return False
+    status = attempt.http_status
+    if status is None and attempt.error_kind != CallErrorKind.CONNECTION:
+        return False
+    if status is not None and (status < 500 or status in NOT_COUNTED_STATUSES):
+        return False
+    return failure_interleaved(payment_id=attempt.payment_id, attempt_id=attempt.pk)
+
+
+def breaker_record_called_again(admission: Admission, attempt: ProcessorAttempt) -> None:
+    """Tell the breaker of the failure that was made again: counted as any failure; what the
+    call again says is told after it (``breaker_record``)."""
+    processor_breaker_record(
+        admission=admission,
+        outcome=CallOutcome.FAILURE,
+        operation=attempt.operation,
+        error=attempt.error,
+        http_status=attempt.http_status,
+    )
+
+
+def breaker_recovered(payment: Payment, attempt: ProcessorAttempt) -> None:
+    """A submission that failed went through when made again on a new connection: the
+    failure was the processor's. Asks the degraded verdict as a failure does, so a balancer's
+    flap that no payment feels is an incident all the same."""
+    reason = processor_degraded_reason(payment_id=payment.id)
+    if reason:
+        processor_breaker_degraded(
+            reason=f"{reason}; payment {payment.id} went through when called again on a new "
+            f"connection (attempt {attempt.attempt_number})"
+        )
 
 
 def _raise_if_degraded(payment: Payment, attempt: ProcessorAttempt, result) -> None:

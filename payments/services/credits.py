@@ -12,10 +12,12 @@ money twice.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 
 from django.utils import timezone
 
-from payments.event_rows import EntryStatus
+from payments.event_rows import EntryStatus, Move
 from payments.models import (
     DoubleLoss,
     DoubleLossStatus,
@@ -62,6 +64,41 @@ def credit_move_effects(
         )
         return entry, None, (lambda: _double_loss_undo(payment, because=target),)
     return None, None, ()
+
+
+def credit_returned_unsettled(move: Move, *, returned_at: datetime) -> Move:
+    """A credit's return delivered while the credit is ``submitted`` (its settlement's
+    callback lost, or overtaken): a credit is returned only once it settled, so the money
+    left and came back. Its move to ``failed`` posts the held entry and writes the return's
+    entry, both at the return, as the settlement and the return would have; the settlement,
+    when it comes, moves it to ``returned`` and writes nothing (``credit_settled_late``)."""
+    payment = move.payment
+    held, returned = ENTRY_KINDS[payment.purpose]
+    return replace(
+        move,
+        entry_status=EntryStatus(kind=held, status=LedgerEntryStatus.POSTED, posted_at=returned_at),
+        ledger=LedgerEntry(
+            payment=payment,
+            merchant_id=payment.merchant_id,
+            kind=returned,
+            amount=payment.amount,
+            currency=payment.currency,
+            posted_at=returned_at,
+        ),
+    )
+
+
+def credit_return_written(payment: Payment) -> bool:
+    """Whether the credit's return wrote its entry (a credit failed by its return before this
+    rule kept its held entry archived instead: nothing moved, and so it stays)."""
+    _, returned = ENTRY_KINDS[payment.purpose]
+    return LedgerEntry.objects.filter(payment=payment, kind=returned).exists()
+
+
+def credit_settled_late(move: Move) -> Move:
+    """The settlement of a credit its return failed (``credit_returned_unsettled``): the move
+    to ``returned`` without a row of money, which the return wrote."""
+    return replace(move, ledger=None, entry_status=None, followups=())
 
 
 def _double_loss_undo(payment: Payment, *, because: str) -> None:

@@ -20,6 +20,11 @@ from payments.models import (
     PaymentState,
 )
 from payments.return_codes import ReturnCategory, ReturnCode, return_code_get
+from payments.services.credits import (
+    credit_return_written,
+    credit_returned_unsettled,
+    credit_settled_late,
+)
 from payments.services.event_handlers import ApplyOutcome, Decision
 from payments.services.refunds import refunds_on_debit_return
 from payments.services.transitions import TransitionHandler
@@ -32,9 +37,9 @@ class SettledHandler(TransitionHandler):
     other) follows the processor's history, whatever the delivery order: a debit settled, then
     came back, so it ends ``returned`` (``settle_before_return``) with its credit, posted at the
     settlement, and that credit's reversal, posted at the return, each once; its return record
-    becomes the return after settlement it was. Money out that failed by such a return keeps
-    its state and its archived entry (the money left and came back: nothing moved for good),
-    the settlement recorded. Any other settlement of a failed payment is refused."""
+    becomes the return after settlement it was. Money out that failed by such a return ends
+    ``returned`` too, with the entries its return wrote (``credits.credit_returned_unsettled``)
+    and nothing more. Any other settlement of a failed payment is refused."""
 
     def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
         if payment.state != PaymentState.FAILED:
@@ -50,15 +55,28 @@ class SettledHandler(TransitionHandler):
                     "without a return the processor made after this settlement"
                 )
             )
-        if payment.direction == PaymentDirection.CREDIT:
+        credit = payment.direction == PaymentDirection.CREDIT
+        if credit and not credit_return_written(payment):
             return Decision(ApplyOutcome.RECORDED)
         decision = super().decide(event, payment)
+        if credit:
+            decision = replace(decision, move=credit_settled_late(decision.move))
         return replace(decision, context={"return_id": earlier.pk})
 
     def record(self, *, event, payment, decision, log) -> None:
-        if decision.context.get("return_id") is not None:
-            return_settled_before(
-                payment=payment, return_id=decision.context["return_id"], settled_at=event.timestamp
+        if decision.context.get("return_id") is None:
+            return
+        record = return_settled_before(
+            return_id=decision.context["return_id"], settled_at=event.timestamp
+        )
+        if payment.direction == PaymentDirection.DEBIT:
+            LedgerEntry.objects.create(
+                payment=payment,
+                merchant_id=payment.merchant_id,
+                kind=LedgerEntryKind.REVERSAL,
+                amount=-payment.amount,
+                currency=payment.currency,
+                posted_at=record.returned_at,
             )
 
 
@@ -72,6 +90,10 @@ class ReturnHandler(TransitionHandler):
         decision = super().decide(event, payment)
         if decision.outcome == ApplyOutcome.STALE and return_after_failure(event, payment):
             return Decision(ApplyOutcome.RECORDED, context={"after_failure": True})
+        unsettled = decision.move is not None and decision.move.to_state == PaymentState.FAILED
+        if unsettled and payment.direction == PaymentDirection.CREDIT:
+            move = credit_returned_unsettled(decision.move, returned_at=event.timestamp)
+            decision = replace(decision, move=move)
         return replace(decision, context={"settled_at": settled_at})
 
     def record(self, *, event, payment, decision, log) -> None:
@@ -88,11 +110,12 @@ class ReturnHandler(TransitionHandler):
             refunds_on_debit_return(debit=payment, event=event)
 
 
-def return_settled_before(*, payment: Payment, return_id: int, settled_at) -> None:
-    """The return a debit failed by turned out to follow its settlement (``SettledHandler``):
-    the credit's reversal, posted at the return, and the return record made the return after
-    settlement it was, with its deadline. The counters stay: the return counted the debit as
-    the entry the network answered, as the settlement would have."""
+def return_settled_before(*, return_id: int, settled_at) -> PaymentReturn:
+    """The return a payment failed by turned out to follow its settlement (``SettledHandler``):
+    the return record made the return after settlement it was, with its deadline; returns the
+    record as it was. A debit's credit reversal, posted at the return, is the handler's. The
+    counters stay: the return counted the debit as the entry the network answered, as the
+    settlement would have."""
     record = PaymentReturn.objects.get(pk=return_id)
     code = return_code_get(record.reason_code)
     deadline = code.deadline(settled_at) if code is not None else None
@@ -102,14 +125,7 @@ def return_settled_before(*, payment: Payment, return_id: int, settled_at) -> No
         deadline=deadline,
         late=deadline is not None and record.returned_at > deadline,
     )
-    LedgerEntry.objects.create(
-        payment=payment,
-        merchant_id=payment.merchant_id,
-        kind=LedgerEntryKind.REVERSAL,
-        amount=-payment.amount,
-        currency=payment.currency,
-        posted_at=record.returned_at,
-    )
+    return record
 
 
 def return_after_failure(event: ProcessorEvent, payment: Payment) -> bool:

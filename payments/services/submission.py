@@ -29,12 +29,16 @@ from payments.processor.backends.http import (
     ProcessorCallUnavailable,
     get_client,
 )
+from payments.processor.breaker import Admission
 from payments.services.calls import (
     SUBMIT_OPERATION,
     alert_auth_failed,
     attempt_record,
     breaker_admit,
     breaker_record,
+    breaker_record_called_again,
+    breaker_recovered,
+    call_again_worth,
     log_attempt,
     transfer_create,
 )
@@ -152,6 +156,8 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     result = _debit_create(payment)
     with transaction.atomic():
         recorded = _submission_record(payment_id, result, caused_by)
+    if call_again_worth(admission, recorded.attempt, result):
+        result, recorded = _submission_call_again(admission, recorded, caused_by)
     # After commit: the attempt and the state change are durable before anyone hears of them.
     payment, attempt = recorded.payment, recorded.attempt
     if recorded.alert is not None:
@@ -166,6 +172,24 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
             retry_after=attempt.retry_after_seconds,
         ) from result
     return SubmitResult(recorded.outcome, payment)
+
+
+def _submission_call_again(
+    admission: Admission, failed: _SubmissionRecorded, caused_by: str
+) -> tuple[object, _SubmissionRecorded]:
+    """Make a failed call again at once on a new connection (``breaker.degraded``: a
+    balancer's dead backend), under the same idempotency key; its own attempt row. Returns
+    what the call again gave and recorded."""
+    payment = failed.payment
+    log_attempt(payment, failed.attempt, "called again on a new connection")
+    breaker_record_called_again(admission, failed.attempt)
+    get_client().connections_renew()
+    result = _debit_create(payment)
+    with transaction.atomic():
+        recorded = _submission_record(payment.id, result, caused_by)
+    if recorded.outcome != SubmitOutcome.RETRYABLE:
+        breaker_recovered(recorded.payment, recorded.attempt)
+    return result, recorded
 
 
 def _submission_mark(payment: Payment) -> datetime | None:

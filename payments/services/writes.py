@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Case, Q, Value, When
+from django.utils import timezone
 
 from payments import event_sql
 from payments.event_rows import DayCounts, EntryStatus, EventWrite, Move
@@ -96,6 +97,20 @@ def payments_lock(*, payment_ids: Iterable) -> None:
         .values_list("id", flat=True)
     )
     list(rows)
+
+
+def merchant_days_lock(*, payment_ids: Iterable) -> None:
+    """Lock, for the caller's transaction, the return-rate counters of today (the app's and
+    the database's UTC day, when they differ) of the merchants of ``payment_ids``, in
+    (merchant, day) order, after their payments (``payments_lock``). A worker's batch adds to
+    several merchants' counters in its messages' order; taking them all first, in one order,
+    two batches never wait on each other in a circle. Call inside ``transaction.atomic()``;
+    one statement."""
+    ids = sorted({_uuid_or_none(payment_id) for payment_id in payment_ids} - {None})
+    if not ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(event_sql.merchant_days_lock_sql(), [ids, timezone.now().date()])
 
 
 def _is_refund() -> Case:

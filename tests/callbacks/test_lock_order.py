@@ -21,6 +21,7 @@ from payments.models import (
     DoubleLoss,
     EventKind,
     EventOutcome,
+    MerchantReturnDay,
     Payment,
     PaymentEvent,
     PaymentState,
@@ -200,3 +201,80 @@ def test_a_payment_under_its_row_lock_still_takes_rows_that_refer_to_it():
         release.set()
         holder.join(30)
     assert PaymentEvent.objects.filter(payment=payment, outcome="recorded").count() == 1
+
+
+def test_two_batches_counting_the_same_merchants_days_in_opposite_orders_do_not_deadlock(
+    sqs_queues, caplog
+):
+    """Two workers' batches, each settling a debit of merchant A and one of merchant B, in
+    opposite orders: each adds to its first merchant's counters of the day, then waits with the
+    row locked, then adds to the other's. Added to in message order, each held a row the other
+    needed, and PostgreSQL killed one as a deadlock victim (the batch applied again, a retry
+    spent); locked first in (merchant, day) order, the second batch waits for the first."""
+    caplog.set_level(logging.INFO)
+    debits = {
+        (batch, merchant): PaymentFactory(state=PaymentState.SUBMITTED, merchant_id=merchant)
+        for batch in "12"
+        for merchant in ("merchant-a", "merchant-b")
+    }
+    for debit in debits.values():
+        send_event(sqs_queues.client, sqs_queues.url, debit, "settled")
+    first_done = {"1": threading.Event(), "2": threading.Event()}
+    go_on = threading.Event()
+    where = threading.local()
+
+    def pausing(message):
+        outcome = handle_processor_event(message)
+        if not first_done[where.batch].is_set():  # its first debit counted, the batch open
+            first_done[where.batch].set()
+            go_on.wait(30)
+        return outcome
+
+    handler = dataclasses.replace(DEFAULT_HANDLERS[PROCESSOR_EVENT], func=pausing)
+    handlers = {**DEFAULT_HANDLERS, PROCESSOR_EVENT: handler}
+    workers = {name: Worker(wait_time=0, relay=False, handlers=handlers) for name in "12"}
+    errors: list[BaseException] = []
+    pids: dict[str, int] = {}
+
+    def batch(name: str, messages):
+        def run():
+            where.batch = name
+            pids[name] = _backend_pid()
+            try:
+                workers[name].process_batch(messages)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        return threading.Thread(target=run)
+
+    with workers["1"].running(), workers["2"].running():
+        messages = []
+        while len(messages) < 4:
+            messages += workers["1"].receive()
+        by_group = {m.group_id: m for m in messages}
+
+        def of(name: str, merchants: tuple[str, str]):
+            return [by_group[str(debits[(name, merchant)].id)] for merchant in merchants]
+
+        first = batch("1", of("1", ("merchant-a", "merchant-b")))
+        second = batch("2", of("2", ("merchant-b", "merchant-a")))
+        first.start()
+        assert first_done["1"].wait(30)
+        second.start()
+        # The second batch goes as far as it can: its first debit counted, or waiting on a lock.
+        assert _until(
+            lambda: first_done["2"].is_set() or ("2" in pids and _waits_on_a_lock(pids["2"]))
+        )
+        go_on.set()
+        first.join(60)
+        second.join(60)
+
+    assert errors == []
+    assert "deadlock" not in caplog.text.lower()
+    assert "applied again" not in caplog.text
+    assert set(QueueMessage.objects.values_list("status", "outcome")) == {("done", "applied")}
+    assert set(Payment.objects.values_list("state", flat=True)) == {PaymentState.CONFIRMED}
+    counted = dict(MerchantReturnDay.objects.values_list("merchant_id", "debits"))
+    assert counted == {"merchant-a": 2, "merchant-b": 2}

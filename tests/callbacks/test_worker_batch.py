@@ -64,15 +64,17 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
         # (BEGIN ... COMMIT) then locks the ten payments in the one lock order (one statement,
-        # payments_lock) and applies them together (the processor-event handler declares
+        # payments_lock), then their merchants' return-rate counters of the day in (merchant,
+        # day) order (one statement, merchant_days_lock: two batches never deadlock on them),
+        # and applies them together (the processor-event handler declares
         # ``together``): per event the payment's row lock and one statement that claims the
         # dedup record and only then writes the state, the ledger credit, the return-rate
         # counter and the event-log row (payments.event_sql), with no savepoint and release
         # around them: 2 each; then one statement marks all ten done.
-        # 1 + 2 + 1 + 10 * 2 + 1 = 25, against 44 with a savepoint per event, 84 when the
+        # 1 + 2 + 2 + 10 * 2 + 1 = 26, against 44 with a savepoint per event, 84 when the
         # event's rows were five ORM statements, and 130 (in 20 transactions) when each message
         # had its own start and transaction. Deletes and releases are SQS calls.
-        with django_assert_num_queries(25, connection=connection) as captured:
+        with django_assert_num_queries(26, connection=connection) as captured:
             worker.process_batch(messages)
     statements = [query["sql"] for query in captured.captured_queries]
     table = QueueMessage._meta.db_table
@@ -80,6 +82,7 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     # attempt counted); the done marks are in the work's transaction, the last before COMMIT.
     assert statements[0].startswith(f'INSERT INTO "{table}"') and statements[1] == "BEGIN"
     assert statements[2].endswith("FOR NO KEY UPDATE")  # the batch's locks, in the one order
+    assert statements[3].startswith('INSERT INTO "payments_merchantreturnday"')
     assert statements[-2].startswith(f'UPDATE "{table}" SET status') and statements[-1] == "COMMIT"
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)
@@ -107,7 +110,7 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
         messages = receive_batch(worker, sqs_queues, 10)
         # As a debit's settlement (the test above): a refund's posts its pending entry in the
         # event's one statement, not in one more after it.
-        with django_assert_num_queries(25, connection=connection):
+        with django_assert_num_queries(26, connection=connection):
             worker.process_batch(messages)
     assert set(Payment.objects.filter(pk__in=[r.pk for r in refunds]).values_list("state")) == {
         (PaymentState.CONFIRMED,)

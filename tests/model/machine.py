@@ -2,15 +2,18 @@
 after every step.
 
 A step is one of the moves a world makes: a client creates a payment through the API (with its
-Idempotency-Key sometimes replayed), the worker takes one receive from the queue, the processor
-moves a debit on or answers a dishonor, a callback is delivered (in any order, again, inside or
-after SQS's deduplication window), the processor's mood changes, the clock moves, an operator
-asks for a dishonor, sends a failed one again, reinitiates a return or redrives a dead letter,
-the DLQ is ingested, or everything is drained. The code under test is the product's own: the
+Idempotency-Key sometimes replayed), a merchant refunds part or all of a debit (money out, with
+the same life at the processor as a debit), the worker takes one receive from the queue, the
+processor moves a debit on or answers a dishonor, a callback is delivered (in any order, again,
+inside or after SQS's deduplication window) or dropped, the events pull runs (a dropped
+callback comes back that way, one delivered comes again late, one still to come comes first),
+the processor's mood changes, the clock moves, an operator asks for a dishonor, sends a failed
+one again, reinitiates a return or redrives a dead letter, the DLQ is ingested, or everything
+is drained. The code under test is the product's own: the
 API view, ``payment_create``, the outbox relay, the worker's ``process_batch`` (bulk starts, the
 batch transaction, the per-message path, retries, dead letters, holds), ``payment_submit``,
-``payment_apply_event``, the dishonor and reinitiation services, DLQ ingestion and the triage
-redrive, on the real database.
+``payment_apply_event``, the refund service, the events pull, the dishonor and reinitiation
+services, DLQ ingestion and the triage redrive, on the real database.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from hypothesis.stateful import (
 from rest_framework.test import APIClient
 
 from callbacks import sqs
+from callbacks.events_pull import PullOutcome, processor_events_pull
 from callbacks.handlers import processor_breaker_tick
 from callbacks.models import (
     FINISHED_STATUSES,
@@ -55,6 +59,7 @@ from payments.models import (
     EventOutcome,
     LedgerEntry,
     Payment,
+    PaymentDirection,
     PaymentEvent,
     PaymentReturn,
     PaymentState,
@@ -77,6 +82,7 @@ AMOUNTS = ("10.00", "25.50", "7.25")
 API_KEYS = (None, "key-1", "key-2", "key-3")
 RETURN_CODES = ("R01", "R09", "R10", "R03")
 DISHONOR_CODES = ("R61", "R67", "R68")
+REFUND_AMOUNTS = ("1.00", "5.00", "10.00")
 ALTERED_AMOUNT = "99.99"  # no payment of the model is for this amount
 CLOCK_STEPS = {
     "seconds": timedelta(seconds=7),
@@ -180,6 +186,11 @@ class PipelineModel(RuleBasedStateMachine):
         reached["parked messages"] += ParkedMessage.objects.count()
         reached["processing errors"] += ProcessingError.objects.count()
         reached["duplicate deliveries"] += QueueMessage.objects.filter(outcome="duplicate").count()
+        reached["callbacks dropped"] += len(self.processor.dropped)
+        for state in Payment.objects.filter(direction=PaymentDirection.CREDIT).values_list(
+            "state", flat=True
+        ):
+            reached[f"refund {state}"] += 1
 
     # --- moves: clients and operators --------------------------------------------------------
 
@@ -212,6 +223,23 @@ class PipelineModel(RuleBasedStateMachine):
             return
         # Another body under a known key, or a token whose NOC is overdue: refused, nothing made.
         assert response.status_code in (409, 422), (response.status_code, response.content)
+
+    @precondition(lambda self: self.payments)
+    @rule(index=st.integers(0, 30), amount=st.sampled_from(REFUND_AMOUNTS))
+    def refund(self, index, amount):
+        """A merchant refunds part or all of one of its debits through the API: refused (a
+        debit not confirmed, more than is left to refund) or made, its money held at once."""
+        self.dirty = True
+        debit_id = self.payments[index % len(self.payments)]
+        response = self.api.post(
+            f"/api/payments/{debit_id}/refunds/", {"amount": amount}, format="json"
+        )
+        if response.status_code == 201:
+            self.payments.append(response.json()["id"])
+            return
+        assert response.status_code in (400, 409, 422), (response.status_code, response.content)
+
+    refund_more = refund
 
     def _returned(self, index: int) -> str | None:
         """One of the run's returned payments (what the operator's pages offer to act on)."""
@@ -377,6 +405,26 @@ class PipelineModel(RuleBasedStateMachine):
         self.processor.sent.append(body)
 
     @precondition(lambda self: self.processor.pending)
+    @rule(index=st.integers(0, 30))
+    def drop(self, index):
+        """The processor gives up on one of its waiting callbacks: never delivered, only its
+        events API still lists it."""
+        body = self.processor.pending.pop(index % len(self.processor.pending))
+        self.processor.dropped.append(body)
+
+    @rule()
+    def pull(self):
+        """A pass of the events pull: every event after the stored cursor onto the queue as a
+        callback would be, the dropped ones, those delivered already (late: duplicates) and
+        those whose callback is still to come (reordered: the callback is the duplicate)."""
+        self.dirty = True
+        may_fail = self.processor.mood != "ok"  # the processor's mood answers the list too
+        result = processor_events_pull()
+        assert result.outcome in (PullOutcome.DONE, PullOutcome.FAILED), result.summary()
+        assert result.outcome == PullOutcome.DONE or may_fail, result.error
+        assert not result.malformed and not result.unqueued, result.summary()
+
+    @precondition(lambda self: self.processor.pending)
     @rule(newest_first=st.booleans())
     def deliver_all(self, newest_first):
         """The processor posts every waiting callback, oldest or newest first."""
@@ -420,6 +468,7 @@ class PipelineModel(RuleBasedStateMachine):
         self.processor.set_mood("ok", 0)
         while self.processor.pending:
             self.deliver(0)
+        self.pull()  # what was dropped comes back this way
         for _ in range(200):
             if self._turn():
                 continue
@@ -547,6 +596,9 @@ class PipelineModel(RuleBasedStateMachine):
         }
         for payment_id, payment in payments.items():
             ach_return = returns.get(payment_id)
+            if payment.direction == PaymentDirection.CREDIT:
+                self._check_credit_ledger(payment, ach_return, entries.get(payment_id, {}))
+                continue
             settled = payment.state == PaymentState.CONFIRMED or (
                 payment.state == PaymentState.RETURNED
             )
@@ -569,6 +621,28 @@ class PipelineModel(RuleBasedStateMachine):
                 f"payment {payment_id} ({payment.state}) has ledger {entries.get(payment_id)}, "
                 f"its history implies {expected}"
             )
+
+    @staticmethod
+    def _check_credit_ledger(payment: Payment, ach_return, entries: dict[str, Decimal]) -> None:
+        """A refund holds its money from its making (its entry, however it ends); the money
+        comes back once, with an entry of its own, when the bank returned the credit: it ends
+        ``returned``, or ``failed`` by a return delivered before its settlement (a credit is
+        returned only once it settled). A recovery owed (its debit's return after it was sent)
+        is the double loss's to check."""
+        amount = payment.amount
+        back = payment.state == PaymentState.RETURNED or (
+            payment.state == PaymentState.FAILED
+            and ach_return is not None
+            and not ach_return.after_failure
+        )
+        expected = {"refund": -amount}
+        if back:
+            expected["refund_return"] = amount
+        found = {k: v for k, v in entries.items() if k != "recovery_owed"}
+        assert found == expected, (
+            f"refund {payment.id} ({payment.state}) has ledger {entries}, its history implies "
+            f"{expected}"
+        )
 
     def _check_no_remedy_twice(
         self, payments: dict[str, Payment], dishonors: dict[str, ReturnDishonor]
@@ -701,6 +775,12 @@ class PipelineModel(RuleBasedStateMachine):
             assert event_id in applied or event_id in with_person, (
                 f"callback {event_id} (message {message_id}) was neither applied nor left for a "
                 "person"
+            )
+        for body in self.processor.dropped:
+            event_id = body["processor_event_id"]
+            assert event_id in applied or event_id in with_person, (
+                f"dropped callback {event_id} was not pulled back: neither applied nor left for "
+                "a person"
             )
         for event_id, message_id in self.altered:
             assert ALTERED_AMOUNT not in applied[event_id], (

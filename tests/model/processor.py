@@ -8,9 +8,14 @@ payment for one API Idempotency-Key) shows as a second charge. Its mood answers 
 is answered with its original result whatever the mood, unless the processor is down.
 
 Its callbacks wait in ``pending`` until the model delivers them, in any order, and stay in
-``sent`` to be delivered again (inside SQS's deduplication window or after it). Each debit
+``sent`` to be delivered again (inside SQS's deduplication window or after it); one may be
+dropped instead (``dropped``: given up, never delivered). Its events API lists every event it
+emitted (``history``), delivered or not, after a cursor (the position in the list), as the
+pull reads it: a dropped event comes back only that way, a delivered one again (late, or before
+its callback: reordered). Each debit
 moves through the processor's own life (submitted, then settled or failed or returned before
-settlement; a settled one returned; any charged one a NOC) only when the model says so, and
+settlement; a settled one returned; any charged one a NOC), and so does a credit (a refund:
+``credit_create``; no NOC) only when the model says so, and
 a dishonor request is answered (dishonored, contested, or contested first) the same way.
 
 ``ModelProcessorBackend`` is the class ``PROCESSOR_BACKEND`` names during a run; it hands every
@@ -32,6 +37,7 @@ from payments.processor.backend import (
     DebitAccepted,
     DebitStatus,
     DishonorAccepted,
+    EventsPage,
     ProcessorBackend,
     ProcessorCallRejected,
     ProcessorCallUnavailable,
@@ -59,6 +65,7 @@ class Debit:
     amount: Decimal
     processor_id: str
     token: str = ""
+    direction: str = "debit"  # or "credit": money out (a refund), its life the same
     status: str = "submitted"  # submitted, settled, failed, returned
     returned: bool = False
     noc_sent: bool = False
@@ -89,6 +96,8 @@ class SimProcessor:
         self.dishonors: dict[str, Dishonor] = {}
         self.pending: list[dict] = []
         self.sent: list[dict] = []
+        self.dropped: list[dict] = []
+        self.history: list[dict] = []  # every event emitted, as the events API lists them
 
     # --- what the model does to it ---------------------------------------------------------
 
@@ -107,11 +116,11 @@ class SimProcessor:
             debit.returned = True
             debit.status = "returned"
             self._emit(debit, "returned", reason_code=reason_code or "R01")
-        elif step == "noc" and not debit.noc_sent:
+        elif step == "noc" and not debit.noc_sent and debit.direction == "debit":
             debit.noc_sent = True
             body = self._event(debit, "notification_of_change")
             body.update(change_code="C05", corrected_data=noc_corrected_data("C05"))
-            self.pending.append(body)
+            self._publish(body)
 
     def tick(self) -> None:
         """Time passes at the processor: every debit takes the next step of the life its token
@@ -139,7 +148,12 @@ class SimProcessor:
         self._emit(debit, answer, reason_code=code)
 
     def _emit(self, debit: Debit, event_type: str, reason_code: str = "") -> None:
-        self.pending.append(self._event(debit, event_type, reason_code))
+        self._publish(self._event(debit, event_type, reason_code))
+
+    def _publish(self, body: dict) -> None:
+        """An event happened: its callback waits to be delivered, and the events API lists it."""
+        self.pending.append(body)
+        self.history.append(body)
 
     def _event(self, debit: Debit, event_type: str, reason_code: str = "") -> dict:
         body = {
@@ -153,6 +167,8 @@ class SimProcessor:
         }
         if reason_code:
             body["reason_code"] = reason_code
+        if debit.direction == "credit":
+            body["direction"] = "credit"
         return body
 
     # --- the calls the module makes --------------------------------------------------------
@@ -199,8 +215,26 @@ class SimProcessor:
         sec_code="",
         company_entry_description="",
     ):
+        return self._transfer_create("debit", idempotency_key, payment_id, amount, source_token)
+
+    def credit_create(
+        self,
+        *,
+        idempotency_key,
+        payment_id,
+        amount,
+        currency,
+        destination_token,
+        sec_code="",
+        company_entry_description="",
+    ):
+        return self._transfer_create(
+            "credit", idempotency_key, payment_id, amount, destination_token
+        )
+
+    def _transfer_create(self, direction, idempotency_key, payment_id, amount, token):
         key = str(idempotency_key)
-        timer = CallTimer(method="POST", url="sim://v1/ach/debits")
+        timer = CallTimer(method="POST", url=f"sim://v1/ach/{direction}s")
         mood = self._answer_mood()
         if mood in ("timeout", "5xx", "429"):
             raise self._down(timer, mood)
@@ -221,7 +255,8 @@ class SimProcessor:
             payment_id=str(payment_id),
             amount=Decimal(amount),
             processor_id=f"prc_{uuid.UUID(key).hex[:12]}",
-            token=source_token,
+            token=token,
+            direction=direction,
         )
         self.debits[key] = debit
         self.charges[str(payment_id)].append(key)
@@ -235,6 +270,9 @@ class SimProcessor:
             call=timer.record(http_status=201),
         )
 
+    def credit_get(self, *, idempotency_key):
+        return self.debit_get(idempotency_key=idempotency_key)
+
     def debit_get(self, *, idempotency_key):
         timer = CallTimer(method="GET", url="sim://v1/ach/debits")
         debit = self.debits.get(str(idempotency_key))
@@ -244,6 +282,21 @@ class SimProcessor:
             found=True,
             processor_id=debit.processor_id,
             status=debit.status,
+            call=timer.record(http_status=200),
+        )
+
+    def events_list(self, *, after, limit):
+        """The events after the cursor ``after`` (a position in ``history``), oldest first."""
+        timer = CallTimer(method="GET", url="sim://v1/events")
+        mood = self._answer_mood()
+        if mood in ("timeout", "5xx", "429"):
+            raise self._down(timer, mood)
+        start = int(after or 0)
+        end = min(len(self.history), start + limit)
+        return EventsPage(
+            data=tuple(dict(body) for body in self.history[start:end]),
+            next_cursor=str(end),
+            has_more=end < len(self.history),
             call=timer.record(http_status=200),
         )
 
@@ -306,8 +359,17 @@ class ModelProcessorBackend(ProcessorBackend):
     def debit_get(self, **kwargs):
         return self._processor().debit_get(**kwargs)
 
+    def credit_create(self, **kwargs):
+        return self._processor().credit_create(**kwargs)
+
+    def credit_get(self, **kwargs):
+        return self._processor().credit_get(**kwargs)
+
     def return_dishonor(self, **kwargs):
         return self._processor().return_dishonor(**kwargs)
+
+    def events_list(self, **kwargs):
+        return self._processor().events_list(**kwargs)
 
     def callback_verify(self, request: CallbackRequest) -> None:
         """The model hands its callbacks straight to the queue; nothing comes over HTTP."""

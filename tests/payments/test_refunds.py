@@ -307,3 +307,95 @@ def test_money_out_and_double_losses_are_counted_once_committed(
 
     assert MONEY_OUT.labels("refund", "pending")._value.get() == made + 1
     assert DOUBLE_LOSSES._value.get() == losses + 1
+
+
+def _ledger(payment: Payment) -> set[tuple]:
+    return {
+        (e.kind, e.amount, e.status, e.posted_at)
+        for e in LedgerEntry.objects.filter(payment=payment)
+    }
+
+
+@pytest.mark.parametrize("order", ["settled_first", "returned_first"])
+def test_a_refund_settled_then_returned_ends_returned_whatever_the_delivery_order(
+    order, django_capture_on_commit_callbacks
+):
+    """The processor settled the refund, then the receiving bank returned it. Delivered in that
+    order or the other (the settlement's callback lost and pulled back after the return), the
+    refund ends ``returned`` with its entry posted and the money back once; before, the late
+    settlement was only recorded and the refund stayed ``failed``."""
+    from datetime import timedelta
+
+    from payments.models import PaymentReturn
+    from payments.selectors import merchant_balance
+
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("30.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    refund.refresh_from_db()
+    settled = processor_event(refund, "settled", direction="credit")
+    returned = processor_event(
+        refund,
+        "returned",
+        direction="credit",
+        reason_code="R03",
+        timestamp=settled.timestamp + timedelta(days=1),
+    )
+    events = [settled, returned] if order == "settled_first" else [returned, settled]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        outcomes = [payment_apply_event(event=event).outcome for event in events]
+        # Each delivered again: a duplicate, nothing twice.
+        again = [payment_apply_event(event=event).outcome for event in events]
+
+    assert outcomes == ["applied", "applied"] and again == ["duplicate", "duplicate"]
+    refund.refresh_from_db()
+    assert refund.state == PaymentState.RETURNED
+    entries = LedgerEntry.objects.filter(payment=refund)
+    assert sorted((e.kind, e.amount, e.status) for e in entries) == [
+        (LedgerEntryKind.REFUND, Decimal("-30.00"), LedgerEntryStatus.POSTED),
+        (LedgerEntryKind.REFUND_RETURN, Decimal("30.00"), LedgerEntryStatus.POSTED),
+    ]
+    assert all(e.posted_at is not None for e in entries)
+    record = PaymentReturn.objects.get(payment=refund)
+    assert record.after_settlement and record.settled_at is not None
+    assert refundable_amount(debit) == Decimal("100.00")
+    # The refund's entry and its return's, each once: nothing net (the debit's own credit is
+    # not in this test's ledger).
+    [balance] = merchant_balance(merchant_id=debit.merchant_id)["balances"]
+    assert balance["net"] == "0.00"
+
+
+def test_a_refund_returned_before_its_settlement_came_has_its_money_back_once():
+    """Only the return delivered yet: the refund is ``failed``, but a credit is returned only
+    after it settled, so its entry is posted and the money is back; a settlement made after
+    that return is a conflict, refused, nothing written."""
+    from datetime import timedelta
+
+    from payments.exceptions import InvalidTransition
+
+    debit = _confirmed()
+    refund = refund_create(payment_id=debit.id, amount=Decimal("30.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    refund.refresh_from_db()
+    returned = processor_event(refund, "returned", direction="credit", reason_code="R03")
+    payment_apply_event(event=returned)
+
+    refund.refresh_from_db()
+    assert refund.state == PaymentState.FAILED
+    held = _ledger(refund)
+    assert held == {
+        (LedgerEntryKind.REFUND, Decimal("-30.00"), LedgerEntryStatus.POSTED, returned.timestamp),
+        (
+            LedgerEntryKind.REFUND_RETURN,
+            Decimal("30.00"),
+            LedgerEntryStatus.POSTED,
+            returned.timestamp,
+        ),
+    }
+    later = processor_event(
+        refund, "settled", direction="credit", timestamp=returned.timestamp + timedelta(days=1)
+    )
+    with pytest.raises(InvalidTransition):
+        payment_apply_event(event=later)
+    assert _ledger(refund) == held

@@ -132,6 +132,11 @@ class ProcessorClient(ProcessorBackend):
     def close(self) -> None:
         self.session.close()
 
+    def connections_renew(self) -> None:
+        """Close the session's kept connections; it opens new ones as calls need them (the
+        calls of other threads under way finish on theirs)."""
+        self.session.close()
+
     # --- configuration, resolved per call
     @property
     def base_url(self) -> str:

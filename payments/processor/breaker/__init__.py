@@ -28,7 +28,9 @@ must not make every message do that. The breaker tells them apart:
 - degraded: a closed breaker's failed submission whose failure is spread over other payments
   too (``degraded``: per payment, retries included, some of them through on a retry) is the
   processor's, not the payment's: it spends no retry, and the high alert
-  ``processor.degraded`` is raised even if the breaker never opens.
+  ``processor.degraded`` is raised even if the breaker never opens. A failure pinned to one
+  payment or one connection by a round-robin balancer (``failure_interleaved``) is made again
+  at once on a new connection; going through then is the processor's failure too.
 
 Independently of the state, a 429 pauses every caller for its ``Retry-After`` (1 s without
 one; at most the maximum pause) through ``paused_until``; it is not a failure.
@@ -54,6 +56,7 @@ from payments.processor.breaker.admission import (
 )
 from payments.processor.breaker.degraded import (
     alert_degraded_summary,
+    failure_interleaved,
     processor_breaker_degraded,
     processor_breaker_degraded_end,
     processor_degraded_reason,
@@ -100,6 +103,7 @@ __all__ = [
     "alert_degraded_summary",
     "alert_unavailable_summary",
     "call_outcome",
+    "failure_interleaved",
     "max_pause_seconds",
     "pause_seconds",
     "payments_waiting_count",

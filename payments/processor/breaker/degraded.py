@@ -24,6 +24,20 @@ spends no attempt: the queue layer parks the submission behind an outage hold fo
 backoff a retry would have waited, and tries it again. When no: an ordinary retry, and after
 the last one a dead letter, as before.
 
+A failure can also be pinned to a payment rather than spread over payments: two backends
+behind a round-robin balancer, one of them dead, fail every other call, and a payment's retries
+can fall into step with the alternation and meet the dead backend every time while every
+other payment's calls go through; a balancer that pins each connection to a backend fails
+every call of the worker that holds a dead one. Judged by payments, each such failure looks
+the payment's own. So a failed submission whose processor's previous call, another payment's,
+went through (``failure_interleaved``: the failure interleaves with other payments'
+successes) is made again at once on a new connection, under the same idempotency key
+(``payments.services.submission``): one call later, or on another connection, it meets the
+other backend. A payment that fails on its own fails that call too. One that goes through
+on it is counted as recovered (its request got a failure, then an answer), and its success
+asks the verdict below like a failure does: a balancer's flap is then one degradation, with
+its alert, and no payment reaches a person for it.
+
 The first such verdict marks the breaker degraded (``degraded_since``, a ``degraded``
 transition) and raises the high alert ``processor.degraded``, even though the breaker may
 never open; the degradation ends, and its alert resolves, once no failure was judged one for
@@ -96,6 +110,29 @@ def processor_degraded_reason(*, payment_id) -> str:
         f"calls failed for {len(failed)} of the {len(called)} other payments called lately, "
         f"{len(recovered)} of which went through on a retry"
     )
+
+
+def failure_interleaved(*, payment_id, attempt_id: int) -> bool:
+    """Whether the processor's submission call before the failed ``attempt_id`` (by id, 409s
+    and 429s aside, since the last close and within the breaker's window) was another
+    payment's, and went through."""
+    breaker, now = breaker_read()
+    if breaker is None or now is None:
+        return False
+    since = now - timedelta(seconds=float(payments_conf.PROCESSOR_BREAKER_WINDOW_SECONDS))
+    previous = (
+        ProcessorAttempt.objects.filter(
+            operation=SUBMISSION, pk__gt=breaker.window_after_attempt, pk__lt=attempt_id
+        )
+        .exclude(http_status__in=NOT_COUNTED_STATUSES)
+        .order_by("-pk")
+        .values_list("payment_id", "outcome", "recorded_at")
+        .first()
+    )
+    if previous is None:
+        return False
+    payment, outcome, recorded_at = previous
+    return payment != payment_id and outcome != AttemptOutcome.RETRYABLE and recorded_at >= since
 
 
 def processor_breaker_degraded(*, reason: str) -> bool:

@@ -87,6 +87,42 @@ def test_a_malformed_statement_is_stored_refused_naming_the_record_and_alerted_o
     assert alert["details"]["record"] == 10 and "000123456789" not in alert["summary"]
 
 
+def test_a_statement_the_reader_fails_on_is_refused_whole_and_the_round_goes_on(
+    drop, alerts, monkeypatch
+):
+    """A failure of the reader's own, no rule of the format's (injected here: the format's
+    rules refuse every broken file the tests know of), on the first file of the drop: before,
+    it ended the round (exit 1), and that file stayed in the drop ahead of every later one."""
+    import bank.books.services as services
+
+    broken = prior_day() + b"\n"
+    real_parse = services.parse_bai2
+
+    def parse(content: bytes):
+        if content == broken:
+            raise KeyError("account 000123456789 type 999")
+        return real_parse(content)
+
+    monkeypatch.setattr(services, "parse_bai2", parse)
+    (drop / "a-broken.bai").write_bytes(broken)
+    (drop / "b-good.bai").write_bytes(prior_day())
+
+    output = collect()
+
+    assert "imported 1, refused 1" in output
+    refused = BankStatement.objects.get(name="a-broken.bai")
+    assert (refused.status, refused.refused_record) == (StatementStatus.REFUSED, 0)
+    assert refused.refused_reason.startswith("the statement could not be read (KeyError: ")
+    assert "000123456789" not in refused.refused_reason
+    assert refused.content_bytes() == broken
+    good = BankStatement.objects.get(name="b-good.bai")
+    assert good.status == StatementStatus.IMPORTED and good.line_count == 4
+    assert not list(drop.glob("*.bai"))  # both moved out of the drop
+    [alert] = alerts
+    assert alert["severity"] == "high" and "a-broken.bai" in alert["summary"]
+    assert "the statement could not be read" in alert["summary"]
+
+
 def test_collecting_without_a_statement_transport_names_the_setting(vault, module_settings):
     module_settings.BOOKS_STATEMENT_TRANSPORT = None
 

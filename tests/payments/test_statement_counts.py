@@ -16,7 +16,7 @@ from tests.payment_life import statements_counted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CREATE = {"debit": 18, "refund": 20, "payout": 18}
+CREATE = {"debit": 15, "refund": 17, "payout": 15}
 # The outbox row's publish after the create's commit, in the same request.
 PUBLISH = 9
 SUBMISSION_BATCH_OF_TEN = 180

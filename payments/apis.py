@@ -96,7 +96,6 @@ from payments.services import (
     BANK_NUMBER_MESSAGE,
     looks_like_bank_number,
     noc_warning,
-    nocs_open_for_token,
     payment_cancel,
     payment_create,
     payment_reinitiate,
@@ -393,7 +392,7 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
             )
         )
     body = dict(PaymentOutputSerializer(payment).data)
-    warnings = [noc_warning(noc) for noc in nocs_open_for_token(payment.source_token)]
+    warnings = [noc_warning(noc) for noc in payment.nocs_open]
     if payment.review_status == ReviewStatus.HELD:
         # PAYMENTS["OVER_LIMIT"] = "hold": created, and sent only once a person approves it.
         warnings.append({"code": "held_for_review", "message": payment.review_reason})

@@ -7,10 +7,12 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Model
 
 from payments import conf as payments_conf
 from payments import originator
 from payments.exceptions import SecCodeNotAllowed
+from payments.insert_sql import rows_insert
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.messages import MessageKind, submit_payment_body
@@ -82,6 +84,8 @@ def payment_create(
     the debit would take the merchant past one of its exposure limits
     (``payments.services.limits``, checked under the merchant's exposure lock), or, with
     ``PAYMENTS["OVER_LIMIT"] = "hold"``, writes it held for review without its submit command.
+    The payment's ``nocs_open`` are the token's open notifications of change within their
+    deadline, as the check read them: the API's answer warns of them without reading them again.
     """
     if currency not in SUPPORTED_CURRENCIES:
         raise ValidationError({"currency": f"unsupported currency {currency!r}; use USD"})
@@ -113,7 +117,7 @@ def payment_create(
             entry_description=entry_description,
         )
     # An open notification of change past its deadline blocks the token's next entry.
-    noc_debit_check(source_token=source_token)
+    nocs_open = noc_debit_check(source_token=source_token)
     with transaction.atomic():
         over_limit = exposure_decide(
             merchant_id=merchant_id,
@@ -121,7 +125,7 @@ def payment_create(
             currency=currency,
             amount=amount,
         )
-        payment = Payment.objects.create(
+        payment = Payment(
             merchant_id=merchant_id,
             amount=amount,
             currency=currency,
@@ -154,6 +158,7 @@ def payment_create(
             carried=carried,
             submit=over_limit is None,
         )
+    payment.nocs_open = nocs_open
     return payment
 
 
@@ -191,10 +196,13 @@ def payment_created_record(
     caused_by: str,
     carried: Mapping[str, str] | None = None,
     submit: bool = True,
+    rows: tuple[Model, ...] = (),
 ) -> None:
-    """A new payment's audit row and (unless it is held, ``submit=False``) its submit command,
-    in the caller's transaction: a debit, a refund or a payout alike."""
-    PaymentEvent.objects.create(
+    """Write the new, unsaved ``payment``, the ``rows`` that go with it (a refund's or a
+    payout's ledger entry), its audit row and (unless it is held, ``submit=False``) its submit
+    command, in the caller's transaction and in one statement (``payments.insert_sql``): a
+    debit, a refund or a payout alike."""
+    event = PaymentEvent(
         payment=payment,
         kind=EventKind.CREATED,
         outcome=EventOutcome.APPLIED,
@@ -202,13 +210,17 @@ def payment_created_record(
         payload=payload,
         caused_by=caused_by,
     )
-    if submit:
-        outbox_enqueue(
-            kind=SUBMIT_PAYMENT,
-            group_id=str(payment.id),
-            body=submit_payment_body(payment.id),
-            carried=carried,
-        )
+    if not submit:
+        rows_insert([payment, *rows, event])
+        return
+    message = _outbox_message(
+        kind=SUBMIT_PAYMENT,
+        group_id=str(payment.id),
+        body=submit_payment_body(payment.id),
+        carried=carried,
+    )
+    rows_insert([payment, *rows, event, message])
+    _outbox_announce(message)
 
 
 def outbox_enqueue(
@@ -216,11 +228,23 @@ def outbox_enqueue(
 ) -> OutboxMessage:
     """Add a message to the outbox inside the caller's transaction; announce it after commit.
     ``carried`` is the request id and trace it is sent with (``payments.kernel.propagation``)."""
-    message = OutboxMessage.objects.create(
+    message = _outbox_message(kind=kind, group_id=group_id, body=body, carried=carried)
+    message.save(force_insert=True)
+    _outbox_announce(message)
+    return message
+
+
+def _outbox_message(
+    *, kind: str, group_id: str, body: dict, carried: Mapping[str, str] | None
+) -> OutboxMessage:
+    return OutboxMessage(
         kind=kind, group_id=group_id, body=body, carried=propagation.bounded(carried or {})
     )
+
+
+def _outbox_announce(message: OutboxMessage) -> None:
+    """Once the caller's transaction commits, the relay publishes the saved ``message``."""
     transaction.on_commit(
         lambda: outbox_committed.send(sender=OutboxMessage, message_ids=[message.id]),
         robust=True,
     )
-    return message

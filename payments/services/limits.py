@@ -320,11 +320,10 @@ def exposure_limit_set(
 
 
 def review_hold(payment: Payment, refusal: ExposureLimitExceeded) -> dict:
-    """Mark the new ``payment`` (in its create's transaction, before its audit row) held for
-    review past the limit ``refusal`` names; the audit row's payload fields that say so."""
+    """Mark the new ``payment`` (unsaved yet: its create writes it with its audit row) held
+    for review past the limit ``refusal`` names; the audit row's payload fields that say so."""
     payment.review_status = ReviewStatus.HELD
     payment.review_reason = f"{refusal.limit}: {refusal}"[:REVIEW_REASON_MAX]
-    payment.save(update_fields=["review_status", "review_reason"])
     logger.warning(
         "payment %s held for review: %s",
         payment.id,

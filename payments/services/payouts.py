@@ -110,7 +110,7 @@ def payout_create(
             currency=currency,
             amount=amount,
         )
-        payout = Payment.objects.create(
+        payout = Payment(
             merchant_id=merchant_id,
             amount=amount,
             currency=currency,
@@ -122,7 +122,7 @@ def payout_create(
             sec_code=sec_code,
             entry_description=originator.PAYROLL if payroll else originator.PAYOUT,
         )
-        LedgerEntry.objects.create(
+        ledger = LedgerEntry(
             payment=payout,
             merchant_id=merchant_id,
             kind=LedgerEntryKind.PAYOUT,
@@ -140,6 +140,7 @@ def payout_create(
             caused_by=caused_by,
             carried=carried,
             submit=over_limit is None,
+            rows=(ledger,),
         )
     logger.info(
         "payout %s of %s %s created for merchant %s (%s available before)",

@@ -127,7 +127,7 @@ def refund_create(
             amount=amount,
             now=now,
         )
-        refund = Payment.objects.create(
+        refund = Payment(
             merchant_id=debit.merchant_id,
             amount=amount,
             currency=debit.currency,
@@ -141,7 +141,7 @@ def refund_create(
             sec_code=originator.credit_sec_code(debit.sec_code),
             entry_description=originator.REFUND,
         )
-        LedgerEntry.objects.create(
+        ledger = LedgerEntry(
             payment=refund,
             merchant_id=refund.merchant_id,
             kind=LedgerEntryKind.REFUND,
@@ -163,9 +163,10 @@ def refund_create(
         if hold_until is not None and hold_until > (now or timezone.now()):
             # Held: its audit row now, its submit command once its debit's window has passed.
             refund.hold_until = hold_until
-            refund.save(update_fields=["hold_until"])
             payload["hold_until"] = hold_until.isoformat()
-            payment_created_record(refund, payload=payload, caused_by=caused_by, submit=False)
+            payment_created_record(
+                refund, payload=payload, caused_by=caused_by, submit=False, rows=(ledger,)
+            )
         else:
             payment_created_record(
                 refund,
@@ -173,6 +174,7 @@ def refund_create(
                 caused_by=caused_by,
                 carried=carried,
                 submit=over_limit is None,
+                rows=(ledger,),
             )
     logger.info(
         "refund %s of %s %s created for payment %s",

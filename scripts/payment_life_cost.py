@@ -1,0 +1,170 @@
+"""What a payment's life costs, step by step: statements and CPU in process, for a debit, a
+refund and a payout.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/<any> .venv/bin/python \\
+        scripts/payment_life_cost.py [--payments 200] [--database NAME]
+
+It starts the local SQS server (fauxqs) and the sandbox processor on free loopback ports and a
+database of its own on DATABASE_URL's server (``--database``, created afresh, migrated, dropped
+at the end), the way ``scripts/worker_batch_cost.py`` does. Then, ``--payments`` of each kind
+in turn, it drives each step as production does (``tests/payment_life.py``):
+
+- ``create``: ``POST`` through DRF's test client with an ``Idempotency-Key``, the outbox row's
+  publish after commit included (the web request pays it);
+- ``submission``: the queue worker drains the submit commands, each one call to the sandbox
+  over HTTP;
+- ``ingest``: the processor's signed callback posted to the callback endpoint, which queues it;
+- ``apply``: the queue worker drains the callbacks, in batches of up to ten.
+
+For each step it prints the statements per payment (every round trip, transaction control
+included) and the CPU and wall time per payment of this thread (``time.thread_time``: the
+sandbox answers from threads of its own, whose CPU is the processor's, not ours). The SQS
+server and PostgreSQL run in processes of their own: their CPU is not in these figures. The
+statement counts are exact; CPU and wall time vary with the machine's load, so compare them
+only within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from worker_batch_cost import database_recreate, database_urls  # noqa: E402
+
+STEPS = ("create", "submission", "ingest", "apply")
+KINDS = ("debit", "refund", "payout")
+
+
+class Step:
+    """Statements, thread CPU and wall time of one step over many payments."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.cpu = 0.0
+        self.wall = 0.0
+
+    def run(self, call, *args):
+        from tests.payment_life import statements_counted
+
+        with statements_counted() as counted:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            result = call(*args)
+            self.cpu += time.thread_time() - cpu
+            self.wall += time.perf_counter() - wall
+        self.statements += len(counted)
+        return result
+
+
+def life_of(kind: str, payments: int, client, debit_id: str) -> dict[str, Step]:
+    """``payments`` of ``kind`` created, submitted, settled; each step's figures."""
+    from tests import payment_life
+
+    steps = {step: Step() for step in STEPS}
+    create = {
+        "debit": lambda: payment_life.debit_create(client, "1.00"),
+        "refund": lambda: payment_life.refund_create(client, debit_id, "1.00"),
+        "payout": lambda: payment_life.payout_create(client, "1.00"),
+    }[kind]
+    created = [steps["create"].run(create) for _ in range(payments)]
+    steps["submission"].run(payment_life.worker_drain)
+    callbacks = [payment_life.callback_body(payment_id, "settled") for payment_id in created]
+    for raw in callbacks:
+        steps["ingest"].run(payment_life.callback_post, raw)
+    steps["apply"].run(payment_life.worker_drain)
+    return steps
+
+
+def table(figures: dict[str, dict[str, Step]], payments: int) -> str:
+    lines = [
+        "| kind | step | statements per payment | CPU ms per payment | wall ms per payment |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for kind, steps in figures.items():
+        total = Step()
+        for name, step in steps.items():
+            lines.append(
+                f"| {kind} | {name} | {step.statements / payments:.1f} "
+                f"| {1000 * step.cpu / payments:.2f} | {1000 * step.wall / payments:.2f} |"
+            )
+            total.statements += step.statements
+            total.cpu += step.cpu
+            total.wall += step.wall
+        lines.append(
+            f"| {kind} | **life** | {total.statements / payments:.1f} "
+            f"| {1000 * total.cpu / payments:.2f} | {1000 * total.wall / payments:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--payments", type=int, default=200)
+    parser.add_argument("--database", default="payment_life_cost")
+    options = parser.parse_args()
+
+    from tests.localsqs import LocalSqs, aws_test_environment
+
+    admin_url, url = database_urls(options.database)
+    database_recreate(admin_url, options.database)
+    aws_test_environment()
+    server = LocalSqs().start()
+    suffix = uuid.uuid4().hex[:8]
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="config.settings.test",
+        DATABASE_URL=url,
+        SQS_ENDPOINT_URL=server.endpoint_url,
+        SQS_QUEUE_NAME=f"life-{suffix}.fifo",
+        SQS_DLQ_NAME=f"life-dlq-{suffix}.fifo",
+    )
+    sandbox = None
+    try:
+        import django
+
+        django.setup()
+        import logging
+
+        from django.conf import settings
+        from django.core.management import call_command
+        from django.test.utils import override_settings
+
+        from callbacks.queues import queues_ensure
+        from sandbox import SandboxProcessor
+        from tests import payment_life
+
+        # One log line per step is part of the cost; where it goes is not.
+        logging.getLogger().handlers = [logging.StreamHandler(open(os.devnull, "w"))]  # noqa: SIM115
+        call_command("migrate", verbosity=0)
+        queues_ensure(visibility_timeout=30)
+        sandbox = SandboxProcessor().start()
+        payments = {
+            **settings.PAYMENTS,
+            "PROCESSOR_BASE_URL": sandbox.base_url,
+            "AVAILABLE_AFTER_BANKING_DAYS": 0,
+        }
+        # The test client's host, which pytest-django allows in the tests.
+        with override_settings(PAYMENTS=payments, ALLOWED_HOSTS=["testserver"]):
+            client = payment_life.api_client_for()
+            debit_id = payment_life.collected_debit(f"{10 * options.payments}.00")
+            life_of("debit", 3, client, debit_id)  # the first requests fill the caches
+            figures = {kind: life_of(kind, options.payments, client, debit_id) for kind in KINDS}
+        print(table(figures, options.payments))
+    finally:
+        if sandbox is not None:
+            sandbox.stop()
+        server.stop()
+        from django.db import connections
+
+        connections.close_all()
+        database_recreate(admin_url, options.database, drop_only=True)
+
+
+if __name__ == "__main__":
+    main()

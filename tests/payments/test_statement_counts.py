@@ -1,0 +1,83 @@
+"""The statements each step of a payment's life sends to PostgreSQL, pinned: a debit's, a
+refund's and a payout's API create (with an Idempotency-Key, its outbox row published after
+commit), the worker's submission of a batch of ten, a callback's ingest and the worker's apply of a
+batch of ten events.
+
+Each is a round trip the web process or the worker pays on every payment (transaction control
+included); a change that adds one fails here, with the statements listed. A change that saves
+one lowers the pin (``docs/performance.md`` keeps the figures before and after).
+``scripts/payment_life_cost.py`` times the same steps (``tests/payment_life.py``)."""
+
+import pytest
+
+from payments.models import Payment, PaymentState
+from tests import payment_life
+from tests.payment_life import statements_counted
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CREATE = {"debit": 15, "refund": 17, "payout": 15}
+# The outbox row's publish after the create's commit, in the same request.
+PUBLISH = 9
+SUBMISSION_BATCH_OF_TEN = 180
+INGEST = 0
+APPLY_BATCH_OF_TEN = 25
+
+
+@pytest.fixture
+def life(sqs_queues, sandbox, module_settings):
+    """A merchant with money available at once, its API client and a collected debit."""
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    client = payment_life.api_client_for()
+    debit_id = payment_life.collected_debit()
+    # The first request of a process reads what it caches (the content types, the settings'
+    # parsed values): not a payment's cost.
+    payment_life.debit_create(client)
+    return client, debit_id
+
+
+@pytest.mark.parametrize("path", sorted(CREATE))
+def test_a_create_through_the_api_makes_its_pinned_statements(life, path):
+    client, debit_id = life
+    create = {
+        "debit": lambda: payment_life.debit_create(client),
+        "refund": lambda: payment_life.refund_create(client, debit_id),
+        "payout": lambda: payment_life.payout_create(client),
+    }[path]
+
+    with statements_counted() as counted:
+        create()
+
+    expected = CREATE[path] + PUBLISH
+    assert len(counted) == expected, f"{len(counted)} statements, pinned {expected}:\n" + (
+        counted.listing()
+    )
+
+
+def test_the_submission_ingest_and_apply_make_their_pinned_statements(life):
+    client, _ = life
+    payment_life.worker_drain()  # the warm-up create's submit command
+    created = [payment_life.debit_create(client) for _ in range(payment_life.EVENTS_PER_BATCH)]
+
+    with statements_counted() as submission:
+        submitted = payment_life.worker_drain()  # the creates' submit commands
+    callbacks = [payment_life.callback_body(payment_id, "settled") for payment_id in created]
+    with statements_counted() as ingest:
+        payment_life.callback_post(callbacks[0])
+    for raw in callbacks[1:]:
+        payment_life.callback_post(raw)
+    with statements_counted() as apply:
+        batches = payment_life.worker_drain()
+
+    assert (submitted, batches) == (1, 1)
+    assert set(Payment.objects.filter(pk__in=created).values_list("state", flat=True)) == {
+        PaymentState.CONFIRMED
+    }
+    steps = {"submission": submission, "ingest": ingest, "apply": apply}
+    pins = {"submission": SUBMISSION_BATCH_OF_TEN, "ingest": INGEST, "apply": APPLY_BATCH_OF_TEN}
+    counts = {step: len(counted) for step, counted in steps.items()}
+    assert counts == pins, "\n".join(
+        f"{step}: {counts[step]} statements, pinned {pins[step]}:\n{steps[step].listing()}"
+        for step in steps
+        if counts[step] != pins[step]
+    )

@@ -27,6 +27,7 @@ from payments.processor.backend import get_backend
 from payments.services.limits import exposure_decide, review_hold
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
+from payments.webhooks.events import payment_event_new
 
 SUPPORTED_CURRENCIES = ("USD",)
 SUBMIT_PAYMENT = MessageKind.SUBMIT_PAYMENT
@@ -192,8 +193,9 @@ def payment_created_record(
     carried: Mapping[str, str] | None = None,
     submit: bool = True,
 ) -> None:
-    """A new payment's audit row and (unless it is held, ``submit=False``) its submit command,
-    in the caller's transaction: a debit, a refund or a payout alike."""
+    """A new payment's audit row, its merchant's event (``payment.created``, ``refund.created``,
+    ``payout.created``) and (unless it is held, ``submit=False``) its submit command, in the
+    caller's transaction: a debit, a refund or a payout alike."""
     PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.CREATED,
@@ -202,6 +204,7 @@ def payment_created_record(
         payload=payload,
         caused_by=caused_by,
     )
+    payment_event_new(payment=payment, state=payment.state).save(force_insert=True)
     if submit:
         outbox_enqueue(
             kind=SUBMIT_PAYMENT,

@@ -30,7 +30,7 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.kernel.locks import _lock_key
 from payments.webhooks.addresses import AddressRefused, guarded_session, url_resolved_check
 from payments.webhooks.catalogue import ENDPOINT_DISABLED
-from payments.webhooks.events import merchant_event_record
+from payments.webhooks.events import event_record
 from payments.webhooks.models import (
     DeliveryStatus,
     Event,
@@ -275,17 +275,14 @@ def endpoint_disable(*, endpoint: WebhookEndpoint, reason: str, now: datetime) -
     endpoint.disabled_at = now
     endpoint.disabled_reason = reason[:255]
     endpoint.save(update_fields=["enabled", "disabled_at", "disabled_reason", "updated_at"])
-    merchant_event_record(
-        merchant_id=endpoint.merchant_id,
+    event_record(
         type=ENDPOINT_DISABLED,
-        object_id=str(endpoint.id),
-        data={
-            "object": {
-                "id": str(endpoint.id),
-                "object": "webhook_endpoint",
-                "url": endpoint.url,
-                "disabled_reason": endpoint.disabled_reason,
-            }
+        merchant_id=endpoint.merchant_id,
+        obj={
+            "id": str(endpoint.id),
+            "object": "webhook_endpoint",
+            "url": endpoint.url,
+            "disabled_reason": endpoint.disabled_reason,
         },
     )
     WebhookAction.objects.create(

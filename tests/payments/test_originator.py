@@ -188,9 +188,9 @@ def test_a_create_reads_the_profile_in_one_statement(django_assert_num_queries):
     _profile(codes=["WEB"], description="ORIG SHOP")
     payment_create(merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB")
     # The profile's read (1), the NOC check (1), then savepoint, the merchant's exposure
-    # limits, the payment, its audit row, its outbox row and release (6): one statement more
-    # than before profiles.
-    with django_assert_num_queries(8):
+    # limits, the payment, its audit row, its merchant's event, its outbox row and release
+    # (7): one statement more than before profiles.
+    with django_assert_num_queries(9):
         payment = payment_create(
             merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB"
         )

@@ -34,7 +34,7 @@ class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class WebhookEndpointForm(forms.ModelForm):
     class Meta:
         model = WebhookEndpoint
-        fields = ["merchant_id", "url", "description", "event_types"]
+        fields = ["merchant_id", "url", "description", "event_types", "thin", "ordered"]
 
     def clean(self):
         data = super().clean()
@@ -58,7 +58,15 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     after adding one shows it once."""
 
     form = WebhookEndpointForm
-    list_display = ["url", "merchant_id", "enabled", "disabled_at", "consecutive_failures"]
+    list_display = [
+        "url",
+        "merchant_id",
+        "thin",
+        "ordered",
+        "enabled",
+        "disabled_at",
+        "consecutive_failures",
+    ]
     list_filter = ["enabled"]
     search_fields = ["=merchant_id", "url"]
     readonly_fields = [

@@ -149,6 +149,8 @@ class WebhookEndpointDetailApi(ModuleApiView):
                 url=data.get("url"),
                 event_types=data.get("event_types"),
                 description=data.get("description"),
+                thin=data.get("thin"),
+                ordered=data.get("ordered"),
             )
         except DjangoValidationError as exc:
             raise field_errors(exc.message_dict) from None

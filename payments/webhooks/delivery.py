@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 import requests
 from django.db import connection, transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
 from payments import conf
@@ -87,12 +87,23 @@ def attempt_lease() -> timedelta:
 
 
 def deliveries_claim(*, limit: int = 100, now: datetime | None = None) -> list[int]:
-    """Take up to ``limit`` due deliveries of enabled endpoints, oldest first, and lease them."""
+    """Take up to ``limit`` due deliveries of enabled endpoints, oldest first, and lease them.
+
+    For an ``ordered`` endpoint a delivery is not due while an earlier event about the same
+    payment (by ``position``) still has a pending delivery to it, leased or waiting for its
+    retry: the later one goes once the earlier one is delivered, or has failed for good."""
     now = now or timezone.now()
+    earlier_pending = WebhookDelivery.objects.filter(
+        endpoint_id=OuterRef("endpoint_id"),
+        status=DeliveryStatus.PENDING,
+        event__object_id=OuterRef("event__object_id"),
+        event__position__lt=OuterRef("event__position"),
+    )
     with transaction.atomic():
         ids = list(
             WebhookDelivery.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True)
+            .exclude(Q(endpoint__ordered=True) & Exists(earlier_pending))
             .order_by("next_attempt_at", "id")
             .values_list("id", flat=True)[:limit]
         )
@@ -113,14 +124,19 @@ class AttemptResult:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def event_body(event: Event) -> bytes:
-    """What every attempt of every endpoint gets for ``event``: the same bytes each time."""
+def event_body(event: Event, *, thin: bool = False) -> bytes:
+    """What every attempt to an endpoint gets for ``event``: the same bytes each time. Thin,
+    the object is its ``id`` and ``object`` only, for a receiver that reads it back from the
+    API rather than trust a copy."""
+    data = event.data
+    if thin:
+        data = {"object": {key: data["object"][key] for key in ("id", "object")}}
     payload = {
         "id": event.id,
         "type": event.type,
         "created_at": event.created_at.isoformat().replace("+00:00", "Z"),
         "merchant_id": event.merchant_id,
-        "data": event.data,
+        "data": data,
     }
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -137,7 +153,7 @@ def endpoint_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
 def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> AttemptResult:
     """Sign and POST, no redirect followed, reading at most the answer's first bytes. Every
     failure is an ``AttemptResult``; no error text carries a secret or a signature."""
-    body = event_body(event)
+    body = event_body(event, thin=endpoint.thin)
     headers = signature_headers(
         secrets_in_use=endpoint_secrets(endpoint, now), msg_id=event.id, timestamp=now, body=body
     )

@@ -36,6 +36,7 @@ class Event(models.Model):
                 name="event_undispatched",
             ),
             models.Index(fields=["created_at"], name="event_created"),
+            models.Index(fields=["object_id", "position"], name="event_object_position"),
         ]
 
     def __str__(self) -> str:
@@ -49,6 +50,10 @@ class WebhookEndpoint(models.Model):
     description = models.CharField(max_length=255, blank=True)
     # Event types it wants; empty: every type.
     event_types = models.JSONField(default=list, blank=True)
+    # Thin: each event's object as its id and kind only; the receiver reads the rest back.
+    thin = models.BooleanField(default=False)
+    # Ordered: an event about a payment waits until the earlier ones about it are delivered.
+    ordered = models.BooleanField(default=False)
     # ``whsec_`` + base64 of 32 random bytes; shown once, when made or rotated.
     secret = models.CharField(max_length=128, editable=False)
     previous_secret = models.CharField(max_length=128, blank=True, editable=False)

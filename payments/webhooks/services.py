@@ -51,7 +51,13 @@ def _action(kind: str, endpoint: WebhookEndpoint | None, actor, note: str = "", 
 
 
 def webhook_endpoint_create(
-    *, merchant_id: str, url: str, event_types: list[str], description: str = ""
+    *,
+    merchant_id: str,
+    url: str,
+    event_types: list[str],
+    description: str = "",
+    thin: bool = False,
+    ordered: bool = False,
 ) -> WebhookEndpoint:
     """A new enabled endpoint with a fresh ``whsec_`` secret (the caller shows it once)."""
     endpoint_fields_checked(url=url, event_types=event_types)
@@ -60,24 +66,24 @@ def webhook_endpoint_create(
         url=url,
         event_types=list(event_types),
         description=description,
+        thin=thin,
+        ordered=ordered,
         secret=secret_new(),
     )
 
 
 def webhook_endpoint_update(
-    *, endpoint: WebhookEndpoint, url: str | None, event_types: list | None, description=None
+    *, endpoint: WebhookEndpoint, url: str | None, event_types: list | None, **changes
 ) -> WebhookEndpoint:
+    """Change the given fields; ``changes`` are ``description``, ``thin`` and ``ordered``,
+    each left alone when None."""
     endpoint_fields_checked(url=url, event_types=event_types)
+    changes.update(url=url, event_types=None if event_types is None else list(event_types))
     fields = ["updated_at"]
-    if url is not None:
-        endpoint.url = url
-        fields.append("url")
-    if event_types is not None:
-        endpoint.event_types = list(event_types)
-        fields.append("event_types")
-    if description is not None:
-        endpoint.description = description
-        fields.append("description")
+    for name, value in changes.items():
+        if value is not None:
+            setattr(endpoint, name, value)
+            fields.append(name)
     endpoint.save(update_fields=fields)
     return endpoint
 

@@ -21,6 +21,7 @@ from payments.webhooks.serializers import (
 )
 from payments.webhooks.services import (
     webhook_endpoint_create,
+    webhook_endpoint_delete,
     webhook_endpoint_enable,
     webhook_endpoint_rotate_secret,
     webhook_endpoint_update,
@@ -160,7 +161,7 @@ class WebhookEndpointDetailApi(ModuleApiView):
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
             return not_found("endpoint_id")
-        endpoint.delete()
+        webhook_endpoint_delete(endpoint=endpoint, actor=f"api:{request.user.get_username()}")
         return Response(status=204)
 
 

@@ -34,12 +34,12 @@ from payments.webhooks.events import event_record
 from payments.webhooks.models import (
     DeliveryStatus,
     Event,
-    WebhookAction,
     WebhookActionKind,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
+from payments.webhooks.services import action_record
 from payments.webhooks.signing import signature_headers
 
 logger = logging.getLogger(__name__)
@@ -301,12 +301,7 @@ def endpoint_disable(*, endpoint: WebhookEndpoint, reason: str, now: datetime) -
             "disabled_reason": endpoint.disabled_reason,
         },
     )
-    WebhookAction.objects.create(
-        kind=WebhookActionKind.DISABLE,
-        endpoint=endpoint,
-        actor_label="failure rule",
-        note=endpoint.disabled_reason,
-    )
+    action_record(WebhookActionKind.DISABLE, endpoint, "failure rule", endpoint.disabled_reason)
     endpoint_id, merchant_id = str(endpoint.id), endpoint.merchant_id
     transaction.on_commit(
         lambda: alert_raise(

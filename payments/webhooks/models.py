@@ -141,6 +141,7 @@ class WebhookActionKind(models.TextChoices):
     ENABLE = "enable", "Enable"
     DISABLE = "disable", "Disable"
     ROTATE_SECRET = "rotate_secret", "Rotate secret"
+    DELETE = "delete", "Delete"
 
 
 class WebhookAction(models.Model):
@@ -151,6 +152,9 @@ class WebhookAction(models.Model):
     endpoint = models.ForeignKey(
         WebhookEndpoint, on_delete=models.SET_NULL, related_name="actions", null=True
     )
+    # Which endpoint, of which merchant, still said once the endpoint is deleted.
+    endpoint_ref = models.CharField(max_length=36, blank=True, db_index=True)
+    merchant_id = models.CharField(max_length=64, blank=True)
     deliveries = models.PositiveIntegerField(default=0)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True

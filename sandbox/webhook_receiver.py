@@ -3,6 +3,7 @@ Standard Webhooks signature with the ``standardwebhooks`` library, drops a repea
 ``webhook-id``, and counts both. It can fail for a while (``fail_first``), hang, or answer with
 a redirect, for tests and demos of retries and disabling."""
 
+import hashlib
 import json
 import threading
 import time
@@ -27,6 +28,9 @@ class WebhookReceiver:
         self.ids = Counter()  # every verified request by webhook-id
         self.refused = 0  # signature did not verify
         self.headers: list[dict] = []
+        # Every verified request: its path, webhook-id, the body's id, type and SHA-256 (what
+        # the chaos invariants check, ``chaos.invariants.webhooks``).
+        self.receipts: list[dict] = []
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -47,7 +51,7 @@ class WebhookReceiver:
 
             def do_POST(self) -> None:  # noqa: N802 - the http.server name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                answer = receiver.receive(dict(self.headers.items()), body)
+                answer = receiver.receive(dict(self.headers.items()), body, path=self.path)
                 if receiver.hang_seconds:
                     time.sleep(receiver.hang_seconds)
                 self.send_response(answer)
@@ -76,7 +80,7 @@ class WebhookReceiver:
             self._server.shutdown()
             self._server.server_close()
 
-    def receive(self, headers: dict, body: bytes) -> int:
+    def receive(self, headers: dict, body: bytes, path: str = "/hooks") -> int:
         with self.lock:
             self.requests += 1
             self.headers.append(headers)
@@ -91,8 +95,18 @@ class WebhookReceiver:
                     continue
                 webhook_id = {k.lower(): v for k, v in headers.items()}["webhook-id"]
                 self.ids[webhook_id] += 1
+                parsed = json.loads(body)
                 if self.ids[webhook_id] == 1:
-                    self.verified.append(json.loads(body))
+                    self.verified.append(parsed)
+                self.receipts.append(
+                    {
+                        "path": path,
+                        "webhook_id": webhook_id,
+                        "id": parsed.get("id"),
+                        "type": parsed.get("type"),
+                        "sha256": hashlib.sha256(body).hexdigest(),
+                    }
+                )
                 return self.status
             self.refused += 1
             return 401

@@ -122,3 +122,28 @@ def test_a_slow_receiver_within_the_timeout_is_delivered_and_its_latency_recorde
     assert all(
         latency >= 600 for latency in WebhookAttempt.objects.values_list("latency_ms", flat=True)
     )
+
+
+@pytest.mark.subprocess
+def test_the_sender_process_outlives_a_database_it_cannot_reach(tmp_path):
+    """Run as a process of its own (the demo's, the chaos run's), the sender reports a round
+    the database fails and tries again, rather than exit and leave its deliveries to no one."""
+    from tests.callbacks.worker_support import worker_env
+    from tests.gunicorn_support import free_port
+
+    env = worker_env(DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/nowhere")
+    log = tmp_path / "sender.log"
+    with open(log, "w") as out:
+        sender = subprocess.Popen(
+            [sys.executable, "manage.py", "webhooks_deliver", "--interval", "0.2"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: log.read_text().count("trying again") >= 2, 30, "two failed rounds")
+        assert sender.poll() is None, log.read_text()
+    finally:
+        sender.kill()
+        sender.wait(10)

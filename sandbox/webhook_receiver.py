@@ -28,8 +28,8 @@ class WebhookReceiver:
         self.ids = Counter()  # every verified request by webhook-id
         self.refused = 0  # signature did not verify
         self.headers: list[dict] = []
-        # Every verified request: its path, webhook-id, the body's id, type and SHA-256 (what
-        # the chaos invariants check, ``chaos.invariants.webhooks``).
+        # Every verified request: its path, webhook-id, the body's id, type and SHA-256, and the
+        # status it was answered (what the chaos invariants check, ``chaos.invariants.webhooks``).
         self.receipts: list[dict] = []
         self._server: ThreadingHTTPServer | None = None
 
@@ -105,6 +105,7 @@ class WebhookReceiver:
                         "id": parsed.get("id"),
                         "type": parsed.get("type"),
                         "sha256": hashlib.sha256(body).hexdigest(),
+                        "status": self.status,
                     }
                 )
                 return self.status

@@ -3,8 +3,8 @@ and every request of one event carried that event's id as ``webhook-id``, with t
 
 ``receipts`` are what a receiver recorded of each request whose signature it verified
 (``sandbox.webhook_receiver.WebhookReceiver.receipts``): the request's path (one per endpoint),
-its ``webhook-id``, the body's ``id`` and ``type``, and the body's SHA-256. Without them the
-checks read the database alone."""
+its ``webhook-id``, the body's ``id`` and ``type``, the body's SHA-256, and the status it was
+answered. Without them the checks read the database alone."""
 
 from collections import defaultdict
 
@@ -65,7 +65,7 @@ def check_webhooks_delivered(report: Report, receipts: list | None) -> None:
     if unproven:
         report.add(check, f"{len(unproven)} delivery(ies) marked delivered without a 2xx", unproven)
     if receipts is not None:
-        received = {receipt["webhook_id"] for receipt in receipts}
+        received = {r["webhook_id"] for r in receipts if 200 <= r["status"] < 300}
         unseen = sorted(set(succeeded.values_list("event_id", flat=True)) - received)
         if unseen:
             report.add(

@@ -1,7 +1,7 @@
 """A webhook receiver on loopback, as a merchant would write one: it verifies every delivery's
 Standard Webhooks signature with the ``standardwebhooks`` library, drops a repeat by its
-``webhook-id``, and counts both. It can fail for a while (``fail_first``), hang, or answer with
-a redirect, for tests and demos of retries and disabling."""
+``webhook-id``, and counts both. It can fail for a while (``fail_first``), hang, trickle its
+answer, or answer with a redirect, for tests and demos of retries and disabling."""
 
 import hashlib
 import json
@@ -22,6 +22,10 @@ class WebhookReceiver:
         self.redirect_to: str | None = None
         # Answer with a body this long (announced, then streamed until the sender hangs up).
         self.answer_bytes = 0
+        # Trickle the answer: a header line, or a byte of the body, every this many seconds,
+        # until the sender hangs up (each wait within its read timeout, their sum not).
+        self.trickle_headers = 0.0
+        self.trickle_body = 0.0
         self.lock = threading.Lock()
         self.requests = 0
         self.verified: list[dict] = []  # first delivery of each webhook-id, parsed
@@ -54,6 +58,9 @@ class WebhookReceiver:
                 answer = receiver.receive(dict(self.headers.items()), body, path=self.path)
                 if receiver.hang_seconds:
                     time.sleep(receiver.hang_seconds)
+                if receiver.trickle_headers or receiver.trickle_body:
+                    self.trickle(answer)
+                    return
                 self.send_response(answer)
                 if receiver.redirect_to:
                     self.send_header("Location", receiver.redirect_to)
@@ -69,6 +76,21 @@ class WebhookReceiver:
                         self.wfile.write(chunk)
                 except OSError:
                     pass  # the sender read what it wanted and hung up
+
+            def trickle(self, answer: int) -> None:
+                self.wfile.write(f"HTTP/1.1 {answer} X\r\n".encode())
+                try:
+                    while receiver.trickle_headers:
+                        self.wfile.write(b"X-Slow: x\r\n")
+                        self.wfile.flush()
+                        time.sleep(receiver.trickle_headers)
+                    self.wfile.write(b"Content-Length: 100000\r\n\r\n")
+                    while True:
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        time.sleep(receiver.trickle_body)
+                except OSError:
+                    pass  # the sender hung up
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

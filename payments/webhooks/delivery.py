@@ -24,11 +24,17 @@ import requests
 from django.db import connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
+from urllib3 import exceptions as urllib3_errors
 
 from payments import conf
 from payments.alerts import AlertSeverity, alert_raise
 from payments.kernel.locks import _lock_key
-from payments.webhooks.addresses import AddressRefused, guarded_session, url_resolved_check
+from payments.webhooks.addresses import (
+    AddressRefused,
+    guarded_session,
+    request_deadline,
+    url_resolved_check,
+)
 from payments.webhooks.catalogue import ENDPOINT_DISABLED
 from payments.webhooks.events import event_record
 from payments.webhooks.models import (
@@ -171,6 +177,7 @@ def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> A
         return result(None, f"refused: {exc}")
     try:
         with (
+            request_deadline(2 * timeout) as cut,
             guarded_session() as session,
             session.post(
                 endpoint.url,
@@ -181,14 +188,26 @@ def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> A
                 stream=True,
             ) as response,
         ):
-            head = response.raw.read(RESPONSE_HEAD_BYTES, decode_content=False) or b""
+            if cut():  # headers cut short end as if complete: they are not an answer
+                return result(None, f"too slow: no answer within {2 * timeout:g} s in all")
+            # Its status is its answer; a head cut short by the deadline is kept as it came.
+            head = _head_read(response)
             return result(response.status_code, "", head.decode("utf-8", "replace"))
     except AddressRefused as exc:
         return result(None, f"refused: {exc}")
     except requests.Timeout:
         return result(None, "timeout")
     except requests.RequestException as exc:
+        if cut():
+            return result(None, f"too slow: no answer within {2 * timeout:g} s in all")
         return result(None, f"connection error: {type(exc).__name__}")
+
+
+def _head_read(response: requests.Response) -> bytes:
+    try:
+        return response.raw.read(RESPONSE_HEAD_BYTES, decode_content=False) or b""
+    except (OSError, requests.RequestException, urllib3_errors.HTTPError):
+        return b""
 
 
 def retry_delay(attempts: int) -> timedelta | None:

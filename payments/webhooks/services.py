@@ -77,12 +77,23 @@ def webhook_endpoint_create(
 
 
 def webhook_endpoint_update(
-    *, endpoint: WebhookEndpoint, url: str | None, event_types: list | None, **changes
+    *,
+    endpoint: WebhookEndpoint,
+    url: str | None,
+    event_types: list | None,
+    description: str | None = None,
+    thin: bool | None = None,
+    ordered: bool | None = None,
 ) -> WebhookEndpoint:
-    """Change the given fields; ``changes`` are ``description``, ``thin`` and ``ordered``,
-    each left alone when None."""
+    """Change the fields given; each left alone when None."""
     endpoint_fields_checked(url=url, event_types=event_types)
-    changes.update(url=url, event_types=None if event_types is None else list(event_types))
+    changes = {
+        "url": url,
+        "event_types": None if event_types is None else list(event_types),
+        "description": description,
+        "thin": thin,
+        "ordered": ordered,
+    }
     fields = ["updated_at"]
     for name, value in changes.items():
         if value is not None:

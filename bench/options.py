@@ -15,6 +15,7 @@ PHASES = (
     "e2e",
     "peer",
     "recovery",
+    "webhooks",
     "profile",
     "history",
     "storage",
@@ -22,7 +23,7 @@ PHASES = (
 
 
 def _phases() -> list[str]:
-    phases = env_choices("BENCH_PHASES", "ingest,worker,money,e2e,peer,recovery", PHASES)
+    phases = env_choices("BENCH_PHASES", "ingest,worker,money,e2e,peer,recovery,webhooks", PHASES)
     if os.environ.get("BENCH_PROFILE") == "1" and "profile" not in phases:
         phases.append("profile")
     return phases
@@ -57,6 +58,9 @@ def _config() -> dict:
             "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
             # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.
             "recovery_cap": env_int("BENCH_RECOVERY_CAP", 0) or None,
+            # Webhook events sent by that many `webhooks_deliver` processes.
+            "webhook_events": env_int("BENCH_WEBHOOK_EVENTS", 2_000),
+            "webhook_senders": env_int("BENCH_WEBHOOK_SENDERS", 2),
             "history_payments": env_int("BENCH_HISTORY_PAYMENTS", 5_000_000),
             "partition_rows": env_int("BENCH_PARTITION_ROWS", 2_000_000),
             "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",

@@ -47,6 +47,7 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
         *_e2e_rows(report),
         *_peer_rows(report),
         *_recovery_rows(report),
+        *_webhooks_rows(report),
     ]
 
 
@@ -291,6 +292,33 @@ def _recovery_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
             f"cap {fmt(rec.get('cap_per_second'))}/s",
             "",
             "peak <= cap",
+        ),
+    ]
+
+
+def _webhooks_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    """Deliveries per second, and the senders' CPU per delivery beside the pipeline's per
+    event (when the e2e phase ran)."""
+    hooks = report.get("webhooks")
+    if not hooks:
+        return []
+    pipeline = (report.get("e2e") or {}).get("pipeline_cpu_ms_per_event")
+    per_delivery = hooks.get("cpu_ms_per_delivery")
+    ratio = per_delivery / pipeline if per_delivery and pipeline else None
+    return [
+        (
+            f"webhooks: deliveries/s, {fmt(hooks.get('senders'))} senders",
+            fmt(hooks.get("deliveries_per_second"), 0),
+            "",
+            "",
+            "",
+        ),
+        (
+            "webhooks: sender CPU ms per delivery",
+            fmt(per_delivery, 2),
+            f"pipeline {fmt(pipeline, 2)} per event",
+            fmt(ratio, 2),
+            "",
         ),
     ]
 

@@ -11,7 +11,7 @@ Sizes come from the environment so a quick try is possible:
         BENCH_PHASES=ingest,worker,e2e make bench
 
 Each phase is a module of its own (``ingest``, ``workers``, ``money``, ``pipeline``, ``profiles``,
-``storage``, ``history``); see docs/benchmarks.md for what each figure means.
+``webhooks``, ``storage``, ``history``); see docs/benchmarks.md for what each figure means.
 """
 
 import json
@@ -39,6 +39,7 @@ from bench.report import GOALS, markdown, table  # noqa: E402
 from bench.stack import RESULTS, BenchError, Stack, WorkerRuns, metrics_dir_fresh  # noqa: E402
 from bench.storage import storage_phase  # noqa: E402
 from bench.summary import cross_phase  # noqa: E402
+from bench.webhooks import webhooks_phase  # noqa: E402
 from bench.workers import consumer_run, worker_phase  # noqa: E402
 from devstack.processes import database_create, database_drop  # noqa: E402
 
@@ -106,6 +107,8 @@ def _run_phases(stack: Stack, generator: str, report: dict) -> None:
         report["peer"] = peer_phase(stack)
     if "recovery" in phases:
         report["recovery"] = recovery_phase(stack)
+    if "webhooks" in phases:
+        report["webhooks"] = webhooks_phase(stack)
     if "profile" in phases:
         report["profiles"] = profile_phase(stack, generator)
     if "storage" in phases:

@@ -11,6 +11,9 @@ os.environ.setdefault("SECRET_KEY", "bench-secret-key-not-for-production")
 os.environ.setdefault("PROCESSOR_BASE_URL", "http://127.0.0.1:9")
 os.environ.setdefault("PROCESSOR_API_KEY", "bench-processor-key")
 os.environ.setdefault("CALLBACK_SIGNING_SECRETS", "bench-signing-secret")
+# The webhooks phase's receiver is on loopback, over http (bench/webhooks.py).
+os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "true")
+os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true")
 
 from config.settings.base import *  # noqa: E402,F403
 

@@ -108,6 +108,9 @@ SANDBOX_FAULTS = {
 
 # How often the run's ``processor_events_pull --every`` pulls the processor's events.
 PULL_EVERY_SECONDS = 5
+# The run's webhook receiver answers 500 to this many requests first: it fails for a while,
+# then comes back, and every event must still reach it.
+WEBHOOK_RECEIVER_FAILS_FIRST = 40
 
 
 def environment(ports: dict[str, int], database_url: str) -> dict[str, str]:
@@ -159,4 +162,10 @@ def _settings(ports: dict[str, int], database_url: str, *, path: str) -> dict[st
         "ADMINS": "",
         "EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend",
         "CELERY_BROKER_URL": "memory://",
+        # The run's webhook receiver is on loopback, over http; its retries come back within
+        # seconds (the production schedule spans three days).
+        "WEBHOOK_ALLOW_HTTP": "true",
+        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+        "WEBHOOK_TIMEOUT_SECONDS": "2",
+        "WEBHOOK_RETRY_SCHEDULE": "[1, 1, 2, 2, 4, 4, 8, 8, 8, 8]",
     }

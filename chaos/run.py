@@ -21,6 +21,7 @@ from chaos.config import (
     QUEUE_OUTAGE_SECONDS,
     VAR,
     VISIBILITY_TIMEOUT,
+    WEBHOOK_RECEIVER_FAILS_FIRST,
     Config,
     SetupError,
     environment,
@@ -56,6 +57,7 @@ class ChaosRun(Faults, Settling):
         self.children: dict[str, Child] = {}
         self.proxy: TcpProxy | None = None
         self.workers: list[Child] = []
+        self.webhooks = None  # the run's WebhookReceiver, started with the run's database
         self.supervisor: threading.Thread | None = None
         self.stopping = threading.Event()
         self.pg_terminated = 0
@@ -112,7 +114,26 @@ class ChaosRun(Faults, Settling):
         MerchantAccess.objects.bulk_create(
             MerchantAccess(user=user, merchant_id=f"merchant-{i}") for i in range(MERCHANTS)
         )
+        self.webhooks_endpoints()
         return Token.objects.create(user=user).key
+
+    def webhooks_endpoints(self) -> None:
+        """A verifying receiver in this process, failing for a while first, and an endpoint
+        per merchant: every other one thin and ordered."""
+        from payments.webhooks.services import webhook_endpoint_create
+        from sandbox.webhook_receiver import WebhookReceiver
+
+        self.webhooks = WebhookReceiver().start()
+        self.webhooks.fail_first = WEBHOOK_RECEIVER_FAILS_FIRST
+        for i in range(MERCHANTS):
+            endpoint = webhook_endpoint_create(
+                merchant_id=f"merchant-{i}",
+                url=f"{self.webhooks.url}/{i}",
+                event_types=[],
+                thin=i % 2 == 1,
+                ordered=i % 2 == 1,
+            )
+            self.webhooks.secrets.append(endpoint.secret)
 
     def start_stack(self) -> None:
         ports = self.ports
@@ -152,6 +173,12 @@ class ChaosRun(Faults, Settling):
             worker = Child(f"worker{n}", command, self.env).start()
             self.children[worker.name] = worker
             self.workers.append(worker)
+        # The webhook sender, SIGKILLed with the workers: what it held is sent again.
+        sender = Child(
+            "webhooks", [PYTHON, "manage.py", "webhooks_deliver", "--interval", "0.5"], self.env
+        ).start()
+        self.children[sender.name] = sender
+        self.workers.append(sender)
         self.log(
             f"web :{ports['web']}, sandbox :{ports['sandbox']}, 2 workers "
             f"(visibility {VISIBILITY_TIMEOUT} s), the events pull every {PULL_EVERY_SECONDS} s"
@@ -262,11 +289,14 @@ class ChaosRun(Faults, Settling):
         # after its retries), not the injected, with the ones the run made on its behalf.
         made = record["events"] + self.injected_made
         (VAR / "processor-events.json").write_text(json.dumps(made))
+        receipts = list(self.webhooks.receipts)
+        (VAR / "webhook-receipts.json").write_text(json.dumps(receipts))
         report = check_invariants(
             sandbox_stats=record["stats"],
             callbacks_sent=sent,
             callbacks_dropped=record.get("dropped", []),
             processor_events=made,
+            webhook_receipts=receipts,
         )
         api_problems = check_api(load)
         print(summary(self, load, record["stats"], settled, backlog, dead_letters))
@@ -299,6 +329,8 @@ class ChaosRun(Faults, Settling):
                 print(f"stopping {child.name}: {exc}", file=sys.stderr)
         if self.proxy is not None:
             self.proxy.close()
+        if self.webhooks is not None:
+            self.webhooks.stop()
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ class Settling:
         from callbacks import sqs
         from callbacks.models import UNFINISHED_STATUSES, HoldKind, PaymentHold, QueueMessage
         from payments.models import OutboxMessage
+        from payments.webhooks.models import DeliveryStatus, Event, WebhookDelivery
 
         connection.close()  # the run may have terminated this process's connection
         attributes = (
@@ -55,6 +56,10 @@ class Settling:
                 kind=HoldKind.OUTAGE, released_at__isnull=True
             ).count(),
             "callbacks pending": int(self.sandbox_stats().get("callbacks_pending", 0)),
+            "webhook events undispatched": Event.objects.filter(position__isnull=True).count(),
+            "webhook deliveries pending": WebhookDelivery.objects.filter(
+                status=DeliveryStatus.PENDING
+            ).count(),
         }
 
     def wait_quiet(self) -> tuple[bool, dict]:

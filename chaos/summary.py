@@ -156,5 +156,6 @@ def recheck_command(database_url: str, python: str, root: Path) -> str:
         f"--sandbox-stats {VAR.relative_to(root)}/sandbox-stats.json "
         f"--callbacks-sent {VAR.relative_to(root)}/callbacks-sent.json "
         f"--callbacks-dropped {VAR.relative_to(root)}/callbacks-dropped.json "
-        f"--processor-events {VAR.relative_to(root)}/processor-events.json"
+        f"--processor-events {VAR.relative_to(root)}/processor-events.json "
+        f"--webhook-receipts {VAR.relative_to(root)}/webhook-receipts.json"
     )

@@ -131,6 +131,9 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    from demo.webhooks import ENVIRONMENT as WEBHOOKS_ENVIRONMENT
+
+    env.update(WEBHOOKS_ENVIRONMENT)
     if backend == "nacha":
         env.update(bank_environment(VAR))
     return env

@@ -18,6 +18,7 @@ from callbacks import conf as callbacks_conf
 from demo.cancels import run_cancels
 from demo.lifecycle import run_lifecycle
 from demo.recovery import drops_start, recovery_report
+from demo.webhooks import flaky_recover, webhooks_checks, webhooks_start, webhooks_wait
 
 # Source-token prefixes select the sandbox processor's deterministic behaviours
 # (sandbox/faults.py); the sandbox adds seeded random faults on top.
@@ -440,10 +441,12 @@ def _breaker_story() -> dict:
 
 def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> bool:
     _wait_ready(web_url, honcho, log_path)
+    webhooks = webhooks_start(MERCHANTS)
     print(f"  driving {payments} payments through {web_url}/api/payments/", flush=True)
     drops_start(sandbox_url)
     _create_payments(web_url, token, payments, on_quarter=lambda: _outage_start(sandbox_url))
     settled = _wait_until_settled(payments)
+    recovered = flaky_recover(webhooks, web_url=web_url, token=token)
     poison = _poison(web_url, [])
     print(f"  sent {poison} poison events that only a human may resolve", flush=True)
     if not settled:
@@ -476,4 +479,8 @@ def run_traffic(*, web_url, sandbox_url, token, payments, honcho, log_path) -> b
         payout_merchants=MERCHANTS[3:],
         sandbox_url=sandbox_url,
     )
-    return section_print("Money out", rows, checks) and ok
+    ok = section_print("Money out", rows, checks) and ok
+    delivered = webhooks_wait()
+    rows, checks = webhooks_checks(webhooks, recovered=recovered)
+    checks.append(("every delivery made within the time limit", delivered))
+    return section_print("Webhooks", rows, checks) and ok

@@ -57,7 +57,13 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
 - ``payouts_never_overdraw``: each payout was covered by the available balance as the
   merchant's ledger stood when it was made (replayed from the entries before it);
 - ``balances_match_entries``: every merchant's pending, posted, available and money-out
-  balance as answered equals the one recomputed from its ledger rows.
+  balance as answered equals the one recomputed from its ledger rows;
+- ``webhooks_delivered_at_least_once``: every event has a delivery to each enabled endpoint
+  wanting it, none spent its retries, each marked delivered has a 2xx attempt and (given the
+  receiver's receipts) was verified by the receiver;
+- ``webhook_ids_stable``: an event has one delivery per endpoint, and (given the receipts)
+  every request's ``webhook-id`` is its body's event id, of that type, and every repeat of an
+  id carried the same body.
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -81,6 +87,7 @@ from chaos.invariants.money_out import (
 )
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
+from chaos.invariants.webhooks import check_webhook_ids, check_webhooks_delivered
 
 __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
 
@@ -91,13 +98,16 @@ def check_invariants(
     callbacks_sent: list | None,
     callbacks_dropped: list | None = None,
     processor_events: list | None = None,
+    webhook_receipts: list | None = None,
 ) -> Report:
     """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
     (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
     are accounted for by count only, from ``sandbox_stats``. ``callbacks_dropped`` lists those
     it never delivered (the sandbox's drops); without it that check is not made.
     ``processor_events`` lists every event the processor made, delivered or dropped (not the
-    run's injected ones); without it the final states are not compared."""
+    run's injected ones); without it the final states are not compared. ``webhook_receipts``
+    lists what a webhook receiver verified (``WebhookReceiver.receipts``); without it the
+    webhook checks read the database alone."""
     report = Report()
     if callbacks_sent is None:
         callbacks_sent = sandbox_stats.get("callbacks_delivered")
@@ -119,5 +129,7 @@ def check_invariants(
     check_double_losses(report)
     check_payouts(report)
     check_balances(report)
+    check_webhooks_delivered(report, webhook_receipts)
+    check_webhook_ids(report, webhook_receipts)
     notes_unfinished(report)
     return report

@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON file listing every event the processor made, delivered or dropped (not the "
         "run's injected ones); each payment's final state must agree with them",
     )
+    parser.add_argument(
+        "--webhook-receipts",
+        help="JSON file listing what a webhook receiver verified (WebhookReceiver.receipts); "
+        "without it the webhook checks read the database alone",
+    )
     parser.add_argument("--json", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
 
@@ -60,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         sent = _load_json(args.callbacks_sent) if args.callbacks_sent else None
         dropped = _load_json(args.callbacks_dropped) if args.callbacks_dropped else None
         made = _load_json(args.processor_events) if args.processor_events else None
+        receipts = _load_json(args.webhook_receipts) if args.webhook_receipts else None
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the processor's record: {exc}")
     report = check_invariants(
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         callbacks_sent=sent,
         callbacks_dropped=dropped,
         processor_events=made,
+        webhook_receipts=receipts,
     )
     print(report.render())
     if args.json:

@@ -24,6 +24,8 @@ CHECKS = (
     "double_losses_flagged",
     "payouts_never_overdraw",
     "balances_match_entries",
+    "webhooks_delivered_at_least_once",
+    "webhook_ids_stable",
 )
 
 # How many offending ids a violation lists before it summarises the rest.

@@ -29,6 +29,7 @@ from payments.processor.backend import get_backend
 from payments.services.limits import exposure_decide, review_hold
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
+from payments.webhooks.events import payment_event_new
 
 SUPPORTED_CURRENCIES = ("USD",)
 SUBMIT_PAYMENT = MessageKind.SUBMIT_PAYMENT
@@ -212,6 +213,7 @@ def payment_created_record(
     )
     if not submit:
         rows_insert([payment, *rows, event])
+        _created_event_save(payment)
         return
     message = _outbox_message(
         kind=SUBMIT_PAYMENT,
@@ -220,7 +222,15 @@ def payment_created_record(
         carried=carried,
     )
     rows_insert([payment, *rows, event, message])
+    _created_event_save(payment)
     _outbox_announce(message)
+
+
+def _created_event_save(payment: Payment) -> None:
+    """The merchant's event of the new payment (``payment.created``, ``refund.created``,
+    ``payout.created``), once the payment's row is written: its shape reads what the insert
+    filled in (``created_at``)."""
+    payment_event_new(payment=payment, state=payment.state).save(force_insert=True)
 
 
 def outbox_enqueue(

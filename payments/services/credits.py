@@ -29,6 +29,8 @@ from payments.models import (
     PaymentState,
 )
 from payments.services.writes import entry_status_save
+from payments.webhooks.catalogue import DOUBLE_LOSS_RESOLVED
+from payments.webhooks.events import double_loss_shape, event_record
 
 # Per purpose: the entry made with the credit, and the one its return writes.
 ENTRY_KINDS = {
@@ -106,13 +108,25 @@ def _double_loss_undo(payment: Payment, *, because: str) -> None:
     debit's return recorded one, is undone and the recovery owed archived."""
     if payment.purpose != PaymentPurpose.REFUND:
         return
-    undone = DoubleLoss.objects.filter(refund=payment, status=DoubleLossStatus.OPEN).update(
-        status=DoubleLossStatus.UNDONE,
-        resolved_at=timezone.now(),
-        note=f"the refund {because}: the customer never had the money twice",
+    # Locked, as a person's ``double_loss_resolve`` locks it: one of them closes it.
+    loss = (
+        DoubleLoss.objects.select_for_update()
+        .filter(refund=payment, status=DoubleLossStatus.OPEN)
+        .first()
     )
-    if undone:
-        entry_status_save(
-            payment,
-            EntryStatus(kind=LedgerEntryKind.RECOVERY_OWED, status=LedgerEntryStatus.ARCHIVED),
-        )
+    if loss is None:
+        return
+    loss.status = DoubleLossStatus.UNDONE
+    loss.resolved_at = timezone.now()
+    loss.note = f"the refund {because}: the customer never had the money twice"
+    loss.save(update_fields=["status", "resolved_at", "note"])
+    entry_status_save(
+        payment,
+        EntryStatus(kind=LedgerEntryKind.RECOVERY_OWED, status=LedgerEntryStatus.ARCHIVED),
+    )
+    event_record(
+        type=DOUBLE_LOSS_RESOLVED,
+        merchant_id=loss.merchant_id,
+        obj=double_loss_shape(loss),
+        object_id=str(payment.pk),
+    )

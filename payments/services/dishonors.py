@@ -70,6 +70,8 @@ from payments.services.event_handlers import ApplyOutcome, Decision, EventHandle
 from payments.services.remedies import return_reinitiation
 from payments.services.writes import DayCounts, merchant_return_day_add, payment_lock
 from payments.signals import payment_dishonor_booked
+from payments.webhooks import catalogue as event_types
+from payments.webhooks.events import dishonor_shape, event_record
 
 logger = logging.getLogger(__name__)
 
@@ -317,6 +319,14 @@ def dishonor_event_record(
         dishonor.request_status = DishonorRequestStatus.SENT
     dishonor.unknown_code = dishonor.unknown_code or not known
     dishonor.save()
+    event_record(
+        type=event_types.DISHONOR_RECORDED
+        if event.event_type == RETURN_DISHONORED.name
+        else event_types.DISHONOR_CONTESTED,
+        merchant_id=payment.merchant_id,
+        obj=dishonor_shape(dishonor),
+        object_id=str(payment.pk),
+    )
     written = _ledger_follow(payment, ach_return, dishonor)
     _alerts(payment, dishonor, event, [entry.kind for entry in written])
     payment_dishonor_booked.send(

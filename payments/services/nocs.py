@@ -24,6 +24,8 @@ from payments.events import ProcessorEvent
 from payments.exceptions import EventConflict, NocPastDeadline, PaymentError
 from payments.models import NocAction, NocStatus, NotificationOfChange, Payment
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
+from payments.webhooks.catalogue import NOC_APPLIED, NOC_RECEIVED
+from payments.webhooks.events import event_record, noc_shape
 
 
 class NocNotOpen(PaymentError):
@@ -74,6 +76,12 @@ def noc_record(*, payment: Payment, event: ProcessorEvent) -> NotificationOfChan
         status=NocStatus.REFUSED if refused else NocStatus.OPEN,
         received_at=event.timestamp,
         deadline=None if refused else noc_deadline(event.timestamp),
+    )
+    event_record(
+        type=NOC_RECEIVED,
+        merchant_id=noc.merchant_id,
+        obj=noc_shape(noc),
+        object_id=str(payment.pk),
     )
     if code is None:
         details = {"change_code": event.change_code, "processor_event_id": event.processor_event_id}
@@ -176,5 +184,11 @@ def noc_mark_applied(*, noc_id: int, user, note: str) -> NotificationOfChange:
             note=note,
             status_before=before,
             status_after=noc.status,
+        )
+        event_record(
+            type=NOC_APPLIED,
+            merchant_id=noc.merchant_id,
+            obj=noc_shape(noc),
+            object_id=str(noc.payment_id),
         )
     return noc

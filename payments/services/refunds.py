@@ -52,6 +52,8 @@ from payments.services.limits import exposure_decide, review_hold
 from payments.services.remedies import dishonor_may_stand
 from payments.services.transitions import money_out_count
 from payments.services.writes import payment_lock
+from payments.webhooks.catalogue import DOUBLE_LOSS_OPENED, DOUBLE_LOSS_RESOLVED
+from payments.webhooks.events import double_loss_shape, event_record
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +311,12 @@ def _double_loss_record(debit: Payment, refund: Payment, event: ProcessorEvent) 
     if not created:
         return loss
     transaction.on_commit(DOUBLE_LOSSES.inc, robust=True)
+    event_record(
+        type=DOUBLE_LOSS_OPENED,
+        merchant_id=loss.merchant_id,
+        obj=double_loss_shape(loss),
+        object_id=str(refund.pk),
+    )
     LedgerEntry.objects.create(
         payment=refund,
         merchant_id=refund.merchant_id,
@@ -372,6 +380,12 @@ def double_loss_resolve(*, loss_id: int, status: str, user, note: str) -> Double
         loss.resolved_by = user
         loss.note = note
         loss.save(update_fields=["status", "resolved_at", "resolved_by", "note"])
+        event_record(
+            type=DOUBLE_LOSS_RESOLVED,
+            merchant_id=loss.merchant_id,
+            obj=double_loss_shape(loss),
+            object_id=str(loss.refund_id),
+        )
         entry_status = (
             LedgerEntryStatus.POSTED
             if status == DoubleLossStatus.RECOVERED

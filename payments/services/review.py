@@ -28,6 +28,7 @@ from payments.models import ReviewStatus as Review
 from payments.services.cancel import payment_cancel
 from payments.services.create import outbox_enqueue
 from payments.services.writes import payment_lock
+from payments.webhooks.events import review_event_record
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,8 @@ def _held_checked(payment: Payment) -> None:
 
 
 def _decision_record(payment: Payment, decision: str, user, note: str) -> None:
+    """The decision's audit row and its merchant's event, in the decision's transaction."""
+    review_event_record(payment=payment, decision=decision)
     PaymentEvent.objects.create(
         payment=payment,
         kind=EventKind.REVIEW,

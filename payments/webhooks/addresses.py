@@ -4,6 +4,9 @@ again before every request, so a DNS name later pointed at a private address is 
 
 import ipaddress
 import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
 
 import requests
@@ -14,6 +17,8 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from payments import conf
 
 MAX_URL_LENGTH = 2048
+# The sockets this thread opens inside ``request_deadline``, for its timer to cut.
+_opened = threading.local()
 
 
 class AddressRefused(ValueError):
@@ -91,7 +96,36 @@ def _peer_checked(sock: socket.socket) -> socket.socket:
     if not _public(address):
         sock.close()
         raise AddressRefused("connected to a private, loopback or link-local address")
+    sockets = getattr(_opened, "sockets", None)
+    if sockets is not None:
+        sockets.append(sock)
     return sock
+
+
+@contextmanager
+def request_deadline(seconds: float) -> Iterator[Callable[[], bool]]:
+    """Cut every connection this thread opens inside the block once ``seconds`` have passed in
+    all. The timeouts bound each wait, not their sum: a receiver trickling its headers or its
+    answer a few bytes at a time, each within the read timeout, would hold a sender for ever.
+    Yields whether the deadline cut them."""
+    sockets: list[socket.socket] = []
+    cut = threading.Event()
+
+    def cut_all() -> None:
+        cut.set()
+        for sock in list(sockets):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut_all)
+    timer.daemon = True
+    _opened.sockets = sockets
+    timer.start()
+    try:
+        yield cut.is_set
+    finally:
+        timer.cancel()
+        _opened.sockets = None
 
 
 class _GuardedHTTPConnection(HTTPConnection):

@@ -18,7 +18,9 @@ from payments.webhooks.models import (
 from payments.webhooks.services import (
     endpoint_fields_checked,
     webhook_deliveries_replay,
+    webhook_endpoint_delete,
     webhook_endpoint_enable,
+    webhook_failed_replay_since,
 )
 from payments.webhooks.signing import secret_new
 
@@ -34,7 +36,7 @@ class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class WebhookEndpointForm(forms.ModelForm):
     class Meta:
         model = WebhookEndpoint
-        fields = ["merchant_id", "url", "description", "event_types"]
+        fields = ["merchant_id", "url", "description", "event_types", "thin", "ordered"]
 
     def clean(self):
         data = super().clean()
@@ -52,13 +54,41 @@ class WebhookActionInline(ReadOnlyInline):
     show_change_link = False
 
 
+class WebhookAttemptInline(ReadOnlyInline):
+    model = WebhookAttempt
+    fields = ["number", "started_at", "status_code", "error", "latency_ms", "response_head"]
+    show_change_link = False
+
+
+class ReplayForm(forms.Form):
+    note = note_field(
+        "Why they are sent again (ticket, reference).",
+    )
+
+
+class ReplaySinceForm(ReplayForm):
+    field_order = ["since", "note"]
+
+    since = forms.DateTimeField(
+        help_text="Deliveries made from this time on (UTC, YYYY-MM-DD HH:MM) that failed."
+    )
+
+
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     """A merchant's endpoints. The secret never appears here after it is made: the message
     after adding one shows it once."""
 
     form = WebhookEndpointForm
-    list_display = ["url", "merchant_id", "enabled", "disabled_at", "consecutive_failures"]
+    list_display = [
+        "url",
+        "merchant_id",
+        "thin",
+        "ordered",
+        "enabled",
+        "disabled_at",
+        "consecutive_failures",
+    ]
     list_filter = ["enabled"]
     search_fields = ["=merchant_id", "url"]
     readonly_fields = [
@@ -70,7 +100,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         "created_at",
     ]
     inlines = [WebhookActionInline]
-    actions = ["enable_endpoints"]
+    actions = ["enable_endpoints", "replay_failed_since"]
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -83,7 +113,10 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
 
-    @admin.action(description="Enable the selected endpoints (and replay what they missed)")
+    @admin.action(
+        description="Enable the selected endpoints (and replay what they missed)",
+        permissions=["change"],
+    )
     def enable_endpoints(self, request, queryset):
         replayed = sum(
             webhook_endpoint_enable(endpoint=endpoint, actor=request.user, note="admin")
@@ -91,17 +124,42 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         )
         self.message_user(request, f"Enabled; {replayed} deliveries due now.", messages.SUCCESS)
 
+    @admin.action(description="Replay the failed deliveries since a time…", permissions=["change"])
+    def replay_failed_since(self, request, queryset):
+        """Every delivery of the selected endpoints that spent its retries since a time, sent
+        again: one confirmation page, a note, an audit row per endpoint."""
+        form = ReplaySinceForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            count = sum(
+                webhook_failed_replay_since(
+                    endpoint=endpoint,
+                    since=form.cleaned_data["since"],
+                    actor=request.user,
+                    note=form.cleaned_data["note"],
+                )
+                for endpoint in queryset
+            )
+            self.message_user(request, f"{count} deliveries will be sent again.", messages.SUCCESS)
+            return None
+        return TemplateResponse(
+            request,
+            "admin/payments/webhookendpoint/confirm_replay_since.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Replay failed deliveries",
+                "endpoints": queryset,
+                "form": form,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
 
-class WebhookAttemptInline(ReadOnlyInline):
-    model = WebhookAttempt
-    fields = ["number", "started_at", "status_code", "error", "latency_ms", "response_head"]
-    show_change_link = False
+    def delete_model(self, request, obj):
+        webhook_endpoint_delete(endpoint=obj, actor=request.user)
 
-
-class ReplayForm(forms.Form):
-    note = note_field(
-        "Why they are sent again (ticket, reference).",
-    )
+    def delete_queryset(self, request, queryset):
+        for endpoint in queryset:
+            webhook_endpoint_delete(endpoint=endpoint, actor=request.user)
 
 
 @admin.register(WebhookDelivery)
@@ -150,5 +208,13 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(WebhookAction)
 class WebhookActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["created_at", "kind", "endpoint", "actor_label", "deliveries"]
+    list_display = [
+        "created_at",
+        "kind",
+        "endpoint_ref",
+        "merchant_id",
+        "actor_label",
+        "deliveries",
+    ]
     list_filter = ["kind"]
+    search_fields = ["=endpoint_ref", "=merchant_id"]

@@ -23,6 +23,7 @@ from payments.webhooks.serializers import (
 )
 from payments.webhooks.services import (
     webhook_endpoint_create,
+    webhook_endpoint_delete,
     webhook_endpoint_enable,
     webhook_endpoint_rotate_secret,
     webhook_endpoint_update,
@@ -168,6 +169,8 @@ class WebhookEndpointDetailApi(ModuleApiView):
                 url=data.get("url"),
                 event_types=data.get("event_types"),
                 description=data.get("description"),
+                thin=data.get("thin"),
+                ordered=data.get("ordered"),
             )
         except DjangoValidationError as exc:
             raise field_errors(exc.message_dict) from None
@@ -177,7 +180,7 @@ class WebhookEndpointDetailApi(ModuleApiView):
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
             return not_found("endpoint_id")
-        endpoint.delete()
+        webhook_endpoint_delete(endpoint=endpoint, actor=f"api:{request.user.get_username()}")
         return Response(status=204)
 
 

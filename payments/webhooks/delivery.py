@@ -22,24 +22,30 @@ from datetime import datetime, timedelta
 
 import requests
 from django.db import connection, transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
+from urllib3 import exceptions as urllib3_errors
 
 from payments import conf
 from payments.alerts import AlertSeverity, alert_raise
 from payments.kernel.locks import _lock_key
-from payments.webhooks.addresses import AddressRefused, guarded_session, url_resolved_check
+from payments.webhooks.addresses import (
+    AddressRefused,
+    guarded_session,
+    request_deadline,
+    url_resolved_check,
+)
 from payments.webhooks.catalogue import ENDPOINT_DISABLED
-from payments.webhooks.events import merchant_event_record
+from payments.webhooks.events import event_record
 from payments.webhooks.models import (
     DeliveryStatus,
     Event,
-    WebhookAction,
     WebhookActionKind,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
+from payments.webhooks.services import action_record
 from payments.webhooks.signing import signature_headers
 
 logger = logging.getLogger(__name__)
@@ -87,12 +93,23 @@ def attempt_lease() -> timedelta:
 
 
 def deliveries_claim(*, limit: int = 100, now: datetime | None = None) -> list[int]:
-    """Take up to ``limit`` due deliveries of enabled endpoints, oldest first, and lease them."""
+    """Take up to ``limit`` due deliveries of enabled endpoints, oldest first, and lease them.
+
+    For an ``ordered`` endpoint a delivery is not due while an earlier event about the same
+    payment (by ``position``) still has a pending delivery to it, leased or waiting for its
+    retry: the later one goes once the earlier one is delivered, or has failed for good."""
     now = now or timezone.now()
+    earlier_pending = WebhookDelivery.objects.filter(
+        endpoint_id=OuterRef("endpoint_id"),
+        status=DeliveryStatus.PENDING,
+        event__object_id=OuterRef("event__object_id"),
+        event__position__lt=OuterRef("event__position"),
+    )
     with transaction.atomic():
         ids = list(
             WebhookDelivery.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True)
+            .exclude(Q(endpoint__ordered=True) & Exists(earlier_pending))
             .order_by("next_attempt_at", "id")
             .values_list("id", flat=True)[:limit]
         )
@@ -113,14 +130,19 @@ class AttemptResult:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def event_body(event: Event) -> bytes:
-    """What every attempt of every endpoint gets for ``event``: the same bytes each time."""
+def event_body(event: Event, *, thin: bool = False) -> bytes:
+    """What every attempt to an endpoint gets for ``event``: the same bytes each time. Thin,
+    the object is its ``id`` and ``object`` only, for a receiver that reads it back from the
+    API rather than trust a copy."""
+    data = event.data
+    if thin:
+        data = {"object": {key: data["object"][key] for key in ("id", "object")}}
     payload = {
         "id": event.id,
         "type": event.type,
         "created_at": event.created_at.isoformat().replace("+00:00", "Z"),
         "merchant_id": event.merchant_id,
-        "data": event.data,
+        "data": data,
     }
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -137,7 +159,7 @@ def endpoint_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
 def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> AttemptResult:
     """Sign and POST, no redirect followed, reading at most the answer's first bytes. Every
     failure is an ``AttemptResult``; no error text carries a secret or a signature."""
-    body = event_body(event)
+    body = event_body(event, thin=endpoint.thin)
     headers = signature_headers(
         secrets_in_use=endpoint_secrets(endpoint, now), msg_id=event.id, timestamp=now, body=body
     )
@@ -155,6 +177,7 @@ def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> A
         return result(None, f"refused: {exc}")
     try:
         with (
+            request_deadline(2 * timeout) as cut,
             guarded_session() as session,
             session.post(
                 endpoint.url,
@@ -165,14 +188,26 @@ def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> A
                 stream=True,
             ) as response,
         ):
-            head = response.raw.read(RESPONSE_HEAD_BYTES, decode_content=False) or b""
+            if cut():  # headers cut short end as if complete: they are not an answer
+                return result(None, f"too slow: no answer within {2 * timeout:g} s in all")
+            # Its status is its answer; a head cut short by the deadline is kept as it came.
+            head = _head_read(response)
             return result(response.status_code, "", head.decode("utf-8", "replace"))
     except AddressRefused as exc:
         return result(None, f"refused: {exc}")
     except requests.Timeout:
         return result(None, "timeout")
     except requests.RequestException as exc:
+        if cut():
+            return result(None, f"too slow: no answer within {2 * timeout:g} s in all")
         return result(None, f"connection error: {type(exc).__name__}")
+
+
+def _head_read(response: requests.Response) -> bytes:
+    try:
+        return response.raw.read(RESPONSE_HEAD_BYTES, decode_content=False) or b""
+    except (OSError, requests.RequestException, urllib3_errors.HTTPError):
+        return b""
 
 
 def retry_delay(attempts: int) -> timedelta | None:
@@ -275,25 +310,17 @@ def endpoint_disable(*, endpoint: WebhookEndpoint, reason: str, now: datetime) -
     endpoint.disabled_at = now
     endpoint.disabled_reason = reason[:255]
     endpoint.save(update_fields=["enabled", "disabled_at", "disabled_reason", "updated_at"])
-    merchant_event_record(
-        merchant_id=endpoint.merchant_id,
+    event_record(
         type=ENDPOINT_DISABLED,
-        object_id=str(endpoint.id),
-        data={
-            "object": {
-                "id": str(endpoint.id),
-                "object": "webhook_endpoint",
-                "url": endpoint.url,
-                "disabled_reason": endpoint.disabled_reason,
-            }
+        merchant_id=endpoint.merchant_id,
+        obj={
+            "id": str(endpoint.id),
+            "object": "webhook_endpoint",
+            "url": endpoint.url,
+            "disabled_reason": endpoint.disabled_reason,
         },
     )
-    WebhookAction.objects.create(
-        kind=WebhookActionKind.DISABLE,
-        endpoint=endpoint,
-        actor_label="failure rule",
-        note=endpoint.disabled_reason,
-    )
+    action_record(WebhookActionKind.DISABLE, endpoint, "failure rule", endpoint.disabled_reason)
     endpoint_id, merchant_id = str(endpoint.id), endpoint.merchant_id
     transaction.on_commit(
         lambda: alert_raise(

@@ -36,6 +36,7 @@ class Event(models.Model):
                 name="event_undispatched",
             ),
             models.Index(fields=["created_at"], name="event_created"),
+            models.Index(fields=["object_id", "position"], name="event_object_position"),
         ]
 
     def __str__(self) -> str:
@@ -49,6 +50,10 @@ class WebhookEndpoint(models.Model):
     description = models.CharField(max_length=255, blank=True)
     # Event types it wants; empty: every type.
     event_types = models.JSONField(default=list, blank=True)
+    # Thin: each event's object as its id and kind only; the receiver reads the rest back.
+    thin = models.BooleanField(default=False)
+    # Ordered: an event about a payment waits until the earlier ones about it are delivered.
+    ordered = models.BooleanField(default=False)
     # ``whsec_`` + base64 of 32 random bytes; shown once, when made or rotated.
     secret = models.CharField(max_length=128, editable=False)
     previous_secret = models.CharField(max_length=128, blank=True, editable=False)
@@ -136,6 +141,7 @@ class WebhookActionKind(models.TextChoices):
     ENABLE = "enable", "Enable"
     DISABLE = "disable", "Disable"
     ROTATE_SECRET = "rotate_secret", "Rotate secret"
+    DELETE = "delete", "Delete"
 
 
 class WebhookAction(models.Model):
@@ -146,6 +152,9 @@ class WebhookAction(models.Model):
     endpoint = models.ForeignKey(
         WebhookEndpoint, on_delete=models.SET_NULL, related_name="actions", null=True
     )
+    # Which endpoint, of which merchant, still said once the endpoint is deleted.
+    endpoint_ref = models.CharField(max_length=36, blank=True, db_index=True)
+    merchant_id = models.CharField(max_length=64, blank=True)
     deliveries = models.PositiveIntegerField(default=0)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True

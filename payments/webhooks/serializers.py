@@ -18,12 +18,25 @@ class EventTypesField(serializers.ListField):
         )
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON ``true`` or ``false``, not one of the strings and numbers DRF would take."""
+
+    default_error_messages = {"invalid": "must be true or false"}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 class WebhookEndpointCreateInputSerializer(StrictInputSerializer):
     merchant_id = StrictCharField(max_length=64)
     # Longer text is refused by the URL check, with its own message (addresses.url_problem).
     url = StrictCharField(max_length=100_000, trim_whitespace=False)
     event_types = EventTypesField(required=False, default=list)
     description = StrictCharField(max_length=255, required=False, allow_blank=True, default="")
+    thin = StrictBooleanField(required=False, default=False)
+    ordered = StrictBooleanField(required=False, default=False)
 
     def validate_merchant_id(self, value: str) -> str:
         return merchant_id_checked(value)
@@ -33,6 +46,8 @@ class WebhookEndpointUpdateInputSerializer(StrictInputSerializer):
     url = StrictCharField(max_length=100_000, required=False, trim_whitespace=False)
     event_types = EventTypesField(required=False)
     description = StrictCharField(max_length=255, required=False, allow_blank=True)
+    thin = StrictBooleanField(required=False)
+    ordered = StrictBooleanField(required=False)
 
 
 class WebhookEndpointOutputSerializer(serializers.ModelSerializer):
@@ -47,6 +62,8 @@ class WebhookEndpointOutputSerializer(serializers.ModelSerializer):
             "url",
             "description",
             "event_types",
+            "thin",
+            "ordered",
             "enabled",
             "disabled_at",
             "disabled_reason",

@@ -39,10 +39,14 @@ def endpoint_fields_checked(*, url: str | None = None, event_types: list | None 
         raise ValidationError(errors)
 
 
-def _action(kind: str, endpoint: WebhookEndpoint | None, actor, note: str = "", **kw) -> None:
+def action_record(kind: str, endpoint: WebhookEndpoint, actor, note: str = "", **kw) -> None:
+    """The audit row of what ``actor`` (a user, or a label: ``api:<user>``, ``failure rule``)
+    did to ``endpoint``; it names the endpoint and its merchant, so it outlives a delete."""
     WebhookAction.objects.create(
         kind=kind,
         endpoint=endpoint,
+        endpoint_ref=str(endpoint.pk),
+        merchant_id=endpoint.merchant_id,
         actor=actor if getattr(actor, "pk", None) else None,
         actor_label=actor.get_username() if getattr(actor, "pk", None) else str(actor or "")[:150],
         note=note,
@@ -51,7 +55,13 @@ def _action(kind: str, endpoint: WebhookEndpoint | None, actor, note: str = "", 
 
 
 def webhook_endpoint_create(
-    *, merchant_id: str, url: str, event_types: list[str], description: str = ""
+    *,
+    merchant_id: str,
+    url: str,
+    event_types: list[str],
+    description: str = "",
+    thin: bool = False,
+    ordered: bool = False,
 ) -> WebhookEndpoint:
     """A new enabled endpoint with a fresh ``whsec_`` secret (the caller shows it once)."""
     endpoint_fields_checked(url=url, event_types=event_types)
@@ -60,24 +70,35 @@ def webhook_endpoint_create(
         url=url,
         event_types=list(event_types),
         description=description,
+        thin=thin,
+        ordered=ordered,
         secret=secret_new(),
     )
 
 
 def webhook_endpoint_update(
-    *, endpoint: WebhookEndpoint, url: str | None, event_types: list | None, description=None
+    *,
+    endpoint: WebhookEndpoint,
+    url: str | None,
+    event_types: list | None,
+    description: str | None = None,
+    thin: bool | None = None,
+    ordered: bool | None = None,
 ) -> WebhookEndpoint:
+    """Change the fields given; each left alone when None."""
     endpoint_fields_checked(url=url, event_types=event_types)
+    changes = {
+        "url": url,
+        "event_types": None if event_types is None else list(event_types),
+        "description": description,
+        "thin": thin,
+        "ordered": ordered,
+    }
     fields = ["updated_at"]
-    if url is not None:
-        endpoint.url = url
-        fields.append("url")
-    if event_types is not None:
-        endpoint.event_types = list(event_types)
-        fields.append("event_types")
-    if description is not None:
-        endpoint.description = description
-        fields.append("description")
+    for name, value in changes.items():
+        if value is not None:
+            setattr(endpoint, name, value)
+            fields.append(name)
     endpoint.save(update_fields=fields)
     return endpoint
 
@@ -95,7 +116,7 @@ def webhook_endpoint_rotate_secret(
         locked.save(
             update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
         )
-        _action(WebhookActionKind.ROTATE_SECRET, locked, actor)
+        action_record(WebhookActionKind.ROTATE_SECRET, locked, actor)
     return locked
 
 
@@ -140,8 +161,36 @@ def webhook_endpoint_enable(
             | Q(status=DeliveryStatus.FAILED, created_at__gte=since)
         )
         count = due.update(status=DeliveryStatus.PENDING, next_attempt_at=now, attempts=0)
-        _action(WebhookActionKind.ENABLE, locked, actor, note, deliveries=count)
+        action_record(WebhookActionKind.ENABLE, locked, actor, note, deliveries=count)
     endpoint.refresh_from_db()
+    return count
+
+
+def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor, note: str = "") -> None:
+    """Delete an endpoint with its deliveries and their attempts; its audit rows stay, with
+    one more saying who deleted it and what its URL was."""
+    with transaction.atomic():
+        locked = WebhookEndpoint.objects.select_for_update().get(id=endpoint.id)
+        action_record(WebhookActionKind.DELETE, locked, actor, note or f"its URL was {locked.url}")
+        locked.delete()
+
+
+def webhook_failed_replay_since(
+    *, endpoint: WebhookEndpoint, since: datetime, actor, note: str, now: datetime | None = None
+) -> int:
+    """Send again every delivery to ``endpoint`` made since ``since`` that spent its retries,
+    each with its own ``webhook-id``, on a fresh schedule: one UPDATE however many, and one
+    audit row with the note. Returns how many."""
+    if not note.strip():
+        raise ValidationError({"note": ["a note is required"]})
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = WebhookEndpoint.objects.select_for_update().get(id=endpoint.id)
+        count = WebhookDelivery.objects.filter(
+            endpoint=locked, status=DeliveryStatus.FAILED, created_at__gte=since
+        ).update(status=DeliveryStatus.PENDING, next_attempt_at=now, attempts=0)
+        note = f"failed since {since.isoformat()}: {note.strip()}"
+        action_record(WebhookActionKind.REPLAY, locked, actor, note, deliveries=count)
     return count
 
 
@@ -165,5 +214,7 @@ def webhook_deliveries_replay(*, deliveries, actor, note: str, now: datetime | N
             by_endpoint[row.endpoint_id] = by_endpoint.get(row.endpoint_id, 0) + 1
         endpoints = WebhookEndpoint.objects.in_bulk(list(by_endpoint))
         for endpoint_id, count in by_endpoint.items():
-            _action(WebhookActionKind.REPLAY, endpoints[endpoint_id], actor, note, deliveries=count)
+            action_record(
+                WebhookActionKind.REPLAY, endpoints[endpoint_id], actor, note, deliveries=count
+            )
     return len(rows)

@@ -85,3 +85,79 @@ def test_delivery_history_is_read_only(admin_client):
         admin_client.post(f"/admin/payments/webhookdelivery/{delivery.pk}/delete/").status_code
         == 403
     )
+
+
+def _failed_at(delivery: WebhookDelivery, when) -> None:
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(created_at=when)
+
+
+def test_replay_of_the_failed_since_a_time_takes_only_those_with_a_note(admin_client):
+    from datetime import UTC, datetime
+
+    old, recent = failed_deliveries()
+    _failed_at(old, datetime(2026, 11, 1, 9, 0, tzinfo=UTC))
+    _failed_at(recent, datetime(2026, 11, 3, 9, 0, tzinfo=UTC))
+    endpoint = WebhookEndpoint.objects.get()
+    selected = {"action": "replay_failed_since", ACTION_CHECKBOX_NAME: [endpoint.pk]}
+    url = "/admin/payments/webhookendpoint/"
+
+    confirm = admin_client.post(url, selected)
+    without_note = admin_client.post(
+        url, {**selected, "apply": "1", "since": "2026-11-02 00:00", "note": " "}
+    )
+    bad_time = admin_client.post(url, {**selected, "apply": "1", "since": "soon", "note": "x"})
+    assert confirm.status_code == 200 and b"Note (required)" in confirm.content
+    assert without_note.status_code == 200 and bad_time.status_code == 200
+    assert b"Enter a valid date/time" in bad_time.content
+    assert not WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING).exists()
+
+    done = admin_client.post(
+        url, {**selected, "apply": "1", "since": "2026-11-02 00:00", "note": "receiver back"}
+    )
+
+    assert done.status_code == 302
+    statuses = dict(WebhookDelivery.objects.values_list("pk", "status"))
+    assert statuses == {old.pk: DeliveryStatus.FAILED, recent.pk: DeliveryStatus.PENDING}
+    action = WebhookAction.objects.get(kind="replay")
+    assert action.deliveries == 1 and action.endpoint_ref == str(endpoint.pk)
+    assert action.note == "failed since 2026-11-02T00:00:00+00:00: receiver back"
+
+
+def test_an_operator_enables_a_disabled_endpoint_and_what_it_missed_is_due(admin_client):
+    from django.db import transaction
+    from django.utils import timezone
+
+    from payments.webhooks.delivery import endpoint_disable
+
+    endpoint = webhook_endpoint_create(merchant_id="m-hooks", url=URL, event_types=[])
+    with transaction.atomic():
+        endpoint_disable(endpoint=endpoint, reason="failing", now=timezone.now())
+    settle()
+    events_dispatch()
+
+    done = admin_client.post(
+        "/admin/payments/webhookendpoint/",
+        {"action": "enable_endpoints", ACTION_CHECKBOX_NAME: [endpoint.pk]},
+    )
+
+    assert done.status_code == 302
+    endpoint.refresh_from_db()
+    assert endpoint.enabled
+    assert WebhookDelivery.objects.filter(endpoint=endpoint, status="pending").count() == 3
+    assert WebhookAction.objects.get(kind="enable").actor_label == "admin"
+
+
+def test_deleting_an_endpoint_in_the_admin_leaves_an_audit_row(admin_client):
+    endpoint = webhook_endpoint_create(merchant_id="acme", url=URL, event_types=[])
+
+    done = admin_client.post(
+        f"/admin/payments/webhookendpoint/{endpoint.pk}/delete/", {"post": "yes"}
+    )
+
+    assert done.status_code == 302 and not WebhookEndpoint.objects.exists()
+    action = WebhookAction.objects.get(kind="delete")
+    assert (action.endpoint_ref, action.merchant_id, action.actor_label) == (
+        str(endpoint.pk),
+        "acme",
+        "admin",
+    )

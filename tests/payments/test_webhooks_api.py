@@ -257,3 +257,50 @@ def test_an_events_object_is_the_payment_as_the_api_shows_it(api_client, user):
         k: shown[k] for k in carried if k != "updated_at"
     }
     assert carried["updated_at"] <= shown["updated_at"]
+
+
+def test_the_merchant_enables_a_disabled_endpoint_and_what_it_missed_is_due(api_client, user):
+    from django.db import transaction
+
+    from payments.webhooks.delivery import endpoint_disable
+    from payments.webhooks.models import WebhookAction, WebhookDelivery
+
+    grant(user, "m-hooks")
+    endpoint = webhook_endpoint_create(merchant_id="m-hooks", url=URL, event_types=[])
+    with transaction.atomic():
+        endpoint_disable(endpoint=endpoint, reason="failing", now=timezone.now())
+    settle()  # two events while it is disabled
+    events_dispatch()
+    assert not WebhookDelivery.objects.filter(endpoint=endpoint).exists()
+
+    enabled = api_client.post(f"/api/webhook_endpoints/{endpoint.id}/enable/", {}, format="json")
+    again = api_client.post(f"/api/webhook_endpoints/{endpoint.id}/enable/", {}, format="json")
+
+    assert enabled.status_code == 200 and enabled.json()["enabled"] is True
+    assert enabled.json()["replayed"] == 3  # its own disabling, and the two missed
+    assert again.json()["replayed"] == 0  # enabled already: nothing written
+    assert WebhookDelivery.objects.filter(endpoint=endpoint, status="pending").count() == 3
+    action = WebhookAction.objects.get(kind="enable")
+    assert (action.actor_label, action.deliveries) == (f"api:{user.get_username()}", 3)
+
+
+def test_deleting_an_endpoint_leaves_an_audit_row_naming_it(api_client, user):
+    from payments.webhooks.models import WebhookAction, WebhookDelivery
+
+    grant(user, "acme")
+    endpoint = webhook_endpoint_create(merchant_id="acme", url=URL, event_types=[])
+    settle(merchant_id="acme")
+    events_dispatch()
+
+    deleted = api_client.delete(f"/api/webhook_endpoints/{endpoint.id}/")
+
+    assert deleted.status_code == 204
+    assert not WebhookEndpoint.objects.exists() and not WebhookDelivery.objects.exists()
+    action = WebhookAction.objects.get(kind="delete")
+    assert (action.endpoint_ref, action.merchant_id, action.endpoint_id) == (
+        str(endpoint.id),
+        "acme",
+        None,
+    )
+    assert action.actor_label == f"api:{user.get_username()}" and URL in action.note
+    assert endpoint.secret not in str(list(WebhookAction.objects.values()))

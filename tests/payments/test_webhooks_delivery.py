@@ -389,3 +389,33 @@ def test_the_connection_itself_is_refused_when_its_peer_is_private(receiver, mod
     module_settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
     assert guarded_session().post(receiver.url, data=b"{}", timeout=2).status_code == 401
     assert receiver.requests == 1
+
+
+def test_a_receiver_trickling_its_headers_is_cut_at_the_deadline(receiver, module_settings):
+    """Each header line comes within the read timeout; their sum is bounded all the same."""
+    module_settings.WEBHOOK_TIMEOUT_SECONDS = 0.4
+    endpoint_for(receiver)
+    receiver.trickle_headers = 0.1
+    settle()
+    started = time.monotonic()
+    deliveries_run()
+    assert time.monotonic() - started < 4  # two requests of at most 0.8 s each
+    assert set(WebhookAttempt.objects.values_list("error", flat=True)) == {
+        "too slow: no answer within 0.8 s in all"
+    }
+    assert WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING).count() == 2
+
+
+def test_a_receiver_trickling_its_body_is_cut_at_the_deadline_keeping_its_status(
+    receiver, module_settings
+):
+    module_settings.WEBHOOK_TIMEOUT_SECONDS = 0.4
+    endpoint_for(receiver)
+    receiver.trickle_body = 0.05
+    settle()
+    started = time.monotonic()
+    deliveries_run()
+    assert time.monotonic() - started < 4  # 512 bytes at one per 50 ms would take 25 s each
+    heads = list(WebhookAttempt.objects.values_list("status_code", "response_head"))
+    assert [code for code, _ in heads] == [200, 200]
+    assert all(0 < len(head) < 512 and set(head) == {"x"} for _, head in heads)

@@ -4,6 +4,7 @@ without Celery (development, demos, tests); ``--until-empty`` stops when nothing
 import time
 
 from django.core.management.base import BaseCommand
+from django.db import DatabaseError, connection
 
 from payments.webhooks.delivery import deliveries_run
 
@@ -18,7 +19,16 @@ class Command(BaseCommand):
     def handle(self, *args, until_empty: bool, interval: float, **options):
         total = 0
         while True:
-            sent = deliveries_run()
+            try:
+                sent = deliveries_run()
+            except DatabaseError as exc:
+                if until_empty:
+                    raise
+                # A process that keeps running outlives the database's outage: what it had
+                # claimed is sent again once its lease ends.
+                self.stderr.write(f"round failed, trying again: {exc}")
+                connection.close()
+                sent = 0
             total += sent
             if sent == 0 and until_empty:
                 break

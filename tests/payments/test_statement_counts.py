@@ -16,12 +16,13 @@ from tests.payment_life import statements_counted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CREATE = {"debit": 15, "refund": 17, "payout": 15}
+CREATE = {"debit": 16, "refund": 18, "payout": 16}
 # The outbox row's publish after the create's commit, in the same request.
 PUBLISH = 9
 SUBMISSION_BATCH_OF_TEN = 180
 INGEST = 0
-APPLY_BATCH_OF_TEN = 25
+# The batch of ten: 25, and the lock of its merchants' return-rate days in one order (+1).
+APPLY_BATCH_OF_TEN = 26
 
 
 @pytest.fixture

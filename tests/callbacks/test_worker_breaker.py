@@ -580,7 +580,9 @@ def test_a_failure_while_the_processor_fails_others_too_waits_its_backoff_unspen
     module_settings.WORKER_BACKOFF_CAP_SECONDS = 1.5
     module_settings.WORKER_MAX_ATTEMPTS = 1  # one failure of its own would dead-letter it
     other_payments_called(failing_then_through=4, through=3)
-    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_1_degraded")
+    # Two failures: the first call's at once retry on a new connection fails too, so the
+    # payment waits its backoff (one failure would go through on that retry).
+    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_fail5xx_2_degraded")
     message_id = submit_message(sqs_queues, payment)
     before = deferred_count("degraded")
 

@@ -30,14 +30,13 @@ import argparse
 import os
 import sys
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from worker_batch_cost import database_recreate, database_urls  # noqa: E402
+from worker_batch_cost import database_recreate, run_environment  # noqa: E402
 
 STEPS = ("create", "submission", "ingest", "apply")
 KINDS = ("debit", "refund", "payout")
@@ -110,20 +109,7 @@ def main() -> None:
     parser.add_argument("--database", default="payment_life_cost")
     options = parser.parse_args()
 
-    from tests.localsqs import LocalSqs, aws_test_environment
-
-    admin_url, url = database_urls(options.database)
-    database_recreate(admin_url, options.database)
-    aws_test_environment()
-    server = LocalSqs().start()
-    suffix = uuid.uuid4().hex[:8]
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="config.settings.test",
-        DATABASE_URL=url,
-        SQS_ENDPOINT_URL=server.endpoint_url,
-        SQS_QUEUE_NAME=f"life-{suffix}.fifo",
-        SQS_DLQ_NAME=f"life-dlq-{suffix}.fifo",
-    )
+    admin_url, server = run_environment(options.database, queue_prefix="life")
     sandbox = None
     try:
         import django

@@ -202,17 +202,14 @@ def median_of(rounds: list[dict]) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--database", default="worker_batch_cost")
-    options = parser.parse_args()
-
+def run_environment(database: str, *, queue_prefix: str):
+    """A measuring run's parts: its own database (created afresh on DATABASE_URL's server), the
+    local SQS server on a free loopback port, and the environment Django reads them from.
+    Returns the server's admin database URL (to drop the run's at the end) and the SQS server."""
     from tests.localsqs import LocalSqs, aws_test_environment
 
-    admin_url, url = database_urls(options.database)
-    database_recreate(admin_url, options.database)
+    admin_url, url = database_urls(database)
+    database_recreate(admin_url, database)
     aws_test_environment()
     server = LocalSqs().start()
     suffix = uuid.uuid4().hex[:8]
@@ -220,9 +217,20 @@ def main() -> None:
         DJANGO_SETTINGS_MODULE="config.settings.test",
         DATABASE_URL=url,
         SQS_ENDPOINT_URL=server.endpoint_url,
-        SQS_QUEUE_NAME=f"cost-{suffix}.fifo",
-        SQS_DLQ_NAME=f"cost-dlq-{suffix}.fifo",
+        SQS_QUEUE_NAME=f"{queue_prefix}-{suffix}.fifo",
+        SQS_DLQ_NAME=f"{queue_prefix}-dlq-{suffix}.fifo",
     )
+    return admin_url, server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--database", default="worker_batch_cost")
+    options = parser.parse_args()
+
+    admin_url, server = run_environment(options.database, queue_prefix="cost")
     try:
         import django
 

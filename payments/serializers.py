@@ -8,6 +8,7 @@ from datetime import UTC
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from payments import originator
@@ -223,6 +224,29 @@ def account_token_checked(value: str) -> str:
     return value
 
 
+# What the schema says of the entry's class and description, so a client (and the schema-driven
+# tests) can tell a valid value from the schema alone: the classes the module originates, and a
+# batch header's free text (upper-case printable ASCII, no space at either end).
+_PRINTABLE = r"\x21-\x60\x7b-\x7e"
+
+
+@extend_schema_field({"type": "string", "enum": list(originator.SEC_CODES)})
+class SecCodeField(StrictCharField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": originator.ENTRY_DESCRIPTION_WIDTH,
+        "pattern": f"^[{_PRINTABLE}]([{_PRINTABLE} ]*[{_PRINTABLE}])?$",
+    }
+)
+class EntryDescriptionField(StrictCharField):
+    pass
+
+
 class PaymentCreateInputSerializer(StrictInputSerializer):
     numeric_fields = ("amount",)
 
@@ -234,8 +258,8 @@ class PaymentCreateInputSerializer(StrictInputSerializer):
     metadata = MetadataField(required=False)
     # The entry's standard entry class and company entry description (payments.originator):
     # refused, never corrected (no upper-casing, no cutting), when they do not fit.
-    sec_code = StrictCharField(required=False, trim_whitespace=False)
-    entry_description = StrictCharField(required=False, trim_whitespace=False)
+    sec_code = SecCodeField(required=False, trim_whitespace=False)
+    entry_description = EntryDescriptionField(required=False, trim_whitespace=False)
 
     def validate_merchant_id(self, value: str) -> str:
         return merchant_id_checked(value)

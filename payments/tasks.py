@@ -90,13 +90,26 @@ def events_purge() -> int:
 @shared_task(name="payments.tasks.webhooks_dispatch", ignore_result=True)
 def webhooks_dispatch() -> int:
     """Number and fan out committed events, then hand each due delivery to ``webhook_deliver``.
-    A delivery whose task is lost (or whose worker dies) is claimed again when its lease ends."""
-    from payments.webhooks.delivery import deliveries_claim, events_dispatch
+    A delivery whose task is lost (or whose worker dies) is claimed again when its lease ends.
+    A broker that cannot take a task (down, unreachable) leaves the deliveries not yet handed
+    over due again at once, rather than leased to no one, and the error is raised: the next
+    dispatch after the broker is back sends them without waiting out their lease."""
+    from payments.webhooks.delivery import deliveries_claim, deliveries_release, events_dispatch
 
     events_dispatch()
     claimed = deliveries_claim(limit=500)
-    for delivery_id in claimed:
-        webhook_deliver.delay(delivery_id)
+    for handed, delivery_id in enumerate(claimed):
+        try:
+            webhook_deliver.delay(delivery_id)
+        except Exception:
+            # kombu's OperationalError, or the transport's own (botocore's for SQS): the task
+            # may or may not have reached the broker, and a delivery is at least once.
+            released = deliveries_release(claimed[handed:])
+            logger.warning(
+                "the broker refused a delivery task: %s claimed deliveries made due again",
+                released,
+            )
+            raise
     return len(claimed)
 
 

@@ -118,6 +118,15 @@ def deliveries_claim(*, limit: int = 100, now: datetime | None = None) -> list[i
     return ids
 
 
+def deliveries_release(ids: list[int], *, now: datetime | None = None) -> int:
+    """Make claimed deliveries due again at once (their sender could not take them); returns
+    how many were still pending. Sending one twice is within the contract: the receiver drops
+    the repeat by its ``webhook-id``."""
+    return WebhookDelivery.objects.filter(id__in=ids, status=DeliveryStatus.PENDING).update(
+        next_attempt_at=now or timezone.now()
+    )
+
+
 @dataclass(frozen=True)
 class AttemptResult:
     status_code: int | None

@@ -11,10 +11,12 @@ import time
 
 import pytest
 from celery import Celery
+from django.utils import timezone
 from kombu import Connection
 
 from payments.webhooks.delivery import deliveries_run
 from payments.webhooks.models import DeliveryStatus, Event, WebhookAttempt, WebhookDelivery
+from tests.localsqs import LocalSqs
 from tests.payments.webhook_support import endpoint_for, settle
 from tests.test_celery import ROOT, broker_environment
 from tests.triage.test_bulk_celery import celery_queue_setup, worker_start
@@ -147,3 +149,84 @@ def test_the_sender_process_outlives_a_database_it_cannot_reach(tmp_path):
     finally:
         sender.kill()
         sender.wait(10)
+
+
+@pytest.mark.subprocess
+def test_the_broker_down_loses_no_event_and_its_return_sends_each_once(
+    receiver, module_settings, tmp_path, local_sqs
+):
+    """The Celery broker (an SQS server of the test's own) goes down after two events commit.
+    The dispatch fails to hand over its deliveries and says so; they stay pending and due, with
+    no attempt made. The broker comes back empty (as after an outage); the next dispatch sends
+    each event once, under its own webhook-id, without waiting out a lease."""
+    broker = LocalSqs().start()  # not the session's server (local_sqs): this one goes down
+    try:
+        name, url = celery_queue_setup(module_settings, broker, visibility_timeout=30)
+        env = {**broker_environment(broker, name, url), **WEBHOOKS_TO_LOOPBACK}
+        endpoint_for(receiver)
+        settle()
+        broker.stop()
+
+        dispatch = subprocess.run(
+            [sys.executable, "-c", DISPATCH_IN_PROCESS],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            timeout=180,
+        )
+        output = dispatch.stderr.decode()
+        assert dispatch.returncode != 0, output[-2000:]
+        assert "made due again" in output, output[-2000:]
+        pending = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING)
+        assert pending.count() == 2
+        assert all(
+            due <= timezone.now() for due in pending.values_list("next_attempt_at", flat=True)
+        )
+        assert receiver.requests == 0 and not WebhookAttempt.objects.exists()
+
+        broker.start(broker.port)
+        celery_queue_setup(module_settings, broker, visibility_timeout=30, name=name)
+        worker = worker_start(env, name, tmp_path / "worker.log")
+        try:
+            dispatch_send(broker, name, url)
+            wait_for(
+                lambda: (
+                    WebhookDelivery.objects.filter(status=DeliveryStatus.SUCCEEDED).count() == 2
+                ),
+                60,
+                "both deliveries after the broker came back",
+                watch=[worker],
+                logs=[tmp_path / "worker.log"],
+            )
+        finally:
+            worker.terminate()
+            worker.wait(30)
+    finally:
+        broker.stop()
+
+    assert len(receiver.verified) == 2 and receiver.refused == 0
+    assert receiver.repeats == 0
+    assert len(set(receiver.ids)) == 2
+
+
+DISPATCH_IN_PROCESS = textwrap.dedent(
+    """
+    import django
+    django.setup()
+    from payments.tasks import webhooks_dispatch
+    webhooks_dispatch()
+    """
+)
+
+
+def dispatch_send(broker: LocalSqs, name: str, url: str) -> None:
+    """What beat does on its schedule: put one dispatch task on the broker's queue."""
+    transport = {
+        "region": "us-east-1",
+        "is_secure": False,
+        "predefined_queues": {name: {"url": url}},
+    }
+    with Connection(f"sqs://127.0.0.1:{broker.port}", transport_options=transport) as connection:
+        Celery("sender").send_task(
+            "payments.tasks.webhooks_dispatch", connection=connection, queue=name
+        )

@@ -37,14 +37,18 @@ def worker_start(env: dict, queue: str, log) -> subprocess.Popen:
         )
 
 
-def celery_queue_setup(module_settings, local_sqs, *, visibility_timeout: int) -> tuple[str, str]:
+def celery_queue_setup(
+    module_settings, local_sqs, *, visibility_timeout: int, name: str = ""
+) -> tuple[str, str]:
+    """Create a Celery queue on ``local_sqs`` (named ``name``, or a fresh name); returns its
+    name and URL."""
     import uuid
 
     from callbacks import sqs
     from callbacks.celery_queue import celery_queue_ensure
 
     module_settings.SQS_ENDPOINT_URL = local_sqs.endpoint_url
-    module_settings.CELERY_SQS_QUEUE_NAME = f"payments-celery-{uuid.uuid4().hex[:10]}"
+    module_settings.CELERY_SQS_QUEUE_NAME = name or f"payments-celery-{uuid.uuid4().hex[:10]}"
     sqs.reset()
     return module_settings.CELERY_SQS_QUEUE_NAME, celery_queue_ensure(
         visibility_timeout=visibility_timeout

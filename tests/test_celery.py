@@ -125,6 +125,16 @@ def test_sqs_transport_options_carry_the_queue_url_getqueueurl_returns(module_se
     assert options["is_secure"] is False
     assert options["region"] == "us-east-1"
     assert options["predefined_queues"] == {name: {"url": url}}
+    # After each task a worker (prefetch 1, acks late) waits the polling interval before it
+    # receives again: kombu's 1 s would hold it to a task a second.
+    assert options["polling_interval"] == 0.05
+
+
+def test_the_polling_interval_comes_from_the_environment(module_settings, local_sqs):
+    name, url = celery_queue_setup(module_settings, local_sqs)
+    env = {**broker_environment(local_sqs, name, url), "CELERY_SQS_POLLING_INTERVAL": "0.5"}
+    seen = settings_in(env, "CELERY_BROKER_TRANSPORT_OPTIONS")
+    assert seen["CELERY_BROKER_TRANSPORT_OPTIONS"]["polling_interval"] == 0.5
 
 
 CONFIGURED_OPTIONS = (

@@ -309,7 +309,11 @@ if CELERY_BROKER_URL.startswith("sqs://"):
         "is_secure": not (_callbacks("SQS_ENDPOINT_URL") or "").startswith("http://"),
         "visibility_timeout": env.int("CELERY_SQS_VISIBILITY_TIMEOUT", default=300),
         "wait_time_seconds": env.int("CELERY_SQS_WAIT_TIME_SECONDS", default=10),
-        "polling_interval": 1,
+        # kombu's pause after an empty receive, and while the worker has no room for another
+        # message (prefetch 1, acks late: after each task). A long-polling receive already waits
+        # on the server, so a short pause costs no requests, and at 1 s (kombu's default) a
+        # worker would take one task a second: webhook deliveries would queue behind it.
+        "polling_interval": env.float("CELERY_SQS_POLLING_INTERVAL", default=0.05),
         # Without CELERY_SQS_QUEUE_URL the URL is looked up (and the queue created if missing)
         # when the Celery app is configured: see config/celery.py.
         "predefined_queues": (

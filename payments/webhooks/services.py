@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from payments import conf
@@ -124,7 +124,8 @@ def webhook_endpoint_enable(
     *, endpoint: WebhookEndpoint, actor, note: str = "", now: datetime | None = None
 ) -> int:
     """Enable a disabled endpoint and replay from the moment it was disabled: its waiting
-    deliveries are due at once, and every event since that it wants gets a delivery. Returns
+    deliveries are due at once, and every event dispatched since that it wants gets a delivery
+    (those committed before the disabling but dispatched after it included). Returns
     how many deliveries are due; 0 (and nothing written) for an enabled endpoint."""
     now = now or timezone.now()
     with transaction.atomic():
@@ -147,8 +148,17 @@ def webhook_endpoint_enable(
                 "updated_at",
             ]
         )
-        missed = Event.objects.filter(
-            merchant_id=locked.merchant_id, created_at__gte=since, position__isnull=False
+        missed = Event.objects.filter(merchant_id=locked.merchant_id, position__isnull=False)
+        # Missed: what was dispatched while it was disabled. An event committed before the
+        # disabling may be dispatched after it, so "since" is by dispatch order (position),
+        # after the last event it was given; by time only for an endpoint never given one.
+        last = WebhookDelivery.objects.filter(endpoint=locked).aggregate(
+            last=Max("event__position")
+        )["last"]
+        missed = (
+            missed.filter(created_at__gte=since)
+            if last is None
+            else missed.filter(position__gt=last)
         )
         if locked.event_types:
             missed = missed.filter(type__in=locked.event_types)

@@ -217,6 +217,40 @@ def test_enabling_again_replays_everything_since_it_was_disabled(receiver, modul
     assert WebhookAction.objects.filter(kind="enable", deliveries=5).count() == 1
 
 
+def test_an_event_committed_before_the_disabling_and_dispatched_after_it_is_replayed(
+    receiver, module_settings
+):
+    """Events commit, then wait for a dispatch; the endpoint is disabled in between (by another
+    event's failing delivery). They were made before it was disabled, but dispatched after it,
+    when it got no delivery of them: enabling again replays them too."""
+    module_settings.WEBHOOK_RETRY_SCHEDULE = [0] * 5
+    module_settings.WEBHOOK_DISABLE_AFTER_FAILURES = 2
+    module_settings.WEBHOOK_DISABLE_AFTER_HOURS = 0
+    endpoint = endpoint_for(receiver)
+    receiver.status = 500
+    settle()
+    events_dispatch()
+    settle()  # committed, not yet dispatched
+    delivered_first = list(WebhookDelivery.objects.values_list("id", flat=True))
+    for _ in range(2):  # the first two events' deliveries fail twice: the endpoint is disabled
+        for delivery_id in delivered_first:
+            delivery_attempt(delivery_id=delivery_id)
+    endpoint.refresh_from_db()
+    assert not endpoint.enabled
+    events_dispatch()  # the two later events, dispatched while it is disabled
+    assert WebhookDelivery.objects.count() == 2
+
+    receiver.status = 200
+    replayed = webhook_endpoint_enable(endpoint=endpoint, actor="test", note="fixed")
+    deliveries_run()
+
+    assert replayed == 5
+    types = sorted(body["type"] for body in receiver.verified)
+    assert types == ["payment.confirmed"] * 2 + ["payment.submitted"] * 2 + [
+        "webhook_endpoint.disabled"
+    ]
+
+
 def test_a_host_resolving_to_loopback_is_refused_at_send_time(receiver, module_settings):
     endpoint_for(receiver)
     module_settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False

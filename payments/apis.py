@@ -52,6 +52,7 @@ from payments.api_versions import (
     version_of,
 )
 from payments.exceptions import (
+    AccountBlocked,
     CancelRefused,
     ExposureLimitExceeded,
     MoneyOutRefused,
@@ -381,6 +382,16 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
         return _refusal(_noc_conflict(exc))
     except ExposureLimitExceeded as exc:
         return _refusal(exposure_conflict(exc))
+    except AccountBlocked as exc:
+        return _refusal(
+            ApiError(
+                status.HTTP_409_CONFLICT,
+                "account_blocked",
+                str(exc),
+                param="source_token",
+                errors={"source_token": [str(exc)]},
+            )
+        )
     except SecCodeNotAllowed as exc:
         return _refusal(
             ApiError(
@@ -394,7 +405,8 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
     body = dict(PaymentOutputSerializer(payment).data)
     warnings = [noc_warning(noc) for noc in payment.nocs_open]
     if payment.review_status == ReviewStatus.HELD:
-        # PAYMENTS["OVER_LIMIT"] = "hold": created, and sent only once a person approves it.
+        # Past a limit (OVER_LIMIT = "hold") or flagged by a fraud rule: created, and sent only
+        # once a person approves it.
         warnings.append({"code": "held_for_review", "message": payment.review_reason})
     if warnings:
         body["warnings"] = warnings

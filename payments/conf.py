@@ -19,6 +19,8 @@ from payments.api_access_classes import (
 from payments.api_versions import FIRST, VERSIONS, VERSIONS_ACCEPTED
 from payments.exposure_limits import ACCEPTED as LIMITS_ACCEPTED
 from payments.exposure_limits import parse_exposure_limits
+from payments.fraud_rules import ACCEPTED as FRAUD_RULES_ACCEPTED
+from payments.fraud_rules import parse_fraud_rules
 from payments.kernel.app_settings import AppSettings
 from payments.kernel.setting_specs import (
     Duration,
@@ -150,6 +152,19 @@ SPECS: dict[str, Spec] = {
     # "hold" creates it held for a person's review (payments.services.review), never submitted
     # before its approval.
     "OVER_LIMIT": Text("refuse", pattern=r"refuse|hold", accepted="'refuse' or 'hold'"),
+    # Fraud monitoring (payments.fraud_rules, run at create by payments.services.fraud): the
+    # built-in rules (new_destination, velocity, first_large_debit) are on with their default
+    # options unless named here; a host's own rule by "path". A flagged payment is created held
+    # for a person's review (payments.services.review).
+    "FRAUD_RULES": Parsed(
+        None,
+        parse=parse_fraud_rules,
+        accepted=FRAUD_RULES_ACCEPTED,
+        types=(dict, type(None)),
+        text_type=json_text,
+    ),
+    # A payment held for review longer than this alerts (payments.tasks.review_holds_check).
+    "REVIEW_HOLD_ALERT_HOURS": Number(24, 1, 24 * 30, unit="of hours"),
     # Rows per DELETE (each its own transaction) of every retention purge (payments.retention).
     "RETENTION_PURGE_BATCH_SIZE": Number(1000, 1, 100_000, whole=True, unit="of rows"),
     # Dotted path of a callable ``(user, merchant_id) -> bool``: may this API user act for this

@@ -195,3 +195,16 @@ class ExposureLimitExceeded(PaymentError):
             f"{currency} over its {limit.replace('_', ' ')} of {cap:.2f} {currency} "
             f"({used:.2f} {currency} counted already)"
         )
+
+
+class AccountBlocked(PaymentError):
+    """A debit from an account a return blocked (``payments.models.AccountBlock``): an R17
+    return the bank marked ``QUESTIONABLE`` (for every merchant) or an unauthorized return (for
+    the merchant) until a person clears it. Nothing is written."""
+
+    rule = "account_blocked"
+
+    def __init__(self, *, block_id: int, return_code: str, message: str) -> None:
+        self.block_id = block_id
+        self.return_code = return_code
+        super().__init__(message)

@@ -34,3 +34,14 @@ PROCESSOR_REQUEST_SECONDS = Histogram(
     ["operation", "outcome"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
+REVIEW_HOLDS = Counter(
+    "payments_review_holds_total",
+    "Payments created held for a person's review, by the rule that held them (exposure_limit or "
+    "a fraud rule's name).",
+    ["rule"],
+)
+REVIEW_DECISIONS = Counter(
+    "payments_review_decisions_total",
+    "Decisions on held payments, by the rule that held them and the decision (approved, rejected).",
+    ["rule", "decision"],
+)

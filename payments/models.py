@@ -106,6 +106,13 @@ class Payment(FSMModelMixin, models.Model):
     review_reason = models.CharField(
         max_length=255, blank=True, default="", db_default="", editable=False
     )
+    # The rule that held it (``exposure_limit`` or a fraud rule's name, ``payments.fraud_rules``),
+    # and what the reviewer reads: every rule that flagged it with the figures that tripped it,
+    # and the merchant's baseline as the create read it (``payments.services.fraud``).
+    review_rule = models.CharField(
+        max_length=64, blank=True, default="", db_default="", editable=False, db_index=True
+    )
+    review_evidence = models.JSONField(default=dict, db_default={}, blank=True, editable=False)
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     state = FSMField(
         default=PaymentState.PENDING, choices=PaymentState.choices, protected=True, db_index=True
@@ -1028,3 +1035,60 @@ from payments.webhooks.models import (  # noqa: E402, F401
     WebhookDelivery,
     WebhookEndpoint,
 )
+
+
+class AccountBlockScope(models.TextChoices):
+    """Whose debits a block refuses: every merchant's (an R17 return the bank marked
+    ``QUESTIONABLE``: the account was opened under false pretenses) or the merchant's whose
+    debit came back unauthorized."""
+
+    ALL_MERCHANTS = "all", "Every merchant"
+    MERCHANT = "merchant", "The merchant"
+
+
+class AccountBlock(models.Model):
+    """An account no further debit may be drawn from (``payments.services.fraud``), opened by a
+    return and cleared only by a person with ``payments.clear_account_block``, with a note. The
+    row is its own audit: who opened it by which return, who cleared it, when and why; never
+    edited otherwise, never deleted."""
+
+    merchant_id = models.CharField(max_length=64, db_index=True)
+    account_token = models.CharField(max_length=128, db_index=True)
+    scope = models.CharField(max_length=8, choices=AccountBlockScope.choices)
+    reason = models.CharField(max_length=255)
+    return_code = models.CharField(max_length=4, blank=True, default="")
+    payment = models.ForeignKey(
+        Payment, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    opened_at = models.DateTimeField(db_default=Now(), editable=False, db_index=True)
+    cleared_at = models.DateTimeField(null=True, blank=True, editable=False)
+    cleared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+    )
+    note = models.TextField(blank=True, default="", editable=False)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        permissions = [("clear_account_block", "Can clear a block on an account's debits")]
+        constraints = [
+            # One open block per account and merchant and scope: a second return of the same
+            # account while it is blocked adds nothing (``IntegrityError``: someone did it).
+            models.UniqueConstraint(
+                fields=["account_token", "merchant_id", "scope"],
+                condition=models.Q(cleared_at__isnull=True),
+                name="account_block_open_unique",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(cleared_at__isnull=True)
+                | (models.Q(cleared_by__isnull=False) & ~models.Q(note="")),
+                name="account_block_cleared_with_note",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account_token} blocked ({self.get_scope_display()}, {self.return_code})"

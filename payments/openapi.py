@@ -302,7 +302,8 @@ def describe() -> None:
                     "or the debit would pass one of the merchant's exposure limits (code "
                     "exposure_limit_exceeded, param naming the limit, the message by how much); "
                     "or the merchant's originator profile does not allow the SEC code (code "
-                    "sec_code_not_allowed, param sec_code)."
+                    "sec_code_not_allowed, param sec_code); or a return blocked the account "
+                    "(code account_blocked, param source_token)."
                 ),
                 422: error_answer("This Idempotency-Key was used with another body."),
                 **COMMON_ANSWERS,

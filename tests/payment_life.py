@@ -107,6 +107,22 @@ def collected_debit(amount: str = "1000.00") -> str:
     return str(debit.id)
 
 
+def accounts_known_for_weeks() -> None:
+    """The merchant's payments with its source and destination accounts made 40 days ago: a
+    fraud rule sees neither account as new."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.models import Payment
+    from tests.factories import PaymentFactory
+
+    PaymentFactory(merchant_id=MERCHANT, source_token=DESTINATION_TOKEN, amount=Decimal("1.00"))
+    Payment.objects.filter(merchant_id=MERCHANT).update(
+        created_at=timezone.now() - timedelta(days=40)
+    )
+
+
 def submit(payment_id: str) -> None:
     """The submission of a pending payment (what the worker runs for its submit command)."""
     from payments.services.submission import SubmitOutcome, payment_submit

@@ -197,6 +197,9 @@ def _event_for(entry: Entry, moment: datetime) -> tuple[str, str, NachaEntry | N
         "reason_code": "" if is_noc else code,
         "message": f"ACH {'NOC' if is_noc else 'return'} {code}, bank trace {entry.trace_number}",
     }
+    if not is_noc and addenda.fields.get("addenda_information", "").strip():
+        # The bank's words: an R17 marked QUESTIONABLE blocks the account (payments.services.fraud).
+        event["message"] += f": {addenda.text('addenda_information')[:44]}"
     if entry.transaction_code in L.CREDIT_CODES:
         # The bank answers one of our credits (a refund or payout): stated, so a return of a
         # credit matched to a debit of ours is a mismatch for a person, never applied as one.

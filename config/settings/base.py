@@ -175,6 +175,9 @@ PAYMENTS = app_settings_from_environ(
         # The default exposure limits of every merchant (JSON, payments/exposure_limits.py).
         "EXPOSURE_LIMITS",
         "OVER_LIMIT",
+        # Fraud monitoring rules (JSON, payments/fraud_rules.py) and the review queue's alert.
+        "FRAUD_RULES",
+        "REVIEW_HOLD_ALERT_HOURS",
         # The processor backend (the bank path's: bank.nacha.backend.NachaBackend).
         "PROCESSOR_BACKEND",
         # Events and webhooks (payments/webhooks/).

@@ -34,3 +34,15 @@ if "PROCESSOR_EVENTS_PULL_PAUSE_AT" in os.environ:
 # another test's snapshot; the snapshot interval itself is tested with the production value set
 # explicitly (tests/triage/test_metrics_snapshot.py).
 TRIAGE = {**TRIAGE, "METRICS_SNAPSHOT_SECONDS": 0}  # noqa: F405
+
+# The fraud rules are on by default (payments.fraud_rules); most tests pay out to accounts made a
+# moment ago and would be held by them, so the suite turns them off and the rules' own tests
+# (tests/payments/test_fraud_rules.py) turn them on with ``module_settings``.
+PAYMENTS = {  # noqa: F405
+    **PAYMENTS,  # noqa: F405
+    "FRAUD_RULES": {
+        "new_destination": {"enabled": False},
+        "velocity": {"enabled": False},
+        "first_large_debit": {"enabled": False},
+    },
+}

@@ -156,6 +156,9 @@ class TokenChecked:
 
     refused: str | None
     sec_code: str | None = None
+    # When the account's details last changed, when the backend knows (a fraud rule holds a
+    # credit to an account changed lately: ``payments.fraud_rules.NewDestination``).
+    changed_at: datetime | None = None
 
 
 class DebitSent(Exception):

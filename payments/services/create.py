@@ -24,9 +24,10 @@ from payments.models import (
     Payment,
     PaymentDirection,
     PaymentEvent,
+    PaymentPurpose,
 )
 from payments.processor.backend import get_backend
-from payments.services.limits import exposure_decide, review_hold
+from payments.services.fraud import account_block_check, hold_apply, hold_decide
 from payments.services.nocs import noc_debit_check
 from payments.signals import outbox_committed
 from payments.webhooks.events import payment_event_new
@@ -84,7 +85,9 @@ def payment_create(
     for the merchant, missing or another merchant's alike), and ``ExposureLimitExceeded`` when
     the debit would take the merchant past one of its exposure limits
     (``payments.services.limits``, checked under the merchant's exposure lock), or, with
-    ``PAYMENTS["OVER_LIMIT"] = "hold"``, writes it held for review without its submit command.
+    ``PAYMENTS["OVER_LIMIT"] = "hold"``, writes it held for review without its submit command,
+    as it does when a fraud rule flags it (``payments.services.fraud.hold_decide``); and
+    ``AccountBlocked`` when a return blocked the account (``account_block_check``).
     The payment's ``nocs_open`` are the token's open notifications of change within their
     deadline, as the check read them: the API's answer warns of them without reading them again.
     """
@@ -119,12 +122,21 @@ def payment_create(
         )
     # An open notification of change past its deadline blocks the token's next entry.
     nocs_open = noc_debit_check(source_token=source_token)
+    # A return blocked the account (R17 QUESTIONABLE, or unauthorized for this merchant).
+    account_block_check(
+        merchant_id=merchant_id,
+        account_token=source_token,
+        new_authorization=reinitiation_of is not None and bool(authorization_reference),
+    )
     with transaction.atomic():
-        over_limit = exposure_decide(
+        hold = hold_decide(
             merchant_id=merchant_id,
             direction=PaymentDirection.DEBIT,
+            purpose=PaymentPurpose.COLLECTION,
             currency=currency,
             amount=amount,
+            account_token=source_token,
+            account_changed_at=checked.changed_at,
         )
         payment = Payment(
             merchant_id=merchant_id,
@@ -150,14 +162,14 @@ def payment_create(
             payload.update(
                 reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
             )
-        if over_limit is not None:
-            payload.update(review_hold(payment, over_limit))
+        if hold is not None:
+            payload.update(hold_apply(payment, hold))
         payment_created_record(
             payment,
             payload=payload,
             caused_by=caused_by,
             carried=carried,
-            submit=over_limit is None,
+            submit=hold is None,
         )
     payment.nocs_open = nocs_open
     return payment

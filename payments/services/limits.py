@@ -46,7 +46,6 @@ from payments.models import (
     ExposureLimitChange,
     Payment,
     PaymentState,
-    ReviewStatus,
 )
 
 logger = logging.getLogger(__name__)
@@ -220,7 +219,7 @@ def exposure_decide(
 ) -> ExposureLimitExceeded | None:
     """``exposure_check`` as ``PAYMENTS["OVER_LIMIT"]`` says: None within the limits; past one,
     raise (``refuse``) or return the refusal (``hold``), and the caller creates the entry held
-    for review (``payments.services.review.review_hold``). A held entry counts against the
+    for review (``payments.services.fraud.hold_apply``). A held entry counts against the
     limits like any other until it is rejected."""
     try:
         exposure_check(
@@ -317,17 +316,3 @@ def exposure_limit_set(
         limits.as_dict(),
     )
     return row
-
-
-def review_hold(payment: Payment, refusal: ExposureLimitExceeded) -> dict:
-    """Mark the new ``payment`` (unsaved yet: its create writes it with its audit row) held
-    for review past the limit ``refusal`` names; the audit row's payload fields that say so."""
-    payment.review_status = ReviewStatus.HELD
-    payment.review_reason = f"{refusal.limit}: {refusal}"[:REVIEW_REASON_MAX]
-    logger.warning(
-        "payment %s held for review: %s",
-        payment.id,
-        payment.review_reason,
-        extra={"payment_id": str(payment.id)},
-    )
-    return {"review_status": ReviewStatus.HELD, "review_reason": payment.review_reason}

@@ -42,7 +42,7 @@ from payments.services.create import (
     payment_created_record,
     validate_source_token,
 )
-from payments.services.limits import exposure_decide, review_hold
+from payments.services.fraud import hold_apply, hold_decide
 from payments.services.refunds import CREDITS_UNSUPPORTED
 from payments.services.transitions import money_out_count
 
@@ -104,11 +104,14 @@ def payout_create(
                 f"a payout of {amount:.2f} {currency} exceeds the {available:.2f} {currency} "
                 f"available to merchant {merchant_id}",
             )
-        over_limit = exposure_decide(
+        hold = hold_decide(
             merchant_id=merchant_id,
             direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.PAYOUT,
             currency=currency,
             amount=amount,
+            account_token=destination_token,
+            account_changed_at=checked.changed_at,
         )
         payout = Payment(
             merchant_id=merchant_id,
@@ -132,14 +135,14 @@ def payout_create(
         )
         money_out_count(PaymentPurpose.PAYOUT, PaymentState.PENDING)
         payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
-        if over_limit is not None:
-            payload.update(review_hold(payout, over_limit))
+        if hold is not None:
+            payload.update(hold_apply(payout, hold))
         payment_created_record(
             payout,
             payload=payload,
             caused_by=caused_by,
             carried=carried,
-            submit=over_limit is None,
+            submit=hold is None,
             rows=(ledger,),
         )
     logger.info(

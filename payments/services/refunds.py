@@ -48,7 +48,7 @@ from payments.models import (
 from payments.processor.backend import get_backend
 from payments.services.cancel import payment_cancel
 from payments.services.create import outbox_enqueue, payment_created_record
-from payments.services.limits import exposure_decide, review_hold
+from payments.services.fraud import hold_apply, hold_decide
 from payments.services.remedies import dishonor_may_stand
 from payments.services.transitions import money_out_count
 from payments.services.writes import payment_lock
@@ -122,11 +122,13 @@ def refund_create(
         money_out_share(debit.merchant_id)
         _refusal(debit, amount, now=now or timezone.now())
         # Refunds and payouts count against one credit limit; its lock is the create's last.
-        over_limit = exposure_decide(
+        hold = hold_decide(
             merchant_id=debit.merchant_id,
             direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.REFUND,
             currency=debit.currency,
             amount=amount,
+            account_token=debit.source_token,
             now=now,
         )
         refund = Payment(
@@ -158,9 +160,9 @@ def refund_create(
             "refund_of": str(debit.id),
         }
         money_out_count(PaymentPurpose.REFUND, PaymentState.PENDING)
-        if over_limit is not None:
+        if hold is not None:
             # Held for a person's review: its submit command once approved.
-            payload.update(review_hold(refund, over_limit))
+            payload.update(hold_apply(refund, hold))
         hold_until = _hold_until(debit)
         if hold_until is not None and hold_until > (now or timezone.now()):
             # Held: its audit row now, its submit command once its debit's window has passed.
@@ -175,7 +177,7 @@ def refund_create(
                 payload=payload,
                 caused_by=caused_by,
                 carried=carried,
-                submit=over_limit is None,
+                submit=hold is None,
                 rows=(ledger,),
             )
     logger.info(

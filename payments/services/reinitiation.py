@@ -21,7 +21,10 @@ rules, each refused with its name (``ReinitiationRefused.rule``):
 - ``notification_of_change_past_deadline``: not while the token has a notification of change
   open past its deadline;
 - ``exposure_limit_exceeded``: not past one of the merchant's debit exposure limits
-  (``payments.services.limits``; the refusal's ``param`` names the limit).
+  (``payments.services.limits``; the refusal's ``param`` names the limit);
+- ``account_blocked``: not from an account an R17 ``QUESTIONABLE`` return blocked, nor, without
+  a new authorization's reference, one the merchant's unauthorized return blocked
+  (``payments.services.fraud``).
 
 The original entry's row is locked first, so two concurrent reinitiations of a chain are
 decided one after the other, and the unique (original, number) constraint holds the limit
@@ -36,7 +39,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from payments.exceptions import ExposureLimitExceeded, NocPastDeadline, ReinitiationRefused
+from payments.exceptions import (
+    AccountBlocked,
+    ExposureLimitExceeded,
+    NocPastDeadline,
+    ReinitiationRefused,
+)
 from payments.models import DishonorRequestStatus, Payment, PaymentReturn, ReturnDishonor
 from payments.services.create import payment_create
 from payments.services.limits import EXPOSURE_LIMIT_EXCEEDED
@@ -117,6 +125,8 @@ def payment_reinitiate(
             raise ReinitiationRefused("notification_of_change_past_deadline", str(exc)) from None
         except ExposureLimitExceeded as exc:
             raise ReinitiationRefused(exc.rule, str(exc), param=exc.limit) from None
+        except AccountBlocked as exc:
+            raise ReinitiationRefused(exc.rule, str(exc)) from None
 
 
 def _check(

@@ -26,6 +26,7 @@ from payments.services.credits import (
     credit_settled_late,
 )
 from payments.services.event_handlers import ApplyOutcome, Decision
+from payments.services.fraud import account_blocks_on_return
 from payments.services.refunds import refunds_on_debit_return
 from payments.services.transitions import TransitionHandler
 from payments.services.writes import DayCounts, merchant_return_day_add
@@ -175,6 +176,8 @@ def return_record(
         # The merchant's return rates are its debits' (NACHA's thresholds); a credit's return
         # is money back, not a customer disputing a charge, and is counted apart.
         _return_count(payment, code, after_settlement=after_settlement, day=day)
+        # R17 QUESTIONABLE or unauthorized: no further debit from the account until cleared.
+        account_blocks_on_return(payment=payment, event=event)
     else:
         purpose = payment.purpose
         transaction.on_commit(lambda: CREDIT_RETURNS.labels(purpose).inc(), robust=True)

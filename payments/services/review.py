@@ -1,12 +1,13 @@
 """Payments held for a person's review: created ``pending`` without a submit command, sent once
 approved, canceled when rejected.
 
-A create past an exposure limit with ``PAYMENTS["OVER_LIMIT"] = "hold"`` writes its payment held
-(``payments.services.limits.review_hold``): ``review_status = held``, the reason, and no submit
-command, so nothing reaches the processor or a bank file; a stray submit command is skipped by
-the submission (``payments.services.submission``). A user with ``payments.review_payment`` then
-decides, with a note, under the payment's row lock: ``payment_review_approve`` enqueues its
-submit command once (a refund still inside its debit's return window waits for
+A create past an exposure limit with ``PAYMENTS["OVER_LIMIT"] = "hold"``, or one a fraud rule
+flags, writes its payment held (``payments.services.fraud.hold_apply``): ``review_status =
+held``, the rule, the reason, the evidence, and no submit command, so nothing reaches the
+processor or a bank file; a stray submit command is skipped by the submission
+(``payments.services.submission``). A user with ``payments.review_payment`` then decides,
+with a note, under the payment's row lock: ``payment_review_approve`` enqueues its submit
+command once (a refund still inside its debit's return window waits for
 ``refunds_release``), and ``payment_review_reject`` cancels it by the one cancel path. The
 merchant's own cancel takes the same lock, so an approval, a rejection and a cancel racing each
 other have one winner; the others are refused (``ReviewRefused``). Every decision is an audit
@@ -23,6 +24,7 @@ from django.utils import timezone
 
 from payments.exceptions import PaymentError
 from payments.messages import MessageKind, submit_payment_body
+from payments.metrics import REVIEW_DECISIONS
 from payments.models import EventKind, EventOutcome, Payment, PaymentEvent, PaymentState
 from payments.models import ReviewStatus as Review
 from payments.services.cancel import payment_cancel
@@ -33,6 +35,8 @@ from payments.webhooks.events import review_event_record
 logger = logging.getLogger(__name__)
 
 REVIEW_PERMISSION = "payments.review_payment"
+# A hold written before holds named their rule was an exposure limit's.
+EXPOSURE_LIMIT_RULE = "exposure_limit"
 
 
 class ReviewRefused(PaymentError):
@@ -114,7 +118,10 @@ def _held_checked(payment: Payment) -> None:
 
 
 def _decision_record(payment: Payment, decision: str, user, note: str) -> None:
-    """The decision's audit row and its merchant's event, in the decision's transaction."""
+    """The decision's audit row and its merchant's event, in the decision's transaction; the
+    count per rule after commit."""
+    rule = payment.review_rule or EXPOSURE_LIMIT_RULE
+    transaction.on_commit(lambda: REVIEW_DECISIONS.labels(rule, decision).inc(), robust=True)
     review_event_record(payment=payment, decision=decision)
     PaymentEvent.objects.create(
         payment=payment,
@@ -123,6 +130,11 @@ def _decision_record(payment: Payment, decision: str, user, note: str) -> None:
         event_type=decision,
         from_state=payment.state,
         to_state=payment.state,
-        payload={"decision": decision, "note": note[:2000], "reason": payment.review_reason},
+        payload={
+            "decision": decision,
+            "note": note[:2000],
+            "reason": payment.review_reason,
+            "rule": payment.review_rule,
+        },
         caused_by=f"review:{user.get_username()}"[:255],
     )

@@ -16,7 +16,9 @@ from tests.payment_life import statements_counted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CREATE = {"debit": 16, "refund": 18, "payout": 16}
+# The fraud rules (payments.services.fraud): each create takes the merchant's exposure lock and
+# reads its history in one statement (+2); a debit reads its account's blocks too (+1).
+CREATE = {"debit": 19, "refund": 20, "payout": 18}
 # The outbox row's publish after the create's commit, in the same request.
 PUBLISH = 9
 SUBMISSION_BATCH_OF_TEN = 180
@@ -29,8 +31,12 @@ APPLY_BATCH_OF_TEN = 26
 def life(sqs_queues, sandbox, module_settings):
     """A merchant with money available at once, its API client and a collected debit."""
     module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    # The fraud rules on, as a host has them by default; the accounts known for weeks, so
+    # nothing is held and each create pays the rules' lock and read and its submit command.
+    module_settings.FRAUD_RULES = None
     client = payment_life.api_client_for()
     debit_id = payment_life.collected_debit()
+    payment_life.accounts_known_for_weeks()
     # The first request of a process reads what it caches (the content types, the settings'
     # parsed values): not a payment's cost.
     payment_life.debit_create(client)

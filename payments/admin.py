@@ -210,7 +210,15 @@ class PaymentAdmin(PaymentReviewMixin, admin.ModelAdmin):
         "review_status",
         "created_at",
     ]
-    list_filter = ["state", "review_status", "purpose", "sec_code", "currency", "created_at"]
+    list_filter = [
+        "state",
+        "review_status",
+        "review_rule",
+        "purpose",
+        "sec_code",
+        "currency",
+        "created_at",
+    ]
     search_fields = ["=id", "=idempotency_key", "merchant_id", "=processor_id"]
     date_hierarchy = "created_at"
     inlines = [
@@ -704,4 +712,5 @@ class OriginatorProfileChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 # The events and webhooks admin registers itself on import.
+from payments import risk_admin  # noqa: E402, F401
 from payments.webhooks import admin as webhooks_admin  # noqa: E402, F401

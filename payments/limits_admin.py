@@ -4,6 +4,8 @@
 decision on a payment held for review (``PaymentReviewMixin``, on the payment's admin page).
 Registered by ``payments.admin``."""
 
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -146,6 +148,12 @@ class PaymentReviewForm(forms.Form):
     )
 
 
+def evidence_shown(evidence: dict) -> str:
+    """A held payment's evidence (every flag with its figures, the merchant's baseline) as the
+    review page shows it: indented JSON, escaped by the template; "" for a hold without any."""
+    return json.dumps(evidence, indent=2, sort_keys=True) if evidence else ""
+
+
 class PaymentReviewMixin:
     """A held payment's decision on its admin page: a confirmation page with the reason and a
     note, for a user with ``payments.review_payment`` only; the service decides under the
@@ -208,6 +216,9 @@ class PaymentReviewMixin:
                 "app_label": self.opts.app_label,
                 "title": f"Review payment {payment.pk}",
                 "payment": payment,
+                "evidence": evidence_shown(payment.review_evidence)
+                if payment.review_evidence
+                else "",
                 "form": form,
                 "error": error,
                 "cancel_url": change_url,

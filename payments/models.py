@@ -1037,6 +1037,16 @@ from payments.webhooks.models import (  # noqa: E402, F401
 )
 
 
+class HeldPayment(Payment):
+    """The review queue (``payments.risk_admin``): payments held for a person's review, as the
+    admin lists them by rule and merchant. No table of its own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "payment held for review"
+        verbose_name_plural = "review queue"
+
+
 class AccountBlockScope(models.TextChoices):
     """Whose debits a block refuses: every merchant's (an R17 return the bank marked
     ``QUESTIONABLE``: the account was opened under false pretenses) or the merchant's whose

@@ -203,7 +203,7 @@ class PaymentReviewMixin:
             else:
                 self.message_user(
                     request,
-                    f"Payment {payment.pk}: {form.cleaned_data['decision']}d.",
+                    f"Payment {payment.pk}: {form.cleaned_data['decision'].rstrip('e')}ed.",
                     messages.SUCCESS,
                 )
                 return redirect(change_url)

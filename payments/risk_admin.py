@@ -14,6 +14,8 @@ keeps with who and when.
 
 from __future__ import annotations
 
+import uuid
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -37,6 +39,7 @@ from payments.services.review import (
 
 # A bulk decision is a person's judgment on each payment: a page of them at most.
 BULK_MAX = 100
+DECIDED = {"approve": "approved", "reject": "rejected"}
 
 
 class BulkReviewForm(forms.Form):
@@ -78,6 +81,17 @@ class HeldPaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
+
+    def response_action(self, request, queryset):
+        # A forged selection (not a payment id) is refused by name, not a 500 from the query.
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        try:
+            for value in selected:
+                uuid.UUID(value)
+        except ValueError:
+            self.message_user(request, "The selection holds something that is not a payment id.")
+            return None
+        return super().response_action(request, queryset)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         # The payment's own page has its history and the decision.
@@ -148,9 +162,10 @@ class HeldPaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 refused.append(f"{payment.pk}: {exc}")
             else:
                 done += 1
-        self.message_user(request, f"{done} payment(s) {decision}d.", messages.SUCCESS)
+        past = DECIDED[decision]
+        self.message_user(request, f"{done} payment(s) {past}.", messages.SUCCESS)
         for line in refused:
-            self.message_user(request, f"Not {decision}d, {line}", messages.WARNING)
+            self.message_user(request, f"Not {past}, {line}", messages.WARNING)
 
 
 class AccountBlockClearForm(forms.Form):

@@ -74,6 +74,17 @@ def refunds_release() -> int:
         return release()
 
 
+@shared_task(name="payments.tasks.review_holds_check", ignore_result=True)
+def review_holds_check() -> int:
+    """Alert on each payment held for review longer than ``REVIEW_HOLD_ALERT_HOURS``."""
+    from payments.services.review import review_holds_overdue_alert
+
+    with single_flight("payments.review_holds_check") as acquired:
+        if not acquired:
+            return 0
+        return review_holds_overdue_alert()
+
+
 @shared_task(name="payments.tasks.events_purge", ignore_result=True)
 def events_purge() -> int:
     """Delete events older than EVENT_RETENTION_DAYS, with their deliveries (idempotent)."""

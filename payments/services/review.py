@@ -17,11 +17,14 @@ row in the payment's event log.
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from payments import conf as payments_conf
+from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.exceptions import PaymentError
 from payments.messages import MessageKind, submit_payment_body
 from payments.metrics import REVIEW_DECISIONS
@@ -122,6 +125,8 @@ def _decision_record(payment: Payment, decision: str, user, note: str) -> None:
     count per rule after commit."""
     rule = payment.review_rule or EXPOSURE_LIMIT_RULE
     transaction.on_commit(lambda: REVIEW_DECISIONS.labels(rule, decision).inc(), robust=True)
+    key = overdue_alert_key(payment.id)
+    transaction.on_commit(lambda: alert_clear(key=key, reason=f"payment {decision}"), robust=True)
     review_event_record(payment=payment, decision=decision)
     PaymentEvent.objects.create(
         payment=payment,
@@ -138,3 +143,37 @@ def _decision_record(payment: Payment, decision: str, user, note: str) -> None:
         },
         caused_by=f"review:{user.get_username()}"[:255],
     )
+
+
+def overdue_alert_key(payment_id) -> str:
+    return f"payments.review_hold_overdue:{payment_id}"
+
+
+def review_holds_overdue_alert(*, now: datetime | None = None) -> int:
+    """Raise an alert (medium) for each payment held for review, still pending, longer than
+    ``PAYMENTS["REVIEW_HOLD_ALERT_HOURS"]``: a payment a person must decide is waiting, and its
+    merchant with it. Raised again each run while it waits (the alert sinks group by key);
+    cleared when it is decided. How many are overdue."""
+    hours = payments_conf.REVIEW_HOLD_ALERT_HOURS
+    since = (now or timezone.now()) - timedelta(hours=hours)
+    overdue = list(
+        Payment.objects.filter(
+            review_status=Review.HELD, state=PaymentState.PENDING, created_at__lt=since
+        )
+        .order_by("created_at")
+        .values("id", "merchant_id", "amount", "currency", "review_rule", "created_at")
+    )
+    for row in overdue:
+        alert_raise(
+            severity=AlertSeverity.MEDIUM,
+            key=overdue_alert_key(row["id"]),
+            summary=(
+                f"payment {row['id']} of {row['merchant_id']} ({row['amount']} "
+                f"{row['currency']}) held for review by {row['review_rule'] or 'a limit'} since "
+                f"{row['created_at']:%Y-%m-%d %H:%M} UTC, over {hours} hours: decide it in the "
+                "review queue"
+            ),
+            details={"rule": row["review_rule"], "hours": hours},
+            payment_id=row["id"],
+        )
+    return len(overdue)

@@ -233,3 +233,65 @@ def test_two_reviewers_and_the_merchants_cancel_racing_have_one_winner():
         else:
             assert held.state == PaymentState.CANCELED
             assert _submit_commands(held) == 0
+
+
+@pytest.fixture
+def alerts():
+    from payments.signals import alert_cleared, alert_raised
+
+    calls = []
+
+    def raised(sender, **kwargs):
+        calls.append(("raised", kwargs["key"], kwargs))
+
+    def cleared(sender, **kwargs):
+        calls.append(("cleared", kwargs["key"], kwargs))
+
+    alert_raised.connect(raised, weak=False)
+    alert_cleared.connect(cleared, weak=False)
+    yield calls
+    alert_raised.disconnect(raised)
+    alert_cleared.disconnect(cleared)
+
+
+def test_a_hold_older_than_the_setting_alerts_until_it_is_decided(
+    alerts, module_settings, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.tasks import review_holds_check
+
+    module_settings.REVIEW_HOLD_ALERT_HOURS = 4
+    old, fresh, canceled = (_held("acme", "3000.01", n) for n in range(3))
+    payment_cancel(payment_id=canceled.id)
+    Payment.objects.filter(pk__in=[old.pk, canceled.pk]).update(
+        created_at=timezone.now() - timedelta(hours=5)
+    )
+    key = f"payments.review_hold_overdue:{old.id}"
+
+    overdue = review_holds_check()
+    with django_capture_on_commit_callbacks(execute=True):
+        payment_review_approve(payment_id=old.id, user=_reviewer(), note="checked")
+    after = review_holds_check()
+
+    assert (overdue, after) == (1, 0)
+    [(kind, raised_key, raised)] = [c for c in alerts if c[0] == "raised"]
+    assert (raised_key, raised["severity"]) == (key, "medium")
+    assert "first_large_debit" in raised["summary"] and "over 4 hours" in raised["summary"]
+    assert ("cleared", key) in [(c[0], c[1]) for c in alerts]
+    assert fresh.id not in [c[2].get("payment_id") for c in alerts]
+
+
+@pytest.mark.parametrize("hours", [0, -1, 24 * 31, "24", True])
+def test_a_bad_alert_age_is_refused_naming_the_setting(module_settings, hours):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    module_settings.REVIEW_HOLD_ALERT_HOURS = hours
+
+    with pytest.raises(SystemCheckError) as refused:
+        call_command("check")
+
+    assert "REVIEW_HOLD_ALERT_HOURS" in str(refused.value)

@@ -4,6 +4,7 @@ retry budget, and the sandbox processor's faults."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -41,6 +42,14 @@ PROCESSOR_FLAP_SECONDS = 20
 DATABASE_OUTAGE_SECONDS = 10
 
 QUEUE_OUTAGE_SECONDS = 5.0
+
+
+# Above anything the run's load creates in a day, per merchant, or in one debit.
+RUN_FRAUD_RULES = {
+    "new_destination": {"enabled": False},
+    "velocity": {"floor": "100000000.00"},
+    "first_large_debit": {"amount": "100000000.00"},
+}
 
 
 class SetupError(Exception):
@@ -145,6 +154,11 @@ def _settings(ports: dict[str, int], database_url: str, *, path: str) -> dict[st
         "CALLBACK_SIGNING_SECRETS": "chaos-signing-secret",
         # Money settled seconds ago may be paid out: the run's payouts have something to race.
         "AVAILABLE_AFTER_BANKING_DAYS": "0",
+        # The fraud rules run on every create (their lock and read under the run's faults), with
+        # thresholds its traffic never trips: its refunds and payouts go to accounts made
+        # seconds before, which new_destination would hold for a person the run does not have.
+        # The holds themselves are the review tests' and the invariant's corruption tests'.
+        "FRAUD_RULES": json.dumps(RUN_FRAUD_RULES),
         # A bounded run: retries come back within seconds, not the production 30 s cap.
         "WORKER_BACKOFF_BASE_SECONDS": "0.5",
         "WORKER_BACKOFF_CAP_SECONDS": "4",

@@ -63,7 +63,12 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   receiver's receipts) was verified by the receiver;
 - ``webhook_ids_stable``: an event has one delivery per endpoint, and (given the receipts)
   every request's ``webhook-id`` is its body's event id, of that type, and every repeat of an
-  id carried the same body.
+  id carried the same body;
+- ``limits_never_exceeded``: no entry that was not held for review passes the single-entry cap
+  in force when it was made, nor takes its banking day or window past the daily or window cap;
+- ``held_payments_never_sent_unapproved``: a payment held for review (held or rejected) has no
+  attempt, no submission, no processor id and no key at the processor; an approved one was
+  attempted only after its approval.
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -87,6 +92,7 @@ from chaos.invariants.money_out import (
 )
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
+from chaos.invariants.risk import check_held_never_sent, check_limits
 from chaos.invariants.webhooks import check_webhook_ids, check_webhooks_delivered
 
 __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
@@ -131,5 +137,7 @@ def check_invariants(
     check_balances(report)
     check_webhooks_delivered(report, webhook_receipts)
     check_webhook_ids(report, webhook_receipts)
+    check_limits(report)
+    check_held_never_sent(report, sandbox_stats)
     notes_unfinished(report)
     return report

@@ -26,6 +26,8 @@ CHECKS = (
     "balances_match_entries",
     "webhooks_delivered_at_least_once",
     "webhook_ids_stable",
+    "limits_never_exceeded",
+    "held_payments_never_sent_unapproved",
 )
 
 # How many offending ids a violation lists before it summarises the rest.

@@ -1,6 +1,7 @@
 """Histories the invariant checker is tested on: a clean run in the database, built through the
 product's own services, and the helpers the tests corrupt it with."""
 
+import itertools
 import uuid
 from datetime import timedelta
 from decimal import Decimal
@@ -24,9 +25,13 @@ from tests.factories import processor_event
 from tests.history import history_rewritten
 from triage.models import DeadLetter, DeadLetterSource
 
+_ACCOUNTS = itertools.count(1)
+
 
 def new_payment(merchant: str = "m-1", amount: str = "10.00") -> Payment:
-    return payment_create(merchant_id=merchant, amount=Decimal(amount), source_token="tok_abcdef12")
+    # An account of its own each: an unauthorized return blocks its account's next debits.
+    token = f"tok_history_{next(_ACCOUNTS):06d}"
+    return payment_create(merchant_id=merchant, amount=Decimal(amount), source_token=token)
 
 
 def deliver(history: dict, payment: Payment, event_type: str, **overrides) -> str:

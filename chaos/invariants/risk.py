@@ -1,0 +1,146 @@
+"""The risk-control invariants: no merchant's entries pass an exposure limit that was in force
+when they were made, and no payment held for review reaches the processor before a person
+approved it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+
+from chaos.invariants.report import Report
+
+NOT_COUNTED = ("failed", "canceled")
+UNHELD = ""
+
+
+def check_limits(report: Report) -> None:
+    """``limits_never_exceeded``: replaying each merchant's entries of a direction and currency
+    in creation order, none that was not held for review passes the single-entry cap in force
+    when it was made (the limit's last change before it, else the setting's default), nor takes
+    the entries of its effective banking day, or of the window's banking days, past the daily or
+    window cap. Entries failed or canceled since, and held ones, are left out of the sums: at
+    their create they counted, so leaving them out can only hide an excess, never invent one."""
+    from payments.models import ExposureLimitChange, Payment
+    from payments.services.limits import default_limits
+
+    check = "limits_never_exceeded"
+    changes: dict = defaultdict(list)
+    for change in ExposureLimitChange.objects.order_by("changed_at", "id"):
+        changes[(change.merchant_id, change.direction, change.currency)].append(change)
+    defaults = default_limits()
+    entries: dict = defaultdict(list)
+    rows = (
+        Payment.objects.exclude(state__in=NOT_COUNTED)
+        .filter(review_status=UNHELD)
+        .order_by("created_at", "id")
+        .values_list("id", "merchant_id", "direction", "currency", "amount", "created_at")
+    )
+    for pid, merchant, direction, currency, amount, created in rows:
+        entries[(merchant, direction, currency)].append((pid, amount, created))
+    over: list[str] = []
+    counted = 0
+    for key, made in entries.items():
+        history = changes.get(key, [])
+        default = defaults.get((key[1], key[2]))
+        if not history and default is None:
+            continue
+        for index, (pid, amount, created) in enumerate(made):
+            caps = _caps_at(history, default, created)
+            if caps is None:
+                continue
+            counted += 1
+            over += _excess(pid, amount, created, made[: index + 1], caps)
+    if over:
+        report.add(check, f"{len(over)} entr(ies) past an exposure limit in force", over)
+    report.checked[check] = {"entries with limits": counted}
+
+
+def _caps_at(history: list, default, created) -> dict | None:
+    """The caps in force at ``created``: the last change before it, else the default."""
+    in_force = None
+    for change in history:
+        if change.changed_at <= created:
+            in_force = change.new
+    if in_force is None:
+        if default is None:
+            return None
+        return default.as_dict()
+    return in_force
+
+
+def _excess(pid, amount: Decimal, created, made: list, caps: dict) -> list[str]:
+    from payments.services.limits import counted_since, effective_banking_day
+
+    found = []
+    single, daily, window = (caps.get(k) for k in ("single", "daily", "window"))
+    if single is not None and amount > Decimal(single):
+        found.append(f"{pid} ({amount} over the single-entry cap {single})")
+    day = effective_banking_day(created)
+    if daily is not None:
+        since = counted_since(day, 1)
+        total = sum((a for _, a, c in made if since < c <= created), Decimal("0"))
+        if total > Decimal(daily):
+            found.append(f"{pid} (its day adds up to {total}, daily cap {daily})")
+    days = caps.get("window_banking_days")
+    if window is not None and days:
+        since = counted_since(day, int(days))
+        total = sum((a for _, a, c in made if since < c <= created), Decimal("0"))
+        if total > Decimal(window):
+            found.append(f"{pid} (its {days} banking days add up to {total}, cap {window})")
+    return found
+
+
+def check_held_never_sent(report: Report, stats: dict) -> None:
+    """``held_payments_never_sent_unapproved``: a payment held for review (still held, or
+    rejected) has no processor attempt, no submission started and no processor id, and the
+    processor charged or credited none of its keys; an approved one's first attempt came after
+    its approval."""
+    from payments.models import EventKind, Payment, PaymentEvent, ProcessorAttempt
+
+    check = "held_payments_never_sent_unapproved"
+    reviewed = {
+        row["id"]: row
+        for row in Payment.objects.exclude(review_status=UNHELD).values(
+            "id", "idempotency_key", "review_status", "submission_started_at", "processor_id"
+        )
+    }
+    first_attempt = {
+        pid: started
+        for pid, started in ProcessorAttempt.objects.filter(payment_id__in=list(reviewed))
+        .order_by("payment_id", "started_at")
+        .values_list("payment_id", "started_at")
+        .distinct("payment_id")
+    }
+    approved_at = dict(
+        PaymentEvent.objects.filter(
+            payment_id__in=list(reviewed), kind=EventKind.REVIEW, event_type="approved"
+        ).values_list("payment_id", "created_at")
+    )
+    processor_keys = set(stats.get("charges") or {}) | set(stats.get("credits_sent") or {})
+    sent_unapproved = []
+    for pid, row in reviewed.items():
+        if row["review_status"] == "approved":
+            approval = approved_at.get(pid)
+            attempt = first_attempt.get(pid)
+            if approval is None or (attempt is not None and attempt < approval):
+                sent_unapproved.append(f"{pid} (attempted before its approval)")
+            continue
+        signs = [
+            name
+            for name, present in (
+                ("an attempt", pid in first_attempt),
+                ("a submission started", row["submission_started_at"] is not None),
+                ("a processor id", bool(row["processor_id"])),
+                ("its key at the processor", str(row["idempotency_key"]) in processor_keys),
+            )
+            if present
+        ]
+        if signs:
+            sent_unapproved.append(f"{pid} ({row['review_status']}, with {', '.join(signs)})")
+    if sent_unapproved:
+        report.add(
+            check,
+            f"{len(sent_unapproved)} payment(s) held for review sent without an approval",
+            sorted(sent_unapproved),
+        )
+    report.checked[check] = {"payments held for review": len(reviewed)}

@@ -33,9 +33,9 @@ from bank.nacha.windows import window_next
 from bank.vault.selectors import (
     UNKNOWN_TOKEN_MESSAGE,
     vault_accounts_last4,
+    vault_token_account,
     vault_token_held_for,
     vault_token_is_vaults,
-    vault_token_sec_code,
 )
 from payments.models import Payment, PaymentDirection
 from payments.processor.backend import (
@@ -72,14 +72,16 @@ class NachaBankBackend(ProcessorBackend):
         return vault_accounts_last4(tokens=tokens, merchant_id=merchant_id)
 
     def source_token_check(self, *, token: str, merchant_id: str) -> TokenChecked:
-        # One read of the vault's row: whether it is the merchant's, and the class its debits
-        # were authorized under (the payment's default SEC code).
+        # One read of the vault's row: whether it is the merchant's, the class its debits were
+        # authorized under (the payment's default SEC code), and when it was vaulted.
         if not vault_token_is_vaults(token):
             return TokenChecked(None)
-        sec_code = vault_token_sec_code(token=token, merchant_id=merchant_id)
-        if sec_code is None:
+        account = vault_token_account(token=token, merchant_id=merchant_id)
+        if account is None:
             return TokenChecked(UNKNOWN_TOKEN_MESSAGE)
-        return TokenChecked(None, sec_code)
+        # When it was vaulted: a fraud rule holds a payout to an account added lately.
+        sec_code, vaulted_at = account
+        return TokenChecked(None, sec_code, changed_at=vaulted_at)
 
     def debit_create(
         self,

@@ -1,6 +1,8 @@
 """Reading the vault without opening it: whose a token is. Imports only the vault's model, so
 ``payments.services`` can ask at create time (the vault's services import those services)."""
 
+from datetime import datetime
+
 from bank.vault.models import VaultAccount
 
 TOKEN_PREFIX = "vtok_"
@@ -25,11 +27,13 @@ def vault_accounts_last4(*, tokens: list[str], merchant_id: str) -> dict[str, st
     return dict(accounts.values_list("token", "account_last4"))
 
 
-def vault_token_sec_code(*, token: str, merchant_id: str) -> str | None:
+def vault_token_account(*, token: str, merchant_id: str) -> tuple[str, datetime] | None:
     """The standard entry class of the account the vault holds as ``token`` for
-    ``merchant_id``; None for a missing token and another merchant's alike."""
+    ``merchant_id``, and when it was vaulted (a token's account never changes: new details are a
+    new token, so this is when the account's details last changed); None for a missing token
+    and another merchant's alike. One read."""
     return (
         VaultAccount.objects.filter(token=token, merchant_id=merchant_id)
-        .values_list("sec_code", flat=True)
+        .values_list("sec_code", "created_at")
         .first()
     )

@@ -231,3 +231,18 @@ def test_a_row_another_rotation_re_encrypted_meanwhile_keeps_that_work(vault_key
     assert bytes(first.nonce) == theirs.nonce and first.rotated_at is None
     assert VaultAccount.objects.get(pk=second.pk).key_version == "k2"
     assert vault_account_reveal(first.token).account_number == "123456789012"
+
+
+def test_the_bank_backend_says_when_an_account_was_vaulted_for_the_fraud_rules(vault_keys):
+    from bank.nacha.backend import NachaBankBackend
+
+    account = vault_account_store(**ACCOUNT)
+
+    checked = NachaBankBackend().source_token_check(
+        token=account.token, merchant_id=ACCOUNT["merchant_id"]
+    )
+    other = NachaBankBackend().source_token_check(token=account.token, merchant_id="someone-else")
+
+    assert (checked.refused, checked.sec_code) == (None, "PPD")
+    assert checked.changed_at == VaultAccount.objects.get(token=account.token).created_at
+    assert (other.refused, other.changed_at) == ("unknown token", None)

@@ -27,7 +27,6 @@ The setting is a dict by rule name; the built-in rules are on unless the host na
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -296,18 +295,3 @@ def _rule_class(name: str, path: object) -> type[FraudRule]:
     if rule_class.name != name:
         raise ValueError(f"path {path[:200]!r} names its rule {rule_class.name!r}, not {name!r}")
     return rule_class
-
-
-_parsed: tuple[object, tuple[FraudRule, ...]] | None = None
-
-
-def fraud_rules() -> tuple[FraudRule, ...]:
-    """The rules of the current setting (parsed once per value: a test's changed setting is
-    seen at once)."""
-    global _parsed
-    from payments import conf
-
-    value = conf.FRAUD_RULES
-    if _parsed is None or _parsed[0] != value:
-        _parsed = (copy.deepcopy(value), parse_fraud_rules(value))
-    return _parsed[1]

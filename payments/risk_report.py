@@ -23,8 +23,8 @@ from typing import Any
 
 from django.db.models import Count, Sum
 
-from payments.fraud_rules import fraud_rules
 from payments.models import ExposureLimitChange, MerchantReturnDay, Payment, ReviewStatus
+from payments.services.fraud import fraud_rules
 
 EXPOSURE_LIMIT_RULE = "exposure_limit"
 # NACHA's return-rate thresholds, in percent of the debits the network answered.

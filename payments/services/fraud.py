@@ -21,6 +21,7 @@ note. A debit from a blocked account is refused (``AccountBlocked``, the API's 4
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,11 +33,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import end_of_banking_day
 from payments.events import ProcessorEvent
 from payments.exceptions import AccountBlocked
-from payments.fraud_rules import Entry, Flag, fraud_rules
+from payments.fraud_rules import Entry, Flag, FraudRule, parse_fraud_rules
 from payments.kernel.locks import exposure_lock
 from payments.metrics import REVIEW_HOLDS
 from payments.models import (
@@ -64,6 +66,19 @@ NOT_COUNTED = (PaymentState.FAILED, PaymentState.CANCELED)
 QUESTIONABLE = "QUESTIONABLE"
 QUESTIONABLE_CODE = "R17"
 CLEAR_PERMISSION = "payments.clear_account_block"
+
+
+_parsed: tuple[object, tuple[FraudRule, ...]] | None = None
+
+
+def fraud_rules() -> tuple[FraudRule, ...]:
+    """The rules of the current ``PAYMENTS["FRAUD_RULES"]``, parsed once per value (a changed
+    setting is seen at once)."""
+    global _parsed
+    value = payments_conf.FRAUD_RULES
+    if _parsed is None or _parsed[0] != value:
+        _parsed = (copy.deepcopy(value), parse_fraud_rules(value))
+    return _parsed[1]
 
 
 class MerchantHistory:

@@ -17,12 +17,11 @@ from payments.fraud_rules import (
     FirstLargeDebit,
     NewDestination,
     Velocity,
-    fraud_rules,
     parse_fraud_rules,
 )
 from payments.models import OutboxMessage, Payment, PaymentState
 from payments.services import payment_apply_event, payment_create
-from payments.services.fraud import hold_decide
+from payments.services.fraud import fraud_rules, hold_decide
 from payments.services.payouts import payout_create
 from payments.services.refunds import refund_create
 from tests.factories import PaymentFactory, grant, processor_event

@@ -187,10 +187,10 @@ def test_the_service_refuses_a_bad_sec_code_given_directly():
 def test_a_create_reads_the_profile_in_one_statement(django_assert_num_queries):
     _profile(codes=["WEB"], description="ORIG SHOP")
     payment_create(merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB")
-    # The profile's read (1), the NOC check (1), then savepoint, the merchant's exposure
-    # limits, the payment with its audit row and its outbox row (one statement), its merchant's
-    # event, and release (5).
-    with django_assert_num_queries(7):
+    # The profile's read (1), the NOC check (1), the account's blocks (1), then savepoint, the
+    # merchant's exposure limits, the payment with its audit row and its outbox row (one
+    # statement), its merchant's event, and release (5); the fraud rules are off here.
+    with django_assert_num_queries(8):
         payment = payment_create(
             merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB"
         )

@@ -196,6 +196,12 @@ class Payment(FSMModelMixin, models.Model):
             models.Index(
                 fields=["merchant_id", "-created_at", "-id"], name="payment_merchant_created"
             ),
+            # The fraud rules' history: when the merchant first used an account, and its debits
+            # from it (payments.services.fraud), without reading the merchant's every payment.
+            models.Index(
+                fields=["merchant_id", "source_token", "created_at"],
+                name="payment_merchant_account",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -58,4 +58,8 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(condition=models.Q(('cleared_at__isnull', True)), fields=('account_token', 'merchant_id', 'scope'), name='account_block_open_unique'), models.CheckConstraint(condition=models.Q(('cleared_at__isnull', True), models.Q(('cleared_by__isnull', False), models.Q(('note', ''), _negated=True)), _connector='OR'), name='account_block_cleared_with_note')],
             },
         ),
+        migrations.AddIndex(
+            model_name='payment',
+            index=models.Index(fields=['merchant_id', 'source_token', 'created_at'], name='payment_merchant_account'),
+        ),
     ]

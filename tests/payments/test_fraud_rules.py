@@ -419,3 +419,22 @@ def test_the_api_answer_names_the_rule_that_held_the_payment(api_client, user, m
     [warning] = answer.json()["warnings"]
     assert warning["code"] == "held_for_review"
     assert warning["message"].startswith("first_large_debit: first debit from this account")
+
+
+def test_the_history_read_finds_the_account_through_the_merchant_account_index(module_settings):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _rules(module_settings, first_large_debit={"amount": "100.00"})
+    _debit("acme", "500.00")
+    with CaptureQueriesContext(connection) as queries:
+        _debit("acme", "500.00")  # above the amount: the rule reads the account's history
+    [history] = [q["sql"] for q in queries.captured_queries if "MIN(" in q["sql"]]
+    # With a few rows the planner may scan the table; priced out, the account's branch of the
+    # read must come from an index on the merchant and the account.
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {history}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "payment_merchant_account" in plan, plan

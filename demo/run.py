@@ -44,6 +44,10 @@ def port_free(port: int) -> bool:
 
 
 BACKENDS = {"processor": "Procfile", "nacha": "Procfile.nacha"}
+DEMO_FRAUD_RULES = {
+    "new_destination": {"enabled": False},
+    "velocity": {"floor": "100000000.00"},
+}
 # The originator of the demo's files: a made-up company at a made-up ODFI (valid check digit).
 DEMO_ORIGINATOR = {
     "odfi_routing_number": "091000019",
@@ -128,9 +132,10 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
             "DLQ_INGEST_INTERVAL_SECONDS": "5",
             # Money settled a minute ago is available to pay out (a host keeps its reserve).
             "AVAILABLE_AFTER_BANKING_DAYS": "0",
-            # The demo refunds and pays out to accounts made a minute before: new_destination
-            # would hold each for a person. The other rules run with their defaults.
-            "FRAUD_RULES": '{"new_destination": {"enabled": false}}',
+            # The demo refunds and pays out to accounts made a minute before, and each merchant
+            # collects thousands in its first minutes: new_destination and velocity would hold
+            # them for a person the demo does not have. first_large_debit runs as a host has it.
+            "FRAUD_RULES": json.dumps(DEMO_FRAUD_RULES),
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -317,3 +317,33 @@ def test_the_collect_command_without_a_transport_names_the_setting(module_settin
     module_settings.NACHA_TRANSPORT = None
     with pytest.raises(ImproperlyConfigured, match=r"BANK\['NACHA_TRANSPORT'\]"):
         call_command("nacha_collect")
+
+
+def test_an_r17_questionable_return_from_the_banks_file_blocks_the_account_everywhere(
+    bank_path, sqs_queues
+):
+    from payments.exceptions import AccountBlocked
+    from payments.models import AccountBlock
+    from payments.services import payment_create
+
+    payments, ours = _settled_payments(2)
+    questionable, plain = (ours[NachaEntry.objects.get(payment=p).trace_number] for p in payments)
+    content = nacha_answer_file_write(
+        answers=[
+            BankAnswer(questionable, "R17", addenda_information="QUESTIONABLE"),
+            BankAnswer(plain, "R17"),
+        ],
+        created_at=EVENING,
+        **BANK,
+    )
+    _drop(bank_path, "returns-r17.ach", content)
+
+    nacha_files_collect(transport=bank_path, min_age_seconds=0)
+    run_worker()
+
+    [block] = AccountBlock.objects.all()
+    assert (block.scope, block.return_code, block.payment_id) == ("all", "R17", payments[0].id)
+    with pytest.raises(AccountBlocked):
+        payment_create(
+            merchant_id="m-1", amount=Decimal("5.00"), source_token=payments[0].source_token
+        )

@@ -157,3 +157,23 @@ def test_a_hold_from_before_rules_were_named_counts_as_an_exposure_limit():
 
     rule = next(json.loads(line) for line in out.splitlines() if '"exposure_limit"' in line)
     assert (rule["held"], rule["still_held"]) == (1, 1)
+
+
+def test_a_note_a_spreadsheet_would_run_as_a_formula_is_quoted_in_the_csv(year):
+    admin = UserFactory(is_superuser=True, username="=cmd|'/c calc'!A1")
+    exposure_limit_set(
+        merchant_id="acme",
+        direction="credit",
+        currency="USD",
+        limits=Limits(daily=Decimal("50.00")),
+        user=admin,
+        note='=HYPERLINK("http://evil.example","x")',
+    )
+
+    rows = list(csv.DictReader(io.StringIO(_report(*_period(year)))))
+    jsonl = _report(*_period(year), "--format", "jsonl")
+
+    change = next(r for r in rows if r["record"] == "limit_change" and r["direction"] == "credit")
+    assert change["note"] == '\'=HYPERLINK("http://evil.example","x")'
+    assert change["changed_by"].startswith("'=cmd")
+    assert '"note": "=HYPERLINK' in jsonl  # JSON lines keep the text as it was

@@ -57,9 +57,18 @@ class Command(BaseCommand):
         writer = csv.DictWriter(self.stdout, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         for record in records:
-            writer.writerow(
-                {
-                    key: json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
-                    for key, value in record.items()
-                }
-            )
+            writer.writerow({key: csv_cell(value) for key, value in record.items()})
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """A record's value as a CSV cell: a dict as JSON; a text a person wrote (a note, a user
+    name) that a spreadsheet would read as a formula, quoted with a leading apostrophe."""
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value

@@ -143,12 +143,17 @@ def multiple(value: object, *, name: str) -> Decimal:
 
 
 class NewDestination(FraudRule):
-    """A payout or a refund to an account the merchant first paid or drew from, or whose
-    details changed, within ``days`` days: the business-email-compromise pattern (a taken-over
-    login sends the balance to an account added the same hour)."""
+    """A payout (or, when ``purposes`` names them, a refund) to an account the merchant first
+    paid or drew from, or whose details changed, within ``days`` days: the
+    business-email-compromise pattern (a taken-over login sends the balance to an account added
+    the same hour).
+
+    Refunds are not checked by default: a refund goes back to the account its debit drew from,
+    under that debit's authorization, so a refund of this week's sale would be held for no
+    reason. A host whose refunds may go elsewhere names them."""
 
     name = "new_destination"
-    options = {"days": 7, "purposes": ["payout", "refund"]}
+    options = {"days": 7, "purposes": ["payout"]}
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -194,7 +194,20 @@ def test_another_merchants_use_of_the_account_does_not_make_it_known(rules_on):
     assert payout.review_rule == "new_destination"
 
 
-def test_a_refund_of_a_debit_made_this_week_is_held_and_an_older_ones_is_not(rules_on):
+def test_a_refund_of_this_weeks_debit_goes_back_unheld_by_default(rules_on):
+    """A refund returns money to the account its debit drew from: not a new destination."""
+    fresh = _collected("acme", "100.00", token="tok_fraud_fresh_01")
+
+    refund = refund_create(payment_id=fresh.id, amount=Decimal("10.00"))
+
+    assert (refund.review_status, _submit_commands(refund)) == ("", 1)
+
+
+def test_with_refunds_named_a_refund_of_a_debit_made_this_week_is_held_and_an_older_ones_is_not(
+    module_settings,
+):
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    _rules(module_settings, new_destination={"purposes": ["payout", "refund"]})
     fresh = _collected("acme", "100.00", token="tok_fraud_fresh_01")
     old = _aged(_collected("acme", "100.00", token="tok_fraud_old_0001"), 20)
 

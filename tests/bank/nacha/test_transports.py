@@ -312,15 +312,22 @@ def test_sftp_leaves_a_file_rewritten_in_place_at_the_same_size(sftp):
     behind = time.time() - DAY
     path = _put(sftp.inbound, "rewritten.ach", b"AAAA", behind)
 
+    done = threading.Event()
+
     def rewrite():
-        time.sleep(0.3)
-        _put(sftp.inbound, "rewritten.ach", b"BBBB", behind - 60)  # same size, older mtime
+        # Rewritten again and again while the round watches (same size, an older mtime each
+        # time), so its two looks see two versions however long its connection takes to open.
+        for step in range(1, 600):
+            if done.wait(0.1):
+                return
+            _put(sftp.inbound, "rewritten.ach", (b"BBBB", b"CCCC")[step % 2], behind - 60 * step)
 
     writer = threading.Thread(target=rewrite)
     writer.start()
     try:
         assert sftp.incoming(min_age_seconds=1.0) == []
     finally:
+        done.set()
         writer.join()
     assert os.path.getsize(path) == 4
     assert sftp.incoming(min_age_seconds=0.5) == ["rewritten.ach"]

@@ -53,6 +53,7 @@ from payments.api_versions import (
 )
 from payments.exceptions import (
     AccountBlocked,
+    AccountNotValidated,
     CancelRefused,
     ExposureLimitExceeded,
     MoneyOutRefused,
@@ -392,6 +393,16 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
                 errors={"source_token": [str(exc)]},
             )
         )
+    except AccountNotValidated as exc:
+        return _refusal(
+            ApiError(
+                status.HTTP_409_CONFLICT,
+                "account_not_validated",
+                f"source_token: {exc}",
+                param="source_token",
+                errors={"source_token": [str(exc)]},
+            )
+        )
     except SecCodeNotAllowed as exc:
         return _refusal(
             ApiError(
@@ -408,6 +419,9 @@ def _payment_create_answer(request, data) -> idempotency.Answer:
         # Past a limit (OVER_LIMIT = "hold") or flagged by a fraud rule: created, and sent only
         # once a person approves it.
         warnings.append({"code": "held_for_review", "message": payment.review_reason})
+    if payment.review_status == ReviewStatus.VALIDATION:
+        # PAYMENTS["UNVALIDATED_WEB_DEBITS"] = "hold": sent once its account is validated.
+        warnings.append({"code": "held_for_validation", "message": payment.review_reason})
     if warnings:
         body["warnings"] = warnings
     return idempotency.Answer(201, body)

@@ -95,3 +95,23 @@ def payments_processor_backend_check(app_configs=None, **kwargs) -> list[Error]:
             id="payments.E005",
         )
     ]
+
+
+@register()
+def payments_validation_service_check(app_configs=None, **kwargs) -> list[Error]:
+    """``PAYMENTS["ACCOUNT_VALIDATION_SERVICE"]``, when set, must name a validation service
+    class: otherwise the first validation by the service would fail, not start-up."""
+    from payments.validation_methods import service_class_problem
+
+    path = conf.ACCOUNT_VALIDATION_SERVICE
+    problem = service_class_problem(path) if isinstance(path, str) else None
+    if problem is None:
+        return []
+    return [
+        Error(
+            f'PAYMENTS["ACCOUNT_VALIDATION_SERVICE"] = {path!r} {problem}',
+            hint="a dotted path to a subclass of payments.validation_methods.ValidationService",
+            obj="ACCOUNT_VALIDATION_SERVICE",
+            id="payments.E006",
+        )
+    ]

@@ -25,6 +25,7 @@ from payments.kernel.app_settings import AppSettings
 from payments.kernel.setting_specs import (
     Duration,
     Flag,
+    Keys,
     Number,
     Parsed,
     Seconds,
@@ -187,6 +188,27 @@ SPECS: dict[str, Spec] = {
     # none of its own (the bank backend takes the vault account's class): payments.originator.
     "DEFAULT_SEC_CODE": Text(
         "PPD", pattern="PPD|CCD|WEB", accepted="one of PPD, CCD or WEB (upper case)"
+    ),
+    # NACHA's account validation rule (payments.services.validation): which standard entry
+    # classes need the debited account validated before their first debit. The rule's own
+    # table is the default (WEB only); a host may give some classes and keep the others'.
+    "ACCOUNT_VALIDATION_REQUIRED": Keys(
+        values={"WEB": Flag(True), "PPD": Flag(False), "CCD": Flag(False)}, partial=True
+    ),
+    # What a debit from an account not validated does where validation is required: "refuse"
+    # answers 409 account_not_validated; "hold" creates it held until the validation ends
+    # (validated: submitted once; failed: failed with the reason).
+    "UNVALIDATED_WEB_DEBITS": Text("refuse", pattern=r"refuse|hold", accepted="'refuse' or 'hold'"),
+    # Micro-entries: wrong tries before the validation fails, and days before it expires.
+    "MICRO_ENTRY_MAX_ATTEMPTS": Number(3, 1, 10, whole=True, unit="of tries"),
+    "MICRO_ENTRY_EXPIRY_DAYS": Number(10, 1, 60, whole=True, unit="of days"),
+    # Dotted path of the validation service class (payments.validation_methods.ValidationService)
+    # the "service" method calls; "" when the host has none. (That it imports is checked apart,
+    # payments.E006.)
+    "ACCOUNT_VALIDATION_SERVICE": Text(
+        "",
+        pattern=r"|[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+",
+        accepted="'' or a dotted path such as 'package.module.Class'",
     ),
     # The processor's circuit breaker (payments.processor.breaker): open after this many
     # failures in a row, or when this share of the last WINDOW_CALLS first submissions (none

@@ -125,6 +125,33 @@ class SecCodeNotAllowed(PaymentError):
         )
 
 
+class AccountNotValidated(PaymentError):
+    """A debit of a class that needs its account validated first (NACHA's WEB debit account
+    validation rule, ``PAYMENTS["ACCOUNT_VALIDATION_REQUIRED"]``) from an account that is not:
+    nothing is written."""
+
+    code = "account_not_validated"
+
+    def __init__(self, *, sec_code: str, state: str) -> None:
+        self.sec_code = sec_code
+        self.state = state
+        super().__init__(
+            f"the account is {state}: a {sec_code} debit needs its account validated first "
+            "(POST /api/accounts/<token>/validation/)"
+        )
+
+
+class ValidationRefused(PaymentError):
+    """A start or a verification of an account validation that its rules refuse; ``code``
+    names the rule (the API's error code), ``param`` the field."""
+
+    def __init__(self, code: str, message: str, *, param: str = "", status: int = 409) -> None:
+        self.code = code
+        self.param = param
+        self.status = status
+        super().__init__(message)
+
+
 class NocPastDeadline(PaymentError):
     """A new debit on a token whose notification of change is open past its deadline: the
     account detail it corrects must be applied at the processor first. Names the NOC and its

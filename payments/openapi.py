@@ -18,7 +18,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers as drf_serializers
 
-from payments import apis, limits_apis, money_out_apis, serializers, services
+from payments import apis, limits_apis, money_out_apis, serializers, services, validation_apis
 from payments.api_errors import REQUEST_ID_HEADER, ErrorOutputSerializer, ErrorType, ErrorTypeField
 from payments.api_versions import VERSION_HEADER, VERSIONS
 from payments.models import PaymentDirection, PaymentPurpose, PaymentState
@@ -510,6 +510,7 @@ def describe() -> None:
             },
         )
     )(limits_apis.MerchantLimitsApi)
+    _describe_account_validation()
     webhooks_openapi.describe(
         error_answer=error_answer,
         common_answers=COMMON_ANSWERS,
@@ -517,3 +518,60 @@ def describe() -> None:
         merchant_pattern=MERCHANT_PATTERN,
         list_of=_list_of,
     )
+
+
+def _describe_account_validation() -> None:
+    token = OpenApiParameter(
+        validation_apis.TOKEN_PARAM,
+        {"type": "string", "pattern": services._TOKEN_RE.pattern},
+        OpenApiParameter.PATH,
+        description="The account's token (the vault's on the bank backend, else the "
+        "processor's or the host's reference).",
+    )
+    shape = validation_apis.AccountValidationOutputSerializer
+    not_yours = error_answer("No validation of this token for a merchant you may act for.")
+    extend_schema_view(
+        get=extend_schema(
+            operation_id="account_validation_retrieve",
+            parameters=[token, *REQUEST_HEADERS],
+            responses={
+                200: OpenApiResponse(shape, description="The account's validation."),
+                400: error_answer("A bank number in the path, or a refused Payments-Version."),
+                404: not_yours,
+                **COMMON_ANSWERS,
+            },
+        ),
+        post=extend_schema(
+            operation_id="account_validation_start",
+            request=validation_apis.AccountValidationStartInputSerializer,
+            parameters=[token, *REQUEST_HEADERS],
+            responses={
+                201: OpenApiResponse(shape, description="Started: pending (or decided)."),
+                400: error_answer("What was refused, by field."),
+                403: error_answer("You may not act for merchant_id."),
+                404: error_answer("The token is not an account of merchant_id."),
+                409: error_answer(
+                    "account_already_validated, account_validation_in_progress, or "
+                    "validation_method_unavailable (param method)."
+                ),
+                **COMMON_ANSWERS,
+            },
+        ),
+    )(validation_apis.AccountValidationApi)
+    extend_schema_view(
+        post=extend_schema(
+            operation_id="account_verify",
+            request=validation_apis.AccountVerifyInputSerializer,
+            parameters=[token, *REQUEST_HEADERS],
+            responses={
+                200: OpenApiResponse(shape, description="Validated."),
+                400: error_answer("invalid_amounts: not one or two amounts 0.01-0.99."),
+                404: not_yours,
+                409: error_answer(
+                    "micro_entries_mismatch (a try spent; the last fails the validation), "
+                    "micro_entries_expired, or validation_not_verifiable."
+                ),
+                **COMMON_ANSWERS,
+            },
+        )
+    )(validation_apis.AccountVerifyApi)

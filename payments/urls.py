@@ -1,7 +1,8 @@
 """The payments API's routes, for a host project's URLconf under whatever prefix it includes them:
 ``payments/``, ``payments/<id>/``, ``payments/<id>/cancel/``, ``payments/<id>/reinitiate/``,
 ``payments/<id>/refunds/``, ``refunds/<id>/``, ``payouts/``, ``payouts/<id>/``,
-``merchants/<id>/balance/`` and ``merchants/<id>/limits/`` (the bank app's
+``merchants/<id>/balance/``, ``merchants/<id>/limits/``, ``accounts/<token>/validation/`` and
+``accounts/<token>/verify/`` (the bank app's
 ``bank.urls`` adds the books and the vault beside them)."""
 
 from django.urls import path
@@ -20,6 +21,7 @@ from payments.money_out_apis import (
     RefundDetailApi,
     RefundListCreateApi,
 )
+from payments.validation_apis import AccountValidationApi, AccountVerifyApi
 from payments.webhooks.apis import (
     EventListApi,
     WebhookEndpointDetailApi,
@@ -58,6 +60,13 @@ urlpatterns = [
         MerchantLimitsApi.as_view(),
         name="merchant-limits",
     ),
+    # Any text: a malformed token is answered with the API's own 404 (a bank number: 400).
+    path(
+        "accounts/<str:account_token>/validation/",
+        AccountValidationApi.as_view(),
+        name="account-validation",
+    ),
+    path("accounts/<str:account_token>/verify/", AccountVerifyApi.as_view(), name="account-verify"),
     path("events/", EventListApi.as_view(), name="event-list"),
     path(
         "webhook_endpoints/", WebhookEndpointListCreateApi.as_view(), name="webhook-endpoint-list"

@@ -81,6 +81,18 @@ def grant(user, *merchant_ids: str) -> None:
 # --- payments --------------------------------------------------------------------------------
 
 
+def account_validated(token: str, merchant_id: str):
+    """Record ``token`` as validated for ``merchant_id`` (NACHA's WEB debit rule): for tests of
+    something else that debit a WEB account."""
+    from payments.models import AccountValidation, ValidationState
+
+    validation, _ = AccountValidation.objects.get_or_create(
+        account_token=token,
+        defaults={"merchant_id": merchant_id, "state": ValidationState.VALIDATED},
+    )
+    return validation
+
+
 class PaymentFactory(DjangoModelFactory):
     class Meta:
         model = Payment

@@ -84,6 +84,13 @@ def debit_create(client, amount: str = "25.00") -> str:
     return _post(client, "/api/payments/", body)
 
 
+def web_debit_create(client, amount: str = "25.00") -> str:
+    """A WEB debit (its account validated before, ``account_validated``: NACHA's rule): one
+    read more than a PPD debit's, the account's validation."""
+    body = {"merchant_id": MERCHANT, "amount": amount, "source_token": SOURCE_TOKEN}
+    return _post(client, "/api/payments/", {**body, "sec_code": "WEB"})
+
+
 def refund_create(client, debit_id: str, amount: str = "5.00") -> str:
     return _post(client, f"/api/payments/{debit_id}/refunds/", {"amount": amount})
 

@@ -29,6 +29,11 @@ from payments.models import (
 from payments.processor.backend import get_backend
 from payments.services.fraud import account_block_check, hold_apply, hold_decide
 from payments.services.nocs import noc_debit_check
+from payments.services.validation_rule import (
+    validation_debit_check,
+    validation_hold,
+    validation_hold_confirm,
+)
 from payments.signals import outbox_committed
 from payments.webhooks.events import payment_event_new
 
@@ -88,6 +93,9 @@ def payment_create(
     ``PAYMENTS["OVER_LIMIT"] = "hold"``, writes it held for review without its submit command,
     as it does when a fraud rule flags it (``payments.services.fraud.hold_decide``); and
     ``AccountBlocked`` when a return blocked the account (``account_block_check``).
+    A debit of a class that needs its account validated first (``payments.services.validation``)
+    from an account that is not raises ``AccountNotValidated``, or with
+    ``PAYMENTS["UNVALIDATED_WEB_DEBITS"] = "hold"`` is written held until the validation ends.
     The payment's ``nocs_open`` are the token's open notifications of change within their
     deadline, as the check read them: the API's answer warns of them without reading them again.
     """
@@ -120,6 +128,10 @@ def payment_create(
             sec_code=sec_code or checked.sec_code or payments_conf.DEFAULT_SEC_CODE,
             entry_description=entry_description,
         )
+    # NACHA's account validation rule: a reinitiation is not the account's first use.
+    held_for_validation = reinitiation_of is None and (
+        validation_debit_check(source_token=source_token, sec_code=sec_code) is not None
+    )
     # An open notification of change past its deadline blocks the token's next entry.
     nocs_open = noc_debit_check(source_token=source_token)
     # A return blocked the account (R17 QUESTIONABLE, or unauthorized for this merchant).
@@ -129,6 +141,11 @@ def payment_create(
         new_authorization=reinitiation_of is not None and bool(authorization_reference),
     )
     with transaction.atomic():
+        if held_for_validation:
+            # Under the validation's row lock: one ending now cannot miss this debit.
+            held_for_validation = validation_hold_confirm(
+                source_token=source_token, merchant_id=merchant_id, sec_code=sec_code
+            )
         hold = hold_decide(
             merchant_id=merchant_id,
             direction=PaymentDirection.DEBIT,
@@ -162,14 +179,18 @@ def payment_create(
             payload.update(
                 reinitiation_of=str(reinitiation_of.id), reinitiation_number=reinitiation_number
             )
-        if hold is not None:
+        if held_for_validation:
+            # Released or failed by the validation (payments.services.validation); flagged for
+            # review too, it is held for review once validated, never approved unvalidated.
+            payload.update(validation_hold(payment, then_review=hold))
+        elif hold is not None:
             payload.update(hold_apply(payment, hold))
         payment_created_record(
             payment,
             payload=payload,
             caused_by=caused_by,
             carried=carried,
-            submit=hold is None,
+            submit=hold is None and not held_for_validation,
         )
     payment.nocs_open = nocs_open
     return payment

@@ -24,6 +24,7 @@ from payments.events import ProcessorEvent
 from payments.exceptions import EventConflict, NocPastDeadline, PaymentError
 from payments.models import NocAction, NocStatus, NotificationOfChange, Payment
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
+from payments.services.validation import account_number_changed
 from payments.webhooks.catalogue import NOC_APPLIED, NOC_RECEIVED
 from payments.webhooks.events import event_record, noc_shape
 
@@ -77,6 +78,11 @@ def noc_record(*, payment: Payment, event: ProcessorEvent) -> NotificationOfChan
         received_at=event.timestamp,
         deadline=None if refused else noc_deadline(event.timestamp),
     )
+    if not refused:
+        # A corrected account number is another account: validated again before a WEB debit.
+        account_number_changed(
+            account_token=noc.source_token, change_code=noc.change_code, source="noc_received"
+        )
     event_record(
         type=NOC_RECEIVED,
         merchant_id=noc.merchant_id,
@@ -184,6 +190,10 @@ def noc_mark_applied(*, noc_id: int, user, note: str) -> NotificationOfChange:
             note=note,
             status_before=before,
             status_after=noc.status,
+        )
+        # Applied at the processor, the token's account number is the corrected one.
+        account_number_changed(
+            account_token=noc.source_token, change_code=noc.change_code, source="noc_applied"
         )
         event_record(
             type=NOC_APPLIED,

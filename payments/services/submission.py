@@ -137,8 +137,9 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 extra={"payment_id": str(payment.id)},
             )
             return SubmitResult(SubmitOutcome.SKIPPED, payment)
-        if payment.review_status == ReviewStatus.HELD:
-            # Held for a person's review: its approval enqueues the command that sends it.
+        if payment.review_status in (ReviewStatus.HELD, ReviewStatus.VALIDATION):
+            # Held for a person's review, or for its account's validation: the approval or the
+            # validation enqueues the command that sends it.
             logger.warning(
                 "payment %s is held for review: not submitted",
                 payment.id,

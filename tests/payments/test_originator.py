@@ -15,7 +15,7 @@ from payments.models import OriginatorProfile, OriginatorProfileChange, Payment,
 from payments.originator import entry_description_problem
 from payments.services import payment_create
 from payments.services.originators import originator_profile_save
-from tests.factories import UserFactory, grant
+from tests.factories import UserFactory, account_validated, grant
 
 pytestmark = pytest.mark.django_db
 
@@ -26,6 +26,9 @@ BODY = {"merchant_id": "m-orig", "amount": "25.00", "source_token": TOKEN}
 @pytest.fixture(autouse=True)
 def _grants(user):
     grant(user, "m-orig", "m-other")
+    # WEB debits from the token: validated, as NACHA's rule wants (tests/payments/
+    # test_account_validation.py holds the rule itself).
+    account_validated(TOKEN, "m-orig")
 
 
 def _profile(merchant_id="m-orig", codes=("PPD", "WEB"), description="", **fields):
@@ -187,10 +190,11 @@ def test_the_service_refuses_a_bad_sec_code_given_directly():
 def test_a_create_reads_the_profile_in_one_statement(django_assert_num_queries):
     _profile(codes=["WEB"], description="ORIG SHOP")
     payment_create(merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB")
-    # The profile's read (1), the NOC check (1), the account's blocks (1), then savepoint, the
-    # merchant's exposure limits, the payment with its audit row and its outbox row (one
-    # statement), its merchant's event, and release (5); the fraud rules are off here.
-    with django_assert_num_queries(8):
+    # The profile's read (1), the account's validation (1, a WEB debit's), the NOC check (1),
+    # the account's blocks (1), then savepoint, the merchant's exposure limits, the payment with
+    # its audit row and its outbox row (one statement), its merchant's event, and release (5);
+    # the fraud rules are off here.
+    with django_assert_num_queries(9):
         payment = payment_create(
             merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB"
         )

@@ -1,7 +1,7 @@
 """The statements each step of a payment's life sends to PostgreSQL, pinned: a debit's, a
 refund's and a payout's API create (with an Idempotency-Key, its outbox row published after
 commit), the worker's submission of a batch of ten, a callback's ingest and the worker's apply of a
-batch of ten events.
+batch of ten events; and a WEB debit's create, which reads its account's validation.
 
 Each is a round trip the web process or the worker pays on every payment (transaction control
 included); a change that adds one fails here, with the statements listed. A change that saves
@@ -12,13 +12,15 @@ import pytest
 
 from payments.models import Payment, PaymentState
 from tests import payment_life
+from tests.factories import account_validated
 from tests.payment_life import statements_counted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # The fraud rules (payments.services.fraud): each create takes the merchant's exposure lock and
-# reads its history in one statement (+2); a debit reads its account's blocks too (+1).
-CREATE = {"debit": 19, "refund": 20, "payout": 18}
+# reads its history in one statement (+2); a debit reads its account's blocks too (+1). A WEB
+# debit reads its account's validation (NACHA's rule): one indexed read more.
+CREATE = {"debit": 19, "web_debit": 20, "refund": 20, "payout": 18}
 # The outbox row's publish after the create's commit, in the same request.
 PUBLISH = 9
 SUBMISSION_BATCH_OF_TEN = 180
@@ -37,6 +39,7 @@ def life(sqs_queues, sandbox, module_settings):
     client = payment_life.api_client_for()
     debit_id = payment_life.collected_debit()
     payment_life.accounts_known_for_weeks()
+    account_validated(payment_life.SOURCE_TOKEN, payment_life.MERCHANT)
     # The first request of a process reads what it caches (the content types, the settings'
     # parsed values): not a payment's cost.
     payment_life.debit_create(client)
@@ -48,6 +51,7 @@ def test_a_create_through_the_api_makes_its_pinned_statements(life, path):
     client, debit_id = life
     create = {
         "debit": lambda: payment_life.debit_create(client),
+        "web_debit": lambda: payment_life.web_debit_create(client),
         "refund": lambda: payment_life.refund_create(client, debit_id),
         "payout": lambda: payment_life.payout_create(client),
     }[path]

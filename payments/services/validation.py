@@ -1,0 +1,398 @@
+"""Account validation before the first WEB debit (NACHA's rule), and the debits it holds.
+
+One ``AccountValidation`` row per account token moves ``unvalidated -> pending -> validated |
+failed`` under its row lock, by a method of ``payments.validation_methods``. A debit of a class
+``PAYMENTS["ACCOUNT_VALIDATION_REQUIRED"]`` names, from an account that is not validated, is
+refused (``AccountNotValidated``, 409 ``account_not_validated``) or, with
+``PAYMENTS["UNVALIDATED_WEB_DEBITS"] = "hold"``, created held (``review_status =
+validation``, no submit command). The validation's end decides each held debit once, in its
+own transaction under the payment's lock: validated, its submit command is enqueued; failed,
+the payment fails with the reason. A reinitiation is not a first use of the account: the rule
+does not hold it back.
+
+A change of the account's number (a NOC C01, C03, C06 or C07, recorded or applied) makes it a
+new account: its row goes back to ``unvalidated``, and debits held on it stay held.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from payments import conf as payments_conf
+from payments.exceptions import AccountNotValidated, ValidationRefused
+from payments.messages import MessageKind, submit_payment_body
+from payments.models import (
+    AccountValidation,
+    EventKind,
+    EventOutcome,
+    Payment,
+    PaymentEvent,
+    PaymentState,
+    ReviewStatus,
+    ValidationMethod,
+    ValidationState,
+)
+from payments.processor.backend import get_backend
+from payments.validation_methods import Outcome, method_for, micro_entries_digest
+
+logger = logging.getLogger(__name__)
+
+HOLD = "hold"
+# The NOCs that change the account's number: the corrected account is another account.
+ACCOUNT_NUMBER_CHANGE_CODES = frozenset({"C01", "C03", "C06", "C07"})
+# The event log's words for a held debit's end.
+RELEASED_EVENT = "account_validated"
+FAILED_EVENT = "account_validation_failed"
+HOLD_REASON = "account_not_validated"
+# A micro-entry amount as the receiver reads it from the statement: 0.01 to 0.99, two decimals.
+_AMOUNT_RE = re.compile(r"0\.[0-9]{2}", re.ASCII)
+
+
+def validation_required(sec_code: str) -> bool:
+    """Whether a debit of ``sec_code`` needs its account validated first."""
+    required = {"WEB": True, "PPD": False, "CCD": False}
+    required.update(payments_conf.ACCOUNT_VALIDATION_REQUIRED or {})
+    return bool(required.get(sec_code, False))
+
+
+def validation_debit_check(*, source_token: str, sec_code: str) -> str | None:
+    """Before a new debit (not a reinitiation): None when it may go; ``HOLD_REASON`` when it is
+    to be created held; ``AccountNotValidated`` when it is refused. One indexed read, and only
+    for a class that needs validation."""
+    if not validation_required(sec_code):
+        return None
+    state = (
+        AccountValidation.objects.filter(account_token=source_token)
+        .values_list("state", flat=True)
+        .first()
+    ) or ValidationState.UNVALIDATED
+    if state == ValidationState.VALIDATED:
+        return None
+    if payments_conf.UNVALIDATED_WEB_DEBITS == HOLD and state != ValidationState.FAILED:
+        return HOLD_REASON
+    raise AccountNotValidated(sec_code=sec_code, state=state)
+
+
+def validation_hold(payment: Payment) -> dict:
+    """Mark the new, unsaved ``payment`` held until its account is validated; the audit row's
+    payload fields that say so."""
+    payment.review_status = ReviewStatus.VALIDATION
+    payment.review_reason = f"{HOLD_REASON}: held until account validation completes"
+    return {"review_status": payment.review_status, "review_reason": payment.review_reason}
+
+
+def account_validation_of_merchant(*, account_token: str, merchant_id: str):
+    """The account's validation row if it is ``merchant_id``'s, else None (another merchant's
+    and a made-up token alike)."""
+    return AccountValidation.objects.filter(
+        account_token=account_token, merchant_id=merchant_id
+    ).first()
+
+
+def account_validation_start(
+    *, account_token: str, merchant_id: str, method: str, now: datetime | None = None
+) -> AccountValidation:
+    """Start validating the account by ``method``: its row created (or taken again after a
+    failure or a change of number) and moved to ``pending``, then the method's network part
+    outside the transaction, and its answer recorded. ``ValidationRefused`` naming the rule:
+    ``validation_method_unavailable``, ``account_validation_in_progress``,
+    ``account_already_validated``; ``LookupError`` for another merchant's token."""
+    now = now or timezone.now()
+    handler = method_for(method)
+    if problem := handler.unavailable(get_backend()):
+        raise ValidationRefused("validation_method_unavailable", problem, param="method")
+    _row_ensure(account_token=account_token, merchant_id=merchant_id)
+    with transaction.atomic():
+        validation = _lock(account_token)
+        if validation.merchant_id != merchant_id:
+            raise LookupError(account_token)
+        if validation.state == ValidationState.VALIDATED:
+            raise ValidationRefused("account_already_validated", "the account is validated already")
+        if validation.state == ValidationState.PENDING:
+            raise ValidationRefused(
+                "account_validation_in_progress",
+                f"a validation by {validation.method} is under way",
+            )
+        validation.start()
+        validation.method = method
+        validation.attempts = 0
+        validation.secret_digest = ""
+        validation.failure_reason = ""
+        validation.started_at = now
+        validation.validated_at = validation.failed_at = None
+        handler.begin(validation, now=now)
+        validation.save()
+    logger.info(
+        "account validation %s started by %s",
+        validation.id,
+        method,
+        extra={"merchant_id": merchant_id},
+    )
+    outcome = handler.after_commit(validation)
+    if outcome is not None:
+        validation = _outcome_record(validation.id, outcome, method=method)
+    return validation
+
+
+def _row_ensure(*, account_token: str, merchant_id: str) -> None:
+    if AccountValidation.objects.filter(account_token=account_token).exists():
+        return
+    try:
+        with transaction.atomic():
+            AccountValidation.objects.create(account_token=account_token, merchant_id=merchant_id)
+    except IntegrityError:
+        pass  # another start made it: its merchant is checked under the lock
+
+
+def _lock(account_token: str) -> AccountValidation:
+    return AccountValidation.objects.select_for_update().get(account_token=account_token)
+
+
+def _outcome_record(validation_id: int, outcome: Outcome, *, method: str) -> AccountValidation:
+    """A method's answer: micro-entries sent (evidence only), or a service's yes or no."""
+    with transaction.atomic():
+        validation = AccountValidation.objects.select_for_update().get(pk=validation_id)
+        if validation.state != ValidationState.PENDING or validation.method != method:
+            return validation
+        key = {ValidationMethod.MICRO_ENTRIES: "micro_entries"}.get(method, "answer")
+        evidence = dict(validation.evidence)
+        evidence[key] = {**evidence.get(key, {}), **outcome.evidence}
+        validation.evidence = evidence
+        if method == ValidationMethod.MICRO_ENTRIES and outcome.validated:
+            validation.save(update_fields=["evidence", "updated_at"])
+            return validation
+        _complete(validation, validated=outcome.validated, reason=outcome.reason)
+    return validation
+
+
+def micro_entries_verify(
+    *, account_token: str, merchant_id: str, amounts: object, now: datetime | None = None
+) -> AccountValidation:
+    """Check the amounts the account's holder read, in constant time, under the row's lock so
+    at most ``MICRO_ENTRY_MAX_ATTEMPTS`` tries are ever counted. Right: validated. Wrong: one
+    try spent, and ``ValidationRefused("micro_entries_mismatch")`` (the last one fails the
+    validation). Malformed amounts spend no try (400 ``invalid_amounts``). ``LookupError``
+    when the merchant has no validation of the token."""
+    now = now or timezone.now()
+    parsed = micro_amounts_parse(amounts)
+    with transaction.atomic():
+        validation = (
+            AccountValidation.objects.select_for_update()
+            .filter(account_token=account_token, merchant_id=merchant_id)
+            .first()
+        )
+        if validation is None:
+            raise LookupError(account_token)
+        refusal = _verifiable_refusal(validation, now)
+        if refusal is None:
+            right = hmac.compare_digest(
+                micro_entries_digest(account_token, parsed), validation.secret_digest
+            )
+            if right:
+                _complete(validation, validated=True)
+                return validation
+            validation.attempts += 1
+            left = payments_conf.MICRO_ENTRY_MAX_ATTEMPTS - validation.attempts
+            if left <= 0:
+                _complete(validation, validated=False, reason="micro-entry amounts wrong too often")
+            else:
+                validation.save(update_fields=["attempts", "updated_at"])
+            tail = f"{left} tries left" if left > 0 else "no tries left, the validation failed"
+            refusal = ValidationRefused(
+                "micro_entries_mismatch", f"the amounts do not match; {tail}", param="amounts"
+            )
+    # Raised after the commit: the try spent (or the expiry) is written either way.
+    raise refusal
+
+
+def _verifiable_refusal(validation: AccountValidation, now: datetime) -> ValidationRefused | None:
+    """Why the (locked) validation takes no amounts now, or None; an expiry found here fails
+    it."""
+    if validation.method != ValidationMethod.MICRO_ENTRIES:
+        return ValidationRefused(
+            "validation_not_verifiable", "the account has no micro-entries to verify"
+        )
+    if validation.state != ValidationState.PENDING:
+        return ValidationRefused(
+            "validation_not_verifiable", f"the validation is {validation.state}: nothing to verify"
+        )
+    if validation.expires_at is not None and validation.expires_at <= now:
+        _complete(validation, validated=False, reason="the micro-entries expired unverified")
+        return ValidationRefused(
+            "micro_entries_expired", "the micro-entries expired: start a new validation"
+        )
+    return None
+
+
+def micro_amounts_parse(value: object) -> list[Decimal]:
+    """The amounts as the API takes them: a list of one or two strings ``0.01``-``0.99`` (what
+    the statement shows); ``ValidationRefused`` (400 ``invalid_amounts``) naming the problem,
+    never the value."""
+    problem = "must be a list of 1 or 2 amounts written as strings like 0.07"
+    if not isinstance(value, list) or not 1 <= len(value) <= 2:
+        raise ValidationRefused("invalid_amounts", problem, param="amounts", status=400)
+    amounts = []
+    for item in value:
+        if not isinstance(item, str) or not _AMOUNT_RE.fullmatch(item):
+            raise ValidationRefused("invalid_amounts", problem, param="amounts", status=400)
+        amount = Decimal(item)
+        if amount <= 0:
+            raise ValidationRefused(
+                "invalid_amounts", "each amount is above 0.00", param="amounts", status=400
+            )
+        amounts.append(amount)
+    return amounts
+
+
+def prenote_returned(*, account_token: str, return_code: str, now: datetime | None = None) -> bool:
+    """A return of the account's prenote: before ``live_from``, the validation fails with the
+    return's code (and its held debits with it). True when it failed it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        validation = (
+            AccountValidation.objects.select_for_update()
+            .filter(account_token=account_token)
+            .first()
+        )
+        if (
+            validation is None
+            or validation.method != ValidationMethod.PRENOTE
+            or validation.state != ValidationState.PENDING
+        ):
+            return False
+        evidence = dict(validation.evidence)
+        evidence["return"] = {"code": return_code, "received_at": now.isoformat()}
+        validation.evidence = evidence
+        _complete(validation, validated=False, reason=f"prenote returned {return_code}")
+    return True
+
+
+def prenotes_mature(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Prenotes past ``live_from`` with no return: validated (their held debits released).
+    Periodic; each in its own transaction."""
+    now = now or timezone.now()
+    tokens = list(
+        AccountValidation.objects.filter(
+            method=ValidationMethod.PRENOTE, state=ValidationState.PENDING, live_from__lte=now
+        ).values_list("account_token", flat=True)[:limit]
+    )
+    done = 0
+    for token in tokens:
+        with transaction.atomic():
+            validation = _lock(token)
+            if (
+                validation.state == ValidationState.PENDING
+                and validation.method == ValidationMethod.PRENOTE
+                and validation.live_from is not None
+                and validation.live_from <= now
+            ):
+                _complete(validation, validated=True)
+                done += 1
+    return done
+
+
+def account_number_changed(*, account_token: str, change_code: str, source: str) -> bool:
+    """A NOC ``change_code`` on the account: one that changes its number (C01/C03/C06/C07)
+    makes it a new account, so its validation goes back to ``unvalidated`` (the NOC kept in the
+    evidence); any other is only recorded on a pending prenote. Call in the NOC's
+    transaction. True when the row was reset."""
+    validation = (
+        AccountValidation.objects.select_for_update().filter(account_token=account_token).first()
+    )
+    if validation is None:
+        return False
+    evidence = dict(validation.evidence)
+    evidence.setdefault("nocs", []).append({"change_code": change_code, "source": source})
+    validation.evidence = evidence
+    if change_code not in ACCOUNT_NUMBER_CHANGE_CODES:
+        validation.save(update_fields=["evidence", "updated_at"])
+        return False
+    validation.reset()
+    validation.secret_digest = ""
+    validation.failure_reason = f"account number changed ({change_code}): validate it again"
+    validation.save()
+    logger.warning(
+        "account validation %s reset: %s",
+        validation.id,
+        change_code,
+        extra={"merchant_id": validation.merchant_id},
+    )
+    return True
+
+
+def _complete(validation: AccountValidation, *, validated: bool, reason: str = "") -> None:
+    """End the (locked, pending) validation, and decide every debit held on it, in the
+    caller's transaction."""
+    now = timezone.now()
+    if validated:
+        validation.validate()
+        validation.validated_at = now
+    else:
+        validation.fail()
+        validation.failed_at = now
+        validation.failure_reason = reason[:255]
+    validation.secret_digest = ""
+    validation.save()
+    held_debits_decide(validation)
+
+
+def held_debits_decide(validation: AccountValidation) -> int:
+    """Each debit held on the account, locked and decided once: submitted (validated) or
+    failed with the validation's reason."""
+    from payments.services.create import outbox_enqueue
+    from payments.services.transitions import payment_transition, transition_announce
+
+    held = list(
+        Payment.objects.select_for_update()
+        .filter(
+            source_token=validation.account_token,
+            review_status=ReviewStatus.VALIDATION,
+            state=PaymentState.PENDING,
+        )
+        .order_by("created_at", "id")
+    )
+    for payment in held:
+        payment.review_status = ReviewStatus.NONE
+        if validation.state == ValidationState.VALIDATED:
+            payment.save(update_fields=["review_status", "updated_at"])
+            _held_event(payment, RELEASED_EVENT, {"validation_id": validation.id})
+            outbox_enqueue(
+                kind=MessageKind.SUBMIT_PAYMENT,
+                group_id=str(payment.id),
+                body=submit_payment_body(payment.id),
+            )
+            continue
+        from_state, to_state = payment_transition(payment=payment, target=PaymentState.FAILED)
+        payment.save(update_fields=["review_status", "updated_at"])
+        row = PaymentEvent.objects.create(
+            payment=payment,
+            kind=EventKind.REVIEW,
+            outcome=EventOutcome.APPLIED,
+            event_type=FAILED_EVENT,
+            from_state=from_state,
+            to_state=to_state,
+            payload={"reason": validation.failure_reason, "validation_id": validation.id},
+            caused_by=f"validation:{validation.id}",
+        )
+        transition_announce(row)
+    return len(held)
+
+
+def _held_event(payment: Payment, event_type: str, payload: dict) -> None:
+    PaymentEvent.objects.create(
+        payment=payment,
+        kind=EventKind.REVIEW,
+        outcome=EventOutcome.RECORDED,
+        event_type=event_type,
+        from_state=payment.state,
+        to_state=payment.state,
+        payload=payload,
+        caused_by=f"validation:{payload.get('validation_id', '')}",
+    )

@@ -1,0 +1,186 @@
+"""``/api/accounts/<token>/validation/`` and ``/api/accounts/<token>/verify/``: an account's
+validation before its first WEB debit (``payments.services.validation``), its view, serializers
+and schema side by side.
+
+A validation is its merchant's alone: another merchant's token, a made-up one and a malformed
+one are the same 404. ``POST .../validation/`` starts one (``merchant_id`` and ``method`` in the
+body); ``GET`` reads it; ``POST .../verify/`` takes the micro-entries' amounts, which no answer,
+log line or stored row ever repeats.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from payments import conf as payments_conf
+from payments.access import merchant_access_allowed
+from payments.api_errors import ApiError, field_errors
+from payments.apis import ModuleApiView, _forbidden, not_found
+from payments.exceptions import ValidationRefused
+from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
+from payments.models import AccountValidation, ValidationMethod, ValidationState
+from payments.processor.backend import get_backend
+from payments.serializers import MERCHANT_MESSAGE, MERCHANT_RE, StrictInputSerializer
+from payments.services.create import _TOKEN_RE
+from payments.services.validation import (
+    account_validation_start,
+    micro_entries_verify,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AccountValidationApi", "AccountVerifyApi"]
+
+TOKEN_PARAM = "account_token"
+
+
+class AccountValidationOutputSerializer(serializers.ModelSerializer):
+    object = serializers.SerializerMethodField()
+    attempts_left = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AccountValidation
+        fields = [
+            "object",
+            "account_token",
+            "merchant_id",
+            "state",
+            "method",
+            "attempts",
+            "attempts_left",
+            "expires_at",
+            "live_from",
+            "failure_reason",
+            "evidence",
+            "started_at",
+            "validated_at",
+            "failed_at",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_object(self, obj) -> str:
+        return "account_validation"
+
+    def get_attempts_left(self, obj) -> int | None:
+        """Tries left at the micro-entries' amounts; null for another method."""
+        if obj.method != ValidationMethod.MICRO_ENTRIES:
+            return None
+        if obj.state != ValidationState.PENDING:
+            return 0
+        return max(payments_conf.MICRO_ENTRY_MAX_ATTEMPTS - obj.attempts, 0)
+
+
+class AccountValidationStartInputSerializer(StrictInputSerializer):
+    merchant_id = serializers.CharField(max_length=64)
+    method = serializers.ChoiceField(choices=ValidationMethod.choices)
+
+    def validate_merchant_id(self, value: str) -> str:
+        if not MERCHANT_RE.fullmatch(value):
+            raise serializers.ValidationError(MERCHANT_MESSAGE)
+        return value
+
+
+class AccountVerifyInputSerializer(StrictInputSerializer):
+    # Read as it came and parsed by the service, which never repeats a value it refuses.
+    amounts = serializers.JSONField(
+        help_text="The one or two micro-entry credits the statement shows, as strings: "
+        '["0.07", "0.32"], in any order.'
+    )
+    numeric_fields = ("amounts",)
+
+
+def _token_refused(token: str) -> Response | None:
+    """400 for a bank number in the path (never logged), 404 for a malformed token."""
+    if looks_like_bank_number(token):
+        response = Response(field_errors({TOKEN_PARAM: [BANK_NUMBER_MESSAGE]}).body(), status=400)
+        # Django's request log would write the path, and with it the number.
+        response._has_been_logged = True
+        logger.warning("Bad Request: a bank number in an account URL (not logged)")
+        return response
+    if not _TOKEN_RE.fullmatch(token):
+        return not_found(TOKEN_PARAM)
+    return None
+
+
+def _validation_of_user(user, token: str) -> AccountValidation | None:
+    validation = AccountValidation.objects.filter(account_token=token).first()
+    if validation is None:
+        return None
+    if not merchant_access_allowed(user=user, merchant_id=validation.merchant_id):
+        return None
+    return validation
+
+
+def _refusal(exc: ValidationRefused) -> Response:
+    param = exc.param or TOKEN_PARAM
+    error = ApiError(exc.status, exc.code, str(exc), param=param, errors={param: [str(exc)]})
+    return Response(error.body(), status=error.status_code)
+
+
+def _body(validation: AccountValidation) -> dict:
+    return dict(AccountValidationOutputSerializer(validation).data)
+
+
+class AccountValidationApi(ModuleApiView):
+    """``GET`` the account's validation; ``POST`` starts one by ``method``."""
+
+    def get(self, request, account_token):
+        if (refused := _token_refused(account_token)) is not None:
+            return refused
+        validation = _validation_of_user(request.user, account_token)
+        if validation is None:
+            return not_found(TOKEN_PARAM)
+        return Response(_body(validation))
+
+    def post(self, request, account_token):
+        if (refused := _token_refused(account_token)) is not None:
+            return refused
+        serializer = AccountValidationStartInputSerializer(data=request.data)
+        if not serializer.is_valid():
+            raise field_errors(serializer.errors)
+        merchant_id = serializer.validated_data["merchant_id"]
+        if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
+            raise _forbidden("merchant_id")
+        # The backend's rule for its tokens: a vault token of another merchant is unknown here.
+        if get_backend().source_token_refused(token=account_token, merchant_id=merchant_id):
+            return not_found(TOKEN_PARAM)
+        try:
+            validation = account_validation_start(
+                account_token=account_token,
+                merchant_id=merchant_id,
+                method=serializer.validated_data["method"],
+            )
+        except LookupError:
+            return not_found(TOKEN_PARAM)
+        except ValidationRefused as exc:
+            return _refusal(exc)
+        return Response(_body(validation), status=201)
+
+
+class AccountVerifyApi(ModuleApiView):
+    """``POST`` the micro-entries' amounts: 200 validated, 409 wrong (a try spent) or expired."""
+
+    def post(self, request, account_token):
+        if (refused := _token_refused(account_token)) is not None:
+            return refused
+        validation = _validation_of_user(request.user, account_token)
+        if validation is None:
+            return not_found(TOKEN_PARAM)
+        serializer = AccountVerifyInputSerializer(data=request.data)
+        if not serializer.is_valid():
+            raise field_errors(serializer.errors)
+        try:
+            validation = micro_entries_verify(
+                account_token=account_token,
+                merchant_id=validation.merchant_id,
+                amounts=serializer.validated_data["amounts"],
+            )
+        except LookupError:
+            return not_found(TOKEN_PARAM)
+        except ValidationRefused as exc:
+            return _refusal(exc)
+        return Response(_body(validation))

@@ -1,0 +1,252 @@
+"""The ways an account is validated before its first WEB debit, each a plug-in of one interface.
+
+NACHA's rule accepts a prenote, micro-entries, or a commercial validation service. Each is a
+``Method``: ``begin`` fills in the account's ``AccountValidation`` row as its start leaves it
+(under the row's lock, in the start's transaction, with no network call), and ``after_commit``
+does what needs the network, outside any transaction; its answer, when it has one already (a
+service's), is the outcome the service records. A method the host adds is one more class in
+``METHODS``.
+
+- **prenote**: a zero-dollar entry (transaction code 23/28 for checking and savings, 33/38 for
+  credits) in the next file. The account takes live entries from the third banking day after
+  the prenote's settlement date (``live_from``); a return before then fails it, a NOC records
+  the change (``payments.services.validation``).
+- **micro_entries**: one or two credits under $1.00 and an offsetting debit of their sum, under
+  ``ACCTVERIFY`` and the merchant's company name. The amounts are drawn here, sent once, and
+  kept only as a keyed digest: never stored, logged or echoed.
+- **service**: the class ``PAYMENTS["ACCOUNT_VALIDATION_SERVICE"]`` names, called with the
+  account; its answer is recorded as the evidence.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import hmac
+import logging
+import secrets
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from payments import conf as payments_conf
+from payments import originator
+from payments.banking_days import add_banking_days
+from payments.models import AccountValidation, ValidationMethod
+
+logger = logging.getLogger(__name__)
+
+# Prenote entries' transaction codes: checking and savings, debit and credit.
+PRENOTE_TRANSACTION_CODES = {
+    ("checking", "debit"): "28",
+    ("checking", "credit"): "23",
+    ("savings", "debit"): "38",
+    ("savings", "credit"): "33",
+}
+# A prenote settles the next banking day; live entries may follow from the third banking day
+# after that (the end of the second is the start of the third).
+PRENOTE_SETTLEMENT_BANKING_DAYS = 1
+PRENOTE_WAIT_BANKING_DAYS = 2
+MICRO_ENTRY_CREDITS = 2
+MICRO_ENTRY_DIGEST_CONTEXT = b"payments.micro_entries.v1"
+
+
+@dataclass
+class Outcome:
+    """What a method found: ``validated`` True or False, the evidence to keep, the reason of a
+    failure. None from ``after_commit``: the answer comes later (a return, the amounts)."""
+
+    validated: bool
+    evidence: dict = field(default_factory=dict)
+    reason: str = ""
+
+
+class Method(abc.ABC):
+    name: str
+
+    def unavailable(self, backend) -> str | None:
+        """Why this method cannot run with ``backend`` and the host's settings, or None."""
+        return None
+
+    @abc.abstractmethod
+    def begin(self, validation: AccountValidation, *, now: datetime) -> None:
+        """Fill in the row (locked, state pending) as the start leaves it; no network call."""
+
+    def after_commit(self, validation: AccountValidation) -> Outcome | None:
+        """The network part, outside any transaction: send, or ask. None: nothing to record."""
+        return None
+
+
+class Prenote(Method):
+    """The zero-dollar entry goes in the next file of the bank backend (``prenote_entry``);
+    the row waits for ``live_from``."""
+
+    name = ValidationMethod.PRENOTE
+
+    def unavailable(self, backend) -> str | None:
+        if getattr(backend, "supports_prenotes", False):
+            return None
+        return f"{type(backend).__name__} cannot send prenotes (a bank backend's file can)"
+
+    def begin(self, validation: AccountValidation, *, now: datetime) -> None:
+        settlement = add_banking_days(now, PRENOTE_SETTLEMENT_BANKING_DAYS)
+        validation.live_from = add_banking_days(settlement, PRENOTE_WAIT_BANKING_DAYS)
+        validation.expires_at = None
+        validation.evidence = {
+            "prenote": {
+                "sent_at": now.isoformat(),
+                "settlement_date": settlement.date().isoformat(),
+                "live_from": validation.live_from.isoformat(),
+            }
+        }
+
+
+def prenote_transaction_code(account_type: str, direction: str = "debit") -> str:
+    """The prenote's transaction code for an account of ``account_type``."""
+    return PRENOTE_TRANSACTION_CODES[(account_type, direction)]
+
+
+class MicroEntries(Method):
+    """Two credits of 1 to 99 cents and a debit of their sum, sent through the backend's own
+    credit and debit calls under keys derived from the validation (a retried send is one)."""
+
+    name = ValidationMethod.MICRO_ENTRIES
+
+    def unavailable(self, backend) -> str | None:
+        if backend.supports_credits:
+            return None
+        return f"{type(backend).__name__} cannot send credits, so no micro-entries"
+
+    def begin(self, validation: AccountValidation, *, now: datetime) -> None:
+        credits = [Decimal(secrets.randbelow(99) + 1) / 100 for _ in range(MICRO_ENTRY_CREDITS)]
+        validation.secret_digest = micro_entries_digest(validation.account_token, credits)
+        validation.expires_at = now + timedelta(days=payments_conf.MICRO_ENTRY_EXPIRY_DAYS)
+        validation.live_from = None
+        round_id = uuid.uuid4()
+        validation.evidence = {
+            "micro_entries": {
+                "round": str(round_id),
+                "credits": len(credits),
+                "debits": 1,
+                "description": originator.ACCTVERIFY,
+                "sent": False,
+            }
+        }
+        # Held in memory only, for after_commit's send; never saved.
+        validation._micro_credits = credits
+
+    def after_commit(self, validation: AccountValidation) -> Outcome | None:
+        from payments.processor.backend import get_backend
+
+        credits = getattr(validation, "_micro_credits", None)
+        if not credits:
+            return None
+        backend = get_backend()
+        round_id = uuid.UUID(validation.evidence["micro_entries"]["round"])
+        try:
+            for number, amount in enumerate(credits, start=1):
+                key = uuid.uuid5(round_id, f"credit-{number}")
+                backend.credit_create(
+                    idempotency_key=key,
+                    payment_id=key,
+                    amount=amount,
+                    currency="USD",
+                    destination_token=validation.account_token,
+                    sec_code="PPD",
+                    company_entry_description=originator.ACCTVERIFY,
+                )
+            key = uuid.uuid5(round_id, "debit")
+            backend.debit_create(
+                idempotency_key=key,
+                payment_id=key,
+                amount=sum(credits),
+                currency="USD",
+                source_token=validation.account_token,
+                sec_code="PPD",
+                company_entry_description=originator.ACCTVERIFY,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure to send fails the round, named
+            logger.warning(
+                "micro-entries for validation %s could not be sent: %s",
+                validation.id,
+                type(exc).__name__,
+            )
+            return Outcome(False, reason=f"the micro-entries could not be sent: {exc}"[:255])
+        finally:
+            validation._micro_credits = None
+        return Outcome(True, evidence={"sent": True})
+
+
+def micro_entries_digest(account_token: str, amounts: list[Decimal]) -> str:
+    """The keyed digest of the amounts in any order: what the row keeps instead of them."""
+    canonical = ",".join(f"{amount:.2f}" for amount in sorted(amounts))
+    key = hmac.new(settings.SECRET_KEY.encode(), MICRO_ENTRY_DIGEST_CONTEXT, hashlib.sha256)
+    return hmac.new(
+        key.digest(), f"{account_token}|{canonical}".encode(), hashlib.sha256
+    ).hexdigest()
+
+
+class ValidationService(abc.ABC):
+    """A commercial validation service (a bank-data API, a consortium), as the host writes it
+    and names it in ``PAYMENTS["ACCOUNT_VALIDATION_SERVICE"]``. ``validate`` is called outside
+    any transaction; an exception is a failed validation with its name (start it again)."""
+
+    @abc.abstractmethod
+    def validate(self, *, account_token: str, merchant_id: str) -> Outcome:
+        """Whether the account is open and valid, with the service's evidence (no numbers)."""
+
+
+class Service(Method):
+    name = ValidationMethod.SERVICE
+
+    def unavailable(self, backend) -> str | None:
+        if payments_conf.ACCOUNT_VALIDATION_SERVICE:
+            return None
+        return 'no validation service is configured (PAYMENTS["ACCOUNT_VALIDATION_SERVICE"])'
+
+    def begin(self, validation: AccountValidation, *, now: datetime) -> None:
+        validation.expires_at = None
+        validation.live_from = None
+        validation.evidence = {"service": payments_conf.ACCOUNT_VALIDATION_SERVICE}
+
+    def after_commit(self, validation: AccountValidation) -> Outcome | None:
+        service = validation_service()
+        try:
+            outcome = service.validate(
+                account_token=validation.account_token, merchant_id=validation.merchant_id
+            )
+        except Exception as exc:  # noqa: BLE001 - the service's failure is the outcome, named
+            return Outcome(False, reason=f"the validation service failed: {exc}"[:255])
+        if not isinstance(outcome, Outcome):
+            return Outcome(False, reason="the validation service answered no Outcome")
+        return outcome
+
+
+def validation_service() -> ValidationService:
+    return import_string(payments_conf.ACCOUNT_VALIDATION_SERVICE)()
+
+
+def service_class_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the validation service, or None ("" is none configured)."""
+    if not path:
+        return None
+    try:
+        cls = import_string(path)
+    except ImportError as exc:
+        return f"cannot be imported: {exc}"
+    if not (isinstance(cls, type) and issubclass(cls, ValidationService)):
+        return "is not a subclass of payments.validation_methods.ValidationService"
+    return None
+
+
+METHODS: dict[str, type[Method]] = {
+    method.name: method for method in (Prenote, MicroEntries, Service)
+}
+
+
+def method_for(name: str) -> Method:
+    return METHODS[name]()

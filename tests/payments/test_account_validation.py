@@ -445,9 +445,7 @@ def test_another_merchants_token_is_not_found_to_verify(sandbox):
     with pytest.raises(LookupError):
         micro_entries_verify(account_token=TOKEN, merchant_id="m-other", amounts=amounts)
     with pytest.raises(LookupError):
-        account_validation_start(
-            account_token=TOKEN, merchant_id="m-other", method="micro_entries"
-        )
+        account_validation_start(account_token=TOKEN, merchant_id="m-other", method="micro_entries")
 
 
 def test_a_failed_validation_may_be_started_again_and_then_validates(sandbox):

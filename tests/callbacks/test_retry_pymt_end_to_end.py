@@ -6,7 +6,7 @@ import pytest
 from payments.models import Payment
 from tests.callbacks.sandbox_support import sandbox_posting_callbacks
 from tests.callbacks.test_returns_end_to_end import _work_until
-from tests.factories import grant
+from tests.factories import account_validated, grant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,6 +23,8 @@ def test_a_reinitiated_web_purchase_reaches_the_processor_as_retry_pymt_and_sett
     sqs_queues, sandbox_with_callbacks, api_client, user
 ):
     grant(user, "m-retry")
+    # Validated, as NACHA's rule wants before the account's first WEB debit.
+    account_validated("tok_nsfonce_retry_1", "m-retry")
     created = api_client.post(
         "/api/payments/",
         {

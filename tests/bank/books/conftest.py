@@ -13,6 +13,7 @@ from sandbox.bank import bank_answer_files
 from tests.bank.nacha.conftest import ORIGINATOR_SETTING
 from tests.bank.vault.conftest import ACCOUNT, KEY_1
 from tests.callbacks.worker_support import run_worker
+from tests.factories import account_validated
 
 
 @pytest.fixture
@@ -50,6 +51,8 @@ def bank_payment(*, holder: str, amount: str, merchant: str = "m-1", sec_code: s
     token = vault_account_store(
         **(ACCOUNT | {"holder_name": holder, "merchant_id": merchant, "sec_code": sec_code})
     ).token
+    # A WEB account validated first, as NACHA's rule wants (tests of the books, not of it).
+    account_validated(token, merchant)
     payment = payment_create(merchant_id=merchant, amount=Decimal(amount), source_token=token)
     payment_submit(payment_id=payment.pk)
     return payment

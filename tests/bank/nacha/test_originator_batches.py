@@ -16,6 +16,7 @@ from payments.models import Payment
 from payments.services import payment_create
 from payments.services.originators import originator_profile_save
 from tests.bank.vault.conftest import ACCOUNT
+from tests.factories import account_validated
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +37,10 @@ def _token(merchant_id: str, sec_code: str, account_number: str) -> str:
         "sec_code": sec_code,
         "account_number": account_number,
     }
-    return vault_account_store(**account).token
+    token = vault_account_store(**account).token
+    # Validated, as NACHA's rule wants before a WEB debit (tests of the batches, not of it).
+    account_validated(token, merchant_id)
+    return token
 
 
 def _profile(merchant_id: str, name: str, identification: str, codes, description=""):

@@ -117,6 +117,8 @@ class MicroEntries(Method):
     name = ValidationMethod.MICRO_ENTRIES
 
     def unavailable(self, backend) -> str | None:
+        if refused := getattr(backend, "micro_entries_unsupported", ""):
+            return refused
         if backend.supports_credits:
             return None
         return f"{type(backend).__name__} cannot send credits, so no micro-entries"

@@ -59,6 +59,13 @@ URL = "nacha:"
 
 
 class NachaBankBackend(ProcessorBackend):
+    # Every entry of a file is a payment's (``NachaEntry``): the zero-dollar prenote and the
+    # micro-entries, which are no payment, are not written to a file yet. An account on this
+    # backend is validated by a validation service (payments.validation_methods).
+    micro_entries_unsupported = (
+        "the bank backend writes only payments' entries to its files: validate by a service"
+    )
+
     def source_token_refused(self, *, token: str, merchant_id: str) -> str | None:
         # The vault's token is the module's own: one of another merchant (or none) is refused
         # at create time, not left for the file cut to fail.

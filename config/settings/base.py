@@ -190,7 +190,17 @@ PAYMENTS = app_settings_from_environ(
         "WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
         # The SEC code of a debit whose create names none (payments/originator.py).
         "DEFAULT_SEC_CODE",
+        # Account validation before the first WEB debit (payments/services/validation.py).
+        "UNVALIDATED_WEB_DEBITS",
+        "MICRO_ENTRY_MAX_ATTEMPTS",
+        "MICRO_ENTRY_EXPIRY_DAYS",
+        "ACCOUNT_VALIDATION_SERVICE",
     ],
+    ACCOUNT_VALIDATION_REQUIRED={
+        "WEB": "ACCOUNT_VALIDATION_REQUIRED_WEB",
+        "PPD": "ACCOUNT_VALIDATION_REQUIRED_PPD",
+        "CCD": "ACCOUNT_VALIDATION_REQUIRED_CCD",
+    },
     PROCESSED_EVENT_RETENTION="PROCESSED_EVENT_RETENTION_DAYS",
     API_IDEMPOTENCY_RETENTION="API_IDEMPOTENCY_RETENTION_HOURS",
     API_IDEMPOTENCY_LEASE="API_IDEMPOTENCY_LEASE_SECONDS",

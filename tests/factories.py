@@ -84,11 +84,18 @@ def grant(user, *merchant_ids: str) -> None:
 def account_validated(token: str, merchant_id: str):
     """Record ``token`` as validated for ``merchant_id`` (NACHA's WEB debit rule): for tests of
     something else that debit a WEB account."""
+    from django.utils import timezone
+
     from payments.models import AccountValidation, ValidationState
 
     validation, _ = AccountValidation.objects.get_or_create(
         account_token=token,
-        defaults={"merchant_id": merchant_id, "state": ValidationState.VALIDATED},
+        defaults={
+            "merchant_id": merchant_id,
+            "state": ValidationState.VALIDATED,
+            "method": "service",
+            "validated_at": timezone.now(),
+        },
     )
     return validation
 

@@ -68,7 +68,10 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   in force when it was made, nor takes its banking day or window past the daily or window cap;
 - ``held_payments_never_sent_unapproved``: a payment held for review (held or rejected) has no
   attempt, no submission, no processor id and no key at the processor; an approved one was
-  attempted only after its approval.
+  attempted only after its approval;
+- ``web_debits_validated_first``: no debit of a class that needs its account validated (WEB,
+  NACHA's rule, and any the host adds) reached the processor or a bank file before its account
+  was validated; a reinitiation is exempt.
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -93,6 +96,7 @@ from chaos.invariants.money_out import (
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
 from chaos.invariants.risk import check_held_never_sent, check_limits
+from chaos.invariants.validation import check_web_debits_validated_first
 from chaos.invariants.webhooks import check_webhook_ids, check_webhooks_delivered
 
 __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
@@ -139,5 +143,6 @@ def check_invariants(
     check_webhook_ids(report, webhook_receipts)
     check_limits(report)
     check_held_never_sent(report, sandbox_stats)
+    check_web_debits_validated_first(report)
     notes_unfinished(report)
     return report

@@ -28,6 +28,7 @@ CHECKS = (
     "webhook_ids_stable",
     "limits_never_exceeded",
     "held_payments_never_sent_unapproved",
+    "web_debits_validated_first",
 )
 
 # How many offending ids a violation lists before it summarises the rest.

@@ -142,14 +142,19 @@ class AccountNotValidated(PaymentError):
 
 
 class ValidationRefused(PaymentError):
-    """A start or a verification of an account validation that its rules refuse; ``code``
-    names the rule (the API's error code), ``param`` the field."""
+    """A start or a verification of an account validation that its rules refuse; ``rule``
+    names the rule (the API's 409 code, ``payments.services.validation.RULES``), ``param`` the
+    field."""
 
-    def __init__(self, code: str, message: str, *, param: str = "", status: int = 409) -> None:
-        self.code = code
+    def __init__(self, rule: str, message: str, *, param: str = "") -> None:
+        self.rule = rule
         self.param = param
-        self.status = status
         super().__init__(message)
+
+
+class AmountsInvalid(PaymentError):
+    """Micro-entry amounts that are not one or two amounts of 0.01 to 0.99 written as the
+    statement shows them (400 ``invalid_amounts``); the message never repeats the value."""
 
 
 class NocPastDeadline(PaymentError):

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from payments import conf as payments_conf
 from payments.access import merchant_access_allowed
 from payments.api_errors import ApiError, field_errors
 from payments.apis import ModuleApiView, _forbidden, not_found
-from payments.exceptions import ValidationRefused
+from payments.exceptions import AmountsInvalid, ValidationRefused
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.models import AccountValidation, ValidationMethod, ValidationState
 from payments.processor.backend import get_backend
@@ -115,10 +115,12 @@ def _validation_of_user(user, token: str) -> AccountValidation | None:
     return validation
 
 
-def _refusal(exc: ValidationRefused) -> Response:
-    param = exc.param or TOKEN_PARAM
-    error = ApiError(exc.status, exc.code, str(exc), param=param, errors={param: [str(exc)]})
+def _answer(error: ApiError) -> Response:
     return Response(error.body(), status=error.status_code)
+
+
+def _param(exc: ValidationRefused) -> str:
+    return exc.param or TOKEN_PARAM
 
 
 def _body(validation: AccountValidation) -> dict:
@@ -129,6 +131,9 @@ class AccountValidationApi(ModuleApiView):
     """``GET`` the account's validation; ``POST`` starts one by ``method``."""
 
     def get(self, request, account_token):
+        """The account's validation: its state, method, tries left, expiry and evidence (never
+        an amount or an account number); 404 for another merchant's token and a made-up one
+        alike."""
         if (refused := _token_refused(account_token)) is not None:
             return refused
         validation = _validation_of_user(request.user, account_token)
@@ -137,6 +142,9 @@ class AccountValidationApi(ModuleApiView):
         return Response(_body(validation))
 
     def post(self, request, account_token):
+        """Start validating the account by ``method`` (``prenote``, ``micro_entries`` or
+        ``service``) for ``merchant_id``: pending, or decided at once by a service. Debits held
+        for it are submitted once it is validated, failed when it fails."""
         if (refused := _token_refused(account_token)) is not None:
             return refused
         serializer = AccountValidationStartInputSerializer(data=request.data)
@@ -157,7 +165,16 @@ class AccountValidationApi(ModuleApiView):
         except LookupError:
             return not_found(TOKEN_PARAM)
         except ValidationRefused as exc:
-            return _refusal(exc)
+            # 409 naming the rule (payments.services.validation.RULES).
+            return _answer(
+                ApiError(
+                    status.HTTP_409_CONFLICT,
+                    exc.rule,
+                    str(exc),
+                    param=_param(exc),
+                    errors={_param(exc): [str(exc)]},
+                )
+            )
         return Response(_body(validation), status=201)
 
 
@@ -165,6 +182,8 @@ class AccountVerifyApi(ModuleApiView):
     """``POST`` the micro-entries' amounts: 200 validated, 409 wrong (a try spent) or expired."""
 
     def post(self, request, account_token):
+        """The micro-entries' amounts as the statement shows them, in any order: validated, or
+        409 with a try spent (the last fails the validation); never repeated in an answer."""
         if (refused := _token_refused(account_token)) is not None:
             return refused
         validation = _validation_of_user(request.user, account_token)
@@ -181,6 +200,24 @@ class AccountVerifyApi(ModuleApiView):
             )
         except LookupError:
             return not_found(TOKEN_PARAM)
+        except AmountsInvalid as exc:
+            error = ApiError(
+                400,
+                "invalid_amounts",
+                f"amounts: {exc}",
+                param="amounts",
+                errors={"amounts": [str(exc)]},
+            )
+            return Response(error.body(), status=error.status_code)
         except ValidationRefused as exc:
-            return _refusal(exc)
+            # 409 naming the rule (payments.services.validation.RULES).
+            return _answer(
+                ApiError(
+                    status.HTTP_409_CONFLICT,
+                    exc.rule,
+                    str(exc),
+                    param=_param(exc),
+                    errors={_param(exc): [str(exc)]},
+                )
+            )
         return Response(_body(validation))

@@ -571,15 +571,20 @@ class _Unit:
 def _rules_of(handler: str | None, names: set[str]) -> tuple[str, ...]:
     """The rules an ``ApiError(409, exc.rule, ...)`` answers, by the exception it handles (for
     money out, by the service the function calls)."""
-    from payments.services import cancel, payouts, refunds, reinitiation
+    from payments.services import cancel, payouts, refunds, reinitiation, validation
 
+    if handler == "ValidationRefused":
+        return (validation.START_RULES if "account_validation_start" in names else ()) + (
+            validation.VERIFY_RULES if "micro_entries_verify" in names else ()
+        )
     if handler == "MoneyOutRefused":
         return (refunds.RULES if "refund_create" in names else ()) + (
             payouts.RULES if "payout_create" in names else ()
         )
-    return {"CancelRefused": cancel.RULES, "ReinitiationRefused": reinitiation.RULES}.get(
-        handler, ()
-    )
+    return {
+        "CancelRefused": cancel.RULES,
+        "ReinitiationRefused": reinitiation.RULES,
+    }.get(handler, ())
 
 
 def _unit_of(node: ast.AST, module: str) -> _Unit:

@@ -19,7 +19,7 @@ def check_web_debits_validated_first(report: Report) -> None:
         PaymentDirection,
         PaymentEvent,
     )
-    from payments.services.validation import validation_required
+    from payments.services.validation_rule import validation_required
 
     check = "web_debits_validated_first"
     classes = [code for code in ("WEB", "PPD", "CCD") if validation_required(code)]

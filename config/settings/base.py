@@ -131,6 +131,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # An account validation's states beside a payment's, both fields named "state": the
+    # payment's keep the name they had.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "payments.models.PaymentState",
+        "AccountValidationStateEnum": "payments.models.ValidationState",
+    },
 }
 
 # --- Security (production values come from the environment; see config/settings/production.py)

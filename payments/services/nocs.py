@@ -24,7 +24,7 @@ from payments.events import ProcessorEvent
 from payments.exceptions import EventConflict, NocPastDeadline, PaymentError
 from payments.models import NocAction, NocStatus, NotificationOfChange, Payment
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
-from payments.services.validation import account_number_changed
+from payments.services.validation_rule import account_number_changed
 from payments.webhooks.catalogue import NOC_APPLIED, NOC_RECEIVED
 from payments.webhooks.events import event_record, noc_shape
 

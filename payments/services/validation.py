@@ -11,7 +11,9 @@ the payment fails with the reason. A reinitiation is not a first use of the acco
 does not hold it back.
 
 A change of the account's number (a NOC C01, C03, C06 or C07, recorded or applied) makes it a
-new account: its row goes back to ``unvalidated``, and debits held on it stay held.
+new account: its row goes back to ``unvalidated``, and debits held on it stay held. The create's
+check and the NOC's reset live in ``payments.services.validation_rule``, which the create path
+and the NOCs import without this lifecycle.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
-from payments.exceptions import AccountNotValidated, ValidationRefused
+from payments.exceptions import AmountsInvalid, ValidationRefused
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import (
     AccountValidation,
@@ -40,52 +42,26 @@ from payments.models import (
     ValidationState,
 )
 from payments.processor.backend import get_backend
+from payments.services.create import outbox_enqueue
+from payments.services.transitions import payment_transition, transition_announce
+from payments.services.validation_rule import THEN_REVIEW
 from payments.validation_methods import Outcome, method_for, micro_entries_digest
 
 logger = logging.getLogger(__name__)
 
-HOLD = "hold"
-# The NOCs that change the account's number: the corrected account is another account.
-ACCOUNT_NUMBER_CHANGE_CODES = frozenset({"C01", "C03", "C06", "C07"})
 # The event log's words for a held debit's end.
 RELEASED_EVENT = "account_validated"
 FAILED_EVENT = "account_validation_failed"
-HOLD_REASON = "account_not_validated"
+# Every rule a refusal names, as the error envelope's code (409): a start's, a verification's.
+START_RULES = (
+    "validation_method_unavailable",
+    "account_validation_in_progress",
+    "account_already_validated",
+)
+VERIFY_RULES = ("micro_entries_mismatch", "micro_entries_expired", "validation_not_verifiable")
+RULES = START_RULES + VERIFY_RULES
 # A micro-entry amount as the receiver reads it from the statement: 0.01 to 0.99, two decimals.
 _AMOUNT_RE = re.compile(r"0\.[0-9]{2}", re.ASCII)
-
-
-def validation_required(sec_code: str) -> bool:
-    """Whether a debit of ``sec_code`` needs its account validated first."""
-    required = {"WEB": True, "PPD": False, "CCD": False}
-    required.update(payments_conf.ACCOUNT_VALIDATION_REQUIRED or {})
-    return bool(required.get(sec_code, False))
-
-
-def validation_debit_check(*, source_token: str, sec_code: str) -> str | None:
-    """Before a new debit (not a reinitiation): None when it may go; ``HOLD_REASON`` when it is
-    to be created held; ``AccountNotValidated`` when it is refused. One indexed read, and only
-    for a class that needs validation."""
-    if not validation_required(sec_code):
-        return None
-    state = (
-        AccountValidation.objects.filter(account_token=source_token)
-        .values_list("state", flat=True)
-        .first()
-    ) or ValidationState.UNVALIDATED
-    if state == ValidationState.VALIDATED:
-        return None
-    if payments_conf.UNVALIDATED_WEB_DEBITS == HOLD and state != ValidationState.FAILED:
-        return HOLD_REASON
-    raise AccountNotValidated(sec_code=sec_code, state=state)
-
-
-def validation_hold(payment: Payment) -> dict:
-    """Mark the new, unsaved ``payment`` held until its account is validated; the audit row's
-    payload fields that say so."""
-    payment.review_status = ReviewStatus.VALIDATION
-    payment.review_reason = f"{HOLD_REASON}: held until account validation completes"
-    return {"review_status": payment.review_status, "review_reason": payment.review_reason}
 
 
 def account_validation_of_merchant(*, account_token: str, merchant_id: str):
@@ -178,7 +154,7 @@ def micro_entries_verify(
     """Check the amounts the account's holder read, in constant time, under the row's lock so
     at most ``MICRO_ENTRY_MAX_ATTEMPTS`` tries are ever counted. Right: validated. Wrong: one
     try spent, and ``ValidationRefused("micro_entries_mismatch")`` (the last one fails the
-    validation). Malformed amounts spend no try (400 ``invalid_amounts``). ``LookupError``
+    validation). Malformed amounts spend no try (``AmountsInvalid``). ``LookupError``
     when the merchant has no validation of the token."""
     now = now or timezone.now()
     parsed = micro_amounts_parse(amounts)
@@ -233,20 +209,18 @@ def _verifiable_refusal(validation: AccountValidation, now: datetime) -> Validat
 
 def micro_amounts_parse(value: object) -> list[Decimal]:
     """The amounts as the API takes them: a list of one or two strings ``0.01``-``0.99`` (what
-    the statement shows); ``ValidationRefused`` (400 ``invalid_amounts``) naming the problem,
+    the statement shows); ``AmountsInvalid`` (400 ``invalid_amounts``) naming the problem,
     never the value."""
     problem = "must be a list of 1 or 2 amounts written as strings like 0.07"
     if not isinstance(value, list) or not 1 <= len(value) <= 2:
-        raise ValidationRefused("invalid_amounts", problem, param="amounts", status=400)
+        raise AmountsInvalid(problem)
     amounts = []
     for item in value:
         if not isinstance(item, str) or not _AMOUNT_RE.fullmatch(item):
-            raise ValidationRefused("invalid_amounts", problem, param="amounts", status=400)
+            raise AmountsInvalid(problem)
         amount = Decimal(item)
         if amount <= 0:
-            raise ValidationRefused(
-                "invalid_amounts", "each amount is above 0.00", param="amounts", status=400
-            )
+            raise AmountsInvalid("each amount is above 0.00")
         amounts.append(amount)
     return amounts
 
@@ -298,35 +272,6 @@ def prenotes_mature(*, now: datetime | None = None, limit: int = 500) -> int:
     return done
 
 
-def account_number_changed(*, account_token: str, change_code: str, source: str) -> bool:
-    """A NOC ``change_code`` on the account: one that changes its number (C01/C03/C06/C07)
-    makes it a new account, so its validation goes back to ``unvalidated`` (the NOC kept in the
-    evidence); any other is only recorded on a pending prenote. Call in the NOC's
-    transaction. True when the row was reset."""
-    validation = (
-        AccountValidation.objects.select_for_update().filter(account_token=account_token).first()
-    )
-    if validation is None:
-        return False
-    evidence = dict(validation.evidence)
-    evidence.setdefault("nocs", []).append({"change_code": change_code, "source": source})
-    validation.evidence = evidence
-    if change_code not in ACCOUNT_NUMBER_CHANGE_CODES:
-        validation.save(update_fields=["evidence", "updated_at"])
-        return False
-    validation.reset()
-    validation.secret_digest = ""
-    validation.failure_reason = f"account number changed ({change_code}): validate it again"
-    validation.save()
-    logger.warning(
-        "account validation %s reset: %s",
-        validation.id,
-        change_code,
-        extra={"merchant_id": validation.merchant_id},
-    )
-    return True
-
-
 def _complete(validation: AccountValidation, *, validated: bool, reason: str = "") -> None:
     """End the (locked, pending) validation, and decide every debit held on it, in the
     caller's transaction."""
@@ -346,9 +291,6 @@ def _complete(validation: AccountValidation, *, validated: bool, reason: str = "
 def held_debits_decide(validation: AccountValidation) -> int:
     """Each debit held on the account, locked and decided once: submitted (validated) or
     failed with the validation's reason."""
-    from payments.services.create import outbox_enqueue
-    from payments.services.transitions import payment_transition, transition_announce
-
     held = list(
         Payment.objects.select_for_update()
         .filter(
@@ -361,8 +303,14 @@ def held_debits_decide(validation: AccountValidation) -> int:
     for payment in held:
         payment.review_status = ReviewStatus.NONE
         if validation.state == ValidationState.VALIDATED:
-            payment.save(update_fields=["review_status", "updated_at"])
+            review = payment.review_reason.partition(THEN_REVIEW)[2]
+            if review:
+                # Past an exposure limit too: a person decides now (payments.services.review).
+                payment.review_status, payment.review_reason = ReviewStatus.HELD, review
+            payment.save(update_fields=["review_status", "review_reason", "updated_at"])
             _held_event(payment, RELEASED_EVENT, {"validation_id": validation.id})
+            if review:
+                continue
             outbox_enqueue(
                 kind=MessageKind.SUBMIT_PAYMENT,
                 group_id=str(payment.id),

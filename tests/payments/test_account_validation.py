@@ -12,7 +12,7 @@ import pytest
 from django.core.checks import run_checks
 from django.utils import timezone
 
-from payments.exceptions import AccountNotValidated, ValidationRefused
+from payments.exceptions import AccountNotValidated, AmountsInvalid, ValidationRefused
 from payments.models import (
     AccountValidation,
     OutboxMessage,
@@ -226,7 +226,7 @@ def test_a_prenote_returned_r03_fails_each_held_debit_once_with_the_reason(preno
 def test_prenote_is_unavailable_on_a_backend_that_cannot_send_one():
     with pytest.raises(ValidationRefused) as refused:
         account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="prenote")
-    assert refused.value.code == "validation_method_unavailable"
+    assert refused.value.rule == "validation_method_unavailable"
     assert not AccountValidation.objects.exists()
 
 
@@ -383,10 +383,9 @@ def test_the_right_amounts_in_any_order_validate_and_nothing_keeps_them(sandbox,
 def test_malformed_amounts_are_refused_by_name_without_spending_a_try(sandbox, amounts):
     _micro(sandbox)
 
-    with pytest.raises(ValidationRefused) as refused:
+    with pytest.raises(AmountsInvalid) as refused:
         micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=amounts)
 
-    assert (refused.value.code, refused.value.status) == ("invalid_amounts", 400)
     assert "0.12" not in str(refused.value)
     assert AccountValidation.objects.get(account_token=TOKEN).attempts == 0
 
@@ -400,13 +399,13 @@ def test_wrong_amounts_spend_a_try_each_and_the_last_fails_the_validation(sandbo
     for _ in range(3):
         with pytest.raises(ValidationRefused) as refused:
             micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=wrong)
-        codes.append(refused.value.code)
+        codes.append(refused.value.rule)
         assert wrong[0] not in str(refused.value)
     with pytest.raises(ValidationRefused) as after:
         micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=amounts)
 
     assert codes == ["micro_entries_mismatch"] * 3
-    assert after.value.code == "validation_not_verifiable"
+    assert after.value.rule == "validation_not_verifiable"
     validation = AccountValidation.objects.get(account_token=TOKEN)
     assert (validation.state, validation.attempts) == (ValidationState.FAILED, 3)
     assert validation.secret_digest == ""
@@ -419,7 +418,7 @@ def test_a_single_wrong_amount_of_one_is_a_mismatch(sandbox):
 
     with pytest.raises(ValidationRefused) as refused:
         micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=amounts[:1])
-    assert refused.value.code == "micro_entries_mismatch"
+    assert refused.value.rule == "micro_entries_mismatch"
 
 
 def test_the_right_amounts_after_the_expiry_are_refused_and_the_validation_fails(sandbox):
@@ -433,7 +432,7 @@ def test_the_right_amounts_after_the_expiry_are_refused_and_the_validation_fails
             now=validation.expires_at + timedelta(seconds=1),
         )
 
-    assert refused.value.code == "micro_entries_expired"
+    assert refused.value.rule == "micro_entries_expired"
     validation.refresh_from_db()
     assert validation.state == ValidationState.FAILED
     assert "expired" in validation.failure_reason
@@ -479,7 +478,7 @@ def test_the_attempt_limit_holds_under_a_hundred_parallel_tries(sandbox):
                     micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=wrong)
                 except ValidationRefused as exc:
                     with lock:
-                        codes.append(exc.code)
+                        codes.append(exc.rule)
         finally:
             connection.close()
 
@@ -532,13 +531,13 @@ def test_a_validated_account_is_not_started_again(bank_data):
 
     with pytest.raises(ValidationRefused) as refused:
         account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="service")
-    assert refused.value.code == "account_already_validated"
+    assert refused.value.rule == "account_already_validated"
 
 
 def test_the_service_method_without_a_service_configured_is_unavailable():
     with pytest.raises(ValidationRefused) as refused:
         account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="service")
-    assert refused.value.code == "validation_method_unavailable"
+    assert refused.value.rule == "validation_method_unavailable"
 
 
 # --- settings checks ---------------------------------------------------------------------------
@@ -564,3 +563,19 @@ def test_start_up_checks_refuse_bad_validation_settings(module_settings, name, v
     errors = [e for e in run_checks() if e.id == error_id]
 
     assert any(name in e.msg for e in errors), [e.msg for e in run_checks()]
+
+
+def test_a_held_debit_past_an_exposure_limit_too_is_held_for_review_once_validated(
+    hold, bank_data, module_settings
+):
+    module_settings.OVER_LIMIT = "hold"
+    module_settings.EXPOSURE_LIMITS = {"USD": {"debit": {"single": "10.00"}}}
+    payment = _web(amount="50.00")
+    assert payment.review_status == ReviewStatus.VALIDATION
+
+    account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="service")
+
+    payment.refresh_from_db()
+    assert payment.review_status == ReviewStatus.HELD
+    assert payment.review_reason.startswith("debit_single_limit")
+    assert _submit_commands(payment) == 0

@@ -1,0 +1,86 @@
+"""NACHA's account validation rule at the points that need it without the validation's
+lifecycle (``payments.services.validation``): the create's check and hold, and a change of the
+account number that makes the account new (a NOC)."""
+
+from __future__ import annotations
+
+import logging
+
+from payments import conf as payments_conf
+from payments.exceptions import AccountNotValidated
+from payments.models import AccountValidation, Payment, ReviewStatus, ValidationState
+
+logger = logging.getLogger(__name__)
+
+HOLD = "hold"
+HOLD_REASON = "account_not_validated"
+# A debit held for validation that is also past an exposure limit: its review comes next.
+THEN_REVIEW = "; then review: "
+# The NOCs that change the account's number: the corrected account is another account.
+ACCOUNT_NUMBER_CHANGE_CODES = frozenset({"C01", "C03", "C06", "C07"})
+
+
+def validation_required(sec_code: str) -> bool:
+    """Whether a debit of ``sec_code`` needs its account validated first."""
+    required = {"WEB": True, "PPD": False, "CCD": False}
+    required.update(payments_conf.ACCOUNT_VALIDATION_REQUIRED or {})
+    return bool(required.get(sec_code, False))
+
+
+def validation_debit_check(*, source_token: str, sec_code: str) -> str | None:
+    """Before a new debit (not a reinitiation): None when it may go; ``HOLD_REASON`` when it is
+    to be created held; ``AccountNotValidated`` when it is refused. One indexed read, and only
+    for a class that needs validation."""
+    if not validation_required(sec_code):
+        return None
+    state = (
+        AccountValidation.objects.filter(account_token=source_token)
+        .values_list("state", flat=True)
+        .first()
+    ) or ValidationState.UNVALIDATED
+    if state == ValidationState.VALIDATED:
+        return None
+    if payments_conf.UNVALIDATED_WEB_DEBITS == HOLD and state != ValidationState.FAILED:
+        return HOLD_REASON
+    raise AccountNotValidated(sec_code=sec_code, state=state)
+
+
+def validation_hold(payment: Payment, *, then_review: str = "") -> dict:
+    """Mark the new, unsaved ``payment`` held until its account is validated (and then, when
+    ``then_review`` says why, held for a person's review: past an exposure limit); the audit
+    row's payload fields that say so."""
+    payment.review_status = ReviewStatus.VALIDATION
+    reason = f"{HOLD_REASON}: held until account validation completes"
+    if then_review:
+        reason += f"{THEN_REVIEW}{then_review}"
+    payment.review_reason = reason[:255]
+    return {"review_status": payment.review_status, "review_reason": payment.review_reason}
+
+
+def account_number_changed(*, account_token: str, change_code: str, source: str) -> bool:
+    """A NOC ``change_code`` on the account: one that changes its number (C01/C03/C06/C07)
+    makes it a new account, so its validation goes back to ``unvalidated`` (the NOC kept in the
+    evidence); any other is only recorded on a pending prenote. Call in the NOC's
+    transaction. True when the row was reset."""
+    validation = (
+        AccountValidation.objects.select_for_update().filter(account_token=account_token).first()
+    )
+    if validation is None:
+        return False
+    evidence = dict(validation.evidence)
+    evidence.setdefault("nocs", []).append({"change_code": change_code, "source": source})
+    validation.evidence = evidence
+    if change_code not in ACCOUNT_NUMBER_CHANGE_CODES:
+        validation.save(update_fields=["evidence", "updated_at"])
+        return False
+    validation.reset()
+    validation.secret_digest = ""
+    validation.failure_reason = f"account number changed ({change_code}): validate it again"
+    validation.save()
+    logger.warning(
+        "account validation %s reset: %s",
+        validation.id,
+        change_code,
+        extra={"merchant_id": validation.merchant_id},
+    )
+    return True

@@ -66,6 +66,10 @@ class Run:
     payments: list[dict] = field(default_factory=list)
     vault_replays: int = 0
     vault_replays_same_token: bool = True
+    # NACHA's WEB debit rule (demo/validation.py): the debit tried first was refused, and how
+    # many WEB accounts were validated before their debits.
+    web_refused_first: bool = True
+    web_validated: int = 0
 
     def expected(self) -> dict[str, Rule]:
         """Payment id -> the rule its account was given (the n-th payment debits the n-th)."""
@@ -287,6 +291,15 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
             "every bank file was imported whole, none refused, no dead letter",
             not inbound.get("refused") and not DeadLetter.objects.filter(status="open").exists(),
         ),
+        (
+            "a WEB debit from an account not validated was refused (account_not_validated)",
+            run.web_refused_first,
+        ),
+        (
+            f"every WEB account validated before its debit ({run.web_validated} by the service)",
+            run.web_validated == sum(a.body["sec_code"] == "WEB" for a in run.accounts),
+        ),
+        _web_debits_validated_first(),
         *_books_checks(),
         ("no account number in any log", not leaked),
         ("no account number stored in the clear in any table", not stored),
@@ -320,6 +333,12 @@ def _books_checks() -> list[tuple[str, bool]]:
     return books_check(
         outbound=nacha["outbound"], inbound=nacha["inbound"], statements=statements["inbound"]
     )
+
+
+def _web_debits_validated_first() -> tuple[str, bool]:
+    from demo.validation import web_debits_validated_first
+
+    return web_debits_validated_first()
 
 
 def _numbers_in_logs(numbers: list[str], log_paths: list[Path]) -> list[str]:
@@ -359,6 +378,9 @@ def run_bank_traffic(*, web_url, token, payments, honcho, log_path) -> bool:
     run = Run(accounts=demo_accounts(payments))
     print(f"  storing {payments} bank accounts in the vault, then debiting each", flush=True)
     _store_accounts(web_url, token, run)
+    from demo.validation import web_accounts_validate
+
+    run.web_refused_first, run.web_validated = web_accounts_validate(web_url, token, run.accounts)
     rng = random.Random(42)
     bodies = [
         {

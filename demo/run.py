@@ -82,6 +82,8 @@ def bank_environment(var: Path) -> dict[str, str]:
                 "inbound": str(var / "bank" / "inbound"),
             }
         ),
+        # NACHA's WEB debit rule: the demo's stand-in for a host's validation service.
+        "ACCOUNT_VALIDATION_SERVICE": "demo.validation.DemoValidationService",
         # The sandbox bank's BAI2 statements (demo/books_check.py writes and closes them).
         "BOOKS_STATEMENT_TRANSPORT": json.dumps(
             {"kind": "directory", "inbound": str(var / "bank" / "statements")}

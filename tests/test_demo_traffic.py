@@ -362,3 +362,48 @@ def test_the_demo_checks_every_dropped_callback_was_recovered_by_the_pull(sqs_qu
     rows, [(label, passed)] = recovery_report(sandbox.base_url, timeout=0)
     assert passed, label
     assert dict(rows)["  recovered by the events pull"] == 2
+
+
+def test_the_bank_demo_refuses_a_web_debit_then_validates_every_web_account(
+    module_settings, live_server, api_client, user
+):
+    """demo/validation.py against the API on the bank backend: the first WEB debit is refused
+    409 account_not_validated, every WEB account is then validated by the demo's service, and
+    the chaos check over the database passes."""
+    from rest_framework.authtoken.models import Token
+
+    from bank.vault.services import vault_account_store
+    from demo.bank_traffic import demo_accounts
+    from demo.traffic import MERCHANTS
+    from demo.validation import SERVICE, web_accounts_validate, web_debits_validated_first
+    from payments.models import AccountValidation
+    from payments.processor.backend import reset_backend
+    from tests.bank.vault.conftest import KEY_1
+    from tests.factories import grant
+
+    module_settings.PROCESSOR_BACKEND = "bank.nacha.backend.NachaBankBackend"
+    module_settings.VAULT_KEYS = {"k1": KEY_1}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
+    module_settings.ACCOUNT_VALIDATION_SERVICE = SERVICE
+    reset_backend()
+    grant(user, *MERCHANTS)
+    accounts = demo_accounts(12)
+    for account in accounts:
+        account.token = vault_account_store(**account.body).token
+    web = [a for a in accounts if a.body["sec_code"] == "WEB"]
+    assert web
+
+    try:
+        refused, validated = web_accounts_validate(
+            live_server.url, Token.objects.get(user=user).key, accounts
+        )
+    finally:
+        reset_backend()
+
+    assert refused is True
+    assert validated == len(web)
+    assert set(AccountValidation.objects.values_list("account_token", "state")) == {
+        (a.token, "validated") for a in web
+    }
+    label, passed = web_debits_validated_first()
+    assert passed and "WEB debits sent" in label

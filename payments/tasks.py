@@ -85,6 +85,18 @@ def review_holds_check() -> int:
         return review_holds_overdue_alert()
 
 
+@shared_task(name="payments.tasks.account_validations_advance", ignore_result=True)
+def account_validations_advance() -> int:
+    """End the account validations whose time has come: prenotes past their wait (validated),
+    micro-entries past their expiry (failed); the debits held on them follow."""
+    from payments.services.validation import account_validations_advance as advance
+
+    with single_flight("payments.account_validations_advance") as acquired:
+        if not acquired:
+            return 0
+        return advance()
+
+
 @shared_task(name="payments.tasks.events_purge", ignore_result=True)
 def events_purge() -> int:
     """Delete events older than EVENT_RETENTION_DAYS, with their deliveries (idempotent)."""

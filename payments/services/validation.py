@@ -60,6 +60,7 @@ START_RULES = (
 )
 VERIFY_RULES = ("micro_entries_mismatch", "micro_entries_expired", "validation_not_verifiable")
 RULES = START_RULES + VERIFY_RULES
+EXPIRED_REASON = "the micro-entries expired unverified"
 # A micro-entry amount as the receiver reads it from the statement: 0.01 to 0.99, two decimals.
 _AMOUNT_RE = re.compile(r"0\.[0-9]{2}", re.ASCII)
 
@@ -200,7 +201,7 @@ def _verifiable_refusal(validation: AccountValidation, now: datetime) -> Validat
             "validation_not_verifiable", f"the validation is {validation.state}: nothing to verify"
         )
     if validation.expires_at is not None and validation.expires_at <= now:
-        _complete(validation, validated=False, reason="the micro-entries expired unverified")
+        _complete(validation, validated=False, reason=EXPIRED_REASON)
         return ValidationRefused(
             "micro_entries_expired", "the micro-entries expired: start a new validation"
         )
@@ -270,6 +271,39 @@ def prenotes_mature(*, now: datetime | None = None, limit: int = 500) -> int:
                 _complete(validation, validated=True)
                 done += 1
     return done
+
+
+def micro_entries_expire(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Micro-entries past their expiry with no right answer: failed (their held debits with
+    them). Periodic, each in its own transaction; a verification after the expiry fails it
+    too, whichever comes first."""
+    now = now or timezone.now()
+    tokens = list(
+        AccountValidation.objects.filter(
+            method=ValidationMethod.MICRO_ENTRIES,
+            state=ValidationState.PENDING,
+            expires_at__lte=now,
+        ).values_list("account_token", flat=True)[:limit]
+    )
+    done = 0
+    for token in tokens:
+        with transaction.atomic():
+            validation = _lock(token)
+            if (
+                validation.state == ValidationState.PENDING
+                and validation.method == ValidationMethod.MICRO_ENTRIES
+                and validation.expires_at is not None
+                and validation.expires_at <= now
+            ):
+                _complete(validation, validated=False, reason=EXPIRED_REASON)
+                done += 1
+    return done
+
+
+def account_validations_advance(*, now: datetime | None = None) -> int:
+    """The periodic round: prenotes past their wait validated, micro-entries past their expiry
+    failed; how many validations ended."""
+    return prenotes_mature(now=now) + micro_entries_expire(now=now)
 
 
 def _complete(validation: AccountValidation, *, validated: bool, reason: str = "") -> None:

@@ -579,3 +579,22 @@ def test_a_held_debit_past_an_exposure_limit_too_is_held_for_review_once_validat
     assert payment.review_status == ReviewStatus.HELD
     assert payment.review_reason.startswith("debit_single_limit")
     assert _submit_commands(payment) == 0
+
+
+def test_the_periodic_round_fails_expired_micro_entries_and_their_held_debits(sandbox, hold):
+    from payments.tasks import account_validations_advance
+
+    held = _web()
+    validation, _ = _micro(sandbox)
+    assert account_validations_advance() == 0
+
+    AccountValidation.objects.filter(pk=validation.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert account_validations_advance() == 1
+    assert account_validations_advance() == 0
+
+    validation.refresh_from_db()
+    held.refresh_from_db()
+    assert validation.state == ValidationState.FAILED
+    assert held.state == PaymentState.FAILED

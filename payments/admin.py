@@ -19,6 +19,7 @@ from payments.exceptions import MoneyOutRefused
 # Merchants' exposure limits, their audit rows (registered there), and a held payment's review.
 from payments.limits_admin import PaymentReviewMixin
 from payments.models import (
+    AccountValidation,
     CircuitBreaker,
     CircuitBreakerTransition,
     DoubleLoss,
@@ -714,3 +715,28 @@ class OriginatorProfileChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 # The events and webhooks admin registers itself on import.
 from payments import risk_admin  # noqa: E402, F401
 from payments.webhooks import admin as webhooks_admin  # noqa: E402, F401
+
+
+@admin.register(AccountValidation)
+class AccountValidationAdmin(ReadOnlyModelAdmin):
+    """Each account's validation before its first WEB debit (payments.services.validation):
+    state, method, tries and evidence, read-only; it moves only by its method and the API. The
+    micro-entries' digest is left out: it is nobody's to read."""
+
+    list_display = [
+        "account_token",
+        "merchant_id",
+        "state",
+        "method",
+        "attempts",
+        "expires_at",
+        "live_from",
+        "validated_at",
+        "failed_at",
+    ]
+    list_filter = ["state", "method"]
+    search_fields = ["=account_token", "merchant_id"]
+    exclude = ["secret_digest"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields if f.name != "secret_digest"]

@@ -598,3 +598,21 @@ def test_the_periodic_round_fails_expired_micro_entries_and_their_held_debits(sa
     held.refresh_from_db()
     assert validation.state == ValidationState.FAILED
     assert held.state == PaymentState.FAILED
+
+
+def test_the_admin_shows_a_validation_read_only_and_never_its_digest(admin_client, sandbox):
+    validation, _ = _micro(sandbox)
+
+    listing = admin_client.get("/admin/payments/accountvalidation/?state=pending")
+    page = admin_client.get(f"/admin/payments/accountvalidation/{validation.pk}/change/")
+
+    assert listing.status_code == page.status_code == 200
+    assert TOKEN in listing.content.decode()
+    assert len(validation.secret_digest) == 64
+    assert validation.secret_digest not in page.content.decode()
+    assert admin_client.get("/admin/payments/accountvalidation/add/").status_code == 403
+    response = admin_client.post(
+        f"/admin/payments/accountvalidation/{validation.pk}/delete/", {"post": "yes"}
+    )
+    assert response.status_code == 403
+    assert AccountValidation.objects.filter(pk=validation.pk).exists()

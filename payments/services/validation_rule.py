@@ -84,3 +84,26 @@ def account_number_changed(*, account_token: str, change_code: str, source: str)
         extra={"merchant_id": validation.merchant_id},
     )
     return True
+
+
+def validation_hold_confirm(*, source_token: str, merchant_id: str, sec_code: str) -> bool:
+    """In the create's transaction, before its held debit is written: lock the account's
+    validation row (written ``unvalidated`` when there is none), so a validation ending at the
+    same moment either finds this debit held (it waits for the create's commit) or is found by
+    it (the create waits, then reads the end). True: hold it; False: validated meanwhile, send
+    it; ``AccountNotValidated`` when it failed meanwhile."""
+    AccountValidation.objects.bulk_create(
+        [AccountValidation(account_token=source_token, merchant_id=merchant_id)],
+        ignore_conflicts=True,
+    )
+    state = (
+        AccountValidation.objects.select_for_update()
+        .filter(account_token=source_token)
+        .values_list("state", flat=True)
+        .get()
+    )
+    if state == ValidationState.VALIDATED:
+        return False
+    if state == ValidationState.FAILED:
+        raise AccountNotValidated(sec_code=sec_code, state=state)
+    return True

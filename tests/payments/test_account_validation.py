@@ -616,3 +616,49 @@ def test_the_admin_shows_a_validation_read_only_and_never_its_digest(admin_clien
     )
     assert response.status_code == 403
     assert AccountValidation.objects.filter(pk=validation.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_held_creates_racing_the_validations_end_each_go_out_exactly_once(
+    hold, bank_data, sqs_queues
+):
+    """Creates in hold mode and the validation's end at the same moment, on PostgreSQL: every
+    debit ends submitted once (held then released, or created after the end), none stuck."""
+    creates, threads = 24, 8
+    barrier = threading.Barrier(threads + 1)
+    made: list = []
+    lock = threading.Lock()
+
+    def create(share: int) -> None:
+        from django.db import connection
+
+        try:
+            barrier.wait()
+            for n in range(share):
+                payment = _web(amount=f"{n + 1}.00")
+                with lock:
+                    made.append(payment.id)
+        finally:
+            connection.close()
+
+    def validate() -> None:
+        from django.db import connection
+
+        try:
+            barrier.wait()
+            account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="service")
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=create, args=(creates // threads,)) for _ in range(threads)]
+    workers.append(threading.Thread(target=validate))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+
+    assert len(made) == creates
+    assert AccountValidation.objects.get(account_token=TOKEN).state == ValidationState.VALIDATED
+    for payment in Payment.objects.filter(pk__in=made):
+        assert payment.review_status == ReviewStatus.NONE, payment.review_reason
+        assert _submit_commands(payment) == 1

@@ -8,7 +8,12 @@ import pytest
 from demo.traffic import _summary, _unfinished
 from payments.models import LedgerEntry, Payment, PaymentState, ReturnDishonor
 from payments.services import payment_apply_event
-from tests.factories import LedgerEntryFactory, PaymentFactory, processor_event
+from tests.factories import (
+    LedgerEntryFactory,
+    PaymentFactory,
+    account_validated,
+    processor_event,
+)
 from tests.history import history_rewritten
 
 pytestmark = pytest.mark.django_db
@@ -282,6 +287,10 @@ def test_the_bank_demo_days_settle_first_then_the_bank_answers_and_the_summary_c
     run = Run(accounts=demo_accounts(len(RULES)))
     for account in run.accounts:
         account.token = vault_account_store(**account.body).token
+        if account.body["sec_code"] == "WEB":
+            # As the demo does before its debits (demo/validation.py).
+            account_validated(account.token, account.body["merchant_id"])
+            run.web_validated += 1
         payment = payment_create(
             merchant_id=account.body["merchant_id"],
             amount=Decimal("12.34"),

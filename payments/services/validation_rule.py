@@ -5,6 +5,7 @@ account number that makes the account new (a NOC)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from payments import conf as payments_conf
 from payments.exceptions import AccountNotValidated
@@ -45,14 +46,16 @@ def validation_debit_check(*, source_token: str, sec_code: str) -> str | None:
     raise AccountNotValidated(sec_code=sec_code, state=state)
 
 
-def validation_hold(payment: Payment, *, then_review: str = "") -> dict:
+def validation_hold(payment: Payment, *, then_review: Any = None) -> dict:
     """Mark the new, unsaved ``payment`` held until its account is validated (and then, when
-    ``then_review`` says why, held for a person's review: past an exposure limit); the audit
-    row's payload fields that say so."""
+    ``then_review`` is a review hold, ``payments.services.fraud.Hold``, held for a person's
+    review: flagged or past a limit); the audit row's payload fields that say so."""
     payment.review_status = ReviewStatus.VALIDATION
     reason = f"{HOLD_REASON}: held until account validation completes"
-    if then_review:
-        reason += f"{THEN_REVIEW}{then_review}"
+    if then_review is not None:
+        reason += f"{THEN_REVIEW}{then_review.reason}"
+        payment.review_rule = then_review.rule
+        payment.review_evidence = then_review.evidence
     payment.review_reason = reason[:255]
     return {"review_status": payment.review_status, "review_reason": payment.review_reason}
 

@@ -104,7 +104,11 @@ def account_validation_start(
         validation.failure_reason = ""
         validation.started_at = now
         validation.validated_at = validation.failed_at = None
+        earlier_nocs = validation.evidence.get("nocs")
         handler.begin(validation, now=now)
+        if earlier_nocs:
+            # The account's changes of number stay on its record across validations.
+            validation.evidence["nocs"] = earlier_nocs
         validation.save()
     logger.info(
         "account validation %s started by %s",

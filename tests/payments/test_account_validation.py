@@ -662,3 +662,26 @@ def test_held_creates_racing_the_validations_end_each_go_out_exactly_once(
     for payment in Payment.objects.filter(pk__in=made):
         assert payment.review_status == ReviewStatus.NONE, payment.review_reason
         assert _submit_commands(payment) == 1
+
+
+def test_a_noc_marked_applied_makes_the_account_new_again(bank_data, admin_user):
+    from payments.services.nocs import noc_mark_applied
+
+    payment = _web_after_validation()
+    noc = noc_record(
+        payment=payment,
+        event=processor_event(payment, "notification_of_change", change_code="C03"),
+    )
+    account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="service")
+    assert AccountValidation.objects.get(account_token=TOKEN).state == ValidationState.VALIDATED
+
+    noc_mark_applied(noc_id=noc.id, user=admin_user, note="token updated at the processor")
+
+    validation = AccountValidation.objects.get(account_token=TOKEN)
+    assert validation.state == ValidationState.UNVALIDATED
+    assert [n["source"] for n in validation.evidence["nocs"]] == ["noc_received", "noc_applied"]
+
+
+def _web_after_validation() -> Payment:
+    account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="service")
+    return _web()

@@ -17,7 +17,9 @@ class BooksQuerySerializer(StrictInputSerializer):
     numeric_fields = ("date",)
 
     date = serializers.CharField(
-        max_length=10, trim_whitespace=False, help_text="YYYY-MM-DD, 2000-01-01 to tomorrow"
+        max_length=10,
+        trim_whitespace=False,
+        help_text="YYYY-MM-DD, 2000-01-01 to the second banking day ahead",
     )
 
     def validate_date(self, value: str):

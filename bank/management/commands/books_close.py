@@ -33,7 +33,7 @@ class Command(BaseCommand):
             type=books_day,
             required=True,
             metavar="YYYY-MM-DD",
-            help="the banking day, 2000-01-01 to tomorrow, digits 0-9",
+            help="the banking day, 2000-01-01 to the second banking day ahead, digits 0-9",
         )
 
     def handle(self, *args, **options):

@@ -222,6 +222,7 @@ class Service(Method):
                 account_token=validation.account_token, merchant_id=validation.merchant_id
             )
         except Exception as exc:  # noqa: BLE001 - the service's failure is the outcome, named
+            logger.exception("the validation service failed on validation %s", validation.id)
             return Outcome(False, reason=f"the validation service failed: {exc}"[:255])
         if not isinstance(outcome, Outcome):
             return Outcome(False, reason="the validation service answered no Outcome")

@@ -256,50 +256,54 @@ def prenote_returned(*, account_token: str, return_code: str, now: datetime | No
 def prenotes_mature(*, now: datetime | None = None, limit: int = 500) -> int:
     """Prenotes past ``live_from`` with no return: validated (their held debits released).
     Periodic; each in its own transaction."""
-    now = now or timezone.now()
-    tokens = list(
-        AccountValidation.objects.filter(
-            method=ValidationMethod.PRENOTE, state=ValidationState.PENDING, live_from__lte=now
-        ).values_list("account_token", flat=True)[:limit]
+    return _due_complete(
+        ValidationMethod.PRENOTE, "live_from", now=now, limit=limit, validated=True
     )
-    done = 0
-    for token in tokens:
-        with transaction.atomic():
-            validation = _lock(token)
-            if (
-                validation.state == ValidationState.PENDING
-                and validation.method == ValidationMethod.PRENOTE
-                and validation.live_from is not None
-                and validation.live_from <= now
-            ):
-                _complete(validation, validated=True)
-                done += 1
-    return done
 
 
 def micro_entries_expire(*, now: datetime | None = None, limit: int = 500) -> int:
     """Micro-entries past their expiry with no right answer: failed (their held debits with
     them). Periodic, each in its own transaction; a verification after the expiry fails it
     too, whichever comes first."""
+    return _due_complete(
+        ValidationMethod.MICRO_ENTRIES,
+        "expires_at",
+        now=now,
+        limit=limit,
+        validated=False,
+        reason=EXPIRED_REASON,
+    )
+
+
+def _due_complete(
+    method: str,
+    due_field: str,
+    *,
+    now: datetime | None,
+    limit: int,
+    validated: bool,
+    reason: str = "",
+) -> int:
+    """Complete the pending validations of ``method`` whose ``due_field`` has passed, each
+    checked again under its row lock in its own transaction; how many were completed."""
     now = now or timezone.now()
     tokens = list(
         AccountValidation.objects.filter(
-            method=ValidationMethod.MICRO_ENTRIES,
-            state=ValidationState.PENDING,
-            expires_at__lte=now,
+            method=method, state=ValidationState.PENDING, **{f"{due_field}__lte": now}
         ).values_list("account_token", flat=True)[:limit]
     )
     done = 0
     for token in tokens:
         with transaction.atomic():
             validation = _lock(token)
+            due = getattr(validation, due_field)
             if (
                 validation.state == ValidationState.PENDING
-                and validation.method == ValidationMethod.MICRO_ENTRIES
-                and validation.expires_at is not None
-                and validation.expires_at <= now
+                and validation.method == method
+                and due is not None
+                and due <= now
             ):
-                _complete(validation, validated=False, reason=EXPIRED_REASON)
+                _complete(validation, validated=validated, reason=reason)
                 done += 1
     return done
 

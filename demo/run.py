@@ -195,7 +195,7 @@ def main() -> int:
             start_new_session=True,
         )
 
-    def stop(*_: object) -> None:
+    def stop_processes() -> None:
         print("\nStopping every process ...", flush=True)
         if honcho.poll() is None:
             os.killpg(honcho.pid, signal.SIGTERM)
@@ -203,6 +203,9 @@ def main() -> int:
                 honcho.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(honcho.pid, signal.SIGKILL)
+
+    def stop(*_: object) -> None:
+        stop_processes()
         sys.exit(0)
 
     signal.signal(signal.SIGINT, stop)
@@ -210,21 +213,28 @@ def main() -> int:
 
     web = f"http://127.0.0.1:{env['WEB_PORT']}"
     payments = int(os.environ.get("DEMO_PAYMENTS", "500"))
-    if backend == "nacha":
-        from demo.bank_traffic import run_bank_traffic
+    try:
+        if backend == "nacha":
+            from demo.bank_traffic import run_bank_traffic
 
-        ok = run_bank_traffic(
-            web_url=web, token=token, payments=payments, honcho=honcho, log_path=log_path
-        )
-    else:
-        ok = run_traffic(
-            web_url=web,
-            sandbox_url=env["PROCESSOR_BASE_URL"],
-            token=token,
-            payments=payments,
-            honcho=honcho,
-            log_path=log_path,
-        )
+            ok = run_bank_traffic(
+                web_url=web, token=token, payments=payments, honcho=honcho, log_path=log_path
+            )
+        else:
+            ok = run_traffic(
+                web_url=web,
+                sandbox_url=env["PROCESSOR_BASE_URL"],
+                token=token,
+                payments=payments,
+                honcho=honcho,
+                log_path=log_path,
+            )
+    except Exception:
+        # A check that crashes must not leave the Procfile's processes holding the ports and
+        # the database: stop them all, then let the error say what broke (exit non-zero).
+        print("\nTHE DEMO STOPPED ON AN ERROR: see below.", flush=True)
+        stop_processes()
+        raise
     print(
         f"\n  Admin:            {web}/admin/   (user: admin, password: {password})\n"
         f"  Triage dashboard: {web}/admin/triage/triagedashboard/\n"

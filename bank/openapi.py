@@ -1,5 +1,5 @@
 """The bank app's operations as the OpenAPI schema describes them, in the payments API's one
-envelope (``payments.openapi``): a merchant's banking day as the books closed it, and the
+envelope (``payments.api.schema``): a merchant's banking day as the books closed it, and the
 vault's one request that takes bank numbers. Imported by ``BankConfig.ready``."""
 
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +16,7 @@ from bank.vault.apis import (
     VaultAccountInputSerializer,
     VaultAccountOutputSerializer,
 )
-from payments.openapi import COMMON_ANSWERS, REQUEST_HEADERS, error_answer
+from payments.api.schema import COMMON_ANSWERS, REQUEST_HEADERS, error_answer
 
 
 def describe() -> None:

@@ -3,7 +3,7 @@
 A DRF view that declares everything it relies on (authentication, permission, parser, renderer,
 content negotiation, versioning, throttle, metadata, schema, exception handler), so a host
 project's ``REST_FRAMEWORK`` defaults change nothing; its errors are the module's envelope
-(``payments.api_errors``) and every answer carries ``Request-Id``. The signature is the
+(``payments.api.errors``) and every answer carries ``Request-Id``. The signature is the
 authentication, over the exact bytes that were signed; the processor backend
 (``PROCESSOR_BACKEND``) checks it and turns the body into an event; the view writes nothing to
 the database: a 202 means the event is on the queue (SQS holds the promise), a 503 means nothing
@@ -40,7 +40,7 @@ from callbacks.metrics import CALLBACKS_RECEIVED, DEDUP_HITS
 from callbacks.schema import processor_event_outgoing
 from callbacks.serializers import ProcessorEventSerializer
 from payments import signing
-from payments.api_errors import (
+from payments.api.errors import (
     REQUEST_ID_HEADER,
     ErrorOutputSerializer,
     ModuleErrorsMixin,

@@ -59,7 +59,7 @@ def requested_version(request, pinned: str) -> str:
 
 def version_invalid(value: str):
     # Imported here: this module is read with the settings (payments.conf), before DRF may be.
-    from payments.api_errors import ApiError
+    from payments.api.errors import ApiError
 
     # Named when it is short plain text; anything else (NUL, control characters, a page of
     # text, a bank number) is described, never echoed into the answer and the log.

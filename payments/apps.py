@@ -6,9 +6,8 @@ class PaymentsConfig(AppConfig):
     verbose_name = "Payments"
 
     def ready(self) -> None:
-        from payments import (
-            checks,  # noqa: F401 - registers the settings checks
-            openapi,
-        )
+        from payments import checks  # noqa: F401 - registers the settings checks
+        from payments.api import schema  # noqa: F401 - registers the schema of shared fields
+        from payments.webhooks import openapi
 
         openapi.describe()

@@ -15,10 +15,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from payments.admin_base import ReadOnlyModelAdmin, note_field
+from payments.api.fields import MERCHANT_MESSAGE, MERCHANT_RE
 from payments.exceptions import CancelRefused
 from payments.exposure_limits import KINDS, Limits, currency_code
 from payments.models import ExposureLimit, ExposureLimitChange, Payment, ReviewStatus
-from payments.serializers import MERCHANT_MESSAGE, MERCHANT_RE
 from payments.services.limits import CHANGE_PERMISSION, exposure_limit_set
 from payments.services.review import (
     REVIEW_PERMISSION,

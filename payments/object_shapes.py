@@ -1,6 +1,6 @@
 """The money movements as the API shows them (a debit, a refund, a payout), apart from the
 API's input rules: the events of ``payments.webhooks`` carry them in these shapes, and
-``payments.serializers`` exports them."""
+the API's resource modules (``payments.api``) answer with them."""
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers

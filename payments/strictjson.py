@@ -236,7 +236,7 @@ def _parsed(raw: bytes | str, *, max_depth: int) -> Any:
 
 class StrictJSONParser(JSONParser):
     """DRF's JSON parser with ``loads``' rules; a refused body is a 400 naming each field, the
-    ``errors`` of the module's error envelope (``payments.api_errors``)."""
+    ``errors`` of the module's error envelope (``payments.api.errors``)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         raw = stream.read() if stream is not None else b""

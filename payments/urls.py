@@ -7,21 +7,13 @@
 
 from django.urls import path
 
-from payments.apis import (
-    MerchantBalanceApi,
-    PaymentCancelApi,
-    PaymentDetailApi,
-    PaymentListCreateApi,
-    PaymentReinitiateApi,
-)
-from payments.limits_apis import MerchantLimitsApi
-from payments.money_out_apis import (
-    PayoutDetailApi,
-    PayoutListCreateApi,
-    RefundDetailApi,
-    RefundListCreateApi,
-)
-from payments.validation_apis import AccountValidationApi, AccountVerifyApi
+from payments.api.accounts import AccountValidationApi, AccountVerifyApi
+from payments.api.balances import MerchantBalanceApi
+from payments.api.limits import MerchantLimitsApi
+from payments.api.payments import PaymentCancelApi, PaymentDetailApi, PaymentListCreateApi
+from payments.api.payouts import PayoutDetailApi, PayoutListCreateApi
+from payments.api.refunds import RefundDetailApi, RefundListCreateApi
+from payments.api.reinitiations import PaymentReinitiateApi
 from payments.webhooks.apis import (
     EventListApi,
     WebhookEndpointDetailApi,

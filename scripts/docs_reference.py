@@ -224,8 +224,8 @@ def _versions_section() -> list[str]:
 
 def _balance_section() -> list[str]:
     """Each balance figure's one definition: its serializer field's help text."""
+    from payments.api.balances import CurrencyBalanceOutputSerializer
     from payments.api_versions import V2026_12_01
-    from payments.serializers import CurrencyBalanceOutputSerializer
 
     lines = [
         "",
@@ -554,7 +554,7 @@ class ErrorCode:
 EVERY = "every endpoint"
 EVERY_API = "every endpoint of the API (not the processor callback)"
 # The modules whose codes any endpoint may answer: the envelope's handler and the body limits.
-_EVERY_MODULES = ("payments.api_errors", "payments.http_limits")
+_EVERY_MODULES = ("payments.api.errors", "payments.http_limits")
 
 
 @dataclass
@@ -588,7 +588,7 @@ def _rules_of(handler: str | None, names: set[str]) -> tuple[str, ...]:
 
 
 def _unit_of(node: ast.AST, module: str) -> _Unit:
-    from payments.api_errors import _CODES
+    from payments.api.errors import _CODES
 
     unit = _Unit(module)
     for child in ast.walk(node):
@@ -710,7 +710,7 @@ def error_codes() -> dict[str, ErrorCode]:
     from drf_spectacular.generators import EndpointEnumerator
     from rest_framework import exceptions
 
-    from payments.api_errors import _CODES, ErrorType, _type_for
+    from payments.api.errors import _CODES, ErrorType, _type_for
 
     codes: dict[str, ErrorCode] = {}
 
@@ -740,7 +740,7 @@ def error_codes() -> dict[str, ErrorCode]:
             # DRF raises these for any request; NotFound only where a view looks an object up.
             if exception is not exceptions.NotFound:
                 entry.endpoints.add(EVERY)
-    base = [key for key in units if key[0] == "payments.apis" and key[1].startswith("Module")]
+    base = [key for key in units if key[0] == "payments.api.base" and key[1].startswith("Module")]
     for key in _reached(base, units, imports):
         for code, *_ in units[key].sites:
             codes[code].endpoints.add(EVERY_API)
@@ -784,7 +784,7 @@ def _endpoints_cell(endpoints: set[str]) -> str:
 
 
 def error_codes_reference() -> str:
-    from payments.api_errors import ErrorType
+    from payments.api.errors import ErrorType
     from payments.api_versions import first_version_codes
 
     first = first_version_codes()
@@ -805,7 +805,7 @@ def error_codes_reference() -> str:
         GENERATED.strip(),
         "",
         "Every error answer of the payments API, the vault API and the callback endpoint is one "
-        "envelope (`payments/api_errors.py`):",
+        "envelope (`payments/api/errors.py`):",
         "",
         "```json",
         '{"error": {"type": "invalid_request_error", "code": "parameter_invalid", '

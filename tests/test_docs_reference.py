@@ -101,7 +101,7 @@ def test_each_code_names_the_endpoints_that_answer_it():
 
 
 def test_the_reference_lists_each_code_once_and_what_a_client_does_with_each_type():
-    from payments.api_errors import ErrorType
+    from payments.api.errors import ErrorType
 
     text = (ROOT / "docs" / "reference" / "error-codes.md").read_text()
     listed = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| `")]

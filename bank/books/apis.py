@@ -1,13 +1,13 @@
 """``GET /api/merchants/<id>/books/``: a merchant's banking day as the books closed it, in the
-payments API's envelope and access rules (``payments.apis``)."""
+payments API's envelope and access rules (``payments.api.base``)."""
 
 from rest_framework import serializers
 from rest_framework.response import Response
 
 from bank.books.days import books_day_parse
 from bank.books.selectors import books_day_figures, day_reported
-from payments.apis import ModuleApiView, merchant_refused, query_checked
-from payments.serializers import StrictInputSerializer
+from payments.api.base import ModuleApiView, merchant_refused, query_checked
+from payments.api.fields import StrictInputSerializer
 
 
 class BooksQuerySerializer(StrictInputSerializer):

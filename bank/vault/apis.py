@@ -25,15 +25,15 @@ from bank.vault.models import AccountType, SecCode
 from bank.vault.services import VaultInputError, vault_account_store
 from payments import idempotency
 from payments.access import merchant_access_allowed
-from payments.api_errors import ApiError, field_errors
-from payments.apis import (
+from payments.api.base import (
     ModuleApiView,
-    _forbidden,
-    _idempotent_response,
-    _refusal,
+    forbidden,
     idempotency_key_header,
+    idempotent_response,
+    refusal,
 )
-from payments.serializers import (
+from payments.api.errors import ApiError, field_errors
+from payments.api.fields import (
     MERCHANT_MESSAGE,
     MERCHANT_RE,
     StrictCharField,
@@ -81,7 +81,7 @@ class VaultAccountCreateApi(ModuleApiView):
             request_data={"vault_account": vault_request_fingerprint(data)},
             work=lambda: _vault_account_answer(request, data),
         )
-        return _idempotent_response(result)
+        return idempotent_response(result)
 
 
 def vault_request_fingerprint(data: object) -> str:
@@ -95,20 +95,20 @@ def _vault_account_answer(request, data) -> idempotency.Answer:
     """Validate and store; only a store that executed is what the key replays."""
     serializer = VaultAccountInputSerializer(data=data)
     if not serializer.is_valid():
-        return _refusal(field_errors(serializer.errors))
+        return refusal(field_errors(serializer.errors))
     values = serializer.validated_data
     if not merchant_access_allowed(user=request.user, merchant_id=values["merchant_id"]):
-        return _refusal(_forbidden("merchant_id"))
+        return refusal(forbidden("merchant_id"))
     try:
         account = vault_account_store(**values)
     except VaultInputError as exc:
-        return _refusal(field_errors(exc.errors))
+        return refusal(field_errors(exc.errors))
     except ImproperlyConfigured as exc:
         # The host has not given the vault its keys: nothing was stored; say which setting.
         logger.error("vault store refused: %s", exc)
-        return _refusal(ApiError(503, "vault_unconfigured", str(exc)))
+        return refusal(ApiError(503, "vault_unconfigured", str(exc)))
     except VaultUnavailable as exc:
         # The key holder (KMS) cannot be asked: nothing was stored, and a retry may succeed.
         logger.error("vault store refused: %s", exc)
-        return _refusal(ApiError(503, "vault_unavailable", "the vault's key holder is unavailable"))
+        return refusal(ApiError(503, "vault_unavailable", "the vault's key holder is unavailable"))
     return idempotency.Answer(201, dict(VaultAccountOutputSerializer(account).data))

@@ -1,7 +1,7 @@
 """What a queue message carries of the request that caused it: its request id and its trace.
 
 A message is sent with SQS message attributes (never in its body, which is the schema's):
-``request_id``, the id of the request that sent it (``payments.api_errors``), and the W3C
+``request_id``, the id of the request that sent it (``payments.api.errors``), and the W3C
 ``traceparent`` (and ``tracestate``) of the trace it belongs to when one is current. A message
 that waits in the database first (the outbox row of a created payment, a message parked behind a
 hold) keeps the same values in a column and is sent with them, so the request that created a

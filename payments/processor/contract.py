@@ -355,7 +355,7 @@ def change_code_field() -> serializers.Field:
 
 def corrected_data_field() -> serializers.Field:
     """A notification of change's ``corrected_data``; described by
-    ``payments.openapi.CorrectedDataFieldSchema``, code by code."""
+    ``payments.api.schema.CorrectedDataFieldSchema``, code by code."""
     return CorrectedDataField(required=False, allow_null=True)
 
 

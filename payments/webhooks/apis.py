@@ -8,9 +8,9 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from payments.access import merchant_access_allowed, merchants_listed
-from payments.api_errors import field_errors
+from payments.api.base import ModuleApiView, forbidden, not_found
+from payments.api.errors import field_errors
 from payments.api_versions import V2026_12_01
-from payments.apis import ModuleApiView, _forbidden, not_found
 from payments.webhooks.models import Event, WebhookEndpoint
 from payments.webhooks.serializers import (
     EventListQuerySerializer,
@@ -46,7 +46,7 @@ def _query(request, serializer_class) -> dict:
 def _merchants(user, merchant: str | None) -> list[str]:
     if merchant is not None:
         if not merchant_access_allowed(user=user, merchant_id=merchant):
-            raise _forbidden("merchant")
+            raise forbidden("merchant")
         return [merchant]
     merchants = merchants_listed(user=user)
     if merchants is None:
@@ -140,7 +140,7 @@ class WebhookEndpointListCreateApi(ModuleApiView):
             raise field_errors(serializer.errors)
         data = serializer.validated_data
         if not merchant_access_allowed(user=request.user, merchant_id=data["merchant_id"]):
-            raise _forbidden("merchant_id")
+            raise forbidden("merchant_id")
         try:
             endpoint = webhook_endpoint_create(**data)
         except DjangoValidationError as exc:

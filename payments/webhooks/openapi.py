@@ -1,5 +1,5 @@
 """The schema of ``/api/events/`` and ``/api/webhook_endpoints/`` (drf-spectacular), in the
-payments API's conventions (``payments.openapi``). Called by ``payments.openapi.describe``."""
+payments API's conventions (``payments.api.schema``). Called by ``PaymentsConfig.ready``."""
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -12,6 +12,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers as drf_serializers
 
+from payments.api.schema import (
+    COMMON_ANSWERS,
+    MERCHANT_PATTERN,
+    REQUEST_HEADERS,
+    error_answer,
+    list_of,
+)
 from payments.webhooks import apis, serializers
 from payments.webhooks.catalogue import EVENT_TYPES
 
@@ -23,18 +30,11 @@ def _of_version(name: str, latest, first) -> PolymorphicProxySerializer:
     )
 
 
-def describe(
-    *,
-    error_answer,
-    common_answers: dict,
-    request_headers: list,
-    merchant_pattern: str,
-    list_of,
-):
+def describe() -> None:
     endpoint_id = OpenApiParameter("endpoint_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
     merchant = OpenApiParameter(
         "merchant",
-        {"type": "string", "pattern": merchant_pattern},
+        {"type": "string", "pattern": MERCHANT_PATTERN},
         description="Only this merchant's (403 if you may not act for it). Without it, every "
         "merchant you may act for.",
     )
@@ -54,7 +54,7 @@ def describe(
                     "next link carries it; in 2026-11-01, the page's next_cursor).",
                 ),
                 OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
-                *request_headers,
+                *REQUEST_HEADERS,
             ],
             responses={
                 200: OpenApiResponse(
@@ -76,14 +76,14 @@ def describe(
                 ),
                 400: error_answer("A refused parameter, named in param."),
                 403: error_answer("You may not act for the merchant filtered on."),
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         )
     )(apis.EventListApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="webhook_endpoint_list",
-            parameters=[merchant, *request_headers],
+            parameters=[merchant, *REQUEST_HEADERS],
             responses={
                 200: OpenApiResponse(
                     _of_version(
@@ -103,59 +103,59 @@ def describe(
                 ),
                 400: error_answer("A refused parameter, named in param."),
                 403: error_answer("You may not act for the merchant filtered on."),
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         ),
         post=extend_schema(
             operation_id="webhook_endpoint_create",
             request=serializers.WebhookEndpointCreateInputSerializer,
-            parameters=request_headers,
+            parameters=REQUEST_HEADERS,
             responses={
                 201: OpenApiResponse(with_secret, description="The endpoint and its secret."),
                 400: error_answer("What was refused, by field (url, event_types, ...)."),
                 403: error_answer("You may not act for merchant_id."),
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         ),
     )(apis.WebhookEndpointListCreateApi)
     extend_schema_view(
         get=extend_schema(
             operation_id="webhook_endpoint_retrieve",
-            parameters=[endpoint_id, *request_headers],
+            parameters=[endpoint_id, *REQUEST_HEADERS],
             responses={
                 200: serializers.WebhookEndpointOutputSerializer,
                 400: version_refused,
                 404: not_yours,
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         ),
         patch=extend_schema(
             operation_id="webhook_endpoint_update",
             request=serializers.WebhookEndpointUpdateInputSerializer,
-            parameters=[endpoint_id, *request_headers],
+            parameters=[endpoint_id, *REQUEST_HEADERS],
             responses={
                 200: serializers.WebhookEndpointOutputSerializer,
                 400: error_answer("What was refused, by field."),
                 404: not_yours,
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         ),
         delete=extend_schema(
             operation_id="webhook_endpoint_delete",
-            parameters=[endpoint_id, *request_headers],
-            responses={204: None, 400: version_refused, 404: not_yours, **common_answers},
+            parameters=[endpoint_id, *REQUEST_HEADERS],
+            responses={204: None, 400: version_refused, 404: not_yours, **COMMON_ANSWERS},
         ),
     )(apis.WebhookEndpointDetailApi)
     extend_schema_view(
         post=extend_schema(
             operation_id="webhook_endpoint_rotate_secret",
             request=None,
-            parameters=[endpoint_id, *request_headers],
+            parameters=[endpoint_id, *REQUEST_HEADERS],
             responses={
                 200: OpenApiResponse(with_secret, description="The new secret, shown once."),
                 400: error_answer("The body is not empty."),
                 404: not_yours,
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         )
     )(apis.WebhookEndpointRotateSecretApi)
@@ -163,7 +163,7 @@ def describe(
         post=extend_schema(
             operation_id="webhook_endpoint_enable",
             request=None,
-            parameters=[endpoint_id, *request_headers],
+            parameters=[endpoint_id, *REQUEST_HEADERS],
             responses={
                 200: OpenApiResponse(
                     serializers.WebhookEndpointEnabledOutputSerializer,
@@ -171,7 +171,7 @@ def describe(
                 ),
                 400: error_answer("The body is not empty."),
                 404: not_yours,
-                **common_answers,
+                **COMMON_ANSWERS,
             },
         )
     )(apis.WebhookEndpointEnableApi)

@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from payments.serializers import (
+from payments.api.fields import (
     StrictCharField,
     StrictInputSerializer,
     merchant_id_checked,

@@ -145,7 +145,7 @@ def test_an_unexpected_error_releases_the_key_so_the_client_can_retry(api_client
     def boom(**kwargs):
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr("payments.apis.payment_create", boom)
+    monkeypatch.setattr("payments.api.payments.payment_create", boom)
     api_client.raise_request_exception = False
     failed = api_client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="k7")
     monkeypatch.undo()
@@ -158,7 +158,7 @@ def test_an_unexpected_error_releases_the_key_so_the_client_can_retry(api_client
 
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_requests_with_one_key_create_one_payment(monkeypatch):
-    from payments import apis
+    from payments.api import payments as apis
 
     user = UserFactory()
     grant(user, BODY["merchant_id"])

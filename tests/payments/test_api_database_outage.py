@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from payments import signing
-from payments.apis import DATABASE_RETRY_AFTER_SECONDS, DATABASE_UNAVAILABLE_MESSAGE
+from payments.api.errors import DATABASE_RETRY_AFTER_SECONDS, DATABASE_UNAVAILABLE_MESSAGE
 from tests.callbacks.test_endpoint import SECRET, event_body
 from tests.gunicorn_support import free_port, gunicorn_running
 from tests.pg_cluster import django_env, django_run

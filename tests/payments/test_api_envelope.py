@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.core.signals import got_request_exception
 from rest_framework.test import APIClient
 
-from payments.api_errors import ErrorType
+from payments.api.errors import ErrorType
 from tests.factories import PaymentFactory, grant
 
 pytestmark = pytest.mark.django_db
@@ -225,7 +225,7 @@ def test_a_bug_answers_500_in_the_envelope_without_its_text_and_the_key_can_be_r
     """An unexpected exception inside the work (here the create service failing as a bug
     would) is the envelope's 500, never Django's HTML page; its text stays in the log, under
     the request id the answer carries, and the Idempotency-Key is released, not stored."""
-    from payments import apis
+    from payments.api import payments as apis
     from payments.models import Payment
 
     grant(user, "acme")
@@ -245,7 +245,7 @@ def test_a_bug_answers_500_in_the_envelope_without_its_text_and_the_key_can_be_r
     got_request_exception.connect(tracker)
     api_client.raise_request_exception = False  # the test client re-raises what it signals
     try:
-        with caplog.at_level("ERROR", logger="payments.api_errors"):
+        with caplog.at_level("ERROR", logger="payments.api.errors"):
             response = api_client.post(
                 "/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY=key
             )

@@ -9,7 +9,7 @@ from django.core.checks import run_checks
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from payments.api_errors import ErrorType
+from payments.api.errors import ErrorType
 from payments.api_versions import FIRST, V2026_12_01, VERSION_HEADER, VERSIONS
 from payments.services import payment_apply_event
 from tests.factories import PaymentFactory, grant, processor_event

@@ -1,11 +1,13 @@
 """``GET /api/merchants/<merchant_id>/limits/``: a merchant's exposure limits and what is left
-of them today (``payments.services.limits``), for each direction and currency. Another
-merchant's id answers 404, as its balance does."""
+of them today (``payments.services.limits``), for each direction and currency: its view,
+serializers and schema. Another merchant's id answers 404, as its balance does."""
 
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from payments.apis import ModuleApiView, merchant_refused
+from payments.api.base import ModuleApiView, merchant_refused
+from payments.api.schema import COMMON_ANSWERS, REQUEST_HEADERS, error_answer
 from payments.services.create import SUPPORTED_CURRENCIES
 from payments.services.limits import Exposure, merchant_exposure
 
@@ -56,6 +58,20 @@ class MerchantLimitsOutputSerializer(serializers.Serializer):
 
 
 class MerchantLimitsApi(ModuleApiView):
+    @extend_schema(
+        operation_id="merchant_limits",
+        parameters=REQUEST_HEADERS,
+        responses={
+            200: OpenApiResponse(
+                MerchantLimitsOutputSerializer,
+                description="Per direction and currency: the exposure limits, what counts "
+                "today and what is left.",
+            ),
+            400: error_answer("The merchant id is not of the accepted form."),
+            404: error_answer("A merchant you may not act for."),
+            **COMMON_ANSWERS,
+        },
+    )
     def get(self, request, merchant_id):
         """The merchant's exposure limits per direction and currency, and what is left today."""
         if (refused := merchant_refused(request, merchant_id)) is not None:

@@ -1,5 +1,5 @@
 """``/api/accounts/<token>/validation/`` and ``/api/accounts/<token>/verify/``: an account's
-validation before its first WEB debit (``payments.services.validation``), its view, serializers
+validation before its first WEB debit (``payments.services.validation``), its views, serializers
 and schema side by side.
 
 A validation is its merchant's alone: another merchant's token, a made-up one and a malformed
@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import logging
 
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from payments import conf as payments_conf
 from payments.access import merchant_access_allowed
-from payments.api_errors import ApiError, field_errors
-from payments.apis import ModuleApiView, _forbidden, not_found
+from payments.api.base import ModuleApiView, forbidden, not_found
+from payments.api.errors import ApiError, field_errors
+from payments.api.fields import MERCHANT_MESSAGE, MERCHANT_RE, StrictInputSerializer
+from payments.api.schema import COMMON_ANSWERS, REQUEST_HEADERS, error_answer
 from payments.exceptions import AmountsInvalid, ValidationRefused
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.models import AccountValidation, ValidationMethod, ValidationState
 from payments.processor.backend import get_backend
-from payments.serializers import MERCHANT_MESSAGE, MERCHANT_RE, StrictInputSerializer
 from payments.services.create import _TOKEN_RE
 from payments.services.validation import (
     account_validation_start,
@@ -93,6 +95,16 @@ class AccountVerifyInputSerializer(StrictInputSerializer):
     numeric_fields = ("amounts",)
 
 
+_TOKEN = OpenApiParameter(
+    TOKEN_PARAM,
+    {"type": "string", "pattern": _TOKEN_RE.pattern},
+    OpenApiParameter.PATH,
+    description="The account's token (the vault's on the bank backend, else the "
+    "processor's or the host's reference).",
+)
+_NOT_YOURS = error_answer("No validation of this token for a merchant you may act for.")
+
+
 def _token_refused(token: str) -> Response | None:
     """400 for a bank number in the path (never logged), 404 for a malformed token."""
     if looks_like_bank_number(token):
@@ -130,6 +142,18 @@ def _body(validation: AccountValidation) -> dict:
 class AccountValidationApi(ModuleApiView):
     """``GET`` the account's validation; ``POST`` starts one by ``method``."""
 
+    @extend_schema(
+        operation_id="account_validation_retrieve",
+        parameters=[_TOKEN, *REQUEST_HEADERS],
+        responses={
+            200: OpenApiResponse(
+                AccountValidationOutputSerializer, description="The account's validation."
+            ),
+            400: error_answer("A bank number in the path, or a refused Payments-Version."),
+            404: _NOT_YOURS,
+            **COMMON_ANSWERS,
+        },
+    )
     def get(self, request, account_token):
         """The account's validation: its state, method, tries left, expiry and evidence (never
         an amount or an account number); 404 for another merchant's token and a made-up one
@@ -141,6 +165,24 @@ class AccountValidationApi(ModuleApiView):
             return not_found(TOKEN_PARAM)
         return Response(_body(validation))
 
+    @extend_schema(
+        operation_id="account_validation_start",
+        request=AccountValidationStartInputSerializer,
+        parameters=[_TOKEN, *REQUEST_HEADERS],
+        responses={
+            201: OpenApiResponse(
+                AccountValidationOutputSerializer, description="Started: pending (or decided)."
+            ),
+            400: error_answer("What was refused, by field."),
+            403: error_answer("You may not act for merchant_id."),
+            404: error_answer("The token is not an account of merchant_id."),
+            409: error_answer(
+                "account_already_validated, account_validation_in_progress, or "
+                "validation_method_unavailable (param method)."
+            ),
+            **COMMON_ANSWERS,
+        },
+    )
     def post(self, request, account_token):
         """Start validating the account by ``method`` (``prenote``, ``micro_entries`` or
         ``service``) for ``merchant_id``: pending, or decided at once by a service. Debits held
@@ -152,7 +194,7 @@ class AccountValidationApi(ModuleApiView):
             raise field_errors(serializer.errors)
         merchant_id = serializer.validated_data["merchant_id"]
         if not merchant_access_allowed(user=request.user, merchant_id=merchant_id):
-            raise _forbidden("merchant_id")
+            raise forbidden("merchant_id")
         # The backend's rule for its tokens: a vault token of another merchant is unknown here.
         if get_backend().source_token_refused(token=account_token, merchant_id=merchant_id):
             return not_found(TOKEN_PARAM)
@@ -181,6 +223,21 @@ class AccountValidationApi(ModuleApiView):
 class AccountVerifyApi(ModuleApiView):
     """``POST`` the micro-entries' amounts: 200 validated, 409 wrong (a try spent) or expired."""
 
+    @extend_schema(
+        operation_id="account_verify",
+        request=AccountVerifyInputSerializer,
+        parameters=[_TOKEN, *REQUEST_HEADERS],
+        responses={
+            200: OpenApiResponse(AccountValidationOutputSerializer, description="Validated."),
+            400: error_answer("invalid_amounts: not one or two amounts 0.01-0.99."),
+            404: _NOT_YOURS,
+            409: error_answer(
+                "micro_entries_mismatch (a try spent; the last fails the validation), "
+                "micro_entries_expired, or validation_not_verifiable."
+            ),
+            **COMMON_ANSWERS,
+        },
+    )
     def post(self, request, account_token):
         """The micro-entries' amounts as the statement shows them, in any order: validated, or
         409 with a try spent (the last fails the validation); never repeated in an answer."""

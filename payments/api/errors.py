@@ -29,6 +29,7 @@ import uuid
 from django.conf import settings
 from django.core.signals import got_request_exception
 from django.db import InterfaceError, OperationalError
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
@@ -294,7 +295,7 @@ class ModuleErrorsMixin:
 
 
 class ErrorTypeField(serializers.ChoiceField):
-    """``ErrorType``'s values; described inline by the schema (payments.openapi)."""
+    """``ErrorType``'s values; described inline by the schema (``ErrorTypeFieldSchema``)."""
 
     def __init__(self, **kwargs):
         super().__init__(choices=[t.value for t in ErrorType], **kwargs)
@@ -315,3 +316,18 @@ class ErrorOutputSerializer(serializers.Serializer):
     """The shape of every error answer of the payments API and the callback endpoint."""
 
     error = ErrorDetailOutputSerializer()
+
+
+class ErrorTypeFieldSchema(OpenApiSerializerFieldExtension):
+    """The envelope's ``type`` as a pattern: drf-spectacular would move an enum into a
+    component named after the field, ``TypeEnum``, which says nothing to a client."""
+
+    target_class = ErrorTypeField
+
+    def map_serializer_field(self, auto_schema, direction):
+        types = [t.value for t in ErrorType]
+        return {
+            "type": "string",
+            "pattern": f"^(?:{'|'.join(types)})$",
+            "description": "Who must act: " + ", ".join(types) + ".",
+        }

@@ -25,13 +25,7 @@ from bank.vault.models import AccountType, SecCode
 from bank.vault.services import VaultInputError, vault_account_store
 from payments import idempotency
 from payments.access import merchant_access_allowed
-from payments.api.base import (
-    ModuleApiView,
-    forbidden,
-    idempotency_key_header,
-    idempotent_response,
-    refusal,
-)
+from payments.api.base import CreateApi, forbidden, refusal
 from payments.api.errors import ApiError, field_errors
 from payments.api.fields import (
     MERCHANT_MESSAGE,
@@ -69,19 +63,16 @@ class VaultAccountOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class VaultAccountCreateApi(ModuleApiView):
-    def post(self, request):
-        """Store a bank account in the vault: its routing number's check digit and its account
-        number's form are checked, both are sealed, and the answer is a ``vtok_`` token with the
-        last 4 digits. With an ``Idempotency-Key`` header a retry answers the first token."""
-        data = request.data
-        result = idempotency.idempotency_key_run(
-            user=request.user,
-            key=idempotency_key_header(request),
-            request_data={"vault_account": vault_request_fingerprint(data)},
-            work=lambda: _vault_account_answer(request, data),
-        )
-        return idempotent_response(result)
+class VaultAccountCreateApi(CreateApi):
+    """Store a bank account in the vault: its routing number's check digit and its account
+    number's form are checked, both are sealed, and the answer is a ``vtok_`` token with the
+    last 4 digits. With an ``Idempotency-Key`` header a retry answers the first token."""
+
+    def key_request(self, data, parent) -> dict:
+        return {"vault_account": vault_request_fingerprint(data)}
+
+    def create_answer(self, request, data, parent) -> idempotency.Answer:
+        return _vault_account_answer(request, data)
 
 
 def vault_request_fingerprint(data: object) -> str:

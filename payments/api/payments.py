@@ -315,7 +315,7 @@ class PaymentListCreateApi(CreateApi, ReadApi):
         ``created_lt``."""
         return self.list_page(request)
 
-    def create_answer(self, request, data, parent: None) -> idempotency.Answer:
+    def create_answer(self, request, data, parent: Payment | None) -> idempotency.Answer:
         """Validate and create; only a create that executed is what the key replays."""
         user = request.user
         serializer = PaymentCreateInputSerializer(data=data)

@@ -39,7 +39,7 @@ from payments.api.schema import (
     retrieve_schema,
 )
 from payments.exceptions import ExposureLimitExceeded, MoneyOutRefused
-from payments.models import PaymentPurpose
+from payments.models import Payment, PaymentPurpose
 from payments.object_shapes import PayoutOutputSerializer
 from payments.selectors import payouts_last4
 from payments.services import BANK_NUMBER_MESSAGE, looks_like_bank_number
@@ -135,7 +135,7 @@ class PayoutListCreateApi(CreateApi, PayoutReadApi):
     def get(self, request):
         return self.list_page(request)
 
-    def create_answer(self, request, data, parent: None) -> idempotency.Answer:
+    def create_answer(self, request, data, parent: Payment | None) -> idempotency.Answer:
         serializer = PayoutCreateInputSerializer(data=data)
         if not serializer.is_valid():
             return refusal(field_errors(serializer.errors))

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from payments import conf as payments_conf
 from payments.access import merchant_access_allowed
-from payments.api.base import ModuleApiView, forbidden, not_found
+from payments.api.base import ModuleApiView, error_response, forbidden, not_found
 from payments.api.errors import ApiError, field_errors
 from payments.api.fields import MERCHANT_MESSAGE, MERCHANT_RE, StrictInputSerializer
 from payments.api.schema import COMMON_ANSWERS, REQUEST_HEADERS, error_answer
@@ -108,7 +108,7 @@ _NOT_YOURS = error_answer("No validation of this token for a merchant you may ac
 def _token_refused(token: str) -> Response | None:
     """400 for a bank number in the path (never logged), 404 for a malformed token."""
     if looks_like_bank_number(token):
-        response = Response(field_errors({TOKEN_PARAM: [BANK_NUMBER_MESSAGE]}).body(), status=400)
+        response = error_response(field_errors({TOKEN_PARAM: [BANK_NUMBER_MESSAGE]}))
         # Django's request log would write the path, and with it the number.
         response._has_been_logged = True
         logger.warning("Bad Request: a bank number in an account URL (not logged)")
@@ -125,10 +125,6 @@ def _validation_of_user(user, token: str) -> AccountValidation | None:
     if not merchant_access_allowed(user=user, merchant_id=validation.merchant_id):
         return None
     return validation
-
-
-def _answer(error: ApiError) -> Response:
-    return Response(error.body(), status=error.status_code)
 
 
 def _param(exc: ValidationRefused) -> str:
@@ -208,7 +204,7 @@ class AccountValidationApi(ModuleApiView):
             return not_found(TOKEN_PARAM)
         except ValidationRefused as exc:
             # 409 naming the rule (payments.services.validation.RULES).
-            return _answer(
+            return error_response(
                 ApiError(
                     status.HTTP_409_CONFLICT,
                     exc.rule,
@@ -258,17 +254,18 @@ class AccountVerifyApi(ModuleApiView):
         except LookupError:
             return not_found(TOKEN_PARAM)
         except AmountsInvalid as exc:
-            error = ApiError(
-                400,
-                "invalid_amounts",
-                f"amounts: {exc}",
-                param="amounts",
-                errors={"amounts": [str(exc)]},
+            return error_response(
+                ApiError(
+                    400,
+                    "invalid_amounts",
+                    f"amounts: {exc}",
+                    param="amounts",
+                    errors={"amounts": [str(exc)]},
+                )
             )
-            return Response(error.body(), status=error.status_code)
         except ValidationRefused as exc:
             # 409 naming the rule (payments.services.validation.RULES).
-            return _answer(
+            return error_response(
                 ApiError(
                     status.HTTP_409_CONFLICT,
                     exc.rule,

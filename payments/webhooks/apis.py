@@ -61,7 +61,8 @@ class EventListApi(ModuleApiView):
         """The caller's merchants' events, oldest first, after the event ``after`` names (the
         ``next_cursor`` of the last page); filtered by ``merchant`` and ``type``. An event is
         listed once it is dispatched, within seconds of its commit, in the order events became
-        visible, so paging by ``after`` never skips one."""
+        visible, so paging by ``after`` never skips one. Each event is in the request's version,
+        from 2026-12-01 the shape a delivery carries."""
         query = _query(request, EventListQuerySerializer)
         merchants = _merchants(request.user, query.get("merchant"))
         events = Event.objects.filter(merchant_id__in=merchants, position__isnull=False)

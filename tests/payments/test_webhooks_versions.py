@@ -6,18 +6,22 @@ host's pin) and changed through the API, an unknown one refused 400 naming it; `
 
 import hashlib
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from payments.api_versions import FIRST, V2026_12_01, VERSION_HEADER, VERSIONS
+from payments.models import DoubleLoss, Payment, PaymentState
+from payments.services import payment_apply_event
+from payments.services.refunds import refund_create
 from payments.webhooks.delivery import deliveries_run, event_body, events_dispatch
 from payments.webhooks.models import Event, WebhookDelivery, WebhookEndpoint
 from payments.webhooks.services import webhook_endpoint_create
 from payments.webhooks.versions import OBJECT_CHANGES, event_shape, object_in_version
 from sandbox.webhook_receiver import WebhookReceiver
-from tests.factories import grant
+from tests.factories import PaymentFactory, grant, processor_event
 from tests.payments.webhook_support import endpoint_for, settle
 
 pytestmark = pytest.mark.django_db
@@ -119,6 +123,26 @@ def test_an_endpoint_disabled_reaches_each_endpoint_in_its_versions_object(
         shown["created_at"] and shown["disabled_reason"] == old["data"]["object"]["disabled_reason"]
     )
     assert "secret" not in shown
+
+
+def test_a_double_loss_reaches_each_endpoint_with_its_versions_fields(receivers):
+    endpoints_on_each_version(receivers)
+    debit = PaymentFactory(state=PaymentState.CONFIRMED, merchant_id="m-hooks")
+    refund = refund_create(payment_id=debit.id, amount=Decimal("45.00"))
+    Payment.objects.filter(pk=refund.pk).update(state=PaymentState.SUBMITTED)
+    payment_apply_event(event=processor_event(debit, "returned", reason_code="R10"))
+    deliveries_run()
+
+    def opened(server: WebhookReceiver) -> dict:
+        (body,) = [b for b in server.verified if b["type"] == "double_loss.opened"]
+        return body["data"]["object"]
+
+    old, new = opened(receivers[FIRST]), opened(receivers[V2026_12_01])
+    loss = DoubleLoss.objects.get()
+    found = loss.detected_at.isoformat().replace("+00:00", "Z")
+    assert (new["detected_at"], new["created_at"]) == (found, found)
+    assert old == {k: v for k, v in new.items() if k not in {"detected_at", "created_at"}}
+    assert (old["id"], old["refund_id"], old["amount"]) == (str(loss.id), str(refund.id), "45.00")
 
 
 def test_a_version_changed_between_attempts_sends_its_shape_under_the_same_webhook_id(

@@ -119,7 +119,9 @@ class ChaosRun(Faults, Settling):
 
     def webhooks_endpoints(self) -> None:
         """A verifying receiver in this process, failing for a while first, and an endpoint
-        per merchant: every other one thin and ordered."""
+        per merchant: every other one thin and ordered, the others alternating between the
+        API's versions."""
+        from payments.api_versions import VERSIONS
         from payments.webhooks.services import webhook_endpoint_create
         from sandbox.webhook_receiver import WebhookReceiver
 
@@ -132,6 +134,8 @@ class ChaosRun(Faults, Settling):
                 event_types=[],
                 thin=i % 2 == 1,
                 ordered=i % 2 == 1,
+                # Every version's shapes at size: the full endpoints alternate between them.
+                api_version=VERSIONS[i // 2 % len(VERSIONS)],
             )
             self.webhooks.secrets.append(endpoint.secret)
 

@@ -2,7 +2,8 @@
 they got.
 
 - ``main`` takes an endpoint of every demo merchant but the first (every other one thin and
-  ordered), and fails its first ``MAIN_FAILS_FIRST`` requests: retried, then delivered.
+  ordered, the others alternating between the API's versions), and fails its first
+  ``MAIN_FAILS_FIRST`` requests: retried, then delivered.
 - ``flaky`` takes the first merchant's endpoint and answers 503 until that endpoint is
   disabled by the failure rule (``WEBHOOK_DISABLE_AFTER_FAILURES``); then it comes back and the
   endpoint is enabled through the API, which replays what it missed.
@@ -34,6 +35,7 @@ ENVIRONMENT = {
 def webhooks_start(merchants: list[str]) -> dict:
     """Start both receivers and make the endpoints (before any traffic, so every event of the
     run is wanted by one)."""
+    from payments.api_versions import VERSIONS
     from payments.webhooks.services import webhook_endpoint_create
 
     main, flaky = WebhookReceiver().start(), WebhookReceiver().start()
@@ -48,6 +50,8 @@ def webhooks_start(merchants: list[str]) -> dict:
             event_types=[],
             thin=n % 2 == 1,
             ordered=n % 2 == 1,
+            # Every version's shapes at size: the full endpoints alternate between them.
+            api_version=VERSIONS[n // 2 % len(VERSIONS)],
         )
         receiver.secrets.append(endpoint.secret)
         endpoints.append(endpoint)

@@ -4,8 +4,10 @@ which the views pass in: this module is read with the settings), and every answe
 same header which version it was served in.
 
 A version is a date; a later one compares greater as text, so a shape that changed is one
-``if request.version >= V2026_12_01:`` where the shape is chosen. What each version changed is
-listed in ``docs/reference/api.md`` (``CHANGES``, which the reference is generated from).
+``if request.version >= V2026_12_01:`` where the shape is chosen. Webhook endpoints are pinned
+to a version too, and their events rendered in it (``payments.webhooks.versions``). What each
+version changed is listed in ``docs/reference/api.md`` (``CHANGES``, which the reference is
+generated from).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ CHANGES: dict[str, list[str]] = {
         "`GET /api/events/` and `GET /api/webhook_endpoints/` answer `{object, next, previous, "
         "has_more, results}` like every other list (they answered `{object, data, has_more, "
         "next_cursor}`)",
+        'an event, delivered or listed, is `{id, object: "event", api_version, type, '
+        "created_at, merchant_id, data}`, `api_version` naming the version `data.object` is in "
+        "(a delivery had no `object`, and neither had `api_version`)",
+        "every object an event carries has `created_at`; a `double_loss` has `detected_at`, as "
+        "nested in its refund; `webhook_endpoint.disabled` carries the endpoint as the API shows "
+        "it (it carried `id`, `object`, `url` and `disabled_reason`)",
     ],
 }
 VERSIONS = tuple(CHANGES)
@@ -57,15 +65,20 @@ def requested_version(request, pinned: str) -> str:
     return value
 
 
+def version_refusal(value: str) -> str:
+    """Why ``value`` (not a version) is refused, naming it when it is short plain text;
+    anything else (NUL, control characters, a page of text, a bank number) is described, never
+    echoed into the answer and the log."""
+    plain = _SHOWN_RE.fullmatch(value) and not _DIGITS_RE.search(value)
+    shown = f"{value!r}" if plain else f"a value of {len(value)} characters"
+    return f"{shown} is not a version of this API; {VERSIONS_ACCEPTED}"
+
+
 def version_invalid(value: str):
     # Imported here: this module is read with the settings (payments.conf), before DRF may be.
     from payments.api.errors import ApiError
 
-    # Named when it is short plain text; anything else (NUL, control characters, a page of
-    # text, a bank number) is described, never echoed into the answer and the log.
-    plain = _SHOWN_RE.fullmatch(value) and not _DIGITS_RE.search(value)
-    shown = f"{value!r}" if plain else f"a value of {len(value)} characters"
-    message = f"{shown} is not a version of this API; {VERSIONS_ACCEPTED}"
+    message = version_refusal(value)
     return ApiError(
         400,
         "api_version_invalid",

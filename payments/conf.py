@@ -116,9 +116,9 @@ SPECS: dict[str, Spec] = {
         accepted=AUTHENTICATION_ACCEPTED,
         types=(list, tuple),
     ),
-    # The API version a request that names none is served in (payments.api_versions). The
-    # default is the first, so a host upgrading keeps the shapes its clients parse; a new
-    # install pins the latest.
+    # The API version a request that names none is served in (payments.api_versions), and a
+    # webhook endpoint made without one renders its events in. The default is the first, so a
+    # host upgrading keeps the shapes its clients parse; a new install pins the latest.
     "API_VERSION": Text(
         FIRST, pattern="|".join(map(re.escape, VERSIONS)), accepted=VERSIONS_ACCEPTED
     ),

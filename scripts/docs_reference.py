@@ -754,6 +754,10 @@ def error_codes() -> dict[str, ErrorCode]:
         for key in _reached([handler] if handler else [], units, imports, mro):
             for code, *_ in units[key].sites:
                 codes[code].endpoints.add(f"{method} {path}")
+    for entry in codes.values():
+        # A code any of the API's endpoints may answer needs none of them named as well.
+        if EVERY_API in entry.endpoints:
+            entry.endpoints -= {e for e in entry.endpoints if e.split(" ")[-1].startswith("/api/")}
     return codes
 
 

@@ -63,6 +63,11 @@ def _failed(checks) -> list[str]:
 def test_the_checks_pass_when_every_event_reached_its_endpoint(story):
     rows, checks = webhooks_checks(story, recovered=True)
     assert _failed(checks) == []
+    # The full endpoints alternate between the versions: m-full's events came in 2026-12-01's.
+    versions = {e.merchant_id: e.api_version for e in WebhookEndpoint.objects.all()}
+    assert versions == {"m-flaky": "2026-11-01", "m-thin": "2026-11-01", "m-full": "2026-12-01"}
+    full = [b for b in story["main"].verified if b["merchant_id"] == "m-full"]
+    assert full and all(body["api_version"] == "2026-12-01" for body in full)
     shown = dict(rows)
     assert shown["requests answered with a failure"] >= 3 + 3  # main's first, flaky's until off
     assert shown["disabled endpoint's deliveries replayed"] >= 2

@@ -8,12 +8,14 @@ from django.core.exceptions import ValidationError
 from django.template.response import TemplateResponse
 
 from payments.admin_base import ReadOnlyAdminMixin, ReadOnlyInline, note_field
+from payments.api_versions import VERSIONS
 from payments.webhooks.models import (
     Event,
     WebhookAction,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
+    api_version_pinned,
 )
 from payments.webhooks.services import (
     endpoint_fields_checked,
@@ -34,14 +36,33 @@ class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 class WebhookEndpointForm(forms.ModelForm):
+    # A choice of the API's versions; a new endpoint starts at the host's pin (the model's).
+    api_version = forms.ChoiceField(
+        choices=[(version, version) for version in VERSIONS],
+        initial=api_version_pinned,
+        help_text="the API version its events are rendered in",
+    )
+
     class Meta:
         model = WebhookEndpoint
-        fields = ["merchant_id", "url", "description", "event_types", "thin", "ordered"]
+        fields = [
+            "merchant_id",
+            "url",
+            "description",
+            "event_types",
+            "thin",
+            "ordered",
+            "api_version",
+        ]
 
     def clean(self):
         data = super().clean()
         try:
-            endpoint_fields_checked(url=data.get("url"), event_types=data.get("event_types"))
+            endpoint_fields_checked(
+                url=data.get("url"),
+                event_types=data.get("event_types"),
+                api_version=data.get("api_version"),
+            )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 self.add_error(field, errors)
@@ -85,6 +106,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         "merchant_id",
         "thin",
         "ordered",
+        "api_version",
         "enabled",
         "disabled_at",
         "consecutive_failures",

@@ -10,7 +10,7 @@ from rest_framework.utils.urls import replace_query_param
 from payments.access import merchant_access_allowed, merchants_listed
 from payments.api.base import ModuleApiView, forbidden, not_found
 from payments.api.errors import field_errors
-from payments.api_versions import V2026_12_01
+from payments.api_versions import V2026_12_01, VERSIONS, version_refusal
 from payments.webhooks.models import Event, WebhookEndpoint
 from payments.webhooks.serializers import (
     EventListQuerySerializer,
@@ -61,7 +61,8 @@ class EventListApi(ModuleApiView):
         """The caller's merchants' events, oldest first, after the event ``after`` names (the
         ``next_cursor`` of the last page); filtered by ``merchant`` and ``type``. An event is
         listed once it is dispatched, within seconds of its commit, in the order events became
-        visible, so paging by ``after`` never skips one."""
+        visible, so paging by ``after`` never skips one. Each event is in the request's version,
+        from 2026-12-01 the shape a delivery carries."""
         query = _query(request, EventListQuerySerializer)
         merchants = _merchants(request.user, query.get("merchant"))
         events = Event.objects.filter(merchant_id__in=merchants, position__isnull=False)
@@ -76,7 +77,7 @@ class EventListApi(ModuleApiView):
         page = list(events.order_by("position")[: limit + 1])
         has_more = len(page) > limit
         page = page[:limit]
-        results = EventOutputSerializer(page, many=True).data
+        results = EventOutputSerializer(page, many=True, context={"version": request.version}).data
         after = page[-1].id if page else query.get("after")
         return _list_answer(request, results, has_more=has_more, after=after, feed=True)
 
@@ -108,6 +109,14 @@ def _link_after(request, after) -> str:
     return replace_query_param(request.build_absolute_uri(), "after", str(after))
 
 
+def _version_checked(data: dict) -> None:
+    """400 ``api_version_invalid`` (the code of an unknown ``Payments-Version`` too) naming an
+    endpoint's ``api_version`` that is not a version of the API."""
+    version = data.get("api_version")
+    if version is not None and version not in VERSIONS:
+        raise field_errors({"api_version": [version_refusal(version)]}, code="api_version_invalid")
+
+
 def _endpoint_of_user(user, endpoint_id: str) -> WebhookEndpoint | None:
     """The endpoint if ``user`` may act for its merchant; any other id answers alike (404)."""
     try:
@@ -133,14 +142,19 @@ class WebhookEndpointListCreateApi(ModuleApiView):
         return _list_answer(request, results, has_more=False)
 
     def post(self, request):
-        """A new endpoint: https only, event types from the catalogue; the answer is the only
-        place its ``whsec_`` secret is ever shown."""
+        """A new endpoint: https only, event types from the catalogue, its events in
+        ``api_version`` (else the request's version); the answer is the only place its
+        ``whsec_`` secret is ever shown."""
         serializer = WebhookEndpointCreateInputSerializer(data=request.data)
         if not serializer.is_valid():
             raise field_errors(serializer.errors)
         data = serializer.validated_data
+        _version_checked(data)
         if not merchant_access_allowed(user=request.user, merchant_id=data["merchant_id"]):
             raise forbidden("merchant_id")
+        # Without one named, the version the request was served in: its Payments-Version, or
+        # the host's pin.
+        data.setdefault("api_version", request.version)
         try:
             endpoint = webhook_endpoint_create(**data)
         except DjangoValidationError as exc:
@@ -156,6 +170,8 @@ class WebhookEndpointDetailApi(ModuleApiView):
         return Response(WebhookEndpointOutputSerializer(endpoint).data)
 
     def patch(self, request, endpoint_id):
+        """Change the fields given; a new ``api_version`` renders the events sent from now on
+        in its shapes, those still waiting included (each keeps its ``webhook-id``)."""
         endpoint = _endpoint_of_user(request.user, endpoint_id)
         if endpoint is None:
             return not_found("endpoint_id")
@@ -163,6 +179,7 @@ class WebhookEndpointDetailApi(ModuleApiView):
         if not serializer.is_valid():
             raise field_errors(serializer.errors)
         data = serializer.validated_data
+        _version_checked(data)
         try:
             webhook_endpoint_update(
                 endpoint=endpoint,
@@ -171,6 +188,7 @@ class WebhookEndpointDetailApi(ModuleApiView):
                 description=data.get("description"),
                 thin=data.get("thin"),
                 ordered=data.get("ordered"),
+                api_version=data.get("api_version"),
             )
         except DjangoValidationError as exc:
             raise field_errors(exc.message_dict) from None

@@ -28,6 +28,7 @@ from urllib3 import exceptions as urllib3_errors
 
 from payments import conf
 from payments.alerts import AlertSeverity, alert_raise
+from payments.api_versions import VERSION_HEADER
 from payments.kernel.locks import _lock_key
 from payments.webhooks.addresses import (
     AddressRefused,
@@ -45,8 +46,10 @@ from payments.webhooks.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from payments.webhooks.serializers import WebhookEndpointOutputSerializer
 from payments.webhooks.services import action_record
 from payments.webhooks.signing import signature_headers
+from payments.webhooks.versions import event_shape
 
 logger = logging.getLogger(__name__)
 
@@ -139,20 +142,12 @@ class AttemptResult:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def event_body(event: Event, *, thin: bool = False) -> bytes:
-    """What every attempt to an endpoint gets for ``event``: the same bytes each time. Thin,
-    the object is its ``id`` and ``object`` only, for a receiver that reads it back from the
-    API rather than trust a copy."""
-    data = event.data
-    if thin:
-        data = {"object": {key: data["object"][key] for key in ("id", "object")}}
-    payload = {
-        "id": event.id,
-        "type": event.type,
-        "created_at": event.created_at.isoformat().replace("+00:00", "Z"),
-        "merchant_id": event.merchant_id,
-        "data": data,
-    }
+def event_body(event: Event, *, version: str, thin: bool = False) -> bytes:
+    """What an attempt to an endpoint pinned to ``version`` gets for ``event``: the event in
+    that version's shape (``payments.webhooks.versions``), the same bytes on every attempt
+    while the endpoint keeps its version. Thin, the object is its ``id`` and ``object`` only,
+    for a receiver that reads it back from the API rather than trust a copy."""
+    payload = event_shape(event, version, thin=thin)
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -168,11 +163,19 @@ def endpoint_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
 def request_send(*, endpoint: WebhookEndpoint, event: Event, now: datetime) -> AttemptResult:
     """Sign and POST, no redirect followed, reading at most the answer's first bytes. Every
     failure is an ``AttemptResult``; no error text carries a secret or a signature."""
-    body = event_body(event, thin=endpoint.thin)
+    # Rendered for this attempt in the endpoint's version now; the signature covers these bytes.
+    body = event_body(event, version=endpoint.api_version, thin=endpoint.thin)
     headers = signature_headers(
         secrets_in_use=endpoint_secrets(endpoint, now), msg_id=event.id, timestamp=now, body=body
     )
-    headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            # As every API answer names the version it is in.
+            VERSION_HEADER: endpoint.api_version,
+        }
+    )
     timeout = float(conf.WEBHOOK_TIMEOUT_SECONDS)
     started = time.monotonic()
 
@@ -311,6 +314,11 @@ def _disable_if_failing(endpoint_id, now: datetime) -> None:
     endpoint_disable(endpoint=endpoint, reason=reason, now=now)
 
 
+def endpoint_shape(endpoint: WebhookEndpoint) -> dict:
+    """The endpoint as the API shows it (never its secret), for the event of its disabling."""
+    return dict(WebhookEndpointOutputSerializer(endpoint).data)
+
+
 def endpoint_disable(*, endpoint: WebhookEndpoint, reason: str, now: datetime) -> None:
     """Disable a locked endpoint: its deliveries wait (re-enabling sends them, and every event
     since), an event tells the merchant's other endpoints and the events list, and an alert
@@ -322,12 +330,7 @@ def endpoint_disable(*, endpoint: WebhookEndpoint, reason: str, now: datetime) -
     event_record(
         type=ENDPOINT_DISABLED,
         merchant_id=endpoint.merchant_id,
-        obj={
-            "id": str(endpoint.id),
-            "object": "webhook_endpoint",
-            "url": endpoint.url,
-            "disabled_reason": endpoint.disabled_reason,
-        },
+        obj=endpoint_shape(endpoint),
     )
     action_record(WebhookActionKind.DISABLE, endpoint, "failure rule", endpoint.disabled_reason)
     endpoint_id, merchant_id = str(endpoint.id), endpoint.merchant_id

@@ -1,9 +1,11 @@
 """Events are written in the transaction of what they report: they commit or roll back with
 it, so an event exists exactly when the change it describes does.
 
-Each event's ``data.object`` is the object it is about, with its ``id`` and its kind
-(``object``): a money movement as the API shows it, or a fact about one (a notification of
-change, a dishonor, a double loss) in the few fields a merchant needs, never bank details.
+Each event's ``data.object`` is the object it is about, with its ``id``, its kind
+(``object``) and its ``created_at``: a money movement as the API shows it, or a fact about one
+(a notification of change, a dishonor, a double loss) in the few fields a merchant needs, never
+bank details. It is stored in the latest API version's shape; ``versions`` renders it in the
+version each reader asks for.
 ``Event.object_id`` is the payment the event concerns, the key an endpoint's deliveries are
 ordered by (``delivery.deliveries_claim``)."""
 
@@ -93,6 +95,7 @@ def noc_shape(noc: NotificationOfChange) -> dict:
         "status": noc.status,
         "received_at": _iso(noc.received_at),
         "deadline": _iso(noc.deadline),
+        "created_at": _iso(noc.created_at),
     }
 
 
@@ -105,6 +108,7 @@ def dishonor_shape(dishonor: ReturnDishonor) -> dict:
         "contest_reason_code": dishonor.contest_reason_code,
         "dishonored_at": _iso(dishonor.dishonored_at),
         "contested_at": _iso(dishonor.contested_at),
+        "created_at": _iso(dishonor.created_at),
     }
 
 
@@ -117,6 +121,8 @@ def double_loss_shape(loss: DoubleLoss) -> dict:
         "amount": f"{loss.amount:.2f}",
         "currency": loss.currency,
         "status": loss.status,
+        "detected_at": _iso(loss.detected_at),
+        "created_at": _iso(loss.detected_at),
     }
 
 

@@ -12,6 +12,14 @@ def event_id_new() -> str:
     return f"evt_{uuid.uuid4().hex}"
 
 
+def api_version_pinned() -> str:
+    """A new endpoint's version when none is named: the host's pin (``PAYMENTS["API_VERSION"]``).
+    Also what the migration gave the endpoints made before endpoints had versions."""
+    from payments import conf
+
+    return conf.API_VERSION
+
+
 class Event(models.Model):
     """Something that happened to a merchant's money, with the object as the API shows it.
 
@@ -54,6 +62,9 @@ class WebhookEndpoint(models.Model):
     thin = models.BooleanField(default=False)
     # Ordered: an event about a payment waits until the earlier ones about it are delivered.
     ordered = models.BooleanField(default=False)
+    # The API version its events are rendered in (``payments.webhooks.versions``), as Stripe
+    # pins a webhook endpoint's; one of ``payments.api_versions.VERSIONS``.
+    api_version = models.CharField(max_length=10, default=api_version_pinned)
     # ``whsec_`` + base64 of 32 random bytes; shown once, when made or rotated.
     secret = models.CharField(max_length=128, editable=False)
     previous_secret = models.CharField(max_length=128, blank=True, editable=False)

@@ -9,6 +9,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from payments import conf
+from payments.api_versions import VERSIONS, version_refusal
 from payments.webhooks.addresses import url_problem
 from payments.webhooks.catalogue import EVENT_TYPES
 from payments.webhooks.models import (
@@ -22,9 +23,13 @@ from payments.webhooks.models import (
 from payments.webhooks.signing import secret_new
 
 
-def endpoint_fields_checked(*, url: str | None = None, event_types: list | None = None) -> None:
+def endpoint_fields_checked(
+    *, url: str | None = None, event_types: list | None = None, api_version: str | None = None
+) -> None:
     """Raise ``ValidationError`` naming each field that cannot be stored."""
     errors: dict[str, list[str]] = {}
+    if api_version is not None and api_version not in VERSIONS:
+        errors["api_version"] = [version_refusal(str(api_version))]
     if url is not None:
         problem = url_problem(url)
         if problem is not None:
@@ -62,9 +67,11 @@ def webhook_endpoint_create(
     description: str = "",
     thin: bool = False,
     ordered: bool = False,
+    api_version: str | None = None,
 ) -> WebhookEndpoint:
-    """A new enabled endpoint with a fresh ``whsec_`` secret (the caller shows it once)."""
-    endpoint_fields_checked(url=url, event_types=event_types)
+    """A new enabled endpoint with a fresh ``whsec_`` secret (the caller shows it once), its
+    events rendered in ``api_version`` (the host's pin when None)."""
+    endpoint_fields_checked(url=url, event_types=event_types, api_version=api_version)
     return WebhookEndpoint.objects.create(
         merchant_id=merchant_id,
         url=url,
@@ -72,6 +79,7 @@ def webhook_endpoint_create(
         description=description,
         thin=thin,
         ordered=ordered,
+        api_version=api_version or conf.API_VERSION,
         secret=secret_new(),
     )
 
@@ -84,15 +92,18 @@ def webhook_endpoint_update(
     description: str | None = None,
     thin: bool | None = None,
     ordered: bool | None = None,
+    api_version: str | None = None,
 ) -> WebhookEndpoint:
-    """Change the fields given; each left alone when None."""
-    endpoint_fields_checked(url=url, event_types=event_types)
+    """Change the fields given; each left alone when None. A new ``api_version`` applies from
+    the next attempt on, to events already waiting too (same ``webhook-id``, the new shape)."""
+    endpoint_fields_checked(url=url, event_types=event_types, api_version=api_version)
     changes = {
         "url": url,
         "event_types": None if event_types is None else list(event_types),
         "description": description,
         "thin": thin,
         "ordered": ordered,
+        "api_version": api_version,
     }
     fields = ["updated_at"]
     for name, value in changes.items():

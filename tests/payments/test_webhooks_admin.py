@@ -31,10 +31,17 @@ def failed_deliveries() -> list[WebhookDelivery]:
 def test_an_endpoint_added_in_the_admin_shows_its_secret_once(admin_client):
     added = admin_client.post(
         "/admin/payments/webhookendpoint/add/",
-        {"merchant_id": "acme", "url": URL, "event_types": '["payout.failed"]', **INLINE},
+        {
+            "merchant_id": "acme",
+            "url": URL,
+            "event_types": '["payout.failed"]',
+            "api_version": "2026-12-01",
+            **INLINE,
+        },
         follow=True,
     )
     endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.api_version == "2026-12-01"
     assert endpoint.secret.startswith("whsec_")
     assert endpoint.secret in added.content.decode()
     change = admin_client.get(f"/admin/payments/webhookendpoint/{endpoint.pk}/change/")
@@ -49,6 +56,22 @@ def test_the_admin_refuses_a_private_url_and_an_unknown_event_type(admin_client)
     assert response.status_code == 200  # the form again, with its errors
     body = response.content.decode()
     assert "private, loopback or link-local" in body and "unknown event types: nope" in body
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_the_admin_offers_the_hosts_pin_and_refuses_an_unknown_version(
+    admin_client, module_settings
+):
+    module_settings.API_VERSION = "2026-12-01"
+    form = admin_client.get("/admin/payments/webhookendpoint/add/").content.decode()
+    response = admin_client.post(
+        "/admin/payments/webhookendpoint/add/",
+        {"merchant_id": "acme", "url": URL, "event_types": "[]", "api_version": "2027-01-01"},
+    )
+
+    assert '<option value="2026-12-01" selected>' in form
+    assert response.status_code == 200  # the form again, with its error
+    assert "2027-01-01 is not one of the available choices" in response.content.decode()
     assert not WebhookEndpoint.objects.exists()
 
 

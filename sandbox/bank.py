@@ -5,18 +5,21 @@ A development double of the ODFI and its RDFIs, over two directories (the direct
 receiver's name, since the bank sees account details and never our tokens; the rules follow
 the sandbox processor's token rules (``sandbox.faults``):
 
-==================  ========================================================================
-``NSF ...``         returned R01 (insufficient funds)
-``RETURN ...``      returned R01
-``UNAUTH ...``      returned R10 (unauthorized)
-``CLOSED ...``      returned R02 (account closed)
-``NOACCOUNT ...``   returned R03 (no account): the credit rule, for a refund or payout sent to
-                    an account the receiving bank cannot find (the return carries code 21 or
-                    31, a credit's; the processor's rule is a token naming ``R03``)
-``NOC ...``         a NOC C01: the corrected account number is the account's digits reversed
-``NOCSAVINGS ...``  a NOC C05: the account is a savings account (transaction code 37)
-anything else       no answer (the entry settles)
-==================  ========================================================================
+====================  ========================================================================
+``NSF ...``           returned R01 (insufficient funds)
+``RETURN ...``        returned R01
+``UNAUTH ...``        returned R10 (unauthorized)
+``CLOSED ...``        returned R02 (account closed)
+``QUESTIONABLE ...``  returned R17 with ``QUESTIONABLE`` in its addenda information (the RDFI
+                      believes the account was opened under false pretenses: the account is
+                      blocked for every merchant's debits)
+``NOACCOUNT ...``     returned R03 (no account): the credit rule, for a refund or payout sent to
+                      an account the receiving bank cannot find (the return carries code 21 or
+                      31, a credit's; the processor's rule is a token naming ``R03``)
+``NOC ...``           a NOC C01: the corrected account number is the account's digits reversed
+``NOCSAVINGS ...``    a NOC C05: the account is a savings account (transaction code 37)
+anything else         no answer (the entry settles)
+====================  ========================================================================
 
 A file it has answered is moved to ``answered/`` beside it, so each is answered once.
 """
@@ -38,6 +41,7 @@ RULES = {
     "RETURN": "R01",
     "UNAUTH": "R10",
     "CLOSED": "R02",
+    "QUESTIONABLE": "R17",
     "NOACCOUNT": "R03",
     "NOC": "C01",
     "NOCSAVINGS": "C05",
@@ -55,7 +59,8 @@ def answer_for(entry: Entry) -> BankAnswer | None:
         corrected = entry.record.text("dfi_account_number")[::-1]
     elif code == "C05":
         corrected = "37"
-    return BankAnswer(entry, code, corrected_data=corrected)
+    addenda = "QUESTIONABLE" if code == "R17" else ""
+    return BankAnswer(entry, code, corrected_data=corrected, addenda_information=addenda)
 
 
 def bank_answer_files(

@@ -21,6 +21,9 @@ life (or since ``POST /_sandbox/reset``):
                             ``return_after_seconds``: a return after settlement
 ``tok_unauth...``           accepted, ``settled``, then ``returned`` R10 (unauthorized) after
                             ``return_after_seconds``
+``tok_questionable...``     accepted, ``settled``, then ``returned`` R17 whose message says
+                            ``QUESTIONABLE`` (the account was opened under false pretenses)
+                            after ``return_after_seconds``
 ``tok_nsfonce...``          as ``tok_nsf`` for the token's first debit only; later debits on it
                             (a reinitiation) settle
 ``tok_noc...``              accepted, ``settled``, then a ``notification_of_change`` C01
@@ -213,6 +216,8 @@ class FaultPlan:
             return "R01"
         if source_token.startswith("tok_unauth"):
             return "R10"
+        if source_token.startswith("tok_questionable"):
+            return "R17"
         if self._chance(self.config.p_settled_return):
             return "R10" if self._chance(0.25) else "R01"
         return None

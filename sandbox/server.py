@@ -861,6 +861,8 @@ class _CreditCallbacks(_DebitCallbacks):
 RETURN_MESSAGES = {
     "R01": "Insufficient funds",
     "R10": "Customer advises not authorized",
+    # The sandbox's R17 is the 2024 rule's: the RDFI says the entry is QUESTIONABLE.
+    "R17": "QUESTIONABLE: account opened under false pretenses",
     "R02": "Account closed",
     "R03": "No account/unable to locate account",
     "R04": "Invalid account number structure",

@@ -427,7 +427,10 @@ def test_run_sandbox_processor_command_serves_and_stops_on_sigterm(receiver):
     assert "1 charges, 2 callbacks sent" in out
 
 
-@pytest.mark.parametrize(("token", "code"), [("tok_nsf_abc", "R01"), ("tok_unauth_abc", "R10")])
+@pytest.mark.parametrize(
+    ("token", "code"),
+    [("tok_nsf_abc", "R01"), ("tok_unauth_abc", "R10"), ("tok_questionable_abc", "R17")],
+)
 def test_settle_then_return_rules_send_a_return_after_the_settlement(receiver, token, code):
     sandbox = start_sandbox(receiver.url, return_after_seconds=0.3)
     try:
@@ -452,6 +455,8 @@ def test_settle_then_return_rules_send_a_return_after_the_settlement(receiver, t
         "returned",
     ]
     assert returned["reason_code"] == code
+    # An R17 of the sandbox's is the 2024 rule's: its message says QUESTIONABLE.
+    assert ("QUESTIONABLE" in returned["message"]) == (code == "R17")
     assert returned["amount"] == settled["amount"]
     assert returned["processor_event_id"] != settled["processor_event_id"]
     assert waited >= 0.2  # some time after the settlement, not with it

@@ -13,7 +13,15 @@ from bank.nacha.writer import FileEntry, nacha_file_write
 from sandbox.bank import bank_answer_files
 from tests.bank.nacha.conftest import ORIGINATOR_SETTING
 
-NAMES = ["NSF Pat", "Unauth Lee", "Closed Kim", "NOC Sam", "NOCSAVINGS Ana", "Paying Joe"]
+NAMES = [
+    "NSF Pat",
+    "Unauth Lee",
+    "Closed Kim",
+    "NOC Sam",
+    "NOCSAVINGS Ana",
+    "Paying Joe",
+    "Questionable Max",
+]
 
 
 def _our_file() -> bytes:
@@ -57,7 +65,13 @@ def test_each_rule_answers_its_code_and_a_paying_customer_gets_no_answer(tmp_pat
         "021000020000003": "R02",
         "021000020000004": "C01",
         "021000020000005": "C05",
+        "021000020000007": "R17",
     }
+    [questionable] = [
+        a for a in answers if a.return_addenda["original_entry_trace_number"] == "021000020000007"
+    ]
+    # The word the module reads to block the account for every merchant.
+    assert questionable.return_addenda.text("addenda_information") == "QUESTIONABLE"
     [noc] = [
         a for a in answers if a.return_addenda["original_entry_trace_number"] == "021000020000004"
     ]

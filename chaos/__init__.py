@@ -29,7 +29,15 @@ which must end in triage; and the processor's answers to dishonors of returned p
 (``return_dishonored``, ``dishonor_contested``) out of order and redelivered, which must move
 money exactly once each.
 Payments are created through ``POST /api/payments/`` with an Idempotency-Key, retried with the
-same key on 5xx, 409 and connection errors.
+same key on 5xx, 409 ``idempotency_key_in_use`` and connection errors; any other 409 (past an
+exposure limit) is the create's answer, recorded as refused.
+
+Risk controls under the same faults (``review``): three merchants have exposure limits the load
+reaches (single-entry, daily or 5-banking-day debit caps, a credit daily cap that payouts race
+across), ``first_large_debit`` holds some debits of the others, and a reviewer approves and
+rejects the held ones while the faults run and the creates race on, some approvals racing the
+merchant's cancel. ``limits_never_exceeded`` and ``held_payments_never_sent_unapproved`` are
+told the run was configured with both: a run that reached no limit or held nothing fails them.
 
 Then it waits (bounded) until nothing moves, runs ``ingest_dlq``, stops the processor to read
 its record, and runs ``chaos.invariants``. Output: a summary, the invariant report, and
@@ -48,6 +56,7 @@ checked and printed); 2 the run itself could not be set up, or a fault could not
 
 Where each part lives: ``config`` (the settings and the run's environment), ``processes`` (the
 children and the queue proxy), ``load`` (the payments the run creates), ``faults`` (the fault
-schedule), ``settling`` (waiting until nothing moves), ``summary`` (what the run prints and
-keeps), ``run`` (the run from start to end), ``invariants`` (the checker).
+schedule), ``review`` (limits, holds and the reviewer), ``settling`` (waiting until nothing
+moves), ``summary`` (what the run prints and keeps), ``run`` (the run from start to end),
+``invariants`` (the checker).
 """

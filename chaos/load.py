@@ -1,6 +1,11 @@
 """The chaos run's load: payments created through ``POST /api/payments/`` at an even rate, each
 retried with its Idempotency-Key until it gets its answer, some sent twice at once; the source
-tokens pick the sandbox's deterministic faults on top of its random ones."""
+tokens pick the sandbox's deterministic faults on top of its random ones.
+
+A 409 is two different answers, told apart by the error's ``code``: ``idempotency_key_in_use``
+(the key's first request is still running: retry with the same key) and a refusal the answer
+names (``exposure_limit_exceeded`` past one of the merchant's limits): final, recorded as
+refused, never retried and never counted as lost."""
 
 from __future__ import annotations
 
@@ -46,7 +51,28 @@ class LoadStats:
     retries: int = 0
     double_sends: int = 0
     failures: list[str] = field(default_factory=list)  # keys given up on, with the reason
+    # Idempotency-Key -> the refusal's "code:param" (a 409 that is not "key in flight").
+    refused: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# The one 409 to retry with the same key: its first request is still running.
+KEY_IN_USE = "idempotency_key_in_use"
+
+
+def refusal(status: int, body: object) -> str | None:
+    """``"code:param"`` of a 409 that refuses the request for good, None for any other answer
+    (a 409 ``idempotency_key_in_use`` is retried; an envelope without a code is too, as a
+    proxy's 409 would be)."""
+    if status != 409 or not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code")
+    if not isinstance(code, str) or not code or code == KEY_IN_USE:
+        return None
+    return f"{code}:{error.get('param') or ''}"
 
 
 # Every DOUBLE_SEND-th payment is sent twice at once with the same Idempotency-Key, as a client
@@ -99,9 +125,20 @@ def _jobs(config: Config) -> list[tuple[int, str, dict]]:
     return jobs
 
 
+REFUSED = "refused:"
+
+
+def _json(response: requests.Response) -> object:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
 class _Client:
-    """An API client that retries, as a merchant's should: 409, 429, 5xx and connection errors
-    again with the same key, backing off, for up to 120 s."""
+    """An API client that retries, as a merchant's should: a 409 ``idempotency_key_in_use``,
+    429, 5xx and connection errors again with the same key, backing off, for up to 120 s; a
+    409 refusal (``refusal``) is its final answer."""
 
     def __init__(self, base_url: str, token: str, stats: LoadStats) -> None:
         self.url = f"{base_url}/api/payments/"
@@ -121,10 +158,16 @@ class _Client:
         if twin is not None:
             twin.join()
         with stats.lock:
-            if answers:
-                stats.created[key] = answers[0]
-            if len(set(answers)) > 1:
-                stats.failures.append(f"{key}: one key answered with payments {answers}")
+            made = [a for a in answers if not a.startswith(REFUSED)]
+            refusals = [a.removeprefix(REFUSED) for a in answers if a.startswith(REFUSED)]
+            # A refusal wrote nothing and released the key: its twin, retried after it, may
+            # find room (an entry failed meanwhile) and make the payment, which then stands.
+            if made:
+                stats.created[key] = made[0]
+            elif refusals:
+                stats.refused[key] = refusals[0]
+            if len(set(made)) > 1:
+                stats.failures.append(f"{key}: one key answered with payments {made}")
             if twin is not None:
                 stats.double_sends += 1
 
@@ -148,6 +191,10 @@ class _Client:
                 stats.statuses[status] += 1
             if response is not None and response.status_code in (200, 201):
                 answers.append(response.json()["id"])
+                return
+            refused = None if response is None else refusal(response.status_code, _json(response))
+            if refused is not None:
+                answers.append(REFUSED + refused)
                 return
             retryable = (
                 response is None

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 
 from chaos.config import (
     DATABASE_OUTAGE_SECONDS,
@@ -29,6 +30,7 @@ from chaos.config import (
 from chaos.faults import Faults
 from chaos.load import LoadStats, create_payments
 from chaos.processes import Child, TcpProxy, wait_tcp
+from chaos.review import Review
 from chaos.settling import Settling
 from chaos.summary import check_api, recheck_command, summary, write_report
 from devstack.processes import (
@@ -42,7 +44,7 @@ from devstack.processes import (
 )
 
 
-class ChaosRun(Faults, Settling):
+class ChaosRun(Faults, Settling, Review):
     """One run: the processes it started, the faults it injected and what they did."""
 
     def __init__(self, config: Config) -> None:
@@ -69,6 +71,8 @@ class ChaosRun(Faults, Settling):
         # its own list of events holds them, for the final states.
         self.injected_made: list[dict] = []
         self.token = ""
+        self.reviewer = None  # the user deciding held payments (chaos/review.py)
+        self.review_counts: Counter = Counter()
 
     def log(self, message: str) -> None:
         line = f"[{time.monotonic() - self.t0:7.1f}s] {message}"
@@ -114,6 +118,7 @@ class ChaosRun(Faults, Settling):
         MerchantAccess.objects.bulk_create(
             MerchantAccess(user=user, merchant_id=f"merchant-{i}") for i in range(MERCHANTS)
         )
+        self.risk_setup()
         self.webhooks_endpoints()
         return Token.objects.create(user=user).key
 
@@ -202,6 +207,7 @@ class ChaosRun(Faults, Settling):
         token = self.token = self.django_setup()
         self.start_stack()
         load = self.drive(token)
+        self.review_remaining()
         settled, backlog = self.wait_quiet()
         self.log(f"{'settled' if settled else 'DID NOT SETTLE'}: {backlog}")
         self.stopping.set()
@@ -271,6 +277,8 @@ class ChaosRun(Faults, Settling):
             self.thread(self.inject_processor_bugs, start + seconds * 0.6),
             self.thread(self.inject_dishonor_answers, start + seconds * 0.75, end),
             self.thread(self.money_out, start + seconds * 0.25, end),
+            self.thread(self.review_holds, start + seconds * 0.15, end),
+            self.thread(self.risk_payouts, start + seconds * 0.4, end),
             self.thread(self.terminate_backends, [start + seconds * f for f in (0.2, 0.5, 0.8)]),
         ]
 
@@ -301,6 +309,9 @@ class ChaosRun(Faults, Settling):
             callbacks_dropped=record.get("dropped", []),
             processor_events=made,
             webhook_receipts=receipts,
+            # The run set limits its load reaches and a rule that holds (chaos/review.py).
+            expect_limits=True,
+            expect_holds=True,
         )
         api_problems = check_api(load)
         print(summary(self, load, record["stats"], settled, backlog, dead_letters))

@@ -4,6 +4,7 @@ of the run, and ``report.json`` with the fault log and the invariant report."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from chaos.config import (
@@ -16,6 +17,8 @@ from chaos.config import (
     VISIBILITY_TIMEOUT,
 )
 from chaos.load import LoadStats
+
+EXPECTED_REFUSAL = "exposure_limit_exceeded:"
 
 
 def check_api(load: LoadStats) -> list[str]:
@@ -42,6 +45,13 @@ def check_api(load: LoadStats) -> list[str]:
         )
     if ids - stored:
         problems.append(f"{len(ids - stored)} acknowledged payment(s) are not in the database")
+    # The one refusal the run's load may meet: its exposure limits (chaos/review.py).
+    unexpected = {k: r for k, r in load.refused.items() if not r.startswith(EXPECTED_REFUSAL)}
+    if unexpected:
+        problems.append(
+            f"{len(unexpected)} create(s) refused for another reason than an exposure limit: "
+            + "; ".join(f"{k}: {r}" for k, r in list(unexpected.items())[:5])
+        )
     return problems
 
 
@@ -114,6 +124,8 @@ def summary(run, load: LoadStats, stats: dict, settled: bool, backlog: dict, dea
         f"  tracebacks in logs: {tracebacks}",
         f"  returns: {returns.get(True, 0)} after settlement ({n['reversals']} ledger "
         f"reversals), {returns.get(False, 0)} before settlement",
+        f"  risk: creates refused {dict(Counter(load.refused.values())) or 'none'}; "
+        f"reviewer {dict(run.review_counts) or 'idle'}",
         f"  settled: {settled} {backlog}; dead letters ingested: {dead_letters}",
     ]
     return "\n".join(lines)
@@ -136,7 +148,9 @@ def write_report(run, *, load: LoadStats, record: dict, report, settled: bool, b
                     "statuses": dict(load.statuses),
                     "retries": load.retries,
                     "failures": load.failures,
+                    "refused": load.refused,
                 },
+                "review": dict(run.review_counts),
                 "sandbox": record["stats"],
                 "invariants": report.as_dict(),
             },
@@ -157,5 +171,6 @@ def recheck_command(database_url: str, python: str, root: Path) -> str:
         f"--callbacks-sent {VAR.relative_to(root)}/callbacks-sent.json "
         f"--callbacks-dropped {VAR.relative_to(root)}/callbacks-dropped.json "
         f"--processor-events {VAR.relative_to(root)}/processor-events.json "
-        f"--webhook-receipts {VAR.relative_to(root)}/webhook-receipts.json"
+        f"--webhook-receipts {VAR.relative_to(root)}/webhook-receipts.json "
+        "--expect-limits --expect-holds"
     )

@@ -66,9 +66,11 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   id carried the same body;
 - ``limits_never_exceeded``: no entry that was not held for review passes the single-entry cap
   in force when it was made, nor takes its banking day or window past the daily or window cap;
+  with ``expect_limits`` (the run set limits), no entry made under a limit fails it too;
 - ``held_payments_never_sent_unapproved``: a payment held for review (held or rejected) has no
   attempt, no submission, no processor id and no key at the processor; an approved one was
-  attempted only after its approval;
+  attempted only after its approval; with ``expect_holds`` (the run turned on a rule that
+  holds), no payment held fails it too;
 - ``web_debits_validated_first``: no debit of a class that needs its account validated (WEB,
   NACHA's rule, and any the host adds) reached the processor or a bank file before its account
   was validated; a reinitiation is exempt.
@@ -109,6 +111,8 @@ def check_invariants(
     callbacks_dropped: list | None = None,
     processor_events: list | None = None,
     webhook_receipts: list | None = None,
+    expect_limits: bool = False,
+    expect_holds: bool = False,
 ) -> Report:
     """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
     (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
@@ -117,7 +121,9 @@ def check_invariants(
     ``processor_events`` lists every event the processor made, delivered or dropped (not the
     run's injected ones); without it the final states are not compared. ``webhook_receipts``
     lists what a webhook receiver verified (``WebhookReceiver.receipts``); without it the
-    webhook checks read the database alone."""
+    webhook checks read the database alone. ``expect_limits`` and ``expect_holds`` say the run
+    was configured with exposure limits and with a rule that holds: the risk checks then fail
+    when they found nothing to check."""
     report = Report()
     if callbacks_sent is None:
         callbacks_sent = sandbox_stats.get("callbacks_delivered")
@@ -141,8 +147,8 @@ def check_invariants(
     check_balances(report)
     check_webhooks_delivered(report, webhook_receipts)
     check_webhook_ids(report, webhook_receipts)
-    check_limits(report)
-    check_held_never_sent(report, sandbox_stats)
+    check_limits(report, expected=expect_limits)
+    check_held_never_sent(report, sandbox_stats, expected=expect_holds)
     check_web_debits_validated_first(report)
     notes_unfinished(report)
     return report

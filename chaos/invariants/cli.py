@@ -53,6 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON file listing what a webhook receiver verified (WebhookReceiver.receipts); "
         "without it the webhook checks read the database alone",
     )
+    parser.add_argument(
+        "--expect-limits",
+        action="store_true",
+        help="the run set exposure limits: limits_never_exceeded fails if no entry was made "
+        "under one",
+    )
+    parser.add_argument(
+        "--expect-holds",
+        action="store_true",
+        help="the run turned on a rule that holds payments for review: "
+        "held_payments_never_sent_unapproved fails if none was held",
+    )
     parser.add_argument("--json", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
 
@@ -74,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         callbacks_dropped=dropped,
         processor_events=made,
         webhook_receipts=receipts,
+        expect_limits=args.expect_limits,
+        expect_holds=args.expect_holds,
     )
     print(report.render())
     if args.json:

@@ -1,25 +1,34 @@
 """The risk-control invariants: no merchant's entries pass an exposure limit that was in force
 when they were made, and no payment held for review reaches the processor before a person
-approved it."""
+approved it.
+
+Each says how much it checked. A run configured with limits (``expected``) whose entries met
+none, or configured with holds that held nothing, fails its check: a pass over nothing proves
+nothing, and a run whose load no longer reaches its limits must say so, not pass."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 
 from chaos.invariants.report import Report
 
 NOT_COUNTED = ("failed", "canceled")
 UNHELD = ""
+# A banking day whose entries came this close to its daily cap "reached" it (the load ran into
+# the limit, rather than passing far below it).
+NEAR_CAP = Decimal("0.9")
 
 
-def check_limits(report: Report) -> None:
+def check_limits(report: Report, *, expected: bool = False) -> None:
     """``limits_never_exceeded``: replaying each merchant's entries of a direction and currency
     in creation order, none that was not held for review passes the single-entry cap in force
     when it was made (the limit's last change before it, else the setting's default), nor takes
     the entries of its effective banking day, or of the window's banking days, past the daily or
     window cap. Entries failed or canceled since, and held ones, are left out of the sums: at
-    their create they counted, so leaving them out can only hide an excess, never invent one."""
+    their create they counted, so leaving them out can only hide an excess, never invent one.
+    Counts the entries checked against a limit, and the banking days whose entries came within
+    10 % of their daily cap; ``expected`` (the run set limits) fails a check of no entry."""
     from payments.models import ExposureLimitChange, Payment
     from payments.services.limits import default_limits
 
@@ -39,6 +48,7 @@ def check_limits(report: Report) -> None:
         entries[(merchant, direction, currency)].append((pid, amount, created))
     over: list[str] = []
     counted = 0
+    near: set = set()
     for key, made in entries.items():
         history = changes.get(key, [])
         default = defaults.get((key[1], key[2]))
@@ -50,9 +60,39 @@ def check_limits(report: Report) -> None:
                 continue
             counted += 1
             over += _excess(pid, amount, created, made[: index + 1], caps)
+            if _near_daily_cap(created, made[: index + 1], caps):
+                near.add((key, _day(created)))
     if over:
         report.add(check, f"{len(over)} entr(ies) past an exposure limit in force", over)
-    report.checked[check] = {"entries with limits": counted}
+    if expected and not counted:
+        report.add(
+            check,
+            "the run set exposure limits, yet no entry was made under one: the check proved "
+            "nothing",
+        )
+    report.checked[check] = {
+        "entries with limits": counted,
+        "banking days within 10% of a daily cap": len(near),
+    }
+
+
+def _day(created):
+    from payments.services.limits import effective_banking_day
+
+    return effective_banking_day(created)
+
+
+def _near_daily_cap(created, made: list, caps: dict) -> bool:
+    """Whether the entries of ``created``'s banking day, up to it, came within 10 % of the
+    daily cap in force."""
+    from payments.services.limits import counted_since
+
+    daily = caps.get("daily")
+    if daily is None:
+        return False
+    since = counted_since(_day(created), 1)
+    total = sum((a for _, a, c in made if since < c <= created), Decimal("0"))
+    return total >= Decimal(daily) * NEAR_CAP
 
 
 def _caps_at(history: list, default, created) -> dict | None:
@@ -90,18 +130,24 @@ def _excess(pid, amount: Decimal, created, made: list, caps: dict) -> list[str]:
     return found
 
 
-def check_held_never_sent(report: Report, stats: dict) -> None:
+def check_held_never_sent(report: Report, stats: dict, *, expected: bool = False) -> None:
     """``held_payments_never_sent_unapproved``: a payment held for review (still held, or
     rejected) has no processor attempt, no submission started and no processor id, and the
     processor charged or credited none of its keys; an approved one's first attempt came after
-    its approval."""
+    its approval. Counts them by decision, and the approved ones sent; ``expected`` (the run
+    turned on a rule that holds) fails a check of no held payment."""
     from payments.models import EventKind, Payment, PaymentEvent, ProcessorAttempt
 
     check = "held_payments_never_sent_unapproved"
     reviewed = {
         row["id"]: row
         for row in Payment.objects.exclude(review_status=UNHELD).values(
-            "id", "idempotency_key", "review_status", "submission_started_at", "processor_id"
+            "id",
+            "idempotency_key",
+            "review_status",
+            "submission_started_at",
+            "processor_id",
+            "state",
         )
     }
     first_attempt = {
@@ -143,4 +189,30 @@ def check_held_never_sent(report: Report, stats: dict) -> None:
             f"{len(sent_unapproved)} payment(s) held for review sent without an approval",
             sorted(sent_unapproved),
         )
-    report.checked[check] = {"payments held for review": len(reviewed)}
+    if expected and not reviewed:
+        report.add(
+            check,
+            "the run turned on a rule that holds, yet no payment was held for review: the check "
+            "proved nothing",
+        )
+    decisions = Counter(row["review_status"] for row in reviewed.values())
+    report.checked[check] = {
+        "payments held for review": len(reviewed),
+        "approved": decisions["approved"],
+        "approved and attempted": sum(
+            1
+            for pid, row in reviewed.items()
+            if row["review_status"] == "approved" and pid in first_attempt
+        ),
+        "rejected": decisions["rejected"],
+        "canceled by the merchant while held": sum(
+            1
+            for row in reviewed.values()
+            if row["review_status"] == "held" and row["state"] == "canceled"
+        ),
+        "still held": sum(
+            1
+            for row in reviewed.values()
+            if row["review_status"] == "held" and row["state"] != "canceled"
+        ),
+    }

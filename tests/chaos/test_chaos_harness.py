@@ -1,16 +1,20 @@
 """The parts of the chaos run the invariants depend on: the cuttable queue proxy, the source
 tokens it pays with, and its settings."""
 
+import json
 import random
 import socket
 import threading
+from decimal import Decimal
 
 import pytest
 
-from chaos.config import Config, SetupError
-from chaos.load import TOKEN_MIX, source_token
+from chaos.config import FIRST_LARGE_DEBIT, Config, SetupError, environment
+from chaos.load import TOKEN_MIX, refusal, source_token
 from chaos.processes import TcpProxy
+from chaos.review import SINGLE_CAP, daily_cap, decision, risk_limits
 from devstack.processes import free_port
+from payments.exposure_limits import Limits
 from payments.services import validate_source_token
 from sandbox.faults import _COUNTED_RULE
 
@@ -120,3 +124,55 @@ def test_each_run_draws_its_own_seed_unless_one_is_given(monkeypatch):
     monkeypatch.setenv("CHAOS_SEED", "-3")
     with pytest.raises(SetupError, match="CHAOS_SEED must be at least 1"):
         Config.from_env()
+
+
+def test_the_load_retries_a_409_key_in_use_and_takes_a_limit_s_409_as_its_answer():
+    in_use = {"error": {"type": "idempotency_error", "code": "idempotency_key_in_use"}}
+    over = {
+        "error": {
+            "type": "invalid_request_error",
+            "code": "exposure_limit_exceeded",
+            "param": "debit_daily_limit",
+        }
+    }
+
+    assert refusal(409, in_use) is None
+    assert refusal(409, over) == "exposure_limit_exceeded:debit_daily_limit"
+    # Not a refusal: a success, a 5xx, a 409 whose body is not the module's envelope.
+    assert refusal(201, over) is None
+    assert refusal(503, over) is None
+    assert refusal(409, None) is None
+    assert refusal(409, {"error": "busy"}) is None
+    assert refusal(409, {"error": {"code": ""}}) is None
+
+
+def test_the_run_s_daily_caps_are_60_percent_of_each_capped_merchant_s_load():
+    assert daily_cap(1000) == Decimal("15000")  # 100 debits of 250.50 on average
+    assert daily_cap(60) == Decimal("900")
+    assert daily_cap(5) == Decimal("500.00")  # the floor
+
+    limits = risk_limits(1000)
+
+    assert sorted(limits) == ["merchant-0", "merchant-1", "merchant-2"]
+    assert limits["merchant-0"]["debit"] == {"single": Decimal("450.00"), "daily": Decimal("15000")}
+    assert limits["merchant-2"]["debit"]["window_banking_days"] == 5
+    for caps in limits.values():
+        Limits(**caps["debit"])  # each a valid set of caps
+        assert caps["credit"] == {"daily": Decimal("250.00")}
+
+
+def test_the_single_cap_refuses_some_load_debits_and_the_held_ones_fall_elsewhere():
+    # Load amounts run 1.00-500.00: some pass the single cap, and a first large debit (held)
+    # is larger still, so it is refused first on a merchant with a single cap.
+    assert Decimal("1.00") < SINGLE_CAP < Decimal(FIRST_LARGE_DEBIT) < Decimal("500.00")
+    assert json.loads(
+        environment({"proxy": 1, "sandbox": 2, "web": 3}, "postgres://x/y")["FRAUD_RULES"]
+    )["first_large_debit"] == {"amount": FIRST_LARGE_DEBIT}
+
+
+def test_the_reviewer_approves_and_rejects_in_turn_and_races_every_other_approval():
+    decisions = [decision(n) for n in range(8)]
+
+    assert [kind for kind, _ in decisions] == ["approve", "reject"] * 4
+    assert [n for n, (_, race) in enumerate(decisions) if race] == [2, 6]
+    assert all(kind == "approve" for kind, race in decisions if race)

@@ -7,9 +7,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from chaos.invariants import check_invariants
 from payments.exposure_limits import Limits
 from payments.models import Payment, ProcessorAttempt
 from payments.services import payment_create
+from payments.services.cancel import payment_cancel
 from payments.services.limits import exposure_limit_set
 from payments.services.review import payment_review_approve, payment_review_reject
 from tests.chaos.histories import check
@@ -69,8 +71,19 @@ def test_a_clean_history_with_limits_and_holds_passes_both(risky):
     report = check(risky)
 
     assert report.ok, report.render()
-    assert report.checked[LIMITS] == {"entries with limits": 2}
-    assert report.checked[HELD] == {"payments held for review": 3}
+    # 60 + 40 on one banking day: the daily cap of 100.00 reached.
+    assert report.checked[LIMITS] == {
+        "entries with limits": 2,
+        "banking days within 10% of a daily cap": 1,
+    }
+    assert report.checked[HELD] == {
+        "payments held for review": 3,
+        "approved": 1,
+        "approved and attempted": 0,
+        "rejected": 1,
+        "canceled by the merchant while held": 0,
+        "still held": 1,
+    }
 
 
 def test_an_entry_grown_past_the_daily_cap_fails_the_limits_check(risky):
@@ -147,3 +160,79 @@ def test_a_rejected_payment_with_a_processor_id_fails_the_held_check(risky):
     [violation] = _only(check(risky), HELD)
 
     assert "with a processor id" in violation.ids[0]
+
+
+def _expecting(history) -> object:
+    return check_invariants(
+        sandbox_stats=history["stats"],
+        callbacks_sent=history["sent"],
+        expect_limits=True,
+        expect_holds=True,
+    )
+
+
+def test_a_run_configured_with_limits_and_holds_passes_when_it_checked_some(risky):
+    report = _expecting(risky)
+
+    assert report.ok, report.render()
+
+
+def test_a_run_configured_with_limits_fails_when_no_entry_was_made_under_one(history):
+    report = _expecting(history)
+
+    [violation] = report.violations_of(LIMITS)
+    assert "proved nothing" in violation.detail
+    assert report.checked[LIMITS]["entries with limits"] == 0
+
+
+def test_a_run_configured_with_holds_fails_when_nothing_was_held(history):
+    report = _expecting(history)
+
+    [violation] = report.violations_of(HELD)
+    assert "no payment was held" in violation.detail
+    assert report.checked[HELD]["payments held for review"] == 0
+
+
+def test_a_run_not_configured_with_limits_or_holds_passes_having_checked_none(history):
+    report = check(history)
+
+    assert not report.violations_of(LIMITS) and not report.violations_of(HELD)
+    assert report.checked[LIMITS]["entries with limits"] == 0
+
+
+def test_a_banking_day_far_below_its_daily_cap_is_not_counted_as_reaching_it(risky):
+    first, second = risky["within"]
+    Payment.objects.filter(pk__in=[first.pk, second.pk]).update(amount=Decimal("10.00"))
+
+    report = check(risky)
+
+    assert report.ok, report.render()
+    assert report.checked[LIMITS]["banking days within 10% of a daily cap"] == 0
+
+
+def test_an_approved_payment_attempted_after_its_approval_is_counted_and_passes(risky):
+    _attempt(risky["approved"], timezone.now() + timedelta(seconds=1))
+
+    report = check(risky)
+
+    assert report.ok, report.render()
+    assert report.checked[HELD]["approved and attempted"] == 1
+
+
+def test_a_held_payment_the_merchant_canceled_is_counted_apart_and_passes(risky):
+    payment_cancel(payment_id=risky["held"].id, caused_by="merchant")
+
+    report = check(risky)
+
+    assert report.ok, report.render()
+    assert report.checked[HELD]["canceled by the merchant while held"] == 1
+    assert report.checked[HELD]["still held"] == 0
+
+
+def test_a_held_payment_the_merchant_canceled_then_attempted_fails_the_held_check(risky):
+    payment_cancel(payment_id=risky["held"].id, caused_by="merchant")
+    _attempt(risky["held"], timezone.now())
+
+    [violation] = _only(check(risky), HELD)
+
+    assert "with an attempt" in violation.ids[0]

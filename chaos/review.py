@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 
 import requests
 
@@ -42,9 +42,10 @@ CAP_SHARE = Decimal("0.6")
 CAP_FLOOR = Decimal("500.00")
 CREDIT_DAILY_CAP = Decimal("250.00")
 WINDOW_BANKING_DAYS = 5
-# Payouts at once of this much from the first capped merchant: at most two fit its credit cap.
+# Payouts at once from the first capped merchant, each PAYOUT_SHARE of what is left of its
+# credit cap today (refunds of its debits count too): exactly two fit.
 PAYOUT_RACERS = 5
-PAYOUT_AMOUNT = Decimal("100.00")
+PAYOUT_SHARE = Decimal("0.4")
 REVIEWER = "chaos-reviewer"
 
 
@@ -188,6 +189,22 @@ class Review:
         if cancel:
             counts[f"merchant's cancel racing an approval answered {cancel[0]}"] += 1
 
+    def credit_room(self, merchant: str) -> Decimal:
+        """What is left today of the merchant's credit daily cap, as the limits API answers it
+        (0 when it does not)."""
+        url = f"http://127.0.0.1:{self.ports['web']}/api/merchants/{merchant}/limits/"
+        try:
+            response = requests.get(
+                url, headers={"Authorization": f"Token {self.token}"}, timeout=15
+            )
+            limits = response.json()["limits"] if response.status_code == 200 else []
+        except (requests.RequestException, ValueError, KeyError):
+            return Decimal("0.00")
+        for row in limits:
+            if (row["direction"], row["currency"]) == ("credit", "USD"):
+                return Decimal(row["remaining_today"] or "0.00")
+        return Decimal("0.00")
+
     def available(self, merchant: str) -> Decimal:
         """The merchant's available balance as the API answers it (0 when it does not)."""
         url = f"http://127.0.0.1:{self.ports['web']}/api/merchants/{merchant}/balance/"
@@ -225,17 +242,24 @@ class Review:
         return 0
 
     def risk_payouts(self, at: float, until: float) -> None:
-        """``PAYOUT_RACERS`` payouts at once from the first capped merchant, across its credit
-        daily cap: at most two fit; the others are refused 409 (the cap, or the balance). From
-        ``at``, once its available balance would cover them all (so the cap, not the balance,
-        stops them), or at ``until`` whatever it is."""
+        """``PAYOUT_RACERS`` payouts at once from the first capped merchant, each
+        ``PAYOUT_SHARE`` of what is left of its credit daily cap: two fit, the others are
+        refused 409 ``exposure_limit_exceeded``. From ``at``, once its available balance would
+        cover them all (so the cap, not the balance, stops them), or at ``until`` whatever it
+        is."""
         if self.stopping.wait(max(0.0, at - time.monotonic())):
             return
         merchant = "merchant-0"
+        amount = Decimal("0.00")
         while time.monotonic() < until and not self.stopping.is_set():
-            if self.available(merchant) >= PAYOUT_AMOUNT * PAYOUT_RACERS:
+            room = self.credit_room(merchant)
+            amount = (room * PAYOUT_SHARE).quantize(Decimal("0.01"), ROUND_DOWN)
+            if amount > 0 and self.available(merchant) >= amount * PAYOUT_RACERS:
                 break
             self.stopping.wait(2)
+        if amount <= 0:
+            self.log(f"fault: no room left under {merchant}'s credit cap: no payouts raced")
+            return
         url = f"http://127.0.0.1:{self.ports['web']}/api/payouts/"
         answers: list = [None] * PAYOUT_RACERS
         barrier = threading.Barrier(PAYOUT_RACERS)
@@ -249,7 +273,7 @@ class Review:
                         url,
                         json={
                             "merchant_id": merchant,
-                            "amount": f"{PAYOUT_AMOUNT:.2f}",
+                            "amount": f"{amount:.2f}",
                             "destination_token": f"tok_chaos_risk_payout_{i}",
                         },
                         headers={"Authorization": f"Token {self.token}", "Idempotency-Key": key},
@@ -274,5 +298,5 @@ class Review:
         for thread in threads:
             thread.join(120)
         self.review_counts.update(f"payout across the credit cap: {a}" for a in answers)
-        self.log(f"fault: {PAYOUT_RACERS} payouts of {PAYOUT_AMOUNT} at once for {merchant}: "
-                 f"{Counter(answers)}")  # fmt: skip
+        self.log(f"fault: {PAYOUT_RACERS} payouts of {amount} at once for {merchant}, across "
+                 f"its credit cap: {Counter(answers)}")  # fmt: skip

@@ -15,9 +15,6 @@ from chaos.invariants.report import Report
 
 NOT_COUNTED = ("failed", "canceled")
 UNHELD = ""
-# A banking day whose entries came this close to its daily cap "reached" it (the load ran into
-# the limit, rather than passing far below it).
-NEAR_CAP = Decimal("0.9")
 
 
 def check_limits(report: Report, *, expected: bool = False) -> None:
@@ -27,8 +24,9 @@ def check_limits(report: Report, *, expected: bool = False) -> None:
     the entries of its effective banking day, or of the window's banking days, past the daily or
     window cap. Entries failed or canceled since, and held ones, are left out of the sums: at
     their create they counted, so leaving them out can only hide an excess, never invent one.
-    Counts the entries checked against a limit, and the banking days whose entries came within
-    10 % of their daily cap; ``expected`` (the run set limits) fails a check of no entry."""
+    Counts the entries checked against a limit, and the banking days that ran into a daily cap
+    (their total within the largest entry of that merchant's direction of the cap: the next
+    such entry would not fit); ``expected`` (the run set limits) fails a check of no entry."""
     from payments.models import ExposureLimitChange, Payment
     from payments.services.limits import default_limits
 
@@ -54,13 +52,14 @@ def check_limits(report: Report, *, expected: bool = False) -> None:
         default = defaults.get((key[1], key[2]))
         if not history and default is None:
             continue
+        largest = max(amount for _, amount, _ in made)
         for index, (pid, amount, created) in enumerate(made):
             caps = _caps_at(history, default, created)
             if caps is None:
                 continue
             counted += 1
             over += _excess(pid, amount, created, made[: index + 1], caps)
-            if _near_daily_cap(created, made[: index + 1], caps):
+            if _near_daily_cap(created, made[: index + 1], caps, largest):
                 near.add((key, _day(created)))
     if over:
         report.add(check, f"{len(over)} entr(ies) past an exposure limit in force", over)
@@ -72,7 +71,7 @@ def check_limits(report: Report, *, expected: bool = False) -> None:
         )
     report.checked[check] = {
         "entries with limits": counted,
-        "banking days within 10% of a daily cap": len(near),
+        "banking days run into a daily cap": len(near),
     }
 
 
@@ -82,9 +81,9 @@ def _day(created):
     return effective_banking_day(created)
 
 
-def _near_daily_cap(created, made: list, caps: dict) -> bool:
-    """Whether the entries of ``created``'s banking day, up to it, came within 10 % of the
-    daily cap in force."""
+def _near_daily_cap(created, made: list, caps: dict, largest: Decimal) -> bool:
+    """Whether the entries of ``created``'s banking day, up to it, came within ``largest`` of
+    the daily cap in force."""
     from payments.services.limits import counted_since
 
     daily = caps.get("daily")
@@ -92,7 +91,7 @@ def _near_daily_cap(created, made: list, caps: dict) -> bool:
         return False
     since = counted_since(_day(created), 1)
     total = sum((a for _, a, c in made if since < c <= created), Decimal("0"))
-    return total >= Decimal(daily) * NEAR_CAP
+    return total > Decimal(daily) - largest
 
 
 def _caps_at(history: list, default, created) -> dict | None:

@@ -74,7 +74,7 @@ def test_a_clean_history_with_limits_and_holds_passes_both(risky):
     # 60 + 40 on one banking day: the daily cap of 100.00 reached.
     assert report.checked[LIMITS] == {
         "entries with limits": 2,
-        "banking days within 10% of a daily cap": 1,
+        "banking days run into a daily cap": 1,
     }
     assert report.checked[HELD] == {
         "payments held for review": 3,
@@ -207,7 +207,7 @@ def test_a_banking_day_far_below_its_daily_cap_is_not_counted_as_reaching_it(ris
     report = check(risky)
 
     assert report.ok, report.render()
-    assert report.checked[LIMITS]["banking days within 10% of a daily cap"] == 0
+    assert report.checked[LIMITS]["banking days run into a daily cap"] == 0
 
 
 def test_an_approved_payment_attempted_after_its_approval_is_counted_and_passes(risky):

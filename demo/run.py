@@ -44,6 +44,8 @@ def port_free(port: int) -> bool:
 
 
 BACKENDS = {"processor": "Procfile", "nacha": "Procfile.nacha"}
+# The demo's API client (demo/traffic.py's create_demo_users).
+API_CLIENT = "demo-api-client"
 DEMO_FRAUD_RULES = {
     "new_destination": {"enabled": False},
     "velocity": {"floor": "100000000.00"},
@@ -92,6 +94,8 @@ def bank_environment(var: Path) -> dict[str, str]:
 
 
 def demo_environment(backend: str = "processor") -> dict[str, str]:
+    from demo.risk import FRAUD_RULES as RISK_FRAUD_RULES
+
     ports = {
         "WEB_PORT": os.environ.get("DEMO_WEB_PORT", "8000"),
         "SQS_PORT": os.environ.get("DEMO_SQS_PORT", "9324"),
@@ -136,8 +140,9 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
             "AVAILABLE_AFTER_BANKING_DAYS": "0",
             # The demo refunds and pays out to accounts made a minute before, and each merchant
             # collects thousands in its first minutes: new_destination and velocity would hold
-            # them for a person the demo does not have. first_large_debit runs as a host has it.
-            "FRAUD_RULES": json.dumps(DEMO_FRAUD_RULES),
+            # them all. first_large_debit runs as a host has it, and the risk section's merchant
+            # is watched for new destinations by a rule of its own (demo/risk.py).
+            "FRAUD_RULES": json.dumps({**DEMO_FRAUD_RULES, **RISK_FRAUD_RULES}),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -151,6 +156,26 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
 
 def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
+
+
+def risk_section(backend: str, *, web_url: str, token: str, env: dict[str, str]) -> bool:
+    """The risk controls (demo/risk.py), after the traffic's own summary: limits run past,
+    holds decided in the admin, an R17 QUESTIONABLE return; whether its checks pass."""
+    from demo.risk import bank_accounts, processor_accounts, run_risk
+    from demo.traffic import section_print
+
+    if backend == "nacha":
+        account, sandbox_url = bank_accounts(web_url, token), ""
+    else:
+        account, sandbox_url = processor_accounts(), env["PROCESSOR_BASE_URL"]
+    rows, checks = run_risk(
+        web_url=web_url,
+        token=token,
+        client_username=API_CLIENT,
+        account=account,
+        sandbox_url=sandbox_url,
+    )
+    return section_print("Risk controls", rows, checks)
 
 
 def main() -> int:
@@ -229,6 +254,7 @@ def main() -> int:
                 honcho=honcho,
                 log_path=log_path,
             )
+        ok = risk_section(backend, web_url=web, token=token, env=env) and ok
     except Exception:
         # A check that crashes must not leave the Procfile's processes holding the ports and
         # the database: stop them all, then let the error say what broke (exit non-zero).

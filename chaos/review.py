@@ -40,7 +40,7 @@ MEAN_AMOUNT = Decimal("250.50")
 # are refused over the last 40 % of the load, at any CHAOS_PAYMENTS.
 CAP_SHARE = Decimal("0.6")
 CAP_FLOOR = Decimal("500.00")
-CREDIT_DAILY_CAP = Decimal("250.00")
+CREDIT_DAILY_CAP = Decimal("150.00")
 WINDOW_BANKING_DAYS = 5
 # Payouts at once from the first capped merchant, each PAYOUT_SHARE of what is left of its
 # credit cap today (refunds of its debits count too): exactly two fit.

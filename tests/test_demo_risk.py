@@ -207,3 +207,45 @@ def test_the_operator_approves_a_held_payment_through_the_admin_over_http(
     again = admin_decide(live_server.url, username, password, str(held.id), "reject", "late")
     assert again == 200  # the review page, naming the refusal: decided once
     assert Payment.objects.get(pk=held.pk).review_status == "approved"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_section_on_the_processor_backend_passes_every_check(
+    module_settings, live_server, sqs_queues, tmp_path
+):
+    """The whole section against the real parts: the API and the admin on a live server, the
+    sandbox processor posting its callbacks to it, a worker process applying them."""
+    import signal
+
+    from rest_framework.authtoken.models import Token
+
+    from demo.risk import processor_accounts, run_risk
+    from tests.callbacks.sandbox_support import sandbox_posting_callbacks
+    from tests.callbacks.worker_support import WorkerProcess
+
+    module_settings.FRAUD_RULES = {**DEMO_FRAUD_RULES, **FRAUD_RULES}
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    UserFactory(username="admin", is_superuser=True, is_staff=True)
+    client = UserFactory(username="demo-api-client")
+    token = Token.objects.create(user=client).key
+    with sandbox_posting_callbacks(module_settings, live_server, return_after_seconds=0.2) as sb:
+        worker = WorkerProcess("--wait-time", "1", log_dir=tmp_path)
+        try:
+            rows, checks = run_risk(
+                web_url=live_server.url,
+                token=token,
+                client_username=client.username,
+                account=processor_accounts(),
+                sandbox_url=sb.base_url,
+                timeout=90,
+            )
+        finally:
+            worker.signal(signal.SIGTERM)
+            worker.wait(30)
+
+    failed = [label for label, passed in checks if not passed]
+    assert not failed, (failed, rows, worker.output[-2000:])
+    assert len(checks) == 11
+    shown = dict(rows)
+    assert shown["past the single-entry cap"] == "exposure_limit_exceeded:debit_single_limit"
+    assert shown["  its next debit"] == "account_blocked:source_token"

@@ -249,3 +249,98 @@ def test_the_section_on_the_processor_backend_passes_every_check(
     shown = dict(rows)
     assert shown["past the single-entry cap"] == "exposure_limit_exceeded:debit_single_limit"
     assert shown["  its next debit"] == "account_blocked:source_token"
+
+
+@pytest.fixture
+def bank_backend(module_settings, sqs_queues, tmp_path):
+    """The bank backend as the bank demo runs it: the vault, the originator, a directory
+    transport the sandbox bank answers through."""
+    from bank.nacha.transports import DirectoryTransport
+    from tests.bank.nacha.conftest import ORIGINATOR_SETTING
+    from tests.bank.vault.conftest import KEY_1
+
+    module_settings.PROCESSOR_BACKEND = "bank.nacha.backend.NachaBankBackend"
+    module_settings.NACHA_ORIGINATOR = dict(ORIGINATOR_SETTING)
+    module_settings.VAULT_KEYS = {"k1": KEY_1}
+    module_settings.VAULT_ACTIVE_KEY = "k1"
+    module_settings.NACHA_TRANSPORT = {
+        "kind": "directory",
+        "outbound": str(tmp_path / "out"),
+        "inbound": str(tmp_path / "in"),
+    }
+    return DirectoryTransport(outbound=str(tmp_path / "out"), inbound=str(tmp_path / "in"))
+
+
+def _bank_rounds(stop, transport, errors: list) -> None:
+    """What the bank demo's processes do, round after round: cut and deliver the files, let
+    their banking day pass and the sandbox bank answer, collect the answers, work the queue."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from bank.collect import nacha_files_collect
+    from bank.nacha.services import nacha_send_due
+    from bank.vault.services import vault_account_reveal
+    from demo.bank_day import answer_round, settle_round
+    from tests.callbacks.worker_support import run_worker
+
+    try:
+        while not stop.is_set():
+            run_worker(relay=True)
+            nacha_send_due(
+                now=timezone.now(),
+                transport=transport,
+                resolve_account=vault_account_reveal,
+                lead=None,
+            )
+            settle_round()
+            answer_round(transport.outbound, transport.inbound)
+            nacha_files_collect(transport=transport, min_age_seconds=0)
+            run_worker(relay=True)
+            stop.wait(0.3)
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+    finally:
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_section_on_the_bank_backend_passes_every_check(
+    module_settings, bank_backend, live_server
+):
+    """The whole section on the bank backend: accounts stored in the vault through the API,
+    entries in files, the sandbox bank's R17 QUESTIONABLE answer collected and applied."""
+    import threading
+
+    from rest_framework.authtoken.models import Token
+
+    from bank.nacha.models import NachaEntry
+    from demo.risk import bank_accounts, run_risk
+
+    module_settings.FRAUD_RULES = {**DEMO_FRAUD_RULES, **FRAUD_RULES}
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    UserFactory(username="admin", is_superuser=True, is_staff=True)
+    client = UserFactory(username="demo-api-client")
+    token = Token.objects.create(user=client).key
+    stop, errors = threading.Event(), []
+    rounds = threading.Thread(target=_bank_rounds, args=(stop, bank_backend, errors))
+    rounds.start()
+    try:
+        rows, checks = run_risk(
+            web_url=live_server.url,
+            token=token,
+            client_username=client.username,
+            account=bank_accounts(live_server.url, token),
+            timeout=90,
+        )
+    finally:
+        stop.set()
+        rounds.join(60)
+
+    assert not errors, errors
+    failed = [label for label, passed in checks if not passed]
+    assert not failed, (failed, rows)
+    # The rejected payout never reached a file; the approved debit did, once.
+    rejected = Payment.objects.get(review_status="rejected")
+    approved = Payment.objects.get(review_status="approved")
+    assert not NachaEntry.objects.filter(payment=rejected).exists()
+    assert NachaEntry.objects.filter(payment=approved, file__isnull=False).count() == 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from decimal import Decimal
 
+from django.db.models import Min
+
 from chaos.invariants.report import Report
 
 NOT_COUNTED = ("failed", "canceled")
@@ -149,13 +151,14 @@ def check_held_never_sent(report: Report, stats: dict, *, expected: bool = False
             "state",
         )
     }
-    first_attempt = {
-        pid: started
-        for pid, started in ProcessorAttempt.objects.filter(payment_id__in=list(reviewed))
-        .order_by("payment_id", "started_at")
-        .values_list("payment_id", "started_at")
-        .distinct("payment_id")
-    }
+    # Grouped, not DISTINCT ON: the demo runs this check on SQLite.
+    first_attempt = dict(
+        ProcessorAttempt.objects.filter(payment_id__in=list(reviewed))
+        .values("payment_id")
+        .annotate(first=Min("started_at"))
+        .order_by()
+        .values_list("payment_id", "first")
+    )
     approved_at = dict(
         PaymentEvent.objects.filter(
             payment_id__in=list(reviewed), kind=EventKind.REVIEW, event_type="approved"

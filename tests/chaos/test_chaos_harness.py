@@ -158,7 +158,11 @@ def test_the_run_s_daily_caps_are_60_percent_of_each_capped_merchant_s_load():
     assert limits["merchant-2"]["debit"]["window_banking_days"] == 5
     for caps in limits.values():
         Limits(**caps["debit"])  # each a valid set of caps
-        assert caps["credit"] == {"daily": Decimal("150.00")}
+    assert [caps["credit"]["daily"] for caps in limits.values()] == [
+        Decimal("60.00"),
+        Decimal("150.00"),
+        Decimal("150.00"),
+    ]
 
 
 def test_the_single_cap_refuses_some_load_debits_and_the_held_ones_fall_elsewhere():

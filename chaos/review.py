@@ -249,18 +249,21 @@ class Review:
 
     def risk_payouts(self, at: float, until: float) -> None:
         """``PAYOUT_RACERS`` payouts at once from the first capped merchant, each
-        ``PAYOUT_SHARE`` of what is left of its credit daily cap: two fit, the others are
-        refused 409 ``exposure_limit_exceeded``. From ``at``, once its available balance would
-        cover them all (so the cap, not the balance, stops them), or at ``until`` whatever it
-        is."""
+        ``PAYOUT_SHARE`` of what is left of its credit daily cap, or less so its available
+        balance covers them all: the cap, not the balance, refuses those past it (409
+        ``exposure_limit_exceeded``). From ``at``, once its available balance exceeds that room,
+        or at ``until`` whatever it is."""
         if self.stopping.wait(max(0.0, at - time.monotonic())):
             return
         merchant = "merchant-0"
         amount = Decimal("0.00")
         while time.monotonic() < until and not self.stopping.is_set():
-            room = self.credit_room(merchant)
-            amount = (room * PAYOUT_SHARE).quantize(Decimal("0.01"), ROUND_DOWN)
-            if amount > 0 and self.available(merchant) >= amount * PAYOUT_RACERS:
+            room, available = self.credit_room(merchant), self.available(merchant)
+            # Each a share of the room, and all of them together within the balance: the cap,
+            # not the balance, stops the third (which needs more available than room).
+            amount = min(room * PAYOUT_SHARE, available / PAYOUT_RACERS)
+            amount = max(amount, Decimal("0.00")).quantize(Decimal("0.01"), ROUND_DOWN)
+            if amount > 0 and available > room:
                 break
             self.stopping.wait(2)
         if amount <= 0:

@@ -121,6 +121,15 @@ class Review:
                  for m, ds in risk_limits(self.config.payments).items()}  # fmt: skip
         self.log(f"exposure limits set: {shown}")
 
+    def risk_payouts_late(self, seconds: float = 60) -> None:
+        """The payout race after the fault window, when it could not run inside it (a small
+        run's capped merchant has settled too little by then): its payouts still race each
+        other across the cap, and the run settles them before the checks."""
+        if self.payouts_raced:
+            return
+        self.log("the payout race did not run in the fault window: racing after it")
+        self.risk_payouts(time.monotonic(), time.monotonic() + seconds)
+
     def review_holds(self, at: float, until: float) -> None:
         """Decide the held payments every two seconds from ``at`` to ``until``, under the run's
         faults and while its creates go on."""
@@ -267,7 +276,10 @@ class Review:
                 break
             self.stopping.wait(2)
         if amount <= 0:
-            self.log(f"fault: no room left under {merchant}'s credit cap: no payouts raced")
+            self.log(
+                f"fault: no payouts raced: {room} left under {merchant}'s credit cap, "
+                f"{available} available"
+            )
             return
         url = f"http://127.0.0.1:{self.ports['web']}/api/payouts/"
         answers: list = [None] * PAYOUT_RACERS
@@ -307,5 +319,6 @@ class Review:
         for thread in threads:
             thread.join(120)
         self.review_counts.update(f"payout across the credit cap: {a}" for a in answers)
+        self.payouts_raced = True
         self.log(f"fault: {PAYOUT_RACERS} payouts of {amount} at once for {merchant}, across "
                  f"its credit cap: {Counter(answers)}")  # fmt: skip

@@ -73,6 +73,7 @@ class ChaosRun(Faults, Settling, Review):
         self.token = ""
         self.reviewer = None  # the user deciding held payments (chaos/review.py)
         self.review_counts: Counter = Counter()
+        self.payouts_raced = False
 
     def log(self, message: str) -> None:
         line = f"[{time.monotonic() - self.t0:7.1f}s] {message}"
@@ -207,6 +208,7 @@ class ChaosRun(Faults, Settling, Review):
         token = self.token = self.django_setup()
         self.start_stack()
         load = self.drive(token)
+        self.risk_payouts_late()
         self.review_remaining()
         settled, backlog = self.wait_quiet()
         self.log(f"{'settled' if settled else 'DID NOT SETTLE'}: {backlog}")

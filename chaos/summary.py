@@ -165,6 +165,8 @@ def recheck_command(database_url: str, python: str, root: Path) -> str:
     shown = Path(python).relative_to(root) if root in Path(python).parents else python
     return (
         f"logs and report.json in {VAR.relative_to(root)}/; check again with: "
+        # The run's reserve (chaos.config): payouts_never_overdraw replays the balances by it.
+        "AVAILABLE_AFTER_BANKING_DAYS=0 "
         f"DJANGO_SETTINGS_MODULE=config.settings.test DATABASE_URL={database_url} "
         f"{shown} -m chaos.invariants "
         f"--sandbox-stats {VAR.relative_to(root)}/sandbox-stats.json "

@@ -5,7 +5,8 @@ the faults run and the creates race on.
 - Limits (``risk_limits``): merchants 0 to ``LIMITED_MERCHANTS - 1`` get a debit single-entry
   cap some creates pass (amounts run from 1.00 to 500.00), a daily or a 5-banking-day cap at
   60 % of what the load brings each of them, and a credit daily cap that refunds and the
-  payouts racing it (``risk_payouts``) run into. Past one, the API answers 409
+  payouts racing it (``risk_payouts``: in the fault window, or just after it when a small
+  run's merchant had too little settled inside it) run into. Past one, the API answers 409
   ``exposure_limit_exceeded`` and the load records the key as refused.
 - Holds: ``first_large_debit`` (``chaos.config.RUN_FRAUD_RULES``) holds the first debit from an
   account above ``chaos.config.FIRST_LARGE_DEBIT``; every load debit is its account's first.

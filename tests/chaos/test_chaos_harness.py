@@ -180,3 +180,38 @@ def test_the_reviewer_approves_and_rejects_in_turn_and_races_every_other_approva
     assert [kind for kind, _ in decisions] == ["approve", "reject"] * 4
     assert [n for n, (_, race) in enumerate(decisions) if race] == [2, 6]
     assert all(kind == "approve" for kind, race in decisions if race)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_load_records_a_create_past_a_limit_as_refused_after_one_request(live_server):
+    """The load's client against the API: a create past the merchant's single-entry cap is
+    answered once, recorded as refused by its limit, not retried and not counted as lost; one
+    within it is created."""
+    import requests
+    from rest_framework.authtoken.models import Token
+
+    from chaos.load import LoadStats, _Client
+    from payments.services.limits import exposure_limit_set
+    from tests.factories import UserFactory, grant
+
+    user = UserFactory()
+    grant(user, "merchant-0")
+    exposure_limit_set(
+        merchant_id="merchant-0",
+        direction="debit",
+        currency="USD",
+        limits=Limits(single=SINGLE_CAP),
+        user=UserFactory(is_superuser=True),
+        note="the run's cap",
+    )
+    stats = LoadStats()
+    client = _Client(live_server.url, Token.objects.create(user=user).key, stats)
+    body = {"merchant_id": "merchant-0", "currency": "USD", "source_token": "tok_chaos_p00001"}
+
+    client.create(requests.Session(), 1, "key-over", {**body, "amount": "450.01"})
+    client.create(requests.Session(), 2, "key-within", {**body, "amount": "450.00"})
+
+    assert stats.refused == {"key-over": "exposure_limit_exceeded:debit_single_limit"}
+    assert list(stats.created) == ["key-within"]
+    assert (stats.statuses["409"], stats.statuses["201"], stats.retries) == (1, 1, 0)
+    assert stats.failures == []

@@ -23,7 +23,8 @@ life (or since ``POST /_sandbox/reset``):
                             ``return_after_seconds``
 ``tok_questionable...``     accepted, ``settled``, then ``returned`` R17 whose message says
                             ``QUESTIONABLE`` (the account was opened under false pretenses)
-                            after ``return_after_seconds``
+                            after ``return_after_seconds``; no random 4xx or early return
+                            takes it another way (a demo counts on the R17)
 ``tok_nsfonce...``          as ``tok_nsf`` for the token's first debit only; later debits on it
                             (a reinitiation) settle
 ``tok_noc...``              accepted, ``settled``, then a ``notification_of_change`` C01
@@ -194,6 +195,8 @@ class FaultPlan:
             return DebitFault(_COUNTED_FAULTS[rule[1]])
         if source_token.startswith("tok_reject"):
             return DebitFault(FaultKind.REJECTED)
+        if source_token.startswith("tok_questionable"):
+            return DebitFault(FaultKind.NONE, latency)
         if draw < config.p_5xx:
             return DebitFault(FaultKind.SERVER_ERROR, latency)
         if draw < config.p_5xx + config.p_4xx:
@@ -205,6 +208,8 @@ class FaultPlan:
     def returns(self, source_token: str) -> bool:
         if source_token.startswith("tok_return"):
             return True
+        if source_token.startswith("tok_questionable"):
+            return False
         return self._chance(self.config.p_return)
 
     def settled_return_code(self, source_token: str, *, first_debit: bool = True) -> str | None:

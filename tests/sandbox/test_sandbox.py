@@ -360,6 +360,17 @@ def test_seeded_faults_are_reproducible():
     assert kinds.count("none") > 100
 
 
+def test_a_questionable_token_escapes_the_random_faults_that_would_take_it_another_way():
+    # Every random fault certain: a 4xx on each call, a return before settlement each time.
+    plan = FaultPlan(FaultConfig(p_4xx=1.0, p_return=1.0, p_settled_return=1.0), seed=3)
+
+    assert plan.debit_fault("tok_seed_1").kind == "4xx"
+    assert plan.returns("tok_seed_1")
+    assert [plan.debit_fault(f"tok_questionable_{i}").kind for i in range(50)] == ["none"] * 50
+    assert not any(plan.returns(f"tok_questionable_{i}") for i in range(50))
+    assert plan.settled_return_code("tok_questionable_1") == "R17"
+
+
 def test_latency_has_a_heavy_tail():
     plan = FaultPlan(FaultConfig(latency_median_ms=50, latency_sigma=1.0), seed=1)
     samples = sorted(plan.debit_fault("tok_latency").latency_seconds for _ in range(4000))

@@ -27,7 +27,7 @@ import logging
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -82,8 +82,8 @@ class Method(abc.ABC):
 
 
 class Prenote(Method):
-    """The zero-dollar entry goes in the next file of the bank backend (``prenote_entry``);
-    the row waits for ``live_from``."""
+    """The zero-dollar entry goes in the next file of a backend that can send one (the bank's
+    ``prenote_queue``); the row waits for ``live_from``, set once the file is at the bank."""
 
     name = ValidationMethod.PRENOTE
 
@@ -93,9 +93,26 @@ class Prenote(Method):
         return f"{type(backend).__name__} cannot send prenotes (a bank backend's file can)"
 
     def begin(self, validation: AccountValidation, *, now: datetime) -> None:
-        settlement = add_banking_days(now, PRENOTE_SETTLEMENT_BANKING_DAYS)
-        validation.live_from = add_banking_days(settlement, PRENOTE_WAIT_BANKING_DAYS)
+        from payments.processor.backend import get_backend
+
         validation.expires_at = None
+        queue = getattr(get_backend(), "prenote_queue", None)
+        if queue is not None:
+            # The backend writes the entry into a file of its own later (the bank's next cut),
+            # in this transaction: the wait starts from the file's settlement date, set when
+            # the file is delivered (``prenote_sent``). Until then nothing matures.
+            trace_number = queue(
+                validation_id=validation.pk,
+                account_token=validation.account_token,
+                merchant_id=validation.merchant_id,
+            )
+            validation.live_from = None
+            validation.evidence = {
+                "prenote": {"queued_at": now.isoformat(), "trace_number": trace_number}
+            }
+            return
+        settlement = add_banking_days(now, PRENOTE_SETTLEMENT_BANKING_DAYS)
+        validation.live_from = prenote_live_from(settlement)
         validation.evidence = {
             "prenote": {
                 "sent_at": now.isoformat(),
@@ -103,6 +120,12 @@ class Prenote(Method):
                 "live_from": validation.live_from.isoformat(),
             }
         }
+
+
+def prenote_live_from(settlement: date | datetime) -> datetime:
+    """When an account whose prenote settles on ``settlement`` takes live entries: the start of
+    the third banking day after it (the end of the second)."""
+    return add_banking_days(settlement, PRENOTE_WAIT_BANKING_DAYS)
 
 
 def prenote_transaction_code(account_type: str, direction: str = "debit") -> str:

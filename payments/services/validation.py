@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
@@ -45,7 +45,12 @@ from payments.processor.backend import get_backend
 from payments.services.create import outbox_enqueue
 from payments.services.transitions import payment_transition, transition_announce
 from payments.services.validation_rule import THEN_REVIEW
-from payments.validation_methods import Outcome, method_for, micro_entries_digest
+from payments.validation_methods import (
+    Outcome,
+    method_for,
+    micro_entries_digest,
+    prenote_live_from,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -230,26 +235,85 @@ def micro_amounts_parse(value: object) -> list[Decimal]:
     return amounts
 
 
-def prenote_returned(*, account_token: str, return_code: str, now: datetime | None = None) -> bool:
+def prenote_returned(
+    *,
+    account_token: str,
+    return_code: str,
+    now: datetime | None = None,
+    trace_number: str = "",
+) -> bool:
     """A return of the account's prenote: before ``live_from``, the validation fails with the
-    return's code (and its held debits with it). True when it failed it."""
+    return's code (and its held debits with it, each once). With ``trace_number``, only a
+    return of the validation's current prenote counts (one of a prenote sent before the
+    validation was started again changes nothing). True when it failed it."""
     now = now or timezone.now()
+    return _prenote_fail(
+        account_token=account_token,
+        trace_number=trace_number,
+        reason=f"prenote returned {return_code}",
+        evidence={"return": {"code": return_code, "received_at": now.isoformat()}},
+    )
+
+
+def prenote_refused(*, account_token: str, trace_number: str, reason: str) -> bool:
+    """The backend could not write the account's prenote (no such account in its vault, an
+    account of another merchant): the validation fails with the reason, as a return would."""
+    return _prenote_fail(
+        account_token=account_token,
+        trace_number=trace_number,
+        reason=f"prenote not sent: {reason}",
+        evidence={"refused": {"reason": reason[:255]}},
+    )
+
+
+def _prenote_fail(*, account_token: str, trace_number: str, reason: str, evidence: dict) -> bool:
     with transaction.atomic():
         validation = (
             AccountValidation.objects.select_for_update()
             .filter(account_token=account_token)
             .first()
         )
-        if (
-            validation is None
-            or validation.method != ValidationMethod.PRENOTE
-            or validation.state != ValidationState.PENDING
-        ):
+        if validation is None or not _prenote_pending(validation, trace_number):
             return False
-        evidence = dict(validation.evidence)
-        evidence["return"] = {"code": return_code, "received_at": now.isoformat()}
-        validation.evidence = evidence
-        _complete(validation, validated=False, reason=f"prenote returned {return_code}")
+        validation.evidence = {**validation.evidence, **evidence}
+        _complete(validation, validated=False, reason=reason)
+    return True
+
+
+def _prenote_pending(validation: AccountValidation, trace_number: str) -> bool:
+    """Whether the (locked) validation waits on a prenote, and on the one of ``trace_number``
+    when it is given."""
+    if validation.method != ValidationMethod.PRENOTE:
+        return False
+    if validation.state != ValidationState.PENDING:
+        return False
+    current = validation.evidence.get("prenote", {}).get("trace_number", "")
+    return not trace_number or current == trace_number
+
+
+def prenote_sent(
+    *, account_token: str, trace_number: str, settlement_date: date, file_name: str
+) -> bool:
+    """The prenote ``trace_number`` is at the bank in a file settling on ``settlement_date``:
+    the account takes live entries from the third banking day after it (``live_from``), when
+    nothing came back by then (``prenotes_mature``). Call in the transaction that records the
+    delivery. True when the validation waits on this prenote."""
+    validation = (
+        AccountValidation.objects.select_for_update().filter(account_token=account_token).first()
+    )
+    if validation is None or not _prenote_pending(validation, trace_number):
+        return False
+    validation.live_from = prenote_live_from(settlement_date)
+    prenote = dict(validation.evidence.get("prenote", {}))
+    prenote.update(
+        {
+            "file": file_name,
+            "settlement_date": settlement_date.isoformat(),
+            "live_from": validation.live_from.isoformat(),
+        }
+    )
+    validation.evidence = {**validation.evidence, "prenote": prenote}
+    validation.save(update_fields=["live_from", "evidence", "updated_at"])
     return True
 
 

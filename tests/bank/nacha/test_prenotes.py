@@ -364,3 +364,38 @@ def test_a_prenote_whose_account_changed_number_before_the_cut_is_not_sent(bank,
     prenote = NachaPrenote.objects.get(account_token=token)
     assert "unvalidated" in prenote.refused_reason
     assert AccountValidation.objects.get(account_token=token).state == "unvalidated"
+
+
+# --- through the API -----------------------------------------------------------------------------
+
+
+def test_the_api_starts_a_prenote_on_the_bank_backend_and_refuses_micro_entries_by_name(
+    bank, api_client, user
+):
+    from tests.factories import grant
+
+    grant(user, MERCHANT)
+    token = _account()
+
+    started = api_client.post(
+        f"/api/accounts/{token}/validation/",
+        {"merchant_id": MERCHANT, "method": "prenote"},
+        format="json",
+    )
+    micro = api_client.post(
+        f"/api/accounts/{_account(account_number='999988887777')}/validation/",
+        {"merchant_id": MERCHANT, "method": "micro_entries"},
+        format="json",
+    )
+
+    assert started.status_code == 201, started.json()
+    assert (started.json()["state"], started.json()["method"]) == ("pending", "prenote")
+    assert NachaPrenote.objects.filter(account_token=token, file__isnull=True).count() == 1
+    assert micro.status_code == 409
+    error = micro.json()["error"]
+    assert error["code"] == "validation_method_unavailable"
+    assert "micro-entries" in error["message"]
+    _cut_and_deliver(bank)
+    shown = api_client.get(f"/api/accounts/{token}/validation/").json()
+    assert shown["state"] == "pending"
+    assert "123456789012" not in json.dumps(shown)

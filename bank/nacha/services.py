@@ -206,6 +206,8 @@ def nacha_file_cut(
             resolve_account=resolve_account,
             accounts=accounts,
         )
+        for prenote, reason in plan.prenote_refusals:
+            _prenote_refuse(prenote, reason)
         cut, stale = _cut_store(plan, window=window, originator=originator, refused=refused)
         if cut is not None:
             logger.info(
@@ -368,7 +370,7 @@ def _cut_store(
     it no longer does and must be planned again; (None, False) when there is nothing to cut.
     The plan's refusals of entries still waiting are recorded either way."""
     planned = [entry.pk for entry, _ in plan.usable] + [entry.pk for entry, _ in plan.refusals]
-    planned_prenotes = [p.pk for p, _ in plan.prenotes] + [p.pk for p, _ in plan.prenote_refusals]
+    planned_prenotes = [prenote.pk for prenote, _ in plan.prenotes]
     if not planned and not planned_prenotes:
         return None, False
     with transaction.atomic():
@@ -386,24 +388,24 @@ def _cut_store(
         for entry, reason in plan.refusals:
             if entry.pk in locked:
                 _entry_refuse(locked[entry.pk], reason, refused)
-        # The prenotes and their validations, locked: a validation that ended or was reset
-        # meanwhile (a NOC) has its prenote refused, never sent.
+        # The prenotes' rows, locked (their validations only read: a validation's lock is taken
+        # before the counter's by a start, so never after it here). A validation that ended or
+        # was reset meanwhile (a NOC) has its prenote left out, never sent; one that ends after
+        # this read finds its prenote at the bank and ignores it (``prenote_sent``).
         locked_prenotes = {
             prenote.pk: prenote
-            for prenote in NachaPrenote.objects.select_for_update(of=("self", "validation"))
+            for prenote in NachaPrenote.objects.select_for_update(of=("self",))
             .select_related("validation")
             .filter(pk__in=planned_prenotes, file__isnull=True, refused_reason="")
         }
-        for prenote, reason in plan.prenote_refusals:
-            if prenote.pk in locked_prenotes:
-                _prenote_refuse(locked_prenotes[prenote.pk], reason)
         stale = False
         for prenote, _ in plan.prenotes:
             now_prenote = locked_prenotes.get(prenote.pk)
             if now_prenote is None:
                 stale = True
             elif problem := _prenote_unsendable(now_prenote, now_prenote.validation):
-                _prenote_refuse(now_prenote, problem)
+                now_prenote.refused_reason = problem[:255]
+                now_prenote.save(update_fields=["refused_reason"])
                 stale = True
         for entry, _ in plan.usable:
             now_entry = locked.get(entry.pk)
@@ -488,12 +490,26 @@ def _prenote_entry(
 
 def _prenote_refuse(prenote: NachaPrenote, reason: str) -> None:
     """Leave the prenote out of every file, and fail its validation (if it still waits on it)
-    with the reason, in the cut's transaction."""
-    prenote.refused_reason = reason[:255]
-    prenote.save(update_fields=["refused_reason"])
-    prenote_refused(
-        account_token=prenote.account_token, trace_number=prenote.trace_number, reason=reason
-    )
+    with the reason, in a transaction of its own, before the cut stores: the validation's row
+    is locked first, then the prenote's, the order a start takes (validation, then the trace
+    counter) and the cut's store (the counter, then the prenotes) agree with. A prenote a
+    concurrent cut took meanwhile is left to it."""
+    with transaction.atomic():
+        AccountValidation.objects.select_for_update().filter(
+            account_token=prenote.account_token
+        ).first()
+        waiting = (
+            NachaPrenote.objects.select_for_update()
+            .filter(pk=prenote.pk, file__isnull=True, refused_reason="")
+            .first()
+        )
+        if waiting is None:
+            return
+        waiting.refused_reason = reason[:255]
+        waiting.save(update_fields=["refused_reason"])
+        prenote_refused(
+            account_token=prenote.account_token, trace_number=prenote.trace_number, reason=reason
+        )
     logger.warning(
         "nacha prenote refused",
         extra={"merchant_id": prenote.merchant_id, "trace": prenote.trace_number},

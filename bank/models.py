@@ -15,6 +15,7 @@ from bank.nacha.models import (  # noqa: F401
     NachaFile,
     NachaInboundEvent,
     NachaInboundFile,
+    NachaPrenote,
     NachaTraceCounter,
 )
 from bank.vault.models import VaultAccount  # noqa: F401

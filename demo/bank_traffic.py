@@ -70,6 +70,8 @@ class Run:
     # many WEB accounts were validated before their debits.
     web_refused_first: bool = True
     web_validated: int = 0
+    # Prenotes (demo/validation.py): account token -> the state its validation must reach.
+    prenotes: dict[str, str] = field(default_factory=dict)
 
     def expected(self) -> dict[str, Rule]:
         """Payment id -> the rule its account was given (the n-th payment debits the n-th)."""
@@ -300,6 +302,7 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
             run.web_validated == sum(a.body["sec_code"] == "WEB" for a in run.accounts),
         ),
         _web_debits_validated_first(),
+        *_prenotes_checks(run),
         *_books_checks(),
         ("no account number in any log", not leaked),
         ("no account number stored in the clear in any table", not stored),
@@ -333,6 +336,13 @@ def _books_checks() -> list[tuple[str, bool]]:
     return books_check(
         outbound=nacha["outbound"], inbound=nacha["inbound"], statements=statements["inbound"]
     )
+
+
+def _prenotes_checks(run: Run) -> list[tuple[str, bool]]:
+    from demo.validation import prenotes_check
+
+    # A run that tried no prenote (a test of the other checks) has none to check.
+    return prenotes_check(run.prenotes) if run.prenotes else []
 
 
 def _web_debits_validated_first() -> tuple[str, bool]:
@@ -378,9 +388,10 @@ def run_bank_traffic(*, web_url, token, payments, honcho, log_path) -> bool:
     run = Run(accounts=demo_accounts(payments))
     print(f"  storing {payments} bank accounts in the vault, then debiting each", flush=True)
     _store_accounts(web_url, token, run)
-    from demo.validation import web_accounts_validate
+    from demo.validation import prenotes_start, web_accounts_validate
 
     run.web_refused_first, run.web_validated = web_accounts_validate(web_url, token, run.accounts)
+    run.prenotes = prenotes_start(web_url, token, MERCHANTS[0])
     rng = random.Random(42)
     bodies = [
         {

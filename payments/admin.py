@@ -731,6 +731,7 @@ class AccountValidationAdmin(ReadOnlyModelAdmin):
         "attempts",
         "expires_at",
         "live_from",
+        "retry_at",
         "validated_at",
         "failed_at",
     ]

@@ -88,7 +88,8 @@ def review_holds_check() -> int:
 @shared_task(name="payments.tasks.account_validations_advance", ignore_result=True)
 def account_validations_advance() -> int:
     """End the account validations whose time has come: prenotes past their wait (validated),
-    micro-entries past their expiry (failed); the debits held on them follow."""
+    micro-entries past their expiry (failed), and ask a validation service again where it
+    could not answer; the debits held on them follow."""
     from payments.services.validation import account_validations_advance as advance
 
     with single_flight("payments.account_validations_advance") as acquired:

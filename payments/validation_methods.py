@@ -27,9 +27,10 @@ import logging
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+import requests
 from django.conf import settings
 from django.utils.module_loading import import_string
 
@@ -58,11 +59,19 @@ MICRO_ENTRY_DIGEST_CONTEXT = b"payments.micro_entries.v1"
 @dataclass
 class Outcome:
     """What a method found: ``validated`` True or False, the evidence to keep, the reason of a
-    failure. None from ``after_commit``: the answer comes later (a return, the amounts)."""
+    failure. None from ``after_commit``: the answer comes later (a return, the amounts).
+    ``retry``: no answer yet (the service could not be reached): ask again later."""
 
     validated: bool
     evidence: dict = field(default_factory=dict)
     reason: str = ""
+    retry: bool = False
+
+
+class ValidationServiceUnavailable(Exception):
+    """A validation service raises this when it could not answer this time (its own outage):
+    the validation stays pending and is asked again, as for a connection error, a timeout or
+    an HTTP 5xx or 429."""
 
 
 class Method(abc.ABC):
@@ -82,8 +91,8 @@ class Method(abc.ABC):
 
 
 class Prenote(Method):
-    """The zero-dollar entry goes in the next file of the bank backend (``prenote_entry``);
-    the row waits for ``live_from``."""
+    """The zero-dollar entry goes in the next file of a backend that can send one (the bank's
+    ``prenote_queue``); the row waits for ``live_from``, set once the file is at the bank."""
 
     name = ValidationMethod.PRENOTE
 
@@ -93,9 +102,26 @@ class Prenote(Method):
         return f"{type(backend).__name__} cannot send prenotes (a bank backend's file can)"
 
     def begin(self, validation: AccountValidation, *, now: datetime) -> None:
-        settlement = add_banking_days(now, PRENOTE_SETTLEMENT_BANKING_DAYS)
-        validation.live_from = add_banking_days(settlement, PRENOTE_WAIT_BANKING_DAYS)
+        from payments.processor.backend import get_backend
+
         validation.expires_at = None
+        queue = getattr(get_backend(), "prenote_queue", None)
+        if queue is not None:
+            # The backend writes the entry into a file of its own later (the bank's next cut),
+            # in this transaction: the wait starts from the file's settlement date, set when
+            # the file is delivered (``prenote_sent``). Until then nothing matures.
+            trace_number = queue(
+                validation_id=validation.pk,
+                account_token=validation.account_token,
+                merchant_id=validation.merchant_id,
+            )
+            validation.live_from = None
+            validation.evidence = {
+                "prenote": {"queued_at": now.isoformat(), "trace_number": trace_number}
+            }
+            return
+        settlement = add_banking_days(now, PRENOTE_SETTLEMENT_BANKING_DAYS)
+        validation.live_from = prenote_live_from(settlement)
         validation.evidence = {
             "prenote": {
                 "sent_at": now.isoformat(),
@@ -103,6 +129,12 @@ class Prenote(Method):
                 "live_from": validation.live_from.isoformat(),
             }
         }
+
+
+def prenote_live_from(settlement: date | datetime) -> datetime:
+    """When an account whose prenote settles on ``settlement`` takes live entries: the start of
+    the third banking day after it (the end of the second)."""
+    return add_banking_days(settlement, PRENOTE_WAIT_BANKING_DAYS)
 
 
 def prenote_transaction_code(account_type: str, direction: str = "debit") -> str:
@@ -195,7 +227,10 @@ def micro_entries_digest(account_token: str, amounts: list[Decimal]) -> str:
 class ValidationService(abc.ABC):
     """A commercial validation service (a bank-data API, a consortium), as the host writes it
     and names it in ``PAYMENTS["ACCOUNT_VALIDATION_SERVICE"]``. ``validate`` is called outside
-    any transaction; an exception is a failed validation with its name (start it again)."""
+    any transaction. A failure that may pass (``ValidationServiceUnavailable``, a connection
+    error, a timeout, an HTTP 5xx or 429 raised by ``requests``) leaves the validation pending,
+    asked again a bounded number of times; any other exception (an HTTP 4xx: the service
+    refused the question) fails it with its name, as its definite no does."""
 
     @abc.abstractmethod
     def validate(self, *, account_token: str, merchant_id: str) -> Outcome:
@@ -222,11 +257,45 @@ class Service(Method):
                 account_token=validation.account_token, merchant_id=validation.merchant_id
             )
         except Exception as exc:  # noqa: BLE001 - the service's failure is the outcome, named
+            if service_failure_passes(exc):
+                logger.warning(
+                    "the validation service could not answer validation %s: %s",
+                    validation.id,
+                    type(exc).__name__,
+                    exc_info=True,
+                )
+                reason = f"the validation service is unavailable: {_passing_failure(exc)}"
+                return Outcome(False, reason=reason[:255], retry=True)
             logger.exception("the validation service failed on validation %s", validation.id)
             return Outcome(False, reason=f"the validation service failed: {exc}"[:255])
         if not isinstance(outcome, Outcome):
             return Outcome(False, reason="the validation service answered no Outcome")
         return outcome
+
+
+def service_failure_passes(exc: BaseException) -> bool:
+    """Whether the service's failure may pass if asked again: its own word for it, a connection
+    error or a timeout (``requests``' or the standard library's), an HTTP 5xx or 429."""
+    if isinstance(exc, (ValidationServiceUnavailable, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+        return True
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        status = exc.response.status_code
+        return status >= 500 or status == 429
+    return False
+
+
+def _passing_failure(exc: BaseException) -> str:
+    """The failure as the evidence keeps it (the API shows it): the HTTP status or the kind of
+    error, never the message of a library's error, which names the service's host and port;
+    the service's own ``ValidationServiceUnavailable`` in its words."""
+    if isinstance(exc, ValidationServiceUnavailable):
+        return str(exc)
+    response = getattr(exc, "response", None)
+    if isinstance(exc, requests.HTTPError) and response is not None:
+        return f"HTTP {response.status_code}"
+    return type(exc).__name__
 
 
 def validation_service() -> ValidationService:

@@ -416,3 +416,65 @@ def test_the_bank_demo_refuses_a_web_debit_then_validates_every_web_account(
     }
     label, passed = web_debits_validated_first()
     assert passed and "WEB debits sent" in label
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bank_demo_prenotes_one_returned_r03_and_one_validated_from_live_from(
+    demo_bank, live_server, user
+):
+    """demo/validation.py's prenotes against the API on the bank backend: both start pending,
+    the file goes out, the sandbox bank answers the NOACCOUNT one R03 (demo/bank_day.py's
+    round), the collect fails its validation, and the check moves the calendar past the other's
+    live_from: every check passes; a WEB debit from the returned account is then refused."""
+    from django.utils import timezone
+    from rest_framework.authtoken.models import Token
+
+    from bank.collect import nacha_files_collect
+    from bank.nacha.services import nacha_send_due
+    from bank.vault.services import vault_account_reveal
+    from demo.bank_day import answer_round
+    from demo.traffic import MERCHANTS
+    from demo.validation import prenotes_check, prenotes_start
+    from payments.exceptions import AccountNotValidated
+    from payments.models import AccountValidation
+    from payments.processor.backend import reset_backend
+    from payments.services import payment_create
+    from tests.factories import grant
+
+    reset_backend()
+    grant(user, MERCHANTS[0])
+    try:
+        expected = prenotes_start(
+            live_server.url, Token.objects.create(user=user).key, MERCHANTS[0]
+        )
+    finally:
+        reset_backend()
+    assert sorted(expected.values()) == ["failed", "validated"]
+    sent = nacha_send_due(
+        now=timezone.now(), transport=demo_bank, resolve_account=vault_account_reveal, lead=None
+    )
+    assert len(sent.delivered) == 1
+    assert len(answer_round(demo_bank.outbound, demo_bank.inbound)) == 1
+    nacha_files_collect(transport=demo_bank, min_age_seconds=0)
+
+    checks = prenotes_check(expected, timeout=5)
+
+    assert [passed for _, passed in checks] == [True, True, True], checks
+    states = dict(AccountValidation.objects.values_list("account_token", "state"))
+    assert {states[t] for t in expected} == {"failed", "validated"}
+    returned = next(t for t, s in expected.items() if s == "failed")
+    with pytest.raises(AccountNotValidated):
+        payment_create(
+            merchant_id=MERCHANTS[0], amount=Decimal("5.00"), source_token=returned, sec_code="WEB"
+        )
+
+
+@pytest.mark.django_db
+def test_the_demo_prenote_check_fails_when_no_prenote_came_back():
+    from demo.validation import prenotes_check
+
+    checks = prenotes_check({"tok_missing_1": "failed", "tok_missing_2": "validated"}, timeout=0)
+    assert [passed for _, passed in checks] == [True, False, False]
+
+    checks = prenotes_check({"tok_missing_1": "not started"}, timeout=0)
+    assert checks[0] == ("prenotes started on the bank backend (0 of 2)", False)

@@ -6,13 +6,28 @@ a file with the accounts masked.
 
 from django.contrib import admin
 
-from bank.nacha.models import NachaEntry, NachaFile, NachaInboundEvent, NachaInboundFile
+from bank.nacha.models import (
+    NachaEntry,
+    NachaFile,
+    NachaInboundEvent,
+    NachaInboundFile,
+    NachaPrenote,
+)
 from payments.admin_base import ReadOnlyInline, ReadOnlyModelAdmin
 
 
 class NachaEntryInline(ReadOnlyInline):
     model = NachaEntry
     fields = ("trace_number", "payment", "sec_code", "refused_reason")
+    readonly_fields = fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+class NachaPrenoteInline(ReadOnlyInline):
+    model = NachaPrenote
+    fields = ("trace_number", "validation", "sec_code", "refused_reason")
     readonly_fields = fields
 
     def get_readonly_fields(self, request, obj=None):
@@ -51,7 +66,7 @@ class NachaFileAdmin(ReadOnlyModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return self.fields
 
-    inlines = [NachaEntryInline]
+    inlines = [NachaEntryInline, NachaPrenoteInline]
 
 
 @admin.register(NachaEntry)
@@ -65,6 +80,41 @@ class NachaEntryAdmin(ReadOnlyModelAdmin):
         return self.fields
 
 
+@admin.register(NachaPrenote)
+class NachaPrenoteAdmin(ReadOnlyModelAdmin):
+    """Prenotes (an account's validation by a zero-dollar entry): queued, cut into a file or
+    refused with the reason; their answers are the inbound events that name them."""
+
+    list_display = (
+        "trace_number",
+        "validation",
+        "merchant_id",
+        "file",
+        "sec_code",
+        "refused_reason",
+        "created_at",
+    )
+    list_filter = ("sec_code",)
+    search_fields = ("trace_number", "account_token", "merchant_id")
+    fields = (
+        "trace_number",
+        "validation",
+        "account_token",
+        "merchant_id",
+        "file",
+        "sec_code",
+        "refused_reason",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("validation", "file")
+
+
 class NachaInboundEventInline(ReadOnlyInline):
     model = NachaInboundEvent
     fields = (
@@ -73,6 +123,7 @@ class NachaInboundEventInline(ReadOnlyInline):
         "event_type",
         "original_trace_number",
         "payment",
+        "prenote",
         "published_at",
     )
     readonly_fields = fields

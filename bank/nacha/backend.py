@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from bank.nacha import settings as nacha_settings
 from bank.nacha.models import NachaEntry
-from bank.nacha.services import nacha_entry_add, nacha_entry_withdraw
+from bank.nacha.services import nacha_entry_add, nacha_entry_withdraw, nacha_prenote_add
 from bank.nacha.windows import window_next
 from bank.vault.selectors import (
     UNKNOWN_TOKEN_MESSAGE,
@@ -59,12 +59,20 @@ URL = "nacha:"
 
 
 class NachaBankBackend(ProcessorBackend):
-    # Every entry of a file is a payment's (``NachaEntry``): the zero-dollar prenote and the
-    # micro-entries, which are no payment, are not written to a file yet. An account on this
-    # backend is validated by a validation service (payments.validation_methods).
+    # A prenote is a zero-dollar entry of the next file (``bank.nacha.services``). The
+    # micro-entries, which are no payment, are not written to a file yet: an account on this
+    # backend is validated by a prenote or a validation service (payments.validation_methods).
+    supports_prenotes = True
     micro_entries_unsupported = (
-        "the bank backend writes only payments' entries to its files: validate by a service"
+        "the bank backend writes no micro-entries to its files: validate by a prenote or a service"
     )
+
+    def prenote_queue(self, *, validation_id: int, account_token: str, merchant_id: str) -> str:
+        """Queue the account's prenote for the next file (in the caller's transaction); its
+        trace number."""
+        return nacha_prenote_add(
+            validation_id=validation_id, account_token=account_token, merchant_id=merchant_id
+        )
 
     def source_token_refused(self, *, token: str, merchant_id: str) -> str | None:
         # The vault's token is the module's own: one of another merchant (or none) is refused

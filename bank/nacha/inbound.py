@@ -13,6 +13,13 @@ No account number leaves this module in an event: a NOC's corrected account or r
 number is sealed in the vault as a new account, and the event carries its token and last 4
 digits. The same file read twice is the same row; the same return in another file is the same
 event (its deduplication id is unique).
+
+A return or NOC of one of our prenotes (``NachaPrenote``) is no payment's event: it is applied
+to the account's validation in the import's transaction, once (its row, with the same unique
+deduplication id, is written published). A return fails the validation with its code, and each
+debit held on it once; a NOC is recorded in its evidence, and one that changes the account
+number (C01/C03/C06/C07) makes the account new, unvalidated (its corrected account vaulted as
+another token, as a payment's NOC's is).
 """
 
 from __future__ import annotations
@@ -24,14 +31,22 @@ from datetime import UTC, datetime
 
 from bank.nacha import layouts as L
 from bank.nacha.accounts import AccountUnavailable
-from bank.nacha.models import InboundStatus, NachaEntry, NachaInboundEvent, NachaInboundFile
+from bank.nacha.models import (
+    InboundStatus,
+    NachaEntry,
+    NachaInboundEvent,
+    NachaInboundFile,
+    NachaPrenote,
+)
 from bank.nacha.parser import Entry, NachaFile, NachaFormatError, parse_nacha
 from bank.nacha.received import received_file_store, received_name_shown
 from bank.nacha.sealing import inbound_aad
 from bank.nacha.windows import EASTERN
 from payments import catalogue
 from payments.alerts import AlertSeverity, alert_key_bounded, alert_raise
-from payments.change_codes import corrected_data_problems
+from payments.change_codes import change_code_get, corrected_data_problems
+from payments.services.validation import prenote_returned
+from payments.services.validation_rule import account_number_changed
 
 logger = logging.getLogger(__name__)
 
@@ -306,6 +321,9 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> NachaInboundFi
     )
     count = 0
     for entry in parsed.entries():
+        if _prenote_answer(entry, moment, stored):
+            count += 1
+            continue
         code, event_type, ours, event, dedup = _event_for(entry, moment)
         count += 1
         if NachaInboundEvent.objects.filter(deduplication_id=dedup).exists():
@@ -323,3 +341,68 @@ def _import(name: str, content: bytes, sha: str, sealed: dict) -> NachaInboundFi
     stored.entry_count = count
     stored.save(update_fields=["entry_count"])
     return stored
+
+
+def _prenote_answer(entry: Entry, moment: datetime, stored: NachaInboundFile) -> bool:
+    """Apply ``entry`` to its prenote's validation if it answers one of our prenotes (see the
+    module docstring); False when it answers no prenote."""
+    addenda = entry.return_addenda
+    if addenda is None:
+        return False
+    original_trace = addenda["original_entry_trace_number"]
+    prenote = NachaPrenote.objects.filter(trace_number=original_trace).first()
+    if prenote is None:
+        return False
+    is_noc = addenda["addenda_type_code"] == "98"
+    code = addenda.text("change_code" if is_noc else "return_reason_code")
+    event_type = event_type_of(code)
+    dedup = f"{original_trace}.{_fingerprint(event_type, code, 'prenote', entry.trace_number)}"
+    if NachaInboundEvent.objects.filter(deduplication_id=dedup).exists():
+        return True  # read before, from another file: applied once
+    event: dict = {
+        "account_validation_id": prenote.validation_id,
+        "event_type": event_type,
+        "timestamp": moment.isoformat(),
+        "reason_code": "" if is_noc else code,
+        "message": f"ACH {'NOC' if is_noc else 'return'} {code} of prenote {original_trace}, "
+        f"bank trace {entry.trace_number}",
+    }
+    if is_noc:
+        event["change_code"] = code
+        event["corrected_data"] = _corrected_data(
+            code, addenda["corrected_data"], prenote.account_token
+        )
+    NachaInboundEvent.objects.create(
+        file=stored,
+        record_number=entry.record.number,
+        original_trace_number=original_trace,
+        code=code,
+        event_type=event_type,
+        prenote=prenote,
+        deduplication_id=dedup,
+        event=event,
+        published_at=moment,
+        message_id="applied to the account validation",
+    )
+    if not is_noc:
+        applied = prenote_returned(
+            account_token=prenote.account_token,
+            return_code=code,
+            now=moment,
+            trace_number=original_trace,
+        )
+    else:
+        known = change_code_get(code)
+        applied = known is not None and not known.refused
+        if applied:
+            account_number_changed(
+                account_token=prenote.account_token, change_code=code, source="prenote_noc"
+            )
+    logger.info(
+        "prenote %s answered %s%s",
+        original_trace,
+        code,
+        "" if applied else " (its validation no longer waits on it)",
+        extra={"merchant_id": prenote.merchant_id, "trace": original_trace},
+    )
+    return True

@@ -117,6 +117,42 @@ class NachaEntry(models.Model):
         return self.trace_number
 
 
+class NachaPrenote(models.Model):
+    """An account's prenote (``payments.validation_methods.Prenote`` on the bank backend): a
+    zero-dollar entry with a trace number of the ODFI's sequence, in exactly one file, as a
+    payment's ``NachaEntry`` is. Queued in the transaction that starts the validation; the cut
+    writes it in the merchant's batch; the delivery of its file sets the validation's
+    ``live_from``; a return or NOC of its trace number comes back to the validation
+    (``bank.nacha.prenotes``). A validation started again sends a new one: its evidence names
+    the current trace number, and an older prenote's answer changes nothing."""
+
+    validation = models.ForeignKey(
+        "payments.AccountValidation", on_delete=models.PROTECT, related_name="nacha_prenotes"
+    )
+    account_token = models.CharField(max_length=128, db_index=True)
+    merchant_id = models.CharField(max_length=64)
+    trace_number = models.CharField(max_length=15, unique=True)
+    file = models.ForeignKey(
+        NachaFile, null=True, blank=True, on_delete=models.PROTECT, related_name="prenotes"
+    )
+    sec_code = models.CharField(max_length=3, blank=True)
+    # Why it was not written (the vault has no such account, the validation ended first).
+    refused_reason = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(file__isnull=True, refused_reason=""),
+                name="nacha_prenote_not_in_a_file",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"prenote {self.trace_number}"
+
+
 class InboundStatus(models.TextChoices):
     IMPORTED = "imported", "Imported: every entry became an event"
     REFUSED = "refused", "Refused whole: malformed, nothing imported"
@@ -162,7 +198,8 @@ class NachaInboundEvent(models.Model):
     ``deduplication_id`` (the original trace number and a fingerprint of the code) is unique:
     the same return read again, in the same file or a resent one, is one row and one message.
     ``payment`` is empty when the trace number matches no entry of ours: the event then goes to
-    the dead-letter queue for a human instead of the main queue.
+    the dead-letter queue for a human instead of the main queue. An answer to a prenote names
+    it (``prenote``) and is applied to its account's validation as it is imported.
     """
 
     file = models.ForeignKey(NachaInboundFile, on_delete=models.PROTECT, related_name="events")
@@ -171,6 +208,11 @@ class NachaInboundEvent(models.Model):
     code = models.CharField(max_length=3)
     event_type = models.CharField(max_length=32)
     payment = models.ForeignKey("payments.Payment", null=True, blank=True, on_delete=models.PROTECT)
+    # The answer to a prenote of ours: applied to its validation in the import's transaction,
+    # never published (``published_at`` is set when it is written).
+    prenote = models.ForeignKey(
+        NachaPrenote, null=True, blank=True, on_delete=models.PROTECT, related_name="answers"
+    )
     deduplication_id = models.CharField(max_length=128, unique=True)
     event = models.JSONField(help_text="The processor event; never an account number")
     published_at = models.DateTimeField(null=True, blank=True)

@@ -9,6 +9,11 @@ accounts and writes and seals the file outside any transaction, then stores the 
 entry's place in it in one short transaction under row locks, re-checking each entry: an entry
 is in exactly one file, and a cut that fails leaves every entry where it was. Delivering the
 stored bytes (opened from their sealed form) is the transport's job, after the commit.
+
+A prenote (``NachaPrenote``, an account's validation) is written by the same cut, in the
+merchant's batch, under a trace number of the same sequence; the delivery of its file starts
+its wait (``payments.services.validation.prenote_sent``), and one the cut cannot write fails
+its validation with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from django.utils import timezone
 
 from bank.nacha import settings as nacha_settings
 from bank.nacha.accounts import AccountResolver, AccountUnavailable, BankAccount
-from bank.nacha.models import NachaEntry, NachaFile, NachaTraceCounter
+from bank.nacha.models import NachaEntry, NachaFile, NachaPrenote, NachaTraceCounter
 from bank.nacha.sealing import content_seal, outbound_aad
 from bank.nacha.transports import DeliveryConflict, Transport
 from bank.nacha.windows import EASTERN, WindowInstance, window_next
@@ -40,14 +45,18 @@ from payments.alerts import AlertSeverity, alert_clear, alert_raise
 from payments.catalogue import SETTLED
 from payments.messages import MessageKind, processor_event_body, submit_payment_body
 from payments.models import (
+    AccountValidation,
     OriginatorProfile,
     Payment,
     PaymentDirection,
     PaymentPurpose,
     PaymentState,
+    ValidationMethod,
+    ValidationState,
 )
 from payments.processor.backend import DebitSent
 from payments.services.create import outbox_enqueue
+from payments.services.validation import prenote_refused, prenote_sent
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +94,24 @@ def nacha_entry_add(*, payment_id: uuid.UUID | str) -> NachaEntry:
     except IntegrityError:
         # Another submission of the same payment won the race: its entry is the one.
         return NachaEntry.objects.get(payment_id=payment_id)
+
+
+def nacha_prenote_add(*, validation_id: int, account_token: str, merchant_id: str) -> str:
+    """Queue a prenote of the account for the next cut; its trace number. Call in the
+    transaction that starts the validation (``payments.validation_methods.Prenote``), so the
+    prenote is queued exactly when the validation is pending on it."""
+    odfi = nacha_settings.originator().odfi_identification
+    prenote = NachaPrenote.objects.create(
+        validation_id=validation_id,
+        account_token=account_token,
+        merchant_id=merchant_id,
+        trace_number=_trace_allocate(odfi),
+    )
+    logger.info(
+        "nacha prenote queued",
+        extra={"merchant_id": merchant_id, "trace": prenote.trace_number},
+    )
+    return prenote.trace_number
 
 
 CANCELED_REASON = "the payment was canceled before origination"
@@ -134,6 +161,8 @@ class _CutPlan:
 
     usable: list[tuple[NachaEntry, FileEntry]]
     refusals: list[tuple[NachaEntry, str]]
+    prenotes: list[tuple[NachaPrenote, FileEntry]] = field(default_factory=list)
+    prenote_refusals: list[tuple[NachaPrenote, str]] = field(default_factory=list)
     files_that_day: int = 0
     created: datetime | None = None
     content: bytes = b""
@@ -177,6 +206,8 @@ def nacha_file_cut(
             resolve_account=resolve_account,
             accounts=accounts,
         )
+        for prenote, reason in plan.prenote_refusals:
+            _prenote_refuse(prenote, reason)
         cut, stale = _cut_store(plan, window=window, originator=originator, refused=refused)
         if cut is not None:
             logger.info(
@@ -265,13 +296,32 @@ def _cut_plan(
     )
     plan = _CutPlan(usable=[], refusals=[])
     waiting = list(waiting)
+    prenotes = list(
+        NachaPrenote.objects.select_related("validation")
+        .filter(file__isnull=True, refused_reason="")
+        .order_by("trace_number")
+    )
     # The merchants' originator profiles, in one read: each batch names its merchant's company.
     profiles = {
         profile.merchant_id: profile
         for profile in OriginatorProfile.objects.filter(
             merchant_id__in={entry.payment.merchant_id for entry in waiting}
+            | {prenote.merchant_id for prenote in prenotes}
         )
     }
+    for prenote in prenotes:
+        try:
+            if problem := _prenote_unsendable(prenote, prenote.validation):
+                raise EntryRefused(problem)
+            account = _resolved(prenote.account_token, resolve_account, accounts)
+            if account.merchant_id is not None and account.merchant_id != prenote.merchant_id:
+                raise EntryRefused("the account token belongs to another merchant")
+            line = _prenote_entry(prenote, account, profiles.get(prenote.merchant_id))
+            entry_check(line, originator.odfi_identification)
+        except (AccountUnavailable, EntryRefused) as exc:
+            plan.prenote_refusals.append((prenote, str(exc)[:255]))
+            continue
+        plan.prenotes.append((prenote, line))
     for entry in waiting:
         cents = _amount_cents(entry.payment)
         if not window.accepts(cents):
@@ -292,7 +342,7 @@ def _cut_plan(
             plan.refusals.append((entry, str(exc)[:255]))
             continue
         plan.usable.append((entry, debit))
-    if not plan.usable:
+    if not plan.usable and not plan.prenotes:
         return plan
     plan.created = now.astimezone(EASTERN)
     plan.files_that_day = NachaFile.objects.filter(creation_date=plan.created.date()).count()
@@ -300,7 +350,7 @@ def _cut_plan(
         raise FilesExhausted(f"{plan.files_that_day} files were cut on {plan.created.date()}")
     plan.content = nacha_file_write(
         originator=originator,
-        entries=[debit for _, debit in plan.usable],
+        entries=[debit for _, debit in plan.usable] + [line for _, line in plan.prenotes],
         effective_entry_date=window.effective_entry_date,
         created_at=plan.created,
         file_id_modifier=FILE_ID_MODIFIERS[plan.files_that_day],
@@ -320,7 +370,8 @@ def _cut_store(
     it no longer does and must be planned again; (None, False) when there is nothing to cut.
     The plan's refusals of entries still waiting are recorded either way."""
     planned = [entry.pk for entry, _ in plan.usable] + [entry.pk for entry, _ in plan.refusals]
-    if not planned:
+    planned_prenotes = [prenote.pk for prenote, _ in plan.prenotes]
+    if not planned and not planned_prenotes:
         return None, False
     with transaction.atomic():
         # One cut at a time per ODFI: the counter row is the lock, so two cutters never give
@@ -337,7 +388,25 @@ def _cut_store(
         for entry, reason in plan.refusals:
             if entry.pk in locked:
                 _entry_refuse(locked[entry.pk], reason, refused)
+        # The prenotes' rows, locked (their validations only read: a validation's lock is taken
+        # before the counter's by a start, so never after it here). A validation that ended or
+        # was reset meanwhile (a NOC) has its prenote left out, never sent; one that ends after
+        # this read finds its prenote at the bank and ignores it (``prenote_sent``).
+        locked_prenotes = {
+            prenote.pk: prenote
+            for prenote in NachaPrenote.objects.select_for_update(of=("self",))
+            .select_related("validation")
+            .filter(pk__in=planned_prenotes, file__isnull=True, refused_reason="")
+        }
         stale = False
+        for prenote, _ in plan.prenotes:
+            now_prenote = locked_prenotes.get(prenote.pk)
+            if now_prenote is None:
+                stale = True
+            elif problem := _prenote_unsendable(now_prenote, now_prenote.validation):
+                now_prenote.refused_reason = problem[:255]
+                now_prenote.save(update_fields=["refused_reason"])
+                stale = True
         for entry, _ in plan.usable:
             now_entry = locked.get(entry.pk)
             if now_entry is None:
@@ -346,7 +415,7 @@ def _cut_store(
                 reason = f"the payment is {now_entry.payment.state}, not pending"
                 _entry_refuse(now_entry, reason, refused)
                 stale = True
-        if not plan.usable:
+        if not plan.usable and not plan.prenotes:
             return None, False
         if stale or plan.files_that_day != (
             NachaFile.objects.filter(creation_date=plan.created.date()).count()
@@ -363,7 +432,7 @@ def _cut_store(
             file_id_modifier=modifier,
             name=f"{created:%Y%m%d}-{modifier}-{window.name}.ach",
             sha256=hashlib.sha256(plan.content).hexdigest(),
-            entry_count=len(plan.usable),
+            entry_count=len(plan.usable) + len(plan.prenotes),
             # Debits only, as the column says; the file's credits are in its controls.
             total_debit_cents=sum(d.amount_cents for _, d in plan.usable if d.direction == "debit"),
             **plan.sealed,
@@ -373,7 +442,78 @@ def _cut_store(
             taken.file = cut
             taken.sec_code = debit.sec_code
             taken.save(update_fields=["file", "sec_code"])
+        for prenote, line in plan.prenotes:
+            taken = locked_prenotes[prenote.pk]
+            taken.file = cut
+            taken.sec_code = line.sec_code
+            taken.save(update_fields=["file", "sec_code"])
     return cut, False
+
+
+def _prenote_unsendable(prenote: NachaPrenote, validation: AccountValidation) -> str | None:
+    """Why the prenote must not go out: its validation no longer waits on it."""
+    current = validation.evidence.get("prenote", {}).get("trace_number")
+    if (
+        validation.state != ValidationState.PENDING
+        or validation.method != ValidationMethod.PRENOTE
+        or current != prenote.trace_number
+    ):
+        return f"its account validation is {validation.state} and no longer waits on it"
+    return None
+
+
+def _prenote_entry(
+    prenote: NachaPrenote, account: BankAccount, profile: OriginatorProfile | None
+) -> FileEntry:
+    """The prenote's line: a zero-dollar debit prenote of the account's type and class, in the
+    merchant's batch (its company, its own description; the originator's without a profile)."""
+    company = {}
+    if profile is not None:
+        company = {
+            "company_name": profile.company_name,
+            "company_identification": profile.company_identification,
+            "description": profile.default_entry_description,
+        }
+    return FileEntry(
+        trace_number=prenote.trace_number,
+        sec_code=account.sec_code,
+        account_type=account.account_type,
+        routing_number=account.routing_number,
+        account_number=account.account_number,
+        amount_cents=0,
+        identification=f"PRENOTE{prenote.validation_id}",
+        receiver_name=account.holder_name,
+        prenote=True,
+        **company,
+    )
+
+
+def _prenote_refuse(prenote: NachaPrenote, reason: str) -> None:
+    """Leave the prenote out of every file, and fail its validation (if it still waits on it)
+    with the reason, in a transaction of its own, before the cut stores: the validation's row
+    is locked first, then the prenote's, the order a start takes (validation, then the trace
+    counter) and the cut's store (the counter, then the prenotes) agree with. A prenote a
+    concurrent cut took meanwhile is left to it."""
+    with transaction.atomic():
+        AccountValidation.objects.select_for_update().filter(
+            account_token=prenote.account_token
+        ).first()
+        waiting = (
+            NachaPrenote.objects.select_for_update()
+            .filter(pk=prenote.pk, file__isnull=True, refused_reason="")
+            .first()
+        )
+        if waiting is None:
+            return
+        waiting.refused_reason = reason[:255]
+        waiting.save(update_fields=["refused_reason"])
+        prenote_refused(
+            account_token=prenote.account_token, trace_number=prenote.trace_number, reason=reason
+        )
+    logger.warning(
+        "nacha prenote refused",
+        extra={"merchant_id": prenote.merchant_id, "trace": prenote.trace_number},
+    )
 
 
 def _entry_refuse(entry: NachaEntry, reason: str, refused: list[NachaEntry]) -> None:
@@ -412,6 +552,14 @@ def nacha_file_deliver(*, file_id: uuid.UUID | str, transport: Transport) -> Nac
                     kind=MessageKind.SUBMIT_PAYMENT,
                     group_id=str(payment_id),
                     body=submit_payment_body(payment_id),
+                )
+            # Each prenote's wait starts from the file's settlement date.
+            for token, trace in cut.prenotes.values_list("account_token", "trace_number"):
+                prenote_sent(
+                    account_token=token,
+                    trace_number=trace,
+                    settlement_date=cut.effective_entry_date,
+                    file_name=cut.name,
                 )
     cut.refresh_from_db()
     logger.info("nacha file delivered", extra={"file": cut.name, "to": cut.delivered_to})

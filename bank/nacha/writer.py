@@ -4,7 +4,9 @@ controls, blocking.
 
 Debits (collections) take transaction code 27 or 37 in batches of service class 225; credits
 (money out: refunds and payouts) 22 or 32, in batches of their own description (``REFUND``,
-``PAYOUT``) and service class 220; a batch holding both is 200. Each batch control and the file
+``PAYOUT``) and service class 220; a batch holding both is 200. A prenote (an account's
+validation, NACHA's zero-dollar entry) is 28 or 38 for a debit, 23 or 33 for a credit, amount
+0, in the batch its live entries would take. Each batch control and the file
 control total debits and credits apart.
 
 A pure function of its input (no database, no clock): the service that cuts a file decides
@@ -30,6 +32,10 @@ SEC_CODES = ("PPD", "CCD", "WEB")
 DEBIT_TRANSACTION_CODES = {"checking": 27, "savings": 37}
 CREDIT_TRANSACTION_CODES = {"checking": 22, "savings": 32}
 TRANSACTION_CODES = {"debit": DEBIT_TRANSACTION_CODES, "credit": CREDIT_TRANSACTION_CODES}
+PRENOTE_TRANSACTION_CODES = {
+    "debit": {"checking": 28, "savings": 38},
+    "credit": {"checking": 23, "savings": 33},
+}
 # A batch's service class by the directions of its entries.
 SERVICE_CLASSES = {frozenset({"debit"}): "225", frozenset({"credit"}): "220"}
 MIXED_SERVICE_CLASS = "200"
@@ -69,6 +75,13 @@ class FileEntry:
     # The company its batch names (the merchant's originator profile); "": the originator's.
     company_name: str = ""
     company_identification: str = ""
+    # A prenote: zero dollars, the prenote's transaction code (28/38, 23/33).
+    prenote: bool = False
+
+    @property
+    def transaction_code(self) -> int:
+        codes = PRENOTE_TRANSACTION_CODES if self.prenote else TRANSACTION_CODES
+        return codes[self.direction][self.account_type]
 
 
 class EntryRefused(ValueError):
@@ -122,7 +135,10 @@ def entry_check(entry: FileEntry, odfi_identification: str) -> None:
     account = entry.account_number
     if not (4 <= len(account) <= 17 and account.isascii() and account.isalnum()):
         raise EntryRefused(f"entry {trace}: an account number is 4-17 letters or digits")
-    if not 0 < entry.amount_cents < 10**10:
+    if entry.prenote:
+        if entry.amount_cents != 0:
+            raise EntryRefused(f"entry {trace}: a prenote's amount is 0")
+    elif not 0 < entry.amount_cents < 10**10:
         raise EntryRefused(f"entry {trace}: the amount must be 0.01 to 99,999,999.99")
 
 
@@ -195,7 +211,7 @@ def nacha_file_write(
                 format_record(
                     L.ENTRY_DETAIL,
                     {
-                        "transaction_code": TRANSACTION_CODES[entry.direction][entry.account_type],
+                        "transaction_code": entry.transaction_code,
                         "receiving_dfi_identification": entry.routing_number[:8],
                         "check_digit": entry.routing_number[8],
                         "dfi_account_number": entry.account_number,

@@ -98,7 +98,7 @@ from chaos.invariants.money_out import (
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
 from chaos.invariants.risk import check_held_never_sent, check_limits
-from chaos.invariants.validation import check_web_debits_validated_first
+from chaos.invariants.validation import check_prenotes_waited, check_web_debits_validated_first
 from chaos.invariants.webhooks import check_webhook_ids, check_webhooks_delivered
 
 __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
@@ -150,5 +150,6 @@ def check_invariants(
     check_limits(report, expected=expect_limits)
     check_held_never_sent(report, sandbox_stats, expected=expect_holds)
     check_web_debits_validated_first(report)
+    check_prenotes_waited(report)
     notes_unfinished(report)
     return report

@@ -29,6 +29,7 @@ CHECKS = (
     "limits_never_exceeded",
     "held_payments_never_sent_unapproved",
     "web_debits_validated_first",
+    "prenotes_waited",
 )
 
 # How many offending ids a violation lists before it summarises the rest.

@@ -1,5 +1,6 @@
 """NACHA's account validation rule, checked after the fact: no debit of a class that needs its
-account validated (WEB, and any the host adds) left before its account was validated."""
+account validated (WEB, and any the host adds) left before its account was validated, and no
+account was validated by a prenote before the prenote's wait was over."""
 
 from chaos.invariants.report import Report
 
@@ -58,3 +59,47 @@ def check_web_debits_validated_first(report: Report) -> None:
             early,
         )
     report.checked[check] = {"debits that left": len(left_at), "classes": ", ".join(classes)}
+
+
+def check_prenotes_waited(report: Report) -> None:
+    """``prenotes_waited``: every account validated by a prenote was validated at or after its
+    ``live_from`` (the third banking day after the prenote's settlement), which is set, and, on
+    the bank backend, after the file holding its prenote was delivered."""
+    from django.apps import apps
+
+    from payments.models import AccountValidation, ValidationMethod, ValidationState
+
+    check = "prenotes_waited"
+    validated = list(
+        AccountValidation.objects.filter(
+            method=ValidationMethod.PRENOTE, state=ValidationState.VALIDATED
+        ).values_list("pk", "validated_at", "live_from", "evidence")
+    )
+    delivered_at: dict[str, object] = {}
+    if apps.is_installed("bank"):
+        from bank.nacha.models import NachaPrenote
+
+        delivered_at = dict(
+            NachaPrenote.objects.filter(validation__in=[row[0] for row in validated]).values_list(
+                "trace_number", "file__delivered_at"
+            )
+        )
+    early = []
+    for pk, validated_at, live_from, evidence in validated:
+        trace = (evidence or {}).get("prenote", {}).get("trace_number")
+        sent = delivered_at.get(trace) if trace else validated_at
+        if (
+            live_from is None
+            or validated_at is None
+            or validated_at < live_from
+            or sent is None
+            or sent > validated_at
+        ):
+            early.append(str(pk))
+    if early:
+        report.add(
+            check,
+            f"{len(early)} account(s) validated by a prenote before its wait was over",
+            sorted(early),
+        )
+    report.checked[check] = {"validated by prenote": len(validated)}

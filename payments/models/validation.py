@@ -34,7 +34,8 @@ class AccountValidation(FSMModelMixin, models.Model):
     )
     method = models.CharField(max_length=16, choices=ValidationMethod.choices, blank=True)
     # What the method found (the service's answer, the prenote's entry and any NOC, the
-    # micro-entries' count); never an amount or an account number.
+    # micro-entries' count), with the earlier rounds' under ``earlier``; never an amount or an
+    # account number.
     evidence = models.JSONField(default=dict, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     secret_digest = models.CharField(max_length=64, blank=True, editable=False)
@@ -42,6 +43,9 @@ class AccountValidation(FSMModelMixin, models.Model):
     # A prenote's account takes live entries from this moment (the third banking day after its
     # settlement date); a return before then fails it.
     live_from = models.DateTimeField(null=True, blank=True)
+    # A validation service that failed for a while (connection, timeout, 5xx) is asked again
+    # from this moment, by the periodic round; ``attempts`` counts its tries.
+    retry_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.CharField(max_length=255, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     validated_at = models.DateTimeField(null=True, blank=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
@@ -45,7 +45,12 @@ from payments.processor.backend import get_backend
 from payments.services.create import outbox_enqueue
 from payments.services.transitions import payment_transition, transition_announce
 from payments.services.validation_rule import THEN_REVIEW
-from payments.validation_methods import Outcome, method_for, micro_entries_digest
+from payments.validation_methods import (
+    Outcome,
+    method_for,
+    micro_entries_digest,
+    prenote_live_from,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,18 +102,23 @@ def account_validation_start(
                 "account_validation_in_progress",
                 f"a validation by {validation.method} is under way",
             )
+        # The evidence of the account's earlier rounds is kept, the newest last.
+        earlier = _earlier_rounds(validation)
+        earlier_nocs = validation.evidence.get("nocs")
         validation.start()
         validation.method = method
         validation.attempts = 0
+        validation.retry_at = None
         validation.secret_digest = ""
         validation.failure_reason = ""
         validation.started_at = now
         validation.validated_at = validation.failed_at = None
-        earlier_nocs = validation.evidence.get("nocs")
         handler.begin(validation, now=now)
         if earlier_nocs:
             # The account's changes of number stay on its record across validations.
             validation.evidence["nocs"] = earlier_nocs
+        if earlier:
+            validation.evidence["earlier"] = earlier
         validation.save()
     logger.info(
         "account validation %s started by %s",
@@ -120,6 +130,34 @@ def account_validation_start(
     if outcome is not None:
         validation = _outcome_record(validation.id, outcome, method=method)
     return validation
+
+
+# How many earlier rounds an account's evidence keeps (the newest).
+EARLIER_ROUNDS_KEPT = 20
+
+
+def _earlier_rounds(validation: AccountValidation) -> list[dict]:
+    """The rounds the (locked) validation's evidence keeps, with the one about to be replaced
+    (its method, how it ended and its evidence) appended."""
+    earlier = list(validation.evidence.get("earlier", []))
+    if not validation.method:
+        return earlier
+    ended = validation.validated_at or validation.failed_at
+    earlier.append(
+        {
+            "method": validation.method,
+            "state": validation.state,
+            "started_at": validation.started_at.isoformat() if validation.started_at else None,
+            "ended_at": ended.isoformat() if ended else None,
+            "failure_reason": validation.failure_reason,
+            "evidence": {
+                key: value
+                for key, value in validation.evidence.items()
+                if key not in ("nocs", "earlier")
+            },
+        }
+    )
+    return earlier[-EARLIER_ROUNDS_KEPT:]
 
 
 def _row_ensure(*, account_token: str, merchant_id: str) -> None:
@@ -136,11 +174,17 @@ def _lock(account_token: str) -> AccountValidation:
     return AccountValidation.objects.select_for_update().get(account_token=account_token)
 
 
-def _outcome_record(validation_id: int, outcome: Outcome, *, method: str) -> AccountValidation:
-    """A method's answer: micro-entries sent (evidence only), or a service's yes or no."""
+def _outcome_record(
+    validation_id: int, outcome: Outcome, *, method: str, now: datetime | None = None
+) -> AccountValidation:
+    """A method's answer: micro-entries sent (evidence only), a service's yes or no, or no
+    answer yet (``outcome.retry``: asked again later, at most ``SERVICE_MAX_TRIES`` times)."""
     with transaction.atomic():
         validation = AccountValidation.objects.select_for_update().get(pk=validation_id)
         if validation.state != ValidationState.PENDING or validation.method != method:
+            return validation
+        if outcome.retry:
+            _service_retry_schedule(validation, outcome.reason, now=now or timezone.now())
             return validation
         key = {ValidationMethod.MICRO_ENTRIES: "micro_entries"}.get(method, "answer")
         evidence = dict(validation.evidence)
@@ -151,6 +195,67 @@ def _outcome_record(validation_id: int, outcome: Outcome, *, method: str) -> Acc
             return validation
         _complete(validation, validated=outcome.validated, reason=outcome.reason)
     return validation
+
+
+# A validation service that cannot answer (connection, timeout, 5xx) is asked this many times
+# in all, the waits between doubling from the base, before the validation fails.
+SERVICE_MAX_TRIES = 5
+SERVICE_RETRY_BASE = timedelta(minutes=1)
+# A retry claimed by a round is not due again for this long (a round that died mid-call).
+SERVICE_RETRY_CLAIM = timedelta(minutes=5)
+
+
+def _service_retry_schedule(validation: AccountValidation, reason: str, *, now: datetime) -> None:
+    """One more try of the (locked, pending) validation's service failed for a reason that may
+    pass: ask again later, or, at the last try, fail it with the reason."""
+    validation.attempts += 1
+    tries = list(validation.evidence.get("unavailable", []))
+    tries.append({"at": now.isoformat(), "reason": reason})
+    validation.evidence = {**validation.evidence, "unavailable": tries[-SERVICE_MAX_TRIES:]}
+    if validation.attempts >= SERVICE_MAX_TRIES:
+        _complete(
+            validation,
+            validated=False,
+            reason=f"no answer after {validation.attempts} tries: {reason}",
+        )
+        return
+    validation.retry_at = now + SERVICE_RETRY_BASE * 2 ** (validation.attempts - 1)
+    validation.save(update_fields=["attempts", "retry_at", "evidence", "updated_at"])
+
+
+def service_validations_retry(*, now: datetime | None = None, limit: int = 100) -> int:
+    """Ask the validation service again about each pending validation whose retry is due; how
+    many ended. Each is claimed under its row lock (its ``retry_at`` moved on) before the call,
+    which is made outside any transaction, and its answer recorded as the first one is."""
+    now = now or timezone.now()
+    due = list(
+        AccountValidation.objects.filter(
+            method=ValidationMethod.SERVICE, state=ValidationState.PENDING, retry_at__lte=now
+        )
+        .order_by("retry_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    handler = method_for(ValidationMethod.SERVICE)
+    ended = 0
+    for pk in due:
+        with transaction.atomic():
+            validation = AccountValidation.objects.select_for_update().get(pk=pk)
+            if (
+                validation.state != ValidationState.PENDING
+                or validation.method != ValidationMethod.SERVICE
+                or validation.retry_at is None
+                or validation.retry_at > now
+            ):
+                continue
+            validation.retry_at = now + SERVICE_RETRY_CLAIM
+            validation.save(update_fields=["retry_at", "updated_at"])
+        if problem := handler.unavailable(get_backend()):
+            outcome = Outcome(False, reason=problem)
+        else:
+            outcome = handler.after_commit(validation)
+        recorded = _outcome_record(pk, outcome, method=ValidationMethod.SERVICE, now=now)
+        ended += recorded.state != ValidationState.PENDING
+    return ended
 
 
 def micro_entries_verify(
@@ -230,26 +335,85 @@ def micro_amounts_parse(value: object) -> list[Decimal]:
     return amounts
 
 
-def prenote_returned(*, account_token: str, return_code: str, now: datetime | None = None) -> bool:
+def prenote_returned(
+    *,
+    account_token: str,
+    return_code: str,
+    now: datetime | None = None,
+    trace_number: str = "",
+) -> bool:
     """A return of the account's prenote: before ``live_from``, the validation fails with the
-    return's code (and its held debits with it). True when it failed it."""
+    return's code (and its held debits with it, each once). With ``trace_number``, only a
+    return of the validation's current prenote counts (one of a prenote sent before the
+    validation was started again changes nothing). True when it failed it."""
     now = now or timezone.now()
+    return _prenote_fail(
+        account_token=account_token,
+        trace_number=trace_number,
+        reason=f"prenote returned {return_code}",
+        evidence={"return": {"code": return_code, "received_at": now.isoformat()}},
+    )
+
+
+def prenote_refused(*, account_token: str, trace_number: str, reason: str) -> bool:
+    """The backend could not write the account's prenote (no such account in its vault, an
+    account of another merchant): the validation fails with the reason, as a return would."""
+    return _prenote_fail(
+        account_token=account_token,
+        trace_number=trace_number,
+        reason=f"prenote not sent: {reason}",
+        evidence={"refused": {"reason": reason[:255]}},
+    )
+
+
+def _prenote_fail(*, account_token: str, trace_number: str, reason: str, evidence: dict) -> bool:
     with transaction.atomic():
         validation = (
             AccountValidation.objects.select_for_update()
             .filter(account_token=account_token)
             .first()
         )
-        if (
-            validation is None
-            or validation.method != ValidationMethod.PRENOTE
-            or validation.state != ValidationState.PENDING
-        ):
+        if validation is None or not _prenote_pending(validation, trace_number):
             return False
-        evidence = dict(validation.evidence)
-        evidence["return"] = {"code": return_code, "received_at": now.isoformat()}
-        validation.evidence = evidence
-        _complete(validation, validated=False, reason=f"prenote returned {return_code}")
+        validation.evidence = {**validation.evidence, **evidence}
+        _complete(validation, validated=False, reason=reason)
+    return True
+
+
+def _prenote_pending(validation: AccountValidation, trace_number: str) -> bool:
+    """Whether the (locked) validation waits on a prenote, and on the one of ``trace_number``
+    when it is given."""
+    if validation.method != ValidationMethod.PRENOTE:
+        return False
+    if validation.state != ValidationState.PENDING:
+        return False
+    current = validation.evidence.get("prenote", {}).get("trace_number", "")
+    return not trace_number or current == trace_number
+
+
+def prenote_sent(
+    *, account_token: str, trace_number: str, settlement_date: date, file_name: str
+) -> bool:
+    """The prenote ``trace_number`` is at the bank in a file settling on ``settlement_date``:
+    the account takes live entries from the third banking day after it (``live_from``), when
+    nothing came back by then (``prenotes_mature``). Call in the transaction that records the
+    delivery. True when the validation waits on this prenote."""
+    validation = (
+        AccountValidation.objects.select_for_update().filter(account_token=account_token).first()
+    )
+    if validation is None or not _prenote_pending(validation, trace_number):
+        return False
+    validation.live_from = prenote_live_from(settlement_date)
+    prenote = dict(validation.evidence.get("prenote", {}))
+    prenote.update(
+        {
+            "file": file_name,
+            "settlement_date": settlement_date.isoformat(),
+            "live_from": validation.live_from.isoformat(),
+        }
+    )
+    validation.evidence = {**validation.evidence, "prenote": prenote}
+    validation.save(update_fields=["live_from", "evidence", "updated_at"])
     return True
 
 
@@ -310,8 +474,13 @@ def _due_complete(
 
 def account_validations_advance(*, now: datetime | None = None) -> int:
     """The periodic round: prenotes past their wait validated, micro-entries past their expiry
-    failed; how many validations ended."""
-    return prenotes_mature(now=now) + micro_entries_expire(now=now)
+    failed, validation services that could not answer asked again; how many validations
+    ended."""
+    return (
+        prenotes_mature(now=now)
+        + micro_entries_expire(now=now)
+        + service_validations_retry(now=now)
+    )
 
 
 def _complete(validation: AccountValidation, *, validated: bool, reason: str = "") -> None:
@@ -326,6 +495,7 @@ def _complete(validation: AccountValidation, *, validated: bool, reason: str = "
         validation.failed_at = now
         validation.failure_reason = reason[:255]
     validation.secret_digest = ""
+    validation.retry_at = None
     validation.save()
     held_debits_decide(validation)
 

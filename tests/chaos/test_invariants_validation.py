@@ -91,3 +91,67 @@ def test_a_held_web_debit_whose_submission_began_fails(validated):
 
     assert failed_checks(report) - before == {CHECK}
     assert report.violations_of(CHECK)[0].ids == (str(held.id),)
+
+
+# --- prenotes_waited ---------------------------------------------------------------------------
+
+PRENOTES = "prenotes_waited"
+
+
+def _prenote_validated(token: str, *, waited: timedelta, trace: str = "") -> AccountValidation:
+    live_from = timezone.now() - timedelta(days=1)
+    evidence = {"prenote": {"trace_number": trace}} if trace else {"prenote": {}}
+    return AccountValidation.objects.create(
+        account_token=token,
+        merchant_id="m-1",
+        state="validated",
+        method="prenote",
+        live_from=live_from,
+        validated_at=live_from + waited,
+        evidence=evidence,
+    )
+
+
+def test_accounts_validated_by_prenotes_after_their_wait_pass(validated):
+    _prenote_validated("tok_chaos_pn_01", waited=timedelta(0))
+    _prenote_validated("tok_chaos_pn_02", waited=timedelta(hours=3))
+
+    report = check(validated)
+
+    assert PRENOTES not in failed_checks(report), report.render()
+    assert report.checked[PRENOTES] == {"validated by prenote": 2}
+
+
+@pytest.mark.parametrize("corruption", ["before live_from", "no live_from"])
+def test_an_account_validated_by_a_prenote_before_its_wait_fails(validated, corruption):
+    before = failed_checks(check(validated))
+    early = _prenote_validated("tok_chaos_pn_03", waited=timedelta(seconds=-1))
+    if corruption == "no live_from":
+        AccountValidation.objects.filter(pk=early.pk).update(
+            live_from=None, validated_at=timezone.now()
+        )
+
+    report = check(validated)
+
+    assert failed_checks(report) - before == {PRENOTES}
+    [violation] = report.violations_of(PRENOTES)
+    assert list(violation.ids) == [str(early.pk)]
+
+
+def test_a_bank_prenote_validated_before_its_file_was_delivered_fails(validated):
+    from bank.nacha.models import NachaPrenote
+
+    before = failed_checks(check(validated))
+    early = _prenote_validated("tok_chaos_pn_04", waited=timedelta(0), trace="021000020000099")
+    NachaPrenote.objects.create(
+        validation=early,
+        account_token=early.account_token,
+        merchant_id="m-1",
+        trace_number="021000020000099",
+    )
+
+    report = check(validated)
+
+    assert failed_checks(report) - before == {PRENOTES}
+    [violation] = report.violations_of(PRENOTES)
+    assert list(violation.ids) == [str(early.pk)]

@@ -511,9 +511,9 @@ def test_the_service_is_called_with_the_account_and_its_yes_is_recorded(bank_dat
 
 @pytest.mark.parametrize(
     ("status", "reason"),
-    [("closed", "bank data: closed"), ("500", "the validation service failed")],
+    [("closed", "bank data: closed"), ("400", "the validation service failed: 400 Client Error")],
 )
-def test_the_services_no_or_its_failure_fails_the_validation_with_the_reason(
+def test_the_services_no_or_its_refusal_fails_the_validation_with_the_reason(
     bank_data, status, reason
 ):
     bank_data.statuses[TOKEN] = status

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
@@ -23,7 +24,7 @@ class BankDataService(ValidationService):
         answer = requests.post(
             f"{settings.BANK_DATA_API_URL}/v1/account_checks",
             json={"account_token": account_token, "merchant_id": merchant_id},
-            timeout=5,
+            timeout=getattr(settings, "BANK_DATA_API_TIMEOUT", 5),
         )
         answer.raise_for_status()
         body = answer.json()
@@ -35,10 +36,12 @@ class BankDataService(ValidationService):
 
 class BankDataDouble:
     """The bank-data API on loopback: answers each token with ``statuses[token]`` (default
-    ``open``); a status of ``"500"`` answers HTTP 500. ``requests`` lists what it was asked."""
+    ``open``); a status of three digits (``"500"``, ``"429"``, ``"400"``) answers that HTTP
+    status, ``"slow"`` answers after ``delay`` seconds. ``requests`` lists what it was asked."""
 
     def __init__(self) -> None:
         self.statuses: dict[str, str] = {}
+        self.delay = 1.0
         self.requests: list[dict] = []
         double = self
 
@@ -48,10 +51,14 @@ class BankDataDouble:
                 body = json.loads(self.rfile.read(length))
                 double.requests.append(body)
                 status = double.statuses.get(body["account_token"], "open")
-                if status == "500":
-                    self.send_response(500)
+                if status.isdigit():
+                    self.send_response(int(status))
+                    self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                if status == "slow":
+                    time.sleep(double.delay)
+                    status = "open"
                 payload = json.dumps({"status": status, "check_id": f"chk_{len(double.requests)}"})
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

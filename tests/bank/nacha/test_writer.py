@@ -238,3 +238,28 @@ def test_format_record_refuses_a_value_over_its_field_instead_of_cutting_it():
         format_record(L.ENTRY_DETAIL, {"amount": "12.50"})
     with pytest.raises(ValueError, match="receiver_name: printable ASCII only"):
         format_record(L.ENTRY_DETAIL, {"receiver_name": "Zoë"})
+
+
+@pytest.mark.parametrize(
+    ("direction", "account_type", "code"),
+    [("debit", "checking", 28), ("debit", "savings", 38), ("credit", "checking", 23)]
+    + [("credit", "savings", 33)],
+)
+def test_a_prenote_is_written_with_its_prenote_code_and_no_amount(direction, account_type, code):
+    prenote = _entry(
+        1, amount_cents=0, prenote=True, direction=direction, account_type=account_type
+    )
+
+    parsed = parse_nacha(_write([prenote]))
+
+    (entry,) = parsed.entries()
+    assert (entry.transaction_code, entry.amount_cents) == (code, 0)
+    assert parsed.control.integer("total_debit_amount") == 0
+    assert parsed.control.integer("total_credit_amount") == 0
+
+
+@pytest.mark.parametrize(("prenote", "cents"), [(True, 1), (False, 0)])
+def test_a_prenote_with_an_amount_and_a_live_entry_without_one_are_refused(prenote, cents):
+    with pytest.raises(EntryRefused) as refused:
+        _write([_entry(1, amount_cents=cents, prenote=prenote)])
+    assert "02100002" in str(refused.value) and "amount" in str(refused.value)

@@ -191,7 +191,7 @@ def _counted(pairs) -> str:
 
 def bank_summary(run: Run, log_paths: list[Path]) -> bool:
     """Print the bank run's summary and checks; True when every check passes."""
-    from bank.nacha.models import NachaEntry, NachaFile, NachaInboundFile
+    from bank.nacha.models import NachaEntry, NachaFile, NachaInboundFile, NachaPrenote
     from payments.models import LedgerEntry, NotificationOfChange, Payment, PaymentReturn
     from triage.models import DeadLetter
 
@@ -204,6 +204,8 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
     delivered = files.filter(delivered_at__isnull=False)
     entries = NachaEntry.objects.filter(payment_id__in=ids)
     in_files = entries.filter(file__isnull=False)
+    # The validation section's prenotes share the files: zero-dollar entries of no payment.
+    prenotes_in_files = NachaPrenote.objects.filter(file__isnull=False).count()
     inbound = dict(NachaInboundFile.objects.values_list("status").annotate(n=Count("id")))
     returns = PaymentReturn.objects.filter(payment_id__in=ids)
     nocs = NotificationOfChange.objects.filter(payment_id__in=ids)
@@ -274,9 +276,11 @@ def bank_summary(run: Run, log_paths: list[Path]) -> bool:
             run.vault_replays_same_token,
         ),
         (
-            f"each entry went out in exactly one file ({in_files.count()} entries)",
+            f"each entry went out in exactly one file ({in_files.count()} entries, "
+            f"{prenotes_in_files} prenotes)",
             in_files.count() == len(ids)
-            and sum(files.values_list("entry_count", flat=True)) == in_files.count(),
+            and sum(files.values_list("entry_count", flat=True))
+            == in_files.count() + prenotes_in_files,
         ),
         ("each return carries the code the bank's rule gives", return_codes == expected_codes),
         ("each merchant's ledger net equals its confirmed total", not mismatched),

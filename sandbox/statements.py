@@ -5,8 +5,9 @@ For each NACHA file delivered to it (``outbound``, answered or not) whose batche
 effective on the day, one ACH settlement credit (type 166) per batch for the batch's total,
 naming the file in the customer reference as banks name the originator's file; for each return
 it wrote that banking day (its answer files in ``inbound``, collected or not; a weekend's on the
-Monday), one return debit (type 555) naming the original trace number. Injections, each on a
-line of its own:
+Monday), one return debit (type 555) naming the original trace number. A batch of prenotes
+alone, and a prenote's return, move no money: the bank posts no line for them. Injections, each
+on a line of its own:
 
 ``missing``  the first batch's settlement is left out
 ``short``    the next batch's settlement is one dollar short
@@ -74,6 +75,8 @@ def bank_statement_write(
             if view is None or view.effective_entry_date != day:
                 continue
             total = sum(e.amount_cents for e in batch.entries)
+            if total == 0:
+                continue  # prenotes alone: a zero-dollar entry moves no money, nothing posts
             settlements.append(
                 Line(
                     "166",
@@ -97,6 +100,8 @@ def bank_statement_write(
                 continue  # a NOC moves no money
             trace = addenda["original_entry_trace_number"]
             code = addenda.text("return_reason_code")
+            if entry.amount_cents == 0:
+                continue  # a returned prenote moves no money either
             returns.append(Line("555", entry.amount_cents, "", trace, f"ACH RETURN {code}"))
     written = StatementWritten(name=f"statement-{day:%Y%m%d}.bai", lines=0)
     if "missing" in inject and settlements:

@@ -10,10 +10,19 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.urls import reverse
 
-from bank.books.models import BooksVariance, VarianceExplanation, VarianceStatus
+from bank.books.models import (
+    BankStatement,
+    BooksVariance,
+    StatementStatus,
+    VarianceExplanation,
+    VarianceStatus,
+)
 from bank.books.services import bank_statements_collect
+from bank.vault.services import vault_account_store
+from payments.services.validation import account_validation_start
 from sandbox.statements import bank_statement_write
 from tests.bank.books.conftest import bank_payment, send_and_answer
+from tests.bank.vault.conftest import ACCOUNT
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,3 +189,27 @@ def test_the_sandbox_bank_writes_a_days_statement_with_injections_by_command(boo
         "extra_line",
         "short_amount",
     ]
+
+
+def test_prenotes_and_a_prenotes_return_post_nothing_and_the_day_stays_green(books):
+    # A merchant whose batch holds prenotes alone (one its bank returns R03), beside a debit.
+    for holder in ("Paying Prenote", "NOACCOUNT Prenote"):
+        token = vault_account_store(
+            **(ACCOUNT | {"holder_name": holder, "merchant_id": "m-3", "sec_code": "WEB"})
+        ).token
+        account_validation_start(account_token=token, merchant_id="m-3", method="prenote")
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="PPD")
+    sent = send_and_answer(books)
+    day = sent.effective_entry_date
+
+    written = bank_statement_write(
+        outbound=books.outbound, inbound=books.inbound, statements=books.statements, day=day
+    )
+    bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+
+    assert written.lines == 1  # the debit's batch; no zero-dollar settlement, no R03 debit
+    assert list(BankStatement.objects.values_list("status", flat=True)) == [
+        StatementStatus.IMPORTED
+    ]
+    assert close(day)[0] == 0
+    assert not BooksVariance.objects.exists()

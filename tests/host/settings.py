@@ -64,6 +64,9 @@ DATABASES = {
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments")
     )
 }
+# A test database of the host's own: make test runs this suite beside the main one, whose
+# in-process run (PYTEST_WORKERS=0) would otherwise create and drop the same test_<name>.
+DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_host"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "host_accounts.User"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

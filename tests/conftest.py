@@ -109,6 +109,21 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
 
 
 SLOW_TIERS = ("scale", "subprocess", "browser")
+# The modules whose tests took longest on this machine (2 shared cores, pytest -n 2, seconds of
+# wall time per test): handed out before every other one, longest first, so that none of them
+# starts near the end of a run and keeps one process busy while the others idle. The model run
+# is one test of 2 to 5 minutes; before, its place came from its module's size, a third of the
+# way in (about 350 s), a single test longer than a third of the whole run.
+LONGEST_FIRST = (
+    "tests/model/test_pipeline_model.py",  # 200 sequences of 25 moves: 150 to 320 s
+    "tests/test_tutorial_first_payment.py",  # a fresh virtualenv from the wheel: 100 to 150 s
+    "tests/callbacks/test_degraded_processor.py",  # two workers through a flap: 20 to 35 s each
+    "tests/callbacks/test_breaker_outage.py",  # two workers through an outage: 30 to 40 s each
+    "tests/payments/test_api_database_outage.py",  # a cluster and gunicorn: 35 s to start
+    "tests/test_celery.py",  # beat and a worker on the SQS broker: up to 36 s
+    "tests/callbacks/test_worker_processes.py",  # real workers, signals, 500 payments: 5 to 20 s
+    "tests/payments/test_webhooks_never_lost.py",  # Celery workers killed mid-delivery: 5 to 20 s
+)
 # Modules whose module-scoped fixture starts processes (gunicorn on a database cluster): under
 # pytest-xdist one process runs each of them whole, so the fixture starts once.
 WHOLE_MODULES = frozenset({"tests/payments/test_api_database_outage.py"})
@@ -133,17 +148,28 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def _slow_modules_first(items) -> None:
-    """Under pytest-xdist, hand out the modules that start processes first, then the others by
-    size (``--no-loadscope-reorder`` keeps this order): a long test handed out last would keep
-    one process busy while the others idle. Every process collects the same order, as xdist
-    requires."""
+    """Under pytest-xdist, hand out ``LONGEST_FIRST`` in its order, then the modules that start
+    processes, then the others by size (``--no-loadscope-reorder`` keeps this order): a long
+    test handed out last would keep one process busy while the others idle. Every process
+    collects the same order, as xdist requires."""
 
     def module(item) -> str:
         return item.nodeid.split("::")[0]
 
+    def longest(item) -> int:
+        name = module(item)
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
     sizes = collections.Counter(module(item) for item in items)
     slow = {module(item) for item in items if any(map(item.get_closest_marker, SLOW_TIERS))}
-    items.sort(key=lambda item: (module(item) not in slow, -sizes[module(item)], module(item)))
+    items.sort(
+        key=lambda item: (
+            longest(item),
+            module(item) not in slow,
+            -sizes[module(item)],
+            module(item),
+        )
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -79,6 +79,9 @@ def pytest_xdist_setupnodes(config, specs):
     _template_drop(name, server)
     with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+        # Its migrations' hundreds of commits, each without waiting for its flush to disk (a
+        # setting of this database alone: its copies get it from django_db_setup below).
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     django_migrate(f"{server}/{name}")
     config.stash[_TEMPLATE] = name
 
@@ -108,21 +111,48 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
         settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = template
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The process's test database on the shared server commits without waiting for its WAL
+    flush (``synchronous_commit = off``, set on the database, so the worker, gunicorn and Celery
+    processes a test starts on it commit so too). A thousand tests run with
+    ``transaction=True`` and commit at every step, on a server six runs share: each commit
+    waited its turn at the disk. What a commit makes visible, and every lock, are the same; only
+    a crash of the server could lose the last commits, and no test crashes it (the tests that
+    stop a database do it to a cluster of their own, ``pg_cluster``, never to this one)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with django_db_blocker.unblock():
+        with connection.cursor() as cursor:
+            name = connection.ops.quote_name(connection.settings_dict["NAME"])
+            cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
+            cursor.execute("SET synchronous_commit = off")  # this connection, opened before
+    yield
+
+
 SLOW_TIERS = ("scale", "subprocess", "browser")
 # The modules whose tests took longest on this machine (2 shared cores, pytest -n 2, seconds of
-# wall time per test): handed out before every other one, longest first, so that none of them
-# starts near the end of a run and keeps one process busy while the others idle. The model run
-# is one test of 2 to 5 minutes; before, its place came from its module's size, a third of the
-# way in (about 350 s), a single test longer than a third of the whole run.
+# wall time per test, measured with the machine loaded by other runs): handed out before every
+# other one, longest first, so that none of them starts near the end of a run and keeps one
+# process busy while the others idle. Before, a module's place came from its size: the model
+# run (one test of 2 to 5 minutes) started a third of the way in, and the schema fuzz test (a
+# module of one test) was handed out last and ran 72 s alone at the end.
 LONGEST_FIRST = (
     "tests/model/test_pipeline_model.py",  # 200 sequences of 25 moves: 150 to 320 s
     "tests/test_tutorial_first_payment.py",  # a fresh virtualenv from the wheel: 100 to 150 s
-    "tests/callbacks/test_degraded_processor.py",  # two workers through a flap: 20 to 35 s each
-    "tests/callbacks/test_breaker_outage.py",  # two workers through an outage: 30 to 40 s each
-    "tests/payments/test_api_database_outage.py",  # a cluster and gunicorn: 35 s to start
+    "tests/test_api_fuzz.py",  # schemathesis over the API and the callback endpoint: 64 to 72 s
+    "tests/payments/test_api_database_outage.py",  # a cluster and gunicorn: 40 s to start
+    "tests/callbacks/test_degraded_processor.py",  # two workers through a flap: 25 to 35 s each
+    "tests/callbacks/test_breaker_outage.py",  # two workers through an outage: 28 to 40 s each
     "tests/test_celery.py",  # beat and a worker on the SQS broker: up to 36 s
-    "tests/callbacks/test_worker_processes.py",  # real workers, signals, 500 payments: 5 to 20 s
+    "tests/callbacks/test_worker_processes.py",  # real workers, signals, 500 payments: 5 to 30 s
+    "tests/bank/test_upgrade.py",  # migrations back to 0.1.0 and forward again: 12 and 23 s
     "tests/payments/test_webhooks_never_lost.py",  # Celery workers killed mid-delivery: 5 to 20 s
+    "tests/bank/nacha/test_sealing_migration.py",  # a migration forward and back: 8 s each
+    "tests/callbacks/test_callback_bank_numbers.py",  # 14 s
 )
 # Modules whose module-scoped fixture starts processes (gunicorn on a database cluster): under
 # pytest-xdist one process runs each of them whole, so the fixture starts once.

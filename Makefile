@@ -47,7 +47,8 @@ lint: deps
 # pytest-xdist: one process per core and one more (PYTEST_WORKERS=0 runs in this process): the
 # tests wait on servers and processes part of the time, and on this 2-core machine three
 # processes ran make test-fast in 118 s against 147 s for two. Tests are handed out one at a time
-# in the order tests/conftest.py sets (the tests that start processes first), but a module whose
+# in the order tests/conftest.py sets (its LONGEST_FIRST, measured, then the tests that start
+# processes; nothing is queued behind a long test but the one its process needs next), but a module whose
 # fixture starts gunicorn on a database cluster stays on one process (conftest's scheduler for
 # --dist loadgroup); measured here, that beat whole modules per process (--dist loadfile) by a
 # sixth. Each process has its own local SQS server, test database (pytest-django's _gw<n>

@@ -48,10 +48,10 @@ lint: deps
 # tests wait on servers and processes part of the time, and on this 2-core machine three
 # processes ran make test-fast in 118 s against 147 s for two. Tests are handed out one at a time
 # in the order tests/conftest.py sets (its LONGEST_FIRST, measured, then the tests that start
-# processes; nothing is queued behind a long test but the one its process needs next), but a module whose
-# fixture starts gunicorn on a database cluster stays on one process (conftest's scheduler for
-# --dist loadgroup); measured here, that beat whole modules per process (--dist loadfile) by a
-# sixth. Each process has its own local SQS server, test database (pytest-django's _gw<n>
+# processes; nothing is queued behind a long test but the one its process needs next), but a
+# module whose fixture starts gunicorn on a database cluster stays on one process (conftest's
+# scheduler for --dist loadgroup); measured here, that beat whole modules per process (--dist
+# loadfile) by a sixth. Each process has its own local SQS server, test database (pytest-django's _gw<n>
 # suffix), clusters and ports.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from payments import conf
@@ -115,10 +115,7 @@ def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotency
     free again: claimed anew, a few times, then answered as in flight."""
     for _ in range(CLAIM_ATTEMPTS):
         try:
-            with transaction.atomic():
-                return ApiIdempotencyKey.objects.create(
-                    user=user, key=key, request_hash=fingerprint
-                )
+            return _claim_insert(user=user, key=key, fingerprint=fingerprint)
         except IntegrityError:
             pass
         try:
@@ -134,6 +131,16 @@ def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotency
 
 
 CLAIM_ATTEMPTS = 3
+
+
+def _claim_insert(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey:
+    """The claim's row, committed on its own: outside a transaction its one INSERT is one (no
+    BEGIN and COMMIT around it), inside one (a caller's) a savepoint keeps a lost race from
+    breaking the caller's transaction."""
+    if not connection.in_atomic_block:
+        return ApiIdempotencyKey.objects.create(user=user, key=key, request_hash=fingerprint)
+    with transaction.atomic():
+        return ApiIdempotencyKey.objects.create(user=user, key=key, request_hash=fingerprint)
 
 
 # PostgreSQL's SQLSTATE for a NOWAIT lock that another transaction holds.

@@ -1,9 +1,12 @@
 """A cluster-wide guard for periodic work: two overlapping runs never do the same work at once."""
 
+from __future__ import annotations
+
 import contextlib
 import hashlib
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
@@ -45,19 +48,17 @@ def single_flight(name: str) -> Iterator[bool]:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
-def money_out_lock(merchant_id: str) -> None:
-    """One merchant's payouts decided one transaction at a time, and each against a balance no
-    refund is changing meanwhile: the merchant's money-out lock, exclusive."""
-    transaction_lock(_money_out_name(merchant_id))
+def money_out_lock_sql(merchant_id: str, *, shared: bool = False) -> LockSql | None:
+    """The merchant's money-out lock, as a part of a statement the caller sends (a create's
+    first, ``payments.services.create.create_locks_take``).
 
-
-def money_out_share(merchant_id: str) -> None:
-    """A refund's hold on the merchant's money-out lock, shared: refunds of one merchant go
-    side by side (none reads the balance, each only adds its own pending entry), while a payout,
-    which takes the lock exclusive (``money_out_lock``), waits for every refund in flight to
-    commit and holds off new ones until it commits, so it reads a balance no refund is changing
-    and its ledger entry comes after every entry it counted."""
-    transaction_lock(_money_out_name(merchant_id), shared=True)
+    Exclusive, a payout's: one merchant's payouts decided one transaction at a time, and each
+    against a balance no refund is changing meanwhile. Shared (``shared``), a refund's: refunds
+    of one merchant go side by side (none reads the balance, each only adds its own pending
+    entry), while a payout waits for every refund in flight to commit and holds off new ones
+    until it commits, so it reads a balance no refund is changing and its ledger entry comes
+    after every entry it counted."""
+    return transaction_lock_sql(_money_out_name(merchant_id), shared=shared)
 
 
 def exposure_lock(merchant_id: str, direction: str, currency: str) -> None:
@@ -65,7 +66,17 @@ def exposure_lock(merchant_id: str, direction: str, currency: str) -> None:
     one transaction at a time (``payments.services.limits``), exclusive. Taken last, after
     every other lock of the create (a refund's debit row and money-out share, a payout's
     money-out lock, a reinitiation's chain), so no two creates wait on each other in a cycle."""
-    transaction_lock(f"payments.exposure:{merchant_id}:{direction}:{currency}")
+    transaction_lock(_exposure_name(merchant_id, direction, currency))
+
+
+def exposure_lock_sql(merchant_id: str, direction: str, currency: str) -> LockSql | None:
+    """``exposure_lock`` as a part of a statement the caller sends (after the create's other
+    locks in it, as its last)."""
+    return transaction_lock_sql(_exposure_name(merchant_id, direction, currency))
+
+
+def _exposure_name(merchant_id: str, direction: str, currency: str) -> str:
+    return f"payments.exposure:{merchant_id}:{direction}:{currency}"
 
 
 def _money_out_name(merchant_id: str) -> str:
@@ -80,10 +91,31 @@ def transaction_lock(name: str, *, shared: bool = False) -> None:
     the exclusive ones. SQLite needs none: its IMMEDIATE transactions already serialise every
     writer. Call inside ``transaction.atomic()``.
     """
+    lock = transaction_lock_sql(name, shared=shared)
+    if lock is None:
+        return
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {lock.sql}", lock.params)
+
+
+@dataclass(frozen=True)
+class LockSql:
+    """A transaction lock as an expression of a ``SELECT``: taken when the statement runs, held
+    until the transaction ends. What the statement reads is not protected by it: the statement's
+    snapshot may predate the wait, so what the lock guards is read by a later statement."""
+
+    sql: str
+    params: list
+
+
+def transaction_lock_sql(name: str, *, shared: bool = False) -> LockSql | None:
+    """``transaction_lock`` as an expression, for a caller that takes it in a statement of its
+    own making; None where no lock is needed (SQLite)."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        return
+        return None
     function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s)", [_lock_key(name)])
+    return LockSql(f"{function}(%s)", [_lock_key(name)])

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from payments import conf as payments_conf
@@ -44,6 +44,7 @@ from payments.metrics import REVIEW_HOLDS
 from payments.models import (
     AccountBlock,
     AccountBlockScope,
+    ExposureLimit,
     Payment,
     PaymentDirection,
     PaymentState,
@@ -198,14 +199,25 @@ def hold_decide(
     account_token: str,
     account_changed_at: datetime | None = None,
     now: datetime | None = None,
+    limit_rows: list[ExposureLimit] | None = None,
+    exposure_locked: bool = False,
 ) -> Hold | None:
     """Whether the new entry is held for review, and why; None to send it. Raises
     ``ExposureLimitExceeded`` past a limit unless ``OVER_LIMIT`` is ``hold``. Call inside the
     create's transaction, after its other locks: the exposure lock taken here is held until it
-    ends."""
+    ends. ``limit_rows``: the merchant's limits as the caller read them
+    (``payments.services.limits.exposure_limits_queryset``), else read here;
+    ``exposure_locked``: the caller took the exposure lock already, in its own statement
+    (``payments.kernel.locks.exposure_lock_sql``)."""
     flags: list[Flag] = []
     over_limit = exposure_decide(
-        merchant_id=merchant_id, direction=direction, currency=currency, amount=amount, now=now
+        merchant_id=merchant_id,
+        direction=direction,
+        currency=currency,
+        amount=amount,
+        now=now,
+        limit_rows=limit_rows,
+        locked=exposure_locked,
     )
     if over_limit is not None:
         flags.append(
@@ -224,7 +236,8 @@ def hold_decide(
     rules = fraud_rules()
     if not rules:
         return Hold(tuple(flags)) if flags else None
-    exposure_lock(merchant_id, direction, currency)
+    if not exposure_locked:
+        exposure_lock(merchant_id, direction, currency)
     entry = Entry(
         merchant_id=merchant_id,
         direction=direction,
@@ -282,21 +295,26 @@ def hold_apply(payment: Payment, hold: Hold) -> dict[str, Any]:
 
 
 def account_block_check(
-    *, merchant_id: str, account_token: str, new_authorization: bool = False
+    *,
+    merchant_id: str,
+    account_token: str,
+    new_authorization: bool = False,
+    blocks: list[AccountBlock] | None = None,
 ) -> None:
     """Refuse (``AccountBlocked``) a debit from an account blocked for every merchant or for
-    this one: one indexed read. A reinitiation under a new authorization the client states
+    this one: one indexed read, none when the caller read it (``blocks``, from
+    ``account_blocks_queryset``). A reinitiation under a new authorization the client states
     (``new_authorization``: what NACHA asks after an unauthorized return) passes the merchant's
     own block, never a ``QUESTIONABLE`` one."""
-    scopes = Q(scope=AccountBlockScope.ALL_MERCHANTS)
-    if not new_authorization:
-        scopes |= Q(merchant_id=merchant_id)
-    block = (
-        AccountBlock.objects.filter(account_token=account_token, cleared_at__isnull=True)
-        .filter(scopes)
-        .only("id", "return_code", "scope", "opened_at")
-        .first()
-    )
+    if blocks is None:
+        blocks = list(
+            account_blocks_queryset(
+                merchant_id=merchant_id,
+                account_token=account_token,
+                new_authorization=new_authorization,
+            )
+        )
+    block = blocks[0] if blocks else None
     if block is None:
         return
     whose = "every merchant" if block.scope == AccountBlockScope.ALL_MERCHANTS else "you"
@@ -308,6 +326,21 @@ def account_block_check(
             f"{block.opened_at:%Y-%m-%d} after a {block.return_code} return; an operator "
             "clears it once the account holder's authorization is confirmed"
         ),
+    )
+
+
+def account_blocks_queryset(
+    *, merchant_id: str, account_token: str, new_authorization: bool = False
+) -> QuerySet[AccountBlock]:
+    """The read of the account's open block that ``account_block_check`` makes."""
+    scopes = Q(scope=AccountBlockScope.ALL_MERCHANTS)
+    if not new_authorization:
+        scopes |= Q(merchant_id=merchant_id)
+    return (
+        AccountBlock.objects.filter(account_token=account_token, cleared_at__isnull=True)
+        .filter(scopes)
+        .order_by("pk")
+        .only("id", "return_code", "scope", "opened_at")[:1]
     )
 
 

@@ -26,7 +26,7 @@ from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from payments import conf as payments_conf
@@ -86,14 +86,30 @@ def counted_since(today: date, banking_days: int) -> datetime:
     return end_of_banking_day(_previous_banking_day(first))
 
 
-def exposure_limits_for(*, merchant_id: str, direction: str, currency: str) -> tuple[Limits, str]:
-    """The limits that apply, and where they come from (``merchant`` or ``default``)."""
-    row = ExposureLimit.objects.filter(
-        merchant_id=merchant_id, direction=direction, currency=currency
-    ).first()
+def exposure_limits_for(
+    *, merchant_id: str, direction: str, currency: str, rows: list[ExposureLimit] | None = None
+) -> tuple[Limits, str]:
+    """The limits that apply, and where they come from (``merchant`` or ``default``);
+    ``rows``: the merchant's, as the caller read them (``exposure_limits_queryset``)."""
+    if rows is None:
+        rows = list(
+            exposure_limits_queryset(
+                merchant_id=merchant_id, direction=direction, currency=currency
+            )
+        )
+    row = rows[0] if rows else None
     if row is not None:
         return limits_of(row), MERCHANT
     return default_limits().get((direction, currency), NO_LIMITS), DEFAULT
+
+
+def exposure_limits_queryset(
+    *, merchant_id: str, direction: str, currency: str
+) -> QuerySet[ExposureLimit]:
+    """The read of the merchant's own limits in ``direction`` and ``currency``."""
+    return ExposureLimit.objects.filter(
+        merchant_id=merchant_id, direction=direction, currency=currency
+    ).order_by("pk")[:1]
 
 
 def default_limits() -> dict[tuple[str, str], Limits]:
@@ -170,11 +186,17 @@ def exposure_check(
     currency: str,
     amount: Decimal,
     now: datetime | None = None,
+    limit_rows: list[ExposureLimit] | None = None,
+    locked: bool = False,
 ) -> None:
     """Refuse, with ``ExposureLimitExceeded`` naming the limit and by how much, a new entry of
     ``amount`` that would take the merchant past a limit. Call inside the create's transaction,
-    after its other locks: the exposure lock taken here is held until it ends."""
-    limits, _ = exposure_limits_for(merchant_id=merchant_id, direction=direction, currency=currency)
+    after its other locks: the exposure lock taken here is held until it ends. ``limit_rows``:
+    the merchant's limits as the caller read them, else read here; ``locked``: the caller
+    holds the exposure lock already."""
+    limits, _ = exposure_limits_for(
+        merchant_id=merchant_id, direction=direction, currency=currency, rows=limit_rows
+    )
     if limits.empty:
         return
     refusal = {"currency": currency, "merchant_id": merchant_id, "amount": amount}
@@ -187,7 +209,8 @@ def exposure_check(
         )
     if limits.daily is None and limits.window is None:
         return
-    exposure_lock(merchant_id, direction, currency)
+    if not locked:
+        exposure_lock(merchant_id, direction, currency)
     _, used_today, used_window = exposure_used(
         merchant_id=merchant_id,
         direction=direction,
@@ -216,6 +239,8 @@ def exposure_decide(
     currency: str,
     amount: Decimal,
     now: datetime | None = None,
+    limit_rows: list[ExposureLimit] | None = None,
+    locked: bool = False,
 ) -> ExposureLimitExceeded | None:
     """``exposure_check`` as ``PAYMENTS["OVER_LIMIT"]`` says: None within the limits; past one,
     raise (``refuse``) or return the refusal (``hold``), and the caller creates the entry held
@@ -223,7 +248,13 @@ def exposure_decide(
     limits like any other until it is rejected."""
     try:
         exposure_check(
-            merchant_id=merchant_id, direction=direction, currency=currency, amount=amount, now=now
+            merchant_id=merchant_id,
+            direction=direction,
+            currency=currency,
+            amount=amount,
+            now=now,
+            limit_rows=limit_rows,
+            locked=locked,
         )
     except ExposureLimitExceeded as exc:
         if payments_conf.OVER_LIMIT != HOLD:

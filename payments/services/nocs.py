@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
@@ -130,7 +131,12 @@ def noc_deadline(received_at: datetime) -> datetime:
 
 def nocs_open_for_token(source_token: str) -> list[NotificationOfChange]:
     """The token's open NOCs, earliest deadline first."""
-    return list(
+    return list(nocs_open_queryset(source_token))
+
+
+def nocs_open_queryset(source_token: str) -> QuerySet[NotificationOfChange]:
+    """The read of ``nocs_open_for_token``, for a caller that reads it with others."""
+    return (
         NotificationOfChange.objects.filter(source_token=source_token, status=NocStatus.OPEN)
         .order_by("deadline", "id")
         .only("id", "change_code", "change_title", "deadline", "unknown_code")
@@ -138,12 +144,17 @@ def nocs_open_for_token(source_token: str) -> list[NotificationOfChange]:
 
 
 def noc_debit_check(
-    *, source_token: str, now: datetime | None = None
+    *,
+    source_token: str,
+    now: datetime | None = None,
+    nocs: list[NotificationOfChange] | None = None,
 ) -> list[NotificationOfChange]:
     """Before a new debit on ``source_token``: raise ``NocPastDeadline`` for an open NOC past
-    its deadline; return the open ones still within it (the answer warns of them)."""
+    its deadline; return the open ones still within it (the answer warns of them). ``nocs``:
+    the token's open NOCs as the caller read them (``nocs_open_queryset``), else read here."""
     now = now or timezone.now()
-    nocs = nocs_open_for_token(source_token)
+    if nocs is None:
+        nocs = nocs_open_for_token(source_token)
     for noc in nocs:
         if noc.deadline is not None and noc.deadline < now:
             raise NocPastDeadline(noc_id=noc.id, change_code=noc.change_code, deadline=noc.deadline)

@@ -20,31 +20,27 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
 
 from payments import conf as payments_conf
 from payments import originator
 from payments.exceptions import MoneyOutRefused
-from payments.kernel.locks import money_out_lock
+from payments.kernel.locks import money_out_lock_sql
 from payments.models import (
-    LedgerEntry,
-    LedgerEntryKind,
-    LedgerEntryStatus,
     Payment,
     PaymentDirection,
     PaymentPurpose,
-    PaymentState,
 )
 from payments.processor.backend import get_backend
 from payments.selectors import merchant_money_figures
 from payments.services.create import (
     SUPPORTED_CURRENCIES,
-    payment_created_record,
+    create_locks_take,
+    create_transaction,
+    payment_build,
     validate_source_token,
 )
-from payments.services.fraud import hold_apply, hold_decide
+from payments.services.fraud import hold_decide
 from payments.services.refunds import CREDITS_UNSUPPORTED
-from payments.services.transitions import money_out_count
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +90,14 @@ def payout_create(
             f"the processor backend {type(backend).__name__} cannot send credits, so nothing "
             "can be paid out through it",
         )
-    with transaction.atomic():
-        money_out_lock(merchant_id)
+    with create_transaction():
+        # The merchant's money-out lock, exclusive (its exposure lock after it, as the last).
+        locks = create_locks_take(
+            merchant_id=merchant_id,
+            direction=PaymentDirection.CREDIT,
+            currency=currency,
+            first=money_out_lock_sql(merchant_id),
+        )
         figures = merchant_money_figures(merchant_id=merchant_id).get(currency)
         available = Decimal(figures["available"]) if figures else Decimal("0.00")
         if amount > available:
@@ -112,38 +114,23 @@ def payout_create(
             amount=amount,
             account_token=destination_token,
             account_changed_at=checked.changed_at,
+            limit_rows=locks.limits,
+            exposure_locked=locks.exposure_locked,
         )
-        payout = Payment(
+        payout = payment_build(
             merchant_id=merchant_id,
             amount=amount,
             currency=currency,
-            source_token=destination_token,
-            description=description,
-            metadata=dict(metadata or {}),
-            direction=PaymentDirection.CREDIT,
-            purpose=PaymentPurpose.PAYOUT,
+            account_token=destination_token,
             sec_code=sec_code,
             entry_description=originator.PAYROLL if payroll else originator.PAYOUT,
-        )
-        ledger = LedgerEntry(
-            payment=payout,
-            merchant_id=merchant_id,
-            kind=LedgerEntryKind.PAYOUT,
-            amount=-amount,
-            currency=currency,
-            status=LedgerEntryStatus.PENDING,
-        )
-        money_out_count(PaymentPurpose.PAYOUT, PaymentState.PENDING)
-        payload = {"amount": f"{amount:.2f}", "currency": currency, "merchant_id": merchant_id}
-        if hold is not None:
-            payload.update(hold_apply(payout, hold))
-        payment_created_record(
-            payout,
-            payload=payload,
+            direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.PAYOUT,
+            description=description,
+            metadata=metadata,
+            hold=hold,
             caused_by=caused_by,
             carried=carried,
-            submit=hold is None,
-            rows=(ledger,),
         )
     logger.info(
         "payout %s of %s %s created for merchant %s (%s available before)",

@@ -29,7 +29,7 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
-from payments.kernel.locks import money_out_share
+from payments.kernel.locks import money_out_lock_sql
 from payments.messages import MessageKind, submit_payment_body
 from payments.metrics import DOUBLE_LOSSES
 from payments.models import (
@@ -47,10 +47,14 @@ from payments.models import (
 )
 from payments.processor.backend import get_backend
 from payments.services.cancel import payment_cancel
-from payments.services.create import outbox_enqueue, payment_created_record
-from payments.services.fraud import hold_apply, hold_decide
+from payments.services.create import (
+    create_locks_take,
+    create_transaction,
+    outbox_enqueue,
+    payment_build,
+)
+from payments.services.fraud import hold_decide
 from payments.services.remedies import dishonor_may_stand
-from payments.services.transitions import money_out_count
 from payments.services.writes import payment_lock
 from payments.webhooks.catalogue import DOUBLE_LOSS_OPENED, DOUBLE_LOSS_RESOLVED
 from payments.webhooks.events import double_loss_shape, event_record
@@ -113,15 +117,20 @@ def refund_create(
             f"the processor backend {type(get_backend()).__name__} cannot send credits, so "
             "nothing can be refunded through it",
         )
-    with transaction.atomic():
+    with create_transaction():
         debit = payment_lock(payment_id)
         # After the debit's lock (a return takes that one alone), before the merchant's money
         # moves: a concurrent payout reads the available balance with this refund or without.
         # Shared: the merchant's other refunds do not wait on it (none reads the balance, and
         # what is refundable of each debit is decided under that debit's lock), only payouts.
-        money_out_share(debit.merchant_id)
-        _refusal(debit, amount, now=now or timezone.now())
         # Refunds and payouts count against one credit limit; its lock is the create's last.
+        locks = create_locks_take(
+            merchant_id=debit.merchant_id,
+            direction=PaymentDirection.CREDIT,
+            currency=debit.currency,
+            first=money_out_lock_sql(debit.merchant_id, shared=True),
+        )
+        _refusal(debit, amount, now=now or timezone.now())
         hold = hold_decide(
             merchant_id=debit.merchant_id,
             direction=PaymentDirection.CREDIT,
@@ -130,56 +139,30 @@ def refund_create(
             amount=amount,
             account_token=debit.source_token,
             now=now,
+            limit_rows=locks.limits,
+            exposure_locked=locks.exposure_locked,
         )
-        refund = Payment(
+        hold_until = _hold_until(debit)
+        refund = payment_build(
             merchant_id=debit.merchant_id,
             amount=amount,
             currency=debit.currency,
-            source_token=debit.source_token,
-            description=reason[:REASON_MAX],
-            metadata=metadata or {},
-            direction=PaymentDirection.CREDIT,
-            purpose=PaymentPurpose.REFUND,
-            refund_of=debit,
             # Back to the account the debit came from, in its class (a WEB one as PPD).
+            account_token=debit.source_token,
             sec_code=originator.credit_sec_code(debit.sec_code),
             entry_description=originator.REFUND,
+            direction=PaymentDirection.CREDIT,
+            purpose=PaymentPurpose.REFUND,
+            description=reason[:REASON_MAX],
+            metadata=metadata,
+            refund_of=debit,
+            hold=hold,
+            # Held: its submit command once its debit's window has passed.
+            hold_until=hold_until if hold_until and hold_until > (now or timezone.now()) else None,
+            audit={"refund_of": str(debit.id)},
+            caused_by=caused_by,
+            carried=carried,
         )
-        ledger = LedgerEntry(
-            payment=refund,
-            merchant_id=refund.merchant_id,
-            kind=LedgerEntryKind.REFUND,
-            amount=-amount,
-            currency=refund.currency,
-            status=LedgerEntryStatus.PENDING,
-        )
-        payload = {
-            "amount": f"{amount:.2f}",
-            "currency": refund.currency,
-            "merchant_id": refund.merchant_id,
-            "refund_of": str(debit.id),
-        }
-        money_out_count(PaymentPurpose.REFUND, PaymentState.PENDING)
-        if hold is not None:
-            # Held for a person's review: its submit command once approved.
-            payload.update(hold_apply(refund, hold))
-        hold_until = _hold_until(debit)
-        if hold_until is not None and hold_until > (now or timezone.now()):
-            # Held: its audit row now, its submit command once its debit's window has passed.
-            refund.hold_until = hold_until
-            payload["hold_until"] = hold_until.isoformat()
-            payment_created_record(
-                refund, payload=payload, caused_by=caused_by, submit=False, rows=(ledger,)
-            )
-        else:
-            payment_created_record(
-                refund,
-                payload=payload,
-                caused_by=caused_by,
-                carried=carried,
-                submit=hold is None,
-                rows=(ledger,),
-            )
     logger.info(
         "refund %s of %s %s created for payment %s",
         refund.id,

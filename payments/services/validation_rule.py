@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db.models import QuerySet
+
 from payments import conf as payments_conf
 from payments.exceptions import AccountNotValidated
 from payments.models import AccountValidation, Payment, ReviewStatus, ValidationState
@@ -28,22 +30,28 @@ def validation_required(sec_code: str) -> bool:
     return bool(required.get(sec_code, False))
 
 
-def validation_debit_check(*, source_token: str, sec_code: str) -> str | None:
+def validation_debit_check(
+    *, source_token: str, sec_code: str, validations: list[AccountValidation] | None = None
+) -> str | None:
     """Before a new debit (not a reinitiation): None when it may go; ``HOLD_REASON`` when it is
     to be created held; ``AccountNotValidated`` when it is refused. One indexed read, and only
-    for a class that needs validation."""
+    for a class that needs validation; none when the caller read it (``validations``, from
+    ``validation_queryset``)."""
     if not validation_required(sec_code):
         return None
-    state = (
-        AccountValidation.objects.filter(account_token=source_token)
-        .values_list("state", flat=True)
-        .first()
-    ) or ValidationState.UNVALIDATED
+    if validations is None:
+        validations = list(validation_queryset(source_token))
+    state = validations[0].state if validations else ValidationState.UNVALIDATED
     if state == ValidationState.VALIDATED:
         return None
     if payments_conf.UNVALIDATED_WEB_DEBITS == HOLD and state != ValidationState.FAILED:
         return HOLD_REASON
     raise AccountNotValidated(sec_code=sec_code, state=state)
+
+
+def validation_queryset(source_token: str) -> QuerySet[AccountValidation]:
+    """The read of the account's validation state that ``validation_debit_check`` makes."""
+    return AccountValidation.objects.filter(account_token=source_token).only("state")[:1]
 
 
 def validation_hold(payment: Payment, *, then_review: Any = None) -> dict:

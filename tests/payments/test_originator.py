@@ -190,11 +190,11 @@ def test_the_service_refuses_a_bad_sec_code_given_directly():
 def test_a_create_reads_the_profile_in_one_statement(django_assert_num_queries):
     _profile(codes=["WEB"], description="ORIG SHOP")
     payment_create(merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB")
-    # The profile's read (1), the account's validation (1, a WEB debit's), the NOC check (1),
-    # the account's blocks (1), then savepoint, the merchant's exposure limits, the payment with
-    # its audit row and its outbox row (one statement), its merchant's event, and release (5);
-    # the fraud rules are off here.
-    with django_assert_num_queries(9):
+    # The profile's read with the account's validation (a WEB debit's), its notifications of
+    # change and blocks and the merchant's exposure limits (1), in the caller's transaction
+    # without a savepoint; then the payment with its audit row, its outbox row and its
+    # merchant's event (1). The fraud rules are off here: no exposure lock.
+    with django_assert_num_queries(2):
         payment = payment_create(
             merchant_id="m-orig", amount=Decimal("1.00"), source_token=TOKEN, sec_code="WEB"
         )

@@ -43,10 +43,24 @@ def test_payment_create_writes_pending_payment_event_and_outbox_row_together():
     assert payment.events.get().kind == "created"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_payment_create_rolls_back_everything_when_the_outbox_write_fails(monkeypatch):
-    # A kind longer than its column: PostgreSQL refuses the outbox row, written last.
+    # A kind longer than its column: PostgreSQL refuses the outbox row, written last. Called
+    # outside a transaction, as a task or a command calls it: the create's own rolls back.
     monkeypatch.setattr("payments.services.create.SUBMIT_PAYMENT", "x" * 33)
     with pytest.raises(DataError):
+        _create()
+
+    assert Payment.objects.count() == 0
+    assert PaymentEvent.objects.count() == 0
+
+
+def test_a_create_in_the_callers_transaction_rolls_back_with_it_when_a_write_fails(monkeypatch):
+    # Inside the caller's transaction (the API's) the create adds no savepoint: a refused
+    # write fails the caller's transaction, which rolls back whole, the create's rows with it.
+    monkeypatch.setattr("payments.services.create.SUBMIT_PAYMENT", "x" * 33)
+    with pytest.raises(DataError), transaction.atomic():
+        PaymentFactory(merchant_id="m-before")
         _create()
 
     assert Payment.objects.count() == 0

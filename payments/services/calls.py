@@ -3,12 +3,16 @@ payment's direction, the circuit breaker's admission and verdict, the attempt ro
 and the alert for refused credentials."""
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
+from django.db import connection
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from payments.alerts import AlertSeverity, alert_raise
 from payments.exceptions import ProcessorCircuitOpen, ProcessorDegraded
+from payments.insert_sql import row_insert_returning
 from payments.models import (
     AttemptOutcome,
     BreakerState,
@@ -149,9 +153,10 @@ def call_again_worth(admission: Admission, attempt: ProcessorAttempt, result) ->
     return failure_interleaved(payment_id=attempt.payment_id, attempt_id=attempt.pk)
 
 
-def breaker_record_called_again(admission: Admission, attempt: ProcessorAttempt) -> None:
+def breaker_record_called_again(admission: Admission, attempt: ProcessorAttempt) -> Admission:
     """Tell the breaker of the failure that was made again: counted as any failure; what the
-    call again says is told after it (``breaker_record``)."""
+    call again says is told after it (``breaker_record``), with the admission returned, which
+    counts that failure (its success then resets it)."""
     processor_breaker_record(
         admission=admission,
         outcome=CallOutcome.FAILURE,
@@ -159,6 +164,7 @@ def breaker_record_called_again(admission: Admission, attempt: ProcessorAttempt)
         error=attempt.error,
         http_status=attempt.http_status,
     )
+    return replace(admission, failures=admission.failures + 1)
 
 
 def breaker_recovered(payment: Payment, attempt: ProcessorAttempt) -> None:
@@ -219,13 +225,12 @@ def attempt_record(
     else:
         outcome = AttemptOutcome.ACCEPTED
     call = result.call
-    number = ProcessorAttempt.objects.filter(payment=payment, operation=operation).count() + 1
     # On the database's clock, as every audit time: the call began its own (monotonic) latency
     # before this record. The calling host's clock, which may be minutes off, is not read.
     latency = timedelta(milliseconds=call.latency_ms)
-    attempt = ProcessorAttempt.objects.create(
+    attempt = ProcessorAttempt(
         payment=payment,
-        attempt_number=number,
+        attempt_number=_attempt_number_next(payment, operation),
         operation=operation,
         idempotency_key=idempotency_key or payment.idempotency_key,
         outcome=outcome,
@@ -237,10 +242,31 @@ def attempt_record(
         retry_after_seconds=call.retry_after,
         started_at=Now() - latency,
     )
+    if connection.vendor == "postgresql":
+        # The number counted by the insert itself, and returned by it: one statement.
+        row_insert_returning(attempt, computed=("attempt_number",))
+    else:
+        attempt.save(force_insert=True)
     # recorded_at came back from the insert: the same statement time the database subtracted
     # the latency from, so this is the stored value without reading it again.
     attempt.started_at = attempt.recorded_at - latency
     return attempt
+
+
+def _attempt_number_next(payment: Payment, operation: str) -> int | RawSQL:
+    """The number of the payment's next attempt of ``operation``, safe under the caller's row
+    lock: on PostgreSQL an expression its insert computes, else counted first."""
+    attempts = ProcessorAttempt.objects.filter(payment=payment, operation=operation)
+    if connection.vendor != "postgresql":
+        return attempts.count() + 1
+    meta = ProcessorAttempt._meta
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT COUNT(*) + 1 FROM {quote(meta.db_table)} "  # noqa: S608
+        f"WHERE {quote(meta.get_field('payment').column)} = %s "
+        f"AND {quote(meta.get_field('operation').column)} = %s"
+    )
+    return RawSQL(sql, (payment.pk, operation))
 
 
 def log_attempt(payment: Payment, attempt: ProcessorAttempt, outcome: str) -> None:

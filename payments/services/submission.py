@@ -6,7 +6,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.utils import timezone
 
 from payments.alerts import AlertSeverity, alert_raise
@@ -42,8 +43,12 @@ from payments.services.calls import (
     log_attempt,
     transfer_create,
 )
-from payments.services.transitions import payment_transition, transition_announce
-from payments.services.writes import payment_lock
+from payments.services.transitions import (
+    transition_announce,
+    transition_count,
+    transition_move,
+)
+from payments.services.writes import move_save, payment_lock
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +131,98 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     submit the same pending payment at once; the processor charges the key once, and the second
     one to record sees the state the first one left (see ``_SUBMIT_RULES``).
     """
+    marked = _submission_mark_sent(payment_id)
+    if marked is None:
+        skipped = _submission_start(payment_id)
+        if isinstance(skipped, SubmitResult):
+            return skipped
+        marked = skipped
+    payment, mark = marked
+
+    try:
+        admission = breaker_admit(payment, SUBMIT_OPERATION)
+    except ProcessorCircuitOpen:
+        if mark is not None:  # no call was made: the payment may still be canceled
+            _submission_unmark(payment_id, mark)
+        raise
+    result = _debit_create(payment)
+    with transaction.atomic():
+        recorded = _submission_record(payment_id, result, caused_by)
+    if call_again_worth(admission, recorded.attempt, result):
+        admission, result, recorded = _submission_call_again(admission, recorded, caused_by)
+    # After commit: the attempt and the state change are durable before anyone hears of them.
+    payment, attempt = recorded.payment, recorded.attempt
+    if recorded.alert is not None:
+        alert_raise(**recorded.alert)
+    if isinstance(result, ProcessorAuthFailed):
+        alert_auth_failed(payment, attempt)
+    log_attempt(payment, attempt, recorded.outcome)
+    breaker_record(admission, payment, attempt, result)
+    if recorded.outcome == SubmitOutcome.RETRYABLE:
+        raise ProcessorUnavailable(
+            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
+            retry_after=attempt.retry_after_seconds,
+        ) from result
+    return SubmitResult(recorded.outcome, payment)
+
+
+def _submission_call_again(
+    admission: Admission, failed: _SubmissionRecorded, caused_by: str
+) -> tuple[Admission, object, _SubmissionRecorded]:
+    """Make a failed call again at once on a new connection (``breaker.degraded``: a
+    balancer's dead backend), under the same idempotency key; its own attempt row. Returns
+    the admission counting the failure, and what the call again gave and recorded."""
+    payment = failed.payment
+    log_attempt(payment, failed.attempt, "called again on a new connection")
+    admission = breaker_record_called_again(admission, failed.attempt)
+    get_client().connections_renew()
+    result = _debit_create(payment)
+    with transaction.atomic():
+        recorded = _submission_record(payment.id, result, caused_by)
+    if recorded.outcome != SubmitOutcome.RETRYABLE:
+        breaker_recovered(recorded.payment, recorded.attempt)
+    return admission, result, recorded
+
+
+# One statement (its own transaction, or in the caller's): the payment's row locked, the mark
+# set only on a pending payment no one holds, and the row as it is then, with the mark it had
+# before.
+_MARK_SQL = """
+WITH prior AS (
+    SELECT id, submission_started_at FROM {table}
+    WHERE id = %s AND state = %s AND review_status NOT IN (%s, %s)
+    FOR NO KEY UPDATE
+)
+UPDATE {table} AS p SET submission_started_at = %s, updated_at = %s
+FROM prior WHERE p.id = prior.id
+RETURNING p.*, prior.submission_started_at AS marked_before
+"""
+
+
+def _submission_mark_sent(payment_id) -> tuple[Payment, datetime | None] | None:
+    """Mark a pending payment that nothing holds as being submitted, in one statement (the row
+    lock, the check and the mark that ``_submission_start`` takes a transaction of four for):
+    the payment and its mark, as ``_submission_mark`` returns it; None when the payment is not
+    one to send (not pending, held, unknown), for ``_submission_start`` to say why."""
+    if connection.vendor != "postgresql":
+        return None
+    try:
+        pk = Payment._meta.pk.get_db_prep_value(payment_id, connection)
+    except ValidationError:
+        return None
+    now = timezone.now()
+    sql = _MARK_SQL.format(table=connection.ops.quote_name(Payment._meta.db_table))
+    params = [pk, PaymentState.PENDING, ReviewStatus.HELD, ReviewStatus.VALIDATION, now, now]
+    rows = list(Payment.objects.raw(sql, params))
+    if not rows:
+        return None
+    payment = rows[0]
+    return payment, (now if payment.marked_before is None else None)
+
+
+def _submission_start(payment_id) -> SubmitResult | tuple[Payment, datetime | None]:
+    """The first short transaction, statement by statement: the payment locked, skipped when
+    it is not pending or is held (saying why), else marked (``_submission_mark``)."""
     with transaction.atomic():
         payment = payment_lock(payment_id)
         if payment.state != PaymentState.PENDING:
@@ -146,51 +243,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 extra={"payment_id": str(payment.id)},
             )
             return SubmitResult(SubmitOutcome.SKIPPED, payment)
-        mark = _submission_mark(payment)
-
-    try:
-        admission = breaker_admit(payment, SUBMIT_OPERATION)
-    except ProcessorCircuitOpen:
-        if mark is not None:  # no call was made: the payment may still be canceled
-            _submission_unmark(payment_id, mark)
-        raise
-    result = _debit_create(payment)
-    with transaction.atomic():
-        recorded = _submission_record(payment_id, result, caused_by)
-    if call_again_worth(admission, recorded.attempt, result):
-        result, recorded = _submission_call_again(admission, recorded, caused_by)
-    # After commit: the attempt and the state change are durable before anyone hears of them.
-    payment, attempt = recorded.payment, recorded.attempt
-    if recorded.alert is not None:
-        alert_raise(**recorded.alert)
-    if isinstance(result, ProcessorAuthFailed):
-        alert_auth_failed(payment, attempt)
-    log_attempt(payment, attempt, recorded.outcome)
-    breaker_record(admission, payment, attempt, result)
-    if recorded.outcome == SubmitOutcome.RETRYABLE:
-        raise ProcessorUnavailable(
-            f"payment {payment.id} attempt {attempt.attempt_number}: {result}",
-            retry_after=attempt.retry_after_seconds,
-        ) from result
-    return SubmitResult(recorded.outcome, payment)
-
-
-def _submission_call_again(
-    admission: Admission, failed: _SubmissionRecorded, caused_by: str
-) -> tuple[object, _SubmissionRecorded]:
-    """Make a failed call again at once on a new connection (``breaker.degraded``: a
-    balancer's dead backend), under the same idempotency key; its own attempt row. Returns
-    what the call again gave and recorded."""
-    payment = failed.payment
-    log_attempt(payment, failed.attempt, "called again on a new connection")
-    breaker_record_called_again(admission, failed.attempt)
-    get_client().connections_renew()
-    result = _debit_create(payment)
-    with transaction.atomic():
-        recorded = _submission_record(payment.id, result, caused_by)
-    if recorded.outcome != SubmitOutcome.RETRYABLE:
-        breaker_recovered(recorded.payment, recorded.attempt)
-    return result, recorded
+        return payment, _submission_mark(payment)
 
 
 def _submission_mark(payment: Payment) -> datetime | None:
@@ -243,34 +296,54 @@ def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorde
         "error_kind": attempt.error_kind,
         "error": attempt.error,
     }
+    fields = ()
     if isinstance(result, DebitAccepted):
-        _submission_accepted_note(payment, result, details)
-    outcome = _submission_apply(payment, rule, str(attempt.outcome), details, caused_by)
+        fields = _submission_accepted_note(payment, result, details)
+    outcome = _submission_apply(payment, rule, str(attempt.outcome), details, caused_by, fields)
     alert = None
     if attempt.outcome == AttemptOutcome.REJECTED:
         alert = _submission_rejected_alert(payment, attempt, details)
     return _SubmissionRecorded(payment, attempt, outcome, alert)
 
 
-def _submission_accepted_note(payment: Payment, result: DebitAccepted, details: dict) -> None:
-    """Keep the processor's id of the debit (the first one it gave) and log what it said."""
+def _submission_accepted_note(
+    payment: Payment, result: DebitAccepted, details: dict
+) -> tuple[str, ...]:
+    """Keep the processor's id of the debit (the first one it gave) and log what it said; the
+    payment's fields this changed, for the caller to save with its move."""
     details["processor_id"] = result.processor_id
     details["processor_status"] = result.status
-    if not payment.processor_id:
-        payment.processor_id = result.processor_id
-        payment.save(update_fields=["processor_id", "updated_at"])
+    if payment.processor_id:
+        return ()
+    payment.processor_id = result.processor_id
+    return ("processor_id",)
 
 
 def _submission_apply(
-    payment: Payment, rule: _SubmitRule, answer: str, details: dict, caused_by: str
+    payment: Payment,
+    rule: _SubmitRule,
+    answer: str,
+    details: dict,
+    caused_by: str,
+    fields: tuple[str, ...] = (),
 ) -> SubmitOutcome:
-    """Move a pending payment as ``rule`` says, log the answer, and say what submission did."""
+    """Move a pending payment as ``rule`` says, log the answer, and say what submission did.
+    The payment's ``fields`` changed before are saved with it: its move's UPDATE, or its own."""
     current = payment.state
     if current == PaymentState.PENDING:
-        payment_transition(payment=payment, target=rule.target)
-        _log_submission(payment, answer, EventOutcome.APPLIED, current, details, caused_by)
+        move = transition_move(payment, rule.target)
+        row = _submission_log(payment, answer, EventOutcome.APPLIED, current, details, caused_by)
+        # The state and the processor's id in one UPDATE; the merchant's event and the audit
+        # row in one INSERT.
+        move_save(move, fields=fields, rows=(row,))
+        transition_count(move)
+        transition_announce(row)
         return rule.outcome
-    _log_submission(payment, answer, EventOutcome.STALE, current, details, caused_by)
+    if fields:
+        payment.save(update_fields=[*fields, "updated_at"])
+    row = _submission_log(payment, answer, EventOutcome.STALE, current, details, caused_by)
+    row.save(force_insert=True)
+    transition_announce(row)
     return rule.outcome if current in rule.agreeing_states else SubmitOutcome.SKIPPED
 
 
@@ -288,15 +361,16 @@ def _submission_rejected_alert(payment: Payment, attempt: ProcessorAttempt, deta
     }
 
 
-def _log_submission(
+def _submission_log(
     payment: Payment,
     event_type: str,
     outcome: EventOutcome,
     from_state: str,
     details: dict,
     caused_by: str,
-) -> None:
-    row = PaymentEvent.objects.create(
+) -> PaymentEvent:
+    """The submission's audit row, unsaved."""
+    return PaymentEvent(
         payment=payment,
         kind=EventKind.SUBMISSION,
         outcome=outcome,
@@ -306,4 +380,3 @@ def _log_submission(
         payload=details,
         caused_by=caused_by,
     )
-    transition_announce(row)

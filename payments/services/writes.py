@@ -16,12 +16,13 @@ from contextvars import ContextVar
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, Model, Q, Value, When
 from django.utils import timezone
 
 from payments import event_sql
 from payments.event_rows import DayCounts, EntryStatus, EventWrite, Move
 from payments.exceptions import PaymentNotFound
+from payments.insert_sql import rows_insert
 
 # Declared in payments.event_rows; and below.
 __all__ = ["DayCounts", "EntryStatus", "EventWrite", "Move"]
@@ -152,18 +153,18 @@ def _one_statement() -> bool:
     return connection.vendor == "postgresql"
 
 
-def move_save(move: Move) -> None:
-    """Save a transition made in memory, row by row: the payment's declared fields and the rows
-    the move writes."""
-    move.payment.save(update_fields=Move.FIELDS)
-    if move.ledger is not None:
-        move.ledger.save()
+def move_save(move: Move, *, fields: tuple[str, ...] = (), rows: tuple[Model, ...] = ()) -> None:
+    """Save a transition made in memory: the payment's declared fields (and the caller's
+    ``fields`` of it, in the same UPDATE), the rows the move writes, and the caller's ``rows``
+    (its audit row), the new rows in one statement (``payments.insert_sql``)."""
+    move.payment.save(update_fields=[*Move.FIELDS, *fields])
     if move.entry_status is not None:
         entry_status_save(move.payment, move.entry_status)
     if move.counts is not None:
         merchant_return_day_add(move.counts)
-    if move.event is not None:
-        move.event.save(force_insert=True)
+    new_rows = [row for row in (move.ledger, move.event, *rows) if row is not None]
+    if new_rows:
+        rows_insert(new_rows)
     _move_followups(move)
 
 

@@ -178,6 +178,22 @@ def test_a_successful_submission_resets_the_run_of_failures_a_status_read_does_n
     assert fail() == BreakerState.OPEN
 
 
+def test_a_success_admitted_at_no_failures_writes_nothing_and_the_next_admitted_resets(
+    django_assert_num_queries,
+):
+    processor_breaker_get()
+    admitted_clean = processor_breaker_admit()
+    fail()  # another process's failure, while the first call is under way
+
+    with django_assert_num_queries(0):
+        state = record(admitted_clean, CallOutcome.SUCCESS)
+    after_first = processor_breaker_get().consecutive_failures
+    succeed()  # admitted at one failure: its success resets the run
+
+    assert (state, admitted_clean.failures, after_first) == (BreakerState.CLOSED, 0, 1)
+    assert processor_breaker_get().consecutive_failures == 0
+
+
 def test_every_other_submission_failing_opens_it_however_healthy_the_traffic_before():
     healthy = PaymentFactory()
     # A busy healthy period just before: a time window would be diluted by it.

@@ -55,6 +55,7 @@ def _gate(breaker: CircuitBreaker | None, now: datetime | None, operation: str) 
             reason=reason if paused else "",
             incident=incident,
             degraded=degraded,
+            failures=breaker.consecutive_failures,
         )
     if breaker.state == BreakerState.OPEN:
         remaining = _seconds_until(breaker.open_until, now)

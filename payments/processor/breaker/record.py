@@ -56,7 +56,13 @@ def processor_breaker_record(
         seconds = retry_after if retry_after is not None else DEFAULT_429_PAUSE_SECONDS
         processor_breaker_pause(seconds=seconds, reason=error)
     if outcome == CallOutcome.SUCCESS:
-        if operation == SUBMISSION:
+        if operation == SUBMISSION and (
+            admission.failures or admission.state != BreakerState.CLOSED
+        ):
+            # A call admitted by a closed breaker that had counted no failure has none to
+            # reset: the UPDATE would change nothing, on every submission. One that failed in
+            # the meantime and was not admitted (another process's) is reset by the next call
+            # admitted after it.
             CircuitBreaker.objects.filter(name=PROCESSOR, consecutive_failures__gt=0).update(
                 consecutive_failures=0
             )

@@ -57,6 +57,9 @@ class Admission:
     reason: str = ""
     incident: bool = False  # an incident is open (maybe closed, within its cool-down)
     degraded: bool = False  # calls were failing for many payments lately (see ``degraded``)
+    # The failures in a row the breaker had counted when it admitted the call: a success of a
+    # call admitted at none has no count to reset (``processor_breaker_record``).
+    failures: int = 0
 
 
 def processor_breaker_get() -> CircuitBreaker:

@@ -24,7 +24,7 @@ from payments.selectors import merchant_balance
 from payments.services import payment_apply_event, payment_cancel, payment_submit
 from payments.services.submission import SubmitOutcome
 from payments.signals import payment_transition_committed, payment_transitioned
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import PaymentFactory, open_breaker, processor_event
 from tests.waiting import race, race_in_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,19 +186,15 @@ def test_a_canceled_payments_submit_message_is_done_and_never_calls_the_processo
     assert not ProcessorAttempt.objects.filter(payment=payment).exists()
 
 
-def test_a_submission_the_breaker_refused_leaves_the_payment_cancelable(sandbox, monkeypatch):
-    from payments.services import submission
-
-    def refuse(payment, operation):
-        raise ProcessorCircuitOpen("open", retry_after=1.0)
-
-    monkeypatch.setattr(submission, "breaker_admit", refuse)
+def test_a_submission_the_breaker_refused_leaves_the_payment_cancelable(sandbox):
+    open_breaker()  # the real breaker, open: the submission's admission refuses the call
     payment = PaymentFactory()
     with pytest.raises(ProcessorCircuitOpen):
         payment_submit(payment_id=payment.id)
 
     payment.refresh_from_db()
     assert payment.submission_started_at is None
+    assert sandbox.stats()["requests"] == {}
     assert payment_cancel(payment_id=payment.id).canceled
 
 

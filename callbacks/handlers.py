@@ -17,7 +17,6 @@ import logging
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from django.db import DatabaseError, transaction
@@ -31,7 +30,6 @@ from callbacks.sqs import ReceivedMessage
 from payments.exceptions import ProcessorCircuitOpen, ProcessorDegraded
 from payments.models import BreakerState
 from payments.processor.breaker import (
-    Admission,
     processor_breaker_close_when_trials_done,
     processor_breaker_degraded_end,
     processor_breaker_incident_end,
@@ -204,28 +202,9 @@ def handle_submit_payment(message: ReceivedMessage) -> str:
     from payments.services import payment_submit
 
     result = payment_submit(
-        payment_id=_payment_id_from_body(message),
-        caused_by=f"sqs:{message.message_id}",
-        breaker_gate=_breaker_gate_passed(message),
+        payment_id=_payment_id_from_body(message), caused_by=f"sqs:{message.message_id}"
     )
     return str(result.outcome)
-
-
-# The breaker's answer to the gate of the message this thread runs (``processor_breaker_gate``),
-# for its submission's admission (``payments.services.calls.breaker_admit``): one read of the
-# breaker a submission, not two.
-_GATE_PASSED: ContextVar[tuple[str, Admission] | None] = ContextVar(
-    "processor_breaker_gate_passed", default=None
-)
-
-
-def _breaker_gate_passed(message: ReceivedMessage) -> Admission | None:
-    """What the gate answered for ``message``, once; None for another message's answer."""
-    passed = _GATE_PASSED.get()
-    _GATE_PASSED.set(None)
-    if passed is None or passed[0] != message.message_id:
-        return None
-    return passed[1]
 
 
 # --- the processor's circuit breaker, declared by submissions ---------------------------------
@@ -248,7 +227,6 @@ def _breaker_deferral(
 def processor_breaker_gate(message: ReceivedMessage) -> Deferral | None:
     """Before a submission starts: while the processor's breaker is open (or calls are paused
     by a 429), defer it until calls may flow."""
-    _GATE_PASSED.set(None)
     try:
         gate = processor_breaker_wait()
     except DatabaseError as exc:
@@ -256,7 +234,6 @@ def processor_breaker_gate(message: ReceivedMessage) -> Deferral | None:
         logger.warning("could not read the processor breaker: %s", exc)
         return None
     if gate.allowed:
-        _GATE_PASSED.set((message.message_id, gate))
         return None
     return _breaker_deferral(
         wait=gate.wait_seconds, breaker_open=gate.state != BreakerState.CLOSED, reason=gate.reason

@@ -77,15 +77,9 @@ def transfer_get(payment: Payment) -> DebitStatus:
     return backend.debit_get(idempotency_key=payment.idempotency_key)
 
 
-def breaker_admit(payment: Payment, operation: str, *, gate: Admission | None = None) -> Admission:
+def breaker_admit(payment: Payment, operation: str) -> Admission:
     """Ask the processor's circuit breaker for a call; no call and no attempt row when it is
-    open or paused (``ProcessorCircuitOpen``: the caller waits without spending an attempt).
-    ``gate``: what the breaker answered the caller just before (the worker's gate, read before
-    the message started): a closed breaker's answer stands, without a second read, as the
-    read before the call would have stood for the call; any other is asked again (a trial's
-    slot is taken only here)."""
-    if gate is not None and gate.row_read and gate.allowed and gate.state == BreakerState.CLOSED:
-        return gate
+    open or paused (``ProcessorCircuitOpen``: the caller waits without spending an attempt)."""
     admission = processor_breaker_admit(operation=operation)
     if not admission.allowed:
         what = "submission" if operation == SUBMIT_OPERATION else "status check"

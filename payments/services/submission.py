@@ -114,9 +114,7 @@ class _SubmissionRecorded:
     alert: dict | None = None
 
 
-def payment_submit(
-    *, payment_id, caused_by: str = "", breaker_gate: Admission | None = None
-) -> SubmitResult:
+def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     """Submit a pending payment to the processor with its idempotency key.
 
     No transaction or row lock is held across the HTTP call: a first short transaction locks the
@@ -131,8 +129,7 @@ def payment_submit(
     state unchanged and ``ProcessorUnavailable`` (with ``retry_after`` when the processor gave
     one). A payment that is not pending is skipped: it is never submitted again. Two workers may
     submit the same pending payment at once; the processor charges the key once, and the second
-    one to record sees the state the first one left (see ``_SUBMIT_RULES``). ``breaker_gate``:
-    the breaker's answer the caller read just before (``breaker_admit``).
+    one to record sees the state the first one left (see ``_SUBMIT_RULES``).
     """
     marked = _submission_mark_sent(payment_id)
     if marked is None:
@@ -143,7 +140,7 @@ def payment_submit(
     payment, mark = marked
 
     try:
-        admission = breaker_admit(payment, SUBMIT_OPERATION, gate=breaker_gate)
+        admission = breaker_admit(payment, SUBMIT_OPERATION)
     except ProcessorCircuitOpen:
         if mark is not None:  # no call was made: the payment may still be canceled
             _submission_unmark(payment_id, mark)

@@ -31,12 +31,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CREATE = {"debit": 10, "web_debit": 11, "refund": 13, "payout": 11}
 # The outbox row's publish after the create's commit, in the same request.
 PUBLISH = 9
-# Per payment: the breaker's read at the worker's gate (its admission takes that answer), the
-# queue record, the row lock and mark in one statement; then BEGIN, the row lock, the attempt
-# (numbered by its insert), the state and processor id in one UPDATE, the merchant's event and
-# the audit row in one INSERT, COMMIT; the queue record done. A closed breaker that counted no
-# failure is not reset (no UPDATE).
-SUBMISSION_BATCH_OF_TEN = 100
+# Per payment: the breaker's read before it starts and its admission's, the queue record, the
+# row lock and mark in one statement; then BEGIN, the row lock, the attempt (numbered by its
+# insert), the state and processor id in one UPDATE, the merchant's event and the audit row in
+# one INSERT, COMMIT; the queue record done. A closed breaker that counted no failure is not
+# reset (no UPDATE).
+SUBMISSION_BATCH_OF_TEN = 110
 INGEST = 0
 # The batch of ten: 25, and the lock of its merchants' return-rate days in one order (+1).
 APPLY_BATCH_OF_TEN = 26

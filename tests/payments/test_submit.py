@@ -247,12 +247,6 @@ def test_submit_of_unknown_payment_raises_not_found(sandbox):
     assert sandbox.stats()["requests"] == {}
 
 
-def test_submit_of_a_malformed_payment_id_raises_not_found_and_calls_nothing(sandbox):
-    with pytest.raises(PaymentNotFound):
-        payment_submit(payment_id="not-a-uuid")
-    assert sandbox.stats()["requests"] == {}
-
-
 def test_payment_moved_by_a_callback_during_the_call_is_recorded_not_failed(sandbox):
     """The processor's `submitted` callback overtakes its own HTTP answer."""
     sandbox.plan.config = replace(sandbox.plan.config, latency_median_ms=500, latency_sigma=0.001)

@@ -56,7 +56,6 @@ def _gate(breaker: CircuitBreaker | None, now: datetime | None, operation: str) 
             incident=incident,
             degraded=degraded,
             failures=breaker.consecutive_failures,
-            row_read=True,
         )
     if breaker.state == BreakerState.OPEN:
         remaining = _seconds_until(breaker.open_until, now)

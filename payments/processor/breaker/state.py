@@ -60,9 +60,6 @@ class Admission:
     # The failures in a row the breaker had counted when it admitted the call: a success of a
     # call admitted at none has no count to reset (``processor_breaker_record``).
     failures: int = 0
-    # The answer was read from the breaker's row (there is one): a closed one's may stand for a
-    # call made right after it (``payments.services.calls.breaker_admit``).
-    row_read: bool = False
 
 
 def processor_breaker_get() -> CircuitBreaker:

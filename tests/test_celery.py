@@ -253,7 +253,9 @@ def test_real_worker_on_the_sqs_broker_runs_a_beat_task(
         )
     try:
         entry = django_settings.CELERY_BEAT_SCHEDULE["processed-events-purge"]
-        sender = Celery("sender")
+        # Not the current app: it would stay so for the tests after this one in the process,
+        # and the product sends its tasks through the current app.
+        sender = Celery("sender", set_as_current=False)
         transport = {
             "region": "us-east-1",
             "is_secure": False,

@@ -46,7 +46,7 @@ def test_a_celery_worker_killed_mid_delivery_loses_no_event(
         "predefined_queues": {name: {"url": url}},
     }
     with Connection(f"sqs://127.0.0.1:{local_sqs.port}", transport_options=transport) as broker:
-        Celery("sender").send_task(
+        Celery("sender", set_as_current=False).send_task(
             "payments.tasks.webhooks_dispatch", connection=broker, queue=name
         )
 
@@ -227,6 +227,6 @@ def dispatch_send(broker: LocalSqs, name: str, url: str) -> None:
         "predefined_queues": {name: {"url": url}},
     }
     with Connection(f"sqs://127.0.0.1:{broker.port}", transport_options=transport) as connection:
-        Celery("sender").send_task(
+        Celery("sender", set_as_current=False).send_task(
             "payments.tasks.webhooks_dispatch", connection=connection, queue=name
         )

@@ -66,7 +66,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_the_next_worker_which_acts_once_on
     job = job_for(DeadLetter.objects.all(), action="resolve", user=operator())
     env = broker_environment(local_sqs, name, url)
     env.update({"TRIAGE_BULK_RATE_PER_SECOND": "30", "CELERY_SQS_VISIBILITY_TIMEOUT": "5"})
-    sender = Celery("sender")
+    sender = Celery("sender", set_as_current=False)
     transport = {
         "region": "us-east-1",
         "is_secure": False,

@@ -14,6 +14,7 @@ from pathlib import Path
 import requests
 
 from chaos.config import PROCESSOR_OUTAGE_MODE, RETRY_BUDGET_SECONDS
+from chaos.load import post_through_faults
 
 
 class Faults:
@@ -335,24 +336,8 @@ class Faults:
         base = f"http://127.0.0.1:{self.ports['web']}/api"
 
         def post(path: str, body: dict) -> int:
-            for _ in range(10):  # through the run's web kills and database outages
-                try:
-                    response = requests.post(
-                        f"{base}/{path}",
-                        json=body,
-                        headers={
-                            "Authorization": f"Token {self.token}",
-                            "Idempotency-Key": str(uuid.uuid4()),
-                        },
-                        timeout=15,
-                    )
-                except requests.RequestException:
-                    time.sleep(1)
-                    continue
-                if response.status_code < 500:
-                    return response.status_code
-                time.sleep(1)
-            return 0
+            # Through the run's web kills and database outages.
+            return post_through_faults(f"{base}/{path}", body, token=self.token, tries=10)
 
         def at_once(calls) -> list[int]:
             results: list = [0] * len(calls)

@@ -80,6 +80,27 @@ def refusal(status: int, body: object) -> str | None:
 DOUBLE_SEND = 20
 
 
+def post_through_faults(url: str, body: dict, *, token: str, tries: int) -> int:
+    """POST ``body`` with a fresh Idempotency-Key, as a client does, again after a connection
+    error or a 5xx (the run's web kills and database outages), up to ``tries`` times; the
+    status of the first answer under 500, or 0 when none came through."""
+    for _ in range(tries):
+        try:
+            response = requests.post(
+                url,
+                json=body,
+                headers={"Authorization": f"Token {token}", "Idempotency-Key": str(uuid.uuid4())},
+                timeout=15,
+            )
+        except requests.RequestException:
+            time.sleep(1)
+            continue
+        if response.status_code < 500:
+            return response.status_code
+        time.sleep(1)
+    return 0
+
+
 def create_payments(
     *, base_url: str, token: str, config: Config, spread_seconds: float, stats: LoadStats
 ) -> None:

@@ -31,7 +31,7 @@ from decimal import ROUND_DOWN, Decimal
 import requests
 
 from chaos.config import MERCHANTS
-from chaos.load import _json, refusal
+from chaos.load import _json, post_through_faults, refusal
 
 LIMITED_MERCHANTS = 3
 # Load amounts run from 1.00 to 500.00: one debit in ten of a capped merchant is past this.
@@ -238,24 +238,7 @@ class Review:
         """The merchant's cancel through the API, as its client sends it; the status (0 when
         no answer came through the run's faults)."""
         url = f"http://127.0.0.1:{self.ports['web']}/api/payments/{payment_id}/cancel/"
-        for _ in range(5):
-            try:
-                response = requests.post(
-                    url,
-                    json={},
-                    headers={
-                        "Authorization": f"Token {self.token}",
-                        "Idempotency-Key": str(uuid.uuid4()),
-                    },
-                    timeout=15,
-                )
-            except requests.RequestException:
-                time.sleep(1)
-                continue
-            if response.status_code < 500:
-                return response.status_code
-            time.sleep(1)
-        return 0
+        return post_through_faults(url, {}, token=self.token, tries=5)
 
     def risk_payouts(self, at: float, until: float) -> None:
         """``PAYOUT_RACERS`` payouts at once from the first capped merchant, each

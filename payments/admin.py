@@ -137,6 +137,13 @@ class NotificationOfChangeInline(ReadOnlyInline):
     fields = ["change_code", "change_title", "status", "deadline", "unknown_code", "received_at"]
 
 
+class PrenoteNocInline(NotificationOfChangeInline):
+    """The NOCs of the account's prenotes, on its validation's page."""
+
+    fk_name = "account_validation"
+    verbose_name_plural = "notifications of change of its prenotes"
+
+
 class ReturnDishonorInline(ReadOnlyInline):
     """The dishonor of the payment's return: our request and the processor's answers."""
 
@@ -468,7 +475,7 @@ class NotificationOfChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "due",
         "change",
         "status",
-        "payment",
+        "answered",
         "merchant_id",
         "source_token",
         "unknown_code",
@@ -476,7 +483,7 @@ class NotificationOfChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ]
     list_filter = ["status", "unknown_code", "change_code"]
     search_fields = ["=payment__id", "merchant_id", "=source_token", "=processor_event_id"]
-    list_select_related = ["payment"]
+    list_select_related = ["payment", "account_validation"]
     ordering = ["deadline", "id"]
     inlines = [NocActionInline]
 
@@ -489,6 +496,17 @@ class NotificationOfChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="change code", ordering="change_code")
     def change(self, obj):
         return f"{obj.change_code} {obj.change_title or '(unknown code)'}"
+
+    @admin.display(description="answered")
+    def answered(self, obj):
+        """The entry the NOC answered: a payment, or an account's prenote (its validation)."""
+        if obj.payment_id is not None:
+            return obj.payment
+        return format_html(
+            '<a href="{}">prenote of {}</a>',
+            reverse("admin:payments_accountvalidation_change", args=[obj.account_validation_id]),
+            obj.account_validation.account_token,
+        )
 
     @admin.display(description="due")
     def due(self, obj):
@@ -738,6 +756,7 @@ class AccountValidationAdmin(ReadOnlyModelAdmin):
     list_filter = ["state", "method"]
     search_fields = ["=account_token", "merchant_id"]
     exclude = ["secret_digest"]
+    inlines = [PrenoteNocInline]
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name != "secret_digest"]

@@ -17,9 +17,10 @@ event (its deduplication id is unique).
 A return or NOC of one of our prenotes (``NachaPrenote``) is no payment's event: it is applied
 to the account's validation in the import's transaction, once (its row, with the same unique
 deduplication id, is written published). A return fails the validation with its code, and each
-debit held on it once; a NOC is recorded in its evidence, and one that changes the account
-number (C01/C03/C06/C07) makes the account new, unvalidated (its corrected account vaulted as
-another token, as a payment's NOC's is).
+debit held on it once; a NOC is a ``NotificationOfChange`` of the validation (kept, shown and
+applied as a payment's is, and named in the validation's evidence), and one that changes the
+account number (C01/C03/C06/C07) makes the account new, unvalidated (its corrected account
+vaulted as another token, as a payment's NOC's is).
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from bank.nacha.sealing import inbound_aad
 from bank.nacha.windows import EASTERN
 from payments import catalogue
 from payments.alerts import AlertSeverity, alert_key_bounded, alert_raise
-from payments.change_codes import change_code_get, corrected_data_problems
+from payments.change_codes import corrected_data_problems
+from payments.services.nocs import noc_record_of_prenote
 from payments.services.validation import prenote_returned
-from payments.services.validation_rule import account_number_changed
 
 logger = logging.getLogger(__name__)
 
@@ -391,18 +392,23 @@ def _prenote_answer(entry: Entry, moment: datetime, stored: NachaInboundFile) ->
             now=moment,
             trace_number=original_trace,
         )
+        note = "" if applied else " (its validation no longer waits on it)"
     else:
-        known = change_code_get(code)
-        applied = known is not None and not known.refused
-        if applied:
-            account_number_changed(
-                account_token=prenote.account_token, change_code=code, source="prenote_noc"
-            )
+        # Kept as any NOC is (its deadline, the debits it blocks, the account made new by a
+        # change of its number), naming the validation: the same id a payment's NOC has.
+        _, applied = noc_record_of_prenote(
+            validation=prenote.validation,
+            processor_event_id=f"ach.{original_trace}.{code}",
+            change_code=code,
+            corrected_data=event["corrected_data"],
+            received_at=moment,
+        )
+        note = "" if applied else " (its NOC was recorded before)"
     logger.info(
         "prenote %s answered %s%s",
         original_trace,
         code,
-        "" if applied else " (its validation no longer waits on it)",
+        note,
         extra={"merchant_id": prenote.merchant_id, "trace": original_trace},
     )
     return True

@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from payments.models.payment import Payment
+from payments.models.validation import AccountValidation
 
 
 class NocStatus(models.TextChoices):
@@ -18,9 +19,22 @@ class NotificationOfChange(models.Model):
     event: which detail was wrong (the change code and its title), the corrected fields, and
     the NACHA deadline to apply it by (``payments.services.nocs``). Written in the transaction
     that claims the event; it moves no state and no money. An open NOC past its deadline
-    blocks new debits on its token until an operator marks it applied."""
+    blocks new debits on its token until an operator marks it applied.
 
-    payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="nocs")
+    A NOC of an account's prenote answers no payment: it names the account's validation
+    instead (``account_validation``), and is kept and applied as any other."""
+
+    payment = models.ForeignKey(
+        Payment, on_delete=models.PROTECT, related_name="nocs", null=True, blank=True
+    )
+    account_validation = models.ForeignKey(
+        AccountValidation,
+        on_delete=models.PROTECT,
+        related_name="nocs",
+        null=True,
+        blank=True,
+        help_text="the validation whose prenote the NOC answered (no payment then)",
+    )
     merchant_id = models.CharField(max_length=64)
     source_token = models.CharField(max_length=128)
     processor_event_id = models.CharField(max_length=128, unique=True)
@@ -45,6 +59,14 @@ class NotificationOfChange(models.Model):
         verbose_name = "notification of change"
         verbose_name_plural = "notifications of change"
         permissions = [("apply_noc", "Can mark a notification of change applied")]
+        constraints = [
+            # A NOC answers one entry: a payment's, or a validation's prenote.
+            models.CheckConstraint(
+                condition=models.Q(payment__isnull=False, account_validation__isnull=True)
+                | models.Q(payment__isnull=True, account_validation__isnull=False),
+                name="noc_of_a_payment_or_a_prenote",
+            ),
+        ]
         indexes = [
             # A debit's check: the token's open NOCs, by deadline.
             models.Index(
@@ -58,7 +80,8 @@ class NotificationOfChange(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"NOC {self.change_code} {self.change_title} for {self.payment_id}"
+        of = self.payment_id or f"the prenote of validation {self.account_validation_id}"
+        return f"NOC {self.change_code} {self.change_title} for {of}"
 
 
 class NocAction(models.Model):

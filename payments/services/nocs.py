@@ -8,6 +8,10 @@ the deadline goes out (its answer warns), and one created after it, while the NO
 open, is refused: that debit would be the next entry, and the deadline has passed.
 It moves no payment state and no money. An unknown change code is recorded and flagged (an
 alert after commit), never dropped; a refused NOC (C61-C69) is recorded with nothing to apply.
+
+A NOC of an account's prenote (the bank backend's, ``noc_record_of_prenote``) answers no
+payment: it is kept the same way, naming the account's validation, and obeyed the same way by
+the debits on its token.
 """
 
 from __future__ import annotations
@@ -23,7 +27,13 @@ from payments.banking_days import add_banking_days
 from payments.change_codes import NOC_DEADLINE_BANKING_DAYS, change_code_get
 from payments.events import ProcessorEvent
 from payments.exceptions import EventConflict, NocPastDeadline, PaymentError
-from payments.models import NocAction, NocStatus, NotificationOfChange, Payment
+from payments.models import (
+    AccountValidation,
+    NocAction,
+    NocStatus,
+    NotificationOfChange,
+    Payment,
+)
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.validation_rule import account_number_changed
 from payments.webhooks.catalogue import NOC_APPLIED, NOC_RECEIVED
@@ -64,50 +74,127 @@ class NocHandler(EventHandler):
 def noc_record(*, payment: Payment, event: ProcessorEvent) -> NotificationOfChange:
     """Record the NOC ``event`` carries for ``payment`` and its token. Called in the
     transaction that claimed the event, so it is written exactly once."""
-    code = change_code_get(event.change_code)
-    refused = code is not None and code.refused
-    noc = NotificationOfChange.objects.create(
+    return _noc_write(
         payment=payment,
+        validation=None,
         merchant_id=payment.merchant_id,
         source_token=payment.source_token,
         processor_event_id=event.processor_event_id,
         change_code=event.change_code,
-        change_title=code.title if code is not None else "",
         corrected_data=event.corrected_data,
+        received_at=event.timestamp,
+        source="noc_received",
+    )
+
+
+def noc_record_of_prenote(
+    *,
+    validation: AccountValidation,
+    processor_event_id: str,
+    change_code: str,
+    corrected_data: dict,
+    received_at: datetime,
+) -> tuple[NotificationOfChange, bool]:
+    """Record the NOC of the account's prenote (its validation's, no payment's) as any other
+    NOC: its title and deadline, the account made new by a change of its number, the
+    merchant's ``noc.received`` event, the alert of an unknown code. Called in the
+    transaction that reads the bank's file; the NOC already recorded under
+    ``processor_event_id`` (the same NOC read again) is returned as it is, with False."""
+    recorded = NotificationOfChange.objects.filter(processor_event_id=processor_event_id).first()
+    if recorded is not None:
+        return recorded, False
+    noc = _noc_write(
+        payment=None,
+        validation=validation,
+        merchant_id=validation.merchant_id,
+        source_token=validation.account_token,
+        processor_event_id=processor_event_id,
+        change_code=change_code,
+        corrected_data=corrected_data,
+        received_at=received_at,
+        source="prenote_noc",
+    )
+    return noc, True
+
+
+def _noc_write(
+    *,
+    payment: Payment | None,
+    validation: AccountValidation | None,
+    merchant_id: str,
+    source_token: str,
+    processor_event_id: str,
+    change_code: str,
+    corrected_data: dict,
+    received_at: datetime,
+    source: str,
+) -> NotificationOfChange:
+    code = change_code_get(change_code)
+    refused = code is not None and code.refused
+    noc = NotificationOfChange.objects.create(
+        payment=payment,
+        account_validation=validation,
+        merchant_id=merchant_id,
+        source_token=source_token,
+        processor_event_id=processor_event_id,
+        change_code=change_code,
+        change_title=code.title if code is not None else "",
+        corrected_data=corrected_data,
         unknown_code=code is None,
         status=NocStatus.REFUSED if refused else NocStatus.OPEN,
-        received_at=event.timestamp,
-        deadline=None if refused else noc_deadline(event.timestamp),
+        received_at=received_at,
+        deadline=None if refused else noc_deadline(received_at),
     )
     if not refused:
         # A corrected account number is another account: validated again before a WEB debit.
         account_number_changed(
-            account_token=noc.source_token, change_code=noc.change_code, source="noc_received"
+            account_token=noc.source_token,
+            change_code=noc.change_code,
+            source=source,
+            noc_id=noc.pk,
         )
     event_record(
         type=NOC_RECEIVED,
         merchant_id=noc.merchant_id,
         obj=noc_shape(noc),
-        object_id=str(payment.pk),
+        object_id=noc_event_object_id(noc),
     )
     if code is None:
-        details = {"change_code": event.change_code, "processor_event_id": event.processor_event_id}
+        details = {"change_code": change_code, "processor_event_id": processor_event_id}
+        subject = noc_subject(noc)
         summary = (
-            f"notification of change for payment {payment.id} of {payment.merchant_id} carries "
-            f"change code {event.change_code!r}, which is not a NACHA change code; recorded as "
-            f"open NOC {noc.id}, check it with the processor"
+            f"notification of change for {subject} of {merchant_id} carries change code "
+            f"{change_code!r}, which is not a NACHA change code; recorded as open NOC "
+            f"{noc.id}, check it with the {'bank' if payment is None else 'processor'}"
+        )
+        key = (
+            f"payment.noc_unknown_code:{payment.id}"
+            if payment is not None
+            else f"payment.noc_unknown_code:validation-{validation.pk}"
         )
         transaction.on_commit(
             lambda: alert_raise(
                 severity=AlertSeverity.MEDIUM,
-                key=f"payment.noc_unknown_code:{payment.id}",
+                key=key,
                 summary=summary,
                 details=details,
-                payment_id=payment.id,
+                payment_id=payment.id if payment is not None else None,
             ),
             robust=True,
         )
     return noc
+
+
+def noc_subject(noc: NotificationOfChange) -> str:
+    """What the NOC answered, in words: the payment, or the prenote of an account."""
+    if noc.payment_id is not None:
+        return f"payment {noc.payment_id}"
+    return f"the prenote of account {noc.source_token}"
+
+
+def noc_event_object_id(noc: NotificationOfChange) -> str:
+    """The key the NOC's events are ordered by: its payment's, or, for a prenote's, its own."""
+    return str(noc.payment_id or noc.pk)
 
 
 def noc_recorded_before(event: ProcessorEvent) -> NotificationOfChange | None:
@@ -204,12 +291,15 @@ def noc_mark_applied(*, noc_id: int, user, note: str) -> NotificationOfChange:
         )
         # Applied at the processor, the token's account number is the corrected one.
         account_number_changed(
-            account_token=noc.source_token, change_code=noc.change_code, source="noc_applied"
+            account_token=noc.source_token,
+            change_code=noc.change_code,
+            source="noc_applied",
+            noc_id=noc.pk,
         )
         event_record(
             type=NOC_APPLIED,
             merchant_id=noc.merchant_id,
             obj=noc_shape(noc),
-            object_id=str(noc.payment_id),
+            object_id=noc_event_object_id(noc),
         )
     return noc

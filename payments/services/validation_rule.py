@@ -68,18 +68,23 @@ def validation_hold(payment: Payment, *, then_review: Any = None) -> dict:
     return {"review_status": payment.review_status, "review_reason": payment.review_reason}
 
 
-def account_number_changed(*, account_token: str, change_code: str, source: str) -> bool:
+def account_number_changed(
+    *, account_token: str, change_code: str, source: str, noc_id: int | None = None
+) -> bool:
     """A NOC ``change_code`` on the account: one that changes its number (C01/C03/C06/C07)
     makes it a new account, so its validation goes back to ``unvalidated`` (the NOC kept in the
-    evidence); any other is only recorded on a pending prenote. Call in the NOC's
-    transaction. True when the row was reset."""
+    evidence, by its ``noc_id`` when it is a ``NotificationOfChange``); any other is only
+    recorded in the evidence. Call in the NOC's transaction. True when the row was reset."""
     validation = (
         AccountValidation.objects.select_for_update().filter(account_token=account_token).first()
     )
     if validation is None:
         return False
     evidence = dict(validation.evidence)
-    evidence.setdefault("nocs", []).append({"change_code": change_code, "source": source})
+    entry: dict = {"change_code": change_code, "source": source}
+    if noc_id is not None:
+        entry["noc_id"] = noc_id
+    evidence.setdefault("nocs", []).append(entry)
     validation.evidence = evidence
     if change_code not in ACCOUNT_NUMBER_CHANGE_CODES:
         validation.save(update_fields=["evidence", "updated_at"])

@@ -85,11 +85,13 @@ def review_event_record(*, payment: Payment, decision: str) -> Event:
 
 def noc_shape(noc: NotificationOfChange) -> dict:
     """A notification of change without its corrected data (the processor holds the account's
-    details): what a merchant needs to know that one is due, and by when."""
+    details): what a merchant needs to know that one is due, and by when. A prenote's NOC
+    names no payment (``payment_id`` null) but the account it answered (``account_token``)."""
     return {
         "id": str(noc.pk),
         "object": "notification_of_change",
-        "payment_id": str(noc.payment_id),
+        "payment_id": str(noc.payment_id) if noc.payment_id is not None else None,
+        "account_token": noc.source_token,
         "change_code": noc.change_code,
         "change_title": noc.change_title,
         "status": noc.status,

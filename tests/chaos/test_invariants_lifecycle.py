@@ -38,7 +38,11 @@ def lifecycle(history):
 def test_a_clean_lifecycle_passes_both_checks(lifecycle):
     report = check(lifecycle)
     assert not failed_checks(report) & {"nocs_recorded_once", "reinitiations_within_limits"}
-    assert report.checked["nocs_recorded_once"] == {"NOCs": 1, "NOC events recorded": 1}
+    assert report.checked["nocs_recorded_once"] == {
+        "NOCs": 1,
+        "NOC events recorded": 1,
+        "NOCs of prenotes": 0,
+    }
     assert report.checked["reinitiations_within_limits"] == {"chains": 1, "reinitiations": 1}
     assert failed_checks(check(lifecycle)) == failed_checks(report)
 
@@ -62,6 +66,25 @@ def test_a_noc_without_its_event_fails_nocs_recorded_once(lifecycle):
     assert any(
         "without a recorded event" in v.detail for v in report.violations_of("nocs_recorded_once")
     )
+
+
+def test_a_prenotes_noc_needs_no_payment_event_and_is_counted_apart(lifecycle):
+    from payments.models import AccountValidation
+    from payments.services.nocs import noc_record_of_prenote
+
+    before = failed_checks(check(lifecycle))
+    validation = AccountValidation.objects.create(account_token="vtok_chaos_01", merchant_id="m-1")
+    noc_record_of_prenote(
+        validation=validation,
+        processor_event_id="ach.021000020000001.C01",
+        change_code="C01",
+        corrected_data={},
+        received_at=timezone.now(),
+    )
+    report = check(lifecycle)
+    assert failed_checks(report) == before
+    assert report.checked["nocs_recorded_once"]["NOCs of prenotes"] == 1
+    assert report.checked["nocs_recorded_once"]["NOCs"] == 1
 
 
 def test_a_noc_row_that_moved_a_state_fails_nocs_recorded_once(lifecycle):

@@ -239,14 +239,16 @@ def test_a_noc_changing_the_account_number_while_a_debit_is_held_keeps_it_held_a
     held = _web()
     account_validation_start(account_token=TOKEN, merchant_id=MERCHANT, method="prenote")
 
-    noc_record(
+    noc = noc_record(
         payment=held,
         event=processor_event(held, "notification_of_change", change_code="C01", corrected_data={}),
     )
 
     validation = AccountValidation.objects.get(account_token=TOKEN)
     assert validation.state == ValidationState.UNVALIDATED
-    assert validation.evidence["nocs"] == [{"change_code": "C01", "source": "noc_received"}]
+    assert validation.evidence["nocs"] == [
+        {"change_code": "C01", "source": "noc_received", "noc_id": noc.id}
+    ]
     # The prenote of the old number matures into nothing.
     assert prenotes_mature(now=timezone.now() + timedelta(days=30)) == 0
     held.refresh_from_db()

@@ -12,6 +12,7 @@ from payments.change_codes import CHANGE_CODES, NOC_DEADLINE_BANKING_DAYS, chang
 from payments.exceptions import AmountMismatch, EventConflict, InvalidCallback, NocPastDeadline
 from payments.history import retention_delete
 from payments.models import (
+    AccountValidation,
     EventOutcome,
     LedgerEntry,
     NocAction,
@@ -398,3 +399,73 @@ def test_a_backend_s_own_raw_is_kept_with_its_bank_numbers_masked_too():
         _fields(), raw={"transfer": {"account": "77668056869313516", "fee_cents": 125}}
     )
     assert event.raw == {"transfer": {"account": "****3516", "fee_cents": 125}}
+
+
+# --- a prenote's NOC (no payment: the account's validation) --------------------------------------
+
+
+def _prenote_noc(code: str, *, event_id: str = "ach.021000020000009.X", data=None):
+    from payments.services.nocs import noc_record_of_prenote
+
+    validation, _ = AccountValidation.objects.get_or_create(
+        account_token="vtok_prenote_noc_01", merchant_id="m-1"
+    )
+    return noc_record_of_prenote(
+        validation=validation,
+        processor_event_id=event_id,
+        change_code=code,
+        corrected_data=data or {},
+        received_at=RECEIVED,
+    )
+
+
+def test_a_prenotes_noc_is_kept_for_its_validation_with_its_deadline_and_once_per_id():
+    noc, created = _prenote_noc("C01", data={"account_number_last4": "6789"})
+    again, created_again = _prenote_noc("C01", data={"account_number_last4": "6789"})
+
+    assert (created, created_again) == (True, False) and again.pk == noc.pk
+    assert NotificationOfChange.objects.count() == 1
+    assert noc.payment is None and noc.account_validation.account_token == noc.source_token
+    assert noc.deadline == noc_deadline(RECEIVED) and noc.status == NocStatus.OPEN
+    assert "prenote of validation" in str(noc)
+
+
+def test_a_refused_noc_of_a_prenote_is_recorded_with_nothing_to_apply():
+    noc, _ = _prenote_noc("C61")
+
+    assert (noc.status, noc.deadline) == (NocStatus.REFUSED, None)
+    validation = AccountValidation.objects.get(account_token="vtok_prenote_noc_01")
+    assert "nocs" not in validation.evidence
+
+
+def test_an_unknown_change_code_of_a_prenote_is_recorded_open_flagged_and_alerted(
+    django_capture_on_commit_callbacks,
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        noc, _ = _prenote_noc("C42", data={"account_number_last4": "1234"})
+
+    assert noc.unknown_code and noc.status == NocStatus.OPEN
+    alert = Alert.objects.get(
+        key=f"payment.noc_unknown_code:validation-{noc.account_validation_id}"
+    )
+    assert "prenote of account vtok_prenote_noc_01" in alert.summary
+    assert "C42" in alert.summary and "1234" not in alert.summary and alert.payment_id is None
+
+
+def test_a_noc_names_a_payment_or_a_validation_never_both_nor_neither():
+    from django.db import IntegrityError
+
+    payment = PaymentFactory(state=PaymentState.CONFIRMED)
+    validation = AccountValidation.objects.create(account_token="vtok_both_01", merchant_id="m-1")
+    fields = {
+        "merchant_id": "m-1",
+        "source_token": "vtok_both_01",
+        "change_code": "C01",
+        "status": NocStatus.OPEN,
+        "received_at": RECEIVED,
+    }
+    for n, owners in enumerate(
+        [{"payment": payment, "account_validation": validation}, {}], start=1
+    ):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            NotificationOfChange.objects.create(processor_event_id=f"both-{n}", **fields, **owners)

@@ -15,6 +15,7 @@ import achkit
 import pytest
 from ach.parser import Parser as CartaParser
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from bank.collect import nacha_files_collect
@@ -22,8 +23,11 @@ from bank.nacha.models import NachaEntry, NachaInboundEvent, NachaPrenote
 from bank.nacha.parser import parse_nacha
 from bank.nacha.services import nacha_file_cut, nacha_file_deliver
 from bank.vault.services import vault_account_reveal, vault_account_store
+from payments.exceptions import NocPastDeadline
 from payments.models import (
     AccountValidation,
+    NocStatus,
+    NotificationOfChange,
     OutboxMessage,
     PaymentEvent,
     PaymentState,
@@ -31,10 +35,12 @@ from payments.models import (
     ValidationState,
 )
 from payments.services import payment_create
-from payments.services.nocs import noc_record
+from payments.services.nocs import noc_deadline, noc_mark_applied, noc_record
 from payments.services.originators import originator_profile_save
 from payments.services.validation import account_validation_start, prenotes_mature
 from payments.validation_methods import prenote_live_from
+from payments.webhooks.delivery import events_dispatch
+from payments.webhooks.models import Event
 from sandbox.bank import bank_answer_files
 from tests.bank.vault.conftest import ACCOUNT
 from tests.callbacks.worker_support import run_worker
@@ -297,19 +303,30 @@ def test_a_return_of_an_earlier_prenote_does_not_fail_the_validation_started_aga
 # --- a NOC -------------------------------------------------------------------------------------
 
 
-def test_a_noc_c01_of_a_prenote_makes_the_account_new_and_keeps_its_debit_held(bank, hold):
-    token = _account(holder="NOC Customer")
+def _noc_of_prenote(bank, holder: str = "NOC Customer"):
+    """A vaulted account, a WEB debit held for it, its prenote delivered and answered with a
+    NOC by the sandbox bank; (token, held debit, the answer file's bytes)."""
+    token = _account(holder=holder)
     held = _web(token)
     _prenote(token)
     _cut_and_deliver(bank)
+    written = bank_answer_files(outbound=bank.outbound, inbound=bank.inbound)
+    return token, held, (Path(bank.inbound) / written[0]).read_bytes()
 
-    bank_answer_files(outbound=bank.outbound, inbound=bank.inbound)
+
+def test_a_noc_c01_of_a_prenote_makes_the_account_new_and_keeps_its_debit_held(bank, hold):
+    token, held, _ = _noc_of_prenote(bank)
+    trace = NachaPrenote.objects.get(account_token=token).trace_number
+
     result = nacha_files_collect(transport=bank, min_age_seconds=0)
 
     assert (result.published, result.dead_lettered) == (0, 0)
     validation = AccountValidation.objects.get(account_token=token)
     assert validation.state == ValidationState.UNVALIDATED
-    assert validation.evidence["nocs"] == [{"change_code": "C01", "source": "prenote_noc"}]
+    noc = NotificationOfChange.objects.get()
+    assert validation.evidence["nocs"] == [
+        {"change_code": "C01", "source": "prenote_noc", "noc_id": noc.id}
+    ]
     (row,) = NachaInboundEvent.objects.all()
     corrected = row.event["corrected_data"]
     assert corrected["account_number_last4"] == "4321"  # the sandbox reverses the digits
@@ -319,7 +336,123 @@ def test_a_noc_c01_of_a_prenote_makes_the_account_new_and_keeps_its_debit_held(b
     assert "123456789012" not in json.dumps(row.event)
     held.refresh_from_db()
     assert (held.state, held.review_status) == (PaymentState.PENDING, ReviewStatus.VALIDATION)
+    assert _submit_commands(held) == 0
     assert prenotes_mature(now=timezone.now() + timedelta(days=30)) == 0
+    # Kept as any NOC: of the validation (no payment), open, with its deadline.
+    assert (noc.payment, noc.account_validation) == (None, validation)
+    assert (noc.merchant_id, noc.source_token) == (MERCHANT, token)
+    assert (noc.change_code, noc.change_title) == ("C01", "Incorrect DFI Account Number")
+    assert noc.processor_event_id == f"ach.{trace}.C01"
+    assert noc.status == NocStatus.OPEN and not noc.unknown_code
+    assert noc.deadline == noc_deadline(noc.received_at)
+    assert noc.corrected_data == corrected
+
+
+def test_a_prenotes_noc_read_twice_is_recorded_once(bank, hold):
+    token, _, answer = _noc_of_prenote(bank)
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+    # The same file again under another name, and the same NOC in a file of another moment.
+    (Path(bank.inbound) / "resent-answers.ach").write_bytes(answer)
+    header = answer[:94]
+    (Path(bank.inbound) / "second.ach").write_bytes(
+        header[:29] + b"2359" + header[33:] + answer[94:]
+    )
+
+    again = nacha_files_collect(transport=bank, min_age_seconds=0)
+
+    assert len(again.seen_before) == 1 and len(again.imported) == 1
+    assert NotificationOfChange.objects.count() == 1
+    assert Event.objects.filter(type="noc.received").count() == 1
+    validation = AccountValidation.objects.get(account_token=token)
+    assert len(validation.evidence["nocs"]) == 1
+
+
+def test_the_merchant_sees_a_prenotes_noc_as_an_event_without_the_corrected_data(
+    bank, hold, api_client, user
+):
+    from tests.factories import grant
+
+    grant(user, MERCHANT)
+    token, _, _ = _noc_of_prenote(bank)
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+    noc = NotificationOfChange.objects.get()
+    events_dispatch()  # the events committed get their place in the merchant's list
+
+    listed = api_client.get("/api/events/", {"merchant": MERCHANT})
+
+    assert listed.status_code == 200, listed.json()
+    (event,) = [e for e in listed.json()["data"] if e["type"] == "noc.received"]
+    shown = event["data"]["object"]
+    assert shown["object"] == "notification_of_change"
+    assert (shown["id"], shown["payment_id"], shown["account_token"]) == (str(noc.id), None, token)
+    assert (shown["change_code"], shown["status"]) == ("C01", "open")
+    assert "corrected_data" not in shown and "4321" not in json.dumps(event)
+    assert Event.objects.get(type="noc.received").object_id == str(noc.id)
+
+
+def test_a_debit_on_the_token_of_a_prenotes_noc_past_its_deadline_is_refused_until_applied(
+    bank, hold, admin_user
+):
+    token, _, _ = _noc_of_prenote(bank)
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+    noc = NotificationOfChange.objects.get()
+    within = _web(token)
+    assert [n.id for n in within.nocs_open] == [noc.id]  # its answer warns
+    NotificationOfChange.objects.filter(pk=noc.pk).update(
+        deadline=timezone.now() - timedelta(minutes=1)
+    )
+
+    with pytest.raises(NocPastDeadline) as refused:
+        _web(token)
+    assert refused.value.noc_id == noc.id
+
+    noc_mark_applied(noc_id=noc.id, user=admin_user, note="account number corrected")
+    assert _web(token).review_status == ReviewStatus.VALIDATION
+    applied = Event.objects.get(type="noc.applied")
+    assert applied.object_id == str(noc.id)
+    assert applied.data["object"]["status"] == "applied"
+    validation = AccountValidation.objects.get(account_token=token)
+    assert [n["source"] for n in validation.evidence["nocs"]] == ["prenote_noc", "noc_applied"]
+
+
+def test_a_prenotes_noc_of_another_detail_is_kept_and_the_prenote_still_validates(bank, hold):
+    token, held, _ = _noc_of_prenote(bank, holder="NOCSAVINGS Customer")
+
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+
+    noc = NotificationOfChange.objects.get()
+    assert (noc.change_code, noc.status) == ("C05", NocStatus.OPEN)
+    assert noc.corrected_data == {"transaction_code": "37", "account_type": "savings"}
+    validation = AccountValidation.objects.get(account_token=token)
+    assert validation.state == ValidationState.PENDING
+    assert validation.evidence["nocs"] == [
+        {"change_code": "C05", "source": "prenote_noc", "noc_id": noc.id}
+    ]
+    assert prenotes_mature(now=validation.live_from) == 1
+    held.refresh_from_db()
+    assert held.review_status == ReviewStatus.NONE and _submit_commands(held) == 1
+
+
+def test_the_admin_lists_a_prenotes_noc_and_shows_it_on_the_validations_page(
+    bank, hold, admin_client
+):
+    token, _, _ = _noc_of_prenote(bank)
+    nacha_files_collect(transport=bank, min_age_seconds=0)
+    noc = NotificationOfChange.objects.get()
+    validation = AccountValidation.objects.get(account_token=token)
+
+    validation_url = reverse("admin:payments_accountvalidation_change", args=[validation.pk])
+
+    listed = admin_client.get(reverse("admin:payments_notificationofchange_changelist"))
+    page = admin_client.get(validation_url)
+    shown = admin_client.get(reverse("admin:payments_notificationofchange_change", args=[noc.pk]))
+
+    assert listed.status_code == page.status_code == shown.status_code == 200
+    assert f'<a href="{validation_url}">prenote of {token}</a>' in listed.content.decode()
+    assert "Notifications of change of its prenotes" in page.content.decode()
+    assert "Incorrect DFI Account Number" in page.content.decode()
+    assert "Mark applied" in shown.content.decode()
+    assert "123456789012" not in listed.content.decode() + page.content.decode()
 
 
 # --- prenotes that must not go --------------------------------------------------------------------

@@ -25,6 +25,9 @@ life (or since ``POST /_sandbox/reset``):
                             ``QUESTIONABLE`` (the account was opened under false pretenses)
                             after ``return_after_seconds``; no random 4xx or early return
                             takes it another way (a demo counts on the R17)
+``tok_steady...``           accepted and ``settled``, always: no random fault (5xx, 4xx,
+                            timeout) nor random return takes it another way, for a call the
+                            module does not retry (the micro-entries' sends a demo counts on)
 ``tok_nsfonce...``          as ``tok_nsf`` for the token's first debit only; later debits on it
                             (a reinitiation) settle
 ``tok_noc...``              accepted, ``settled``, then a ``notification_of_change`` C01
@@ -195,7 +198,7 @@ class FaultPlan:
             return DebitFault(_COUNTED_FAULTS[rule[1]])
         if source_token.startswith("tok_reject"):
             return DebitFault(FaultKind.REJECTED)
-        if source_token.startswith("tok_questionable"):
+        if source_token.startswith(("tok_questionable", "tok_steady")):
             return DebitFault(FaultKind.NONE, latency)
         if draw < config.p_5xx:
             return DebitFault(FaultKind.SERVER_ERROR, latency)
@@ -208,7 +211,7 @@ class FaultPlan:
     def returns(self, source_token: str) -> bool:
         if source_token.startswith("tok_return"):
             return True
-        if source_token.startswith("tok_questionable"):
+        if source_token.startswith(("tok_questionable", "tok_steady")):
             return False
         return self._chance(self.config.p_return)
 
@@ -223,6 +226,8 @@ class FaultPlan:
             return "R10"
         if source_token.startswith("tok_questionable"):
             return "R17"
+        if source_token.startswith("tok_steady"):
+            return None
         if self._chance(self.config.p_settled_return):
             return "R10" if self._chance(0.25) else "R01"
         return None

@@ -28,6 +28,10 @@
   credit must be sent at most once per key), answers by status, callbacks sent;
   ``GET /_sandbox/callbacks``: every callback delivered (payment id, event type, processor
   event id); ``POST /_sandbox/reset`` forgets everything (tests, demos).
+- ``GET /_sandbox/statement?token=<token>``: the account's statement as its holder reads it,
+  every credit to it and debit from it in the order they were made (direction, amount,
+  company entry description, time): where a demo reads the micro-entries' amounts, as a
+  receiver reads them from the bank statement. ``400`` without a well-formed token.
 - ``GET /v1/events?after=<cursor>&limit=<n>`` (bearer auth): every event that happened (its
   callback came due), in that order, whether or not the callback was delivered:
   ``{"data": [<callback body>...], "next_cursor": ..., "has_more": ...}``; cursors are
@@ -480,6 +484,26 @@ class SandboxProcessor:
     def credit(self, idempotency_key: str) -> Debit | None:
         with self._lock:
             return self._credits.get(idempotency_key)
+
+    def statement(self, token: str) -> list[dict]:
+        """Every credit to and debit from ``token``, oldest first, as a statement shows them."""
+        with self._lock:
+            moved = [
+                t
+                for t in (*self._credits.values(), *self._debits.values())
+                if t.source_token == token
+            ]
+        moved.sort(key=lambda t: t.created_at)
+        return [
+            {
+                "direction": t.direction,
+                "amount": t.amount,
+                "currency": t.currency,
+                "company_entry_description": t.company_entry_description,
+                "created_at": t.created_at,
+            }
+            for t in moved
+        ]
 
     # --- API
     def authorized(self, header: str | None) -> bool:
@@ -1040,6 +1064,13 @@ def _parse_debit_request(
     return {**body, "idempotency_key": key}
 
 
+def _statement_answer(sandbox: SandboxProcessor, query: str) -> Answer:
+    tokens = parse_qs(query).get("token", [])
+    if len(tokens) != 1 or not _TOKEN_RE.fullmatch(tokens[0]):
+        return Answer(400, {"error": "token: one account token of A-Za-z0-9_- (1-128) required"})
+    return Answer(200, {"token": tokens[0], "entries": sandbox.statement(tokens[0])})
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -1078,6 +1109,9 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         if path == "/v1/events":
             self._events_get(sandbox, query)
+            return
+        if path == "/_sandbox/statement":
+            self._send(_statement_answer(sandbox, query))
             return
         direction, match = "debit", _DEBIT_PATH.match(self.path)
         if match is None:

@@ -211,3 +211,35 @@ def test_the_reference_client_sends_a_credit_once_per_key(sandbox):
             destination_token="tok_reject_refund",
         )
     assert sandbox.stats()["credits_sent"] == {str(key): 1}
+
+
+def test_the_statement_lists_an_accounts_credits_and_debits_in_order_and_no_other(sandbox):
+    credit(
+        sandbox.base_url,
+        amount="0.07",
+        token="tok_stmt_01",
+        body={"company_entry_description": "ACCTVERIFY"},
+    )
+    credit(sandbox.base_url, amount="0.32", token="tok_stmt_01")
+    debit(sandbox.base_url, amount="0.39", token="tok_stmt_01")
+    credit(sandbox.base_url, amount="5.00", token="tok_stmt_other")
+
+    answer = requests.get(f"{sandbox.base_url}/_sandbox/statement?token=tok_stmt_01", timeout=5)
+
+    assert answer.status_code == 200
+    entries = answer.json()["entries"]
+    assert [(e["direction"], e["amount"]) for e in entries] == [
+        ("credit", "0.07"),
+        ("credit", "0.32"),
+        ("debit", "0.39"),
+    ]
+    assert entries[0]["company_entry_description"] == "ACCTVERIFY"
+    assert entries[1]["company_entry_description"] == ""
+
+
+@pytest.mark.parametrize("query", ["", "?token=", "?token=a%20b", "?token=x&token=y"])
+def test_the_statement_without_one_well_formed_token_is_400_naming_it(sandbox, query):
+    answer = requests.get(f"{sandbox.base_url}/_sandbox/statement{query}", timeout=5)
+
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith("token:")

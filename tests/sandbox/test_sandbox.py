@@ -371,6 +371,16 @@ def test_a_questionable_token_escapes_the_random_faults_that_would_take_it_anoth
     assert plan.settled_return_code("tok_questionable_1") == "R17"
 
 
+@pytest.mark.parametrize("config", [{"p_5xx": 1.0}, {"p_4xx": 1.0}, {"p_timeout": 1.0}])
+def test_a_steady_token_escapes_every_random_fault_and_return(config):
+    plan = FaultPlan(FaultConfig(**config, p_return=1.0, p_settled_return=1.0), seed=3)
+
+    assert plan.debit_fault("tok_seed_1").kind != "none"
+    assert [plan.debit_fault(f"tok_steady_{i}").kind for i in range(50)] == ["none"] * 50
+    assert not any(plan.returns(f"tok_steady_{i}") for i in range(50))
+    assert {plan.settled_return_code(f"tok_steady_{i}") for i in range(50)} == {None}
+
+
 def test_latency_has_a_heavy_tail():
     plan = FaultPlan(FaultConfig(latency_median_ms=50, latency_sigma=1.0), seed=1)
     samples = sorted(plan.debit_fault("tok_latency").latency_seconds for _ in range(4000))

@@ -72,7 +72,8 @@ class Command(BaseCommand):
     help = (
         "Run the sandbox ACH processor (POST /v1/ach/debits, GET /v1/ach/debits/<key>, "
         "POST /v1/ach/credits, GET /v1/ach/credits/<key>, "
-        "GET /_sandbox/stats, POST /_sandbox/reset) and send signed callbacks. Every fault "
+        "GET /_sandbox/stats, GET /_sandbox/statement?token=<token>, POST /_sandbox/reset) "
+        "and send signed callbacks. Every fault "
         "option can also be set in the environment as SANDBOX_<NAME> (e.g. SANDBOX_P_5XX=0.1, "
         "SANDBOX_LATENCY_MEDIAN_MS=80, SANDBOX_SEED=7, SANDBOX_CALLBACK_URL=...); options win. "
         "Source-token rules for deterministic runs: tok_fail5xx_<N>, tok_timeout_<N>, "
@@ -80,7 +81,8 @@ class Command(BaseCommand):
         "(returned instead of settled), tok_nsf / tok_unauth (settled, then returned R01 / "
         "R10), tok_nsfonce (as tok_nsf for the token's first debit only), tok_noc and "
         "tok_noc_<Cnn> (settled, then a notification of change), tok_dupcb (every callback "
-        "twice); a credit's destination token naming R02, R03, R04 or R23 (tok_payout_R03): "
+        "twice), tok_steady (settled, never a random fault or return); a credit's destination "
+        "token naming R02, R03, R04 or R23 (tok_payout_R03): "
         "settled, then returned with that code."
     )
 

@@ -151,6 +151,10 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
     env.update(WEBHOOKS_ENVIRONMENT)
     if backend == "nacha":
         env.update(bank_environment(VAR))
+    else:
+        from demo.validation import ENVIRONMENT as VALIDATION_ENVIRONMENT
+
+        env.update(VALIDATION_ENVIRONMENT)
     return env
 
 
@@ -176,6 +180,22 @@ def risk_section(backend: str, *, web_url: str, token: str, env: dict[str, str])
         sandbox_url=sandbox_url,
     )
     return section_print("Risk controls", rows, checks)
+
+
+def validation_section(*, web_url: str, token: str, sandbox_url: str) -> bool:
+    """The processor backend's account validation (demo/validation.py): micro-entries verified
+    after a wrong try, others left to expire, the WEB debits held on them released or failed
+    once, one refused; whether its checks pass."""
+    import requests
+
+    from demo.traffic import section_print
+    from demo.validation import micro_entries_checks, micro_entries_run, micro_entries_setup
+
+    micro_entries_setup(API_CLIENT)
+    story = micro_entries_run(web_url=web_url, token=token, sandbox_url=sandbox_url)
+    stats = requests.get(f"{sandbox_url}/_sandbox/stats", timeout=10).json()
+    rows, checks = micro_entries_checks(story, sandbox_stats=stats)
+    return section_print("Account validation (micro-entries)", rows, checks)
 
 
 def main() -> int:
@@ -253,6 +273,10 @@ def main() -> int:
                 payments=payments,
                 honcho=honcho,
                 log_path=log_path,
+            )
+            ok = (
+                validation_section(web_url=web, token=token, sandbox_url=env["PROCESSOR_BASE_URL"])
+                and ok
             )
         ok = risk_section(backend, web_url=web, token=token, env=env) and ok
     except Exception:

@@ -346,6 +346,12 @@ def test_a_noc_c01_of_a_prenote_makes_the_account_new_and_keeps_its_debit_held(b
     assert noc.status == NocStatus.OPEN and not noc.unknown_code
     assert noc.deadline == noc_deadline(noc.received_at)
     assert noc.corrected_data == corrected
+    # Validated again (a new prenote, no answer by its wait): the held debit goes, once.
+    _prenote(token)
+    delivered = _cut_and_deliver(bank, now=timezone.now() + timedelta(minutes=1))
+    assert prenotes_mature(now=prenote_live_from(delivered.effective_entry_date)) == 1
+    held.refresh_from_db()
+    assert held.review_status == ReviewStatus.NONE and _submit_commands(held) == 1
 
 
 def test_a_prenotes_noc_read_twice_is_recorded_once(bank, hold):

@@ -3,7 +3,8 @@
 It is the same ``SandboxProcessor`` that ``manage.py run_sandbox_processor`` runs (faults from
 the ``SANDBOX_*`` environment, see ``sandbox/faults.py``). The difference: on SIGTERM it
 writes a JSON file with its final stats, every callback it delivered (payment id, event type,
-processor event id, amount) and every one it dropped on purpose, because ``GET /_sandbox/stats``
+processor event id, amount), every one it dropped on purpose and every debit it took (its
+account, class and arrival), because ``GET /_sandbox/stats``
 counts them but does not list them, and "every callback the processor sent is accounted for"
 (and "every one it dropped was recovered") is checked by event id and payload.
 
@@ -22,6 +23,11 @@ from pathlib import Path
 
 # What the record keeps of each event the processor made.
 EVENT_FIELDS = ("payment_id", "event_type", "processor_event_id", "amount", "timestamp")
+# What the record keeps of each debit the processor took.
+DEBIT_FIELDS = (
+    "idempotency_key", "payment_id", "source_token", "sec_code", "company_entry_description",
+    "received_at",
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         # Every event the processor made, delivered, dropped or given up alike: its own list
         # (the events API's), which the final states are read from.
         "events": [{key: body.get(key) for key in EVENT_FIELDS} for body in sandbox.events_made()],
+        # Every debit it took, with its account, class, description and the moment its first
+        # call arrived: whether a WEB debit reached it before its account was validated.
+        "debits": [
+            {key: debit.get(key) for key in DEBIT_FIELDS} for debit in sandbox.transfers_made()
+        ],
     }
     tmp = args.record.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))

@@ -156,6 +156,9 @@ class Debit:
     # request named none, the processor's default).
     sec_code: str = ""
     company_entry_description: str = ""
+    # When the call that made it arrived (``created_at`` follows an injected timeout's sleep):
+    # the moment the entry reached the processor, which the chaos run's checks compare.
+    received_at: str = ""
 
     def answer(self) -> dict:
         answer = {
@@ -529,6 +532,7 @@ class SandboxProcessor:
         transfers = self._transfers(direction)
         key = request["idempotency_key"]
         in_flight = (direction, key)
+        received_at = datetime.now(UTC).isoformat()
         fault = self.plan.debit_fault(request["source_token"])
         if fault.latency_seconds:
             time.sleep(fault.latency_seconds)
@@ -556,7 +560,7 @@ class SandboxProcessor:
                 400,
                 {"error": "account closed (R02)", "code": "account_closed", "return_code": "R02"},
             )
-        debit = self._debit_charge(request, fingerprint, fault, direction)
+        debit = self._debit_charge(request, fingerprint, fault, direction, received_at)
         if self.latch is not None:
             self.latch.hold(key)
         self._callbacks_schedule(debit)
@@ -592,7 +596,12 @@ class SandboxProcessor:
         return Answer(200, existing.answer())
 
     def _debit_charge(
-        self, request: dict, fingerprint: str, fault: DebitFault, direction: str = "debit"
+        self,
+        request: dict,
+        fingerprint: str,
+        fault: DebitFault,
+        direction: str = "debit",
+        received_at: str = "",
     ) -> Debit:
         """Charge (or credit) a key this call holds in flight, and let it go whatever happens."""
         key = request["idempotency_key"]
@@ -613,6 +622,7 @@ class SandboxProcessor:
                 direction=direction,
                 sec_code=request.get("sec_code", ""),
                 company_entry_description=request.get("company_entry_description", ""),
+                received_at=received_at,
             )
             with self._lock:
                 self._transfers(direction)[key] = debit
@@ -742,6 +752,17 @@ class SandboxProcessor:
                     "has_more": end < len(self._event_log),
                 },
             )
+
+    def transfers_made(self, direction: str = "debit") -> list[dict]:
+        """Every debit (or credit) made, in the order their calls arrived, with its account,
+        class, description and times (the chaos run's record)."""
+        with self._lock:
+            made = list(self._transfers(direction).values())
+        made.sort(key=lambda t: (t.received_at, t.created_at))
+        return [
+            {**t.answer(), "source_token": t.source_token, "received_at": t.received_at}
+            for t in made
+        ]
 
     def events_made(self) -> list[dict]:
         """Every event the events API lists so far, in order (tests)."""

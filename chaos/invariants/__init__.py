@@ -73,7 +73,15 @@ chaos.invariants`` prints it and exits 1 on any violation. The checks, one modul
   holds), no payment held fails it too;
 - ``web_debits_validated_first``: no debit of a class that needs its account validated (WEB,
   NACHA's rule, and any the host adds) reached the processor or a bank file before its account
-  was validated; a reinitiation is exempt.
+  was validated; a reinitiation is exempt; given the processor's own record of its debits,
+  none it took as WEB arrived before its account's validation was validated;
+- ``held_debits_decided_once``: every debit held for its account's validation was released
+  once and charged once, or failed once with its validation and never sent;
+- ``refused_web_debits_left_nothing``: no such debit was made from an account after its
+  validation failed, and no create answered ``account_not_validated`` made a payment;
+- ``micro_entry_attempts_bounded``: no micro-entries validation counted, nor any client was
+  answered, more wrong tries than ``MICRO_ENTRY_MAX_ATTEMPTS``, and none was validated after
+  its last try.
 
 Besides violations, the report lists notes: payments not in a final state and not in front of a
 human, messages still unfinished, outbox rows unpublished. After a run has gone quiet these are
@@ -98,7 +106,14 @@ from chaos.invariants.money_out import (
 from chaos.invariants.notes import notes_unfinished
 from chaos.invariants.report import CHECKS, Report, Violation
 from chaos.invariants.risk import check_held_never_sent, check_limits
-from chaos.invariants.validation import check_prenotes_waited, check_web_debits_validated_first
+from chaos.invariants.validation import (
+    check_held_debits_decided_once,
+    check_micro_entry_attempts,
+    check_prenotes_waited,
+    check_refused_web_debits_left_nothing,
+    check_web_debits_reached_processor_validated,
+    check_web_debits_validated_first,
+)
 from chaos.invariants.webhooks import check_webhook_ids, check_webhooks_delivered
 
 __all__ = ["CHECKS", "Report", "Violation", "check_invariants"]
@@ -113,6 +128,10 @@ def check_invariants(
     webhook_receipts: list | None = None,
     expect_limits: bool = False,
     expect_holds: bool = False,
+    processor_debits: list | None = None,
+    refused_creates: list | None = None,
+    verify_answers: list | None = None,
+    expect_validation: bool = False,
 ) -> Report:
     """Check every invariant; ``callbacks_sent`` lists the callbacks the processor delivered
     (bodies with ``processor_event_id``, or the ids themselves). Without it, delivered callbacks
@@ -123,7 +142,12 @@ def check_invariants(
     lists what a webhook receiver verified (``WebhookReceiver.receipts``); without it the
     webhook checks read the database alone. ``expect_limits`` and ``expect_holds`` say the run
     was configured with exposure limits and with a rule that holds: the risk checks then fail
-    when they found nothing to check."""
+    when they found nothing to check. ``processor_debits`` lists every debit the processor
+    took (its account, class and arrival: the recorded sandbox's ``debits``);
+    ``refused_creates`` the creates answered 409 ``account_not_validated``; ``verify_answers``
+    the answers the clients got to their micro-entry amounts; ``expect_validation`` says the
+    run validated a share of its accounts, held WEB debits on them and refused some: the
+    validation checks then fail when they found nothing to check."""
     report = Report()
     if callbacks_sent is None:
         callbacks_sent = sandbox_stats.get("callbacks_delivered")
@@ -150,6 +174,12 @@ def check_invariants(
     check_limits(report, expected=expect_limits)
     check_held_never_sent(report, sandbox_stats, expected=expect_holds)
     check_web_debits_validated_first(report)
+    check_web_debits_reached_processor_validated(
+        report, processor_debits, expected=expect_validation
+    )
+    check_held_debits_decided_once(report, sandbox_stats, expected=expect_validation)
+    check_refused_web_debits_left_nothing(report, refused_creates, expected=expect_validation)
+    check_micro_entry_attempts(report, verify_answers, expected=expect_validation)
     check_prenotes_waited(report)
     notes_unfinished(report)
     return report

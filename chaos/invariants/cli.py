@@ -65,6 +65,26 @@ def main(argv: list[str] | None = None) -> int:
         help="the run turned on a rule that holds payments for review: "
         "held_payments_never_sent_unapproved fails if none was held",
     )
+    parser.add_argument(
+        "--processor-debits",
+        help="JSON file listing every debit the processor took (the recorded sandbox's "
+        "'debits'): no WEB debit may have arrived before its account was validated",
+    )
+    parser.add_argument(
+        "--refused-creates",
+        help="JSON file listing the creates answered 409 account_not_validated; none may have "
+        "made a payment",
+    )
+    parser.add_argument(
+        "--verify-answers",
+        help="JSON file listing the answers clients got to their micro-entry amounts",
+    )
+    parser.add_argument(
+        "--expect-validation",
+        action="store_true",
+        help="the run validated a share of its accounts: the validation checks fail if they "
+        "found nothing to check",
+    )
     parser.add_argument("--json", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
 
@@ -78,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         dropped = _load_json(args.callbacks_dropped) if args.callbacks_dropped else None
         made = _load_json(args.processor_events) if args.processor_events else None
         receipts = _load_json(args.webhook_receipts) if args.webhook_receipts else None
+        debits = _load_json(args.processor_debits) if args.processor_debits else None
+        refused = _load_json(args.refused_creates) if args.refused_creates else None
+        answers = _load_json(args.verify_answers) if args.verify_answers else None
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the processor's record: {exc}")
     report = check_invariants(
@@ -88,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         webhook_receipts=receipts,
         expect_limits=args.expect_limits,
         expect_holds=args.expect_holds,
+        processor_debits=debits,
+        refused_creates=refused,
+        verify_answers=answers,
+        expect_validation=args.expect_validation,
     )
     print(report.render())
     if args.json:

@@ -29,6 +29,9 @@ CHECKS = (
     "limits_never_exceeded",
     "held_payments_never_sent_unapproved",
     "web_debits_validated_first",
+    "held_debits_decided_once",
+    "refused_web_debits_left_nothing",
+    "micro_entry_attempts_bounded",
     "prenotes_waited",
 )
 

@@ -39,6 +39,14 @@ rejects the held ones while the faults run and the creates race on, some approva
 merchant's cancel. ``limits_never_exceeded`` and ``held_payments_never_sent_unapproved`` are
 told the run was configured with both: a run that reached no limit or held nothing fails them.
 
+Account validation under the same faults (``validation``): about 12 % of the payments are WEB
+debits from new accounts, held (``UNVALIDATED_WEB_DEBITS = "hold"``) until each account is
+validated by a flapping validation service or by micro-entries verified through the API by
+racing clients, some failing (the service's no, too many wrong tries) and refusing the next
+create. ``web_debits_validated_first`` (against the processor's record of its debits),
+``held_debits_decided_once``, ``refused_web_debits_left_nothing`` and
+``micro_entry_attempts_bounded`` are told the run was configured with it.
+
 Then it waits (bounded) until nothing moves, runs ``ingest_dlq``, stops the processor to read
 its record, and runs ``chaos.invariants``. Output: a summary, the invariant report, and
 ``bench/results/chaos/`` (every process's log, ``report.json``).
@@ -56,7 +64,8 @@ checked and printed); 2 the run itself could not be set up, or a fault could not
 
 Where each part lives: ``config`` (the settings and the run's environment), ``processes`` (the
 children and the queue proxy), ``load`` (the payments the run creates), ``faults`` (the fault
-schedule), ``review`` (limits, holds and the reviewer), ``settling`` (waiting until nothing
-moves), ``summary`` (what the run prints and keeps), ``run`` (the run from start to end),
+schedule), ``review`` (limits, holds and the reviewer), ``validation`` (the WEB debits held
+for their accounts' validation, the validation service's double), ``settling`` (waiting until
+nothing moves), ``summary`` (what the run prints and keeps), ``run`` (the run from start to end),
 ``invariants`` (the checker).
 """

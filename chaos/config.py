@@ -58,6 +58,11 @@ RUN_FRAUD_RULES = {
 }
 
 
+# The micro-entries' wrong tries before a validation fails (the setting's default, stated so the
+# run's racing verifies and its check read the same number).
+MICRO_ENTRY_MAX_ATTEMPTS = 3
+
+
 class SetupError(Exception):
     """The run could not be set up (a port, a process, the database)."""
 
@@ -95,6 +100,7 @@ class Config:
 FOREIGN_PREFIXES = (
     "SANDBOX_", "SQS_", "GUNICORN_", "PROCESSOR_", "DJANGO_", "AWS_", "ALERT_", "CELERY_",
     "EMAIL_", "ADMINS", "DATABASE_", "CALLBACK_", "WORKER_", "PROMETHEUS_",
+    "ACCOUNT_VALIDATION_", "UNVALIDATED_", "MICRO_ENTRY_",
 )  # fmt: skip
 
 # The processor's faults (sandbox/faults.py).
@@ -187,4 +193,11 @@ def _settings(ports: dict[str, int], database_url: str, *, path: str) -> dict[st
         "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
         "WEBHOOK_TIMEOUT_SECONDS": "2",
         "WEBHOOK_RETRY_SCHEDULE": "[1, 1, 2, 2, 4, 4, 8, 8, 8, 8]",
+        # One setting for the deployment: "hold" exercises both of the rule's answers (a debit
+        # held, then sent or failed once; one refused after its account failed): see
+        # chaos/validation.py.
+        "UNVALIDATED_WEB_DEBITS": "hold",
+        "MICRO_ENTRY_MAX_ATTEMPTS": str(MICRO_ENTRY_MAX_ATTEMPTS),
+        "ACCOUNT_VALIDATION_SERVICE": "chaos.validation_service.ChaosValidationService",
+        "CHAOS_VALIDATION_SERVICE_URL": f"http://127.0.0.1:{ports['validation']}",
     }

@@ -102,14 +102,21 @@ def post_through_faults(url: str, body: dict, *, token: str, tries: int) -> int:
 
 
 def create_payments(
-    *, base_url: str, token: str, config: Config, spread_seconds: float, stats: LoadStats
+    *,
+    base_url: str,
+    token: str,
+    config: Config,
+    spread_seconds: float,
+    stats: LoadStats,
+    count: int | None = None,
 ) -> None:
-    """POST the payments at an even rate over ``spread_seconds``, four at a time; each one is
-    retried with the same Idempotency-Key until it gets its answer (or 120 s pass)."""
-    jobs = _jobs(config)
+    """POST the payments (``count``, else ``CHAOS_PAYMENTS``) at an even rate over
+    ``spread_seconds``, four at a time; each one is retried with the same Idempotency-Key until
+    it gets its answer (or 120 s pass)."""
+    jobs = _jobs(config)[: config.payments if count is None else count]
     client = _Client(base_url, token, stats)
     start = time.monotonic()
-    interval = spread_seconds / max(config.payments, 1)
+    interval = spread_seconds / max(len(jobs), 1)
     queue = list(reversed(jobs))
 
     def run() -> None:

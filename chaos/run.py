@@ -33,6 +33,7 @@ from chaos.processes import Child, TcpProxy, wait_tcp
 from chaos.review import Review
 from chaos.settling import Settling
 from chaos.summary import check_api, recheck_command, summary, write_report
+from chaos.validation import Validation, validation_debits
 from devstack.processes import (
     ROOT,
     database_create,
@@ -44,7 +45,7 @@ from devstack.processes import (
 )
 
 
-class ChaosRun(Faults, Settling, Review):
+class ChaosRun(Faults, Settling, Review, Validation):
     """One run: the processes it started, the faults it injected and what they did."""
 
     def __init__(self, config: Config) -> None:
@@ -52,7 +53,8 @@ class ChaosRun(Faults, Settling, Review):
         self.rng = random.Random(config.seed)
         self.events: list[str] = []  # what was injected, when
         self.t0 = time.monotonic()
-        self.ports = {name: free_port() for name in ("fauxqs", "proxy", "web", "sandbox")}
+        names = ("fauxqs", "proxy", "web", "sandbox", "validation")
+        self.ports = {name: free_port() for name in names}
         self.database_url = database_url(config.database)
         self.record_path = VAR / "sandbox-record.json"
         self.env = environment(self.ports, self.database_url)
@@ -74,6 +76,15 @@ class ChaosRun(Faults, Settling, Review):
         self.reviewer = None  # the user deciding held payments (chaos/review.py)
         self.review_counts: Counter = Counter()
         self.payouts_raced = False
+        # The validation share (chaos/validation.py): its double, the creates it had refused,
+        # the answers its clients got to their micro-entry amounts, what it did.
+        self.load_stats = LoadStats()
+        self.validation_double = None
+        self.validation_thread: threading.Thread | None = None
+        self.validation_lock = threading.Lock()
+        self.refused_creates: list[dict] = []
+        self.verify_answers: list[dict] = []
+        self.validation_counts: Counter = Counter()
 
     def log(self, message: str) -> None:
         line = f"[{time.monotonic() - self.t0:7.1f}s] {message}"
@@ -121,6 +132,7 @@ class ChaosRun(Faults, Settling, Review):
         )
         self.risk_setup()
         self.webhooks_endpoints()
+        self.validation_service_start()
         return Token.objects.create(user=user).key
 
     def webhooks_endpoints(self) -> None:
@@ -210,6 +222,7 @@ class ChaosRun(Faults, Settling, Review):
         load = self.drive(token)
         self.risk_payouts_late()
         self.review_remaining()
+        self.validation_remaining()
         settled, backlog = self.wait_quiet()
         self.log(f"{'settled' if settled else 'DID NOT SETTLE'}: {backlog}")
         self.stopping.set()
@@ -234,10 +247,16 @@ class ChaosRun(Faults, Settling, Review):
         config = self.config
         start = time.monotonic()
         end = start + config.seconds
-        load = LoadStats()
+        load = self.load_stats
         self.supervisor = self.thread(self.supervise)
         fault_threads = self.fault_schedule(start, end)
-        for thread in [self.supervisor, *fault_threads]:
+        # The validation share's accounts: over the load's window, each waiting for its end.
+        self.validation_thread = self.thread(
+            self.validation_drive, start + config.seconds * 0.05, start + config.seconds * 0.55
+        )
+        # The periodic round's service retries, until the run stops (not joined with the faults).
+        beat = self.thread(self.validation_beat, start)
+        for thread in [self.supervisor, *fault_threads, self.validation_thread, beat]:
             thread.start()
         create_payments(
             base_url=f"http://127.0.0.1:{self.ports['web']}",
@@ -245,6 +264,7 @@ class ChaosRun(Faults, Settling, Review):
             config=config,
             spread_seconds=config.seconds * 0.7,
             stats=load,
+            count=config.payments - validation_debits(config.payments),
         )
         self.log(
             f"load done: {len(load.created)} payments created, {load.retries} retries, "
@@ -282,6 +302,7 @@ class ChaosRun(Faults, Settling, Review):
             self.thread(self.review_holds, start + seconds * 0.15, end),
             self.thread(self.risk_payouts, start + seconds * 0.4, end),
             self.thread(self.terminate_backends, [start + seconds * f for f in (0.2, 0.5, 0.8)]),
+            self.thread(self.service_flap, start + seconds * 0.2, seconds * 0.2),
         ]
 
     def verdict(
@@ -305,6 +326,9 @@ class ChaosRun(Faults, Settling, Review):
         (VAR / "processor-events.json").write_text(json.dumps(made))
         receipts = list(self.webhooks.receipts)
         (VAR / "webhook-receipts.json").write_text(json.dumps(receipts))
+        (VAR / "processor-debits.json").write_text(json.dumps(record.get("debits", [])))
+        (VAR / "refused-creates.json").write_text(json.dumps(self.refused_creates))
+        (VAR / "verify-answers.json").write_text(json.dumps(self.verify_answers))
         report = check_invariants(
             sandbox_stats=record["stats"],
             callbacks_sent=sent,
@@ -314,6 +338,11 @@ class ChaosRun(Faults, Settling, Review):
             # The run set limits its load reaches and a rule that holds (chaos/review.py).
             expect_limits=True,
             expect_holds=True,
+            # Its validation share (chaos/validation.py): held, refused and verified some.
+            processor_debits=record.get("debits"),
+            refused_creates=self.refused_creates,
+            verify_answers=self.verify_answers,
+            expect_validation=True,
         )
         api_problems = check_api(load)
         print(summary(self, load, record["stats"], settled, backlog, dead_letters))
@@ -348,6 +377,8 @@ class ChaosRun(Faults, Settling, Review):
             self.proxy.close()
         if self.webhooks is not None:
             self.webhooks.stop()
+        if self.validation_double is not None:
+            self.validation_double.stop()
 
 
 def main() -> int:

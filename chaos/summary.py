@@ -18,7 +18,9 @@ from chaos.config import (
 )
 from chaos.load import LoadStats
 
-EXPECTED_REFUSAL = "exposure_limit_exceeded:"
+# The refusals the run's load may meet: its exposure limits (chaos/review.py), and a WEB debit
+# from an account whose validation failed (chaos/validation.py).
+EXPECTED_REFUSALS = ("exposure_limit_exceeded:", "account_not_validated:")
 
 
 def check_api(load: LoadStats) -> list[str]:
@@ -45,11 +47,11 @@ def check_api(load: LoadStats) -> list[str]:
         )
     if ids - stored:
         problems.append(f"{len(ids - stored)} acknowledged payment(s) are not in the database")
-    # The one refusal the run's load may meet: its exposure limits (chaos/review.py).
-    unexpected = {k: r for k, r in load.refused.items() if not r.startswith(EXPECTED_REFUSAL)}
+    unexpected = {k: r for k, r in load.refused.items() if not r.startswith(EXPECTED_REFUSALS)}
     if unexpected:
         problems.append(
-            f"{len(unexpected)} create(s) refused for another reason than an exposure limit: "
+            f"{len(unexpected)} create(s) refused for another reason than an exposure limit or "
+            "an account whose validation failed: "
             + "; ".join(f"{k}: {r}" for k, r in list(unexpected.items())[:5])
         )
     return problems
@@ -126,9 +128,25 @@ def summary(run, load: LoadStats, stats: dict, settled: bool, backlog: dict, dea
         f"reversals), {returns.get(False, 0)} before settlement",
         f"  risk: creates refused {dict(Counter(load.refused.values())) or 'none'}; "
         f"reviewer {dict(run.review_counts) or 'idle'}",
+        validation_line(run),
         f"  settled: {settled} {backlog}; dead letters ingested: {dead_letters}",
     ]
     return "\n".join(lines)
+
+
+def validation_line(run) -> str:
+    """The validation share in one line: the accounts' ends by plan, the WEB debits made and
+    refused, the micro-entry answers by code, and what the validation service answered."""
+    from payments.models import AccountValidation
+
+    states = dict(Counter(AccountValidation.objects.values_list("method", "state")))
+    answers = Counter(f"{a['status']} {a['code']}".strip() for a in run.verify_answers)
+    service = dict(run.validation_double.answers) if run.validation_double else {}
+    return (
+        f"  validation (UNVALIDATED_WEB_DEBITS=hold): {dict(run.validation_counts) or 'idle'}; "
+        f"validations by (method, state) { {f'{m} {s}': n for (m, s), n in states.items()} }; "
+        f"verify answers {dict(answers)}; service answered {service}"
+    )
 
 
 def write_report(run, *, load: LoadStats, record: dict, report, settled: bool, backlog: dict,
@@ -151,6 +169,9 @@ def write_report(run, *, load: LoadStats, record: dict, report, settled: bool, b
                     "refused": load.refused,
                 },
                 "review": dict(run.review_counts),
+                "validation": dict(run.validation_counts),
+                "refused_creates": len(run.refused_creates),
+                "verify_answers": len(run.verify_answers),
                 "sandbox": record["stats"],
                 "invariants": report.as_dict(),
             },
@@ -174,5 +195,8 @@ def recheck_command(database_url: str, python: str, root: Path) -> str:
         f"--callbacks-dropped {VAR.relative_to(root)}/callbacks-dropped.json "
         f"--processor-events {VAR.relative_to(root)}/processor-events.json "
         f"--webhook-receipts {VAR.relative_to(root)}/webhook-receipts.json "
-        "--expect-limits --expect-holds"
+        f"--processor-debits {VAR.relative_to(root)}/processor-debits.json "
+        f"--refused-creates {VAR.relative_to(root)}/refused-creates.json "
+        f"--verify-answers {VAR.relative_to(root)}/verify-answers.json "
+        "--expect-limits --expect-holds --expect-validation"
     )

@@ -170,7 +170,9 @@ def test_the_single_cap_refuses_some_load_debits_and_the_held_ones_fall_elsewher
     # is larger still, so it is refused first on a merchant with a single cap.
     assert Decimal("1.00") < SINGLE_CAP < Decimal(FIRST_LARGE_DEBIT) < Decimal("500.00")
     assert json.loads(
-        environment({"proxy": 1, "sandbox": 2, "web": 3}, "postgres://x/y")["FRAUD_RULES"]
+        environment({"proxy": 1, "sandbox": 2, "web": 3, "validation": 4}, "postgres://x/y")[
+            "FRAUD_RULES"
+        ]
     )["first_large_debit"] == {"amount": FIRST_LARGE_DEBIT}
 
 

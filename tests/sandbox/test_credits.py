@@ -3,6 +3,7 @@ refused when malformed or reused for another request, answered with callbacks st
 ``direction: "credit"``, listed by the events API, returned by the token rule."""
 
 import uuid
+from datetime import datetime, timedelta
 
 import pytest
 import requests
@@ -243,3 +244,29 @@ def test_the_statement_without_one_well_formed_token_is_400_naming_it(sandbox, q
 
     assert answer.status_code == 400
     assert answer.json()["error"].startswith("token:")
+
+
+def test_a_debit_made_after_an_injected_timeout_keeps_when_its_call_arrived():
+    sandbox = SandboxProcessor(
+        api_key="test-processor-key",
+        signing_secret="s",
+        faults=FaultConfig(p_timeout=1.0, timeout_seconds=0.3),
+        seed=3,
+    ).start()
+    try:
+        with pytest.raises(requests.Timeout):
+            requests.post(
+                f"{sandbox.base_url}/v1/ach/debits",
+                json={"payment_id": str(uuid.uuid4()), "amount": "1.00", "currency": "USD",
+                      "source_token": "tok_arrival_01"},
+                headers={**AUTH, "Idempotency-Key": str(uuid.uuid4())},
+                timeout=0.1,
+            )  # fmt: skip
+        wait_for(lambda: sandbox.transfers_made(), timeout=5)
+    finally:
+        sandbox.stop()
+
+    [made] = sandbox.transfers_made()
+    gap = datetime.fromisoformat(made["created_at"]) - datetime.fromisoformat(made["received_at"])
+    assert gap >= timedelta(seconds=0.3)
+    assert made["source_token"] == "tok_arrival_01"

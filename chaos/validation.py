@@ -25,7 +25,11 @@ only:
    (``GET /_sandbox/credits``), sends one wrong try, then several clients verify at once (the
    right amounts, in either order, one wrong and one malformed); for the ``micro_wrong`` plan
    ``WRONG_RACERS`` clients send wrong amounts at once, and the validation fails with its tries
-   spent;
+   spent; when the processor's faults kept the credits from going out (the validation
+   failed), the merchant starts it again after a pause, up to ``MICRO_ROUNDS`` rounds, with a
+   debit held on each; a round whose start a fault cut after its commit stays pending with
+   nothing sent, and the periodic round fails it at its expiry (``validation_remaining``:
+   the clock moved there);
 4. once the validation ended (``GET .../validation/``), a third WEB debit: sent at once when
    validated, refused 409 ``account_not_validated`` when failed.
 
@@ -78,6 +82,7 @@ END_WAIT_SECONDS = 150
 ACCOUNT_WORKERS = 4
 # Micro-entries rounds an account starts at most, when the processor's faults failed the send.
 MICRO_ROUNDS = 3
+ROUND_PAUSE_SECONDS = 10
 
 
 def validation_accounts(payments: int) -> int:
@@ -261,6 +266,34 @@ class Validation:
             self.validation_thread.join(timeout)
             if self.validation_thread.is_alive():
                 self.log(f"the validation share was still running after {timeout:.0f} s")
+        self.micro_entries_expire_remaining()
+
+    def micro_entries_expire_remaining(self) -> None:
+        """The periodic round at the expiry of the micro-entries still pending (a start whose
+        send a fault cut: nothing more comes for it), its clock moved there as the service
+        retries' is: each fails, and its held debits with it, once."""
+        from django.db import DatabaseError, connection
+        from django.db.models import Max
+
+        from payments.models import AccountValidation, ValidationMethod, ValidationState
+        from payments.services.validation import micro_entries_expire
+
+        for _ in range(5):  # through the run's database faults
+            try:
+                pending = AccountValidation.objects.filter(
+                    method=ValidationMethod.MICRO_ENTRIES, state=ValidationState.PENDING
+                )
+                last = pending.aggregate(last=Max("expires_at"))["last"]
+                if last is None:
+                    return
+                ended = micro_entries_expire(now=last + timedelta(seconds=1))
+            except DatabaseError:
+                connection.close()
+                time.sleep(1)
+                continue
+            self.validation_counts["micro-entries left pending, failed at their expiry"] += ended
+            self.log(f"validation: {ended} micro-entries validation(s) left pending, expired")
+            return
 
     def validation_account(self, index: int) -> None:
         plan, token, merchant = account_plan(index)
@@ -282,6 +315,7 @@ class Validation:
                 # validation (and its held debits): the merchant starts it again, a debit is
                 # held on the new round.
                 counts["micro-entries not sent: validation started again"] += 1
+                self.stopping.wait(ROUND_PAUSE_SECONDS)  # not again inside the same outage
                 self.account_post(token, "validation/", body)
                 self.web_debit(index, 3 + round_number, token, merchant, rng)
         state = self.validation_end(token)

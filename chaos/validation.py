@@ -347,9 +347,10 @@ class Validation:
         elif key in self.load_stats.created:
             self.validation_counts["WEB debits created"] += 1
 
-    def account_post(self, token: str, path: str, body: dict, tries: int = 8):
+    def account_post(self, token: str, path: str, body: dict, tries: int = 30):
         """POST to ``/api/accounts/<token>/<path>`` through the run's faults: again after a
-        connection error or a 5xx; the answer's status and error code, ``"0"`` when none came."""
+        connection error or a 5xx, for longer than the database's outage; the answer's status
+        and error code, ``"0"`` when none came."""
         url = f"http://127.0.0.1:{self.ports['web']}/api/accounts/{token}/{path}"
         for _ in range(tries):
             try:

@@ -180,9 +180,9 @@ def check_held_debits_decided_once(
     once: released once (its validation validated) and then charged by the processor once
     (never, only when the processor refused it: failed), or failed once (its validation
     failed) and never attempted, submitted nor charged. One still held after its validation
-    ended was forgotten; one still held on a validation still pending is a violation when the
-    run ends every validation it starts (``expected``), which also fails a run that held
-    nothing."""
+    ended was forgotten; one still held on a validation not ended (pending, or never started:
+    it may wait) is a violation when the run validates every account it debits
+    (``expected``), which also fails a run that held nothing."""
     from payments.models import (
         AccountValidation,
         EventKind,
@@ -229,10 +229,10 @@ def check_held_debits_decided_once(
         if released + failed > 1:
             wrong.append(f"{pid} (decided {released + failed} times)")
         elif pid in still:
-            if validation != ValidationState.PENDING:
+            if validation in (ValidationState.VALIDATED, ValidationState.FAILED):
                 wrong.append(f"{pid} (still held, its validation {validation})")
             elif expected:
-                wrong.append(f"{pid} (still held: its validation never ended)")
+                wrong.append(f"{pid} (still held: its validation, {validation}, never ended)")
             counts["still held"] += 1
         elif released:
             counts["released"] += 1

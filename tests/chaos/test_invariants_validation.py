@@ -89,8 +89,11 @@ def test_a_held_web_debit_whose_submission_began_fails(validated):
 
     report = check(validated)
 
-    assert failed_checks(report) - before == {CHECK}
+    # It left before its account was validated, and it was not failed with its validation alone.
+    assert failed_checks(report) - before == {CHECK, "held_debits_decided_once"}
     assert report.violations_of(CHECK)[0].ids == (str(held.id),)
+    [decided] = report.violations_of("held_debits_decided_once")
+    assert decided.ids == (f"{held.id} (failed with its validation, yet a submission started)",)
 
 
 # --- prenotes_waited ---------------------------------------------------------------------------

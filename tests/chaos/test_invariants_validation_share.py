@@ -211,6 +211,23 @@ def test_a_released_debit_the_processor_never_charged_fails(share):
     assert ids == (f"{released.id} (released, charged 0 times, submitted)",)
 
 
+@pytest.mark.parametrize("expected", [True, False])
+def test_a_debit_held_on_a_validation_never_started_fails_only_a_run_that_validates_all(
+    share, expected
+):
+    held = _web("tok_chaosval_waits_01", "24.00")
+    assert held.review_status == "validation"
+
+    report = _check(share, expect_validation=expected)
+
+    if not expected:
+        assert report.ok, report.render()
+        assert report.checked[DECIDED]["still held"] == 1
+        return
+    ids = _only(report, DECIDED, "not decided exactly once")
+    assert ids == (f"{held.id} (still held: its validation, unvalidated, never ended)",)
+
+
 # --- refused_web_debits_left_nothing ------------------------------------------------------------
 
 

@@ -53,6 +53,9 @@ PRENOTE_TRANSACTION_CODES = {
 PRENOTE_SETTLEMENT_BANKING_DAYS = 1
 PRENOTE_WAIT_BANKING_DAYS = 2
 MICRO_ENTRY_CREDITS = 2
+# How long a started service validation waits for its first call's answer before the periodic
+# round may ask again (``payments.services.validation.service_validations_retry``).
+SERVICE_ANSWER_WAIT = timedelta(minutes=5)
 MICRO_ENTRY_DIGEST_CONTEXT = b"payments.micro_entries.v1"
 
 
@@ -249,6 +252,10 @@ class Service(Method):
         validation.expires_at = None
         validation.live_from = None
         validation.evidence = {"service": payments_conf.ACCOUNT_VALIDATION_SERVICE}
+        # Due for the periodic round's retry unless the call's answer is recorded first: a
+        # start cut after its commit (a process killed, the database gone mid-call) would
+        # otherwise stay pending, unasked, its held debits held for good.
+        validation.retry_at = now + SERVICE_ANSWER_WAIT
 
     def after_commit(self, validation: AccountValidation) -> Outcome | None:
         service = validation_service()

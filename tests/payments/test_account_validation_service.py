@@ -225,3 +225,36 @@ def test_the_evidence_of_earlier_validations_is_kept_newest_last(bank_data):
     assert "earlier" not in rounds[1]["evidence"]
     assert third.evidence["nocs"] == [{"change_code": "C01", "source": "noc_received"}]
     assert third.evidence["answer"]["check_id"] == "chk_3"
+
+
+def test_a_start_cut_after_its_commit_is_asked_again_by_the_periodic_round(bank_data):
+    """The state a start leaves when its process dies between the commit and the service's
+    answer: pending, due for a retry once the answer's wait is over."""
+    from payments.validation_methods import SERVICE_ANSWER_WAIT, Service
+
+    held = _held()
+    now = timezone.now()
+    validation = AccountValidation.objects.get(account_token=TOKEN)
+    validation.start()
+    validation.method = "service"
+    validation.started_at = now
+    Service().begin(validation, now=now)
+    validation.save()
+
+    assert service_validations_retry(now=now + SERVICE_ANSWER_WAIT - timedelta(seconds=1)) == 0
+    assert service_validations_retry(now=now + SERVICE_ANSWER_WAIT) == 1
+
+    validation.refresh_from_db()
+    assert (validation.state, validation.retry_at) == (ValidationState.VALIDATED, None)
+    assert len(bank_data.requests) == 1
+    held.refresh_from_db()
+    assert held.review_status == ReviewStatus.NONE
+    assert _submit_commands(held) == 1
+
+
+def test_a_start_answered_at_once_is_not_asked_again(bank_data):
+    validation = _start()
+
+    assert (validation.state, validation.retry_at) == (ValidationState.VALIDATED, None)
+    assert service_validations_retry(now=timezone.now() + timedelta(days=1)) == 0
+    assert len(bank_data.requests) == 1

@@ -21,8 +21,8 @@ only:
    (``validation_beat``: the periodic ``account_validations_advance``'s service retries, its
    clock moved to the next retry's time, as ``demo/bank_day.py`` moves the calendar) asks it
    again;
-3. ``micro_entries``: the holder reads the two credits off the processor's record
-   (``GET /_sandbox/credits``), sends one wrong try, then several clients verify at once (the
+3. ``micro_entries``: the holder reads the two credits off the processor's statement
+   (``GET /_sandbox/statement``), sends one wrong try, then several clients verify at once (the
    right amounts, in either order, one wrong and one malformed); for the ``micro_wrong`` plan
    ``WRONG_RACERS`` clients send wrong amounts at once, and the validation fails with its tries
    spent; when the processor's faults kept the credits from going out (the validation
@@ -390,9 +390,9 @@ class Validation:
 
     def statement_credits(self, token: str) -> list[str]:
         """The micro-entry credits of the account's current round that its holder reads on
-        the statement (the processor's record of its credits to the account since the round
-        started), or [] when none came in time."""
-        url = f"http://127.0.0.1:{self.ports['sandbox']}/_sandbox/credits"
+        the statement (the processor's ``GET /_sandbox/statement``: its credits to the account
+        since the round started), or [] when none came in time."""
+        url = f"http://127.0.0.1:{self.ports['sandbox']}/_sandbox/statement"
         deadline = time.monotonic() + CREDITS_WAIT_SECONDS
         while time.monotonic() < deadline:
             found = self.validation_get(token)
@@ -400,15 +400,16 @@ class Validation:
                 return []  # the credits could not be sent: the validation failed
             since = datetime.fromisoformat(found["started_at"]) if found else None
             try:
-                credits = requests.get(url, params={"destination_token": token}, timeout=10).json()
+                entries = requests.get(url, params={"token": token}, timeout=10).json()["entries"]
                 amounts = [
-                    c["amount"]
-                    for c in credits["data"]
-                    if c.get("company_entry_description") == "ACCTVERIFY"
+                    entry["amount"]
+                    for entry in entries
+                    if entry.get("direction") == "credit"
+                    and entry.get("company_entry_description") == "ACCTVERIFY"
                     and since is not None
-                    and datetime.fromisoformat(c["received_at"]) >= since
+                    and datetime.fromisoformat(entry["created_at"]) >= since
                 ]
-            except (requests.RequestException, ValueError, KeyError):
+            except (requests.RequestException, ValueError, KeyError, TypeError):
                 amounts = []
             if len(amounts) >= 2:
                 return amounts[:2]

@@ -18,10 +18,25 @@ from payments.models import MerchantAccess
 MerchantAccessPolicy = Callable[[object, str], bool]
 
 
+# How many of a user's grants its token's read carries (``payments.api.authentication``): a
+# user granted more merchants is asked per request.
+GRANTS_CARRIED = 100
+_GRANTED = "_payments_merchants_granted"
+
+
+def grants_known(user, merchant_ids) -> None:
+    """Every merchant ``user`` is granted, as read with its token at this request's start: the
+    default policy answers from them, for this user object (one request's) only."""
+    setattr(user, _GRANTED, frozenset(merchant_ids))
+
+
 def merchant_access_granted(user, merchant_id: str) -> bool:
     """The default policy: an active, authenticated user holding a grant for the merchant."""
     if user is None or not user.is_authenticated or not user.is_active:
         return False
+    known = getattr(user, _GRANTED, None)
+    if known is not None:
+        return merchant_id in known
     return MerchantAccess.objects.filter(user=user, merchant_id=merchant_id).exists()
 
 
@@ -38,6 +53,9 @@ def merchant_access_allowed(*, user, merchant_id: str) -> bool:
 def _granted_merchant_ids(user) -> list[str]:
     if user is None or not user.is_authenticated or not user.is_active:
         return []
+    known = getattr(user, _GRANTED, None)
+    if known is not None:
+        return sorted(known)
     return list(MerchantAccess.objects.filter(user=user).values_list("merchant_id", flat=True))
 
 

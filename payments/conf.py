@@ -109,7 +109,7 @@ SPECS: dict[str, Spec] = {
     # classes run before the merchant access policy, which still decides per merchant.
     "API_AUTHENTICATION_CLASSES": Parsed(
         [
-            "rest_framework.authentication.TokenAuthentication",
+            "payments.api.authentication.TokenAuthentication",
             "rest_framework.authentication.SessionAuthentication",
         ],
         parse=authentication_classes,

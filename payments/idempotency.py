@@ -4,12 +4,16 @@ Same key + same body: the stored first answer. Same key + other body: 422. Same 
 first request still runs: 409. Only a request that began to execute stores its answer (as
 Stripe does): a refusal before that (validation, permission) releases the key, so the client's
 corrected or later-authorised retry with the same key executes instead of replaying the refusal.
-The key row is committed on its own first, so a concurrent request sees it; the work and the
-stored answer then commit together, so a crash leaves either both or neither. The work's
-transaction holds the key row's lock from its first statement to its commit: a request with the
-key that finds the row locked answers 409 however long the first one runs, so a live request is
-never taken over and its work never done twice. A key left in flight by a crashed request (its
-row unlocked, its answer never stored) is taken over after ``PAYMENTS["API_IDEMPOTENCY_LEASE"]``.
+On PostgreSQL the key is claimed by the first statement of the work's transaction: one
+statement takes a transaction-level advisory lock on the user's key (``pg_try_advisory_xact_lock``,
+never waiting) and inserts the key's row. A concurrent request with the key finds the lock held
+and answers 409 at once, however long the first one runs, so a live request is never taken over
+and its work never done twice; the work, its answer and the key's row commit together, so a
+crash leaves either all of them or none (nothing to take over). Elsewhere (SQLite, the one-machine
+quick start) the key row is committed on its own first, so a concurrent request sees it, and the
+work's transaction then locks it until its commit. A key left in flight that way by a crashed
+request (its row unlocked, its answer never stored) is taken over after
+``PAYMENTS["API_IDEMPOTENCY_LEASE"]``.
 """
 
 import enum
@@ -72,6 +76,10 @@ def idempotency_key_run(
     claim is released so the client may retry with the key.
     Without one, ``work`` just runs in a transaction.
     """
+    if key is not None and connection.vendor == "postgresql":
+        return _run_claimed_in_transaction(
+            user=user, key=key, fingerprint=request_fingerprint(request_data), work=work
+        )
     record = None
     if key is not None:
         claim = idempotency_key_claim(
@@ -98,6 +106,84 @@ def idempotency_key_run(
             idempotency_key_release(record=record)
         raise
     return IdempotentResult(IdempotentOutcome.ANSWERED, answer)
+
+
+def _run_claimed_in_transaction(
+    *, user, key: str, fingerprint: str, work: Callable[[], Answer]
+) -> IdempotentResult:
+    """``work`` under ``key`` in one transaction that claims the key in its first statement
+    (``_claim_in_transaction``) and stores the answer before its commit. A refusal deletes the
+    claim in the same transaction; an exception rolls the claim back with the work."""
+    with transaction.atomic():
+        claim = _claim_in_transaction(user=user, key=key, fingerprint=fingerprint)
+        if isinstance(claim, Replay):
+            replayed = claim.reason == IdempotentOutcome.REPLAYED
+            return IdempotentResult(
+                claim.reason, Answer(claim.status, claim.body) if replayed else None
+            )
+        answer = work()
+        if answer.store:
+            idempotency_key_complete(record=claim, status=answer.status, body=answer.body)
+        else:
+            idempotency_key_release(record=claim)
+    return IdempotentResult(IdempotentOutcome.ANSWERED, answer)
+
+
+# The first of the two keys of the claim's advisory lock: PostgreSQL keeps two-key advisory locks
+# apart from one-key ones, and this first key from the outbox's (callbacks.outbox).
+CLAIM_LOCK_NAMESPACE = 0x1D3C
+
+# The lock and the insert in one statement: the lock is tried first (its CTE is materialized,
+# and the insert reads from it), so the row is inserted only by the holder of the lock. A row
+# already there (committed: answered, or left by a request claiming the old way) is left alone
+# (``ON CONFLICT DO NOTHING``) and read after.
+CLAIM_SQL = """WITH held AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(%s, hashtext(%s)) AS held
+), claimed AS (
+    INSERT INTO {table} (user_id, key, request_hash, created_at)
+    SELECT %s, %s, %s, %s FROM held WHERE held.held
+    ON CONFLICT (user_id, key) DO NOTHING
+    RETURNING id
+)
+SELECT (SELECT held FROM held), (SELECT id FROM claimed)
+"""
+
+
+def _claim_in_transaction(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay:
+    """Claim ``key`` inside the work's transaction, in one statement, or say what to answer.
+
+    The advisory lock is the user's key's (hashed: two keys of one hash at the same moment only
+    make one of them answer 409, and the client retries it) and is held to the transaction's
+    end, with the uncommitted row: a second request with the key cannot take the lock, so it
+    answers 409 without waiting for the row. A request that takes the lock after the first one
+    committed finds its row, and replays it (or refuses another body)."""
+    table = connection.ops.quote_name(ApiIdempotencyKey._meta.db_table)
+    for _ in range(CLAIM_ATTEMPTS):
+        now = timezone.now()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                CLAIM_SQL.format(table=table),
+                [CLAIM_LOCK_NAMESPACE, f"{user.pk}:{key}", user.pk, key, fingerprint, now],
+            )
+            held, claimed_id = cursor.fetchone()
+        if not held:
+            return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+        if claimed_id is not None:
+            return ApiIdempotencyKey(
+                id=claimed_id, user=user, key=key, request_hash=fingerprint, created_at=now
+            )
+        try:
+            return _claim_taken(user=user, key=key, fingerprint=fingerprint)
+        except ApiIdempotencyKey.DoesNotExist:
+            # Deleted between the insert and this read (a refusal of a request claiming the old
+            # way, the purge): nothing is bound to the key any more; claim it again.
+            continue
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            # A request claiming the old way holds the row: it is running.
+            return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+    return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
 
 
 def _claim_locked(record: ApiIdempotencyKey) -> bool:

@@ -22,6 +22,10 @@ sandbox answers from threads of its own, whose CPU is the processor's, not ours)
 server and PostgreSQL run in processes of their own: their CPU is not in these figures. The
 statement counts are exact; CPU and wall time vary with the machine's load, so compare them
 only within one run.
+
+``--profile`` runs the creates of each kind once more under ``cProfile`` and prints where their
+CPU goes (the top ``--profile-lines`` functions by cumulative time; ``docs/performance.md``
+keeps a debit's).
 """
 
 from __future__ import annotations
@@ -81,6 +85,34 @@ def life_of(kind: str, payments: int, client, debit_id: str) -> dict[str, Step]:
     return steps
 
 
+def creates_profiled(kind: str, payments: int, client, debit_id: str, lines: int) -> str:
+    """``payments`` creates of ``kind`` under ``cProfile``: the top ``lines`` functions by
+    cumulative CPU time."""
+    import cProfile
+    import io
+    import pstats
+
+    from tests import payment_life
+
+    create = {
+        "debit": lambda: payment_life.debit_create(client, "1.00"),
+        "refund": lambda: payment_life.refund_create(client, debit_id, "1.00"),
+        "payout": lambda: payment_life.payout_create(client, "1.00"),
+    }[kind]
+    # This thread's CPU, as the table counts it: the waits on PostgreSQL and SQS are not ours.
+    profiler = cProfile.Profile(time.thread_time)
+    profiler.enable()
+    for _ in range(payments):
+        create()
+    profiler.disable()
+    payment_life.worker_drain()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    print(f"{kind}: {1000 * stats.total_tt / payments:.2f} ms of CPU per create profiled", file=out)
+    stats.sort_stats("cumulative").print_stats(lines)
+    return out.getvalue()
+
+
 def table(figures: dict[str, dict[str, Step]], payments: int) -> str:
     lines = [
         "| kind | step | statements per payment | CPU ms per payment | wall ms per payment |",
@@ -107,6 +139,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--payments", type=int, default=200)
     parser.add_argument("--database", default="payment_life_cost")
+    parser.add_argument("--profile", action="store_true", help="profile the creates too")
+    parser.add_argument("--profile-lines", type=int, default=40)
     options = parser.parse_args()
 
     admin_url, server = run_environment(options.database, queue_prefix="life")
@@ -145,7 +179,13 @@ def main() -> None:
             payment_life.accounts_known_for_weeks()
             life_of("debit", 3, client, debit_id)  # the first requests fill the caches
             figures = {kind: life_of(kind, options.payments, client, debit_id) for kind in KINDS}
+            profiles = [
+                creates_profiled(kind, options.payments, client, debit_id, options.profile_lines)
+                for kind in (KINDS if options.profile else ())
+            ]
         print(table(figures, options.payments))
+        for profile in profiles:
+            print(profile)
     finally:
         if sandbox is not None:
             sandbox.stop()

@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import NotFound
 from rest_framework.metadata import SimpleMetadata
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -38,6 +38,7 @@ from rest_framework.views import APIView
 from payments import conf as payments_conf
 from payments import idempotency
 from payments.access import merchant_access_allowed, merchants_listed
+from payments.api.authentication import TokenAuthentication
 from payments.api.errors import ApiError, ErrorType, ModuleErrorsMixin, field_errors, request_id_of
 from payments.api.fields import (
     MERCHANT_MESSAGE,

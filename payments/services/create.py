@@ -2,9 +2,9 @@
 one transaction."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 
 from payments import conf as payments_conf
 from payments import originator
@@ -267,14 +267,22 @@ class CreateLocks:
 
     limits: list[ExposureLimit]
     exposure_locked: bool
+    also: list[list] = field(default_factory=list)
 
 
 def create_locks_take(
-    *, merchant_id: str, direction: str, currency: str, first: LockSql | None = None
+    *,
+    merchant_id: str,
+    direction: str,
+    currency: str,
+    first: LockSql | None = None,
+    also: Sequence[QuerySet] = (),
 ) -> CreateLocks:
     """A money-out create's locks in one statement, in the one lock order: ``first`` (the
     merchant's money-out lock, exclusive or shared), then its exposure lock, the create's last,
-    when the fraud rules take it anyway; with the merchant's limits, which need no lock."""
+    when the fraud rules take it anyway; with the merchant's limits, which need no lock, and the
+    rows of ``also`` (the caller's reads that these locks need not protect: a refund's of its
+    debit's refunds, which the debit's row lock, taken before, does)."""
     exposure_locked = bool(fraud_rules())
     locks = [first]
     if exposure_locked:
@@ -282,8 +290,8 @@ def create_locks_take(
     limits = exposure_limits_queryset(
         merchant_id=merchant_id, direction=direction, currency=currency
     )
-    [rows] = querysets_read([limits], locks=locks)
-    return CreateLocks(limits=rows, exposure_locked=exposure_locked)
+    rows, *also_rows = querysets_read([limits, *also], locks=locks)
+    return CreateLocks(limits=rows, exposure_locked=exposure_locked, also=also_rows)
 
 
 def payment_build(

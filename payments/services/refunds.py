@@ -83,12 +83,20 @@ HOLDING_STATES = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CON
 REASON_MAX = 255
 
 
-def refundable_amount(payment: Payment) -> Decimal:
-    """What may still be refunded of ``payment``: its amount less its refunds that hold."""
+def refundable_amount(payment: Payment, holding: list[Payment] | None = None) -> Decimal:
+    """What may still be refunded of ``payment``: its amount less its refunds that hold (read
+    here, unless ``holding`` gives them, as ``refunds_holding`` reads them)."""
     if payment.purpose != PaymentPurpose.COLLECTION:
         return Decimal("0.00")
+    if holding is not None:
+        return payment.amount - sum((refund.amount for refund in holding), Decimal("0"))
     held = payment.refunds.filter(state__in=HOLDING_STATES).aggregate(total=Sum("amount"))
     return payment.amount - (held["total"] or Decimal("0"))
+
+
+def refunds_holding(payment: Payment):
+    """``payment``'s refunds that hold part of it, their amounts only."""
+    return Payment.objects.filter(refund_of=payment, state__in=HOLDING_STATES).only("amount")
 
 
 def refund_create(
@@ -124,13 +132,17 @@ def refund_create(
         # Shared: the merchant's other refunds do not wait on it (none reads the balance, and
         # what is refundable of each debit is decided under that debit's lock), only payouts.
         # Refunds and payouts count against one credit limit; its lock is the create's last.
+        # The debit's refunds are read by the same statement: its row lock, taken before,
+        # keeps any other refund of it from being made meanwhile.
         locks = create_locks_take(
             merchant_id=debit.merchant_id,
             direction=PaymentDirection.CREDIT,
             currency=debit.currency,
             first=money_out_lock_sql(debit.merchant_id, shared=True),
+            also=[refunds_holding(debit)],
         )
-        _refusal(debit, amount, now=now or timezone.now())
+        [holding] = locks.also
+        _refusal(debit, amount, now=now or timezone.now(), holding=holding)
         hold = hold_decide(
             merchant_id=debit.merchant_id,
             direction=PaymentDirection.CREDIT,
@@ -215,7 +227,7 @@ def refunds_release(*, now=None, limit: int = 500) -> int:
     return released
 
 
-def _refusal(debit: Payment, amount: Decimal, *, now) -> None:
+def _refusal(debit: Payment, amount: Decimal, *, now, holding: list[Payment]) -> None:
     if debit.purpose != PaymentPurpose.COLLECTION:
         raise MoneyOutRefused(
             PAYMENT_NOT_REFUNDABLE,
@@ -245,7 +257,7 @@ def _refusal(debit: Payment, amount: Decimal, *, now) -> None:
             f"payment {debit.id} is {debit.state}: only a confirmed debit can be refunded; "
             f"{advice}",
         )
-    available = refundable_amount(debit)
+    available = refundable_amount(debit, holding)
     if amount > available:
         raise MoneyOutRefused(
             REFUND_EXCEEDS_REFUNDABLE,

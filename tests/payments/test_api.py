@@ -324,3 +324,83 @@ def test_the_lease_is_a_setting_a_crashed_claim_waits_out(api_client, user, modu
 
     assert (within.status_code, after.status_code) == (409, 201)
     assert Payment.objects.count() == 1
+
+
+def _other_connection():
+    """A connection of its own to the test database, outside the test's transaction."""
+    import psycopg
+    from django.db import connection as django_connection
+
+    params = django_connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_whose_claim_lock_another_transaction_holds_answers_409_at_once():
+    """The claim's advisory lock is what a running request holds (its row is not committed
+    yet): a second request with the key answers 409 without waiting for it."""
+    user = UserFactory()
+    grant(user, BODY["merchant_id"])
+    client = APIClient()
+    client.force_authenticate(user)
+    with _other_connection() as other, other.transaction():
+        other.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+            [idempotency.CLAIM_LOCK_NAMESPACE, f"{user.pk}:held"],
+        )
+        started = time.monotonic()
+        response = client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="held")
+        waited = time.monotonic() - started
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "idempotency_key_in_use"
+    assert waited < 5
+    assert not Payment.objects.exists()
+    assert not ApiIdempotencyKey.objects.filter(key="held").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_claim_whose_row_another_transaction_locks_answers_409():
+    """A claim committed on its own (the way before the claim moved into the work's transaction,
+    and the way of other databases) whose request is still running, past the lease: its row
+    is locked, so it is not taken over."""
+    user = UserFactory()
+    grant(user, BODY["merchant_id"])
+    record = ApiIdempotencyKeyFactory(
+        user=user, key="old-way", request_hash=idempotency.request_fingerprint(BODY)
+    )
+    ApiIdempotencyKey.objects.filter(pk=record.pk).update(
+        created_at=timezone.now() - timedelta(hours=1)
+    )
+    client = APIClient()
+    client.force_authenticate(user)
+    table = ApiIdempotencyKey._meta.db_table
+    with _other_connection() as other, other.transaction():
+        other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [record.pk])
+        response = client.post(
+            "/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="old-way"
+        )
+
+    assert response.status_code == 409
+    assert not Payment.objects.exists()
+    assert ApiIdempotencyKey.objects.get(pk=record.pk).completed_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_with_the_key_after_the_first_committed_replays_it():
+    """The first request's claim, work and answer commit together; the next one with the key
+    takes the lock, finds the row and replays the answer."""
+    user = UserFactory()
+    grant(user, BODY["merchant_id"])
+    client = APIClient()
+    client.force_authenticate(user)
+
+    first = client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="after")
+    second = client.post("/api/payments/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="after")
+
+    assert first.status_code == second.status_code == 201
+    assert second["Idempotent-Replayed"] == "true"
+    assert first.json() == second.json()
+    assert Payment.objects.count() == 1

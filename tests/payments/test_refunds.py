@@ -222,10 +222,10 @@ def test_a_refund_takes_a_fixed_number_of_statements_however_many_came_before(
 
     # In the caller's transaction (the test's), without a savepoint: the debit's row lock; the
     # merchant's money-out lock (shared) with the read of its exposure limits (none here: no
-    # exposure lock, no sum; the fraud rules are off); the one sum of what the debit's refunds
-    # hold; then the refund, its ledger entry, its audit row, its submit command and its
-    # merchant's event, in one statement.
-    with django_assert_num_queries(4):
+    # exposure lock, no sum; the fraud rules are off) and of what the debit's refunds hold;
+    # then the refund, its ledger entry, its audit row, its submit command and its merchant's
+    # event, in one statement.
+    with django_assert_num_queries(3):
         refund = refund_create(payment_id=debit.id, amount=Decimal("10.00"))
 
     assert refundable_amount(debit) == Decimal("60.00")

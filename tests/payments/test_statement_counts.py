@@ -17,18 +17,18 @@ from tests.payment_life import statements_counted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The API's part of every create (apis.py, payments.idempotency): the token's read, the
-# Idempotency-Key's claim (one INSERT, its own transaction), BEGIN, the claim's row lock, the
-# merchant's grant (a refund: the debit's read and grant before the claim), the answer stored
-# under the key, COMMIT: 7 (a refund 8). The service's: a debit's checks (its merchant's
-# profile and limits, its account's notifications of change, blocks and, a WEB debit's,
-# validation) in one read that takes the exposure lock first (a WEB debit takes it on its own,
-# after the validation's row lock it may need: +1); a refund's debit row lock, then its
-# money-out share and exposure locks with the merchant's limits, then what the debit's refunds
-# hold; a payout's money-out and exposure locks with the limits, then the available balance;
-# each the fraud rules' read of the merchant's history, and the payment with its ledger entry,
-# audit row, submit command and merchant's event in one statement.
-CREATE = {"debit": 10, "web_debit": 11, "refund": 13, "payout": 11}
+# The API's part of every create (payments.api.base, payments.idempotency): the token's read,
+# which carries the user's merchant grants (payments.api.authentication), BEGIN, the
+# Idempotency-Key's claim (its advisory lock and its row in one statement), the answer stored
+# under the key, COMMIT: 5 (a refund 6: the debit's read, before the claim). The service's: a
+# debit's checks (its merchant's profile and limits, its account's notifications of change,
+# blocks and, a WEB debit's, validation) in one read that takes the exposure lock first (a WEB
+# debit takes it on its own, after the validation's row lock it may need: +1); a refund's
+# debit row lock, then its money-out share and exposure locks with the merchant's limits and
+# what the debit's refunds hold; a payout's money-out and exposure locks with the limits, then
+# the available balance; each the fraud rules' read of the merchant's history, and the payment
+# with its ledger entry, audit row, submit command and merchant's event in one statement.
+CREATE = {"debit": 8, "web_debit": 9, "refund": 10, "payout": 9}
 # The outbox row's publish after the create's commit, in the same request.
 PUBLISH = 9
 # Per payment: the breaker's read before it starts and its admission's, the queue record, the

@@ -202,6 +202,10 @@ SPECS: dict[str, Spec] = {
     # Micro-entries: wrong tries before the validation fails, and days before it expires.
     "MICRO_ENTRY_MAX_ATTEMPTS": Number(3, 1, 10, whole=True, unit="of tries"),
     "MICRO_ENTRY_EXPIRY_DAYS": Number(10, 1, 60, whole=True, unit="of days"),
+    # Whose money the micro-entries' credits are until their offsetting debit settles, and
+    # whose loss they stay when that debit comes back: "house", the originator's own ledger
+    # account (payments.models.HOUSE_ACCOUNT), or "merchant", the validating merchant's.
+    "MICRO_ENTRY_COST": Text("house", pattern=r"house|merchant", accepted="'house' or 'merchant'"),
     # Dotted path of the validation service class (payments.validation_methods.ValidationService)
     # the "service" method calls; "" when the host has none. (That it imports is checked apart,
     # payments.E006.)

@@ -5,7 +5,7 @@ the API's resource modules (``payments.api``) answer with them."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from payments.models import DoubleLoss, DoubleLossStatus, Payment
+from payments.models import SHOWN_PURPOSES, DoubleLoss, DoubleLossStatus, Payment, PaymentPurpose
 
 
 def object_field(name: str) -> serializers.Field:
@@ -25,6 +25,10 @@ def object_field(name: str) -> serializers.Field:
 
 class PaymentOutputSerializer(serializers.ModelSerializer):
     object = object_field("payment")
+    # The purposes a merchant is shown (never an account validation's micro-entry).
+    purpose = serializers.ChoiceField(
+        choices=[(p, PaymentPurpose(p).label) for p in SHOWN_PURPOSES], read_only=True
+    )
 
     class Meta:
         model = Payment

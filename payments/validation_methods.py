@@ -11,9 +11,10 @@ service's), is the outcome the service records. A method the host adds is one mo
   credits) in the next file. The account takes live entries from the third banking day after
   the prenote's settlement date (``live_from``); a return before then fails it, a NOC records
   the change (``payments.services.validation``).
-- **micro_entries**: one or two credits under $1.00 and an offsetting debit of their sum, under
-  ``ACCTVERIFY`` and the merchant's company name. The amounts are drawn here, sent once, and
-  kept only as a keyed digest: never stored, logged or echoed.
+- **micro_entries**: two credits under $1.00 and an offsetting debit of their sum, under
+  ``ACCTVERIFY`` and the merchant's company name, each a payment (``purpose=micro_entry``).
+  The amounts are drawn here and sent once; the validation keeps only their keyed digest, and
+  nothing logs them or shows them to the merchant.
 - **service**: the class ``PAYMENTS["ACCOUNT_VALIDATION_SERVICE"]`` names, called with the
   account; its answer is recorded as the evidence.
 """
@@ -146,76 +147,70 @@ def prenote_transaction_code(account_type: str, direction: str = "debit") -> str
 
 
 class MicroEntries(Method):
-    """Two credits of 1 to 99 cents and a debit of their sum, sent through the backend's own
-    credit and debit calls under keys derived from the validation (a retried send is one)."""
+    """Two credits of 1 to 99 cents and a debit of their sum, each a payment of its own
+    (``purpose=micro_entry``, PPD, ``ACCTVERIFY``, the merchant's), written with their submit
+    commands in the start's transaction: sent exactly once through the path every payment
+    takes (the outbox, the worker, the processor's callbacks or the bank's files), in the
+    ledger, the admin and triage. A start retried or raced finds the validation pending and
+    writes nothing. A backend that cuts files (the bank's ``micro_entries_queue``) queues the
+    three entries in the same transaction, so one file carries them all and they settle
+    together."""
 
     name = ValidationMethod.MICRO_ENTRIES
 
     def unavailable(self, backend) -> str | None:
-        if refused := getattr(backend, "micro_entries_unsupported", ""):
-            return refused
         if backend.supports_credits:
             return None
         return f"{type(backend).__name__} cannot send credits, so no micro-entries"
 
     def begin(self, validation: AccountValidation, *, now: datetime) -> None:
+        from payments.processor.backend import get_backend
+
         credits = [Decimal(secrets.randbelow(99) + 1) / 100 for _ in range(MICRO_ENTRY_CREDITS)]
         validation.secret_digest = micro_entries_digest(validation.account_token, credits)
         validation.expires_at = now + timedelta(days=payments_conf.MICRO_ENTRY_EXPIRY_DAYS)
         validation.live_from = None
-        round_id = uuid.uuid4()
+        # The payments name the validation: its row is saved before them (it exists, locked).
+        entries = micro_entries_build(validation, credits)
+        queue = getattr(get_backend(), "micro_entries_queue", None)
+        if queue is not None:
+            queue(payment_ids=[entry.id for entry in entries])
         validation.evidence = {
             "micro_entries": {
-                "round": str(round_id),
+                "round": str(uuid.uuid4()),
                 "credits": len(credits),
                 "debits": 1,
                 "description": originator.ACCTVERIFY,
-                "sent": False,
+                "payments": [str(entry.id) for entry in entries],
             }
         }
-        # Held in memory only, for after_commit's send; never saved.
-        validation._micro_credits = credits
 
-    def after_commit(self, validation: AccountValidation) -> Outcome | None:
-        from payments.processor.backend import get_backend
 
-        credits = getattr(validation, "_micro_credits", None)
-        if not credits:
-            return None
-        backend = get_backend()
-        round_id = uuid.UUID(validation.evidence["micro_entries"]["round"])
-        try:
-            for number, amount in enumerate(credits, start=1):
-                key = uuid.uuid5(round_id, f"credit-{number}")
-                backend.credit_create(
-                    idempotency_key=key,
-                    payment_id=key,
-                    amount=amount,
-                    currency="USD",
-                    destination_token=validation.account_token,
-                    sec_code="PPD",
-                    company_entry_description=originator.ACCTVERIFY,
-                )
-            key = uuid.uuid5(round_id, "debit")
-            backend.debit_create(
-                idempotency_key=key,
-                payment_id=key,
-                amount=sum(credits),
-                currency="USD",
-                source_token=validation.account_token,
-                sec_code="PPD",
-                company_entry_description=originator.ACCTVERIFY,
-            )
-        except Exception as exc:  # noqa: BLE001 - any failure to send fails the round, named
-            logger.warning(
-                "micro-entries for validation %s could not be sent: %s",
-                validation.id,
-                type(exc).__name__,
-            )
-            return Outcome(False, reason=f"the micro-entries could not be sent: {exc}"[:255])
-        finally:
-            validation._micro_credits = None
-        return Outcome(True, evidence={"sent": True})
+def micro_entries_build(validation: AccountValidation, credits: list[Decimal]) -> list:
+    """The round's payments, written in the caller's transaction with their submit commands:
+    the credits to the account, then the debit of their sum from it."""
+    from payments.models import PaymentDirection, PaymentPurpose
+    from payments.services.create import payment_build
+
+    moves = [(PaymentDirection.CREDIT, amount) for amount in credits]
+    moves.append((PaymentDirection.DEBIT, sum(credits)))
+    return [
+        payment_build(
+            merchant_id=validation.merchant_id,
+            amount=amount,
+            currency="USD",
+            account_token=validation.account_token,
+            sec_code="PPD",
+            entry_description=originator.ACCTVERIFY,
+            direction=direction,
+            purpose=PaymentPurpose.MICRO_ENTRY,
+            account_validation=validation,
+            # The audit row keeps no amount: the amounts are the validation's secret.
+            audit={"amount": "(micro-entry)", "validation_id": validation.pk},
+            caused_by=f"validation:{validation.pk}",
+        )
+        for direction, amount in moves
+    ]
 
 
 def micro_entries_digest(account_token: str, amounts: list[Decimal]) -> str:

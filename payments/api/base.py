@@ -52,7 +52,7 @@ from payments.api_versions import VERSION_HEADER, error_for_version, requested_v
 from payments.exceptions import ExposureLimitExceeded
 from payments.http_limits import read_body_limited
 from payments.kernel import propagation
-from payments.models import Payment, PaymentDirection, PaymentPurpose, PaymentState
+from payments.models import SHOWN_PURPOSES, Payment, PaymentDirection, PaymentState
 from payments.object_shapes import PaymentOutputSerializer
 from payments.selectors import payment_get
 from payments.services import BANK_NUMBER_MESSAGE, looks_like_bank_number
@@ -159,6 +159,8 @@ def payment_of_user(user, payment_id: str) -> Payment | None:
         payment = payment_get(payment_id=uuid.UUID(payment_id))
     except (ValueError, Payment.DoesNotExist):
         return None
+    if payment.purpose not in SHOWN_PURPOSES:
+        return None
     if not merchant_access_allowed(user=user, merchant_id=payment.merchant_id):
         return None
     return payment
@@ -235,7 +237,9 @@ def payment_in_path(request, payment_id: str) -> Payment | Response:
     """The payment an action names in its path (``payments/<id>/refunds/``), read for its
     merchant only; 404 for a malformed id, an unknown one and another merchant's alike."""
     try:
-        payment = Payment.objects.only("id", "merchant_id").get(pk=uuid.UUID(payment_id))
+        payment = Payment.objects.only("id", "merchant_id", "purpose").get(
+            pk=uuid.UUID(payment_id), purpose__in=SHOWN_PURPOSES
+        )
     except (ValueError, Payment.DoesNotExist):
         return not_found("payment_id")
     if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
@@ -386,7 +390,7 @@ class PaymentListQuerySerializer(StrictInputSerializer):
     merchant = StrictCharField(max_length=64, required=False)
     state = serializers.ChoiceField(choices=PaymentState.values, required=False)
     direction = serializers.ChoiceField(choices=PaymentDirection.values, required=False)
-    purpose = serializers.ChoiceField(choices=PaymentPurpose.values, required=False)
+    purpose = serializers.ChoiceField(choices=SHOWN_PURPOSES, required=False)
     # ISO-8601; without an offset, UTC (never the host's TIME_ZONE, which a client cannot see).
     created_gte = serializers.DateTimeField(required=False, default_timezone=UTC)
     created_lt = serializers.DateTimeField(required=False, default_timezone=UTC)
@@ -432,7 +436,7 @@ def payments_listed(user, query: dict, payments, purpose: str | None = None):
             raise field_errors(
                 {"merchant": ["required: the merchant access policy cannot list your merchants"]}
             )
-    payments = payments.filter(merchant_id__in=merchants)
+    payments = payments.filter(merchant_id__in=merchants, purpose__in=SHOWN_PURPOSES)
     if purpose is not None:
         payments = payments.filter(purpose=purpose)
     for name in ("state", "direction", "purpose"):

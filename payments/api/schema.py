@@ -17,7 +17,7 @@ from rest_framework import serializers
 from payments.api.errors import REQUEST_ID_HEADER, ErrorOutputSerializer
 from payments.api.fields import MERCHANT_RE
 from payments.api_versions import VERSION_HEADER, VERSIONS
-from payments.models import PaymentDirection, PaymentPurpose, PaymentState
+from payments.models import SHOWN_PURPOSES, PaymentDirection, PaymentState
 from payments.object_shapes import object_field
 
 # A positive amount in the contract's grammar (``AmountField``: two decimals, at least 0.01).
@@ -103,7 +103,7 @@ LIST_PARAMETERS = [
     ),
     OpenApiParameter("state", {"type": "string", "enum": list(PaymentState.values)}),
     OpenApiParameter("direction", {"type": "string", "enum": list(PaymentDirection.values)}),
-    OpenApiParameter("purpose", {"type": "string", "enum": list(PaymentPurpose.values)}),
+    OpenApiParameter("purpose", {"type": "string", "enum": list(SHOWN_PURPOSES)}),
     OpenApiParameter(
         "created_gte", OpenApiTypes.DATETIME, description="Created at or after (ISO-8601)."
     ),

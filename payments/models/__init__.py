@@ -25,6 +25,7 @@ from payments.models.events import (  # noqa: F401
     ProcessorAttempt,
 )
 from payments.models.ledger import (  # noqa: F401
+    HOUSE_ACCOUNT,
     LEDGER_KIND_SIGNS,
     LedgerEntry,
     LedgerEntryKind,
@@ -42,6 +43,7 @@ from payments.models.originator import (  # noqa: F401
 from payments.models.payment import (  # noqa: F401
     FINAL_STATES,
     PAYMENT_GRAPH,
+    SHOWN_PURPOSES,
     STATE_RANK,
     Payment,
     PaymentDirection,

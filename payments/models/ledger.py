@@ -20,6 +20,12 @@ class LedgerEntryKind(models.TextChoices):
     REFUND_RETURN = "refund_return", "Refund returned (money back)"
     PAYOUT = "payout", "Payout (money out)"
     PAYOUT_RETURN = "payout_return", "Payout returned (money back)"
+    # An account validation's micro-entry credit (``purpose=micro_entry``), on the account
+    # PAYMENTS["MICRO_ENTRY_COST"] names (the merchant's, or the house's ``HOUSE_ACCOUNT``):
+    # held when made, as money out; its offsetting debit is a ``credit`` entry of the same
+    # account, so the round nets to zero once both settle.
+    MICRO_ENTRY = "micro_entry", "Micro-entry credit (account validation)"
+    MICRO_ENTRY_RETURN = "micro_entry_return", "Micro-entry credit returned (money back)"
     # A debit returned after a refund of it was sent: the customer has the money twice, and
     # the merchant is owed the refund back, recovered outside ACH (``DoubleLoss``). Pending
     # until a person records it recovered (posted) or written off (archived).
@@ -39,7 +45,13 @@ LEDGER_KIND_SIGNS = {
     LedgerEntryKind.PAYOUT: -1,
     LedgerEntryKind.PAYOUT_RETURN: 1,
     LedgerEntryKind.RECOVERY_OWED: 1,
+    LedgerEntryKind.MICRO_ENTRY: -1,
+    LedgerEntryKind.MICRO_ENTRY_RETURN: 1,
 }
+
+# The ledger account (in ``merchant_id``) a micro-entry's cost lands on when
+# PAYMENTS["MICRO_ENTRY_COST"] is "house": the originator's own, apart from every merchant's.
+HOUSE_ACCOUNT = "~house"
 
 
 class LedgerEntryStatus(models.TextChoices):
@@ -100,14 +112,15 @@ class LedgerEntry(models.Model):
             ),
             models.CheckConstraint(
                 condition=(
-                    models.Q(kind__in=["refund", "payout"], amount__lt=0)
+                    models.Q(kind__in=["refund", "payout", "micro_entry"], amount__lt=0)
                     | models.Q(
-                        kind__in=["refund_return", "payout_return", "recovery_owed"],
+                        kind__in=["refund_return", "payout_return", "recovery_owed"]
+                        + ["micro_entry_return"],
                         amount__gt=0,
                     )
                     | ~models.Q(
                         kind__in=["refund", "payout", "refund_return", "payout_return"]
-                        + ["recovery_owed"]
+                        + ["recovery_owed", "micro_entry", "micro_entry_return"]
                     )
                 ),
                 name="ledger_money_out_signs",

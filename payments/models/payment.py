@@ -44,6 +44,18 @@ class PaymentPurpose(models.TextChoices):
     COLLECTION = "collection", "Collection"
     REFUND = "refund", "Refund of a collected debit"
     PAYOUT = "payout", "Payout to the merchant's own account"
+    # An account validation's micro-entries (payments.validation_methods.MicroEntries): two
+    # credits under a dollar and a debit of their sum, money like any other, never shown to the
+    # merchant (the amounts are the validation's secret).
+    MICRO_ENTRY = "micro_entry", "Micro-entry of an account validation"
+
+
+# The money movements the API, the events and the webhooks show a merchant: every purpose but
+# an account validation's micro-entries, whose amounts the account's holder must read from its
+# statement, not from us.
+SHOWN_PURPOSES = tuple(
+    purpose for purpose in PaymentPurpose.values if purpose != PaymentPurpose.MICRO_ENTRY
+)
 
 
 # Confirmed counts as final: most settled debits never come back, and nothing waits for them.
@@ -146,6 +158,17 @@ class Payment(FSMModelMixin, models.Model):
         "unauthorized return was made under.",
     )
 
+    # A micro-entry's validation (``purpose=micro_entry`` only): its return fails it.
+    account_validation = models.ForeignKey(
+        "payments.AccountValidation",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="micro_entries",
+        editable=False,
+        db_index=False,  # the partial index below: most payments have none
+    )
+
     # The entry's standard entry class (payments.originator): "" only on a row written before
     # the column; the file cut then takes the vault account's class, as it did.
     sec_code = models.CharField(max_length=3, blank=True, default="", db_default="")
@@ -179,14 +202,23 @@ class Payment(FSMModelMixin, models.Model):
                 name="payment_reinitiation_number_range",
             ),
             # A collection is a debit, money out a credit; a refund names its debit, nothing
-            # else does.
+            # else does; a micro-entry goes either way.
             models.CheckConstraint(
                 condition=(
                     models.Q(purpose="collection", direction="debit", refund_of__isnull=True)
                     | models.Q(purpose="refund", direction="credit", refund_of__isnull=False)
                     | models.Q(purpose="payout", direction="credit", refund_of__isnull=True)
+                    | models.Q(purpose="micro_entry", refund_of__isnull=True)
                 ),
                 name="payment_purpose_direction",
+            ),
+            # A micro-entry names its validation, nothing else does.
+            models.CheckConstraint(
+                condition=(
+                    models.Q(purpose="micro_entry", account_validation__isnull=False)
+                    | (~models.Q(purpose="micro_entry") & models.Q(account_validation__isnull=True))
+                ),
+                name="payment_micro_entry_validation",
             ),
         ]
         indexes = [
@@ -206,6 +238,12 @@ class Payment(FSMModelMixin, models.Model):
                 fields=["source_token"],
                 condition=models.Q(review_status="validation"),
                 name="payment_held_for_validation",
+            ),
+            # A validation's micro-entries (the admin's page of it).
+            models.Index(
+                fields=["account_validation"],
+                condition=models.Q(account_validation__isnull=False),
+                name="payment_micro_entries",
             ),
         ]
 

@@ -41,7 +41,7 @@ from payments.models import (
     PaymentState,
 )
 from payments.processor.backend import get_backend
-from payments.services.credits import ENTRY_KINDS
+from payments.services.credits import ENTRY_KINDS, ledger_account
 from payments.services.fraud import (
     Hold,
     account_block_check,
@@ -310,6 +310,7 @@ def payment_build(
     reinitiation_of: Payment | None = None,
     reinitiation_number: int | None = None,
     authorization_reference: str = "",
+    account_validation: AccountValidation | None = None,
     hold: Hold | None = None,
     held_for_validation: bool = False,
     hold_until: datetime | None = None,
@@ -341,6 +342,7 @@ def payment_build(
         reinitiation_of=reinitiation_of,
         reinitiation_number=reinitiation_number,
         authorization_reference=authorization_reference,
+        account_validation=account_validation,
         sec_code=sec_code,
         entry_description=entry_description,
     )
@@ -352,7 +354,7 @@ def payment_build(
         rows = (
             LedgerEntry(
                 payment=payment,
-                merchant_id=merchant_id,
+                merchant_id=ledger_account(payment),
                 kind=held,
                 amount=-amount,
                 currency=currency,
@@ -493,8 +495,10 @@ def payment_created_record(
     # The merchant's event (``payment.created``, ``refund.created``, ``payout.created``) is made
     # once the payment's insert is built: its shape reads what that fills in (``created_at``).
     merchant_event = partial(payment_event_new, payment=payment, state=payment.state)
+    # A micro-entry's amount is its validation's secret: no event of it reaches the merchant.
+    events = [] if payment.purpose == PaymentPurpose.MICRO_ENTRY else [merchant_event]
     if not submit:
-        rows_insert([payment, *rows, event, merchant_event])
+        rows_insert([payment, *rows, event, *events])
         return
     message = _outbox_message(
         kind=SUBMIT_PAYMENT,
@@ -502,7 +506,7 @@ def payment_created_record(
         body=submit_payment_body(payment.id),
         carried=carried,
     )
-    rows_insert([payment, *rows, event, message, merchant_event])
+    rows_insert([payment, *rows, event, message, *events])
     _outbox_announce(message)
 
 

@@ -17,8 +17,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from payments import conf as payments_conf
 from payments.event_rows import EntryStatus, Move
 from payments.models import (
+    HOUSE_ACCOUNT,
     DoubleLoss,
     DoubleLossStatus,
     LedgerEntry,
@@ -36,7 +38,18 @@ from payments.webhooks.events import double_loss_shape, event_record
 ENTRY_KINDS = {
     PaymentPurpose.REFUND: (LedgerEntryKind.REFUND, LedgerEntryKind.REFUND_RETURN),
     PaymentPurpose.PAYOUT: (LedgerEntryKind.PAYOUT, LedgerEntryKind.PAYOUT_RETURN),
+    PaymentPurpose.MICRO_ENTRY: (LedgerEntryKind.MICRO_ENTRY, LedgerEntryKind.MICRO_ENTRY_RETURN),
 }
+
+
+def ledger_account(payment: Payment) -> str:
+    """The ledger account (``LedgerEntry.merchant_id``) the payment's entries are written to:
+    its merchant's, or for a micro-entry the one ``PAYMENTS["MICRO_ENTRY_COST"]`` names (the
+    house's by default), so the credits, the offsetting debit and their returns land together
+    and the round's cost stays there."""
+    if payment.purpose == PaymentPurpose.MICRO_ENTRY and payments_conf.MICRO_ENTRY_COST == "house":
+        return HOUSE_ACCOUNT
+    return payment.merchant_id
 
 
 def credit_move_effects(
@@ -58,7 +71,7 @@ def credit_move_effects(
     if target == PaymentState.RETURNED:
         entry = LedgerEntry(
             payment=payment,
-            merchant_id=payment.merchant_id,
+            merchant_id=ledger_account(payment),
             kind=returned,
             amount=payment.amount,
             currency=payment.currency,
@@ -81,7 +94,7 @@ def credit_returned_unsettled(move: Move, *, returned_at: datetime) -> Move:
         entry_status=EntryStatus(kind=held, status=LedgerEntryStatus.POSTED, posted_at=returned_at),
         ledger=LedgerEntry(
             payment=payment,
-            merchant_id=payment.merchant_id,
+            merchant_id=ledger_account(payment),
             kind=returned,
             amount=payment.amount,
             currency=payment.currency,

@@ -66,6 +66,7 @@ from payments.return_codes import (
     return_code_label,
 )
 from payments.services.calls import alert_auth_failed, attempt_record, log_attempt
+from payments.services.credits import ledger_account
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.remedies import return_reinitiation
 from payments.services.writes import DayCounts, merchant_return_day_add, payment_lock
@@ -351,7 +352,7 @@ def _ledger_follow(
         if kind in wanted and kind not in kinds:
             entry = LedgerEntry.objects.create(
                 payment=payment,
-                merchant_id=payment.merchant_id,
+                merchant_id=ledger_account(payment),
                 kind=kind,
                 amount=sign * payment.amount,
                 currency=payment.currency,

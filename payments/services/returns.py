@@ -16,6 +16,7 @@ from payments.models import (
     LedgerEntryKind,
     Payment,
     PaymentDirection,
+    PaymentPurpose,
     PaymentReturn,
     PaymentState,
 )
@@ -24,11 +25,13 @@ from payments.services.credits import (
     credit_return_written,
     credit_returned_unsettled,
     credit_settled_late,
+    ledger_account,
 )
 from payments.services.event_handlers import ApplyOutcome, Decision
 from payments.services.fraud import account_blocks_on_return
 from payments.services.refunds import refunds_on_debit_return
 from payments.services.transitions import TransitionHandler
+from payments.services.validation import micro_entry_returned
 from payments.services.writes import DayCounts, merchant_return_day_add
 
 
@@ -73,7 +76,7 @@ class SettledHandler(TransitionHandler):
         if payment.direction == PaymentDirection.DEBIT:
             LedgerEntry.objects.create(
                 payment=payment,
-                merchant_id=payment.merchant_id,
+                merchant_id=ledger_account(payment),
                 kind=LedgerEntryKind.REVERSAL,
                 amount=-payment.amount,
                 currency=payment.currency,
@@ -105,6 +108,9 @@ class ReturnHandler(TransitionHandler):
                 settled_at=decision.context.get("settled_at"),
                 after_failure=decision.context.get("after_failure", False),
             )
+            if payment.purpose == PaymentPurpose.MICRO_ENTRY:
+                # A micro-entry credit came back: its account cannot take entries.
+                micro_entry_returned(payment=payment, return_code=event.reason_code or "")
         returned = decision.move is not None and decision.move.to_state == PaymentState.RETURNED
         if returned and payment.direction == PaymentDirection.DEBIT:
             # Its refunds: one not sent yet is canceled, one sent is a double loss.

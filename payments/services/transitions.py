@@ -21,9 +21,10 @@ from payments.models import (
     Payment,
     PaymentDirection,
     PaymentEvent,
+    PaymentPurpose,
     PaymentState,
 )
-from payments.services.credits import credit_move_effects
+from payments.services.credits import credit_move_effects, ledger_account
 from payments.services.event_handlers import ApplyOutcome, Decision, EventHandler
 from payments.services.writes import DayCounts, Move, move_save
 from payments.signals import payment_transition_committed, payment_transitioned
@@ -87,17 +88,24 @@ def transition_move(payment: Payment, target: str) -> Move:
     getattr(payment, name)()
     payment.state_changed_at = timezone.now()
     payment.updated_at = payment.state_changed_at  # as the event's copy of the payment shows
-    # The merchant's event rides with the move's rows: written exactly when they are.
+    # The merchant's event rides with the move's rows: written exactly when they are. A
+    # micro-entry has none: its amount is the validation's secret, never shown to the merchant.
     move = {
         "payment": payment,
         "from_state": current,
         "to_state": target,
-        "event": payment_event_new(payment=payment, state=target),
+        "event": None
+        if payment.purpose == PaymentPurpose.MICRO_ENTRY
+        else payment_event_new(payment=payment, state=target),
     }
     if payment.direction == PaymentDirection.CREDIT:
         ledger, entry_status, followups = credit_move_effects(payment, target)
         return Move(**move, ledger=ledger, entry_status=entry_status, followups=followups)
-    entry = {"payment": payment, "merchant_id": payment.merchant_id, "currency": payment.currency}
+    entry = {
+        "payment": payment,
+        "merchant_id": ledger_account(payment),
+        "currency": payment.currency,
+    }
     if target == PaymentState.CONFIRMED:
         return Move(
             **move,

@@ -35,6 +35,7 @@ from payments.models import (
     EventKind,
     EventOutcome,
     Payment,
+    PaymentDirection,
     PaymentEvent,
     PaymentState,
     ReviewStatus,
@@ -177,8 +178,8 @@ def _lock(account_token: str) -> AccountValidation:
 def _outcome_record(
     validation_id: int, outcome: Outcome, *, method: str, now: datetime | None = None
 ) -> AccountValidation:
-    """A method's answer: micro-entries sent (evidence only), a service's yes or no, or no
-    answer yet (``outcome.retry``: asked again later, at most ``SERVICE_MAX_TRIES`` times)."""
+    """A method's answer: a service's yes or no, or no answer yet (``outcome.retry``: asked
+    again later, at most ``SERVICE_MAX_TRIES`` times)."""
     with transaction.atomic():
         validation = AccountValidation.objects.select_for_update().get(pk=validation_id)
         if validation.state != ValidationState.PENDING or validation.method != method:
@@ -186,13 +187,9 @@ def _outcome_record(
         if outcome.retry:
             _service_retry_schedule(validation, outcome.reason, now=now or timezone.now())
             return validation
-        key = {ValidationMethod.MICRO_ENTRIES: "micro_entries"}.get(method, "answer")
         evidence = dict(validation.evidence)
-        evidence[key] = {**evidence.get(key, {}), **outcome.evidence}
+        evidence["answer"] = {**evidence.get("answer", {}), **outcome.evidence}
         validation.evidence = evidence
-        if method == ValidationMethod.MICRO_ENTRIES and outcome.validated:
-            validation.save(update_fields=["evidence", "updated_at"])
-            return validation
         _complete(validation, validated=outcome.validated, reason=outcome.reason)
     return validation
 
@@ -333,6 +330,37 @@ def micro_amounts_parse(value: object) -> list[Decimal]:
             raise AmountsInvalid("each amount is above 0.00")
         amounts.append(amount)
     return amounts
+
+
+def micro_entry_returned(
+    *, payment: Payment, return_code: str, now: datetime | None = None
+) -> bool:
+    """A return of one of the validation's micro-entry credits (R02, R03, R04 and the like:
+    the account cannot take entries): the validation fails with the return's code, and its
+    held debits with it, each once. Only a credit of the validation's current round counts, and
+    only while it is pending; a return of the offsetting debit leaves the validation as it is
+    (the credits arrived: the amounts can still be read), its cost where the ledger put it.
+    Call in the return's transaction. True when it failed it."""
+    if payment.direction != PaymentDirection.CREDIT or payment.account_validation_id is None:
+        return False
+    now = now or timezone.now()
+    validation = (
+        AccountValidation.objects.select_for_update()
+        .filter(pk=payment.account_validation_id)
+        .first()
+    )
+    if (
+        validation is None
+        or validation.state != ValidationState.PENDING
+        or validation.method != ValidationMethod.MICRO_ENTRIES
+        or str(payment.pk) not in validation.evidence.get("micro_entries", {}).get("payments", [])
+    ):
+        return False
+    evidence = dict(validation.evidence)
+    evidence["return"] = {"code": return_code, "received_at": now.isoformat()}
+    validation.evidence = evidence
+    _complete(validation, validated=False, reason=f"micro-entry returned {return_code}")
+    return True
 
 
 def prenote_returned(

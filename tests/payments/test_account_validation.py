@@ -4,7 +4,6 @@ change of the account number makes the account new; a reinitiation is not held b
 
 import logging
 import threading
-import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -314,14 +313,26 @@ def test_a_reinitiation_of_a_returned_web_debit_from_an_account_validated_since_
 
 
 def _micro(sandbox, token: str = TOKEN) -> tuple[AccountValidation, list[str]]:
-    """Start micro-entries; the amounts as the receiver reads them from its statement (the
-    sandbox's record of the credits)."""
+    """Start micro-entries and submit them as the worker does (each payment's submission over
+    HTTP); the amounts as the receiver reads them from its statement (the sandbox's record of
+    the credits)."""
     validation = account_validation_start(
         account_token=token, merchant_id=MERCHANT, method="micro_entries"
     )
-    round_id = uuid.UUID(validation.evidence["micro_entries"]["round"])
-    credits = [sandbox.credit(str(uuid.uuid5(round_id, f"credit-{n}"))) for n in (1, 2)]
+    entries = _micro_payments(validation)
+    for entry in entries:
+        payment_submit(payment_id=entry.id)
+    credits = [
+        sandbox.credit(str(entry.idempotency_key))
+        for entry in entries
+        if entry.direction == "credit"
+    ]
     return validation, [f"{Decimal(credit.amount):.2f}" for credit in credits]
+
+
+def _micro_payments(validation: AccountValidation) -> list[Payment]:
+    ids = validation.evidence["micro_entries"]["payments"]
+    return sorted(Payment.objects.filter(pk__in=ids), key=lambda p: ids.index(str(p.pk)))
 
 
 def _wrong(amounts: list[str]) -> list[str]:
@@ -332,15 +343,23 @@ def _wrong(amounts: list[str]) -> list[str]:
 def test_micro_entries_send_two_credits_under_a_dollar_and_a_debit_of_their_sum(sandbox):
     validation, amounts = _micro(sandbox)
 
-    round_id = uuid.UUID(validation.evidence["micro_entries"]["round"])
-    debit = sandbox.debit(str(uuid.uuid5(round_id, "debit")))
+    *credits, debit = _micro_payments(validation)
+    assert [c.direction for c in credits] == ["credit", "credit"] and debit.direction == "debit"
+    sent = sandbox.debit(str(debit.idempotency_key))
     assert all(Decimal("0.01") <= Decimal(a) <= Decimal("0.99") for a in amounts)
-    assert Decimal(debit.amount) == sum(Decimal(a) for a in amounts)
-    assert debit.company_entry_description == "ACCTVERIFY"
-    credit = sandbox.credit(str(uuid.uuid5(round_id, "credit-1")))
+    assert Decimal(sent.amount) == sum(Decimal(a) for a in amounts)
+    assert sent.company_entry_description == "ACCTVERIFY"
+    credit = sandbox.credit(str(credits[0].idempotency_key))
     assert credit.company_entry_description == "ACCTVERIFY"
-    assert validation.evidence["micro_entries"]["sent"] is True
     assert validation.expires_at > timezone.now() + timedelta(days=9)
+    for entry in (*credits, debit):
+        assert (entry.purpose, entry.sec_code, entry.entry_description) == (
+            "micro_entry",
+            "PPD",
+            "ACCTVERIFY",
+        )
+        assert entry.account_validation_id == validation.pk
+        assert entry.merchant_id == MERCHANT
 
 
 def test_the_right_amounts_in_any_order_validate_and_nothing_keeps_them(sandbox, caplog):
@@ -557,6 +576,7 @@ def test_the_service_method_without_a_service_configured_is_unavailable():
         ("UNVALIDATED_WEB_DEBITS", "maybe", "payments.E003"),
         ("MICRO_ENTRY_MAX_ATTEMPTS", 0, "payments.E003"),
         ("MICRO_ENTRY_EXPIRY_DAYS", 1000, "payments.E003"),
+        ("MICRO_ENTRY_COST", "customer", "payments.E003"),
     ],
 )
 def test_start_up_checks_refuse_bad_validation_settings(module_settings, name, value, error_id):

@@ -3,12 +3,12 @@ own validations only (another merchant's token is the same 404 as a made-up one)
 name, and the micro-entries' amounts never echoed."""
 
 import json
-import uuid
 from decimal import Decimal
 
 import pytest
 
-from payments.models import AccountValidation
+from payments.models import AccountValidation, Payment
+from payments.services import payment_submit
 from tests.factories import UserFactory, grant
 from tests.payments.validation_service_example import BankDataDouble
 
@@ -59,11 +59,16 @@ def _verify(client, amounts, token=TOKEN):
 
 
 def _micro_amounts(sandbox, token=TOKEN) -> list[str]:
+    """The credits as the account's statement shows them: submitted as the worker does, read
+    back from the sandbox processor."""
     validation = AccountValidation.objects.get(account_token=token)
-    round_id = uuid.UUID(validation.evidence["micro_entries"]["round"])
+    credits = Payment.objects.filter(
+        pk__in=validation.evidence["micro_entries"]["payments"], direction="credit"
+    )
+    for credit in credits:
+        payment_submit(payment_id=credit.pk)
     return [
-        f"{Decimal(sandbox.credit(str(uuid.uuid5(round_id, f'credit-{n}'))).amount):.2f}"
-        for n in (1, 2)
+        f"{Decimal(sandbox.credit(str(credit.idempotency_key)).amount):.2f}" for credit in credits
     ]
 
 

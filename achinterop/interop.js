@@ -106,6 +106,8 @@ function parse(filePath) {
   const parsed = nacha.from(fs.readFileSync(filePath, "ascii"));
   const batches = parsed.data.batches.map((b) => ({
     sec: b.entryClassCode,
+    company_name: String(b.companyName).trim(),
+    description: String(b.description).trim(),
     entries: b.entries.map((e) => ({
       trace_number: String(e.traceNumber).padStart(15, "0"), // read as a number
       amount_cents: Number(e.amount),

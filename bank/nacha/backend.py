@@ -59,13 +59,8 @@ URL = "nacha:"
 
 
 class NachaBankBackend(ProcessorBackend):
-    # A prenote is a zero-dollar entry of the next file (``bank.nacha.services``). The
-    # micro-entries, which are no payment, are not written to a file yet: an account on this
-    # backend is validated by a prenote or a validation service (payments.validation_methods).
+    # A prenote is a zero-dollar entry of the next file (``bank.nacha.services``).
     supports_prenotes = True
-    micro_entries_unsupported = (
-        "the bank backend writes no micro-entries to its files: validate by a prenote or a service"
-    )
 
     def prenote_queue(self, *, validation_id: int, account_token: str, merchant_id: str) -> str:
         """Queue the account's prenote for the next file (in the caller's transaction); its
@@ -73,6 +68,14 @@ class NachaBankBackend(ProcessorBackend):
         return nacha_prenote_add(
             validation_id=validation_id, account_token=account_token, merchant_id=merchant_id
         )
+
+    def micro_entries_queue(self, *, payment_ids: list[uuid.UUID]) -> None:
+        """Queue a validation's micro-entries (its credits and their offsetting debit) for the
+        next file, in the caller's transaction (the validation's start): a cut sees all of them
+        or none, so they go in one file and settle together. Their submissions find the
+        entries queued, as any payment's second submission does."""
+        for payment_id in payment_ids:
+            nacha_entry_add(payment_id=payment_id)
 
     def source_token_refused(self, *, token: str, merchant_id: str) -> str | None:
         # The vault's token is the module's own: one of another merchant (or none) is refused

@@ -508,9 +508,7 @@ def test_a_prenote_whose_account_changed_number_before_the_cut_is_not_sent(bank,
 # --- through the API -----------------------------------------------------------------------------
 
 
-def test_the_api_starts_a_prenote_on_the_bank_backend_and_refuses_micro_entries_by_name(
-    bank, api_client, user
-):
+def test_the_api_starts_a_prenote_and_micro_entries_on_the_bank_backend(bank, api_client, user):
     from tests.factories import grant
 
     grant(user, MERCHANT)
@@ -530,10 +528,9 @@ def test_the_api_starts_a_prenote_on_the_bank_backend_and_refuses_micro_entries_
     assert started.status_code == 201, started.json()
     assert (started.json()["state"], started.json()["method"]) == ("pending", "prenote")
     assert NachaPrenote.objects.filter(account_token=token, file__isnull=True).count() == 1
-    assert micro.status_code == 409
-    error = micro.json()["error"]
-    assert error["code"] == "validation_method_unavailable"
-    assert "micro-entries" in error["message"]
+    assert micro.status_code == 201, micro.json()
+    assert (micro.json()["state"], micro.json()["method"]) == ("pending", "micro_entries")
+    assert NachaEntry.objects.filter(payment__purpose="micro_entry").count() == 3
     _cut_and_deliver(bank)
     shown = api_client.get(f"/api/accounts/{token}/validation/").json()
     assert shown["state"] == "pending"

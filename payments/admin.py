@@ -735,6 +735,21 @@ from payments import risk_admin  # noqa: E402, F401
 from payments.webhooks import admin as webhooks_admin  # noqa: E402, F401
 
 
+class MicroEntryInline(ReadOnlyInline):
+    """A validation's micro-entries, each a payment of its own (linked: its history, its
+    ledger, its return). The amounts are left off this page: the validation's secret is read
+    from the account holder's statement, not passed around from here."""
+
+    model = Payment
+    fk_name = "account_validation"
+    verbose_name = "micro-entry"
+    verbose_name_plural = "micro-entries"
+    fields = ["id", "direction", "state", "processor_id", "created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
 @admin.register(AccountValidation)
 class AccountValidationAdmin(ReadOnlyModelAdmin):
     """Each account's validation before its first WEB debit (payments.services.validation):
@@ -756,7 +771,7 @@ class AccountValidationAdmin(ReadOnlyModelAdmin):
     list_filter = ["state", "method"]
     search_fields = ["=account_token", "merchant_id"]
     exclude = ["secret_digest"]
-    inlines = [PrenoteNocInline]
+    inlines = [PrenoteNocInline, MicroEntryInline]
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name != "secret_digest"]

@@ -213,3 +213,30 @@ def test_prenotes_and_a_prenotes_return_post_nothing_and_the_day_stays_green(boo
     ]
     assert close(day)[0] == 0
     assert not BooksVariance.objects.exists()
+
+
+def test_micro_entries_and_a_returned_round_keep_the_day_green(books):
+    # A merchant validating two accounts by micro-entries (the bank returns one round R03),
+    # beside another merchant's debit: the rounds are one ACCTVERIFY batch, settled as the
+    # batch settles, and the returned round's entries come back as returns of the day.
+    for holder in ("Paying Micro", "NOACCOUNT Micro"):
+        token = vault_account_store(
+            **(ACCOUNT | {"holder_name": holder, "merchant_id": "m-3", "sec_code": "WEB"})
+        ).token
+        account_validation_start(account_token=token, merchant_id="m-3", method="micro_entries")
+    bank_payment(holder="Paying One", amount="100.00", merchant="m-1", sec_code="CCD")
+    sent = send_and_answer(books)
+    day = sent.effective_entry_date
+
+    written = bank_statement_write(
+        outbound=books.outbound, inbound=books.inbound, statements=books.statements, day=day
+    )
+    bank_statements_collect(transport=books.statement_transport, min_age_seconds=0)
+
+    assert sent.entry_count == 7
+    assert written.lines == 2 + 3  # two batches settled, the returned round's three entries
+    code, rows = close(day)
+    assert code == 0, rows
+    assert not BooksVariance.objects.exists()
+    micro = [row for row in rows if row["merchant_id"] == "m-3"]
+    assert len(micro) == 1 and micro[0]["expected"] == micro[0]["settled"]

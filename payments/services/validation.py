@@ -337,13 +337,34 @@ def micro_entry_returned(
 ) -> bool:
     """A return of one of the validation's micro-entry credits (R02, R03, R04 and the like:
     the account cannot take entries): the validation fails with the return's code, and its
-    held debits with it, each once. Only a credit of the validation's current round counts, and
-    only while it is pending; a return of the offsetting debit leaves the validation as it is
-    (the credits arrived: the amounts can still be read), its cost where the ledger put it.
-    Call in the return's transaction. True when it failed it."""
+    held debits with it, each once. A return of the offsetting debit leaves the validation as
+    it is (the credits arrived: the amounts can still be read), its cost where the ledger put
+    it. Call in the return's transaction. True when it failed it."""
+    now = now or timezone.now()
+    return _micro_entry_fail(
+        payment,
+        reason=f"micro-entry returned {return_code}",
+        evidence={"return": {"code": return_code, "received_at": now.isoformat()}},
+    )
+
+
+def micro_entry_failed(*, payment: Payment) -> bool:
+    """One of the validation's micro-entry credits failed without a return (the processor
+    refused it, or the bank's cut could not write it): the account will not show the amounts,
+    so the validation fails, and its held debits with it, each once. Call in the transaction
+    of the credit's failure. True when it failed it."""
+    return _micro_entry_fail(
+        payment,
+        reason="a micro-entry credit failed and was not sent",
+        evidence={"failed": {"payment_id": str(payment.pk)}},
+    )
+
+
+def _micro_entry_fail(payment: Payment, *, reason: str, evidence: dict) -> bool:
+    """Fail the validation of the micro-entry credit ``payment`` with ``reason``: only a credit
+    of its current round counts, and only while it is pending."""
     if payment.direction != PaymentDirection.CREDIT or payment.account_validation_id is None:
         return False
-    now = now or timezone.now()
     validation = (
         AccountValidation.objects.select_for_update()
         .filter(pk=payment.account_validation_id)
@@ -356,10 +377,8 @@ def micro_entry_returned(
         or str(payment.pk) not in validation.evidence.get("micro_entries", {}).get("payments", [])
     ):
         return False
-    evidence = dict(validation.evidence)
-    evidence["return"] = {"code": return_code, "received_at": now.isoformat()}
-    validation.evidence = evidence
-    _complete(validation, validated=False, reason=f"micro-entry returned {return_code}")
+    validation.evidence = {**validation.evidence, **evidence}
+    _complete(validation, validated=False, reason=reason)
     return True
 
 

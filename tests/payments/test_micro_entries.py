@@ -249,6 +249,44 @@ def test_a_credit_returned_r03_fails_the_validation_and_its_held_debits_once(san
 
 
 @pytest.mark.django_db
+def test_a_credit_the_processor_refuses_fails_the_validation_and_its_held_debits_once(
+    sandbox, hold
+):
+    token = "tok_reject_micro_0001"
+    held = _web_held(token)
+    validation = _start(token)
+
+    _submit_all(validation)
+
+    credits, debit = _entries(validation)
+    for entry in (*credits, debit):
+        entry.refresh_from_db()
+        assert entry.state == PaymentState.FAILED
+    validation.refresh_from_db()
+    assert validation.state == ValidationState.FAILED
+    assert validation.failure_reason == "a micro-entry credit failed and was not sent"
+    held.refresh_from_db()
+    assert held.state == PaymentState.FAILED
+    failures = PaymentEvent.objects.filter(payment=held, event_type="account_validation_failed")
+    assert failures.count() == 1
+    # Nothing moved: the credits' held entries are archived.
+    assert _net(HOUSE_ACCOUNT) == 0
+
+
+@pytest.mark.django_db
+def test_a_failed_event_for_a_sent_credit_fails_the_validation(sandbox):
+    validation = _start()
+    _submit_all(validation)
+    credits, _ = _entries(validation)
+
+    payment_apply_event(event=_event(credits[1], "failed"))
+
+    validation.refresh_from_db()
+    assert validation.state == ValidationState.FAILED
+    assert validation.evidence["failed"] == {"payment_id": str(credits[1].pk)}
+
+
+@pytest.mark.django_db
 def test_a_return_of_an_earlier_rounds_credit_does_not_fail_the_new_round(sandbox):
     first = _start()
     _submit_all(first)

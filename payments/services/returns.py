@@ -30,7 +30,7 @@ from payments.services.credits import (
 from payments.services.event_handlers import ApplyOutcome, Decision
 from payments.services.fraud import account_blocks_on_return
 from payments.services.refunds import refunds_on_debit_return
-from payments.services.transitions import MicroEntryFailed, TransitionHandler
+from payments.services.transitions import TransitionHandler
 from payments.services.validation import micro_entry_returned
 from payments.services.writes import DayCounts, merchant_return_day_add
 
@@ -97,10 +97,7 @@ class ReturnHandler(TransitionHandler):
         unsettled = decision.move is not None and decision.move.to_state == PaymentState.FAILED
         if unsettled and payment.direction == PaymentDirection.CREDIT:
             move = credit_returned_unsettled(decision.move, returned_at=event.timestamp)
-            # A micro-entry's validation fails by the return's code (``record``), not as a
-            # credit that was never sent.
-            followups = tuple(f for f in move.followups if not isinstance(f, MicroEntryFailed))
-            decision = replace(decision, move=replace(move, followups=followups))
+            decision = replace(decision, move=move)
         return replace(decision, context={"settled_at": settled_at})
 
     def record(self, *, event, payment, decision, log) -> None:

@@ -100,8 +100,6 @@ def transition_move(payment: Payment, target: str) -> Move:
     }
     if payment.direction == PaymentDirection.CREDIT:
         ledger, entry_status, followups = credit_move_effects(payment, target)
-        if payment.purpose == PaymentPurpose.MICRO_ENTRY and target == PaymentState.FAILED:
-            followups = (*followups, MicroEntryFailed(payment))
         return Move(**move, ledger=ledger, entry_status=entry_status, followups=followups)
     entry = {
         "payment": payment,
@@ -130,21 +128,6 @@ def transition_move(payment: Payment, target: str) -> Move:
             ledger=LedgerEntry(kind=LedgerEntryKind.REVERSAL, amount=-payment.amount, **entry),
         )
     return Move(**move)
-
-
-class MicroEntryFailed:
-    """A micro-entry credit's failure fails its validation (the account will not show the
-    amounts), in the failure's transaction. A return's failure leaves it out: the return's
-    record fails the validation with its code (``payments.services.returns``)."""
-
-    def __init__(self, payment: Payment) -> None:
-        self.payment = payment
-
-    def __call__(self) -> None:
-        # The validation's lifecycle moves payments through this module: imported late.
-        from payments.services.validation import micro_entry_failed
-
-        micro_entry_failed(payment=self.payment)
 
 
 def transition_count(move: Move) -> None:

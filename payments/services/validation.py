@@ -67,6 +67,7 @@ START_RULES = (
 VERIFY_RULES = ("micro_entries_mismatch", "micro_entries_expired", "validation_not_verifiable")
 RULES = START_RULES + VERIFY_RULES
 EXPIRED_REASON = "the micro-entries expired unverified"
+UNSENT_REASON = "a micro-entry credit failed and was not sent"
 # A micro-entry amount as the receiver reads it from the statement: 0.01 to 0.99, two decimals.
 _AMOUNT_RE = re.compile(r"0\.[0-9]{2}", re.ASCII)
 
@@ -348,16 +349,47 @@ def micro_entry_returned(
     )
 
 
-def micro_entry_failed(*, payment: Payment) -> bool:
-    """One of the validation's micro-entry credits failed without a return (the processor
-    refused it, or the bank's cut could not write it): the account will not show the amounts,
-    so the validation fails, and its held debits with it, each once. Call in the transaction
-    of the credit's failure. True when it failed it."""
-    return _micro_entry_fail(
-        payment,
-        reason="a micro-entry credit failed and was not sent",
-        evidence={"failed": {"payment_id": str(payment.pk)}},
+def micro_entries_unsent_fail(*, limit: int = 500) -> int:
+    """Pending micro-entry validations one of whose current credits failed without a return
+    (the processor refused it, a ``failed`` event, the bank's cut could not write it): the
+    account will not show the amounts, so each fails, with its held debits, once. Periodic,
+    each in its own transaction; how many failed. A returned credit failed its validation
+    already, by the return's code (``micro_entry_returned``)."""
+    pks = list(
+        AccountValidation.objects.filter(
+            method=ValidationMethod.MICRO_ENTRIES,
+            state=ValidationState.PENDING,
+            micro_entries__direction=PaymentDirection.CREDIT,
+            micro_entries__state=PaymentState.FAILED,
+        )
+        .values_list("pk", flat=True)
+        .distinct()[:limit]
     )
+    done = 0
+    for pk in pks:
+        with transaction.atomic():
+            validation = AccountValidation.objects.select_for_update().get(pk=pk)
+            current = validation.evidence.get("micro_entries", {}).get("payments", [])
+            unsent = (
+                Payment.objects.filter(
+                    pk__in=current,
+                    direction=PaymentDirection.CREDIT,
+                    state=PaymentState.FAILED,
+                    ach_return__isnull=True,
+                )
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if (
+                unsent is None
+                or validation.state != ValidationState.PENDING
+                or validation.method != ValidationMethod.MICRO_ENTRIES
+            ):
+                continue
+            validation.evidence = {**validation.evidence, "failed": {"payment_id": str(unsent)}}
+            _complete(validation, validated=False, reason=UNSENT_REASON)
+            done += 1
+    return done
 
 
 def _micro_entry_fail(payment: Payment, *, reason: str, evidence: dict) -> bool:
@@ -521,11 +553,12 @@ def _due_complete(
 
 def account_validations_advance(*, now: datetime | None = None) -> int:
     """The periodic round: prenotes past their wait validated, micro-entries past their expiry
-    failed, validation services that could not answer asked again; how many validations
-    ended."""
+    or with a credit that failed unsent failed, validation services that could not answer
+    asked again; how many validations ended."""
     return (
         prenotes_mature(now=now)
         + micro_entries_expire(now=now)
+        + micro_entries_unsent_fail()
         + service_validations_retry(now=now)
     )
 

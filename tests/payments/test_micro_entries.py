@@ -25,7 +25,11 @@ from payments.models import (
 )
 from payments.selectors import merchant_balances
 from payments.services import payment_apply_event, payment_create, payment_submit
-from payments.services.validation import account_validation_start, micro_entries_verify
+from payments.services.validation import (
+    account_validation_start,
+    account_validations_advance,
+    micro_entries_verify,
+)
 from payments.webhooks.models import Event
 from tests.factories import grant, processor_event
 from tests.waiting import race
@@ -227,6 +231,8 @@ def test_a_credit_returned_r03_fails_the_validation_and_its_held_debits_once(san
     payment_apply_event(event=returned)
     payment_apply_event(event=returned)
     payment_apply_event(event=_event(credits[1], "returned", reason_code="R03"))
+    # The periodic round finds the returned credits failed by their return: nothing to do.
+    assert account_validations_advance() == 0
 
     validation.refresh_from_db()
     assert validation.state == ValidationState.FAILED
@@ -257,6 +263,8 @@ def test_a_credit_the_processor_refuses_fails_the_validation_and_its_held_debits
     validation = _start(token)
 
     _submit_all(validation)
+    assert account_validations_advance() == 1
+    assert account_validations_advance() == 0
 
     credits, debit = _entries(validation)
     for entry in (*credits, debit):
@@ -280,6 +288,7 @@ def test_a_failed_event_for_a_sent_credit_fails_the_validation(sandbox):
     credits, _ = _entries(validation)
 
     payment_apply_event(event=_event(credits[1], "failed"))
+    assert account_validations_advance() == 1
 
     validation.refresh_from_db()
     assert validation.state == ValidationState.FAILED

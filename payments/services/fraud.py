@@ -47,6 +47,7 @@ from payments.models import (
     ExposureLimit,
     Payment,
     PaymentDirection,
+    PaymentPurpose,
     PaymentState,
     ReviewStatus,
 )
@@ -104,6 +105,9 @@ class MerchantHistory:
         account = Q(source_token=entry.account_token)
         sums = (
             Payment.objects.filter(merchant_id=entry.merchant_id)
+            # An account validation's micro-entries are no use of the account by the merchant:
+            # they must not make a first large debit look like the account's second.
+            .exclude(purpose=PaymentPurpose.MICRO_ENTRY)
             .filter(Q(created_at__gt=since) | account)
             .aggregate(
                 today=Sum(

@@ -375,3 +375,26 @@ def test_no_log_line_carries_a_micro_entry_amount(sandbox, caplog):
     for entry in (*credits, debit):
         text = f"{entry.amount:.2f}"
         assert not [r for r in caplog.records if text in r.getMessage()], text
+
+
+@pytest.mark.django_db
+def test_a_first_large_debit_after_micro_entries_is_still_the_accounts_first(
+    sandbox, module_settings
+):
+    off = {"enabled": False}
+    module_settings.FRAUD_RULES = {
+        "new_destination": off,
+        "velocity": off,
+        "first_large_debit": {"amount": "500.00"},
+    }
+    validation = _start()
+    _submit_all(validation)
+    amounts = _amounts(sandbox, validation)
+    _settle_all(validation)
+    micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=amounts)
+
+    debit = payment_create(
+        merchant_id=MERCHANT, amount=Decimal("500.01"), source_token=TOKEN, sec_code="WEB"
+    )
+
+    assert (debit.review_status, debit.review_rule) == (ReviewStatus.HELD, "first_large_debit")

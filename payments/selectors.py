@@ -21,6 +21,7 @@ from payments.models import (
     NotificationOfChange,
     Payment,
     PaymentDirection,
+    PaymentPurpose,
     PaymentReturn,
     PaymentState,
     ProcessorAttempt,
@@ -175,6 +176,7 @@ def merchant_balance(*, merchant_id: str) -> dict:
         Payment.objects.filter(
             merchant_id=merchant_id,
             direction=PaymentDirection.DEBIT,
+            purpose=PaymentPurpose.COLLECTION,  # never a validation's offsetting debit
             state__in=(PaymentState.CONFIRMED, PaymentState.RETURNED),
         )
         .values("currency", "state")

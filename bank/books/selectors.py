@@ -17,6 +17,7 @@ from bank.books.models import (
 )
 from bank.nacha.models import NachaEntry
 from payments.selectors import cents_text
+from payments.services.credits import ledger_account
 
 
 def day_reported(day: date) -> bool:
@@ -71,7 +72,9 @@ def books_day_figures(*, day: date, merchant_id: str | None = None) -> list[DayF
     ).select_related("payment")
     for entry in entries:
         payment = entry.payment
-        figures = row(payment.merchant_id, payment.currency)
+        # A micro-entry's row is its cost's account (the house's by default): a merchant's
+        # figures never show its validations' amounts.
+        figures = row(ledger_account(payment), payment.currency)
         figures.expected += payment.amount
         if (entry.file_id, entry.sec_code) in fully:
             figures.settled += payment.amount
@@ -79,7 +82,8 @@ def books_day_figures(*, day: date, merchant_id: str | None = None) -> list[DayF
         kind=MatchKind.RETURN, line__as_of_date=day, line__match_status=MatchStatus.MATCHED
     ).select_related("payment")
     for match in returns:
-        row(match.payment.merchant_id, match.payment.currency).returned += match.expected_amount
+        payment = match.payment
+        row(ledger_account(payment), payment.currency).returned += match.expected_amount
     for variance in BooksVariance.objects.filter(day=day, status=VarianceStatus.OPEN):
         for merchant in variance.merchant_ids or [None]:
             figures = row(merchant, variance.currency)

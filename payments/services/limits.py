@@ -45,6 +45,7 @@ from payments.models import (
     ExposureLimit,
     ExposureLimitChange,
     Payment,
+    PaymentPurpose,
     PaymentState,
 )
 
@@ -170,6 +171,9 @@ def exposure_used(
             created_at__lte=end_of_banking_day(today),
         )
         .exclude(state__in=NOT_COUNTED)
+        # A validation's micro-entries are no merchant's exposure, and the limits' answer
+        # (GET .../limits/) must not show their sum.
+        .exclude(purpose=PaymentPurpose.MICRO_ENTRY)
         .aggregate(today=Sum("amount", filter=Q(created_at__gt=day_starts)), window=Sum("amount"))
     )
     used_today = sums["today"] or Decimal("0.00")

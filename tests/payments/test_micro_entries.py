@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.db.models import Sum
+from django.utils import timezone
 
 from payments.exceptions import ValidationRefused
 from payments.models import (
@@ -25,6 +26,7 @@ from payments.models import (
 )
 from payments.selectors import merchant_balances
 from payments.services import payment_apply_event, payment_create, payment_submit
+from payments.services.limits import exposure_limits_for, exposure_used
 from payments.services.validation import (
     account_validation_start,
     account_validations_advance,
@@ -398,3 +400,34 @@ def test_a_first_large_debit_after_micro_entries_is_still_the_accounts_first(
     )
 
     assert (debit.review_status, debit.review_rule) == (ReviewStatus.HELD, "first_large_debit")
+
+
+@pytest.mark.django_db
+def test_a_round_on_the_house_shows_in_none_of_the_merchants_figures(sandbox, api_client, user):
+    grant(user, MERCHANT)
+    collected = payment_create(
+        merchant_id=MERCHANT, amount=Decimal("5.00"), source_token="tok_micro_ppd", sec_code="PPD"
+    )
+    payment_submit(payment_id=collected.pk)
+    payment_apply_event(event=processor_event(collected, "settled"))
+    validation = _start()
+    _submit_all(validation)
+    _settle_all(validation)
+
+    balance = api_client.get(f"/api/merchants/{MERCHANT}/balance/").json()
+    limits = {
+        direction: exposure_used(
+            merchant_id=MERCHANT,
+            direction=direction,
+            currency="USD",
+            limits=exposure_limits_for(merchant_id=MERCHANT, direction=direction, currency="USD")[
+                0
+            ],
+            now=timezone.now(),
+        )[1]
+        for direction in ("debit", "credit")
+    }
+
+    (usd,) = balance["balances"]
+    assert (usd["confirmed_count"], usd["confirmed_total"], usd["net"]) == (1, "5.00", "5.00")
+    assert limits == {"debit": Decimal("5.00"), "credit": Decimal("0.00")}

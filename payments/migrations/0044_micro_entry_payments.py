@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('payments', '0042_account_validation_service_retry'),
+        ('payments', '0043_noc_of_a_prenote'),
     ]
 
     operations = [

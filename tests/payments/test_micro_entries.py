@@ -17,6 +17,7 @@ from payments.models import (
     HOUSE_ACCOUNT,
     AccountValidation,
     LedgerEntry,
+    NotificationOfChange,
     OutboxMessage,
     Payment,
     PaymentEvent,
@@ -335,7 +336,10 @@ def test_a_noc_on_a_micro_entry_is_recorded_on_the_validation(sandbox):
 
     validation.refresh_from_db()
     assert validation.state == ValidationState.UNVALIDATED
-    assert validation.evidence["nocs"] == [{"change_code": "C01", "source": "noc_received"}]
+    (noc,) = NotificationOfChange.objects.filter(payment=credits[0])
+    assert validation.evidence["nocs"] == [
+        {"change_code": "C01", "source": "noc_received", "noc_id": noc.pk}
+    ]
 
 
 # --- never shown to the merchant ------------------------------------------------------------------

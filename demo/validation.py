@@ -296,8 +296,9 @@ def micro_entries_run(
 
     api = _Api(web_url, token)
     suffix = _letters()
-    # Steady tokens: the sandbox's random faults never refuse their sends (the micro-entries'
-    # are not retried) nor return the released debit (sandbox/faults.py).
+    # Steady tokens: the sandbox's random faults never refuse their sends (a refused
+    # micro-entry credit fails its validation) nor return the released debit
+    # (sandbox/faults.py).
     story = MicroStory(
         verified_token=f"tok_steady_microok_{suffix}",
         expired_token=f"tok_steady_microexp_{suffix}",

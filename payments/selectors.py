@@ -277,14 +277,14 @@ def _ledger_sums(merchant_id: str, now: datetime | None) -> dict[str, dict]:
     live = ~Q(status=LedgerEntryStatus.ARCHIVED)
     posted = Q(status=LedgerEntryStatus.POSTED)
     owed = Q(status=LedgerEntryStatus.PENDING, kind=LedgerEntryKind.RECOVERY_OWED)
-    # Micro-entry credits are money out of the account that funds them (MICRO_ENTRY_COST).
-    out_kinds = (LedgerEntryKind.REFUND, LedgerEntryKind.PAYOUT, LedgerEntryKind.MICRO_ENTRY)
-    back_kinds = (
-        LedgerEntryKind.REFUND_RETURN,
-        LedgerEntryKind.PAYOUT_RETURN,
-        LedgerEntryKind.MICRO_ENTRY_RETURN,
+    out_kinds = (LedgerEntryKind.REFUND, LedgerEntryKind.PAYOUT)
+    back_kinds = (LedgerEntryKind.REFUND_RETURN, LedgerEntryKind.PAYOUT_RETURN)
+    # Micro-entry credits are money out of the account that funds them (MICRO_ENTRY_COST) for
+    # what is available, though no refund or payout (``money_out``).
+    micro_kinds = (LedgerEntryKind.MICRO_ENTRY, LedgerEntryKind.MICRO_ENTRY_RETURN)
+    money_out_side = Q(
+        kind__in=(*out_kinds, *back_kinds, *micro_kinds, LedgerEntryKind.RECOVERY_OWED)
     )
-    money_out_side = Q(kind__in=(*out_kinds, *back_kinds, LedgerEntryKind.RECOVERY_OWED))
     past_reserve = Exists(
         LedgerEntry.objects.annotate(settled_at=Coalesce("posted_at", "created_at")).filter(
             payment_id=OuterRef("payment_id"),

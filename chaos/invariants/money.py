@@ -45,10 +45,11 @@ def check_charges(report: Report, stats: dict) -> None:
     report_sent_twice(report, check, charges, stats.get("charges_by_payment") or {}, verb="charged")
     keys = {
         str(key): (str(pid), state)
-        # Charges are debits: money out is credited, and counted apart (money_out checks).
-        for pid, key, state in Payment.objects.filter(purpose="collection").values_list(
-            "id", "idempotency_key", "state"
-        )
+        # Charges are debits: money out is credited, and counted apart (money_out checks). A
+        # validation's offsetting micro-entry debit is a payment of ours too.
+        for pid, key, state in Payment.objects.filter(
+            purpose__in=("collection", "micro_entry"), direction="debit"
+        ).values_list("id", "idempotency_key", "state")
     }
     # Micro-entries sent as the validation's own calls hold no payment, yet are ours.
     unknown = sorted(key for key in set(charges) - set(keys) - micro_entry_keys())
@@ -147,9 +148,10 @@ def check_ledger(report: Report) -> None:
     settled_states = (PaymentState.CONFIRMED, PaymentState.RETURNED)
     payments = _payments()
     entries = list(
-        LedgerEntry.objects.filter(kind=LedgerEntryKind.CREDIT).values(
-            "id", "payment_id", "merchant_id", "kind", "amount"
-        )
+        # The collections' credits: a micro-entry debit's is the round's (its own account).
+        LedgerEntry.objects.filter(
+            kind=LedgerEntryKind.CREDIT, payment__purpose="collection"
+        ).values("id", "payment_id", "merchant_id", "kind", "amount")
     )
     _check_credits_confirmed(report, entries, payments, settled_states)
     credits_per_payment = Counter(e["payment_id"] for e in entries)
@@ -163,7 +165,9 @@ def check_ledger(report: Report) -> None:
     if several:
         report.add(check, f"{len(several)} payment(s) credited more than once", several)
 
-    ledger = _totals_by_merchant(LedgerEntry.objects.filter(kind=LedgerEntryKind.CREDIT))
+    ledger = _totals_by_merchant(
+        LedgerEntry.objects.filter(kind=LedgerEntryKind.CREDIT, payment__purpose="collection")
+    )
     # Every payment that settled, whether it was returned afterwards or not.
     expected = _totals_by_merchant(
         Payment.objects.filter(purpose="collection", state__in=settled_states)
@@ -246,9 +250,9 @@ def check_returns_reversed(report: Report) -> None:
     check = "returns_reversed"
     payments = _payments()
     reversals = list(
-        LedgerEntry.objects.filter(kind=LedgerEntryKind.REVERSAL).values(
-            "payment_id", "merchant_id", "amount"
-        )
+        LedgerEntry.objects.filter(
+            kind=LedgerEntryKind.REVERSAL, payment__purpose="collection"
+        ).values("payment_id", "merchant_id", "amount")
     )
     per_payment = Counter(r["payment_id"] for r in reversals)
     returned = [pid for pid, p in payments.items() if p["state"] == PaymentState.RETURNED]
@@ -276,14 +280,16 @@ def check_returns_reversed(report: Report) -> None:
     reversed_total = {
         m: -total
         for m, total in _totals_by_merchant(
-            LedgerEntry.objects.filter(kind=LedgerEntryKind.REVERSAL)
+            LedgerEntry.objects.filter(kind=LedgerEntryKind.REVERSAL, payment__purpose="collection")
         ).items()
     }
     returned_total = _totals_by_merchant(
         Payment.objects.filter(purpose="collection", state=PaymentState.RETURNED)
     )
     # The debits' own entries: money out's are checked apart (money_out).
-    net = _totals_by_merchant(LedgerEntry.objects.filter(kind__in=COLLECTION_KINDS))
+    net = _totals_by_merchant(
+        LedgerEntry.objects.filter(kind__in=COLLECTION_KINDS, payment__purpose="collection")
+    )
     _check_merchant_nets(report, net, reversed_total, returned_total)
     report.checked[check] = {
         "returned": len(returned),

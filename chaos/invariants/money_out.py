@@ -169,7 +169,7 @@ def ledger_figures(merchant_id: str, now) -> dict[str, dict]:
         live, posted = r["status"] != "archived", r["status"] == "posted"
         f["pending"] += r["amount"] if live else ZERO
         f["posted"] += r["amount"] if posted else ZERO
-        if r["payment__purpose"] == "collection":
+        if _debit_side(r):
             f["available"] += r["amount"] if posted and r["payment_id"] in past else ZERO
         elif r["amount"] < 0:
             f["available"] += r["amount"] if live else ZERO
@@ -258,6 +258,19 @@ def check_payouts(report: Report) -> None:
     report.checked[check] = {"payouts": payouts}
 
 
+def _debit_side(row: dict) -> bool:
+    """A debit's entry (a collection's, or a micro-entry round's offsetting debit): available
+    once its credit is past the return reserve, as the balance's selector counts it."""
+    if row["payment__purpose"] == "collection":
+        return True
+    return row["payment__purpose"] == "micro_entry" and row["kind"] in (
+        "credit",
+        "reversal",
+        "recredit",
+        "recredit_reversal",
+    )
+
+
 def _available_then(before: list[dict], at, cutoff) -> Decimal:
     past = {
         r["payment_id"]
@@ -266,7 +279,7 @@ def _available_then(before: list[dict], at, cutoff) -> Decimal:
     }
     available = ZERO
     for r in before:
-        if r["payment__purpose"] == "collection":
+        if _debit_side(r):
             available += r["amount"] if r["payment_id"] in past else ZERO
         elif r["amount"] < 0:
             gone_before = (

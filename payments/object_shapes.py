@@ -5,7 +5,17 @@ the API's resource modules (``payments.api``) answer with them."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from payments.models import SHOWN_PURPOSES, DoubleLoss, DoubleLossStatus, Payment, PaymentPurpose
+from payments import conf as payments_conf
+from payments.models import (
+    SHOWN_PURPOSES,
+    AccountValidation,
+    DoubleLoss,
+    DoubleLossStatus,
+    Payment,
+    PaymentPurpose,
+    ValidationMethod,
+    ValidationState,
+)
 
 
 def object_field(name: str) -> serializers.Field:
@@ -144,3 +154,43 @@ class PayoutOutputSerializer(serializers.ModelSerializer):
     def get_destination(self, payout: Payment) -> dict:
         last4 = self.context.get("last4", {}).get(payout.source_token)
         return {"token": payout.source_token, "last4": last4}
+
+
+class AccountValidationOutputSerializer(serializers.ModelSerializer):
+    """An account's validation as its merchant reads it (``GET /api/accounts/<token>/validation/``)
+    and as the ``account_validation.*`` events carry it: never the micro-entries' amounts (the
+    row keeps only their digest, which is not shown)."""
+
+    id = serializers.CharField(read_only=True)
+    object = object_field("account_validation")
+    attempts_left = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AccountValidation
+        fields = [
+            "id",
+            "object",
+            "account_token",
+            "merchant_id",
+            "state",
+            "method",
+            "attempts",
+            "attempts_left",
+            "expires_at",
+            "live_from",
+            "failure_reason",
+            "evidence",
+            "started_at",
+            "validated_at",
+            "failed_at",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_attempts_left(self, obj) -> int | None:
+        """Tries left at the micro-entries' amounts; null for another method."""
+        if obj.method != ValidationMethod.MICRO_ENTRIES:
+            return None
+        if obj.state != ValidationState.PENDING:
+            return 0
+        return max(payments_conf.MICRO_ENTRY_MAX_ATTEMPTS - obj.attempts, 0)

@@ -16,7 +16,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from payments import conf as payments_conf
 from payments.access import merchant_access_allowed
 from payments.api.base import ModuleApiView, error_response, forbidden, not_found
 from payments.api.errors import ApiError, field_errors
@@ -24,7 +23,8 @@ from payments.api.fields import MERCHANT_MESSAGE, MERCHANT_RE, StrictInputSerial
 from payments.api.schema import COMMON_ANSWERS, REQUEST_HEADERS, error_answer
 from payments.exceptions import AmountsInvalid, ValidationRefused
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
-from payments.models import AccountValidation, ValidationMethod, ValidationState
+from payments.models import AccountValidation, ValidationMethod
+from payments.object_shapes import AccountValidationOutputSerializer
 from payments.processor.backend import get_backend
 from payments.services.create import _TOKEN_RE
 from payments.services.validation import (
@@ -37,43 +37,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["AccountValidationApi", "AccountVerifyApi"]
 
 TOKEN_PARAM = "account_token"
-
-
-class AccountValidationOutputSerializer(serializers.ModelSerializer):
-    object = serializers.SerializerMethodField()
-    attempts_left = serializers.SerializerMethodField()
-
-    class Meta:
-        model = AccountValidation
-        fields = [
-            "object",
-            "account_token",
-            "merchant_id",
-            "state",
-            "method",
-            "attempts",
-            "attempts_left",
-            "expires_at",
-            "live_from",
-            "failure_reason",
-            "evidence",
-            "started_at",
-            "validated_at",
-            "failed_at",
-            "created_at",
-            "updated_at",
-        ]
-
-    def get_object(self, obj) -> str:
-        return "account_validation"
-
-    def get_attempts_left(self, obj) -> int | None:
-        """Tries left at the micro-entries' amounts; null for another method."""
-        if obj.method != ValidationMethod.MICRO_ENTRIES:
-            return None
-        if obj.state != ValidationState.PENDING:
-            return 0
-        return max(payments_conf.MICRO_ENTRY_MAX_ATTEMPTS - obj.attempts, 0)
 
 
 class AccountValidationStartInputSerializer(StrictInputSerializer):

@@ -52,6 +52,8 @@ from payments.validation_methods import (
     micro_entries_digest,
     prenote_live_from,
 )
+from payments.webhooks.catalogue import ACCOUNT_VALIDATED, ACCOUNT_VALIDATION_FAILED
+from payments.webhooks.events import event_record, validation_shape
 
 logger = logging.getLogger(__name__)
 
@@ -577,6 +579,11 @@ def _complete(validation: AccountValidation, *, validated: bool, reason: str = "
     validation.secret_digest = ""
     validation.retry_at = None
     validation.save()
+    event_record(
+        type=ACCOUNT_VALIDATED if validated else ACCOUNT_VALIDATION_FAILED,
+        merchant_id=validation.merchant_id,
+        obj=validation_shape(validation),
+    )
     held_debits_decide(validation)
 
 

@@ -12,6 +12,7 @@ ordered by (``delivery.deliveries_claim``)."""
 from django.core.exceptions import ImproperlyConfigured
 
 from payments.models import (
+    AccountValidation,
     DoubleLoss,
     NotificationOfChange,
     Payment,
@@ -19,6 +20,7 @@ from payments.models import (
     ReturnDishonor,
 )
 from payments.object_shapes import (
+    AccountValidationOutputSerializer,
     PaymentOutputSerializer,
     PayoutOutputSerializer,
     RefundOutputSerializer,
@@ -36,6 +38,14 @@ _SHAPES = {
     PaymentPurpose.REFUND: RefundOutputSerializer(context={"created": True}),
     PaymentPurpose.PAYOUT: PayoutOutputSerializer(context={"last4": {}}),
 }
+
+
+_VALIDATION_SHAPE = AccountValidationOutputSerializer()
+
+
+def validation_shape(validation: AccountValidation) -> dict:
+    """An account's validation as ``GET /api/accounts/<token>/validation/`` shows it."""
+    return dict(_VALIDATION_SHAPE.to_representation(validation))
 
 
 def payment_shape(payment: Payment) -> dict:

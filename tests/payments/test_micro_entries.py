@@ -33,6 +33,7 @@ from payments.services.validation import (
     account_validations_advance,
     micro_entries_verify,
 )
+from payments.webhooks.delivery import events_dispatch
 from payments.webhooks.models import Event
 from tests.factories import grant, processor_event
 from tests.waiting import race
@@ -435,3 +436,59 @@ def test_a_round_on_the_house_shows_in_none_of_the_merchants_figures(sandbox, ap
     (usd,) = balance["balances"]
     assert (usd["confirmed_count"], usd["confirmed_total"], usd["net"]) == (1, "5.00", "5.00")
     assert limits == {"debit": Decimal("5.00"), "credit": Decimal("0.00")}
+
+
+# --- the merchant is told the outcome -----------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_merchant_is_told_once_that_an_account_is_validated_and_never_the_amounts(
+    sandbox, api_client, user
+):
+    grant(user, MERCHANT)
+    validation = _start()
+    _submit_all(validation)
+    _settle_all(validation)
+    amounts = _amounts(sandbox, validation)
+    micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=amounts)
+    with pytest.raises(ValidationRefused):
+        micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=amounts)
+
+    events = list(Event.objects.filter(merchant_id=MERCHANT))
+    assert [e.type for e in events] == ["account_validation.validated"]
+    shown = events[0].data["object"]
+    assert shown["object"] == "account_validation"
+    assert (shown["id"], shown["account_token"]) == (str(validation.pk), TOKEN)
+    assert (shown["state"], shown["method"], shown["attempts_left"]) == (
+        "validated",
+        "micro_entries",
+        0,
+    )
+    assert not any(amount in str(shown) for amount in amounts)
+    events_dispatch()
+    listed = api_client.get("/api/events/", {"merchant": MERCHANT}).json()["data"]
+    assert [e["type"] for e in listed] == ["account_validation.validated"]
+    assert listed[0]["data"]["object"]["account_token"] == TOKEN
+    answer = api_client.get(f"/api/accounts/{TOKEN}/validation/").json()
+    assert answer["id"] == shown["id"] and answer["object"] == "account_validation"
+
+
+@pytest.mark.django_db
+def test_the_merchant_is_told_once_that_a_validation_failed_after_its_last_wrong_try(sandbox):
+    validation = _start()
+    _submit_all(validation)
+    _settle_all(validation)
+    right = sorted(Decimal(amount) for amount in _amounts(sandbox, validation))
+    # One cent over the larger: wrong whatever the draw (the two may be equal).
+    wrong = [f"{right[0]:.2f}", f"{right[1] + Decimal('0.01'):.2f}"]
+    for _ in range(3):
+        with pytest.raises(ValidationRefused):
+            micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=wrong)
+
+    events = list(Event.objects.filter(merchant_id=MERCHANT))
+    assert [e.type for e in events] == ["account_validation.failed"]
+    shown = events[0].data["object"]
+    assert (shown["state"], shown["attempts"]) == ("failed", 3)
+    assert shown["failure_reason"] == "micro-entry amounts wrong too often"
+    validation.refresh_from_db()
+    assert shown["id"] == str(validation.pk)

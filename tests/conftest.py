@@ -144,7 +144,7 @@ SLOW_TIERS = ("scale", "subprocess", "browser")
 # process, something it leaves behind keeps two of test_bulk's tests from finding their tasks
 # on the in-memory broker (an order the suite never had; to be found and fixed).
 LONGEST_FIRST = (
-    "tests/model/test_pipeline_model.py",  # 200 sequences of 25 moves: 150 to 320 s
+    "tests/model/test_pipeline_model.py",  # 4 shards of 50 sequences: 40 to 80 s each
     "tests/test_tutorial_first_payment.py",  # a fresh virtualenv from the wheel: 100 to 150 s
     "tests/test_api_fuzz.py",  # schemathesis over the API and the callback endpoint: 64 to 72 s
     "tests/payments/test_api_database_outage.py",  # a cluster and gunicorn: 40 s to start

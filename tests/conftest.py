@@ -5,6 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests import sqs_server
+from tests.compile_ahead import compile_ahead_join, compile_ahead_start
 from tests.factories import UserFactory
 from tests.pg_cluster import PgCluster, django_migrate
 
@@ -65,10 +66,13 @@ def _template_drop(name: str, server: str) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config, specs):
-    """In the controller, before the processes start: the migrated template (a host project's
-    run, on a database other than PostgreSQL, migrates in its processes as before)."""
+    """In the controller, before the processes start: the sources compiled and the test
+    modules rewritten once for every process (``tests.compile_ahead``, in a thread), and the
+    migrated template (a host project's run, on a database other than PostgreSQL, migrates in
+    its processes as before)."""
     from django.conf import settings
 
+    compile_ahead_start(config)
     if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         return
     import psycopg
@@ -97,6 +101,7 @@ def pytest_configure_node(node):
 
 
 def pytest_unconfigure(config):
+    compile_ahead_join(config)
     if _TEMPLATE in config.stash:
         _template_drop(config.stash[_TEMPLATE], _template_database()[1])
 

@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Iterable
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
@@ -81,7 +82,7 @@ def _admin_hits(forms: set[str]) -> list[str]:
         for pk in model_admin.get_queryset(_Request(client)).values_list("pk", flat=True)[
             :CHANGE_PAGES_PER_MODEL
         ]:
-            url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[pk])
+            url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(pk)])
             hits += _page_hits(client, url, forms)
     return hits
 

@@ -29,3 +29,19 @@ def test_a_masked_bank_number_is_not_found():
     Alert.objects.create(key="scan.test", severity="high", summary="paid from ****8899")
 
     assert bank_number_scan(["445566778899"]) == []
+
+
+def test_a_row_whose_key_holds_an_admin_escape_is_scanned_on_its_own_page():
+    # ``evt_25...`` read back unquoted would be ``evt%...``: a 302 to the index, not the row.
+    from payments.models import EventOutcome, ProcessedEvent
+    from tests.factories import PaymentFactory
+
+    ProcessedEvent.objects.create(
+        processor_event_id="evt_25f1_2Fx",
+        payment=PaymentFactory(),
+        event_type="settled",
+        payload_hash="0" * 64,
+        outcome=EventOutcome.APPLIED,
+    )
+
+    assert bank_number_scan(["445566778899"]) == []

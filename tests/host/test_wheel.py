@@ -38,6 +38,7 @@ HOST_TEST_REQUIREMENTS = [
 # What the host suite needs of this repository's test support, besides tests/host itself.
 TEST_SUPPORT = (
     "__init__.py",
+    "compile_ahead.py",
     "conftest.py",
     "factories.py",
     "gunicorn_support.py",

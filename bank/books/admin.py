@@ -73,7 +73,15 @@ class BankStatementAdmin(ReadOnlyModelAdmin):
 
 class StatementMatchInline(ReadOnlyInline):
     model = StatementMatch
-    fields = ("kind", "nacha_file", "sec_code", "payment", "expected_amount", "created_at")
+    fields = (
+        "kind",
+        "nacha_file",
+        "batch_number",
+        "sec_code",
+        "payment",
+        "expected_amount",
+        "created_at",
+    )
 
 
 @admin.register(StatementLine)

@@ -111,14 +111,16 @@ class MatchKind(models.TextChoices):
 
 
 class StatementMatch(models.Model):
-    """What a line was matched to: a batch of a file we sent (file and SEC code), or a
-    returned payment. Each is matched at most once (unique), whatever is re-run."""
+    """What a line was matched to: a batch of a file we sent (file and batch number; file and
+    SEC code for a file written before batch numbers were recorded), or a returned payment.
+    Each is matched at most once (unique), whatever is re-run."""
 
     line = models.ForeignKey(StatementLine, on_delete=models.PROTECT, related_name="matches")
     kind = models.CharField(max_length=16, choices=MatchKind.choices)
     nacha_file = models.ForeignKey(
         "bank.NachaFile", null=True, blank=True, on_delete=models.PROTECT
     )
+    batch_number = models.PositiveIntegerField(null=True, blank=True)
     sec_code = models.CharField(max_length=3, blank=True)
     payment = models.ForeignKey("payments.Payment", null=True, blank=True, on_delete=models.PROTECT)
     expected_amount = models.DecimalField(max_digits=18, decimal_places=2)
@@ -128,9 +130,14 @@ class StatementMatch(models.Model):
         db_table = "payments_statementmatch"
         constraints = [
             models.UniqueConstraint(
-                fields=["nacha_file", "sec_code"],
-                condition=models.Q(kind="batch"),
+                fields=["nacha_file", "batch_number"],
+                condition=models.Q(kind="batch", batch_number__isnull=False),
                 name="books_batch_matched_once",
+            ),
+            models.UniqueConstraint(
+                fields=["nacha_file", "sec_code"],
+                condition=models.Q(kind="batch", batch_number__isnull=True),
+                name="books_unnumbered_batch_matched_once",
             ),
             models.UniqueConstraint(
                 fields=["payment"], condition=models.Q(kind="return"), name="books_return_once"
@@ -176,6 +183,7 @@ class BooksVariance(models.Model):
     nacha_file = models.ForeignKey(
         "bank.NachaFile", null=True, blank=True, on_delete=models.PROTECT
     )
+    batch_number = models.PositiveIntegerField(null=True, blank=True)
     sec_code = models.CharField(max_length=3, blank=True)
     payments = models.ManyToManyField("payments.Payment", blank=True, related_name="+")
     summary = models.TextField()

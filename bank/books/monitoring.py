@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
-from django.db.models import Exists, Min, OuterRef
+from django.db.models import Exists, Min, OuterRef, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -69,13 +69,19 @@ def close_deadline(day: date) -> datetime:
 
 
 def _unmatched_entries(today: date):
+    # The entry's batch: its file's match or variance of the same batch number, or one with no
+    # number at all (an entry written before numbers were recorded, matched per SEC code). A
+    # file's entries are all numbered or none, so the second never answers for a numbered one.
+    same_batch = Q(batch_number=OuterRef("batch_number")) | Q(batch_number__isnull=True)
     settled_in_full = StatementMatch.objects.filter(
+        same_batch,
         kind=MatchKind.BATCH,
         nacha_file=OuterRef("file"),
         sec_code=OuterRef("sec_code"),
         line__match_status=MatchStatus.MATCHED,
     )
     explained = BooksVariance.objects.filter(
+        same_batch,
         nacha_file=OuterRef("file"),
         sec_code=OuterRef("sec_code"),
         status__in=[VarianceStatus.EXPLAINED, VarianceStatus.CLEARED],

@@ -59,8 +59,9 @@ def books_day_figures(*, day: date, merchant_id: str | None = None) -> list[DayF
     def row(merchant: str | None, currency: str) -> DayFigures:
         return rows.setdefault((merchant, currency), DayFigures(merchant, currency))
 
+    # A batch by file, batch number and SEC code (an unnumbered one's number is None).
     fully = {
-        (m.nacha_file_id, m.sec_code)
+        (m.nacha_file_id, m.batch_number, m.sec_code)
         for m in StatementMatch.objects.filter(
             kind=MatchKind.BATCH,
             line__match_status=MatchStatus.MATCHED,
@@ -76,7 +77,7 @@ def books_day_figures(*, day: date, merchant_id: str | None = None) -> list[DayF
         # figures never show its validations' amounts.
         figures = row(ledger_account(payment), payment.currency)
         figures.expected += payment.amount
-        if (entry.file_id, entry.sec_code) in fully:
+        if (entry.file_id, entry.batch_number, entry.sec_code) in fully:
             figures.settled += payment.amount
     returns = StatementMatch.objects.filter(
         kind=MatchKind.RETURN, line__as_of_date=day, line__match_status=MatchStatus.MATCHED

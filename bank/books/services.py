@@ -6,8 +6,10 @@ what does not agree is a ``BooksVariance`` with its evidence (the bank line, the
 the payments), open until a person explains it with a note (``variance_explain``: an audit
 row, who and when) or a later bank line clears it (the bank posting a settlement a day late).
 
-Expectations come from the records of the bank path: a batch is the entries of one file we
-delivered under one SEC code, due at the bank on the file's effective entry date; a return is
+Expectations come from the records of the bank path: a batch is the entries of one batch of a
+file we delivered (its batch number, recorded when the cut wrote it; for a file written before
+that, the entries of one SEC code), due at the bank on the file's effective entry date, as the
+bank settles each batch with a line of its own; a return is
 a ``PaymentReturn`` of a debit we sent through the bank, due on its banking day. A batch or a
 return can be missing only once the bank has reported that day (a ``StatementDay``): a day
 not reported yet is checked as far as it goes.
@@ -25,7 +27,6 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from bank import conf
@@ -61,6 +62,8 @@ IMPORT_BATCH = 2000
 # How much of a reader's failure a refused statement keeps as its reason (record 0: none named).
 READER_FAILURE_CHARS = 2000
 TRACE = re.compile(r"\b\d{15}\b")
+# How a bank names the batch it settles in its reference: B and the batch number.
+BATCH_REFERENCE = re.compile(r"^B(\d{7})$")
 
 
 class VarianceNotOpen(Exception):
@@ -209,8 +212,10 @@ def _import_read(name: str, content: bytes, sha: str, sealed: dict) -> BankState
 def _line_masking(parsed: Statement) -> Callable[[str], str]:
     """How a line's references and text are stored: the bank's free text, so with its bank
     numbers masked (``mask_bank_numbers``), but with what matching reads in it kept whole when
-    it is ours: the trace number of an entry we sent (a return names it) and the name of a file
-    we delivered (a settlement names it; ``20261130-A.ach`` holds 8 digits)."""
+    it is ours: the trace number of an entry we sent (a return names it), the name of a file
+    we delivered (a settlement names it; ``20261130-A.ach`` holds 8 digits), and the reference
+    of a batch of such a file (``B0000002``, the bank's name for the batch it settles) standing
+    alone, never as a part of a longer run of digits."""
     texts = [
         value
         for _, _, tx in parsed.transactions()
@@ -227,10 +232,18 @@ def _line_masking(parsed: Statement) -> Callable[[str], str]:
         delivered_at__isnull=False,
         effective_entry_date__range=(min(days) - MATCH_LOOKBACK, max(days) + MATCH_LOOKBACK),
     ).values_list("name", flat=True)
-    ours.update(name for name in names if any(name in text for text in texts))
+    files = {name for name in names if any(name in text for text in texts)}
+    ours.update(files)
     if not ours:
         return mask_bank_numbers
-    kept = re.compile("|".join(re.escape(o) for o in sorted(ours, key=len, reverse=True)))
+    patterns = [re.escape(o) for o in sorted(ours, key=len, reverse=True)]
+    numbers = (
+        NachaEntry.objects.filter(file__name__in=files, batch_number__isnull=False)
+        .values_list("batch_number", flat=True)
+        .distinct()
+    )
+    patterns += [rf"(?<![0-9A-Za-z])B{number:07d}(?![0-9])" for number in numbers]
+    kept = re.compile("|".join(patterns))
 
     def shown(text: str) -> str:
         parts, at = [], 0
@@ -248,27 +261,43 @@ def _line_masking(parsed: Statement) -> Callable[[str], str]:
 @dataclass(frozen=True)
 class Batch:
     file: NachaFile
+    # None: the entries of a file written before batch numbers were recorded, one SEC code.
+    number: int | None
     sec_code: str
     amount: Decimal
     payment_ids: tuple
 
+    @property
+    def key(self) -> tuple:
+        """What it is matched by: file and batch number, or file and SEC code when unnumbered
+        (a numbered batch has one SEC code, so the triple names it either way)."""
+        return (self.file.pk, self.number, self.sec_code)
+
+    @property
+    def label(self) -> str:
+        if self.number is None:
+            return f"batch {self.sec_code} of file {self.file.name}"
+        return f"batch {self.number} ({self.sec_code}) of file {self.file.name}"
+
 
 def _batches(files) -> list[Batch]:
-    rows = (
-        NachaEntry.objects.filter(file__in=files, refused_reason="")
-        .values("file_id", "sec_code")
-        .annotate(total=Sum("payment__amount"))
+    entries = NachaEntry.objects.filter(file__in=files, refused_reason="").values_list(
+        "file_id", "batch_number", "sec_code", "payment_id", "payment__amount"
     )
+    totals: dict[tuple, Decimal] = defaultdict(Decimal)
+    ids: dict[tuple, list] = defaultdict(list)
+    for file_id, number, sec_code, payment_id, amount in entries:
+        totals[(file_id, number, sec_code)] += amount
+        ids[(file_id, number, sec_code)].append(payment_id)
     by_id = {f.pk: f for f in files}
-    batches = []
-    for row in rows:
-        ids = tuple(
-            NachaEntry.objects.filter(
-                file_id=row["file_id"], sec_code=row["sec_code"], refused_reason=""
-            ).values_list("payment_id", flat=True)
-        )
-        batches.append(Batch(by_id[row["file_id"]], row["sec_code"], row["total"], ids))
-    return sorted(batches, key=lambda b: (b.file.effective_entry_date, b.file.name, b.sec_code))
+    batches = [
+        Batch(by_id[key[0]], key[1], key[2], total, tuple(ids[key]))
+        for key, total in totals.items()
+    ]
+    return sorted(
+        batches,
+        key=lambda b: (b.file.effective_entry_date, b.file.name, b.number or 0, b.sec_code),
+    )
 
 
 def _unmatched_batches(until: date) -> list[Batch]:
@@ -279,12 +308,16 @@ def _unmatched_batches(until: date) -> list[Batch]:
             effective_entry_date__range=(until - MATCH_LOOKBACK, until),
         )
     )
-    matched = set(
-        StatementMatch.objects.filter(kind=MatchKind.BATCH, nacha_file__in=files).values_list(
-            "nacha_file_id", "sec_code"
+    matched = _matched_batch_keys(nacha_file__in=files)
+    return [b for b in _batches(files) if b.key not in matched]
+
+
+def _matched_batch_keys(**files) -> set[tuple]:
+    return set(
+        StatementMatch.objects.filter(kind=MatchKind.BATCH, **files).values_list(
+            "nacha_file_id", "batch_number", "sec_code"
         )
     )
-    return [b for b in _batches(files) if (b.file.pk, b.sec_code) not in matched]
 
 
 def _merchants(payment_ids) -> list[str]:
@@ -316,7 +349,7 @@ def _record_match(line: StatementLine, matches: list[StatementMatch], status: st
     # A variance the bank's late line answers is cleared, with the line as its evidence.
     for match in matches:
         keys = (
-            [_missing_batch_key(match.nacha_file_id, match.sec_code)]
+            [_missing_batch_key(match.nacha_file_id, match.batch_number, match.sec_code)]
             if match.kind == MatchKind.BATCH
             else [_missing_return_key(match.payment_id)]
         )
@@ -325,8 +358,17 @@ def _record_match(line: StatementLine, matches: list[StatementMatch], status: st
         )
 
 
-def _missing_batch_key(file_id, sec_code: str) -> str:
-    return f"missing_settlement:{file_id}:{sec_code}"
+def _missing_batch_key(file_id, number: int | None, sec_code: str) -> str:
+    # An unnumbered batch keeps the key it always had, so a re-check finds its variance.
+    if number is None:
+        return f"missing_settlement:{file_id}:{sec_code}"
+    return f"missing_settlement:{file_id}:B{number}"
+
+
+def _named_batch(line: StatementLine) -> int | None:
+    """The batch number the line's bank reference names (``B0000002``), if it names one."""
+    found = BATCH_REFERENCE.match(line.bank_reference.strip())
+    return int(found.group(1)) if found else None
 
 
 def _missing_return_key(payment_id) -> str:
@@ -340,6 +382,11 @@ def _extra_line_key(line: StatementLine) -> str:
 def _match_settlement(line: StatementLine, *, exact_only: bool) -> None:
     candidates = _unmatched_batches(line.as_of_date)
     named = [b for b in candidates if _mentions(line, b.file.name)]
+    # Of the file's batches, the one the bank's reference names: two batches of one class (two
+    # merchants', a micro-entry round beside a merchant's) are told apart by their numbers.
+    number = _named_batch(line)
+    by_number = [b for b in named if b.number is not None and b.number == number]
+    named = by_number or named
     pool = named or candidates
     # The same day first, then earlier days (a bank that settled late).
     pool = sorted(pool, key=lambda b: (b.file.effective_entry_date != line.as_of_date,))
@@ -352,7 +399,8 @@ def _match_settlement(line: StatementLine, *, exact_only: bool) -> None:
         return
     if named:
         # The line names our file but settles another amount: partly matched, and a variance.
-        # Of the file's batches, the one whose SEC code the line names, else the nearest.
+        # Of the file's batches, the one whose number the line names; else the one whose SEC
+        # code its text names (an unnumbered file's), else the nearest.
         by_sec = [b for b in named if re.search(rf"\b{b.sec_code}\b", line.text)]
         batch = min(by_sec or named, key=lambda b: abs(b.amount - line.amount))
         _record_match(line, [_batch_match(batch)], MatchStatus.PARTIAL)
@@ -366,12 +414,12 @@ def _match_settlement(line: StatementLine, *, exact_only: bool) -> None:
             bank_amount=line.amount,
             line=line,
             nacha_file=batch.file,
+            batch_number=batch.number,
             sec_code=batch.sec_code,
             payment_ids=batch.payment_ids,
             summary=(
-                f"the bank settled {line.amount} for batch {batch.sec_code} of file "
-                f"{batch.file.name}, which is {batch.amount}: {batch.amount - line.amount} "
-                "unexplained"
+                f"the bank settled {line.amount} for {batch.label}, which is {batch.amount}: "
+                f"{batch.amount - line.amount} unexplained"
             ),
         )
         return
@@ -382,6 +430,7 @@ def _batch_match(batch: Batch) -> StatementMatch:
     return StatementMatch(
         kind=MatchKind.BATCH,
         nacha_file=batch.file,
+        batch_number=batch.number,
         sec_code=batch.sec_code,
         expected_amount=batch.amount,
     )
@@ -504,25 +553,24 @@ def books_day_check(*, day: date) -> None:
     if not day_reported(day):
         return
     files = list(NachaFile.objects.filter(delivered_at__isnull=False, effective_entry_date=day))
-    matched = set(
-        StatementMatch.objects.filter(kind=MatchKind.BATCH).values_list("nacha_file_id", "sec_code")
-    )
+    matched = _matched_batch_keys(nacha_file__in=files)
     for batch in _batches(files):
-        if (batch.file.pk, batch.sec_code) in matched:
+        if batch.key in matched:
             continue
         _variance(
-            key=_missing_batch_key(batch.file.pk, batch.sec_code),
+            key=_missing_batch_key(batch.file.pk, batch.number, batch.sec_code),
             day=day,
             kind=VarianceKind.MISSING_SETTLEMENT,
             currency="USD",
             merchant_ids=_merchants(batch.payment_ids),
             expected_amount=batch.amount,
             nacha_file=batch.file,
+            batch_number=batch.number,
             sec_code=batch.sec_code,
             payment_ids=batch.payment_ids,
             summary=(
-                f"batch {batch.sec_code} of file {batch.file.name} ({batch.amount}, effective "
-                f"{day}) is not settled in the bank's statement of that day"
+                f"{batch.label} ({batch.amount}, effective {day}) is not settled in the bank's "
+                "statement of that day"
             ),
         )
     for ret in _unmatched_returns(day):

@@ -18,7 +18,7 @@ from payments.admin_base import ReadOnlyInline, ReadOnlyModelAdmin
 
 class NachaEntryInline(ReadOnlyInline):
     model = NachaEntry
-    fields = ("trace_number", "payment", "sec_code", "refused_reason")
+    fields = ("trace_number", "payment", "batch_number", "sec_code", "refused_reason")
     readonly_fields = fields
 
     def get_readonly_fields(self, request, obj=None):
@@ -73,7 +73,15 @@ class NachaFileAdmin(ReadOnlyModelAdmin):
 class NachaEntryAdmin(ReadOnlyModelAdmin):
     list_display = ("trace_number", "payment", "file", "sec_code", "refused_reason", "created_at")
     search_fields = ("trace_number", "payment__id")
-    fields = ("trace_number", "payment", "file", "sec_code", "refused_reason", "created_at")
+    fields = (
+        "trace_number",
+        "payment",
+        "file",
+        "batch_number",
+        "sec_code",
+        "refused_reason",
+        "created_at",
+    )
     readonly_fields = fields
 
     def get_readonly_fields(self, request, obj=None):

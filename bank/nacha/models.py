@@ -94,6 +94,9 @@ class NachaEntry(models.Model):
         NachaFile, null=True, blank=True, on_delete=models.PROTECT, related_name="entries"
     )
     sec_code = models.CharField(max_length=3, blank=True)
+    # Its batch's number in the file (the bank settles per batch and names it); null for an
+    # entry written before the cut recorded it: the books match those per file and SEC code.
+    batch_number = models.PositiveIntegerField(null=True, blank=True)
     # Why the entry cannot be written (the vault has no such token, a closed account...): it
     # is left out of every file, and its payment fails. Never an account number.
     refused_reason = models.CharField(max_length=255, blank=True)

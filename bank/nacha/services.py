@@ -37,6 +37,7 @@ from bank.nacha.writer import (
     EntryRefused,
     FileEntry,
     Originator,
+    batch_numbers,
     entry_check,
     nacha_file_write,
 )
@@ -168,6 +169,8 @@ class _CutPlan:
     content: bytes = b""
     file_id: uuid.UUID | None = None
     sealed: dict = field(default_factory=dict)
+    # Each written entry's batch number in the file, by trace number.
+    batch_numbers: dict[str, int] = field(default_factory=dict)
 
 
 def nacha_file_cut(
@@ -348,9 +351,11 @@ def _cut_plan(
     plan.files_that_day = NachaFile.objects.filter(creation_date=plan.created.date()).count()
     if plan.files_that_day >= len(FILE_ID_MODIFIERS):
         raise FilesExhausted(f"{plan.files_that_day} files were cut on {plan.created.date()}")
+    written = [debit for _, debit in plan.usable] + [line for _, line in plan.prenotes]
+    plan.batch_numbers = batch_numbers(originator=originator, entries=written)
     plan.content = nacha_file_write(
         originator=originator,
-        entries=[debit for _, debit in plan.usable] + [line for _, line in plan.prenotes],
+        entries=written,
         effective_entry_date=window.effective_entry_date,
         created_at=plan.created,
         file_id_modifier=FILE_ID_MODIFIERS[plan.files_that_day],
@@ -441,7 +446,8 @@ def _cut_store(
             taken = locked[entry.pk]
             taken.file = cut
             taken.sec_code = debit.sec_code
-            taken.save(update_fields=["file", "sec_code"])
+            taken.batch_number = plan.batch_numbers[debit.trace_number]
+            taken.save(update_fields=["file", "sec_code", "batch_number"])
         for prenote, line in plan.prenotes:
             taken = locked_prenotes[prenote.pk]
             taken.file = cut

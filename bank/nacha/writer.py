@@ -19,7 +19,7 @@ shortened, on purpose, here.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from itertools import groupby
@@ -153,6 +153,27 @@ def _batch_key(entry: FileEntry, o: Originator) -> tuple[str, str, str, str]:
     )
 
 
+def _batched(
+    entries: list[FileEntry], o: Originator
+) -> Iterator[tuple[int, tuple[str, str, str, str], list[FileEntry]]]:
+    """The file's batches in the order it writes them: (batch number, key, entries)."""
+    entries = sorted(
+        entries, key=lambda e: (SEC_CODES.index(e.sec_code), *_batch_key(e, o)[1:], e.trace_number)
+    )
+    for number, (key, group) in enumerate(groupby(entries, key=lambda e: _batch_key(e, o)), 1):
+        yield number, key, list(group)
+
+
+def batch_numbers(*, originator: Originator, entries: Iterable[FileEntry]) -> dict[str, int]:
+    """Each entry's batch number in the file ``nacha_file_write`` writes of the same entries,
+    by trace number: the bank settles per batch and names it, so the books match per batch."""
+    return {
+        entry.trace_number: number
+        for number, _, batch in _batched(list(entries), originator)
+        for entry in batch
+    }
+
+
 def nacha_file_write(
     *,
     originator: Originator,
@@ -167,7 +188,6 @@ def nacha_file_write(
     entries = list(entries)
     for entry in entries:
         entry_check(entry, o.odfi_identification)
-    entries.sort(key=lambda e: (SEC_CODES.index(e.sec_code), *_batch_key(e, o)[1:], e.trace_number))
     if len({e.trace_number for e in entries}) != len(entries):
         raise EntryRefused("a trace number appears twice")
     records = [
@@ -186,11 +206,8 @@ def nacha_file_write(
         )
     ]
     file_totals = {"count": 0, "hash": 0, "debit": 0, "credit": 0, "batches": 0}
-    for batch_number, (key, group) in enumerate(
-        groupby(entries, key=lambda e: _batch_key(e, o)), start=1
-    ):
+    for batch_number, key, batch in _batched(entries, o):
         sec_code, company_identification, company_name, description = key
-        batch = list(group)
         service_class = SERVICE_CLASSES.get(
             frozenset(e.direction for e in batch), MIXED_SERVICE_CLASS
         )

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from django.db import DatabaseError, transaction
@@ -145,10 +145,11 @@ class Handler:
     whole of it back: that message fails with its error and the others run again, each in its
     own savepoint. None: always a savepoint each.
 
-    ``locks``: takes, first in a transaction that applies several of these messages (the
-    worker's batch), the row locks their work will take, in the one lock order
-    (``payments.services.payments_lock``), so that a batch and a service locking the same rows
-    one by one never wait on each other in a circle. None: the work takes its own locks only.
+    ``locks``: a context the worker enters first in a transaction that applies several of
+    these messages (the worker's batch), for the rest of it: it takes the row locks their work
+    will take, in the one lock order (``payments.services.payments_lock``), so that a batch and
+    a service locking the same rows one by one never wait on each other in a circle, and may
+    keep what it read for their work. None: the work takes its own locks only.
 
     ``gates``: asked in order before a message starts; the first that returns a ``Deferral``
     defers it unstarted (no attempt counted, no error row). ``defers``: turns a failure of the
@@ -160,7 +161,7 @@ class Handler:
     atomic: bool = True
     own_savepoint: bool = False
     together: Callable[[], AbstractContextManager] | None = None
-    locks: Callable[[list[ReceivedMessage]], None] | None = None
+    locks: Callable[[list[ReceivedMessage]], AbstractContextManager] | None = None
     gates: tuple[Callable[[ReceivedMessage], Deferral | None], ...] = ()
     defers: Callable[[Exception], Deferral | None] | None = None
     ticks: tuple[Tick, ...] = ()
@@ -314,15 +315,18 @@ PROCESSOR_BREAKER_TICK = Tick(
 )
 
 
-def processor_events_lock(messages: list[ReceivedMessage]) -> None:
+@contextmanager
+def processor_events_locked(messages: list[ReceivedMessage]) -> Iterator[None]:
     """The payments of a batch of processor events (each message's group is its payment) and
     their refunds, then their merchants' return-rate counters of today, locked in the one lock
-    order before any of their events is applied."""
-    from payments.services import merchant_days_lock, payments_lock
+    order before any of their events is applied; the payments' rows, read with their locks,
+    serve their events' own row locks (``payments_locked``) for the rest of the block."""
+    from payments.services import merchant_days_lock, payments_locked
 
     payment_ids = [message.group_id for message in messages]
-    payments_lock(payment_ids=payment_ids)
-    merchant_days_lock(payment_ids=payment_ids)
+    with payments_locked(payment_ids=payment_ids):
+        merchant_days_lock(payment_ids=payment_ids)
+        yield
 
 
 DEFAULT_HANDLERS: dict[str, Handler] = {
@@ -331,7 +335,7 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
         handle_processor_event,
         own_savepoint=True,
         together=events_share_transaction,
-        locks=processor_events_lock,
+        locks=processor_events_locked,
     ),
     SUBMIT_PAYMENT: Handler(
         handle_submit_payment,

@@ -11,9 +11,9 @@ group per payment, as the callback endpoint does), and drains them with the prod
 it reports per round and as the median over the rounds:
 
 - the drain's CPU (this process: ``time.process_time``) and wall time per message;
-- per kind of statement (the start record, the row lock, the event's rows, the done mark,
-  savepoints, the others), timed by a Django execute wrapper: how many per batch, the CPU and
-  wall time per message, and whether they ran inside a transaction;
+- per kind of statement (the start record, the row locks, the return-rate days' lock, the
+  event's rows, the done mark, savepoints, the others), timed by a Django execute wrapper: how
+  many per batch, the CPU and wall time per message, and whether they ran inside a transaction;
 - the commits (``connection.commit``) and the SQS calls (receive, delete), the same way.
 
 The SQS server and PostgreSQL run in processes of their own: their CPU is not this figure.
@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT))
 KINDS = (
     ("start record", 'INSERT INTO "callbacks_queuemessage"'),
     ("done mark", 'UPDATE "callbacks_queuemessage" SET status'),
-    ("row lock", "FOR UPDATE"),
-    ("event rows", "WITH claim AS"),
+    ("row locks (the batch's, with the rows; an event's own)", "FOR NO KEY UPDATE"),
+    ("event rows", "WITH claim AS"),  # before the days' lock: its statement adds to a day
+    ("return-rate days lock", 'INSERT INTO "payments_merchantreturnday"'),
     ("savepoint", "SAVEPOINT"),
     ("savepoint", "RELEASE SAVEPOINT"),
     ("unfinished starts (suspects)", 'FROM "callbacks_queuemessage"'),

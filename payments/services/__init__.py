@@ -53,6 +53,7 @@ from payments.services.writes import (
     merchant_days_lock,
     payment_lock,
     payments_lock,
+    payments_locked,
 )
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "payment_transition",
     "merchant_days_lock",
     "payments_lock",
+    "payments_locked",
     "processed_events_purge",
     "return_dishonor_request",
     "return_dishonor_resend",

@@ -40,7 +40,14 @@ class Decision:
 
 class EventHandler:
     """How one event type is applied. ``decide`` writes nothing; ``record`` runs only when this
-    event's claim was new, in its transaction, so what it writes is written exactly once."""
+    event's claim was new, in its transaction, so what it writes is written exactly once.
+
+    ``record_writes_other_payments``: whether ``record`` may write another payment's row (a
+    return cancels the debit's refunds not sent yet); the rows a worker's batch read ahead for
+    its later events are then read again (``payments.services.payments_locked``). True unless
+    the type's ``record`` is known to write only rows of the event's own payment."""
+
+    record_writes_other_payments: bool = True
 
     def earlier(self, event: ProcessorEvent, payment: Payment) -> bool:
         """Whether this event was applied before by a record of the handler's own that outlives

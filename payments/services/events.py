@@ -19,7 +19,7 @@ from payments.exceptions import (
     ProcessorIdMismatch,
 )
 from payments.models import EventKind, Payment, PaymentEvent, ProcessedEvent
-from payments.services.event_handlers import ApplyOutcome
+from payments.services.event_handlers import ApplyOutcome, EventHandler
 from payments.services.transitions import transition_announce, transition_count
 from payments.services.writes import (
     EventWrite,
@@ -28,7 +28,9 @@ from payments.services.writes import (
     event_log_write,
     event_write,
     payment_lock,
+    payments_locked_forget,
 )
+from payments.signals import payment_transitioned
 
 __all__ = ["ApplyOutcome", "ApplyResult", "payment_apply_event"]
 
@@ -76,6 +78,8 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
             move = decision.move
             to_state = move.to_state if move is not None else current
             log = _event_row(payment, event, decision.outcome, current, to_state, caused_by)
+            if _writes_beyond(handler, move):
+                payments_locked_forget()
             if event_write(_event_rows(payment, event, move, log)):
                 if move is not None:
                     transition_count(move)
@@ -85,6 +89,18 @@ def payment_apply_event(*, event: ProcessorEvent, caused_by: str = "") -> ApplyR
             if move is not None:  # nothing was written: the event was claimed before
                 payment.refresh_from_db(fields=Move.FIELDS)
         return _apply_repeat(event, payment, caused_by, refusal)
+
+
+def _writes_beyond(handler: EventHandler, move: Move | None) -> bool:
+    """Whether applying the event may write other payments' rows than its own ``EventWrite``
+    does: the type's own ``record`` (``EventHandler.record_writes_other_payments``), the move's
+    follow-ups, or a host's receiver of ``payment_transitioned``. Rows read ahead for later
+    events (``payments_locked``) are then read again."""
+    return (
+        (type(handler).record is not EventHandler.record and handler.record_writes_other_payments)
+        or (move is not None and bool(move.followups))
+        or payment_transitioned.has_listeners(Payment)
+    )
 
 
 def _event_mismatch(event: ProcessorEvent, payment: Payment) -> EventMismatch | None:

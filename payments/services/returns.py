@@ -45,6 +45,9 @@ class SettledHandler(TransitionHandler):
     ``returned`` too, with the entries its return wrote (``credits.credit_returned_unsettled``)
     and nothing more. Any other settlement of a failed payment is refused."""
 
+    # Its record writes the payment's own return record and reversal, no other payment.
+    record_writes_other_payments = False
+
     def decide(self, event: ProcessorEvent, payment: Payment) -> Decision:
         if payment.state != PaymentState.FAILED:
             return super().decide(event, payment)

@@ -69,7 +69,13 @@ def payment_lock(payment_id) -> Payment:
     ``SELECT ... FOR NO KEY UPDATE``: it excludes every other writer and locker of the row, but
     not the key-share lock a foreign key takes, so inserting a row that refers to the payment
     (an event, a ledger entry, a refund of it) never waits on it. A transaction that locks more
-    than one payment takes them in the one lock order (``payments_lock``)."""
+    than one payment takes them in the one lock order (``payments_lock``). Inside
+    ``payments_locked`` the row read with the batch's locks is handed out, once, instead of a
+    statement of its own."""
+    locked = _locked_rows.get()
+    payment = locked.pop(_uuid_or_none(payment_id), None) if locked else None
+    if payment is not None:
+        return payment
     try:
         return event_sql.payment_select_for_update(payment_id)
     except Payment.DoesNotExist:
@@ -78,7 +84,7 @@ def payment_lock(payment_id) -> Payment:
         raise PaymentNotFound(f"payment id {payment_id!r} is not a valid UUID") from None
 
 
-def payments_lock(*, payment_ids: Iterable) -> None:
+def payments_lock(*, payment_ids: Iterable) -> list[Payment]:
     """Lock, for the caller's transaction, the payments ``payment_ids`` and the refunds of them
     that still hold money, in the one lock order every service follows: the debits (every
     payment that is not a refund) before the refunds, each set by id. A return of a debit locks
@@ -86,18 +92,51 @@ def payments_lock(*, payment_ids: Iterable) -> None:
     applies the events of several payments in one transaction, takes its locks here first, so
     the two never wait on each other in a circle (a deadlock PostgreSQL would end by killing
     one). Ids that are not UUIDs are left out: the work for them fails on its own. Call inside
-    ``transaction.atomic()``; one statement."""
+    ``transaction.atomic()``; one statement. Returns the rows locked, read whole."""
     ids = sorted({_uuid_or_none(payment_id) for payment_id in payment_ids} - {None})
     if not ids:
-        return
+        return []
     holding = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)
-    rows = (
+    return list(
         Payment.objects.filter(Q(pk__in=ids) | Q(refund_of__in=ids, state__in=holding))
         .order_by(_is_refund(), "id")
         .select_for_update(no_key=True)
-        .values_list("id", flat=True)
     )
-    list(rows)
+
+
+# The rows ``payments_locked`` read with its locks, by id, not handed out yet.
+_locked_rows: ContextVar[dict[uuid.UUID, Payment] | None] = ContextVar(
+    "payments_locked_rows", default=None
+)
+
+
+@contextmanager
+def payments_locked(*, payment_ids: Iterable) -> Iterator[None]:
+    """``payments_lock`` for a block that applies the events of these payments one after the
+    other (a worker's batch): the statement that takes the locks also reads the rows, and
+    ``payment_lock`` hands each of ``payment_ids`` out once from them instead of reading it
+    again, one statement per event fewer. Call inside ``transaction.atomic()``, for that
+    transaction's body.
+
+    A row handed out is what the database holds as long as nothing in the block has written it
+    since: an event writes its own payment (handed out already) through its ``EventWrite``, and
+    anything that may write other payments (a type's own ``record``, a move's follow-ups, a
+    host's ``payment_transitioned`` receiver) calls ``payments_locked_forget`` first, so that
+    every later event reads its row again."""
+    wanted = {_uuid_or_none(payment_id) for payment_id in payment_ids} - {None}
+    rows = {row.pk: row for row in payments_lock(payment_ids=wanted) if row.pk in wanted}
+    token = _locked_rows.set(rows)
+    try:
+        yield
+    finally:
+        _locked_rows.reset(token)
+
+
+def payments_locked_forget() -> None:
+    """Hand out no more rows read by ``payments_locked``: something may write them now."""
+    locked = _locked_rows.get()
+    if locked:
+        locked.clear()
 
 
 def merchant_days_lock(*, payment_ids: Iterable) -> None:

@@ -26,7 +26,8 @@ from payments.models import (
     PaymentEvent,
     PaymentState,
 )
-from payments.services import payment_apply_event, payment_lock, payments_lock
+from payments.services import payment_apply_event, payment_lock, payments_lock, payments_locked
+from payments.services.writes import payments_locked_forget
 from tests.callbacks.worker_support import send_event
 from tests.factories import PaymentFactory, processor_event, refund_held
 
@@ -278,3 +279,22 @@ def test_two_batches_counting_the_same_merchants_days_in_opposite_orders_do_not_
     assert set(Payment.objects.values_list("state", flat=True)) == {PaymentState.CONFIRMED}
     counted = dict(MerchantReturnDay.objects.values_list("merchant_id", "debits"))
     assert counted == {"merchant-a": 2, "merchant-b": 2}
+
+
+def test_the_batch_lock_hands_each_payments_row_out_once(django_assert_num_queries):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    with transaction.atomic(), payments_locked(payment_ids=[str(payment.id), "not-a-uuid"]):
+        with django_assert_num_queries(0):
+            first = payment_lock(payment.id)
+        with django_assert_num_queries(1):
+            again = payment_lock(payment.id)  # handed out already: read again
+    assert first.pk == again.pk == payment.pk and first is not again
+
+
+def test_forgetting_the_batch_lock_rows_makes_the_next_lock_read_again(django_assert_num_queries):
+    payment = PaymentFactory(state=PaymentState.SUBMITTED)
+    with transaction.atomic(), payments_locked(payment_ids=[payment.id]):
+        Payment.objects.filter(pk=payment.pk).update(metadata={"changed": True})
+        payments_locked_forget()
+        with django_assert_num_queries(1):
+            assert payment_lock(payment.id).metadata == {"changed": True}

@@ -6,6 +6,7 @@ import dataclasses
 import threading
 import time
 import uuid
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -23,9 +24,9 @@ from callbacks.schema import PROCESSOR_EVENT, processor_event_message
 from callbacks.services import ReceivedMessage, queue_messages_start_batch
 from callbacks.worker import Worker
 from payments.exceptions import AmountMismatch
-from payments.models import LedgerEntry, Payment, PaymentState, ProcessedEvent
+from payments.models import Event, LedgerEntry, Payment, PaymentEvent, PaymentState, ProcessedEvent
 from payments.services import events_share_transaction, payment_apply_event
-from payments.signals import payment_transition_committed
+from payments.signals import payment_transition_committed, payment_transitioned
 from tests.callbacks.worker_support import queue_counts, send_body, send_event
 from tests.factories import (
     PaymentFactory,
@@ -63,18 +64,19 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     with worker.running():
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
-        # (BEGIN ... COMMIT) then locks the ten payments in the one lock order (one statement,
-        # payments_lock), then their merchants' return-rate counters of the day in (merchant,
-        # day) order (one statement, merchant_days_lock: two batches never deadlock on them),
-        # and applies them together (the processor-event handler declares
-        # ``together``): per event the payment's row lock and one statement that claims the
-        # dedup record and only then writes the state, the ledger credit, the return-rate
-        # counter and the event-log row (payments.event_sql), with no savepoint and release
-        # around them: 2 each; then one statement marks all ten done.
-        # 1 + 2 + 2 + 10 * 2 + 1 = 26, against 44 with a savepoint per event, 84 when the
-        # event's rows were five ORM statements, and 130 (in 20 transactions) when each message
-        # had its own start and transaction. Deletes and releases are SQS calls.
-        with django_assert_num_queries(26, connection=connection) as captured:
+        # (BEGIN ... COMMIT) then locks the ten payments in the one lock order and reads their
+        # rows (one statement, payments_locked), then their merchants' return-rate counters of
+        # the day in (merchant, day) order (one statement, merchant_days_lock: two batches
+        # never deadlock on them), and applies them together (the processor-event handler
+        # declares ``together``): per event one statement that claims the dedup record and
+        # only then writes the state, the ledger credit, the return-rate counter and the
+        # event-log row (payments.event_sql), its payment's row taken from the batch's lock
+        # and no savepoint and release around it: 1 each; then one statement marks all ten
+        # done. 1 + 2 + 2 + 10 * 1 + 1 = 16, against 26 with a row lock per event, 44 with a
+        # savepoint per event, 84 when the event's rows were five ORM statements, and 130 (in
+        # 20 transactions) when each message had its own start and transaction. Deletes and
+        # releases are SQS calls.
+        with django_assert_num_queries(16, connection=connection) as captured:
             worker.process_batch(messages)
     statements = [query["sql"] for query in captured.captured_queries]
     table = QueueMessage._meta.db_table
@@ -82,6 +84,8 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     # attempt counted); the done marks are in the work's transaction, the last before COMMIT.
     assert statements[0].startswith(f'INSERT INTO "{table}"') and statements[1] == "BEGIN"
     assert statements[2].endswith("FOR NO KEY UPDATE")  # the batch's locks, in the one order
+    # Each event's one statement, and no row lock of its own: its row came with the batch's.
+    assert all(sql.startswith("WITH claim AS") for sql in statements[4:14])
     assert statements[3].startswith('INSERT INTO "payments_merchantreturnday"')
     assert statements[-2].startswith(f'UPDATE "{table}" SET status') and statements[-1] == "COMMIT"
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
@@ -110,7 +114,7 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
         messages = receive_batch(worker, sqs_queues, 10)
         # As a debit's settlement (the test above): a refund's posts its pending entry in the
         # event's one statement, not in one more after it.
-        with django_assert_num_queries(26, connection=connection):
+        with django_assert_num_queries(16, connection=connection):
             worker.process_batch(messages)
     assert set(Payment.objects.filter(pk__in=[r.pk for r in refunds]).values_list("state")) == {
         (PaymentState.CONFIRMED,)
@@ -519,3 +523,71 @@ def test_until_empty_keeps_polling_a_full_wait_time_after_the_last_message_it_hi
     run.run()
     assert time.monotonic() - started >= 2.5
     assert LedgerEntry.objects.filter(payment=payment).count() == 1
+
+
+def test_a_return_that_cancels_a_refund_makes_the_refunds_own_event_in_the_batch_read_it_again(
+    sqs_queues, module_settings
+):
+    """The batch's lock reads every payment's row once, for the events after it; a debit's
+    return cancels its refund not sent yet (another payment's row), and the refund's event
+    after it in the same batch decides on the refund as canceled, not on the ``pending`` row
+    the batch read before: it is refused, not applied over the cancel."""
+    module_settings.WORKER_BACKOFF_BASE_SECONDS = 0
+    module_settings.WORKER_BACKOFF_CAP_SECONDS = 0
+    debit = PaymentFactory(state=PaymentState.CONFIRMED, amount=Decimal("50.00"))
+    refund = refund_held(debit, "10.00")
+    send_event(sqs_queues.client, sqs_queues.url, debit, "returned", reason_code="R10")
+    send_event(sqs_queues.client, sqs_queues.url, refund, "submitted", direction="credit")
+    worker = Worker(wait_time=0, relay=False)
+    with worker.running():
+        messages = receive_batch(worker, sqs_queues, 2)
+        messages.sort(key=lambda m: m.group_id != str(debit.id))  # the return first
+        worker.process_batch(messages)
+
+    states = dict(Payment.objects.values_list("id", "state"))
+    assert states[debit.id] == PaymentState.RETURNED
+    assert states[refund.id] == PaymentState.CANCELED
+    assert not PaymentEvent.objects.filter(payment=refund, to_state=PaymentState.SUBMITTED).exists()
+    assert QueueMessage.objects.get(group_id=str(debit.id)).outcome == "applied"
+    # A submitted for a canceled refund has no transition: an error, retried (then a person).
+    failed = QueueMessage.objects.get(group_id=str(refund.id))
+    assert (failed.status, failed.last_error_class) == (
+        "retrying",
+        "payments.exceptions.InvalidTransition",
+    )
+
+
+def test_a_host_receiver_of_transitions_makes_each_later_event_read_its_row_again(
+    sqs_queues, django_assert_num_queries
+):
+    """A host's ``payment_transitioned`` receiver may write any row in the transaction: with
+    one connected, every event after the first reads its payment again (one statement more
+    each), so no event decides on a row the receiver changed."""
+    payments = settled_events(sqs_queues, 10)
+    others = {payment.pk for payment in payments}
+    seen = []
+
+    def receiver(sender, payment, **kwargs):
+        # The host writes the next payment's metadata: its event must see it.
+        seen.append(payment.pk)
+        Payment.objects.filter(pk__in=others - set(seen)).update(metadata={"touched": True})
+
+    payment_transitioned.connect(receiver, dispatch_uid="test-batch-reads-again")
+    worker = Worker(wait_time=0, relay=False)
+    try:
+        with worker.running():
+            messages = receive_batch(worker, sqs_queues, 10)
+            with django_assert_num_queries(16 + 9 + 9, connection=connection):
+                worker.process_batch(messages)
+    finally:
+        payment_transitioned.disconnect(dispatch_uid="test-batch-reads-again")
+
+    assert sorted(seen) == sorted(others)
+    # Every event after the first wrote its merchant event from the row as the host left it.
+    touched = [
+        event.data["object"].get("metadata") == {"touched": True}
+        for event in Event.objects.filter(
+            object_id__in=[str(p) for p in seen[1:]], data__object__state="confirmed"
+        )
+    ]
+    assert touched and all(touched)

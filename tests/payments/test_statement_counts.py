@@ -38,8 +38,10 @@ PUBLISH = 9
 # reset (no UPDATE).
 SUBMISSION_BATCH_OF_TEN = 110
 INGEST = 0
-# The batch of ten: 25, and the lock of its merchants' return-rate days in one order (+1).
-APPLY_BATCH_OF_TEN = 26
+# The batch of ten: the start, BEGIN, the payments' locks with their rows, the merchants'
+# return-rate days locked in one order, one statement per event (its row came with the
+# batch's lock), the done marks, COMMIT: 16 (26 with a row lock per event).
+APPLY_BATCH_OF_TEN = 16
 
 
 @pytest.fixture

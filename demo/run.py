@@ -152,7 +152,7 @@ def demo_environment(backend: str = "processor") -> dict[str, str]:
     if backend == "nacha":
         env.update(bank_environment(VAR))
     else:
-        from demo.validation import ENVIRONMENT as VALIDATION_ENVIRONMENT
+        from demo.validation_settings import ENVIRONMENT as VALIDATION_ENVIRONMENT
 
         env.update(VALIDATION_ENVIRONMENT)
     return env

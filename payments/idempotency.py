@@ -172,17 +172,9 @@ def _claim_in_transaction(*, user, key: str, fingerprint: str) -> ApiIdempotency
             return ApiIdempotencyKey(
                 id=claimed_id, user=user, key=key, request_hash=fingerprint, created_at=now
             )
-        try:
-            return _claim_taken(user=user, key=key, fingerprint=fingerprint)
-        except ApiIdempotencyKey.DoesNotExist:
-            # Deleted between the insert and this read (a refusal of a request claiming the old
-            # way, the purge): nothing is bound to the key any more; claim it again.
-            continue
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                raise
-            # A request claiming the old way holds the row: it is running.
-            return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+        answer = _taken_answer(user=user, key=key, fingerprint=fingerprint)
+        if answer is not None:
+            return answer
     return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
 
 
@@ -204,16 +196,24 @@ def idempotency_key_claim(*, user, key: str, fingerprint: str) -> ApiIdempotency
             return _claim_insert(user=user, key=key, fingerprint=fingerprint)
         except IntegrityError:
             pass
-        try:
-            return _claim_taken(user=user, key=key, fingerprint=fingerprint)
-        except ApiIdempotencyKey.DoesNotExist:
-            continue
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                raise
-            # The first request's work holds the row: it is running, whatever its age.
-            return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+        answer = _taken_answer(user=user, key=key, fingerprint=fingerprint)
+        if answer is not None:
+            return answer
     return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
+
+
+def _taken_answer(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Replay | None:
+    """What to answer for a key another request holds; None when it was freed between our
+    insert and this read (a refused request's key, the purge): claim it again."""
+    try:
+        return _claim_taken(user=user, key=key, fingerprint=fingerprint)
+    except ApiIdempotencyKey.DoesNotExist:
+        return None
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        # The first request's work holds the row: it is running, whatever its age.
+        return Replay(409, None, IdempotentOutcome.IN_FLIGHT)
 
 
 CLAIM_ATTEMPTS = 3

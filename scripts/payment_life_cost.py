@@ -23,9 +23,9 @@ server and PostgreSQL run in processes of their own: their CPU is not in these f
 statement counts are exact; CPU and wall time vary with the machine's load, so compare them
 only within one run.
 
-``--profile`` runs the creates of each kind once more under ``cProfile`` and prints where their
-CPU goes (the top ``--profile-lines`` functions by cumulative time; ``docs/performance.md``
-keeps a debit's).
+``--profile`` runs each kind's lives once more under ``cProfile``, one profile per step, and
+prints where each step's CPU goes (the top ``--profile-lines`` functions by cumulative time;
+``docs/performance.md`` keeps a debit's).
 """
 
 from __future__ import annotations
@@ -85,31 +85,45 @@ def life_of(kind: str, payments: int, client, debit_id: str) -> dict[str, Step]:
     return steps
 
 
-def creates_profiled(kind: str, payments: int, client, debit_id: str, lines: int) -> str:
-    """``payments`` creates of ``kind`` under ``cProfile``: the top ``lines`` functions by
-    cumulative CPU time."""
+def steps_profiled(kind: str, payments: int, client, debit_id: str, lines: int) -> str:
+    """Each step of ``payments`` lives of ``kind`` under ``cProfile``: per step, the CPU per
+    payment profiled and the top ``lines`` functions by cumulative CPU time."""
     import cProfile
     import io
     import pstats
 
     from tests import payment_life
 
+    out = io.StringIO()
+    profilers = {step: cProfile.Profile(time.thread_time) for step in STEPS}
+
+    def profiled(step: str, call, *args):
+        # This thread's CPU, as the table counts it: the waits on PostgreSQL and SQS are not ours.
+        profilers[step].enable()
+        try:
+            return call(*args)
+        finally:
+            profilers[step].disable()
+
     create = {
         "debit": lambda: payment_life.debit_create(client, "1.00"),
         "refund": lambda: payment_life.refund_create(client, debit_id, "1.00"),
         "payout": lambda: payment_life.payout_create(client, "1.00"),
     }[kind]
-    # This thread's CPU, as the table counts it: the waits on PostgreSQL and SQS are not ours.
-    profiler = cProfile.Profile(time.thread_time)
-    profiler.enable()
-    for _ in range(payments):
-        create()
-    profiler.disable()
-    payment_life.worker_drain()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    print(f"{kind}: {1000 * stats.total_tt / payments:.2f} ms of CPU per create profiled", file=out)
-    stats.sort_stats("cumulative").print_stats(lines)
+    created = [profiled("create", create) for _ in range(payments)]
+    profiled("submission", payment_life.worker_drain)
+    for payment_id in created:
+        profiled(
+            "ingest", payment_life.callback_post, payment_life.callback_body(payment_id, "settled")
+        )
+    profiled("apply", payment_life.worker_drain)
+    for step, profiler in profilers.items():
+        stats = pstats.Stats(profiler, stream=out)
+        print(
+            f"{kind} {step}: {1000 * stats.total_tt / payments:.2f} ms of CPU per payment profiled",
+            file=out,
+        )
+        stats.sort_stats("cumulative").print_stats(lines)
     return out.getvalue()
 
 
@@ -139,7 +153,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--payments", type=int, default=200)
     parser.add_argument("--database", default="payment_life_cost")
-    parser.add_argument("--profile", action="store_true", help="profile the creates too")
+    parser.add_argument("--profile", action="store_true", help="profile each step too")
     parser.add_argument("--profile-lines", type=int, default=40)
     options = parser.parse_args()
 
@@ -180,7 +194,7 @@ def main() -> None:
             life_of("debit", 3, client, debit_id)  # the first requests fill the caches
             figures = {kind: life_of(kind, options.payments, client, debit_id) for kind in KINDS}
             profiles = [
-                creates_profiled(kind, options.payments, client, debit_id, options.profile_lines)
+                steps_profiled(kind, options.payments, client, debit_id, options.profile_lines)
                 for kind in (KINDS if options.profile else ())
             ]
         print(table(figures, options.payments))

@@ -1,6 +1,6 @@
-"""The ``money`` phase: money out at the cost of money in.
+"""The ``money`` phase: money out at the cost of money in, and each payment's whole life.
 
-Two runs through the whole product, one after the other on one stack: gunicorn serving the
+Three runs through the whole product, one after the other on one stack: gunicorn serving the
 product (the API and the callback endpoint), two ``run_sqs_worker`` processes with production
 options (the outbox relay on), and the sandbox processor over HTTP, which calls back into
 gunicorn (``submitted``, then ``settled``):
@@ -11,23 +11,31 @@ gunicorn (``submitted``, then ``settled``):
   phases measure, from the API on;
 - **refunds**: a full refund of each of those settled debits, ``POST
   /api/payments/<id>/refunds/`` by the same clients, each an ACH credit submitted by the
-  workers (``POST /v1/ach/credits``), its callbacks the same way, until every one is confirmed.
+  workers (``POST /v1/ach/credits``), its callbacks the same way, until every one is confirmed;
+- **payouts**: as many ``POST /api/payouts/`` of 5.00 each to the merchant's own account, each
+  an ACH credit the same way. A payout is paid from the merchant's available balance, so the
+  warm-up first funds each merchant with debits that are not refunded (the bench settings make
+  a settled debit available at once, ``AVAILABLE_AFTER_BANKING_DAYS=0``).
 
-Both come after a warm-up of 50 debits and their refunds, unmeasured. Each run reports the
-API's answers per second and P50/P99, the items confirmed per second from
-the first request to the last confirmation, and each part's CPU per item (web, workers, the SQS
-server, PostgreSQL; the generator's, with the sandbox in it, apart). The refunds are compared
-with the debits of the same run: ``refund_vs_debit_rate`` and ``refund_vs_debit_cpu``. Both runs
-are verified: every item confirmed, each debit charged once, each credit sent once.
+All come after a warm-up, unmeasured: 50 debits and their refunds, the funding debits, 50
+payouts. Each run reports the API's creates per second and P50/P99, the items confirmed per
+second from the first request to the last confirmation, and the CPU of each item's whole life
+(its create, the relay, the submission, both callbacks through the endpoint and the queue),
+each part's per item (web, workers, the SQS server, PostgreSQL; the generator's, with the
+sandbox in it, apart) and their sum. Money out is compared with the debits of the same run
+(``refund_vs_debit_*``, ``payout_vs_debit_*``), and every run with the goals
+(``money_goals``): reported, never enforced. All runs are verified: every item confirmed, each
+debit charged once, each credit sent once.
 """
 
+import math
 import signal
 import subprocess
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from decimal import Decimal
+from decimal import ROUND_UP, Decimal
 
 import psycopg
 import requests
@@ -36,12 +44,16 @@ from bench import stats
 from bench.cpu import CpuMeter, cpu_summary
 from bench.options import CONFIG, log, problems
 from bench.prepare import payments_reset, queues_create
-from bench.report import fmt
+from bench.report import GOALS, fmt
 from bench.stack import RESULTS, BenchError, Gunicorn, Stack, spawn
 from devstack.processes import worker_command
 
 MERCHANTS = [f"merchant-money-{n}" for n in range(10)]
 AMOUNT = Decimal("25.00")
+PAYOUT_AMOUNT = Decimal("5.00")
+# The largest funding debit: under the fraud rules' first_large_debit (10,000.00), whose hold
+# would keep the money from being available.
+FUNDING_MAX = Decimal("5000.00")
 # The parts the ratio compares: every part of the product's stack, not the generator (the
 # clients, and the sandbox processor's threads beside them).
 PARTS = ("web", "workers", "sqs", "postgres")
@@ -151,6 +163,7 @@ def _run(
         "requests": len(answers),
         "made": len(made),
         "api_per_second": round(len(answers) / max(answered - started, 1e-9), 1),
+        "created_per_second": round(len(made) / max(answered - started, 1e-9), 1),
         "api_p50_ms": stats.percentile(latencies, 50),
         "api_p99_ms": stats.percentile(latencies, 99),
         "seconds": round(seconds, 2),
@@ -168,26 +181,28 @@ def _run(
     return figures, made
 
 
-def _verify(sandbox, debits: list[str], refunds: list[str]) -> None:
-    """Each debit charged once, each refund's credit sent once, the processor's own count."""
+def _verify(sandbox, debits: list[str], credits: dict[str, list[str]]) -> None:
+    """Each debit charged once, each refund's and payout's credit sent once, the processor's
+    own count."""
     sent = sandbox.stats()
     charged = sent["charges_by_payment"]
     twice = [p for p in debits if charged.get(p) != 1]
     if twice:
         problems.append(f"money: {len(twice)} debits not charged exactly once")
     credited = sent["credits_sent_by_payment"]
-    wrong = [p for p in refunds if credited.get(p) != 1]
-    if wrong:
-        problems.append(f"money: {len(wrong)} refunds not credited exactly once")
+    for what, ids in credits.items():
+        wrong = [p for p in ids if credited.get(p) != 1]
+        if wrong:
+            problems.append(f"money: {len(wrong)} {what} not credited exactly once")
 
 
-def _debit_bodies(count: int, prefix: str) -> list[tuple[str, dict]]:
+def _debit_bodies(count: int, prefix: str, amount: Decimal = AMOUNT) -> list[tuple[str, dict]]:
     return [
         (
             "/api/payments/",
             {
                 "merchant_id": MERCHANTS[n % len(MERCHANTS)],
-                "amount": f"{AMOUNT:.2f}",
+                "amount": f"{amount:.2f}",
                 "currency": "USD",
                 "source_token": f"tok_{prefix}_{n:06d}xyz",
             },
@@ -202,6 +217,32 @@ def _refund_bodies(debits: list[str]) -> list[tuple[str, dict]]:
         (f"/api/payments/{debit}/refunds/", {"amount": f"{AMOUNT:.2f}", "reason": "bench"})
         for debit in debits
     ]
+
+
+def _payout_bodies(count: int) -> list[tuple[str, dict]]:
+    """Payouts of PAYOUT_AMOUNT, the merchants in turn, each to its own account."""
+    return [
+        (
+            "/api/payouts/",
+            {
+                "merchant_id": MERCHANTS[n % len(MERCHANTS)],
+                "amount": f"{PAYOUT_AMOUNT:.2f}",
+                "currency": "USD",
+                "destination_token": f"tok_payout_{n % len(MERCHANTS):02d}xyz",
+            },
+        )
+        for n in range(count)
+    ]
+
+
+def funding(*runs: int) -> tuple[int, Decimal]:
+    """The debits that fund runs of that many payouts each (the merchants in turn, as
+    ``_payout_bodies`` makes them): how many, each merchant's in turn as ``_debit_bodies``
+    makes them, and the amount of each, at most FUNDING_MAX."""
+    per_merchant = sum(-(-run // len(MERCHANTS)) for run in runs) * PAYOUT_AMOUNT
+    each = max(1, math.ceil(per_merchant / FUNDING_MAX))
+    amount = (per_merchant / each).quantize(Decimal("0.01"), rounding=ROUND_UP)
+    return each * len(MERCHANTS), amount
 
 
 def money_phase(stack: Stack) -> dict:
@@ -237,12 +278,10 @@ def money_phase(stack: Stack) -> dict:
             raise BenchError(f"a worker exited at start; see {RESULTS}/money-worker-*.log")
         meter = CpuMeter(stack, server, workers)
         clients = Clients(server.url, token, clients_count)
-        # Every thread's connections, caches and first requests of both paths, unmeasured:
-        # the debits run first, and would otherwise pay them alone.
-        warm = _run(stack, meter, clients, "warm-up debits", _debit_bodies(WARM_UP, "warm"))[1]
-        _run(stack, meter, clients, "warm-up refunds", _refund_bodies(warm))
+        _warm_up(stack, meter, clients, count)
         out["debits"], debits = _run(stack, meter, clients, "debits", _debit_bodies(count, "run"))
         out["refunds"], refunds = _run(stack, meter, clients, "refunds", _refund_bodies(debits))
+        out["payouts"], payouts = _run(stack, meter, clients, "payouts", _payout_bodies(count))
     finally:
         for w in workers:
             if w.poll() is None:
@@ -255,13 +294,65 @@ def money_phase(stack: Stack) -> dict:
                 w.kill()
                 w.wait()
         sandbox.stop()
-    _verify(sandbox, debits, refunds)
-    d, r = out["debits"], out["refunds"]
-    out["refund_vs_debit_rate"] = stats.ratio(r["confirmed_per_second"], d["confirmed_per_second"])
-    out["refund_vs_debit_cpu"] = stats.ratio(r["cpu_ms_per_item"], d["cpu_ms_per_item"])
-    out["refund_vs_debit_api_rate"] = stats.ratio(r["api_per_second"], d["api_per_second"])
+    _verify(sandbox, debits, {"refunds": refunds, "payouts": payouts})
+    d = out["debits"]
+    for what in ("refund", "payout"):
+        run = out[f"{what}s"]
+        out[f"{what}_vs_debit_rate"] = stats.ratio(
+            run["confirmed_per_second"], d["confirmed_per_second"]
+        )
+        out[f"{what}_vs_debit_cpu"] = stats.ratio(run["cpu_ms_per_item"], d["cpu_ms_per_item"])
+        out[f"{what}_vs_debit_api_rate"] = stats.ratio(run["api_per_second"], d["api_per_second"])
+    out["goals"] = money_goals(out)
     log(
-        f"money: refunds against debits, rate {fmt(out['refund_vs_debit_rate'], 2)}, CPU per "
-        f"item {fmt(out['refund_vs_debit_cpu'], 2)}"
+        f"money: against the debits, refunds' rate {fmt(out['refund_vs_debit_rate'], 2)} and CPU "
+        f"per item {fmt(out['refund_vs_debit_cpu'], 2)}, payouts' "
+        f"{fmt(out['payout_vs_debit_rate'], 2)} and {fmt(out['payout_vs_debit_cpu'], 2)}"
     )
     return out
+
+
+def _warm_up(stack: Stack, meter: CpuMeter, clients: Clients, payouts: int) -> None:
+    """Every thread's connections, caches and first requests of the three paths, unmeasured
+    (the debits run first, and would otherwise pay them alone); and the merchants' funding for
+    the warm-up's payouts and the measured ones, settled before any payout asks for it."""
+    warm = _run(stack, meter, clients, "warm-up debits", _debit_bodies(WARM_UP, "warm"))[1]
+    _run(stack, meter, clients, "warm-up refunds", _refund_bodies(warm))
+    count, amount = funding(payouts, WARM_UP)
+    _run(stack, meter, clients, "funding debits", _debit_bodies(count, "fund", amount))
+    _run(stack, meter, clients, "warm-up payouts", _payout_bodies(WARM_UP))
+
+
+# Each run's figure, the goal's key in GOALS, and which way meets it.
+_LIFE_GOALS = (
+    ("created_per_second", "money_created_per_second", ">="),
+    ("confirmed_per_second", "money_confirmed_per_second", ">="),
+    ("cpu_ms_per_item", "money_cpu_ms_per_payment", "<="),
+)
+
+
+def money_goals(out: dict) -> dict[str, dict[str, dict]]:
+    """Each run's figures against the goals, by run and goal: the value, the goal and whether
+    it is met (None when the figure is missing). Reported, never enforced."""
+    verdicts: dict[str, dict[str, dict]] = {}
+    for what in ("debits", "refunds", "payouts"):
+        run = out.get(what)
+        if not run:
+            continue
+        goals = {key: (run.get(figure), GOALS[key], way) for figure, key, way in _LIFE_GOALS}
+        if what != "debits":
+            single = what[:-1]
+            for kind, way in (("rate", ">="), ("cpu", "<=")):
+                key = f"{single}_vs_debit_{kind}"
+                goals[key] = (out.get(key), GOALS[key], way)
+        verdicts[what] = {
+            key: {"value": value, "goal": goal, "way": way, "met": _met(value, goal, way)}
+            for key, (value, goal, way) in goals.items()
+        }
+    return verdicts
+
+
+def _met(value: float | None, goal: float, way: str) -> bool | None:
+    if value is None:
+        return None
+    return value >= goal if way == ">=" else value <= goal

@@ -15,9 +15,15 @@ GOALS = {
     "cpu_vs_minimal_parts": 0.5,
     "pipeline_vs_celery_sustained": 3.0,
     "pipeline_vs_celery_cpu": 1 / 3,
-    # Money out at the cost of money in: refunds against the debits of the same run.
+    # Money out at the cost of money in: refunds and payouts against the debits of the same run.
     "refund_vs_debit_rate": 0.9,
     "refund_vs_debit_cpu": 1.1,
+    "payout_vs_debit_rate": 0.9,
+    "payout_vs_debit_cpu": 1.1,
+    # Each payment's whole life, from its create to its confirmation, for every kind.
+    "money_created_per_second": 100,
+    "money_confirmed_per_second": 100,
+    "money_cpu_ms_per_payment": 15.0,
 }
 
 
@@ -149,34 +155,66 @@ def _worker_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
 
 
 def _money_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
+    """Each kind's whole life against its goals, then money out against the debits."""
     money = report.get("money")
     if not money or "refunds" not in money:
         return []
-    d, r = money["debits"], money["refunds"]
-    return [
-        (
-            "refunds confirmed/s (API to settled)",
-            fmt(r["confirmed_per_second"]),
-            f"{fmt(d['confirmed_per_second'])} debits",
-            fmt(money.get("refund_vs_debit_rate"), 2),
-            f">= {GOALS['refund_vs_debit_rate']}",
-        ),
-        (
-            "refund CPU ms per item (all parts but the generator)",
-            fmt(r["cpu_ms_per_item"], 2),
-            f"{fmt(d['cpu_ms_per_item'], 2)} debits",
-            fmt(money.get("refund_vs_debit_cpu"), 2),
-            f"<= {GOALS['refund_vs_debit_cpu']}",
-        ),
-        (
-            "refund API answers/s, P50 / P99 ms",
-            f"{fmt(r['api_per_second'])}, {fmt(r['api_p50_ms'], 1)} / {fmt(r['api_p99_ms'], 1)}",
-            f"{fmt(d['api_per_second'])}, {fmt(d['api_p50_ms'], 1)} / "
-            f"{fmt(d['api_p99_ms'], 1)} debits",
-            fmt(money.get("refund_vs_debit_api_rate"), 2),
-            "",
-        ),
-    ]
+    d = money["debits"]
+    goals = money.get("goals") or {}
+    rows = []
+    for what in ("debits", "refunds", "payouts"):
+        run = money.get(what)
+        if not run:
+            continue
+        verdicts = goals.get(what, {})
+        rows += [
+            (
+                f"{what}: created/s / confirmed/s (first request to last confirmed)",
+                f"{fmt(run.get('created_per_second', run['api_per_second']))} / "
+                f"{fmt(run['confirmed_per_second'])}",
+                "",
+                "",
+                f">= {GOALS['money_created_per_second']}: "
+                f"{_verdicts(verdicts, 'money_created_per_second')} / "
+                f"{_verdicts(verdicts, 'money_confirmed_per_second')}",
+            ),
+            (
+                f"{what}: CPU ms per payment's life (all parts but the generator)",
+                fmt(run["cpu_ms_per_item"], 2),
+                "" if what == "debits" else f"{fmt(d['cpu_ms_per_item'], 2)} debits",
+                "" if what == "debits" else fmt(money.get(f"{what[:-1]}_vs_debit_cpu"), 2),
+                f"<= {GOALS['money_cpu_ms_per_payment']:g}: "
+                + _verdicts(verdicts, "money_cpu_ms_per_payment")
+                + (
+                    ""
+                    if what == "debits"
+                    else f"; ratio <= {GOALS[f'{what[:-1]}_vs_debit_cpu']}: "
+                    + _verdicts(verdicts, f"{what[:-1]}_vs_debit_cpu")
+                ),
+            ),
+        ]
+        if what != "debits":
+            single = what[:-1]
+            rows.append(
+                (
+                    f"{what}: confirmed/s against the debits'",
+                    fmt(run["confirmed_per_second"]),
+                    f"{fmt(d['confirmed_per_second'])} debits",
+                    fmt(money.get(f"{single}_vs_debit_rate"), 2),
+                    f">= {GOALS[f'{single}_vs_debit_rate']}: "
+                    + _verdicts(verdicts, f"{single}_vs_debit_rate"),
+                )
+            )
+    return rows
+
+
+def _verdicts(verdicts: dict, *keys: str) -> str:
+    """ "met" when every named goal is met, "not met" when one is not, "-" when a figure or the
+    verdicts are missing (a report from before the goals)."""
+    met = [verdicts.get(key, {}).get("met") for key in keys if key in verdicts]
+    if not met or None in met:
+        return "-"
+    return "met" if all(met) else "not met"
 
 
 def _e2e_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
@@ -476,10 +514,12 @@ def _md_money(report: dict) -> list[str]:
     money = report.get("money")
     if not money or "refunds" not in money:
         return []
+    kinds = [w for w in ("debits", "refunds", "payouts") if money.get(w)]
     lines = [
         "",
-        f"Money out against money in: {money['items']} debits, then a refund of each, by "
-        f"{money['clients']} API clients; gunicorn `{money['gunicorn']}`, 2 workers "
+        f"Money out against money in: {money['items']} debits, then a refund of each"
+        + (", then as many payouts" if "payouts" in kinds else "")
+        + f", by {money['clients']} API clients; gunicorn `{money['gunicorn']}`, 2 workers "
         f"(`{money['worker_command']}`).",
         "",
     ]
@@ -487,29 +527,65 @@ def _md_money(report: dict) -> list[str]:
         (
             what,
             fmt(run["made"]),
-            fmt(run["api_per_second"]),
+            fmt(run.get("created_per_second", run["api_per_second"])),
             f"{fmt(run['api_p50_ms'], 1)} / {fmt(run['api_p99_ms'], 1)}",
             fmt(run["seconds"], 1),
             fmt(run["confirmed_per_second"]),
             fmt(run["cpu_ms_per_item"], 2),
             _cpu_parts(run.get("cpu_ms_per_event")),
         )
-        for what, run in (("debits", money["debits"]), ("refunds", money["refunds"]))
+        for what, run in ((w, money[w]) for w in kinds)
     ]
     lines += _md_table(
         (
             "run",
             "made",
-            "API answers/s",
+            "API creates/s",
             "API P50 / P99 ms",
             "s to the last confirmed",
             "confirmed/s",
-            "CPU ms/item",
+            "CPU ms per payment's life",
             "CPU ms/item web / workers / SQS / PostgreSQL / generator",
         ),
         rows,
     )
-    return lines
+    return lines + _md_money_goals(money, kinds)
+
+
+_MONEY_GOAL_NAMES = {
+    "money_created_per_second": "created through the API, per second",
+    "money_confirmed_per_second": "confirmed per second, first request to last confirmation",
+    "money_cpu_ms_per_payment": "CPU ms per payment's life, every part but the generator",
+    "vs_debit_cpu": "CPU per payment against the debits'",
+    "vs_debit_rate": "confirmed/s against the debits'",
+}
+
+
+def _md_money_goals(money: dict, kinds: list[str]) -> list[str]:
+    """Each kind's figures against the goals, met or not: reported, never enforced."""
+    goals = money.get("goals")
+    if not goals:
+        return []
+    rows = []
+    for name, title in _MONEY_GOAL_NAMES.items():
+        cells, goal = [], None
+        for what in kinds:
+            key = name if name.startswith("money_") else f"{what[:-1]}_{name}"
+            verdict = goals.get(what, {}).get(key)
+            if verdict is None:
+                cells.append("")
+                continue
+            goal = f"{verdict['way']} {verdict['goal']:g}"
+            met = {True: "met", False: "not met", None: "-"}[verdict["met"]]
+            digits = 0 if "per_second" in key else 2
+            cells.append(f"{fmt(verdict['value'], digits)}: {met}")
+        rows.append((title, goal or "", *cells))
+    return [
+        "",
+        "Against the goals (reported, never enforced):",
+        "",
+        *_md_table(("figure", "goal", *kinds), rows),
+    ]
 
 
 def _md_e2e(report: dict, key: str = "e2e") -> list[str]:

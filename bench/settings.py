@@ -15,9 +15,13 @@ os.environ.setdefault("CALLBACK_SIGNING_SECRETS", "bench-signing-secret")
 os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "true")
 os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true")
 
-# The refunds phase refunds debits settled seconds before, which new_destination would hold
-# for a person; the other rules run (and cost) as a host has them.
+# The money phase refunds debits settled seconds before and pays out to accounts first seen
+# that minute, which new_destination would hold for a person; the other rules run (and cost)
+# as a host has them.
 os.environ.setdefault("FRAUD_RULES", '{"new_destination": {"enabled": false}}')
+# Its payouts are paid from debits settled seconds before: available at once, not after the
+# return reserve's 2 banking days. Only the available balance's cutoff reads it.
+os.environ.setdefault("AVAILABLE_AFTER_BANKING_DAYS", "0")
 
 from config.settings.base import *  # noqa: E402,F403
 

@@ -1,0 +1,88 @@
+"""The money phase's payouts and goals (bench/money.py, bench/report.py): the funding of the
+payouts and each kind's figures against the goals, as plain tests. None of them measures
+speed."""
+
+from decimal import Decimal
+
+import pytest
+
+from bench.money import FUNDING_MAX, MERCHANTS, PAYOUT_AMOUNT, funding, money_goals
+from bench.report import markdown, table
+
+
+def _money_run(confirmed: float, cpu: float, created: float = 120.0) -> dict:
+    return {"made": 100, "requests": 100, "api_per_second": created, "created_per_second": created,
+            "api_p50_ms": 40.0, "api_p99_ms": 90.0, "seconds": 2.0,
+            "confirmed_per_second": confirmed, "cpu_ms_per_item": cpu,
+            "cpu_ms_per_event": {"web": 4.0, "workers": 4.0, "sqs": 1.0, "postgres": 1.0,
+                                 "generator": 3.0}}  # fmt: skip
+
+
+def _report(money: dict) -> dict:
+    return {
+        "started_at": "2026-12-04T21:00:00+00:00",
+        "wall_seconds": 60.0,
+        "machine": {
+            "cores": 2,
+            "cpu": "x",
+            "platform": "linux",
+            "load_average_start": (0.5, 0.4, 0.3),
+            "load_average_end": (1, 1, 1),
+        },  # fmt: skip
+        "versions": {"git_commit": "abc1234", "git_tree_clean": True},
+        "problems": [],
+        "money": money,
+    }
+
+
+def test_each_kind_of_payment_is_held_to_the_goals_of_its_whole_life():
+    out = {"debits": _money_run(120.0, 14.0), "refunds": _money_run(101.0, 15.8, created=99.0),
+           "payouts": _money_run(80.0, 15.0),
+           "refund_vs_debit_rate": 0.84, "refund_vs_debit_cpu": 1.13,
+           "payout_vs_debit_rate": 0.67, "payout_vs_debit_cpu": None}  # fmt: skip
+    goals = money_goals(out)
+    assert goals["debits"]["money_confirmed_per_second"] == {
+        "value": 120.0, "goal": 100, "way": ">=", "met": True
+    }  # fmt: skip
+    assert goals["debits"]["money_cpu_ms_per_payment"]["met"] is True
+    assert "refund_vs_debit_cpu" not in goals["debits"]
+    assert goals["refunds"]["money_created_per_second"]["met"] is False
+    assert goals["refunds"]["money_cpu_ms_per_payment"]["met"] is False
+    assert goals["refunds"]["refund_vs_debit_cpu"]["met"] is False
+    assert goals["payouts"]["money_cpu_ms_per_payment"]["met"] is True  # 15.0 <= 15
+    assert goals["payouts"]["payout_vs_debit_cpu"]["met"] is None  # not measured
+
+
+def test_the_report_states_each_kinds_rates_cpu_and_goals():
+    debits, refunds = _money_run(120.0, 14.0), _money_run(101.0, 15.8, created=99.0)
+    money = {"items": 100, "clients": 8, "gunicorn": "config.wsgi",
+             "worker_command": "run_sqs_worker", "debits": debits, "refunds": refunds,
+             "payouts": _money_run(80.0, 15.0), "refund_vs_debit_rate": 0.84,
+             "refund_vs_debit_cpu": 1.13, "payout_vs_debit_rate": 0.67,
+             "payout_vs_debit_cpu": 1.07}  # fmt: skip
+    money["goals"] = money_goals(money)
+    report = _report(money)
+    lines = table(report).splitlines()
+    created = next(li for li in lines if li.startswith("refunds: created/s / confirmed/s"))
+    assert "99 / 101" in created and created.rstrip().endswith(">= 100: not met / met")
+    cpu = next(li for li in lines if li.startswith("refunds: CPU ms per payment's life"))
+    assert "15.80" in cpu and "14.00 debits" in cpu and "1.13" in cpu
+    assert cpu.rstrip().endswith("<= 15: not met; ratio <= 1.1: not met")
+    cpu = next(li for li in lines if li.startswith("payouts: CPU ms per payment's life"))
+    assert cpu.rstrip().endswith("<= 15: met; ratio <= 1.1: met")
+    md = markdown(report)
+    assert "| payouts | 100 | 120 | 40.0 / 90.0 | 2.0 | 80 | 15.00 |" in md
+    assert (
+        "| CPU ms per payment's life, every part but the generator | <= 15 | 14.00: met "
+        "| 15.80: not met | 15.00: met |" in md
+    )
+    assert "| CPU per payment against the debits' | <= 1.1 |  | 1.13: not met | 1.07: met |" in md
+
+
+@pytest.mark.parametrize("payouts", [1, 10, 55, 1000, 25_000])
+def test_the_funding_debits_cover_every_merchants_payouts_each_below_the_largest(payouts):
+    count, amount = funding(payouts, 50)
+    assert count % len(MERCHANTS) == 0 and amount <= FUNDING_MAX
+    each_merchant = -(-payouts // len(MERCHANTS)) + 5
+    assert amount * (count // len(MERCHANTS)) >= each_merchant * PAYOUT_AMOUNT
+    assert amount * (count // len(MERCHANTS)) - each_merchant * PAYOUT_AMOUNT < Decimal("0.10")

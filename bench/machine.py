@@ -1,8 +1,10 @@
 """What the report says about where it ran: the machine, the load generator and every version."""
 
+import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,12 +53,36 @@ def versions(db_url: str) -> dict:
 
 
 def machine() -> dict:
+    cores, cpu, memory = os.cpu_count() or 0, _cpu_model(), _memory_gib()
     return {
-        "cores": os.cpu_count(),
+        "cores": cores,
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu,
+        "memory_gib": memory,
+        "fingerprint": machine_fingerprint(cpu, cores, memory, platform.machine()),
         "load_average_start": os.getloadavg(),
     }
+
+
+def machine_fingerprint(cpu: str, cores: int, memory_gib: int | None, arch: str) -> str:
+    """The machine as the regression guard tells machines apart (``bench.guard``): its CPU
+    model, cores, memory and architecture, readable first, then a hash of all four. Not the
+    host name or the kernel: a container's host name changes with every start, and the guard's
+    history should say when a kernel update moved a figure, not start afresh. Two hosts of one
+    instance type share a history, as their figures should compare."""
+    model = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-")[:40].strip("-") or "cpu"
+    digest = hashlib.sha256(f"{cpu}|{cores}|{memory_gib}|{arch}".encode()).hexdigest()[:8]
+    return f"{cores}c-{model}-{digest}"
+
+
+def _memory_gib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / (1024 * 1024))
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _cpu_model() -> str:

@@ -64,6 +64,8 @@ def _config() -> dict:
             "history_payments": env_int("BENCH_HISTORY_PAYMENTS", 5_000_000),
             "partition_rows": env_int("BENCH_PARTITION_ROWS", 2_000_000),
             "database": os.environ.get("BENCH_DATABASE") or "payments_benchrun",
+            # The regression guard's history: the last runs kept per machine (bench.guard).
+            "guard_keep": env_int("BENCH_GUARD_KEEP", 20),
             "phases": _phases(),
         }
     except EnvError as exc:

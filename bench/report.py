@@ -381,7 +381,22 @@ def table(report: dict) -> str:
     lines.append(_machine_line(report))
     if report.get("ingest"):
         lines.append(f"ingest load generator: {report['ingest']['generator']}")
+    if report.get("guard"):
+        lines.append(_guard_line(report["guard"]))
     return "\n".join(lines)
+
+
+def _guard_line(guard: dict) -> str:
+    """The regression guard in one line: which figures moved past their noise."""
+    previous = guard.get("previous")
+    if previous is None:
+        return "against the last run on this machine: no earlier run of these sizes"
+    moved = [r for r in guard["rows"] if r["moved"]]
+    named = "; ".join(f"{r['figure']} {r['change']:+.0%} ({r['verdict']})" for r in moved)
+    return (
+        f"against the last run on this machine ({previous['started_at']}): {len(moved)} of "
+        f"{len(guard['rows'])} figures moved past the noise" + (f": {named}" if named else "")
+    )
 
 
 def _cpu_parts(parts: dict | None) -> str:
@@ -420,6 +435,7 @@ def markdown(report: dict) -> str:
     lines += _md_money(report)
     lines += _md_e2e(report)
     lines += _md_e2e(report, "peer")
+    lines += _md_guard(report.get("guard"), report["machine"].get("load_average_start"))
     if report.get("problems"):
         lines += ["", "Problems: " + "; ".join(report["problems"])]
     return "\n".join(lines) + "\n"
@@ -640,3 +656,83 @@ def _md_e2e(report: dict, key: str = "e2e") -> list[str]:
             rows,
         )
     return lines
+
+
+def _number(value: float) -> str:
+    """A figure of any kind with the digits that matter to it."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _md_guard(guard: dict | None, load_now) -> list[str]:
+    """The regression guard's section (``bench.guard``): each headline figure against the last
+    run of the same machine and sizes, those past their noise marked."""
+    if not guard:
+        return []
+    lines = ["", "## Against the last run on this machine", ""]
+    previous = guard.get("previous")
+    if previous is None:
+        lines.append(
+            f"Machine `{guard['machine']}`: no earlier run of these sizes to compare with; this "
+            "run is recorded for the next."
+        )
+    else:
+        load = previous.get("load_average_start") or []
+        moved = [r for r in guard["rows"] if r["moved"]]
+        lines += [
+            f"Machine `{guard['machine']}`, against the run of {previous['started_at']} (commit "
+            f"{previous.get('commit')}, 1-minute load average {_load(load)} at its start; this "
+            f"run's {_load(load_now or [])}), the last of {guard['comparable_runs']} recorded "
+            "run(s) of these sizes. A figure moved "
+            "when its change is past its noise: from the spread of the recorded runs when 3 or "
+            "more hold it, else its kind's default (docs/benchmarks.md). Reported, never "
+            f"enforced: {len(moved)} of {len(guard['rows'])} figures moved.",
+            "",
+        ]
+        rows = [
+            (
+                r["figure"],
+                _number(r["previous"]),
+                _number(r["value"]),
+                "-" if r["change"] is None else f"{r['change']:+.1%}",
+                f"±{r['noise']:.0%} ({r['noise_from']})",
+                f"**{r['verdict']}**" if r["moved"] else "",
+            )
+            for r in guard["rows"]
+        ]
+        lines += _md_table(("figure", "previous", "now", "change", "noise", "moved"), rows)
+    notes = _guard_notes(guard)
+    return lines + (["", *(f"- {note}" for note in notes)] if notes else [])
+
+
+def _load(load: list) -> str:
+    return f"{load[0]:.2f}" if load else "-"
+
+
+def _guard_notes(guard: dict) -> list[str]:
+    notes = []
+    other = guard.get("other_sizes")
+    if other:
+        differs = ", ".join(
+            f"{key} {d['then']} then, {d['now']} now" for key, d in other["latest_differs"].items()
+        )
+        notes.append(
+            f"{other['runs']} recorded run(s) of other sizes are not compared (the latest: "
+            f"{differs})."
+        )
+    if guard.get("with_problems"):
+        notes.append(
+            f"{guard['with_problems']} recorded run(s) of these sizes reported problems and are "
+            "no baseline."
+        )
+    if guard.get("previous") is not None and guard.get("without_previous"):
+        notes.append(
+            f"{len(guard['without_previous'])} figure(s) without a value in that run: "
+            + ", ".join(guard["without_previous"])
+            + "."
+        )
+    notes += [f"Skipped history file {note}." for note in guard.get("notes", [])]
+    if guard.get("recorded"):
+        notes.append(f"Recorded as `{guard['recorded']}`.")
+    return notes

@@ -2,6 +2,8 @@
 
 Prints a table and writes ``bench/results/latest.json``: each figure with its baseline and the
 ratio, the machine's core count and load average at the start and the end, and the versions.
+Each run's headline figures are also recorded beside the last runs of the same machine and
+compared with the last one of the same sizes (``bench.guard``, ``bench/results/history/``).
 Nothing here asserts on speed; goals are reported, not enforced. The process exits non-zero
 only when a run went wrong (a consumer failed, events were not all applied, ...).
 
@@ -27,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.celery_peer import peer_phase  # noqa: E402
+from bench.guard import guard_run  # noqa: E402
 from bench.history import history_phase  # noqa: E402
 from bench.ingest import ingest_phase  # noqa: E402
 from bench.machine import ensure_wrk, machine, versions  # noqa: E402
@@ -123,6 +126,7 @@ def _write(report: dict, started: float) -> int:
     cross_phase(report)
     report["wall_seconds"] = round(time.time() - started, 1)
     report["problems"] = problems
+    report["guard"] = guard_run(report, RESULTS / "history", keep=CONFIG["guard_keep"])
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2, default=_json_default))
     (RESULTS / "latest.md").write_text(markdown(report))
     print()

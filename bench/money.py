@@ -44,8 +44,9 @@ from bench import stats
 from bench.cpu import CpuMeter, cpu_summary
 from bench.options import CONFIG, log, problems
 from bench.prepare import payments_reset, queues_create
+from bench.profiles import WORKER_CATEGORIES, profile_breakdown, profile_summary
 from bench.report import GOALS, fmt
-from bench.stack import RESULTS, BenchError, Gunicorn, Stack, spawn
+from bench.stack import RESULTS, BenchError, Gunicorn, Stack, py_spy, spawn
 from devstack.processes import worker_command
 
 MERCHANTS = [f"merchant-money-{n}" for n in range(10)]
@@ -58,6 +59,26 @@ FUNDING_MAX = Decimal("5000.00")
 # clients, and the sandbox processor's threads beside them).
 PARTS = ("web", "workers", "sqs", "postgres")
 WARM_UP = 50
+# Where a web process's samples go in the profiled debits (``_debits_profiled``): each stack to
+# the first category one of whose markers a frame holds, as ``bench.profiles`` sorts them.
+MONEY_WEB_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("outbox publish", ("(callbacks/outbox.py)",)),
+    ("callback ingest", ("(callbacks/apis.py)",)),
+    ("fraud rules", ("(payments/services/fraud.py)", "(payments/fraud_rules.py)")),
+    ("create checks' read", ("_debit_facts_read (", "(payments/kernel/reads.py)")),
+    ("create rows", ("payment_build (", "(payments/insert_sql.py)")),
+    ("create, the rest", ("payment_create (", "refund_create (", "payout_create (")),
+    ("API frame", ("(payments/idempotency.py)", "(payments/api/")),
+    ("logging", ("logging/", "(payments/logformat.py)", "(payments/logcontext.py)")),
+    ("Django and DRF", ("django/", "rest_framework/", "whitenoise/")),
+    ("gunicorn", ("gunicorn/",)),
+)
+# A money worker submits too: its processor calls before the queue's categories (their HTTP is
+# urllib3's, as the SQS client's is).
+MONEY_WORKER_CATEGORIES = (
+    ("submission", ("(payments/services/submission.py)", "(payments/processor/")),
+    *WORKER_CATEGORIES,
+)
 
 
 def _api_token() -> str:
@@ -282,6 +303,9 @@ def money_phase(stack: Stack) -> dict:
         out["debits"], debits = _run(stack, meter, clients, "debits", _debit_bodies(count, "run"))
         out["refunds"], refunds = _run(stack, meter, clients, "refunds", _refund_bodies(debits))
         out["payouts"], payouts = _run(stack, meter, clients, "payouts", _payout_bodies(count))
+        if "profile" in CONFIG["phases"]:
+            out["profile"], profiled = _debits_profiled(stack, meter, clients, server, workers)
+            debits += profiled
     finally:
         for w in workers:
             if w.poll() is None:
@@ -310,6 +334,40 @@ def money_phase(stack: Stack) -> dict:
         f"{fmt(out['payout_vs_debit_rate'], 2)} and {fmt(out['payout_vs_debit_cpu'], 2)}"
     )
     return out
+
+
+def _debits_profiled(
+    stack: Stack, meter: CpuMeter, clients: Clients, server: Gunicorn, workers: list
+) -> tuple[dict, list[str]]:
+    """With the ``profile`` phase: one more run of debits, after the measured ones, with py-spy
+    sampling every web and worker process: where a debit's life spends its CPU in each, as the
+    processes run it under load (not in one process through the test client). Its figures are
+    not the run's: the sampling slows what it samples."""
+    count = CONFIG["money_payments"]
+    raws = {
+        **{f"web-{i}": pid for i, pid in enumerate(server.worker_pids())},
+        **{f"worker-{i}": w.pid for i, w in enumerate(workers)},
+    }
+    spies = {
+        name: (py_spy(pid, raw, gil=True), raw)
+        for name, pid in raws.items()
+        for raw in [RESULTS / f"profile-money-{name}.txt"]
+    }
+    _, made = _run(stack, meter, clients, "profiled debits", _debit_bodies(count, "spy"))
+    out: dict = {}
+    for name, (spy, raw) in spies.items():
+        if spy is None:
+            continue
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+        spy.wait(60)
+        if raw.exists():
+            categories = MONEY_WEB_CATEGORIES if name.startswith("web") else MONEY_WORKER_CATEGORIES
+            out[name] = {
+                **profile_summary(raw),
+                "breakdown_percent": profile_breakdown(raw, categories),
+            }
+            log(f"money, profiled {name}: {out[name]['breakdown_percent']}")
+    return out, made
 
 
 def _warm_up(stack: Stack, meter: CpuMeter, clients: Clients, payouts: int) -> None:

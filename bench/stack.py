@@ -168,8 +168,12 @@ def consumer_command(kind: str, *, endpoint: str, queue_url: str, db_url: str) -
     return cmd
 
 
-def py_spy(pid: int, output: Path, duration: int | None = None) -> subprocess.Popen | None:
-    """py-spy sampling ``pid`` into ``output`` (raw collapsed stacks); None without py-spy."""
+def py_spy(
+    pid: int, output: Path, duration: int | None = None, *, gil: bool = False
+) -> subprocess.Popen | None:
+    """py-spy sampling ``pid`` into ``output`` (raw collapsed stacks); None without py-spy.
+    ``gil``: only the thread holding the GIL, so a threaded server's waits (its poll loop, its
+    idle pool threads, a thread waiting on PostgreSQL) are not sampled as work."""
     spy = Path(PY).with_name("py-spy")
     if not spy.exists():
         spy_path = shutil.which("py-spy")
@@ -179,6 +183,8 @@ def py_spy(pid: int, output: Path, duration: int | None = None) -> subprocess.Po
         spy = Path(spy_path)
     cmd = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw"]
     cmd += ["--output", str(output), "--nonblocking"]
+    if gil:
+        cmd.append("--gil")
     if duration:
         cmd += ["--duration", str(duration)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -21,6 +21,7 @@ DISHONORED, CONTESTED = "return_dishonored", "dishonor_contested"
 
 
 def check_dishonors(report: Report) -> None:
+    from payments import conf as payments_conf
     from payments.models import (
         EventKind,
         EventOutcome,
@@ -30,8 +31,20 @@ def check_dishonors(report: Report) -> None:
         PaymentState,
         ReturnDishonor,
     )
+    from payments.services.credits import HOUSE_ACCOUNT
 
-    payments = {p["id"]: p for p in Payment.objects.values("id", "state", "amount", "merchant_id")}
+    payments = {
+        p["id"]: p
+        for p in Payment.objects.values("id", "state", "amount", "merchant_id", "purpose")
+    }
+
+    def account_of(payment: dict) -> str:
+        # An account validation's micro-entries are booked where the run's MICRO_ENTRY_COST
+        # says (the house's by default), their returns and dishonors with them.
+        if payment["purpose"] == "micro_entry" and payments_conf.MICRO_ENTRY_COST == "house":
+            return HOUSE_ACCOUNT
+        return payment["merchant_id"]
+
     facts: dict = defaultdict(set)
     for pid, event_type in PaymentEvent.objects.filter(
         kind=EventKind.PROCESSOR_EVENT,
@@ -67,7 +80,7 @@ def check_dishonors(report: Report) -> None:
         payment = payments[entry["payment_id"]]
         sign = 1 if entry["kind"] == "recredit" else -1
         if entry["amount"] != sign * payment["amount"] or (
-            entry["merchant_id"] != payment["merchant_id"]
+            entry["merchant_id"] != account_of(payment)
         ):
             wrong.append(
                 f"{entry['payment_id']} ({entry['kind']} {entry['amount']} to "
@@ -89,7 +102,7 @@ def check_dishonors(report: Report) -> None:
     expected: dict = defaultdict(lambda: ZERO)
     for pid, p in payments.items():
         if wanted(pid) == {"recredit"}:
-            expected[p["merchant_id"]] += p["amount"]
+            expected[account_of(p)] += p["amount"]
     net: dict = defaultdict(lambda: ZERO)
     for entry in entries:
         net[entry["merchant_id"]] += entry["amount"]

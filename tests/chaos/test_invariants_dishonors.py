@@ -131,3 +131,45 @@ def test_an_answer_marked_stale_that_was_never_recorded_fails_transitions_valid(
     assert "transitions_valid" in failed_checks(report)
     details = [v.detail for v in report.violations_of("transitions_valid")]
     assert any("marked stale that was never recorded before" in d for d in details), details
+
+
+@pytest.mark.parametrize("booked_on_house, problems", [(True, 0), (False, 2)])
+def test_a_micro_entry_dishonored_is_booked_on_the_house_account(booked_on_house, problems):
+    # An account validation's offsetting debit, returned, its return dishonored: booked on the
+    # account MICRO_ENTRY_COST names (the house's by default), not its merchant's.
+    from chaos.invariants.dishonors import check_dishonors
+    from chaos.invariants.report import Report
+    from payments.models import HOUSE_ACCOUNT, PaymentPurpose, PaymentState
+    from tests.factories import PaymentEventFactory, PaymentFactory, account_validated
+
+    payment = PaymentFactory(
+        merchant_id="m-4",
+        amount=Decimal("1.80"),
+        purpose=PaymentPurpose.MICRO_ENTRY,
+        account_validation=account_validated("tok_micro_dishonor_01", "m-4"),
+        state=PaymentState.RETURNED,
+    )
+    PaymentEventFactory(
+        payment=payment,
+        kind=EventKind.PROCESSOR_EVENT,
+        outcome=EventOutcome.RECORDED,
+        event_type="return_dishonored",
+    )
+    LedgerEntry.objects.create(
+        payment=payment,
+        merchant_id=HOUSE_ACCOUNT if booked_on_house else payment.merchant_id,
+        kind="recredit",
+        amount=payment.amount,
+    )
+
+    def booking_problems() -> list[str]:
+        # The dishonor record (with its return) is not made here: only the booking is checked.
+        report = Report()
+        check_dishonors(report)
+        return [
+            v.detail
+            for v in report.violations_of("dishonors_booked")
+            if "another amount or merchant" in v.detail or "ledger net differs" in v.detail
+        ]
+
+    assert len(booking_problems()) == problems

@@ -1,16 +1,21 @@
-"""Several independent reads in one statement: each queryset a subquery of one ``SELECT``
-whose rows come back as a JSON array, made model instances again as the ORM makes them.
+"""Several independent reads in one statement: each read a subquery of one ``SELECT`` whose
+rows come back as a JSON array, made model instances again as the ORM makes them.
 
 A create checks the account and the merchant it concerns in several small indexed reads (its
 originator profile, the account's validation, notifications of change and blocks, the
 merchant's exposure limits); none depends on another, so one round trip serves them all.
-Each queryset keeps its own filters, order, slice and ``only()``; fields it leaves out are
+Each read keeps its own filters, order, slice and ``only()``; fields it leaves out are
 deferred, as they would be. The statement may take a create's locks too, its first round trip
 in the transaction. Other databases than PostgreSQL run the querysets one by one.
+
+A read that has the same shape on every call (a create's) is a ``PreparedRead``: the ORM builds
+and compiles its queryset once per process and shape, and each call only puts its values in
+the compiled statement's parameters, where a queryset is built and compiled again per call.
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -21,23 +26,108 @@ from django.db.models.base import DEFERRED
 from payments.kernel.locks import LockSql
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    """A read's statement, made a subquery of the one ``SELECT``: its model and SQL, and its
+    parameters, each a constant or (``slot`` true) the name of a value given per call."""
+
+    model: type[Model]
+    sql: str
+    params: tuple[tuple[bool, Any], ...]
+
+    def params_for(self, values: dict[str, Any]) -> list:
+        return [values[value] if slot else value for slot, value in self.params]
+
+
+class PreparedRead:
+    """A read of the same shape on every call: ``build`` makes its queryset from the values
+    named in ``slots`` (strings the queryset only compares columns with, never reads in Python)
+    and from shape arguments (any other keyword, hashable: a flag that adds a filter).
+
+    On PostgreSQL the queryset of each shape is built and compiled once, with a marker in each
+    slot, and each call gives its values to the compiled statement (``read``); elsewhere each
+    call builds the queryset (``queryset``). A slot whose marker the compiled statement does not
+    carry as a parameter as it was given (a lookup that rewrites its value) fails at once; a
+    slot a shape does not use is left out."""
+
+    def __init__(self, build: Callable[..., QuerySet], *, slots: Sequence[str]) -> None:
+        self.build = build
+        self.slots = tuple(slots)
+        self._compiled: dict[Hashable, _Compiled] = {}
+
+    def read(self, **arguments: Any) -> "Read":
+        values = {name: arguments.pop(name) for name in self.slots}
+        return Read(self, values, arguments)
+
+    def compiled(self, shape: dict[str, Any]) -> _Compiled:
+        key = tuple(sorted(shape.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self._compile(shape)
+        return compiled
+
+    def _compile(self, shape: dict[str, Any]) -> _Compiled:
+        markers = {_marker(name): name for name in self.slots}
+        queryset = self.build(**{name: _marker(name) for name in self.slots}, **shape)
+        sql, params = queryset.query.get_compiler(connection=connection).as_sql()
+        compiled_params = tuple(
+            (True, markers[param])
+            if isinstance(param, str) and param in markers
+            else (False, param)
+            for param in params
+        )
+        rewritten = [
+            value
+            for slot, value in compiled_params
+            if not slot and isinstance(value, str) and _MARKER in value
+        ]
+        if rewritten:
+            raise ValueError(f"the compiled read does not carry its slots as given: {rewritten}")
+        return _Compiled(queryset.model, sql, compiled_params)
+
+
+@dataclass(frozen=True)
+class Read:
+    """One call's read of a ``PreparedRead``: its slots' values and its shape."""
+
+    prepared: PreparedRead
+    values: dict[str, Any]
+    shape: dict[str, Any]
+
+    def queryset(self) -> QuerySet:
+        return self.prepared.build(**self.values, **self.shape)
+
+
+_MARKER = "\x00slot:"
+
+
+def _marker(name: str) -> str:
+    return f"{_MARKER}{name}\x00"
+
+
 def querysets_read(
-    querysets: Sequence[QuerySet], *, locks: Sequence[LockSql | None] = ()
+    querysets: Sequence[QuerySet | Read], *, locks: Sequence[LockSql | None] = ()
 ) -> list[list[Model]]:
-    """The rows of each of ``querysets`` (model querysets of the default database), read in
-    one statement on PostgreSQL, which takes the transaction ``locks`` first, in their order.
-    The reads are not protected by the locks (``LockSql``): only what need not be is read
-    with them."""
+    """The rows of each of ``querysets`` (model querysets of the default database, or reads
+    of a ``PreparedRead``), read in one statement on PostgreSQL, which takes the transaction
+    ``locks`` first, in their order. The reads are not protected by the locks (``LockSql``):
+    only what need not be is read with them."""
     if connection.vendor != "postgresql":
-        return [list(queryset) for queryset in querysets]
-    parts, params = [], []
+        return [list(item.queryset() if isinstance(item, Read) else item) for item in querysets]
+    parts, params, models = [], [], []
     for lock in locks:
         if lock is not None:
             parts.append(lock.sql)
             params.extend(lock.params)
     taken = len(parts)
-    for queryset in querysets:
-        sql, query_params = queryset.query.get_compiler(connection=connection).as_sql()
+    for item in querysets:
+        if isinstance(item, Read):
+            compiled = item.prepared.compiled(item.shape)
+            sql, query_params = compiled.sql, compiled.params_for(item.values)
+            models.append(compiled.model)
+        else:
+            sql, query_params = item.query.get_compiler(connection=connection).as_sql()
+            models.append(item.model)
         parts.append(
             f"(SELECT COALESCE(json_agg(row_to_json(t)), '[]'::json)::text FROM ({sql}) AS t)"
         )
@@ -46,8 +136,10 @@ def querysets_read(
         cursor.execute(f"SELECT {', '.join(parts)}", params)
         texts = cursor.fetchone()[taken:]
     return [
-        [_instance(queryset.model, row) for row in json.loads(text, parse_float=Decimal)]
-        for queryset, text in zip(querysets, texts, strict=True)
+        [_instance(model, row) for row in json.loads(text, parse_float=Decimal)]
+        if text != "[]"
+        else []
+        for model, text in zip(models, texts, strict=True)
     ]
 
 

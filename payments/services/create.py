@@ -21,7 +21,7 @@ from payments.insert_sql import rows_insert
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.kernel.locks import LockSql, exposure_lock_sql
-from payments.kernel.reads import querysets_read
+from payments.kernel.reads import PreparedRead, querysets_read
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import (
     AccountBlock,
@@ -287,9 +287,7 @@ def create_locks_take(
     locks = [first]
     if exposure_locked:
         locks.append(exposure_lock_sql(merchant_id, direction, currency))
-    limits = exposure_limits_queryset(
-        merchant_id=merchant_id, direction=direction, currency=currency
-    )
+    limits = _LIMITS_READ.read(merchant_id=merchant_id, direction=direction, currency=currency)
     rows, *also_rows = querysets_read([limits, *also], locks=locks)
     return CreateLocks(limits=rows, exposure_locked=exposure_locked, also=also_rows)
 
@@ -394,6 +392,24 @@ class _DebitFacts:
     limits: list[ExposureLimit]
 
 
+def _profile_queryset(*, merchant_id: str) -> QuerySet[OriginatorProfile]:
+    return (
+        OriginatorProfile.objects.filter(merchant_id=merchant_id)
+        .order_by("pk")
+        .only("allowed_sec_codes", "default_entry_description")[:1]
+    )
+
+
+# A create's reads have the same shape on every request: compiled once per process.
+_NOCS_READ = PreparedRead(nocs_open_queryset, slots=("source_token",))
+_BLOCKS_READ = PreparedRead(account_blocks_queryset, slots=("merchant_id", "account_token"))
+_LIMITS_READ = PreparedRead(
+    exposure_limits_queryset, slots=("merchant_id", "direction", "currency")
+)
+_PROFILE_READ = PreparedRead(_profile_queryset, slots=("merchant_id",))
+_VALIDATION_READ = PreparedRead(validation_queryset, slots=("source_token",))
+
+
 def _debit_facts_read(
     *,
     merchant_id: str,
@@ -409,24 +425,20 @@ def _debit_facts_read(
     merchant's debit limits: independent indexed reads, one round trip; with the merchant's
     exposure lock taken first (``exposure_lock``: what it guards is read after it)."""
     reads = {
-        "nocs": nocs_open_queryset(source_token),
-        "blocks": account_blocks_queryset(
+        "nocs": _NOCS_READ.read(source_token=source_token),
+        "blocks": _BLOCKS_READ.read(
             merchant_id=merchant_id,
             account_token=source_token,
             new_authorization=new_authorization,
         ),
-        "limits": exposure_limits_queryset(
+        "limits": _LIMITS_READ.read(
             merchant_id=merchant_id, direction=PaymentDirection.DEBIT, currency=currency
         ),
     }
     if first_use:
-        reads["profile"] = (
-            OriginatorProfile.objects.filter(merchant_id=merchant_id)
-            .order_by("pk")
-            .only("allowed_sec_codes", "default_entry_description")[:1]
-        )
+        reads["profile"] = _PROFILE_READ.read(merchant_id=merchant_id)
         if validation_required(sec_code):
-            reads["validations"] = validation_queryset(source_token)
+            reads["validations"] = _VALIDATION_READ.read(source_token=source_token)
     locks = (
         [exposure_lock_sql(merchant_id, PaymentDirection.DEBIT, currency)] if exposure_lock else []
     )

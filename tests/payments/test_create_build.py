@@ -11,8 +11,11 @@ from django.utils import timezone
 
 from payments.exceptions import MoneyOutRefused
 from payments.kernel.locks import exposure_lock_sql
-from payments.kernel.reads import querysets_read
+from payments.kernel.reads import PreparedRead, querysets_read
 from payments.models import (
+    AccountBlock,
+    AccountBlockScope,
+    ExposureLimit,
     LedgerEntry,
     LedgerEntryKind,
     LedgerEntryStatus,
@@ -26,6 +29,8 @@ from payments.models import (
     PaymentPurpose,
 )
 from payments.services.create import payment_build
+from payments.services.fraud import account_blocks_queryset
+from payments.services.limits import exposure_limits_queryset
 from payments.services.refunds import refund_create
 from payments.webhooks.models import Event
 from tests.factories import PaymentFactory
@@ -152,3 +157,79 @@ def test_querysets_read_takes_its_locks_for_the_transaction():
 
     assert (held_elsewhere, free_after) == (True, True)
     assert connection.in_atomic_block is False
+
+
+# --- reads compiled once per shape -------------------------------------------------------------
+
+
+def _blocks(*, merchant_id: str, account_token: str, new_authorization: bool):
+    built.append(new_authorization)
+    return account_blocks_queryset(
+        merchant_id=merchant_id, account_token=account_token, new_authorization=new_authorization
+    )
+
+
+built: list[bool] = []
+
+
+def test_a_prepared_read_gives_its_querysets_rows_building_each_shape_once():
+    built.clear()
+    read = PreparedRead(_blocks, slots=("merchant_id", "account_token"))
+    AccountBlock.objects.create(
+        merchant_id="m-build", account_token=TOKEN, scope=AccountBlockScope.MERCHANT, reason="R10"
+    )
+    AccountBlock.objects.create(
+        merchant_id="m-other",
+        account_token="tok_build_000002",
+        scope=AccountBlockScope.ALL_MERCHANTS,
+        reason="R17",
+    )
+    calls = [
+        ("m-build", TOKEN, False),
+        ("m-build", TOKEN, True),
+        ("m-other", TOKEN, False),
+        ("m-build", "tok_build_000002", False),
+        ("m-build", "tok_build_000002", True),
+    ]
+    reads = [
+        read.read(merchant_id=merchant, account_token=token, new_authorization=new)
+        for merchant, token, new in calls
+    ]
+
+    rows = querysets_read(reads)
+    compiled = list(built)
+    expected = [list(item.queryset()) for item in reads]
+
+    assert [[block.pk for block in found] for found in rows] == [
+        [block.pk for block in found] for found in expected
+    ]
+    assert [len(found) for found in rows] == [1, 0, 0, 1, 1]
+    # One build per shape (new_authorization), whatever the values.
+    assert compiled == [False, True]
+
+
+def test_a_prepared_read_reads_in_the_statement_of_the_other_reads(django_assert_num_queries):
+    read = PreparedRead(exposure_limits_queryset, slots=("merchant_id", "direction", "currency"))
+    ExposureLimit.objects.create(
+        merchant_id="m-build", direction="debit", currency="USD", daily_limit=Decimal("9.00")
+    )
+
+    with django_assert_num_queries(1):
+        limits, payments = querysets_read(
+            [
+                read.read(merchant_id="m-build", direction="debit", currency="USD"),
+                Payment.objects.filter(merchant_id="m-build"),
+            ]
+        )
+
+    assert [row.daily_limit for row in limits] == [Decimal("9.00")]
+    assert payments == []
+
+
+def test_a_prepared_read_whose_lookup_rewrites_a_slot_is_refused():
+    read = PreparedRead(
+        lambda *, token: Payment.objects.filter(source_token__startswith=token), slots=("token",)
+    )
+
+    with pytest.raises(ValueError, match="slots as given"):
+        querysets_read([read.read(token="tok_")])

@@ -17,7 +17,9 @@ from collections.abc import Callable
 
 from django.db import connection
 from django.db.models import Model
+from django.db.models.expressions import DatabaseDefault
 from django.db.models.sql import InsertQuery
+from django.db.models.sql.compiler import SQLInsertCompiler  # noqa: F401 (tests patch it)
 
 Row = Model | Callable[[], Model]
 
@@ -80,19 +82,46 @@ def _one_statement() -> bool:
     return connection.vendor == "postgresql"
 
 
-def _insert(row: Model, extra_returning: list | None = None) -> tuple[str, tuple, list]:
+def _insert(row: Model, extra_returning: list | None = None) -> tuple[str, list, list]:
     """The ORM's insert of ``row`` (``Model._save_table``'s fields and returning fields, and
-    ``extra_returning``)."""
+    ``extra_returning``). Its statement is the same for every row of a model whose values are
+    plain values or database defaults alike: compiled once per process for each such shape, and
+    each row only adapts its values (``Field.get_db_prep_save``, as the compiler does); a row
+    with another expression, or a field with a placeholder of its own, is compiled per row."""
     meta = row._meta
     fields = [
         f
         for f in meta.local_concrete_fields
         if not f.generated and (row.pk is not None or f is not meta.auto_field)
     ]
-    query = InsertQuery(type(row))
-    query.insert_values(fields, [row])
-    compiler = query.get_compiler(connection=connection)
     returning = [*meta.db_returning_fields, *(extra_returning or [])]
+    values = [field.pre_save(row, True) for field in fields]
+    defaults = tuple(isinstance(value, DatabaseDefault) for value in values)
+    plain = all(
+        is_default or not hasattr(value, "resolve_expression")
+        for value, is_default in zip(values, defaults, strict=True)
+    ) and not any(hasattr(field, "get_placeholder") for field in fields)
+    key = (type(row), tuple(field.attname for field in fields), defaults, tuple(returning))
+    sql = _statements.get(key) if plain else None
+    if sql is not None:
+        params = [
+            field.get_db_prep_save(value, connection=connection)
+            for field, value, is_default in zip(fields, values, defaults, strict=True)
+            if not is_default
+        ]
+        return sql, params, returning
+    query = InsertQuery(type(row))
+    # ``raw``: the values as ``pre_save`` made them above (an ``auto_now_add`` field's moment),
+    # not made again.
+    query.insert_values(fields, [row], raw=True)
+    compiler = query.get_compiler(connection=connection)
     compiler.returning_fields = returning
     [(sql, params)] = compiler.as_sql()
-    return sql, params, returning
+    if plain:
+        _statements[key] = sql
+    return sql, list(params), returning
+
+
+# The insert statements compiled so far, by model, fields, which of them take their database
+# default, and returning fields (``_insert``): a handful per process.
+_statements: dict[tuple, str] = {}

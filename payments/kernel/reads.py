@@ -146,19 +146,36 @@ def querysets_read(
 def _instance(model: type[Model], row: dict[str, Any]) -> Model:
     """The model instance of one JSON row, keyed by column: each field's value as its
     ``to_python`` reads it, the fields the query left out deferred."""
-    values = []
-    for field in model._meta.concrete_fields:
-        if field.column not in row:
-            values.append(DEFERRED)
-            continue
-        value = row[field.column]
-        if isinstance(field, JSONField):
-            values.append(_floats(value))
-        elif value is None:
-            values.append(None)
-        else:
-            values.append(field.to_python(value))
-    return model.from_db(connection.alias, [f.attname for f in model._meta.concrete_fields], values)
+    key = (model, tuple(row))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(model, row)
+    attnames, converters = plan
+    values = [
+        DEFERRED
+        if convert is None
+        else (None if (value := row[column]) is None else convert(value))
+        for column, convert in converters
+    ]
+    return model.from_db(connection.alias, attnames, values)
+
+
+def _plan(model: type[Model], row: dict[str, Any]) -> tuple[list[str], list[tuple[str, Any]]]:
+    """How a row of ``model`` with ``row``'s columns is read: each concrete field's column and
+    the function that reads its value (None: deferred, the query left it out)."""
+    fields = model._meta.concrete_fields
+    converters = [
+        (field.column, None if field.column not in row else _converter(field)) for field in fields
+    ]
+    return [field.attname for field in fields], converters
+
+
+def _converter(field) -> Any:
+    return _floats if isinstance(field, JSONField) else field.to_python
+
+
+# How rows are read, by model and the columns a read gives (``_instance``): a few per process.
+_plans: dict[tuple, tuple[list[str], list[tuple[str, Any]]]] = {}
 
 
 def _floats(value: Any) -> Any:

@@ -26,6 +26,7 @@ from payments.api.base import (
     not_found,
     payment_of_user,
     refusal,
+    shaped,
 )
 from payments.api.errors import ApiError, field_errors
 from payments.api.fields import (
@@ -378,7 +379,7 @@ def _create_conflict(exc: Exception) -> ApiError:
 
 def _created_body(payment: Payment) -> dict:
     """The create's answer: the payment, and the warnings it was created with."""
-    body = dict(PaymentOutputSerializer(payment).data)
+    body = shaped(PaymentOutputSerializer, payment)
     warnings = [noc_warning(noc) for noc in payment.nocs_open]
     if payment.review_status == ReviewStatus.HELD:
         # Past a limit (OVER_LIMIT = "hold") or flagged by a fraud rule: created, and sent only

@@ -17,6 +17,7 @@ from payments.api.base import (
     payment_of_user,
     query_checked,
     refusal,
+    shaped,
 )
 from payments.api.errors import ApiError, field_errors
 from payments.api.fields import AmountField, MetadataField, StrictCharField, StrictInputSerializer
@@ -148,8 +149,7 @@ class RefundListCreateApi(CreateApi, ReadApi):
             )
         except PaymentNotFound:
             return refusal(ApiError(404, "resource_missing", "no such payment", param="payment_id"))
-        body = RefundOutputSerializer(refund, context={"created": True}).data
-        return idempotency.Answer(201, dict(body))
+        return idempotency.Answer(201, shaped(RefundOutputSerializer, refund, {"created": True}))
 
 
 class RefundDetailApi(ReadApi):

@@ -264,3 +264,21 @@ def test_the_detail_after_a_processor_503_names_a_code_not_the_processors_addres
     assert stored and stored != error["message"]
     admin_page = admin_client.get(f"/admin/payments/payment/{payment.id}/change/")
     assert escape(stored) in admin_page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_shape_from_the_kept_serializer_is_its_own_serializers_data_and_keeps_no_context():
+    from payments.api.base import shaped
+    from payments.object_shapes import PaymentOutputSerializer, RefundOutputSerializer
+
+    debit = PaymentFactory(metadata={"order": "1"})
+    other = PaymentFactory(amount="7.00", description="another")
+
+    assert shaped(PaymentOutputSerializer, debit) == dict(PaymentOutputSerializer(debit).data)
+    assert shaped(PaymentOutputSerializer, other) == dict(PaymentOutputSerializer(other).data)
+    assert shaped(PaymentOutputSerializer, other)["amount"] == "7.00"
+    # The context goes with one call only: a created refund shows no double loss read.
+    assert shaped(RefundOutputSerializer, debit, {"created": True}) == dict(
+        RefundOutputSerializer(debit, context={"created": True}).data
+    )
+    assert shaped(RefundOutputSerializer, debit) == dict(RefundOutputSerializer(debit).data)

@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from payments import conf
@@ -251,11 +251,34 @@ def _claim_taken(*, user, key: str, fingerprint: str) -> ApiIdempotencyKey | Rep
 
 
 def idempotency_key_complete(*, record: ApiIdempotencyKey, status: int, body: dict) -> None:
-    """Store the answer; call inside the transaction that did the work."""
+    """Store the answer; call inside the transaction that did the work. On PostgreSQL by a
+    statement written once (``COMPLETE_SQL``): the ORM's ``save`` built the same ``UPDATE`` anew
+    for every keyed create (no receiver listens to this model's saves)."""
     record.response_status = status
     record.response_body = body
     record.completed_at = timezone.now()
-    record.save(update_fields=["response_status", "response_body", "completed_at"])
+    if connection.vendor != "postgresql":
+        record.save(update_fields=["response_status", "response_body", "completed_at"])
+        return
+    body_field = ApiIdempotencyKey._meta.get_field("response_body")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            COMPLETE_SQL.format(table=connection.ops.quote_name(ApiIdempotencyKey._meta.db_table)),
+            [
+                status,
+                body_field.get_db_prep_save(body, connection=connection),
+                record.completed_at,
+                record.pk,
+            ],
+        )
+        if cursor.rowcount != 1:
+            # As ``save(update_fields=...)`` says it: the claim's row is gone.
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+
+
+COMPLETE_SQL = (
+    "UPDATE {table} SET response_status = %s, response_body = %s, completed_at = %s WHERE id = %s"
+)
 
 
 def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:

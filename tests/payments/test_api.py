@@ -404,3 +404,24 @@ def test_a_request_with_the_key_after_the_first_committed_replays_it():
     assert second["Idempotent-Replayed"] == "true"
     assert first.json() == second.json()
     assert Payment.objects.count() == 1
+
+
+def test_the_stored_answer_is_written_on_the_claims_row_and_read_back_as_given(user):
+    record = ApiIdempotencyKeyFactory(user=user, key="k-stored")
+    body = {"id": "p-1", "amount": "1.50", "nested": {"n": 1.5, "list": [1, "x", None]}}
+
+    idempotency.idempotency_key_complete(record=record, status=201, body=body)
+
+    stored = ApiIdempotencyKey.objects.get(pk=record.pk)
+    assert (stored.response_status, stored.response_body) == (201, body)
+    assert stored.completed_at == record.completed_at is not None
+
+
+def test_storing_an_answer_on_a_claim_that_is_gone_fails():
+    from django.db import DatabaseError
+
+    record = ApiIdempotencyKeyFactory(key="k-gone")
+    ApiIdempotencyKey.objects.filter(pk=record.pk).delete()
+
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        idempotency.idempotency_key_complete(record=record, status=201, body={})

@@ -19,7 +19,6 @@ from django.db import connection
 from django.db.models import Model
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.sql import InsertQuery
-from django.db.models.sql.compiler import SQLInsertCompiler  # noqa: F401 (tests patch it)
 
 Row = Model | Callable[[], Model]
 

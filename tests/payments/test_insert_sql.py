@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from django.db import DataError, transaction
 from django.db.models.functions import Now
+from django.db.models.sql.compiler import SQLInsertCompiler
 from django.utils import timezone
 
 from payments import insert_sql
@@ -87,10 +88,10 @@ def test_a_row_the_database_refuses_writes_none_of_them(path):
 
 def test_a_second_insert_of_a_shape_reuses_its_statement_with_its_own_values(monkeypatch):
     compiled = []
-    as_sql = insert_sql.SQLInsertCompiler.as_sql
+    as_sql = SQLInsertCompiler.as_sql
     monkeypatch.setattr(insert_sql, "_statements", {})
     monkeypatch.setattr(
-        insert_sql.SQLInsertCompiler,
+        SQLInsertCompiler,
         "as_sql",
         lambda self: compiled.append(self.query.model) or as_sql(self),
     )

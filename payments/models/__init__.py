@@ -65,6 +65,8 @@ from payments.models.risk import (  # noqa: F401
     ExposureLimit,
     ExposureLimitChange,
     HeldPayment,
+    MerchantDayAdjustment,
+    MerchantDayTotal,
 )
 from payments.models.validation import (  # noqa: F401
     AccountValidation,

@@ -142,3 +142,56 @@ class AccountBlock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account_token} blocked ({self.get_scope_display()}, {self.return_code})"
+
+
+class MerchantDayTotal(models.Model):
+    """What a merchant's entries of one direction and currency created on one Eastern calendar
+    day add up to, as the exposure limits and the fraud rules count them (every state but
+    failed and canceled, no account validation's micro-entries): kept by the database itself
+    (a trigger on the payments' table, PostgreSQL, migration 0045), so the limits and the rules
+    read a few dozen rows instead of summing the merchant's every payment of up to 60 banking
+    days on each create. A new entry adds to its day's row; an entry that stops counting (it
+    failed, it was canceled) or changes its day, amount or merchant adds a
+    ``MerchantDayAdjustment`` instead, so the workers that fail payments never wait on, or
+    deadlock over, the rows the creates hold. Never written by the application."""
+
+    merchant_id = models.CharField(max_length=64)
+    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
+    currency = models.CharField(max_length=3)
+    day = models.DateField(help_text="The entries' Eastern calendar date of creation.")
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    entries = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["merchant_id", "direction", "currency", "day"],
+                name="merchant_day_total_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.direction} {self.currency} {self.day}"
+
+
+class MerchantDayAdjustment(models.Model):
+    """A change to a ``MerchantDayTotal`` after its entry was counted (negative when the entry
+    stopped counting): appended, never updated, by the same trigger."""
+
+    merchant_id = models.CharField(max_length=64)
+    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
+    currency = models.CharField(max_length=3)
+    day = models.DateField()
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    entries = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["merchant_id", "direction", "currency", "day"],
+                name="merchant_day_adjustment",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.direction} {self.currency} {self.day} {self.amount}"

@@ -25,7 +25,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
@@ -150,6 +150,92 @@ class Exposure:
         return self.limits.window - self.used_window
 
 
+# What the merchants' day totals (``MerchantDayTotal``, kept by the database's trigger) and
+# their adjustments add up to over a span of Eastern calendar days: a few dozen rows, however
+# many payments the merchant made. ``tests/payments/test_merchant_day_totals.py`` holds them
+# to the sums over the payments.
+DAY_TOTALS_SQL = """SELECT
+    SUM(amount) FILTER (WHERE day > %(split)s), SUM(amount) FILTER (WHERE day <= %(split)s)
+FROM (
+    SELECT day, amount FROM payments_merchantdaytotal
+    WHERE merchant_id = %(merchant_id)s AND direction = %(direction)s
+        AND currency = %(currency)s AND day > %(after)s AND day <= %(through)s
+    UNION ALL
+    SELECT day, amount FROM payments_merchantdayadjustment
+    WHERE merchant_id = %(merchant_id)s AND direction = %(direction)s
+        AND currency = %(currency)s AND day > %(after)s AND day <= %(through)s
+) AS days"""
+
+
+def day_totals_params(
+    *,
+    merchant_id: str,
+    direction: str,
+    currency: str,
+    today: date,
+    day_starts: datetime,
+    since: datetime,
+) -> dict:
+    """``DAY_TOTALS_SQL``'s parameters: the days after ``since``'s through ``today``, split
+    after ``day_starts``'s (each the end of an Eastern calendar day)."""
+    return {
+        "merchant_id": merchant_id,
+        "direction": direction,
+        "currency": currency,
+        "after": ach_date(since),
+        "split": ach_date(day_starts),
+        "through": today,
+    }
+
+
+def counted_sums(
+    *,
+    merchant_id: str,
+    direction: str,
+    currency: str,
+    today: date,
+    day_starts: datetime,
+    since: datetime,
+) -> tuple[Decimal, Decimal]:
+    """What the merchant's entries of ``direction`` and ``currency`` that count (not failed or
+    canceled, no micro-entries) add up to on ``today``'s banking day (created after
+    ``day_starts``) and before it, since ``since``: one statement. On PostgreSQL it reads the
+    day totals the database keeps (every bound is the end of an Eastern calendar day:
+    ``counted_since``, ``end_of_banking_day``); elsewhere it sums the payments."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                DAY_TOTALS_SQL,
+                day_totals_params(
+                    merchant_id=merchant_id,
+                    direction=direction,
+                    currency=currency,
+                    today=today,
+                    day_starts=day_starts,
+                    since=since,
+                ),
+            )
+            on_day, before = cursor.fetchone()
+        return on_day or Decimal("0.00"), before or Decimal("0.00")
+    sums = (
+        Payment.objects.filter(
+            merchant_id=merchant_id,
+            direction=direction,
+            currency=currency,
+            created_at__gt=since,
+            created_at__lte=end_of_banking_day(today),
+        )
+        .exclude(state__in=NOT_COUNTED)
+        # A validation's micro-entries are no merchant's exposure, and no use of an account.
+        .exclude(purpose=PaymentPurpose.MICRO_ENTRY)
+        .aggregate(
+            today=Sum("amount", filter=Q(created_at__gt=day_starts)),
+            before=Sum("amount", filter=Q(created_at__lte=day_starts)),
+        )
+    )
+    return sums["today"] or Decimal("0.00"), sums["before"] or Decimal("0.00")
+
+
 def exposure_used(
     *, merchant_id: str, direction: str, currency: str, limits: Limits, now: datetime
 ) -> tuple[date, Decimal, Decimal | None]:
@@ -160,26 +246,17 @@ def exposure_used(
     since = day_starts
     if limits.window_banking_days is not None:
         since = counted_since(today, limits.window_banking_days)
-    # Up to the end of today's banking day: an entry of a later one (created on the weekend
-    # ahead, seen from a Friday) counts on that day, not today.
-    sums = (
-        Payment.objects.filter(
-            merchant_id=merchant_id,
-            direction=direction,
-            currency=currency,
-            created_at__gt=since,
-            created_at__lte=end_of_banking_day(today),
-        )
-        .exclude(state__in=NOT_COUNTED)
-        # A validation's micro-entries are no merchant's exposure, and the limits' answer
-        # (GET .../limits/) must not show their sum.
-        .exclude(purpose=PaymentPurpose.MICRO_ENTRY)
-        .aggregate(today=Sum("amount", filter=Q(created_at__gt=day_starts)), window=Sum("amount"))
+    used_today, before = counted_sums(
+        merchant_id=merchant_id,
+        direction=direction,
+        currency=currency,
+        today=today,
+        day_starts=day_starts,
+        since=since,
     )
-    used_today = sums["today"] or Decimal("0.00")
     used_window = None
     if limits.window_banking_days is not None:
-        used_window = sums["window"] or Decimal("0.00")
+        used_window = used_today + before
     return today, used_today, used_window
 
 

@@ -1,5 +1,7 @@
-# The merchants' day totals (payments.models.risk.MerchantDayTotal), kept by a trigger on the
-# payments' table on PostgreSQL, filled from the payments already there in the same transaction,
+# The merchants' day totals (payments.models.risk.MerchantDayTotal): a trigger on the payments'
+# table on PostgreSQL appends each change of what counts (MerchantDayAdjustment), which the
+# limits' reads fold into the totals under the exposure lock; the totals are filled from the
+# payments already there in the same transaction,
 # with the table locked against writes meanwhile so no entry is missed or counted twice. Other
 # databases (the SQLite quick start) have no trigger: there the limits and the rules sum the
 # payments as before.
@@ -27,13 +29,10 @@ BEGIN
     END IF;
     IF TG_OP = 'INSERT' THEN
         IF new_counted THEN
-            INSERT INTO payments_merchantdaytotal
+            INSERT INTO payments_merchantdayadjustment
                 (merchant_id, direction, currency, day, amount, entries)
             VALUES (NEW.merchant_id, NEW.direction, NEW.currency, {DAY.format(row="NEW")},
-                    NEW.amount, 1)
-            ON CONFLICT (merchant_id, direction, currency, day) DO UPDATE
-                SET amount = payments_merchantdaytotal.amount + EXCLUDED.amount,
-                    entries = payments_merchantdaytotal.entries + 1;
+                    NEW.amount, 1);
         END IF;
         RETURN NULL;
     END IF;

@@ -147,13 +147,15 @@ class AccountBlock(models.Model):
 class MerchantDayTotal(models.Model):
     """What a merchant's entries of one direction and currency created on one Eastern calendar
     day add up to, as the exposure limits and the fraud rules count them (every state but
-    failed and canceled, no account validation's micro-entries): kept by the database itself
-    (a trigger on the payments' table, PostgreSQL, migration 0045), so the limits and the rules
-    read a few dozen rows instead of summing the merchant's every payment of up to 60 banking
-    days on each create. A new entry adds to its day's row; an entry that stops counting (it
-    failed, it was canceled) or changes its day, amount or merchant adds a
-    ``MerchantDayAdjustment`` instead, so the workers that fail payments never wait on, or
-    deadlock over, the rows the creates hold. Never written by the application."""
+    failed and canceled, no account validation's micro-entries), kept with the database's help
+    so that they read a few dozen rows instead of summing the merchant's every payment of up
+    to 60 banking days on each create. A trigger on the payments' table (PostgreSQL, migration
+    0045) appends a ``MerchantDayAdjustment`` for each entry that starts or stops counting (or
+    changes its day, amount or merchant); a read under the merchant's exposure lock for the
+    direction and currency folds them into these rows (``payments.services.limits.DAY_FOLD``).
+    So the creates and the workers only ever append, and never wait on, or deadlock over, a
+    total's row: only the lock's holder writes it. What counts is always the totals plus the
+    changes not yet folded. Never written by the application otherwise."""
 
     merchant_id = models.CharField(max_length=64)
     direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
@@ -175,8 +177,9 @@ class MerchantDayTotal(models.Model):
 
 
 class MerchantDayAdjustment(models.Model):
-    """A change to a ``MerchantDayTotal`` after its entry was counted (negative when the entry
-    stopped counting): appended, never updated, by the same trigger."""
+    """A change to a ``MerchantDayTotal`` not yet folded into it (an entry that started
+    counting, or a negative one for an entry that stopped): appended by the trigger, deleted
+    when a read under the exposure lock folds it in, never updated."""
 
     merchant_id = models.CharField(max_length=64)
     direction = models.CharField(max_length=8, choices=PaymentDirection.choices)

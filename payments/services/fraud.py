@@ -54,7 +54,8 @@ from payments.models import (
 )
 from payments.return_codes import UNAUTHORIZED_CODES
 from payments.services.limits import (
-    DAY_TOTALS_SQL,
+    DAY_FOLD,
+    DAY_SUMS_FOLDED,
     REVIEW_REASON_MAX,
     counted_since,
     day_totals_params,
@@ -195,13 +196,14 @@ def history_sums_orm(window: dict[str, Any]) -> dict[str, Any]:
 
 
 # ``history_sums_orm``'s figures in one statement written once: the day's and the trailing
-# days' sums from the day totals the database keeps (``payments.services.limits
-# .DAY_TOTALS_SQL``: a few dozen rows however many payments the merchant made; summing the
-# payments took 120 ms for a merchant of 10,000 debits a day), and the account's first use and
-# debits from its own index. ``tests/payments/test_fraud_history.py`` holds the two to the same
-# figures.
-_HISTORY_SQL = """SELECT days.on_day, days.before, account.first_seen, account.debits
-FROM ({days}) AS days(on_day, before),
+# days' sums from the day totals the database keeps, folding in the changes appended since
+# (``payments.services.limits.DAY_FOLD``: a few dozen rows however many payments the merchant
+# made; summing the payments took 120 ms for a merchant of 10,000 debits a day), and the
+# account's first use and debits from its own index. The rules read it under the merchant's
+# exposure lock (``hold_decide``), which the fold needs. ``tests/payments/test_fraud_history.py``
+# holds the two to the same figures.
+_HISTORY_SQL = """{fold} SELECT days.on_day, days.before, account.first_seen, account.debits
+FROM {days} AS days(on_day, before),
     (SELECT MIN(created_at), COUNT(id) FILTER (WHERE direction = %(debit)s AND {counted})
      FROM {table}
      WHERE merchant_id = %(merchant_id)s AND source_token = %(account_token)s
@@ -218,7 +220,8 @@ _HISTORY_CONSTANTS = {
 @functools.cache
 def _history_sql() -> str:
     return _HISTORY_SQL.format(
-        days=DAY_TOTALS_SQL,
+        fold=DAY_FOLD,
+        days=DAY_SUMS_FOLDED,
         table=connection.ops.quote_name(Payment._meta.db_table),
         counted=_COUNTED,
     )

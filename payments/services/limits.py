@@ -150,21 +150,43 @@ class Exposure:
         return self.limits.window - self.used_window
 
 
-# What the merchants' day totals (``MerchantDayTotal``, kept by the database's trigger) and
-# their adjustments add up to over a span of Eastern calendar days: a few dozen rows, however
-# many payments the merchant made. ``tests/payments/test_merchant_day_totals.py`` holds them
-# to the sums over the payments.
-DAY_TOTALS_SQL = """SELECT
-    SUM(amount) FILTER (WHERE day > %(split)s), SUM(amount) FILTER (WHERE day <= %(split)s)
-FROM (
+# What the merchants' day totals (``MerchantDayTotal``) and the changes not yet folded into them
+# (``MerchantDayAdjustment``, which the database's trigger appends for every entry that starts
+# or stops counting) add up to over a span of Eastern calendar days: a few dozen rows, however
+# many payments the merchant made. ``tests/payments/test_merchant_day_totals.py`` holds them to
+# the sums over the payments.
+_DAYS = """
     SELECT day, amount FROM payments_merchantdaytotal
     WHERE merchant_id = %(merchant_id)s AND direction = %(direction)s
         AND currency = %(currency)s AND day > %(after)s AND day <= %(through)s
     UNION ALL
-    SELECT day, amount FROM payments_merchantdayadjustment
+    SELECT day, amount FROM {changes}
+    WHERE {key} day > %(after)s AND day <= %(through)s"""
+_SUMS = """(SELECT
+    SUM(amount) FILTER (WHERE day > %(split)s), SUM(amount) FILTER (WHERE day <= %(split)s)
+FROM ({days}) AS days)"""
+_KEY = "merchant_id = %(merchant_id)s AND direction = %(direction)s AND currency = %(currency)s AND"
+# The sums as a subquery (for ``FROM``): the changes read where the trigger appends them.
+DAY_SUMS = _SUMS.format(days=_DAYS.format(changes="payments_merchantdayadjustment", key=_KEY))
+# Under the merchant's exposure lock for the direction and currency, the one statement folds the
+# changes into the totals first (``DAY_FOLD`` heads it; its sums then read the totals as they
+# were and the changes it folded): only a reader holding that lock writes the totals, so the
+# creates and the workers that append changes never wait on a total's row or on each other.
+DAY_FOLD = """WITH folded AS (
+    DELETE FROM payments_merchantdayadjustment
     WHERE merchant_id = %(merchant_id)s AND direction = %(direction)s
-        AND currency = %(currency)s AND day > %(after)s AND day <= %(through)s
-) AS days"""
+        AND currency = %(currency)s
+    RETURNING day, amount, entries
+), totals_kept AS (
+    INSERT INTO payments_merchantdaytotal AS total
+        (merchant_id, direction, currency, day, amount, entries)
+    SELECT %(merchant_id)s, %(direction)s, %(currency)s, day, SUM(amount), SUM(entries)
+    FROM folded GROUP BY day
+    ON CONFLICT (merchant_id, direction, currency, day) DO UPDATE
+        SET amount = total.amount + EXCLUDED.amount, entries = total.entries + EXCLUDED.entries
+)
+"""
+DAY_SUMS_FOLDED = _SUMS.format(days=_DAYS.format(changes="folded", key=""))
 
 
 def day_totals_params(
@@ -176,8 +198,8 @@ def day_totals_params(
     day_starts: datetime,
     since: datetime,
 ) -> dict:
-    """``DAY_TOTALS_SQL``'s parameters: the days after ``since``'s through ``today``, split
-    after ``day_starts``'s (each the end of an Eastern calendar day)."""
+    """The day sums' parameters (``DAY_SUMS``, ``DAY_FOLD``): the days after ``since``'s through
+    ``today``, split after ``day_starts``'s (each the end of an Eastern calendar day)."""
     return {
         "merchant_id": merchant_id,
         "direction": direction,
@@ -196,16 +218,24 @@ def counted_sums(
     today: date,
     day_starts: datetime,
     since: datetime,
+    locked: bool = False,
 ) -> tuple[Decimal, Decimal]:
     """What the merchant's entries of ``direction`` and ``currency`` that count (not failed or
     canceled, no micro-entries) add up to on ``today``'s banking day (created after
     ``day_starts``) and before it, since ``since``: one statement. On PostgreSQL it reads the
     day totals the database keeps (every bound is the end of an Eastern calendar day:
-    ``counted_since``, ``end_of_banking_day``); elsewhere it sums the payments."""
+    ``counted_since``, ``end_of_banking_day``), and folds the changes appended since into them
+    when the caller holds the merchant's exposure lock for ``direction`` and ``currency``
+    (``locked``); elsewhere it sums the payments."""
     if connection.vendor == "postgresql":
+        sql = (
+            f"{DAY_FOLD} SELECT * FROM {DAY_SUMS_FOLDED} AS days"
+            if locked
+            else f"SELECT * FROM {DAY_SUMS} AS days"
+        )
         with connection.cursor() as cursor:
             cursor.execute(
-                DAY_TOTALS_SQL,
+                sql,
                 day_totals_params(
                     merchant_id=merchant_id,
                     direction=direction,
@@ -237,10 +267,17 @@ def counted_sums(
 
 
 def exposure_used(
-    *, merchant_id: str, direction: str, currency: str, limits: Limits, now: datetime
+    *,
+    merchant_id: str,
+    direction: str,
+    currency: str,
+    limits: Limits,
+    now: datetime,
+    locked: bool = False,
 ) -> tuple[date, Decimal, Decimal | None]:
     """Today's effective banking day, what counts on it, and what counts over the window (None
-    without a window): one statement."""
+    without a window): one statement. ``locked``: the caller holds the merchant's exposure lock
+    for ``direction`` and ``currency`` (``counted_sums``)."""
     today = effective_banking_day(now)
     day_starts = counted_since(today, 1)
     since = day_starts
@@ -253,6 +290,7 @@ def exposure_used(
         today=today,
         day_starts=day_starts,
         since=since,
+        locked=locked,
     )
     used_window = None
     if limits.window_banking_days is not None:
@@ -298,6 +336,7 @@ def exposure_check(
         currency=currency,
         limits=limits,
         now=now or timezone.now(),
+        locked=True,
     )
     if limits.daily is not None and used_today + amount > limits.daily:
         raise ExposureLimitExceeded(

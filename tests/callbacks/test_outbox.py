@@ -273,8 +273,7 @@ def test_a_group_held_by_another_publisher_is_skipped_and_others_go_on(sqs_queue
     held, free = add_rows(["held", "free"])
     with psycopg.connect(_test_database_url(), autocommit=True) as other:
         other.execute(
-            "SELECT pg_advisory_lock(%s, %s)",
-            [outbox.ADVISORY_NAMESPACE, outbox._group_key("held")],
+            "SELECT pg_advisory_lock(%s, hashtext(%s))", [outbox.ADVISORY_NAMESPACE, "held"]
         )
         assert outbox_relay_publish() == 1
         held.refresh_from_db()
@@ -282,8 +281,7 @@ def test_a_group_held_by_another_publisher_is_skipped_and_others_go_on(sqs_queue
         assert held.published_at is None
         assert free.published_at is not None
         other.execute(
-            "SELECT pg_advisory_unlock(%s, %s)",
-            [outbox.ADVISORY_NAMESPACE, outbox._group_key("held")],
+            "SELECT pg_advisory_unlock(%s, hashtext(%s))", [outbox.ADVISORY_NAMESPACE, "held"]
         )
         assert outbox_relay_publish() == 1  # released: the group goes out
 
@@ -462,3 +460,48 @@ def test_relay_sweep_leaves_rows_younger_than_its_threshold(sqs_queues):
     assert list(
         OutboxMessage.objects.filter(published_at__isnull=False).values_list("group_id", flat=True)
     ) == [str(old.id)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_publish_after_commit_racing_the_relay_sends_each_row_once_in_group_order(
+    sqs_queues, sent_ids
+):
+    """The fast path (each row's ids, as a request announces them) and the relay loop, each on
+    its own connection, over the same groups: whoever holds a group's lock is its only
+    publisher, and a row is never sent before an earlier unpublished row of its group."""
+    rows = add_rows([f"group-{n % 5}" for n in range(150)])
+    on_commit_before, relay_before = published_count("on_commit"), published_count("relay")
+    start = threading.Barrier(2)
+
+    def publish_after_commit() -> None:
+        try:
+            start.wait()
+            for row in rows:
+                outbox_relay_publish_ids([row.id])
+        finally:
+            connection.close()
+
+    def relay() -> None:
+        try:
+            start.wait()
+            while OutboxMessage.objects.filter(published_at__isnull=True).exists():
+                outbox_relay_publish(limit=3)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(publish_after_commit), pool.submit(relay)]
+        for future in futures:
+            future.result(timeout=120)  # re-raises anything either path raised
+
+    assert sorted(sent_ids) == [r.id for r in rows]  # no row sent twice, none missed
+    assert published_count("on_commit") > on_commit_before  # both paths took part
+    assert published_count("relay") > relay_before
+    by_group: dict[str, list[int]] = {}
+    for message in drain(sqs_queues):
+        by_group.setdefault(message["Attributes"]["MessageGroupId"], []).append(
+            json.loads(message["Body"])["outbox_id"]
+        )
+    for group, ids in by_group.items():
+        assert ids == [r.id for r in rows if r.group_id == group]
+    assert sum(len(ids) for ids in by_group.values()) == len(rows)

@@ -29,8 +29,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # the available balance; each the fraud rules' read of the merchant's history, and the payment
 # with its ledger entry, audit row, submit command and merchant's event in one statement.
 CREATE = {"debit": 8, "web_debit": 9, "refund": 10, "payout": 9}
-# The outbox row's publish after the create's commit, in the same request.
-PUBLISH = 9
+# The outbox row's publish after the create's commit, in the same request, each statement
+# committing as it runs: its group's try-lock (with the row's group read), the group's
+# unpublished rows read after the lock, the mark, the unlock (callbacks.outbox); 9 when the
+# claim and the mark were transactions of their own.
+PUBLISH = 4
 # Per payment: the breaker's read before it starts and its admission's, the queue record, the
 # row lock and mark in one statement; then BEGIN, the row lock, the attempt (numbered by its
 # insert), the state and processor id in one UPDATE, the merchant's event and the audit row in

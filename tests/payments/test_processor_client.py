@@ -329,3 +329,22 @@ def test_the_reference_client_supports_credits_and_events():
     client = ProcessorClient(base_url="http://processor.example")
 
     assert client.supports_credits and client.supports_events
+
+
+def test_the_environments_proxy_is_honoured_and_read_once_per_base_url(scripted, monkeypatch):
+    """requests read the proxy variables on every call (a sixth of a submission's CPU); the
+    client reads them once per base URL, and still sends through the proxy they name."""
+    proxy, _ = scripted(ACCEPTED, ACCEPTED)
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy.base_url)
+    monkeypatch.delenv("http_proxy", raising=False)
+    client = ProcessorClient(base_url="http://processor.invalid", read_timeout=2)
+
+    first = create(client)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    second = create(client)
+
+    assert (first.processor_id, second.processor_id) == ("pr_1", "pr_1")
+    # A proxy is sent the whole URL: both calls went through the one named at the first.
+    assert [r["path"] for r in proxy.requests] == ["http://processor.invalid/v1/ach/debits"] * 2

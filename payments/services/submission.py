@@ -5,6 +5,7 @@ import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -14,6 +15,7 @@ from payments.alerts import AlertSeverity, alert_raise
 from payments.exceptions import ProcessorCircuitOpen, ProcessorUnavailable
 from payments.models import (
     AttemptOutcome,
+    CircuitBreaker,
     EventKind,
     EventOutcome,
     Payment,
@@ -30,7 +32,8 @@ from payments.processor.backends.http import (
     ProcessorCallUnavailable,
     get_client,
 )
-from payments.processor.breaker import Admission
+from payments.processor.breaker import PROCESSOR as PROCESSOR_BREAKER
+from payments.processor.breaker import Admission, processor_breaker_admit_read
 from payments.services.calls import (
     SUBMIT_OPERATION,
     alert_auth_failed,
@@ -133,18 +136,22 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     """
     marked = _submission_mark_sent(payment_id)
     if marked is None:
-        skipped = _submission_start(payment_id)
-        if isinstance(skipped, SubmitResult):
-            return skipped
-        marked = skipped
-    payment, mark = marked
+        started = _submission_start(payment_id)
+        if isinstance(started, SubmitResult):
+            return started
+        marked = started
+    payment, mark = marked.payment, marked.mark
 
-    try:
-        admission = breaker_admit(payment, SUBMIT_OPERATION)
-    except ProcessorCircuitOpen:
-        if mark is not None:  # no call was made: the payment may still be canceled
-            _submission_unmark(payment_id, mark)
-        raise
+    # Read right before the call, never earlier: a stale "closed" (the worker's gate's) once
+    # let a call out past a breaker another worker had just opened.
+    admission = marked.admission
+    if admission is None:
+        try:
+            admission = breaker_admit(payment, SUBMIT_OPERATION)
+        except ProcessorCircuitOpen:
+            if mark is not None:  # no call was made: the payment may still be canceled
+                _submission_unmark(payment_id, mark)
+            raise
     result = _debit_create(payment)
     with transaction.atomic():
         recorded = _submission_record(payment_id, result, caused_by)
@@ -186,24 +193,60 @@ def _submission_call_again(
 
 # One statement (its own transaction, or in the caller's): the payment's row locked, the mark
 # set only on a pending payment no one holds, and the row as it is then, with the mark it had
-# before.
+# before; and the processor's breaker row with the database's clock, for the admission right
+# before the call, with how long the statement took (a wait on the row lock makes the breaker's
+# read, taken at the statement's start, that much older).
 _MARK_SQL = """
 WITH prior AS (
     SELECT id, submission_started_at FROM {table}
     WHERE id = %s AND state = %s AND review_status NOT IN (%s, %s)
     FOR NO KEY UPDATE
+), marked AS (
+    UPDATE {table} AS p SET submission_started_at = %s, updated_at = %s
+    FROM prior WHERE p.id = prior.id
+    RETURNING p.*, prior.submission_started_at AS marked_before
 )
-UPDATE {table} AS p SET submission_started_at = %s, updated_at = %s
-FROM prior WHERE p.id = prior.id
-RETURNING p.*, prior.submission_started_at AS marked_before
+SELECT marked.*, {breaker_columns}, STATEMENT_TIMESTAMP() AS breaker_read_at,
+    EXTRACT(EPOCH FROM CLOCK_TIMESTAMP() - STATEMENT_TIMESTAMP()) AS mark_seconds
+FROM marked LEFT JOIN {breaker} AS b ON b.{breaker_key} = %s
 """
+# A mark that took longer than this (it waited on the payment's row lock: another submission's
+# or a cancel's transaction) has a breaker read too old to let a call out on: the admission
+# reads the breaker again, as it does when the breaker is not plainly closed.
+MARK_BREAKER_FRESH_SECONDS = 0.01
 
 
-def _submission_mark_sent(payment_id) -> tuple[Payment, datetime | None] | None:
+@cache
+def _mark_sql() -> tuple[str, list[str]]:
+    """The mark's statement, built once, and the breaker's fields it reads (each selected as
+    ``breaker__<name>``, apart from the payment's columns)."""
+    quote = connection.ops.quote_name
+    fields = CircuitBreaker._meta.concrete_fields
+    columns = ", ".join(
+        f"b.{quote(field.column)} AS {quote('breaker__' + field.attname)}" for field in fields
+    )
+    sql = _MARK_SQL.format(
+        table=quote(Payment._meta.db_table),
+        breaker=quote(CircuitBreaker._meta.db_table),
+        breaker_key=quote(CircuitBreaker._meta.pk.column),
+        breaker_columns=columns,
+    )
+    return sql, [field.attname for field in fields]
+
+
+@dataclass(frozen=True)
+class _Marked:
+    payment: Payment
+    mark: datetime | None  # set by this submission where there was none (see _submission_mark)
+    admission: Admission | None = None  # decided from the mark's breaker read, if it could be
+
+
+def _submission_mark_sent(payment_id) -> _Marked | None:
     """Mark a pending payment that nothing holds as being submitted, in one statement (the row
-    lock, the check and the mark that ``_submission_start`` takes a transaction of four for):
-    the payment and its mark, as ``_submission_mark`` returns it; None when the payment is not
-    one to send (not pending, held, unknown), for ``_submission_start`` to say why."""
+    lock, the check and the mark that ``_submission_start`` takes a transaction of four for),
+    and read the breaker for the call's admission in it: the payment, its mark and the
+    admission when the read decides it; None when the payment is not one to send (not pending,
+    held, unknown), for ``_submission_start`` to say why."""
     if connection.vendor != "postgresql":
         return None
     try:
@@ -211,16 +254,37 @@ def _submission_mark_sent(payment_id) -> tuple[Payment, datetime | None] | None:
     except ValidationError:
         return None
     now = timezone.now()
-    sql = _MARK_SQL.format(table=connection.ops.quote_name(Payment._meta.db_table))
-    params = [pk, PaymentState.PENDING, ReviewStatus.HELD, ReviewStatus.VALIDATION, now, now]
+    sql, breaker_fields = _mark_sql()
+    params = [
+        pk,
+        PaymentState.PENDING,
+        ReviewStatus.HELD,
+        ReviewStatus.VALIDATION,
+        now,
+        now,
+        PROCESSOR_BREAKER,
+    ]
     rows = list(Payment.objects.raw(sql, params))
     if not rows:
         return None
     payment = rows[0]
-    return payment, (now if payment.marked_before is None else None)
+    mark = now if payment.marked_before is None else None
+    return _Marked(payment, mark, _admission_read(payment, breaker_fields))
 
 
-def _submission_start(payment_id) -> SubmitResult | tuple[Payment, datetime | None]:
+def _admission_read(payment: Payment, breaker_fields: list[str]) -> Admission | None:
+    """The admission the mark's breaker read decides (a closed breaker that lets the call go,
+    read by a mark that did not wait), else None: ``breaker_admit`` reads it again."""
+    if payment.breaker__name is None or payment.mark_seconds > MARK_BREAKER_FRESH_SECONDS:
+        return None
+    values = [getattr(payment, f"breaker__{name}") for name in breaker_fields]
+    breaker = CircuitBreaker.from_db(connection.alias, breaker_fields, values)
+    return processor_breaker_admit_read(
+        breaker, payment.breaker_read_at, operation=SUBMIT_OPERATION
+    )
+
+
+def _submission_start(payment_id) -> SubmitResult | _Marked:
     """The first short transaction, statement by statement: the payment locked, skipped when
     it is not pending or is held (saying why), else marked (``_submission_mark``)."""
     with transaction.atomic():
@@ -243,7 +307,7 @@ def _submission_start(payment_id) -> SubmitResult | tuple[Payment, datetime | No
                 extra={"payment_id": str(payment.id)},
             )
             return SubmitResult(SubmitOutcome.SKIPPED, payment)
-        return payment, _submission_mark(payment)
+        return _Marked(payment, _submission_mark(payment))
 
 
 def _submission_mark(payment: Payment) -> datetime | None:

@@ -34,12 +34,14 @@ CREATE = {"debit": 8, "web_debit": 9, "refund": 10, "payout": 9}
 # unpublished rows read after the lock, the mark, the unlock (callbacks.outbox); 9 when the
 # claim and the mark were transactions of their own.
 PUBLISH = 4
-# Per payment: the breaker's read before it starts and its admission's, the queue record, the
-# row lock and mark in one statement; then BEGIN, the row lock, the attempt (numbered by its
-# insert), the state and processor id in one UPDATE, the merchant's event and the audit row in
-# one INSERT, COMMIT; the queue record done. A closed breaker that counted no failure is not
-# reset (no UPDATE).
-SUBMISSION_BATCH_OF_TEN = 110
+# Per payment: the breaker's read by the worker's gate before it starts, the queue record, the
+# row lock and mark in one statement that also reads the breaker for the admission right before
+# the call (read again in a statement of its own only when it is not plainly closed or the mark
+# waited on the row lock); then BEGIN, the row lock, the attempt (numbered by its insert), the
+# state and processor id in one UPDATE, the merchant's event and the audit row in one INSERT,
+# COMMIT; the queue record done: 10 (11 with the admission's own read). A closed breaker that
+# counted no failure is not reset (no UPDATE).
+SUBMISSION_BATCH_OF_TEN = 100
 INGEST = 0
 # The batch of ten: the start, BEGIN, the payments' locks with their rows, the merchants'
 # return-rate days locked in one order, one statement per event (its row came with the

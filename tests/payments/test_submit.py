@@ -409,3 +409,60 @@ def test_status_check_of_unknown_payment_raises_not_found(sandbox):
     with pytest.raises(PaymentNotFound):
         payment_status_check(payment_id="not-a-uuid")
     assert sandbox.stats()["requests"] == {}
+
+
+def _other_connection():
+    import psycopg
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=False)
+
+
+def test_a_mark_that_waited_on_the_row_lock_reads_the_breaker_again_before_the_call(sandbox):
+    """The mark reads the breaker in its own statement, whose snapshot is taken before it waits
+    on the payment's row lock: a breaker opened by another worker during that wait must still
+    keep the call from going out (a stale "closed" once let one out)."""
+    from payments.processor.breaker import processor_breaker_get
+    from tests.factories import open_breaker
+
+    processor_breaker_get()  # the row is there, closed, when the mark's statement starts
+    payment = PaymentFactory()
+    outcome: list = []
+
+    def mark_waiting() -> bool:
+        # On this test's connection: inside the holder's transaction the activity view would
+        # keep the one snapshot it took first.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s",
+                ["%WITH prior AS%"],
+            )
+            return cursor.fetchone()[0] == 1
+
+    def submit() -> None:
+        try:
+            payment_submit(payment_id=payment.id)
+            outcome.append("called")
+        except ProcessorCircuitOpen as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    with _other_connection() as holder:
+        holder.execute("SELECT 1 FROM payments_payment WHERE id = %s FOR UPDATE", [payment.id])
+        submitter = threading.Thread(target=submit)
+        submitter.start()
+        wait_for(mark_waiting, 30, "the mark to wait on the row lock")
+        open_breaker()  # another worker's failures opened it while the mark waited
+        time.sleep(0.05)
+        holder.commit()
+    submitter.join(timeout=30)
+
+    [refused] = outcome
+    assert isinstance(refused, ProcessorCircuitOpen)
+    assert attempts_of(payment) == []  # no call, no attempt
+    payment.refresh_from_db()
+    assert (payment.state, payment.submission_started_at) == (PaymentState.PENDING, None)

@@ -51,6 +51,7 @@ importable from here, and callers import it from here.
 
 from payments.processor.breaker.admission import (
     processor_breaker_admit,
+    processor_breaker_admit_read,
     processor_breaker_trial_start,
     processor_breaker_wait,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "pause_seconds",
     "payments_waiting_count",
     "processor_breaker_admit",
+    "processor_breaker_admit_read",
     "processor_breaker_close_when_trials_done",
     "processor_breaker_degraded",
     "processor_breaker_degraded_end",

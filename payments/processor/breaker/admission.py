@@ -129,6 +129,19 @@ def processor_breaker_admit(*, operation: str = SUBMISSION) -> Admission:
     )
 
 
+def processor_breaker_admit_read(
+    breaker: CircuitBreaker | None, now: datetime | None, *, operation: str = SUBMISSION
+) -> Admission | None:
+    """The admission from a breaker row the caller read itself right before its call (a
+    submission reads it in the statement that marks the payment): decided only when the breaker
+    is closed and lets the call go, which takes no trial slot and writes nothing; None
+    otherwise, for ``processor_breaker_admit`` to read the row again and decide."""
+    if breaker is None or now is None or breaker.state != BreakerState.CLOSED:
+        return None
+    gate = _gate(breaker, now, operation)
+    return gate if gate.allowed else None
+
+
 def processor_breaker_trial_start() -> bool:
     """When the pause is over (or the last trial's lease ran out undecided), start a trial:
     half-open, with its slots free. True for the one process whose UPDATE started it; the

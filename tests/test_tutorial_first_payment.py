@@ -46,6 +46,10 @@ def test_the_tutorials_first_block_is_where_the_reader_names_the_clone_and_the_p
     assert len(first.splitlines()) == 2
 
 
+# In the scale tier (make test-slow): a fresh virtualenv built from the wheel, 100 to 150 s of
+# pip, the longest test make test had. The wheel's install into a fresh virtualenv stays in make
+# test (tests/host/test_wheel.py); the page's first block is checked here, beside it.
+@pytest.mark.scale
 @pytest.mark.subprocess
 def test_the_tutorials_commands_take_a_new_project_to_a_submitted_refund(tmp_path):
     blocks = tutorial_blocks()

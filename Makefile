@@ -89,7 +89,7 @@ LOCALSTACK_TESTS ?= \
 	tests/callbacks/test_worker_breaker.py \
 	tests/callbacks/test_holds.py \
 	tests/triage/test_actions.py \
-	tests/callbacks/test_worker_processes.py::test_two_workers_apply_500_payments_events_exactly_once_in_order
+	'tests/callbacks/test_worker_processes.py::test_two_workers_apply_the_payments_events_exactly_once_in_order[500-payments]'
 
 # Lint, the migrations check, the docs' build, then every test but the scale tier (in parallel)
 # and, beside it, the module inside a foreign host project (its own settings, user model, URLs

@@ -180,6 +180,10 @@ def test_503_outage_many_times_the_retry_budget_is_one_incident_and_no_dead_lett
     assert during_outage < 20 * int(BUDGET["WORKER_MAX_ATTEMPTS"])
 
 
+# In the scale tier (make test-slow): a second long fault (a 6 s outage, 25 to 40 s in all) on
+# the path the 503 outage above walks in make test; what is the timeout's own (a timeout counted
+# as the breaker's failure) is tested in process by tests/payments/test_breaker.py.
+@pytest.mark.scale
 def test_timeout_outage_is_one_incident_and_no_dead_letter(stack):
     before, created, started, ended = run_outage(stack, mode="timeout", outage_seconds=6, during=10)
 

@@ -7,6 +7,7 @@ The bank-direct path (``bank``) is a plug-in above the queue: the payments core 
 through the processor backend setting (``PROCESSOR_BACKEND``) and the backend's hooks."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -120,45 +121,54 @@ def product_sources() -> dict[str, str]:
     return sources
 
 
+@functools.cache
+def imported_names(source: str, package: str) -> tuple[str, ...]:
+    """Every dotted name ``source`` imports (at the top or inside a function), relative
+    imports made absolute from ``package``; what only a type checker reads (``if
+    TYPE_CHECKING:``) is left out: it never runs. Kept per source: the tests build the graph
+    of the same two hundred modules again and again, with one of them changed (parsing them
+    was 5 to 7 s a test on two shared cores)."""
+    tree = ast.parse(source)
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return tuple(names)
+
+
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
-    """Module -> the modules it imports (at the top or inside a function), each import
-    resolved to the deepest module of ``sources`` it names. What only a type checker reads
-    (``if TYPE_CHECKING:``) is left out: it never runs."""
+    """Module -> the modules it imports (``imported_names``), each import resolved to the
+    deepest module of ``sources`` it names."""
 
     def resolve(name: str) -> str | None:
         while name and name not in sources:
             name = name.rpartition(".")[0]
         return name or None
 
+    packages = {m.rpartition(".")[0] for m in sources}  # the modules others are named under
     graph: dict[str, set[str]] = {name: set() for name in sources}
     for module, source in sources.items():
-        tree = ast.parse(source)
-        skipped = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for inner in ast.walk(node)
-        }
-        is_package = module in {m.rpartition(".")[0] for m in sources if m != module}
-        package = module if is_package else module.rpartition(".")[0]
-        for node in ast.walk(tree):
-            if id(node) in skipped:
-                continue
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package
-                    for _ in range(node.level - 1):
-                        anchor = anchor.rpartition(".")[0]
-                    base = f"{anchor}.{base}" if base else anchor
-                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-            for name in names:
-                target = resolve(name)
-                if target is not None and target != module:
-                    graph[module].add(target)
+        package = module if module in packages else module.rpartition(".")[0]
+        for name in imported_names(source, package):
+            target = resolve(name)
+            if target is not None and target != module:
+                graph[module].add(target)
     return graph
 
 

@@ -58,10 +58,15 @@ XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # The slow tiers (markers in pyproject.toml): `subprocess` (worker, gunicorn, celery, relay
 # processes, Django in a fresh interpreter), `browser` (chromium) and `scale` (1,000 payments,
 # long faults: minutes each). Moved to `scale` to keep make test within 6 minutes on this
-# machine: two of the four modes of the short flap at low traffic
+# machine, each with a smaller one of its kind left in make test (docs/development.md, "How long
+# make test takes"): two of the four modes of the short flap at low traffic
 # (tests/callbacks/test_degraded_processor.py, flap_random and round_robin: the same path as the
-# periodic flap, 20 to 35 s each of waiting out the flap and its alert's cool-down); make test
-# keeps the periodic flap and the pinned connection, the branch of its own.
+# periodic flap, 20 to 35 s each of waiting out the flap and its alert's cool-down; make test
+# keeps the periodic flap and the pinned connection, the branch of its own); the model test's
+# four shards of 50 sequences (make test runs 20); the tutorial's fresh virtualenv from the wheel
+# (tests/host's stays); the schema fuzz's full count of cases (make test sends a third); the
+# timeout outage of two workers (the 503 outage stays); two workers over 500 payments (make test:
+# 100).
 FAST = not subprocess and not browser and not scale
 
 # The tests LocalStack runs a second time (make test-slow). fauxqs returns at most one message of

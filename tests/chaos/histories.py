@@ -3,6 +3,7 @@ product's own services, and the helpers the tests corrupt it with."""
 
 import itertools
 import uuid
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 
@@ -229,3 +230,20 @@ def check(history: dict):
 
 def failed_checks(report) -> set[str]:
     return {v.check for v in report.violations}
+
+
+@contextmanager
+def services_as_production():
+    """Inside a test of the ``history`` fixture (whose session runs as a maintenance session,
+    ``session_replication_role = replica``, where triggers do not fire): the product's services
+    run with the database's triggers on, as in production (the day totals the limits read, the
+    history guard), then the test's maintenance session goes on."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("RESET session_replication_role")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = replica")

@@ -14,7 +14,7 @@ from payments.services import payment_create
 from payments.services.cancel import payment_cancel
 from payments.services.limits import exposure_limit_set
 from payments.services.review import payment_review_approve, payment_review_reject
-from tests.chaos.histories import check
+from tests.chaos.histories import check, services_as_production
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +28,11 @@ def risky(history, module_settings):
     """The clean history, plus a merchant with a daily debit cap of 100.00 and a single cap of
     80.00, its entries within them, one held past them, one held and approved, one rejected."""
     module_settings.OVER_LIMIT = "hold"
+    with services_as_production():
+        return _risky(history)
+
+
+def _risky(history):
     admin = UserFactory(is_superuser=True)
     exposure_limit_set(
         merchant_id="m-risk",

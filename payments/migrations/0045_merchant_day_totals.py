@@ -13,6 +13,16 @@ COUNTED = "{row}.state NOT IN ('failed', 'canceled') AND {row}.purpose <> 'micro
 # Its Eastern calendar date: every boundary the limits and the rules count by is the end of one.
 DAY = "({row}.created_at AT TIME ZONE 'America/New_York')::date"
 
+
+def adjustment(row: str, sign: str) -> str:
+    """The trigger's append of a change: ``row``'s entry (``NEW`` or ``OLD``) added or taken
+    off (``sign``) its day."""
+    return f"""INSERT INTO payments_merchantdayadjustment
+            (merchant_id, direction, currency, day, amount, entries)
+        VALUES ({row}.merchant_id, {row}.direction, {row}.currency, {DAY.format(row=row)},
+                {sign}{row}.amount, {sign}1);"""
+
+
 TRIGGER_SQL = f"""
 CREATE OR REPLACE FUNCTION payments_merchant_day_total() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -27,31 +37,17 @@ BEGIN
     IF TG_OP <> 'DELETE' THEN
         new_counted := {COUNTED.format(row="NEW")};
     END IF;
-    IF TG_OP = 'INSERT' THEN
-        IF new_counted THEN
-            INSERT INTO payments_merchantdayadjustment
-                (merchant_id, direction, currency, day, amount, entries)
-            VALUES (NEW.merchant_id, NEW.direction, NEW.currency, {DAY.format(row="NEW")},
-                    NEW.amount, 1);
-        END IF;
-        RETURN NULL;
-    END IF;
     IF TG_OP = 'UPDATE' THEN
         moved := OLD.amount <> NEW.amount OR OLD.merchant_id <> NEW.merchant_id
             OR OLD.direction <> NEW.direction OR OLD.currency <> NEW.currency
             OR {DAY.format(row="OLD")} <> {DAY.format(row="NEW")};
     END IF;
     IF old_counted AND (TG_OP = 'DELETE' OR NOT new_counted OR moved) THEN
-        INSERT INTO payments_merchantdayadjustment
-            (merchant_id, direction, currency, day, amount, entries)
-        VALUES (OLD.merchant_id, OLD.direction, OLD.currency, {DAY.format(row="OLD")},
-                -OLD.amount, -1);
+        {adjustment("OLD", "-")}
     END IF;
-    IF TG_OP = 'UPDATE' AND new_counted AND (NOT old_counted OR moved) THEN
-        INSERT INTO payments_merchantdayadjustment
-            (merchant_id, direction, currency, day, amount, entries)
-        VALUES (NEW.merchant_id, NEW.direction, NEW.currency, {DAY.format(row="NEW")},
-                NEW.amount, 1);
+    -- A new entry (old_counted is false) or one that started counting or moved.
+    IF new_counted AND (NOT old_counted OR moved) THEN
+        {adjustment("NEW", "")}
     END IF;
     RETURN NULL;
 END
@@ -102,7 +98,7 @@ class Migration(migrations.Migration):
                 ('merchant_id', models.CharField(max_length=64)),
                 ('direction', models.CharField(choices=[('debit', 'Debit (collects)'), ('credit', 'Credit (sends)')], max_length=8)),
                 ('currency', models.CharField(max_length=3)),
-                ('day', models.DateField()),
+                ('day', models.DateField(help_text="The entries' Eastern calendar date of creation.")),
                 ('amount', models.DecimalField(decimal_places=2, max_digits=18)),
                 ('entries', models.BigIntegerField()),
             ],

@@ -144,7 +144,25 @@ class AccountBlock(models.Model):
         return f"{self.account_token} blocked ({self.get_scope_display()}, {self.return_code})"
 
 
-class MerchantDayTotal(models.Model):
+class MerchantDayFigures(models.Model):
+    """What a merchant's entries of one direction and currency created on one Eastern calendar
+    day come to: their amount and how many they are (the day's total, or a change to it)."""
+
+    merchant_id = models.CharField(max_length=64)
+    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
+    currency = models.CharField(max_length=3)
+    day = models.DateField(help_text="The entries' Eastern calendar date of creation.")
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    entries = models.BigIntegerField()
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.direction} {self.currency} {self.day} {self.amount}"
+
+
+class MerchantDayTotal(MerchantDayFigures):
     """What a merchant's entries of one direction and currency created on one Eastern calendar
     day add up to, as the exposure limits and the fraud rules count them (every state but
     failed and canceled, no account validation's micro-entries), kept with the database's help
@@ -157,13 +175,6 @@ class MerchantDayTotal(models.Model):
     total's row: only the lock's holder writes it. What counts is always the totals plus the
     changes not yet folded. Never written by the application otherwise."""
 
-    merchant_id = models.CharField(max_length=64)
-    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
-    currency = models.CharField(max_length=3)
-    day = models.DateField(help_text="The entries' Eastern calendar date of creation.")
-    amount = models.DecimalField(max_digits=18, decimal_places=2)
-    entries = models.BigIntegerField()
-
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -172,21 +183,11 @@ class MerchantDayTotal(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.merchant_id} {self.direction} {self.currency} {self.day}"
 
-
-class MerchantDayAdjustment(models.Model):
+class MerchantDayAdjustment(MerchantDayFigures):
     """A change to a ``MerchantDayTotal`` not yet folded into it (an entry that started
     counting, or a negative one for an entry that stopped): appended by the trigger, deleted
     when a read under the exposure lock folds it in, never updated."""
-
-    merchant_id = models.CharField(max_length=64)
-    direction = models.CharField(max_length=8, choices=PaymentDirection.choices)
-    currency = models.CharField(max_length=3)
-    day = models.DateField()
-    amount = models.DecimalField(max_digits=18, decimal_places=2)
-    entries = models.BigIntegerField()
 
     class Meta:
         indexes = [
@@ -195,6 +196,3 @@ class MerchantDayAdjustment(models.Model):
                 name="merchant_day_adjustment",
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.merchant_id} {self.direction} {self.currency} {self.day} {self.amount}"

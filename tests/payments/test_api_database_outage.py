@@ -224,7 +224,10 @@ def test_a_create_cut_off_by_the_outage_mid_way_executes_when_retried_with_its_k
         ):
             assert time.monotonic() < deadline, "the request never reached the payment's insert"
             time.sleep(0.02)
-        pg_cluster.stop()
+        # Immediate, as a crash: no session ends cleanly, so none releases its locks. A fast
+        # stop ends the blocker's session cleanly, which releases its lock; on a loaded machine
+        # the server can reach the request's session only after it took the lock and committed.
+        pg_cluster.stop(mode="immediate")
         assert_unavailable(pending.result())
 
     # Its claim was in the work's transaction, which the outage rolled back: nothing is bound to

@@ -471,22 +471,30 @@ def test_the_publish_after_commit_racing_the_relay_sends_each_row_once_in_group_
     publisher, and a row is never sent before an earlier unpublished row of its group."""
     rows = add_rows([f"group-{n % 5}" for n in range(150)])
     on_commit_before, relay_before = published_count("on_commit"), published_count("relay")
-    start = threading.Barrier(2)
+    # Each path publishes once while the other waits, then both race for the rest: on a loaded
+    # machine one thread could otherwise publish every row before the other ran at all.
+    first_published, relay_published = threading.Event(), threading.Event()
 
     def publish_after_commit() -> None:
         try:
-            start.wait()
-            for row in rows:
+            outbox_relay_publish_ids([rows[0].id])
+            first_published.set()
+            assert relay_published.wait(timeout=60)
+            for row in rows[1:]:
                 outbox_relay_publish_ids([row.id])
         finally:
+            first_published.set()
             connection.close()
 
     def relay() -> None:
         try:
-            start.wait()
+            assert first_published.wait(timeout=60)
+            outbox_relay_publish(limit=3)
+            relay_published.set()
             while OutboxMessage.objects.filter(published_at__isnull=True).exists():
                 outbox_relay_publish(limit=3)
         finally:
+            relay_published.set()
             connection.close()
 
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -452,4 +452,6 @@ def test_a_receiver_trickling_its_body_is_cut_at_the_deadline_keeping_its_status
     assert time.monotonic() - started < 4  # 512 bytes at one per 50 ms would take 25 s each
     heads = list(WebhookAttempt.objects.values_list("status_code", "response_head"))
     assert [code for code, _ in heads] == [200, 200]
-    assert all(0 < len(head) < 512 and set(head) == {"x"} for _, head in heads)
+    # Cut at the deadline: what had come of the body by then, never all of it (a starved
+    # receiver on a loaded machine may have sent nothing of it yet).
+    assert all(len(head) < 512 and set(head) <= {"x"} for _, head in heads), heads

@@ -17,9 +17,10 @@ in turn, it drives each step as production does (``tests/payment_life.py``):
 - ``apply``: the queue worker drains the callbacks, in batches of up to ten.
 
 For each step it prints the statements per payment (every round trip, transaction control
-included) and the CPU and wall time per payment of this thread (``time.thread_time``: the
-sandbox answers from threads of its own, whose CPU is the processor's, not ours). The SQS
-server and PostgreSQL run in processes of their own: their CPU is not in these figures. The
+included), the CPU and wall time per payment of this thread (``time.thread_time``: the
+sandbox answers from threads of its own, whose CPU is the processor's, not ours) and the CPU
+of this thread's PostgreSQL backend (read from ``/proc``, in the kernel's ticks: 10 ms, so
+only a step over many payments reads true). The SQS server's CPU is not in these figures. The
 statement counts are exact; CPU and wall time vary with the machine's load, so compare them
 only within one run.
 
@@ -46,22 +47,41 @@ STEPS = ("create", "submission", "ingest", "apply")
 KINDS = ("debit", "refund", "payout")
 
 
+def postgres_cpu() -> float:
+    """The CPU seconds so far of this thread's PostgreSQL backend (from ``/proc``: the server
+    runs on this machine), or 0.0 where it cannot be read."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    try:
+        with open(f"/proc/{connection.connection.info.backend_pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime, the 14th and 15th fields, counted after the command's closing ")".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Step:
-    """Statements, thread CPU and wall time of one step over many payments."""
+    """Statements, thread CPU, its PostgreSQL backend's CPU and wall time of one step over many
+    payments."""
 
     def __init__(self) -> None:
         self.statements = 0
         self.cpu = 0.0
+        self.postgres = 0.0
         self.wall = 0.0
 
     def run(self, call, *args):
         from tests.payment_life import statements_counted
 
         with statements_counted() as counted:
+            postgres = postgres_cpu()
             cpu, wall = time.thread_time(), time.perf_counter()
             result = call(*args)
             self.cpu += time.thread_time() - cpu
             self.wall += time.perf_counter() - wall
+            self.postgres += postgres_cpu() - postgres
         self.statements += len(counted)
         return result
 
@@ -129,23 +149,27 @@ def steps_profiled(kind: str, payments: int, client, debit_id: str, lines: int) 
 
 def table(figures: dict[str, dict[str, Step]], payments: int) -> str:
     lines = [
-        "| kind | step | statements per payment | CPU ms per payment | wall ms per payment |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| kind | step | statements per payment | CPU ms per payment "
+        "| PostgreSQL CPU ms per payment | wall ms per payment |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
+
+    def line(kind: str, name: str, step: Step) -> str:
+        return (
+            f"| {kind} | {name} | {step.statements / payments:.1f} "
+            f"| {1000 * step.cpu / payments:.2f} | {1000 * step.postgres / payments:.2f} "
+            f"| {1000 * step.wall / payments:.2f} |"
+        )
+
     for kind, steps in figures.items():
         total = Step()
         for name, step in steps.items():
-            lines.append(
-                f"| {kind} | {name} | {step.statements / payments:.1f} "
-                f"| {1000 * step.cpu / payments:.2f} | {1000 * step.wall / payments:.2f} |"
-            )
+            lines.append(line(kind, name, step))
             total.statements += step.statements
             total.cpu += step.cpu
+            total.postgres += step.postgres
             total.wall += step.wall
-        lines.append(
-            f"| {kind} | **life** | {total.statements / payments:.1f} "
-            f"| {1000 * total.cpu / payments:.2f} | {1000 * total.wall / payments:.2f} |"
-        )
+        lines.append(line(kind, "**life**", total))
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from contextvars import ContextVar
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Case, Model, Q, Value, When
+from django.db.models import Case, Model, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from payments import event_sql
@@ -96,8 +96,13 @@ def payments_lock(*, payment_ids: Iterable) -> list[Payment]:
     ids = sorted({_uuid_or_none(payment_id) for payment_id in payment_ids} - {None})
     if not ids:
         return []
+    return event_sql.rows_select_for_update(_payments_lock_query, ids)
+
+
+def _payments_lock_query(ids: list[uuid.UUID]) -> QuerySet[Payment]:
+    """``payments_lock``'s statement (compiled once per number of ids, ``payments.event_sql``)."""
     holding = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)
-    return list(
+    return (
         Payment.objects.filter(Q(pk__in=ids) | Q(refund_of__in=ids, state__in=holding))
         .order_by(_is_refund(), "id")
         .select_for_update(no_key=True)

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
@@ -81,8 +82,10 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     statements = [query["sql"] for query in captured.captured_queries]
     table = QueueMessage._meta.db_table
     # The start is committed before the work begins (a SIGKILL during the work leaves every
-    # attempt counted); the done marks are in the work's transaction, the last before COMMIT.
+    # attempt counted), without waiting for the WAL flush (it only has to outlive the worker);
+    # the done marks are in the work's transaction, the last before COMMIT.
     assert statements[0].startswith(f'INSERT INTO "{table}"') and statements[1] == "BEGIN"
+    assert "set_config('synchronous_commit', 'off', true)" in statements[0]
     assert statements[2].endswith("FOR NO KEY UPDATE")  # the batch's locks, in the one order
     # Each event's one statement, and no row lock of its own: its row came with the batch's.
     assert all(sql.startswith("WITH claim AS") for sql in statements[4:14])
@@ -123,6 +126,43 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
     assert {(e.kind, e.status, e.posted_at is not None) for e in entries} == {
         ("refund", "posted", True)
     }
+
+
+def test_the_batch_transaction_commits_synchronously_after_an_asynchronous_start(sqs_queues):
+    """The start's commit need not wait for the WAL flush (a start only has to outlive the
+    worker); the work's must, since its commit is what lets the messages be deleted: the
+    batch's transaction runs with ``synchronous_commit`` on."""
+    seen = []
+
+    def recording(message):
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            seen.append(cursor.fetchone()[0])
+        return handle_processor_event(message)
+
+    handler = dataclasses.replace(DEFAULT_HANDLERS[PROCESSOR_EVENT], func=recording)
+    settled_events(sqs_queues, 3)
+    worker = Worker(
+        wait_time=0, relay=False, handlers={**DEFAULT_HANDLERS, PROCESSOR_EVENT: handler}
+    )
+    # As a production database's session (the test database's commits do not wait).
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        [before] = cursor.fetchone()
+        cursor.execute("SET synchronous_commit = on")
+    try:
+        with worker.running():
+            messages = receive_batch(worker, sqs_queues, 3)
+            with CaptureQueriesContext(connection) as captured:
+                worker.process_batch(messages)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET synchronous_commit = {before}")
+
+    start = captured.captured_queries[0]["sql"]
+    assert "set_config('synchronous_commit', 'off', true)" in start
+    assert seen == ["on", "on", "on"]
+    assert worker.stats.outcomes == {"applied": 3}
 
 
 def failing_on(payment_id: str) -> dict[str, Handler]:

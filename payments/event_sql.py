@@ -150,12 +150,22 @@ def _locks_template(
 
 
 def rows_select_for_update(
-    build: Callable[[list[uuid.UUID]], models.QuerySet], ids: list[uuid.UUID]
+    build: Callable[[list[uuid.UUID]], models.QuerySet],
+    ids: list[uuid.UUID],
+    *,
+    along: tuple[Callable[[str], str], list] | None = None,
 ) -> list[models.Model]:
     """What ``list(build(ids))`` returns (a queryset locking rows by ``ids``, a module-level
     function), without compiling the ORM's query again for every call: the statement is the
     ORM's own, compiled once per number of ids, its ids substituted. It was a tenth of the
-    worker's CPU per batch of processor events. Call inside a transaction."""
+    worker's CPU per batch of processor events. Call inside a transaction.
+
+    ``along``: a statement over the locked rows (a function of the relation it reads them
+    from) and its parameters, run in the same statement as a data-modifying CTE over them
+    (``WITH locked AS (...), along AS (...) SELECT * FROM locked``): one round trip fewer. It
+    must read every locked row before it writes (a sort or an aggregate does), so that every
+    row of ``build`` is locked before any row it writes; where the ORM builds the rows itself
+    it runs after them, over the table."""
     db = _connection()
     if db.get_autocommit():  # as the ORM refuses: a lock that ends with its statement
         raise TransactionManagementError("a row lock needs a transaction")
@@ -163,9 +173,18 @@ def rows_select_for_update(
         _locks_template(build, len(ids), db.vendor) if len(ids) <= len(_PLACEHOLDER_IDS) else None
     )
     if template is None:
-        return list(build(ids))
+        rows = list(build(ids))
+        if along is not None:
+            along_sql, along_params = along
+            with db.cursor() as cursor:
+                cursor.execute(along_sql(_table(build(ids[:0]).model)), along_params)
+        return rows
     model, sql, slots, attnames, converters = template
     params = [ids[value] if kind == "id" else value for kind, value in slots]
+    if along is not None:
+        along_sql, along_params = along
+        sql = f"WITH locked AS ({sql}), along AS ({along_sql('locked')}) SELECT * FROM locked"
+        params += along_params
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -237,20 +256,22 @@ def merchant_day_add_sql(source: str) -> str:
     )
 
 
-def merchant_days_lock_sql() -> str:
+def merchant_days_lock_sql(source: str | None = None) -> str:
     """The upsert that locks, in (merchant, day) order, the counters' rows of the merchants of
     the payments ``%s`` (an array of ids) for the day ``%s`` and the database's UTC day (the
     same but around midnight), creating at zero those not there yet. Taken before any counter
     of a batch is added to: two batches adding to the same merchants' days in different orders
     would otherwise each hold a row the other waits for (a deadlock PostgreSQL ends by killing
-    one)."""
+    one). ``source``: where the payments' rows are read (the payments table, or the rows a
+    statement has just locked: ``rows_select_for_update``'s ``along``); its ``ORDER BY`` reads
+    all of them before the first counter's row is written."""
     table = _table(MerchantReturnDay)
     zeros = ", ".join("0" for _ in RETURN_DAY_COUNTERS)
     first = RETURN_DAY_COUNTERS[0]
     return (
         f"INSERT INTO {table} (merchant_id, day, {', '.join(RETURN_DAY_COUNTERS)}) "  # noqa: S608
         f"SELECT merchant.id, day.value, {zeros} "
-        f"FROM (SELECT DISTINCT merchant_id FROM {_table(Payment)} WHERE id = ANY(%s)) "
+        f"FROM (SELECT DISTINCT merchant_id FROM {source or _table(Payment)} WHERE id = ANY(%s)) "
         "AS merchant(id) CROSS JOIN (SELECT DISTINCT unnest(ARRAY[CAST(%s AS date), "
         "CAST(now() AT TIME ZONE 'UTC' AS date)])) AS day(value) "
         "ORDER BY merchant.id, day.value "

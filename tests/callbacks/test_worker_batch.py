@@ -65,19 +65,20 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     with worker.running():
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
-        # (BEGIN ... COMMIT) then locks the ten payments in the one lock order and reads their
-        # rows (one statement, payments_locked), then their merchants' return-rate counters of
-        # the day in (merchant, day) order (one statement, merchant_days_lock: two batches
-        # never deadlock on them), and applies them together (the processor-event handler
-        # declares ``together``): per event one statement that claims the dedup record and
-        # only then writes the state, the ledger credit, the return-rate counter and the
-        # event-log row (payments.event_sql), its payment's row taken from the batch's lock
-        # and no savepoint and release around it: 1 each; then one statement marks all ten
-        # done. 1 + 2 + 2 + 10 * 1 + 1 = 16, against 26 with a row lock per event, 44 with a
+        # (BEGIN ... COMMIT) then, in one statement (payments_locked), locks the ten payments
+        # in the one lock order and reads their rows, and then their merchants' return-rate
+        # counters of the day in (merchant, day) order (merchant_days_lock's upsert, over the
+        # rows just locked: two batches never deadlock on them), and applies them together
+        # (the processor-event handler declares ``together``): per event one statement that
+        # claims the dedup record and only then writes the state, the ledger credit, the
+        # return-rate counter and the event-log row (payments.event_sql), its payment's row
+        # taken from the batch's lock and no savepoint and release around it: 1 each; then
+        # one statement marks all ten done. 1 + 2 + 1 + 10 * 1 + 1 = 15, against 16 with the
+        # counters locked in a statement of their own, 26 with a row lock per event, 44 with a
         # savepoint per event, 84 when the event's rows were five ORM statements, and 130 (in
         # 20 transactions) when each message had its own start and transaction. Deletes and
         # releases are SQS calls.
-        with django_assert_num_queries(16, connection=connection) as captured:
+        with django_assert_num_queries(15, connection=connection) as captured:
             worker.process_batch(messages)
     statements = [query["sql"] for query in captured.captured_queries]
     table = QueueMessage._meta.db_table
@@ -86,10 +87,12 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     # the done marks are in the work's transaction, the last before COMMIT.
     assert statements[0].startswith(f'INSERT INTO "{table}"') and statements[1] == "BEGIN"
     assert "set_config('synchronous_commit', 'off', true)" in statements[0]
-    assert statements[2].endswith("FOR NO KEY UPDATE")  # the batch's locks, in the one order
+    # The batch's locks, in the one order: the payments, then their merchants' counters.
+    locks = statements[2]
+    assert locks.startswith("WITH locked AS (SELECT") and "FOR NO KEY UPDATE), along AS" in locks
+    assert 'along AS (INSERT INTO "payments_merchantreturnday"' in locks
     # Each event's one statement, and no row lock of its own: its row came with the batch's.
-    assert all(sql.startswith("WITH claim AS") for sql in statements[4:14])
-    assert statements[3].startswith('INSERT INTO "payments_merchantreturnday"')
+    assert all(sql.startswith("WITH claim AS") for sql in statements[3:13])
     assert statements[-2].startswith(f'UPDATE "{table}" SET status') and statements[-1] == "COMMIT"
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)
@@ -117,7 +120,7 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
         messages = receive_batch(worker, sqs_queues, 10)
         # As a debit's settlement (the test above): a refund's posts its pending entry in the
         # event's one statement, not in one more after it.
-        with django_assert_num_queries(16, connection=connection):
+        with django_assert_num_queries(15, connection=connection):
             worker.process_batch(messages)
     assert set(Payment.objects.filter(pk__in=[r.pk for r in refunds]).values_list("state")) == {
         (PaymentState.CONFIRMED,)
@@ -617,7 +620,7 @@ def test_a_host_receiver_of_transitions_makes_each_later_event_read_its_row_agai
     try:
         with worker.running():
             messages = receive_batch(worker, sqs_queues, 10)
-            with django_assert_num_queries(16 + 9 + 9, connection=connection):
+            with django_assert_num_queries(15 + 9 + 9, connection=connection):
                 worker.process_batch(messages)
     finally:
         payment_transitioned.disconnect(dispatch_uid="test-batch-reads-again")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, connections, models, transaction
 from django.utils import timezone
 
 from callbacks.models import (
@@ -194,17 +194,20 @@ def _start(rows: list[QueueMessage], *, store_bodies: bool) -> list[QueueMessage
     start was the second commit, and the second fsync, of every batch. Inside a caller's
     transaction it is left alone: the setting would last for that whole transaction."""
     fields = start_fields()
+    # The thread's connection itself, not the proxy, which looks it up again on every attribute
+    # read: a batch's start adapts some two hundred values.
+    db = connections[connection.alias]
     params = [
         f.get_default()
         if not store_bodies and f.attname in _BODY_FIELDS
-        else f.get_db_prep_save(f.pre_save(row, add=True), connection)
+        else f.get_db_prep_save(f.pre_save(row, add=True), db)
         for row in rows
         for f in fields
     ]
-    inside = connection.in_atomic_block
-    sql = _start_sql(len(rows), connection.vendor, asynchronous=not inside)
-    with transaction.atomic() if inside else nullcontext():
-        with connection.cursor() as cursor:
+    inside = db.in_atomic_block
+    sql = _start_sql(len(rows), db.vendor, asynchronous=not inside)
+    with transaction.atomic(using=db.alias) if inside else nullcontext():
+        with db.cursor() as cursor:
             cursor.execute(sql, params)
             returned = cursor.fetchall()
     by_id = {row.message_id: row for row in rows}
@@ -215,7 +218,7 @@ def _start(rows: list[QueueMessage], *, store_bodies: bool) -> list[QueueMessage
         queue_message.attempts = attempts
         queue_message.first_started_at = first_started_at
         queue_message._state.adding = False
-        queue_message._state.db = connection.alias
+        queue_message._state.db = db.alias
         started.append(queue_message)
     return started
 

@@ -319,13 +319,13 @@ PROCESSOR_BREAKER_TICK = Tick(
 def processor_events_locked(messages: list[ReceivedMessage]) -> Iterator[None]:
     """The payments of a batch of processor events (each message's group is its payment) and
     their refunds, then their merchants' return-rate counters of today, locked in the one lock
-    order before any of their events is applied; the payments' rows, read with their locks,
-    serve their events' own row locks (``payments_locked``) for the rest of the block."""
-    from payments.services import merchant_days_lock, payments_locked
+    order before any of their events is applied, in one statement; the payments' rows, read
+    with their locks, serve their events' own row locks (``payments_locked``) for the rest of
+    the block."""
+    from payments.services import payments_locked
 
     payment_ids = [message.group_id for message in messages]
-    with payments_locked(payment_ids=payment_ids):
-        merchant_days_lock(payment_ids=payment_ids)
+    with payments_locked(payment_ids=payment_ids, merchant_days=True):
         yield
 
 

@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 KINDS = (
     ("start record", 'INSERT INTO "callbacks_queuemessage"'),
     ("done mark", 'UPDATE "callbacks_queuemessage" SET status'),
-    ("row locks (the batch's, with the rows; an event's own)", "FOR NO KEY UPDATE"),
+    # The batch's: the payments with their rows, then their merchants' return-rate days.
+    ("row locks (the batch's, with the rows and days; an event's own)", "FOR NO KEY UPDATE"),
     ("event rows", "WITH claim AS"),  # before the days' lock: its statement adds to a day
     ("return-rate days lock", 'INSERT INTO "payments_merchantreturnday"'),
     ("savepoint", "SAVEPOINT"),

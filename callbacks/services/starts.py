@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, connections, models, transaction
 from django.utils import timezone
 
 from callbacks.models import (
@@ -130,9 +130,14 @@ def start_fields() -> list[models.Field]:
 
 _BODY_FIELDS = ("body", "raw_body")
 
+# The first condition of a start that is its own transaction: ``synchronous_commit`` off for that
+# transaction only (``set_config``'s ``is_local``); an uncorrelated subquery, run once before
+# any row is written.
+_ASYNCHRONOUS_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) = 'off' AND "
+
 
 @cache
-def _start_sql(rows: int, vendor: str) -> str:
+def _start_sql(rows: int, vendor: str, *, asynchronous: bool = False) -> str:
     """The start of ``rows`` messages in one statement; its parameters are each row's values
     of ``start_fields()``, in order, and nothing else.
 
@@ -140,7 +145,11 @@ def _start_sql(rows: int, vendor: str) -> str:
     is unfinished; a message already recorded and unfinished instead counts one more attempt
     (its other columns are left as they are: a failed one keeps the body written with its
     error). Returns a row for each message started: a finished one, or one held or behind an
-    unfinished one, returns none. Built once per row count."""
+    unfinished one, returns none. Built once per row count.
+
+    ``asynchronous`` (only for a statement that is its own transaction): its commit does not
+    wait for the WAL flush (``synchronous_commit`` off for that transaction alone, set by the
+    statement itself, so no round trip more). See ``_start``."""
     quote = connection.ops.quote_name
     table = quote(QueueMessage._meta.db_table)
     holds = quote(PaymentHold._meta.db_table)
@@ -154,7 +163,8 @@ def _start_sql(rows: int, vendor: str) -> str:
         f"INSERT INTO {table} ({columns}) "  # noqa: S608
         f"SELECT {', '.join(f'v.{quote(f.column)}' for f in fields)} "
         f"FROM (VALUES {', '.join([row] * rows)}) AS v ({columns}) "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {holds} h WHERE h.payment_id = v.payment_id "
+        f"WHERE {_ASYNCHRONOUS_COMMIT if asynchronous else ''}"
+        f"NOT EXISTS (SELECT 1 FROM {holds} h WHERE h.payment_id = v.payment_id "
         "AND h.released_at IS NULL) "
         f"AND NOT EXISTS (SELECT 1 FROM {table} q WHERE v.sequence_number <> '' "
         "AND q.group_id = v.group_id AND q.sequence_number < v.sequence_number "
@@ -173,18 +183,31 @@ def _start(rows: list[QueueMessage], *, store_bodies: bool) -> list[QueueMessage
     Each value is the one the ORM's insert would write (defaults, ``auto_now``, adaptation);
     without ``store_bodies`` the rows store no body, though the records keep theirs (for a
     failure to write). Autocommitted, or in a savepoint inside a caller's transaction, so that
-    an error (a body the database refuses) leaves that transaction usable."""
+    an error (a body the database refuses) leaves that transaction usable.
+
+    Autocommitted, its commit does not wait for the WAL to reach the disk (``_start_sql``'s
+    ``asynchronous``): the start must outlive the worker, which a commit does at once, visible
+    to every session whether or not it was flushed; only a crash of PostgreSQL itself in the
+    next moments (the WAL writer flushes within ``wal_writer_delay``, and the batch's own
+    commit flushes it first) could lose it, and the worker counts no attempt cut off by a
+    database outage anyway (``queue_messages_interrupted``). A flush per batch less: the
+    start was the second commit, and the second fsync, of every batch. Inside a caller's
+    transaction it is left alone: the setting would last for that whole transaction."""
     fields = start_fields()
+    # The thread's connection itself, not the proxy, which looks it up again on every attribute
+    # read: a batch's start adapts some two hundred values.
+    db = connections[connection.alias]
     params = [
         f.get_default()
         if not store_bodies and f.attname in _BODY_FIELDS
-        else f.get_db_prep_save(f.pre_save(row, add=True), connection)
+        else f.get_db_prep_save(f.pre_save(row, add=True), db)
         for row in rows
         for f in fields
     ]
-    sql = _start_sql(len(rows), connection.vendor)
-    with transaction.atomic() if connection.in_atomic_block else nullcontext():
-        with connection.cursor() as cursor:
+    inside = db.in_atomic_block
+    sql = _start_sql(len(rows), db.vendor, asynchronous=not inside)
+    with transaction.atomic(using=db.alias) if inside else nullcontext():
+        with db.cursor() as cursor:
             cursor.execute(sql, params)
             returned = cursor.fetchall()
     by_id = {row.message_id: row for row in rows}
@@ -195,7 +218,7 @@ def _start(rows: list[QueueMessage], *, store_bodies: bool) -> list[QueueMessage
         queue_message.attempts = attempts
         queue_message.first_started_at = first_started_at
         queue_message._state.adding = False
-        queue_message._state.db = connection.alias
+        queue_message._state.db = db.alias
         started.append(queue_message)
     return started
 

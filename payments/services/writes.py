@@ -16,7 +16,7 @@ from contextvars import ContextVar
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Case, Model, Q, Value, When
+from django.db.models import Case, Model, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from payments import event_sql
@@ -84,7 +84,7 @@ def payment_lock(payment_id) -> Payment:
         raise PaymentNotFound(f"payment id {payment_id!r} is not a valid UUID") from None
 
 
-def payments_lock(*, payment_ids: Iterable) -> list[Payment]:
+def payments_lock(*, payment_ids: Iterable, merchant_days: bool = False) -> list[Payment]:
     """Lock, for the caller's transaction, the payments ``payment_ids`` and the refunds of them
     that still hold money, in the one lock order every service follows: the debits (every
     payment that is not a refund) before the refunds, each set by id. A return of a debit locks
@@ -92,12 +92,23 @@ def payments_lock(*, payment_ids: Iterable) -> list[Payment]:
     applies the events of several payments in one transaction, takes its locks here first, so
     the two never wait on each other in a circle (a deadlock PostgreSQL would end by killing
     one). Ids that are not UUIDs are left out: the work for them fails on its own. Call inside
-    ``transaction.atomic()``; one statement. Returns the rows locked, read whole."""
+    ``transaction.atomic()``; one statement. Returns the rows locked, read whole.
+
+    ``merchant_days``: then, in the same statement, their merchants' return-rate counters of
+    today (``merchant_days_lock``, after the payments, as the lock order says)."""
     ids = sorted({_uuid_or_none(payment_id) for payment_id in payment_ids} - {None})
     if not ids:
         return []
+    along = None
+    if merchant_days:
+        along = (event_sql.merchant_days_lock_sql, [ids, timezone.now().date()])
+    return event_sql.rows_select_for_update(_payments_lock_query, ids, along=along)
+
+
+def _payments_lock_query(ids: list[uuid.UUID]) -> QuerySet[Payment]:
+    """``payments_lock``'s statement (compiled once per number of ids, ``payments.event_sql``)."""
     holding = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)
-    return list(
+    return (
         Payment.objects.filter(Q(pk__in=ids) | Q(refund_of__in=ids, state__in=holding))
         .order_by(_is_refund(), "id")
         .select_for_update(no_key=True)
@@ -111,12 +122,13 @@ _locked_rows: ContextVar[dict[uuid.UUID, Payment] | None] = ContextVar(
 
 
 @contextmanager
-def payments_locked(*, payment_ids: Iterable) -> Iterator[None]:
+def payments_locked(*, payment_ids: Iterable, merchant_days: bool = False) -> Iterator[None]:
     """``payments_lock`` for a block that applies the events of these payments one after the
     other (a worker's batch): the statement that takes the locks also reads the rows, and
     ``payment_lock`` hands each of ``payment_ids`` out once from them instead of reading it
     again, one statement per event fewer. Call inside ``transaction.atomic()``, for that
-    transaction's body.
+    transaction's body. ``merchant_days``: the same statement then locks their merchants'
+    return-rate counters of today (``merchant_days_lock``), one statement fewer.
 
     A row handed out is what the database holds as long as nothing in the block has written it
     since: an event writes its own payment (handed out already) through its ``EventWrite``, and
@@ -124,7 +136,8 @@ def payments_locked(*, payment_ids: Iterable) -> Iterator[None]:
     host's ``payment_transitioned`` receiver) calls ``payments_locked_forget`` first, so that
     every later event reads its row again."""
     wanted = {_uuid_or_none(payment_id) for payment_id in payment_ids} - {None}
-    rows = {row.pk: row for row in payments_lock(payment_ids=wanted) if row.pk in wanted}
+    locked = payments_lock(payment_ids=wanted, merchant_days=merchant_days)
+    rows = {row.pk: row for row in locked if row.pk in wanted}
     token = _locked_rows.set(rows)
     try:
         yield

@@ -6,7 +6,7 @@ import re
 import uuid
 
 import pytest
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -105,3 +105,55 @@ def test_a_column_added_to_the_model_is_written_by_both_starts(added_column):
         cursor.execute(f"SELECT message_id, added FROM {table}")  # noqa: S608
         written = dict(cursor.fetchall())
     assert written == {qm.message_id: "added" for qm in [one, *batch]}
+
+
+def synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def flushed_commits():
+    """This session's commits wait for the WAL flush, as a production database's do (the test
+    database's do not: ``tests/conftest.py``), and go back to what they were afterwards."""
+    before = synchronous_commit()
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = on")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET synchronous_commit = {before}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_that_is_its_own_transaction_commits_without_waiting_for_the_flush(
+    flushed_commits,
+):
+    """Autocommitted, the start turns ``synchronous_commit`` off for its own transaction (one
+    fsync per batch less) and for nothing after it: the session, and so the batch's work and
+    its done marks after it, still commit only once flushed."""
+    with CaptureQueriesContext(connection) as queries:
+        started = queue_messages_start_batch(messages=[received(), received()])
+    [statement] = [query["sql"] for query in queries.captured_queries]
+
+    assert len(started) == 2
+    assert synchronous_commit() == "on"
+    # The same statement seen from inside a transaction: it is the statement that turns it off.
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(statement)
+        assert synchronous_commit() == "off"
+        transaction.set_rollback(True)
+    assert synchronous_commit() == "on"
+
+
+def test_a_start_inside_a_callers_transaction_leaves_its_commit_synchronous(flushed_commits):
+    """Inside a caller's transaction (a test's, here) the setting would last for the whole of
+    it, the caller's own writes included: the start leaves it alone there."""
+    with CaptureQueriesContext(connection) as queries:
+        started = queue_messages_start_batch(messages=[received()])
+        decision = queue_message_start(message=received())
+
+    assert len(started) == 1 and decision.action == StartAction.PROCESS
+    assert not any("synchronous_commit" in query["sql"] for query in queries.captured_queries)
+    assert synchronous_commit() == "on"

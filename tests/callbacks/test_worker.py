@@ -389,7 +389,7 @@ def test_hot_path_of_one_applied_event_takes_a_fixed_number_of_queries(
         # counters and writes the event-log row (payments.event_sql); release; mark the record
         # done. Four statements do the work; the other four are transaction control. This is
         # the per-message path (a submission, a follower of its group in the batch, a message
-        # the bulk start leaves out); a batch's processor events take 16 statements per 10 (see
+        # the bulk start leaves out); a batch's processor events take 15 statements per 10 (see
         # test_worker_batch.py).
         with django_assert_num_queries(8, connection=connection):
             result = worker.process_message(message)

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
@@ -64,29 +65,34 @@ def test_a_batch_of_ten_events_takes_a_fixed_number_of_statements(
     with worker.running():
         messages = receive_batch(worker, sqs_queues, 10)
         # One autocommitted statement starts all ten (counts their attempts). One transaction
-        # (BEGIN ... COMMIT) then locks the ten payments in the one lock order and reads their
-        # rows (one statement, payments_locked), then their merchants' return-rate counters of
-        # the day in (merchant, day) order (one statement, merchant_days_lock: two batches
-        # never deadlock on them), and applies them together (the processor-event handler
-        # declares ``together``): per event one statement that claims the dedup record and
-        # only then writes the state, the ledger credit, the return-rate counter and the
-        # event-log row (payments.event_sql), its payment's row taken from the batch's lock
-        # and no savepoint and release around it: 1 each; then one statement marks all ten
-        # done. 1 + 2 + 2 + 10 * 1 + 1 = 16, against 26 with a row lock per event, 44 with a
+        # (BEGIN ... COMMIT) then, in one statement (payments_locked), locks the ten payments
+        # in the one lock order and reads their rows, and then their merchants' return-rate
+        # counters of the day in (merchant, day) order (merchant_days_lock's upsert, over the
+        # rows just locked: two batches never deadlock on them), and applies them together
+        # (the processor-event handler declares ``together``): per event one statement that
+        # claims the dedup record and only then writes the state, the ledger credit, the
+        # return-rate counter and the event-log row (payments.event_sql), its payment's row
+        # taken from the batch's lock and no savepoint and release around it: 1 each; then
+        # one statement marks all ten done. 1 + 2 + 1 + 10 * 1 + 1 = 15, against 16 with the
+        # counters locked in a statement of their own, 26 with a row lock per event, 44 with a
         # savepoint per event, 84 when the event's rows were five ORM statements, and 130 (in
         # 20 transactions) when each message had its own start and transaction. Deletes and
         # releases are SQS calls.
-        with django_assert_num_queries(16, connection=connection) as captured:
+        with django_assert_num_queries(15, connection=connection) as captured:
             worker.process_batch(messages)
     statements = [query["sql"] for query in captured.captured_queries]
     table = QueueMessage._meta.db_table
     # The start is committed before the work begins (a SIGKILL during the work leaves every
-    # attempt counted); the done marks are in the work's transaction, the last before COMMIT.
+    # attempt counted), without waiting for the WAL flush (it only has to outlive the worker);
+    # the done marks are in the work's transaction, the last before COMMIT.
     assert statements[0].startswith(f'INSERT INTO "{table}"') and statements[1] == "BEGIN"
-    assert statements[2].endswith("FOR NO KEY UPDATE")  # the batch's locks, in the one order
+    assert "set_config('synchronous_commit', 'off', true)" in statements[0]
+    # The batch's locks, in the one order: the payments, then their merchants' counters.
+    locks = statements[2]
+    assert locks.startswith("WITH locked AS (SELECT") and "FOR NO KEY UPDATE), along AS" in locks
+    assert 'along AS (INSERT INTO "payments_merchantreturnday"' in locks
     # Each event's one statement, and no row lock of its own: its row came with the batch's.
-    assert all(sql.startswith("WITH claim AS") for sql in statements[4:14])
-    assert statements[3].startswith('INSERT INTO "payments_merchantreturnday"')
+    assert all(sql.startswith("WITH claim AS") for sql in statements[3:13])
     assert statements[-2].startswith(f'UPDATE "{table}" SET status') and statements[-1] == "COMMIT"
     assert set(QueueMessage.objects.values_list("status", "outcome", "attempts")) == {
         ("done", "applied", 1)
@@ -114,7 +120,7 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
         messages = receive_batch(worker, sqs_queues, 10)
         # As a debit's settlement (the test above): a refund's posts its pending entry in the
         # event's one statement, not in one more after it.
-        with django_assert_num_queries(16, connection=connection):
+        with django_assert_num_queries(15, connection=connection):
             worker.process_batch(messages)
     assert set(Payment.objects.filter(pk__in=[r.pk for r in refunds]).values_list("state")) == {
         (PaymentState.CONFIRMED,)
@@ -123,6 +129,43 @@ def test_a_batch_of_ten_refund_settlements_takes_as_many_statements_as_ten_debit
     assert {(e.kind, e.status, e.posted_at is not None) for e in entries} == {
         ("refund", "posted", True)
     }
+
+
+def test_the_batch_transaction_commits_synchronously_after_an_asynchronous_start(sqs_queues):
+    """The start's commit need not wait for the WAL flush (a start only has to outlive the
+    worker); the work's must, since its commit is what lets the messages be deleted: the
+    batch's transaction runs with ``synchronous_commit`` on."""
+    seen = []
+
+    def recording(message):
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            seen.append(cursor.fetchone()[0])
+        return handle_processor_event(message)
+
+    handler = dataclasses.replace(DEFAULT_HANDLERS[PROCESSOR_EVENT], func=recording)
+    settled_events(sqs_queues, 3)
+    worker = Worker(
+        wait_time=0, relay=False, handlers={**DEFAULT_HANDLERS, PROCESSOR_EVENT: handler}
+    )
+    # As a production database's session (the test database's commits do not wait).
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        [before] = cursor.fetchone()
+        cursor.execute("SET synchronous_commit = on")
+    try:
+        with worker.running():
+            messages = receive_batch(worker, sqs_queues, 3)
+            with CaptureQueriesContext(connection) as captured:
+                worker.process_batch(messages)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET synchronous_commit = {before}")
+
+    start = captured.captured_queries[0]["sql"]
+    assert "set_config('synchronous_commit', 'off', true)" in start
+    assert seen == ["on", "on", "on"]
+    assert worker.stats.outcomes == {"applied": 3}
 
 
 def failing_on(payment_id: str) -> dict[str, Handler]:
@@ -577,7 +620,7 @@ def test_a_host_receiver_of_transitions_makes_each_later_event_read_its_row_agai
     try:
         with worker.running():
             messages = receive_batch(worker, sqs_queues, 10)
-            with django_assert_num_queries(16 + 9 + 9, connection=connection):
+            with django_assert_num_queries(15 + 9 + 9, connection=connection):
                 worker.process_batch(messages)
     finally:
         payment_transitioned.disconnect(dispatch_uid="test-batch-reads-again")

@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from payments import event_sql
 from payments.exceptions import PaymentNotFound
 from payments.models import Payment
-from payments.services import payment_lock
-from tests.factories import PaymentFactory
+from payments.services import payment_lock, payments_lock, writes
+from tests.factories import PaymentFactory, refund_held
 
 pytestmark = pytest.mark.django_db
 
@@ -66,3 +66,35 @@ def test_the_row_lock_refuses_to_run_outside_a_transaction(compiled):
         event_sql._lock_template.cache_clear()
     with pytest.raises(transaction.TransactionManagementError, match="needs a transaction"):
         payment_lock(payment.pk)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_the_precompiled_batch_lock_runs_the_orms_statement_and_returns_its_rows(count):
+    """``payments_lock`` (a worker's batch takes it) runs the ORM's own statement, compiled
+    once per number of ids with its ids put in: the same text the ORM sends, the same rows,
+    in the one lock order, with the same values."""
+    debits = [PaymentFactory(state="confirmed", amount="40.00") for _ in range(count)]
+    refund = refund_held(debits[0], "10.00", "submitted")
+    ids = [debit.pk for debit in debits]
+
+    for _ in range(2):  # compiled on the first call, reused on the second
+        with transaction.atomic():
+            with CaptureQueriesContext(connection) as mine:
+                locked = payments_lock(payment_ids=[*map(str, ids), "not-a-uuid"])
+            with CaptureQueriesContext(connection) as orm_statements:
+                orm = list(writes._payments_lock_query(sorted(ids)))
+
+        assert [query["sql"] for query in mine] == [query["sql"] for query in orm_statements]
+        assert [row.pk for row in locked] == [*sorted(ids), refund.pk]
+        for mine_row, orm_row in zip(locked, orm, strict=True):
+            for field in Payment._meta.concrete_fields:
+                value, expected = getattr(mine_row, field.attname), getattr(orm_row, field.attname)
+                assert (value, type(value)) == (expected, type(expected)), field.name
+            assert (mine_row._state.adding, mine_row._state.db) == (False, orm_row._state.db)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_precompiled_batch_lock_refuses_to_run_outside_a_transaction():
+    payment = PaymentFactory()
+    with pytest.raises(transaction.TransactionManagementError, match="needs a transaction"):
+        payments_lock(payment_ids=[payment.pk])

@@ -20,9 +20,9 @@ For each step it prints the statements per payment (every round trip, transactio
 included), the CPU and wall time per payment of this thread (``time.thread_time``: the
 sandbox answers from threads of its own, whose CPU is the processor's, not ours) and the CPU
 of this thread's PostgreSQL backend (read from ``/proc``, in the kernel's ticks: 10 ms, so
-only a step over many payments reads true). The SQS server's CPU is not in these figures. The
-statement counts are exact; CPU and wall time vary with the machine's load, so compare them
-only within one run.
+only a step over many payments reads true; ``nan`` where a step moved to a new connection).
+The SQS server's CPU is not in these figures. The statement counts are exact; CPU and wall
+time vary with the machine's load, so compare them only within one run.
 
 ``--profile`` runs each kind's lives once more under ``cProfile``, one profile per step, and
 prints where each step's CPU goes (the top ``--profile-lines`` functions by cumulative time;
@@ -32,6 +32,7 @@ prints where each step's CPU goes (the top ``--profile-lines`` functions by cumu
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -47,19 +48,20 @@ STEPS = ("create", "submission", "ingest", "apply")
 KINDS = ("debit", "refund", "payout")
 
 
-def postgres_cpu() -> float:
-    """The CPU seconds so far of this thread's PostgreSQL backend (from ``/proc``: the server
-    runs on this machine), or 0.0 where it cannot be read."""
+def postgres_cpu() -> tuple[int, float]:
+    """This thread's PostgreSQL backend (its pid) and its CPU seconds so far, from ``/proc``
+    (the server runs on this machine); NaN where they cannot be read."""
     from django.db import connection
 
     connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
     try:
-        with open(f"/proc/{connection.connection.info.backend_pid}/stat") as stat:
+        with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return pid, float("nan")
     # utime and stime, the 14th and 15th fields, counted after the command's closing ")".
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Step:
@@ -76,12 +78,14 @@ class Step:
         from tests.payment_life import statements_counted
 
         with statements_counted() as counted:
-            postgres = postgres_cpu()
+            backend, postgres = postgres_cpu()
             cpu, wall = time.thread_time(), time.perf_counter()
             result = call(*args)
             self.cpu += time.thread_time() - cpu
             self.wall += time.perf_counter() - wall
-            self.postgres += postgres_cpu() - postgres
+            backend_after, postgres_after = postgres_cpu()
+            # A step that ran on a new connection: what the one it left had used is lost.
+            self.postgres += postgres_after - postgres if backend_after == backend else math.nan
         self.statements += len(counted)
         return result
 

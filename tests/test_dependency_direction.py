@@ -235,10 +235,11 @@ def test_the_cycle_check_reads_relative_lazy_and_type_checking_imports():
 # --- layers ----------------------------------------------------------------------------------
 
 # What Django, a host or an operator reaches an app through: its API views, admin pages, routes,
-# schema, tasks, commands and start-up checks. The rest of an app is its core (models, services,
-# selectors, the worker...), which these build on and which never imports them back.
+# middleware, schema, tasks, commands and start-up checks. The rest of an app is its core
+# (models, services, selectors, the worker...), which these build on and which never imports
+# them back.
 INTERFACE = {"apis", "admin", "admin_base", "views", "urls", "openapi", "tasks", "management"}
-INTERFACE |= {"checks", "apps", "dashboard", "api"}
+INTERFACE |= {"checks", "apps", "dashboard", "api", "middleware"}
 # Of the payments API's package, the envelope and the input fields are the core's too: the
 # version header's refusal and the webhooks' serializers are written in them.
 API_CORE = {"payments.api.errors", "payments.api.fields"}

@@ -45,6 +45,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The processor's callbacks go from here to their view: none of the middleware below does
+    # anything for them, and each costs every request (callbacks/middleware.py).
+    "callbacks.middleware.ProcessorCallbackMiddleware",
     # Serves the admin's static files from gunicorn (compressed, cached); no separate server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -17,6 +17,9 @@ from collections.abc import Mapping
 
 try:
     from opentelemetry import propagate, trace
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the otel extra is not installed
     propagate = trace = None
 
@@ -34,13 +37,36 @@ def outgoing_values(*, request_id: str | None, headers: Mapping[str, str]) -> di
     carrier: dict[str, str] = {}
     if propagate is not None and trace.get_current_span().get_span_context().is_valid:
         propagate.inject(carrier)
-    elif propagate is not None:
+    elif propagate is not None and (headers.get(TRACEPARENT) or not _w3c_only()):
         propagate.inject(carrier, context=propagate.extract(headers))
     elif TRACEPARENT_RE.match(headers.get(TRACEPARENT) or ""):
         carrier[TRACEPARENT] = headers.get(TRACEPARENT)
     if request_id:
         carrier[REQUEST_ID] = request_id
     return bounded(carrier)
+
+
+# What ``_w3c_only`` found for the global propagator it last saw.
+_w3c_only_of: tuple[object, bool] = (None, False)
+
+
+def _w3c_only() -> bool:
+    """Whether the global propagator is W3C Trace Context and Baggage only (OpenTelemetry's
+    default, ``OTEL_PROPAGATORS=tracecontext,baggage``). Then a request without a
+    ``traceparent`` header has no trace to pass on: extracting from it and injecting what came
+    out writes nothing that is carried (baggage is not), so both are skipped. Any other
+    propagator (B3, Jaeger, a host's own) may read other headers: those are always extracted."""
+    global _w3c_only_of
+    textmap = propagate.get_global_textmap()
+    if _w3c_only_of[0] is not textmap:
+        members = (
+            getattr(textmap, "_propagators", None)
+            if type(textmap) is CompositePropagator
+            else [textmap]
+        )
+        known = (TraceContextTextMapPropagator, W3CBaggagePropagator)
+        _w3c_only_of = (textmap, bool(members) and all(type(m) in known for m in members))
+    return _w3c_only_of[1]
 
 
 def bounded(values: Mapping) -> dict[str, str]:

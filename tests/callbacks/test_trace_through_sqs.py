@@ -299,3 +299,65 @@ def test_the_module_imports_and_passes_a_traceparent_on_without_opentelemetry():
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == TRACEPARENT
+
+
+def test_with_opentelemetrys_default_propagators_a_traceparent_is_passed_on():
+    assert propagation.outgoing_values(
+        request_id="req_1", headers={"traceparent": TRACEPARENT}
+    ) == {"request_id": "req_1", "traceparent": TRACEPARENT}
+
+
+def test_without_a_traceparent_the_default_propagators_are_not_asked(monkeypatch):
+    """W3C Trace Context and Baggage find no trace in a request without a traceparent: the
+    endpoint's hot path skips their extract and inject."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("extract called for a request without a traceparent")
+
+    monkeypatch.setattr(propagation.propagate, "extract", refused)
+
+    assert propagation.outgoing_values(
+        request_id="req_1", headers={"tracestate": "a=b", "baggage": "k=v"}
+    ) == {"request_id": "req_1"}
+
+
+def test_another_propagators_trace_is_passed_on_without_a_traceparent_header():
+    """A host's propagator may read headers of its own (B3, Jaeger, ...): its trace reaches the
+    message as a traceparent, whatever the request's own headers."""
+    from opentelemetry import propagate, trace
+    from opentelemetry.propagators.textmap import TextMapPropagator, default_getter
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    class HostPropagator(TextMapPropagator):
+        def extract(self, carrier, context=None, getter=default_getter):
+            [value] = getter.get(carrier, "x-host-trace") or [None]
+            if value is None:
+                return context or {}
+            trace_id, span_id = value.split(":")
+            span = trace.NonRecordingSpan(
+                trace.SpanContext(
+                    int(trace_id, 16),
+                    int(span_id, 16),
+                    is_remote=True,
+                    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+                )
+            )
+            return trace.set_span_in_context(span, context)
+
+        def inject(self, carrier, context=None, setter=None):
+            TraceContextTextMapPropagator().inject(carrier, context)
+
+        @property
+        def fields(self):
+            return {"x-host-trace", "traceparent"}
+
+    before = propagate.get_global_textmap()
+    propagate.set_global_textmap(HostPropagator())
+    try:
+        values = propagation.outgoing_values(
+            request_id="req_1", headers={"x-host-trace": f"{TRACE_ID}:{PARENT_ID}"}
+        )
+    finally:
+        propagate.set_global_textmap(before)
+
+    assert values == {"request_id": "req_1", "traceparent": TRACEPARENT}

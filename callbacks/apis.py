@@ -11,11 +11,13 @@ was promised and the processor must retry. Checks run cheapest first and in
 the contract's order: size (413), media type (415), signature (401), body (400).
 """
 
+import json
 import logging
 import threading
 from collections import OrderedDict
 
 from django.db import transaction
+from django.http import HttpResponse
 from django.utils.decorators import method_decorator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
@@ -175,6 +177,19 @@ _OUTCOMES = {
 }
 
 
+def _accepted(processor_event_id: str) -> HttpResponse:
+    """The 202, ``{"status": "accepted", "processor_event_id": ...}`` as DRF's JSON renderer
+    writes it, built directly: the one answer of every accepted callback needs no negotiation
+    or rendering."""
+    return HttpResponse(
+        b'{"status":"accepted","processor_event_id":'
+        + json.dumps(processor_event_id).encode()
+        + b"}",
+        status=status.HTTP_202_ACCEPTED,
+        content_type=JSON,
+    )
+
+
 def _error(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorOutputSerializer, description=description)
 
@@ -305,7 +320,7 @@ class ProcessorCallbackApi(ModuleErrorsMixin, APIView):
             "media type (415), signature (401), body (400); then queued (202) or not (503)."
         ),
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         if not request._request.body:
             raise InvalidEvent({"non_field_errors": ["Body is empty; expected a JSON object."]})
         try:
@@ -340,10 +355,7 @@ class ProcessorCallbackApi(ModuleErrorsMixin, APIView):
                 "outcome": "accepted",
             },
         )
-        return Response(
-            {"status": "accepted", "processor_event_id": event.processor_event_id},
-            status=status.HTTP_202_ACCEPTED,
-        )
+        return _accepted(event.processor_event_id)
 
 
 processor_callback = ProcessorCallbackApi.as_view()

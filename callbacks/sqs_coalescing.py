@@ -91,10 +91,14 @@ class CoalescingSender:
     def send(self, message: OutgoingMessage, *, url: str, announced: bool) -> str:
         waiter = _Waiter(message=message, size=message.size)
         with self._changed:
-            batch = self._join(waiter, url)
+            batch, closed_another = self._join(waiter, url)
             batch.announced += announced
             leader = batch.waiters[0] is waiter
-            self._changed.notify_all()
+            # A leader waiting in _gather stops only when its batch was closed or holds every
+            # caller that can come: waking it for any other join costs a thread switch and
+            # changes nothing.
+            if closed_another or batch.closed or batch.announced >= self._requests.peak:
+                self._changed.notify_all()
             if leader:
                 if self._requests.peak > 1:
                     self._gather(batch)
@@ -116,10 +120,12 @@ class CoalescingSender:
                 return
             self._changed.wait(remaining)
 
-    def _join(self, waiter: _Waiter, url: str) -> _OpenBatch:
-        """Add ``waiter`` to the open batch for ``url`` or a new one (lock held)."""
+    def _join(self, waiter: _Waiter, url: str) -> tuple[_OpenBatch, bool]:
+        """Add ``waiter`` to the open batch for ``url`` or a new one (lock held); and whether
+        the open one was closed to make way for it."""
         batch = self._open.get(url)
-        if batch is not None and not batch.fits(waiter):
+        closed_another = batch is not None and not batch.fits(waiter)
+        if closed_another:
             self._close(batch)  # its leader sends it now; this caller leads the next one
             batch = None
         if batch is None:
@@ -128,7 +134,7 @@ class CoalescingSender:
         batch.size += waiter.size
         if len(batch.waiters) == BATCH_LIMIT:
             self._close(batch)
-        return batch
+        return batch, closed_another
 
     def _close(self, batch: _OpenBatch) -> None:
         """Stop ``batch`` taking entries (lock held)."""

@@ -112,6 +112,43 @@ def test_a_batch_stops_waiting_once_every_running_caller_has_joined(sqs_queues, 
     assert batch_histogram() == (entries + 4, calls + 1)
 
 
+def test_a_batch_closed_to_make_way_for_a_message_that_does_not_fit_is_sent_at_once(sqs_queues):
+    """Its leader is woken when the batch is closed, not left waiting out the window."""
+    window = 3.0
+    sent_at: list[float] = []
+    sender, gauge = new_sender(window=window)
+    gauge.enter()
+    gauge.enter()
+    gauge.enter()  # three callers ran at once: no batch of these two is ever complete
+    gauge.leave()
+    event = "provide-client-params.sqs.SendMessageBatch"
+
+    def record(**_) -> None:
+        sent_at.append(time.monotonic())
+
+    sqs.sqs_client().meta.events.register(event, record)
+    first = threading.Thread(
+        target=sender.send,
+        args=(message(padding="x" * 200_000),),
+        kwargs={"url": sqs_queues.url, "announced": True},
+    )
+    started = time.monotonic()
+    try:
+        first.start()
+        while not sender._open:  # the first message leads a batch of its own
+            time.sleep(0.001)
+        sender.send(message(padding="y" * 200_000), url=sqs_queues.url, announced=True)
+        first.join(30)
+    finally:
+        sqs.sqs_client().meta.events.unregister(event, record)
+        gauge.leave()
+        gauge.leave()
+
+    assert len(sent_at) == 2
+    assert min(sent_at) - started < window / 2
+    assert len(receive_all(sqs_queues.url)) == 2
+
+
 def test_a_lone_caller_is_sent_without_waiting(sqs_queues):
     sender, gauge = new_sender(window=20.0)
     gauge.enter()

@@ -255,6 +255,9 @@ class SandboxProcessor:
         self._credits_sent_by_payment: Counter[str] = Counter()
         self._dishonors: dict[str, Dishonor] = {}
         self._in_flight: set[str] = set()
+        # The keys a call was refused for (400, account closed), by direction and key, with
+        # that call's fingerprint: the refusal is the key's result, as a charge is.
+        self._rejected: dict[tuple[str, str], str] = {}
         self._charges: Counter[str] = Counter()
         self._charges_by_payment: Counter[str] = Counter()
         self._responses: Counter[str] = Counter()
@@ -369,6 +372,7 @@ class SandboxProcessor:
             self._credits_sent_by_payment.clear()
             self._dishonors.clear()
             self._in_flight.clear()
+            self._rejected.clear()
             self._charges.clear()
             self._charges_by_payment.clear()
             self._responses.clear()
@@ -540,26 +544,37 @@ class SandboxProcessor:
         if refused is not None:
             return refused
         fingerprint = _fingerprint(request)
+        closed = Answer(
+            400, {"error": "account closed (R02)", "code": "account_closed", "return_code": "R02"}
+        )
         with self._lock:
             existing = transfers.get(key)
-            if existing is None and in_flight in self._in_flight:
-                return Answer(
-                    409,
-                    {
-                        "error": "a request with this Idempotency-Key is still being processed; "
-                        "retry later"
-                    },
-                    (("Retry-After", "1"),),
-                )
-            if existing is None and fault.kind != FaultKind.REJECTED:
+            # A refusal is the key's result, as a charge is: a call that reaches the processor
+            # after it (a slow network) gets it again and never charges the key.
+            rejected = self._rejected.get(in_flight)
+            if existing is None and rejected is None:
+                if in_flight in self._in_flight:
+                    return Answer(
+                        409,
+                        {
+                            "error": "a request with this Idempotency-Key is still being "
+                            "processed; retry later"
+                        },
+                        (("Retry-After", "1"),),
+                    )
+                if fault.kind == FaultKind.REJECTED:
+                    self._rejected[in_flight] = fingerprint
+                    return closed
                 self._in_flight.add(in_flight)
         if existing is not None:
             return self._debit_replay(existing, fingerprint, fault)
-        if fault.kind == FaultKind.REJECTED:
-            return Answer(
-                400,
-                {"error": "account closed (R02)", "code": "account_closed", "return_code": "R02"},
-            )
+        if rejected is not None:
+            if rejected != fingerprint:
+                return Answer(
+                    422,
+                    {"error": "Idempotency-Key was already used with a different request"},
+                )
+            return closed
         debit = self._debit_charge(request, fingerprint, fault, direction, received_at)
         if self.latch is not None:
             self.latch.hold(key)

@@ -479,8 +479,10 @@ def test_the_merchant_is_told_once_that_a_validation_failed_after_its_last_wrong
     _submit_all(validation)
     _settle_all(validation)
     right = sorted(Decimal(amount) for amount in _amounts(sandbox, validation))
-    # One cent over the larger: wrong whatever the draw (the two may be equal).
-    wrong = [f"{right[0]:.2f}", f"{right[1] + Decimal('0.01'):.2f}"]
+    # The larger one cent off, inside the 0.01-0.99 a statement may show: wrong whatever the
+    # draw (the two may be equal; one cent over a 0.99 would be refused as no amount at all).
+    cent = Decimal("0.01") if right[1] < Decimal("0.99") else Decimal("-0.01")
+    wrong = [f"{right[0]:.2f}", f"{right[1] + cent:.2f}"]
     for _ in range(3):
         with pytest.raises(ValidationRefused):
             micro_entries_verify(account_token=TOKEN, merchant_id=MERCHANT, amounts=wrong)

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from payments import signing
 from payments.catalogue import event_type_names
 from payments.selectors import percentile
 from sandbox import DebitLatch, FaultConfig, SandboxProcessor
-from sandbox.faults import FaultPlan
+from sandbox.faults import DebitFault, FaultKind, FaultPlan
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -621,3 +622,39 @@ def test_a_dishonor_request_without_the_right_headers_is_refused(sandbox, header
     )
 
     assert answer.status_code == status
+
+
+class _ScriptedPlan(FaultPlan):
+    """The faults of the calls in the order they arrive, then none."""
+
+    def __init__(self, faults):
+        super().__init__(FaultConfig())
+        self._script = list(faults)
+
+    def debit_fault(self, source_token):
+        with self._lock:
+            return self._script.pop(0) if self._script else DebitFault(FaultKind.NONE)
+
+
+def test_a_call_arriving_after_its_key_was_refused_gets_the_refusal_and_charges_nothing(sandbox):
+    """The first call is slow on its way in; a retry under the same key arrives first and is
+    refused (400, account closed): the refusal is the key's result, so the slow call, when it
+    arrives, gets it again instead of charging the key."""
+    sandbox.plan = _ScriptedPlan(
+        [
+            DebitFault(FaultKind.NONE, latency_seconds=0.5),
+            DebitFault(FaultKind.REJECTED),
+        ]
+    )
+    key, payment_id = uuid.uuid4(), uuid.uuid4()
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(debit, sandbox.base_url, key=key, payment_id=payment_id)
+        time.sleep(0.1)
+        retried = debit(sandbox.base_url, key=key, payment_id=payment_id)
+        late = slow.result()
+
+    assert retried.status_code == 400
+    assert (late.status_code, late.json()) == (400, retried.json())
+    assert sandbox.stats()["total_charges"] == 0
+    # Another request under the refused key is still refused as one.
+    assert debit(sandbox.base_url, key=key, amount="99.00").status_code == 422

@@ -129,8 +129,9 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     row, checks the payment is pending and marks it as being submitted (``submission_started_at``:
     a cancel is refused from then on, and a cancel that locked the row first leaves it
     ``canceled``, which is skipped); the call runs outside any transaction; a second short
-    transaction locks the row again, records the attempt and applies the outcome. Whatever the
-    outcome, the attempt row is committed before anything is raised.
+    transaction locks the row again, records the attempt and applies the outcome (one
+    statement while the row is the version the mark wrote, ``_submission_recorded``). Whatever
+    the outcome, the attempt row is committed before anything is raised.
 
     Accepted -> ``submitted``; queued by the backend (``DebitQueued``) -> still ``pending``,
     the message done; rejected (4xx) -> ``failed`` and a medium alert; retryable ->

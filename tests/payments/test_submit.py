@@ -532,7 +532,7 @@ def test_an_attempt_committed_while_the_record_waited_on_the_row_lock_is_not_num
 
 
 def test_a_record_in_one_statement_writes_what_the_record_statement_by_statement_writes(
-    sandbox,
+    sandbox, monkeypatch
 ):
     """The same answer recorded both ways: the one statement's rows (the payment's row still
     the mark's) and those of the path after the row lock (the row written since the mark,
@@ -578,6 +578,16 @@ def test_a_record_in_one_statement_writes_what_the_record_statement_by_statement
         finally:
             connection.close()
 
+    from payments.services import submission
+
+    by_statement = []
+    record = submission._submission_record
+
+    def record_by_statement(payment_id, *args):
+        by_statement.append(str(payment_id))
+        return record(payment_id, *args)
+
+    monkeypatch.setattr(submission, "_submission_record", record_by_statement)
     with override_settings(PAYMENTS={**settings.PAYMENTS, "PROCESSOR_TIMEOUT_SECONDS": 2}):
         submit(one)
         submitter = threading.Thread(target=submit, args=(other,))
@@ -586,6 +596,7 @@ def test_a_record_in_one_statement_writes_what_the_record_statement_by_statement
         Payment.objects.filter(pk=other.pk).update(description="noted while it was sent")
         submitter.join(timeout=30)
 
+    assert by_statement == [str(other.pk)]  # one's in one statement, other's after the lock
     assert recorded(one) == recorded(other)
     assert recorded(one)["payment"] == (PaymentState.SUBMITTED, True, False)
     assert recorded(one)["log"][5] == {

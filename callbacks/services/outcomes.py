@@ -8,8 +8,9 @@ after the work's has rolled back, so the record of a failure is never lost with 
 """
 
 from datetime import datetime
+from functools import cache
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -37,12 +38,30 @@ from payments.messages import dead_letter_marked
 def queue_message_complete(*, queue_message: QueueMessage, outcome: str) -> None:
     """Mark the message done. Call inside the transaction of its work so both commit together."""
     now = timezone.now()
-    QueueMessage.objects.filter(pk=queue_message.pk).update(
-        status=QueueMessageStatus.DONE, outcome=outcome[:32], finished_at=now, updated_at=now
-    )
+    sql, finished_at = _complete_sql()
+    stamp = finished_at.get_db_prep_value(now, connection)
+    params = [str(QueueMessageStatus.DONE), outcome[:32], stamp, stamp, queue_message.pk]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
     queue_message.status = QueueMessageStatus.DONE
     queue_message.outcome = outcome
     queue_message.finished_at = now
+
+
+@cache
+def _complete_sql() -> tuple[str, models.Field]:
+    """The done mark's ``UPDATE`` (status, outcome, finished_at, updated_at; by id), written
+    once: the ORM's own ``update()`` compiled it again for every message the worker finished
+    on its own (every submission). And the field that adapts its times for the database."""
+    meta = QueueMessage._meta
+    quote = connection.ops.quote_name
+    columns = [quote(meta.get_field(name).column) for name in _COMPLETE_FIELDS]
+    sets = ", ".join(f"{column} = %s" for column in columns)
+    sql = f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {quote(meta.pk.column)} = %s"  # noqa: S608
+    return sql, meta.get_field("finished_at")
+
+
+_COMPLETE_FIELDS = ("status", "outcome", "finished_at", "updated_at")
 
 
 def queue_messages_complete(*, done: list[tuple[QueueMessage, str]]) -> None:

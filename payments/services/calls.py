@@ -216,6 +216,22 @@ def attempt_record(
     """Write the attempt row; the caller holds the payment's row lock, so the number is safe.
     ``idempotency_key``: the key the call sent, when it is not the payment's (a dishonor
     request has its own)."""
+    attempt = attempt_new(payment, operation, result, idempotency_key=idempotency_key)
+    attempt.attempt_number = _attempt_number_next(payment, operation)
+    if connection.vendor == "postgresql":
+        # The number counted by the insert itself, and returned by it: one statement.
+        row_insert_returning(attempt, computed=("attempt_number",))
+    else:
+        attempt.save(force_insert=True)
+    attempt_recorded(attempt)
+    return attempt
+
+
+def attempt_new(
+    payment: Payment, operation: str, result, *, idempotency_key=None
+) -> ProcessorAttempt:
+    """The attempt row of ``result``, unsaved and not numbered yet: its number and its start
+    (the record's time less the call's latency, ``started_at``) are the insert's to compute."""
     if isinstance(result, ProcessorCallRejected):
         outcome = AttemptOutcome.REJECTED
     elif isinstance(result, ProcessorCallUnavailable):
@@ -228,9 +244,8 @@ def attempt_record(
     # On the database's clock, as every audit time: the call began its own (monotonic) latency
     # before this record. The calling host's clock, which may be minutes off, is not read.
     latency = timedelta(milliseconds=call.latency_ms)
-    attempt = ProcessorAttempt(
+    return ProcessorAttempt(
         payment=payment,
-        attempt_number=_attempt_number_next(payment, operation),
         operation=operation,
         idempotency_key=idempotency_key or payment.idempotency_key,
         outcome=outcome,
@@ -242,15 +257,13 @@ def attempt_record(
         retry_after_seconds=call.retry_after,
         started_at=Now() - latency,
     )
-    if connection.vendor == "postgresql":
-        # The number counted by the insert itself, and returned by it: one statement.
-        row_insert_returning(attempt, computed=("attempt_number",))
-    else:
-        attempt.save(force_insert=True)
-    # recorded_at came back from the insert: the same statement time the database subtracted
-    # the latency from, so this is the stored value without reading it again.
-    attempt.started_at = attempt.recorded_at - latency
-    return attempt
+
+
+def attempt_recorded(attempt: ProcessorAttempt) -> None:
+    """Set an attempt's start as stored, once its insert has returned ``recorded_at``: the same
+    statement time the database subtracted the latency from, so this is the stored value
+    without reading it again."""
+    attempt.started_at = attempt.recorded_at - timedelta(milliseconds=attempt.latency_ms)
 
 
 def _attempt_number_next(payment: Payment, operation: str) -> int | RawSQL:

@@ -3,6 +3,7 @@ made outside any transaction."""
 
 import enum
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -37,7 +38,9 @@ from payments.processor.breaker import Admission, processor_breaker_admit_read
 from payments.services.calls import (
     SUBMIT_OPERATION,
     alert_auth_failed,
+    attempt_new,
     attempt_record,
+    attempt_recorded,
     breaker_admit,
     breaker_record,
     breaker_record_called_again,
@@ -52,6 +55,8 @@ from payments.services.transitions import (
     transition_move,
 )
 from payments.services.writes import move_save, payment_lock
+from payments.signals import payment_transitioned
+from payments.submission_sql import move_written_whole, submission_write
 
 logger = logging.getLogger(__name__)
 
@@ -124,8 +129,9 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
     row, checks the payment is pending and marks it as being submitted (``submission_started_at``:
     a cancel is refused from then on, and a cancel that locked the row first leaves it
     ``canceled``, which is skipped); the call runs outside any transaction; a second short
-    transaction locks the row again, records the attempt and applies the outcome. Whatever the
-    outcome, the attempt row is committed before anything is raised.
+    transaction locks the row again, records the attempt and applies the outcome (one
+    statement while the row is the version the mark wrote, ``_submission_recorded``). Whatever
+    the outcome, the attempt row is committed before anything is raised.
 
     Accepted -> ``submitted``; queued by the backend (``DebitQueued``) -> still ``pending``,
     the message done; rejected (4xx) -> ``failed`` and a medium alert; retryable ->
@@ -153,10 +159,9 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
                 _submission_unmark(payment_id, mark)
             raise
     result = _debit_create(payment)
-    with transaction.atomic():
-        recorded = _submission_record(payment_id, result, caused_by)
+    recorded = _submission_recorded(marked, result, caused_by)
     if call_again_worth(admission, recorded.attempt, result):
-        admission, result, recorded = _submission_call_again(admission, recorded, caused_by)
+        admission, result, recorded = _submission_call_again(admission, recorded, marked, caused_by)
     # After commit: the attempt and the state change are durable before anyone hears of them.
     payment, attempt = recorded.payment, recorded.attempt
     if recorded.alert is not None:
@@ -174,7 +179,7 @@ def payment_submit(*, payment_id, caused_by: str = "") -> SubmitResult:
 
 
 def _submission_call_again(
-    admission: Admission, failed: _SubmissionRecorded, caused_by: str
+    admission: Admission, failed: _SubmissionRecorded, marked: "_Marked", caused_by: str
 ) -> tuple[Admission, object, _SubmissionRecorded]:
     """Make a failed call again at once on a new connection (``breaker.degraded``: a
     balancer's dead backend), under the same idempotency key; its own attempt row. Returns
@@ -184,8 +189,7 @@ def _submission_call_again(
     admission = breaker_record_called_again(admission, failed.attempt)
     get_client().connections_renew()
     result = _debit_create(payment)
-    with transaction.atomic():
-        recorded = _submission_record(payment.id, result, caused_by)
+    recorded = _submission_recorded(marked, result, caused_by)
     if recorded.outcome != SubmitOutcome.RETRYABLE:
         breaker_recovered(recorded.payment, recorded.attempt)
     return admission, result, recorded
@@ -204,10 +208,10 @@ WITH prior AS (
 ), marked AS (
     UPDATE {table} AS p SET submission_started_at = %s, updated_at = %s
     FROM prior WHERE p.id = prior.id
-    RETURNING p.*, prior.submission_started_at AS marked_before
+    RETURNING {payment_columns}, prior.submission_started_at, p.xmin::text
 )
-SELECT marked.*, {breaker_columns}, STATEMENT_TIMESTAMP() AS breaker_read_at,
-    EXTRACT(EPOCH FROM CLOCK_TIMESTAMP() - STATEMENT_TIMESTAMP()) AS mark_seconds
+SELECT marked.*, {breaker_columns}, STATEMENT_TIMESTAMP(),
+    EXTRACT(EPOCH FROM CLOCK_TIMESTAMP() - STATEMENT_TIMESTAMP())
 FROM marked LEFT JOIN {breaker} AS b ON b.{breaker_key} = %s
 """
 # A mark that took longer than this (it waited on the payment's row lock: another submission's
@@ -216,22 +220,46 @@ FROM marked LEFT JOIN {breaker} AS b ON b.{breaker_key} = %s
 MARK_BREAKER_FRESH_SECONDS = 0.01
 
 
+@dataclass(frozen=True)
+class _MarkStatement:
+    """The mark's statement, built once, and how to read its row: the payment's columns (their
+    attribute names, and the fields' own converters from the database's value, a JSON column's,
+    applied as the ORM applies them), the mark it had before and its row's version, then the
+    breaker's columns, the database's clock and the statement's duration."""
+
+    sql: str
+    payment_fields: tuple[str, ...]
+    converters: tuple[tuple[int, tuple, object], ...]
+    breaker_fields: tuple[str, ...]
+
+
 @cache
-def _mark_sql() -> tuple[str, list[str]]:
-    """The mark's statement, built once, and the breaker's fields it reads (each selected as
-    ``breaker__<name>``, apart from the payment's columns)."""
+def _mark_sql() -> _MarkStatement:
     quote = connection.ops.quote_name
-    fields = CircuitBreaker._meta.concrete_fields
-    columns = ", ".join(
-        f"b.{quote(field.column)} AS {quote('breaker__' + field.attname)}" for field in fields
-    )
+    payment_fields = Payment._meta.concrete_fields
+    breaker_fields = CircuitBreaker._meta.concrete_fields
+    converters = []
+    for index, field in enumerate(payment_fields):
+        column = field.cached_col
+        functions = (
+            *connection.ops.get_db_converters(column),
+            *column.get_db_converters(connection),
+        )
+        if functions:
+            converters.append((index, functions, column))
     sql = _MARK_SQL.format(
         table=quote(Payment._meta.db_table),
+        payment_columns=", ".join(f"p.{quote(field.column)}" for field in payment_fields),
         breaker=quote(CircuitBreaker._meta.db_table),
         breaker_key=quote(CircuitBreaker._meta.pk.column),
-        breaker_columns=columns,
+        breaker_columns=", ".join(f"b.{quote(field.column)}" for field in breaker_fields),
     )
-    return sql, [field.attname for field in fields]
+    return _MarkStatement(
+        sql=sql,
+        payment_fields=tuple(field.attname for field in payment_fields),
+        converters=tuple(converters),
+        breaker_fields=tuple(field.attname for field in breaker_fields),
+    )
 
 
 @dataclass(frozen=True)
@@ -239,6 +267,9 @@ class _Marked:
     payment: Payment
     mark: datetime | None  # set by this submission where there was none (see _submission_mark)
     admission: Admission | None = None  # decided from the mark's breaker read, if it could be
+    # The version of the payment's row the mark wrote (its ``xmin``), which ``payment`` is: the
+    # record writes in one statement while the row is still that one (``submission_write``).
+    version: str | None = None
 
 
 def _submission_mark_sent(payment_id) -> _Marked | None:
@@ -254,7 +285,7 @@ def _submission_mark_sent(payment_id) -> _Marked | None:
     except ValidationError:
         return None
     now = timezone.now()
-    sql, breaker_fields = _mark_sql()
+    statement = _mark_sql()
     params = [
         pk,
         PaymentState.PENDING,
@@ -264,24 +295,38 @@ def _submission_mark_sent(payment_id) -> _Marked | None:
         now,
         PROCESSOR_BREAKER,
     ]
-    rows = list(Payment.objects.raw(sql, params))
-    if not rows:
+    # The row read straight from the cursor: a raw queryset maps its columns to the model's
+    # fields again on every call, most of the mark's CPU.
+    with connection.cursor() as cursor:
+        cursor.execute(statement.sql, params)
+        row = cursor.fetchone()
+    if row is None:
         return None
-    payment = rows[0]
-    mark = now if payment.marked_before is None else None
-    return _Marked(payment, mark, _admission_read(payment, breaker_fields))
+    count = len(statement.payment_fields)
+    values = list(row[:count])
+    for index, functions, column in statement.converters:
+        for convert in functions:
+            values[index] = convert(values[index], column, connection)
+    payment = Payment.from_db(connection.alias, statement.payment_fields, values)
+    marked_before, version = row[count], row[count + 1]
+    *breaker_values, read_at, seconds = row[count + 2 :]
+    mark = now if marked_before is None else None
+    admission = _admission_read(statement.breaker_fields, breaker_values, read_at, seconds)
+    return _Marked(payment, mark, admission, version=version)
 
 
-def _admission_read(payment: Payment, breaker_fields: list[str]) -> Admission | None:
+def _admission_read(
+    fields: tuple[str, ...], values: list, read_at: datetime, seconds: float
+) -> Admission | None:
     """The admission the mark's breaker read decides (a closed breaker that lets the call go,
-    read by a mark that did not wait), else None: ``breaker_admit`` reads it again."""
-    if payment.breaker__name is None or payment.mark_seconds > MARK_BREAKER_FRESH_SECONDS:
+    read by a mark that did not wait ``seconds`` long), else None: ``breaker_admit`` reads it
+    again."""
+    if values[fields.index(CircuitBreaker._meta.pk.attname)] is None:
+        return None  # no breaker row yet
+    if seconds > MARK_BREAKER_FRESH_SECONDS:
         return None
-    values = [getattr(payment, f"breaker__{name}") for name in breaker_fields]
-    breaker = CircuitBreaker.from_db(connection.alias, breaker_fields, values)
-    return processor_breaker_admit_read(
-        breaker, payment.breaker_read_at, operation=SUBMIT_OPERATION
-    )
+    breaker = CircuitBreaker.from_db(connection.alias, list(fields), values)
+    return processor_breaker_admit_read(breaker, read_at, operation=SUBMIT_OPERATION)
 
 
 def _submission_start(payment_id) -> SubmitResult | _Marked:
@@ -340,8 +385,83 @@ def _debit_create(
         return exc
 
 
+def _submission_recorded(marked: _Marked, result, caused_by: str) -> _SubmissionRecorded:
+    """The second transaction: record the attempt and apply the answer, committed on return.
+    In one statement while the payment's row is the one the mark wrote
+    (``_submission_record_written``), else statement by statement after the row lock."""
+    recorded = _submission_record_written(marked, result, caused_by)
+    if recorded is None:
+        with transaction.atomic():
+            recorded = _submission_record(marked.payment.pk, result, caused_by)
+    return recorded
+
+
+def _submission_record_written(
+    marked: _Marked, result, caused_by: str
+) -> _SubmissionRecorded | None:
+    """Record the attempt and apply the answer in one statement (``payments.submission_sql``),
+    committed on return, when the payment's row is still the version the mark wrote: the
+    payment is then pending and as ``marked`` read it, so what the answer does is known without
+    reading the row again. None, nothing written, when it is not (someone wrote the row since,
+    or another submission took the attempt's number), when the answer is the backend's own
+    (``DebitQueued``) or when the move writes money rows (a credit's failure): the caller
+    records it statement by statement, reading the row afresh (``marked.payment`` may then have
+    been moved in memory, and is not used again).
+
+    Without a transaction of its own where nothing receives ``payment_transitioned``: the
+    statement is one, and commits alone. A receiver runs inside the transaction, as on the
+    other path: its error rolls the whole record back."""
+    if marked.version is None:
+        return None
+    payment = marked.payment
+    attempt = attempt_new(payment, SUBMIT_OPERATION, result)
+    if attempt.outcome == AttemptOutcome.RETRYABLE:
+        if not submission_write(payment=payment, version=marked.version, attempt=attempt):
+            return None
+        attempt_recorded(attempt)
+        return _SubmissionRecorded(payment, attempt, SubmitOutcome.RETRYABLE)
+    rule = _SUBMIT_RULES.get(attempt.outcome)
+    if rule is None:
+        return None
+    # The attempt's number is the statement's to count: it fills the key in.
+    details = {
+        "attempt_number": None,
+        "http_status": attempt.http_status,
+        "error_kind": attempt.error_kind,
+        "error": attempt.error,
+    }
+    fields = ()
+    if isinstance(result, DebitAccepted):
+        fields = _submission_accepted_note(payment, result, details)
+    move = transition_move(payment, rule.target)
+    if not move_written_whole(move):
+        return None
+    row = _submission_log(
+        payment, str(attempt.outcome), EventOutcome.APPLIED, move.from_state, details, caused_by
+    )
+    announced = payment_transitioned.has_listeners(Payment)
+    with transaction.atomic() if announced else nullcontext():
+        if not submission_write(
+            payment=payment,
+            version=marked.version,
+            attempt=attempt,
+            move=move,
+            fields=fields,
+            log=row,
+        ):
+            return None
+        attempt_recorded(attempt)
+        transition_count(move)
+        transition_announce(row)
+    alert = None
+    if attempt.outcome == AttemptOutcome.REJECTED:
+        alert = _submission_rejected_alert(payment, attempt, details)
+    return _SubmissionRecorded(payment, attempt, rule.outcome, alert)
+
+
 def _submission_record(payment_id, result, caused_by: str) -> _SubmissionRecorded:
-    """Record the attempt and apply the answer; call inside the second transaction."""
+    """Record the attempt and apply the answer statement by statement; call inside the second
+    transaction."""
     payment = payment_lock(payment_id)
     attempt = attempt_record(payment, SUBMIT_OPERATION, result)
     if attempt.outcome == AttemptOutcome.QUEUED:

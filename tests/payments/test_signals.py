@@ -250,3 +250,34 @@ def test_submission_sends_the_pending_to_submitted_transition(sandbox, receipts,
     assert [r[1:3] for r in receipts()] == [("pending", "submitted")]
     assert [(c["from_state"], c["to_state"]) for c in committed] == [("pending", "submitted")]
     assert committed[0]["event"].kind == "submission"
+
+
+def test_a_receiver_that_raises_rolls_the_submissions_record_back_with_it(
+    sandbox, receipts, committed
+):
+    """A submission records its answer in one statement that is its own transaction only
+    while nothing receives ``payment_transitioned``: with a receiver, the receiver runs inside
+    the record's transaction, and its error rolls the transition back with its own rows."""
+    from payments.models import ProcessorAttempt
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("host order table is locked")
+
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    payment_transitioned.connect(broken, dispatch_uid="test-broken-submission")
+    try:
+        with pytest.raises(RuntimeError, match="host order table is locked"):
+            payment_submit(payment_id=payment.id)
+    finally:
+        payment_transitioned.disconnect(dispatch_uid="test-broken-submission")
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    assert receipts() == []
+    assert committed == []
+    assert not PaymentEvent.objects.filter(payment=payment, kind="submission").exists()
+    assert not ProcessorAttempt.objects.filter(payment=payment).exists()
+    # Sent again, under the same key: the processor answers with the debit it made once.
+    assert payment_submit(payment_id=payment.id).outcome == "submitted"
+    assert [r[1:3] for r in receipts()] == [("pending", "submitted")]
+    assert sandbox.stats()["total_charges"] == 1

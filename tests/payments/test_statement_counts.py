@@ -37,11 +37,13 @@ PUBLISH = 4
 # Per payment: the breaker's read by the worker's gate before it starts, the queue record, the
 # row lock and mark in one statement that also reads the breaker for the admission right before
 # the call (read again in a statement of its own only when it is not plainly closed or the mark
-# waited on the row lock); then BEGIN, the row lock, the attempt (numbered by its insert), the
-# state and processor id in one UPDATE, the merchant's event and the audit row in one INSERT,
-# COMMIT; the queue record done: 10 (11 with the admission's own read). A closed breaker that
-# counted no failure is not reset (no UPDATE).
-SUBMISSION_BATCH_OF_TEN = 100
+# waited on the row lock); then the record, one statement that commits alone while the row is
+# the version the mark wrote (the row lock, the attempt numbered by its insert, the state and
+# processor id, the merchant's event and the audit row; BEGIN and COMMIT around it when a host
+# receives payment_transitioned); the queue record done: 5. The record statement by statement
+# (BEGIN, the row lock, the attempt, the UPDATE, the INSERT, COMMIT) made it 10. A closed
+# breaker that counted no failure is not reset (no UPDATE).
+SUBMISSION_BATCH_OF_TEN = 50
 INGEST = 0
 # The batch of ten: the start, BEGIN, the payments' locks with their rows and then, in the same
 # statement, the merchants' return-rate days locked in one order, one statement per event (its

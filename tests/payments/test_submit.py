@@ -466,3 +466,144 @@ def test_a_mark_that_waited_on_the_row_lock_reads_the_breaker_again_before_the_c
     assert attempts_of(payment) == []  # no call, no attempt
     payment.refresh_from_db()
     assert (payment.state, payment.submission_started_at) == (PaymentState.PENDING, None)
+
+
+def _record_waiting() -> bool:
+    """A submission's one-statement record waits on the payment's row lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE %s",
+            ["%WITH locked AS%"],
+        )
+        return cursor.fetchone()[0] == 1
+
+
+def test_an_attempt_committed_while_the_record_waited_on_the_row_lock_is_not_numbered_twice(
+    sandbox,
+):
+    """The record's one statement counts the attempts in the snapshot it took before it waited
+    on the row lock: an attempt another submission committed during that wait (it held the
+    lock without writing the row, so the row is still the version the mark wrote) is not in
+    that count. The number's unique constraint refuses the second number 1, the statement
+    writes nothing, and the record is made again statement by statement after the lock."""
+    sandbox.plan.config = replace(sandbox.plan.config, latency_median_ms=300, latency_sigma=0.001)
+    payment = PaymentFactory(source_token="tok_slow_lock_abcd")
+    outcome: list = []
+
+    def submit() -> None:
+        with override_settings(PAYMENTS={**settings.PAYMENTS, "PROCESSOR_TIMEOUT_SECONDS": 2}):
+            try:
+                outcome.append(payment_submit(payment_id=payment.id).outcome)
+            except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+                outcome.append(exc)
+            finally:
+                connection.close()
+
+    submitter = threading.Thread(target=submit)
+    submitter.start()
+    # Marked, its call at the processor: another submission's record holds the row lock now.
+    wait_for(lambda: sandbox.plan.calls_for("tok_slow_lock_abcd") == 1)
+    with _other_connection() as holder:
+        holder.execute(
+            "SELECT 1 FROM payments_payment WHERE id = %s FOR NO KEY UPDATE", [payment.id]
+        )
+        holder.execute(
+            "INSERT INTO payments_processorattempt (payment_id, attempt_number, operation, "
+            "idempotency_key, outcome, http_status, error_kind, error, response_body, "
+            "latency_ms, started_at) VALUES (%s, 1, 'submit', %s, 'retryable', 503, 'http', "
+            "'unavailable', '', 5, now())",
+            [payment.id, payment.idempotency_key],
+        )
+        wait_for(_record_waiting, 30, "the record to wait on the row lock")
+        holder.commit()
+    submitter.join(timeout=30)
+
+    assert outcome == ["submitted"]
+    assert [(a.attempt_number, a.outcome) for a in attempts_of(payment)] == [
+        (1, "retryable"),
+        (2, "accepted"),
+    ]
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.SUBMITTED
+    event = PaymentEvent.objects.get(payment=payment, kind=EventKind.SUBMISSION)
+    assert (event.outcome, event.payload["attempt_number"]) == (EventOutcome.APPLIED, 2)
+    assert sandbox.stats()["total_charges"] == 1
+
+
+def test_a_record_in_one_statement_writes_what_the_record_statement_by_statement_writes(
+    sandbox, monkeypatch
+):
+    """The same answer recorded both ways: the one statement's rows (the payment's row still
+    the mark's) and those of the path after the row lock (the row written since the mark,
+    here by a note an operator saved) differ in nothing but their ids and times."""
+    from payments.models import Payment
+    from payments.webhooks.models import Event
+
+    def recorded(payment) -> dict:
+        payment.refresh_from_db()
+        [attempt] = attempts_of(payment)
+        log = PaymentEvent.objects.get(payment=payment, kind=EventKind.SUBMISSION)
+        [event] = Event.objects.filter(object_id=str(payment.pk), type="payment.submitted")
+        processor_id = payment.processor_id
+        return {
+            "payment": (payment.state, bool(processor_id), payment.submission_started_at is None),
+            "attempt": (
+                attempt.attempt_number,
+                attempt.outcome,
+                attempt.http_status,
+                attempt.started_at <= attempt.recorded_at,
+            ),
+            "log": (
+                log.event_type,
+                log.outcome,
+                log.from_state,
+                log.to_state,
+                log.caused_by,
+                {**log.payload, "processor_id": bool(log.payload["processor_id"])},
+            ),
+            "event": (
+                event.data["object"]["state"],
+                event.data["object"]["processor_id"] == processor_id,
+            ),
+        }
+
+    sandbox.plan.config = replace(sandbox.plan.config, latency_median_ms=300, latency_sigma=0.001)
+    one = PaymentFactory(source_token="tok_one_abcd")
+    other = PaymentFactory(source_token="tok_other_abcd")
+
+    def submit(payment) -> None:
+        try:
+            payment_submit(payment_id=payment.id, caused_by="sqs:m-1")
+        finally:
+            connection.close()
+
+    from payments.services import submission
+
+    by_statement = []
+    record = submission._submission_record
+
+    def record_by_statement(payment_id, *args):
+        by_statement.append(str(payment_id))
+        return record(payment_id, *args)
+
+    monkeypatch.setattr(submission, "_submission_record", record_by_statement)
+    with override_settings(PAYMENTS={**settings.PAYMENTS, "PROCESSOR_TIMEOUT_SECONDS": 2}):
+        submit(one)
+        submitter = threading.Thread(target=submit, args=(other,))
+        submitter.start()
+        wait_for(lambda: sandbox.plan.calls_for("tok_other_abcd") == 1)
+        Payment.objects.filter(pk=other.pk).update(description="noted while it was sent")
+        submitter.join(timeout=30)
+
+    assert by_statement == [str(other.pk)]  # one's in one statement, other's after the lock
+    assert recorded(one) == recorded(other)
+    assert recorded(one)["payment"] == (PaymentState.SUBMITTED, True, False)
+    assert recorded(one)["log"][5] == {
+        "attempt_number": 1,
+        "http_status": 201,
+        "error_kind": "",
+        "error": "",
+        "processor_id": True,
+        "processor_status": "submitted",
+    }

@@ -431,19 +431,20 @@ def sqs_queues(local_sqs, module_settings, request, monkeypatch):
 def sandbox(module_settings):
     """The sandbox processor on loopback, with the processor client pointed at it.
 
-    Injected timeouts sleep 0.6 s against a client read timeout of 0.3 s, so timeout tests stay
-    fast; callbacks (none sent: no callback URL) settle quickly.
+    Injected timeouts sleep 2 s against a client read timeout of 1 s: a timeout test waits a
+    second, and an ordinary call on a loaded machine (CI runs a pytest process per core and two
+    more) is not cut short; callbacks (none sent: no callback URL) settle quickly.
     """
     from payments.processor.backends.http import reset_client
     from sandbox import FaultConfig, SandboxProcessor
 
     server = SandboxProcessor(
-        faults=FaultConfig(timeout_seconds=0.6, settle_after_seconds=0.05),
+        faults=FaultConfig(timeout_seconds=2.0, settle_after_seconds=0.05),
         callback_backoff_seconds=0.05,
     ).start()
     module_settings.PROCESSOR_BASE_URL = server.base_url
-    module_settings.PROCESSOR_TIMEOUT_SECONDS = 0.3
-    module_settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 0.3
+    module_settings.PROCESSOR_TIMEOUT_SECONDS = 1.0
+    module_settings.PROCESSOR_CONNECT_TIMEOUT_SECONDS = 1.0
     reset_client()
     yield server
     server.stop()

@@ -523,11 +523,13 @@ def test_after_a_batch_that_was_not_full_the_worker_lingers_so_the_next_one_fill
 def test_a_full_batch_is_followed_by_the_next_receive_at_once(sqs_queues):
     settled_events(sqs_queues, 3)
     worker = BatchRecorder(batch_size=1, wait_time=0, until_empty=True, relay=False, linger=1.0)
-    began = time.monotonic()
+    waits = []  # every wait of the loop on its stop event, the linger's among them
+    wait = worker._stopping.wait
+    worker._stopping.wait = lambda timeout=None: waits.append(timeout) or wait(timeout)
     worker.run()
     # Three full batches of one: no linger between them (the last, empty receive ends the run).
     assert worker.sizes == [1, 1, 1]
-    assert time.monotonic() - began < 1.0
+    assert worker.linger not in waits, waits
 
 
 def test_a_stop_request_ends_the_linger_at_once(sqs_queues):

@@ -74,18 +74,26 @@ def test_refunds_racing_returns_leave_every_movement_accounted_for(sqs_queues, s
     )
     returned = random.Random(7).sample(debits, DEBITS // 2)
     refused: list = []
-    workers = [
-        WorkerProcess("--wait-time", "1", log_dir=tmp_path, name=f"worker{i}") for i in range(2)
-    ]
+    workers: list[WorkerProcess] = []
+    # The workers start once a quarter of the debits are refunded: the returns that come first
+    # find those refunds unsent (canceled), the later ones race workers that send a refund
+    # within milliseconds of its commit (double losses). Started with the refunds, the workers
+    # sent every refund before its return could reach it, and the race was one-sided.
+    head_start = threading.Event()
     try:
 
         def refund_all():
-            for debit in debits:
-                for _ in range(2):
-                    try:
-                        refund_create(payment_id=debit.id, amount=Decimal("20.00"))
-                    except MoneyOutRefused as exc:
-                        refused.append((debit.id, exc.rule))
+            try:
+                for index, debit in enumerate(debits):
+                    if index == DEBITS // 4:
+                        head_start.set()
+                    for _ in range(2):
+                        try:
+                            refund_create(payment_id=debit.id, amount=Decimal("20.00"))
+                        except MoneyOutRefused as exc:
+                            refused.append((debit.id, exc.rule))
+            finally:
+                head_start.set()
 
         def return_half():
             with TestCase.captureOnCommitCallbacks(execute=True):
@@ -93,6 +101,10 @@ def test_refunds_racing_returns_leave_every_movement_accounted_for(sqs_queues, s
                     _return_applied(debit)
 
         threads = [_in_thread(refund_all), _in_thread(return_half)]
+        assert head_start.wait(600)
+        workers += [
+            WorkerProcess("--wait-time", "1", log_dir=tmp_path, name=f"worker{i}") for i in range(2)
+        ]
         for thread in threads:
             thread.join(600)
 

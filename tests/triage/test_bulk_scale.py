@@ -55,7 +55,7 @@ def dead_letters_fill(count: int, *, first: int = 1) -> None:
                    ELSE 'payments.exceptions.ProcessorUnavailable' END,
               'processor answered 503', CASE WHEN g %% 4 = 0 THEN 'resolved' ELSE 'open' END,
               now() - (g || ' seconds')::interval, now(), ''
-            FROM generate_series(%s, %s) g
+            FROM generate_series(%s::integer, %s::integer) g
             """,
             [first, first + count - 1],
         )

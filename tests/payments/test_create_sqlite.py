@@ -3,15 +3,9 @@ makes are the ORM's own (``payments.kernel.reads``, the fraud rules' history), r
 and its rows are saved one by one. A debit, a WEB debit, a refund and a payout go through the
 API with an Idempotency-Key, each check refusing or holding as on PostgreSQL."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.sqlite_quick_start import sqlite_script_answers
 
 SCRIPT = """
 import json, uuid
@@ -102,21 +96,7 @@ print(json.dumps(answers))
 
 @pytest.mark.subprocess
 def test_the_creates_on_sqlite_check_hold_refuse_and_replay_as_on_postgresql(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "config.settings.test",
-            "DATABASE_URL": f"sqlite:///{tmp_path / 'quick.sqlite3'}",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-    assert result.returncode == 0, result.stderr[-3000:]
-    answers = json.loads(result.stdout.strip().splitlines()[-1])
+    answers = sqlite_script_answers(SCRIPT, tmp_path)
     shown = {name: (a["status"], a["code"]) for name, a in answers.items() if name != "debits"}
     assert shown == {
         "debit": (201, None),

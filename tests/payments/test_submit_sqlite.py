@@ -3,15 +3,9 @@ record there, the first transaction and the second are the ORM's statements one 
 worker's done mark is the same ``UPDATE`` as on PostgreSQL. Accepted, retried and rejected
 answers against the sandbox processor over HTTP, and the queue record marked done."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.sqlite_quick_start import sqlite_script_answers
 
 SCRIPT = """
 import json
@@ -82,21 +76,7 @@ print(json.dumps(answers))
 
 @pytest.mark.subprocess
 def test_a_submission_on_sqlite_records_its_attempts_and_moves_the_payment(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "config.settings.test",
-            "DATABASE_URL": f"sqlite:///{tmp_path / 'quick.sqlite3'}",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-    assert result.returncode == 0, result.stderr[-3000:]
-    answers = json.loads(result.stdout.strip().splitlines()[-1])
+    answers = sqlite_script_answers(SCRIPT, tmp_path)
     assert answers["accepted"] == {
         "outcomes": ["submitted", "skipped"],
         "state": "submitted",

@@ -71,10 +71,20 @@ ONE_HOUR_TRIALS = trials_within(3600, pause=DEFAULT_PAUSE_SECONDS, cap=DEFAULT_M
 class Stack:
     """The sandbox (calling back into the live server) and two worker processes."""
 
-    def __init__(self, *, sqs_queues, live_server, module_settings, tmp_path, env: dict[str, str]):
+    def __init__(
+        self,
+        *,
+        sqs_queues,
+        live_server,
+        module_settings,
+        tmp_path,
+        env: dict[str, str],
+        seed: int | None = None,
+    ):
         self.queues = sqs_queues
         self.sandbox = SandboxProcessor(
             callback_url=f"{live_server.url}/callbacks/processor/",
+            seed=seed,
             faults=FaultConfig(settle_after_seconds=0.5),
             callback_backoff_seconds=0.2,
             # Two callbacks per payment, a thousand payments: enough senders to keep up.

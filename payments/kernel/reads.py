@@ -5,8 +5,11 @@ A create checks the account and the merchant it concerns in several small indexe
 originator profile, the account's validation, notifications of change and blocks, the
 merchant's exposure limits); none depends on another, so one round trip serves them all.
 Each read keeps its own filters, order, slice and ``only()``; fields it leaves out are
-deferred, as they would be. The statement may take a create's locks too, its first round trip
-in the transaction. Other databases than PostgreSQL run the querysets one by one.
+deferred, as they would be. A ``values()`` queryset's rows come back as dicts, as it gives them,
+each value as the JSON row has it (a number a ``Decimal``, a date text): for a figure the
+database computes (a sum), which no model instance need be made for. The statement may take a
+create's locks too, its first round trip in the transaction. Other databases than PostgreSQL run
+the querysets one by one.
 
 A read that has the same shape on every call (a create's) is a ``PreparedRead``: the ORM builds
 and compiles its queryset once per process and shape, and each call only puts its values in
@@ -22,6 +25,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import JSONField, Model, QuerySet
 from django.db.models.base import DEFERRED
+from django.db.models.query import ValuesIterable
 
 from payments.kernel.locks import LockSql
 
@@ -114,7 +118,8 @@ def querysets_read(
     only what need not be is read with them."""
     if connection.vendor != "postgresql":
         return [list(item.queryset() if isinstance(item, Read) else item) for item in querysets]
-    parts, params, models = [], [], []
+    parts, params = [], []
+    models: list[type[Model] | None] = []  # None: a values() read, its rows dicts
     for lock in locks:
         if lock is not None:
             parts.append(lock.sql)
@@ -127,7 +132,7 @@ def querysets_read(
             models.append(compiled.model)
         else:
             sql, query_params = item.query.get_compiler(connection=connection).as_sql()
-            models.append(item.model)
+            models.append(None if issubclass(item._iterable_class, ValuesIterable) else item.model)
         parts.append(
             f"(SELECT COALESCE(json_agg(row_to_json(t)), '[]'::json)::text FROM ({sql}) AS t)"
         )
@@ -136,11 +141,16 @@ def querysets_read(
         cursor.execute(f"SELECT {', '.join(parts)}", params)
         texts = cursor.fetchone()[taken:]
     return [
-        [_instance(model, row) for row in json.loads(text, parse_float=Decimal)]
-        if text != "[]"
-        else []
+        _rows(model, json.loads(text, parse_float=Decimal)) if text != "[]" else []
         for model, text in zip(models, texts, strict=True)
     ]
+
+
+def _rows(model: type[Model] | None, rows: list[dict[str, Any]]) -> list:
+    """A read's JSON rows: model instances, or the rows themselves for a values() read."""
+    if model is None:
+        return rows
+    return [_instance(model, row) for row in rows]
 
 
 def _instance(model: type[Model], row: dict[str, Any]) -> Model:

@@ -281,8 +281,8 @@ def create_locks_take(
     """A money-out create's locks in one statement, in the one lock order: ``first`` (the
     merchant's money-out lock, exclusive or shared), then its exposure lock, the create's last,
     when the fraud rules take it anyway; with the merchant's limits, which need no lock, and the
-    rows of ``also`` (the caller's reads that these locks need not protect: a refund's of its
-    debit's refunds, which the debit's row lock, taken before, does)."""
+    rows of ``also`` (the caller's reads that these locks need not protect: a refund's sum of
+    what its debit's refunds hold, which the debit's row lock, taken before, protects)."""
     exposure_locked = bool(fraud_rules())
     locks = [first]
     if exposure_locked:

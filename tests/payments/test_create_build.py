@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection, connections, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from payments.exceptions import MoneyOutRefused
@@ -137,6 +138,28 @@ def test_querysets_read_gives_the_rows_the_orm_gives_in_one_statement(django_ass
     for field in Payment._meta.concrete_fields:
         assert getattr(read, field.attname) == getattr(orm, field.attname), field.name
     assert read.metadata == {"n": 1.5} and isinstance(read.amount, Decimal)
+
+
+def test_querysets_read_gives_a_values_reads_rows_as_the_orm_gives_them():
+    for amount in ("1.25", "2.50", "3.75"):
+        PaymentFactory(merchant_id="m-sums", amount=Decimal(amount))
+    PaymentFactory(merchant_id="m-other", amount=Decimal("99.00"))
+    summed = (
+        Payment.objects.filter(merchant_id="m-sums")
+        .order_by()
+        .values("merchant_id")
+        .annotate(total=Sum("amount"))
+        .values("total")
+    )
+    none = summed.filter(currency="EUR")
+
+    payments, totals, nothing = querysets_read(
+        [Payment.objects.filter(merchant_id="m-other"), summed, none]
+    )
+
+    assert totals == list(summed) == [{"total": Decimal("7.50")}]
+    assert nothing == list(none) == []
+    assert [payment.amount for payment in payments] == [Decimal("99.00")]
 
 
 @pytest.mark.django_db(transaction=True)

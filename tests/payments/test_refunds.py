@@ -87,6 +87,27 @@ def test_a_refund_is_not_refunded():
     assert refused.value.rule == "payment_not_refundable"
 
 
+def test_a_refund_is_decided_against_the_sum_of_the_refunds_that_hold_and_no_others():
+    debit = _confirmed()
+    for amount in ("10.00", "20.00", "30.00"):
+        refund_create(payment_id=debit.id, amount=Decimal(amount))
+    # 20.00 failed and 10.00 canceled free their part again; 30.00 pending still holds.
+    Payment.objects.filter(refund_of=debit, amount=Decimal("20.00")).update(
+        state=PaymentState.FAILED
+    )
+    Payment.objects.filter(refund_of=debit, amount=Decimal("10.00")).update(
+        state=PaymentState.CANCELED
+    )
+
+    with pytest.raises(MoneyOutRefused) as refused:
+        refund_create(payment_id=debit.id, amount=Decimal("70.01"))
+    last = refund_create(payment_id=debit.id, amount=Decimal("70.00"))
+
+    assert refused.value.rule == "refund_exceeds_refundable"
+    assert "70.00 USD still refundable" in str(refused.value)
+    assert last.amount == Decimal("70.00") and refundable_amount(debit) == 0
+
+
 def test_a_failed_refund_frees_its_amount_and_archives_its_entry():
     debit = _confirmed()
     refund = refund_create(payment_id=debit.id, amount=Decimal("100.00"))

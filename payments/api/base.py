@@ -53,6 +53,7 @@ from payments.api_versions import VERSION_HEADER, error_for_version, requested_v
 from payments.exceptions import ExposureLimitExceeded
 from payments.http_limits import read_body_limited
 from payments.kernel import propagation
+from payments.kernel.reads import PreparedRead, querysets_read
 from payments.models import SHOWN_PURPOSES, Payment, PaymentDirection, PaymentState
 from payments.object_shapes import PaymentOutputSerializer
 from payments.selectors import payment_get
@@ -253,15 +254,29 @@ def idempotent_response(result: idempotency.IdempotentResult) -> Response:
     return response
 
 
+def _payment_in_path_queryset(*, payment_id: uuid.UUID):
+    return (
+        Payment.objects.filter(pk=payment_id, purpose__in=SHOWN_PURPOSES)
+        .order_by()
+        .only("id", "merchant_id", "purpose")[:1]
+    )
+
+
+# Compiled once per process (``payments.kernel.reads``): each request gives it the path's id.
+_PAYMENT_IN_PATH = PreparedRead(_payment_in_path_queryset, uuid_slots=("payment_id",))
+
+
 def payment_in_path(request, payment_id: str) -> Payment | Response:
     """The payment an action names in its path (``payments/<id>/refunds/``), read for its
     merchant only; 404 for a malformed id, an unknown one and another merchant's alike."""
     try:
-        payment = Payment.objects.only("id", "merchant_id", "purpose").get(
-            pk=uuid.UUID(payment_id), purpose__in=SHOWN_PURPOSES
-        )
-    except (ValueError, Payment.DoesNotExist):
+        read = _PAYMENT_IN_PATH.read(payment_id=uuid.UUID(payment_id))
+    except ValueError:
         return not_found("payment_id")
+    [found] = querysets_read([read])
+    if not found:
+        return not_found("payment_id")
+    payment = found[0]
     if not merchant_access_allowed(user=request.user, merchant_id=payment.merchant_id):
         return not_found("payment_id")
     return payment

@@ -17,6 +17,7 @@ the compiled statement's parameters, where a queryset is built and compiled agai
 """
 
 import json
+import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -35,7 +36,7 @@ class _Compiled:
     """A read's statement, made a subquery of the one ``SELECT``: its model and SQL, and its
     parameters, each a constant or (``slot`` true) the name of a value given per call."""
 
-    model: type[Model]
+    model: type[Model] | None  # None: a values() read, its rows dicts
     sql: str
     params: tuple[tuple[bool, Any], ...]
 
@@ -45,8 +46,9 @@ class _Compiled:
 
 class PreparedRead:
     """A read of the same shape on every call: ``build`` makes its queryset from the values
-    named in ``slots`` (strings the queryset only compares columns with, never reads in Python)
-    and from shape arguments (any other keyword, hashable: a flag that adds a filter).
+    named in ``slots`` (strings the queryset only compares columns with, never reads in Python),
+    in ``uuid_slots`` (UUIDs, alike: a payment's id) and from shape arguments (any other
+    keyword, hashable: a flag that adds a filter).
 
     On PostgreSQL the queryset of each shape is built and compiled once, with a marker in each
     slot, and each call gives its values to the compiled statement (``read``); elsewhere each
@@ -54,13 +56,20 @@ class PreparedRead:
     carry as a parameter as it was given (a lookup that rewrites its value) fails at once; a
     slot a shape does not use is left out."""
 
-    def __init__(self, build: Callable[..., QuerySet], *, slots: Sequence[str]) -> None:
+    def __init__(
+        self,
+        build: Callable[..., QuerySet],
+        *,
+        slots: Sequence[str] = (),
+        uuid_slots: Sequence[str] = (),
+    ) -> None:
         self.build = build
         self.slots = tuple(slots)
+        self.uuid_slots = tuple(uuid_slots)
         self._compiled: dict[Hashable, _Compiled] = {}
 
     def read(self, **arguments: Any) -> "Read":
-        values = {name: arguments.pop(name) for name in self.slots}
+        values = {name: arguments.pop(name) for name in (*self.slots, *self.uuid_slots)}
         return Read(self, values, arguments)
 
     def compiled(self, shape: dict[str, Any]) -> _Compiled:
@@ -71,23 +80,28 @@ class PreparedRead:
         return compiled
 
     def _compile(self, shape: dict[str, Any]) -> _Compiled:
-        markers = {_marker(name): name for name in self.slots}
-        queryset = self.build(**{name: _marker(name) for name in self.slots}, **shape)
+        given: dict[str, Any] = {name: _marker(name) for name in self.slots}
+        given.update({name: _uuid_marker(name) for name in self.uuid_slots})
+        markers = {marker: name for name, marker in given.items()}
+        queryset = self.build(**given, **shape)
         sql, params = queryset.query.get_compiler(connection=connection).as_sql()
         compiled_params = tuple(
             (True, markers[param])
-            if isinstance(param, str) and param in markers
+            if isinstance(param, str | uuid.UUID) and param in markers
             else (False, param)
             for param in params
         )
+        uuid_texts = {str(marker) for marker in markers if isinstance(marker, uuid.UUID)}
+        uuid_texts |= {marker.hex for marker in markers if isinstance(marker, uuid.UUID)}
         rewritten = [
             value
             for slot, value in compiled_params
-            if not slot and isinstance(value, str) and _MARKER in value
+            if not slot and isinstance(value, str) and (_MARKER in value or value in uuid_texts)
         ]
         if rewritten:
             raise ValueError(f"the compiled read does not carry its slots as given: {rewritten}")
-        return _Compiled(queryset.model, sql, compiled_params)
+        values_read = issubclass(queryset._iterable_class, ValuesIterable)
+        return _Compiled(None if values_read else queryset.model, sql, compiled_params)
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,14 @@ _MARKER = "\x00slot:"
 
 def _marker(name: str) -> str:
     return f"{_MARKER}{name}\x00"
+
+
+# A UUID slot's marker: a UUID no row holds, one per slot's name.
+_UUID_MARKERS = uuid.UUID("6f1c3c52-3d0e-4d5f-9c55-0f8b1b6c2a10")
+
+
+def _uuid_marker(name: str) -> uuid.UUID:
+    return uuid.uuid5(_UUID_MARKERS, name)
 
 
 def querysets_read(

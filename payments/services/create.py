@@ -21,7 +21,7 @@ from payments.insert_sql import rows_insert
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.kernel.locks import LockSql, exposure_lock_sql
-from payments.kernel.reads import PreparedRead, querysets_read
+from payments.kernel.reads import PreparedRead, Read, querysets_read
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import (
     AccountBlock,
@@ -276,7 +276,7 @@ def create_locks_take(
     direction: str,
     currency: str,
     first: LockSql | None = None,
-    also: Sequence[QuerySet] = (),
+    also: Sequence[QuerySet | Read] = (),
 ) -> CreateLocks:
     """A money-out create's locks in one statement, in the one lock order: ``first`` (the
     merchant's money-out lock, exclusive or shared), then its exposure lock, the create's last,

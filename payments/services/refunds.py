@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from payments import originator
@@ -30,6 +30,7 @@ from payments.banking_days import add_banking_days
 from payments.events import ProcessorEvent
 from payments.exceptions import CancelRefused, MoneyOutRefused
 from payments.kernel.locks import money_out_lock_sql
+from payments.kernel.reads import PreparedRead, Read
 from payments.messages import MessageKind, submit_payment_body
 from payments.metrics import DOUBLE_LOSSES
 from payments.models import (
@@ -94,18 +95,26 @@ def refundable_amount(payment: Payment, holding: list[dict] | None = None) -> De
     return payment.amount - (held["total"] or Decimal("0"))
 
 
-def refunds_holding(payment: Payment):
-    """What ``payment``'s refunds that hold part of it add up to, summed by the database: one
-    row (``held``), none when no refund holds any. The sum, not the refunds: a debit refunded a
-    thousand times in part costs a refund's create one figure, not a thousand rows made
-    model instances."""
+def _holding_queryset(*, refund_of) -> QuerySet:
     return (
-        Payment.objects.filter(refund_of=payment, state__in=HOLDING_STATES)
+        Payment.objects.filter(refund_of=refund_of, state__in=HOLDING_STATES)
         .order_by()
         .values("refund_of")
         .annotate(held=Sum("amount"))
         .values("held")
     )
+
+
+# Compiled once per process: a refund's create only gives it its debit's id.
+_HOLDING_READ = PreparedRead(_holding_queryset, uuid_slots=("refund_of",))
+
+
+def refunds_holding(payment: Payment) -> Read:
+    """What ``payment``'s refunds that hold part of it add up to, summed by the database: one
+    row (``held``), none when no refund holds any (``payments.kernel.reads``). The sum, not the
+    refunds: a debit refunded a thousand times in part costs a refund's create one figure, not
+    a thousand rows made model instances."""
+    return _HOLDING_READ.read(refund_of=payment.pk)
 
 
 def refund_create(

@@ -2,6 +2,7 @@
 caller's transaction without a savepoint (``create_transaction``), after its checks read in one
 statement (``payments.kernel.reads``)."""
 
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -229,6 +230,22 @@ def test_a_prepared_read_gives_its_querysets_rows_building_each_shape_once():
     assert [len(found) for found in rows] == [1, 0, 0, 1, 1]
     # One build per shape (new_authorization), whatever the values.
     assert compiled == [False, True]
+
+
+def test_a_prepared_read_takes_uuid_slots_and_gives_each_call_its_own_rows():
+    first, second = PaymentFactory(amount=Decimal("1.00")), PaymentFactory(amount=Decimal("2.00"))
+    read = PreparedRead(
+        lambda *, payment_id: Payment.objects.filter(pk=payment_id).only("amount"),
+        uuid_slots=("payment_id",),
+    )
+
+    rows = querysets_read(
+        [read.read(payment_id=payment_id) for payment_id in (first.pk, second.pk, uuid.uuid4())]
+    )
+
+    assert [[payment.pk for payment in found] for found in rows] == [[first.pk], [second.pk], []]
+    assert [payment.amount for payment in rows[0] + rows[1]] == [Decimal("1.00"), Decimal("2.00")]
+    assert len(read._compiled) == 1
 
 
 def test_a_prepared_read_reads_in_the_statement_of_the_other_reads(django_assert_num_queries):

@@ -19,6 +19,7 @@ from payments.api.base import (
     CreateApi,
     ModuleApiView,
     ReadApi,
+    body_checked,
     carried,
     error_response,
     exposure_conflict,
@@ -319,15 +320,15 @@ class PaymentListCreateApi(CreateApi, ReadApi):
     def create_answer(self, request, data, parent: Payment | None) -> idempotency.Answer:
         """Validate and create; only a create that executed is what the key replays."""
         user = request.user
-        serializer = PaymentCreateInputSerializer(data=data)
-        if not serializer.is_valid():
-            return refusal(field_errors(serializer.errors))
-        merchant_id = serializer.validated_data["merchant_id"]
+        values, errors = body_checked(PaymentCreateInputSerializer, data)
+        if errors is not None:
+            return refusal(field_errors(errors))
+        merchant_id = values["merchant_id"]
         if not merchant_access_allowed(user=user, merchant_id=merchant_id):
             return refusal(forbidden("merchant_id"))
         try:
             payment = payment_create(
-                **serializer.validated_data,
+                **values,
                 caused_by=f"api:{user.get_username()}",
                 carried=carried(request),
             )

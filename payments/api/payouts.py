@@ -11,6 +11,7 @@ from payments.access import merchant_access_allowed
 from payments.api.base import (
     CreateApi,
     ReadApi,
+    body_checked,
     carried,
     exposure_conflict,
     forbidden,
@@ -136,10 +137,9 @@ class PayoutListCreateApi(CreateApi, PayoutReadApi):
         return self.list_page(request)
 
     def create_answer(self, request, data, parent: Payment | None) -> idempotency.Answer:
-        serializer = PayoutCreateInputSerializer(data=data)
-        if not serializer.is_valid():
-            return refusal(field_errors(serializer.errors))
-        values = serializer.validated_data
+        values, errors = body_checked(PayoutCreateInputSerializer, data)
+        if errors is not None:
+            return refusal(field_errors(errors))
         if not merchant_access_allowed(user=request.user, merchant_id=values["merchant_id"]):
             return refusal(forbidden("merchant_id"))
         try:

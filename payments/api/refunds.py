@@ -10,6 +10,7 @@ from payments import idempotency
 from payments.api.base import (
     CreateApi,
     ReadApi,
+    body_checked,
     carried,
     exposure_conflict,
     not_found,
@@ -119,10 +120,9 @@ class RefundListCreateApi(CreateApi, ReadApi):
         return payment_in_path(request, payment_id)
 
     def create_answer(self, request, data, parent: Payment) -> idempotency.Answer:
-        serializer = RefundCreateInputSerializer(data=data)
-        if not serializer.is_valid():
-            return refusal(field_errors(serializer.errors))
-        values = serializer.validated_data
+        values, errors = body_checked(RefundCreateInputSerializer, data)
+        if errors is not None:
+            return refusal(field_errors(errors))
         try:
             refund = refund_create(
                 payment_id=parent.id,

@@ -220,3 +220,28 @@ def test_the_service_refuses_bank_numbers_in_every_text_field_too():
 )
 def test_bank_number_rule(text, expected):
     assert looks_like_bank_number(text) is expected
+
+
+def test_each_body_is_read_on_its_own_by_the_serializer_a_thread_keeps():
+    import threading
+
+    from payments.api.base import body_checked
+    from payments.api.payments import PaymentCreateInputSerializer
+
+    refused = body_checked(PaymentCreateInputSerializer, {**BODY, "amount": "1e3", "x": 1})
+    taken = body_checked(PaymentCreateInputSerializer, {**BODY, "description": "first"})
+    bare = body_checked(PaymentCreateInputSerializer, BODY)
+    elsewhere = []
+    thread = threading.Thread(
+        target=lambda: elsewhere.append(
+            body_checked(PaymentCreateInputSerializer, {**BODY, "amount": "7.00"})
+        )
+    )
+    thread.start()
+    thread.join()
+
+    assert refused[0] is None and set(refused[1]) == {"amount", "x"}
+    assert taken == ({**BODY, "amount": Decimal("25.00"), "description": "first"}, None)
+    # Nothing of the body before: no description carried over, no errors.
+    assert bare == ({**BODY, "amount": Decimal("25.00")}, None)
+    assert elsewhere == [({**BODY, "amount": Decimal("7.00")}, None)]

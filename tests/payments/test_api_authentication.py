@@ -92,3 +92,23 @@ def test_an_unknown_token_answers_401():
 
     assert response.status_code == 401
     assert response.json()["error"]["request_id"]
+
+
+def test_the_token_reads_the_user_as_the_orm_reads_it_with_its_token_and_grants():
+    from django.contrib.auth import get_user_model
+
+    from payments.api.authentication import TokenAuthentication
+
+    user = UserFactory(first_name="Ada", email="ada@example.com")
+    grant(user, "m-2")
+    grant(user, "m-1")
+    token = Token.objects.create(user=user)
+
+    read, read_token = TokenAuthentication().authenticate_credentials(token.key)
+
+    orm = get_user_model().objects.get(pk=user.pk)
+    for field in get_user_model()._meta.concrete_fields:
+        assert getattr(read, field.attname) == getattr(orm, field.attname), field.name
+    assert read._state.adding is False and read._state.db == "default"
+    assert read.merchants_granted == ["m-1", "m-2"]
+    assert (read_token.key, read_token.user, read_token.created) == (token.key, orm, token.created)

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
@@ -77,10 +78,13 @@ def _previous_banking_day(day: date) -> date:
     return day
 
 
+@lru_cache(maxsize=64)
 def counted_since(today: date, banking_days: int) -> datetime:
     """The moment after which an entry's effective banking day lies within the last
     ``banking_days`` banking days up to ``today``: the end of the banking day before them
-    (the weekend or holiday between counts forward, with the entries created on it)."""
+    (the weekend or holiday between counts forward, with the entries created on it). The
+    calendar is fixed, so each day's answer is worked out once per process, not walked back
+    day by day (thirty-one of them for the fraud rules' baseline) on every create."""
     first = today
     for _ in range(banking_days - 1):
         first = _previous_banking_day(first)

@@ -155,6 +155,16 @@ def body_checked(
             serializer.__dict__.pop(name, None)
 
 
+def created_shaped(serializer_class: type[serializers.Serializer], payment, context=None) -> dict:
+    """A new payment as ``shaped`` shows it: the object its merchant's event carries, made by
+    the same serializer with the same context as the create wrote it
+    (``payments.webhooks.events.payment_shape``), else rendered here."""
+    shape = getattr(payment, "created_shape", None)
+    if shape is not None:
+        return dict(shape)
+    return shaped(serializer_class, payment, context)
+
+
 def error_response(error: ApiError) -> Response:
     """``error`` answered rather than raised (a view's early return)."""
     return Response(error.body(), status=error.status_code)

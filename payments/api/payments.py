@@ -21,13 +21,13 @@ from payments.api.base import (
     ReadApi,
     body_checked,
     carried,
+    created_shaped,
     error_response,
     exposure_conflict,
     forbidden,
     not_found,
     payment_of_user,
     refusal,
-    shaped,
 )
 from payments.api.errors import ApiError, field_errors
 from payments.api.fields import (
@@ -380,7 +380,7 @@ def _create_conflict(exc: Exception) -> ApiError:
 
 def _created_body(payment: Payment) -> dict:
     """The create's answer: the payment, and the warnings it was created with."""
-    body = shaped(PaymentOutputSerializer, payment)
+    body = created_shaped(PaymentOutputSerializer, payment)
     warnings = [noc_warning(noc) for noc in payment.nocs_open]
     if payment.review_status == ReviewStatus.HELD:
         # Past a limit (OVER_LIMIT = "hold") or flagged by a fraud rule: created, and sent only

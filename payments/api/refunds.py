@@ -12,13 +12,13 @@ from payments.api.base import (
     ReadApi,
     body_checked,
     carried,
+    created_shaped,
     exposure_conflict,
     not_found,
     payment_in_path,
     payment_of_user,
     query_checked,
     refusal,
-    shaped,
 )
 from payments.api.errors import ApiError, field_errors
 from payments.api.fields import AmountField, MetadataField, StrictCharField, StrictInputSerializer
@@ -149,7 +149,9 @@ class RefundListCreateApi(CreateApi, ReadApi):
             )
         except PaymentNotFound:
             return refusal(ApiError(404, "resource_missing", "no such payment", param="payment_id"))
-        return idempotency.Answer(201, shaped(RefundOutputSerializer, refund, {"created": True}))
+        return idempotency.Answer(
+            201, created_shaped(RefundOutputSerializer, refund, {"created": True})
+        )
 
 
 class RefundDetailApi(ReadApi):

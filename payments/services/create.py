@@ -495,7 +495,8 @@ def payment_created_record(
     """Write the new, unsaved ``payment``, the ``rows`` that go with it (a refund's or a
     payout's ledger entry), its audit row, (unless it is held, ``submit=False``) its submit
     command and its merchant's event, in the caller's transaction and in one statement
-    (``payments.insert_sql``): a debit, a refund or a payout alike."""
+    (``payments.insert_sql``): a debit, a refund or a payout alike. The payment's
+    ``created_shape`` is then its object in that event (None without one)."""
     event = PaymentEvent(
         payment=payment,
         kind=EventKind.CREATED,
@@ -510,16 +511,19 @@ def payment_created_record(
     # A micro-entry's amount is its validation's secret: no event of it reaches the merchant.
     events = [] if payment.purpose == PaymentPurpose.MICRO_ENTRY else [merchant_event]
     if not submit:
-        rows_insert([payment, *rows, event, *events])
-        return
-    message = _outbox_message(
-        kind=SUBMIT_PAYMENT,
-        group_id=str(payment.id),
-        body=submit_payment_body(payment.id),
-        carried=carried,
-    )
-    rows_insert([payment, *rows, event, message, *events])
-    _outbox_announce(message)
+        made = rows_insert([payment, *rows, event, *events])
+    else:
+        message = _outbox_message(
+            kind=SUBMIT_PAYMENT,
+            group_id=str(payment.id),
+            body=submit_payment_body(payment.id),
+            carried=carried,
+        )
+        made = rows_insert([payment, *rows, event, message, *events])
+        _outbox_announce(message)
+    # The payment as its merchant's event shows it, which is how the API shows it: the
+    # create's answer is that shape, not the payment rendered a second time.
+    payment.created_shape = made[-1].data["object"] if events else None
 
 
 def outbox_enqueue(

@@ -176,3 +176,27 @@ def test_a_deeply_nested_body_is_refused_without_a_500(api_client, debit):
     deep = '{"amount": "1.00", "metadata": ' + "[" * 5000 + "]" * 5000 + "}"
     response = _refund(api_client, debit.id, deep)
     assert response.status_code == 400
+
+
+def test_a_refunds_and_a_debits_answers_are_their_rows_rendered_anew_and_their_events(
+    api_client, debit
+):
+    from payments.api.base import shaped
+    from payments.object_shapes import PaymentOutputSerializer, RefundOutputSerializer
+    from payments.webhooks.models import Event
+
+    refund = _refund(api_client, debit.id, {"amount": "30.00"}).json()
+    created = api_client.post(
+        "/api/payments/",
+        {"merchant_id": "acme", "amount": "12.34", "source_token": "tok_abcdef12"},
+        format="json",
+    ).json()
+
+    debit_row = Payment.objects.get(pk=created["id"])
+    refund_row = Payment.objects.get(pk=refund["id"])
+    assert created == json.loads(json.dumps(shaped(PaymentOutputSerializer, debit_row)))
+    assert refund == json.loads(
+        json.dumps(shaped(RefundOutputSerializer, refund_row, {"created": True}))
+    )
+    events = {e.object_id: e.data["object"] for e in Event.objects.all()}
+    assert (events[created["id"]], events[refund["id"]]) == (created, refund)

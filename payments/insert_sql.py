@@ -13,7 +13,11 @@ sent: no receiver of the module's listens to these models' saves. Other database
 one by one.
 """
 
+import uuid
 from collections.abc import Callable
+from datetime import date, datetime
+from decimal import Decimal
+from functools import lru_cache
 
 from django.db import connection
 from django.db.models import Model
@@ -88,19 +92,16 @@ def _insert(row: Model, extra_returning: list | None = None) -> tuple[str, list,
     each row only adapts its values (``Field.get_db_prep_save``, as the compiler does); a row
     with another expression, or a field with a placeholder of its own, is compiled per row."""
     meta = row._meta
-    fields = [
-        f
-        for f in meta.local_concrete_fields
-        if not f.generated and (row.pk is not None or f is not meta.auto_field)
-    ]
+    fields, attnames, placeholders = _fields_of(type(row), row.pk is not None)
     returning = [*meta.db_returning_fields, *(extra_returning or [])]
     values = [field.pre_save(row, True) for field in fields]
     defaults = tuple(isinstance(value, DatabaseDefault) for value in values)
-    plain = all(
-        is_default or not hasattr(value, "resolve_expression")
+    # A value of a plain type is never an expression: only the others are asked.
+    plain = not placeholders and all(
+        type(value) in _PLAIN or is_default or not hasattr(value, "resolve_expression")
         for value, is_default in zip(values, defaults, strict=True)
-    ) and not any(hasattr(field, "get_placeholder") for field in fields)
-    key = (type(row), tuple(field.attname for field in fields), defaults, tuple(returning))
+    )
+    key = (type(row), attnames, defaults, tuple(returning))
     sql = _statements.get(key) if plain else None
     if sql is not None:
         params = [
@@ -119,6 +120,25 @@ def _insert(row: Model, extra_returning: list | None = None) -> tuple[str, list,
     if plain:
         _statements[key] = sql
     return sql, list(params), returning
+
+
+_PLAIN = frozenset(
+    (type(None), str, int, bool, float, Decimal, dict, list, datetime, date, uuid.UUID)
+)
+
+
+@lru_cache(maxsize=64)
+def _fields_of(model: type[Model], with_pk: bool) -> tuple[list, tuple[str, ...], bool]:
+    """The fields ``Model._save_table`` inserts for a row of ``model`` (its auto field only when
+    the row has its key), their attnames, and whether one has a placeholder of its own."""
+    meta = model._meta
+    fields = [
+        f
+        for f in meta.local_concrete_fields
+        if not f.generated and (with_pk or f is not meta.auto_field)
+    ]
+    placeholders = any(hasattr(field, "get_placeholder") for field in fields)
+    return fields, tuple(field.attname for field in fields), placeholders
 
 
 # The insert statements compiled so far, by model, fields, which of them take their database

@@ -17,6 +17,7 @@ request (its row unlocked, its answer never stored) is taken over after
 """
 
 import enum
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -157,12 +158,11 @@ def _claim_in_transaction(*, user, key: str, fingerprint: str) -> ApiIdempotency
     end, with the uncommitted row: a second request with the key cannot take the lock, so it
     answers 409 without waiting for the row. A request that takes the lock after the first one
     committed finds its row, and replays it (or refuses another body)."""
-    table = connection.ops.quote_name(ApiIdempotencyKey._meta.db_table)
     for _ in range(CLAIM_ATTEMPTS):
         now = timezone.now()
         with connection.cursor() as cursor:
             cursor.execute(
-                CLAIM_SQL.format(table=table),
+                _statement(CLAIM_SQL),
                 [CLAIM_LOCK_NAMESPACE, f"{user.pk}:{key}", user.pk, key, fingerprint, now],
             )
             held, claimed_id = cursor.fetchone()
@@ -260,13 +260,12 @@ def idempotency_key_complete(*, record: ApiIdempotencyKey, status: int, body: di
     if connection.vendor != "postgresql":
         record.save(update_fields=["response_status", "response_body", "completed_at"])
         return
-    body_field = ApiIdempotencyKey._meta.get_field("response_body")
     with connection.cursor() as cursor:
         cursor.execute(
-            COMPLETE_SQL.format(table=connection.ops.quote_name(ApiIdempotencyKey._meta.db_table)),
+            _statement(COMPLETE_SQL),
             [
                 status,
-                body_field.get_db_prep_save(body, connection=connection),
+                _BODY_FIELD.get_db_prep_save(body, connection=connection),
                 record.completed_at,
                 record.pk,
             ],
@@ -279,6 +278,13 @@ def idempotency_key_complete(*, record: ApiIdempotencyKey, status: int, body: di
 COMPLETE_SQL = (
     "UPDATE {table} SET response_status = %s, response_body = %s, completed_at = %s WHERE id = %s"
 )
+_BODY_FIELD = ApiIdempotencyKey._meta.get_field("response_body")
+
+
+@functools.cache
+def _statement(template: str) -> str:
+    """``template`` with the keys' table, written once per process (PostgreSQL's quoting)."""
+    return template.format(table=connection.ops.quote_name(ApiIdempotencyKey._meta.db_table))
 
 
 def idempotency_key_release(*, record: ApiIdempotencyKey) -> None:

@@ -24,6 +24,10 @@ only a step over many payments reads true; ``nan`` where a step moved to a new c
 The SQS server's CPU is not in these figures. The statement counts are exact; CPU and wall
 time vary with the machine's load, so compare them only within one run.
 
+``--ledger N`` grows the merchant's ledger by N entries first (settled debits of a month ago,
+written in bulk), so each step is measured for a merchant with a long history: a payout's
+balance read must not grow with it.
+
 ``--profile`` runs each kind's lives once more under ``cProfile``, one profile per step, and
 prints where each step's CPU goes (the top ``--profile-lines`` functions by cumulative time;
 ``docs/performance.md`` keeps a debit's).
@@ -183,6 +187,12 @@ def main() -> None:
     parser.add_argument("--database", default="payment_life_cost")
     parser.add_argument("--profile", action="store_true", help="profile each step too")
     parser.add_argument("--profile-lines", type=int, default=40)
+    parser.add_argument(
+        "--ledger",
+        type=int,
+        default=0,
+        help="grow the merchant's ledger by this many entries first (a long history)",
+    )
     options = parser.parse_args()
 
     admin_url, server = run_environment(options.database, queue_prefix="life")
@@ -219,6 +229,8 @@ def main() -> None:
             client = payment_life.api_client_for()
             debit_id = payment_life.collected_debit(f"{10 * options.payments}.00")
             payment_life.accounts_known_for_weeks()
+            if options.ledger:
+                payment_life.ledger_grown(options.ledger)
             life_of("debit", 3, client, debit_id)  # the first requests fill the caches
             figures = {kind: life_of(kind, options.payments, client, debit_id) for kind in KINDS}
             profiles = [

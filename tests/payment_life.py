@@ -196,3 +196,56 @@ def worker_drain() -> int:
             worker.process_batch(batch)
     assert set(worker.stats.outcomes) <= {"applied", "submitted"}, worker.stats
     return batches
+
+
+def ledger_grown(entries: int, *, batch: int = 2000) -> None:
+    """``entries`` more ledger entries for the merchant, each the credit of a debit settled 30
+    days ago, every tenth debit returned since (its reversal a second entry): a merchant with a
+    long history. Written in bulk, as a backfill would, through the ledger's triggers where the
+    database has them."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from payments.models import LedgerEntry, Payment, PaymentState
+
+    settled = timezone.now() - timedelta(days=30)
+    plan: list[bool] = []  # per debit, whether it was returned
+    while len(plan) + sum(plan) < entries:
+        plan.append(len(plan) % 10 == 9 and len(plan) + sum(plan) + 2 <= entries)
+    for start in range(0, len(plan), batch):
+        returned = plan[start : start + batch]
+        debits = Payment.objects.bulk_create(
+            Payment(
+                merchant_id=MERCHANT,
+                amount=Decimal("10.00"),
+                currency="USD",
+                source_token=f"tok_bank_{start + n:06d}bulk",
+                state=PaymentState.RETURNED if back else PaymentState.CONFIRMED,
+            )
+            for n, back in enumerate(returned)
+        )
+        rows = []
+        for debit, back in zip(debits, returned, strict=True):
+            rows.append(
+                LedgerEntry(
+                    payment=debit,
+                    merchant_id=MERCHANT,
+                    kind="credit",
+                    amount=debit.amount,
+                    currency="USD",
+                    posted_at=settled,
+                )
+            )
+            if back:
+                rows.append(
+                    LedgerEntry(
+                        payment=debit,
+                        merchant_id=MERCHANT,
+                        kind="reversal",
+                        amount=-debit.amount,
+                        currency="USD",
+                        posted_at=settled + timedelta(days=3),
+                    )
+                )
+        LedgerEntry.objects.bulk_create(rows)

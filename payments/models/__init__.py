@@ -25,11 +25,14 @@ from payments.models.events import (  # noqa: F401
     ProcessorAttempt,
 )
 from payments.models.ledger import (  # noqa: F401
+    AVAILABLE_ALWAYS,
     HOUSE_ACCOUNT,
     LEDGER_KIND_SIGNS,
     LedgerEntry,
     LedgerEntryKind,
     LedgerEntryStatus,
+    MerchantAvailableAdjustment,
+    MerchantAvailableTotal,
 )
 from payments.models.noc import (  # noqa: F401
     NocAction,

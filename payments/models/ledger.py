@@ -129,3 +129,58 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.amount} {self.currency} to {self.merchant_id}"
+
+
+# The day of a merchant's available figures that money out, money back and recoveries land on:
+# they count from the moment they are written, whatever the reserve (before every real day).
+AVAILABLE_ALWAYS = "0001-01-01"
+
+
+class MerchantAvailableFigures(models.Model):
+    merchant_id = models.CharField(max_length=64)
+    currency = models.CharField(max_length=3)
+    day = models.DateField(
+        help_text="The Eastern calendar date the entries' debit settled on (its credit's "
+        "posted_at, else created_at); 0001-01-01 for money out and back, which count at once."
+    )
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.merchant_id} {self.currency} {self.day} {self.amount}"
+
+
+class MerchantAvailableTotal(MerchantAvailableFigures):
+    """What a merchant's ledger entries add to its available balance, per currency and day:
+    the posted entries of each debit on the Eastern date its credit settled, and money out
+    (held or sent), money back and recoveries recovered on ``AVAILABLE_ALWAYS``. The available
+    balance at ``now`` is the sum of the days through the reserve's cutoff
+    (``payments.services.available``), a few hundred rows at most however long the ledger.
+
+    Kept by PostgreSQL (migration 0046): three statement triggers on the ledger append a
+    ``MerchantAvailableAdjustment`` for what each statement changed (an entry written, posted,
+    archived, or its debit's credit settling later than it), and a payout folds them into these
+    rows under the merchant's money-out lock, so the ledger's writers only ever append. What
+    counts is always the totals plus the adjustments not yet folded. Never written by the
+    application otherwise; on other databases (the SQLite quick start) there is no trigger and
+    the payout sums the ledger as ``payments.selectors.merchant_money_figures`` does."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["merchant_id", "currency", "day"],
+                name="merchant_available_total_unique",
+            ),
+        ]
+
+
+class MerchantAvailableAdjustment(MerchantAvailableFigures):
+    """A change to a ``MerchantAvailableTotal`` not yet folded into it: appended by the ledger's
+    triggers, deleted when a payout folds it in under the money-out lock, never updated."""
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["merchant_id", "currency"], name="merchant_available_adjustment"),
+        ]

@@ -7,10 +7,11 @@ idempotency key, the same states, outbox, queue, worker and event log as every p
 a vault token held for the merchant on the bank backend.
 
 The balance check and the hold on the money happen in one transaction, under a lock per
-merchant: the available balance (``payments.selectors.merchant_money_figures``) is read, the
-payout refused if it would go below zero, and its pending ``payout`` entry written before the
-lock is let go. So no two concurrent payouts overdraw. A payout that fails or is canceled
-archives its entry; one that comes back puts the money back, once.
+merchant: the available balance (as ``payments.selectors.merchant_money_figures`` defines it,
+read from the day totals of ``payments.services.available``) is read, the payout refused if it
+would go below zero, and its pending ``payout`` entry written before the lock is let go. So no
+two concurrent payouts overdraw. A payout that fails or is canceled archives its entry; one that
+comes back puts the money back, once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from payments.models import (
     PaymentPurpose,
 )
 from payments.processor.backend import get_backend
-from payments.selectors import merchant_money_figures
+from payments.services.available import merchant_available
 from payments.services.create import (
     SUPPORTED_CURRENCIES,
     create_locks_take,
@@ -98,8 +99,9 @@ def payout_create(
             currency=currency,
             first=money_out_lock_sql(merchant_id),
         )
-        figures = merchant_money_figures(merchant_id=merchant_id).get(currency)
-        available = Decimal(figures["available"]) if figures else Decimal("0.00")
+        # The day totals PostgreSQL keeps, folded under the lock: the same figure as
+        # merchant_money_figures's, without reading the merchant's every entry.
+        available = merchant_available(merchant_id=merchant_id, currency=currency, locked=True)
         if amount > available:
             raise MoneyOutRefused(
                 INSUFFICIENT_AVAILABLE_BALANCE,

@@ -1,8 +1,9 @@
 """Every balance figure follows from the ledger: random histories of debits, settlements,
-returns, refunds (sent, settled, failed, returned), double losses and their closing, each run
-through the services; then the API's figures (both versions' words) are recomputed from the
-ledger rows, and the live balance from the payments' own states and what is owed from the
-double losses (independent accounts of where the money is).
+returns, refunds and payouts (sent, settled, failed, returned), double losses and their closing,
+each run through the services; then the API's figures (both versions' words) are recomputed from
+the ledger rows, the available balance a payout reads from the day totals compared with them,
+and the live balance from the payments' own states and what is owed from the double losses
+(independent accounts of where the money is).
 """
 
 from datetime import UTC, datetime, timedelta
@@ -27,10 +28,13 @@ from payments.models import (
 )
 from payments.selectors import merchant_balance, merchant_balances, merchant_money_figures
 from payments.services import payment_apply_event
+from payments.services.available import merchant_available
+from payments.services.payouts import payout_create
 from payments.services.refunds import double_loss_resolve, refund_create
 from tests.factories import PaymentFactory, UserFactory, processor_event
 
 MERCHANT = "m-property"
+PAYEE = "tok_payout_acct_0001"
 HOLDING = (PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)
 ZERO = Decimal("0")
 
@@ -50,6 +54,8 @@ step = st.one_of(
     st.tuples(
         st.just("close_loss"), st.integers(0, 9), st.sampled_from(["recovered", "written_off"])
     ),
+    # A payout of the available balance, sent, settled, failed and returned as a refund is.
+    st.tuples(st.just("payout"), amounts),
 )
 
 
@@ -71,6 +77,14 @@ def _run(history: list, debits: list[Payment], refunds: list[Payment]) -> None:
         elif op == "refund" and (debit := _pick(debits, args[0])) is not None:
             try:
                 refunds.insert(0, refund_create(payment_id=debit.id, amount=args[1]))
+            except MoneyOutRefused:
+                pass
+        elif op == "payout":
+            try:
+                refunds.insert(
+                    0,
+                    payout_create(merchant_id=MERCHANT, amount=args[0], destination_token=PAYEE),
+                )
             except MoneyOutRefused:
                 pass
         elif op == "refund_sent_then_return" and (debit := _pick(debits, args[0])) is not None:
@@ -223,6 +237,12 @@ def test_every_balance_figure_follows_from_the_entries(opening, history):
                 assert not LedgerEntry.objects.filter(merchant_id=MERCHANT).exists()
                 continue
             assert answered == _recomputed(moment), history
+            # The payout's read of the day totals, folded or not, says the same.
+            for locked in (False, True):
+                kept = merchant_available(
+                    merchant_id=MERCHANT, currency="USD", now=moment, locked=locked
+                )
+                assert kept == Decimal(answered["available"]), history
             (in_words,) = merchant_balances(merchant_id=MERCHANT, now=moment)["balances"]
             assert in_words == _recomputed_in_words(moment), history
             figure = {
@@ -239,6 +259,7 @@ def test_every_balance_figure_follows_from_the_entries(opening, history):
             assert _counts_answered() == _counts_from_states(), history
         event(f"double losses: {min(DoubleLoss.objects.count(), 2)}")
         event(f"refunds: {min(Payment.objects.filter(purpose=PaymentPurpose.REFUND).count(), 3)}")
+        event(f"payouts: {min(Payment.objects.filter(purpose=PaymentPurpose.PAYOUT).count(), 2)}")
         for debit in Payment.objects.filter(purpose=PaymentPurpose.COLLECTION):
             held = debit.refunds.filter(
                 state__in=(PaymentState.PENDING, PaymentState.SUBMITTED, PaymentState.CONFIRMED)

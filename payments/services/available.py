@@ -1,0 +1,77 @@
+"""A merchant's available balance for a payout, read from the totals PostgreSQL keeps.
+
+``payments.selectors.merchant_money_figures`` defines ``available`` and computes it from every
+ledger entry of the merchant, which is right for the balances API and the books but makes a
+payout's cost grow with the ledger. A payout instead reads ``MerchantAvailableTotal``: per
+merchant, currency and Eastern calendar day, what the posted entries of the debits whose credit
+settled that day add, and (on ``AVAILABLE_ALWAYS``) money out, money back and recoveries. The
+ledger's triggers (migration 0046) append each statement's change as a
+``MerchantAvailableAdjustment``; the payout, holding the merchant's exclusive money-out lock,
+folds them into the totals and sums the days through the reserve's cutoff in one statement.
+The cutoff is always the end of an Eastern day (``payments.banking_days.available_cutoff``), so
+a debit's credit is past it exactly when its day is on or before the cutoff's date: the same
+figure, to the cent, as the full read.
+
+Only the holder of the money-out lock folds: a fold deletes adjustments and adds them to the
+totals, and the statement's sum reads the totals as they were plus what it folded; a second
+folder at the same moment would delete rows this one's snapshot still counts as unfolded.
+Writers of the ledger only append, so they never wait on a total's row. On other databases
+(the SQLite quick start) there is no trigger and the figure is the full read.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.db import connection
+from django.utils import timezone
+
+from payments import conf as payments_conf
+from payments.banking_days import ach_date, available_cutoff
+
+# Read without folding: the totals and the changes not yet folded, as of one snapshot.
+AVAILABLE_SUM = """SELECT SUM(amount) FROM (
+    SELECT amount FROM payments_merchantavailabletotal
+    WHERE merchant_id = %(merchant_id)s AND currency = %(currency)s AND day <= %(through)s
+    UNION ALL
+    SELECT amount FROM payments_merchantavailableadjustment
+    WHERE merchant_id = %(merchant_id)s AND currency = %(currency)s AND day <= %(through)s
+) AS days"""
+# Under the money-out lock: the changes folded into the totals, and the sum of the totals as
+# they were (the statement's snapshot) and the changes it folded. A function of the database
+# (migration 0046), whose statement's plan each connection keeps: a quarter of the CPU of the
+# same statement planned anew on every payout.
+AVAILABLE_FOLD_SUM = (
+    "SELECT payments_merchant_available_fold(%(merchant_id)s, %(currency)s, %(through)s)"
+)
+
+
+def available_through(now: datetime | None = None) -> date:
+    """The last day whose debits are past the return reserve at ``now``."""
+    return ach_date(
+        available_cutoff(now or timezone.now(), payments_conf.AVAILABLE_AFTER_BANKING_DAYS)
+    )
+
+
+def merchant_available(
+    *, merchant_id: str, currency: str, now: datetime | None = None, locked: bool = False
+) -> Decimal:
+    """The merchant's available balance in ``currency`` at ``now``, as
+    ``merchant_money_figures`` defines it (``0.00`` for a currency it has no entry in). On
+    PostgreSQL one statement over the day totals; it folds the appended changes into them when
+    the caller holds the merchant's exclusive money-out lock (``locked``), as a payout does."""
+    if connection.vendor != "postgresql":
+        from payments.selectors import merchant_money_figures
+
+        figures = merchant_money_figures(merchant_id=merchant_id, now=now).get(currency)
+        return Decimal(figures["available"]) if figures else Decimal("0.00")
+    params = {
+        "merchant_id": merchant_id,
+        "currency": currency,
+        "through": available_through(now),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(AVAILABLE_FOLD_SUM if locked else AVAILABLE_SUM, params)
+        (total,) = cursor.fetchone()
+    return (total or Decimal("0")).quantize(Decimal("0.01"))

@@ -76,6 +76,11 @@ with override_settings(PAYMENTS=payments, ALLOWED_HOSTS=["testserver"]):
     post(client, "payout_new_account", "/api/payouts/", {
         "merchant_id": merchant, "amount": "5.00", "destination_token": "tok_sqlite_new_0002",
     })
+    # No day totals on SQLite: the payout's check sums the ledger, as the balances do.
+    post(client, "payout_over", "/api/payouts/", {
+        "merchant_id": merchant, "amount": "500.00",
+        "destination_token": payment_life.DESTINATION_TOKEN,
+    })
     ExposureLimit.objects.create(
         merchant_id=merchant, direction="debit", currency="USD", daily_limit=Decimal("20.00")
     )
@@ -109,6 +114,7 @@ def test_the_creates_on_sqlite_check_hold_refuse_and_replay_as_on_postgresql(tmp
         "refund_over": (409, "refund_exceeds_refundable"),
         "payout": (201, None),
         "payout_new_account": (201, None),
+        "payout_over": (409, "insufficient_available_balance"),
         "over_limit": (409, "exposure_limit_exceeded"),
         "blocked": (409, "account_blocked"),
     }

@@ -104,7 +104,9 @@ def transaction_lock(name: str, *, shared: bool = False) -> None:
 class LockSql:
     """A transaction lock as an expression of a ``SELECT``: taken when the statement runs, held
     until the transaction ends. What the statement reads is not protected by it: the statement's
-    snapshot may predate the wait, so what the lock guards is read by a later statement."""
+    snapshot may predate the wait, so what the lock guards is read by a later statement, or by
+    a VOLATILE function called after the lock in the same statement
+    (``payments.kernel.reads.AfterLocks``), whose own statements read after the wait."""
 
     sql: str
     params: list

@@ -131,6 +131,19 @@ def _uuid_marker(name: str) -> uuid.UUID:
     return uuid.uuid5(_UUID_MARKERS, name)
 
 
+@dataclass(frozen=True)
+class AfterLocks:
+    """An expression of the one ``SELECT`` evaluated after its locks, whose reads the locks do
+    protect: a call of a VOLATILE function of the database. Each statement such a function
+    runs reads in a snapshot taken when that statement starts (PostgreSQL's READ COMMITTED),
+    so after the statement's locks were granted: it sees what every earlier holder of them
+    committed, where the statement's own subqueries read in its snapshot, which may predate
+    the wait. Its value comes back as the driver reads it."""
+
+    sql: str
+    params: list
+
+
 def querysets_read(
     querysets: Sequence[QuerySet | Read], *, locks: Sequence[LockSql | None] = ()
 ) -> list[list[Model]]:
@@ -138,8 +151,22 @@ def querysets_read(
     of a ``PreparedRead``), read in one statement on PostgreSQL, which takes the transaction
     ``locks`` first, in their order. The reads are not protected by the locks (``LockSql``):
     only what need not be is read with them."""
+    return locked_read(querysets, locks=locks)[1]
+
+
+def locked_read(
+    querysets: Sequence[QuerySet | Read],
+    *,
+    locks: Sequence[LockSql | None] = (),
+    after_locks: Sequence[AfterLocks] = (),
+) -> tuple[list, list[list[Model]]]:
+    """``querysets_read``, and the value of each of ``after_locks``, evaluated in the same
+    statement in their order after the locks (PostgreSQL only: elsewhere there are none)."""
     if connection.vendor != "postgresql":
-        return [list(item.queryset() if isinstance(item, Read) else item) for item in querysets]
+        if after_locks:
+            raise ValueError("reads after locks are PostgreSQL's")
+        rows = [list(item.queryset() if isinstance(item, Read) else item) for item in querysets]
+        return [], rows
     parts, params = [], []
     models: list[type[Model] | None] = []  # None: a values() read, its rows dicts
     for lock in locks:
@@ -147,6 +174,11 @@ def querysets_read(
             parts.append(lock.sql)
             params.extend(lock.params)
     taken = len(parts)
+    # Evaluated in the select list's order: after every lock, before the plain reads.
+    for after in after_locks:
+        parts.append(after.sql)
+        params.extend(after.params)
+    read_from = len(parts)
     for item in querysets:
         if isinstance(item, Read):
             compiled = item.prepared.compiled(item.shape)
@@ -161,8 +193,9 @@ def querysets_read(
         params.extend(query_params)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(parts)}", params)
-        texts = cursor.fetchone()[taken:]
-    return [
+        row = cursor.fetchone()
+    texts = row[read_from:]
+    return list(row[taken:read_from]), [
         _rows(model, json.loads(text, parse_float=Decimal)) if text != "[]" else []
         for model, text in zip(models, texts, strict=True)
     ]

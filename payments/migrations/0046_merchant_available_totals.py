@@ -105,11 +105,13 @@ $$;
 
 -- The merchant's adjustments in ``currency`` folded into its totals, and the sum of the days
 -- through ``through``: the totals as the statement found them plus what it folded. Only the
--- holder of the merchant's money-out lock calls it (payments.services.available).
+-- holder of the merchant's money-out lock calls it (payments.services.available), in the
+-- statement that takes the lock: VOLATILE, its statement reads in a snapshot of its own,
+-- taken once the lock is held.
 CREATE OR REPLACE FUNCTION payments_merchant_available_fold(
     merchant text, currency_code text, through date
 ) RETURNS numeric
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     available numeric;
 BEGIN

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from payments import conf as payments_conf
 from payments.banking_days import ach_date, available_cutoff
+from payments.kernel.reads import AfterLocks
 
 # Read without folding: the totals and the changes not yet folded, as of one snapshot.
 AVAILABLE_SUM = """SELECT SUM(amount) FROM (
@@ -42,9 +43,8 @@ AVAILABLE_SUM = """SELECT SUM(amount) FROM (
 # they were (the statement's snapshot) and the changes it folded. A function of the database
 # (migration 0046), whose statement's plan each connection keeps: a quarter of the CPU of the
 # same statement planned anew on every payout.
-AVAILABLE_FOLD_SUM = (
-    "SELECT payments_merchant_available_fold(%(merchant_id)s, %(currency)s, %(through)s)"
-)
+AVAILABLE_FOLD = "payments_merchant_available_fold(%s, %s, %s)"
+AVAILABLE_FOLD_SUM = f"SELECT {AVAILABLE_FOLD}"
 
 
 def available_through(now: datetime | None = None) -> date:
@@ -72,6 +72,27 @@ def merchant_available(
         "through": available_through(now),
     }
     with connection.cursor() as cursor:
-        cursor.execute(AVAILABLE_FOLD_SUM if locked else AVAILABLE_SUM, params)
+        if locked:
+            cursor.execute(AVAILABLE_FOLD_SUM, [merchant_id, currency, params["through"]])
+        else:
+            cursor.execute(AVAILABLE_SUM, params)
         (total,) = cursor.fetchone()
+    return available_of(total)
+
+
+def available_after_locks(
+    *, merchant_id: str, currency: str, now: datetime | None = None
+) -> AfterLocks | None:
+    """``merchant_available`` with ``locked``, as an expression a create's locking statement
+    evaluates once its locks are held (``payments.kernel.reads.AfterLocks``: the fold is a
+    VOLATILE function, whose statement reads after the wait), so a payout takes its locks and
+    reads its balance in one round trip; its value is read by ``available_of``. None off
+    PostgreSQL, where ``merchant_available`` reads it."""
+    if connection.vendor != "postgresql":
+        return None
+    return AfterLocks(AVAILABLE_FOLD, [merchant_id, currency, available_through(now)])
+
+
+def available_of(total: Decimal | None) -> Decimal:
+    """A sum of the totals as the API writes it: to the cent, nothing as zero."""
     return (total or Decimal("0")).quantize(Decimal("0.01"))

@@ -21,7 +21,7 @@ from payments.insert_sql import rows_insert
 from payments.kernel import propagation
 from payments.kernel.bank_numbers import BANK_NUMBER_MESSAGE, looks_like_bank_number
 from payments.kernel.locks import LockSql, exposure_lock_sql
-from payments.kernel.reads import PreparedRead, Read, querysets_read
+from payments.kernel.reads import AfterLocks, PreparedRead, Read, locked_read, querysets_read
 from payments.messages import MessageKind, submit_payment_body
 from payments.models import (
     AccountBlock,
@@ -268,6 +268,7 @@ class CreateLocks:
     limits: list[ExposureLimit]
     exposure_locked: bool
     also: list[list] = field(default_factory=list)
+    after: list = field(default_factory=list)
 
 
 def create_locks_take(
@@ -277,19 +278,22 @@ def create_locks_take(
     currency: str,
     first: LockSql | None = None,
     also: Sequence[QuerySet | Read] = (),
+    after_locks: Sequence[AfterLocks] = (),
 ) -> CreateLocks:
     """A money-out create's locks in one statement, in the one lock order: ``first`` (the
     merchant's money-out lock, exclusive or shared), then its exposure lock, the create's last,
     when the fraud rules take it anyway; with the merchant's limits, which need no lock, and the
     rows of ``also`` (the caller's reads that these locks need not protect: a refund's sum of
-    what its debit's refunds hold, which the debit's row lock, taken before, protects)."""
+    what its debit's refunds hold, which the debit's row lock, taken before, protects). The
+    values of ``after_locks`` (``after``) are read once the locks are held and are protected by
+    them (a payout's available balance)."""
     exposure_locked = bool(fraud_rules())
     locks = [first]
     if exposure_locked:
         locks.append(exposure_lock_sql(merchant_id, direction, currency))
     limits = _LIMITS_READ.read(merchant_id=merchant_id, direction=direction, currency=currency)
-    rows, *also_rows = querysets_read([limits, *also], locks=locks)
-    return CreateLocks(limits=rows, exposure_locked=exposure_locked, also=also_rows)
+    after, (rows, *also_rows) = locked_read([limits, *also], locks=locks, after_locks=after_locks)
+    return CreateLocks(limits=rows, exposure_locked=exposure_locked, also=also_rows, after=after)
 
 
 def payment_build(

@@ -32,7 +32,11 @@ from payments.models import (
     PaymentPurpose,
 )
 from payments.processor.backend import get_backend
-from payments.services.available import merchant_available
+from payments.services.available import (
+    available_after_locks,
+    available_of,
+    merchant_available,
+)
 from payments.services.create import (
     SUPPORTED_CURRENCIES,
     create_locks_take,
@@ -92,16 +96,22 @@ def payout_create(
             "can be paid out through it",
         )
     with create_transaction():
-        # The merchant's money-out lock, exclusive (its exposure lock after it, as the last).
+        # The merchant's money-out lock, exclusive (its exposure lock after it, as the last),
+        # then, in the same statement once they are held, the available balance: the day totals
+        # PostgreSQL keeps, folded under the lock, the same figure as merchant_money_figures's
+        # without reading the merchant's every entry.
+        balance = available_after_locks(merchant_id=merchant_id, currency=currency)
         locks = create_locks_take(
             merchant_id=merchant_id,
             direction=PaymentDirection.CREDIT,
             currency=currency,
             first=money_out_lock_sql(merchant_id),
+            after_locks=[balance] if balance is not None else [],
         )
-        # The day totals PostgreSQL keeps, folded under the lock: the same figure as
-        # merchant_money_figures's, without reading the merchant's every entry.
-        available = merchant_available(merchant_id=merchant_id, currency=currency, locked=True)
+        if balance is not None:
+            available = available_of(locks.after[0])
+        else:
+            available = merchant_available(merchant_id=merchant_id, currency=currency, locked=True)
         if amount > available:
             raise MoneyOutRefused(
                 INSUFFICIENT_AVAILABLE_BALANCE,

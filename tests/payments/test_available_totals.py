@@ -31,7 +31,7 @@ from payments.services import payment_apply_event
 from payments.services.available import merchant_available
 from payments.services.payouts import payout_create
 from tests.factories import PaymentFactory, processor_event
-from tests.waiting import race
+from tests.waiting import race, race_in_order
 
 pytestmark = pytest.mark.django_db
 
@@ -286,6 +286,28 @@ def test_two_payouts_racing_for_the_same_money_never_overdraw(module_settings):
         assert merchant_available(merchant_id="m-race", currency="USD") == Decimal("120.00")
     (usd,) = merchant_balances(merchant_id="m-race")["balances"]
     assert usd["available"] == "120.00"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_payout_waiting_on_anothers_lock_reads_the_balance_that_one_left(module_settings):
+    # The balance is read in the statement that takes the lock: the fold's own statement reads
+    # after the wait, so it sees the first payout's entry, committed while it waited.
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    _collected("m-wait", "100.00")
+
+    [second] = race_in_order(
+        lambda: payout_create(
+            merchant_id="m-wait", amount=Decimal("70.00"), destination_token=TOKEN
+        ),
+        lambda: payout_create(
+            merchant_id="m-wait", amount=Decimal("70.00"), destination_token=TOKEN
+        ),
+    )
+
+    assert isinstance(second, MoneyOutRefused), second
+    assert second.rule == "insufficient_available_balance"
+    assert "exceeds the 30.00 USD available" in str(second)
+    assert merchant_available(merchant_id="m-wait", currency="USD") == Decimal("30.00")
 
 
 def test_a_payout_reads_no_ledger_entry_however_long_the_ledger(module_settings):

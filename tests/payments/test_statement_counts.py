@@ -25,10 +25,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # blocks and, a WEB debit's, validation) in one read that takes the exposure lock first (a WEB
 # debit takes it on its own, after the validation's row lock it may need: +1); a refund's
 # debit row lock, then its money-out share and exposure locks with the merchant's limits and
-# what the debit's refunds hold; a payout's money-out and exposure locks with the limits, then
-# the available balance; each the fraud rules' read of the merchant's history, and the payment
-# with its ledger entry, audit row, submit command and merchant's event in one statement.
-CREATE = {"debit": 8, "web_debit": 9, "refund": 10, "payout": 9}
+# what the debit's refunds hold; a payout's money-out and exposure locks with the limits and,
+# once they are held, the available balance (9 when the balance was a statement of its own);
+# each the fraud rules' read of the merchant's history, and the payment with its ledger entry,
+# audit row, submit command and merchant's event in one statement.
+CREATE = {"debit": 8, "web_debit": 9, "refund": 10, "payout": 8}
 # The outbox row's publish after the create's commit, in the same request, each statement
 # committing as it runs: its group's try-lock (with the row's group read), the group's
 # unpublished rows read after the lock, the mark, the unlock (callbacks.outbox); 9 when the

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
+from importlib import import_module
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from payments import conf as payments_conf
@@ -96,3 +97,22 @@ def available_after_locks(
 def available_of(total: Decimal | None) -> Decimal:
     """A sum of the totals as the API writes it: to the cent, nothing as zero."""
     return (total or Decimal("0")).quantize(Decimal("0.01"))
+
+
+def available_totals_rebuild() -> int:
+    """Rebuild every merchant's available totals from the ledger, as the migration first filled
+    them: after maintenance in a session with ``session_replication_role = replica`` (which
+    fires no trigger, so what it wrote to the ledger is not in the totals). The ledger is locked
+    against writes until the transaction ends, so no entry is missed or counted twice; payouts
+    wait meanwhile. Returns how many total rows it wrote. PostgreSQL only: elsewhere there are
+    no totals to rebuild (0)."""
+    if connection.vendor != "postgresql":
+        return 0
+    # The migration's own statement: one definition of what an entry adds.
+    backfill = import_module("payments.migrations.0046_merchant_available_totals").BACKFILL_SQL
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("LOCK TABLE payments_ledgerentry IN SHARE ROW EXCLUSIVE MODE")
+        cursor.execute("DELETE FROM payments_merchantavailableadjustment")
+        cursor.execute("DELETE FROM payments_merchantavailabletotal")
+        cursor.execute(backfill)
+        return cursor.rowcount

@@ -1,6 +1,7 @@
 """One corruption per branch of the invariant checker not tripped elsewhere: each must fail the
 check that names it, with that branch's finding, and no other check."""
 
+import io
 from decimal import Decimal
 
 import pytest
@@ -300,6 +301,40 @@ def test_a_balance_answered_apart_from_its_entries_fails(history, monkeypatch):
     monkeypatch.setattr(selectors, "merchant_money_figures", off_by_a_cent)
 
     _only(check(history), "balances_match_entries")
+
+
+def test_day_totals_apart_from_the_entries_fail(history):
+    """A payout reads the available balance from the day totals the ledger's triggers keep: a
+    total the entries do not make is found, though the API's full read is right."""
+    from payments.models import MerchantAvailableTotal
+
+    payout = history["payments"]["payout"]
+    MerchantAvailableTotal.objects.create(
+        merchant_id=payout.merchant_id, currency=payout.currency, day="2001-01-02", amount="0.01"
+    )
+
+    violation = _one(
+        check(history, totals_rebuilt=False), "balances_match_entries", "from the day totals differ"
+    )
+    [found] = violation.ids
+    assert found.startswith(f"{payout.merchant_id} {payout.currency} (day totals make"), found
+
+
+def test_day_totals_rebuilt_after_maintenance_agree_again(history):
+    """A maintenance session fires no trigger: what it writes to the ledger is not in the day
+    totals until ``manage.py available_totals_rebuild`` rebuilds them."""
+    from django.core.management import call_command
+
+    payout = history["payments"]["payout"]
+    LedgerEntry.objects.filter(payment=payout).update(amount=Decimal("-3.05"))  # of 3.00
+    _one(
+        check(history, totals_rebuilt=False), "balances_match_entries", "from the day totals differ"
+    )
+
+    call_command("available_totals_rebuild", stdout=io.StringIO())
+
+    report = check(history, totals_rebuilt=False)
+    assert report.ok, report.render()
 
 
 def test_a_payout_beyond_the_available_balance_fails(history):

@@ -27,7 +27,7 @@ from callbacks.metrics import DEDUP_HITS
 from callbacks.schema import PROCESSOR_EVENT, processor_event_from_message
 from callbacks.services import outage_holds_release, outage_holds_waiting
 from callbacks.sqs import ReceivedMessage
-from payments.exceptions import ProcessorCircuitOpen, ProcessorDegraded
+from payments.exceptions import InvalidTransition, ProcessorCircuitOpen, ProcessorDegraded
 from payments.models import BreakerState
 from payments.processor.breaker import (
     processor_breaker_close_when_trials_done,
@@ -154,7 +154,10 @@ class Handler:
     ``gates``: asked in order before a message starts; the first that returns a ``Deferral``
     defers it unstarted (no attempt counted, no error row). ``defers``: turns a failure of the
     started work into a ``Deferral`` (the attempt is given back), or None for an ordinary
-    failure. ``ticks``: what the loop runs between receives for this kind's sake.
+    failure. ``waits_behind``: for a retryable failure, why the message must wait for a later
+    message of its group (which a retry would keep behind it), or None: the worker then sends
+    it to the back of its group instead of hiding it (``outcomes.move_behind``). ``ticks``: what
+    the loop runs between receives for this kind's sake.
     """
 
     func: Callable[[ReceivedMessage], str]
@@ -164,6 +167,7 @@ class Handler:
     locks: Callable[[list[ReceivedMessage]], AbstractContextManager] | None = None
     gates: tuple[Callable[[ReceivedMessage], Deferral | None], ...] = ()
     defers: Callable[[Exception], Deferral | None] | None = None
+    waits_behind: Callable[[ReceivedMessage, Exception], str | None] | None = None
     ticks: tuple[Tick, ...] = ()
 
 
@@ -197,6 +201,22 @@ def handle_processor_event(message: ReceivedMessage) -> str:
         # ``Handler.together``) counts its duplicates once.
         transaction.on_commit(lambda: DEDUP_HITS.labels(layer="app").inc(), robust=True)
     return str(result.outcome)
+
+
+def event_waits_for_submission(message: ReceivedMessage, exc: Exception) -> str | None:
+    """A processor event its payment cannot take yet (``InvalidTransition``: a ``settled`` for a
+    payment still ``pending``) while a submission of that payment was taken by a worker: the
+    processor has the debit, and the submission's answer that moves the payment on is still
+    to be applied. Its message may well be behind this one in the group (a hold's release sent
+    it back after the processor's callback arrived), where a retry keeps it until this one is
+    dead-lettered: this one goes behind it instead."""
+    from callbacks.selectors import payment_submission_started
+
+    if not isinstance(exc, InvalidTransition):
+        return None
+    if not payment_submission_started(message.group_id):
+        return None
+    return f"payment {message.group_id} is pending with its submission still to be applied"
 
 
 def handle_submit_payment(message: ReceivedMessage) -> str:
@@ -336,6 +356,7 @@ DEFAULT_HANDLERS: dict[str, Handler] = {
         own_savepoint=True,
         together=events_share_transaction,
         locks=processor_events_locked,
+        waits_behind=event_waits_for_submission,
     ),
     SUBMIT_PAYMENT: Handler(
         handle_submit_payment,

@@ -17,7 +17,8 @@ CALLBACKS_RECEIVED = Counter(
 WORKER_MESSAGES = Counter(
     "payments_worker_messages_total",
     "Messages handled by run_sqs_worker, by kind and outcome: applied, stale, duplicate, "
-    "submitted, queued, rejected, skipped, retried, dead_lettered, parked.",
+    "submitted, queued, rejected, skipped, retried, dead_lettered, parked, deferred, "
+    "moved_behind.",
     ["kind", "outcome"],
 )
 DEDUP_HITS = Counter(

@@ -1,6 +1,6 @@
 """Reads of the queue layer's records for the API, the admin and the dashboards."""
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, Q, QuerySet
 
 from callbacks.models import (
     UNFINISHED_STATUSES,
@@ -10,6 +10,8 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
+from payments.messages import MessageKind
+from payments.models import Payment, PaymentState
 
 # What a tenant is told of a failed processing attempt: a stable code and a short text. The
 # stored class, message and traceback quote exceptions, queue messages and the processor's
@@ -111,3 +113,16 @@ def queue_messages_unfinished(
     return QueueMessage.objects.filter(
         message_id__in=message_ids, status__in=UNFINISHED_STATUSES
     ).annotate(never_finished=Count("errors", filter=Q(errors__error_class=never_finished_class)))
+
+
+def payment_submission_started(payment_id: str) -> bool:
+    """Whether the payment is still pending although a worker has taken a submission of it
+    (which may have reached the processor: a call that timed out, a copy a hold's release sent
+    back). Its processor's events may then come before the submission's answer is applied."""
+    payment_id = str(payment_id)
+    submissions = QueueMessage.objects.filter(group_id=payment_id, kind=MessageKind.SUBMIT_PAYMENT)
+    return (
+        Payment.objects.filter(pk=payment_id, state=PaymentState.PENDING)
+        .filter(Exists(submissions))
+        .exists()
+    )

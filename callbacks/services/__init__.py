@@ -33,10 +33,13 @@ from callbacks.services.outcomes import (
     queue_messages_interrupted,
 )
 from callbacks.services.republish import (
+    BEHIND_MARK,
     DEAD_LETTER_KEY,
     REDRIVE_KEY,
     RELEASE_MARK,
     message_republish,
+    message_send_behind,
+    moves_behind,
     parked_message_republish,
     released_original_id,
 )
@@ -51,6 +54,7 @@ from callbacks.services.starts import (
 from callbacks.sqs import ReceivedMessage
 
 __all__ = [
+    "BEHIND_MARK",
     "DEAD_LETTER_KEY",
     "REDRIVE_KEY",
     "RELEASE_MARK",
@@ -62,6 +66,8 @@ __all__ = [
     "message_dead_letter",
     "message_defer",
     "message_republish",
+    "message_send_behind",
+    "moves_behind",
     "outage_holds_release",
     "outage_holds_waiting",
     "parked_message_republish",

@@ -24,6 +24,9 @@ from payments.messages import DEAD_LETTER_KEY, REDRIVE_KEY
 __all__ = ["DEAD_LETTER_KEY", "REDRIVE_KEY"]  # and the functions below: the names callbacks uses
 
 RELEASE_MARK = ":release:"
+# A copy sent to the back of its group (``message_send_behind``): the first message's id, this
+# mark, and the number of the move.
+BEHIND_MARK = ":behind:"
 
 # The room the outage holds' release always has, in copies: a receive's batch for each of two
 # workers, so a release that has seen none taken yet still starts, and the pace can grow.
@@ -137,6 +140,31 @@ def parked_message_republish(
             pk=row.pk, hold=hold, republished_message_id=""
         ).update(republished_message_id=new_id, released_at=timezone.now())
     return bool(marked)
+
+
+def moves_behind(deduplication_id: str) -> int:
+    """How many times the message was sent to the back of its group before (0 for one never
+    moved)."""
+    _, mark, moves = deduplication_id.rpartition(BEHIND_MARK)
+    return int(moves) if mark and moves.isdigit() else 0
+
+
+def message_send_behind(*, message: ReceivedMessage, moves: int) -> str:
+    """Send ``message`` again, as it came, to the back of its group, as its ``moves``-th move;
+    return the copy's message id. The caller then marks the message done and deletes it.
+
+    The copy's deduplication id is the first message's id and the move's number: a move sent
+    twice (the worker died before the message was deleted, and moved it again) is dropped by
+    SQS within its window, and the event's own deduplication applies it once whatever comes."""
+    first, mark, _ = message.deduplication_id.rpartition(BEHIND_MARK)
+    if not mark:
+        first = message.message_id
+    return sqs.send_message_now(
+        body=message.body,
+        group_id=message.group_id,
+        deduplication_id=f"{first}{BEHIND_MARK}{moves}"[:128],
+        attributes=propagation.message_attributes(propagation.carried(message.message_attributes)),
+    )
 
 
 def message_republish(

@@ -22,7 +22,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.handlers import Deferral, UnstorableBody
+from callbacks.handlers import Deferral, Handler, UnstorableBody
 from callbacks.metrics import ENQUEUE_TO_APPLIED_SECONDS, MESSAGES_DEFERRED, WORKER_MESSAGES
 from callbacks.models import QueueMessage
 from callbacks.retry import classify
@@ -31,7 +31,10 @@ from callbacks.services import (
     StartAction,
     message_dead_letter,
     message_defer,
+    message_send_behind,
+    moves_behind,
     processing_error_record,
+    queue_message_complete,
     queue_message_defer,
     queue_message_start,
     storable_text,
@@ -53,11 +56,19 @@ class Outcome(enum.StrEnum):
     RETRIED = "retried"  # failed; hidden for its backoff, the group waits behind it
     DEFERRED = "deferred"  # a dependency is down as a whole: parked off the queue, no attempt
     DEAD_LETTERED = "dead_lettered"  # copied to the DLQ, payment held: delete it
+    # Waits for a later message of its group: sent again to the group's back, delete it.
+    MOVED_BEHIND = "moved_behind"
 
     @property
     def finished(self) -> bool:
         """The message is done with: delete it from the main queue."""
-        return self in (Outcome.DUPLICATE, Outcome.PARKED, Outcome.DEFERRED, Outcome.DEAD_LETTERED)
+        return self in (
+            Outcome.DUPLICATE,
+            Outcome.PARKED,
+            Outcome.DEFERRED,
+            Outcome.DEAD_LETTERED,
+            Outcome.MOVED_BEHIND,
+        )
 
     @property
     def stops_group(self) -> bool:
@@ -122,6 +133,10 @@ def fail(
         _give_back(message, queue_message, failure, deferral)
         return defer(hand, rules, message, queue_message, started, deferral)
     retryable, retry_after = classify(exc)
+    if retryable and handler is not None and handler.waits_behind is not None:
+        moved = move_behind(hand, rules, message, queue_message, failure, handler, started)
+        if moved is not None:
+            return moved
     attempt = queue_message.attempts
     give_up = not retryable or attempt >= rules.max_attempts
     delay = None
@@ -152,6 +167,63 @@ def fail(
         started,
         error=failure.text,
         delay=delay,
+    )
+
+
+# How many times one message may be sent to the back of its group; then it is retried in place
+# like any other, and dead-lettered when its attempts are spent.
+MAX_MOVES_BEHIND = 3
+
+
+def move_behind(
+    hand: Hand,
+    rules: Rules,
+    message: ReceivedMessage,
+    queue_message: QueueMessage,
+    failure: Failure,
+    handler: Handler,
+    started: float,
+) -> Result | None:
+    """A failure that waits for a later message of the group (``Handler.waits_behind``): a
+    retry would hide the message and keep its group, that later message with it, waiting
+    behind it until it is dead-lettered. It is sent again to the back of its group instead (a
+    copy, ``message_send_behind``), its failed attempt recorded, and it is marked done and
+    deleted; the group goes on. At most ``MAX_MOVES_BEHIND`` times, so a message whose
+    awaited message never comes is retried and dead-lettered as before. None: not moved (not
+    waiting, moved too often, or the queue or the database failed: the usual retry follows)."""
+    moves = moves_behind(message.deduplication_id) + 1
+    if moves > MAX_MOVES_BEHIND:
+        return None
+    try:
+        reason = handler.waits_behind(message, failure.exc)
+    except DatabaseError as exc:
+        logger.warning("could not tell whether message %s waits: %s", message.message_id, exc)
+        return None
+    if reason is None:
+        return None
+    text = (
+        f"{failure.text}; {reason}: sent to the back of its group "
+        f"(move {moves} of {MAX_MOVES_BEHIND})"
+    )
+    _record_failure(
+        message, queue_message, dataclasses.replace(failure, text=text), retryable=True, delay=0
+    )
+    try:
+        copy_id = message_send_behind(message=message, moves=moves)
+        queue_message_complete(queue_message=queue_message, outcome=Outcome.MOVED_BEHIND)
+    except (sqs.QueueUnavailable, DatabaseError) as exc:
+        if is_outage(exc):
+            raise DatabaseDown(exc) from exc
+        logger.warning("could not move message %s behind its group: %s", message.message_id, exc)
+        return None
+    return finish(
+        hand,
+        rules,
+        message,
+        queue_message,
+        Result.of(Outcome.MOVED_BEHIND),
+        started,
+        error=f"{text}; the copy is message {copy_id}",
     )
 
 

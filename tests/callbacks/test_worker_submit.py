@@ -1,14 +1,22 @@
 """submit_payment messages through the worker, against the sandbox processor over real HTTP."""
 
+import json
 from decimal import Decimal
 
 import pytest
 
-from callbacks.models import PaymentHold, ProcessingError, QueueMessage
-from payments.models import AttemptOutcome, PaymentState, ProcessorAttempt
+from callbacks.models import PaymentHold, ProcessingError, QueueMessage, QueueMessageStatus
+from callbacks.services import ReceivedMessage, message_send_behind, moves_behind
+from payments.models import (
+    AttemptOutcome,
+    LedgerEntry,
+    PaymentEvent,
+    PaymentState,
+    ProcessorAttempt,
+)
 from payments.services import payment_cancel, payment_create
-from tests.callbacks.worker_support import drain, run_worker, send_body
-from tests.factories import PaymentFactory
+from tests.callbacks.worker_support import drain, receive_head, run_worker, send_body, send_event
+from tests.factories import PaymentFactory, QueueMessageFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -135,3 +143,111 @@ def test_a_canceled_payments_submit_message_is_done_and_nothing_reaches_the_proc
     assert not ProcessingError.objects.filter(payment_id=payment.id).exists()
     assert sandbox.stats()["requests"] == {}
     assert drain(sqs_queues.client, sqs_queues.url) == []
+
+
+# --- a processor event ahead of the submission it waits for ------------------------------------
+
+
+def taken_submission(payment) -> QueueMessage:
+    """A worker's record of an earlier submission of the payment, deferred (parked) after its
+    call failed: the processor may have the debit, and the payment is still pending."""
+    return QueueMessageFactory(
+        kind="submit_payment",
+        group_id=str(payment.id),
+        status=QueueMessageStatus.PARKED,
+        outcome="deferred",
+    )
+
+
+def test_a_settlement_ahead_of_its_payments_submission_goes_behind_it_and_both_apply(
+    sqs_queues, sandbox, fast_retries
+):
+    # A hold's release sent the submission back after the processor's callback had arrived:
+    # the settlement is the group's head, the submission behind it. Retried in place, the
+    # settlement kept the submission waiting until it was dead-lettered, and the payment went
+    # to a person.
+    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_ok_behind1")
+    taken_submission(payment)
+    settled_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    submission_id = submit_message(sqs_queues, payment)
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    assert LedgerEntry.objects.filter(payment=payment).count() == 1
+    assert sandbox.stats()["charges_by_payment"] == {str(payment.id): 1}
+    original = QueueMessage.objects.get(message_id=settled_id)
+    assert (original.status, original.outcome, original.attempts) == ("done", "moved_behind", 1)
+    [error] = ProcessingError.objects.filter(message_id=settled_id)
+    assert error.error_class == "payments.exceptions.InvalidTransition" and error.retryable
+    assert "sent to the back of its group (move 1 of 3)" in error.message
+    assert QueueMessage.objects.get(message_id=submission_id).outcome == "submitted"
+    applied = PaymentEvent.objects.get(payment=payment, to_state=PaymentState.CONFIRMED)
+    copy = QueueMessage.objects.get(message_id=applied.caused_by.removeprefix("sqs:"))
+    assert copy.message_id != settled_id
+    assert (copy.status, copy.outcome, copy.attempts) == ("done", "applied", 1)
+    assert not PaymentHold.objects.exists()
+    assert drain(sqs_queues.client, sqs_queues.url) == []
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
+
+
+def test_an_event_whose_submission_never_comes_moves_three_times_then_is_dead_lettered(
+    sqs_queues, fast_retries
+):
+    # The payment looks as if a submission were on its way, but none is on the queue: the
+    # moves are bounded, then the event is retried and dead-lettered as any refused event.
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    taken_submission(payment)
+    first_id, body = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+
+    run_worker()
+
+    records = list(
+        QueueMessage.objects.filter(group_id=str(payment.id), kind="processor_event").order_by("id")
+    )
+    assert records[0].message_id == first_id
+    assert [(r.outcome, r.attempts) for r in records] == [
+        ("moved_behind", 1),
+        ("moved_behind", 1),
+        ("moved_behind", 1),
+        ("dead_lettered", 6),
+    ]
+    assert all(r.body == body for r in records)
+    errors = ProcessingError.objects.filter(payment_id=str(payment.id))
+    assert errors.count() == 3 + 6
+    assert errors.filter(message__contains="sent to the back of its group").count() == 3
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.PENDING
+    assert PaymentHold.objects.get(payment_id=str(payment.id)).kind == "triage"
+    [dead] = drain(sqs_queues.client, sqs_queues.dlq_url)
+    assert json.loads(dead["Body"])["dead_letter"]["attempts"] == 6
+
+
+def test_a_refused_event_with_no_submission_taken_is_retried_in_place(sqs_queues, fast_retries):
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    message_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+
+    run_worker()
+
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == ("dead_lettered", 6)
+    assert QueueMessage.objects.filter(group_id=str(payment.id)).count() == 1
+
+
+def test_a_move_sent_twice_leaves_one_copy_on_the_queue(sqs_queues):
+    # The worker died after sending the copy and before deleting the message: the message
+    # comes back, is moved again, and SQS drops the second copy by its deduplication id.
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+    message = ReceivedMessage.from_sqs(receive_head(sqs_queues.client, sqs_queues.url))
+    sqs_queues.client.delete_message(QueueUrl=sqs_queues.url, ReceiptHandle=message.receipt_handle)
+
+    first = message_send_behind(message=message, moves=1)
+    again = message_send_behind(message=message, moves=1)
+
+    [copy] = drain(sqs_queues.client, sqs_queues.url)
+    assert copy["MessageId"] == first
+    assert copy["Attributes"]["MessageDeduplicationId"] == f"{message.message_id}:behind:1"
+    assert moves_behind(copy["Attributes"]["MessageDeduplicationId"]) == 1
+    assert again == first  # SQS answers a duplicate it drops with the first one's id

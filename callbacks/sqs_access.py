@@ -138,6 +138,8 @@ SQS_CALL_SITES: tuple[SqsCallSite, ...] = (
         {MAIN: _SEND},
         _roles(WEB, CELERY, WORKER),
     ),
+    # ... and the worker's move of a processor event behind its payment's submission.
+    SqsCallSite("callbacks.services.republish:message_send_behind", {MAIN: _SEND}, _roles(WORKER)),
     # Beat's reconciliation of stuck payments.
     SqsCallSite("callbacks.reconciliation:payment_reconcile", {MAIN: _SEND_BATCH}, _roles(CELERY)),
     # Beat's pull of the processor's events (or processor_events_pull beside the Celery jobs):

@@ -74,6 +74,21 @@ def refunds_release() -> int:
         return release()
 
 
+@shared_task(name="payments.tasks.available_totals_fold", ignore_result=True)
+def available_totals_fold() -> int:
+    """Fold the ledger's appended changes into the available totals payouts read, for the
+    merchants that do not pay out often enough to fold them themselves."""
+    from payments.services.available import available_totals_fold as fold
+
+    with single_flight("payments.available_totals_fold") as acquired:
+        if not acquired:
+            return 0
+        folded = fold()
+    if folded:
+        logger.info("folded the available totals' changes of %s merchant currencies", folded)
+    return folded
+
+
 @shared_task(name="payments.tasks.review_holds_check", ignore_result=True)
 def review_holds_check() -> int:
     """Alert on each payment held for review longer than ``REVIEW_HOLD_ALERT_HOURS``."""

@@ -93,6 +93,7 @@ def test_beat_schedule_covers_the_operations_work():
         "callbacks.tasks.outbox_relay_publish",
         "payments.tasks.refunds_release",
         "payments.tasks.review_holds_check",
+        "payments.tasks.available_totals_fold",
         "payments.tasks.account_validations_advance",
         "payments.tasks.webhooks_dispatch",
         "payments.tasks.events_purge",

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from payments import conf as payments_conf
 from payments.banking_days import ach_date, available_cutoff
+from payments.kernel.locks import money_out_lock_sql
 from payments.kernel.reads import AfterLocks
 
 # Read without folding: the totals and the changes not yet folded, as of one snapshot.
@@ -97,6 +98,35 @@ def available_after_locks(
 def available_of(total: Decimal | None) -> Decimal:
     """A sum of the totals as the API writes it: to the cent, nothing as zero."""
     return (total or Decimal("0")).quantize(Decimal("0.01"))
+
+
+def available_totals_fold(*, limit: int = 1000) -> int:
+    """Fold the changes the ledger's triggers appended into the day totals, for up to ``limit``
+    merchants and currencies that have any (the most changes first); returns how many it folded.
+
+    Only a payout folds otherwise, so a merchant that collects and never pays out would keep a
+    row for every statement that ever changed its ledger, and its first payout would fold them
+    all at once. Each fold takes the merchant's exclusive money-out lock, a payout's (only its
+    holder may fold: ``merchant_available``), in a transaction of its own, so a payout of the
+    merchant waits for it or it for the payout, briefly, and refunds of other merchants never.
+    PostgreSQL only (0 elsewhere: no totals)."""
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(PENDING_CHANGES, [limit])
+        pending = cursor.fetchall()
+    through = available_through()
+    for merchant_id, currency in pending:
+        lock = money_out_lock_sql(merchant_id)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT {lock.sql}", lock.params)
+            cursor.execute(AVAILABLE_FOLD_SUM, [merchant_id, currency, through])
+    return len(pending)
+
+
+# The merchants and currencies with changes not yet folded, the most first.
+PENDING_CHANGES = """SELECT merchant_id, currency FROM payments_merchantavailableadjustment
+GROUP BY merchant_id, currency ORDER BY COUNT(*) DESC, merchant_id, currency LIMIT %s"""
 
 
 def available_totals_rebuild() -> int:

@@ -330,3 +330,66 @@ def test_a_payout_reads_no_ledger_entry_however_long_the_ledger(module_settings)
     assert _full_read(MERCHANT, "USD", None) == Decimal("0.00")
     with pytest.raises(MoneyOutRefused):
         payout_create(merchant_id=MERCHANT, amount=Decimal("0.01"), destination_token=TOKEN)
+
+
+# --- the scheduled fold, for merchants that never pay out ---------------------------------------
+
+
+def test_the_scheduled_fold_folds_every_merchants_changes_and_keeps_the_figures(module_settings):
+    from payments import tasks
+
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    for merchant, amounts in (("m-fold-a", ("10.00", "15.00", "2.50")), ("m-fold-b", ("7.00",))):
+        for amount in amounts:
+            _collected(merchant, amount)
+    _collected("m-fold-b", "40.00")
+    before = {m: _full_read(m, "USD", None) for m in ("m-fold-a", "m-fold-b")}
+    assert before == {"m-fold-a": Decimal("27.50"), "m-fold-b": Decimal("47.00")}
+    assert MerchantAvailableAdjustment.objects.filter(merchant_id="m-fold-a").count() == 3
+
+    assert tasks.available_totals_fold() == 2  # merchant currencies folded
+
+    assert not MerchantAvailableAdjustment.objects.exists()
+    totals = MerchantAvailableTotal.objects.filter(merchant_id__in=before)
+    assert {t.merchant_id for t in totals} == set(before)
+    for merchant, expected in before.items():
+        assert merchant_available(merchant_id=merchant, currency="USD") == expected
+        assert _full_read(merchant, "USD", None) == expected
+    assert tasks.available_totals_fold() == 0  # nothing left: a second run folds nothing
+
+
+def test_the_fold_takes_at_most_its_limit_the_merchants_with_the_most_changes_first():
+    from payments.services.available import available_totals_fold
+
+    for _ in range(3):
+        _collected("m-fold-many", "1.00")
+    _collected("m-fold-few", "1.00")
+
+    assert available_totals_fold(limit=1) == 1
+
+    assert not MerchantAvailableAdjustment.objects.filter(merchant_id="m-fold-many").exists()
+    assert MerchantAvailableAdjustment.objects.filter(merchant_id="m-fold-few").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fold_waits_for_a_payout_holding_the_merchants_lock_and_folds_its_entry(
+    module_settings,
+):
+    # Only the holder of the money-out lock may fold: a fold beside a payout's would delete
+    # changes the payout's snapshot still counts as unfolded. The fold queues behind the payout.
+    from payments.services.available import available_totals_fold
+
+    module_settings.AVAILABLE_AFTER_BANKING_DAYS = 0
+    _collected("m-fold-wait", "100.00")
+
+    [folded] = race_in_order(
+        lambda: payout_create(
+            merchant_id="m-fold-wait", amount=Decimal("70.00"), destination_token=TOKEN
+        ),
+        available_totals_fold,
+    )
+
+    assert folded == 1
+    assert not MerchantAvailableAdjustment.objects.filter(merchant_id="m-fold-wait").exists()
+    assert merchant_available(merchant_id="m-fold-wait", currency="USD") == Decimal("30.00")
+    assert _full_read("m-fold-wait", "USD", None) == Decimal("30.00")

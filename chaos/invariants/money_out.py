@@ -218,7 +218,7 @@ def check_balances(report: Report) -> None:
             check,
             f"{len(totals_off)} payout's available balance(s) from the day totals differ "
             "from the entries (after maintenance with triggers off: "
-            "manage.py available_totals_rebuild)",
+            "manage.py totals_rebuild)",
             totals_off,
         )
     report.checked[check] = {"merchants": len(merchants)}

@@ -28,7 +28,9 @@ def check_limits(report: Report, *, expected: bool = False) -> None:
     their create they counted, so leaving them out can only hide an excess, never invent one.
     Counts the entries checked against a limit, and the banking days that ran into a daily cap
     (their total within the largest entry of that merchant's direction of the cap: the next
-    such entry would not fit); ``expected`` (the run set limits) fails a check of no entry."""
+    such entry would not fit); ``expected`` (the run set limits) fails a check of no entry.
+    And the day totals the limits read from (``MerchantDayTotal`` and its changes) add up, day
+    by day, to what the payments that count add up to."""
     from payments.models import ExposureLimitChange, Payment
     from payments.services.limits import default_limits
 
@@ -65,6 +67,14 @@ def check_limits(report: Report, *, expected: bool = False) -> None:
                 near.add((key, _day(created)))
     if over:
         report.add(check, f"{len(over)} entr(ies) past an exposure limit in force", over)
+    drifted = _day_totals_drift()
+    if drifted:
+        report.add(
+            check,
+            f"{len(drifted)} day total(s) the limits read differ from the payments that count "
+            "(after maintenance with triggers off: manage.py totals_rebuild)",
+            drifted,
+        )
     if expected and not counted:
         report.add(
             check,
@@ -75,6 +85,56 @@ def check_limits(report: Report, *, expected: bool = False) -> None:
         "entries with limits": counted,
         "banking days run into a daily cap": len(near),
     }
+
+
+def _day_totals_drift() -> list[str]:
+    """The merchant days whose total the limits read (the day totals the database keeps, and
+    the changes not yet folded into them) differs from what the payments that count add up to
+    on that Eastern calendar day; PostgreSQL only (elsewhere the limits sum the payments)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return []
+    kept = "SELECT merchant_id, direction, currency, day, amount, entries FROM {table}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""WITH kept AS (
+                SELECT merchant_id, direction, currency, day,
+                    SUM(amount) AS amount, SUM(entries) AS entries
+                FROM ({kept.format(table="payments_merchantdaytotal")}
+                    UNION ALL {kept.format(table="payments_merchantdayadjustment")}) AS rows
+                GROUP BY 1, 2, 3, 4
+            ), made AS (
+                SELECT merchant_id, direction, currency,
+                    (created_at AT TIME ZONE 'America/New_York')::date AS day,
+                    SUM(amount) AS amount, COUNT(*) AS entries
+                FROM payments_payment
+                WHERE state <> ALL(%s) AND purpose <> 'micro_entry'
+                GROUP BY 1, 2, 3, 4
+            )
+            SELECT merchant_id, direction, currency, day,
+                COALESCE(kept.amount, 0), COALESCE(kept.entries, 0),
+                COALESCE(made.amount, 0), COALESCE(made.entries, 0)
+            FROM kept FULL JOIN made USING (merchant_id, direction, currency, day)
+            WHERE COALESCE(kept.amount, 0) <> COALESCE(made.amount, 0)
+                OR COALESCE(kept.entries, 0) <> COALESCE(made.entries, 0)
+            ORDER BY 1, 2, 3, 4""",
+            [list(NOT_COUNTED)],
+        )
+        return [
+            f"{merchant} {direction} {currency} {day} (totals make {kept_amount:.2f} in "
+            f"{kept_entries}, the payments {made_amount:.2f} in {made_entries})"
+            for (
+                merchant,
+                direction,
+                currency,
+                day,
+                kept_amount,
+                kept_entries,
+                made_amount,
+                made_entries,
+            ) in cursor.fetchall()
+        ]
 
 
 def _day(created):

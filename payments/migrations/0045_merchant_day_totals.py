@@ -23,6 +23,15 @@ def adjustment(row: str, sign: str) -> str:
                 {sign}{row}.amount, {sign}1);"""
 
 
+# The totals of the payments there are (the migration's fill, and ``manage.py totals_rebuild``
+# after maintenance with triggers off: ``payments.services.limits.day_totals_rebuild``).
+BACKFILL_SQL = f"""INSERT INTO payments_merchantdaytotal
+    (merchant_id, direction, currency, day, amount, entries)
+SELECT p.merchant_id, p.direction, p.currency, {DAY.format(row="p")}, SUM(p.amount), COUNT(*)
+FROM payments_payment p
+WHERE {COUNTED.format(row="p")}
+GROUP BY 1, 2, 3, 4"""
+
 TRIGGER_SQL = f"""
 CREATE OR REPLACE FUNCTION payments_merchant_day_total() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -60,11 +69,7 @@ AFTER INSERT OR DELETE
     OR UPDATE OF state, purpose, amount, merchant_id, direction, currency, created_at
 ON payments_payment FOR EACH ROW EXECUTE FUNCTION payments_merchant_day_total();
 
-INSERT INTO payments_merchantdaytotal (merchant_id, direction, currency, day, amount, entries)
-SELECT p.merchant_id, p.direction, p.currency, {DAY.format(row="p")}, SUM(p.amount), COUNT(*)
-FROM payments_payment p
-WHERE {COUNTED.format(row="p")}
-GROUP BY 1, 2, 3, 4;
+{BACKFILL_SQL};
 """
 
 REVERSE_SQL = """

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
+from importlib import import_module
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
@@ -191,6 +192,25 @@ DAY_FOLD = """WITH folded AS (
 )
 """
 DAY_SUMS_FOLDED = _SUMS.format(days=_DAYS.format(changes="folded", key=""))
+
+
+def day_totals_rebuild() -> int:
+    """Rebuild every merchant's day totals from the payments, as the migration first filled
+    them: after maintenance in a session with ``session_replication_role = replica`` (which
+    fires no trigger, so what it wrote to the payments is not in the totals). The payments'
+    table is locked against writes until the transaction ends, so no entry is missed or counted
+    twice; creates wait meanwhile. Returns how many total rows it wrote. PostgreSQL only:
+    elsewhere there are no totals to rebuild (0)."""
+    if connection.vendor != "postgresql":
+        return 0
+    # The migration's own statement: one definition of what counts.
+    backfill = import_module("payments.migrations.0045_merchant_day_totals").BACKFILL_SQL
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("LOCK TABLE payments_payment IN SHARE ROW EXCLUSIVE MODE")
+        cursor.execute("DELETE FROM payments_merchantdayadjustment")
+        cursor.execute("DELETE FROM payments_merchantdaytotal")
+        cursor.execute(backfill)
+        return cursor.rowcount
 
 
 def day_totals_params(

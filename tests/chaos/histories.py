@@ -226,14 +226,23 @@ def _held_behind_a_dead_letter(history: dict) -> Payment:
 
 def check(history: dict, *, totals_rebuilt: bool = True):
     """The checker's report on ``history``. A corruption is written as maintenance writes, with
-    no trigger firing, so the available totals a payout reads are first rebuilt from the ledger
-    as that maintenance must (``manage.py available_totals_rebuild``): the corruption then trips
-    its own check only. ``totals_rebuilt=False`` for a test that corrupts the totals."""
-    from payments.services.available import available_totals_rebuild
-
+    no trigger firing, so the totals the database keeps (the day totals the limits read, the
+    available totals a payout reads) are first rebuilt as that maintenance must (``manage.py
+    totals_rebuild``): the corruption then trips its own check only. ``totals_rebuilt=False``
+    for a test that corrupts the totals."""
     if totals_rebuilt:
-        available_totals_rebuild()
+        totals_rebuild()
     return check_invariants(sandbox_stats=history["stats"], callbacks_sent=history["sent"])
+
+
+def totals_rebuild() -> None:
+    """The totals the database keeps by trigger, rebuilt after a history written as maintenance
+    writes (no trigger fired), as ``manage.py totals_rebuild`` does."""
+    from payments.services.available import available_totals_rebuild
+    from payments.services.limits import day_totals_rebuild
+
+    day_totals_rebuild()
+    available_totals_rebuild()
 
 
 def failed_checks(report) -> set[str]:

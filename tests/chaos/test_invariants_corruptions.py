@@ -322,17 +322,57 @@ def test_day_totals_apart_from_the_entries_fail(history):
 
 def test_day_totals_rebuilt_after_maintenance_agree_again(history):
     """A maintenance session fires no trigger: what it writes to the ledger is not in the day
-    totals until ``manage.py available_totals_rebuild`` rebuilds them."""
+    totals until ``manage.py totals_rebuild`` rebuilds them."""
     from django.core.management import call_command
 
+    call_command("totals_rebuild", stdout=io.StringIO())
     payout = history["payments"]["payout"]
     LedgerEntry.objects.filter(payment=payout).update(amount=Decimal("-3.05"))  # of 3.00
     _one(
         check(history, totals_rebuilt=False), "balances_match_entries", "from the day totals differ"
     )
 
-    call_command("available_totals_rebuild", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("totals_rebuild", stdout=out)
 
+    assert "available totals rebuilt" in out.getvalue(), out.getvalue()
+    report = check(history, totals_rebuilt=False)
+    assert report.ok, report.render()
+
+
+def test_the_limits_day_totals_apart_from_the_payments_fail_until_rebuilt(history):
+    """The exposure limits and the fraud rules read the day totals the payments' trigger keeps:
+    a total no payments make (written by maintenance, with no trigger firing) is found and
+    named, and ``manage.py totals_rebuild`` makes them agree again."""
+    from django.core.management import call_command
+
+    from payments.models import MerchantDayTotal
+
+    call_command("totals_rebuild", stdout=io.StringIO())
+    debit = history["payments"]["confirmed"]
+    MerchantDayTotal.objects.create(
+        merchant_id=debit.merchant_id,
+        direction="debit",
+        currency=debit.currency,
+        day="2001-01-02",
+        amount="0.01",
+        entries=1,
+    )
+
+    violation = _one(
+        check(history, totals_rebuilt=False),
+        "limits_never_exceeded",
+        "day total(s) the limits read differ from the payments",
+    )
+    [found] = violation.ids
+    assert found.startswith(f"{debit.merchant_id} debit {debit.currency} 2001-01-02 "), found
+    assert "(totals make 0.01 in 1, the payments 0.00 in 0)" in found, found
+    assert "manage.py totals_rebuild" in violation.detail
+
+    out = io.StringIO()
+    call_command("totals_rebuild", stdout=out)
+
+    assert "day totals rebuilt" in out.getvalue()
     report = check(history, totals_rebuilt=False)
     assert report.ok, report.render()
 

@@ -9,7 +9,7 @@ import pytest
 from chaos.invariants import check_invariants
 from chaos.invariants.final_states import processor_final_states
 from payments.models import LedgerEntry
-from tests.chaos.histories import deliver, failed_checks, new_payment
+from tests.chaos.histories import deliver, failed_checks, new_payment, totals_rebuild
 
 T0 = datetime(2026, 12, 4, 3, 26, 18, tzinfo=UTC)
 
@@ -71,6 +71,7 @@ def test_a_settlement_applied_after_the_return_it_preceded_keeps_every_invariant
         _event("settled", (T0 + timedelta(seconds=1)).isoformat(), str(payment.id)),
     ]
 
+    totals_rebuild()
     report = check_invariants(
         sandbox_stats=history["stats"], callbacks_sent=history["sent"], processor_events=made
     )

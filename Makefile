@@ -81,7 +81,8 @@ FAST = not subprocess and not browser and not scale
 # where a receive, counted under LocalStack, did return several messages of one group: worker,
 # worker_batch, worker_breaker, holds and triage/test_actions (held messages released back into
 # their group), and the test where two real worker processes share 500 payments' events (its
-# receives happen in the workers, so they were not counted). The other modules that talk to SQS
+# receives happen in the workers, so they were not counted), and the processor event sent to
+# the back of its group behind the submission it waits for (both may come in one receive). The other modules that talk to SQS
 # only send, count, or receive one message per group there: their LocalStack run repeated the
 # fauxqs one. And the vault's KMS key holder, against LocalStack's KMS (test_kms, all of it
 # `localstack_only`: fauxqs serves no KMS).
@@ -95,7 +96,8 @@ LOCALSTACK_TESTS ?= \
 	tests/callbacks/test_worker_breaker.py \
 	tests/callbacks/test_holds.py \
 	tests/triage/test_actions.py \
-	'tests/callbacks/test_worker_processes.py::test_two_workers_apply_the_payments_events_exactly_once_in_order[500-payments]'
+	'tests/callbacks/test_worker_processes.py::test_two_workers_apply_the_payments_events_exactly_once_in_order[500-payments]' \
+	tests/callbacks/test_worker_submit.py::test_a_settlement_ahead_of_its_payments_submission_goes_behind_it_and_both_apply
 
 # Lint, the migrations check, the docs' build, then every test but the scale tier (in parallel)
 # and, beside it, the module inside a foreign host project (its own settings, user model, URLs

@@ -20,7 +20,7 @@ from payments.models import (
 )
 from sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
-from tests.factories import PaymentFactory, processor_event
+from tests.factories import PaymentFactory, QueueMessageFactory, processor_event
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
@@ -290,6 +290,71 @@ def test_two_workers_apply_the_payments_events_exactly_once_in_order(sqs_queues,
         first_of.setdefault(payment_id, event_type)
     assert set(first_of.values()) == {"submitted"}
     assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+
+
+# Every payment's settlement ahead of its own submission in its group, as a hold's release can
+# leave them (the submission sent back after the processor's callback arrived): 40 payments in
+# make test, 300 in the scale tier, shared by two worker processes.
+@pytest.mark.parametrize(
+    "count", [40, pytest.param(300, marks=pytest.mark.scale)], ids=lambda n: f"{n}-payments"
+)
+def test_two_workers_send_events_ahead_of_their_submissions_behind_them_and_apply_both(
+    sqs_queues, start_sandbox, tmp_path, count
+):
+    sandbox = start_sandbox(0)
+    payments = Payment.objects.bulk_create(
+        [
+            PaymentFactory.build(state=PaymentState.PENDING, source_token=f"tok_good_{i:03d}abc")
+            for i in range(count)
+        ]
+    )
+    # A worker took a submission of each before (its call failed, it was parked).
+    QueueMessage.objects.bulk_create(
+        [
+            QueueMessageFactory.build(
+                kind="submit_payment", group_id=str(p.id), status="parked", outcome="deferred"
+            )
+            for p in payments
+        ]
+    )
+    entries = []
+    for payment in payments:
+        event = processor_event(payment, "settled")
+        for body, dedup in (
+            (processor_event_message(event), event.processor_event_id),
+            ({"kind": "submit_payment", "payment_id": str(payment.id)}, f"submit-{payment.id}"),
+        ):
+            entries.append(
+                {
+                    "Id": str(len(entries) % 10),
+                    "MessageBody": json.dumps(body),
+                    "MessageGroupId": str(payment.id),
+                    "MessageDeduplicationId": dedup,
+                }
+            )
+    for start in range(0, len(entries), 10):
+        response = sqs_queues.client.send_message_batch(
+            QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
+        )
+        assert not response.get("Failed")
+
+    args = ("--until-empty", "--wait-time=1", "--no-relay", "--visibility-timeout=30")
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+    assert [worker.wait(240) for worker in workers] == [0, 0]
+
+    handled = [summary(worker)[0] for worker in workers]
+    # Each payment: its settlement moved, its submission, the settlement's copy.
+    assert sum(handled) == 3 * count and min(handled) > 0, handled
+    assert Payment.objects.filter(state=PaymentState.CONFIRMED).count() == count
+    assert LedgerEntry.objects.count() == count
+    assert sandbox.stats()["charges_by_payment"] == {str(p.id): 1 for p in payments}
+    events = QueueMessage.objects.filter(kind="processor_event")
+    assert events.filter(outcome="moved_behind").count() == count
+    assert events.filter(outcome="applied").count() == count
+    assert ProcessingError.objects.count() == count  # the moves' refusals, one each
+    assert not PaymentHold.objects.exists()
+    assert queue_counts(sqs_queues.client, sqs_queues.url) == (0, 0)
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []
 
 
 def test_message_killing_its_workers_is_redriven_by_sqs_and_the_next_one_parked(

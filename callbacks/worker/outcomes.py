@@ -205,17 +205,29 @@ def move_behind(
         f"{failure.text}; {reason}: sent to the back of its group "
         f"(move {moves} of {MAX_MOVES_BEHIND})"
     )
+    try:
+        copy_id = message_send_behind(message=message, moves=moves)
+    except sqs.QueueUnavailable as exc:
+        logger.warning("could not move message %s behind its group: %s", message.message_id, exc)
+        return None
+    # Recorded once the copy is sent (a worker that dies first leaves the message to come back
+    # and be moved again, its copy then dropped by SQS's deduplication).
     _record_failure(
         message, queue_message, dataclasses.replace(failure, text=text), retryable=True, delay=0
     )
     try:
-        copy_id = message_send_behind(message=message, moves=moves)
         queue_message_complete(queue_message=queue_message, outcome=Outcome.MOVED_BEHIND)
-    except (sqs.QueueUnavailable, DatabaseError) as exc:
+    except DatabaseError as exc:
         if is_outage(exc):
             raise DatabaseDown(exc) from exc
-        logger.warning("could not move message %s behind its group: %s", message.message_id, exc)
-        return None
+        # Not marked: hidden for a pause instead, it comes back and is moved again (its copy
+        # dropped by SQS's deduplication) or, its awaited message applied meanwhile, applied.
+        logger.warning("could not mark message %s moved: %s", message.message_id, exc)
+        delay = rules.backoff(queue_message.attempts)
+        hand.hide(message, delay)
+        return finish(
+            hand, rules, message, queue_message, Result.of(Outcome.RETRIED), started, delay=delay
+        )
     return finish(
         hand,
         rules,

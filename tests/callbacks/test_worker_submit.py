@@ -5,6 +5,7 @@ from decimal import Decimal
 
 import pytest
 
+from callbacks import sqs
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage, QueueMessageStatus
 from callbacks.services import ReceivedMessage, message_send_behind, moves_behind
 from payments.models import (
@@ -251,3 +252,36 @@ def test_a_move_sent_twice_leaves_one_copy_on_the_queue(sqs_queues):
     assert copy["Attributes"]["MessageDeduplicationId"] == f"{message.message_id}:behind:1"
     assert moves_behind(copy["Attributes"]["MessageDeduplicationId"]) == 1
     assert again == first  # SQS answers a duplicate it drops with the first one's id
+
+
+def test_a_move_the_queue_refuses_leaves_the_event_retried_in_place_and_nothing_lost(
+    sqs_queues, fast_retries, monkeypatch
+):
+    # SQS refuses the copy: the event is not marked moved, nor deleted; it is retried in place
+    # as before the moves existed, and dead-lettered with its whole history.
+    send = sqs.send_message_now
+    refused = []
+
+    def refuse_moves(**kwargs):
+        if ":behind:" in kwargs["deduplication_id"]:
+            refused.append(kwargs["deduplication_id"])
+            raise sqs.QueueUnavailable("send to SQS failed: connection reset by peer")
+        return send(**kwargs)
+
+    monkeypatch.setattr(sqs, "send_message_now", refuse_moves)
+    payment = PaymentFactory(state=PaymentState.PENDING)
+    taken_submission(payment)
+    message_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
+
+    run_worker()
+
+    assert refused == [f"{message_id}:behind:1"] * 6
+    record = QueueMessage.objects.get(message_id=message_id)
+    assert (record.status, record.attempts) == ("dead_lettered", 6)
+    errors = ProcessingError.objects.filter(message_id=message_id)
+    assert errors.count() == 6
+    assert not errors.filter(message__contains="sent to the back").exists()
+    events = QueueMessage.objects.filter(group_id=str(payment.id), kind="processor_event")
+    assert events.count() == 1  # no copy was ever sent
+    [dead] = drain(sqs_queues.client, sqs_queues.dlq_url)
+    assert json.loads(dead["Body"])["dead_letter"]["original_message_id"] == message_id

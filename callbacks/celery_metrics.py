@@ -16,6 +16,7 @@ metrics server reads the directory), as for gunicorn.
 
 from __future__ import annotations
 
+import atexit
 import logging
 from contextlib import ExitStack
 
@@ -72,6 +73,10 @@ def _serve(**kwargs) -> None:
         # idle to its alerts: refuse to run instead.
         logger.critical("%s", exc)
         raise SystemExit(1) from exc
+    # Beat has no shutdown signal: stopped at exit, while the server's thread still runs. Left
+    # to the interpreter's finalization, the server's shutdown waited for a thread already
+    # stopped, and beat never exited on SIGTERM (until killed: a supervisor's stop timeout).
+    atexit.register(_stop)
 
 
 def _stop(**kwargs) -> None:

@@ -419,6 +419,8 @@ def test_beat_and_worker_ingest_a_dead_letter_on_schedule(
     finally:
         _stop(beat)
         _stop(worker)
+    # SIGTERM stopped each, the metrics server with it (beat's hung there until killed).
+    assert (beat.returncode, worker.returncode) == (0, 0), logs[0].read_text()[-3000:]
     dead_letter = DeadLetter.objects.get()
     assert dead_letter.source == "redrive_policy"
     assert "Sending due task dead-letters-ingest" in (tmp_path / "beat.log").read_text()

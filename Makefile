@@ -107,10 +107,7 @@ LOCALSTACK_TESTS ?= \
 # run is done, and make test fails when either fails.
 HOST_LOG := var/test-host.log
 test: deps
-	scripts/ensure-chromium
-	scripts/ensure-promtool
-	scripts/ensure-sshd
-	scripts/ensure-faketime
+	scripts/ensure-debian-packages chromium promtool sshd faketime
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run --settings=config.settings.test >/dev/null

@@ -139,35 +139,49 @@ def django_db_setup(django_db_setup, django_db_blocker):
 
 
 SLOW_TIERS = ("scale", "subprocess", "browser")
-# The modules whose tests took longest on this machine (2 shared cores, pytest -n 2, seconds of
-# wall time per test, measured with the machine loaded by other runs, a load average of 6 to
-# 16): handed out before every other one, longest first, so that none of them starts near the
-# end of a run and keeps one process busy while the others idle. Before, a module's place came
-# from its size: the model run started a third of the way in, and the schema fuzz test (a module
-# of one test) was handed out last and ran 72 s alone at the end. The tutorial's fresh
-# virtualenv, the model's shards, the full fuzz, the timeout outage and the 500 payments of two
-# workers have since moved to the scale tier (make test-slow).
-# tests/test_celery.py (up to 34 s) stays out: run before tests/triage/test_bulk.py in one
+# The modules whose tests took longest on this machine (2 shared cores, make test's pytest -n 4,
+# seconds of wall time per test, or per module for ``WHOLE_MODULES``, with every process busy:
+# a test that takes 4 s alone takes 10 to 27 s there): handed out before every other one,
+# longest first, so that none of them starts near the end of a run and keeps one process busy
+# while the others idle. Before, a module's place came from its size: the model run started a
+# third of the way in, and the schema fuzz test (a module of one test) was handed out last and
+# ran 72 s alone at the end. The tutorial's fresh virtualenv, the model's shards, the full fuzz,
+# the timeout outage, the 500 payments of two workers and three of the day totals' four ledger
+# histories have since moved to the scale tier (make test-slow).
+# tests/test_celery.py (up to 30 s) stays out: run before tests/triage/test_bulk.py in one
 # process, something it leaves behind keeps two of test_bulk's tests from finding their tasks
 # on the in-memory broker (an order the suite never had; to be found and fixed).
 LONGEST_FIRST = (
-    "tests/bank/nacha/test_sealing_migration.py",  # migrations back and forth: 45 to 75 s each
-    "tests/bank/test_upgrade.py",  # migrations back to 0.1.0 and forward again: 27 to 65 s
-    "tests/callbacks/test_degraded_processor.py",  # two workers through a flap: 33 to 40 s each
-    "tests/callbacks/test_breaker_outage.py",  # two workers through an outage: 40 s
-    "tests/payments/test_api_database_outage.py",  # a cluster and gunicorn: 46 s, one process
-    "tests/callbacks/test_worker_crash_loop.py",  # workers killed by a message: 27 s
-    "tests/triage/test_bulk_celery.py",  # a Celery worker killed mid-job: 26 s
-    "tests/test_api_fuzz.py",  # schemathesis, a third of the scale tier's cases: 23 to 27 s
-    "tests/callbacks/test_worker_processes.py",  # real workers and signals: 5 to 23 s
-    "tests/test_compile_ahead.py",  # an xdist run in a fresh directory: 22 s
-    "tests/payments/test_webhooks_never_lost.py",  # Celery workers killed mid-delivery: 5 to 16 s
-    "tests/model/test_pipeline_model.py",  # 20 sequences: 10 to 15 s
-    "tests/callbacks/test_callback_bank_numbers.py",  # 12 s
+    "tests/bank/test_upgrade.py",  # back to 0.1.0 once, three upgrades (WHOLE_MODULES)
+    "tests/payments/test_create_sqlite.py",  # a fresh SQLite database, migrated: 27 s
+    "tests/callbacks/test_degraded_processor.py",  # two workers through a flap: 12 to 22 s each
+    "tests/callbacks/test_breaker_outage.py",  # two workers through an outage: 20 s
+    "tests/payments/test_api_database_outage.py",  # a cluster and gunicorn: 19 s, one process
+    "tests/bank/nacha/test_sealing_migration.py",  # back to 0019 once, three tests (WHOLE_MODULES)
+    "tests/test_api_fuzz.py",  # schemathesis, a third of the scale tier's cases: 17 s
+    "tests/callbacks/test_audit_clock.py",  # a worker under faketime: 16 s
+    "tests/callbacks/test_worker_crash_loop.py",  # workers killed by a message: 12 s
+    "tests/triage/test_metrics_gunicorn.py",  # gunicorn's workers scraped: 12 s
+    "tests/payments/test_submit_sqlite.py",  # a fresh SQLite database, migrated: 11 s
+    "tests/triage/test_bulk_celery.py",  # a Celery worker killed mid-job: 11 s
+    "tests/triage/test_browser.py",  # chromium: 11 s
+    "tests/triage/test_browser_bulk.py",  # chromium: 10 s
+    "tests/callbacks/test_events_pull_hostile.py",  # two pullers at once: 10 s
+    "tests/payments/test_webhooks_never_lost.py",  # Celery workers killed mid-delivery: 2 to 9 s
+    "tests/callbacks/test_worker_processes.py",  # real workers and signals: 4 to 9 s
+    "tests/test_compile_ahead.py",  # an xdist run in a fresh directory: 8 s
+    "tests/model/test_pipeline_model.py",  # 20 sequences: 6 s
 )
-# Modules whose module-scoped fixture starts processes (gunicorn on a database cluster): under
-# pytest-xdist one process runs each of them whole, so the fixture starts once.
-WHOLE_MODULES = frozenset({"tests/payments/test_api_database_outage.py"})
+# Modules whose module-scoped fixture starts processes (gunicorn on a database cluster) or takes
+# the test database back to an older schema once for its tests (``tests.database_snapshots``):
+# under pytest-xdist one process runs each of them whole, so the fixture runs once.
+WHOLE_MODULES = frozenset(
+    {
+        "tests/payments/test_api_database_outage.py",
+        "tests/bank/test_upgrade.py",
+        "tests/bank/nacha/test_sealing_migration.py",
+    }
+)
 
 
 @pytest.hookimpl(optionalhook=True)

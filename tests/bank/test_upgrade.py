@@ -25,6 +25,7 @@ from bank.nacha.models import (
 )
 from bank.vault.models import VaultAccount
 from payments.models import PaymentEvent
+from tests import database_snapshots
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,13 +56,35 @@ def _migrate(targets):
     return executor.loader.project_state([t for t in targets if t[1] is not None]).apps
 
 
-@pytest.fixture
-def released():
-    """The historical models of 0.1.0; the newest schema again afterwards, whatever happened."""
+@pytest.fixture(scope="module")
+def release(django_db_setup, django_db_blocker):
+    """The test database taken back to 0.1.0 once for the module, and copied there
+    (``tests.database_snapshots``), beside a copy of it at the newest schema; 0.1.0's historical
+    models."""
+    copies = []
     try:
-        yield _migrate(RELEASED)
+        with django_db_blocker.unblock():
+            copies.append(newest := database_snapshots.snapshot("newest"))
+            apps = _migrate(RELEASED)
+            copies.append(released := database_snapshots.snapshot("released"))
+        yield released, newest, apps
     finally:
-        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        with django_db_blocker.unblock():
+            if copies:
+                database_snapshots.restore(newest)
+            database_snapshots.drop(*copies)
+
+
+@pytest.fixture
+def released(release):
+    """The historical models of 0.1.0, on a database at its schema without a row of its own;
+    the newest schema again afterwards, whatever happened."""
+    released, newest, apps = release
+    database_snapshots.restore(released)
+    try:
+        yield apps
+    finally:
+        database_snapshots.restore(newest)
 
 
 def _fill(apps) -> dict:

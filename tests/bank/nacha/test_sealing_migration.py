@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from bank.nacha.models import NachaFile, NachaInboundFile
+from tests import database_snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,10 +27,31 @@ def _migrate(targets):
     return executor.loader.project_state(targets).apps
 
 
+@pytest.fixture(scope="module")
+def before_sealing(django_db_setup, django_db_blocker):
+    """The test database taken back to 0019 once for the module, and copied there
+    (``tests.database_snapshots``), beside a copy of it at the newest schema; the historical
+    models of 0019."""
+    copies = []
+    try:
+        with django_db_blocker.unblock():
+            copies.append(newest := database_snapshots.snapshot("newest"))
+            apps = _migrate(BEFORE)
+            copies.append(before := database_snapshots.snapshot("before_sealing"))
+        yield before, newest, apps
+    finally:
+        with django_db_blocker.unblock():
+            if copies:
+                database_snapshots.restore(newest)
+            database_snapshots.drop(*copies)
+
+
 @pytest.fixture
-def clear_files():
-    """Files stored as they were before 0020, the schema put back to the newest after."""
-    apps = _migrate(BEFORE)
+def clear_files(before_sealing):
+    """Files stored as they were before 0020 (the schema of 0019, without a row of its own), the
+    database put back to the newest schema after, whatever state a test left."""
+    before, newest, apps = before_sealing
+    database_snapshots.restore(before)
     try:
         outbound = apps.get_model("payments", "NachaFile").objects.create(
             window_name="next_day",
@@ -51,12 +73,7 @@ def clear_files():
         )
         yield outbound.pk, inbound.pk
     finally:
-        # Whatever state a test left, the test database goes back to the newest schema; the
-        # rows go first, so that needs no key.
-        with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM payments_nachainboundfile")
-            cursor.execute("DELETE FROM payments_nachafile")
-        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        database_snapshots.restore(newest)
 
 
 def _raw(table: str) -> bytes:

@@ -210,6 +210,33 @@ def django_run(url: str, code: str, *, timeout: float = 120) -> str:
     return result.stdout
 
 
+def schema_dump(url: str, *, bin_dir: Path = PG_BIN) -> str:
+    """The database at ``url`` as SQL (``pg_dump``: tables, rows, functions, triggers), without
+    owners or grants, for ``sql_load`` into another server's database."""
+    result = subprocess.run(
+        [str(bin_dir / "pg_dump"), "--no-owner", "--no-privileges", url],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"pg_dump failed:\n{result.stderr}")
+    return result.stdout
+
+
+def sql_load(url: str, sql: str, *, bin_dir: Path = PG_BIN) -> None:
+    """Run ``sql`` (a ``schema_dump``) in the database at ``url``, stopping at its first error."""
+    result = subprocess.run(
+        [str(bin_dir / "psql"), "--quiet", "--no-psqlrc", "-v", "ON_ERROR_STOP=1", url],
+        input=sql,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"psql failed:\n{result.stderr}")
+
+
 def django_migrate(url: str) -> None:
     """Apply the project's migrations to the database at ``url``, as ``manage.py migrate``."""
     django_run(

@@ -25,6 +25,13 @@ def _generator():
 docs_reference = _generator()
 
 
+@pytest.fixture(scope="module")
+def codes():
+    """``error_codes()`` once for the tests that read it (it parses every module of the apps and
+    follows each view's calls: 2 to 3 s a call with every process busy)."""
+    return docs_reference.error_codes()
+
+
 @pytest.mark.parametrize("page", sorted(docs_reference.PAGES))
 def test_the_committed_reference_is_what_the_code_declares(page):
     committed = docs_reference.REFERENCE / page
@@ -63,10 +70,8 @@ def test_a_setting_added_to_an_app_shows_in_the_reference(monkeypatch):
         docs_reference.settings_reference()
 
 
-def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own():
+def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own(codes):
     from payments.services.reinitiation import RULES
-
-    codes = docs_reference.error_codes()
 
     assert set(RULES) <= set(codes)
     for code, status, error_type in (
@@ -80,8 +85,7 @@ def test_the_error_codes_include_every_reinitiation_rule_and_the_envelopes_own()
         assert (codes[code].statuses, codes[code].types) == ({status}, {error_type}), code
 
 
-def test_each_code_names_the_endpoints_that_answer_it():
-    codes = docs_reference.error_codes()
+def test_each_code_names_the_endpoints_that_answer_it(codes):
     refunds = "POST /api/payments/{payment_id}/refunds/"
     reinitiate = "POST /api/payments/{payment_id}/reinitiate/"
 
@@ -100,15 +104,15 @@ def test_each_code_names_the_endpoints_that_answer_it():
     assert all(entry.endpoints for entry in codes.values()), "a code no endpoint answers"
 
 
-def test_the_reference_lists_each_code_once_and_what_a_client_does_with_each_type():
+def test_the_reference_lists_each_code_once_and_what_a_client_does_with_each_type(codes):
     from payments.api.errors import ErrorType
 
     text = (ROOT / "docs" / "reference" / "error-codes.md").read_text()
     listed = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| `")]
     types = {f"`{t.value}`" for t in ErrorType}
 
-    codes = [name for name in listed if name not in types]
-    assert len(codes) == len(set(codes)) == len(docs_reference.error_codes())
+    named = [name for name in listed if name not in types]
+    assert len(named) == len(set(named)) == len(codes)
     assert set(listed) & types == types
     assert "`noc_past_deadline` from `PaymentReinitiateApi`" in text
 

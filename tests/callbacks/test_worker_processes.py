@@ -244,8 +244,11 @@ def test_without_the_heartbeat_a_slow_call_is_taken_by_a_second_worker(
 
 
 # 500 payments (1,000 events, 15 to 30 s) in the scale tier and LocalStack's run (the Makefile's
-# LOCALSTACK_TESTS); make test shares 100 between the two workers, the same checks (each worker
-# must handle some: 200 events are seconds of work, more than the two start-ups differ by).
+# LOCALSTACK_TESTS); make test shares 100 between the two workers, the same checks. Each worker
+# must handle some, so the events are sent once both have started, and each waits 5 s in a
+# receive that finds none (then stops): since the worker's batch became cheaper, the first one
+# started handled all 200 events in half a second, before the second, started 0.4 s after it on
+# a loaded machine, made its first receive.
 @pytest.mark.parametrize(
     "count", [100, pytest.param(500, marks=pytest.mark.scale)], ids=lambda n: f"{n}-payments"
 )
@@ -253,6 +256,10 @@ def test_two_workers_apply_the_payments_events_exactly_once_in_order(sqs_queues,
     payments = Payment.objects.bulk_create(
         [PaymentFactory.build(state=PaymentState.PENDING) for _ in range(count)]
     )
+    args = ("--until-empty", "--wait-time=5", "--no-relay", "--visibility-timeout=30")
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+    for worker in workers:
+        worker.wait_for("run_sqs_worker starting")
     entries = []
     for payment in payments:
         for event_type in ("submitted", "settled"):
@@ -270,9 +277,6 @@ def test_two_workers_apply_the_payments_events_exactly_once_in_order(sqs_queues,
             QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
         )
         assert not response.get("Failed")
-
-    args = ("--until-empty", "--wait-time=1", "--no-relay", "--visibility-timeout=30")
-    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
     assert [worker.wait(240) for worker in workers] == [0, 0]
 
     handled = [summary(worker)[0] for worker in workers]

@@ -321,6 +321,11 @@ def test_two_workers_send_events_ahead_of_their_submissions_behind_them_and_appl
             for p in payments
         ]
     )
+    # Sent once both have started, so each takes some (as in the test above).
+    args = ("--until-empty", "--wait-time=5", "--no-relay", "--visibility-timeout=30")
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+    for worker in workers:
+        worker.wait_for("run_sqs_worker starting")
     entries = []
     for payment in payments:
         event = processor_event(payment, "settled")
@@ -341,9 +346,6 @@ def test_two_workers_send_events_ahead_of_their_submissions_behind_them_and_appl
             QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
         )
         assert not response.get("Failed")
-
-    args = ("--until-empty", "--wait-time=1", "--no-relay", "--visibility-timeout=30")
-    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
     assert [worker.wait(240) for worker in workers] == [0, 0]
 
     handled = [summary(worker)[0] for worker in workers]

@@ -27,7 +27,8 @@ times; two gunicorn workers SIGKILLed; and a faulty processor's callbacks (``set
 payment it rejected, an event for an unknown payment, a reused event id with another amount),
 which must end in triage; and the processor's answers to dishonors of returned payments
 (``return_dishonored``, ``dishonor_contested``) out of order and redelivered, which must move
-money exactly once each.
+money exactly once each. Beat's fold of the available totals runs every three seconds beside
+all of it, and ``balances_match_entries`` holds the totals it wrote to the ledger.
 Payments are created through ``POST /api/payments/`` with an Idempotency-Key, retried with the
 same key on 5xx, 409 ``idempotency_key_in_use`` and connection errors; any other 409 (past an
 exposure limit) is the create's answer, recorded as refused.

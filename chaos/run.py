@@ -256,7 +256,9 @@ class ChaosRun(Faults, Settling, Review, Validation):
         )
         # The periodic round's service retries, until the run stops (not joined with the faults).
         beat = self.thread(self.validation_beat, start)
-        for thread in [self.supervisor, *fault_threads, self.validation_thread, beat]:
+        # Beat's fold of the available totals, beside the payouts and the faults.
+        fold = self.thread(self.totals_fold_beat)
+        for thread in [self.supervisor, *fault_threads, self.validation_thread, beat, fold]:
             thread.start()
         create_payments(
             base_url=f"http://127.0.0.1:{self.ports['web']}",
@@ -277,6 +279,29 @@ class ChaosRun(Faults, Settling, Review, Validation):
             thread.join(timeout=15)
         self.log("fault window over; waiting for the system to settle")
         return load
+
+    def totals_fold_beat(self) -> None:
+        """Beat's ``payments.tasks.available_totals_fold``, every three seconds until the run
+        stops (every minute in production): the fold of the ledger's changes into the totals
+        payouts read runs beside the payouts, the refunds and the database's faults, and the
+        checker's ``balances_match_entries`` holds the totals to the ledger at the end."""
+        from django.db import DatabaseError, connection
+
+        from payments.tasks import available_totals_fold
+
+        rounds = folded = failed = 0
+        while not self.stopping.wait(3):
+            try:
+                folded += available_totals_fold()
+                rounds += 1
+            except DatabaseError:
+                failed += 1
+                connection.close()  # the run's database faults: the next round
+        connection.close()
+        self.log(
+            f"available totals folded by the beat: {rounds} rounds, {folded} merchant "
+            f"currencies, {failed} rounds the database failed"
+        )
 
     def fault_schedule(self, start: float, end: float) -> list[threading.Thread]:
         """Every fault's thread, each at its share of the window: the processor's outage late

@@ -87,8 +87,10 @@ def check_double_losses(report: Report) -> None:
     """``double_losses_flagged``: every debit returned after settlement whose refunds were sent
     has one double loss per such refund (open, or closed by a person, or undone by the refund's
     failure or return), with its recovery owed in the ledger and its high alert; every refund
-    of a returned debit that was not sent was canceled; no double loss without both."""
-    from payments.models import DoubleLoss, LedgerEntry, Payment
+    of a returned debit that was not sent was canceled; no double loss without both. A refund
+    that had failed before its debit's return (refused by the processor, or its credit failed)
+    held no money when the return came: it needs no double loss."""
+    from payments.models import DoubleLoss, LedgerEntry, Payment, PaymentEvent
     from triage.models import Alert
 
     check = "double_losses_flagged"
@@ -101,11 +103,23 @@ def check_double_losses(report: Report) -> None:
             "id", "refund_of_id", "state", "amount", "submission_started_at"
         )
     )
+    first_at: dict = {}
+    for payment_id, to_state, at in PaymentEvent.objects.filter(
+        payment_id__in={r["id"] for r in refunds} | {r["refund_of_id"] for r in refunds},
+        to_state__in=("failed", "returned"),
+    ).values_list("payment_id", "to_state", "created_at"):
+        key = (payment_id, to_state)
+        first_at[key] = min(at, first_at.get(key, at))
     silent, stray = [], []
     for refund in refunds:
         loss = losses.get(refund["id"])
-        sent = refund["state"] != "canceled" and (
-            refund["state"] != "pending" or refund["submission_started_at"] is not None
+        failed_at = first_at.get((refund["id"], "failed"))
+        returned_at = first_at.get((refund["refund_of_id"], "returned"))
+        failed_first = failed_at is not None and (returned_at is None or failed_at < returned_at)
+        sent = (
+            refund["state"] != "canceled"
+            and (refund["state"] != "pending" or refund["submission_started_at"] is not None)
+            and not (failed_first and loss is None)
         )
         if sent and loss is None:
             silent.append(f"{refund['refund_of_id']} (refund {refund['id']}, {refund['state']})")

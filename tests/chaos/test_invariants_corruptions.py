@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from payments.models import (
     DoubleLoss,
@@ -17,7 +18,8 @@ from payments.models import (
     PaymentState,
     ProcessedEvent,
 )
-from tests.chaos.histories import check, new_payment
+from payments.services.refunds import refund_create
+from tests.chaos.histories import check, deliver, new_payment
 from tests.factories import PaymentFactory
 
 pytestmark = pytest.mark.django_db
@@ -383,3 +385,32 @@ def test_a_payout_beyond_the_available_balance_fails(history):
 
     violation = _one(check(history), "payouts_never_overdraw", "beyond the available balance")
     assert violation.ids[0].startswith(str(payout.id))
+
+
+def test_a_refund_that_failed_before_its_debits_return_needs_no_double_loss(history):
+    # The processor refused the refund (or its credit failed) before the debit came back: no
+    # money was out when the return came, so none was lost twice. Seen in a 1,000-payment
+    # chaos run: a refund rejected 0.6 s before its debit's R10, which the check took for sent.
+    debit = new_payment("m-4", "30.00")
+    deliver(history, debit, "submitted")
+    deliver(history, debit, "settled")
+    refund = refund_create(payment_id=debit.id, amount=Decimal("10.00"))
+    Payment.objects.filter(pk=refund.pk).update(submission_started_at=timezone.now())
+    deliver(history, refund, "submitted", direction="credit")
+    deliver(history, refund, "failed", direction="credit")
+    deliver(history, debit, "returned", reason_code="R10")
+
+    assert not DoubleLoss.objects.filter(refund=refund).exists()
+    report = check(history)
+    assert report.ok, report.render()
+
+
+def test_a_refund_that_failed_after_its_debits_return_without_its_double_loss_fails(history):
+    # The other order: the refund was out when the return came, so its double loss must be
+    # there (undone by the failure later), and a history without it is a silent loss.
+    sent = history["payments"]["sent_refund"]
+    deliver(history, sent, "failed", direction="credit")
+    DoubleLoss.objects.filter(refund=sent).delete()
+
+    violation = _one(check(history), "double_losses_flagged", "silently")
+    assert str(sent.id) in violation.ids[0]

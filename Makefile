@@ -47,7 +47,8 @@ lint: deps
 # pytest-xdist: one process per core and two more (PYTEST_WORKERS=0 runs in this process): the
 # tests wait on servers and processes part of the time, and on this 2-core machine three
 # processes ran make test-fast in 118 s against 147 s for two, and four ran make test on a fresh
-# clone in 5 min 45 s (its pytest 287 s) against 7 min 11 s (350 s) for three. Tests are handed out one at a time
+# clone in 5 min 45 s (its pytest 287 s) against 7 min 11 s (350 s) for three (5 min 1 s, its
+# pytest 259 s, after the cuts docs/development.md lists). Tests are handed out one at a time
 # in the order tests/conftest.py sets (its LONGEST_FIRST, measured, then the tests that start
 # processes; nothing is queued behind a long test but the one its process needs next), but a
 # module whose fixture starts gunicorn on a database cluster stays on one process (conftest's

@@ -205,11 +205,12 @@ def handle_processor_event(message: ReceivedMessage) -> str:
 
 def event_waits_for_submission(message: ReceivedMessage, exc: Exception) -> str | None:
     """A processor event its payment cannot take yet (``InvalidTransition``: a ``settled`` for a
-    payment still ``pending``) while a submission of that payment was taken by a worker: the
-    processor has the debit, and the submission's answer that moves the payment on is still
-    to be applied. Its message may well be behind this one in the group (a hold's release sent
-    it back after the processor's callback arrived), where a retry keeps it until this one is
-    dead-lettered: this one goes behind it instead."""
+    payment still ``pending``) while a submission of that payment made its call (marked before
+    it, the mark kept after a call that failed retryably): the processor has the debit, and the
+    submission's answer that moves the payment on is still to be applied. Its message may well
+    be behind this one in the group (a hold's release sent it back after the processor's
+    callback arrived), where a retry keeps it until this one is dead-lettered: this one goes
+    behind it instead."""
     from callbacks.selectors import payment_submission_started
 
     if not isinstance(exc, InvalidTransition):

@@ -1,6 +1,6 @@
 """Reads of the queue layer's records for the API, the admin and the dashboards."""
 
-from django.db.models import Count, Exists, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from callbacks.models import (
     UNFINISHED_STATUSES,
@@ -10,7 +10,6 @@ from callbacks.models import (
     QueueMessage,
     QueueMessageStatus,
 )
-from payments.messages import MessageKind
 from payments.models import Payment, PaymentState
 
 # What a tenant is told of a failed processing attempt: a stable code and a short text. The
@@ -116,13 +115,12 @@ def queue_messages_unfinished(
 
 
 def payment_submission_started(payment_id: str) -> bool:
-    """Whether the payment is still pending although a worker has taken a submission of it
-    (which may have reached the processor: a call that timed out, a copy a hold's release sent
-    back). Its processor's events may then come before the submission's answer is applied."""
-    payment_id = str(payment_id)
-    submissions = QueueMessage.objects.filter(group_id=payment_id, kind=MessageKind.SUBMIT_PAYMENT)
-    return (
-        Payment.objects.filter(pk=payment_id, state=PaymentState.PENDING)
-        .filter(Exists(submissions))
-        .exists()
-    )
+    """Whether the payment is still pending although a submission of it marked it before its
+    call (``submission_started_at``, which stays set after a call that failed retryably, since
+    that call may have reached the processor, and is cleared when no call was made): the
+    processor may have the debit, and its events may come before the submission's answer is
+    applied. A payment held for review or validation is never marked: its submission was
+    skipped, and nothing of it is at the processor."""
+    return Payment.objects.filter(
+        pk=str(payment_id), state=PaymentState.PENDING, submission_started_at__isnull=False
+    ).exists()

@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+from django.utils import timezone
 
 from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from callbacks.schema import processor_event_message
@@ -20,7 +21,7 @@ from payments.models import (
 )
 from sandbox import DebitLatch, FaultConfig, SandboxProcessor
 from tests.callbacks.worker_support import WorkerProcess, drain, queue_counts, send_body
-from tests.factories import PaymentFactory, QueueMessageFactory, processor_event
+from tests.factories import PaymentFactory, processor_event
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
@@ -306,19 +307,16 @@ def test_two_workers_send_events_ahead_of_their_submissions_behind_them_and_appl
     sqs_queues, start_sandbox, tmp_path, count
 ):
     sandbox = start_sandbox(0)
+    # A submission of each made its call before (which failed; the submission was parked): the
+    # mark it set stays, as the processor may have the debit.
     payments = Payment.objects.bulk_create(
         [
-            PaymentFactory.build(state=PaymentState.PENDING, source_token=f"tok_good_{i:03d}abc")
-            for i in range(count)
-        ]
-    )
-    # A worker took a submission of each before (its call failed, it was parked).
-    QueueMessage.objects.bulk_create(
-        [
-            QueueMessageFactory.build(
-                kind="submit_payment", group_id=str(p.id), status="parked", outcome="deferred"
+            PaymentFactory.build(
+                state=PaymentState.PENDING,
+                source_token=f"tok_good_{i:03d}abc",
+                submission_started_at=timezone.now(),
             )
-            for p in payments
+            for i in range(count)
         ]
     )
     # Sent once both have started, so each takes some (as in the test above).

@@ -4,13 +4,15 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from callbacks import sqs
-from callbacks.models import PaymentHold, ProcessingError, QueueMessage, QueueMessageStatus
+from callbacks.models import PaymentHold, ProcessingError, QueueMessage
 from callbacks.services import ReceivedMessage, message_send_behind, moves_behind
 from payments.models import (
     AttemptOutcome,
     LedgerEntry,
+    Payment,
     PaymentEvent,
     PaymentState,
     ProcessorAttempt,
@@ -149,15 +151,11 @@ def test_a_canceled_payments_submit_message_is_done_and_nothing_reaches_the_proc
 # --- a processor event ahead of the submission it waits for ------------------------------------
 
 
-def taken_submission(payment) -> QueueMessage:
-    """A worker's record of an earlier submission of the payment, deferred (parked) after its
-    call failed: the processor may have the debit, and the payment is still pending."""
-    return QueueMessageFactory(
-        kind="submit_payment",
-        group_id=str(payment.id),
-        status=QueueMessageStatus.PARKED,
-        outcome="deferred",
-    )
+def taken_submission(payment) -> None:
+    """An earlier submission of the payment marked it and made its call, which failed
+    retryably (the submission then parked): the processor may have the debit, and the payment
+    is still pending."""
+    Payment.objects.filter(pk=payment.pk).update(submission_started_at=timezone.now())
 
 
 def test_a_settlement_ahead_of_its_payments_submission_goes_behind_it_and_both_apply(
@@ -225,15 +223,25 @@ def test_an_event_whose_submission_never_comes_moves_three_times_then_is_dead_le
     assert json.loads(dead["Body"])["dead_letter"]["attempts"] == 6
 
 
-def test_a_refused_event_with_no_submission_taken_is_retried_in_place(sqs_queues, fast_retries):
-    payment = PaymentFactory(state=PaymentState.PENDING)
+@pytest.mark.parametrize("held", [False, True], ids=["never-submitted", "held-for-review"])
+def test_a_refused_event_with_no_submission_taken_is_retried_in_place(
+    sqs_queues, fast_retries, held
+):
+    # No call of a submission was made (none came, or it was skipped: the payment is held):
+    # nothing of the payment is at the processor, and no submission's answer is to come.
+    payment = PaymentFactory(state=PaymentState.PENDING, review_status="held" if held else "")
+    if held:
+        QueueMessageFactory(
+            kind="submit_payment", group_id=str(payment.id), status="done", outcome="skipped"
+        )
     message_id, _ = send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
 
     run_worker()
 
     record = QueueMessage.objects.get(message_id=message_id)
     assert (record.status, record.attempts) == ("dead_lettered", 6)
-    assert QueueMessage.objects.filter(group_id=str(payment.id)).count() == 1
+    events = QueueMessage.objects.filter(group_id=str(payment.id), kind="processor_event")
+    assert events.count() == 1
 
 
 def test_a_move_sent_twice_leaves_one_copy_on_the_queue(sqs_queues):

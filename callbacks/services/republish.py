@@ -8,6 +8,7 @@ the start lets a redrive and a release's own copies through a hold (``holds.hold
 Every send here acts on SQS at once and is never called inside a transaction.
 """
 
+import re
 from datetime import timedelta
 
 from django.db import transaction
@@ -142,11 +143,21 @@ def parked_message_republish(
     return bool(marked)
 
 
+# A copy's deduplication id, whole: the first message's id, the mark, the move's number. Parsed
+# whole, never by the mark alone: an outside event id may hold ":behind:" too (its messages'
+# deduplication ids end in ".<fingerprint>", so they never match).
+_BEHIND = re.compile(rf"(?P<first>.+){re.escape(BEHIND_MARK)}(?P<moves>[0-9]+)")
+
+
+def _moved(deduplication_id: str) -> re.Match | None:
+    return _BEHIND.fullmatch(deduplication_id)
+
+
 def moves_behind(deduplication_id: str) -> int:
     """How many times the message was sent to the back of its group before (0 for one never
     moved)."""
-    _, mark, moves = deduplication_id.rpartition(BEHIND_MARK)
-    return int(moves) if mark and moves.isdigit() else 0
+    moved = _moved(deduplication_id)
+    return int(moved["moves"]) if moved else 0
 
 
 def message_send_behind(*, message: ReceivedMessage, moves: int) -> str:
@@ -156,9 +167,8 @@ def message_send_behind(*, message: ReceivedMessage, moves: int) -> str:
     The copy's deduplication id is the first message's id and the move's number: a move sent
     twice (the worker died before the message was deleted, and moved it again) is dropped by
     SQS within its window, and the event's own deduplication applies it once whatever comes."""
-    first, mark, _ = message.deduplication_id.rpartition(BEHIND_MARK)
-    if not mark:
-        first = message.message_id
+    moved = _moved(message.deduplication_id)
+    first = moved["first"] if moved else message.message_id
     return sqs.send_message_now(
         body=message.body,
         group_id=message.group_id,

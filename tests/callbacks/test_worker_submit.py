@@ -293,3 +293,39 @@ def test_a_move_the_queue_refuses_leaves_the_event_retried_in_place_and_nothing_
     assert events.count() == 1  # no copy was ever sent
     [dead] = drain(sqs_queues.client, sqs_queues.dlq_url)
     assert json.loads(dead["Body"])["dead_letter"]["original_message_id"] == message_id
+
+
+def test_events_whose_ids_hold_the_moves_mark_are_moved_under_their_own_message_ids(
+    sqs_queues, sandbox, fast_retries
+):
+    # A processor event id may hold ":behind:" (its alphabet has the colon). Taken for a copy,
+    # two such events of one payment would have been moved under one deduplication id, the
+    # second copy dropped by SQS and its event lost. Each is moved as a first move, under its
+    # own message's id, and both are applied.
+    payment = PaymentFactory(state=PaymentState.PENDING, source_token="tok_ok_behind2")
+    taken_submission(payment)
+    sent = [
+        send_event(
+            sqs_queues.client,
+            sqs_queues.url,
+            payment,
+            "settled",
+            processor_event_id=f"evt:behind:{n}",
+        )[0]
+        for n in (1, 2)
+    ]
+    submit_message(sqs_queues, payment)
+
+    run_worker()
+
+    payment.refresh_from_db()
+    assert payment.state == PaymentState.CONFIRMED
+    for message_id in sent:
+        [error] = ProcessingError.objects.filter(message_id=message_id)
+        assert "(move 1 of 3)" in error.message
+    outcomes = sorted(
+        QueueMessage.objects.filter(kind="processor_event").values_list("outcome", flat=True)
+    )
+    # Both moved, then the first applied and the second a stale repeat of the settlement.
+    assert outcomes == ["applied", "moved_behind", "moved_behind", "stale"], outcomes
+    assert drain(sqs_queues.client, sqs_queues.dlq_url) == []

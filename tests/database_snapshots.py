@@ -20,6 +20,8 @@ own connection is closed first and opens again on the new database at its next q
 """
 
 import contextlib
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psycopg
 from django.contrib.contenttypes.models import ContentType
@@ -73,3 +75,26 @@ def drop(*copies: str) -> None:
     with psycopg.connect(_server(), autocommit=True) as admin:
         for copy in copies:
             admin.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
+
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def taken_back(blocker, suffix: str, migrate_back: Callable[[], T]) -> Iterator[tuple[str, str, T]]:
+    """For a module's fixture: the test database taken back once (``migrate_back``) and copied
+    there as ``suffix``, beside a copy of it at the newest schema; yields (that copy, the newest
+    copy, what ``migrate_back`` returned). At the end the newest schema is put back and both
+    copies dropped, whatever happened. ``blocker``: pytest-django's ``django_db_blocker``."""
+    copies = []
+    try:
+        with blocker.unblock():
+            copies.append(newest := snapshot("newest"))
+            result = migrate_back()
+            copies.append(back := snapshot(suffix))
+        yield back, newest, result
+    finally:
+        with blocker.unblock():
+            if copies:
+                restore(newest)
+            drop(*copies)

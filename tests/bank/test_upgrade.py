@@ -61,18 +61,10 @@ def release(django_db_setup, django_db_blocker):
     """The test database taken back to 0.1.0 once for the module, and copied there
     (``tests.database_snapshots``), beside a copy of it at the newest schema; 0.1.0's historical
     models."""
-    copies = []
-    try:
-        with django_db_blocker.unblock():
-            copies.append(newest := database_snapshots.snapshot("newest"))
-            apps = _migrate(RELEASED)
-            copies.append(released := database_snapshots.snapshot("released"))
-        yield released, newest, apps
-    finally:
-        with django_db_blocker.unblock():
-            if copies:
-                database_snapshots.restore(newest)
-            database_snapshots.drop(*copies)
+    with database_snapshots.taken_back(
+        django_db_blocker, "released", lambda: _migrate(RELEASED)
+    ) as taken:
+        yield taken
 
 
 @pytest.fixture

@@ -32,18 +32,10 @@ def before_sealing(django_db_setup, django_db_blocker):
     """The test database taken back to 0019 once for the module, and copied there
     (``tests.database_snapshots``), beside a copy of it at the newest schema; the historical
     models of 0019."""
-    copies = []
-    try:
-        with django_db_blocker.unblock():
-            copies.append(newest := database_snapshots.snapshot("newest"))
-            apps = _migrate(BEFORE)
-            copies.append(before := database_snapshots.snapshot("before_sealing"))
-        yield before, newest, apps
-    finally:
-        with django_db_blocker.unblock():
-            if copies:
-                database_snapshots.restore(newest)
-            database_snapshots.drop(*copies)
+    with database_snapshots.taken_back(
+        django_db_blocker, "before_sealing", lambda: _migrate(BEFORE)
+    ) as taken:
+        yield taken
 
 
 @pytest.fixture

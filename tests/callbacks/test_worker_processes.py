@@ -244,12 +244,38 @@ def test_without_the_heartbeat_a_slow_call_is_taken_by_a_second_worker(
     assert sorted(summary(w)[0] for w in workers) == [1, 1]
 
 
+def two_workers_share(sqs_queues, tmp_path, messages: list[tuple[str, dict, str]]) -> list[int]:
+    """Two worker processes started, then ``messages`` ((group, body, deduplication id), in
+    their order) sent in batches of ten; how many each handled, once both ran the queue dry.
+    Sent once both have started, and each waits 5 s in a receive that finds none before it
+    stops, so each takes some: since the worker's batch became cheaper, the first one started
+    handled 200 events in half a second, before the second, started 0.4 s after it on a loaded
+    machine, made its first receive."""
+    args = ("--until-empty", "--wait-time=5", "--no-relay", "--visibility-timeout=30")
+    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
+    for worker in workers:
+        worker.wait_for("run_sqs_worker starting")
+    entries = [
+        {
+            "Id": str(index % 10),
+            "MessageBody": json.dumps(body),
+            "MessageGroupId": group,
+            "MessageDeduplicationId": dedup,
+        }
+        for index, (group, body, dedup) in enumerate(messages)
+    ]
+    for start in range(0, len(entries), 10):
+        response = sqs_queues.client.send_message_batch(
+            QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
+        )
+        assert not response.get("Failed")
+    assert [worker.wait(240) for worker in workers] == [0, 0]
+    return [summary(worker)[0] for worker in workers]
+
+
 # 500 payments (1,000 events, 15 to 30 s) in the scale tier and LocalStack's run (the Makefile's
-# LOCALSTACK_TESTS); make test shares 100 between the two workers, the same checks. Each worker
-# must handle some, so the events are sent once both have started, and each waits 5 s in a
-# receive that finds none (then stops): since the worker's batch became cheaper, the first one
-# started handled all 200 events in half a second, before the second, started 0.4 s after it on
-# a loaded machine, made its first receive.
+# LOCALSTACK_TESTS); make test shares 100 between the two workers, the same checks (each worker
+# must handle some: ``two_workers_share``).
 @pytest.mark.parametrize(
     "count", [100, pytest.param(500, marks=pytest.mark.scale)], ids=lambda n: f"{n}-payments"
 )
@@ -257,30 +283,14 @@ def test_two_workers_apply_the_payments_events_exactly_once_in_order(sqs_queues,
     payments = Payment.objects.bulk_create(
         [PaymentFactory.build(state=PaymentState.PENDING) for _ in range(count)]
     )
-    args = ("--until-empty", "--wait-time=5", "--no-relay", "--visibility-timeout=30")
-    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
-    for worker in workers:
-        worker.wait_for("run_sqs_worker starting")
-    entries = []
-    for payment in payments:
-        for event_type in ("submitted", "settled"):
-            event = processor_event(payment, event_type)
-            entries.append(
-                {
-                    "Id": str(len(entries) % 10),
-                    "MessageBody": json.dumps(processor_event_message(event)),
-                    "MessageGroupId": str(payment.id),
-                    "MessageDeduplicationId": event.processor_event_id,
-                }
-            )
-    for start in range(0, len(entries), 10):
-        response = sqs_queues.client.send_message_batch(
-            QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
-        )
-        assert not response.get("Failed")
-    assert [worker.wait(240) for worker in workers] == [0, 0]
+    messages = [
+        (str(payment.id), processor_event_message(event), event.processor_event_id)
+        for payment in payments
+        for event in (processor_event(payment, t) for t in ("submitted", "settled"))
+    ]
 
-    handled = [summary(worker)[0] for worker in workers]
+    handled = two_workers_share(sqs_queues, tmp_path, messages)
+
     assert sum(handled) == 2 * count and min(handled) > 0, handled
     assert Payment.objects.filter(state=PaymentState.CONFIRMED).count() == count
     assert LedgerEntry.objects.count() == count
@@ -319,34 +329,20 @@ def test_two_workers_send_events_ahead_of_their_submissions_behind_them_and_appl
             for i in range(count)
         ]
     )
-    # Sent once both have started, so each takes some (as in the test above).
-    args = ("--until-empty", "--wait-time=5", "--no-relay", "--visibility-timeout=30")
-    workers = [WorkerProcess(*args, log_dir=tmp_path, name=f"w{i}") for i in range(2)]
-    for worker in workers:
-        worker.wait_for("run_sqs_worker starting")
-    entries = []
+    messages = []
     for payment in payments:
         event = processor_event(payment, "settled")
-        for body, dedup in (
-            (processor_event_message(event), event.processor_event_id),
-            ({"kind": "submit_payment", "payment_id": str(payment.id)}, f"submit-{payment.id}"),
-        ):
-            entries.append(
-                {
-                    "Id": str(len(entries) % 10),
-                    "MessageBody": json.dumps(body),
-                    "MessageGroupId": str(payment.id),
-                    "MessageDeduplicationId": dedup,
-                }
-            )
-    for start in range(0, len(entries), 10):
-        response = sqs_queues.client.send_message_batch(
-            QueueUrl=sqs_queues.url, Entries=entries[start : start + 10]
-        )
-        assert not response.get("Failed")
-    assert [worker.wait(240) for worker in workers] == [0, 0]
+        messages += [
+            (str(payment.id), processor_event_message(event), event.processor_event_id),
+            (
+                str(payment.id),
+                {"kind": "submit_payment", "payment_id": str(payment.id)},
+                f"submit-{payment.id}",
+            ),
+        ]
 
-    handled = [summary(worker)[0] for worker in workers]
+    handled = two_workers_share(sqs_queues, tmp_path, messages)
+
     # Each payment: its settlement moved, its submission, the settlement's copy.
     assert sum(handled) == 3 * count and min(handled) > 0, handled
     assert Payment.objects.filter(state=PaymentState.CONFIRMED).count() == count

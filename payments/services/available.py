@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
-from importlib import import_module
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -32,6 +31,7 @@ from payments import conf as payments_conf
 from payments.banking_days import ach_date, available_cutoff
 from payments.kernel.locks import money_out_lock_sql
 from payments.kernel.reads import AfterLocks
+from payments.kernel.totals import totals_rebuild
 
 # Read without folding: the totals and the changes not yet folded, as of one snapshot.
 AVAILABLE_SUM = """SELECT SUM(amount) FROM (
@@ -130,19 +130,12 @@ GROUP BY merchant_id, currency ORDER BY COUNT(*) DESC, merchant_id, currency LIM
 
 
 def available_totals_rebuild() -> int:
-    """Rebuild every merchant's available totals from the ledger, as the migration first filled
-    them: after maintenance in a session with ``session_replication_role = replica`` (which
-    fires no trigger, so what it wrote to the ledger is not in the totals). The ledger is locked
-    against writes until the transaction ends, so no entry is missed or counted twice; payouts
-    wait meanwhile. Returns how many total rows it wrote. PostgreSQL only: elsewhere there are
-    no totals to rebuild (0)."""
-    if connection.vendor != "postgresql":
-        return 0
-    # The migration's own statement: one definition of what an entry adds.
-    backfill = import_module("payments.migrations.0046_merchant_available_totals").BACKFILL_SQL
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("LOCK TABLE payments_ledgerentry IN SHARE ROW EXCLUSIVE MODE")
-        cursor.execute("DELETE FROM payments_merchantavailableadjustment")
-        cursor.execute("DELETE FROM payments_merchantavailabletotal")
-        cursor.execute(backfill)
-        return cursor.rowcount
+    """Rebuild every merchant's available totals from the ledger, as migration 0046 first
+    filled them (``payments.kernel.totals``): payouts wait meanwhile. Returns how many total
+    rows it wrote (0 off PostgreSQL)."""
+    return totals_rebuild(
+        source="payments_ledgerentry",
+        totals="payments_merchantavailabletotal",
+        changes="payments_merchantavailableadjustment",
+        migration="0046_merchant_available_totals",
+    )

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
-from importlib import import_module
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
@@ -43,6 +42,7 @@ from payments.exposure_limits import (
     parse_exposure_limits,
 )
 from payments.kernel.locks import exposure_lock
+from payments.kernel.totals import totals_rebuild
 from payments.models import (
     ExposureLimit,
     ExposureLimitChange,
@@ -195,22 +195,15 @@ DAY_SUMS_FOLDED = _SUMS.format(days=_DAYS.format(changes="folded", key=""))
 
 
 def day_totals_rebuild() -> int:
-    """Rebuild every merchant's day totals from the payments, as the migration first filled
-    them: after maintenance in a session with ``session_replication_role = replica`` (which
-    fires no trigger, so what it wrote to the payments is not in the totals). The payments'
-    table is locked against writes until the transaction ends, so no entry is missed or counted
-    twice; creates wait meanwhile. Returns how many total rows it wrote. PostgreSQL only:
-    elsewhere there are no totals to rebuild (0)."""
-    if connection.vendor != "postgresql":
-        return 0
-    # The migration's own statement: one definition of what counts.
-    backfill = import_module("payments.migrations.0045_merchant_day_totals").BACKFILL_SQL
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("LOCK TABLE payments_payment IN SHARE ROW EXCLUSIVE MODE")
-        cursor.execute("DELETE FROM payments_merchantdayadjustment")
-        cursor.execute("DELETE FROM payments_merchantdaytotal")
-        cursor.execute(backfill)
-        return cursor.rowcount
+    """Rebuild every merchant's day totals from the payments, as migration 0045 first filled
+    them (``payments.kernel.totals``): creates wait meanwhile. Returns how many total rows it
+    wrote (0 off PostgreSQL)."""
+    return totals_rebuild(
+        source="payments_payment",
+        totals="payments_merchantdaytotal",
+        changes="payments_merchantdayadjustment",
+        migration="0045_merchant_day_totals",
+    )
 
 
 def day_totals_params(

@@ -180,6 +180,14 @@ class PgCluster:
         self.remove()
 
 
+def _checked(what: str, args: list[str], **options) -> str:
+    """Run ``args``; its stdout, or ``RuntimeError`` naming ``what`` with what it printed."""
+    result = subprocess.run(args, capture_output=True, text=True, check=False, **options)
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{result.stdout}{result.stderr}")
+    return result.stdout
+
+
 def django_env(url: str, **extra: str) -> dict[str, str]:
     """The environment of a Django process of this project whose database is ``url``."""
     return {
@@ -196,45 +204,28 @@ def django_run(url: str, code: str, *, timeout: float = 120) -> str:
     A process of its own, so the test process's connections (pytest-django's test database)
     are never pointed elsewhere."""
     script = "import django\ndjango.setup()\n" + code
-    result = subprocess.run(
+    return _checked(
+        "Django process",
         [sys.executable, "-c", script],
         cwd=ROOT,
         env=django_env(url),
-        capture_output=True,
-        text=True,
         timeout=timeout,
-        check=False,
     )
-    if result.returncode != 0:
-        raise RuntimeError(f"Django process failed:\n{result.stdout}{result.stderr}")
-    return result.stdout
 
 
 def schema_dump(url: str, *, bin_dir: Path = PG_BIN) -> str:
     """The database at ``url`` as SQL (``pg_dump``: tables, rows, functions, triggers), without
     owners or grants, for ``sql_load`` into another server's database."""
-    result = subprocess.run(
-        [str(bin_dir / "pg_dump"), "--no-owner", "--no-privileges", url],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"pg_dump failed:\n{result.stderr}")
-    return result.stdout
+    return _checked("pg_dump", [str(bin_dir / "pg_dump"), "--no-owner", "--no-privileges", url])
 
 
 def sql_load(url: str, sql: str, *, bin_dir: Path = PG_BIN) -> None:
     """Run ``sql`` (a ``schema_dump``) in the database at ``url``, stopping at its first error."""
-    result = subprocess.run(
+    _checked(
+        "psql",
         [str(bin_dir / "psql"), "--quiet", "--no-psqlrc", "-v", "ON_ERROR_STOP=1", url],
         input=sql,
-        capture_output=True,
-        text=True,
-        check=False,
     )
-    if result.returncode != 0:
-        raise RuntimeError(f"psql failed:\n{result.stderr}")
 
 
 def django_migrate(url: str) -> None:

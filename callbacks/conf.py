@@ -62,6 +62,12 @@ SPECS: dict[str, Spec] = {
     # batch call (each still answered for its own entry); 0 sends each one alone. The wait adds
     # to every callback's answer, so it stays well under a second.
     "CALLBACK_SEND_COALESCE_SECONDS": Seconds(0.002, 1, above_minimum=False),
+    # A committed outbox row (a new payment's submit command) goes to its process's publisher
+    # thread, which waits this long for the rows of other commits to join it, then publishes
+    # them together (callbacks.outbox_after_commit): one claim and one send for many rows,
+    # none of it in the request. Adds at most this much before a payment is submitted; 0
+    # publishes in the committing thread, one claim per commit.
+    "OUTBOX_PUBLISH_LINGER_SECONDS": Seconds(0.05, 1, above_minimum=False),
     # Reconciliation of stuck payments (ACH settles in days).
     "RECONCILE_SUBMITTED_AFTER": Duration(timedelta(days=3)),
     "RECONCILE_PENDING_AFTER": Duration(timedelta(minutes=5)),

@@ -30,6 +30,13 @@ if "WORKER_PAUSE_AT" in os.environ:
 if "PROCESSOR_EVENTS_PULL_PAUSE_AT" in os.environ:
     CALLBACKS["PROCESSOR_EVENTS_PULL_PAUSE_AT"] = os.environ["PROCESSOR_EVENTS_PULL_PAUSE_AT"]  # noqa: F405
 
+# A test's transaction is not visible to another connection, so the suite publishes a committed
+# outbox row in the committing thread; the publisher thread (callbacks.outbox_after_commit) is
+# tested on committed rows (tests/callbacks/test_outbox_after_commit.py) and runs wherever a test
+# starts gunicorn or a worker with OUTBOX_PUBLISH_LINGER_SECONDS set.
+if "OUTBOX_PUBLISH_LINGER_SECONDS" not in os.environ:
+    CALLBACKS["OUTBOX_PUBLISH_LINGER_SECONDS"] = 0  # noqa: F405
+
 # Each scrape reads the shared-state gauges afresh, so a test sees the rows it wrote rather than
 # another test's snapshot; the snapshot interval itself is tested with the production value set
 # explicitly (tests/triage/test_metrics_snapshot.py).

@@ -2,7 +2,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -52,42 +51,6 @@ def drain(queues) -> list[dict]:
 
 def published_count(path: str) -> float:
     return OUTBOX_PUBLISHED.labels(path=path)._value.get()
-
-
-@pytest.fixture
-def queue_down(module_settings):
-    """Point the SQS endpoint at a closed loopback port; call the fixture to bring it back."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    endpoint = module_settings.SQS_ENDPOINT_URL
-    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
-    sqs.reset()
-
-    def back_up():
-        module_settings.SQS_ENDPOINT_URL = endpoint
-        sqs.reset()
-
-    yield back_up
-    sqs.reset()
-
-
-@pytest.fixture
-def sent_ids(monkeypatch):
-    """Outbox ids in every batch the relay actually sent (the real send still happens)."""
-    sent: list[int] = []
-    lock = threading.Lock()
-    real = sqs.send_messages_now
-
-    def recording(messages, **kwargs):
-        messages = list(messages)
-        ids = real(messages, **kwargs)
-        with lock:
-            sent.extend(m.body["outbox_id"] for m in messages)
-        return ids
-
-    monkeypatch.setattr(sqs, "send_messages_now", recording)
-    return sent
 
 
 def add_rows(groups: list[str]) -> list[OutboxMessage]:

@@ -114,11 +114,17 @@ class CpuMeter:
 
     @staticmethod
     def used(before: dict, after: dict) -> dict[str, float]:
-        """CPU seconds per part between the snapshots (processes present in both, or new)."""
-        return {
-            part: round(sum(t - before.get(part, {}).get(pid, 0.0) for pid, t in pids.items()), 3)
-            for part, pids in after.items()
-        }
+        """CPU seconds per part between the snapshots (processes present in both, or new). A
+        backend that ended meanwhile is in the postmaster's reaped CPU with its whole life, so
+        what it had used at ``before`` is taken off again."""
+        used = {}
+        for part, pids in after.items():
+            earlier = before.get(part, {})
+            total = sum(t - earlier.get(pid, 0.0) for pid, t in pids.items())
+            if any(pid < 0 for pid in pids):  # the reaped pseudo-pid (postgres)
+                total -= sum(t for pid, t in earlier.items() if pid not in pids)
+            used[part] = round(total, 3)
+        return used
 
 
 def cpu_summary(used: dict[str, float], events: int, seconds: float) -> dict:

@@ -98,6 +98,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
         "server_side_binding", env.bool("DATABASE_SERVER_SIDE_BINDING", default=True)
     )
+    # Django turns psycopg's preparing off unless OPTIONS names a threshold: without this, every
+    # statement was parsed and planned on every run. DATABASE_PREPARE_THRESHOLD=0 (or
+    # server-side binding off) prepares nothing.
+    _prepare_after = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
+    if DATABASES["default"]["OPTIONS"]["server_side_binding"] and _prepare_after > 0:
+        DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", _prepare_after)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -58,14 +58,16 @@ class AfterCommitPublisher:
     def submit(self, ids: Iterable[int]) -> None:
         """Hand committed ids to the publisher thread (started on the first call)."""
         with self._changed:
+            before = len(self._waiting)
             self._waiting.extend(ids)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="outbox-after-commit", daemon=True
                 )
                 self._thread.start()
-            # The thread waits for a first id, then for a claim's worth: wake it for those.
-            if len(self._waiting) in (1, self._claim_size):
+            # The thread waits for a first id, then for a claim's worth: wake it when either
+            # arrives (one commit may bring several ids at once).
+            if before == 0 or before < self._claim_size <= len(self._waiting):
                 self._changed.notify_all()
 
     def _next_round(self) -> list[int] | None:
@@ -100,19 +102,15 @@ class AfterCommitPublisher:
         close_old_connections()
         try:
             self._publish(ids)
-        except DatabaseError as exc:
+        except Exception as exc:
+            # The thread outlives any error (a dead publisher would leave every later row to
+            # the relay's pace); the rows stay unpublished, and an error that is not the
+            # database's is logged with its traceback.
             logger.warning(
                 "publishing outbox rows %s after commit failed, left for the relay: %s",
                 ids,
                 exc,
-                extra={"outbox_ids": ids, "outcome": "left_for_relay"},
-            )
-        except Exception:
-            # The thread must outlive any error: a dead publisher would leave every later row
-            # to the relay's pace.
-            logger.exception(
-                "publishing outbox rows %s after commit failed, left for the relay",
-                ids,
+                exc_info=not isinstance(exc, DatabaseError),
                 extra={"outbox_ids": ids, "outcome": "left_for_relay"},
             )
         finally:

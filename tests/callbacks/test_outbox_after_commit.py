@@ -25,9 +25,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 class Recording:
     """The real publish, with the ids of each round it was given."""
 
-    def __init__(self, *, fail_first: int = 0) -> None:
+    def __init__(self, *, fail_first: int = 0, error: Exception | None = None) -> None:
         self.rounds: list[list[int]] = []
         self.fail_first = fail_first
+        self.error = error or OperationalError("the database went away")
         self.lock = threading.Lock()
 
     def __call__(self, ids: list[int]) -> int:
@@ -35,7 +36,7 @@ class Recording:
             self.rounds.append(list(ids))
             failing = len(self.rounds) <= self.fail_first
         if failing:
-            raise OperationalError("the database went away")
+            raise self.error
         return outbox_relay_publish_ids(ids)
 
 
@@ -96,6 +97,20 @@ def test_a_claims_worth_goes_out_without_waiting_for_the_linger(sqs_queues, make
     assert not OutboxMessage.objects.filter(published_at__isnull=True).exists()
 
 
+def test_one_commit_of_several_rows_wakes_the_thread(sqs_queues, make_publisher):
+    first, *rows = committed_rows(3)
+    recording = Recording()
+    publisher = make_publisher(recording, linger=0.01)
+    publisher.submit([first.id])
+    assert publisher.wait_idle(10)  # the thread now waits for a first id
+
+    publisher.submit([rows[0].id, rows[1].id])  # two at once
+    assert publisher.wait_idle(10)
+
+    assert recording.rounds == [[first.id], [r.id for r in rows]]
+    assert not OutboxMessage.objects.filter(published_at__isnull=True).exists()
+
+
 def test_a_failed_round_leaves_its_rows_to_the_relay_and_the_thread_goes_on(
     sqs_queues, make_publisher, caplog
 ):
@@ -107,8 +122,9 @@ def test_a_failed_round_leaves_its_rows_to_the_relay_and_the_thread_goes_on(
     assert publisher.wait_idle(10)
     first.refresh_from_db()
     assert first.published_at is None  # left for the relay, not lost
-    assert "left for the relay" in caplog.text
-    assert str(first.id) in caplog.text
+    [record] = [r for r in caplog.records if "left for the relay" in r.getMessage()]
+    assert str(first.id) in record.getMessage()
+    assert not record.exc_info  # the database's error, named without a traceback
 
     publisher.submit([second.id])  # the thread survived the error
     assert publisher.wait_idle(10)
@@ -119,6 +135,27 @@ def test_a_failed_round_leaves_its_rows_to_the_relay_and_the_thread_goes_on(
     first.refresh_from_db()
     assert first.published_at is not None
     assert len(drain(sqs_queues)) == 2
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback_and_the_thread_goes_on(
+    sqs_queues, make_publisher, caplog
+):
+    first, second = committed_rows(2)
+    publisher = make_publisher(Recording(fail_first=1, error=RuntimeError("a bug")), linger=0.01)
+
+    publisher.submit([first.id])
+    assert publisher.wait_idle(10)
+    [record] = [r for r in caplog.records if "left for the relay" in r.getMessage()]
+    assert str(first.id) in record.getMessage() and "a bug" in record.getMessage()
+    assert record.exc_info and record.exc_info[0] is RuntimeError
+    first.refresh_from_db()
+    assert first.published_at is None
+
+    publisher.submit([second.id])
+    assert publisher.wait_idle(10)
+    second.refresh_from_db()
+    assert second.published_at is not None
+    assert outbox_relay_publish() == 1
 
 
 def test_a_queue_failure_is_recorded_on_the_rows_and_the_relay_publishes_them(

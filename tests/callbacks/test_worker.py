@@ -510,16 +510,9 @@ def test_conflicting_resend_inside_the_queue_window_is_dead_lettered_for_a_human
     assert PaymentHold.objects.filter(payment_id=str(payment.id), released_at=None).exists()
 
 
-def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, module_settings, caplog):
-    import socket
+def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, queue_down, caplog):
     import threading
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed_port = s.getsockname()[1]
-    live_endpoint = module_settings.SQS_ENDPOINT_URL
-    module_settings.SQS_ENDPOINT_URL = f"http://127.0.0.1:{closed_port}"
-    sqs.reset()
     payment = PaymentFactory(state=PaymentState.SUBMITTED)
     worker = Worker(wait_time=0, relay=False, max_messages=1)
     outcome: dict = {}
@@ -541,7 +534,7 @@ def test_a_worker_started_while_the_queue_is_down_waits_for_it(sqs_queues, modul
     )
     assert thread.is_alive(), f"the worker gave up while the queue was down: {outcome}"
 
-    module_settings.SQS_ENDPOINT_URL = live_endpoint  # the queue comes back
+    queue_down()  # the queue comes back
     send_event(sqs_queues.client, sqs_queues.url, payment, "settled")
     thread.join(30)
 

@@ -46,7 +46,7 @@ from bench.options import CONFIG, log, problems
 from bench.prepare import payments_reset, queues_create
 from bench.profiles import WORKER_CATEGORIES, profile_breakdown, profile_summary
 from bench.report import GOALS, fmt
-from bench.stack import RESULTS, BenchError, Gunicorn, Stack, py_spy, spawn
+from bench.stack import RESULTS, BenchError, Gunicorn, Stack, py_spy, py_spy_finish, spawn
 from devstack.processes import worker_command
 
 MERCHANTS = [f"merchant-money-{n}" for n in range(10)]
@@ -358,8 +358,7 @@ def _debits_profiled(
     for name, (spy, raw) in spies.items():
         if spy is None:
             continue
-        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
-        spy.wait(60)
+        py_spy_finish(spy, 60, stop=True)
         if raw.exists():
             categories = MONEY_WEB_CATEGORIES if name.startswith("web") else MONEY_WORKER_CATEGORIES
             out[name] = {

@@ -7,7 +7,7 @@ from pathlib import Path
 from bench.ingest import load_callbacks
 from bench.options import CALLBACK_PATH, CONFIG
 from bench.prepare import queues_create
-from bench.stack import RESULTS, Gunicorn, Stack, py_spy
+from bench.stack import RESULTS, Gunicorn, Stack, py_spy, py_spy_finish
 from bench.workers import consumer_run
 from devstack.processes import ROOT
 
@@ -138,8 +138,7 @@ def profile_phase(stack: Stack, generator: str) -> dict:
         ]
         load_callbacks(generator, server, CALLBACK_PATH, seconds, CONFIG["ingest_pool"])
         for spy in spies:
-            if spy is not None:
-                spy.wait(30)
+            py_spy_finish(spy, 30)
     finally:
         server.stop()
     first = RESULTS / "profile-callback-0.txt"

@@ -4,6 +4,7 @@ devstack's, shared with ``make chaos``."""
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -188,3 +189,28 @@ def py_spy(
     if duration:
         cmd += ["--duration", str(duration)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def py_spy_finish(
+    spy: subprocess.Popen | None, timeout: float, *, stop: bool = False, grace: float = 10
+) -> None:
+    """Let ``spy`` (from ``py_spy``) write its profile and exit, within ``timeout`` seconds:
+    interrupted first when ``stop`` (it writes what it sampled on SIGINT). A py-spy that hangs
+    (it can, sampling a process whose threads come and go) is interrupted, then killed, and
+    named: that profile is missing, the run goes on."""
+    if spy is None:
+        return
+    if stop:
+        spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout)
+        return
+    except subprocess.TimeoutExpired:
+        spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(grace)
+        log(f"py-spy (pid {spy.pid}) took longer than {timeout:.0f} s: interrupted")
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
+        log(f"py-spy (pid {spy.pid}) hung: killed, its profile is missing")

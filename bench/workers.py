@@ -17,7 +17,7 @@ from bench.cpu import children_cpu, process_cpu
 from bench.options import CONFIG, log, problems
 from bench.prepare import payments_reset, queue_depth, queue_fill, queues_create
 from bench.report import fmt
-from bench.stack import RESULTS, BenchError, Stack, consumer_command, py_spy, spawn
+from bench.stack import RESULTS, BenchError, Stack, consumer_command, py_spy, py_spy_finish, spawn
 from devstack.processes import stop_process, worker_command
 
 
@@ -141,8 +141,7 @@ def consumer_run(
         beside.join()
     # Backends flush their statistics when they exit; what the consumers did is in now.
     counters = _db_counters(stack.database_url)
-    if spy is not None:
-        spy.wait(30)
+    py_spy_finish(spy, 30)
     result: dict = {"kind": kind, "processes": processes, "events": count, "wall_seconds": wall}
     # CPU of the consumer processes themselves (not PostgreSQL's, not the queue's).
     result["consumer_cpu_ms_per_event"] = round(1000 * (children_cpu() - cpu_before) / count, 3)

@@ -313,3 +313,42 @@ def test_the_money_phase_shows_refunds_against_the_debits_of_the_same_run():
         "| refunds | 100 | 80 | 40.0 / 90.0 | 2.0 | 45 | 12.00 | 4.0 / 4.0 / 1.0 / 1.0 / 3.0 |"
         in md
     )
+
+
+def _sleeper(*, ignore_interrupt: bool):
+    import subprocess
+    import sys
+
+    code = "import signal, time\n"
+    if ignore_interrupt:
+        code += "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    code += "print('ready', flush=True)\ntime.sleep(60)\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
+    return process
+
+
+def test_a_profiler_that_outlives_its_wait_is_interrupted(capsys):
+    from bench.stack import py_spy_finish
+
+    process = _sleeper(ignore_interrupt=False)
+    py_spy_finish(process, 0.2)
+    assert process.returncode is not None and process.returncode != 0
+    assert "took longer than" in capsys.readouterr().out
+
+
+def test_a_profiler_that_hangs_is_killed_and_named_and_the_run_goes_on(capsys):
+    from bench.stack import py_spy_finish
+
+    process = _sleeper(ignore_interrupt=True)
+    py_spy_finish(process, 0.2, grace=0.5)
+    assert process.returncode == -9
+    assert "hung: killed, its profile is missing" in capsys.readouterr().out
+
+
+def test_a_profiler_stopped_on_purpose_is_interrupted_at_once():
+    from bench.stack import py_spy_finish
+
+    process = _sleeper(ignore_interrupt=False)
+    py_spy_finish(process, 5, stop=True)
+    assert process.returncode is not None

@@ -197,6 +197,15 @@ def _money_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
             single = what[:-1]
             rows.append(
                 (
+                    f"{what}: CPU against the debits', each paced by its run's generator CPU",
+                    "",
+                    "",
+                    fmt(money.get(f"{single}_vs_debit_cpu_paced"), 2),
+                    "reported (the machine's speed taken out)",
+                )
+            )
+            rows.append(
+                (
                     f"{what}: confirmed/s against the debits'",
                     fmt(run["confirmed_per_second"]),
                     f"{fmt(d['confirmed_per_second'])} debits",

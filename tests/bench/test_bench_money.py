@@ -10,12 +10,14 @@ from bench.money import FUNDING_MAX, MERCHANTS, PAYOUT_AMOUNT, funding, money_go
 from bench.report import markdown, table
 
 
-def _money_run(confirmed: float, cpu: float, created: float = 120.0) -> dict:
+def _money_run(
+    confirmed: float, cpu: float, created: float = 120.0, generator: float = 3.0
+) -> dict:
     return {"made": 100, "requests": 100, "api_per_second": created, "created_per_second": created,
             "api_p50_ms": 40.0, "api_p99_ms": 90.0, "seconds": 2.0,
             "confirmed_per_second": confirmed, "cpu_ms_per_item": cpu,
             "cpu_ms_per_event": {"web": 4.0, "workers": 4.0, "sqs": 1.0, "postgres": 1.0,
-                                 "generator": 3.0}}  # fmt: skip
+                                 "generator": generator}}  # fmt: skip
 
 
 def _report(money: dict) -> dict:
@@ -59,7 +61,7 @@ def test_the_report_states_each_kinds_rates_cpu_and_goals():
              "worker_command": "run_sqs_worker", "debits": debits, "refunds": refunds,
              "payouts": _money_run(80.0, 15.0), "refund_vs_debit_rate": 0.84,
              "refund_vs_debit_cpu": 1.13, "payout_vs_debit_rate": 0.67,
-             "payout_vs_debit_cpu": 1.07}  # fmt: skip
+             "payout_vs_debit_cpu": 1.07, "refund_vs_debit_cpu_paced": 0.95}  # fmt: skip
     money["goals"] = money_goals(money)
     report = _report(money)
     lines = table(report).splitlines()
@@ -77,6 +79,21 @@ def test_the_report_states_each_kinds_rates_cpu_and_goals():
         "| 15.80: not met | 15.00: met |" in md
     )
     assert "| CPU per payment against the debits' | <= 1.1 |  | 1.13: not met | 1.07: met |" in md
+    paced = next(
+        li for li in lines if li.startswith("refunds: CPU against the debits', each paced")
+    )
+    assert "0.95" in paced and "reported" in paced
+
+
+def test_the_paced_ratio_takes_the_machines_speed_out_of_the_cpu_ratio():
+    from bench.money import _paced_ratio
+
+    debits = _money_run(100.0, 15.0, generator=3.0)
+    # The machine a fifth slower through the refunds: their CPU and the generator's alike.
+    refunds = _money_run(100.0, 18.0, generator=3.6)
+    assert _paced_ratio(refunds, debits) == pytest.approx(1.0)
+    assert _paced_ratio(_money_run(100.0, 16.5, generator=3.0), debits) == pytest.approx(1.1)
+    assert _paced_ratio(_money_run(100.0, 16.5, generator=0.0), debits) is None
 
 
 @pytest.mark.parametrize("payouts", [1, 10, 55, 1000, 25_000])

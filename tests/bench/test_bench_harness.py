@@ -319,9 +319,10 @@ def _sleeper(*, ignore_interrupt: bool):
     import subprocess
     import sys
 
-    code = "import signal, time\n"
-    if ignore_interrupt:
-        code += "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    # Set either way: a child inherits an ignored SIGINT (pytest-xdist's workers ignore it),
+    # and Python then installs no handler of its own.
+    handler = "signal.SIG_IGN" if ignore_interrupt else "signal.default_int_handler"
+    code = f"import signal, time\nsignal.signal(signal.SIGINT, {handler})\n"
     code += "print('ready', flush=True)\ntime.sleep(60)\n"
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"

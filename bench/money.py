@@ -145,32 +145,32 @@ def _confirmed(conn: psycopg.Connection, ids: list[str]) -> tuple[int, float | N
     return count, float(last) if last is not None else None
 
 
-def _wait_confirmed(db_url: str, ids: list[str], what: str, timeout: float) -> float | None:
-    """Wait until every one of ``ids`` is confirmed; when the last one was. One connection
-    asks throughout: a new backend per look would be PostgreSQL CPU charged to the run."""
+def _wait_confirmed(
+    conn: psycopg.Connection, ids: list[str], what: str, timeout: float
+) -> float | None:
+    """Wait until every one of ``ids`` is confirmed; when the last one was. One connection asks
+    throughout (the run's own): a new backend per look would be PostgreSQL CPU charged to the
+    run."""
     deadline = time.time() + timeout
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        while True:
-            count, last = _confirmed(conn, ids)
-            if count == len(ids):
-                return last
-            if time.time() > deadline:
-                problems.append(
-                    f"money: {count} of {len(ids)} {what} confirmed after {timeout:.0f} s"
-                )
-                return last
-            time.sleep(0.25)
+    while True:
+        count, last = _confirmed(conn, ids)
+        if count == len(ids):
+            return last
+        if time.time() > deadline:
+            problems.append(f"money: {count} of {len(ids)} {what} confirmed after {timeout:.0f} s")
+            return last
+        time.sleep(0.25)
 
 
-def _vacuum(db_url: str) -> float:
+def _vacuum(conn: psycopg.Connection) -> float:
     """``VACUUM (ANALYZE)`` the database: the seconds it took. Each run ends with it, inside
     its measure, so a run pays for cleaning up the rows it left behind, and the next starts
     with nothing of this one's for autovacuum to take up: otherwise the refunds' and payouts'
     PostgreSQL CPU carries the vacuuming of the runs before them (autovacuum fires on what has
-    piled up, whichever run is measured then)."""
+    piled up, whichever run is measured then). ``conn`` is in autocommit (``VACUUM`` runs in
+    no transaction)."""
     started = time.perf_counter()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("VACUUM (ANALYZE)")
+    conn.execute("VACUUM (ANALYZE)")
     return time.perf_counter() - started
 
 
@@ -192,8 +192,9 @@ def _run(
     if refused:
         statuses = sorted({status for status, _, _ in answers if status != 201})
         problems.append(f"money: {refused} of {len(answers)} {what} not made (status {statuses})")
-    last = _wait_confirmed(stack.database_url, made, what, timeout=120 + len(made) / 5)
-    vacuum_seconds = _vacuum(stack.database_url)
+    with psycopg.connect(stack.database_url, autocommit=True) as conn:
+        last = _wait_confirmed(conn, made, what, timeout=120 + len(made) / 5)
+        vacuum_seconds = _vacuum(conn)
     used = CpuMeter.used(cpu_before, meter.snapshot())
     seconds = (last or time.time()) - started
     latencies = [1000 * s for status, s, _ in answers if status == 201]

@@ -50,3 +50,15 @@ def test_the_threshold_comes_from_the_environment(variables, threshold):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == str(threshold)
+
+
+@pytest.mark.parametrize("value", ["-1", "five", "2.5", "\u0665", ""])
+def test_a_threshold_that_is_not_a_whole_number_stops_start_up_naming_it(value):
+    done = base_settings_process(
+        "print('started')",
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/x",
+        DATABASE_PREPARE_THRESHOLD=value,
+    )
+    assert done.returncode != 0 and "started" not in done.stdout
+    assert "DATABASE_PREPARE_THRESHOLD must be a whole number" in done.stderr
+    assert repr(value.strip()) in done.stderr

@@ -1,9 +1,9 @@
 """The ``money`` phase: money out at the cost of money in, and each payment's whole life.
 
 Three runs through the whole product, one after the other on one stack: gunicorn serving the
-product (the API and the callback endpoint), two ``run_sqs_worker`` processes with production
-options (the outbox relay on), and the sandbox processor over HTTP, which calls back into
-gunicorn (``submitted``, then ``settled``):
+product (the API and the callback endpoint), ``BENCH_MONEY_WORKERS`` (1) ``run_sqs_worker``
+processes with production options (the outbox relay on), and the sandbox processor over HTTP,
+which calls back into gunicorn (``submitted``, then ``settled``):
 
 - **debits**, the baseline: ``BENCH_MONEY_PAYMENTS`` ``POST /api/payments/`` by
   ``BENCH_MONEY_CLIENTS`` clients at once, each debit submitted by the workers, its callbacks
@@ -305,10 +305,13 @@ def money_phase(stack: Stack) -> dict:
     ).start()
     env = stack.env(name, dlq, PROCESSOR_BASE_URL=sandbox.base_url)
     cmd = worker_command(until_empty=False, wait_time=20, relay=True)
-    workers = [spawn(cmd, env, RESULTS / f"money-worker-{i}.log") for i in range(2)]
+    workers = [
+        spawn(cmd, env, RESULTS / f"money-worker-{i}.log") for i in range(CONFIG["money_workers"])
+    ]
     out: dict = {
         "items": count,
         "clients": clients_count,
+        "workers": len(workers),
         "gunicorn": " ".join(server.command[1:]),
         "worker_command": " ".join(["manage.py", *cmd[2:]]),
     }

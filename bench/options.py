@@ -55,6 +55,10 @@ def _config() -> dict:
             # Money out beside money in: debits through the API, then a refund of each.
             "money_payments": env_int("BENCH_MONEY_PAYMENTS", 1_000),
             "money_clients": env_int("BENCH_MONEY_CLIENTS", 8),
+            # One queue worker on this 2-core machine, beside gunicorn, PostgreSQL and the
+            # generator: it keeps up at the phase's rate, and a second one adds about a seventh
+            # to a payment's CPU (docs/benchmarks.md, the money phase's topology).
+            "money_workers": env_int("BENCH_MONEY_WORKERS", 1),
             "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
             # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.
             "recovery_cap": env_int("BENCH_RECOVERY_CAP", 0) or None,

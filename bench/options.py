@@ -56,7 +56,7 @@ def _config() -> dict:
             "money_payments": env_int("BENCH_MONEY_PAYMENTS", 1_000),
             "money_clients": env_int("BENCH_MONEY_CLIENTS", 8),
             # One queue worker on this 2-core machine, beside gunicorn, PostgreSQL and the
-            # generator: it keeps up at the phase's rate, and a second one adds about a seventh
+            # generator: it keeps up at the phase's rate, and a second one adds about a sixth
             # to a payment's CPU (docs/benchmarks.md, the money phase's topology).
             "money_workers": env_int("BENCH_MONEY_WORKERS", 1),
             "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),

@@ -103,3 +103,23 @@ def test_the_funding_debits_cover_every_merchants_payouts_each_below_the_largest
     each_merchant = -(-payouts // len(MERCHANTS)) + 5
     assert amount * (count // len(MERCHANTS)) >= each_merchant * PAYOUT_AMOUNT
     assert amount * (count // len(MERCHANTS)) - each_merchant * PAYOUT_AMOUNT < Decimal("0.10")
+
+
+# --- the phase's queue workers ----------------------------------------------------------------
+
+
+def test_the_money_phase_runs_one_queue_worker_unless_told_and_refuses_none(monkeypatch):
+    from bench import guard
+    from bench.options import _config
+
+    monkeypatch.delenv("BENCH_MONEY_WORKERS", raising=False)
+    one = _config()
+    assert one["money_workers"] == 1
+    monkeypatch.setenv("BENCH_MONEY_WORKERS", "2")
+    two = _config()
+    assert two["money_workers"] == 2
+    # A size: the regression guard compares a run only with runs of the same worker count.
+    assert guard.sizes(one) != guard.sizes(two)
+    monkeypatch.setenv("BENCH_MONEY_WORKERS", "0")
+    with pytest.raises(SystemExit, match="BENCH_MONEY_WORKERS must be at least 1, got 0"):
+        _config()

@@ -102,14 +102,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # statement was parsed and planned on every run. DATABASE_PREPARE_THRESHOLD=0 (or
     # server-side binding off) prepares nothing.
     _prepare_text = env.str("DATABASE_PREPARE_THRESHOLD", default="5").strip()
-    _prepare_after = (
-        int(_prepare_text) if _prepare_text.isascii() and _prepare_text.isdigit() else -1
-    )
-    if _prepare_after < 0:
+    if not (_prepare_text.isascii() and _prepare_text.isdigit()):
         raise ValueError(
             "DATABASE_PREPARE_THRESHOLD must be a whole number: the runs on a connection after "
             f"which a statement is prepared, or 0 to prepare none; not {_prepare_text!r}"
         )
+    _prepare_after = int(_prepare_text)
     if DATABASES["default"]["OPTIONS"]["server_side_binding"] and _prepare_after > 0:
         DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", _prepare_after)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -3,6 +3,7 @@ generator, the statistics and the payment fixture. None of these tests measures 
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg
@@ -348,8 +349,6 @@ def test_a_profiler_that_hangs_is_killed_and_named_and_the_run_goes_on(capsys):
 
 
 def test_a_profiler_stopped_on_purpose_is_interrupted_at_once(capsys):
-    import time
-
     from bench.stack import py_spy_finish
 
     process = _sleeper(ignore_interrupt=False)

@@ -1,7 +1,8 @@
 """The ``money`` phase: money out at the cost of money in, and each payment's whole life.
 
 Three runs through the whole product, one after the other on one stack: gunicorn serving the
-product (the API and the callback endpoint), ``BENCH_MONEY_WORKERS`` (1) ``run_sqs_worker``
+product (the API and the callback endpoint) in ``BENCH_MONEY_GUNICORN_WORKERS`` (1) processes of
+``BENCH_GUNICORN_THREADS`` threads, ``BENCH_MONEY_WORKERS`` (1) ``run_sqs_worker``
 processes with production options (the outbox relay on), and the sandbox processor over HTTP,
 which calls back into gunicorn (``submitted``, then ``settled``):
 
@@ -295,7 +296,7 @@ def money_phase(stack: Stack) -> dict:
     server = Gunicorn(
         stack,
         queue=(name, dlq),
-        workers=CONFIG["gunicorn_workers"],
+        workers=CONFIG["money_gunicorn_workers"],
         threads=CONFIG["gunicorn_threads"],
     ).start()
     sandbox = SandboxProcessor(
@@ -312,6 +313,7 @@ def money_phase(stack: Stack) -> dict:
         "items": count,
         "clients": clients_count,
         "workers": len(workers),
+        "web_processes": CONFIG["money_gunicorn_workers"],
         "gunicorn": " ".join(server.command[1:]),
         "worker_command": " ".join(["manage.py", *cmd[2:]]),
     }

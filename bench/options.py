@@ -59,6 +59,11 @@ def _config() -> dict:
             # generator: it keeps up at the phase's rate, and a second one adds about a sixth
             # to a payment's CPU (docs/benchmarks.md, the money phase's topology).
             "money_workers": env_int("BENCH_MONEY_WORKERS", 1),
+            # One web process of BENCH_GUNICORN_THREADS threads for the same reason: at the
+            # phase's rate it has headroom, and a second one costs a payment about a tenth more
+            # (docs/benchmarks.md, the money phase's topology). The other phases run
+            # BENCH_GUNICORN_WORKERS: their rates need more than one core's worth of web.
+            "money_gunicorn_workers": env_int("BENCH_MONEY_GUNICORN_WORKERS", 1),
             "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
             # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.
             "recovery_cap": env_int("BENCH_RECOVERY_CAP", 0) or None,

@@ -535,6 +535,13 @@ def _md_worker(report: dict) -> list[str]:
     return lines
 
 
+def _queue_workers(money: dict) -> str:
+    """The phase's queue workers, as many as it ran (two in a run from before the count was
+    recorded: every earlier run had two)."""
+    count = money.get("workers", 2)
+    return f"{count} queue worker{'' if count == 1 else 's'}"
+
+
 def _md_money(report: dict) -> list[str]:
     money = report.get("money")
     if not money or "refunds" not in money:
@@ -544,8 +551,8 @@ def _md_money(report: dict) -> list[str]:
         "",
         f"Money out against money in: {money['items']} debits, then a refund of each"
         + (", then as many payouts" if "payouts" in kinds else "")
-        + f", by {money['clients']} API clients; gunicorn `{money['gunicorn']}`, 2 workers "
-        f"(`{money['worker_command']}`).",
+        + f", by {money['clients']} API clients; gunicorn `{money['gunicorn']}`, "
+        f"{_queue_workers(money)} (`{money['worker_command']}`).",
         "",
     ]
     rows = [

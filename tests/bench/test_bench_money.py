@@ -57,7 +57,7 @@ def test_each_kind_of_payment_is_held_to_the_goals_of_its_whole_life():
 
 def test_the_report_states_each_kinds_rates_cpu_and_goals():
     debits, refunds = _money_run(120.0, 14.0), _money_run(101.0, 15.8, created=99.0)
-    money = {"items": 100, "clients": 8, "gunicorn": "config.wsgi",
+    money = {"items": 100, "clients": 8, "gunicorn": "config.wsgi --workers 1", "workers": 1,
              "worker_command": "run_sqs_worker", "debits": debits, "refunds": refunds,
              "payouts": _money_run(80.0, 15.0), "refund_vs_debit_rate": 0.84,
              "refund_vs_debit_cpu": 1.13, "payout_vs_debit_rate": 0.67,
@@ -73,6 +73,7 @@ def test_the_report_states_each_kinds_rates_cpu_and_goals():
     cpu = next(li for li in lines if li.startswith("payouts: CPU ms per payment's life"))
     assert cpu.rstrip().endswith("<= 15: met; ratio <= 1.1: met")
     md = markdown(report)
+    assert "gunicorn `config.wsgi --workers 1`, 1 queue worker (`run_sqs_worker`)." in md
     assert "| payouts | 100 | 120 | 40.0 / 90.0 | 2.0 | 80 | 15.00 |" in md
     assert (
         "| CPU ms per payment's life, every part but the generator | <= 15 | 14.00: met "
@@ -105,21 +106,41 @@ def test_the_funding_debits_cover_every_merchants_payouts_each_below_the_largest
     assert amount * (count // len(MERCHANTS)) - each_merchant * PAYOUT_AMOUNT < Decimal("0.10")
 
 
-# --- the phase's queue workers ----------------------------------------------------------------
+# --- the phase's queue workers and web processes ----------------------------------------------
 
 
-def test_the_money_phase_runs_one_queue_worker_unless_told_and_refuses_none(monkeypatch):
+@pytest.mark.parametrize(
+    ("variable", "option"),
+    [("BENCH_MONEY_WORKERS", "money_workers"),
+     ("BENCH_MONEY_GUNICORN_WORKERS", "money_gunicorn_workers")],
+)  # fmt: skip
+def test_the_money_phase_runs_one_queue_worker_and_one_web_process_unless_told_and_refuses_none(
+    monkeypatch, variable, option
+):
     from bench import guard
     from bench.options import _config
 
     monkeypatch.delenv("BENCH_MONEY_WORKERS", raising=False)
+    monkeypatch.delenv("BENCH_MONEY_GUNICORN_WORKERS", raising=False)
+    monkeypatch.delenv("BENCH_GUNICORN_WORKERS", raising=False)
     one = _config()
-    assert one["money_workers"] == 1
-    monkeypatch.setenv("BENCH_MONEY_WORKERS", "2")
+    assert one[option] == 1
+    # The other phases' web processes are their own option.
+    assert one["gunicorn_workers"] == 2
+    monkeypatch.setenv(variable, "2")
     two = _config()
-    assert two["money_workers"] == 2
-    # A size: the regression guard compares a run only with runs of the same worker count.
+    assert two[option] == 2
+    # A size: the regression guard compares a run only with runs of the same count.
     assert guard.sizes(one) != guard.sizes(two)
-    monkeypatch.setenv("BENCH_MONEY_WORKERS", "0")
-    with pytest.raises(SystemExit, match="BENCH_MONEY_WORKERS must be at least 1, got 0"):
+    monkeypatch.setenv(variable, "0")
+    with pytest.raises(SystemExit, match=f"{variable} must be at least 1, got 0"):
         _config()
+
+
+def test_the_report_names_a_run_without_its_worker_count_as_one_of_two():
+    from bench.report import _queue_workers
+
+    assert _queue_workers({"workers": 1}) == "1 queue worker"
+    assert _queue_workers({"workers": 3}) == "3 queue workers"
+    # Runs recorded before the count: the phase ran two then.
+    assert _queue_workers({}) == "2 queue workers"

@@ -60,9 +60,9 @@ def _config() -> dict:
             # to a payment's CPU (docs/benchmarks.md, the money phase's topology).
             "money_workers": env_int("BENCH_MONEY_WORKERS", 1),
             # One web process of BENCH_GUNICORN_THREADS threads for the same reason: at the
-            # phase's rate it has headroom, and a second one costs a payment about a tenth more
-            # (docs/benchmarks.md, the money phase's topology). The other phases run
-            # BENCH_GUNICORN_WORKERS: their rates need more than one core's worth of web.
+            # phase's rate it has headroom, and a second one costs a payment a twentieth to a
+            # seventh more (docs/benchmarks.md, the money phase's topology). The other phases
+            # run BENCH_GUNICORN_WORKERS: their rates need more than one core's worth of web.
             "money_gunicorn_workers": env_int("BENCH_MONEY_GUNICORN_WORKERS", 1),
             "recovery_payments": env_int("BENCH_RECOVERY_PAYMENTS", 5_000),
             # Unset: the product's default OUTAGE_RELEASE_PER_SECOND.

@@ -313,7 +313,6 @@ def money_phase(stack: Stack) -> dict:
         "items": count,
         "clients": clients_count,
         "workers": len(workers),
-        "web_processes": CONFIG["money_gunicorn_workers"],
         "gunicorn": " ".join(server.command[1:]),
         "worker_command": " ".join(["manage.py", *cmd[2:]]),
     }
